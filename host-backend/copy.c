@@ -1,0 +1,199 @@
+/*
+ * copy.c - bulk copies over a stream transport, pipelined through pinned
+ * staging buffers (DESIGN §4).
+ *
+ * Host to device: while block k is arriving from the guest into staging
+ * buffer k % N, block k-1 is already in a DMA.  A buffer is reused only once
+ * the event recorded after its DMA has completed.
+ *
+ * Device to host: up to N blocks are put in flight at once; block k is sent
+ * to the guest as soon as its DMA completes, while later ones are still
+ * copying.
+ */
+#include <cuda.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "log.h"
+#include "pvgpu_proto.h"
+#include "worker.h"
+
+static int32_t staging_ready(struct pvgpu_worker *w)
+{
+	int32_t st;
+
+	if (w->staging[0].buf)
+		return 0;
+	for (int i = 0; i < PVGPU_STAGING_BUFFERS; i++) {
+		struct pvgpu_staging *s = &w->staging[i];
+
+		st = w->ex_ops->host_alloc(w->ex, w->cfg->block, &s->buf);
+		if (st)
+			goto err;
+		st = w->ex_ops->event_create(w->ex, CU_EVENT_DISABLE_TIMING,
+					     &s->event);
+		if (st)
+			goto err;
+	}
+	return 0;
+err:
+	log_warn("cannot set up %d pinned staging buffers of %u bytes: CUresult %d",
+		 PVGPU_STAGING_BUFFERS, w->cfg->block, st);
+	pvgpu_staging_release(w);
+	return st;
+}
+
+void pvgpu_staging_release(struct pvgpu_worker *w)
+{
+	for (int i = 0; i < PVGPU_STAGING_BUFFERS; i++) {
+		struct pvgpu_staging *s = &w->staging[i];
+
+		if (s->event) {
+			if (s->busy)
+				w->ex_ops->event_synchronize(w->ex, s->event);
+			w->ex_ops->event_destroy(w->ex, s->event);
+		}
+		if (s->buf)
+			w->ex_ops->host_free(w->ex, s->buf);
+		memset(s, 0, sizeof(*s));
+	}
+}
+
+/* The next staging buffer, once no DMA uses it any more. */
+static struct pvgpu_staging *staging_next(struct pvgpu_worker *w, int32_t *st)
+{
+	struct pvgpu_staging *s = &w->staging[w->next_staging];
+
+	w->next_staging = (w->next_staging + 1) % PVGPU_STAGING_BUFFERS;
+	*st = 0;
+	if (s->busy) {
+		*st = w->ex_ops->event_synchronize(w->ex, s->event);
+		s->busy = 0;
+	}
+	return s;
+}
+
+/* Read and drop the DATA frames of a copy we refused, to stay in step. */
+static void discard_data(struct pvgpu_worker *w, uint64_t size)
+{
+	uint8_t sink[4096];
+
+	while (size && !w->fatal) {
+		uint32_t len;
+
+		if (pvgpu_worker_read_data_hdr(w, PVGPU_MAX_DATA_FRAME, &len))
+			return;
+		if (len > size) {
+			log_warn("protocol error: DATA frames exceed the copy size; ending session");
+			w->fatal = 1;
+			return;
+		}
+		size -= len;
+		while (len && !w->fatal) {
+			uint32_t n = len < sizeof(sink) ? len : (uint32_t)sizeof(sink);
+
+			pvgpu_worker_read(w, sink, n);
+			len -= n;
+		}
+	}
+}
+
+int32_t pvgpu_copy_htod(struct pvgpu_worker *w, uint64_t dst, uint64_t size,
+			uint64_t stream, int sync)
+{
+	uint64_t off = 0;
+	int32_t st, first_err = 0;
+
+	st = staging_ready(w);
+	if (st) {
+		discard_data(w, size);
+		return st;
+	}
+	while (off < size && !w->fatal) {
+		struct pvgpu_staging *s;
+		uint32_t len;
+
+		if (pvgpu_worker_read_data_hdr(w, w->cfg->block, &len))
+			return 0;		/* fatal: nobody to answer */
+		if (len > size - off) {
+			log_warn("protocol error: DATA frames exceed the copy size; ending session");
+			w->fatal = 1;
+			return 0;
+		}
+		s = staging_next(w, &st);
+		if (pvgpu_worker_read(w, s->buf, len))
+			return 0;
+		if (!st && !first_err)
+			st = w->ex_ops->memcpy_htod_async(w->ex, dst + off, s->buf,
+							  len, stream);
+		if (!st && !first_err) {
+			st = w->ex_ops->event_record(w->ex, s->event, stream);
+			s->busy = (st == 0);
+		}
+		if (st && !first_err)
+			first_err = st;	/* keep reading: the guest is still sending */
+		off += len;
+	}
+	atomic_fetch_add(&w->slot->bytes_h2d, off);
+	if (!first_err && sync)
+		first_err = w->ex_ops->stream_synchronize(w->ex, stream);
+	return first_err;
+}
+
+int32_t pvgpu_copy_dtoh(struct pvgpu_worker *w, uint64_t src, uint64_t size,
+			uint64_t stream)
+{
+	uint64_t issued = 0, sent = 0;
+	uint32_t block = w->cfg->block;
+	unsigned int head;
+	int32_t st, first_err;
+
+	first_err = staging_ready(w);
+	if (first_err)
+		return first_err;
+	/* Blocks sent in order: buffer for block k is (head + k) % N. */
+	head = w->next_staging;
+	while (sent < size && !w->fatal) {
+		struct pvgpu_staging *s;
+		uint32_t len;
+
+		/* Keep every staging buffer busy with a DMA ahead of the sender. */
+		while (issued < size && issued - sent < (uint64_t)block * PVGPU_STAGING_BUFFERS) {
+			len = size - issued < block ? (uint32_t)(size - issued) : block;
+			s = staging_next(w, &st);
+			if (!st && !first_err)
+				st = w->ex_ops->memcpy_dtoh_async(w->ex, s->buf,
+								  src + issued,
+								  len, stream);
+			if (!st && !first_err) {
+				st = w->ex_ops->event_record(w->ex, s->event, stream);
+				s->busy = (st == 0);
+			}
+			if (st && !first_err)
+				first_err = st;
+			issued += len;
+		}
+		s = &w->staging[head];
+		head = (head + 1) % PVGPU_STAGING_BUFFERS;
+		len = size - sent < block ? (uint32_t)(size - sent) : block;
+		if (s->busy) {
+			st = w->ex_ops->event_synchronize(w->ex, s->event);
+			s->busy = 0;
+			if (st && !first_err)
+				first_err = st;
+		}
+		if (first_err)
+			memset(s->buf, 0, len);	/* never leak stale staging bytes */
+		if (pvgpu_worker_send_data(w, s->buf, len))
+			return 0;
+		sent += len;
+	}
+	atomic_fetch_add(&w->slot->bytes_d2h, sent);
+	return first_err;
+}
+
+/* Exported so ops.c can refuse a copy and keep the stream in step. */
+void pvgpu_copy_refuse_htod(struct pvgpu_worker *w, uint64_t size)
+{
+	discard_data(w, size);
+}

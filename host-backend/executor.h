@@ -1,0 +1,169 @@
+/*
+ * executor.h - the interface between a session worker and the thing that
+ * actually runs its work: a real GPU through the CUDA driver API ("cuda"),
+ * or a simulated device in host memory ("sim", a CI fixture only).
+ *
+ * Every operation speaks driver-API semantics and returns a CUresult value
+ * (CUDA_SUCCESS == 0).  The worker has already checked every guest-supplied
+ * handle and pointer range against the session's own tables before an
+ * executor sees it, but executors must still fail cleanly (an error code,
+ * never a crash) on any value: defence in depth.
+ *
+ * Handles (contexts, streams, events, modules, functions) are opaque 64-bit
+ * values chosen by the executor; 0 as a stream means the context's default
+ * (legacy NULL) stream.  An executor instance lives in exactly one worker
+ * process and serves one session; it is not shared between threads.
+ */
+#ifndef PVGPU_EXECUTOR_H
+#define PVGPU_EXECUTOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct pvgpu_exec;			/* private to each executor */
+
+/* Where kernels are concerned, one parameter of a function. */
+struct pvgpu_param_info {
+	uint32_t offset;
+	uint32_t size;
+};
+
+struct pvgpu_launch {
+	uint64_t func;
+	uint32_t grid[3];
+	uint32_t block[3];
+	uint32_t shared_bytes;
+	uint64_t stream;
+	const void *params;		/* packed parameter buffer */
+	uint32_t params_size;		/* bytes in params */
+	const struct pvgpu_param_info *layout;
+	uint32_t nparams;
+};
+
+/*
+ * What the worker tells an executor when it opens one.  The supervisor keeps
+ * per-session accounting in memory shared with every worker; the sim executor
+ * needs the sum over all live sessions to report free memory and to run out
+ * of it like one physical device shared by everybody.  The cuda executor
+ * ignores it (the driver knows).
+ */
+struct pvgpu_exec_config {
+	/* Bytes of device memory held on `dev` by all live sessions. */
+	uint64_t (*device_mem_used)(void *arg, int32_t dev);
+	void *arg;
+};
+
+struct pvgpu_executor_ops {
+	const char *name;
+
+	/*
+	 * Create an instance in the calling (worker) process.  On failure
+	 * return NULL and write one human-readable line into err, e.g.
+	 * "libcuda.so.1 not found: no NVIDIA driver on this machine".
+	 */
+	struct pvgpu_exec *(*open)(const struct pvgpu_exec_config *cfg,
+				   char *err, size_t errlen);
+	/* Free everything the instance still holds; never fails. */
+	void (*close)(struct pvgpu_exec *ex);
+
+	/* Devices */
+	int32_t (*driver_version)(struct pvgpu_exec *ex, int32_t *version);
+	int32_t (*device_count)(struct pvgpu_exec *ex, int32_t *count);
+	int32_t (*device_attribute)(struct pvgpu_exec *ex, int32_t dev,
+				    int32_t attr, int32_t *value);
+	int32_t (*device_name)(struct pvgpu_exec *ex, int32_t dev,
+			       char *name, size_t len);
+	int32_t (*device_uuid)(struct pvgpu_exec *ex, int32_t dev,
+			       uint8_t uuid[16]);
+	int32_t (*device_total_mem)(struct pvgpu_exec *ex, int32_t dev,
+				    uint64_t *bytes);
+
+	/* Contexts: one per (session, device); made current by ctx_set. */
+	int32_t (*ctx_create)(struct pvgpu_exec *ex, int32_t dev,
+			      uint64_t *ctx);
+	int32_t (*ctx_destroy)(struct pvgpu_exec *ex, uint64_t ctx);
+	int32_t (*ctx_set)(struct pvgpu_exec *ex, uint64_t ctx);
+	int32_t (*ctx_synchronize)(struct pvgpu_exec *ex);
+
+	/* Memory (in the current context) */
+	int32_t (*mem_alloc)(struct pvgpu_exec *ex, uint64_t size,
+			     uint64_t *dptr);
+	int32_t (*mem_free)(struct pvgpu_exec *ex, uint64_t dptr);
+	int32_t (*mem_get_info)(struct pvgpu_exec *ex, uint64_t *free_bytes,
+				uint64_t *total_bytes);
+	/* Page-locked host memory the device can DMA from/to (staging). */
+	int32_t (*host_alloc)(struct pvgpu_exec *ex, size_t size, void **p);
+	int32_t (*host_free)(struct pvgpu_exec *ex, void *p);
+	/* Pin an existing mapping (a shared window) for DMA. */
+	int32_t (*host_register)(struct pvgpu_exec *ex, void *p, size_t size);
+	int32_t (*host_unregister)(struct pvgpu_exec *ex, void *p);
+
+	/*
+	 * Copies.  The _async forms are ordered on `stream`; `host` must
+	 * stay valid until the stream reaches the copy (the worker uses
+	 * events on its staging buffers to know when).
+	 */
+	int32_t (*memcpy_htod_async)(struct pvgpu_exec *ex, uint64_t dst,
+				     const void *host, uint64_t size,
+				     uint64_t stream);
+	int32_t (*memcpy_dtoh_async)(struct pvgpu_exec *ex, void *host,
+				     uint64_t src, uint64_t size,
+				     uint64_t stream);
+	int32_t (*memcpy_dtod_async)(struct pvgpu_exec *ex, uint64_t dst,
+				     uint64_t src, uint64_t size,
+				     uint64_t stream);
+	/* elem_size is 1, 2 or 4; count is in elements. */
+	int32_t (*memset_async)(struct pvgpu_exec *ex, uint64_t dst,
+				uint32_t value, uint32_t elem_size,
+				uint64_t count, uint64_t stream);
+
+	/* Streams */
+	int32_t (*stream_create)(struct pvgpu_exec *ex, uint32_t flags,
+				 int32_t priority, uint64_t *stream);
+	int32_t (*stream_destroy)(struct pvgpu_exec *ex, uint64_t stream);
+	int32_t (*stream_synchronize)(struct pvgpu_exec *ex, uint64_t stream);
+	/* CUDA_SUCCESS when idle, CUDA_ERROR_NOT_READY when busy. */
+	int32_t (*stream_query)(struct pvgpu_exec *ex, uint64_t stream);
+	int32_t (*stream_wait_event)(struct pvgpu_exec *ex, uint64_t stream,
+				     uint64_t event, uint32_t flags);
+
+	/* Events */
+	int32_t (*event_create)(struct pvgpu_exec *ex, uint32_t flags,
+				uint64_t *event);
+	int32_t (*event_destroy)(struct pvgpu_exec *ex, uint64_t event);
+	int32_t (*event_record)(struct pvgpu_exec *ex, uint64_t event,
+				uint64_t stream);
+	int32_t (*event_synchronize)(struct pvgpu_exec *ex, uint64_t event);
+	int32_t (*event_query)(struct pvgpu_exec *ex, uint64_t event);
+	int32_t (*event_elapsed)(struct pvgpu_exec *ex, uint64_t start,
+				 uint64_t end, float *ms);
+
+	/* Modules and kernels (used from the kernels issue on). */
+	int32_t (*module_load)(struct pvgpu_exec *ex, const void *image,
+			       size_t size, uint64_t *module);
+	int32_t (*module_unload)(struct pvgpu_exec *ex, uint64_t module);
+	int32_t (*module_function)(struct pvgpu_exec *ex, uint64_t module,
+				   const char *name, uint64_t *func);
+	int32_t (*module_global)(struct pvgpu_exec *ex, uint64_t module,
+				 const char *name, uint64_t *dptr,
+				 uint64_t *size);
+	/* Fills up to max entries; *count gets the real parameter count. */
+	int32_t (*function_params)(struct pvgpu_exec *ex, uint64_t func,
+				   struct pvgpu_param_info *layout,
+				   uint32_t max, uint32_t *count);
+	int32_t (*function_attribute)(struct pvgpu_exec *ex, uint64_t func,
+				      int32_t attr, int32_t *value);
+	int32_t (*function_set_attribute)(struct pvgpu_exec *ex,
+					  uint64_t func, int32_t attr,
+					  int32_t value);
+	int32_t (*launch)(struct pvgpu_exec *ex,
+			  const struct pvgpu_launch *launch);
+};
+
+extern const struct pvgpu_executor_ops pvgpu_exec_cuda;
+extern const struct pvgpu_executor_ops pvgpu_exec_sim;
+
+/* Look an executor up by its command-line name; NULL if unknown. */
+const struct pvgpu_executor_ops *pvgpu_executor_find(const char *name);
+
+#endif /* PVGPU_EXECUTOR_H */

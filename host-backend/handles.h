@@ -1,0 +1,59 @@
+/*
+ * handles.h - what a session owns: handles for contexts, streams and
+ * events, and ranges of device memory.  Every handle and pointer a guest
+ * sends is looked up here before an executor sees it, so a session can never
+ * name another session's objects (and, in one process per session, there
+ * are none to name anyway: this is defence in depth and clear errors).
+ */
+#ifndef PVGPU_HANDLES_H
+#define PVGPU_HANDLES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum pvgpu_handle_kind { H_FREE, H_CTX, H_STREAM, H_EVENT };
+
+struct pvgpu_handle {
+	enum pvgpu_handle_kind kind;
+	uint32_t gen;			/* bumps on reuse: stale ids miss */
+	uint64_t exec_handle;		/* the executor's own value */
+	uint64_t ctx;			/* owning context's id (streams, events) */
+	int32_t device;			/* contexts */
+};
+
+struct pvgpu_handles {
+	struct pvgpu_handle *v;
+	uint32_t n, cap;
+};
+
+/* A new handle of kind; returns its id (never 0), or 0 when out of memory. */
+uint64_t pvgpu_handle_add(struct pvgpu_handles *t, enum pvgpu_handle_kind kind,
+			  uint64_t exec_handle, uint64_t ctx, int32_t device);
+/* The live handle with this id and kind, or NULL. */
+struct pvgpu_handle *pvgpu_handle_get(struct pvgpu_handles *t, uint64_t id,
+				      enum pvgpu_handle_kind kind);
+void pvgpu_handle_del(struct pvgpu_handles *t, uint64_t id);
+void pvgpu_handles_free(struct pvgpu_handles *t);
+
+struct pvgpu_alloc {
+	uint64_t base, size;
+	uint64_t ctx;
+	int32_t device;
+};
+
+/* Sorted by base, so a lookup is a binary search. */
+struct pvgpu_allocs {
+	struct pvgpu_alloc *v;
+	size_t n, cap;
+};
+
+int pvgpu_alloc_add(struct pvgpu_allocs *t, const struct pvgpu_alloc *a);
+/* The allocation that starts exactly at base, or NULL. */
+struct pvgpu_alloc *pvgpu_alloc_find(struct pvgpu_allocs *t, uint64_t base);
+/* The allocation holding all of [ptr, ptr+len) (len >= 1), or NULL. */
+struct pvgpu_alloc *pvgpu_alloc_range(struct pvgpu_allocs *t, uint64_t ptr,
+				      uint64_t len);
+void pvgpu_alloc_del(struct pvgpu_allocs *t, struct pvgpu_alloc *a);
+void pvgpu_allocs_free(struct pvgpu_allocs *t);
+
+#endif /* PVGPU_HANDLES_H */

@@ -1,0 +1,38 @@
+/*
+ * listen.h - the endpoints pvgpud serves (DESIGN §8 URIs) and who is calling.
+ *
+ * The caller's identity always comes from the channel: SO_PEERCRED on a Unix
+ * socket, the peer CID on vsock.  TCP has no such thing, so a TCP caller is
+ * only "tcp:ADDR" here and proves who it is with the token in hello.
+ */
+#ifndef PVGPU_LISTEN_H
+#define PVGPU_LISTEN_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+enum pvgpu_endpoint_kind { EP_UNIX, EP_TCP, EP_VSOCK };
+
+struct pvgpu_listener {
+	enum pvgpu_endpoint_kind kind;
+	int fd;
+	char uri[256];
+	char path[108];		/* EP_UNIX: unlinked again on shutdown */
+};
+
+struct pvgpu_peer {
+	enum pvgpu_endpoint_kind kind;
+	char identity[128];	/* "uid=1000,pid=42", "tcp:127.0.0.1:5000", "cid=4" */
+	uid_t uid;		/* EP_UNIX only */
+	unsigned int cid;	/* EP_VSOCK only */
+};
+
+/* Open a listening socket for uri; on failure -1 and one line in err. */
+int pvgpu_listen(const char *uri, struct pvgpu_listener *l,
+		 char *err, size_t errlen);
+void pvgpu_listener_close(struct pvgpu_listener *l);
+
+/* Accept one connection; returns the fd (or -1) and fills peer. */
+int pvgpu_accept(struct pvgpu_listener *l, struct pvgpu_peer *peer);
+
+#endif /* PVGPU_LISTEN_H */

@@ -1,0 +1,141 @@
+/*
+ * main.c - pvgpud, the pvgpu host backend.
+ *
+ *   pvgpud --listen URI [--listen URI ...] --executor cuda|sim
+ *          [--config FILE] [--log-level error|warn|info|debug]
+ *          [--block-size BYTES] [--max-sessions N] [--tcp-token TOKEN]
+ *
+ * Runs in the foreground, logs to stderr, exits cleanly on SIGTERM.
+ * Exit codes: 0 success, 1 runtime failure, 2 bad usage.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "executor.h"
+#include "log.h"
+#include "supervisor.h"
+#include "wire.h"
+
+static const char usage[] =
+	"usage: pvgpud --listen URI [--listen URI ...] --executor cuda|sim\n"
+	"              [--config FILE] [--log-level error|warn|info|debug]\n"
+	"              [--block-size BYTES] [--max-sessions N] [--tcp-token TOKEN]\n"
+	"URIs: unix:///PATH, tcp://HOST:PORT, vsock://any:PORT\n";
+
+static int bad_usage(const char *what)
+{
+	fprintf(stderr, "pvgpud: %s (try --help)\n", what);
+	return 2;
+}
+
+/* "1048576", "1M", "256K": at least 4 KiB, at most the DATA frame limit. */
+static int parse_block(const char *s, uint32_t *out)
+{
+	char *end;
+	unsigned long long v = strtoull(s, &end, 10);
+
+	if (end == s)
+		return -1;
+	if (*end == 'K' || *end == 'k')
+		v <<= 10, end++;
+	else if (*end == 'M' || *end == 'm')
+		v <<= 20, end++;
+	if (*end || v < 4096 || v > PVGPU_MAX_DATA_FRAME)
+		return -1;
+	*out = (uint32_t)v;
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "listen", required_argument, NULL, 'l' },
+		{ "executor", required_argument, NULL, 'e' },
+		{ "config", required_argument, NULL, 'c' },
+		{ "log-level", required_argument, NULL, 'v' },
+		{ "block-size", required_argument, NULL, 'b' },
+		{ "max-sessions", required_argument, NULL, 'm' },
+		{ "tcp-token", required_argument, NULL, 't' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *listen[PVGPU_MAX_LISTENERS];
+	struct pvgpu_supervisor_config cfg = {
+		.listen = listen,
+		.block = PVGPU_DEFAULT_BLOCK,
+		.max_sessions = 256,
+	};
+	struct pvgpu_supervisor sv;
+	const char *config = NULL;
+	int opt, rc;
+
+	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (opt) {
+		case 'l':
+			if (cfg.nlisten == PVGPU_MAX_LISTENERS)
+				return bad_usage("too many --listen addresses");
+			listen[cfg.nlisten++] = optarg;
+			break;
+		case 'e':
+			cfg.exec = pvgpu_executor_find(optarg);
+			if (!cfg.exec)
+				return bad_usage("--executor must be cuda or sim");
+			break;
+		case 'c':
+			config = optarg;
+			break;
+		case 'v':
+			if (pvgpu_log_set_level(optarg))
+				return bad_usage("--log-level must be error, warn, info or debug");
+			break;
+		case 'b':
+			if (parse_block(optarg, &cfg.block))
+				return bad_usage("--block-size must be 4K..16M");
+			break;
+		case 'm': {
+			char *end;
+			unsigned long n = strtoul(optarg, &end, 10);
+
+			if (*end || n < 1 || n > 65536)
+				return bad_usage("--max-sessions must be 1..65536");
+			cfg.max_sessions = (uint32_t)n;
+			break;
+		}
+		case 't':
+			cfg.tcp_token = optarg;
+			break;
+		case 'h':
+			fputs(usage, stdout);
+			return 0;
+		default:
+			return bad_usage("unknown option");
+		}
+	}
+	if (optind < argc)
+		return bad_usage("unexpected argument");
+	if (!cfg.nlisten)
+		return bad_usage("at least one --listen URI is needed");
+	if (!cfg.exec)
+		return bad_usage("--executor cuda|sim is needed");
+	if (config) {
+		FILE *f = fopen(config, "r");
+
+		if (!f) {
+			fprintf(stderr, "pvgpud: cannot read --config %s\n", config);
+			return 1;
+		}
+		fclose(f);
+		fprintf(stderr, "pvgpud: warning: per-VM policy files are not implemented yet; %s is not applied\n",
+			config);
+	}
+
+	if (pvgpu_supervisor_init(&sv, &cfg))
+		return 1;
+	log_info("pvgpud started: executor %s, block %u bytes", cfg.exec->name,
+		 cfg.block);
+	rc = pvgpu_supervisor_run(&sv);
+	pvgpu_supervisor_fini(&sv);
+	return rc;
+}

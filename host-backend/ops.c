@@ -1,0 +1,571 @@
+/*
+ * ops.c - the backend's half of every operation in protocol/ops.spec.
+ *
+ * The generated dispatcher has already decoded and bounds-checked the
+ * message; here every handle and device pointer is checked against what
+ * this session owns before the executor is asked to do anything.
+ */
+#include <cuda.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "log.h"
+#include "pvgpu_dispatch.h"
+#include "worker.h"
+
+/* --- checks shared by the handlers ----------------------------------------- */
+
+static int32_t need_context(struct pvgpu_worker *w)
+{
+	if (!w->ex)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!w->cur_ctx)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	return CUDA_SUCCESS;
+}
+
+/* Stream id -> executor stream; 0 is the current context's default stream. */
+static int32_t lookup_stream(struct pvgpu_worker *w, uint64_t id, uint64_t *exec)
+{
+	struct pvgpu_handle *h;
+
+	if (id == 0) {
+		*exec = 0;
+		return CUDA_SUCCESS;
+	}
+	h = pvgpu_handle_get(&w->handles, id, H_STREAM);
+	if (!h || h->ctx != w->cur_ctx)
+		return CUDA_ERROR_INVALID_HANDLE;
+	*exec = h->exec_handle;
+	return CUDA_SUCCESS;
+}
+
+static int32_t lookup_event(struct pvgpu_worker *w, uint64_t id, uint64_t *exec)
+{
+	struct pvgpu_handle *h = pvgpu_handle_get(&w->handles, id, H_EVENT);
+
+	if (!h)
+		return CUDA_ERROR_INVALID_HANDLE;
+	*exec = h->exec_handle;
+	return CUDA_SUCCESS;
+}
+
+/* [ptr, ptr+len) must lie inside one allocation of the current context. */
+static int32_t check_range(struct pvgpu_worker *w, uint64_t ptr, uint64_t len)
+{
+	struct pvgpu_alloc *a = pvgpu_alloc_range(&w->allocs, ptr, len);
+
+	if (!a || a->ctx != w->cur_ctx)
+		return CUDA_ERROR_INVALID_VALUE;
+	return CUDA_SUCCESS;
+}
+
+static struct pvgpu_handle *current_ctx(struct pvgpu_worker *w)
+{
+	return pvgpu_handle_get(&w->handles, w->cur_ctx, H_CTX);
+}
+
+/* --- session -------------------------------------------------------------- */
+
+int32_t pvgpu_handle_hello(struct pvgpu_worker *w,
+			   const struct pvgpu_hello_req *req,
+			   struct pvgpu_hello_rep *rep)
+{
+	uint32_t version = req->version_max < PVGPU_PROTO_VERSION ?
+			   req->version_max : PVGPU_PROTO_VERSION;
+	const char *want = w->cfg->required_token;
+	int32_t count = 0, st;
+
+	if (w->said_hello) {
+		log_info("hello sent twice: refused");
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	w->said_hello = -1;		/* anything refused below ends the session */
+	if (version < 1 || version < req->version_min) {
+		log_warn("guest speaks protocol %u..%u, this backend %d..%d: refused",
+			 req->version_min, req->version_max, 1, PVGPU_PROTO_VERSION);
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	if (w->peer.kind == EP_TCP && want && strcmp(req->token, want)) {
+		log_warn("%s: wrong or missing token: refused", w->peer.identity);
+		return CUDA_ERROR_NOT_PERMITTED;
+	}
+	if (!w->ex) {
+		log_info("no device for client '%s': %s", req->client, w->ex_error);
+		return CUDA_ERROR_NO_DEVICE;
+	}
+	st = w->ex_ops->device_count(w->ex, &count);
+	if (st)
+		return st;
+	w->version = version;
+	w->said_hello = 1;
+	rep->version = version;
+	rep->device_count = count;
+	rep->session_id = w->slot->session_id;
+	rep->data_block = w->cfg->block;
+	log_debug("hello from '%s' (guest pid %u): protocol %u, %d device(s)",
+		  req->client, req->pid, version, count);
+	return CUDA_SUCCESS;
+}
+
+int32_t pvgpu_handle_bye(struct pvgpu_worker *w, const struct pvgpu_bye_req *req)
+{
+	(void)req;
+	w->said_hello = -1;
+	return CUDA_SUCCESS;
+}
+
+/* --- devices -------------------------------------------------------------- */
+
+int32_t pvgpu_handle_driver_get_version(struct pvgpu_worker *w,
+					const struct pvgpu_driver_get_version_req *req,
+					struct pvgpu_driver_get_version_rep *rep)
+{
+	(void)req;
+	return w->ex_ops->driver_version(w->ex, &rep->version);
+}
+
+int32_t pvgpu_handle_device_get_count(struct pvgpu_worker *w,
+				      const struct pvgpu_device_get_count_req *req,
+				      struct pvgpu_device_get_count_rep *rep)
+{
+	(void)req;
+	return w->ex_ops->device_count(w->ex, &rep->count);
+}
+
+int32_t pvgpu_handle_device_get_attributes(struct pvgpu_worker *w,
+					   const struct pvgpu_device_get_attributes_req *req,
+					   struct pvgpu_device_get_attributes_rep *rep)
+{
+	for (uint32_t i = 0; i < req->attrs_count; i++) {
+		int32_t st = w->ex_ops->device_attribute(w->ex, req->device,
+							 req->attrs[i],
+							 &rep->values[i]);
+		if (st)
+			return st;
+	}
+	rep->values_count = req->attrs_count;
+	return CUDA_SUCCESS;
+}
+
+int32_t pvgpu_handle_device_get_name(struct pvgpu_worker *w,
+				     const struct pvgpu_device_get_name_req *req,
+				     struct pvgpu_device_get_name_rep *rep)
+{
+	int32_t st = w->ex_ops->device_name(w->ex, req->device, rep->name,
+					    sizeof(rep->name));
+
+	rep->name[sizeof(rep->name) - 1] = '\0';
+	rep->name_len = (uint32_t)strlen(rep->name);
+	return st;
+}
+
+int32_t pvgpu_handle_device_get_uuid(struct pvgpu_worker *w,
+				     const struct pvgpu_device_get_uuid_req *req,
+				     struct pvgpu_device_get_uuid_rep *rep)
+{
+	int32_t st = w->ex_ops->device_uuid(w->ex, req->device, rep->uuid);
+
+	rep->uuid_len = st ? 0 : 16;
+	return st;
+}
+
+int32_t pvgpu_handle_device_total_mem(struct pvgpu_worker *w,
+				      const struct pvgpu_device_total_mem_req *req,
+				      struct pvgpu_device_total_mem_rep *rep)
+{
+	return w->ex_ops->device_total_mem(w->ex, req->device, &rep->bytes);
+}
+
+/* --- contexts ------------------------------------------------------------- */
+
+int32_t pvgpu_handle_ctx_create(struct pvgpu_worker *w,
+				const struct pvgpu_ctx_create_req *req,
+				struct pvgpu_ctx_create_rep *rep)
+{
+	uint64_t ctx, id;
+	int32_t st;
+
+	if (req->device < 0 || req->device >= PVGPU_MAX_DEVICES)
+		return CUDA_ERROR_INVALID_DEVICE;
+	st = w->ex_ops->ctx_create(w->ex, req->device, &ctx);
+	if (st)
+		return st;
+	id = pvgpu_handle_add(&w->handles, H_CTX, ctx, 0, req->device);
+	if (!id) {
+		w->ex_ops->ctx_destroy(w->ex, ctx);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	rep->ctx = id;
+	return CUDA_SUCCESS;
+}
+
+int32_t pvgpu_handle_ctx_destroy(struct pvgpu_worker *w,
+				 const struct pvgpu_ctx_destroy_req *req)
+{
+	struct pvgpu_handle *h = pvgpu_handle_get(&w->handles, req->ctx, H_CTX);
+	int32_t st;
+
+	if (!h)
+		return CUDA_ERROR_INVALID_HANDLE;
+	/* Staging events live in the current context: drop them first. */
+	if (req->ctx == w->cur_ctx)
+		pvgpu_staging_release(w);
+	st = w->ex_ops->ctx_destroy(w->ex, h->exec_handle);
+	/* The context took its memory, streams and events with it. */
+	for (size_t i = w->allocs.n; i-- > 0;) {
+		struct pvgpu_alloc *a = &w->allocs.v[i];
+
+		if (a->ctx == req->ctx) {
+			atomic_fetch_sub(&w->slot->mem_used[a->device], a->size);
+			pvgpu_alloc_del(&w->allocs, a);
+		}
+	}
+	for (uint32_t i = 0; i < w->handles.n; i++) {
+		struct pvgpu_handle *o = &w->handles.v[i];
+
+		if (o->kind != H_FREE && o->kind != H_CTX && o->ctx == req->ctx)
+			o->kind = H_FREE;
+	}
+	pvgpu_handle_del(&w->handles, req->ctx);
+	if (req->ctx == w->cur_ctx)
+		w->cur_ctx = 0;
+	return st;
+}
+
+int32_t pvgpu_handle_ctx_set(struct pvgpu_worker *w,
+			     const struct pvgpu_ctx_set_req *req)
+{
+	struct pvgpu_handle *h = pvgpu_handle_get(&w->handles, req->ctx, H_CTX);
+	int32_t st;
+
+	if (!h)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (req->ctx == w->cur_ctx)
+		return CUDA_SUCCESS;
+	st = w->ex_ops->ctx_set(w->ex, h->exec_handle);
+	if (st)
+		return st;
+	/* Staging buffers and their events belong to the old context. */
+	pvgpu_staging_release(w);
+	w->cur_ctx = req->ctx;
+	return CUDA_SUCCESS;
+}
+
+int32_t pvgpu_handle_ctx_synchronize(struct pvgpu_worker *w,
+				     const struct pvgpu_ctx_synchronize_req *req)
+{
+	int32_t st = need_context(w);
+
+	(void)req;
+	return st ? st : w->ex_ops->ctx_synchronize(w->ex);
+}
+
+/* --- memory --------------------------------------------------------------- */
+
+int32_t pvgpu_handle_mem_alloc(struct pvgpu_worker *w,
+			       const struct pvgpu_mem_alloc_req *req,
+			       struct pvgpu_mem_alloc_rep *rep)
+{
+	struct pvgpu_alloc a;
+	int32_t st = need_context(w);
+
+	if (st)
+		return st;
+	if (req->size == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	st = w->ex_ops->mem_alloc(w->ex, req->size, &a.base);
+	if (st)
+		return st;
+	a.size = req->size;
+	a.ctx = w->cur_ctx;
+	a.device = current_ctx(w)->device;
+	if (pvgpu_alloc_add(&w->allocs, &a)) {
+		w->ex_ops->mem_free(w->ex, a.base);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	atomic_fetch_add(&w->slot->mem_used[a.device], a.size);
+	rep->dptr = a.base;
+	return CUDA_SUCCESS;
+}
+
+int32_t pvgpu_handle_mem_free(struct pvgpu_worker *w,
+			      const struct pvgpu_mem_free_req *req)
+{
+	struct pvgpu_alloc *a;
+	int32_t st = need_context(w);
+
+	if (st)
+		return st;
+	a = pvgpu_alloc_find(&w->allocs, req->dptr);
+	if (!a || a->ctx != w->cur_ctx)
+		return CUDA_ERROR_INVALID_VALUE;
+	st = w->ex_ops->mem_free(w->ex, a->base);
+	if (st)
+		return st;
+	atomic_fetch_sub(&w->slot->mem_used[a->device], a->size);
+	pvgpu_alloc_del(&w->allocs, a);
+	return CUDA_SUCCESS;
+}
+
+int32_t pvgpu_handle_mem_get_info(struct pvgpu_worker *w,
+				  const struct pvgpu_mem_get_info_req *req,
+				  struct pvgpu_mem_get_info_rep *rep)
+{
+	int32_t st = need_context(w);
+
+	(void)req;
+	return st ? st : w->ex_ops->mem_get_info(w->ex, &rep->free, &rep->total);
+}
+
+static int32_t htod(struct pvgpu_worker *w, uint64_t dst, uint64_t size,
+		    uint64_t stream_id, int sync)
+{
+	uint64_t stream = 0;
+	int32_t st = need_context(w);
+
+	if (!st && size)
+		st = check_range(w, dst, size);
+	if (!st)
+		st = lookup_stream(w, stream_id, &stream);
+	if (st) {
+		pvgpu_copy_refuse_htod(w, size);
+		return st;
+	}
+	return size ? pvgpu_copy_htod(w, dst, size, stream, sync) : CUDA_SUCCESS;
+}
+
+int32_t pvgpu_handle_memcpy_htod(struct pvgpu_worker *w,
+				 const struct pvgpu_memcpy_htod_req *req)
+{
+	return htod(w, req->dst, req->size, req->stream, 1);
+}
+
+int32_t pvgpu_handle_memcpy_htod_async(struct pvgpu_worker *w,
+				       const struct pvgpu_memcpy_htod_async_req *req)
+{
+	return htod(w, req->dst, req->size, req->stream, 0);
+}
+
+int32_t pvgpu_handle_memcpy_dtoh(struct pvgpu_worker *w,
+				 const struct pvgpu_memcpy_dtoh_req *req)
+{
+	uint64_t stream = 0;
+	int32_t st = need_context(w);
+
+	if (!st && req->size)
+		st = check_range(w, req->src, req->size);
+	if (!st)
+		st = lookup_stream(w, req->stream, &stream);
+	if (st || !req->size)
+		return st;
+	return pvgpu_copy_dtoh(w, req->src, req->size, stream);
+}
+
+static int32_t dtod(struct pvgpu_worker *w, uint64_t dst, uint64_t src,
+		    uint64_t size, uint64_t stream_id, int sync)
+{
+	uint64_t stream = 0;
+	int32_t st = need_context(w);
+
+	if (st || size == 0)
+		return st;
+	st = check_range(w, dst, size);
+	if (!st)
+		st = check_range(w, src, size);
+	if (!st)
+		st = lookup_stream(w, stream_id, &stream);
+	if (!st)
+		st = w->ex_ops->memcpy_dtod_async(w->ex, dst, src, size, stream);
+	if (!st && sync)
+		st = w->ex_ops->stream_synchronize(w->ex, stream);
+	return st;
+}
+
+int32_t pvgpu_handle_memcpy_dtod(struct pvgpu_worker *w,
+				 const struct pvgpu_memcpy_dtod_req *req)
+{
+	return dtod(w, req->dst, req->src, req->size, req->stream, 1);
+}
+
+int32_t pvgpu_handle_memcpy_dtod_async(struct pvgpu_worker *w,
+				       const struct pvgpu_memcpy_dtod_async_req *req)
+{
+	return dtod(w, req->dst, req->src, req->size, req->stream, 0);
+}
+
+int32_t pvgpu_handle_memset_async(struct pvgpu_worker *w,
+				  const struct pvgpu_memset_async_req *req)
+{
+	uint64_t stream = 0;
+	int32_t st = need_context(w);
+
+	if (st || req->count == 0)
+		return st;
+	if (req->elem_size != 1 && req->elem_size != 2 && req->elem_size != 4)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (req->count > UINT64_MAX / req->elem_size)
+		return CUDA_ERROR_INVALID_VALUE;
+	st = check_range(w, req->dst, req->count * req->elem_size);
+	if (!st)
+		st = lookup_stream(w, req->stream, &stream);
+	if (!st)
+		st = w->ex_ops->memset_async(w->ex, req->dst, req->value,
+					     req->elem_size, req->count, stream);
+	return st;
+}
+
+/* --- streams -------------------------------------------------------------- */
+
+int32_t pvgpu_handle_stream_create(struct pvgpu_worker *w,
+				   const struct pvgpu_stream_create_req *req,
+				   struct pvgpu_stream_create_rep *rep)
+{
+	uint64_t stream, id;
+	int32_t st = need_context(w);
+
+	if (st)
+		return st;
+	st = w->ex_ops->stream_create(w->ex, req->flags, req->priority, &stream);
+	if (st)
+		return st;
+	id = pvgpu_handle_add(&w->handles, H_STREAM, stream, w->cur_ctx, 0);
+	if (!id) {
+		w->ex_ops->stream_destroy(w->ex, stream);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	rep->stream = id;
+	return CUDA_SUCCESS;
+}
+
+int32_t pvgpu_handle_stream_destroy(struct pvgpu_worker *w,
+				    const struct pvgpu_stream_destroy_req *req)
+{
+	uint64_t stream;
+	int32_t st = need_context(w);
+
+	if (!st)
+		st = lookup_stream(w, req->stream, &stream);
+	if (st)
+		return st;
+	if (req->stream == 0)
+		return CUDA_ERROR_INVALID_HANDLE;
+	st = w->ex_ops->stream_destroy(w->ex, stream);
+	pvgpu_handle_del(&w->handles, req->stream);
+	return st;
+}
+
+int32_t pvgpu_handle_stream_synchronize(struct pvgpu_worker *w,
+					const struct pvgpu_stream_synchronize_req *req)
+{
+	uint64_t stream;
+	int32_t st = need_context(w);
+
+	if (!st)
+		st = lookup_stream(w, req->stream, &stream);
+	return st ? st : w->ex_ops->stream_synchronize(w->ex, stream);
+}
+
+int32_t pvgpu_handle_stream_query(struct pvgpu_worker *w,
+				  const struct pvgpu_stream_query_req *req)
+{
+	uint64_t stream;
+	int32_t st = need_context(w);
+
+	if (!st)
+		st = lookup_stream(w, req->stream, &stream);
+	return st ? st : w->ex_ops->stream_query(w->ex, stream);
+}
+
+int32_t pvgpu_handle_stream_wait_event(struct pvgpu_worker *w,
+				       const struct pvgpu_stream_wait_event_req *req)
+{
+	uint64_t stream, event;
+	int32_t st = need_context(w);
+
+	if (!st)
+		st = lookup_stream(w, req->stream, &stream);
+	if (!st)
+		st = lookup_event(w, req->event, &event);
+	return st ? st : w->ex_ops->stream_wait_event(w->ex, stream, event,
+						      req->flags);
+}
+
+/* --- events --------------------------------------------------------------- */
+
+int32_t pvgpu_handle_event_create(struct pvgpu_worker *w,
+				  const struct pvgpu_event_create_req *req,
+				  struct pvgpu_event_create_rep *rep)
+{
+	uint64_t event, id;
+	int32_t st = need_context(w);
+
+	if (st)
+		return st;
+	st = w->ex_ops->event_create(w->ex, req->flags, &event);
+	if (st)
+		return st;
+	id = pvgpu_handle_add(&w->handles, H_EVENT, event, w->cur_ctx, 0);
+	if (!id) {
+		w->ex_ops->event_destroy(w->ex, event);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	rep->event = id;
+	return CUDA_SUCCESS;
+}
+
+int32_t pvgpu_handle_event_destroy(struct pvgpu_worker *w,
+				   const struct pvgpu_event_destroy_req *req)
+{
+	uint64_t event;
+	int32_t st = lookup_event(w, req->event, &event);
+
+	if (st)
+		return st;
+	st = w->ex_ops->event_destroy(w->ex, event);
+	pvgpu_handle_del(&w->handles, req->event);
+	return st;
+}
+
+int32_t pvgpu_handle_event_record(struct pvgpu_worker *w,
+				  const struct pvgpu_event_record_req *req)
+{
+	uint64_t stream, event;
+	int32_t st = need_context(w);
+
+	if (!st)
+		st = lookup_event(w, req->event, &event);
+	if (!st)
+		st = lookup_stream(w, req->stream, &stream);
+	return st ? st : w->ex_ops->event_record(w->ex, event, stream);
+}
+
+int32_t pvgpu_handle_event_synchronize(struct pvgpu_worker *w,
+				       const struct pvgpu_event_synchronize_req *req)
+{
+	uint64_t event;
+	int32_t st = lookup_event(w, req->event, &event);
+
+	return st ? st : w->ex_ops->event_synchronize(w->ex, event);
+}
+
+int32_t pvgpu_handle_event_query(struct pvgpu_worker *w,
+				 const struct pvgpu_event_query_req *req)
+{
+	uint64_t event;
+	int32_t st = lookup_event(w, req->event, &event);
+
+	return st ? st : w->ex_ops->event_query(w->ex, event);
+}
+
+int32_t pvgpu_handle_event_elapsed(struct pvgpu_worker *w,
+				   const struct pvgpu_event_elapsed_req *req,
+				   struct pvgpu_event_elapsed_rep *rep)
+{
+	uint64_t start, end;
+	int32_t st = lookup_event(w, req->start, &start);
+
+	if (!st)
+		st = lookup_event(w, req->end, &end);
+	return st ? st : w->ex_ops->event_elapsed(w->ex, start, end, &rep->ms);
+}

@@ -1,0 +1,41 @@
+/*
+ * supervisor.h - pvgpud's parent process: listens, learns who is calling
+ * from the channel, forks one worker per session, reaps them, and logs one
+ * line when each session starts and ends.
+ */
+#ifndef PVGPU_SUPERVISOR_H
+#define PVGPU_SUPERVISOR_H
+
+#include "accounting.h"
+#include "listen.h"
+#include "worker.h"
+
+#define PVGPU_MAX_LISTENERS	16
+
+struct pvgpu_supervisor {
+	struct pvgpu_listener listeners[PVGPU_MAX_LISTENERS];
+	int nlisteners;
+	int sigfd;			/* signalfd: TERM, INT, HUP, CHLD */
+	struct pvgpu_accounting *acct;
+	struct pvgpu_worker_config wcfg;
+	uint64_t next_session;
+	int stopping;
+};
+
+struct pvgpu_supervisor_config {
+	const char *const *listen;	/* URIs */
+	int nlisten;
+	const struct pvgpu_executor_ops *exec;
+	uint32_t block;
+	uint32_t max_sessions;
+	const char *tcp_token;
+};
+
+/* 0, or -1 after logging why (the caller exits 1). */
+int pvgpu_supervisor_init(struct pvgpu_supervisor *sv,
+			  const struct pvgpu_supervisor_config *cfg);
+/* Serve until SIGTERM/SIGINT; returns the process exit code. */
+int pvgpu_supervisor_run(struct pvgpu_supervisor *sv);
+void pvgpu_supervisor_fini(struct pvgpu_supervisor *sv);
+
+#endif /* PVGPU_SUPERVISOR_H */

@@ -1,0 +1,223 @@
+/*
+ * worker.c - the life of one session: open the executor, read messages,
+ * dispatch them, reply, and free everything when the session ends.
+ *
+ *   guest message --> serve_message() --> pvgpu_dispatch() (generated)
+ *                  --> pvgpu_handle_<op>() (ops.c) --> executor
+ */
+#include <cuda.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "pvgpu_dispatch.h"
+#include "worker.h"
+
+static uint64_t mem_used_by_all(void *arg, int32_t dev)
+{
+	return pvgpu_accounting_mem_used(arg, dev);
+}
+
+/* Errors a guest caused are logged once per (opcode, status) pair. */
+static void note_error(struct pvgpu_worker *w, uint16_t opcode, int32_t st)
+{
+	const struct pvgpu_op_info *info = pvgpu_op_info(opcode);
+
+	for (unsigned int i = 0; i < w->nnoted; i++)
+		if (w->noted[i].opcode == opcode && w->noted[i].status == st)
+			return;
+	if (w->nnoted < PVGPU_NOTED_ERRORS) {
+		w->noted[w->nnoted].opcode = opcode;
+		w->noted[w->nnoted].status = st;
+		w->nnoted++;
+	}
+	log_info("%s failed with CUresult %d (further failures of this kind are not logged)",
+		 info ? info->name : "?", st);
+}
+
+/* Run one async operation (alone or from a batch). */
+static void serve_async(struct pvgpu_worker *w, const struct pvgpu_hdr *h,
+			const uint8_t *payload)
+{
+	uint8_t rep[PVGPU_MAX_REP];
+	size_t rep_len;
+	int32_t st;
+
+	w->req_id = h->id;
+	st = pvgpu_dispatch(w, h->opcode, payload, h->length, rep, &rep_len);
+	if (st == PVGPU_DISPATCH_EDECODE) {
+		const struct pvgpu_op_info *info = pvgpu_op_info(h->opcode);
+
+		if (info && info->data_dir != PVGPU_DATA_NONE) {
+			/* We cannot know how much data follows: out of step. */
+			log_warn("protocol error: malformed %s request; ending session",
+				 info->name);
+			w->fatal = 1;
+			return;
+		}
+		st = CUDA_ERROR_INVALID_VALUE;
+	}
+	if (st != 0) {
+		note_error(w, h->opcode, st);
+		if (w->deferred == 0)
+			w->deferred = st;
+	}
+}
+
+static void serve_batch(struct pvgpu_worker *w, const uint8_t *p, size_t left)
+{
+	while (left && !w->fatal) {
+		const struct pvgpu_op_info *info;
+		struct pvgpu_hdr h;
+
+		if (left < PVGPU_HDR_SIZE || pvgpu_hdr_decode(p, &h) ||
+		    h.length > left - PVGPU_HDR_SIZE) {
+			log_warn("protocol error: malformed batch; ending session");
+			w->fatal = 1;
+			return;
+		}
+		info = pvgpu_op_info(h.opcode);
+		if (!info || !info->is_async || info->data_dir != PVGPU_DATA_NONE) {
+			log_warn("protocol error: opcode %#x may not be batched; ending session",
+				 h.opcode);
+			w->fatal = 1;
+			return;
+		}
+		serve_async(w, &h, p + PVGPU_HDR_SIZE);
+		atomic_fetch_add(&w->slot->calls, 1);
+		p += PVGPU_HDR_SIZE + h.length;
+		left -= PVGPU_HDR_SIZE + h.length;
+	}
+}
+
+static void serve_message(struct pvgpu_worker *w, const struct pvgpu_hdr *h,
+			  const uint8_t *payload)
+{
+	const struct pvgpu_op_info *info = pvgpu_op_info(h->opcode);
+	uint8_t rep[PVGPU_MAX_REP];
+	size_t rep_len = 0;
+	int32_t st;
+
+	if (h->opcode == PVGPU_OP_BATCH) {
+		serve_batch(w, payload, h->length);
+		return;
+	}
+	if (!w->said_hello && h->opcode != PVGPU_OP_HELLO) {
+		log_warn("protocol error: first message is opcode %#x, not hello; ending session",
+			 h->opcode);
+		w->fatal = 1;
+		return;
+	}
+	atomic_fetch_add(&w->slot->calls, 1);
+	if (info && info->is_async) {
+		serve_async(w, h, payload);
+		return;
+	}
+	w->req_id = h->id;
+	st = pvgpu_dispatch(w, h->opcode, payload, h->length, rep, &rep_len);
+	if (w->fatal)
+		return;
+	if (st == PVGPU_DISPATCH_EOPCODE) {
+		log_warn("unknown opcode %#x: answered CUDA_ERROR_NOT_SUPPORTED",
+			 h->opcode);
+		st = CUDA_ERROR_NOT_SUPPORTED;
+	} else if (st == PVGPU_DISPATCH_EDECODE) {
+		if (info->data_dir != PVGPU_DATA_NONE) {
+			log_warn("protocol error: malformed %s request; ending session",
+				 info->name);
+			w->fatal = 1;
+			return;
+		}
+		log_info("malformed %s request: answered CUDA_ERROR_INVALID_VALUE",
+			 info->name);
+		st = CUDA_ERROR_INVALID_VALUE;
+	} else if (st != 0) {
+		note_error(w, h->opcode, st);
+	}
+	pvgpu_worker_send_reply(w, h->opcode, st, rep, rep_len);
+}
+
+static int worker_init(struct pvgpu_worker *w, int fd,
+		       const struct pvgpu_peer *peer,
+		       const struct pvgpu_worker_config *cfg,
+		       struct pvgpu_accounting *acct, struct pvgpu_slot *slot)
+{
+	struct pvgpu_exec_config ecfg = {
+		.device_mem_used = mem_used_by_all,
+		.arg = acct,
+	};
+
+	memset(w, 0, sizeof(*w));
+	w->fd = fd;
+	w->peer = *peer;
+	w->cfg = cfg;
+	w->acct = acct;
+	w->slot = slot;
+	w->ex_ops = cfg->exec;
+	w->rx = malloc(PVGPU_MAX_BATCH);
+	if (!w->rx)
+		return -1;
+	w->ex = w->ex_ops->open(&ecfg, w->ex_error, sizeof(w->ex_error));
+	if (!w->ex)
+		log_warn("executor %s unavailable: %s", w->ex_ops->name,
+			 w->ex_error);
+	return 0;
+}
+
+static void worker_fini(struct pvgpu_worker *w)
+{
+	pvgpu_staging_release(w);
+	if (w->ex)
+		w->ex_ops->close(w->ex);	/* frees contexts and all in them */
+	for (int d = 0; d < PVGPU_MAX_DEVICES; d++)
+		atomic_store(&w->slot->mem_used[d], 0);
+	pvgpu_handles_free(&w->handles);
+	pvgpu_allocs_free(&w->allocs);
+	free(w->rx);
+	close(w->fd);
+}
+
+int pvgpu_worker_run(int fd, const struct pvgpu_peer *peer,
+		     const struct pvgpu_worker_config *cfg,
+		     struct pvgpu_accounting *acct, struct pvgpu_slot *slot)
+{
+	struct pvgpu_worker w;
+	uint8_t raw[PVGPU_HDR_SIZE];
+	struct pvgpu_hdr h;
+
+	if (worker_init(&w, fd, peer, cfg, acct, slot)) {
+		log_error("out of memory starting the session");
+		close(fd);
+		return 1;
+	}
+	while (!w.fatal) {
+		uint32_t limit;
+
+		if (pvgpu_worker_read(&w, raw, sizeof(raw)))
+			break;
+		if (pvgpu_hdr_decode(raw, &h)) {
+			log_warn("protocol error: bad magic %#x; ending session",
+				 h.magic);
+			break;
+		}
+		limit = h.opcode == PVGPU_OP_BATCH ? PVGPU_MAX_BATCH :
+						     PVGPU_MAX_PAYLOAD;
+		if (h.length > limit || h.opcode == PVGPU_OP_DATA) {
+			log_warn("protocol error: %s (opcode %#x, %u bytes); ending session",
+				 h.opcode == PVGPU_OP_DATA ? "DATA frame outside a copy" :
+							     "message too long",
+				 h.opcode, h.length);
+			break;
+		}
+		if (pvgpu_worker_read(&w, w.rx, h.length))
+			break;
+		serve_message(&w, &h, w.rx);
+		if (w.said_hello < 0)		/* bye, or a refused hello */
+			break;
+	}
+	worker_fini(&w);
+	return 0;
+}

@@ -1,0 +1,91 @@
+/*
+ * worker.h - one session, served by one process.
+ *
+ * The supervisor forks a worker per accepted connection.  The worker owns
+ * the connection, an executor instance (and through it the session's CUDA
+ * contexts), and the tables that say which handles and device memory the
+ * session owns.  When the session ends, however it ends, the worker closes
+ * the executor and exits, and the process boundary frees whatever is left.
+ */
+#ifndef PVGPU_WORKER_H
+#define PVGPU_WORKER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "accounting.h"
+#include "executor.h"
+#include "handles.h"
+#include "listen.h"
+
+#define PVGPU_STAGING_BUFFERS	4
+#define PVGPU_NOTED_ERRORS	32
+
+struct pvgpu_staging {
+	void *buf;			/* pinned, `block` bytes */
+	uint64_t event;			/* executor event; 0 until first use */
+	int busy;			/* a DMA may still read/write buf */
+};
+
+struct pvgpu_worker_config {
+	const struct pvgpu_executor_ops *exec;
+	uint32_t block;			/* bulk block (DATA frame) size */
+	const char *required_token;	/* TCP callers must present it; NULL: any */
+};
+
+struct pvgpu_worker {
+	int fd;
+	struct pvgpu_peer peer;
+	const struct pvgpu_worker_config *cfg;
+	struct pvgpu_slot *slot;
+	struct pvgpu_accounting *acct;
+
+	const struct pvgpu_executor_ops *ex_ops;
+	struct pvgpu_exec *ex;
+	char ex_error[256];		/* why the executor did not open */
+
+	int said_hello;
+	uint32_t version;
+	uint64_t req_id;		/* id of the request being served */
+	int32_t deferred;		/* first error of async work since the last reply */
+	int fatal;			/* protocol broken: end the session */
+	struct {
+		uint16_t opcode;
+		int32_t status;
+	} noted[PVGPU_NOTED_ERRORS];	/* errors already logged once */
+	unsigned int nnoted;
+
+	struct pvgpu_handles handles;	/* contexts, streams, events */
+	struct pvgpu_allocs allocs;	/* device memory */
+	uint64_t cur_ctx;		/* handle of the current context, 0: none */
+
+	struct pvgpu_staging staging[PVGPU_STAGING_BUFFERS];
+	unsigned int next_staging;
+	uint8_t *rx;			/* one control payload or batch */
+};
+
+/* Serve one session on fd until it ends; returns the process exit code. */
+int pvgpu_worker_run(int fd, const struct pvgpu_peer *peer,
+		     const struct pvgpu_worker_config *cfg,
+		     struct pvgpu_accounting *acct, struct pvgpu_slot *slot);
+
+/* Connection I/O for handlers (worker_io.c). 0 on success, -1 when the
+ * connection is gone or the peer broke the framing (w->fatal is set). */
+int pvgpu_worker_read(struct pvgpu_worker *w, void *buf, size_t len);
+int pvgpu_worker_read_data_hdr(struct pvgpu_worker *w, uint32_t max,
+			       uint32_t *len);
+int pvgpu_worker_send_data(struct pvgpu_worker *w, const void *buf,
+			   uint32_t len);
+int pvgpu_worker_send_reply(struct pvgpu_worker *w, uint16_t opcode,
+			    int32_t status, const uint8_t *fields, size_t len);
+
+/* Pipelined copies (copy.c). */
+int32_t pvgpu_copy_htod(struct pvgpu_worker *w, uint64_t dst, uint64_t size,
+			uint64_t stream, int sync);
+int32_t pvgpu_copy_dtoh(struct pvgpu_worker *w, uint64_t src, uint64_t size,
+			uint64_t stream);
+/* Read and drop the DATA frames of a refused host-to-device copy. */
+void pvgpu_copy_refuse_htod(struct pvgpu_worker *w, uint64_t size);
+void pvgpu_staging_release(struct pvgpu_worker *w);
+
+#endif /* PVGPU_WORKER_H */
