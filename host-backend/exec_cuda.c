@@ -1,0 +1,1389 @@
+/*
+ * exec_cuda.c - the "cuda" executor: the real GPU through the CUDA driver
+ * API.
+ *
+ * libcuda.so.1 is opened at run time so that pvgpud builds and starts on
+ * machines without an NVIDIA driver; <cuda.h> is used for types and enums
+ * only.  Entry points come from cuGetProcAddress, each asked for the ABI
+ * version whose signature this file was written against (some base names
+ * change signature between versions: cuCtxSynchronize takes a context from
+ * 13.0 on), with dlsym of the exported versioned names as a fallback.
+ *
+ * One worker process serves one session, so each device's primary context
+ * is private to the session.  Every handle passed in is checked against
+ * tables kept here before the driver sees it: the driver dereferences its
+ * handles, and a stale or forged one must fail, not crash the worker.
+ */
+#include <dlfcn.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda.h>
+
+#include "executor.h"
+
+#define CUDA_LIB		"libcuda.so.1"
+#define CUDA_MAX_PARAMS		32768	/* parameter space is under 32 KiB */
+#define CUDA_STACK_PARAMS	64
+
+_Static_assert(sizeof(void (*)(void)) == sizeof(void *),
+	       "function pointers must fit in a void * (POSIX dlsym)");
+
+/* The driver entry points this executor calls, with this file's ABI. */
+struct cuda_api {
+	CUresult (CUDAAPI *get_error_name)(CUresult, const char **);
+	CUresult (CUDAAPI *get_error_string)(CUresult, const char **);
+	CUresult (CUDAAPI *init)(unsigned int);
+	CUresult (CUDAAPI *driver_get_version)(int *);
+	CUresult (CUDAAPI *device_get)(CUdevice *, int);
+	CUresult (CUDAAPI *device_get_count)(int *);
+	CUresult (CUDAAPI *device_get_attribute)(int *, CUdevice_attribute,
+						 CUdevice);
+	CUresult (CUDAAPI *device_get_name)(char *, int, CUdevice);
+	CUresult (CUDAAPI *device_get_uuid)(CUuuid *, CUdevice);
+	CUresult (CUDAAPI *device_total_mem)(size_t *, CUdevice);
+	CUresult (CUDAAPI *primary_ctx_retain)(CUcontext *, CUdevice);
+	CUresult (CUDAAPI *primary_ctx_release)(CUdevice);
+	CUresult (CUDAAPI *ctx_set_current)(CUcontext);
+	CUresult (CUDAAPI *ctx_synchronize)(void);
+	CUresult (CUDAAPI *mem_alloc)(CUdeviceptr *, size_t);
+	CUresult (CUDAAPI *mem_free)(CUdeviceptr);
+	CUresult (CUDAAPI *mem_get_info)(size_t *, size_t *);
+	CUresult (CUDAAPI *mem_host_alloc)(void **, size_t, unsigned int);
+	CUresult (CUDAAPI *mem_free_host)(void *);
+	CUresult (CUDAAPI *mem_host_register)(void *, size_t, unsigned int);
+	CUresult (CUDAAPI *mem_host_unregister)(void *);
+	CUresult (CUDAAPI *memcpy_htod_async)(CUdeviceptr, const void *, size_t,
+					      CUstream);
+	CUresult (CUDAAPI *memcpy_dtoh_async)(void *, CUdeviceptr, size_t,
+					      CUstream);
+	CUresult (CUDAAPI *memcpy_dtod_async)(CUdeviceptr, CUdeviceptr, size_t,
+					      CUstream);
+	CUresult (CUDAAPI *memset_d8_async)(CUdeviceptr, unsigned char, size_t,
+					    CUstream);
+	CUresult (CUDAAPI *memset_d16_async)(CUdeviceptr, unsigned short,
+					     size_t, CUstream);
+	CUresult (CUDAAPI *memset_d32_async)(CUdeviceptr, unsigned int, size_t,
+					     CUstream);
+	CUresult (CUDAAPI *stream_create_with_priority)(CUstream *,
+							unsigned int, int);
+	CUresult (CUDAAPI *stream_destroy)(CUstream);
+	CUresult (CUDAAPI *stream_synchronize)(CUstream);
+	CUresult (CUDAAPI *stream_query)(CUstream);
+	CUresult (CUDAAPI *stream_wait_event)(CUstream, CUevent, unsigned int);
+	CUresult (CUDAAPI *event_create)(CUevent *, unsigned int);
+	CUresult (CUDAAPI *event_destroy)(CUevent);
+	CUresult (CUDAAPI *event_record)(CUevent, CUstream);
+	CUresult (CUDAAPI *event_synchronize)(CUevent);
+	CUresult (CUDAAPI *event_query)(CUevent);
+	CUresult (CUDAAPI *event_elapsed_time)(float *, CUevent, CUevent);
+	CUresult (CUDAAPI *module_load_data)(CUmodule *, const void *);
+	CUresult (CUDAAPI *module_unload)(CUmodule);
+	CUresult (CUDAAPI *module_get_function)(CUfunction *, CUmodule,
+						const char *);
+	CUresult (CUDAAPI *module_get_global)(CUdeviceptr *, size_t *, CUmodule,
+					      const char *);
+	CUresult (CUDAAPI *func_get_param_info)(CUfunction, size_t, size_t *,
+						size_t *);
+	CUresult (CUDAAPI *func_get_attribute)(int *, CUfunction_attribute,
+					       CUfunction);
+	CUresult (CUDAAPI *func_set_attribute)(CUfunction, CUfunction_attribute,
+					       int);
+	CUresult (CUDAAPI *launch_kernel)(CUfunction, unsigned int,
+					  unsigned int, unsigned int,
+					  unsigned int, unsigned int,
+					  unsigned int, unsigned int, CUstream,
+					  void **, void **);
+};
+
+struct cuda_sym {
+	const char *name;	/* base name, for cuGetProcAddress */
+	int version;		/* ABI version matching struct cuda_api */
+	const char *exported[2]; /* dlsym fallbacks, best first */
+	size_t offset;
+	bool optional;		/* the executor copes without it */
+};
+
+#define SYM(field, base, ver, ex1, ex2, opt) \
+	{ base, ver, { ex1, ex2 }, offsetof(struct cuda_api, field), opt }
+
+/* Versions are those of cudaTypedefs.h's PFN_<name>_v<version>. */
+static const struct cuda_sym cuda_syms[] = {
+	SYM(get_error_name, "cuGetErrorName", 6000, "cuGetErrorName", NULL, true),
+	SYM(get_error_string, "cuGetErrorString", 6000, "cuGetErrorString", NULL, true),
+	SYM(init, "cuInit", 2000, "cuInit", NULL, false),
+	SYM(driver_get_version, "cuDriverGetVersion", 2020, "cuDriverGetVersion", NULL, false),
+	SYM(device_get, "cuDeviceGet", 2000, "cuDeviceGet", NULL, false),
+	SYM(device_get_count, "cuDeviceGetCount", 2000, "cuDeviceGetCount", NULL, false),
+	SYM(device_get_attribute, "cuDeviceGetAttribute", 2000, "cuDeviceGetAttribute", NULL, false),
+	SYM(device_get_name, "cuDeviceGetName", 2000, "cuDeviceGetName", NULL, false),
+	SYM(device_get_uuid, "cuDeviceGetUuid", 11040, "cuDeviceGetUuid_v2", "cuDeviceGetUuid", false),
+	SYM(device_total_mem, "cuDeviceTotalMem", 3020, "cuDeviceTotalMem_v2", NULL, false),
+	SYM(primary_ctx_retain, "cuDevicePrimaryCtxRetain", 7000, "cuDevicePrimaryCtxRetain", NULL, false),
+	SYM(primary_ctx_release, "cuDevicePrimaryCtxRelease", 11000, "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease", false),
+	SYM(ctx_set_current, "cuCtxSetCurrent", 4000, "cuCtxSetCurrent", NULL, false),
+	/* 2000, not 13000: the 13.0 cuCtxSynchronize takes a CUcontext */
+	SYM(ctx_synchronize, "cuCtxSynchronize", 2000, "cuCtxSynchronize", NULL, false),
+	SYM(mem_alloc, "cuMemAlloc", 3020, "cuMemAlloc_v2", NULL, false),
+	SYM(mem_free, "cuMemFree", 3020, "cuMemFree_v2", NULL, false),
+	SYM(mem_get_info, "cuMemGetInfo", 3020, "cuMemGetInfo_v2", NULL, false),
+	SYM(mem_host_alloc, "cuMemHostAlloc", 2020, "cuMemHostAlloc", NULL, false),
+	SYM(mem_free_host, "cuMemFreeHost", 2000, "cuMemFreeHost", NULL, false),
+	SYM(mem_host_register, "cuMemHostRegister", 6050, "cuMemHostRegister_v2", "cuMemHostRegister", false),
+	SYM(mem_host_unregister, "cuMemHostUnregister", 4000, "cuMemHostUnregister", NULL, false),
+	SYM(memcpy_htod_async, "cuMemcpyHtoDAsync", 3020, "cuMemcpyHtoDAsync_v2", NULL, false),
+	SYM(memcpy_dtoh_async, "cuMemcpyDtoHAsync", 3020, "cuMemcpyDtoHAsync_v2", NULL, false),
+	SYM(memcpy_dtod_async, "cuMemcpyDtoDAsync", 3020, "cuMemcpyDtoDAsync_v2", NULL, false),
+	SYM(memset_d8_async, "cuMemsetD8Async", 3020, "cuMemsetD8Async", NULL, false),
+	SYM(memset_d16_async, "cuMemsetD16Async", 3020, "cuMemsetD16Async", NULL, false),
+	SYM(memset_d32_async, "cuMemsetD32Async", 3020, "cuMemsetD32Async", NULL, false),
+	SYM(stream_create_with_priority, "cuStreamCreateWithPriority", 5050, "cuStreamCreateWithPriority", NULL, false),
+	SYM(stream_destroy, "cuStreamDestroy", 4000, "cuStreamDestroy_v2", NULL, false),
+	SYM(stream_synchronize, "cuStreamSynchronize", 2000, "cuStreamSynchronize", NULL, false),
+	SYM(stream_query, "cuStreamQuery", 2000, "cuStreamQuery", NULL, false),
+	SYM(stream_wait_event, "cuStreamWaitEvent", 3020, "cuStreamWaitEvent", NULL, false),
+	SYM(event_create, "cuEventCreate", 2000, "cuEventCreate", NULL, false),
+	SYM(event_destroy, "cuEventDestroy", 4000, "cuEventDestroy_v2", NULL, false),
+	SYM(event_record, "cuEventRecord", 2000, "cuEventRecord", NULL, false),
+	SYM(event_synchronize, "cuEventSynchronize", 2000, "cuEventSynchronize", NULL, false),
+	SYM(event_query, "cuEventQuery", 2000, "cuEventQuery", NULL, false),
+	SYM(event_elapsed_time, "cuEventElapsedTime", 12080, "cuEventElapsedTime_v2", "cuEventElapsedTime", false),
+	SYM(module_load_data, "cuModuleLoadData", 2000, "cuModuleLoadData", NULL, false),
+	SYM(module_unload, "cuModuleUnload", 2000, "cuModuleUnload", NULL, false),
+	SYM(module_get_function, "cuModuleGetFunction", 2000, "cuModuleGetFunction", NULL, false),
+	SYM(module_get_global, "cuModuleGetGlobal", 3020, "cuModuleGetGlobal_v2", NULL, false),
+	SYM(func_get_param_info, "cuFuncGetParamInfo", 12040, "cuFuncGetParamInfo", NULL, true),
+	SYM(func_get_attribute, "cuFuncGetAttribute", 2020, "cuFuncGetAttribute", NULL, false),
+	SYM(func_set_attribute, "cuFuncSetAttribute", 9000, "cuFuncSetAttribute", NULL, false),
+	SYM(launch_kernel, "cuLaunchKernel", 4000, "cuLaunchKernel", NULL, false),
+};
+
+typedef CUresult (CUDAAPI *get_proc_address_fn)(const char *, void **, int,
+						cuuint64_t,
+						CUdriverProcAddressQueryResult *);
+
+enum cuda_kind {
+	CUDA_STREAM = 1,
+	CUDA_EVENT,
+	CUDA_MODULE,
+	CUDA_FUNCTION,
+};
+
+/* A driver handle this session owns. */
+struct cuda_handle {
+	uint64_t handle;
+	enum cuda_kind kind;
+	uint64_t ctx;			/* context it was made in */
+	uint64_t module;		/* for a function: its module */
+};
+
+/* A retained primary context. */
+struct cuda_ctx {
+	CUcontext ctx;
+	CUdevice dev;
+	unsigned int refs;		/* ctx_create calls not yet destroyed */
+};
+
+struct cuda_host {
+	void *p;
+	uint64_t ctx;
+	bool registered;		/* host_register, not host_alloc */
+};
+
+struct pvgpu_exec {
+	void *lib;
+	struct cuda_api api;
+	int driver_version;
+
+	struct cuda_ctx *ctxs;
+	size_t nctxs, ctxs_cap;
+	uint64_t cur;			/* current context handle, 0 if none */
+
+	/* Streams, events, modules, functions, sorted by handle. */
+	struct cuda_handle *handles;
+	size_t nhandles, handles_cap;
+
+	struct cuda_host *hosts;
+	size_t nhosts, hosts_cap;
+};
+
+/* ------------------------------------------------------------------ */
+/* helpers */
+
+static int grow(void **arr, size_t *cap, size_t need, size_t elem)
+{
+	size_t ncap;
+	void *p;
+
+	if (need <= *cap)
+		return 0;
+	ncap = *cap ? *cap * 2 : 16;
+	while (ncap < need)
+		ncap *= 2;
+	p = realloc(*arr, ncap * elem);
+	if (!p)
+		return -1;
+	*arr = p;
+	*cap = ncap;
+	return 0;
+}
+
+static void describe_error(struct pvgpu_exec *ex, CUresult rc,
+			   const char **name, const char **text)
+{
+	*name = NULL;
+	*text = NULL;
+	if (ex->api.get_error_name)
+		ex->api.get_error_name(rc, name);
+	if (ex->api.get_error_string)
+		ex->api.get_error_string(rc, text);
+	if (!*name)
+		*name = "CUDA error";
+	if (!*text)
+		*text = "no description";
+}
+
+/* Index of the first handle >= h. */
+static size_t handle_lower_bound(struct pvgpu_exec *ex, uint64_t h)
+{
+	size_t lo = 0, hi = ex->nhandles;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (ex->handles[mid].handle < h)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static struct cuda_handle *handle_find(struct pvgpu_exec *ex, uint64_t h,
+				       enum cuda_kind kind)
+{
+	size_t i = handle_lower_bound(ex, h);
+
+	if (h && i < ex->nhandles && ex->handles[i].handle == h &&
+	    ex->handles[i].kind == kind)
+		return &ex->handles[i];
+	return NULL;
+}
+
+static int handle_add(struct pvgpu_exec *ex, uint64_t h, enum cuda_kind kind,
+		      uint64_t ctx, uint64_t module)
+{
+	struct cuda_handle *e;
+	size_t i = handle_lower_bound(ex, h);
+
+	/* The driver hands out one CUfunction per (module, name). */
+	if (i < ex->nhandles && ex->handles[i].handle == h) {
+		e = &ex->handles[i];
+		e->kind = kind;
+		e->ctx = ctx;
+		e->module = module;
+		return 0;
+	}
+	if (grow((void **)&ex->handles, &ex->handles_cap, ex->nhandles + 1,
+		 sizeof(*ex->handles)))
+		return -1;
+	memmove(&ex->handles[i + 1], &ex->handles[i],
+		(ex->nhandles - i) * sizeof(*ex->handles));
+	e = &ex->handles[i];
+	e->handle = h;
+	e->kind = kind;
+	e->ctx = ctx;
+	e->module = module;
+	ex->nhandles++;
+	return 0;
+}
+
+static void handle_remove(struct pvgpu_exec *ex, struct cuda_handle *e)
+{
+	size_t i = (size_t)(e - ex->handles);
+
+	memmove(e, e + 1, (ex->nhandles - i - 1) * sizeof(*e));
+	ex->nhandles--;
+}
+
+/* Drop every handle matching ctx (and module, when nonzero). */
+static void handle_purge(struct pvgpu_exec *ex, uint64_t ctx, uint64_t module)
+{
+	size_t i, j;
+
+	for (i = 0, j = 0; i < ex->nhandles; i++) {
+		struct cuda_handle *e = &ex->handles[i];
+		bool drop = module ? e->module == module : e->ctx == ctx;
+
+		if (!drop)
+			ex->handles[j++] = *e;
+	}
+	ex->nhandles = j;
+}
+
+static struct cuda_ctx *ctx_find(struct pvgpu_exec *ex, uint64_t ctx)
+{
+	size_t i;
+
+	for (i = 0; i < ex->nctxs; i++)
+		if ((uint64_t)(uintptr_t)ex->ctxs[i].ctx == ctx)
+			return &ex->ctxs[i];
+	return NULL;
+}
+
+/* A stream argument: 0 (the legacy default stream) or one of ours here. */
+static int32_t to_stream(struct pvgpu_exec *ex, uint64_t stream, CUstream *s)
+{
+	struct cuda_handle *e;
+
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!stream) {
+		*s = NULL;
+		return CUDA_SUCCESS;
+	}
+	e = handle_find(ex, stream, CUDA_STREAM);
+	if (!e || e->ctx != ex->cur)
+		return CUDA_ERROR_INVALID_HANDLE;
+	*s = (CUstream)(uintptr_t)stream;
+	return CUDA_SUCCESS;
+}
+
+static CUevent to_event(uint64_t h)
+{
+	return (CUevent)(uintptr_t)h;
+}
+
+static int32_t to_device(struct pvgpu_exec *ex, int32_t ordinal, CUdevice *d)
+{
+	if (ordinal < 0)
+		return CUDA_ERROR_INVALID_DEVICE;
+	return ex->api.device_get(d, ordinal);
+}
+
+/* ------------------------------------------------------------------ */
+/* open / close */
+
+static int resolve(struct pvgpu_exec *ex, get_proc_address_fn gpa,
+		   char *err, size_t errlen)
+{
+	size_t i, k;
+
+	for (i = 0; i < sizeof(cuda_syms) / sizeof(cuda_syms[0]); i++) {
+		const struct cuda_sym *s = &cuda_syms[i];
+		void *pfn = NULL;
+
+		if (gpa) {
+			CUdriverProcAddressQueryResult st;
+			int ver = s->version;
+
+			/* Asking for more than the driver has is an error. */
+			if (ex->driver_version && ver > ex->driver_version)
+				ver = ex->driver_version;
+			if (gpa(s->name, &pfn, ver,
+				CU_GET_PROC_ADDRESS_LEGACY_STREAM, &st) ||
+			    st != CU_GET_PROC_ADDRESS_SUCCESS)
+				pfn = NULL;
+		}
+		for (k = 0; !pfn && k < 2 && s->exported[k]; k++)
+			pfn = dlsym(ex->lib, s->exported[k]);
+		if (!pfn && !s->optional) {
+			snprintf(err, errlen,
+				 "%s has no %s: NVIDIA driver too old "
+				 "(driver API %d.%d)", CUDA_LIB, s->name,
+				 ex->driver_version / 1000,
+				 ex->driver_version % 1000 / 10);
+			return -1;
+		}
+		memcpy((char *)&ex->api + s->offset, &pfn, sizeof(pfn));
+	}
+	return 0;
+}
+
+static struct pvgpu_exec *cuda_open(const struct pvgpu_exec_config *cfg,
+				    char *err, size_t errlen)
+{
+	CUresult (CUDAAPI *init)(unsigned int);
+	CUresult (CUDAAPI *get_version)(int *);
+	const char *name, *text;
+	get_proc_address_fn gpa;
+	struct pvgpu_exec *ex;
+	void *sym;
+	CUresult rc;
+
+	(void)cfg;		/* the driver does its own accounting */
+
+	ex = calloc(1, sizeof(*ex));
+	if (!ex) {
+		snprintf(err, errlen, "cuda executor: out of host memory");
+		return NULL;
+	}
+	/* NODELETE: the driver's threads may outlive our dlclose. */
+	ex->lib = dlopen(CUDA_LIB, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+	if (!ex->lib) {
+		snprintf(err, errlen,
+			 "%s not found (%s): no NVIDIA driver on this machine",
+			 CUDA_LIB, dlerror());
+		goto err_free;
+	}
+
+	/* Stable, unversioned entry points, needed before the rest. */
+	sym = dlsym(ex->lib, "cuGetErrorName");
+	memcpy(&ex->api.get_error_name, &sym, sizeof(sym));
+	sym = dlsym(ex->lib, "cuGetErrorString");
+	memcpy(&ex->api.get_error_string, &sym, sizeof(sym));
+	sym = dlsym(ex->lib, "cuInit");
+	memcpy(&init, &sym, sizeof(sym));
+	sym = dlsym(ex->lib, "cuDriverGetVersion");
+	memcpy(&get_version, &sym, sizeof(sym));
+	if (!init || !get_version) {
+		snprintf(err, errlen, "%s is not a CUDA driver (no cuInit)",
+			 CUDA_LIB);
+		goto err_close;
+	}
+
+	rc = init(0);
+	if (rc != CUDA_SUCCESS) {
+		describe_error(ex, rc, &name, &text);
+		snprintf(err, errlen, "cuInit failed: %s (%s)", name, text);
+		goto err_close;
+	}
+	rc = get_version(&ex->driver_version);
+	if (rc != CUDA_SUCCESS) {
+		describe_error(ex, rc, &name, &text);
+		snprintf(err, errlen, "cuDriverGetVersion failed: %s (%s)",
+			 name, text);
+		goto err_close;
+	}
+
+	sym = dlsym(ex->lib, "cuGetProcAddress_v2");
+	memcpy(&gpa, &sym, sizeof(sym));
+	if (resolve(ex, gpa, err, errlen))
+		goto err_close;
+	return ex;
+
+err_close:
+	dlclose(ex->lib);
+err_free:
+	free(ex);
+	return NULL;
+}
+
+/* Free what a context holds here, then drop one reference to it. */
+static void ctx_release(struct pvgpu_exec *ex, struct cuda_ctx *c,
+			bool all_refs)
+{
+	uint64_t h = (uint64_t)(uintptr_t)c->ctx;
+	CUdevice dev = c->dev;
+	unsigned int refs = all_refs ? c->refs : 1;
+	size_t i, j, idx;
+
+	if (c->refs > refs) {
+		c->refs -= refs;
+		ex->api.primary_ctx_release(dev);
+		return;
+	}
+
+	/* Work on it while it is current, then leave no context current. */
+	if (ex->api.ctx_set_current(c->ctx) == CUDA_SUCCESS) {
+		ex->api.ctx_synchronize();
+		for (i = 0, j = 0; i < ex->nhosts; i++) {
+			struct cuda_host *hb = &ex->hosts[i];
+
+			if (hb->ctx != h) {
+				ex->hosts[j++] = *hb;
+				continue;
+			}
+			if (hb->registered)
+				ex->api.mem_host_unregister(hb->p);
+			else
+				ex->api.mem_free_host(hb->p);
+		}
+		ex->nhosts = j;
+	}
+	ex->api.ctx_set_current(NULL);
+	handle_purge(ex, h, 0);
+	for (i = 0; i < refs; i++)
+		ex->api.primary_ctx_release(dev);
+
+	idx = (size_t)(c - ex->ctxs);
+	memmove(c, c + 1, (ex->nctxs - idx - 1) * sizeof(*c));
+	ex->nctxs--;
+
+	if (ex->cur == h) {
+		ex->cur = 0;
+	} else if (ex->cur) {
+		struct cuda_ctx *cur = ctx_find(ex, ex->cur);
+
+		if (cur)
+			ex->api.ctx_set_current(cur->ctx);
+	}
+}
+
+static void cuda_close(struct pvgpu_exec *ex)
+{
+	if (!ex)
+		return;
+	while (ex->nctxs)
+		ctx_release(ex, &ex->ctxs[ex->nctxs - 1], true);
+	free(ex->ctxs);
+	free(ex->handles);
+	free(ex->hosts);
+	dlclose(ex->lib);
+	free(ex);
+}
+
+/* ------------------------------------------------------------------ */
+/* devices */
+
+static int32_t cuda_driver_version(struct pvgpu_exec *ex, int32_t *version)
+{
+	int v;
+	CUresult rc;
+
+	if (!ex || !version)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = ex->api.driver_get_version(&v);
+	if (rc == CUDA_SUCCESS)
+		*version = v;
+	return rc;
+}
+
+static int32_t cuda_device_count(struct pvgpu_exec *ex, int32_t *count)
+{
+	int n;
+	CUresult rc;
+
+	if (!ex || !count)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = ex->api.device_get_count(&n);
+	if (rc == CUDA_SUCCESS)
+		*count = n;
+	return rc;
+}
+
+static int32_t cuda_device_attribute(struct pvgpu_exec *ex, int32_t dev,
+				     int32_t attr, int32_t *value)
+{
+	CUdevice d;
+	int v;
+	CUresult rc;
+
+	if (!ex || !value)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = to_device(ex, dev, &d);
+	if (rc)
+		return rc;
+	rc = ex->api.device_get_attribute(&v, (CUdevice_attribute)attr, d);
+	if (rc == CUDA_SUCCESS)
+		*value = v;
+	return rc;
+}
+
+static int32_t cuda_device_name(struct pvgpu_exec *ex, int32_t dev,
+				char *name, size_t len)
+{
+	CUdevice d;
+	CUresult rc;
+
+	if (!ex || !name || !len)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = to_device(ex, dev, &d);
+	if (rc)
+		return rc;
+	if (len > 4096)
+		len = 4096;
+	return ex->api.device_get_name(name, (int)len, d);
+}
+
+static int32_t cuda_device_uuid(struct pvgpu_exec *ex, int32_t dev,
+				uint8_t uuid[16])
+{
+	CUuuid u;
+	CUdevice d;
+	CUresult rc;
+
+	if (!ex || !uuid)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = to_device(ex, dev, &d);
+	if (rc)
+		return rc;
+	rc = ex->api.device_get_uuid(&u, d);
+	if (rc == CUDA_SUCCESS)
+		memcpy(uuid, u.bytes, 16);
+	return rc;
+}
+
+static int32_t cuda_device_total_mem(struct pvgpu_exec *ex, int32_t dev,
+				     uint64_t *bytes)
+{
+	CUdevice d;
+	size_t b;
+	CUresult rc;
+
+	if (!ex || !bytes)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = to_device(ex, dev, &d);
+	if (rc)
+		return rc;
+	rc = ex->api.device_total_mem(&b, d);
+	if (rc == CUDA_SUCCESS)
+		*bytes = b;
+	return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* contexts */
+
+static int32_t cuda_ctx_create(struct pvgpu_exec *ex, int32_t dev,
+			       uint64_t *ctx)
+{
+	struct cuda_ctx *c;
+	CUcontext pctx;
+	CUdevice d;
+	CUresult rc;
+
+	if (!ex || !ctx)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = to_device(ex, dev, &d);
+	if (rc)
+		return rc;
+	if (grow((void **)&ex->ctxs, &ex->ctxs_cap, ex->nctxs + 1,
+		 sizeof(*ex->ctxs)))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	rc = ex->api.primary_ctx_retain(&pctx, d);
+	if (rc)
+		return rc;
+
+	/* Retaining twice gives the same context: count, don't duplicate. */
+	c = ctx_find(ex, (uint64_t)(uintptr_t)pctx);
+	if (!c) {
+		c = &ex->ctxs[ex->nctxs++];
+		c->ctx = pctx;
+		c->dev = d;
+		c->refs = 0;
+	}
+	c->refs++;
+	*ctx = (uint64_t)(uintptr_t)pctx;
+	return CUDA_SUCCESS;
+}
+
+static int32_t cuda_ctx_destroy(struct pvgpu_exec *ex, uint64_t ctx)
+{
+	struct cuda_ctx *c;
+
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	c = ctx ? ctx_find(ex, ctx) : NULL;
+	if (!c)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	ctx_release(ex, c, false);
+	return CUDA_SUCCESS;
+}
+
+static int32_t cuda_ctx_set(struct pvgpu_exec *ex, uint64_t ctx)
+{
+	struct cuda_ctx *c = NULL;
+	CUresult rc;
+
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (ctx) {
+		c = ctx_find(ex, ctx);
+		if (!c)
+			return CUDA_ERROR_INVALID_CONTEXT;
+	}
+	rc = ex->api.ctx_set_current(c ? c->ctx : NULL);
+	if (rc == CUDA_SUCCESS)
+		ex->cur = ctx;
+	return rc;
+}
+
+static int32_t cuda_ctx_synchronize(struct pvgpu_exec *ex)
+{
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	return ex->api.ctx_synchronize();
+}
+
+/* ------------------------------------------------------------------ */
+/* memory */
+
+static int32_t cuda_mem_alloc(struct pvgpu_exec *ex, uint64_t size,
+			      uint64_t *dptr)
+{
+	CUdeviceptr p;
+	CUresult rc;
+
+	if (!ex || !dptr)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!size)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (size > SIZE_MAX)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	rc = ex->api.mem_alloc(&p, (size_t)size);
+	if (rc == CUDA_SUCCESS)
+		*dptr = p;
+	return rc;
+}
+
+static int32_t cuda_mem_free(struct pvgpu_exec *ex, uint64_t dptr)
+{
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	return ex->api.mem_free((CUdeviceptr)dptr);
+}
+
+static int32_t cuda_mem_get_info(struct pvgpu_exec *ex, uint64_t *free_bytes,
+				 uint64_t *total_bytes)
+{
+	size_t f, t;
+	CUresult rc;
+
+	if (!ex || !free_bytes || !total_bytes)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	rc = ex->api.mem_get_info(&f, &t);
+	if (rc == CUDA_SUCCESS) {
+		*free_bytes = f;
+		*total_bytes = t;
+	}
+	return rc;
+}
+
+static struct cuda_host *host_find(struct pvgpu_exec *ex, const void *p,
+				   bool registered)
+{
+	size_t i;
+
+	for (i = 0; i < ex->nhosts; i++)
+		if (ex->hosts[i].p == p && ex->hosts[i].registered == registered)
+			return &ex->hosts[i];
+	return NULL;
+}
+
+static void host_remove(struct pvgpu_exec *ex, struct cuda_host *hb)
+{
+	size_t i = (size_t)(hb - ex->hosts);
+
+	memmove(hb, hb + 1, (ex->nhosts - i - 1) * sizeof(*hb));
+	ex->nhosts--;
+}
+
+static int32_t cuda_host_alloc(struct pvgpu_exec *ex, size_t size, void **p)
+{
+	struct cuda_host *hb;
+	void *mem;
+	CUresult rc;
+
+	if (!ex || !p || !size)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (grow((void **)&ex->hosts, &ex->hosts_cap, ex->nhosts + 1,
+		 sizeof(*ex->hosts)))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	rc = ex->api.mem_host_alloc(&mem, size, CU_MEMHOSTALLOC_PORTABLE);
+	if (rc)
+		return rc;
+	hb = &ex->hosts[ex->nhosts++];
+	hb->p = mem;
+	hb->ctx = ex->cur;
+	hb->registered = false;
+	*p = mem;
+	return CUDA_SUCCESS;
+}
+
+static int32_t cuda_host_free(struct pvgpu_exec *ex, void *p)
+{
+	struct cuda_host *hb;
+	CUresult rc;
+
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	hb = host_find(ex, p, false);
+	if (!hb)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = ex->api.mem_free_host(p);
+	if (rc == CUDA_SUCCESS)
+		host_remove(ex, hb);
+	return rc;
+}
+
+static int32_t cuda_host_register(struct pvgpu_exec *ex, void *p, size_t size)
+{
+	struct cuda_host *hb;
+	CUresult rc;
+
+	if (!ex || !p || !size)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (grow((void **)&ex->hosts, &ex->hosts_cap, ex->nhosts + 1,
+		 sizeof(*ex->hosts)))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	rc = ex->api.mem_host_register(p, size, CU_MEMHOSTREGISTER_PORTABLE);
+	if (rc)
+		return rc;
+	hb = &ex->hosts[ex->nhosts++];
+	hb->p = p;
+	hb->ctx = ex->cur;
+	hb->registered = true;
+	return CUDA_SUCCESS;
+}
+
+static int32_t cuda_host_unregister(struct pvgpu_exec *ex, void *p)
+{
+	struct cuda_host *hb;
+	CUresult rc;
+
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	hb = host_find(ex, p, true);
+	if (!hb)
+		return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+	rc = ex->api.mem_host_unregister(p);
+	if (rc == CUDA_SUCCESS)
+		host_remove(ex, hb);
+	return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* copies and memsets */
+
+static int32_t cuda_memcpy_htod_async(struct pvgpu_exec *ex, uint64_t dst,
+				      const void *host, uint64_t size,
+				      uint64_t stream)
+{
+	CUstream s;
+	int32_t rc;
+
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = to_stream(ex, stream, &s);
+	if (rc)
+		return rc;
+	if (size > SIZE_MAX || (size && !host))
+		return CUDA_ERROR_INVALID_VALUE;
+	return ex->api.memcpy_htod_async(dst, host, (size_t)size, s);
+}
+
+static int32_t cuda_memcpy_dtoh_async(struct pvgpu_exec *ex, void *host,
+				      uint64_t src, uint64_t size,
+				      uint64_t stream)
+{
+	CUstream s;
+	int32_t rc;
+
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = to_stream(ex, stream, &s);
+	if (rc)
+		return rc;
+	if (size > SIZE_MAX || (size && !host))
+		return CUDA_ERROR_INVALID_VALUE;
+	return ex->api.memcpy_dtoh_async(host, src, (size_t)size, s);
+}
+
+static int32_t cuda_memcpy_dtod_async(struct pvgpu_exec *ex, uint64_t dst,
+				      uint64_t src, uint64_t size,
+				      uint64_t stream)
+{
+	CUstream s;
+	int32_t rc;
+
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = to_stream(ex, stream, &s);
+	if (rc)
+		return rc;
+	if (size > SIZE_MAX)
+		return CUDA_ERROR_INVALID_VALUE;
+	return ex->api.memcpy_dtod_async(dst, src, (size_t)size, s);
+}
+
+static int32_t cuda_memset_async(struct pvgpu_exec *ex, uint64_t dst,
+				 uint32_t value, uint32_t elem_size,
+				 uint64_t count, uint64_t stream)
+{
+	CUstream s;
+	int32_t rc;
+
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = to_stream(ex, stream, &s);
+	if (rc)
+		return rc;
+	if (count > SIZE_MAX)
+		return CUDA_ERROR_INVALID_VALUE;
+	switch (elem_size) {
+	case 1:
+		return ex->api.memset_d8_async(dst, (unsigned char)value,
+					       (size_t)count, s);
+	case 2:
+		return ex->api.memset_d16_async(dst, (unsigned short)value,
+						(size_t)count, s);
+	case 4:
+		return ex->api.memset_d32_async(dst, value, (size_t)count, s);
+	default:
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* streams */
+
+static int32_t cuda_stream_create(struct pvgpu_exec *ex, uint32_t flags,
+				  int32_t priority, uint64_t *stream)
+{
+	CUstream s;
+	CUresult rc;
+
+	if (!ex || !stream)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	rc = ex->api.stream_create_with_priority(&s, flags, priority);
+	if (rc)
+		return rc;
+	if (handle_add(ex, (uint64_t)(uintptr_t)s, CUDA_STREAM, ex->cur, 0)) {
+		ex->api.stream_destroy(s);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	*stream = (uint64_t)(uintptr_t)s;
+	return CUDA_SUCCESS;
+}
+
+static int32_t cuda_stream_destroy(struct pvgpu_exec *ex, uint64_t stream)
+{
+	struct cuda_handle *e;
+	CUresult rc;
+
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	e = handle_find(ex, stream, CUDA_STREAM);
+	if (!e || e->ctx != ex->cur)
+		return CUDA_ERROR_INVALID_HANDLE;
+	rc = ex->api.stream_destroy((CUstream)(uintptr_t)stream);
+	if (rc == CUDA_SUCCESS)
+		handle_remove(ex, e);
+	return rc;
+}
+
+static int32_t cuda_stream_synchronize(struct pvgpu_exec *ex, uint64_t stream)
+{
+	CUstream s;
+	int32_t rc;
+
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = to_stream(ex, stream, &s);
+	if (rc)
+		return rc;
+	return ex->api.stream_synchronize(s);
+}
+
+static int32_t cuda_stream_query(struct pvgpu_exec *ex, uint64_t stream)
+{
+	CUstream s;
+	int32_t rc;
+
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = to_stream(ex, stream, &s);
+	if (rc)
+		return rc;
+	return ex->api.stream_query(s);
+}
+
+static int32_t cuda_stream_wait_event(struct pvgpu_exec *ex, uint64_t stream,
+				      uint64_t event, uint32_t flags)
+{
+	CUstream s;
+	int32_t rc;
+
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = to_stream(ex, stream, &s);
+	if (rc)
+		return rc;
+	/* The event may belong to another of the session's contexts. */
+	if (!handle_find(ex, event, CUDA_EVENT))
+		return CUDA_ERROR_INVALID_HANDLE;
+	return ex->api.stream_wait_event(s, to_event(event), flags);
+}
+
+/* ------------------------------------------------------------------ */
+/* events */
+
+static int32_t cuda_event_create(struct pvgpu_exec *ex, uint32_t flags,
+				 uint64_t *event)
+{
+	CUevent e;
+	CUresult rc;
+
+	if (!ex || !event)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	rc = ex->api.event_create(&e, flags);
+	if (rc)
+		return rc;
+	if (handle_add(ex, (uint64_t)(uintptr_t)e, CUDA_EVENT, ex->cur, 0)) {
+		ex->api.event_destroy(e);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	*event = (uint64_t)(uintptr_t)e;
+	return CUDA_SUCCESS;
+}
+
+static int32_t cuda_event_destroy(struct pvgpu_exec *ex, uint64_t event)
+{
+	struct cuda_handle *e;
+	CUresult rc;
+
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	e = handle_find(ex, event, CUDA_EVENT);
+	if (!e)
+		return CUDA_ERROR_INVALID_HANDLE;
+	rc = ex->api.event_destroy(to_event(event));
+	if (rc == CUDA_SUCCESS)
+		handle_remove(ex, e);
+	return rc;
+}
+
+static int32_t cuda_event_record(struct pvgpu_exec *ex, uint64_t event,
+				 uint64_t stream)
+{
+	struct cuda_handle *e;
+	CUstream s;
+	int32_t rc;
+
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = to_stream(ex, stream, &s);
+	if (rc)
+		return rc;
+	e = handle_find(ex, event, CUDA_EVENT);
+	if (!e || e->ctx != ex->cur)
+		return CUDA_ERROR_INVALID_HANDLE;
+	return ex->api.event_record(to_event(event), s);
+}
+
+static int32_t cuda_event_synchronize(struct pvgpu_exec *ex, uint64_t event)
+{
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!handle_find(ex, event, CUDA_EVENT))
+		return CUDA_ERROR_INVALID_HANDLE;
+	return ex->api.event_synchronize(to_event(event));
+}
+
+static int32_t cuda_event_query(struct pvgpu_exec *ex, uint64_t event)
+{
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!handle_find(ex, event, CUDA_EVENT))
+		return CUDA_ERROR_INVALID_HANDLE;
+	return ex->api.event_query(to_event(event));
+}
+
+static int32_t cuda_event_elapsed(struct pvgpu_exec *ex, uint64_t start,
+				  uint64_t end, float *ms)
+{
+	if (!ex || !ms)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!handle_find(ex, start, CUDA_EVENT) ||
+	    !handle_find(ex, end, CUDA_EVENT))
+		return CUDA_ERROR_INVALID_HANDLE;
+	return ex->api.event_elapsed_time(ms, to_event(start), to_event(end));
+}
+
+/* ------------------------------------------------------------------ */
+/* modules and kernels */
+
+static int32_t cuda_module_load(struct pvgpu_exec *ex, const void *image,
+				size_t size, uint64_t *module)
+{
+	CUmodule m;
+	CUresult rc;
+
+	if (!ex || !image || !size || !module)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	/*
+	 * The driver takes no length: it trusts the image's own headers.
+	 * The worker must have checked those against `size`.
+	 */
+	rc = ex->api.module_load_data(&m, image);
+	if (rc)
+		return rc;
+	if (handle_add(ex, (uint64_t)(uintptr_t)m, CUDA_MODULE, ex->cur, 0)) {
+		ex->api.module_unload(m);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	*module = (uint64_t)(uintptr_t)m;
+	return CUDA_SUCCESS;
+}
+
+static int32_t cuda_module_unload(struct pvgpu_exec *ex, uint64_t module)
+{
+	struct cuda_handle *e;
+	CUresult rc;
+
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	e = handle_find(ex, module, CUDA_MODULE);
+	if (!e || e->ctx != ex->cur)
+		return CUDA_ERROR_INVALID_HANDLE;
+	rc = ex->api.module_unload((CUmodule)(uintptr_t)module);
+	if (rc)
+		return rc;
+	handle_remove(ex, e);
+	handle_purge(ex, 0, module);	/* its functions died with it */
+	return CUDA_SUCCESS;
+}
+
+static int32_t cuda_module_function(struct pvgpu_exec *ex, uint64_t module,
+				    const char *name, uint64_t *func)
+{
+	struct cuda_handle *e;
+	CUfunction f;
+	CUresult rc;
+
+	if (!ex || !name || !func)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	e = handle_find(ex, module, CUDA_MODULE);
+	if (!e || e->ctx != ex->cur)
+		return CUDA_ERROR_INVALID_HANDLE;
+	rc = ex->api.module_get_function(&f, (CUmodule)(uintptr_t)module, name);
+	if (rc)
+		return rc;
+	if (handle_add(ex, (uint64_t)(uintptr_t)f, CUDA_FUNCTION, ex->cur,
+		       module))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*func = (uint64_t)(uintptr_t)f;
+	return CUDA_SUCCESS;
+}
+
+static int32_t cuda_module_global(struct pvgpu_exec *ex, uint64_t module,
+				  const char *name, uint64_t *dptr,
+				  uint64_t *size)
+{
+	struct cuda_handle *e;
+	CUdeviceptr p;
+	size_t bytes;
+	CUresult rc;
+
+	if (!ex || !name)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	e = handle_find(ex, module, CUDA_MODULE);
+	if (!e || e->ctx != ex->cur)
+		return CUDA_ERROR_INVALID_HANDLE;
+	rc = ex->api.module_get_global(&p, &bytes, (CUmodule)(uintptr_t)module,
+				       name);
+	if (rc)
+		return rc;
+	if (dptr)
+		*dptr = p;
+	if (size)
+		*size = bytes;
+	return CUDA_SUCCESS;
+}
+
+static int32_t to_function(struct pvgpu_exec *ex, uint64_t func,
+			   CUfunction *f)
+{
+	struct cuda_handle *e;
+
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	e = handle_find(ex, func, CUDA_FUNCTION);
+	if (!e || e->ctx != ex->cur)
+		return CUDA_ERROR_INVALID_HANDLE;
+	*f = (CUfunction)(uintptr_t)func;
+	return CUDA_SUCCESS;
+}
+
+static int32_t cuda_function_params(struct pvgpu_exec *ex, uint64_t func,
+				    struct pvgpu_param_info *layout,
+				    uint32_t max, uint32_t *count)
+{
+	CUfunction f;
+	uint32_t i;
+	int32_t rc;
+
+	if (!ex || !count || (max && !layout))
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = to_function(ex, func, &f);
+	if (rc)
+		return rc;
+	if (!ex->api.func_get_param_info)
+		return CUDA_ERROR_NOT_SUPPORTED;
+
+	/* The driver has no count: ask for indices until it says no more. */
+	for (i = 0; i < CUDA_MAX_PARAMS; i++) {
+		size_t off, sz;
+		CUresult r;
+
+		r = ex->api.func_get_param_info(f, i, &off, &sz);
+		if (r == CUDA_ERROR_INVALID_VALUE)
+			break;
+		if (r)
+			return r;
+		if (i < max) {
+			layout[i].offset = (uint32_t)off;
+			layout[i].size = (uint32_t)sz;
+		}
+	}
+	*count = i;
+	return CUDA_SUCCESS;
+}
+
+static int32_t cuda_function_attribute(struct pvgpu_exec *ex, uint64_t func,
+				       int32_t attr, int32_t *value)
+{
+	CUfunction f;
+	int v;
+	int32_t rc;
+
+	if (!ex || !value)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = to_function(ex, func, &f);
+	if (rc)
+		return rc;
+	rc = ex->api.func_get_attribute(&v, (CUfunction_attribute)attr, f);
+	if (rc == CUDA_SUCCESS)
+		*value = v;
+	return rc;
+}
+
+static int32_t cuda_function_set_attribute(struct pvgpu_exec *ex,
+					   uint64_t func, int32_t attr,
+					   int32_t value)
+{
+	CUfunction f;
+	int32_t rc;
+
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = to_function(ex, func, &f);
+	if (rc)
+		return rc;
+	return ex->api.func_set_attribute(f, (CUfunction_attribute)attr, value);
+}
+
+static int32_t cuda_launch(struct pvgpu_exec *ex,
+			   const struct pvgpu_launch *l)
+{
+	void *stack_args[CUDA_STACK_PARAMS];
+	void **args = stack_args;
+	const char *params;
+	CUfunction f;
+	CUstream s;
+	uint32_t i;
+	int32_t rc;
+
+	if (!ex || !l)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = to_function(ex, l->func, &f);
+	if (rc)
+		return rc;
+	rc = to_stream(ex, l->stream, &s);
+	if (rc)
+		return rc;
+	if (l->nparams > CUDA_MAX_PARAMS ||
+	    (l->nparams && (!l->layout || !l->params)))
+		return CUDA_ERROR_INVALID_VALUE;
+
+	/* One pointer per parameter, into the packed buffer at its offset. */
+	params = l->params;
+	for (i = 0; i < l->nparams; i++) {
+		const struct pvgpu_param_info *p = &l->layout[i];
+
+		if (p->offset > l->params_size ||
+		    p->size > l->params_size - p->offset)
+			return CUDA_ERROR_INVALID_VALUE;
+	}
+	if (l->nparams > CUDA_STACK_PARAMS) {
+		args = malloc(l->nparams * sizeof(*args));
+		if (!args)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	for (i = 0; i < l->nparams; i++)
+		args[i] = (void *)(params + l->layout[i].offset);
+
+	rc = ex->api.launch_kernel(f, l->grid[0], l->grid[1], l->grid[2],
+				   l->block[0], l->block[1], l->block[2],
+				   l->shared_bytes, s,
+				   l->nparams ? args : NULL, NULL);
+	if (args != stack_args)
+		free(args);
+	return rc;
+}
+
+const struct pvgpu_executor_ops pvgpu_exec_cuda = {
+	.name			= "cuda",
+	.open			= cuda_open,
+	.close			= cuda_close,
+	.driver_version		= cuda_driver_version,
+	.device_count		= cuda_device_count,
+	.device_attribute	= cuda_device_attribute,
+	.device_name		= cuda_device_name,
+	.device_uuid		= cuda_device_uuid,
+	.device_total_mem	= cuda_device_total_mem,
+	.ctx_create		= cuda_ctx_create,
+	.ctx_destroy		= cuda_ctx_destroy,
+	.ctx_set		= cuda_ctx_set,
+	.ctx_synchronize	= cuda_ctx_synchronize,
+	.mem_alloc		= cuda_mem_alloc,
+	.mem_free		= cuda_mem_free,
+	.mem_get_info		= cuda_mem_get_info,
+	.host_alloc		= cuda_host_alloc,
+	.host_free		= cuda_host_free,
+	.host_register		= cuda_host_register,
+	.host_unregister	= cuda_host_unregister,
+	.memcpy_htod_async	= cuda_memcpy_htod_async,
+	.memcpy_dtoh_async	= cuda_memcpy_dtoh_async,
+	.memcpy_dtod_async	= cuda_memcpy_dtod_async,
+	.memset_async		= cuda_memset_async,
+	.stream_create		= cuda_stream_create,
+	.stream_destroy		= cuda_stream_destroy,
+	.stream_synchronize	= cuda_stream_synchronize,
+	.stream_query		= cuda_stream_query,
+	.stream_wait_event	= cuda_stream_wait_event,
+	.event_create		= cuda_event_create,
+	.event_destroy		= cuda_event_destroy,
+	.event_record		= cuda_event_record,
+	.event_synchronize	= cuda_event_synchronize,
+	.event_query		= cuda_event_query,
+	.event_elapsed		= cuda_event_elapsed,
+	.module_load		= cuda_module_load,
+	.module_unload		= cuda_module_unload,
+	.module_function	= cuda_module_function,
+	.module_global		= cuda_module_global,
+	.function_params	= cuda_function_params,
+	.function_attribute	= cuda_function_attribute,
+	.function_set_attribute	= cuda_function_set_attribute,
+	.launch			= cuda_launch,
+};

@@ -1,0 +1,1375 @@
+/*
+ * exec_sim.c - the "sim" executor: a simulated device in host memory.
+ *
+ * A CI fixture for machines without a GPU.  It keeps the driver's
+ * bookkeeping honest (address ranges, contexts, streams, events, capacity,
+ * error codes) so that a worker bug shows up here the way it would on a
+ * real GPU, but it runs every operation at once, on the calling thread.
+ *
+ * Device memory is calloc'd host memory behind fake device addresses.  Each
+ * allocation sits in its own address range with an unmapped guard gap after
+ * it, and addresses are not reused until the device's address window wraps,
+ * so off-by-one overruns and use-after-free show up as
+ * CUDA_ERROR_INVALID_VALUE instead of silently touching a neighbour.
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cuda.h>
+
+#include "executor.h"
+
+#define SIM_MAX_DEVICES		8
+#define SIM_DEFAULT_MEMORY_MB	16384
+#define SIM_MAX_MEMORY_MB	131072		/* half a device window */
+#define SIM_DRIVER_VERSION	13000
+#define SIM_DEVICE_NAME		"pvgpu simulated device"
+
+/* Fake device addresses: one 256 GiB window per device. */
+#define SIM_ADDR_BASE		0x7e0000000000ULL
+#define SIM_ADDR_WINDOW		(1ULL << 38)
+#define SIM_ALLOC_ALIGN		256ULL
+#define SIM_GUARD_GAP		4096ULL
+
+/* Handles carry their kind in the top bits so they never look alike. */
+#define SIM_HANDLE_KIND_SHIFT	48
+#define SIM_HANDLE_SERIAL_MASK	((1ULL << SIM_HANDLE_KIND_SHIFT) - 1)
+
+enum sim_kind {
+	SIM_CTX = 1,
+	SIM_STREAM,
+	SIM_EVENT,
+	SIM_MODULE,
+	SIM_FUNCTION,
+};
+
+/* Everything that has a handle: contexts, streams, events, modules, ... */
+struct sim_obj {
+	uint64_t handle;
+	enum sim_kind kind;
+	struct sim_obj *ctx;		/* owning context; itself for a context */
+	union {
+		struct {
+			int32_t dev;
+		} ctx;
+		struct {
+			uint32_t flags;
+			int32_t priority;
+		} stream;
+		struct {
+			uint32_t flags;
+			bool recorded;
+			uint64_t ns;	/* CLOCK_MONOTONIC at the last record */
+		} event;
+	} u;
+};
+
+struct sim_alloc {
+	uint64_t addr;
+	uint64_t size;
+	unsigned char *data;
+	struct sim_obj *ctx;
+	int32_t dev;
+};
+
+/* Page-locked host memory, as the executor's caller sees it. */
+struct sim_host {
+	void *p;
+	size_t size;
+	struct sim_obj *ctx;
+	bool registered;		/* host_register, not host_alloc */
+};
+
+struct pvgpu_exec {
+	struct pvgpu_exec_config cfg;
+	bool have_cfg;
+	int32_t ndev;
+	uint64_t total_bytes;		/* per device */
+	uint64_t own_used[SIM_MAX_DEVICES];
+	uint64_t next_addr[SIM_MAX_DEVICES];
+
+	/* Live objects, sorted by handle. */
+	struct sim_obj **objs;
+	size_t nobjs, objs_cap;
+	uint64_t serial;
+
+	/* Live device allocations, sorted by address. */
+	struct sim_alloc *allocs;
+	size_t nallocs, allocs_cap;
+
+	struct sim_host *hosts;
+	size_t nhosts, hosts_cap;
+
+	struct sim_obj *cur;		/* current context, or NULL */
+};
+
+/* ------------------------------------------------------------------ */
+/* helpers */
+
+static int grow(void **arr, size_t *cap, size_t need, size_t elem)
+{
+	size_t ncap;
+	void *p;
+
+	if (need <= *cap)
+		return 0;
+	ncap = *cap ? *cap * 2 : 16;
+	while (ncap < need)
+		ncap *= 2;
+	p = realloc(*arr, ncap * elem);
+	if (!p)
+		return -1;
+	*arr = p;
+	*cap = ncap;
+	return 0;
+}
+
+static uint64_t align_up(uint64_t v, uint64_t a)
+{
+	return (v + a - 1) & ~(a - 1);
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/* Parse an integer environment variable in [min, max]; -1 if malformed. */
+static int env_long(const char *name, long def, long min, long max,
+		    long *out, char *err, size_t errlen)
+{
+	const char *s = getenv(name);
+	char *end;
+	long v;
+
+	if (!s || !*s) {
+		*out = def;
+		return 0;
+	}
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno || *end || v < min || v > max) {
+		snprintf(err, errlen, "%s=%s: expected a number from %ld to %ld",
+			 name, s, min, max);
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* handle table */
+
+/* Index of the first object whose handle is >= h. */
+static size_t obj_lower_bound(struct pvgpu_exec *ex, uint64_t h)
+{
+	size_t lo = 0, hi = ex->nobjs;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (ex->objs[mid]->handle < h)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static struct sim_obj *obj_find(struct pvgpu_exec *ex, uint64_t h,
+				enum sim_kind kind)
+{
+	size_t i;
+
+	if (h >> SIM_HANDLE_KIND_SHIFT != (uint64_t)kind)
+		return NULL;
+	i = obj_lower_bound(ex, h);
+	if (i < ex->nobjs && ex->objs[i]->handle == h)
+		return ex->objs[i];
+	return NULL;
+}
+
+static struct sim_obj *obj_new(struct pvgpu_exec *ex, enum sim_kind kind,
+			       struct sim_obj *ctx)
+{
+	struct sim_obj *o;
+	size_t i;
+
+	if (ex->serial >= SIM_HANDLE_SERIAL_MASK)
+		return NULL;
+	if (grow((void **)&ex->objs, &ex->objs_cap, ex->nobjs + 1,
+		 sizeof(*ex->objs)))
+		return NULL;
+	o = calloc(1, sizeof(*o));
+	if (!o)
+		return NULL;
+	o->handle = ((uint64_t)kind << SIM_HANDLE_KIND_SHIFT) | ++ex->serial;
+	o->kind = kind;
+	o->ctx = ctx ? ctx : o;
+
+	i = obj_lower_bound(ex, o->handle);
+	memmove(&ex->objs[i + 1], &ex->objs[i],
+		(ex->nobjs - i) * sizeof(*ex->objs));
+	ex->objs[i] = o;
+	ex->nobjs++;
+	return o;
+}
+
+static void obj_free(struct pvgpu_exec *ex, struct sim_obj *o)
+{
+	size_t i = obj_lower_bound(ex, o->handle);
+
+	if (i < ex->nobjs && ex->objs[i] == o) {
+		memmove(&ex->objs[i], &ex->objs[i + 1],
+			(ex->nobjs - i - 1) * sizeof(*ex->objs));
+		ex->nobjs--;
+	}
+	free(o);
+}
+
+/* A stream argument: 0 is the current context's default stream. */
+static int32_t check_stream(struct pvgpu_exec *ex, uint64_t stream)
+{
+	struct sim_obj *s;
+
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!stream)
+		return CUDA_SUCCESS;
+	s = obj_find(ex, stream, SIM_STREAM);
+	if (!s || s->ctx != ex->cur)
+		return CUDA_ERROR_INVALID_HANDLE;
+	return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ */
+/* device allocations */
+
+static size_t alloc_upper_bound(struct pvgpu_exec *ex, uint64_t addr)
+{
+	size_t lo = 0, hi = ex->nallocs;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (ex->allocs[mid].addr <= addr)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* The allocation holding all of [ptr, ptr + size), size > 0; else NULL. */
+static struct sim_alloc *alloc_range(struct pvgpu_exec *ex, uint64_t ptr,
+				     uint64_t size)
+{
+	struct sim_alloc *a;
+	size_t i;
+
+	if (!size || ptr + size < ptr)
+		return NULL;
+	i = alloc_upper_bound(ex, ptr);
+	if (!i)
+		return NULL;
+	a = &ex->allocs[i - 1];
+	if (ptr - a->addr >= a->size || size > a->size - (ptr - a->addr))
+		return NULL;
+	return a;
+}
+
+static unsigned char *dev_bytes(struct pvgpu_exec *ex, uint64_t ptr,
+				uint64_t size)
+{
+	struct sim_alloc *a = alloc_range(ex, ptr, size);
+
+	return a ? a->data + (ptr - a->addr) : NULL;
+}
+
+static uint64_t dev_used(struct pvgpu_exec *ex, int32_t dev)
+{
+	uint64_t used = ex->own_used[dev];
+
+	/* The shared total includes ours; it may lag behind it, never lead. */
+	if (ex->have_cfg) {
+		uint64_t all = ex->cfg.device_mem_used(ex->cfg.arg, dev);
+
+		if (all > used)
+			used = all;
+	}
+	return used;
+}
+
+/*
+ * Pick an address for `size` bytes on `dev`: bump the device's cursor so
+ * freed ranges stay unmapped for as long as possible, and fall back to the
+ * first hole big enough (with guard gaps) once the window is used up.
+ */
+static int place_alloc(struct pvgpu_exec *ex, int32_t dev, uint64_t size,
+		       uint64_t *addr)
+{
+	uint64_t base = SIM_ADDR_BASE + (uint64_t)dev * SIM_ADDR_WINDOW;
+	uint64_t end = base + SIM_ADDR_WINDOW;
+	uint64_t span = align_up(size, SIM_ALLOC_ALIGN) + SIM_GUARD_GAP;
+	uint64_t cand;
+	size_t i;
+
+	if (span > SIM_ADDR_WINDOW - SIM_GUARD_GAP)
+		return -1;
+	cand = ex->next_addr[dev];
+	if (cand <= end - span) {
+		ex->next_addr[dev] = cand + span;
+		*addr = cand;
+		return 0;
+	}
+
+	cand = base + SIM_GUARD_GAP;
+	for (i = alloc_upper_bound(ex, base); i < ex->nallocs; i++) {
+		struct sim_alloc *a = &ex->allocs[i];
+
+		if (a->addr >= end)
+			break;
+		if (a->addr >= cand && a->addr - cand >= span)
+			break;
+		cand = align_up(a->addr + a->size, SIM_ALLOC_ALIGN) +
+		       SIM_GUARD_GAP;
+	}
+	if (cand > end - span)
+		return -1;
+	/* Keep the cursor above every live allocation. */
+	if (cand + span > ex->next_addr[dev])
+		ex->next_addr[dev] = cand + span;
+	*addr = cand;
+	return 0;
+}
+
+static void alloc_remove(struct pvgpu_exec *ex, size_t i)
+{
+	struct sim_alloc *a = &ex->allocs[i];
+
+	ex->own_used[a->dev] -= a->size;
+	free(a->data);
+	memmove(a, a + 1, (ex->nallocs - i - 1) * sizeof(*a));
+	ex->nallocs--;
+}
+
+/* ------------------------------------------------------------------ */
+/* open / close */
+
+static struct pvgpu_exec *sim_open(const struct pvgpu_exec_config *cfg,
+				   char *err, size_t errlen)
+{
+	struct pvgpu_exec *ex;
+	long ndev, mb;
+	int32_t d;
+
+	if (env_long("PVGPU_SIM_DEVICES", 1, 0, SIM_MAX_DEVICES, &ndev,
+		     err, errlen))
+		return NULL;
+	if (env_long("PVGPU_SIM_MEMORY_MB", SIM_DEFAULT_MEMORY_MB, 1,
+		     SIM_MAX_MEMORY_MB, &mb, err, errlen))
+		return NULL;
+
+	ex = calloc(1, sizeof(*ex));
+	if (!ex) {
+		snprintf(err, errlen, "sim executor: out of host memory");
+		return NULL;
+	}
+	if (cfg && cfg->device_mem_used) {
+		ex->cfg = *cfg;
+		ex->have_cfg = true;
+	}
+	ex->ndev = (int32_t)ndev;
+	ex->total_bytes = (uint64_t)mb << 20;
+	for (d = 0; d < SIM_MAX_DEVICES; d++)
+		ex->next_addr[d] = SIM_ADDR_BASE + (uint64_t)d * SIM_ADDR_WINDOW +
+				   SIM_GUARD_GAP;
+	return ex;
+}
+
+static void sim_close(struct pvgpu_exec *ex)
+{
+	size_t i;
+
+	if (!ex)
+		return;
+	for (i = 0; i < ex->nallocs; i++)
+		free(ex->allocs[i].data);
+	for (i = 0; i < ex->nhosts; i++)
+		if (!ex->hosts[i].registered)
+			free(ex->hosts[i].p);
+	for (i = 0; i < ex->nobjs; i++)
+		free(ex->objs[i]);
+	free(ex->allocs);
+	free(ex->hosts);
+	free(ex->objs);
+	free(ex);
+}
+
+/* ------------------------------------------------------------------ */
+/* devices */
+
+static bool bad_dev(struct pvgpu_exec *ex, int32_t dev)
+{
+	return dev < 0 || dev >= ex->ndev;
+}
+
+static int32_t sim_driver_version(struct pvgpu_exec *ex, int32_t *version)
+{
+	(void)ex;
+	if (!version)
+		return CUDA_ERROR_INVALID_VALUE;
+	*version = SIM_DRIVER_VERSION;
+	return CUDA_SUCCESS;
+}
+
+static int32_t sim_device_count(struct pvgpu_exec *ex, int32_t *count)
+{
+	if (!ex || !count)
+		return CUDA_ERROR_INVALID_VALUE;
+	*count = ex->ndev;
+	return CUDA_SUCCESS;
+}
+
+/* An H100 SXM5-like sm_90 part; -1 means "not an attribute we know". */
+static int64_t sim_attr_value(int32_t dev, int32_t attr)
+{
+	switch (attr) {
+	case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK:		return 1024;
+	case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X:		return 1024;
+	case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y:		return 1024;
+	case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z:		return 64;
+	case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X:		return 2147483647;
+	case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y:		return 65535;
+	case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z:		return 65535;
+	case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK:	return 49152;
+	case CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY:		return 65536;
+	case CU_DEVICE_ATTRIBUTE_WARP_SIZE:			return 32;
+	case CU_DEVICE_ATTRIBUTE_MAX_PITCH:			return 2147483647;
+	case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK:	return 65536;
+	case CU_DEVICE_ATTRIBUTE_CLOCK_RATE:			return 1980000;
+	case CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT:		return 512;
+	case CU_DEVICE_ATTRIBUTE_GPU_OVERLAP:			return 1;
+	case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:		return 132;
+	case CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT:		return 0;
+	case CU_DEVICE_ATTRIBUTE_INTEGRATED:			return 0;
+	case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY:		return 1;
+	case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE:			return CU_COMPUTEMODE_DEFAULT;
+	case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_WIDTH:	return 131072;
+	case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_WIDTH:	return 131072;
+	case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_HEIGHT:	return 65536;
+	case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_WIDTH:	return 16384;
+	case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_HEIGHT:	return 16384;
+	case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_DEPTH:	return 16384;
+	case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LAYERED_WIDTH: return 32768;
+	case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LAYERED_HEIGHT: return 32768;
+	case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LAYERED_LAYERS: return 2048;
+	case CU_DEVICE_ATTRIBUTE_SURFACE_ALIGNMENT:		return 512;
+	case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS:		return 1;
+	case CU_DEVICE_ATTRIBUTE_ECC_ENABLED:			return 1;
+	case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID:			return 0x18 + dev;
+	case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID:			return 0;
+	case CU_DEVICE_ATTRIBUTE_TCC_DRIVER:			return 0;
+	case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE:		return 2619000;
+	case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH:	return 5120;
+	case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE:			return 52428800;
+	case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: return 2048;
+	case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT:		return 2;
+	case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:		return 1;
+	case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_LAYERED_WIDTH: return 32768;
+	case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_LAYERED_LAYERS: return 2048;
+	case CU_DEVICE_ATTRIBUTE_CAN_TEX2D_GATHER:		return 1;
+	case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_GATHER_WIDTH: return 32768;
+	case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_GATHER_HEIGHT: return 32768;
+	case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_WIDTH_ALTERNATE: return 8192;
+	case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_HEIGHT_ALTERNATE: return 8192;
+	case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_DEPTH_ALTERNATE: return 32768;
+	case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID:			return 0;
+	case CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT:	return 32;
+	case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURECUBEMAP_WIDTH:	return 32768;
+	case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURECUBEMAP_LAYERED_WIDTH: return 32768;
+	case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURECUBEMAP_LAYERED_LAYERS: return 2046;
+	case CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE1D_WIDTH:	return 32768;
+	case CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_WIDTH:	return 131072;
+	case CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_HEIGHT:	return 65536;
+	case CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE3D_WIDTH:	return 16384;
+	case CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE3D_HEIGHT:	return 16384;
+	case CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE3D_DEPTH:	return 16384;
+	case CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE1D_LAYERED_WIDTH: return 32768;
+	case CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE1D_LAYERED_LAYERS: return 2048;
+	case CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_LAYERED_WIDTH: return 32768;
+	case CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_LAYERED_HEIGHT: return 32768;
+	case CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_LAYERED_LAYERS: return 2048;
+	case CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACECUBEMAP_WIDTH:	return 32768;
+	case CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACECUBEMAP_LAYERED_WIDTH: return 32768;
+	case CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACECUBEMAP_LAYERED_LAYERS: return 2046;
+	case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_LINEAR_WIDTH: return 268435456;
+	case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LINEAR_WIDTH: return 131072;
+	case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LINEAR_HEIGHT: return 65000;
+	case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LINEAR_PITCH: return 2097120;
+	case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_MIPMAPPED_WIDTH: return 32768;
+	case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_MIPMAPPED_HEIGHT: return 32768;
+	case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR:	return 9;
+	case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR:	return 0;
+	case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_MIPMAPPED_WIDTH: return 32768;
+	case CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED:	return 1;
+	case CU_DEVICE_ATTRIBUTE_GLOBAL_L1_CACHE_SUPPORTED:	return 1;
+	case CU_DEVICE_ATTRIBUTE_LOCAL_L1_CACHE_SUPPORTED:	return 1;
+	case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: return 233472;
+	case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR: return 65536;
+	case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY:		return 1;
+	case CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD:		return 0;
+	case CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD_GROUP_ID:	return dev;
+	case CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED:	return 0;
+	case CU_DEVICE_ATTRIBUTE_SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO: return 2;
+	case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS:	return 0;
+	case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS:	return 1;
+	case CU_DEVICE_ATTRIBUTE_COMPUTE_PREEMPTION_SUPPORTED:	return 1;
+	case CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM: return 1;
+	case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1:	return 0;
+	case CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS_V1: return 0;
+	case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR_V1: return 0;
+	case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH:		return 1;
+	case CU_DEVICE_ATTRIBUTE_COOPERATIVE_MULTI_DEVICE_LAUNCH: return 0;
+	case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: return 232448;
+	case CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES:	return 0;
+	case CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED:	return 1;
+	case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES: return 0;
+	case CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST: return 0;
+	case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: return 1;
+	case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED: return 1;
+	case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_HANDLE_SUPPORTED: return 0;
+	case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_KMT_HANDLE_SUPPORTED: return 0;
+	case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR:	return 32;
+	case CU_DEVICE_ATTRIBUTE_GENERIC_COMPRESSION_SUPPORTED:	return 1;
+	case CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE:	return 39321600;
+	case CU_DEVICE_ATTRIBUTE_MAX_ACCESS_POLICY_WINDOW_SIZE:	return 134213632;
+	case CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED: return 1;
+	case CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK: return 1024;
+	case CU_DEVICE_ATTRIBUTE_SPARSE_CUDA_ARRAY_SUPPORTED:	return 1;
+	case CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED: return 1;
+	case CU_DEVICE_ATTRIBUTE_TIMELINE_SEMAPHORE_INTEROP_SUPPORTED: return 1;
+	case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:	return 1;
+	case CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED:	return 1;
+	case CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS: return CU_FLUSH_GPU_DIRECT_RDMA_WRITES_OPTION_HOST;
+	case CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING: return CU_GPU_DIRECT_RDMA_WRITES_ORDERING_OWNER;
+	case CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES: return CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+	case CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH:		return 1;
+	case CU_DEVICE_ATTRIBUTE_DEFERRED_MAPPING_CUDA_ARRAY_SUPPORTED: return 1;
+	case CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS:	return 1;
+	case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR:	return 1;
+	case CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED:		return 1;
+	case CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED:		return 1;
+	case CU_DEVICE_ATTRIBUTE_MEM_SYNC_DOMAIN_COUNT:		return 4;
+	case CU_DEVICE_ATTRIBUTE_TENSOR_MAP_ACCESS_SUPPORTED:	return 1;
+	case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED:	return 0;
+	case CU_DEVICE_ATTRIBUTE_UNIFIED_FUNCTION_POINTERS:	return 0;
+	case CU_DEVICE_ATTRIBUTE_NUMA_CONFIG:			return CU_DEVICE_NUMA_CONFIG_NONE;
+	case CU_DEVICE_ATTRIBUTE_NUMA_ID:			return -1;
+	case CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED:		return 0;
+	case CU_DEVICE_ATTRIBUTE_MPS_ENABLED:			return 0;
+	case CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID:			return 0;
+	case CU_DEVICE_ATTRIBUTE_D3D12_CIG_SUPPORTED:		return 0;
+	case CU_DEVICE_ATTRIBUTE_MEM_DECOMPRESS_ALGORITHM_MASK:	return 0;
+	case CU_DEVICE_ATTRIBUTE_MEM_DECOMPRESS_MAXIMUM_LENGTH:	return 0;
+	case CU_DEVICE_ATTRIBUTE_VULKAN_CIG_SUPPORTED:		return 0;
+	/* (device id << 16) | vendor id, as the driver reports it */
+	case CU_DEVICE_ATTRIBUTE_GPU_PCI_DEVICE_ID:		return 0x233010deLL;
+	case CU_DEVICE_ATTRIBUTE_GPU_PCI_SUBSYSTEM_ID:		return 0x16c110deLL;
+	case CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: return 0;
+	case CU_DEVICE_ATTRIBUTE_HOST_NUMA_MEMORY_POOLS_SUPPORTED: return 0;
+	case CU_DEVICE_ATTRIBUTE_HOST_NUMA_MULTINODE_IPC_SUPPORTED: return 0;
+	case CU_DEVICE_ATTRIBUTE_HOST_MEMORY_POOLS_SUPPORTED:	return 0;
+	case CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: return 0;
+	case CU_DEVICE_ATTRIBUTE_HOST_ALLOC_DMA_BUF_SUPPORTED:	return 0;
+	case CU_DEVICE_ATTRIBUTE_ONLY_PARTIAL_HOST_NATIVE_ATOMIC_SUPPORTED: return 0;
+	default:
+		return INT64_MIN;
+	}
+}
+
+static int32_t sim_device_attribute(struct pvgpu_exec *ex, int32_t dev,
+				    int32_t attr, int32_t *value)
+{
+	int64_t v;
+
+	if (!ex || !value)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (bad_dev(ex, dev))
+		return CUDA_ERROR_INVALID_DEVICE;
+	v = sim_attr_value(dev, attr);
+	if (v == INT64_MIN)
+		return CUDA_ERROR_INVALID_VALUE;
+	*value = (int32_t)v;
+	return CUDA_SUCCESS;
+}
+
+static int32_t sim_device_name(struct pvgpu_exec *ex, int32_t dev,
+			       char *name, size_t len)
+{
+	if (!ex || !name || !len)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (bad_dev(ex, dev))
+		return CUDA_ERROR_INVALID_DEVICE;
+	/* Truncates like cuDeviceGetName. */
+	snprintf(name, len, "%s", SIM_DEVICE_NAME);
+	return CUDA_SUCCESS;
+}
+
+static uint64_t mix64(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ULL;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+	return x ^ (x >> 31);
+}
+
+static int32_t sim_device_uuid(struct pvgpu_exec *ex, int32_t dev,
+			       uint8_t uuid[16])
+{
+	uint64_t hi, lo;
+	int i;
+
+	if (!ex || !uuid)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (bad_dev(ex, dev))
+		return CUDA_ERROR_INVALID_DEVICE;
+	/* Same index, same UUID, on every host and every run. */
+	hi = mix64(0x70766770752d7369ULL ^ (uint64_t)dev);	/* "pvgpu-si" */
+	lo = mix64(hi ^ 0x6d2d6465762d6964ULL);
+	for (i = 0; i < 8; i++) {
+		uuid[i] = (uint8_t)(hi >> (56 - 8 * i));
+		uuid[8 + i] = (uint8_t)(lo >> (56 - 8 * i));
+	}
+	uuid[6] = (uuid[6] & 0x0f) | 0x40;	/* RFC 4122 version 4 */
+	uuid[8] = (uuid[8] & 0x3f) | 0x80;	/* RFC 4122 variant */
+	return CUDA_SUCCESS;
+}
+
+static int32_t sim_device_total_mem(struct pvgpu_exec *ex, int32_t dev,
+				    uint64_t *bytes)
+{
+	if (!ex || !bytes)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (bad_dev(ex, dev))
+		return CUDA_ERROR_INVALID_DEVICE;
+	*bytes = ex->total_bytes;
+	return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ */
+/* contexts */
+
+static int32_t sim_ctx_create(struct pvgpu_exec *ex, int32_t dev,
+			      uint64_t *ctx)
+{
+	struct sim_obj *c;
+
+	if (!ex || !ctx)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (bad_dev(ex, dev))
+		return CUDA_ERROR_INVALID_DEVICE;
+	c = obj_new(ex, SIM_CTX, NULL);
+	if (!c)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	c->u.ctx.dev = dev;
+	*ctx = c->handle;
+	return CUDA_SUCCESS;
+}
+
+static int32_t sim_ctx_destroy(struct pvgpu_exec *ex, uint64_t ctx)
+{
+	struct sim_obj *c;
+	size_t i, j;
+
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	c = obj_find(ex, ctx, SIM_CTX);
+	if (!c)
+		return CUDA_ERROR_INVALID_CONTEXT;
+
+	for (i = ex->nallocs; i-- > 0;)
+		if (ex->allocs[i].ctx == c)
+			alloc_remove(ex, i);
+
+	for (i = 0, j = 0; i < ex->nhosts; i++) {
+		struct sim_host *h = &ex->hosts[i];
+
+		if (h->ctx != c) {
+			ex->hosts[j++] = *h;
+			continue;
+		}
+		if (!h->registered)
+			free(h->p);
+	}
+	ex->nhosts = j;
+
+	/* Drop streams, events, ... of the context, then the context. */
+	for (i = 0, j = 0; i < ex->nobjs; i++) {
+		struct sim_obj *o = ex->objs[i];
+
+		if (o->ctx == c && o != c)
+			free(o);
+		else
+			ex->objs[j++] = o;
+	}
+	ex->nobjs = j;
+
+	if (ex->cur == c)
+		ex->cur = NULL;
+	obj_free(ex, c);
+	return CUDA_SUCCESS;
+}
+
+static int32_t sim_ctx_set(struct pvgpu_exec *ex, uint64_t ctx)
+{
+	struct sim_obj *c;
+
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ctx) {
+		ex->cur = NULL;
+		return CUDA_SUCCESS;
+	}
+	c = obj_find(ex, ctx, SIM_CTX);
+	if (!c)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	ex->cur = c;
+	return CUDA_SUCCESS;
+}
+
+static int32_t sim_ctx_synchronize(struct pvgpu_exec *ex)
+{
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	return ex->cur ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+/* ------------------------------------------------------------------ */
+/* memory */
+
+static int32_t sim_mem_alloc(struct pvgpu_exec *ex, uint64_t size,
+			     uint64_t *dptr)
+{
+	struct sim_alloc *a;
+	int32_t dev;
+	uint64_t addr, used;
+	unsigned char *data;
+	size_t i;
+
+	if (!ex || !dptr)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!size)
+		return CUDA_ERROR_INVALID_VALUE;
+	dev = ex->cur->u.ctx.dev;
+
+	used = dev_used(ex, dev);
+	if (used >= ex->total_bytes || size > ex->total_bytes - used)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+#if SIZE_MAX < UINT64_MAX
+	if (size > SIZE_MAX)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+#endif
+	if (grow((void **)&ex->allocs, &ex->allocs_cap, ex->nallocs + 1,
+		 sizeof(*ex->allocs)))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	if (place_alloc(ex, dev, size, &addr))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	data = calloc(1, (size_t)size);
+	if (!data)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+
+	i = alloc_upper_bound(ex, addr);
+	memmove(&ex->allocs[i + 1], &ex->allocs[i],
+		(ex->nallocs - i) * sizeof(*ex->allocs));
+	a = &ex->allocs[i];
+	a->addr = addr;
+	a->size = size;
+	a->data = data;
+	a->ctx = ex->cur;
+	a->dev = dev;
+	ex->nallocs++;
+	ex->own_used[dev] += size;
+	*dptr = addr;
+	return CUDA_SUCCESS;
+}
+
+static int32_t sim_mem_free(struct pvgpu_exec *ex, uint64_t dptr)
+{
+	size_t i;
+
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	/* Only the start of a live allocation; any context (unified VA). */
+	i = alloc_upper_bound(ex, dptr);
+	if (!i || ex->allocs[i - 1].addr != dptr)
+		return CUDA_ERROR_INVALID_VALUE;
+	alloc_remove(ex, i - 1);
+	return CUDA_SUCCESS;
+}
+
+static int32_t sim_mem_get_info(struct pvgpu_exec *ex, uint64_t *free_bytes,
+				uint64_t *total_bytes)
+{
+	uint64_t used;
+
+	if (!ex || !free_bytes || !total_bytes)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	used = dev_used(ex, ex->cur->u.ctx.dev);
+	*total_bytes = ex->total_bytes;
+	*free_bytes = used < ex->total_bytes ? ex->total_bytes - used : 0;
+	return CUDA_SUCCESS;
+}
+
+static struct sim_host *host_find(struct pvgpu_exec *ex, const void *p,
+				  bool registered)
+{
+	size_t i;
+
+	for (i = 0; i < ex->nhosts; i++)
+		if (ex->hosts[i].p == p && ex->hosts[i].registered == registered)
+			return &ex->hosts[i];
+	return NULL;
+}
+
+static void host_remove(struct pvgpu_exec *ex, struct sim_host *h)
+{
+	size_t i = (size_t)(h - ex->hosts);
+
+	memmove(h, h + 1, (ex->nhosts - i - 1) * sizeof(*h));
+	ex->nhosts--;
+}
+
+static int32_t sim_host_alloc(struct pvgpu_exec *ex, size_t size, void **p)
+{
+	struct sim_host *h;
+	size_t rounded;
+	void *mem;
+
+	if (!ex || !p)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!size)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (grow((void **)&ex->hosts, &ex->hosts_cap, ex->nhosts + 1,
+		 sizeof(*ex->hosts)))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	rounded = (size + 4095) & ~(size_t)4095;
+	if (rounded < size)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	mem = aligned_alloc(4096, rounded);
+	if (!mem)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+
+	h = &ex->hosts[ex->nhosts++];
+	h->p = mem;
+	h->size = size;
+	h->ctx = ex->cur;
+	h->registered = false;
+	*p = mem;
+	return CUDA_SUCCESS;
+}
+
+static int32_t sim_host_free(struct pvgpu_exec *ex, void *p)
+{
+	struct sim_host *h;
+
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	h = host_find(ex, p, false);
+	if (!h)
+		return CUDA_ERROR_INVALID_VALUE;
+	free(h->p);
+	host_remove(ex, h);
+	return CUDA_SUCCESS;
+}
+
+static int32_t sim_host_register(struct pvgpu_exec *ex, void *p, size_t size)
+{
+	uintptr_t start = (uintptr_t)p;
+	struct sim_host *h;
+	size_t i;
+
+	if (!ex || !p || !size || start + size < start)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	/* Like the driver: no page may be registered twice. */
+	for (i = 0; i < ex->nhosts; i++) {
+		uintptr_t s = (uintptr_t)ex->hosts[i].p;
+
+		if (ex->hosts[i].registered &&
+		    start < s + ex->hosts[i].size && s < start + size)
+			return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+	}
+	if (grow((void **)&ex->hosts, &ex->hosts_cap, ex->nhosts + 1,
+		 sizeof(*ex->hosts)))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	h = &ex->hosts[ex->nhosts++];
+	h->p = p;
+	h->size = size;
+	h->ctx = ex->cur;
+	h->registered = true;
+	return CUDA_SUCCESS;
+}
+
+static int32_t sim_host_unregister(struct pvgpu_exec *ex, void *p)
+{
+	struct sim_host *h;
+
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	h = host_find(ex, p, true);
+	if (!h)
+		return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+	host_remove(ex, h);
+	return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ */
+/* copies and memsets: done at once, so the host buffer is free on return */
+
+static int32_t sim_memcpy_htod_async(struct pvgpu_exec *ex, uint64_t dst,
+				     const void *host, uint64_t size,
+				     uint64_t stream)
+{
+	unsigned char *d;
+	int32_t rc;
+
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = check_stream(ex, stream);
+	if (rc)
+		return rc;
+	if (!size)
+		return CUDA_SUCCESS;
+	d = dev_bytes(ex, dst, size);
+	if (!d || !host)
+		return CUDA_ERROR_INVALID_VALUE;
+	memcpy(d, host, (size_t)size);
+	return CUDA_SUCCESS;
+}
+
+static int32_t sim_memcpy_dtoh_async(struct pvgpu_exec *ex, void *host,
+				     uint64_t src, uint64_t size,
+				     uint64_t stream)
+{
+	unsigned char *s;
+	int32_t rc;
+
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = check_stream(ex, stream);
+	if (rc)
+		return rc;
+	if (!size)
+		return CUDA_SUCCESS;
+	s = dev_bytes(ex, src, size);
+	if (!s || !host)
+		return CUDA_ERROR_INVALID_VALUE;
+	memcpy(host, s, (size_t)size);
+	return CUDA_SUCCESS;
+}
+
+static int32_t sim_memcpy_dtod_async(struct pvgpu_exec *ex, uint64_t dst,
+				     uint64_t src, uint64_t size,
+				     uint64_t stream)
+{
+	unsigned char *d, *s;
+	int32_t rc;
+
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = check_stream(ex, stream);
+	if (rc)
+		return rc;
+	if (!size)
+		return CUDA_SUCCESS;
+	d = dev_bytes(ex, dst, size);
+	s = dev_bytes(ex, src, size);
+	if (!d || !s)
+		return CUDA_ERROR_INVALID_VALUE;
+	memmove(d, s, (size_t)size);
+	return CUDA_SUCCESS;
+}
+
+static int32_t sim_memset_async(struct pvgpu_exec *ex, uint64_t dst,
+				uint32_t value, uint32_t elem_size,
+				uint64_t count, uint64_t stream)
+{
+	unsigned char *d;
+	uint64_t i;
+	int32_t rc;
+
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = check_stream(ex, stream);
+	if (rc)
+		return rc;
+	if (elem_size != 1 && elem_size != 2 && elem_size != 4)
+		return CUDA_ERROR_INVALID_VALUE;
+	/* cuMemsetD16/D32 want a naturally aligned destination. */
+	if (dst % elem_size)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (count > UINT64_MAX / elem_size)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!count)
+		return CUDA_SUCCESS;
+	d = dev_bytes(ex, dst, count * elem_size);
+	if (!d)
+		return CUDA_ERROR_INVALID_VALUE;
+
+	switch (elem_size) {
+	case 1:
+		memset(d, (int)(value & 0xff), (size_t)count);
+		break;
+	case 2: {
+		uint16_t v = (uint16_t)value;
+
+		for (i = 0; i < count; i++)
+			memcpy(d + i * 2, &v, 2);
+		break;
+	}
+	case 4:
+		for (i = 0; i < count; i++)
+			memcpy(d + i * 4, &value, 4);
+		break;
+	}
+	return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ */
+/* streams: nothing is ever pending, but handles are checked */
+
+static int32_t sim_stream_create(struct pvgpu_exec *ex, uint32_t flags,
+				 int32_t priority, uint64_t *stream)
+{
+	struct sim_obj *s;
+
+	if (!ex || !stream)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (flags & ~(uint32_t)CU_STREAM_NON_BLOCKING)
+		return CUDA_ERROR_INVALID_VALUE;
+	s = obj_new(ex, SIM_STREAM, ex->cur);
+	if (!s)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	/* The driver clamps priorities to [-5, 0] on sm_90. */
+	if (priority > 0)
+		priority = 0;
+	if (priority < -5)
+		priority = -5;
+	s->u.stream.flags = flags;
+	s->u.stream.priority = priority;
+	*stream = s->handle;
+	return CUDA_SUCCESS;
+}
+
+static int32_t sim_stream_destroy(struct pvgpu_exec *ex, uint64_t stream)
+{
+	struct sim_obj *s;
+
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	s = obj_find(ex, stream, SIM_STREAM);
+	if (!s || s->ctx != ex->cur)
+		return CUDA_ERROR_INVALID_HANDLE;
+	obj_free(ex, s);
+	return CUDA_SUCCESS;
+}
+
+static int32_t sim_stream_synchronize(struct pvgpu_exec *ex, uint64_t stream)
+{
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	return check_stream(ex, stream);
+}
+
+static int32_t sim_stream_query(struct pvgpu_exec *ex, uint64_t stream)
+{
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	return check_stream(ex, stream);
+}
+
+static int32_t sim_stream_wait_event(struct pvgpu_exec *ex, uint64_t stream,
+				     uint64_t event, uint32_t flags)
+{
+	int32_t rc;
+
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = check_stream(ex, stream);
+	if (rc)
+		return rc;
+	/* The event may come from another context, as in CUDA. */
+	if (!obj_find(ex, event, SIM_EVENT))
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (flags & ~(uint32_t)CU_EVENT_WAIT_EXTERNAL)
+		return CUDA_ERROR_INVALID_VALUE;
+	return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ */
+/* events */
+
+static int32_t sim_event_create(struct pvgpu_exec *ex, uint32_t flags,
+				uint64_t *event)
+{
+	const uint32_t known = CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING |
+			       CU_EVENT_INTERPROCESS;
+	struct sim_obj *e;
+
+	if (!ex || !event)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (flags & ~known)
+		return CUDA_ERROR_INVALID_VALUE;
+	if ((flags & CU_EVENT_INTERPROCESS) && !(flags & CU_EVENT_DISABLE_TIMING))
+		return CUDA_ERROR_INVALID_VALUE;
+	e = obj_new(ex, SIM_EVENT, ex->cur);
+	if (!e)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	e->u.event.flags = flags;
+	*event = e->handle;
+	return CUDA_SUCCESS;
+}
+
+/* Events outlive a change of current context, as in CUDA. */
+static int32_t sim_event_destroy(struct pvgpu_exec *ex, uint64_t event)
+{
+	struct sim_obj *e;
+
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	e = obj_find(ex, event, SIM_EVENT);
+	if (!e)
+		return CUDA_ERROR_INVALID_HANDLE;
+	obj_free(ex, e);
+	return CUDA_SUCCESS;
+}
+
+static int32_t sim_event_record(struct pvgpu_exec *ex, uint64_t event,
+				uint64_t stream)
+{
+	struct sim_obj *e;
+	int32_t rc;
+
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = check_stream(ex, stream);
+	if (rc)
+		return rc;
+	e = obj_find(ex, event, SIM_EVENT);
+	if (!e || e->ctx != ex->cur)
+		return CUDA_ERROR_INVALID_HANDLE;
+	e->u.event.recorded = true;
+	e->u.event.ns = now_ns();
+	return CUDA_SUCCESS;
+}
+
+/* Never-recorded events count as complete, as in CUDA. */
+static int32_t sim_event_synchronize(struct pvgpu_exec *ex, uint64_t event)
+{
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	return obj_find(ex, event, SIM_EVENT) ? CUDA_SUCCESS :
+						CUDA_ERROR_INVALID_HANDLE;
+}
+
+static int32_t sim_event_query(struct pvgpu_exec *ex, uint64_t event)
+{
+	return sim_event_synchronize(ex, event);
+}
+
+static int32_t sim_event_elapsed(struct pvgpu_exec *ex, uint64_t start,
+				 uint64_t end, float *ms)
+{
+	struct sim_obj *s, *e;
+
+	if (!ex || !ms)
+		return CUDA_ERROR_INVALID_VALUE;
+	s = obj_find(ex, start, SIM_EVENT);
+	e = obj_find(ex, end, SIM_EVENT);
+	if (!s || !e)
+		return CUDA_ERROR_INVALID_HANDLE;
+	/* cuEventElapsedTime: unrecorded or timing-less → invalid handle. */
+	if (!s->u.event.recorded || !e->u.event.recorded)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if ((s->u.event.flags | e->u.event.flags) & CU_EVENT_DISABLE_TIMING)
+		return CUDA_ERROR_INVALID_HANDLE;
+	*ms = (float)(((double)e->u.event.ns - (double)s->u.event.ns) / 1e6);
+	return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ */
+/* modules and kernels: not simulated yet */
+
+static int32_t sim_module_load(struct pvgpu_exec *ex, const void *image,
+			       size_t size, uint64_t *module)
+{
+	(void)image;
+	(void)size;
+	if (!ex || !module)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+static int32_t sim_module_unload(struct pvgpu_exec *ex, uint64_t module)
+{
+	(void)module;
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+static int32_t sim_module_function(struct pvgpu_exec *ex, uint64_t module,
+				   const char *name, uint64_t *func)
+{
+	(void)module;
+	(void)name;
+	(void)func;
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+static int32_t sim_module_global(struct pvgpu_exec *ex, uint64_t module,
+				 const char *name, uint64_t *dptr,
+				 uint64_t *size)
+{
+	(void)module;
+	(void)name;
+	(void)dptr;
+	(void)size;
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+static int32_t sim_function_params(struct pvgpu_exec *ex, uint64_t func,
+				   struct pvgpu_param_info *layout,
+				   uint32_t max, uint32_t *count)
+{
+	(void)func;
+	(void)layout;
+	(void)max;
+	(void)count;
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+static int32_t sim_function_attribute(struct pvgpu_exec *ex, uint64_t func,
+				      int32_t attr, int32_t *value)
+{
+	(void)func;
+	(void)attr;
+	(void)value;
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+static int32_t sim_function_set_attribute(struct pvgpu_exec *ex,
+					  uint64_t func, int32_t attr,
+					  int32_t value)
+{
+	(void)func;
+	(void)attr;
+	(void)value;
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+static int32_t sim_launch(struct pvgpu_exec *ex,
+			  const struct pvgpu_launch *launch)
+{
+	int32_t rc;
+
+	if (!ex || !launch)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = check_stream(ex, launch->stream);
+	if (rc)
+		return rc;
+	return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+const struct pvgpu_executor_ops pvgpu_exec_sim = {
+	.name			= "sim",
+	.open			= sim_open,
+	.close			= sim_close,
+	.driver_version		= sim_driver_version,
+	.device_count		= sim_device_count,
+	.device_attribute	= sim_device_attribute,
+	.device_name		= sim_device_name,
+	.device_uuid		= sim_device_uuid,
+	.device_total_mem	= sim_device_total_mem,
+	.ctx_create		= sim_ctx_create,
+	.ctx_destroy		= sim_ctx_destroy,
+	.ctx_set		= sim_ctx_set,
+	.ctx_synchronize	= sim_ctx_synchronize,
+	.mem_alloc		= sim_mem_alloc,
+	.mem_free		= sim_mem_free,
+	.mem_get_info		= sim_mem_get_info,
+	.host_alloc		= sim_host_alloc,
+	.host_free		= sim_host_free,
+	.host_register		= sim_host_register,
+	.host_unregister	= sim_host_unregister,
+	.memcpy_htod_async	= sim_memcpy_htod_async,
+	.memcpy_dtoh_async	= sim_memcpy_dtoh_async,
+	.memcpy_dtod_async	= sim_memcpy_dtod_async,
+	.memset_async		= sim_memset_async,
+	.stream_create		= sim_stream_create,
+	.stream_destroy		= sim_stream_destroy,
+	.stream_synchronize	= sim_stream_synchronize,
+	.stream_query		= sim_stream_query,
+	.stream_wait_event	= sim_stream_wait_event,
+	.event_create		= sim_event_create,
+	.event_destroy		= sim_event_destroy,
+	.event_record		= sim_event_record,
+	.event_synchronize	= sim_event_synchronize,
+	.event_query		= sim_event_query,
+	.event_elapsed		= sim_event_elapsed,
+	.module_load		= sim_module_load,
+	.module_unload		= sim_module_unload,
+	.module_function	= sim_module_function,
+	.module_global		= sim_module_global,
+	.function_params	= sim_function_params,
+	.function_attribute	= sim_function_attribute,
+	.function_set_attribute	= sim_function_set_attribute,
+	.launch			= sim_launch,
+};

@@ -1,0 +1,65 @@
+"""Run the libFuzzer session target for a bounded time (CI: <= 60 s).
+
+The seeds are well-formed sessions written with the generated protocol
+description, so the fuzzer starts from inputs that reach deep into the
+handlers instead of dying at the first header check.
+"""
+import os
+import subprocess
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+import pvgpu_wire as W  # noqa: E402
+
+REPO = W.REPO
+FUZZER = os.path.join(REPO, os.environ.get("PVGPU_BUILD", "build"), "fuzz", "fuzz_worker")
+
+
+def seeds():
+    hello = W.message("hello", 1, version_min=1, version_max=W.P.VERSION, pid=1,
+                      token="", client="seed")
+    ctx = W.message("ctx_create", 2, device=0)
+    # The backend numbers its first context 1 << 24 | 1.
+    set_ctx = W.message("ctx_set", 3, ctx=(1 << 24) | 1)
+    alloc = W.message("mem_alloc", 4, size=4096)
+    base = 0x7E0000000000
+    h2d = W.message("memcpy_htod", 5, dst=base, size=300, stream=0) + W.data_frames(b"x" * 300, 5)
+    d2h = W.message("memcpy_dtoh", 6, src=base, size=300, stream=0)
+    memset = W.batch(W.message("memset_async", 0, dst=base, value=7, elem_size=4, count=8, stream=0),
+                     W.message("event_record", 0, event=5, stream=0))
+    streams = (W.message("stream_create", 7, flags=1, priority=0)
+               + W.message("event_create", 8, flags=0)
+               + W.message("event_record", 9, event=(1 << 24) | 3, stream=(1 << 24) | 2)
+               + W.message("stream_synchronize", 10, stream=(1 << 24) | 2)
+               + W.message("event_elapsed", 11, start=(1 << 24) | 3, end=(1 << 24) | 3))
+    attrs = W.message("device_get_attributes", 12, device=0, attrs=[1, 2, 16, 75, 76])
+    free = W.message("mem_free", 13, dptr=base) + W.message("bye", 14)
+    session = hello + ctx + set_ctx + alloc
+    return {
+        "hello": hello,
+        "copies": session + h2d + d2h + free,
+        "batch": session + memset + d2h,
+        "streams": session + streams + attrs,
+        "devices": hello + attrs + W.message("device_get_name", 2, device=0)
+        + W.message("device_get_uuid", 3, device=0) + W.message("mem_get_info", 4),
+    }
+
+
+@pytest.mark.skipif(not os.path.exists(FUZZER),
+                    reason="fuzzer not built (make fuzz needs clang with libFuzzer)")
+def test_fuzz_worker_survives_hostile_sessions(tmp_path):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for name, raw in seeds().items():
+        (corpus / name).write_bytes(raw)
+    seconds = int(os.environ.get("PVGPU_FUZZ_SECONDS", "30"))
+    proc = subprocess.run(
+        [FUZZER, f"-max_total_time={seconds}", "-timeout=10", "-rss_limit_mb=4096",
+         "-max_len=262144", str(corpus)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=seconds + 120)
+    tail = proc.stderr[-4000:]
+    assert proc.returncode == 0, f"fuzzer found a failure:\n{tail}"
+    assert "Done" in proc.stderr, tail
+    assert not list(tmp_path.glob("crash-*")), tail

@@ -1,0 +1,155 @@
+"""Speak the pvgpu wire protocol from Python, for tests that must send what a
+well-behaved guest library never would.
+
+The operation table comes from the generator's output (build/gen/pvgpu_proto.py),
+so these tests follow ops.spec instead of restating it.
+"""
+import importlib.util
+import os
+import socket
+import struct
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def load_proto(build=None):
+    build = build or os.environ.get("PVGPU_BUILD", "build")
+    path = os.path.join(REPO, build, "gen", "pvgpu_proto.py")
+    spec = importlib.util.spec_from_file_location("pvgpu_proto", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+P = load_proto()
+FIXED = {"u8": "B", "u16": "H", "u32": "I", "u64": "Q", "i32": "i", "i64": "q", "f32": "f"}
+HDR = struct.Struct(P.HDR_FORMAT)
+
+
+def encode_fields(fields, values):
+    out = b""
+    for type_, name, _max in fields:
+        v = values.get(name, 0 if type_ in FIXED else b"")
+        if type_ in FIXED:
+            out += struct.pack("<" + FIXED[type_], v)
+        elif type_.endswith("[]"):
+            out += struct.pack("<I", len(v)) + b"".join(
+                struct.pack("<" + FIXED[type_[:-2]], x) for x in v)
+        else:
+            if isinstance(v, str):
+                v = v.encode()
+            out += struct.pack("<I", len(v)) + v
+    return out
+
+
+def decode_fields(fields, data):
+    values, off = {}, 0
+    for type_, name, _max in fields:
+        if type_ in FIXED:
+            fmt = "<" + FIXED[type_]
+            (values[name],) = struct.unpack_from(fmt, data, off)
+            off += struct.calcsize(fmt)
+        elif type_.endswith("[]"):
+            (n,) = struct.unpack_from("<I", data, off)
+            off += 4
+            fmt = "<" + FIXED[type_[:-2]]
+            size = struct.calcsize(fmt)
+            values[name] = [struct.unpack_from(fmt, data, off + i * size)[0] for i in range(n)]
+            off += n * size
+        else:
+            (n,) = struct.unpack_from("<I", data, off)
+            off += 4
+            values[name] = data[off:off + n]
+            off += n
+    return values
+
+
+def header(opcode, length, msg_id, flags=0, magic=None):
+    return HDR.pack(P.MAGIC if magic is None else magic, P.VERSION, opcode, flags, length, msg_id)
+
+
+def message(op, msg_id=1, **values):
+    opcode, _kind, _data, ins, _outs = P.OPS[op]
+    payload = encode_fields(ins, values)
+    return header(opcode, len(payload), msg_id) + payload
+
+
+def data_frames(payload, msg_id, block=1 << 20):
+    out = b""
+    for i in range(0, len(payload), block):
+        chunk = payload[i:i + block]
+        out += header(P.OP_DATA, len(chunk), msg_id) + chunk
+    return out
+
+
+def batch(*messages):
+    body = b"".join(messages)
+    return header(P.OP_BATCH, len(body), 0) + body
+
+
+class Session:
+    """A raw connection to pvgpud: send bytes, read replies."""
+
+    def __init__(self, uri, timeout=10.0):
+        assert uri.startswith("unix://"), uri
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
+        self.sock.connect(uri[len("unix://"):])
+        self.next_id = 1
+
+    def close(self):
+        self.sock.close()
+
+    def send(self, raw):
+        self.sock.sendall(raw)
+
+    def recv_exact(self, n):
+        buf = b""
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            if not chunk:
+                raise EOFError("backend closed the connection")
+            buf += chunk
+        return buf
+
+    def read_message(self):
+        magic, _ver, opcode, flags, length, msg_id = HDR.unpack(self.recv_exact(HDR.size))
+        assert magic == P.MAGIC
+        return opcode, flags, msg_id, self.recv_exact(length)
+
+    def call(self, op, data_in=None, **values):
+        """A sync call; returns (status, deferred, outputs, data_out)."""
+        msg_id = self.next_id
+        self.next_id += 1
+        raw = message(op, msg_id, **values)
+        if data_in is not None:
+            raw += data_frames(data_in, msg_id)
+        self.send(raw)
+        data_out = b""
+        while True:
+            opcode, flags, rid, payload = self.read_message()
+            assert rid == msg_id, (rid, msg_id)
+            if opcode == P.OP_DATA:
+                data_out += payload
+                continue
+            assert flags & P.F_REPLY and opcode == P.OPS[op][0]
+            status, deferred = struct.unpack_from("<ii", payload)
+            outs = decode_fields(P.OPS[op][4], payload[8:])
+            return status, deferred, outs, data_out
+
+    def queue(self, op, **values):
+        msg_id = self.next_id
+        self.next_id += 1
+        self.send(message(op, msg_id, **values))
+
+    def hello(self, token=""):
+        st, _d, outs, _ = self.call("hello", version_min=1, version_max=P.VERSION,
+                                    pid=os.getpid(), token=token, client="pytest")
+        assert st == 0, st
+        return outs
+
+    def open_context(self, device=0):
+        st, _d, outs, _ = self.call("ctx_create", device=device)
+        assert st == 0, st
+        self.queue("ctx_set", ctx=outs["ctx"])
+        return outs["ctx"]
