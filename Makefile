@@ -89,6 +89,16 @@ $(BUILD)/tests/unit/%: $(OBJ_DIR)/tests/unit/%.o $(UNIT_LINK)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# libFuzzer: a whole hostile session against a real worker (sim executor).
+FUZZ_CC   ?= clang
+FUZZ_SRC   = tests/fuzz/fuzz_worker.c $(filter-out host-backend/main.c,$(BACKEND_SRC))
+fuzz: $(BUILD)/fuzz/fuzz_worker
+$(BUILD)/fuzz/fuzz_worker: $(FUZZ_SRC) $(GEN_FILES) $(wildcard host-backend/*.h protocol/*.h)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -g -O1 -fsanitize=fuzzer,address,undefined -std=c11 -D_GNU_SOURCE \
+		-Iprotocol -I$(GEN_DIR) -I$(CUDA_INCLUDE) -Ihost-backend \
+		-o $@ $(FUZZ_SRC) -ldl -lpthread
+
 include tests/tests.mk
 include bench/bench.mk
 
