@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# Install what `make test` needs on a fresh Debian 12 machine, and do nothing
+# (quickly) where it is already there: CI and developers run this on every
+# `make test`.
+#
+#   scripts/install-deps.sh          Debian packages + CUDA 13.0 compiler
+#   scripts/install-deps.sh --check  install nothing; report what is
+#                                    missing and exit 1 if `make test-gpu`
+#                                    cannot run (compiler, make, python3,
+#                                    pytest, a CUDA toolkit). For the GPU
+#                                    machine, which reaches no package
+#                                    registry (DESIGN §8); clang, needed
+#                                    only by `make fuzz`, is reported there
+#                                    but not required.
+#
+# The CUDA compiler comes from PyPI into .deps/cuda-py (DESIGN §7) unless
+# scripts/find-cuda.sh already finds a toolkit with nvcc.
+set -euo pipefail
+
+repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo_root"
+
+check_only=0
+case "${1:-}" in
+    "") ;;
+    --check) check_only=1 ;;
+    *) echo "usage: $0 [--check]" >&2; exit 2 ;;
+esac
+
+deps_dir="$repo_root/.deps"
+stamp="$deps_dir/install-deps.stamp"
+cuda_py="$deps_dir/cuda-py"
+
+# The PyPI packages of the CUDA 13.0 compiler. nvcc is pinned, and nvvm must
+# stay on 13.0: the newest nvvm does not work with this nvcc.
+cuda_pip_pkgs=(
+    'nvidia-cuda-nvcc==13.0.88'
+    'nvidia-nvvm==13.0.*'
+    'nvidia-cuda-runtime==13.0.*'
+    'nvidia-cuda-crt==13.0.*'
+)
+
+log() { echo "install-deps: $*" >&2; }
+
+# Fast path: the stamp records a hash of this script, so editing the list of
+# dependencies invalidates it; find-cuda.sh catches a deleted .deps/cuda-py.
+script_hash=$(sha256sum "${BASH_SOURCE[0]}" | cut -d' ' -f1)
+if [ "$check_only" = 0 ] && [ -f "$stamp" ] \
+   && [ "$(cat "$stamp")" = "$script_hash" ] \
+   && scripts/find-cuda.sh >/dev/null 2>&1; then
+    exit 0
+fi
+
+# ---- Debian packages ---------------------------------------------------------
+# Checked by command, not by package name: a machine that is not Debian (the
+# Ubuntu GPU machine, a developer's laptop) may have the tools some other way.
+#   build-essential  gcc, g++, make, libc headers, libasan/libubsan for the
+#                    sanitizer build
+#   pkg-config       used by the Makefile
+#   clang            libFuzzer target (`make fuzz`)
+#   libclang-rt-14-dev  clang's sanitizer and libFuzzer runtimes, a separate
+#                    package in Debian 12
+#   python3, pytest  the test suite
+apt_missing=()
+need_cmd() {   # need_cmd COMMAND PACKAGE
+    command -v "$1" >/dev/null 2>&1 || apt_missing+=("$2")
+}
+need_cmd gcc build-essential
+need_cmd g++ build-essential
+need_cmd make build-essential
+need_cmd pkg-config pkg-config
+need_cmd python3 python3
+if command -v clang >/dev/null 2>&1; then
+    # clang's resource dir must hold libFuzzer; Debian ships it separately.
+    rt_dir="$(clang -print-resource-dir 2>/dev/null)/lib/linux"
+    if ! ls "$rt_dir"/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1; then
+        apt_missing+=("libclang-rt-$(clang -dumpversion | cut -d. -f1)-dev")
+    fi
+else
+    apt_missing+=(clang libclang-rt-14-dev)
+fi
+# pytest may come from pip (as on the developer machines) or from Debian.
+if ! python3 -m pytest --version >/dev/null 2>&1; then
+    apt_missing+=(python3-pytest)
+fi
+
+# The CUDA compiler from PyPI needs pip, but only if there is no toolkit.
+need_cuda_pip=0
+if ! scripts/find-cuda.sh >/dev/null 2>&1; then
+    need_cuda_pip=1
+    if ! python3 -m pip --version >/dev/null 2>&1; then
+        apt_missing+=(python3-pip)
+    fi
+fi
+
+# Remove duplicates (build-essential may be listed three times).
+if [ ${#apt_missing[@]} -gt 0 ]; then
+    mapfile -t apt_missing < <(printf '%s\n' "${apt_missing[@]}" | sort -u)
+fi
+
+if [ "$check_only" = 1 ]; then
+    status=0
+    required=()
+    for pkg in ${apt_missing[@]+"${apt_missing[@]}"}; do
+        case "$pkg" in
+            clang|libclang-rt-*) log "optional, for make fuzz only: $pkg" ;;
+            *) required+=("$pkg") ;;
+        esac
+    done
+    if [ ${#required[@]} -gt 0 ]; then
+        log "missing packages: ${required[*]}"; status=1
+    fi
+    if [ "$need_cuda_pip" = 1 ]; then
+        log "no CUDA toolkit: set CUDA_HOME, install /usr/local/cuda or put nvcc on PATH"
+        status=1
+    fi
+    [ "$status" = 0 ] && log "everything needed is present (CUDA: $(scripts/find-cuda.sh))"
+    exit "$status"
+fi
+
+if [ ${#apt_missing[@]} -gt 0 ]; then
+    sudo=()
+    if [ "$(id -u)" != 0 ]; then
+        command -v sudo >/dev/null 2>&1 || {
+            log "need root (or sudo) to install: ${apt_missing[*]}"; exit 1; }
+        sudo=(sudo)
+    fi
+    log "installing: ${apt_missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    "${sudo[@]}" apt-get update -qq
+    "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${apt_missing[@]}"
+fi
+
+# ---- CUDA 13.0 compiler from PyPI -------------------------------------------
+if [ "$need_cuda_pip" = 1 ]; then
+    log "installing the CUDA 13.0 compiler from PyPI into .deps/cuda-py"
+    mkdir -p "$deps_dir"
+    # Install into a fresh directory and move it into place at the end, so an
+    # interrupted run leaves no half-populated toolkit (pip --target also
+    # refuses to merge into an existing nvidia/ directory).
+    tmp="$deps_dir/cuda-py.tmp"
+    rm -rf "$tmp"
+    # --target installs outside the system site-packages, which Debian's
+    # externally-managed marker does not forbid; the variable covers pip
+    # versions that check anyway, and older ones ignore it (as they ignore
+    # the one that silences the warning about running pip as root).
+    PIP_BREAK_SYSTEM_PACKAGES=1 PIP_ROOT_USER_ACTION=ignore \
+        python3 -m pip install --quiet \
+        --disable-pip-version-check --no-warn-script-location \
+        --target "$tmp" "${cuda_pip_pkgs[@]}"
+    cu13="$tmp/nvidia/cu13"
+    if [ ! -x "$cu13/bin/nvcc" ]; then
+        log "pip finished but $cu13/bin/nvcc is missing"; exit 1
+    fi
+    # The wheel ships only libcudart.so.13; `nvcc -cudart shared` links
+    # with -lcudart, which needs the unversioned name.
+    ln -sfn libcudart.so.13 "$cu13/lib/libcudart.so"
+    rm -rf "$cuda_py"
+    mv "$tmp" "$cuda_py"
+    if ! scripts/find-cuda.sh >/dev/null; then
+        log "CUDA toolkit installed but scripts/find-cuda.sh does not find it"; exit 1
+    fi
+fi
+
+mkdir -p "$deps_dir"
+echo "$script_hash" > "$stamp"
+log "ready (CUDA: $(scripts/find-cuda.sh))"

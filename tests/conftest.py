@@ -1,0 +1,323 @@
+"""Shared pytest fixtures: paths into the build, a running pvgpud, and
+helpers that run the CUDA test programs (tests/programs/*.cu) natively or
+through pvgpu.
+
+The build directory comes from PVGPU_BUILD (default "build", relative to the
+repository root), so the same tests run against the sanitizer build.
+"""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
+PVGPUD = BUILD / "bin" / "pvgpud"
+SHIM_LIBDIR = BUILD / "lib"
+PROGRAM_DIR = BUILD / "tests"
+
+# One entry per tests/programs/NAME.cu; known from the sources so that
+# collection works before anything is built.
+PROGRAMS = sorted(p.stem for p in (REPO / "tests" / "programs").glob("*.cu"))
+
+# Generous: the sanitizer build on a 2-core CI machine is slow.
+PROGRAM_TIMEOUT = float(os.environ.get("PVGPU_TEST_TIMEOUT", "300"))
+START_TIMEOUT = 10.0
+STOP_TIMEOUT = 10.0
+
+# The token pvgpud expects from TCP clients in the tests.
+TCP_TOKEN = "testvm"
+
+# What a sanitizer prints when it finds something; any of these in a log
+# fails the test even when the process exited cleanly.
+SANITIZER_MARKERS = (
+    "ERROR: AddressSanitizer",
+    "ERROR: LeakSanitizer",
+    "runtime error:",  # UBSan
+)
+
+
+def tail(text, lines=60):
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def sanitizer_report(text):
+    for marker in SANITIZER_MARKERS:
+        if marker in text:
+            return marker
+    return None
+
+
+def program_path(name):
+    path = PROGRAM_DIR / name
+    if not path.exists():
+        pytest.fail(f"{path} is not built (run `make test-programs`)")
+    return path
+
+
+def free_tcp_port():
+    # The kernel picks a free port; it stays free long enough for pvgpud to
+    # bind it in practice.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def unix_uri(path):
+    return f"unix://{path}"  # path is absolute, so unix:///...
+
+
+class Daemon:
+    """A running pvgpud listening on a Unix socket and a TCP port."""
+
+    def __init__(self, executor, workdir):
+        self.executor = executor
+        self.workdir = workdir
+        self.sock_path = workdir / "pvgpu.sock"
+        self.port = free_tcp_port()
+        self.unix = unix_uri(self.sock_path)
+        self.tcp = f"tcp://127.0.0.1:{self.port}"
+        self.log_path = workdir / "pvgpud.log"
+        self.proc = None
+
+    def start(self):
+        if not PVGPUD.exists():
+            pytest.fail(f"{PVGPUD} is not built (run `make`)")
+        cmd = [
+            str(PVGPUD),
+            "--listen", self.unix,
+            "--listen", self.tcp,
+            "--executor", self.executor,
+            "--log-level", "debug",
+        ]
+        # stderr to a file, not a pipe: a chatty debug log must never block
+        # the daemon on a full pipe.
+        self._log_file = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=self._log_file,
+            stderr=subprocess.STDOUT, cwd=self.workdir)
+        self._wait_ready()
+
+    def _wait_ready(self):
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                pytest.fail(f"pvgpud exited with {self.proc.returncode} while "
+                            f"starting:\n{tail(self.log())}")
+            if self._accepts(socket.AF_UNIX, str(self.sock_path)) and \
+               self._accepts(socket.AF_INET, ("127.0.0.1", self.port)):
+                return
+            time.sleep(0.05)
+        self.proc.kill()
+        self.proc.wait()
+        pytest.fail(f"pvgpud did not accept connections within "
+                    f"{START_TIMEOUT:.0f} s:\n{tail(self.log())}")
+
+    @staticmethod
+    def _accepts(family, address):
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.settimeout(1.0)
+            try:
+                s.connect(address)
+                return True
+            except OSError:
+                return False
+
+    def log(self):
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def stop(self):
+        """SIGTERM, and the exit code; None if pvgpud had to be killed
+        because it did not exit within STOP_TIMEOUT."""
+        if self.proc is None:
+            return 0
+        try:
+            if self.proc.poll() is not None:
+                return self.proc.returncode  # died before teardown
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                return self.proc.wait(timeout=STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                return None
+        finally:
+            self._log_file.close()
+
+    def env(self, uri):
+        """Environment for a program that reaches this daemon at uri."""
+        return pvgpu_env(uri)
+
+
+def base_env():
+    env = dict(os.environ)
+    # Never let a caller's settings leak into a run.
+    for var in ("PVGPU_DEVICES", "PVGPU_TOKEN"):
+        env.pop(var, None)
+    return env
+
+
+def with_libdir(env, libdir):
+    old = env.get("LD_LIBRARY_PATH")
+    env["LD_LIBRARY_PATH"] = str(libdir) + (":" + old if old else "")
+    return env
+
+
+_sanitizer_runtime = []
+
+
+def shim_sanitizer_runtime():
+    """The ASan runtime the shim was linked with, if it was (the sanitizer
+    build), else None. The test programs are not built with ASan, and ASan
+    refuses to start unless its runtime is loaded first: such runs need it
+    in LD_PRELOAD."""
+    if not _sanitizer_runtime:
+        found = None
+        shim = SHIM_LIBDIR / "libcudart.so.13"
+        if shim.exists():
+            res = subprocess.run(["ldd", str(shim)], capture_output=True,
+                                 text=True)
+            for line in res.stdout.splitlines():
+                # "libasan.so.8 => /lib/x86_64-linux-gnu/libasan.so.8 (0x...)"
+                parts = line.split()
+                if parts and parts[0].startswith("libasan.so") and \
+                   len(parts) >= 3 and parts[1] == "=>":
+                    found = parts[2]
+        _sanitizer_runtime.append(found)
+    return _sanitizer_runtime[0]
+
+
+def pvgpu_env(uri):
+    """Run through the shim: it comes first on LD_LIBRARY_PATH."""
+    env = with_libdir(base_env(), SHIM_LIBDIR)
+    asan = shim_sanitizer_runtime()
+    if asan:
+        old = env.get("LD_PRELOAD")
+        env["LD_PRELOAD"] = asan + (" " + old if old else "")
+    env["PVGPU_DEVICES"] = uri
+    if uri.startswith("tcp://"):
+        env["PVGPU_TOKEN"] = TCP_TOKEN
+    return env
+
+
+def native_env(libdir):
+    """Run against NVIDIA's own libcudart.so.13 in libdir."""
+    return with_libdir(base_env(), libdir)
+
+
+def run_program(name, env, timeout=PROGRAM_TIMEOUT):
+    return subprocess.run(
+        [str(program_path(name))], env=env, stdin=subprocess.DEVNULL,
+        capture_output=True, text=True, errors="replace", timeout=timeout,
+        cwd=REPO)
+
+
+def describe(res, daemon=None):
+    """Everything needed to understand a failed run."""
+    parts = [f"exit code: {res.returncode}",
+             f"--- stdout (tail) ---\n{tail(res.stdout)}",
+             f"--- stderr (tail) ---\n{tail(res.stderr)}"]
+    if daemon is not None:
+        parts.append(f"--- pvgpud log (tail) ---\n{tail(daemon.log())}")
+    return "\n".join(parts)
+
+
+def assert_passed(res, daemon=None):
+    assert res.returncode >= 0, \
+        f"killed by signal {-res.returncode}\n{describe(res, daemon)}"
+    lines = res.stdout.splitlines()
+    assert res.returncode == 0 and lines and lines[-1] == "PASS", \
+        describe(res, daemon)
+    found = sanitizer_report(res.stderr)
+    assert found is None, f"sanitizer report ({found})\n{describe(res, daemon)}"
+
+
+def pytest_generate_tests(metafunc):
+    # A test that takes `program` runs once per test program.
+    if "program" in metafunc.fixturenames:
+        metafunc.parametrize("program", PROGRAMS)
+
+
+class Programs:
+    """The helpers above, for test modules: they reach them through the
+    `programs` fixture rather than `import conftest`, which becomes
+    ambiguous as soon as another directory has a conftest.py of its own."""
+
+    names = PROGRAMS
+    timeout = PROGRAM_TIMEOUT
+    path = staticmethod(program_path)
+    run = staticmethod(run_program)
+    pvgpu_env = staticmethod(pvgpu_env)
+    native_env = staticmethod(native_env)
+    describe = staticmethod(describe)
+    assert_passed = staticmethod(assert_passed)
+    free_tcp_port = staticmethod(free_tcp_port)
+    repo = REPO
+
+
+@pytest.fixture(scope="session")
+def programs():
+    return Programs()
+
+
+@pytest.fixture
+def short_tmp():
+    """A temporary directory with a short path, for Unix sockets: their
+    paths are limited to 107 bytes, and pytest's tmp_path can be longer."""
+    path = Path(tempfile.mkdtemp(prefix="pvgpu-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def start_pvgpud():
+    """Factory: start_pvgpud(executor) -> a running Daemon. Every daemon
+    started is stopped at teardown, which checks that it exits 0 within 10 s
+    of SIGTERM (DESIGN §8) and that its log holds no sanitizer report."""
+    daemons = []
+    workdirs = []  # short paths, as for short_tmp
+
+    def start(executor="sim"):
+        workdir = Path(tempfile.mkdtemp(prefix="pvgpu-"))
+        workdirs.append(workdir)
+        daemon = Daemon(executor, workdir)
+        daemons.append(daemon)
+        daemon.start()
+        return daemon
+
+    yield start
+
+    problems = []
+    for daemon in daemons:
+        code = daemon.stop()
+        log = daemon.log()
+        if code is None:
+            problems.append(f"pvgpud did not exit within {STOP_TIMEOUT:.0f} s "
+                            f"of SIGTERM:\n{tail(log)}")
+        elif code != 0:
+            problems.append(f"pvgpud exited with {code} after SIGTERM, "
+                            f"expected 0:\n{tail(log)}")
+        found = sanitizer_report(log)
+        if found:
+            problems.append(f"sanitizer report in the pvgpud log "
+                            f"({found}):\n{tail(log, 200)}")
+    for workdir in workdirs:
+        shutil.rmtree(workdir, ignore_errors=True)
+    if problems:
+        pytest.fail("\n\n".join(problems))
+
+
+@pytest.fixture
+def sim_daemon(start_pvgpud):
+    """pvgpud --executor sim, listening on unix and tcp."""
+    return start_pvgpud("sim")

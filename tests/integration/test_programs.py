@@ -1,0 +1,87 @@
+"""The CUDA test programs, unmodified, through the shim against
+`pvgpud --executor sim` over unix and tcp (issue 2, acceptance).
+
+`program` is parametrized over every tests/programs/*.cu by conftest.py.
+"""
+
+import subprocess
+import time
+
+import pytest
+
+# meminfo compares cudaMemGetInfo before and after its own allocations, which
+# other sessions allocating at the same moment would disturb: it runs alone.
+NOT_CONCURRENT = {"meminfo"}
+
+
+@pytest.mark.parametrize("transport", ["unix", "tcp"])
+def test_program(programs, sim_daemon, program, transport):
+    uri = sim_daemon.unix if transport == "unix" else sim_daemon.tcp
+    res = programs.run(program, programs.pvgpu_env(uri))
+    programs.assert_passed(res, sim_daemon)
+
+
+def test_programs_concurrently(programs, sim_daemon):
+    """Several programs at once against one daemon, each a session of its
+    own, over both transports: every one passes."""
+    runs = []
+    for program in programs.names:
+        if program in NOT_CONCURRENT:
+            continue
+        for uri in (sim_daemon.unix, sim_daemon.tcp):
+            proc = subprocess.Popen(
+                [str(programs.path(program))], env=programs.pvgpu_env(uri),
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, text=True, errors="replace")
+            runs.append((program, uri, proc))
+    assert len(runs) >= 4
+
+    deadline = time.monotonic() + programs.timeout
+    results = []
+    for program, uri, proc in runs:
+        try:
+            out, err = proc.communicate(
+                timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        results.append((program, uri, subprocess.CompletedProcess(
+            proc.args, proc.returncode, out, err)))
+
+    failed = [(p, u, r) for p, u, r in results
+              if r.returncode != 0 or r.stdout.splitlines()[-1:] != ["PASS"]]
+    assert not failed, "\n\n".join(
+        f"=== {p} over {u}\n{programs.describe(r)}" for p, u, r in failed) + \
+        f"\n--- pvgpud log (tail) ---\n{sim_daemon.log()[-8000:]}"
+    for _, _, res in results:
+        programs.assert_passed(res, sim_daemon)
+
+
+def unreachable_uri(programs, short_tmp, transport):
+    if transport == "unix":
+        return f"unix://{short_tmp}/nobody-listens.sock"
+    return f"tcp://127.0.0.1:{programs.free_tcp_port()}"
+
+
+@pytest.mark.parametrize("transport", ["unix", "tcp"])
+def test_unreachable_backend(programs, short_tmp, transport):
+    """No backend behind PVGPU_DEVICES: cudaGetDeviceCount reports
+    cudaErrorNoDevice and `devices` fails cleanly, without a signal."""
+    uri = unreachable_uri(programs, short_tmp, transport)
+    res = programs.run("devices", programs.pvgpu_env(uri), timeout=60)
+    assert res.returncode >= 0, \
+        f"killed by signal {-res.returncode}\n{programs.describe(res)}"
+    assert res.returncode == 1, programs.describe(res)
+    assert "cudaGetDeviceCount: cudaErrorNoDevice" in res.stdout, \
+        programs.describe(res)
+    assert res.stdout.splitlines()[-1].startswith("FAIL:"), \
+        programs.describe(res)
+
+
+def test_unreachable_backend_every_program(programs, short_tmp, program):
+    """Every program's first call fails the same way; none crashes."""
+    uri = unreachable_uri(programs, short_tmp, "unix")
+    res = programs.run(program, programs.pvgpu_env(uri), timeout=60)
+    assert res.returncode == 1, programs.describe(res)
+    assert "cudaGetDeviceCount: cudaErrorNoDevice" in res.stdout, \
+        programs.describe(res)
