@@ -36,6 +36,9 @@ uint64_t pvgpu_handle_add(struct pvgpu_handles *t, enum pvgpu_handle_kind kind,
 	t->v[i].exec_handle = exec_handle;
 	t->v[i].ctx = ctx;
 	t->v[i].device = device;
+	t->v[i].module = 0;
+	t->v[i].data = NULL;
+	t->v[i].ndata = 0;
 	return ((uint64_t)t->v[i].gen << ID_INDEX_BITS) | (i + 1);
 }
 
@@ -52,16 +55,26 @@ struct pvgpu_handle *pvgpu_handle_get(struct pvgpu_handles *t, uint64_t id,
 	return &t->v[index - 1];
 }
 
+void pvgpu_handle_release(struct pvgpu_handle *h)
+{
+	free(h->data);
+	h->data = NULL;
+	h->ndata = 0;
+	h->kind = H_FREE;
+}
+
 void pvgpu_handle_del(struct pvgpu_handles *t, uint64_t id)
 {
 	uint64_t index = id & ID_INDEX_MASK;
 
 	if (index && index <= t->n)
-		t->v[index - 1].kind = H_FREE;
+		pvgpu_handle_release(&t->v[index - 1]);
 }
 
 void pvgpu_handles_free(struct pvgpu_handles *t)
 {
+	for (uint32_t i = 0; i < t->n; i++)
+		pvgpu_handle_release(&t->v[i]);
 	free(t->v);
 	memset(t, 0, sizeof(*t));
 }

@@ -11,14 +11,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum pvgpu_handle_kind { H_FREE, H_CTX, H_STREAM, H_EVENT };
+enum pvgpu_handle_kind { H_FREE, H_CTX, H_STREAM, H_EVENT, H_MODULE, H_FUNC };
 
 struct pvgpu_handle {
 	enum pvgpu_handle_kind kind;
 	uint32_t gen;			/* bumps on reuse: stale ids miss */
 	uint64_t exec_handle;		/* the executor's own value */
-	uint64_t ctx;			/* owning context's id (streams, events) */
+	uint64_t ctx;			/* owning context's id (all but contexts) */
+	uint64_t module;		/* owning module's id (functions) */
 	int32_t device;			/* contexts */
+	void *data;			/* owned extra state, freed with the handle */
+	uint32_t ndata;			/* entries in data */
 };
 
 struct pvgpu_handles {
@@ -33,11 +36,14 @@ uint64_t pvgpu_handle_add(struct pvgpu_handles *t, enum pvgpu_handle_kind kind,
 struct pvgpu_handle *pvgpu_handle_get(struct pvgpu_handles *t, uint64_t id,
 				      enum pvgpu_handle_kind kind);
 void pvgpu_handle_del(struct pvgpu_handles *t, uint64_t id);
+/* Free one entry found by iterating t->v. */
+void pvgpu_handle_release(struct pvgpu_handle *h);
 void pvgpu_handles_free(struct pvgpu_handles *t);
 
 struct pvgpu_alloc {
 	uint64_t base, size;
 	uint64_t ctx;
+	uint64_t module;		/* a module's global: not for mem_free */
 	int32_t device;
 };
 

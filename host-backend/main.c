@@ -4,6 +4,7 @@
  *   pvgpud --listen URI [--listen URI ...] --executor cuda|sim
  *          [--config FILE] [--log-level error|warn|info|debug]
  *          [--block-size BYTES] [--max-sessions N] [--tcp-token TOKEN]
+ *          [--module-cache DIR]
  *
  * Runs in the foreground, logs to stderr, exits cleanly on SIGTERM.
  * Exit codes: 0 success, 1 runtime failure, 2 bad usage.
@@ -12,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "executor.h"
 #include "log.h"
@@ -22,6 +24,7 @@ static const char usage[] =
 	"usage: pvgpud --listen URI [--listen URI ...] --executor cuda|sim\n"
 	"              [--config FILE] [--log-level error|warn|info|debug]\n"
 	"              [--block-size BYTES] [--max-sessions N] [--tcp-token TOKEN]\n"
+	"              [--module-cache DIR]\n"
 	"URIs: unix:///PATH, tcp://HOST:PORT, vsock://any:PORT\n";
 
 static int bad_usage(const char *what)
@@ -58,6 +61,7 @@ int main(int argc, char **argv)
 		{ "block-size", required_argument, NULL, 'b' },
 		{ "max-sessions", required_argument, NULL, 'm' },
 		{ "tcp-token", required_argument, NULL, 't' },
+		{ "module-cache", required_argument, NULL, 'M' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -69,6 +73,7 @@ int main(int argc, char **argv)
 	};
 	struct pvgpu_supervisor sv;
 	const char *config = NULL;
+	char cache_dir[64];
 	int opt, rc;
 
 	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -106,6 +111,9 @@ int main(int argc, char **argv)
 		case 't':
 			cfg.tcp_token = optarg;
 			break;
+		case 'M':
+			cfg.module_cache = optarg;
+			break;
 		case 'h':
 			fputs(usage, stdout);
 			return 0;
@@ -131,6 +139,12 @@ int main(int argc, char **argv)
 			config);
 	}
 
+	/* Module images are kept across sessions unless told otherwise. */
+	if (!cfg.module_cache) {
+		snprintf(cache_dir, sizeof(cache_dir), "/tmp/pvgpud-modules-%u",
+			 (unsigned int)geteuid());
+		cfg.module_cache = cache_dir;
+	}
 	if (pvgpu_supervisor_init(&sv, &cfg))
 		return 1;
 	log_info("pvgpud started: executor %s, block %u bytes", cfg.exec->name,

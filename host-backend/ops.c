@@ -217,7 +217,9 @@ int32_t pvgpu_handle_ctx_destroy(struct pvgpu_worker *w,
 		struct pvgpu_alloc *a = &w->allocs.v[i];
 
 		if (a->ctx == req->ctx) {
-			atomic_fetch_sub(&w->slot->mem_used[a->device], a->size);
+			if (!a->module)
+				atomic_fetch_sub(&w->slot->mem_used[a->device],
+						 a->size);
 			pvgpu_alloc_del(&w->allocs, a);
 		}
 	}
@@ -225,7 +227,7 @@ int32_t pvgpu_handle_ctx_destroy(struct pvgpu_worker *w,
 		struct pvgpu_handle *o = &w->handles.v[i];
 
 		if (o->kind != H_FREE && o->kind != H_CTX && o->ctx == req->ctx)
-			o->kind = H_FREE;
+			pvgpu_handle_release(o);
 	}
 	pvgpu_handle_del(&w->handles, req->ctx);
 	if (req->ctx == w->cur_ctx)
@@ -279,6 +281,7 @@ int32_t pvgpu_handle_mem_alloc(struct pvgpu_worker *w,
 		return st;
 	a.size = req->size;
 	a.ctx = w->cur_ctx;
+	a.module = 0;
 	a.device = current_ctx(w)->device;
 	if (pvgpu_alloc_add(&w->allocs, &a)) {
 		w->ex_ops->mem_free(w->ex, a.base);
@@ -298,7 +301,7 @@ int32_t pvgpu_handle_mem_free(struct pvgpu_worker *w,
 	if (st)
 		return st;
 	a = pvgpu_alloc_find(&w->allocs, req->dptr);
-	if (!a || a->ctx != w->cur_ctx)
+	if (!a || a->ctx != w->cur_ctx || a->module)
 		return CUDA_ERROR_INVALID_VALUE;
 	st = w->ex_ops->mem_free(w->ex, a->base);
 	if (st)

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "modcache.h"
 #include "supervisor.h"
 
 static void human_bytes(uint64_t n, char *out, size_t len)
@@ -82,6 +83,7 @@ int pvgpu_supervisor_init(struct pvgpu_supervisor *sv,
 	sv->wcfg.exec = cfg->exec;
 	sv->wcfg.block = cfg->block;
 	sv->wcfg.required_token = cfg->tcp_token;
+	sv->wcfg.module_cache = cfg->module_cache;
 
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGTERM);
@@ -93,6 +95,11 @@ int pvgpu_supervisor_init(struct pvgpu_supervisor *sv,
 	sv->sigfd = signalfd(-1, &mask, SFD_CLOEXEC);
 	if (sv->sigfd < 0) {
 		log_error("signalfd: %s", strerror(errno));
+		goto err;
+	}
+	if (cfg->module_cache &&
+	    pvgpu_modcache_init(cfg->module_cache, err, sizeof(err))) {
+		log_error("%s", err);
 		goto err;
 	}
 	sv->acct = pvgpu_accounting_create(cfg->max_sessions);

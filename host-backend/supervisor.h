@@ -29,6 +29,7 @@ struct pvgpu_supervisor_config {
 	uint32_t block;
 	uint32_t max_sessions;
 	const char *tcp_token;
+	const char *module_cache;	/* directory; NULL: no cross-session cache */
 };
 
 /* 0, or -1 after logging why (the caller exits 1). */

@@ -31,6 +31,7 @@ struct pvgpu_worker_config {
 	const struct pvgpu_executor_ops *exec;
 	uint32_t block;			/* bulk block (DATA frame) size */
 	const char *required_token;	/* TCP callers must present it; NULL: any */
+	const char *module_cache;	/* directory of images by hash */
 };
 
 struct pvgpu_worker {
@@ -74,6 +75,8 @@ int pvgpu_worker_run(int fd, const struct pvgpu_peer *peer,
 int pvgpu_worker_read(struct pvgpu_worker *w, void *buf, size_t len);
 int pvgpu_worker_read_data_hdr(struct pvgpu_worker *w, uint32_t max,
 			       uint32_t *len);
+/* Read the DATA frames of the current request, size bytes in all. */
+int pvgpu_worker_recv_data(struct pvgpu_worker *w, uint8_t *buf, uint64_t size);
 int pvgpu_worker_send_data(struct pvgpu_worker *w, const void *buf,
 			   uint32_t len);
 int pvgpu_worker_send_reply(struct pvgpu_worker *w, uint16_t opcode,

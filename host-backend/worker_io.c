@@ -129,3 +129,24 @@ int pvgpu_worker_send_reply(struct pvgpu_worker *w, uint16_t opcode,
 	w->deferred = 0;
 	return write_all(w, iov, len ? 2 : 1);
 }
+
+int pvgpu_worker_recv_data(struct pvgpu_worker *w, uint8_t *buf, uint64_t size)
+{
+	uint64_t off = 0;
+
+	while (off < size) {
+		uint32_t len;
+
+		if (pvgpu_worker_read_data_hdr(w, PVGPU_MAX_DATA_FRAME, &len))
+			return -1;
+		if (len > size - off) {
+			log_warn("protocol error: DATA frames exceed the announced size; ending session");
+			w->fatal = 1;
+			return -1;
+		}
+		if (pvgpu_worker_read(w, buf + off, len))
+			return -1;
+		off += len;
+	}
+	return 0;
+}

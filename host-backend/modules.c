@@ -1,0 +1,278 @@
+/*
+ * modules.c - the backend's half of modules and kernels (DESIGN §3).
+ *
+ * A guest uploads each fatbinary once per process (module_load), or names
+ * one the backend already holds (module_lookup); functions are resolved by
+ * name together with their parameter layout, and launches arrive batched.
+ * Globals of a module become ranges the session owns, so copies to and from
+ * symbols pass the same range checks as any other device memory.
+ */
+#include <cuda.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "modcache.h"
+#include "pvgpu_dispatch.h"
+#include "worker.h"
+
+#define MAX_IMAGE	(512ull << 20)
+#define MAX_PARAMS	1024
+
+static int32_t load_image(struct pvgpu_worker *w, const uint8_t *image,
+			  size_t len, uint64_t *id)
+{
+	uint64_t module;
+	int32_t st;
+
+	if (!w->ex)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!w->cur_ctx)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	st = w->ex_ops->module_load(w->ex, image, len, &module);
+	if (st)
+		return st;
+	*id = pvgpu_handle_add(&w->handles, H_MODULE, module, w->cur_ctx, 0);
+	if (!*id) {
+		w->ex_ops->module_unload(w->ex, module);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	return CUDA_SUCCESS;
+}
+
+int32_t pvgpu_handle_module_load(struct pvgpu_worker *w,
+				 const struct pvgpu_module_load_req *req,
+				 struct pvgpu_module_load_rep *rep)
+{
+	uint8_t *image;
+	int32_t st;
+
+	if (req->size == 0 || req->size > MAX_IMAGE) {
+		pvgpu_copy_refuse_htod(w, req->size);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	image = malloc(req->size + 1);
+	if (!image) {
+		pvgpu_copy_refuse_htod(w, req->size);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	if (pvgpu_worker_recv_data(w, image, req->size)) {
+		free(image);
+		return CUDA_ERROR_INVALID_VALUE;	/* session is over anyway */
+	}
+	image[req->size] = '\0';
+	if (pvgpu_image_check(image, req->size)) {
+		log_info("module_load: image of %llu bytes is not a whole fatbinary, cubin or PTX",
+			 (unsigned long long)req->size);
+		free(image);
+		return CUDA_ERROR_INVALID_IMAGE;
+	}
+	st = load_image(w, image, req->size, &rep->module);
+	if (st == CUDA_SUCCESS && w->cfg->module_cache &&
+	    pvgpu_sha256(image, req->size, rep->hash) == 0) {
+		rep->hash_len = PVGPU_HASH_SIZE;
+		if (pvgpu_modcache_put(w->cfg->module_cache, rep->hash, image,
+				       req->size))
+			log_warn("cannot store a module in %s", w->cfg->module_cache);
+	}
+	free(image);
+	return st;
+}
+
+int32_t pvgpu_handle_module_lookup(struct pvgpu_worker *w,
+				   const struct pvgpu_module_lookup_req *req,
+				   struct pvgpu_module_lookup_rep *rep)
+{
+	uint8_t *image;
+	size_t len;
+	int32_t st;
+
+	if (req->hash_len != PVGPU_HASH_SIZE || !w->cfg->module_cache)
+		return CUDA_ERROR_NOT_FOUND;
+	image = pvgpu_modcache_get(w->cfg->module_cache, req->hash, &len);
+	if (!image)
+		return CUDA_ERROR_NOT_FOUND;
+	st = pvgpu_image_check(image, len) ? CUDA_ERROR_INVALID_IMAGE :
+		load_image(w, image, len, &rep->module);
+	free(image);
+	return st;
+}
+
+/* Forget a module's functions and globals (the executor freed them). */
+static void forget_module(struct pvgpu_worker *w, uint64_t id)
+{
+	for (uint32_t i = 0; i < w->handles.n; i++) {
+		struct pvgpu_handle *h = &w->handles.v[i];
+
+		if (h->kind == H_FUNC && h->module == id)
+			pvgpu_handle_release(h);
+	}
+	for (size_t i = w->allocs.n; i-- > 0;)
+		if (w->allocs.v[i].module == id)
+			pvgpu_alloc_del(&w->allocs, &w->allocs.v[i]);
+	pvgpu_handle_del(&w->handles, id);
+}
+
+static struct pvgpu_handle *lookup_module(struct pvgpu_worker *w, uint64_t id)
+{
+	struct pvgpu_handle *h = pvgpu_handle_get(&w->handles, id, H_MODULE);
+
+	return h && h->ctx == w->cur_ctx ? h : NULL;
+}
+
+int32_t pvgpu_handle_module_unload(struct pvgpu_worker *w,
+				   const struct pvgpu_module_unload_req *req)
+{
+	struct pvgpu_handle *h = lookup_module(w, req->module);
+	int32_t st;
+
+	if (!h)
+		return CUDA_ERROR_INVALID_HANDLE;
+	st = w->ex_ops->module_unload(w->ex, h->exec_handle);
+	forget_module(w, req->module);
+	return st;
+}
+
+int32_t pvgpu_handle_module_get_function(struct pvgpu_worker *w,
+					 const struct pvgpu_module_get_function_req *req,
+					 struct pvgpu_module_get_function_rep *rep)
+{
+	struct pvgpu_handle *mod = lookup_module(w, req->module), *fh;
+	struct pvgpu_param_info *layout;
+	uint64_t func, id;
+	uint32_t count = 0;
+	int32_t st;
+
+	if (!mod)
+		return CUDA_ERROR_INVALID_HANDLE;
+	st = w->ex_ops->module_function(w->ex, mod->exec_handle, req->name, &func);
+	if (st)
+		return st;
+	layout = calloc(MAX_PARAMS, sizeof(*layout));
+	if (!layout)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	st = w->ex_ops->function_params(w->ex, func, layout, MAX_PARAMS, &count);
+	if (st == CUDA_SUCCESS && count > MAX_PARAMS)
+		st = CUDA_ERROR_NOT_SUPPORTED;	/* more than the wire carries */
+	if (st) {
+		free(layout);
+		return st;
+	}
+	id = pvgpu_handle_add(&w->handles, H_FUNC, func, w->cur_ctx, 0);
+	if (!id) {
+		free(layout);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	/* Look it up again: pvgpu_handle_add may have moved the table. */
+	fh = pvgpu_handle_get(&w->handles, id, H_FUNC);
+	fh->module = req->module;
+	fh->data = layout;
+	fh->ndata = count;
+	for (uint32_t i = 0; i < count; i++) {
+		rep->param_offset[i] = layout[i].offset;
+		rep->param_size[i] = layout[i].size;
+	}
+	rep->param_offset_count = rep->param_size_count = count;
+	rep->func = id;
+	return CUDA_SUCCESS;
+}
+
+int32_t pvgpu_handle_module_get_global(struct pvgpu_worker *w,
+				       const struct pvgpu_module_get_global_req *req,
+				       struct pvgpu_module_get_global_rep *rep)
+{
+	struct pvgpu_handle *mod = lookup_module(w, req->module);
+	struct pvgpu_alloc a = { 0 };
+	int32_t st;
+
+	if (!mod)
+		return CUDA_ERROR_INVALID_HANDLE;
+	st = w->ex_ops->module_global(w->ex, mod->exec_handle, req->name,
+				      &rep->dptr, &rep->size);
+	if (st)
+		return st;
+	/* Record the global once so copies to the symbol pass range checks. */
+	if (rep->size && !pvgpu_alloc_find(&w->allocs, rep->dptr)) {
+		a.base = rep->dptr;
+		a.size = rep->size;
+		a.ctx = w->cur_ctx;
+		a.module = req->module;
+		a.device = pvgpu_handle_get(&w->handles, w->cur_ctx, H_CTX)->device;
+		if (pvgpu_alloc_add(&w->allocs, &a))
+			return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	return CUDA_SUCCESS;
+}
+
+static struct pvgpu_handle *lookup_function(struct pvgpu_worker *w, uint64_t id)
+{
+	struct pvgpu_handle *h = pvgpu_handle_get(&w->handles, id, H_FUNC);
+
+	return h && h->ctx == w->cur_ctx ? h : NULL;
+}
+
+int32_t pvgpu_handle_func_get_attribute(struct pvgpu_worker *w,
+					const struct pvgpu_func_get_attribute_req *req,
+					struct pvgpu_func_get_attribute_rep *rep)
+{
+	struct pvgpu_handle *f = lookup_function(w, req->func);
+
+	if (!f)
+		return CUDA_ERROR_INVALID_HANDLE;
+	return w->ex_ops->function_attribute(w->ex, f->exec_handle, req->attr,
+					     &rep->value);
+}
+
+int32_t pvgpu_handle_func_set_attribute(struct pvgpu_worker *w,
+					const struct pvgpu_func_set_attribute_req *req)
+{
+	struct pvgpu_handle *f = lookup_function(w, req->func);
+
+	if (!f)
+		return CUDA_ERROR_INVALID_HANDLE;
+	return w->ex_ops->function_set_attribute(w->ex, f->exec_handle,
+						 req->attr, req->value);
+}
+
+int32_t pvgpu_handle_launch_kernel(struct pvgpu_worker *w,
+				   const struct pvgpu_launch_kernel_req *req)
+{
+	struct pvgpu_handle *f = lookup_function(w, req->func);
+	const struct pvgpu_param_info *layout;
+	struct pvgpu_launch l;
+	uint64_t stream = 0;
+	uint64_t need = 0;
+
+	if (!f)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (req->stream) {
+		struct pvgpu_handle *s = pvgpu_handle_get(&w->handles, req->stream,
+							  H_STREAM);
+
+		if (!s || s->ctx != w->cur_ctx)
+			return CUDA_ERROR_INVALID_HANDLE;
+		stream = s->exec_handle;
+	}
+	/* The buffer must cover every parameter the kernel will read. */
+	layout = f->data;
+	for (uint32_t i = 0; i < f->ndata; i++) {
+		uint64_t end = (uint64_t)layout[i].offset + layout[i].size;
+
+		if (end > need)
+			need = end;
+	}
+	if (req->params_len < need)
+		return CUDA_ERROR_INVALID_VALUE;
+	l = (struct pvgpu_launch){
+		.func = f->exec_handle,
+		.grid = { req->grid_x, req->grid_y, req->grid_z },
+		.block = { req->block_x, req->block_y, req->block_z },
+		.shared_bytes = req->shared_bytes,
+		.stream = stream,
+		.params = req->params,
+		.params_size = req->params_len,
+		.layout = layout,
+		.nparams = f->ndata,
+	};
+	return w->ex_ops->launch(w->ex, &l);
+}
