@@ -77,8 +77,9 @@ def unix_uri(path):
 class Daemon:
     """A running pvgpud listening on a Unix socket and a TCP port."""
 
-    def __init__(self, executor, workdir):
+    def __init__(self, executor, workdir, extra_args=()):
         self.executor = executor
+        self.extra_args = list(extra_args)
         self.workdir = workdir
         self.sock_path = workdir / "pvgpu.sock"
         self.port = free_tcp_port()
@@ -96,7 +97,8 @@ class Daemon:
             "--listen", self.tcp,
             "--executor", self.executor,
             "--log-level", "debug",
-        ]
+            "--module-cache", str(self.workdir / "modules"),
+        ] + self.extra_args
         # stderr to a file, not a pipe: a chatty debug log must never block
         # the daemon on a full pipe.
         self._log_file = open(self.log_path, "wb")
@@ -287,10 +289,10 @@ def start_pvgpud():
     daemons = []
     workdirs = []  # short paths, as for short_tmp
 
-    def start(executor="sim"):
+    def start(executor="sim", extra_args=()):
         workdir = Path(tempfile.mkdtemp(prefix="pvgpu-"))
         workdirs.append(workdir)
-        daemon = Daemon(executor, workdir)
+        daemon = Daemon(executor, workdir, extra_args)
         daemons.append(daemon)
         daemon.start()
         return daemon
