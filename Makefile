@@ -114,6 +114,10 @@ test-gpu:
 	$(MAKE) all
 	$(PYTEST) -q -m gpu tests/gpu
 
+demo: deps
+	$(MAKE) all
+	BUILD=$(BUILD) scripts/demo.sh
+
 clean:
 	rm -rf build build-asan
 
