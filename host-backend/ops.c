@@ -50,14 +50,15 @@ static int32_t lookup_event(struct pvgpu_worker *w, uint64_t id, uint64_t *exec)
 	return CUDA_SUCCESS;
 }
 
-/* [ptr, ptr+len) must lie inside one allocation of the current context. */
+/*
+ * [ptr, ptr+len) must lie inside one allocation of this session.  Any of
+ * its contexts will do: with unified addressing a copy issued in one
+ * context may touch another device's memory, as NVIDIA's runtime does.
+ */
 static int32_t check_range(struct pvgpu_worker *w, uint64_t ptr, uint64_t len)
 {
-	struct pvgpu_alloc *a = pvgpu_alloc_range(&w->allocs, ptr, len);
-
-	if (!a || a->ctx != w->cur_ctx)
-		return CUDA_ERROR_INVALID_VALUE;
-	return CUDA_SUCCESS;
+	return pvgpu_alloc_range(&w->allocs, ptr, len) ? CUDA_SUCCESS :
+							 CUDA_ERROR_INVALID_VALUE;
 }
 
 static struct pvgpu_handle *current_ctx(struct pvgpu_worker *w)
@@ -301,7 +302,7 @@ int32_t pvgpu_handle_mem_free(struct pvgpu_worker *w,
 	if (st)
 		return st;
 	a = pvgpu_alloc_find(&w->allocs, req->dptr);
-	if (!a || a->ctx != w->cur_ctx || a->module)
+	if (!a || a->module)
 		return CUDA_ERROR_INVALID_VALUE;
 	st = w->ex_ops->mem_free(w->ex, a->base);
 	if (st)

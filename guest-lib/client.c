@@ -1,0 +1,459 @@
+/*
+ * client.c - the protocol client: framing, batching and bulk data for one
+ * connection to one backend (protocol/README.md).
+ *
+ * Bulk data never passes through a library buffer: DATA frames are sent
+ * with writev straight from the caller's memory and received straight into
+ * it.  Everything the backend sends is checked before it is used.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client.h"
+#include "debug.h"
+#include "pvgpu_guest.h"
+#include "pvgpu_proto.h"
+#include "transport.h"
+#include "wire.h"
+
+/* DATA frames per sendmsg: 2 iovecs each, well under IOV_MAX. */
+#define FRAMES_PER_SEND		32
+
+struct pvgpu_client {
+	pthread_mutex_t lock;		/* the wire: one message at a time */
+	struct pvgpu_transport tr;
+	char uri[256];			/* for diagnostics */
+	int broken;			/* set once; every call then fails */
+	uint64_t next_id;
+	uint16_t version;		/* in headers we send */
+	struct pvgpu_client_info info;
+	/* Queued async messages, after room for one BATCH header. */
+	uint8_t *batch;
+	size_t batch_len;		/* payload bytes after the header */
+	unsigned int batch_count;
+	uint8_t *reply;			/* one reply payload */
+};
+
+static uint64_t take_id(struct pvgpu_client *c)
+{
+	if (!c->next_id)		/* 0 is never a request id */
+		c->next_id = 1;
+	return c->next_id++;
+}
+
+static void put_hdr(struct pvgpu_client *c, uint8_t *out, uint16_t opcode,
+		    uint32_t length, uint64_t id)
+{
+	struct pvgpu_hdr h = {
+		.magic = PVGPU_MAGIC,
+		.version = c->version,
+		.opcode = opcode,
+		.flags = 0,
+		.length = length,
+		.id = id,
+	};
+
+	pvgpu_hdr_encode(out, &h);
+}
+
+/* The stream is unusable (lost, or out of step): close it for good. */
+static int32_t break_locked(struct pvgpu_client *c, const char *why, int err)
+{
+	if (!c->broken) {
+		pvgpu_debug("%s: connection lost: %s%s%s", c->uri, why,
+			    err ? ": " : "", err ? strerror(err) : "");
+		c->broken = 1;
+		c->tr.ops->close(&c->tr);
+	}
+	return PVGPU_CLIENT_EIO;
+}
+
+static int32_t flush_locked(struct pvgpu_client *c)
+{
+	struct iovec iov;
+	int rc;
+
+	if (!c->batch_count)
+		return 0;
+	if (c->batch_count == 1) {
+		/* A lone message needs no BATCH wrapper. */
+		iov.iov_base = c->batch + PVGPU_HDR_SIZE;
+		iov.iov_len = c->batch_len;
+	} else {
+		put_hdr(c, c->batch, PVGPU_OP_BATCH, (uint32_t)c->batch_len,
+			take_id(c));
+		iov.iov_base = c->batch;
+		iov.iov_len = PVGPU_HDR_SIZE + c->batch_len;
+	}
+	c->batch_len = 0;
+	c->batch_count = 0;
+	rc = c->tr.ops->sendv(&c->tr, &iov, 1);
+	if (rc)
+		return break_locked(c, "send batch", -rc);
+	return 0;
+}
+
+/* Header, payload, then data as DATA frames of at most data_block bytes. */
+static int32_t send_request_locked(struct pvgpu_client *c, uint16_t opcode,
+				   uint64_t id, const uint8_t *req,
+				   size_t req_len, const uint8_t *data,
+				   uint64_t data_len)
+{
+	uint8_t hdr[PVGPU_HDR_SIZE];
+	uint8_t frame_hdr[FRAMES_PER_SEND][PVGPU_HDR_SIZE];
+	struct iovec iov[2 + 2 * FRAMES_PER_SEND];
+	uint64_t off = 0;
+	int n = 0, rc;
+
+	put_hdr(c, hdr, opcode, (uint32_t)req_len, id);
+	iov[n++] = (struct iovec){ hdr, PVGPU_HDR_SIZE };
+	if (req_len)
+		iov[n++] = (struct iovec){ (void *)req, req_len };
+	do {
+		for (int f = 0; f < FRAMES_PER_SEND && off < data_len; f++) {
+			uint64_t chunk = data_len - off;
+
+			if (chunk > c->info.data_block)
+				chunk = c->info.data_block;
+			put_hdr(c, frame_hdr[f], PVGPU_OP_DATA, (uint32_t)chunk, id);
+			iov[n++] = (struct iovec){ frame_hdr[f], PVGPU_HDR_SIZE };
+			iov[n++] = (struct iovec){ (void *)(data + off), (size_t)chunk };
+			off += chunk;
+		}
+		rc = c->tr.ops->sendv(&c->tr, iov, n);
+		if (rc)
+			return break_locked(c, "send", -rc);
+		n = 0;
+	} while (off < data_len);
+	return 0;
+}
+
+/*
+ * Read until the reply to (opcode, id): DATA frames first, each written at
+ * the running offset of data_out.
+ */
+static int32_t read_reply_locked(struct pvgpu_client *c, uint16_t opcode,
+				 uint64_t id, uint8_t *data_out,
+				 uint64_t data_len, uint8_t *rep,
+				 size_t rep_cap, size_t *rep_len)
+{
+	uint8_t raw[PVGPU_HDR_SIZE];
+	struct pvgpu_hdr h;
+	uint64_t got = 0;
+	int32_t status, deferred;
+	size_t fields;
+	int rc;
+
+	for (;;) {
+		rc = c->tr.ops->recv(&c->tr, raw, sizeof(raw));
+		if (rc)
+			return break_locked(c, "receive", -rc);
+		if (pvgpu_hdr_decode(raw, &h))
+			return break_locked(c, "bad magic from backend", 0);
+		if (!(h.flags & PVGPU_F_REPLY) || h.id != id)
+			return break_locked(c, "unexpected message from backend", 0);
+		if (h.opcode != PVGPU_OP_DATA)
+			break;
+		if (!data_out || h.length > PVGPU_MAX_DATA_FRAME ||
+		    h.length > data_len - got)
+			return break_locked(c, "unexpected data from backend", 0);
+		rc = c->tr.ops->recv(&c->tr, data_out + got, h.length);
+		if (rc)
+			return break_locked(c, "receive data", -rc);
+		got += h.length;
+	}
+	if (h.opcode != opcode || h.length > PVGPU_MAX_PAYLOAD ||
+	    h.length < PVGPU_REPLY_PREFIX)
+		return break_locked(c, "bad reply from backend", 0);
+	rc = c->tr.ops->recv(&c->tr, c->reply, h.length);
+	if (rc)
+		return break_locked(c, "receive reply", -rc);
+
+	/* The stream is in step from here on: errors are this call's only. */
+	status = (int32_t)pvgpu_get_u32(c->reply);
+	deferred = (int32_t)pvgpu_get_u32(c->reply + 4);
+	fields = h.length - PVGPU_REPLY_PREFIX;
+	if (fields > rep_cap)
+		return PVGPU_CLIENT_EPROTO;
+	memcpy(rep, c->reply + PVGPU_REPLY_PREFIX, fields);
+	*rep_len = fields;
+	/* Not a CUresult: must not pass for one of our own codes. */
+	if (status < 0)
+		status = 999;		/* CUDA_ERROR_UNKNOWN */
+	if (deferred < 0)
+		deferred = 999;
+	if (status)
+		return status;
+	if (data_out && got != data_len)
+		return PVGPU_CLIENT_EPROTO;
+	return deferred;
+}
+
+int32_t pvgpu_client_call(struct pvgpu_client *c, uint16_t opcode,
+			  const uint8_t *req, size_t req_len,
+			  const void *data_in, uint64_t data_len,
+			  void *data_out, uint8_t *rep, size_t rep_cap,
+			  size_t *rep_len)
+{
+	uint64_t id;
+	int32_t st;
+
+	*rep_len = 0;
+	if (req_len > PVGPU_MAX_PAYLOAD || (data_in && data_out) ||
+	    (data_len && !data_in && !data_out))
+		return PVGPU_CLIENT_EENCODE;
+	pthread_mutex_lock(&c->lock);
+	if (c->broken) {
+		st = PVGPU_CLIENT_EIO;
+		goto out;
+	}
+	/* The backend must see the queue first: program order. */
+	st = flush_locked(c);
+	if (st)
+		goto out;
+	id = take_id(c);
+	st = send_request_locked(c, opcode, id, req, req_len, data_in,
+				 data_in ? data_len : 0);
+	if (st)
+		goto out;
+	st = read_reply_locked(c, opcode, id, data_out, data_out ? data_len : 0,
+			       rep, rep_cap, rep_len);
+out:
+	pthread_mutex_unlock(&c->lock);
+	return st;
+}
+
+int32_t pvgpu_client_queue(struct pvgpu_client *c, uint16_t opcode,
+			   const uint8_t *req, size_t req_len,
+			   const void *data_in, uint64_t data_in_len)
+{
+	size_t need = PVGPU_HDR_SIZE + req_len;
+	uint8_t *slot;
+	int32_t st = 0;
+
+	if (req_len > PVGPU_MAX_PAYLOAD || (data_in_len && !data_in))
+		return PVGPU_CLIENT_EENCODE;
+	pthread_mutex_lock(&c->lock);
+	if (c->broken) {
+		st = PVGPU_CLIENT_EIO;
+		goto out;
+	}
+	if (data_in_len) {
+		/* Data must be on the wire before the caller reuses it. */
+		st = flush_locked(c);
+		if (!st)
+			st = send_request_locked(c, opcode, take_id(c), req,
+						 req_len, data_in, data_in_len);
+		goto out;
+	}
+	if (c->batch_len + need > PVGPU_MAX_BATCH) {
+		st = flush_locked(c);
+		if (st)
+			goto out;
+	}
+	slot = c->batch + PVGPU_HDR_SIZE + c->batch_len;
+	put_hdr(c, slot, opcode, (uint32_t)req_len, take_id(c));
+	memcpy(slot + PVGPU_HDR_SIZE, req, req_len);
+	c->batch_len += need;
+	c->batch_count++;
+out:
+	pthread_mutex_unlock(&c->lock);
+	return st;
+}
+
+int32_t pvgpu_client_flush(struct pvgpu_client *c)
+{
+	int32_t st;
+
+	pthread_mutex_lock(&c->lock);
+	st = c->broken ? PVGPU_CLIENT_EIO : flush_locked(c);
+	pthread_mutex_unlock(&c->lock);
+	return st;
+}
+
+const struct pvgpu_client_info *pvgpu_client_info(const struct pvgpu_client *c)
+{
+	return &c->info;
+}
+
+/* PVGPU_BLOCK_SIZE: bytes, or with a K/M suffix; 0 when unset or invalid. */
+static uint64_t block_size_from_env(void)
+{
+	const char *env = getenv("PVGPU_BLOCK_SIZE");
+	unsigned long long v;
+	char *end;
+
+	if (!env || !*env)
+		return 0;
+	errno = 0;
+	v = strtoull(env, &end, 10);
+	if (errno || end == env)
+		goto err_bad;
+	if (*end == 'k' || *end == 'K') {
+		v <<= 10;
+		end++;
+	} else if (*end == 'm' || *end == 'M') {
+		v <<= 20;
+		end++;
+	}
+	if (*end || !v || v > PVGPU_MAX_DATA_FRAME)
+		goto err_bad;
+	return v;
+
+err_bad:
+	pvgpu_debug("ignoring PVGPU_BLOCK_SIZE=%s", env);
+	return 0;
+}
+
+static int say_hello(struct pvgpu_client *c, char *err, size_t errlen)
+{
+	struct pvgpu_hello_req req = {
+		.version_min = 1,
+		.version_max = PVGPU_PROTO_VERSION,
+		.pid = (uint32_t)getpid(),
+	};
+	struct pvgpu_hello_rep rep;
+	const char *token = getenv("PVGPU_TOKEN");
+	const char *name = program_invocation_short_name;
+	uint64_t block;
+	int32_t st;
+
+	if (c->tr.ops->sends_token && token) {
+		if (strlen(token) >= sizeof(req.token)) {
+			snprintf(err, errlen, "PVGPU_TOKEN is longer than %zu bytes",
+				 sizeof(req.token) - 1);
+			return PVGPU_CLIENT_EENCODE;
+		}
+		req.token_len = (uint32_t)strlen(token);
+		memcpy(req.token, token, req.token_len + 1);
+	}
+	req.client_len = (uint32_t)strnlen(name, sizeof(req.client) - 1);
+	memcpy(req.client, name, req.client_len);
+	req.client[req.client_len] = '\0';
+
+	st = pvgpu_call_hello(c, &req, &rep);
+	if (st) {
+		snprintf(err, errlen, "hello refused (%s %d)",
+			 st < 0 ? "client error" : "CUresult", st);
+		return st < 0 ? st : PVGPU_CLIENT_EPROTO;
+	}
+	if (rep.version < 1 || rep.version > PVGPU_PROTO_VERSION ||
+	    rep.device_count < 0 || !rep.data_block ||
+	    rep.data_block > PVGPU_MAX_DATA_FRAME) {
+		snprintf(err, errlen, "bad hello reply (version %u, %d devices, block %u)",
+			 rep.version, rep.device_count, rep.data_block);
+		return PVGPU_CLIENT_EPROTO;
+	}
+	c->version = (uint16_t)rep.version;
+	c->info.version = rep.version;
+	c->info.device_count = rep.device_count;
+	c->info.session_id = rep.session_id;
+	c->info.data_block = rep.data_block;
+	block = block_size_from_env();
+	if (block && block < c->info.data_block)
+		c->info.data_block = (uint32_t)block;
+	return 0;
+}
+
+int pvgpu_client_open(const char *uri, struct pvgpu_client **out,
+		      char *err, size_t errlen)
+{
+	const struct pvgpu_transport_ops *ops;
+	struct pvgpu_client *c;
+	const char *addr;
+	int rc;
+
+	ops = pvgpu_transport_lookup(uri, &addr);
+	if (!ops) {
+		snprintf(err, errlen, "unknown transport");
+		return -EINVAL;
+	}
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		goto err_nomem;
+	c->batch = malloc(PVGPU_HDR_SIZE + PVGPU_MAX_BATCH);
+	c->reply = malloc(PVGPU_MAX_PAYLOAD);
+	if (!c->batch || !c->reply)
+		goto err_free;
+	pthread_mutex_init(&c->lock, NULL);
+	snprintf(c->uri, sizeof(c->uri), "%s", uri);
+	c->tr.ops = ops;
+	c->tr.fd = -1;
+	c->version = PVGPU_PROTO_VERSION;	/* hello: our newest */
+	c->info.data_block = PVGPU_DEFAULT_BLOCK;
+
+	rc = ops->connect(&c->tr, addr, err, errlen);
+	if (rc)
+		goto err_mutex;
+	rc = say_hello(c, err, errlen);
+	if (rc)
+		goto err_close;
+	*out = c;
+	return 0;
+
+err_close:
+	ops->close(&c->tr);
+err_mutex:
+	pthread_mutex_destroy(&c->lock);
+	free(c->reply);
+	free(c->batch);
+	free(c);
+	return rc;
+err_free:
+	free(c->reply);
+	free(c->batch);
+	free(c);
+err_nomem:
+	snprintf(err, errlen, "out of memory");
+	return -ENOMEM;
+}
+
+static void say_bye(struct pvgpu_client *c)
+{
+	struct pvgpu_bye_req req = { 0 };
+	struct pvgpu_bye_rep rep;
+
+	/* Flushes the queue too; errors no longer matter to anybody. */
+	(void)pvgpu_call_bye(c, &req, &rep);
+}
+
+void pvgpu_client_close(struct pvgpu_client *c)
+{
+	if (!c)
+		return;
+	say_bye(c);
+	c->tr.ops->close(&c->tr);
+	pthread_mutex_destroy(&c->lock);
+	free(c->reply);
+	free(c->batch);
+	free(c);
+}
+
+void pvgpu_client_shutdown(struct pvgpu_client *c)
+{
+	struct pvgpu_bye_req req = { 0 };
+	uint8_t q[PVGPU_BYE_REQ_MAX], r[PVGPU_BYE_REP_MAX];
+	long qn = pvgpu_bye_req_encode(q, &req);
+	size_t rn;
+	uint64_t id;
+
+	/* A thread blocked mid-call holds the lock: leave it be. */
+	if (pthread_mutex_trylock(&c->lock))
+		return;
+	if (!c->broken && qn >= 0 && !flush_locked(c)) {
+		id = take_id(c);
+		if (!send_request_locked(c, PVGPU_OP_BYE, id, q, (size_t)qn,
+					 NULL, 0))
+			(void)read_reply_locked(c, PVGPU_OP_BYE, id, NULL, 0,
+						r, sizeof(r), &rn);
+	}
+	if (!c->broken) {
+		c->broken = 1;
+		c->tr.ops->close(&c->tr);
+	}
+	pthread_mutex_unlock(&c->lock);
+}

@@ -1,0 +1,76 @@
+/*
+ * client.h - one protocol connection from the guest library to one backend.
+ *
+ * The generated stubs (build/gen/pvgpu_guest.c) encode a request and hand
+ * it to pvgpu_client_call (sync ops) or pvgpu_client_queue (async ops).
+ * A client is thread-safe: its mutex serialises the wire, so a sync call's
+ * reply is always the next thing read.
+ */
+#ifndef PVGPU_CLIENT_H
+#define PVGPU_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * Failures of the client itself.  Negative, so distinct from every CUresult
+ * (which the backend's statuses are, and which are all >= 0).
+ */
+#define PVGPU_CLIENT_EENCODE	(-1)	/* request could not be encoded */
+#define PVGPU_CLIENT_EPROTO	(-2)	/* backend broke the protocol */
+#define PVGPU_CLIENT_EIO	(-3)	/* connection gone; every later call too */
+
+struct pvgpu_client;
+
+/* What the backend said in its hello reply (after PVGPU_BLOCK_SIZE). */
+struct pvgpu_client_info {
+	uint32_t version;	/* negotiated protocol version */
+	int32_t device_count;
+	uint64_t session_id;
+	uint32_t data_block;	/* largest DATA frame this client sends */
+};
+
+/*
+ * Connect to uri ("unix:///path", "tcp://host:port") and say hello.
+ * 0 and *out on success; otherwise a negative value and one line in err.
+ */
+int pvgpu_client_open(const char *uri, struct pvgpu_client **out,
+		      char *err, size_t errlen);
+
+/* Flush, say bye, disconnect and free. */
+void pvgpu_client_close(struct pvgpu_client *c);
+
+/*
+ * At process exit: flush and say bye if nobody is mid-call, then leave the
+ * connection broken (later calls fail with EIO) without freeing anything
+ * another thread might still hold.
+ */
+void pvgpu_client_shutdown(struct pvgpu_client *c);
+
+const struct pvgpu_client_info *pvgpu_client_info(const struct pvgpu_client *c);
+
+/* Send the queued async operations; 0 or PVGPU_CLIENT_EIO. */
+int32_t pvgpu_client_flush(struct pvgpu_client *c);
+
+/*
+ * A sync operation.  data_len bytes of bulk data go with it: from data_in
+ * (DATA frames after the request) or into data_out (DATA frames before the
+ * reply); at most one of them is non-NULL.  The reply's output fields (after
+ * status and deferred) land in rep.  Returns the backend's status, else its
+ * deferred error, else 0; or a PVGPU_CLIENT_E* code.
+ */
+int32_t pvgpu_client_call(struct pvgpu_client *c, uint16_t opcode,
+			  const uint8_t *req, size_t req_len,
+			  const void *data_in, uint64_t data_len,
+			  void *data_out, uint8_t *rep, size_t rep_cap,
+			  size_t *rep_len);
+
+/*
+ * An async operation: queued for the next batch.  With data_in it goes out
+ * at once (after the queue) so the caller may reuse the buffer on return.
+ */
+int32_t pvgpu_client_queue(struct pvgpu_client *c, uint16_t opcode,
+			   const uint8_t *req, size_t req_len,
+			   const void *data_in, uint64_t data_in_len);
+
+#endif /* PVGPU_CLIENT_H */

@@ -1,0 +1,299 @@
+/*
+ * runtime_copy.c - cudaMemcpy, cudaMemcpyAsync, cudaMemset, cudaMemsetAsync.
+ *
+ * The direction of a copy comes from its kind, or for cudaMemcpyDefault
+ * from whether each pointer lies in one of this process's device
+ * allocations.  Ranges are checked here where NVIDIA's runtime fails
+ * synchronously (a copy past the end of an allocation); the backend checks
+ * everything again.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "pvgpu_guest.h"
+#include "pvgpu_proto.h"
+#include "runtime.h"
+
+/* Staging size for a copy between devices of two different backends. */
+#define CROSS_BACKEND_CHUNK	(16u * 1024 * 1024)
+
+struct copy_plan {
+	int src_dev, dst_dev;	/* -1: host memory */
+};
+
+static cudaError_t plan_copy(void *dst, const void *src, size_t count,
+			     enum cudaMemcpyKind kind, struct copy_plan *plan)
+{
+	enum pvgpu_ptr_kind dk, sk;
+
+	plan->src_dev = plan->dst_dev = -1;
+	dk = pvgpu_ptr_classify(dst, count, &plan->dst_dev);
+	sk = pvgpu_ptr_classify(src, count, &plan->src_dev);
+	if (dk == PVGPU_PTR_OVERRUN || sk == PVGPU_PTR_OVERRUN)
+		return cudaErrorInvalidValue;
+	switch (kind) {
+	case cudaMemcpyHostToHost:
+		if (dk != PVGPU_PTR_HOST || sk != PVGPU_PTR_HOST)
+			return cudaErrorInvalidValue;
+		break;
+	case cudaMemcpyHostToDevice:
+		if (dk != PVGPU_PTR_DEVICE || sk != PVGPU_PTR_HOST)
+			return cudaErrorInvalidValue;
+		break;
+	case cudaMemcpyDeviceToHost:
+		if (dk != PVGPU_PTR_HOST || sk != PVGPU_PTR_DEVICE)
+			return cudaErrorInvalidValue;
+		break;
+	case cudaMemcpyDeviceToDevice:
+		if (dk != PVGPU_PTR_DEVICE || sk != PVGPU_PTR_DEVICE)
+			return cudaErrorInvalidValue;
+		break;
+	case cudaMemcpyDefault:
+		break;
+	default:
+		return cudaErrorInvalidMemcpyDirection;
+	}
+	if (dk == PVGPU_PTR_HOST)
+		plan->dst_dev = -1;
+	if (sk == PVGPU_PTR_HOST)
+		plan->src_dev = -1;
+	/* Host memory at NULL would fault in the middle of a message. */
+	if (count && ((plan->dst_dev < 0 && !dst) || (plan->src_dev < 0 && !src)))
+		return cudaErrorInvalidValue;
+	return cudaSuccess;
+}
+
+/* Wait for everything queued on a stream (cudaStreamSynchronize). */
+static cudaError_t drain_stream(int device, uint64_t remote)
+{
+	struct pvgpu_stream_synchronize_req req = { .stream = remote };
+	struct pvgpu_stream_synchronize_rep rep;
+	struct pvgpu_op op;
+	cudaError_t err;
+
+	err = pvgpu_op_begin(&op, device, 1);
+	if (err)
+		return err;
+	err = pvgpu_error_from_status(pvgpu_call_stream_synchronize(op.client, &req, &rep));
+	pvgpu_op_end(&op);
+	return err;
+}
+
+/*
+ * Where a stream-ordered operation on memory of mem_dev runs: on the
+ * stream's device when both share a backend (one device may reach
+ * another's memory there), otherwise on mem_dev's legacy stream once the
+ * stream has drained, which keeps the order across backends.
+ */
+static cudaError_t pick_device(cudaStream_t stream, int mem_dev, int *device,
+			       uint64_t *remote)
+{
+	cudaError_t err;
+	int sdev;
+
+	err = pvgpu_stream_resolve(stream, &sdev, remote);
+	if (err)
+		return err;
+	if (sdev < 0 || sdev >= pvgpu_rt.ndevices)
+		return cudaErrorInvalidDevice;
+	if (pvgpu_rt.devices[sdev].be == pvgpu_rt.devices[mem_dev].be) {
+		*device = sdev;
+		return cudaSuccess;
+	}
+	err = drain_stream(sdev, *remote);
+	*device = mem_dev;
+	*remote = 0;
+	return err;
+}
+
+static cudaError_t copy_htod(int device, uint64_t stream, void *dst,
+			     const void *src, size_t count, int async)
+{
+	struct pvgpu_memcpy_htod_req req = {
+		.dst = (uint64_t)(uintptr_t)dst,
+		.size = count,
+		.stream = stream,
+	};
+	struct pvgpu_memcpy_htod_async_req areq = {
+		.dst = req.dst,
+		.size = count,
+		.stream = stream,
+	};
+	struct pvgpu_memcpy_htod_rep rep;
+	struct pvgpu_op op;
+	cudaError_t err;
+	int32_t st;
+
+	err = pvgpu_op_begin(&op, device, 1);
+	if (err)
+		return err;
+	/* Either way the bytes are on the wire before we return. */
+	if (async)
+		st = pvgpu_call_memcpy_htod_async(op.client, &areq, src);
+	else
+		st = pvgpu_call_memcpy_htod(op.client, &req, &rep, src);
+	pvgpu_op_end(&op);
+	return pvgpu_error_from_status(st);
+}
+
+/* Always waits: the backend runs it in stream order and sends the bytes. */
+static cudaError_t copy_dtoh(int device, uint64_t stream, void *dst,
+			     const void *src, size_t count)
+{
+	struct pvgpu_memcpy_dtoh_req req = {
+		.src = (uint64_t)(uintptr_t)src,
+		.size = count,
+		.stream = stream,
+	};
+	struct pvgpu_memcpy_dtoh_rep rep;
+	struct pvgpu_op op;
+	cudaError_t err;
+	int32_t st;
+
+	err = pvgpu_op_begin(&op, device, 1);
+	if (err)
+		return err;
+	st = pvgpu_call_memcpy_dtoh(op.client, &req, &rep, dst);
+	pvgpu_op_end(&op);
+	return pvgpu_error_from_status(st);
+}
+
+/* Like NVIDIA's, a device-to-device copy does not wait for completion. */
+static cudaError_t copy_dtod(int device, uint64_t stream, void *dst,
+			     const void *src, size_t count)
+{
+	struct pvgpu_memcpy_dtod_async_req req = {
+		.dst = (uint64_t)(uintptr_t)dst,
+		.src = (uint64_t)(uintptr_t)src,
+		.size = count,
+		.stream = stream,
+	};
+	struct pvgpu_op op;
+	cudaError_t err;
+	int32_t st;
+
+	err = pvgpu_op_begin(&op, device, 1);
+	if (err)
+		return err;
+	st = pvgpu_call_memcpy_dtod_async(op.client, &req);
+	pvgpu_op_end(&op);
+	return pvgpu_error_from_status(st);
+}
+
+/* Two backends share no memory: stage through the host, in order. */
+static cudaError_t copy_cross_backend(const struct copy_plan *plan, void *dst,
+				      const void *src, size_t count)
+{
+	size_t chunk = count < CROSS_BACKEND_CHUNK ? count : CROSS_BACKEND_CHUNK;
+	uint8_t *bounce = malloc(chunk);
+	cudaError_t err = cudaSuccess;
+
+	if (!bounce)
+		return cudaErrorMemoryAllocation;
+	for (size_t off = 0; off < count && !err; off += chunk) {
+		size_t n = count - off < chunk ? count - off : chunk;
+
+		err = copy_dtoh(plan->src_dev, 0, bounce, (const uint8_t *)src + off, n);
+		if (!err)
+			err = copy_htod(plan->dst_dev, 0, (uint8_t *)dst + off,
+					bounce, n, 0);
+	}
+	free(bounce);
+	return err;
+}
+
+static cudaError_t do_copy(void *dst, const void *src, size_t count,
+			   enum cudaMemcpyKind kind, cudaStream_t stream,
+			   int async)
+{
+	struct copy_plan plan;
+	uint64_t remote;
+	cudaError_t err;
+	int device;
+
+	err = pvgpu_init();
+	if (err)
+		return err;
+	err = plan_copy(dst, src, count, kind, &plan);
+	if (err || !count)
+		return err;
+	if (plan.src_dev < 0 && plan.dst_dev < 0) {
+		if (async) {
+			/* Still a stream handle the program must own. */
+			err = pvgpu_stream_resolve(stream, &device, &remote);
+			if (err)
+				return err;
+		}
+		memmove(dst, src, count);
+		return cudaSuccess;
+	}
+	if (plan.src_dev >= 0 && plan.dst_dev >= 0 &&
+	    pvgpu_rt.devices[plan.src_dev].be != pvgpu_rt.devices[plan.dst_dev].be) {
+		/* Staged on the legacy streams, after the program's stream. */
+		err = pvgpu_stream_resolve(stream, &device, &remote);
+		if (!err && remote)
+			err = drain_stream(device, remote);
+		return err ? err : copy_cross_backend(&plan, dst, src, count);
+	}
+	err = pick_device(stream, plan.dst_dev >= 0 ? plan.dst_dev : plan.src_dev,
+			  &device, &remote);
+	if (err)
+		return err;
+	if (plan.src_dev < 0)
+		return copy_htod(device, remote, dst, src, count, async);
+	if (plan.dst_dev < 0)
+		return copy_dtoh(device, remote, dst, src, count);
+	return copy_dtod(device, remote, dst, src, count);
+}
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t count,
+		       enum cudaMemcpyKind kind)
+{
+	return pvgpu_record(do_copy(dst, src, count, kind, 0, 0));
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count,
+			    enum cudaMemcpyKind kind, cudaStream_t stream)
+{
+	return pvgpu_record(do_copy(dst, src, count, kind, stream, 1));
+}
+
+static cudaError_t do_memset(void *devPtr, int value, size_t count,
+			     cudaStream_t stream)
+{
+	struct pvgpu_memset_async_req req = {
+		.dst = (uint64_t)(uintptr_t)devPtr,
+		.value = (uint8_t)value,
+		.elem_size = 1,
+		.count = count,
+	};
+	struct pvgpu_op op;
+	cudaError_t err;
+	int mem_dev, device;
+
+	err = pvgpu_init();
+	if (err || !count)
+		return err;
+	if (pvgpu_ptr_classify(devPtr, count, &mem_dev) != PVGPU_PTR_DEVICE)
+		return cudaErrorInvalidValue;
+	err = pick_device(stream, mem_dev, &device, &req.stream);
+	if (err)
+		return err;
+	err = pvgpu_op_begin(&op, device, 1);
+	if (err)
+		return err;
+	err = pvgpu_error_from_status(pvgpu_call_memset_async(op.client, &req));
+	pvgpu_op_end(&op);
+	return err;
+}
+
+cudaError_t cudaMemset(void *devPtr, int value, size_t count)
+{
+	return pvgpu_record(do_memset(devPtr, value, count, 0));
+}
+
+cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count,
+			    cudaStream_t stream)
+{
+	return pvgpu_record(do_memset(devPtr, value, count, stream));
+}

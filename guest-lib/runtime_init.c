@@ -1,0 +1,307 @@
+/*
+ * runtime_init.c - process-wide and per-thread state of the runtime
+ * front-end: finding the backends (PVGPU_DEVICES, DESIGN §6), the device
+ * list, the current device and last error of each thread, and the
+ * context a device operation needs.
+ */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "debug.h"
+#include "pvgpu_guest.h"
+#include "runtime.h"
+
+#define DEFAULT_DEVICES		"unix:///run/pvgpu/pvgpu.sock"
+
+struct pvgpu_runtime pvgpu_rt = {
+	.once = PTHREAD_ONCE_INIT,
+	.init_error = cudaErrorNoDevice,
+	.table_lock = PTHREAD_MUTEX_INITIALIZER,
+};
+
+/* What the runtime keeps per host thread, as NVIDIA's does. */
+struct pvgpu_thread_state {
+	int device;
+	cudaError_t last_error;
+};
+
+static _Thread_local struct pvgpu_thread_state thread_state;
+
+/* One PVGPU_DEVICES entry: a backend and a GPU on it (-1: all of them). */
+struct device_entry {
+	int backend;
+	int index;
+};
+
+cudaError_t pvgpu_record(cudaError_t err)
+{
+	/* "Not ready" is an answer, not a failure: NVIDIA keeps it out too. */
+	if (err != cudaSuccess && err != cudaErrorNotReady)
+		thread_state.last_error = err;
+	return err;
+}
+
+cudaError_t pvgpu_last_error(int clear)
+{
+	cudaError_t err = thread_state.last_error;
+
+	if (clear)
+		thread_state.last_error = cudaSuccess;
+	return err;
+}
+
+int pvgpu_current_device(void)
+{
+	return thread_state.device;
+}
+
+void pvgpu_set_current_device(int device)
+{
+	thread_state.device = device;
+}
+
+/* Split "URI#N" into the backend URI and N; N is -1 without "#N". */
+static int parse_entry(char *entry, int *index)
+{
+	char *hash = strrchr(entry, '#');
+	char *end;
+	long n;
+
+	*index = -1;
+	if (!hash || !hash[1])
+		return 0;
+	for (end = hash + 1; *end; end++)
+		if (!isdigit((unsigned char)*end))
+			return 0;	/* not an index: part of the URI */
+	n = strtol(hash + 1, NULL, 10);
+	if (n > 1 << 20)
+		return -1;
+	*hash = '\0';
+	*index = (int)n;
+	return 0;
+}
+
+static char *trim(char *s)
+{
+	char *end;
+
+	while (isspace((unsigned char)*s))
+		s++;
+	end = s + strlen(s);
+	while (end > s && isspace((unsigned char)end[-1]))
+		*--end = '\0';
+	return s;
+}
+
+static int find_or_add_backend(const char *uri)
+{
+	struct pvgpu_runtime *rt = &pvgpu_rt;
+	struct pvgpu_backend *be;
+
+	for (int i = 0; i < rt->nbackends; i++)
+		if (!strcmp(rt->backends[i].uri, uri))
+			return i;
+	be = &rt->backends[rt->nbackends];
+	snprintf(be->uri, sizeof(be->uri), "%s", uri);
+	pthread_mutex_init(&be->lock, NULL);
+	return rt->nbackends++;
+}
+
+/* Parse the device list into entries, creating one backend per URI. */
+static int parse_devices(const char *list, struct device_entry **out)
+{
+	struct pvgpu_runtime *rt = &pvgpu_rt;
+	struct device_entry *entries;
+	size_t max = 1;
+	char *copy, *save = NULL, *tok;
+	int n = 0;
+
+	for (const char *p = list; *p; p++)
+		max += *p == ',';
+	copy = strdup(list);
+	entries = calloc(max, sizeof(*entries));
+	rt->backends = calloc(max, sizeof(*rt->backends));
+	if (!copy || !entries || !rt->backends)
+		goto err_free;
+	for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		char *entry = trim(tok);
+		int index;
+
+		if (!*entry)
+			continue;
+		if (parse_entry(entry, &index) ||
+		    strlen(entry) >= sizeof(rt->backends[0].uri)) {
+			pvgpu_debug("PVGPU_DEVICES: ignoring '%s'", entry);
+			continue;
+		}
+		entries[n].backend = find_or_add_backend(entry);
+		entries[n].index = index;
+		n++;
+	}
+	free(copy);
+	*out = entries;
+	return n;
+
+err_free:
+	free(copy);
+	free(entries);
+	free(rt->backends);
+	rt->backends = NULL;
+	return -1;
+}
+
+static int add_device(int backend, int index)
+{
+	struct pvgpu_runtime *rt = &pvgpu_rt;
+	struct pvgpu_backend *be = &rt->backends[backend];
+	struct pvgpu_device *devs;
+
+	for (int i = 0; i < rt->ndevices; i++)
+		if (rt->devices[i].be == be && rt->devices[i].remote == index)
+			return 0;	/* listed twice: one device */
+	devs = realloc(rt->devices, (size_t)(rt->ndevices + 1) * sizeof(*devs));
+	if (!devs)
+		return -1;
+	rt->devices = devs;
+	memset(&devs[rt->ndevices], 0, sizeof(devs[0]));
+	devs[rt->ndevices].be = be;
+	devs[rt->ndevices].remote = index;
+	rt->ndevices++;
+	return 0;
+}
+
+/* Returns how many backends could not be reached. */
+static int connect_backends(void)
+{
+	struct pvgpu_runtime *rt = &pvgpu_rt;
+	int unreachable = 0;
+
+	for (int i = 0; i < rt->nbackends; i++) {
+		struct pvgpu_backend *be = &rt->backends[i];
+		char err[256] = "";
+
+		if (pvgpu_client_open(be->uri, &be->client, err, sizeof(err))) {
+			be->client = NULL;
+			pvgpu_debug("cannot use %s: %s", be->uri, err);
+			unreachable++;
+		}
+	}
+	return unreachable;
+}
+
+static void runtime_init_once(void)
+{
+	struct pvgpu_runtime *rt = &pvgpu_rt;
+	const char *list = getenv("PVGPU_DEVICES");
+	struct device_entry *entries = NULL;
+	int nentries, unreachable;
+
+	if (!list || !*list)
+		list = DEFAULT_DEVICES;
+	nentries = parse_devices(list, &entries);
+	if (nentries < 0) {
+		pvgpu_debug("out of memory reading PVGPU_DEVICES");
+		return;
+	}
+	unreachable = connect_backends();
+	for (int i = 0; i < nentries; i++) {
+		struct pvgpu_backend *be = &rt->backends[entries[i].backend];
+		int count, index = entries[i].index;
+
+		if (!be->client)
+			continue;
+		count = pvgpu_client_info(be->client)->device_count;
+		if (index >= count) {
+			pvgpu_debug("%s#%d: the backend has %d GPU(s)", be->uri,
+				    index, count);
+			continue;
+		}
+		for (int gpu = index < 0 ? 0 : index;
+		     gpu < (index < 0 ? count : index + 1); gpu++)
+			if (add_device(entries[i].backend, gpu))
+				break;
+	}
+	free(entries);
+	if (rt->ndevices > 0)
+		rt->init_error = cudaSuccess;
+	else if (!unreachable)
+		pvgpu_debug("no GPU in PVGPU_DEVICES=%s", list);
+	rt->initialized = 1;
+}
+
+cudaError_t pvgpu_init(void)
+{
+	pthread_once(&pvgpu_rt.once, runtime_init_once);
+	return pvgpu_rt.init_error;
+}
+
+/* At exit: tell each backend goodbye so it frees the session at once. */
+__attribute__((destructor)) static void runtime_fini(void)
+{
+	struct pvgpu_runtime *rt = &pvgpu_rt;
+
+	if (!rt->initialized)
+		return;
+	for (int i = 0; i < rt->nbackends; i++)
+		if (rt->backends[i].client)
+			pvgpu_client_shutdown(rt->backends[i].client);
+}
+
+cudaError_t pvgpu_op_begin(struct pvgpu_op *op, int device, int need_ctx)
+{
+	struct pvgpu_runtime *rt = &pvgpu_rt;
+	struct pvgpu_device *dev;
+	struct pvgpu_backend *be;
+	int32_t st;
+
+	if (pvgpu_init() != cudaSuccess)
+		return cudaErrorNoDevice;
+	if (device < 0 || device >= rt->ndevices)
+		return cudaErrorInvalidDevice;
+	dev = &rt->devices[device];
+	be = dev->be;
+	pthread_mutex_lock(&be->lock);
+	op->dev = dev;
+	op->client = be->client;
+	if (!need_ctx)
+		return cudaSuccess;
+	if (!dev->ctx) {
+		struct pvgpu_ctx_create_req req = { .device = dev->remote };
+		struct pvgpu_ctx_create_rep rep = { 0 };
+
+		/* A non-zero ctx means it exists, whatever else st says. */
+		st = pvgpu_call_ctx_create(op->client, &req, &rep);
+		dev->ctx = rep.ctx;
+		if (!st && !rep.ctx)
+			st = PVGPU_CLIENT_EPROTO;
+		if (st)
+			goto err_unlock;
+	}
+	if (be->current_ctx != dev->ctx) {
+		struct pvgpu_ctx_set_req req = { .ctx = dev->ctx };
+
+		st = pvgpu_call_ctx_set(op->client, &req);
+		if (st)
+			goto err_unlock;
+		be->current_ctx = dev->ctx;
+	}
+	return cudaSuccess;
+
+err_unlock:
+	pthread_mutex_unlock(&be->lock);
+	return pvgpu_error_from_status(st);
+}
+
+void pvgpu_op_end(struct pvgpu_op *op)
+{
+	pthread_mutex_unlock(&op->dev->be->lock);
+}
+
+void pvgpu_forget_device(int device)
+{
+	pvgpu_streams_forget_device(device);
+	pvgpu_events_forget_device(device);
+	pvgpu_allocs_forget_device(device);
+}

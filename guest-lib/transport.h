@@ -1,0 +1,52 @@
+/*
+ * transport.h - how the guest library moves bytes to one backend.
+ *
+ * Every transport is a small ops table behind a URI scheme ("unix",
+ * "tcp", later "vsock", "shm", "vchan", "verbs").  The protocol client only
+ * ever sees whole-buffer send and receive: a transport that cannot make
+ * progress reports an error and the client marks the connection broken.
+ * Adding a transport is one file plus one line in transport.c.
+ */
+#ifndef PVGPU_TRANSPORT_H
+#define PVGPU_TRANSPORT_H
+
+#include <stddef.h>
+#include <sys/uio.h>
+
+struct pvgpu_transport;
+
+struct pvgpu_transport_ops {
+	const char *scheme;
+	/* Identity comes from the token in hello (no peer credentials). */
+	int sends_token;
+	/*
+	 * addr is the URI after "scheme://".  Returns 0, or -errno with one
+	 * human-readable reason in err.
+	 */
+	int (*connect)(struct pvgpu_transport *t, const char *addr,
+		       char *err, size_t errlen);
+	/* Send every byte iov describes (iov is consumed); 0 or -errno. */
+	int (*sendv)(struct pvgpu_transport *t, struct iovec *iov, int iovcnt);
+	/* Receive exactly len bytes; 0, or -errno (-ECONNRESET on EOF). */
+	int (*recv)(struct pvgpu_transport *t, void *buf, size_t len);
+	/* Release the channel; safe to call twice. */
+	void (*close)(struct pvgpu_transport *t);
+};
+
+struct pvgpu_transport {
+	const struct pvgpu_transport_ops *ops;
+	int fd;			/* stream transports; -1 when closed */
+	void *priv;		/* transports that need more than a fd */
+};
+
+/*
+ * The transport for uri ("scheme://rest"), with *addr pointing at "rest";
+ * NULL when the scheme is unknown or the URI has none.
+ */
+const struct pvgpu_transport_ops *pvgpu_transport_lookup(const char *uri,
+							  const char **addr);
+
+extern const struct pvgpu_transport_ops pvgpu_transport_unix;
+extern const struct pvgpu_transport_ops pvgpu_transport_tcp;
+
+#endif /* PVGPU_TRANSPORT_H */

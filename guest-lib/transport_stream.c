@@ -1,0 +1,243 @@
+/*
+ * transport_stream.c - byte-stream transports: unix://PATH and
+ * tcp://HOST:PORT.  Both are a connected SOCK_STREAM fd; they differ only
+ * in how they connect.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "transport.h"
+
+/* Long enough for a loaded host, short enough that a dead one is no hang. */
+#define TCP_CONNECT_TIMEOUT_MS	10000
+/* Room for several data blocks in flight in each direction. */
+#define TCP_SOCKET_BUFFER	(8 * 1024 * 1024)
+
+static int stream_sendv(struct pvgpu_transport *t, struct iovec *iov, int iovcnt)
+{
+	while (iovcnt > 0) {
+		struct msghdr msg = { .msg_iov = iov, .msg_iovlen = (size_t)iovcnt };
+		ssize_t n;
+
+		if (t->fd < 0)
+			return -EBADF;
+		/* MSG_NOSIGNAL: a dead peer is an error, not a SIGPIPE. */
+		n = sendmsg(t->fd, &msg, MSG_NOSIGNAL);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		/* Skip what went out; resume inside a partly sent element. */
+		while (iovcnt > 0 && (size_t)n >= iov->iov_len) {
+			n -= (ssize_t)iov->iov_len;
+			iov++;
+			iovcnt--;
+		}
+		if (iovcnt > 0) {
+			iov->iov_base = (char *)iov->iov_base + n;
+			iov->iov_len -= (size_t)n;
+		}
+	}
+	return 0;
+}
+
+static int stream_recv(struct pvgpu_transport *t, void *buf, size_t len)
+{
+	size_t got = 0;
+
+	while (got < len) {
+		ssize_t n;
+
+		if (t->fd < 0)
+			return -EBADF;
+		n = recv(t->fd, (char *)buf + got, len - got, MSG_WAITALL);
+		if (n == 0)
+			return -ECONNRESET;
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		got += (size_t)n;
+	}
+	return 0;
+}
+
+static void stream_close(struct pvgpu_transport *t)
+{
+	if (t->fd >= 0) {
+		close(t->fd);
+		t->fd = -1;
+	}
+}
+
+static int unix_connect(struct pvgpu_transport *t, const char *path,
+			char *err, size_t errlen)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd, rc;
+
+	if (!*path || strlen(path) >= sizeof(sa.sun_path)) {
+		snprintf(err, errlen, "bad socket path '%s'", path);
+		return -EINVAL;
+	}
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		goto err_errno;
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+		goto err_close;
+	t->fd = fd;
+	return 0;
+
+err_close:
+	rc = -errno;
+	close(fd);
+	snprintf(err, errlen, "connect %s: %s", path, strerror(-rc));
+	return rc;
+err_errno:
+	rc = -errno;
+	snprintf(err, errlen, "socket: %s", strerror(-rc));
+	return rc;
+}
+
+/* Split "host:port" or "[v6addr]:port" into its two parts. */
+static int split_host_port(const char *addr, char *host, size_t hostlen,
+			   const char **port)
+{
+	const char *colon, *start = addr, *end;
+
+	if (*addr == '[') {
+		start = addr + 1;
+		end = strchr(start, ']');
+		if (!end || end[1] != ':')
+			return -1;
+		colon = end + 1;
+	} else {
+		colon = strrchr(addr, ':');
+		if (!colon)
+			return -1;
+		end = colon;
+	}
+	if (end == start || (size_t)(end - start) >= hostlen || !colon[1])
+		return -1;
+	memcpy(host, start, (size_t)(end - start));
+	host[end - start] = '\0';
+	*port = colon + 1;
+	return 0;
+}
+
+/* connect() with a deadline, so an unreachable host fails in bounded time. */
+static int connect_timeout(int fd, const struct sockaddr *sa, socklen_t len)
+{
+	int flags = fcntl(fd, F_GETFL), so_err = 0;
+	socklen_t so_len = sizeof(so_err);
+	struct pollfd pfd = { .fd = fd, .events = POLLOUT };
+	int rc;
+
+	if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0)
+		return -errno;
+	rc = connect(fd, sa, len);
+	if (rc < 0 && errno != EINPROGRESS)
+		return -errno;
+	if (rc < 0) {
+		do
+			rc = poll(&pfd, 1, TCP_CONNECT_TIMEOUT_MS);
+		while (rc < 0 && errno == EINTR);
+		if (rc < 0)
+			return -errno;
+		if (rc == 0)
+			return -ETIMEDOUT;
+		if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &so_err, &so_len) < 0)
+			return -errno;
+		if (so_err)
+			return -so_err;
+	}
+	if (fcntl(fd, F_SETFL, flags) < 0)
+		return -errno;
+	return 0;
+}
+
+static void tcp_tune(int fd)
+{
+	int one = 1, buf = TCP_SOCKET_BUFFER;
+
+	/* Small control messages must not wait for Nagle. */
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	/* Best effort: the kernel caps these at net.core.[rw]mem_max. */
+	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
+	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
+}
+
+static int tcp_connect(struct pvgpu_transport *t, const char *addr,
+		       char *err, size_t errlen)
+{
+	struct addrinfo hints = {
+		.ai_family = AF_UNSPEC,
+		.ai_socktype = SOCK_STREAM,
+	};
+	struct addrinfo *res, *ai;
+	char host[256];
+	const char *port;
+	int rc, fd = -1;
+
+	if (split_host_port(addr, host, sizeof(host), &port)) {
+		snprintf(err, errlen, "bad address '%s' (want HOST:PORT)", addr);
+		return -EINVAL;
+	}
+	rc = getaddrinfo(host, port, &hints, &res);
+	if (rc) {
+		snprintf(err, errlen, "resolve %s: %s", addr, gai_strerror(rc));
+		return -EHOSTUNREACH;
+	}
+	rc = -EHOSTUNREACH;
+	for (ai = res; ai; ai = ai->ai_next) {
+		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC,
+			    ai->ai_protocol);
+		if (fd < 0) {
+			rc = -errno;
+			continue;
+		}
+		tcp_tune(fd);
+		rc = connect_timeout(fd, ai->ai_addr, ai->ai_addrlen);
+		if (!rc)
+			break;
+		close(fd);
+		fd = -1;
+	}
+	freeaddrinfo(res);
+	if (fd < 0) {
+		snprintf(err, errlen, "connect %s: %s", addr, strerror(-rc));
+		return rc;
+	}
+	t->fd = fd;
+	return 0;
+}
+
+const struct pvgpu_transport_ops pvgpu_transport_unix = {
+	.scheme = "unix",
+	.sends_token = 0,	/* the backend reads SO_PEERCRED */
+	.connect = unix_connect,
+	.sendv = stream_sendv,
+	.recv = stream_recv,
+	.close = stream_close,
+};
+
+const struct pvgpu_transport_ops pvgpu_transport_tcp = {
+	.scheme = "tcp",
+	.sends_token = 1,
+	.connect = tcp_connect,
+	.sendv = stream_sendv,
+	.recv = stream_recv,
+	.close = stream_close,
+};
