@@ -1,0 +1,1149 @@
+/*
+ * bench_common.h - helpers shared by the pvgpu benchmarks (pvgpu-bandwidth,
+ * pvgpu-latency, pvgpu-synth).
+ *
+ * Each benchmark is a single .cu file that includes this header exactly
+ * once, so the functions here are ordinary external functions rather than
+ * static ones: nvcc's front end warns about unused static functions, and
+ * every program is one translation unit, so nothing is defined twice.
+ *
+ * What lives here:
+ *   - messages and exit codes (0 ok, 1 runtime failure, 2 bad usage);
+ *   - CUDA error checking, with one clear line when there is no GPU/driver;
+ *   - a byte pattern derived from (size, iteration) and its verification;
+ *   - size parsing and printing ("64M", "1 KiB");
+ *   - which libcudart.so.13 this process really loaded (native or the shim);
+ *   - a small JSON writer and reader (children report to --compare in JSON);
+ *   - --compare: run this same executable twice, natively and through pvgpu,
+ *     chosen only by LD_LIBRARY_PATH, and print one comparison table.
+ */
+#ifndef PVGPU_BENCH_COMMON_H
+#define PVGPU_BENCH_COMMON_H
+
+#include <cuda_runtime.h>
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------------ */
+/* Messages and exit codes                                             */
+/* ------------------------------------------------------------------ */
+
+enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
+
+/* Set by main(): the program's name, used as the prefix of every message. */
+const char *g_prog = "pvgpu-bench";
+
+/*
+ * In --compare, the parent starts each child with PVGPU_BENCH_ROLE=native or
+ * =pvgpu so that a child's error line says which run failed; the parent then
+ * exits without adding a second line.
+ */
+void msg_prefix(FILE *f)
+{
+	const char *role = getenv("PVGPU_BENCH_ROLE");
+
+	if (role && *role)
+		fprintf(f, "%s [%s]: ", g_prog, role);
+	else
+		fprintf(f, "%s: ", g_prog);
+}
+
+/* One line on stderr, exit 1. */
+__attribute__((format(printf, 1, 2), noreturn))
+void die(const char *fmt, ...)
+{
+	va_list ap;
+
+	fflush(stdout);
+	msg_prefix(stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	exit(EXIT_RUNTIME);
+}
+
+/* One line on stderr, exit 2. */
+__attribute__((format(printf, 1, 2), noreturn))
+void usage_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	msg_prefix(stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, " (try --help)\n");
+	exit(EXIT_USAGE);
+}
+
+void *xmalloc(size_t n)
+{
+	void *p = malloc(n ? n : 1);
+
+	if (!p)
+		die("out of host memory (%zu bytes)", n);
+	return p;
+}
+
+char *xstrdup(const char *s)
+{
+	char *p = strdup(s);
+
+	if (!p)
+		die("out of host memory");
+	return p;
+}
+
+/* ------------------------------------------------------------------ */
+/* CUDA errors                                                         */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Any CUDA failure is fatal for a benchmark: report it on one line and exit
+ * 1.  The errors that mean "there is no usable GPU here" get a wording a user
+ * recognises at once (e.g. running natively on a machine without a driver).
+ */
+void cuda_check(cudaError_t e, const char *what)
+{
+	if (e == cudaSuccess)
+		return;
+	switch (e) {
+	case cudaErrorInsufficientDriver:
+	case cudaErrorNoDevice:
+	case cudaErrorSystemDriverMismatch:
+	case cudaErrorCompatNotSupportedOnDevice:
+	case cudaErrorDevicesUnavailable:
+		die("no usable GPU: %s (%s) from %s", cudaGetErrorName(e),
+		    cudaGetErrorString(e), what);
+	default:
+		die("%s failed: %s (%s)", what, cudaGetErrorName(e),
+		    cudaGetErrorString(e));
+	}
+}
+
+#define CK(call) cuda_check((call), #call)
+
+/* ------------------------------------------------------------------ */
+/* Time                                                                */
+/* ------------------------------------------------------------------ */
+
+double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* Nearest-rank percentile (0 < p <= 100) of v[0..n); sorts v in place. */
+double percentile(double *v, size_t n, double p)
+{
+	size_t rank;
+
+	if (n == 0)
+		return NAN;
+	qsort(v, n, sizeof(*v), cmp_double);
+	rank = (size_t)ceil(p / 100.0 * (double)n);
+	if (rank < 1)
+		rank = 1;
+	if (rank > n)
+		rank = n;
+	return v[rank - 1];
+}
+
+/* ------------------------------------------------------------------ */
+/* Data pattern and verification                                       */
+/* ------------------------------------------------------------------ */
+
+/* splitmix64: a tiny, well-mixed, portable 64-bit generator step. */
+uint64_t mix64(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ULL;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+	return x ^ (x >> 31);
+}
+
+/* The tag of a pattern: derived from the transfer size and an iteration. */
+uint64_t pattern_tag(uint64_t size, uint64_t iter)
+{
+	return mix64(size * 0x100000001b3ULL ^ mix64(iter));
+}
+
+/*
+ * Word i of the pattern with tag `tag`.  Cheap (two multiplies), so filling
+ * and checking 256 MiB takes a fraction of a second, always outside timing.
+ */
+uint64_t pattern_word(uint64_t tag, uint64_t i)
+{
+	uint64_t x = (i + 1) * 0xd1342543de82ef95ULL ^ tag;
+
+	return x ^ (x >> 29) ^ (x << 17);
+}
+
+/* Fill buf[0..len) with the pattern; byte k is byte (k % 8) of word k / 8. */
+void pattern_fill(void *buf, size_t len, uint64_t tag)
+{
+	unsigned char *p = (unsigned char *)buf;
+	size_t words = len / 8, i;
+	uint64_t w;
+
+	for (i = 0; i < words; i++) {
+		w = pattern_word(tag, i);
+		memcpy(p + 8 * i, &w, 8);
+	}
+	if (len % 8) {
+		w = pattern_word(tag, words);
+		memcpy(p + 8 * words, &w, len % 8);	/* little endian */
+	}
+}
+
+/* Offset of the first byte that differs from the pattern, or -1 if none. */
+long long pattern_check(const void *buf, size_t len, uint64_t tag)
+{
+	const unsigned char *p = (const unsigned char *)buf;
+	size_t words = len / 8, i, k;
+	uint64_t w, got;
+
+	for (i = 0; i < words; i++) {
+		w = pattern_word(tag, i);
+		memcpy(&got, p + 8 * i, 8);
+		if (got != w)
+			for (k = 0; k < 8; k++)
+				if (((got >> (8 * k)) & 0xff) != ((w >> (8 * k)) & 0xff))
+					return (long long)(8 * i + k);
+	}
+	if (len % 8) {
+		w = pattern_word(tag, words);
+		for (k = 0; k < len % 8; k++)
+			if (p[8 * words + k] != ((w >> (8 * k)) & 0xff))
+				return (long long)(8 * words + k);
+	}
+	return -1;
+}
+
+/* Offset of the first differing byte of a and b, or -1 if equal. */
+long long first_difference(const void *a, const void *b, size_t len)
+{
+	const unsigned char *x = (const unsigned char *)a;
+	const unsigned char *y = (const unsigned char *)b;
+	size_t i;
+
+	if (memcmp(a, b, len) == 0)
+		return -1;
+	for (i = 0; i < len; i++)
+		if (x[i] != y[i])
+			return (long long)i;
+	return -1;
+}
+
+/* ------------------------------------------------------------------ */
+/* Sizes                                                               */
+/* ------------------------------------------------------------------ */
+
+/*
+ * "4096", "4K", "4KiB", "64M", "1G" (binary multiples; "B" optional).
+ * Returns 0 on success, -1 if s is not a size.
+ */
+int parse_size(const char *s, uint64_t *out)
+{
+	char *end;
+	unsigned long long v;
+	uint64_t mult = 1;
+
+	if (!s || !*s || *s == '-' || *s == '+')
+		return -1;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || end == s)
+		return -1;
+	switch (*end) {
+	case 'k': case 'K': mult = 1ULL << 10; end++; break;
+	case 'm': case 'M': mult = 1ULL << 20; end++; break;
+	case 'g': case 'G': mult = 1ULL << 30; end++; break;
+	default: break;
+	}
+	if (mult > 1 && *end == 'i')
+		end++;
+	if (*end == 'B' || *end == 'b')
+		end++;
+	if (*end != '\0')
+		return -1;
+	if (v > UINT64_MAX / mult)
+		return -1;
+	*out = (uint64_t)v * mult;
+	return 0;
+}
+
+/* "64 B", "1 KiB", "256 MiB", "1.5 MiB"; returns buf. */
+char *fmt_size(uint64_t n, char *buf, size_t bufsz)
+{
+	static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+	double v = (double)n;
+	int u = 0;
+
+	while (v >= 1024.0 && u < 4) {
+		v /= 1024.0;
+		u++;
+	}
+	if (v == floor(v))
+		snprintf(buf, bufsz, "%.0f %s", v, unit[u]);
+	else
+		snprintf(buf, bufsz, "%.2f %s", v, unit[u]);
+	return buf;
+}
+
+/* Parse a non-negative integer option value; usage error if it isn't one. */
+long long parse_count(const char *opt, const char *s, long long min,
+		      long long max)
+{
+	char *end;
+	long long v;
+
+	errno = 0;
+	v = strtoll(s, &end, 10);
+	if (errno || end == s || *end || v < min || v > max)
+		usage_error("%s wants an integer from %lld to %lld, not '%s'",
+			    opt, min, max, s);
+	return v;
+}
+
+double parse_real(const char *opt, const char *s, double min, double max)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || end == s || *end || !(v >= min && v <= max))
+		usage_error("%s wants a number from %g to %g, not '%s'", opt,
+			    min, max, s);
+	return v;
+}
+
+/* ------------------------------------------------------------------ */
+/* Which CUDA runtime did the dynamic loader give us?                  */
+/* ------------------------------------------------------------------ */
+
+struct lib_info {
+	char path[PATH_MAX];	/* the file that really defines cudaMalloc */
+	int shim;		/* 1 if it is the pvgpu guest shim */
+};
+
+/*
+ * Ask the loader, not the environment: dladdr() on cudaMalloc names the file
+ * that defines it, and the pvgpu shim is recognised by the function
+ * pvgpu_shim_version that only it exports.  The address comes from
+ * dlsym() on the loaded libcudart.so.13 itself (matched by its soname), so
+ * it is the library's definition, not a PLT stub in this executable.  No
+ * CUDA API function is called, so --compare's parent may use this too.
+ */
+void lib_identify(struct lib_info *li)
+{
+	void *h = dlopen("libcudart.so.13", RTLD_NOW | RTLD_NOLOAD);
+	void *sym = h ? dlsym(h, "cudaMalloc") : NULL;
+	Dl_info info;
+	char real[PATH_MAX];
+
+	if (!sym)	/* fall back to the address this program links to */
+		sym = (void *)(cudaError_t (*)(void **, size_t))cudaMalloc;
+	memset(&info, 0, sizeof(info));
+	if (dladdr(sym, &info) && info.dli_fname && *info.dli_fname) {
+		if (realpath(info.dli_fname, real))
+			snprintf(li->path, sizeof(li->path), "%s", real);
+		else
+			snprintf(li->path, sizeof(li->path), "%s",
+				 info.dli_fname);
+	} else {
+		snprintf(li->path, sizeof(li->path), "(unknown)");
+	}
+	li->shim = dlsym(RTLD_DEFAULT, "pvgpu_shim_version") != NULL;
+	if (h)
+		dlclose(h);
+}
+
+/* ------------------------------------------------------------------ */
+/* The device                                                          */
+/* ------------------------------------------------------------------ */
+
+struct dev_info {
+	int index;
+	char name[256];
+	int runtime_version;
+	int driver_version;
+};
+
+/* Select the device and create its context; dies with one line if none. */
+void device_open(int dev, struct dev_info *di)
+{
+	struct cudaDeviceProp prop;
+	int count = 0;
+
+	memset(di, 0, sizeof(*di));
+	di->index = dev;
+	CK(cudaGetDeviceCount(&count));
+	if (count == 0)
+		die("no usable GPU: cudaGetDeviceCount reports 0 devices");
+	if (dev >= count)
+		die("--device %d: only %d device(s) present", dev, count);
+	CK(cudaSetDevice(dev));
+	CK(cudaFree(0));	/* creates the context now, not inside a timing */
+	/* Names and versions are informational: not worth failing over. */
+	if (cudaGetDeviceProperties(&prop, dev) == cudaSuccess)
+		snprintf(di->name, sizeof(di->name), "%s", prop.name);
+	else
+		snprintf(di->name, sizeof(di->name), "(unknown)");
+	if (cudaRuntimeGetVersion(&di->runtime_version) != cudaSuccess)
+		di->runtime_version = 0;
+	if (cudaDriverGetVersion(&di->driver_version) != cudaSuccess)
+		di->driver_version = 0;
+	(void)cudaGetLastError();	/* clear a non-sticky error, if any */
+}
+
+/* ------------------------------------------------------------------ */
+/* JSON writer (stdout)                                                */
+/* ------------------------------------------------------------------ */
+
+void json_str(FILE *f, const char *s)
+{
+	const unsigned char *p = (const unsigned char *)(s ? s : "");
+
+	fputc('"', f);
+	for (; *p; p++) {
+		if (*p == '"' || *p == '\\')
+			fprintf(f, "\\%c", *p);
+		else if (*p == '\n')
+			fputs("\\n", f);
+		else if (*p < 0x20)
+			fprintf(f, "\\u%04x", *p);
+		else
+			fputc(*p, f);
+	}
+	fputc('"', f);
+}
+
+/* A number, or null where it is not finite (JSON has no NaN). */
+void json_num(FILE *f, double v)
+{
+	if (isfinite(v))
+		fprintf(f, "%.10g", v);
+	else
+		fputs("null", f);
+}
+
+/*
+ * The fields every run reports, written after the opening brace and
+ * followed by a comma: the benchmark, the library really loaded, the device.
+ */
+void json_run_header(FILE *f, const struct lib_info *li,
+		     const struct dev_info *di)
+{
+	const char *devs = getenv("PVGPU_DEVICES");
+
+	fputs("\"benchmark\":", f);
+	json_str(f, g_prog);
+	fputs(",\"schema\":1,\"library\":{\"path\":", f);
+	json_str(f, li->path);
+	fprintf(f, ",\"pvgpu_shim\":%s},", li->shim ? "true" : "false");
+	fputs("\"pvgpu_devices\":", f);
+	if (devs)
+		json_str(f, devs);
+	else
+		fputs("null", f);
+	if (di) {
+		fprintf(f, ",\"device\":{\"index\":%d,\"name\":", di->index);
+		json_str(f, di->name);
+		fprintf(f, ",\"runtime_version\":%d,\"driver_version\":%d}",
+			di->runtime_version, di->driver_version);
+	}
+	fputc(',', f);
+}
+
+/* The two header lines of a plain-table run. */
+void table_run_header(const struct lib_info *li, const struct dev_info *di)
+{
+	printf("%s: CUDA runtime %s (%s)\n", g_prog, li->path,
+	       li->shim ? "pvgpu shim" : "native");
+	if (di)
+		printf("device %d: %s, runtime %d, driver %d\n", di->index,
+		       di->name, di->runtime_version, di->driver_version);
+}
+
+/* ------------------------------------------------------------------ */
+/* JSON reader: enough for the benchmarks' own output and plan files   */
+/* ------------------------------------------------------------------ */
+
+enum jtype { J_NULL, J_BOOL, J_NUM, J_STR, J_ARR, J_OBJ };
+
+struct jval {
+	enum jtype type;
+	double num;		/* J_NUM; J_BOOL: 0 or 1 */
+	char *str;		/* J_STR */
+	int n;			/* J_ARR, J_OBJ: number of items */
+	struct jval *items;	/* J_ARR, J_OBJ */
+	char **keys;		/* J_OBJ: keys[i] names items[i] */
+};
+
+struct jparser {
+	const char *p;
+	int depth;
+};
+
+void jskip(struct jparser *jp)
+{
+	while (*jp->p == ' ' || *jp->p == '\t' || *jp->p == '\n' ||
+	       *jp->p == '\r')
+		jp->p++;
+}
+
+/* Parses a string at jp->p (which points at the quote); NULL on error. */
+char *jparse_string(struct jparser *jp)
+{
+	size_t cap = 16, len = 0;
+	char *out = (char *)xmalloc(cap);
+
+	jp->p++;
+	while (*jp->p && *jp->p != '"') {
+		char c = *jp->p++;
+
+		if (c == '\\') {
+			c = *jp->p++;
+			switch (c) {
+			case 'n': c = '\n'; break;
+			case 't': c = '\t'; break;
+			case 'r': c = '\r'; break;
+			case 'b': c = '\b'; break;
+			case 'f': c = '\f'; break;
+			case '"': case '\\': case '/': break;
+			case 'u': {
+				/* Only what json_str writes: \u00XX. */
+				unsigned v;
+
+				if (sscanf(jp->p, "%4x", &v) != 1 || v > 0xff) {
+					free(out);
+					return NULL;
+				}
+				jp->p += 4;
+				c = (char)v;
+				break;
+			}
+			default:
+				free(out);
+				return NULL;
+			}
+		}
+		if (len + 2 > cap) {
+			cap *= 2;
+			out = (char *)realloc(out, cap);
+			if (!out)
+				die("out of host memory");
+		}
+		out[len++] = c;
+	}
+	if (*jp->p != '"') {
+		free(out);
+		return NULL;
+	}
+	jp->p++;
+	out[len] = '\0';
+	return out;
+}
+
+int jparse_value(struct jparser *jp, struct jval *v);
+
+/* Array or object body; jp->p points at '[' or '{'. */
+int jparse_container(struct jparser *jp, struct jval *v, int is_obj)
+{
+	int cap = 0;
+	char close = is_obj ? '}' : ']';
+
+	v->type = is_obj ? J_OBJ : J_ARR;
+	jp->p++;
+	jskip(jp);
+	if (*jp->p == close) {
+		jp->p++;
+		return 0;
+	}
+	for (;;) {
+		char *key = NULL;
+
+		jskip(jp);
+		if (is_obj) {
+			if (*jp->p != '"' || !(key = jparse_string(jp)))
+				return -1;
+			jskip(jp);
+			if (*jp->p++ != ':') {
+				free(key);
+				return -1;
+			}
+		}
+		if (v->n == cap) {
+			cap = cap ? 2 * cap : 8;
+			v->items = (struct jval *)realloc(v->items,
+						cap * sizeof(*v->items));
+			v->keys = (char **)realloc(v->keys,
+						   cap * sizeof(*v->keys));
+			if (!v->items || !v->keys)
+				die("out of host memory");
+		}
+		memset(&v->items[v->n], 0, sizeof(v->items[0]));
+		v->keys[v->n] = key;
+		v->n++;
+		if (jparse_value(jp, &v->items[v->n - 1]))
+			return -1;
+		jskip(jp);
+		if (*jp->p == ',') {
+			jp->p++;
+			continue;
+		}
+		if (*jp->p == close) {
+			jp->p++;
+			return 0;
+		}
+		return -1;
+	}
+}
+
+int jparse_value(struct jparser *jp, struct jval *v)
+{
+	char *end;
+
+	jskip(jp);
+	if (++jp->depth > 64)
+		return -1;
+	switch (*jp->p) {
+	case '{':
+	case '[':
+		if (jparse_container(jp, v, *jp->p == '{'))
+			return -1;
+		break;
+	case '"':
+		v->type = J_STR;
+		if (!(v->str = jparse_string(jp)))
+			return -1;
+		break;
+	case 't':
+	case 'f':
+	case 'n':
+		if (!strncmp(jp->p, "true", 4)) {
+			v->type = J_BOOL;
+			v->num = 1;
+			jp->p += 4;
+		} else if (!strncmp(jp->p, "false", 5)) {
+			v->type = J_BOOL;
+			jp->p += 5;
+		} else if (!strncmp(jp->p, "null", 4)) {
+			v->type = J_NULL;
+			jp->p += 4;
+		} else {
+			return -1;
+		}
+		break;
+	default:
+		v->type = J_NUM;
+		v->num = strtod(jp->p, &end);
+		if (end == jp->p)
+			return -1;
+		jp->p = end;
+		break;
+	}
+	jp->depth--;
+	return 0;
+}
+
+/* Parse a whole document; NULL if it is not exactly one JSON value. */
+struct jval *json_parse(const char *text)
+{
+	struct jparser jp;
+	struct jval *v = (struct jval *)xmalloc(sizeof(*v));
+
+	memset(v, 0, sizeof(*v));
+	jp.p = text;
+	jp.depth = 0;
+	if (jparse_value(&jp, v))
+		return NULL;	/* leaks the partial tree: we exit right after */
+	jskip(&jp);
+	if (*jp.p)
+		return NULL;
+	return v;
+}
+
+/* Member `key` of object o, or NULL. */
+const struct jval *jget(const struct jval *o, const char *key)
+{
+	int i;
+
+	if (!o || o->type != J_OBJ)
+		return NULL;
+	for (i = 0; i < o->n; i++)
+		if (!strcmp(o->keys[i], key))
+			return &o->items[i];
+	return NULL;
+}
+
+/* Number member, NAN if absent or not a number. */
+double jnum(const struct jval *o, const char *key)
+{
+	const struct jval *v = jget(o, key);
+
+	return v && v->type == J_NUM ? v->num : NAN;
+}
+
+/* String member, NULL if absent or not a string. */
+const char *jstr(const struct jval *o, const char *key)
+{
+	const struct jval *v = jget(o, key);
+
+	return v && v->type == J_STR ? v->str : NULL;
+}
+
+/* Read a whole file (NUL-terminated); NULL with errno on failure. */
+char *read_file(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	size_t cap = 65536, len = 0, got;
+	char *buf;
+
+	if (!f)
+		return NULL;
+	buf = (char *)xmalloc(cap);
+	while ((got = fread(buf + len, 1, cap - len - 1, f)) > 0) {
+		len += got;
+		if (cap - len - 1 == 0) {
+			cap *= 2;
+			buf = (char *)realloc(buf, cap);
+			if (!buf)
+				die("out of host memory");
+		}
+	}
+	fclose(f);
+	buf[len] = '\0';
+	return buf;
+}
+
+/* ------------------------------------------------------------------ */
+/* Common options                                                      */
+/* ------------------------------------------------------------------ */
+
+struct common_opts {
+	int json;		/* --json */
+	int compare;		/* --compare */
+	int quick;		/* --quick */
+	int device;		/* --device N */
+	const char *native_libdir;	/* --native-libdir */
+	const char *pvgpu_libdir;	/* --pvgpu-libdir */
+};
+
+#define COMMON_OPTIONS_HELP \
+"  --json               one JSON object on stdout instead of a table\n" \
+"  --quick              a short run (CI); explicit options still win\n" \
+"  --device N           CUDA device index (default 0)\n" \
+"  --compare            run natively and through pvgpu, print both\n" \
+"  --native-libdir DIR  directory of the real libcudart.so.13 for\n" \
+"                       --compare (default $PVGPU_NATIVE_LIBDIR, else the\n" \
+"                       one this process loaded, else /usr/local/cuda)\n" \
+"  --pvgpu-libdir DIR   directory of the pvgpu shim for --compare\n" \
+"                       (default $PVGPU_LIBDIR, else <exe dir>/../lib)\n" \
+"  --help               this text\n" \
+"Exit status: 0 success, 1 runtime failure (incl. a data mismatch), 2 bad usage.\n"
+
+/* The value after option argv[*i]; a usage error if there is none. */
+const char *opt_value(int *i, int argc, char **argv)
+{
+	if (*i + 1 >= argc)
+		usage_error("%s needs a value", argv[*i]);
+	return argv[++*i];
+}
+
+/* Consumes a common option at argv[*i]; returns 1 if it was one. */
+int common_option(int *i, int argc, char **argv, struct common_opts *co)
+{
+	const char *a = argv[*i];
+
+	if (!strcmp(a, "--json"))
+		co->json = 1;
+	else if (!strcmp(a, "--compare"))
+		co->compare = 1;
+	else if (!strcmp(a, "--quick"))
+		co->quick = 1;
+	else if (!strcmp(a, "--device"))
+		co->device = (int)parse_count(a, opt_value(i, argc, argv), 0,
+					      1024);
+	else if (!strcmp(a, "--native-libdir"))
+		co->native_libdir = opt_value(i, argc, argv);
+	else if (!strcmp(a, "--pvgpu-libdir"))
+		co->pvgpu_libdir = opt_value(i, argc, argv);
+	else
+		return 0;
+	return 1;
+}
+
+/* ------------------------------------------------------------------ */
+/* --compare: run this executable natively and through pvgpu           */
+/* ------------------------------------------------------------------ */
+
+/* Absolute path of this executable. */
+char *self_exe(void)
+{
+	char buf[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+
+	if (n <= 0)
+		die("cannot find this executable: /proc/self/exe: %s",
+		    strerror(errno));
+	buf[n] = '\0';
+	return xstrdup(buf);
+}
+
+int file_exists(const char *dir, const char *name)
+{
+	char path[PATH_MAX];
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	return access(path, R_OK) == 0;
+}
+
+/* Fill in the two library directories for --compare (usage error if none). */
+void compare_resolve_libdirs(struct common_opts *co)
+{
+	static char native[PATH_MAX], pvgpu[PATH_MAX];
+	static const char *const guesses[] = {
+		"/usr/local/cuda/lib64",
+		"/usr/local/cuda/targets/x86_64-linux/lib",
+		"/usr/lib/x86_64-linux-gnu",
+	};
+	const char *env;
+	struct lib_info li;
+	size_t k;
+
+	if (!co->native_libdir && (env = getenv("PVGPU_NATIVE_LIBDIR")) &&
+	    *env)
+		co->native_libdir = env;
+	if (!co->native_libdir) {
+		/* The runtime this parent loaded, if it is the real one. */
+		lib_identify(&li);
+		if (!li.shim && li.path[0] == '/') {
+			snprintf(native, sizeof(native), "%s", li.path);
+			*strrchr(native, '/') = '\0';
+			co->native_libdir = native;
+		}
+	}
+	for (k = 0; !co->native_libdir && k < sizeof(guesses) / sizeof(*guesses); k++)
+		if (file_exists(guesses[k], "libcudart.so.13"))
+			co->native_libdir = guesses[k];
+	if (!co->native_libdir)
+		usage_error("--compare: cannot find the real libcudart.so.13; "
+			    "give --native-libdir DIR or PVGPU_NATIVE_LIBDIR");
+
+	if (!co->pvgpu_libdir && (env = getenv("PVGPU_LIBDIR")) && *env)
+		co->pvgpu_libdir = env;
+	if (!co->pvgpu_libdir) {
+		char *exe = self_exe();
+
+		*strrchr(exe, '/') = '\0';
+		snprintf(pvgpu, sizeof(pvgpu), "%s/../lib", exe);
+		free(exe);
+		co->pvgpu_libdir = pvgpu;
+	}
+	if (!file_exists(co->native_libdir, "libcudart.so.13"))
+		usage_error("--native-libdir %s has no libcudart.so.13",
+			    co->native_libdir);
+	if (!file_exists(co->pvgpu_libdir, "libcudart.so.13"))
+		usage_error("--pvgpu-libdir %s has no libcudart.so.13 "
+			    "(build the shim, or give --pvgpu-libdir)",
+			    co->pvgpu_libdir);
+}
+
+/* A growable argv for a child. */
+struct argvec {
+	char **v;
+	int n, cap;
+};
+
+void argv_push(struct argvec *a, const char *s)
+{
+	if (a->n + 2 > a->cap) {
+		a->cap = a->cap ? 2 * a->cap : 16;
+		a->v = (char **)realloc(a->v, a->cap * sizeof(*a->v));
+		if (!a->v)
+			die("out of host memory");
+	}
+	a->v[a->n++] = s ? xstrdup(s) : NULL;
+	a->v[a->n] = NULL;
+}
+
+/*
+ * The child's arguments: this program's own, less the options only the
+ * parent acts on.  `drop_flags` and `drop_valued` (NULL-terminated) name the
+ * benchmark's own parent-only options, without and with a value; the common
+ * ones (--compare, --json, --native-libdir, --pvgpu-libdir) always go.
+ * The caller appends what the child needs (--json is added here).
+ */
+void child_args(struct argvec *out, int argc, char **argv,
+		const char *const *drop_flags, const char *const *drop_valued)
+{
+	static const char *const common_flags[] = { "--compare", "--json", NULL };
+	static const char *const common_valued[] = { "--native-libdir",
+						     "--pvgpu-libdir", NULL };
+	int i, k, dropped;
+
+	argv_push(out, argv[0]);
+	for (i = 1; i < argc; i++) {
+		dropped = 0;
+		for (k = 0; common_flags[k]; k++)
+			dropped |= !strcmp(argv[i], common_flags[k]);
+		for (k = 0; drop_flags && drop_flags[k]; k++)
+			dropped |= !strcmp(argv[i], drop_flags[k]);
+		for (k = 0; !dropped && common_valued[k]; k++)
+			if (!strcmp(argv[i], common_valued[k]))
+				dropped = 2;
+		for (k = 0; !dropped && drop_valued && drop_valued[k]; k++)
+			if (!strcmp(argv[i], drop_valued[k]))
+				dropped = 2;
+		if (dropped == 2)
+			i++;	/* its value goes too */
+		else if (!dropped)
+			argv_push(out, argv[i]);
+	}
+	argv_push(out, "--json");
+}
+
+struct child_run {
+	const char *role;	/* "native" or "pvgpu" */
+	const char *libdir;
+	char *text;		/* its stdout: one JSON object */
+	struct jval *json;
+	double wall_s;		/* how long the child ran */
+};
+
+/*
+ * Run this executable with `args`, LD_LIBRARY_PATH=libdir (prepended, so it
+ * wins for libcudart.so.13 while anything else the user's path provides is
+ * still found), and PVGPU_BENCH_ROLE=role.  The child's stderr is ours; its
+ * stdout is collected and parsed.  A failing child has already said why on
+ * one line (prefixed with its role), so we exit 1 without another line.
+ * Finally the child must have loaded the library its role calls for.
+ */
+void compare_run_child(struct child_run *cr, char **args)
+{
+	int fd[2], status;
+	pid_t pid;
+	size_t cap = 65536, len = 0;
+	ssize_t got;
+	const char *shim;
+	char *exe = self_exe();
+	double t0 = now_s();
+
+	fflush(stdout);
+	fflush(stderr);
+	if (pipe(fd))
+		die("pipe: %s", strerror(errno));
+	pid = fork();
+	if (pid < 0)
+		die("fork: %s", strerror(errno));
+	if (pid == 0) {
+		const char *old = getenv("LD_LIBRARY_PATH");
+		char *path = (char *)xmalloc(strlen(cr->libdir) +
+					     (old ? strlen(old) : 0) + 2);
+
+		strcpy(path, cr->libdir);
+		if (old && *old) {
+			strcat(path, ":");
+			strcat(path, old);
+		}
+		setenv("LD_LIBRARY_PATH", path, 1);
+		setenv("PVGPU_BENCH_ROLE", cr->role, 1);
+		dup2(fd[1], STDOUT_FILENO);
+		close(fd[0]);
+		close(fd[1]);
+		execv(exe, args);
+		fprintf(stderr, "%s: exec %s: %s\n", g_prog, exe,
+			strerror(errno));
+		_exit(EXIT_RUNTIME);
+	}
+	close(fd[1]);
+	cr->text = (char *)xmalloc(cap);
+	while ((got = read(fd[0], cr->text + len, cap - len - 1)) != 0) {
+		if (got < 0) {
+			if (errno == EINTR)
+				continue;
+			die("reading the %s run's output: %s", cr->role,
+			    strerror(errno));
+		}
+		len += (size_t)got;
+		if (cap - len - 1 == 0) {
+			cap *= 2;
+			cr->text = (char *)realloc(cr->text, cap);
+			if (!cr->text)
+				die("out of host memory");
+		}
+	}
+	cr->text[len] = '\0';
+	close(fd[0]);
+	while (waitpid(pid, &status, 0) < 0)
+		if (errno != EINTR)
+			die("waitpid: %s", strerror(errno));
+	cr->wall_s = now_s() - t0;
+	free(exe);
+	if (WIFSIGNALED(status))
+		die("the %s run (LD_LIBRARY_PATH=%s) was killed by signal %d",
+		    cr->role, cr->libdir, WTERMSIG(status));
+	if (WEXITSTATUS(status) != 0)
+		exit(EXIT_RUNTIME);	/* the child printed its line */
+	/* Trim the trailing newline so the text embeds cleanly. */
+	while (len > 0 && (cr->text[len - 1] == '\n' || cr->text[len - 1] == ' '))
+		cr->text[--len] = '\0';
+	cr->json = json_parse(cr->text);
+	if (!cr->json || cr->json->type != J_OBJ)
+		die("the %s run printed something that is not one JSON object",
+		    cr->role);
+	shim = NULL;
+	{
+		const struct jval *lib = jget(cr->json, "library");
+		const struct jval *s = jget(lib, "pvgpu_shim");
+		int is_shim = s && s->type == J_BOOL && s->num != 0;
+
+		shim = jstr(lib, "path");
+		if (!strcmp(cr->role, "pvgpu") && !is_shim)
+			die("the pvgpu run loaded %s, not the pvgpu shim: check "
+			    "--pvgpu-libdir (%s)", shim ? shim : "?", cr->libdir);
+		if (!strcmp(cr->role, "native") && is_shim)
+			die("the native run loaded the pvgpu shim %s: check "
+			    "--native-libdir (%s)", shim ? shim : "?", cr->libdir);
+	}
+}
+
+/* A metric the comparison shows for every result key both runs have. */
+struct cmp_field {
+	const char *field;	/* member of each result object */
+	const char *label;	/* e.g. "MB/s" */
+	int lower_is_better;	/* times: also print the overhead in % */
+	int in_table;		/* 0: only in --json's "comparison" */
+};
+
+/* The i-th result of a run whose "key" is `key`, or NULL. */
+const struct jval *find_result(const struct jval *run, const char *key)
+{
+	const struct jval *res = jget(run, "results");
+	int i;
+
+	if (!res || res->type != J_ARR)
+		return NULL;
+	for (i = 0; i < res->n; i++) {
+		const char *k = jstr(&res->items[i], "key");
+
+		if (k && !strcmp(k, key))
+			return &res->items[i];
+	}
+	return NULL;
+}
+
+/*
+ * Compare JSON: {"benchmark":..., "mode":"compare", "native":{...},
+ * "pvgpu":{...}, "comparison":[{key, field, native, pvgpu, ratio}...]
+ * written WITHOUT the closing brace, so a benchmark can add its own members.
+ */
+void compare_json(const struct cmp_field *fields, int nfields,
+		  const struct child_run *nat, const struct child_run *pv)
+{
+	const struct jval *res = jget(nat->json, "results");
+	int i, f, first = 1;
+
+	printf("{\"benchmark\":");
+	json_str(stdout, g_prog);
+	printf(",\"schema\":1,\"mode\":\"compare\",\"native_libdir\":");
+	json_str(stdout, nat->libdir);
+	printf(",\"pvgpu_libdir\":");
+	json_str(stdout, pv->libdir);
+	printf(",\"native\":%s,\"pvgpu\":%s,\"comparison\":[", nat->text,
+	       pv->text);
+	for (i = 0; res && res->type == J_ARR && i < res->n; i++) {
+		const char *key = jstr(&res->items[i], "key");
+		const struct jval *other = key ? find_result(pv->json, key) : NULL;
+
+		for (f = 0; other && f < nfields; f++) {
+			double a = jnum(&res->items[i], fields[f].field);
+			double b = jnum(other, fields[f].field);
+
+			if (isnan(a) && isnan(b))
+				continue;
+			printf("%s{\"key\":", first ? "" : ",");
+			json_str(stdout, key);
+			printf(",\"field\":");
+			json_str(stdout, fields[f].field);
+			printf(",\"native\":");
+			json_num(stdout, a);
+			printf(",\"pvgpu\":");
+			json_num(stdout, b);
+			printf(",\"ratio\":");
+			json_num(stdout, b / a);
+			printf("}");
+			first = 0;
+		}
+	}
+	printf("]");
+}
+
+/* The comparison as a table: one row per (result, field). */
+void compare_table(const struct cmp_field *fields, int nfields,
+		   const struct child_run *nat, const struct child_run *pv)
+{
+	const struct jval *res = jget(nat->json, "results");
+	int i, f, keyw = 4;
+
+	printf("%s --compare\n", g_prog);
+	printf("  native: %s\n", jstr(jget(nat->json, "library"), "path"));
+	printf("  pvgpu:  %s (PVGPU_DEVICES=%s)\n",
+	       jstr(jget(pv->json, "library"), "path"),
+	       jstr(pv->json, "pvgpu_devices") ? jstr(pv->json, "pvgpu_devices")
+					       : "(unset)");
+	printf("  device: %s\n", jstr(jget(nat->json, "device"), "name") ?
+	       jstr(jget(nat->json, "device"), "name") : "?");
+	for (i = 0; res && res->type == J_ARR && i < res->n; i++) {
+		const char *key = jstr(&res->items[i], "key");
+
+		if (key && (int)strlen(key) > keyw)
+			keyw = (int)strlen(key);
+	}
+	printf("\n%-*s  %-12s %14s %14s %13s\n", keyw, "test", "metric",
+	       "native", "pvgpu", "pvgpu/native");
+	for (i = 0; res && res->type == J_ARR && i < res->n; i++) {
+		const char *key = jstr(&res->items[i], "key");
+		const struct jval *other = key ? find_result(pv->json, key) : NULL;
+
+		for (f = 0; key && f < nfields; f++) {
+			double a = jnum(&res->items[i], fields[f].field);
+			double b = other ? jnum(other, fields[f].field) : NAN;
+
+			if (!fields[f].in_table || (isnan(a) && isnan(b)))
+				continue;
+			printf("%-*s  %-12s %14.6g %14.6g %13.3f", keyw, key,
+			       fields[f].label, a, b, b / a);
+			if (fields[f].lower_is_better && a > 0 && isfinite(b))
+				printf("  (%+.1f%%)", (b / a - 1.0) * 100.0);
+			printf("\n");
+		}
+	}
+}
+
+#endif /* PVGPU_BENCH_COMMON_H */

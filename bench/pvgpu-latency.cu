@@ -1,0 +1,471 @@
+/*
+ * pvgpu-latency - the small-operation costs that decide how a chatty CUDA
+ * program feels through pvgpu, in microseconds (median and p99):
+ *
+ *   copy     synchronous cudaMemcpy of 1, 4, 16 and 64 bytes, H2D and D2H,
+ *            from pageable and pinned host memory;
+ *   launch   an empty kernel launch followed by cudaDeviceSynchronize;
+ *   async    the asynchronous launch rate: N empty launches, then one
+ *            cudaDeviceSynchronize (launches per second);
+ *   sync     cudaDeviceSynchronize on an idle device.
+ *
+ * Every operation is timed on its own with the monotonic wall clock; the
+ * data checks happen between timed operations, never inside them.
+ *
+ * The same binary runs natively or through pvgpu; only LD_LIBRARY_PATH
+ * decides which libcudart.so.13 is loaded (see bench_common.h, --compare).
+ */
+#include "bench_common.h"
+
+enum { TEST_COPY = 1, TEST_LAUNCH = 2, TEST_ASYNC = 4, TEST_SYNC = 8,
+       TEST_ALL = 15 };
+enum { DIR_H2D, DIR_D2H, NDIRS };
+enum { MEM_PAGEABLE, MEM_PINNED, NMEMS };
+
+static const char *const dir_name[NDIRS] = { "h2d", "d2h" };
+static const char *const mem_name[NMEMS] = { "pageable", "pinned" };
+
+#define MAX_SIZES 16
+#define WARMUP 100		/* untimed iterations before each test */
+#define READBACK_EVERY 256	/* H2D copies verified by a read-back */
+#define COUNT_LAUNCHES 1000	/* launches of the counting kernel */
+
+__global__ void empty_kernel(void)
+{
+}
+
+/* Proves launches really run: each adds one to *counter. */
+__global__ void count_kernel(unsigned int *counter)
+{
+	if (threadIdx.x == 0 && blockIdx.x == 0)
+		atomicAdd(counter, 1u);
+}
+
+struct options {
+	struct common_opts co;
+	int tests;
+	uint64_t sizes[MAX_SIZES];
+	int nsizes;
+	int mems[NMEMS];
+	int iters;
+	int launches;
+	int rounds;
+};
+
+/* One row of the report. */
+struct result {
+	char key[64];
+	int iters;
+	double median_us, p99_us, min_us, mean_us;
+	double launches_per_s;		/* async only */
+	double enqueue_per_s;		/* async only: launches/s before the sync */
+};
+
+#define MAX_RESULTS (2 * NMEMS * MAX_SIZES + 4)
+
+static void usage(void)
+{
+	printf(
+"usage: %s [options]\n"
+"Latency of small CUDA operations in microseconds (median, p99), natively or\n"
+"through pvgpu (whichever libcudart.so.13 the loader finds).\n"
+"  --tests LIST         any of copy,launch,async,sync (default all)\n"
+"  --sizes LIST         copy sizes in bytes (default 1,4,16,64)\n"
+"  --memory pageable|pinned|both   host memory for copies (default both)\n"
+"  --iters N            timed iterations per test (default 10000)\n"
+"  --launches N         launches per async round (default 100000)\n"
+"  --rounds N           async rounds, median reported (default 5)\n"
+COMMON_OPTIONS_HELP, g_prog);
+}
+
+static void parse_args(struct options *o, int argc, char **argv)
+{
+	int i, k, iters = 0, launches = 0, rounds = 0;
+
+	memset(o, 0, sizeof(*o));
+	o->tests = TEST_ALL;
+	o->nsizes = 4;
+	o->sizes[0] = 1;
+	o->sizes[1] = 4;
+	o->sizes[2] = 16;
+	o->sizes[3] = 64;
+	o->mems[MEM_PAGEABLE] = o->mems[MEM_PINNED] = 1;
+	for (i = 1; i < argc; i++) {
+		const char *a = argv[i];
+
+		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			usage();
+			exit(EXIT_OK);
+		} else if (common_option(&i, argc, argv, &o->co)) {
+			continue;
+		} else if (!strcmp(a, "--tests")) {
+			char *copy = xstrdup(opt_value(&i, argc, argv));
+			char *tok, *save = NULL;
+
+			o->tests = 0;
+			for (tok = strtok_r(copy, ",", &save); tok;
+			     tok = strtok_r(NULL, ",", &save)) {
+				if (!strcmp(tok, "copy"))
+					o->tests |= TEST_COPY;
+				else if (!strcmp(tok, "launch"))
+					o->tests |= TEST_LAUNCH;
+				else if (!strcmp(tok, "async"))
+					o->tests |= TEST_ASYNC;
+				else if (!strcmp(tok, "sync"))
+					o->tests |= TEST_SYNC;
+				else if (!strcmp(tok, "all"))
+					o->tests |= TEST_ALL;
+				else
+					usage_error("--tests: '%s' is not copy, "
+						    "launch, async or sync", tok);
+			}
+			free(copy);
+			if (!o->tests)
+				usage_error("--tests: nothing chosen");
+		} else if (!strcmp(a, "--sizes")) {
+			char *copy = xstrdup(opt_value(&i, argc, argv));
+			char *tok, *save = NULL;
+
+			o->nsizes = 0;
+			for (tok = strtok_r(copy, ",", &save); tok;
+			     tok = strtok_r(NULL, ",", &save)) {
+				uint64_t s;
+
+				if (parse_size(tok, &s) || s == 0 || s > (1 << 20))
+					usage_error("--sizes: '%s' is not a size "
+						    "from 1 byte to 1M", tok);
+				if (o->nsizes == MAX_SIZES)
+					usage_error("--sizes: at most %d sizes",
+						    MAX_SIZES);
+				o->sizes[o->nsizes++] = s;
+			}
+			free(copy);
+			if (!o->nsizes)
+				usage_error("--sizes: no sizes given");
+		} else if (!strcmp(a, "--memory")) {
+			const char *v = opt_value(&i, argc, argv);
+
+			for (k = 0; k < NMEMS; k++)
+				o->mems[k] = !strcmp(v, "both") ||
+					     !strcmp(v, mem_name[k]);
+			if (!o->mems[0] && !o->mems[1])
+				usage_error("--memory: '%s' is not pageable, "
+					    "pinned or both", v);
+		} else if (!strcmp(a, "--iters")) {
+			iters = (int)parse_count(a, opt_value(&i, argc, argv),
+						 1, 100000000);
+		} else if (!strcmp(a, "--launches")) {
+			launches = (int)parse_count(a, opt_value(&i, argc, argv),
+						    1, 100000000);
+		} else if (!strcmp(a, "--rounds")) {
+			rounds = (int)parse_count(a, opt_value(&i, argc, argv),
+						  1, 1000);
+		} else {
+			usage_error("unknown option '%s'", a);
+		}
+	}
+	o->iters = iters ? iters : o->co.quick ? 200 : 10000;
+	o->launches = launches ? launches : o->co.quick ? 2000 : 100000;
+	o->rounds = rounds ? rounds : o->co.quick ? 2 : 5;
+}
+
+/* Summarise samples[0..n) (microseconds) into r; sorts samples. */
+static void summarise(struct result *r, double *us, int n)
+{
+	double sum = 0;
+	int i;
+
+	for (i = 0; i < n; i++)
+		sum += us[i];
+	r->iters = n;
+	r->mean_us = sum / n;
+	r->p99_us = percentile(us, (size_t)n, 99.0);
+	r->median_us = percentile(us, (size_t)n, 50.0);
+	r->min_us = us[0];		/* sorted by percentile() */
+	r->launches_per_s = NAN;
+	r->enqueue_per_s = NAN;
+}
+
+/*
+ * Synchronous copies of `size` bytes.  H2D: each iteration's source holds
+ * the pattern of (size, iteration), written before the clock starts; every
+ * READBACK_EVERY-th copy and the last are read back (untimed) and checked.
+ * D2H: the device holds a pattern; the host buffer is poisoned before each
+ * copy and checked after it, so every single copy is verified.
+ */
+static void test_copy(const struct options *o, int dir, int mem,
+		      uint64_t size, void *dev, struct result *r, double *us)
+{
+	unsigned char *host, *check;
+	uint64_t tag = 0;
+	long long bad;
+	double t0;
+	int i;
+
+	if (mem == MEM_PINNED)
+		CK(cudaMallocHost((void **)&host, size));
+	else
+		host = (unsigned char *)xmalloc(size);
+	check = (unsigned char *)xmalloc(size);
+	snprintf(r->key, sizeof(r->key), "copy %s %s %lluB", dir_name[dir],
+		 mem_name[mem], (unsigned long long)size);
+
+	if (dir == DIR_D2H) {
+		tag = pattern_tag(size, 0xd2);
+		pattern_fill(host, size, tag);
+		CK(cudaMemcpy(dev, host, size, cudaMemcpyHostToDevice));
+	}
+	for (i = -WARMUP; i < o->iters; i++) {
+		if (dir == DIR_H2D) {
+			tag = pattern_tag(size, (uint64_t)(i + WARMUP));
+			pattern_fill(host, size, tag);
+			t0 = now_s();
+			CK(cudaMemcpy(dev, host, size, cudaMemcpyHostToDevice));
+			if (i >= 0)
+				us[i] = (now_s() - t0) * 1e6;
+			if (i % READBACK_EVERY == 0 || i == o->iters - 1) {
+				memset(check, 0xa5, size);
+				CK(cudaMemcpy(check, dev, size,
+					      cudaMemcpyDeviceToHost));
+				bad = pattern_check(check, size, tag);
+				if (bad >= 0)
+					die("data mismatch: %s, iteration %d: "
+					    "first bad byte at offset %lld",
+					    r->key, i, bad);
+			}
+		} else {
+			memset(host, (i & 1) ? 0xa5 : 0x5a, size);
+			t0 = now_s();
+			CK(cudaMemcpy(host, dev, size, cudaMemcpyDeviceToHost));
+			if (i >= 0)
+				us[i] = (now_s() - t0) * 1e6;
+			bad = pattern_check(host, size, tag);
+			if (bad >= 0)
+				die("data mismatch: %s, iteration %d: first bad "
+				    "byte at offset %lld", r->key, i, bad);
+		}
+	}
+	summarise(r, us, o->iters);
+	if (mem == MEM_PINNED)
+		CK(cudaFreeHost(host));
+	else
+		free(host);
+	free(check);
+}
+
+/* Empty kernel launch + cudaDeviceSynchronize, each pair timed. */
+static void test_launch(const struct options *o, struct result *r, double *us)
+{
+	double t0;
+	int i;
+
+	snprintf(r->key, sizeof(r->key), "launch+sync");
+	for (i = -WARMUP; i < o->iters; i++) {
+		t0 = now_s();
+		empty_kernel<<<1, 1>>>();
+		CK(cudaDeviceSynchronize());
+		if (i >= 0)
+			us[i] = (now_s() - t0) * 1e6;
+	}
+	CK(cudaGetLastError());
+	summarise(r, us, o->iters);
+}
+
+/*
+ * Asynchronous launch rate: `launches` empty launches then one synchronize,
+ * in `rounds` rounds; the median round is reported.  Afterwards a counting
+ * kernel is launched COUNT_LAUNCHES times the same way and its counter read
+ * back, which proves that asynchronous launches are all really executed.
+ */
+static void test_async(const struct options *o, struct result *r, double *us)
+{
+	double *rate = (double *)xmalloc(o->rounds * sizeof(double));
+	double *enq = (double *)xmalloc(o->rounds * sizeof(double));
+	unsigned int *counter, count = 0;
+	double t0, t1, t2;
+	int round, i;
+
+	snprintf(r->key, sizeof(r->key), "launch async");
+	for (i = 0; i < WARMUP; i++)
+		empty_kernel<<<1, 1>>>();
+	CK(cudaDeviceSynchronize());
+	for (round = 0; round < o->rounds; round++) {
+		t0 = now_s();
+		for (i = 0; i < o->launches; i++)
+			empty_kernel<<<1, 1>>>();
+		t1 = now_s();
+		CK(cudaDeviceSynchronize());
+		t2 = now_s();
+		CK(cudaGetLastError());
+		rate[round] = o->launches / (t2 - t0);
+		enq[round] = o->launches / (t1 - t0);
+		us[round] = (t2 - t0) * 1e6 / o->launches;
+	}
+	summarise(r, us, o->rounds);
+	r->p99_us = NAN;	/* a p99 over a handful of rounds means nothing */
+	r->iters = o->rounds * o->launches;
+	r->launches_per_s = percentile(rate, (size_t)o->rounds, 50.0);
+	r->enqueue_per_s = percentile(enq, (size_t)o->rounds, 50.0);
+
+	CK(cudaMalloc((void **)&counter, sizeof(*counter)));
+	CK(cudaMemset(counter, 0, sizeof(*counter)));
+	for (i = 0; i < COUNT_LAUNCHES; i++)
+		count_kernel<<<1, 1>>>(counter);
+	CK(cudaDeviceSynchronize());
+	CK(cudaGetLastError());
+	CK(cudaMemcpy(&count, counter, sizeof(count), cudaMemcpyDeviceToHost));
+	if (count != COUNT_LAUNCHES)
+		die("launch check: %d asynchronous launches of a counting kernel "
+		    "counted %u", COUNT_LAUNCHES, count);
+	CK(cudaFree(counter));
+	free(rate);
+	free(enq);
+}
+
+/* cudaDeviceSynchronize with nothing outstanding. */
+static void test_sync(const struct options *o, struct result *r, double *us)
+{
+	double t0;
+	int i;
+
+	snprintf(r->key, sizeof(r->key), "sync idle");
+	CK(cudaDeviceSynchronize());
+	for (i = -WARMUP; i < o->iters; i++) {
+		t0 = now_s();
+		CK(cudaDeviceSynchronize());
+		if (i >= 0)
+			us[i] = (now_s() - t0) * 1e6;
+	}
+	summarise(r, us, o->iters);
+}
+
+static void print_json(const struct lib_info *li, const struct dev_info *di,
+		       const struct result *res, int n)
+{
+	int i;
+
+	printf("{");
+	json_run_header(stdout, li, di);
+	printf("\"units\":\"microseconds\",\"results\":[");
+	for (i = 0; i < n; i++) {
+		printf("%s{\"key\":", i ? "," : "");
+		json_str(stdout, res[i].key);
+		printf(",\"iterations\":%d,\"median_us\":", res[i].iters);
+		json_num(stdout, res[i].median_us);
+		printf(",\"p99_us\":");
+		json_num(stdout, res[i].p99_us);
+		printf(",\"min_us\":");
+		json_num(stdout, res[i].min_us);
+		printf(",\"mean_us\":");
+		json_num(stdout, res[i].mean_us);
+		if (isfinite(res[i].launches_per_s)) {
+			printf(",\"launches_per_s\":");
+			json_num(stdout, res[i].launches_per_s);
+			printf(",\"enqueue_per_s\":");
+			json_num(stdout, res[i].enqueue_per_s);
+		}
+		printf(",\"verified\":true}");
+	}
+	printf("]}\n");
+}
+
+static void print_table(const struct result *res, int n)
+{
+	int i;
+
+	printf("%-26s %10s %10s %10s %14s\n", "test", "median us", "p99 us",
+	       "min us", "launches/s");
+	for (i = 0; i < n; i++) {
+		printf("%-26s %10.2f", res[i].key, res[i].median_us);
+		if (isfinite(res[i].p99_us))
+			printf(" %10.2f", res[i].p99_us);
+		else
+			printf(" %10s", "-");
+		printf(" %10.2f", res[i].min_us);
+		if (isfinite(res[i].launches_per_s))
+			printf(" %14.0f", res[i].launches_per_s);
+		printf("\n");
+	}
+	printf("(launch async: us per launch over a round of launches + one "
+	       "synchronize)\n");
+}
+
+static int run_here(const struct options *o)
+{
+	struct lib_info li;
+	struct dev_info di;
+	struct result res[MAX_RESULTS];
+	int n = 0, d, m, s;
+	int nsamples = o->iters > o->rounds ? o->iters : o->rounds;
+	double *us = (double *)xmalloc(nsamples * sizeof(double));
+	void *dev;
+
+	lib_identify(&li);
+	device_open(o->co.device, &di);
+	memset(res, 0, sizeof(res));
+	CK(cudaMalloc(&dev, 1 << 20));
+	if (o->tests & TEST_COPY)
+		for (d = 0; d < NDIRS; d++)
+			for (m = 0; m < NMEMS; m++)
+				for (s = 0; o->mems[m] && s < o->nsizes; s++)
+					test_copy(o, d, m, o->sizes[s], dev,
+						  &res[n++], us);
+	if (o->tests & TEST_LAUNCH)
+		test_launch(o, &res[n++], us);
+	if (o->tests & TEST_ASYNC)
+		test_async(o, &res[n++], us);
+	if (o->tests & TEST_SYNC)
+		test_sync(o, &res[n++], us);
+	CK(cudaFree(dev));
+	free(us);
+
+	if (o->co.json) {
+		print_json(&li, &di, res, n);
+	} else {
+		table_run_header(&li, &di);
+		print_table(res, n);
+	}
+	return EXIT_OK;
+}
+
+static int run_compare(struct options *o, int argc, char **argv)
+{
+	static const struct cmp_field fields[] = {
+		{ "median_us", "median us", 1, 1 },
+		{ "p99_us", "p99 us", 1, 1 },
+		{ "launches_per_s", "launches/s", 0, 1 },
+		{ "min_us", "min us", 1, 0 },
+	};
+	struct child_run nat, pv;
+	struct argvec args;
+
+	compare_resolve_libdirs(&o->co);
+	memset(&args, 0, sizeof(args));
+	child_args(&args, argc, argv, NULL, NULL);
+	memset(&nat, 0, sizeof(nat));
+	memset(&pv, 0, sizeof(pv));
+	nat.role = "native";
+	nat.libdir = o->co.native_libdir;
+	pv.role = "pvgpu";
+	pv.libdir = o->co.pvgpu_libdir;
+	compare_run_child(&nat, args.v);
+	compare_run_child(&pv, args.v);
+	if (o->co.json) {
+		compare_json(fields, 4, &nat, &pv);
+		printf("}\n");
+	} else {
+		compare_table(fields, 4, &nat, &pv);
+	}
+	return EXIT_OK;
+}
+
+int main(int argc, char **argv)
+{
+	struct options o;
+
+	g_prog = "pvgpu-latency";
+	parse_args(&o, argc, argv);
+	if (o.co.compare)
+		return run_compare(&o, argc, argv);
+	return run_here(&o);
+}
