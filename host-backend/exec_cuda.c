@@ -97,6 +97,8 @@ struct cuda_api {
 					  unsigned int, unsigned int,
 					  unsigned int, unsigned int, CUstream,
 					  void **, void **);
+	CUresult (CUDAAPI *occupancy_max_blocks)(int *, CUfunction, int, size_t,
+						 unsigned int);
 };
 
 struct cuda_sym {
@@ -159,6 +161,8 @@ static const struct cuda_sym cuda_syms[] = {
 	SYM(func_get_attribute, "cuFuncGetAttribute", 2020, "cuFuncGetAttribute", NULL, false),
 	SYM(func_set_attribute, "cuFuncSetAttribute", 9000, "cuFuncSetAttribute", NULL, false),
 	SYM(launch_kernel, "cuLaunchKernel", 4000, "cuLaunchKernel", NULL, false),
+	SYM(occupancy_max_blocks, "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", 7000,
+	    "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", NULL, false),
 };
 
 typedef CUresult (CUDAAPI *get_proc_address_fn)(const char *, void **, int,
@@ -1293,6 +1297,25 @@ static int32_t cuda_function_set_attribute(struct pvgpu_exec *ex,
 	return ex->api.func_set_attribute(f, (CUfunction_attribute)attr, value);
 }
 
+static int32_t cuda_occupancy(struct pvgpu_exec *ex, uint64_t func,
+			      int32_t block_size, uint64_t dynamic_smem,
+			      uint32_t flags, int32_t *blocks)
+{
+	CUfunction f;
+	int32_t rc;
+	int n = 0;
+
+	if (!ex || !blocks)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = to_function(ex, func, &f);
+	if (rc)
+		return rc;
+	rc = ex->api.occupancy_max_blocks(&n, f, block_size,
+					  (size_t)dynamic_smem, flags);
+	*blocks = n;
+	return rc;
+}
+
 static int32_t cuda_launch(struct pvgpu_exec *ex,
 			   const struct pvgpu_launch *l)
 {
@@ -1386,4 +1409,5 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.function_attribute	= cuda_function_attribute,
 	.function_set_attribute	= cuda_function_set_attribute,
 	.launch			= cuda_launch,
+	.occupancy		= cuda_occupancy,
 };

@@ -158,6 +158,10 @@ struct pvgpu_executor_ops {
 					  int32_t value);
 	int32_t (*launch)(struct pvgpu_exec *ex,
 			  const struct pvgpu_launch *launch);
+	/* Resident blocks per multiprocessor for this launch shape. */
+	int32_t (*occupancy)(struct pvgpu_exec *ex, uint64_t func,
+			     int32_t block_size, uint64_t dynamic_smem,
+			     uint32_t flags, int32_t *blocks);
 };
 
 extern const struct pvgpu_executor_ops pvgpu_exec_cuda;

@@ -276,3 +276,17 @@ int32_t pvgpu_handle_launch_kernel(struct pvgpu_worker *w,
 	};
 	return w->ex_ops->launch(w->ex, &l);
 }
+
+int32_t pvgpu_handle_func_occupancy(struct pvgpu_worker *w,
+				    const struct pvgpu_func_occupancy_req *req,
+				    struct pvgpu_func_occupancy_rep *rep)
+{
+	struct pvgpu_handle *f = lookup_function(w, req->func);
+
+	if (!f)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (!w->ex_ops->occupancy)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	return w->ex_ops->occupancy(w->ex, f->exec_handle, req->block_size,
+				    req->dynamic_smem, req->flags, &rep->blocks);
+}
