@@ -212,6 +212,7 @@ int32_t pvgpu_handle_ctx_destroy(struct pvgpu_worker *w,
 	/* Staging events live in the current context: drop them first. */
 	if (req->ctx == w->cur_ctx)
 		pvgpu_staging_release(w);
+	pvgpu_window_forget_ctx(w, req->ctx);
 	st = w->ex_ops->ctx_destroy(w->ex, h->exec_handle);
 	/* The context took its memory, streams and events with it. */
 	for (size_t i = w->allocs.n; i-- > 0;) {

@@ -157,6 +157,7 @@ static int worker_init(struct pvgpu_worker *w, int fd,
 	w->acct = acct;
 	w->slot = slot;
 	w->ex_ops = cfg->exec;
+	w->passed_fd = -1;
 	w->rx = malloc(PVGPU_MAX_BATCH);
 	if (!w->rx)
 		return -1;
@@ -170,6 +171,9 @@ static int worker_init(struct pvgpu_worker *w, int fd,
 static void worker_fini(struct pvgpu_worker *w)
 {
 	pvgpu_staging_release(w);
+	pvgpu_window_detach(w);
+	if (w->passed_fd >= 0)
+		close(w->passed_fd);
 	if (w->ex)
 		w->ex_ops->close(w->ex);	/* frees contexts and all in them */
 	for (int d = 0; d < PVGPU_MAX_DEVICES; d++)

@@ -17,6 +17,7 @@
 #include "executor.h"
 #include "handles.h"
 #include "listen.h"
+#include "window.h"
 
 #define PVGPU_STAGING_BUFFERS	4
 #define PVGPU_NOTED_ERRORS	32
@@ -25,6 +26,17 @@ struct pvgpu_staging {
 	void *buf;			/* pinned, `block` bytes */
 	uint64_t event;			/* executor event; 0 until first use */
 	int busy;			/* a DMA may still read/write buf */
+};
+
+/* The session's shared window, as the worker checked it at attach time. */
+struct pvgpu_window {
+	uint8_t *base;			/* NULL: no window */
+	uint64_t size;
+	struct pvgpu_window_header *hdr;
+	uint64_t staging_offset;
+	uint32_t slot_size, nslots;
+	uint64_t registered_ctx;	/* context it is pinned in; 0: not yet */
+	uint64_t h2d_seq, d2h_seq;	/* blocks through the ring so far */
 };
 
 struct pvgpu_worker_config {
@@ -63,6 +75,9 @@ struct pvgpu_worker {
 	struct pvgpu_staging staging[PVGPU_STAGING_BUFFERS];
 	unsigned int next_staging;
 	uint8_t *rx;			/* one control payload or batch */
+
+	int passed_fd;			/* last fd the guest sent; -1: none */
+	struct pvgpu_window win;
 };
 
 /* Serve one session on fd until it ends; returns the process exit code. */
@@ -90,5 +105,9 @@ int32_t pvgpu_copy_dtoh(struct pvgpu_worker *w, uint64_t src, uint64_t size,
 /* Read and drop the DATA frames of a refused host-to-device copy. */
 void pvgpu_copy_refuse_htod(struct pvgpu_worker *w, uint64_t size);
 void pvgpu_staging_release(struct pvgpu_worker *w);
+
+/* Shared window (window.c). */
+void pvgpu_window_forget_ctx(struct pvgpu_worker *w, uint64_t ctx);
+void pvgpu_window_detach(struct pvgpu_worker *w);
 
 #endif /* PVGPU_WORKER_H */

@@ -14,12 +14,53 @@
 #include "pvgpu_proto.h"
 #include "worker.h"
 
+/*
+ * A guest passes a window's file descriptor with SCM_RIGHTS alongside the
+ * window_attach request, so reads on a Unix socket take ancillary data too.
+ * The newest descriptor waits in w->passed_fd until a handler claims it;
+ * any other is closed at once, so a guest cannot make us hoard them.
+ */
+static ssize_t read_some(struct pvgpu_worker *w, void *buf, size_t len)
+{
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(int) * 4)];
+	} control;
+	struct iovec iov = { buf, len };
+	struct msghdr msg = {
+		.msg_iov = &iov,
+		.msg_iovlen = 1,
+		.msg_control = control.buf,
+		.msg_controllen = sizeof(control.buf),
+	};
+	struct cmsghdr *cm;
+	ssize_t n;
+
+	if (w->peer.kind != EP_UNIX)
+		return read(w->fd, buf, len);
+	n = recvmsg(w->fd, &msg, MSG_CMSG_CLOEXEC);
+	for (cm = CMSG_FIRSTHDR(&msg); n >= 0 && cm; cm = CMSG_NXTHDR(&msg, cm)) {
+		int *fds = (int *)CMSG_DATA(cm);
+		size_t nfds;
+
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		nfds = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < nfds; i++) {
+			if (w->passed_fd >= 0)
+				close(w->passed_fd);
+			w->passed_fd = fds[i];
+		}
+	}
+	return n;
+}
+
 int pvgpu_worker_read(struct pvgpu_worker *w, void *buf, size_t len)
 {
 	uint8_t *p = buf;
 
 	while (len) {
-		ssize_t n = read(w->fd, p, len);
+		ssize_t n = read_some(w, p, len);
 
 		if (n > 0) {
 			p += n;

@@ -1,0 +1,460 @@
+/*
+ * window.c - a shared window between the guest library and this worker
+ * (protocol/window.h): attach, zero-copy DMA to and from it, and pageable
+ * copies staged through its ring of slots.
+ *
+ * Everything in the window is the guest's to scribble on.  The layout is
+ * read once and kept here; every offset is checked against our copy; the
+ * ring counters are validated on every read, and a wait for the guest is
+ * bounded and gives up when the guest's socket goes away.
+ */
+#include <cuda.h>
+#include <errno.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "pvgpu_dispatch.h"
+#include "worker.h"
+
+#define MAX_SLOTS		64
+#define MIN_SLOT		(64u * 1024)
+#define MAX_SLOT		(64u * 1024 * 1024)
+#define GUEST_TIMEOUT_S		30.0
+
+void pvgpu_window_detach(struct pvgpu_worker *w)
+{
+	struct pvgpu_window *win = &w->win;
+
+	if (!win->base)
+		return;
+	if (win->registered_ctx && w->ex)
+		w->ex_ops->host_unregister(w->ex, win->base);
+	munmap(win->base, win->size);
+	memset(win, 0, sizeof(*win));
+}
+
+void pvgpu_window_forget_ctx(struct pvgpu_worker *w, uint64_t ctx)
+{
+	/* The executor unpinned the window along with that context. */
+	if (w->win.registered_ctx == ctx)
+		w->win.registered_ctx = 0;
+}
+
+int32_t pvgpu_handle_window_attach(struct pvgpu_worker *w,
+				   const struct pvgpu_window_attach_req *req,
+				   struct pvgpu_window_attach_rep *rep)
+{
+	struct pvgpu_window *win = &w->win;
+	struct pvgpu_window_header hdr;
+	int fd = w->passed_fd;
+	uint64_t staging_end;
+	struct stat st;
+	void *base;
+
+	w->passed_fd = -1;
+	if (fd < 0) {
+		log_info("window_attach without a file descriptor");
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	if (win->base || req->size < PVGPU_WINDOW_HDR_SIZE ||
+	    fstat(fd, &st) || (uint64_t)st.st_size < req->size ||
+	    req->size > SIZE_MAX) {
+		close(fd);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	base = mmap(NULL, req->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (base == MAP_FAILED) {
+		log_warn("cannot map a %llu-byte window: %s",
+			 (unsigned long long)req->size, strerror(errno));
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	/* One snapshot of the header; only this copy is trusted from now on. */
+	memcpy(&hdr, base, sizeof(hdr));
+	staging_end = hdr.staging_offset +
+		      (uint64_t)hdr.slot_size * hdr.nslots;
+	if (hdr.magic != PVGPU_WINDOW_MAGIC || hdr.layout != PVGPU_WINDOW_LAYOUT ||
+	    hdr.size != req->size || hdr.nslots < 2 || hdr.nslots > MAX_SLOTS ||
+	    hdr.slot_size < MIN_SLOT || hdr.slot_size > MAX_SLOT ||
+	    hdr.staging_offset < PVGPU_WINDOW_HDR_SIZE ||
+	    hdr.staging_offset > req->size || staging_end > req->size) {
+		log_warn("window header is not a valid pvgpu layout %u window of %llu bytes: refused",
+			 PVGPU_WINDOW_LAYOUT, (unsigned long long)req->size);
+		munmap(base, req->size);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	win->base = base;
+	win->size = req->size;
+	win->hdr = base;
+	win->staging_offset = hdr.staging_offset;
+	win->slot_size = hdr.slot_size;
+	win->nslots = hdr.nslots;
+	pvgpu_window_store(&win->hdr->h2d_done, 0);
+	pvgpu_window_store(&win->hdr->d2h_ready, 0);
+	rep->window_id = hdr.window_id;
+	log_debug("window attached: %llu MiB, %u staging slots of %u KiB",
+		  (unsigned long long)(req->size >> 20), hdr.nslots,
+		  hdr.slot_size >> 10);
+	return CUDA_SUCCESS;
+}
+
+/* Pin the window for DMA in the current context, once. */
+static int32_t window_ready(struct pvgpu_worker *w)
+{
+	struct pvgpu_window *win = &w->win;
+	int32_t st;
+
+	if (!win->base)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!w->cur_ctx)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (win->registered_ctx)
+		return CUDA_SUCCESS;
+	st = w->ex_ops->host_register(w->ex, win->base, win->size);
+	if (st) {
+		log_warn("cannot pin the %llu MiB window for DMA: CUresult %d",
+			 (unsigned long long)(win->size >> 20), st);
+		return st;
+	}
+	win->registered_ctx = w->cur_ctx;
+	return CUDA_SUCCESS;
+}
+
+static int32_t check_copy(struct pvgpu_worker *w, uint64_t dptr,
+			  uint64_t offset, uint64_t size, uint64_t stream_id,
+			  uint64_t *stream)
+{
+	struct pvgpu_window *win = &w->win;
+	int32_t st;
+
+	if (!w->ex)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	st = window_ready(w);
+	if (st)
+		return st;
+	/* The header page is not data: keep the guest's copies off it. */
+	if (offset < PVGPU_WINDOW_HDR_SIZE || offset > win->size ||
+	    size > win->size - offset)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!pvgpu_alloc_range(&w->allocs, dptr, size))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (stream_id == 0) {
+		*stream = 0;
+		return CUDA_SUCCESS;
+	}
+	{
+		struct pvgpu_handle *h = pvgpu_handle_get(&w->handles, stream_id,
+							  H_STREAM);
+
+		if (!h || h->ctx != w->cur_ctx)
+			return CUDA_ERROR_INVALID_HANDLE;
+		*stream = h->exec_handle;
+	}
+	return CUDA_SUCCESS;
+}
+
+static int32_t htod_window(struct pvgpu_worker *w, uint64_t dst,
+			   uint64_t offset, uint64_t size, uint64_t stream_id,
+			   int sync)
+{
+	uint64_t stream;
+	int32_t st;
+
+	if (size == 0)
+		return CUDA_SUCCESS;
+	st = check_copy(w, dst, offset, size, stream_id, &stream);
+	if (!st)
+		st = w->ex_ops->memcpy_htod_async(w->ex, dst, w->win.base + offset,
+						  size, stream);
+	if (!st && sync)
+		st = w->ex_ops->stream_synchronize(w->ex, stream);
+	if (!st)
+		atomic_fetch_add(&w->slot->bytes_h2d, size);
+	return st;
+}
+
+static int32_t dtoh_window(struct pvgpu_worker *w, uint64_t src,
+			   uint64_t offset, uint64_t size, uint64_t stream_id,
+			   int sync)
+{
+	uint64_t stream;
+	int32_t st;
+
+	if (size == 0)
+		return CUDA_SUCCESS;
+	st = check_copy(w, src, offset, size, stream_id, &stream);
+	if (!st)
+		st = w->ex_ops->memcpy_dtoh_async(w->ex, w->win.base + offset, src,
+						  size, stream);
+	if (!st && sync)
+		st = w->ex_ops->stream_synchronize(w->ex, stream);
+	if (!st)
+		atomic_fetch_add(&w->slot->bytes_d2h, size);
+	return st;
+}
+
+int32_t pvgpu_handle_memcpy_htod_window(struct pvgpu_worker *w,
+					const struct pvgpu_memcpy_htod_window_req *req)
+{
+	return htod_window(w, req->dst, req->offset, req->size, req->stream, 1);
+}
+
+int32_t pvgpu_handle_memcpy_htod_window_async(struct pvgpu_worker *w,
+					      const struct pvgpu_memcpy_htod_window_async_req *req)
+{
+	return htod_window(w, req->dst, req->offset, req->size, req->stream, 0);
+}
+
+int32_t pvgpu_handle_memcpy_dtoh_window(struct pvgpu_worker *w,
+					const struct pvgpu_memcpy_dtoh_window_req *req)
+{
+	return dtoh_window(w, req->src, req->offset, req->size, req->stream, 1);
+}
+
+int32_t pvgpu_handle_memcpy_dtoh_window_async(struct pvgpu_worker *w,
+					      const struct pvgpu_memcpy_dtoh_window_async_req *req)
+{
+	return dtoh_window(w, req->src, req->offset, req->size, req->stream, 0);
+}
+
+/* --- staged copies ---------------------------------------------------------- */
+
+static double now_s(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/*
+ * Wait until the guest moves `counter` past `seen`: spin briefly (the guest
+ * is usually mid-memcpy), then yield, then sleep.  Returns the new value,
+ * or `seen` when the guest hung up or made no progress for too long.
+ */
+static uint64_t wait_guest(struct pvgpu_worker *w,
+			   const struct pvgpu_window_counter *counter,
+			   uint64_t seen)
+{
+	double start = 0;
+
+	for (unsigned int spins = 0;; spins++) {
+		uint64_t v = pvgpu_window_load(counter);
+		struct pollfd pfd = { w->fd, POLLRDHUP, 0 };
+
+		if (v != seen)
+			return v;
+		if (spins < 4096) {
+			__builtin_ia32_pause();
+			continue;
+		}
+		if (spins < 8192) {
+			sched_yield();
+			continue;
+		}
+		if (!start)
+			start = now_s();
+		if (poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+			log_info("guest went away during a staged copy");
+			w->fatal = 1;
+			return seen;
+		}
+		if (now_s() - start > GUEST_TIMEOUT_S) {
+			log_warn("guest made no progress on a staged copy for %.0f s: giving up",
+				 GUEST_TIMEOUT_S);
+			return seen;
+		}
+		{
+			struct timespec nap = { 0, 20 * 1000 };
+
+			nanosleep(&nap, NULL);
+		}
+	}
+}
+
+static int32_t create_slot_events(struct pvgpu_worker *w, uint64_t *ev)
+{
+	for (uint32_t i = 0; i < w->win.nslots; i++) {
+		int32_t st = w->ex_ops->event_create(w->ex, CU_EVENT_DISABLE_TIMING,
+						     &ev[i]);
+
+		if (st) {
+			while (i--)
+				w->ex_ops->event_destroy(w->ex, ev[i]);
+			return st;
+		}
+	}
+	return CUDA_SUCCESS;
+}
+
+static void destroy_slot_events(struct pvgpu_worker *w, uint64_t *ev)
+{
+	for (uint32_t i = 0; i < w->win.nslots; i++)
+		w->ex_ops->event_destroy(w->ex, ev[i]);
+}
+
+static uint8_t *slot_ptr(struct pvgpu_window *win, uint64_t seq)
+{
+	return win->base + win->staging_offset +
+	       (seq % win->nslots) * (uint64_t)win->slot_size;
+}
+
+/*
+ * Host to device: block k (of `blocks`) is in slot (h2d_seq + k) % nslots
+ * once the guest's h2d_filled passes h2d_seq + k.  We DMA each filled block
+ * and tell the guest it may reuse a slot by moving h2d_done past it.
+ */
+int32_t pvgpu_handle_memcpy_htod_staged(struct pvgpu_worker *w,
+					const struct pvgpu_memcpy_htod_staged_req *req)
+{
+	struct pvgpu_window *win = &w->win;
+	uint64_t ev[MAX_SLOTS], stream, blocks, filled, issued = 0, done = 0;
+	uint64_t seq0 = win->h2d_seq;
+	int32_t st, err = 0;
+
+	if (req->size == 0)
+		return CUDA_SUCCESS;
+	st = check_copy(w, req->dst, PVGPU_WINDOW_HDR_SIZE, 0, req->stream, &stream);
+	if (!st && !pvgpu_alloc_range(&w->allocs, req->dst, req->size))
+		st = CUDA_ERROR_INVALID_VALUE;
+	/* Refused before the guest touched the ring: it sees the reply and stops. */
+	if (st)
+		return st;
+	st = create_slot_events(w, ev);
+	if (st)
+		return st;
+	blocks = (req->size + win->slot_size - 1) / win->slot_size;
+	filled = 0;
+	while (done < blocks && !w->fatal) {
+		uint64_t v = pvgpu_window_load(&win->hdr->h2d_filled) - seq0;
+
+		if (v > blocks || v < filled || v - done > win->nslots) {
+			log_warn("guest's h2d ring counter is impossible (%llu of %llu blocks): copy failed",
+				 (unsigned long long)v, (unsigned long long)blocks);
+			err = CUDA_ERROR_INVALID_VALUE;
+			break;
+		}
+		filled = v;
+		if (issued < filled) {
+			uint64_t off = issued * win->slot_size;
+			uint64_t len = req->size - off < win->slot_size ?
+				       req->size - off : win->slot_size;
+			uint64_t slot = (seq0 + issued) % win->nslots;
+
+			if (!err)
+				err = w->ex_ops->memcpy_htod_async(w->ex, req->dst + off,
+								   slot_ptr(win, seq0 + issued),
+								   len, stream);
+			if (!err)
+				err = w->ex_ops->event_record(w->ex, ev[slot], stream);
+			issued++;
+			continue;
+		}
+		if (done < issued) {
+			/* Nothing new to start: retire the oldest block. */
+			if (!err)
+				err = w->ex_ops->event_synchronize(w->ex,
+								   ev[(seq0 + done) % win->nslots]);
+			done++;
+			pvgpu_window_store(&win->hdr->h2d_done, seq0 + done);
+			continue;
+		}
+		if (wait_guest(w, &win->hdr->h2d_filled, seq0 + filled) == seq0 + filled) {
+			err = err ? err : CUDA_ERROR_TIMEOUT;
+			break;
+		}
+	}
+	if (done < blocks) {
+		/* Abandoned half-way: the ring is out of step, stop using it. */
+		w->ex_ops->ctx_synchronize(w->ex);
+		destroy_slot_events(w, ev);
+		pvgpu_window_detach(w);
+		return err ? err : CUDA_ERROR_TIMEOUT;
+	}
+	win->h2d_seq += blocks;
+	destroy_slot_events(w, ev);
+	atomic_fetch_add(&w->slot->bytes_h2d, req->size);
+	return err;
+}
+
+/*
+ * Device to host: we DMA block k into slot (d2h_seq + k) % nslots once the
+ * guest has taken what was there, and move d2h_ready past it when the DMA
+ * is complete; the guest copies it out and moves d2h_taken.
+ */
+int32_t pvgpu_handle_memcpy_dtoh_staged(struct pvgpu_worker *w,
+					const struct pvgpu_memcpy_dtoh_staged_req *req)
+{
+	struct pvgpu_window *win = &w->win;
+	uint64_t ev[MAX_SLOTS], stream, blocks, taken = 0, issued = 0, ready = 0;
+	uint64_t seq0 = win->d2h_seq;
+	int32_t st, err = 0;
+
+	if (req->size == 0)
+		return CUDA_SUCCESS;
+	st = check_copy(w, req->src, PVGPU_WINDOW_HDR_SIZE, 0, req->stream, &stream);
+	if (!st && !pvgpu_alloc_range(&w->allocs, req->src, req->size))
+		st = CUDA_ERROR_INVALID_VALUE;
+	if (st)
+		return st;
+	st = create_slot_events(w, ev);
+	if (st)
+		return st;
+	blocks = (req->size + win->slot_size - 1) / win->slot_size;
+	while (ready < blocks && !w->fatal) {
+		uint64_t v = pvgpu_window_load(&win->hdr->d2h_taken) - seq0;
+
+		if (v > ready || v < taken) {
+			log_warn("guest's d2h ring counter is impossible: copy failed");
+			err = CUDA_ERROR_INVALID_VALUE;
+			break;
+		}
+		taken = v;
+		if (issued < blocks && issued - taken < win->nslots) {
+			uint64_t off = issued * win->slot_size;
+			uint64_t len = req->size - off < win->slot_size ?
+				       req->size - off : win->slot_size;
+			uint64_t slot = (seq0 + issued) % win->nslots;
+
+			if (!err)
+				err = w->ex_ops->memcpy_dtoh_async(w->ex,
+								   slot_ptr(win, seq0 + issued),
+								   req->src + off, len, stream);
+			if (!err)
+				err = w->ex_ops->event_record(w->ex, ev[slot], stream);
+			if (err)	/* never hand the guest stale slot bytes */
+				memset(slot_ptr(win, seq0 + issued), 0, len);
+			issued++;
+			continue;
+		}
+		if (ready < issued) {
+			if (!err)
+				err = w->ex_ops->event_synchronize(w->ex,
+								   ev[(seq0 + ready) % win->nslots]);
+			ready++;
+			pvgpu_window_store(&win->hdr->d2h_ready, seq0 + ready);
+			continue;
+		}
+		if (wait_guest(w, &win->hdr->d2h_taken, seq0 + taken) == seq0 + taken) {
+			err = err ? err : CUDA_ERROR_TIMEOUT;
+			break;
+		}
+	}
+	if (ready < blocks) {
+		w->ex_ops->ctx_synchronize(w->ex);
+		destroy_slot_events(w, ev);
+		pvgpu_window_detach(w);
+		return err ? err : CUDA_ERROR_TIMEOUT;
+	}
+	win->d2h_seq += blocks;
+	destroy_slot_events(w, ev);
+	atomic_fetch_add(&w->slot->bytes_d2h, req->size);
+	return err;
+}
