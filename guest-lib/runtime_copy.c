@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "client.h"
+#include "guest_window.h"
 #include "pvgpu_guest.h"
 #include "pvgpu_proto.h"
 #include "runtime.h"
@@ -106,6 +108,77 @@ static cudaError_t pick_device(cudaStream_t stream, int mem_dev, int *device,
 	return err;
 }
 
+/*
+ * Copies of at least this many bytes from pageable memory go through the
+ * window's staging ring; smaller ones ride in one DATA frame, which is one
+ * message fewer.
+ */
+#define STAGED_MIN	(64u * 1024)
+
+/*
+ * Host-to-device through the connection's shared window, if it has one:
+ * zero-copy DMA from memory inside it (cudaMallocHost), or the staging
+ * ring for pageable memory.  Returns 1 when it handled the copy.
+ */
+static int htod_window(struct pvgpu_client *c, uint64_t dst, const void *src,
+		       size_t count, uint64_t stream, int async, int32_t *st)
+{
+	struct pvgpu_window_map *win = pvgpu_client_window(c);
+	uint64_t offset;
+
+	if (!win)
+		return 0;
+	if (pvgpu_window_holds(win, src, count, &offset)) {
+		struct pvgpu_memcpy_htod_window_req req = { dst, offset, count, stream };
+		struct pvgpu_memcpy_htod_window_async_req areq = { dst, offset, count, stream };
+		struct pvgpu_memcpy_htod_window_rep rep;
+
+		*st = async ? pvgpu_call_memcpy_htod_window_async(c, &areq) :
+			      pvgpu_call_memcpy_htod_window(c, &req, &rep);
+		return 1;
+	}
+	if (count >= STAGED_MIN) {
+		struct pvgpu_memcpy_htod_staged_req req = { dst, count, stream };
+		uint8_t q[PVGPU_MEMCPY_HTOD_STAGED_REQ_MAX];
+		long qn = pvgpu_memcpy_htod_staged_req_encode(q, &req);
+
+		*st = pvgpu_client_call_staged(c, PVGPU_OP_MEMCPY_HTOD_STAGED, q,
+					       (size_t)qn, src, NULL, count);
+		return 1;
+	}
+	return 0;
+}
+
+static int dtoh_window(struct pvgpu_client *c, void *dst, uint64_t src,
+		       size_t count, uint64_t stream, int async, int32_t *st)
+{
+	struct pvgpu_window_map *win = pvgpu_client_window(c);
+	uint64_t offset;
+
+	if (!win)
+		return 0;
+	if (pvgpu_window_holds(win, dst, count, &offset)) {
+		struct pvgpu_memcpy_dtoh_window_req req = { src, offset, count, stream };
+		struct pvgpu_memcpy_dtoh_window_async_req areq = { src, offset, count, stream };
+		struct pvgpu_memcpy_dtoh_window_rep rep;
+
+		/* Into pinned memory an async copy really is async. */
+		*st = async ? pvgpu_call_memcpy_dtoh_window_async(c, &areq) :
+			      pvgpu_call_memcpy_dtoh_window(c, &req, &rep);
+		return 1;
+	}
+	if (count >= STAGED_MIN) {
+		struct pvgpu_memcpy_dtoh_staged_req req = { src, count, stream };
+		uint8_t q[PVGPU_MEMCPY_DTOH_STAGED_REQ_MAX];
+		long qn = pvgpu_memcpy_dtoh_staged_req_encode(q, &req);
+
+		*st = pvgpu_client_call_staged(c, PVGPU_OP_MEMCPY_DTOH_STAGED, q,
+					       (size_t)qn, NULL, dst, count);
+		return 1;
+	}
+	return 0;
+}
+
 static cudaError_t copy_htod(int device, uint64_t stream, void *dst,
 			     const void *src, size_t count, int async)
 {
@@ -128,7 +201,9 @@ static cudaError_t copy_htod(int device, uint64_t stream, void *dst,
 	if (err)
 		return err;
 	/* Either way the bytes are on the wire before we return. */
-	if (async)
+	if (htod_window(op.client, req.dst, src, count, stream, async, &st))
+		;
+	else if (async)
 		st = pvgpu_call_memcpy_htod_async(op.client, &areq, src);
 	else
 		st = pvgpu_call_memcpy_htod(op.client, &req, &rep, src);
@@ -138,7 +213,7 @@ static cudaError_t copy_htod(int device, uint64_t stream, void *dst,
 
 /* Always waits: the backend runs it in stream order and sends the bytes. */
 static cudaError_t copy_dtoh(int device, uint64_t stream, void *dst,
-			     const void *src, size_t count)
+			     const void *src, size_t count, int async)
 {
 	struct pvgpu_memcpy_dtoh_req req = {
 		.src = (uint64_t)(uintptr_t)src,
@@ -153,7 +228,8 @@ static cudaError_t copy_dtoh(int device, uint64_t stream, void *dst,
 	err = pvgpu_op_begin(&op, device, 1);
 	if (err)
 		return err;
-	st = pvgpu_call_memcpy_dtoh(op.client, &req, &rep, dst);
+	if (!dtoh_window(op.client, dst, req.src, count, stream, async, &st))
+		st = pvgpu_call_memcpy_dtoh(op.client, &req, &rep, dst);
 	pvgpu_op_end(&op);
 	return pvgpu_error_from_status(st);
 }
@@ -193,7 +269,7 @@ static cudaError_t copy_cross_backend(const struct copy_plan *plan, void *dst,
 	for (size_t off = 0; off < count && !err; off += chunk) {
 		size_t n = count - off < chunk ? count - off : chunk;
 
-		err = copy_dtoh(plan->src_dev, 0, bounce, (const uint8_t *)src + off, n);
+		err = copy_dtoh(plan->src_dev, 0, bounce, (const uint8_t *)src + off, n, 0);
 		if (!err)
 			err = copy_htod(plan->dst_dev, 0, (uint8_t *)dst + off,
 					bounce, n, 0);
@@ -242,7 +318,7 @@ static cudaError_t do_copy(void *dst, const void *src, size_t count,
 	if (plan.src_dev < 0)
 		return copy_htod(device, remote, dst, src, count, async);
 	if (plan.dst_dev < 0)
-		return copy_dtoh(device, remote, dst, src, count);
+		return copy_dtoh(device, remote, dst, src, count, async);
 	return copy_dtod(device, remote, dst, src, count);
 }
 

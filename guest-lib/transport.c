@@ -1,4 +1,5 @@
 /* transport.c - find the transport that serves a URI scheme. */
+#include <poll.h>
 #include <string.h>
 
 #include "transport.h"
@@ -6,6 +7,7 @@
 static const struct pvgpu_transport_ops *const transports[] = {
 	&pvgpu_transport_unix,
 	&pvgpu_transport_tcp,
+	&pvgpu_transport_shm,
 };
 
 const struct pvgpu_transport_ops *pvgpu_transport_lookup(const char *uri,
@@ -26,4 +28,13 @@ const struct pvgpu_transport_ops *pvgpu_transport_lookup(const char *uri,
 		}
 	}
 	return NULL;
+}
+
+int pvgpu_transport_quiet(struct pvgpu_transport *t)
+{
+	struct pollfd pfd = { t->fd, POLLIN | POLLRDHUP, 0 };
+
+	if (t->fd < 0)
+		return 0;
+	return poll(&pfd, 1, 0) == 0;
 }

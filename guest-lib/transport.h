@@ -31,6 +31,14 @@ struct pvgpu_transport_ops {
 	int (*recv)(struct pvgpu_transport *t, void *buf, size_t len);
 	/* Release the channel; safe to call twice. */
 	void (*close)(struct pvgpu_transport *t);
+	/*
+	 * Transports with a shared window (shm, the VM device): send iov with
+	 * a file descriptor attached; NULL where there is none to pass.
+	 */
+	int (*sendv_fd)(struct pvgpu_transport *t, struct iovec *iov,
+			int iovcnt, int fd);
+	/* Bulk data goes through a shared window when one can be made. */
+	int wants_window;
 };
 
 struct pvgpu_transport {
@@ -48,5 +56,12 @@ const struct pvgpu_transport_ops *pvgpu_transport_lookup(const char *uri,
 
 extern const struct pvgpu_transport_ops pvgpu_transport_unix;
 extern const struct pvgpu_transport_ops pvgpu_transport_tcp;
+extern const struct pvgpu_transport_ops pvgpu_transport_shm;
+
+/*
+ * Non-zero while nothing is waiting on the channel: no message, no hang-up
+ * (polls without blocking).  A shared-window copy waits only as long.
+ */
+int pvgpu_transport_quiet(struct pvgpu_transport *t);
 
 #endif /* PVGPU_TRANSPORT_H */

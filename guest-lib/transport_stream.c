@@ -241,3 +241,53 @@ const struct pvgpu_transport_ops pvgpu_transport_tcp = {
 	.recv = stream_recv,
 	.close = stream_close,
 };
+
+/* One sendmsg carrying fd as SCM_RIGHTS, then the rest of iov as usual. */
+static int unix_sendv_fd(struct pvgpu_transport *t, struct iovec *iov,
+			 int iovcnt, int fd)
+{
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(int))];
+	} control;
+	struct msghdr msg = {
+		.msg_iov = iov,
+		.msg_iovlen = (size_t)iovcnt,
+		.msg_control = control.buf,
+		.msg_controllen = sizeof(control.buf),
+	};
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+	ssize_t n;
+
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+	do
+		n = sendmsg(t->fd, &msg, MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return -errno;
+	while (iovcnt > 0 && (size_t)n >= iov->iov_len) {
+		n -= (ssize_t)iov->iov_len;
+		iov++;
+		iovcnt--;
+	}
+	if (iovcnt > 0) {
+		iov->iov_base = (char *)iov->iov_base + n;
+		iov->iov_len -= (size_t)n;
+	}
+	return iovcnt > 0 ? stream_sendv(t, iov, iovcnt) : 0;
+}
+
+/* shm://PATH: the Unix socket for control plus a memfd window for data. */
+const struct pvgpu_transport_ops pvgpu_transport_shm = {
+	.scheme = "shm",
+	.sends_token = 0,
+	.connect = unix_connect,
+	.sendv = stream_sendv,
+	.recv = stream_recv,
+	.close = stream_close,
+	.sendv_fd = unix_sendv_fd,
+	.wants_window = 1,
+};

@@ -143,7 +143,8 @@ static int32_t check_copy(struct pvgpu_worker *w, uint64_t dptr,
 	if (offset < PVGPU_WINDOW_HDR_SIZE || offset > win->size ||
 	    size > win->size - offset)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (!pvgpu_alloc_range(&w->allocs, dptr, size))
+	/* size 0: the staged copies check their device range themselves. */
+	if (size && !pvgpu_alloc_range(&w->allocs, dptr, size))
 		return CUDA_ERROR_INVALID_VALUE;
 	if (stream_id == 0) {
 		*stream = 0;
@@ -311,8 +312,8 @@ static uint8_t *slot_ptr(struct pvgpu_window *win, uint64_t seq)
  * once the guest's h2d_filled passes h2d_seq + k.  We DMA each filled block
  * and tell the guest it may reuse a slot by moving h2d_done past it.
  */
-int32_t pvgpu_handle_memcpy_htod_staged(struct pvgpu_worker *w,
-					const struct pvgpu_memcpy_htod_staged_req *req)
+static int32_t htod_staged(struct pvgpu_worker *w,
+			   const struct pvgpu_memcpy_htod_staged_req *req)
 {
 	struct pvgpu_window *win = &w->win;
 	uint64_t ev[MAX_SLOTS], stream, blocks, filled, issued = 0, done = 0;
@@ -389,8 +390,8 @@ int32_t pvgpu_handle_memcpy_htod_staged(struct pvgpu_worker *w,
  * guest has taken what was there, and move d2h_ready past it when the DMA
  * is complete; the guest copies it out and moves d2h_taken.
  */
-int32_t pvgpu_handle_memcpy_dtoh_staged(struct pvgpu_worker *w,
-					const struct pvgpu_memcpy_dtoh_staged_req *req)
+static int32_t dtoh_staged(struct pvgpu_worker *w,
+			   const struct pvgpu_memcpy_dtoh_staged_req *req)
 {
 	struct pvgpu_window *win = &w->win;
 	uint64_t ev[MAX_SLOTS], stream, blocks, taken = 0, issued = 0, ready = 0;
@@ -457,4 +458,24 @@ int32_t pvgpu_handle_memcpy_dtoh_staged(struct pvgpu_worker *w,
 	destroy_slot_events(w, ev);
 	atomic_fetch_add(&w->slot->bytes_d2h, req->size);
 	return err;
+}
+
+int32_t pvgpu_handle_memcpy_htod_staged(struct pvgpu_worker *w,
+					const struct pvgpu_memcpy_htod_staged_req *req,
+					struct pvgpu_memcpy_htod_staged_rep *rep)
+{
+	int32_t st = htod_staged(w, req);
+
+	rep->ring_seq = w->win.h2d_seq;
+	return st;
+}
+
+int32_t pvgpu_handle_memcpy_dtoh_staged(struct pvgpu_worker *w,
+					const struct pvgpu_memcpy_dtoh_staged_req *req,
+					struct pvgpu_memcpy_dtoh_staged_rep *rep)
+{
+	int32_t st = dtoh_staged(w, req);
+
+	rep->ring_seq = w->win.d2h_seq;
+	return st;
 }

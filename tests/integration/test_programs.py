@@ -14,9 +14,11 @@ import pytest
 NOT_CONCURRENT = {"meminfo"}
 
 
-@pytest.mark.parametrize("transport", ["unix", "tcp"])
+@pytest.mark.parametrize("transport", ["unix", "tcp", "shm"])
 def test_program(programs, sim_daemon, program, transport):
-    uri = sim_daemon.unix if transport == "unix" else sim_daemon.tcp
+    # shm:// is the same socket plus a shared window for the bulk data.
+    uri = {"unix": sim_daemon.unix, "tcp": sim_daemon.tcp,
+           "shm": "shm://" + sim_daemon.unix[len("unix://"):]}[transport]
     res = programs.run(program, programs.pvgpu_env(uri))
     programs.assert_passed(res, sim_daemon)
 

@@ -1,0 +1,66 @@
+/*
+ * window.h - the guest's side of a shared window (protocol/window.h):
+ * making one, allocating pinned memory inside it, and moving pageable data
+ * through its staging ring while the backend DMAs the other end.
+ */
+#ifndef PVGPU_GUEST_WINDOW_H
+#define PVGPU_GUEST_WINDOW_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "window.h"
+
+struct pvgpu_window_block;
+
+struct pvgpu_window_map {
+	uint8_t *base;
+	uint64_t size;
+	struct pvgpu_window_header *hdr;
+	uint64_t staging_offset;
+	uint32_t slot_size, nslots;
+	uint64_t h2d_seq, d2h_seq;	/* blocks through the ring so far */
+
+	pthread_mutex_t lock;		/* the allocator */
+	struct pvgpu_window_block *blocks;	/* arena, sorted by offset */
+	size_t nblocks, cap;
+};
+
+/*
+ * A new window in a memfd: size from PVGPU_WINDOW_SIZE (default 1G), slots
+ * from PVGPU_STAGING_SLOT / PVGPU_STAGING_SLOTS.  Returns the map and the
+ * fd to hand to the backend, or NULL with one line in err.
+ */
+struct pvgpu_window_map *pvgpu_window_create(int *fd, char *err, size_t errlen);
+void pvgpu_window_destroy(struct pvgpu_window_map *w);
+
+/* Pinned memory for cudaMallocHost; NULL when the arena is full. */
+void *pvgpu_window_alloc(struct pvgpu_window_map *w, uint64_t size);
+/* 0, or -1 if p is not an allocation of this window. */
+int pvgpu_window_free(struct pvgpu_window_map *w, void *p);
+/*
+ * Whether [p, p+len) lies inside the window's arena; *offset is then its
+ * offset from the window's start.
+ */
+int pvgpu_window_holds(const struct pvgpu_window_map *w, const void *p,
+		       uint64_t len, uint64_t *offset);
+
+/*
+ * The guest's half of a staged copy, run between sending the request and
+ * reading its reply.  `quiet` is polled while waiting and returns 0 once
+ * anything arrived from the backend (a refusal, or a hang-up).  0, or -1
+ * when the wait ended without the backend's progress.
+ */
+int pvgpu_window_stage_in(struct pvgpu_window_map *w, const void *src,
+			  uint64_t size, int (*quiet)(void *), void *arg);
+int pvgpu_window_stage_out(struct pvgpu_window_map *w, void *dst,
+			   uint64_t size, int (*quiet)(void *), void *arg);
+
+/*
+ * After the reply: the backend's count of ring blocks is the truth (a
+ * refused copy moved nothing); set ours, and the counter we publish, to it.
+ */
+void pvgpu_window_ring_sync(struct pvgpu_window_map *w, int h2d, uint64_t seq);
+
+#endif /* PVGPU_GUEST_WINDOW_H */

@@ -1,0 +1,305 @@
+/*
+ * window.c - see window.h.
+ *
+ * The arena allocator is first-fit over a sorted array of blocks: pinned
+ * allocations are few and long-lived, so simplicity wins over speed here.
+ */
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "guest_window.h"
+
+#define ARENA_ALIGN		4096u	/* page-aligned, like cudaMallocHost */
+#define STALL_TIMEOUT_S		30.0
+
+struct pvgpu_window_block {
+	uint64_t offset, size;
+	int used;
+};
+
+static uint64_t size_from_env(const char *name, uint64_t dflt, uint64_t min,
+			      uint64_t max)
+{
+	const char *s = getenv(name);
+	char *end;
+	unsigned long long v;
+
+	if (!s || !*s)
+		return dflt;
+	v = strtoull(s, &end, 10);
+	if (*end == 'K' || *end == 'k')
+		v <<= 10, end++;
+	else if (*end == 'M' || *end == 'm')
+		v <<= 20, end++;
+	else if (*end == 'G' || *end == 'g')
+		v <<= 30, end++;
+	if (*end || v < min || v > max)
+		return dflt;
+	return v;
+}
+
+struct pvgpu_window_map *pvgpu_window_create(int *fdp, char *err, size_t errlen)
+{
+	uint64_t size = size_from_env("PVGPU_WINDOW_SIZE", 1ull << 30,
+				      64ull << 20, 64ull << 30);
+	uint32_t slot = (uint32_t)size_from_env("PVGPU_STAGING_SLOT", 4u << 20,
+						64u << 10, 64u << 20);
+	uint32_t nslots = (uint32_t)size_from_env("PVGPU_STAGING_SLOTS", 8, 2, 64);
+	struct pvgpu_window_map *w;
+	uint64_t arena;
+	int fd;
+
+	size &= ~(uint64_t)(ARENA_ALIGN - 1);
+	arena = PVGPU_WINDOW_HDR_SIZE + (uint64_t)slot * nslots;
+	arena = (arena + ARENA_ALIGN - 1) & ~(uint64_t)(ARENA_ALIGN - 1);
+	if (arena + ARENA_ALIGN > size) {
+		snprintf(err, errlen, "window of %llu bytes has no room past its staging slots",
+			 (unsigned long long)size);
+		return NULL;
+	}
+	w = calloc(1, sizeof(*w));
+	if (!w)
+		goto err_nomem;
+	w->blocks = malloc(16 * sizeof(*w->blocks));
+	if (!w->blocks)
+		goto err_free;
+	w->cap = 16;
+	fd = memfd_create("pvgpu-window", MFD_CLOEXEC);
+	if (fd < 0 || ftruncate(fd, (off_t)size)) {
+		snprintf(err, errlen, "memfd for the window: %s", strerror(errno));
+		goto err_fd;
+	}
+	w->base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (w->base == MAP_FAILED) {
+		snprintf(err, errlen, "mapping the window: %s", strerror(errno));
+		goto err_fd;
+	}
+	w->size = size;
+	w->hdr = (struct pvgpu_window_header *)w->base;
+	w->staging_offset = PVGPU_WINDOW_HDR_SIZE;
+	w->slot_size = slot;
+	w->nslots = nslots;
+	w->hdr->magic = PVGPU_WINDOW_MAGIC;
+	w->hdr->layout = PVGPU_WINDOW_LAYOUT;
+	w->hdr->size = size;
+	w->hdr->window_id = 0;
+	w->hdr->staging_offset = w->staging_offset;
+	w->hdr->slot_size = slot;
+	w->hdr->nslots = nslots;
+	w->blocks[0] = (struct pvgpu_window_block){ arena, size - arena, 0 };
+	w->nblocks = 1;
+	pthread_mutex_init(&w->lock, NULL);
+	*fdp = fd;
+	return w;
+
+err_fd:
+	if (fd >= 0)
+		close(fd);
+	free(w->blocks);
+err_free:
+	free(w);
+	return NULL;
+err_nomem:
+	snprintf(err, errlen, "out of memory");
+	return NULL;
+}
+
+void pvgpu_window_destroy(struct pvgpu_window_map *w)
+{
+	if (!w)
+		return;
+	munmap(w->base, w->size);
+	pthread_mutex_destroy(&w->lock);
+	free(w->blocks);
+	free(w);
+}
+
+void *pvgpu_window_alloc(struct pvgpu_window_map *w, uint64_t size)
+{
+	void *p = NULL;
+
+	if (size == 0 || size > w->size)
+		return NULL;
+	size = (size + ARENA_ALIGN - 1) & ~(uint64_t)(ARENA_ALIGN - 1);
+	pthread_mutex_lock(&w->lock);
+	for (size_t i = 0; i < w->nblocks; i++) {
+		struct pvgpu_window_block *b = &w->blocks[i];
+
+		if (b->used || b->size < size)
+			continue;
+		if (b->size > size) {
+			/* Split: the rest stays free right after. */
+			if (w->nblocks == w->cap) {
+				struct pvgpu_window_block *v =
+					realloc(w->blocks, 2 * w->cap * sizeof(*v));
+
+				if (!v)
+					break;
+				w->blocks = v;
+				w->cap *= 2;
+				b = &w->blocks[i];
+			}
+			memmove(b + 2, b + 1, (w->nblocks - i - 1) * sizeof(*b));
+			b[1] = (struct pvgpu_window_block){ b->offset + size,
+							     b->size - size, 0 };
+			b->size = size;
+			w->nblocks++;
+		}
+		b->used = 1;
+		p = w->base + b->offset;
+		break;
+	}
+	pthread_mutex_unlock(&w->lock);
+	return p;
+}
+
+int pvgpu_window_free(struct pvgpu_window_map *w, void *p)
+{
+	uint64_t off;
+	int rc = -1;
+
+	if ((uint8_t *)p < w->base || (uint8_t *)p >= w->base + w->size)
+		return -1;
+	off = (uint64_t)((uint8_t *)p - w->base);
+	pthread_mutex_lock(&w->lock);
+	for (size_t i = 0; i < w->nblocks; i++) {
+		struct pvgpu_window_block *b = &w->blocks[i];
+
+		if (b->offset != off || !b->used)
+			continue;
+		b->used = 0;
+		/* Merge with free neighbours so big allocations fit again. */
+		if (i + 1 < w->nblocks && !b[1].used) {
+			b->size += b[1].size;
+			memmove(b + 1, b + 2, (w->nblocks - i - 2) * sizeof(*b));
+			w->nblocks--;
+		}
+		if (i > 0 && !b[-1].used) {
+			b[-1].size += b->size;
+			memmove(b, b + 1, (w->nblocks - i - 1) * sizeof(*b));
+			w->nblocks--;
+		}
+		rc = 0;
+		break;
+	}
+	pthread_mutex_unlock(&w->lock);
+	return rc;
+}
+
+int pvgpu_window_holds(const struct pvgpu_window_map *w, const void *p,
+		       uint64_t len, uint64_t *offset)
+{
+	const uint8_t *q = p;
+	uint64_t arena;
+
+	if (!w)
+		return 0;
+	arena = w->staging_offset + (uint64_t)w->slot_size * w->nslots;
+	if (q < w->base + arena || q >= w->base + w->size)
+		return 0;
+	*offset = (uint64_t)(q - w->base);
+	return len <= w->size - *offset;
+}
+
+static double now_s(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/*
+ * Spin, then yield, then nap, until `counter` passes `want`; give up when
+ * quiet() says something arrived on the channel (a refusal, or the
+ * backend is gone) or nothing moved for too long.
+ */
+static int wait_counter(const struct pvgpu_window_counter *counter,
+			uint64_t want, int (*quiet)(void *), void *arg)
+{
+	double start = 0;
+
+	for (unsigned int spins = 0;; spins++) {
+		if (pvgpu_window_load(counter) >= want)
+			return 0;
+		if (spins < 4096) {
+			__builtin_ia32_pause();
+			continue;
+		}
+		if (spins < 8192) {
+			sched_yield();
+			continue;
+		}
+		if (!start)
+			start = now_s();
+		if (!quiet(arg) || now_s() - start > STALL_TIMEOUT_S)
+			return -1;
+		{
+			struct timespec nap = { 0, 20 * 1000 };
+
+			nanosleep(&nap, NULL);
+		}
+	}
+}
+
+static uint8_t *slot_ptr(struct pvgpu_window_map *w, uint64_t seq)
+{
+	return w->base + w->staging_offset +
+	       (seq % w->nslots) * (uint64_t)w->slot_size;
+}
+
+int pvgpu_window_stage_in(struct pvgpu_window_map *w, const void *src,
+			  uint64_t size, int (*quiet)(void *), void *arg)
+{
+	uint64_t blocks = (size + w->slot_size - 1) / w->slot_size;
+	uint64_t seq0 = w->h2d_seq;
+
+	for (uint64_t k = 0; k < blocks; k++) {
+		uint64_t off = k * w->slot_size;
+		uint64_t len = size - off < w->slot_size ? size - off : w->slot_size;
+
+		/* Slot k is free once block k - nslots has been DMA'd. */
+		if (k >= w->nslots &&
+		    wait_counter(&w->hdr->h2d_done, seq0 + k - w->nslots + 1,
+				 quiet, arg))
+			return -1;
+		memcpy(slot_ptr(w, seq0 + k), (const uint8_t *)src + off, len);
+		pvgpu_window_store(&w->hdr->h2d_filled, seq0 + k + 1);
+	}
+	return 0;
+}
+
+int pvgpu_window_stage_out(struct pvgpu_window_map *w, void *dst,
+			   uint64_t size, int (*quiet)(void *), void *arg)
+{
+	uint64_t blocks = (size + w->slot_size - 1) / w->slot_size;
+	uint64_t seq0 = w->d2h_seq;
+
+	for (uint64_t k = 0; k < blocks; k++) {
+		uint64_t off = k * w->slot_size;
+		uint64_t len = size - off < w->slot_size ? size - off : w->slot_size;
+
+		if (wait_counter(&w->hdr->d2h_ready, seq0 + k + 1, quiet, arg))
+			return -1;
+		memcpy((uint8_t *)dst + off, slot_ptr(w, seq0 + k), len);
+		pvgpu_window_store(&w->hdr->d2h_taken, seq0 + k + 1);
+	}
+	return 0;
+}
+
+void pvgpu_window_ring_sync(struct pvgpu_window_map *w, int h2d, uint64_t seq)
+{
+	if (h2d) {
+		w->h2d_seq = seq;
+		pvgpu_window_store(&w->hdr->h2d_filled, seq);
+	} else {
+		w->d2h_seq = seq;
+		pvgpu_window_store(&w->hdr->d2h_taken, seq);
+	}
+}
