@@ -15,6 +15,7 @@
 
 #include "client.h"
 #include "debug.h"
+#include "guest_window.h"
 #include "pvgpu_guest.h"
 #include "pvgpu_proto.h"
 #include "transport.h"
@@ -36,6 +37,14 @@ struct pvgpu_client {
 	size_t batch_len;		/* payload bytes after the header */
 	unsigned int batch_count;
 	uint8_t *reply;			/* one reply payload */
+	/*
+	 * A deferred error that came back on a reply whose own status was an
+	 * error too: the backend has cleared it, so it is kept here and
+	 * reported by the next call that succeeds.
+	 */
+	int32_t deferred_kept;
+	struct pvgpu_client_stats stats;
+	struct pvgpu_window_map *win;	/* shared window; NULL: none */
 };
 
 static uint64_t take_id(struct pvgpu_client *c)
@@ -89,6 +98,9 @@ static int32_t flush_locked(struct pvgpu_client *c)
 		iov.iov_base = c->batch;
 		iov.iov_len = PVGPU_HDR_SIZE + c->batch_len;
 	}
+	if (c->batch_count > 1)
+		c->stats.batches++;
+	c->stats.sends++;
 	c->batch_len = 0;
 	c->batch_count = 0;
 	rc = c->tr.ops->sendv(&c->tr, &iov, 1);
@@ -110,6 +122,7 @@ static int32_t send_request_locked(struct pvgpu_client *c, uint16_t opcode,
 	int n = 0, rc;
 
 	put_hdr(c, hdr, opcode, (uint32_t)req_len, id);
+	c->stats.sends++;
 	iov[n++] = (struct iovec){ hdr, PVGPU_HDR_SIZE };
 	if (req_len)
 		iov[n++] = (struct iovec){ (void *)req, req_len };
@@ -120,6 +133,8 @@ static int32_t send_request_locked(struct pvgpu_client *c, uint16_t opcode,
 			if (chunk > c->info.data_block)
 				chunk = c->info.data_block;
 			put_hdr(c, frame_hdr[f], PVGPU_OP_DATA, (uint32_t)chunk, id);
+			c->stats.sends++;
+			c->stats.data_frames++;
 			iov[n++] = (struct iovec){ frame_hdr[f], PVGPU_HDR_SIZE };
 			iov[n++] = (struct iovec){ (void *)(data + off), (size_t)chunk };
 			off += chunk;
@@ -186,10 +201,17 @@ static int32_t read_reply_locked(struct pvgpu_client *c, uint16_t opcode,
 		status = 999;		/* CUDA_ERROR_UNKNOWN */
 	if (deferred < 0)
 		deferred = 999;
-	if (status)
+	if (status) {
+		if (deferred && !c->deferred_kept)
+			c->deferred_kept = deferred;
 		return status;
+	}
 	if (data_out && got != data_len)
 		return PVGPU_CLIENT_EPROTO;
+	if (!deferred) {
+		deferred = c->deferred_kept;
+		c->deferred_kept = 0;
+	}
 	return deferred;
 }
 
@@ -216,6 +238,7 @@ int32_t pvgpu_client_call(struct pvgpu_client *c, uint16_t opcode,
 	if (st)
 		goto out;
 	id = take_id(c);
+	c->stats.calls++;
 	st = send_request_locked(c, opcode, id, req, req_len, data_in,
 				 data_in ? data_len : 0);
 	if (st)
@@ -225,6 +248,108 @@ int32_t pvgpu_client_call(struct pvgpu_client *c, uint16_t opcode,
 out:
 	pthread_mutex_unlock(&c->lock);
 	return st;
+}
+
+static int transport_quiet(void *arg)
+{
+	return pvgpu_transport_quiet(arg);
+}
+
+int32_t pvgpu_client_call_staged(struct pvgpu_client *c, uint16_t opcode,
+				 const uint8_t *req, size_t req_len,
+				 const void *src, void *dst, uint64_t size)
+{
+	uint8_t rep[16];
+	size_t rep_len;
+	uint64_t id;
+	int32_t st;
+
+	if (req_len > PVGPU_MAX_PAYLOAD || !c->win || (!src == !dst))
+		return PVGPU_CLIENT_EENCODE;
+	pthread_mutex_lock(&c->lock);
+	if (c->broken) {
+		st = PVGPU_CLIENT_EIO;
+		goto out;
+	}
+	st = flush_locked(c);
+	if (st)
+		goto out;
+	id = take_id(c);
+	c->stats.calls++;
+	st = send_request_locked(c, opcode, id, req, req_len, NULL, 0);
+	if (st)
+		goto out;
+	/*
+	 * The ring moves the data while the backend DMAs it; the reply comes
+	 * once all of it is on the device.  A copy the backend refuses is
+	 * answered at once and the ring is never read: the wait ends as soon
+	 * as anything arrives, and the reply says why.
+	 */
+	if (src)
+		pvgpu_window_stage_in(c->win, src, size, transport_quiet, &c->tr);
+	else
+		pvgpu_window_stage_out(c->win, dst, size, transport_quiet, &c->tr);
+	st = read_reply_locked(c, opcode, id, NULL, 0, rep, sizeof(rep), &rep_len);
+	if (c->broken)
+		goto out;
+	if (rep_len != 8) {
+		st = break_locked(c, "bad staged-copy reply", 0);
+		goto out;
+	}
+	/* Both reply layouts are one u64: where the backend's ring stands. */
+	pvgpu_window_ring_sync(c->win, src != NULL, pvgpu_get_u64(rep));
+out:
+	pthread_mutex_unlock(&c->lock);
+	return st;
+}
+
+struct pvgpu_window_map *pvgpu_client_window(struct pvgpu_client *c)
+{
+	return c->win;
+}
+
+/*
+ * Make a window and hand it to the backend (shm://).  Without one the
+ * client still works, over the socket alone: say why once under
+ * PVGPU_DEBUG and carry on.
+ */
+static void attach_window(struct pvgpu_client *c)
+{
+	struct pvgpu_window_attach_req req;
+	uint8_t q[PVGPU_WINDOW_ATTACH_REQ_MAX], hdr[PVGPU_HDR_SIZE], rep[16];
+	struct iovec iov[2];
+	size_t rep_len;
+	char err[160];
+	uint64_t id;
+	long qn;
+	int fd, rc;
+	int32_t st;
+
+	c->win = pvgpu_window_create(&fd, err, sizeof(err));
+	if (!c->win) {
+		pvgpu_debug("%s: no shared window (%s): using the socket alone",
+			    c->uri, err);
+		return;
+	}
+	req.size = c->win->size;
+	qn = pvgpu_window_attach_req_encode(q, &req);
+	pthread_mutex_lock(&c->lock);
+	id = take_id(c);
+	put_hdr(c, hdr, PVGPU_OP_WINDOW_ATTACH, (uint32_t)qn, id);
+	iov[0] = (struct iovec){ hdr, sizeof(hdr) };
+	iov[1] = (struct iovec){ q, (size_t)qn };
+	rc = c->tr.ops->sendv_fd(&c->tr, iov, 2, fd);
+	close(fd);
+	st = rc ? break_locked(c, "send window", -rc) :
+		  read_reply_locked(c, PVGPU_OP_WINDOW_ATTACH, id, NULL, 0, rep,
+				    sizeof(rep), &rep_len);
+	pthread_mutex_unlock(&c->lock);
+	if (st) {
+		pvgpu_debug("%s: backend refused the shared window (status %d): using the socket alone",
+			    c->uri, st);
+		pvgpu_window_destroy(c->win);
+		c->win = NULL;
+	}
 }
 
 int32_t pvgpu_client_queue(struct pvgpu_client *c, uint16_t opcode,
@@ -242,6 +367,7 @@ int32_t pvgpu_client_queue(struct pvgpu_client *c, uint16_t opcode,
 		st = PVGPU_CLIENT_EIO;
 		goto out;
 	}
+	c->stats.async_ops++;
 	if (data_in_len) {
 		/* Data must be on the wire before the caller reuses it. */
 		st = flush_locked(c);
@@ -273,6 +399,16 @@ int32_t pvgpu_client_flush(struct pvgpu_client *c)
 	st = c->broken ? PVGPU_CLIENT_EIO : flush_locked(c);
 	pthread_mutex_unlock(&c->lock);
 	return st;
+}
+
+int pvgpu_client_stats(struct pvgpu_client *c, struct pvgpu_client_stats *out)
+{
+	/* At exit a thread may be stuck mid-call: never wait for it. */
+	if (pthread_mutex_trylock(&c->lock))
+		return -1;
+	*out = c->stats;
+	pthread_mutex_unlock(&c->lock);
+	return 0;
 }
 
 const struct pvgpu_client_info *pvgpu_client_info(const struct pvgpu_client *c)
@@ -392,6 +528,8 @@ int pvgpu_client_open(const char *uri, struct pvgpu_client **out,
 	rc = say_hello(c, err, errlen);
 	if (rc)
 		goto err_close;
+	if (ops->wants_window && ops->sendv_fd)
+		attach_window(c);
 	*out = c;
 	return 0;
 
@@ -427,6 +565,7 @@ void pvgpu_client_close(struct pvgpu_client *c)
 		return;
 	say_bye(c);
 	c->tr.ops->close(&c->tr);
+	pvgpu_window_destroy(c->win);
 	pthread_mutex_destroy(&c->lock);
 	free(c->reply);
 	free(c->batch);
@@ -446,6 +585,7 @@ void pvgpu_client_shutdown(struct pvgpu_client *c)
 		return;
 	if (!c->broken && qn >= 0 && !flush_locked(c)) {
 		id = take_id(c);
+		c->stats.calls++;
 		if (!send_request_locked(c, PVGPU_OP_BYE, id, q, (size_t)qn,
 					 NULL, 0))
 			(void)read_reply_locked(c, PVGPU_OP_BYE, id, NULL, 0,

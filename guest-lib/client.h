@@ -49,6 +49,18 @@ void pvgpu_client_shutdown(struct pvgpu_client *c);
 
 const struct pvgpu_client_info *pvgpu_client_info(const struct pvgpu_client *c);
 
+/* What went over the wire, for PVGPU_DEBUG and the launch-batching tests. */
+struct pvgpu_client_stats {
+	uint64_t sends;		/* messages written: a BATCH counts once */
+	uint64_t calls;		/* sync requests, each a round trip */
+	uint64_t async_ops;	/* async operations, batched or not */
+	uint64_t batches;	/* BATCH messages */
+	uint64_t data_frames;	/* DATA frames sent */
+};
+
+/* 0 and *out, or -1 when another thread holds the connection. */
+int pvgpu_client_stats(struct pvgpu_client *c, struct pvgpu_client_stats *out);
+
 /* Send the queued async operations; 0 or PVGPU_CLIENT_EIO. */
 int32_t pvgpu_client_flush(struct pvgpu_client *c);
 
@@ -72,5 +84,19 @@ int32_t pvgpu_client_call(struct pvgpu_client *c, uint16_t opcode,
 int32_t pvgpu_client_queue(struct pvgpu_client *c, uint16_t opcode,
 			   const uint8_t *req, size_t req_len,
 			   const void *data_in, uint64_t data_in_len);
+
+struct pvgpu_window_map;
+
+/* The connection's shared window, or NULL (socket only). */
+struct pvgpu_window_map *pvgpu_client_window(struct pvgpu_client *c);
+
+/*
+ * A staged copy (memcpy_htod_staged / memcpy_dtoh_staged): send the request,
+ * move size bytes through the window's ring from src or into dst while the
+ * backend DMAs the other end, then read the reply.
+ */
+int32_t pvgpu_client_call_staged(struct pvgpu_client *c, uint16_t opcode,
+				 const uint8_t *req, size_t req_len,
+				 const void *src, void *dst, uint64_t size);
 
 #endif /* PVGPU_CLIENT_H */
