@@ -11,7 +11,14 @@
  * it, and addresses are not reused until the device's address window wraps,
  * so off-by-one overruns and use-after-free show up as
  * CUDA_ERROR_INVALID_VALUE instead of silently touching a neighbour.
+ *
+ * Modules are parsed by sim_module.c; a launch runs the kernel's CPU twin,
+ * found by name in the plugins PVGPU_SIM_TWINS names (see sim_twins.h).  A
+ * twin that touches memory outside the launching context's allocations
+ * poisons the context as a GPU fault would: every later call in it returns
+ * CUDA_ERROR_ILLEGAL_ADDRESS until it is destroyed.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -22,12 +29,25 @@
 #include <cuda.h>
 
 #include "executor.h"
+#include "sim_module.h"
+#include "sim_twins.h"
 
 #define SIM_MAX_DEVICES		8
 #define SIM_DEFAULT_MEMORY_MB	16384
 #define SIM_MAX_MEMORY_MB	131072		/* half a device window */
 #define SIM_DRIVER_VERSION	13000
 #define SIM_DEVICE_NAME		"pvgpu simulated device"
+
+/* Kernel launch limits of an sm_90 part. */
+#define SIM_MAX_BLOCK_THREADS	1024u
+#define SIM_MAX_BLOCK_XY	1024u
+#define SIM_MAX_BLOCK_Z		64u
+#define SIM_MAX_GRID_X		2147483647u
+#define SIM_MAX_GRID_YZ		65535u
+#define SIM_DEFAULT_SHARED	49152		/* without opting in */
+#define SIM_MAX_SHARED_OPTIN	232448		/* 227 KiB */
+#define SIM_DEFAULT_NUM_REGS	32
+#define SIM_SHARED_GARBAGE	0xcd		/* uninitialised shared memory */
 
 /* Fake device addresses: one 256 GiB window per device. */
 #define SIM_ADDR_BASE		0x7e0000000000ULL
@@ -48,6 +68,8 @@ enum sim_kind {
 };
 
 /* Everything that has a handle: contexts, streams, events, modules, ... */
+struct sim_module;
+
 struct sim_obj {
 	uint64_t handle;
 	enum sim_kind kind;
@@ -55,7 +77,22 @@ struct sim_obj {
 	union {
 		struct {
 			int32_t dev;
+			bool poisoned;	/* a kernel faulted in it */
 		} ctx;
+		struct {
+			struct sim_module *m;
+		} module;
+		struct {
+			struct sim_obj *module;
+			const struct sim_kernel *k;	/* in the module's image */
+			const struct pvgpu_sim_twin *twin;	/* NULL: none */
+			int32_t max_dyn_shared;
+			int32_t carveout;
+			int32_t cluster[3];
+			int32_t cluster_nonportable;
+			int32_t cluster_policy;
+			bool warned;	/* "no CPU twin" said once */
+		} func;
 		struct {
 			uint32_t flags;
 			int32_t priority;
@@ -74,6 +111,14 @@ struct sim_alloc {
 	unsigned char *data;
 	struct sim_obj *ctx;
 	int32_t dev;
+	bool module;			/* a module's variable: not mem_free'able */
+};
+
+/* A loaded module: its parsed image and where its variables live. */
+struct sim_module {
+	struct sim_image *img;
+	uint64_t *var_addr;		/* per img->vars[i] */
+	uint64_t *funcs;		/* per img->kernels[i]; 0 until asked */
 };
 
 /* Page-locked host memory, as the executor's caller sees it. */
@@ -105,6 +150,15 @@ struct pvgpu_exec {
 	size_t nhosts, hosts_cap;
 
 	struct sim_obj *cur;		/* current context, or NULL */
+
+	/* Decompressors for fatbinary entries, loaded on first need. */
+	struct sim_codecs codecs;
+
+	/* CPU twins from the PVGPU_SIM_TWINS plugins. */
+	void **twin_libs;
+	size_t ntwin_libs, twin_libs_cap;
+	const struct pvgpu_sim_twin **twins;
+	size_t ntwins, twins_cap;
 };
 
 /* ------------------------------------------------------------------ */
@@ -222,6 +276,21 @@ static struct sim_obj *obj_new(struct pvgpu_exec *ex, enum sim_kind kind,
 	return o;
 }
 
+/* Host memory an object owns besides itself (device memory is apart). */
+static void obj_release(struct sim_obj *o)
+{
+	struct sim_module *m;
+
+	if (o->kind != SIM_MODULE || !o->u.module.m)
+		return;
+	m = o->u.module.m;
+	sim_image_free(m->img);
+	free(m->var_addr);
+	free(m->funcs);
+	free(m);
+	o->u.module.m = NULL;
+}
+
 static void obj_free(struct pvgpu_exec *ex, struct sim_obj *o)
 {
 	size_t i = obj_lower_bound(ex, o->handle);
@@ -231,16 +300,30 @@ static void obj_free(struct pvgpu_exec *ex, struct sim_obj *o)
 			(ex->nobjs - i - 1) * sizeof(*ex->objs));
 		ex->nobjs--;
 	}
+	obj_release(o);
 	free(o);
+}
+
+/* The current context, usable: CUDA_SUCCESS or why not. */
+static int32_t ctx_check(struct pvgpu_exec *ex)
+{
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	/* A fault is sticky: the context is good for nothing but destroy. */
+	if (ex->cur->u.ctx.poisoned)
+		return CUDA_ERROR_ILLEGAL_ADDRESS;
+	return CUDA_SUCCESS;
 }
 
 /* A stream argument: 0 is the current context's default stream. */
 static int32_t check_stream(struct pvgpu_exec *ex, uint64_t stream)
 {
 	struct sim_obj *s;
+	int32_t rc;
 
-	if (!ex->cur)
-		return CUDA_ERROR_INVALID_CONTEXT;
+	rc = ctx_check(ex);
+	if (rc)
+		return rc;
 	if (!stream)
 		return CUDA_SUCCESS;
 	s = obj_find(ex, stream, SIM_STREAM);
@@ -363,6 +446,96 @@ static void alloc_remove(struct pvgpu_exec *ex, size_t i)
 /* ------------------------------------------------------------------ */
 /* open / close */
 
+static void sim_close(struct pvgpu_exec *ex);
+
+static const struct pvgpu_sim_twin *twin_find(struct pvgpu_exec *ex,
+					      const char *name)
+{
+	size_t i;
+
+	for (i = 0; i < ex->ntwins; i++)
+		if (!strcmp(ex->twins[i]->name, name))
+			return ex->twins[i];
+	return NULL;
+}
+
+/* dlopen one plugin and take its twins. */
+static int load_twin_plugin(struct pvgpu_exec *ex, const char *path,
+			    char *err, size_t errlen)
+{
+	const struct pvgpu_sim_twin *t;
+	const uint32_t *abi;
+	void *lib;
+
+	if (grow((void **)&ex->twin_libs, &ex->twin_libs_cap,
+		 ex->ntwin_libs + 1, sizeof(*ex->twin_libs)))
+		goto err_nomem;
+	lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!lib) {
+		snprintf(err, errlen, "PVGPU_SIM_TWINS: %s", dlerror());
+		return -1;
+	}
+	ex->twin_libs[ex->ntwin_libs++] = lib;	/* closed by sim_close */
+
+	abi = dlsym(lib, "pvgpu_sim_twin_abi");
+	t = dlsym(lib, "pvgpu_sim_twins");
+	if (!abi || !t) {
+		snprintf(err, errlen, "PVGPU_SIM_TWINS: %s exports no "
+			 "pvgpu_sim_twin_abi/pvgpu_sim_twins (see sim_twins.h)",
+			 path);
+		return -1;
+	}
+	if (*abi != PVGPU_SIM_TWIN_ABI) {
+		snprintf(err, errlen, "PVGPU_SIM_TWINS: %s has twin ABI %u, "
+			 "pvgpud speaks %u", path, *abi, PVGPU_SIM_TWIN_ABI);
+		return -1;
+	}
+	for (; t->name; t++) {
+		if (!t->run) {
+			snprintf(err, errlen, "PVGPU_SIM_TWINS: %s: twin %s has "
+				 "no run function", path, t->name);
+			return -1;
+		}
+		/* Two twins for one kernel: which one a test ran is a guess. */
+		if (twin_find(ex, t->name)) {
+			snprintf(err, errlen, "PVGPU_SIM_TWINS: kernel %s has "
+				 "two CPU twins (the second in %s)", t->name,
+				 path);
+			return -1;
+		}
+		if (grow((void **)&ex->twins, &ex->twins_cap, ex->ntwins + 1,
+			 sizeof(*ex->twins)))
+			goto err_nomem;
+		ex->twins[ex->ntwins++] = t;
+	}
+	return 0;
+
+err_nomem:
+	snprintf(err, errlen, "sim executor: out of host memory");
+	return -1;
+}
+
+/* Every plugin in PVGPU_SIM_TWINS (colon-separated paths). */
+static int load_twins(struct pvgpu_exec *ex, char *err, size_t errlen)
+{
+	const char *list = getenv("PVGPU_SIM_TWINS");
+	char *copy, *path, *save = NULL;
+	int rc = 0;
+
+	if (!list || !*list)
+		return 0;
+	copy = strdup(list);
+	if (!copy) {
+		snprintf(err, errlen, "sim executor: out of host memory");
+		return -1;
+	}
+	for (path = strtok_r(copy, ":", &save); path && !rc;
+	     path = strtok_r(NULL, ":", &save))
+		rc = load_twin_plugin(ex, path, err, errlen);
+	free(copy);
+	return rc;
+}
+
 static struct pvgpu_exec *sim_open(const struct pvgpu_exec_config *cfg,
 				   char *err, size_t errlen)
 {
@@ -391,6 +564,10 @@ static struct pvgpu_exec *sim_open(const struct pvgpu_exec_config *cfg,
 	for (d = 0; d < SIM_MAX_DEVICES; d++)
 		ex->next_addr[d] = SIM_ADDR_BASE + (uint64_t)d * SIM_ADDR_WINDOW +
 				   SIM_GUARD_GAP;
+	if (load_twins(ex, err, errlen)) {
+		sim_close(ex);
+		return NULL;
+	}
 	return ex;
 }
 
@@ -405,11 +582,19 @@ static void sim_close(struct pvgpu_exec *ex)
 	for (i = 0; i < ex->nhosts; i++)
 		if (!ex->hosts[i].registered)
 			free(ex->hosts[i].p);
-	for (i = 0; i < ex->nobjs; i++)
+	for (i = 0; i < ex->nobjs; i++) {
+		obj_release(ex->objs[i]);
 		free(ex->objs[i]);
+	}
 	free(ex->allocs);
 	free(ex->hosts);
 	free(ex->objs);
+	sim_codecs_release(&ex->codecs);
+	/* After every object: twins' names live in the plugins. */
+	free(ex->twins);
+	for (i = 0; i < ex->ntwin_libs; i++)
+		dlclose(ex->twin_libs[i]);
+	free(ex->twin_libs);
 	free(ex);
 }
 
@@ -715,9 +900,10 @@ static int32_t sim_ctx_destroy(struct pvgpu_exec *ex, uint64_t ctx)
 	for (i = 0, j = 0; i < ex->nobjs; i++) {
 		struct sim_obj *o = ex->objs[i];
 
-		if (o->ctx == c && o != c)
+		if (o->ctx == c && o != c) {
+			obj_release(o);
 			free(o);
-		else
+		} else
 			ex->objs[j++] = o;
 	}
 	ex->nobjs = j;
@@ -749,28 +935,21 @@ static int32_t sim_ctx_synchronize(struct pvgpu_exec *ex)
 {
 	if (!ex)
 		return CUDA_ERROR_INVALID_VALUE;
-	return ex->cur ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+	return ctx_check(ex);
 }
 
 /* ------------------------------------------------------------------ */
 /* memory */
 
-static int32_t sim_mem_alloc(struct pvgpu_exec *ex, uint64_t size,
-			     uint64_t *dptr)
+/* Place `size` bytes in the current context's device; size > 0. */
+static int32_t dev_alloc(struct pvgpu_exec *ex, uint64_t size, bool module,
+			 uint64_t *dptr)
 {
 	struct sim_alloc *a;
-	int32_t dev;
+	int32_t dev = ex->cur->u.ctx.dev;
 	uint64_t addr, used;
 	unsigned char *data;
 	size_t i;
-
-	if (!ex || !dptr)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (!ex->cur)
-		return CUDA_ERROR_INVALID_CONTEXT;
-	if (!size)
-		return CUDA_ERROR_INVALID_VALUE;
-	dev = ex->cur->u.ctx.dev;
 
 	used = dev_used(ex, dev);
 	if (used >= ex->total_bytes || size > ex->total_bytes - used)
@@ -797,23 +976,41 @@ static int32_t sim_mem_alloc(struct pvgpu_exec *ex, uint64_t size,
 	a->data = data;
 	a->ctx = ex->cur;
 	a->dev = dev;
+	a->module = module;
 	ex->nallocs++;
 	ex->own_used[dev] += size;
 	*dptr = addr;
 	return CUDA_SUCCESS;
 }
 
+static int32_t sim_mem_alloc(struct pvgpu_exec *ex, uint64_t size,
+			     uint64_t *dptr)
+{
+	int32_t rc;
+
+	if (!ex || !dptr)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = ctx_check(ex);
+	if (rc)
+		return rc;
+	if (!size)
+		return CUDA_ERROR_INVALID_VALUE;
+	return dev_alloc(ex, size, false, dptr);
+}
+
 static int32_t sim_mem_free(struct pvgpu_exec *ex, uint64_t dptr)
 {
 	size_t i;
+	int32_t rc;
 
 	if (!ex)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (!ex->cur)
-		return CUDA_ERROR_INVALID_CONTEXT;
+	rc = ctx_check(ex);
+	if (rc)
+		return rc;
 	/* Only the start of a live allocation; any context (unified VA). */
 	i = alloc_upper_bound(ex, dptr);
-	if (!i || ex->allocs[i - 1].addr != dptr)
+	if (!i || ex->allocs[i - 1].addr != dptr || ex->allocs[i - 1].module)
 		return CUDA_ERROR_INVALID_VALUE;
 	alloc_remove(ex, i - 1);
 	return CUDA_SUCCESS;
@@ -823,11 +1020,13 @@ static int32_t sim_mem_get_info(struct pvgpu_exec *ex, uint64_t *free_bytes,
 				uint64_t *total_bytes)
 {
 	uint64_t used;
+	int32_t rc;
 
 	if (!ex || !free_bytes || !total_bytes)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (!ex->cur)
-		return CUDA_ERROR_INVALID_CONTEXT;
+	rc = ctx_check(ex);
+	if (rc)
+		return rc;
 	used = dev_used(ex, ex->cur->u.ctx.dev);
 	*total_bytes = ex->total_bytes;
 	*free_bytes = used < ex->total_bytes ? ex->total_bytes - used : 0;
@@ -858,11 +1057,13 @@ static int32_t sim_host_alloc(struct pvgpu_exec *ex, size_t size, void **p)
 	struct sim_host *h;
 	size_t rounded;
 	void *mem;
+	int32_t rc;
 
 	if (!ex || !p)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (!ex->cur)
-		return CUDA_ERROR_INVALID_CONTEXT;
+	rc = ctx_check(ex);
+	if (rc)
+		return rc;
 	if (!size)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (grow((void **)&ex->hosts, &ex->hosts_cap, ex->nhosts + 1,
@@ -903,11 +1104,13 @@ static int32_t sim_host_register(struct pvgpu_exec *ex, void *p, size_t size)
 	uintptr_t start = (uintptr_t)p;
 	struct sim_host *h;
 	size_t i;
+	int32_t rc;
 
 	if (!ex || !p || !size || start + size < start)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (!ex->cur)
-		return CUDA_ERROR_INVALID_CONTEXT;
+	rc = ctx_check(ex);
+	if (rc)
+		return rc;
 	/* Like the driver: no page may be registered twice. */
 	for (i = 0; i < ex->nhosts; i++) {
 		uintptr_t s = (uintptr_t)ex->hosts[i].p;
@@ -1059,11 +1262,13 @@ static int32_t sim_stream_create(struct pvgpu_exec *ex, uint32_t flags,
 				 int32_t priority, uint64_t *stream)
 {
 	struct sim_obj *s;
+	int32_t rc;
 
 	if (!ex || !stream)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (!ex->cur)
-		return CUDA_ERROR_INVALID_CONTEXT;
+	rc = ctx_check(ex);
+	if (rc)
+		return rc;
 	if (flags & ~(uint32_t)CU_STREAM_NON_BLOCKING)
 		return CUDA_ERROR_INVALID_VALUE;
 	s = obj_new(ex, SIM_STREAM, ex->cur);
@@ -1083,11 +1288,13 @@ static int32_t sim_stream_create(struct pvgpu_exec *ex, uint32_t flags,
 static int32_t sim_stream_destroy(struct pvgpu_exec *ex, uint64_t stream)
 {
 	struct sim_obj *s;
+	int32_t rc;
 
 	if (!ex)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (!ex->cur)
-		return CUDA_ERROR_INVALID_CONTEXT;
+	rc = ctx_check(ex);
+	if (rc)
+		return rc;
 	s = obj_find(ex, stream, SIM_STREAM);
 	if (!s || s->ctx != ex->cur)
 		return CUDA_ERROR_INVALID_HANDLE;
@@ -1136,11 +1343,13 @@ static int32_t sim_event_create(struct pvgpu_exec *ex, uint32_t flags,
 	const uint32_t known = CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING |
 			       CU_EVENT_INTERPROCESS;
 	struct sim_obj *e;
+	int32_t rc;
 
 	if (!ex || !event)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (!ex->cur)
-		return CUDA_ERROR_INVALID_CONTEXT;
+	rc = ctx_check(ex);
+	if (rc)
+		return rc;
 	if (flags & ~known)
 		return CUDA_ERROR_INVALID_VALUE;
 	if ((flags & CU_EVENT_INTERPROCESS) && !(flags & CU_EVENT_DISABLE_TIMING))
@@ -1189,10 +1398,16 @@ static int32_t sim_event_record(struct pvgpu_exec *ex, uint64_t event,
 /* Never-recorded events count as complete, as in CUDA. */
 static int32_t sim_event_synchronize(struct pvgpu_exec *ex, uint64_t event)
 {
+	struct sim_obj *e;
+
 	if (!ex)
 		return CUDA_ERROR_INVALID_VALUE;
-	return obj_find(ex, event, SIM_EVENT) ? CUDA_SUCCESS :
-						CUDA_ERROR_INVALID_HANDLE;
+	e = obj_find(ex, event, SIM_EVENT);
+	if (!e)
+		return CUDA_ERROR_INVALID_HANDLE;
+	/* Waiting on a faulted context reports its fault. */
+	return e->ctx->u.ctx.poisoned ? CUDA_ERROR_ILLEGAL_ADDRESS :
+					CUDA_SUCCESS;
 }
 
 static int32_t sim_event_query(struct pvgpu_exec *ex, uint64_t event)
@@ -1221,103 +1436,487 @@ static int32_t sim_event_elapsed(struct pvgpu_exec *ex, uint64_t start,
 }
 
 /* ------------------------------------------------------------------ */
-/* modules and kernels: not simulated yet */
+/* modules and kernels */
+
+/* A module of the current context; NULL if the handle is not one. */
+static struct sim_obj *module_get(struct pvgpu_exec *ex, uint64_t module)
+{
+	struct sim_obj *o = obj_find(ex, module, SIM_MODULE);
+
+	return o && o->ctx == ex->cur ? o : NULL;
+}
+
+static struct sim_obj *func_get(struct pvgpu_exec *ex, uint64_t func)
+{
+	struct sim_obj *o = obj_find(ex, func, SIM_FUNCTION);
+
+	return o && o->ctx == ex->cur ? o : NULL;
+}
+
+/* Give back the device memory of a module's variables. */
+static void module_free_vars(struct pvgpu_exec *ex, struct sim_module *m)
+{
+	size_t v, i;
+
+	for (v = 0; v < m->img->nvars; v++) {
+		if (!m->var_addr[v])
+			continue;
+		i = alloc_upper_bound(ex, m->var_addr[v]);
+		if (i && ex->allocs[i - 1].addr == m->var_addr[v])
+			alloc_remove(ex, i - 1);
+		m->var_addr[v] = 0;
+	}
+}
 
 static int32_t sim_module_load(struct pvgpu_exec *ex, const void *image,
 			       size_t size, uint64_t *module)
 {
-	(void)image;
-	(void)size;
+	struct sim_module *m;
+	struct sim_obj *o;
+	char err[256];
+	size_t v;
+	int32_t rc;
+
 	if (!ex || !module)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (!ex->cur)
-		return CUDA_ERROR_INVALID_CONTEXT;
-	return CUDA_ERROR_NOT_SUPPORTED;
+	rc = ctx_check(ex);
+	if (rc)
+		return rc;
+	if (!image)
+		return CUDA_ERROR_INVALID_VALUE;
+
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	rc = sim_image_load(&ex->codecs, image, size, &m->img, err,
+			    sizeof(err));
+	if (rc) {
+		/* The CUresult alone would leave a test author guessing. */
+		fprintf(stderr, "pvgpud sim: module load failed (%d): %s\n",
+			rc, err);
+		goto err_free;
+	}
+	rc = CUDA_ERROR_OUT_OF_MEMORY;
+	m->var_addr = calloc(m->img->nvars ? m->img->nvars : 1,
+			     sizeof(*m->var_addr));
+	m->funcs = calloc(m->img->nkernels ? m->img->nkernels : 1,
+			  sizeof(*m->funcs));
+	if (!m->var_addr || !m->funcs)
+		goto err_free;
+
+	/* Variables live in device memory, initialised as the image says. */
+	for (v = 0; v < m->img->nvars; v++) {
+		const struct sim_var *var = &m->img->vars[v];
+
+		rc = dev_alloc(ex, var->size, true, &m->var_addr[v]);
+		if (rc)
+			goto err_vars;
+		if (var->init_len)
+			memcpy(dev_bytes(ex, m->var_addr[v], var->size),
+			       var->init, (size_t)var->init_len);
+	}
+
+	o = obj_new(ex, SIM_MODULE, ex->cur);
+	if (!o) {
+		rc = CUDA_ERROR_OUT_OF_MEMORY;
+		goto err_vars;
+	}
+	o->u.module.m = m;
+	*module = o->handle;
+	return CUDA_SUCCESS;
+
+err_vars:
+	module_free_vars(ex, m);
+err_free:
+	sim_image_free(m->img);
+	free(m->var_addr);
+	free(m->funcs);
+	free(m);
+	return rc;
 }
 
 static int32_t sim_module_unload(struct pvgpu_exec *ex, uint64_t module)
 {
-	(void)module;
+	struct sim_module *m;
+	struct sim_obj *o, *f;
+	size_t k;
+	int32_t rc;
+
 	if (!ex)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (!ex->cur)
-		return CUDA_ERROR_INVALID_CONTEXT;
-	return CUDA_ERROR_NOT_SUPPORTED;
+	rc = ctx_check(ex);
+	if (rc)
+		return rc;
+	o = module_get(ex, module);
+	if (!o)
+		return CUDA_ERROR_INVALID_HANDLE;
+	m = o->u.module.m;
+	/* Its functions die with it, as CUfunction handles do. */
+	for (k = 0; k < m->img->nkernels; k++) {
+		f = m->funcs[k] ? obj_find(ex, m->funcs[k], SIM_FUNCTION) : NULL;
+		if (f)
+			obj_free(ex, f);
+	}
+	module_free_vars(ex, m);
+	obj_free(ex, o);
+	return CUDA_SUCCESS;
 }
 
 static int32_t sim_module_function(struct pvgpu_exec *ex, uint64_t module,
 				   const char *name, uint64_t *func)
 {
-	(void)module;
-	(void)name;
-	(void)func;
-	if (!ex)
+	const struct sim_kernel *k;
+	struct sim_module *m;
+	struct sim_obj *o, *f;
+	size_t idx;
+	int32_t rc;
+
+	if (!ex || !name || !func)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (!ex->cur)
-		return CUDA_ERROR_INVALID_CONTEXT;
-	return CUDA_ERROR_NOT_SUPPORTED;
+	rc = ctx_check(ex);
+	if (rc)
+		return rc;
+	o = module_get(ex, module);
+	if (!o)
+		return CUDA_ERROR_INVALID_HANDLE;
+	m = o->u.module.m;
+	k = sim_image_kernel(m->img, name);
+	if (!k)
+		return CUDA_ERROR_NOT_FOUND;
+	idx = (size_t)(k - m->img->kernels);
+	/* One handle per kernel, as cuModuleGetFunction gives. */
+	if (m->funcs[idx]) {
+		*func = m->funcs[idx];
+		return CUDA_SUCCESS;
+	}
+	f = obj_new(ex, SIM_FUNCTION, ex->cur);
+	if (!f)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	f->u.func.module = o;
+	f->u.func.k = k;
+	f->u.func.twin = twin_find(ex, k->name);
+	f->u.func.max_dyn_shared = k->static_shared < SIM_DEFAULT_SHARED ?
+				   SIM_DEFAULT_SHARED - (int32_t)k->static_shared :
+				   0;
+	f->u.func.carveout = -1;
+	m->funcs[idx] = f->handle;
+	*func = f->handle;
+	return CUDA_SUCCESS;
 }
 
 static int32_t sim_module_global(struct pvgpu_exec *ex, uint64_t module,
 				 const char *name, uint64_t *dptr,
 				 uint64_t *size)
 {
-	(void)module;
-	(void)name;
-	(void)dptr;
-	(void)size;
-	if (!ex)
+	const struct sim_var *var;
+	struct sim_module *m;
+	struct sim_obj *o;
+	int32_t rc;
+
+	if (!ex || !name)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (!ex->cur)
-		return CUDA_ERROR_INVALID_CONTEXT;
-	return CUDA_ERROR_NOT_SUPPORTED;
+	rc = ctx_check(ex);
+	if (rc)
+		return rc;
+	o = module_get(ex, module);
+	if (!o)
+		return CUDA_ERROR_INVALID_HANDLE;
+	m = o->u.module.m;
+	var = sim_image_var(m->img, name);
+	if (!var)
+		return CUDA_ERROR_NOT_FOUND;
+	/* Either may be NULL, as with cuModuleGetGlobal. */
+	if (dptr)
+		*dptr = m->var_addr[var - m->img->vars];
+	if (size)
+		*size = var->size;
+	return CUDA_SUCCESS;
 }
 
 static int32_t sim_function_params(struct pvgpu_exec *ex, uint64_t func,
 				   struct pvgpu_param_info *layout,
 				   uint32_t max, uint32_t *count)
 {
-	(void)func;
-	(void)layout;
-	(void)max;
-	(void)count;
-	if (!ex)
+	const struct sim_kernel *k;
+	struct sim_obj *f;
+	uint32_t i;
+	int32_t rc;
+
+	if (!ex || !count || (max && !layout))
 		return CUDA_ERROR_INVALID_VALUE;
-	if (!ex->cur)
-		return CUDA_ERROR_INVALID_CONTEXT;
-	return CUDA_ERROR_NOT_SUPPORTED;
+	rc = ctx_check(ex);
+	if (rc)
+		return rc;
+	f = func_get(ex, func);
+	if (!f)
+		return CUDA_ERROR_INVALID_HANDLE;
+	k = f->u.func.k;
+	for (i = 0; i < k->nparams && i < max; i++)
+		layout[i] = k->params[i];
+	*count = k->nparams;
+	return CUDA_SUCCESS;
 }
 
 static int32_t sim_function_attribute(struct pvgpu_exec *ex, uint64_t func,
 				      int32_t attr, int32_t *value)
 {
-	(void)func;
-	(void)attr;
-	(void)value;
-	if (!ex)
+	const struct sim_kernel *k;
+	struct sim_obj *f;
+	int32_t rc;
+
+	if (!ex || !value)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (!ex->cur)
-		return CUDA_ERROR_INVALID_CONTEXT;
-	return CUDA_ERROR_NOT_SUPPORTED;
+	rc = ctx_check(ex);
+	if (rc)
+		return rc;
+	f = func_get(ex, func);
+	if (!f)
+		return CUDA_ERROR_INVALID_HANDLE;
+	k = f->u.func.k;
+
+	/* What cuFuncGetAttribute would say of an sm_90 build of it. */
+	switch (attr) {
+	case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
+		*value = (int32_t)k->max_threads;
+		break;
+	case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES:
+		*value = (int32_t)k->static_shared;
+		break;
+	case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES:
+		*value = 0;
+		break;
+	case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES:
+		*value = (int32_t)k->local_bytes;
+		break;
+	case CU_FUNC_ATTRIBUTE_NUM_REGS:
+		*value = k->num_regs ? (int32_t)k->num_regs :
+				       SIM_DEFAULT_NUM_REGS;
+		break;
+	case CU_FUNC_ATTRIBUTE_PTX_VERSION:
+	case CU_FUNC_ATTRIBUTE_BINARY_VERSION:
+		*value = SIM_MODULE_ARCH;
+		break;
+	case CU_FUNC_ATTRIBUTE_CACHE_MODE_CA:
+		*value = 0;
+		break;
+	case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
+		*value = f->u.func.max_dyn_shared;
+		break;
+	case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
+		*value = f->u.func.carveout;
+		break;
+	case CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET:
+		*value = 0;
+		break;
+	case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH:
+	case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT:
+	case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH:
+		*value = f->u.func.cluster[attr -
+				CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH];
+		break;
+	case CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED:
+		*value = f->u.func.cluster_nonportable;
+		break;
+	case CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+		*value = f->u.func.cluster_policy;
+		break;
+	default:
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	return CUDA_SUCCESS;
 }
 
 static int32_t sim_function_set_attribute(struct pvgpu_exec *ex,
 					  uint64_t func, int32_t attr,
 					  int32_t value)
 {
-	(void)func;
-	(void)attr;
-	(void)value;
+	const struct sim_kernel *k;
+	struct sim_obj *f;
+	int32_t rc;
+
 	if (!ex)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (!ex->cur)
-		return CUDA_ERROR_INVALID_CONTEXT;
-	return CUDA_ERROR_NOT_SUPPORTED;
+	rc = ctx_check(ex);
+	if (rc)
+		return rc;
+	f = func_get(ex, func);
+	if (!f)
+		return CUDA_ERROR_INVALID_HANDLE;
+	k = f->u.func.k;
+
+	switch (attr) {
+	case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
+		/* Static and dynamic shared memory share the 227 KiB. */
+		if (value < 0 ||
+		    (int64_t)value + k->static_shared > SIM_MAX_SHARED_OPTIN)
+			return CUDA_ERROR_INVALID_VALUE;
+		f->u.func.max_dyn_shared = value;
+		break;
+	case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
+		if (value < -1 || value > 100)
+			return CUDA_ERROR_INVALID_VALUE;
+		f->u.func.carveout = value;
+		break;
+	case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH:
+	case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT:
+	case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH:
+		if (value < 0 || value > 8)
+			return CUDA_ERROR_INVALID_VALUE;
+		f->u.func.cluster[attr -
+				  CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH] =
+			value;
+		break;
+	case CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED:
+		if (value != 0 && value != 1)
+			return CUDA_ERROR_INVALID_VALUE;
+		f->u.func.cluster_nonportable = value;
+		break;
+	case CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+		if (value < CU_CLUSTER_SCHEDULING_POLICY_DEFAULT ||
+		    value > CU_CLUSTER_SCHEDULING_POLICY_LOAD_BALANCING)
+			return CUDA_ERROR_INVALID_VALUE;
+		f->u.func.cluster_policy = value;
+		break;
+	default:
+		/* The others are read-only. */
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ */
+/* running a launch on its CPU twin */
+
+/* One launch in flight; twins see only `pub`. */
+struct sim_run {
+	struct pvgpu_sim_launch pub;
+	struct pvgpu_exec *ex;
+	struct sim_obj *ctx;
+	struct sim_module *m;
+	struct pvgpu_sim_param *layout;
+	unsigned char *params;
+	unsigned char *shared;
+	bool faulted;
+	char why[160];
+	char empty;			/* what a zero-length range points at */
+};
+
+static struct sim_run *run_of(const struct pvgpu_sim_launch *l)
+{
+	return l->sim;
+}
+
+static void run_fault(const struct pvgpu_sim_launch *l, const char *why)
+{
+	struct sim_run *r = run_of(l);
+
+	if (!r->faulted)
+		snprintf(r->why, sizeof(r->why), "%s", why ? why : "fault");
+	r->faulted = true;
+}
+
+static int run_faulted(const struct pvgpu_sim_launch *l)
+{
+	return run_of(l)->faulted;
+}
+
+static void *run_dev(const struct pvgpu_sim_launch *l, uint64_t addr,
+		     uint64_t len)
+{
+	struct sim_run *r = run_of(l);
+	struct sim_alloc *a;
+	char why[96];
+
+	if (r->faulted)
+		return NULL;
+	if (!len)
+		return &r->empty;
+	a = alloc_range(r->ex, addr, len);
+	/* Another context's memory is another address space. */
+	if (!a || a->ctx != r->ctx) {
+		snprintf(why, sizeof(why), "access to [0x%llx, +%llu)",
+			 (unsigned long long)addr, (unsigned long long)len);
+		run_fault(l, why);
+		return NULL;
+	}
+	return a->data + (addr - a->addr);
+}
+
+static void *run_global(const struct pvgpu_sim_launch *l, const char *name,
+			uint64_t *size)
+{
+	struct sim_run *r = run_of(l);
+	const struct sim_var *v = sim_image_var(r->m->img, name);
+	uint64_t addr;
+
+	if (!v || r->faulted)
+		return NULL;
+	addr = r->m->var_addr[v - r->m->img->vars];
+	if (size)
+		*size = v->size;
+	return dev_bytes(r->ex, addr, v->size);
+}
+
+static void *run_shared(const struct pvgpu_sim_launch *l, size_t bytes)
+{
+	struct sim_run *r = run_of(l);
+	size_t limit = (size_t)l->static_shared + l->dynamic_shared;
+
+	if (r->faulted)
+		return NULL;
+	if (bytes > limit) {
+		run_fault(l, "shared memory beyond the block's static + "
+			  "dynamic size");
+		return NULL;
+	}
+	if (!r->shared) {
+		r->shared = malloc(limit ? limit : 1);
+		if (!r->shared) {
+			run_fault(l, "sim out of host memory for shared memory");
+			return NULL;
+		}
+	}
+	/* Each block starts with garbage, as on a GPU. */
+	memset(r->shared, SIM_SHARED_GARBAGE, bytes);
+	return r->shared;
+}
+
+/* The checks cuLaunchKernel makes before anything runs. */
+static int32_t launch_check(const struct pvgpu_launch *l,
+			    const struct sim_obj *f)
+{
+	const struct sim_kernel *k = f->u.func.k;
+	uint64_t threads;
+
+	if (!l->grid[0] || !l->grid[1] || !l->grid[2] ||
+	    !l->block[0] || !l->block[1] || !l->block[2])
+		return CUDA_ERROR_INVALID_VALUE;
+	if (l->block[0] > SIM_MAX_BLOCK_XY || l->block[1] > SIM_MAX_BLOCK_XY ||
+	    l->block[2] > SIM_MAX_BLOCK_Z)
+		return CUDA_ERROR_INVALID_VALUE;
+	threads = (uint64_t)l->block[0] * l->block[1] * l->block[2];
+	if (threads > SIM_MAX_BLOCK_THREADS)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (l->grid[0] > SIM_MAX_GRID_X || l->grid[1] > SIM_MAX_GRID_YZ ||
+	    l->grid[2] > SIM_MAX_GRID_YZ)
+		return CUDA_ERROR_INVALID_VALUE;
+	/* More threads than __launch_bounds__ allows: out of resources. */
+	if (threads > k->max_threads)
+		return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
+	if (l->shared_bytes > (uint32_t)f->u.func.max_dyn_shared)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (l->params_size < k->param_size || (k->param_size && !l->params))
+		return CUDA_ERROR_INVALID_VALUE;
+	return CUDA_SUCCESS;
 }
 
 static int32_t sim_launch(struct pvgpu_exec *ex,
 			  const struct pvgpu_launch *launch)
 {
+	const struct sim_kernel *k;
+	struct sim_run r;
+	struct sim_obj *f;
+	uint32_t i;
 	int32_t rc;
 
 	if (!ex || !launch)
@@ -1325,7 +1924,72 @@ static int32_t sim_launch(struct pvgpu_exec *ex,
 	rc = check_stream(ex, launch->stream);
 	if (rc)
 		return rc;
-	return CUDA_ERROR_NOT_SUPPORTED;
+	f = func_get(ex, launch->func);
+	if (!f)
+		return CUDA_ERROR_INVALID_HANDLE;
+	rc = launch_check(launch, f);
+	if (rc)
+		return rc;
+	k = f->u.func.k;
+	if (!f->u.func.twin) {
+		if (!f->u.func.warned)
+			fprintf(stderr, "pvgpud sim: cannot launch kernel %s: "
+				"no CPU twin is registered for it "
+				"(PVGPU_SIM_TWINS)\n", k->name);
+		f->u.func.warned = true;
+		return CUDA_ERROR_NOT_FOUND;
+	}
+
+	memset(&r, 0, sizeof(r));
+	r.ex = ex;
+	r.ctx = ex->cur;
+	r.m = f->u.func.module->u.module.m;
+	rc = CUDA_ERROR_OUT_OF_MEMORY;
+	/* Copies, so a twin can neither see nor scribble on the caller's. */
+	r.layout = calloc(k->nparams ? k->nparams : 1, sizeof(*r.layout));
+	r.params = malloc(k->param_size ? k->param_size : 1);
+	if (!r.layout || !r.params)
+		goto out;
+	for (i = 0; i < k->nparams; i++) {
+		r.layout[i].offset = k->params[i].offset;
+		r.layout[i].size = k->params[i].size;
+	}
+	if (k->param_size)
+		memcpy(r.params, launch->params, k->param_size);
+
+	r.pub.name = k->name;
+	r.pub.grid = (struct pvgpu_sim_dim3){ launch->grid[0], launch->grid[1],
+					      launch->grid[2] };
+	r.pub.block = (struct pvgpu_sim_dim3){ launch->block[0],
+					       launch->block[1],
+					       launch->block[2] };
+	r.pub.static_shared = k->static_shared;
+	r.pub.dynamic_shared = launch->shared_bytes;
+	r.pub.params = r.params;
+	r.pub.params_size = k->param_size;
+	r.pub.layout = r.layout;
+	r.pub.nparams = k->nparams;
+	r.pub.dev = run_dev;
+	r.pub.global = run_global;
+	r.pub.shared = run_shared;
+	r.pub.fault = run_fault;
+	r.pub.faulted = run_faulted;
+	r.pub.sim = &r;
+
+	f->u.func.twin->run(&r.pub);
+
+	rc = CUDA_SUCCESS;
+	if (r.faulted) {
+		fprintf(stderr, "pvgpud sim: kernel %s faulted: %s\n", k->name,
+			r.why);
+		ex->cur->u.ctx.poisoned = true;
+		rc = CUDA_ERROR_ILLEGAL_ADDRESS;
+	}
+out:
+	free(r.shared);
+	free(r.params);
+	free(r.layout);
+	return rc;
 }
 
 const struct pvgpu_executor_ops pvgpu_exec_sim = {

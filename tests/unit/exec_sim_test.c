@@ -645,7 +645,8 @@ static void test_host_memory(void)
 	free(win);
 }
 
-static void test_kernels_unsupported(void)
+/* Module and kernel calls on handles that are not (sim_module_test.c has the rest). */
+static void test_kernels_bad_handles(void)
 {
 	uint64_t ctx, m = 0, fn = 0, d = 0, sz = 0;
 	struct pvgpu_exec *ex = open_with_ctx(NULL, &ctx);
@@ -656,11 +657,12 @@ static void test_kernels_unsupported(void)
 	if (!ex)
 		return;
 	CHECK_RC(sim->module_load(ex, image, sizeof(image), &m),
-		 CUDA_ERROR_NOT_SUPPORTED);
-	CHECK_RC(sim->module_function(ex, m, "k", &fn), CUDA_ERROR_NOT_SUPPORTED);
+		 CUDA_ERROR_INVALID_IMAGE);
+	CHECK_RC(sim->module_function(ex, m, "k", &fn),
+		 CUDA_ERROR_INVALID_HANDLE);
 	CHECK_RC(sim->module_global(ex, m, "g", &d, &sz),
-		 CUDA_ERROR_NOT_SUPPORTED);
-	CHECK_RC(sim->launch(ex, &l), CUDA_ERROR_NOT_SUPPORTED);
+		 CUDA_ERROR_INVALID_HANDLE);
+	CHECK_RC(sim->launch(ex, &l), CUDA_ERROR_INVALID_HANDLE);
 	sim->close(ex);
 }
 
@@ -755,7 +757,7 @@ int main(void)
 	test_events();
 	test_ctx_destroy();
 	test_host_memory();
-	test_kernels_unsupported();
+	test_kernels_bad_handles();
 	test_many_allocations();
 	test_multi_device();
 
