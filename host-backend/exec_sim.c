@@ -1910,6 +1910,43 @@ static int32_t launch_check(const struct pvgpu_launch *l,
 	return CUDA_SUCCESS;
 }
 
+/*
+ * Resident blocks per SM, as an sm_90 would have them: limited by threads
+ * (2048 per SM), blocks (32), registers (64 K) and shared memory (228 KiB).
+ */
+static int32_t sim_occupancy(struct pvgpu_exec *ex, uint64_t func,
+			     int32_t block_size, uint64_t dynamic_smem,
+			     uint32_t flags, int32_t *blocks)
+{
+	const struct sim_kernel *k;
+	struct sim_obj *f;
+	uint64_t regs, smem, n;
+	int32_t rc;
+
+	(void)flags;
+	if (!ex || !blocks || block_size <= 0 || block_size > 1024)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = ctx_check(ex);
+	if (rc)
+		return rc;
+	f = func_get(ex, func);
+	if (!f)
+		return CUDA_ERROR_INVALID_HANDLE;
+	k = f->u.func.k;
+	n = 2048 / (uint64_t)block_size;
+	if (n > 32)
+		n = 32;
+	regs = (uint64_t)(k->num_regs ? k->num_regs : SIM_DEFAULT_NUM_REGS) *
+	       (uint64_t)block_size;
+	if (regs && 65536 / regs < n)
+		n = 65536 / regs;
+	smem = k->static_shared + dynamic_smem + 1024;	/* 1 KiB reserved */
+	if (228 * 1024 / smem < n)
+		n = 228 * 1024 / smem;
+	*blocks = (int32_t)n;
+	return CUDA_SUCCESS;
+}
+
 static int32_t sim_launch(struct pvgpu_exec *ex,
 			  const struct pvgpu_launch *launch)
 {
@@ -2036,4 +2073,5 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.function_attribute	= sim_function_attribute,
 	.function_set_attribute	= sim_function_set_attribute,
 	.launch			= sim_launch,
+	.occupancy		= sim_occupancy,
 };
