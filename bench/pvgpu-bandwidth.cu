@@ -547,6 +547,7 @@ static int run_here(const struct options *o)
 			       SOCKET_TOTAL >> 20);
 			print_table(o, NULL, sr, 0);
 		}
+		free(sr);
 		return EXIT_OK;
 	}
 
@@ -585,6 +586,8 @@ static int run_here(const struct options *o)
 		table_run_header(&li, &di);
 		print_table(o, cells, sr, 1);
 	}
+	free(cells);
+	free(sr);
 	return EXIT_OK;
 }
 
@@ -625,6 +628,7 @@ static int run_compare(struct options *o, int argc, char **argv)
 			socket_json(o, sr);
 		}
 		printf("}\n");
+		free(sr);
 		return EXIT_OK;
 	}
 	compare_table(fields, 2, &nat, &pv);
@@ -655,6 +659,7 @@ static int run_compare(struct options *o, int argc, char **argv)
 			}
 		printf("\n");
 	}
+	free(sr);
 	return EXIT_OK;
 }
 

@@ -38,10 +38,11 @@ struct pvgpu_host_alloc {
 	size_t size;
 };
 
-/* One cudaMalloc'd range. */
+/* One cudaMalloc'd range, or a module's __device__/__constant__ variable. */
 struct pvgpu_alloc {
 	uint64_t base;
 	uint64_t size;
+	int global;			/* a module variable: cudaFree refuses it */
 };
 
 struct pvgpu_device {
@@ -49,6 +50,7 @@ struct pvgpu_device {
 	int32_t remote;			/* GPU index on that backend */
 	/* Under be->lock: */
 	uint64_t ctx;			/* 0 until first use */
+	uint32_t ctx_gen;		/* bumped per new ctx: module caches key on it */
 	int props_valid;
 	struct cudaDeviceProp props;
 	int attrs_loaded;
@@ -58,6 +60,12 @@ struct pvgpu_device {
 	struct pvgpu_alloc *allocs;
 	size_t nallocs;
 	size_t allocs_cap;
+	/*
+	 * A fault that killed the context (cudaErrorIllegalAddress and kin):
+	 * as in CUDA, every later call that needs the context returns it
+	 * until cudaDeviceReset.  0 when healthy.
+	 */
+	_Atomic int sticky;
 };
 
 /* What a cudaStream_t handed to the program points at. */
@@ -104,8 +112,16 @@ cudaError_t pvgpu_last_error(int clear);
 int pvgpu_current_device(void);
 void pvgpu_set_current_device(int device);
 
-/* A backend status or client code as the runtime reports it. */
+/*
+ * A backend status or client code as the runtime reports it.  A status
+ * that kills a context (see pvgpu_error_is_sticky) poisons the device of
+ * this thread's last pvgpu_op_begin.
+ */
 cudaError_t pvgpu_error_from_status(int32_t status);
+/* Does this error leave the context unusable, as on a GPU? */
+int pvgpu_error_is_sticky(cudaError_t err);
+/* Remember a context-killing error for the device of the thread's last op. */
+void pvgpu_mark_sticky(cudaError_t err);
 /* Is err a cudaError_t this runtime knows by name? */
 int pvgpu_error_known(int err);
 
@@ -120,6 +136,14 @@ struct pvgpu_op {
 
 cudaError_t pvgpu_op_begin(struct pvgpu_op *op, int device, int need_ctx);
 void pvgpu_op_end(struct pvgpu_op *op);
+
+/*
+ * A device attribute (cached per device), for checks made under an op: 0
+ * and *value, else why not.  An earlier async error that comes back on the
+ * way goes to *deferred, if that is still 0.
+ */
+int32_t pvgpu_device_attr(struct pvgpu_op *op, int attr, int32_t *value,
+			  int32_t *deferred);
 
 /* Stream handle -> device and backend stream; the legacy stream is 0. */
 cudaError_t pvgpu_stream_resolve(cudaStream_t stream, int *device,
@@ -143,5 +167,9 @@ void pvgpu_forget_device(int device);
 void pvgpu_allocs_forget_device(int device);
 void pvgpu_streams_forget_device(int device);
 void pvgpu_events_forget_device(int device);
+
+/* A module variable's range, so copies to and from it find their way. */
+int pvgpu_alloc_track_global(int device, uint64_t base, uint64_t size);
+void pvgpu_alloc_untrack_global(int device, uint64_t base);
 
 #endif /* PVGPU_RUNTIME_H */

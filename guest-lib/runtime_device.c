@@ -2,6 +2,8 @@
  * runtime_device.c - device selection, device-wide synchronisation and
  * reset, and versions.
  */
+#include <stdatomic.h>
+
 #include "pvgpu_guest.h"
 #include "pvgpu_proto.h"
 #include "runtime.h"
@@ -96,8 +98,17 @@ cudaError_t cudaDeviceReset(void)
 		op.dev->ctx = 0;
 	}
 	pvgpu_forget_device(device);
+	err = pvgpu_error_from_status(st);
+	/*
+	 * Reset is the way out of a sticky fault: the dead context is gone
+	 * (whatever its destruction said about the fault) and a new one
+	 * starts healthy.
+	 */
+	if (pvgpu_error_is_sticky(err))
+		err = cudaSuccess;
+	atomic_store(&op.dev->sticky, 0);
 	pvgpu_op_end(&op);
-	return pvgpu_record(pvgpu_error_from_status(st));
+	return pvgpu_record(err);
 }
 
 /* The oldest driver among the backends: what every device can rely on. */

@@ -201,7 +201,32 @@ _Static_assert((int)CUDA_ERROR_LAUNCH_FAILED == (int)cudaErrorLaunchFailure, "")
 _Static_assert((int)CUDA_ERROR_ILLEGAL_ADDRESS == (int)cudaErrorIllegalAddress, "");
 _Static_assert((int)CUDA_ERROR_NOT_SUPPORTED == (int)cudaErrorNotSupported, "");
 
-cudaError_t pvgpu_error_from_status(int32_t status)
+/*
+ * The faults after which CUDA refuses every further call in the context
+ * ("sticky" errors): the device-side exceptions, a watchdog timeout, an
+ * uncorrectable ECC error.
+ */
+int pvgpu_error_is_sticky(cudaError_t err)
+{
+	switch (err) {
+	case cudaErrorIllegalAddress:
+	case cudaErrorLaunchTimeout:
+	case cudaErrorAssert:
+	case cudaErrorHardwareStackError:
+	case cudaErrorIllegalInstruction:
+	case cudaErrorMisalignedAddress:
+	case cudaErrorInvalidAddressSpace:
+	case cudaErrorInvalidPc:
+	case cudaErrorLaunchFailure:
+	case cudaErrorECCUncorrectable:
+	case cudaErrorContained:
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+static cudaError_t status_to_error(int32_t status)
 {
 	if (status == 0)
 		return cudaSuccess;
@@ -214,6 +239,15 @@ cudaError_t pvgpu_error_from_status(int32_t status)
 	    status == CUDA_ERROR_KEY_ROTATION || !pvgpu_error_known(status))
 		return cudaErrorUnknown;
 	return (cudaError_t)status;
+}
+
+cudaError_t pvgpu_error_from_status(int32_t status)
+{
+	cudaError_t err = status_to_error(status);
+
+	if (pvgpu_error_is_sticky(err))
+		pvgpu_mark_sticky(err);
+	return err;
 }
 
 const char *cudaGetErrorName(cudaError_t error)

@@ -5,6 +5,7 @@
  * context a device operation needs.
  */
 #include <ctype.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,7 @@ struct pvgpu_runtime pvgpu_rt = {
 struct pvgpu_thread_state {
 	int device;
 	cudaError_t last_error;
+	int op_device;		/* device of the last pvgpu_op_begin, plus one */
 };
 
 static _Thread_local struct pvgpu_thread_state thread_state;
@@ -50,6 +52,17 @@ cudaError_t pvgpu_last_error(int clear)
 	if (clear)
 		thread_state.last_error = cudaSuccess;
 	return err;
+}
+
+void pvgpu_mark_sticky(cudaError_t err)
+{
+	int device = thread_state.op_device - 1;
+	int healthy = 0;
+
+	/* The first fault is the one every later call reports. */
+	if (device >= 0 && device < pvgpu_rt.ndevices)
+		atomic_compare_exchange_strong(&pvgpu_rt.devices[device].sticky,
+					       &healthy, (int)err);
 }
 
 int pvgpu_current_device(void)
@@ -244,9 +257,22 @@ __attribute__((destructor)) static void runtime_fini(void)
 
 	if (!rt->initialized)
 		return;
-	for (int i = 0; i < rt->nbackends; i++)
-		if (rt->backends[i].client)
-			pvgpu_client_shutdown(rt->backends[i].client);
+	for (int i = 0; i < rt->nbackends; i++) {
+		struct pvgpu_client *c = rt->backends[i].client;
+		struct pvgpu_client_stats s;
+
+		if (!c)
+			continue;
+		pvgpu_client_shutdown(c);
+		if (!pvgpu_client_stats(c, &s))
+			pvgpu_debug("%s: sent %llu messages: %llu calls, %llu async ops "
+				    "(%llu batches), %llu data frames",
+				    rt->backends[i].uri, (unsigned long long)s.sends,
+				    (unsigned long long)s.calls,
+				    (unsigned long long)s.async_ops,
+				    (unsigned long long)s.batches,
+				    (unsigned long long)s.data_frames);
+	}
 }
 
 cudaError_t pvgpu_op_begin(struct pvgpu_op *op, int device, int need_ctx)
@@ -262,11 +288,19 @@ cudaError_t pvgpu_op_begin(struct pvgpu_op *op, int device, int need_ctx)
 		return cudaErrorInvalidDevice;
 	dev = &rt->devices[device];
 	be = dev->be;
+	/* Statuses this op brings back are about this device (sticky errors). */
+	thread_state.op_device = device + 1;
 	pthread_mutex_lock(&be->lock);
 	op->dev = dev;
 	op->client = be->client;
 	if (!need_ctx)
 		return cudaSuccess;
+	st = atomic_load(&dev->sticky);
+	if (st) {
+		/* The context died of a fault: nothing runs in it any more. */
+		pthread_mutex_unlock(&be->lock);
+		return (cudaError_t)st;
+	}
 	if (!dev->ctx) {
 		struct pvgpu_ctx_create_req req = { .device = dev->remote };
 		struct pvgpu_ctx_create_rep rep = { 0 };
@@ -274,6 +308,8 @@ cudaError_t pvgpu_op_begin(struct pvgpu_op *op, int device, int need_ctx)
 		/* A non-zero ctx means it exists, whatever else st says. */
 		st = pvgpu_call_ctx_create(op->client, &req, &rep);
 		dev->ctx = rep.ctx;
+		if (rep.ctx)
+			dev->ctx_gen++;	/* modules of an older ctx are gone */
 		if (!st && !rep.ctx)
 			st = PVGPU_CLIENT_EPROTO;
 		if (st)

@@ -67,7 +67,7 @@ enum pvgpu_ptr_kind pvgpu_ptr_classify(const void *ptr, uint64_t len,
 	return kind;
 }
 
-static int alloc_insert(int device, uint64_t base, uint64_t size)
+static int alloc_insert(int device, uint64_t base, uint64_t size, int global)
 {
 	struct pvgpu_runtime *rt = &pvgpu_rt;
 	struct pvgpu_device *dev = &rt->devices[device];
@@ -92,7 +92,7 @@ static int alloc_insert(int device, uint64_t base, uint64_t size)
 		goto out;
 	memmove(&dev->allocs[i + 2], &dev->allocs[i + 1],
 		(dev->nallocs - (size_t)(i + 1)) * sizeof(dev->allocs[0]));
-	dev->allocs[i + 1] = (struct pvgpu_alloc){ base, size };
+	dev->allocs[i + 1] = (struct pvgpu_alloc){ base, size, global };
 	dev->nallocs++;
 	rc = 0;
 out:
@@ -101,7 +101,7 @@ out:
 }
 
 /* Take the allocation starting exactly at base out of the map. */
-static int alloc_remove(uint64_t base, int *device)
+static int alloc_remove(uint64_t base, int global, int *device)
 {
 	struct pvgpu_runtime *rt = &pvgpu_rt;
 	int cur = pvgpu_current_device(), rc = -1;
@@ -118,6 +118,9 @@ static int alloc_remove(uint64_t base, int *device)
 		i = alloc_floor(dev, base);
 		if (i < 0 || dev->allocs[i].base != base)
 			continue;
+		/* A module's variable lives as long as its module. */
+		if (dev->allocs[i].global != global)
+			break;
 		memmove(&dev->allocs[i], &dev->allocs[i + 1],
 			(dev->nallocs - (size_t)i - 1) * sizeof(dev->allocs[0]));
 		dev->nallocs--;
@@ -127,6 +130,27 @@ static int alloc_remove(uint64_t base, int *device)
 	}
 	pthread_mutex_unlock(&rt->table_lock);
 	return rc;
+}
+
+int pvgpu_alloc_track_global(int device, uint64_t base, uint64_t size)
+{
+	return alloc_insert(device, base, size, 1);
+}
+
+void pvgpu_alloc_untrack_global(int device, uint64_t base)
+{
+	struct pvgpu_runtime *rt = &pvgpu_rt;
+	struct pvgpu_device *dev = &rt->devices[device];
+	long i;
+
+	pthread_mutex_lock(&rt->table_lock);
+	i = alloc_floor(dev, base);
+	if (i >= 0 && dev->allocs[i].base == base && dev->allocs[i].global) {
+		memmove(&dev->allocs[i], &dev->allocs[i + 1],
+			(dev->nallocs - (size_t)i - 1) * sizeof(dev->allocs[0]));
+		dev->nallocs--;
+	}
+	pthread_mutex_unlock(&rt->table_lock);
 }
 
 void pvgpu_allocs_forget_device(int device)
@@ -160,7 +184,7 @@ cudaError_t cudaMalloc(void **devPtr, size_t size)
 	}
 	st = pvgpu_call_mem_alloc(op.client, &req, &rep);
 	/* A non-zero pointer exists on the device, whatever else st says. */
-	if (rep.dptr && alloc_insert(device, rep.dptr, size)) {
+	if (rep.dptr && alloc_insert(device, rep.dptr, size, 0)) {
 		free_req.dptr = rep.dptr;
 		(void)pvgpu_call_mem_free(op.client, &free_req, &free_rep);
 		rep.dptr = 0;
@@ -191,7 +215,7 @@ cudaError_t cudaFree(void *devPtr)
 	if (!devPtr)
 		return cudaSuccess;
 	/* Out of the map first, so two threads cannot free it twice. */
-	if (alloc_remove(req.dptr, &device))
+	if (alloc_remove(req.dptr, 0, &device))
 		return pvgpu_record(cudaErrorInvalidValue);
 	err = pvgpu_op_begin(&op, device, 1);
 	if (err)

@@ -315,3 +315,23 @@ cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev
 	pvgpu_op_end(&op);
 	return pvgpu_record(pvgpu_error_from_status(st));
 }
+
+int32_t pvgpu_device_attr(struct pvgpu_op *op, int attr, int32_t *value,
+			  int32_t *deferred)
+{
+	int32_t st;
+
+	if (attr <= 0 || attr >= PVGPU_ATTR_SLOTS)
+		return (int32_t)cudaErrorInvalidValue;	/* CUDA_ERROR_INVALID_VALUE too */
+	st = load_attrs(op);
+	if (op->dev->attr_known[attr]) {
+		/* Answered: st can only be an earlier async error surfacing. */
+		if (st && !*deferred)
+			*deferred = st;
+		*value = op->dev->attr_value[attr];
+		return 0;
+	}
+	if (st)
+		return st;
+	return fetch_attr(op, attr, value);
+}

@@ -77,9 +77,10 @@ def unix_uri(path):
 class Daemon:
     """A running pvgpud listening on a Unix socket and a TCP port."""
 
-    def __init__(self, executor, workdir, extra_args=()):
+    def __init__(self, executor, workdir, extra_args=(), env=None):
         self.executor = executor
         self.extra_args = list(extra_args)
+        self.extra_env = dict(env or {})
         self.workdir = workdir
         self.sock_path = workdir / "pvgpu.sock"
         self.port = free_tcp_port()
@@ -102,9 +103,13 @@ class Daemon:
         # stderr to a file, not a pipe: a chatty debug log must never block
         # the daemon on a full pipe.
         self._log_file = open(self.log_path, "wb")
+        env = None
+        if self.extra_env:
+            env = dict(os.environ)
+            env.update(self.extra_env)
         self.proc = subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=self._log_file,
-            stderr=subprocess.STDOUT, cwd=self.workdir)
+            stderr=subprocess.STDOUT, cwd=self.workdir, env=env)
         self._wait_ready()
 
     def _wait_ready(self):
@@ -283,16 +288,17 @@ def short_tmp():
 
 @pytest.fixture
 def start_pvgpud():
-    """Factory: start_pvgpud(executor) -> a running Daemon. Every daemon
-    started is stopped at teardown, which checks that it exits 0 within 10 s
+    """Factory: start_pvgpud(executor, extra_args=(), env=None) -> a running
+    Daemon; env adds variables to pvgpud's environment (PVGPU_SIM_TWINS, say).
+    Every daemon started is stopped at teardown, which checks that it exits 0 within 10 s
     of SIGTERM (DESIGN §8) and that its log holds no sanitizer report."""
     daemons = []
     workdirs = []  # short paths, as for short_tmp
 
-    def start(executor="sim", extra_args=()):
+    def start(executor="sim", extra_args=(), env=None):
         workdir = Path(tempfile.mkdtemp(prefix="pvgpu-"))
         workdirs.append(workdir)
-        daemon = Daemon(executor, workdir, extra_args)
+        daemon = Daemon(executor, workdir, extra_args, env)
         daemons.append(daemon)
         daemon.start()
         return daemon

@@ -26,3 +26,63 @@ $(TEST_PROGRAMS): $(BUILD)/tests/%: tests/programs/%.cu tests/programs/check.h
 	@mkdir -p $(@D)
 	$(NVCC) -cudart shared -arch=sm_90 -L$(CUDA_LIBDIR) \
 		-Xcompiler -Wall,-Wextra,-Werror -o $@ $< -lpthread
+
+# Programs with kernels (tests/programs/kernels/*.cu, issue 3) ->
+# $(BUILD)/tests/kernels/NAME, built exactly like the programs above; plus
+# vecadd_ptx, the same source with PTX only (-arch=compute_90), so the
+# kernel is JIT-compiled where it runs. The .fatbin/.cubin/.ptx images of
+# vecadd and fault feed the raw-protocol tests
+# (tests/integration/test_kernel_bad_input.py).
+KERNEL_PROGRAM_SRCS := $(sort $(wildcard tests/programs/kernels/*.cu))
+KERNEL_PROGRAMS := $(patsubst tests/programs/kernels/%.cu,$(BUILD)/tests/kernels/%,$(KERNEL_PROGRAM_SRCS))
+KERNEL_PTX_PROGRAM := $(BUILD)/tests/kernels/vecadd_ptx
+KERNEL_IMAGES := $(BUILD)/tests/kernels/images/vecadd.fatbin \
+	$(BUILD)/tests/kernels/images/vecadd.cubin \
+	$(BUILD)/tests/kernels/images/vecadd.ptx \
+	$(BUILD)/tests/kernels/images/fault.fatbin
+
+test-programs: $(KERNEL_PROGRAMS) $(KERNEL_PTX_PROGRAM) $(KERNEL_IMAGES) sim-twins
+
+$(KERNEL_PROGRAMS): $(BUILD)/tests/kernels/%: tests/programs/kernels/%.cu tests/programs/check.h
+	@mkdir -p $(@D)
+	$(NVCC) -cudart shared -arch=sm_90 -L$(CUDA_LIBDIR) \
+		-Xcompiler -Wall,-Wextra,-Werror -o $@ $< -lpthread
+
+$(KERNEL_PTX_PROGRAM): tests/programs/kernels/vecadd.cu tests/programs/check.h
+	@mkdir -p $(@D)
+	$(NVCC) -cudart shared -arch=compute_90 -L$(CUDA_LIBDIR) \
+		-Xcompiler -Wall,-Wextra,-Werror -o $@ $< -lpthread
+
+$(BUILD)/tests/kernels/images/%.fatbin: tests/programs/kernels/%.cu tests/programs/check.h
+	@mkdir -p $(@D)
+	$(NVCC) -fatbin -arch=sm_90 -o $@ $<
+
+$(BUILD)/tests/kernels/images/%.cubin: tests/programs/kernels/%.cu tests/programs/check.h
+	@mkdir -p $(@D)
+	$(NVCC) -cubin -arch=sm_90 -o $@ $<
+
+$(BUILD)/tests/kernels/images/%.ptx: tests/programs/kernels/%.cu tests/programs/check.h
+	@mkdir -p $(@D)
+	$(NVCC) -ptx -arch=compute_90 -o $@ $<
+
+# CPU twins of the kernels for `pvgpud --executor sim` (host-backend/
+# sim_twins.h), loaded through PVGPU_SIM_TWINS: every tests/sim-twins/*.c in
+# one plugin for the test programs, except the benchmarks' twins, which get a
+# plugin of their own (make demo, the bench test), and example_twins.c, the
+# sim executor's unit-test example with a table of its own (a plugin exports
+# one table, and the sim refuses two twins for one kernel name).
+TWIN_CFLAGS = -O2 -g -shared -fPIC -std=c11 -Wall -Wextra -Werror -Ihost-backend $(SANFLAGS)
+TEST_TWIN_SRCS := $(filter-out tests/sim-twins/bench_twins.c tests/sim-twins/example_twins.c,$(sort $(wildcard tests/sim-twins/*.c)))
+TEST_TWINS := $(BUILD)/tests/sim-twins/libtest-twins.so
+BENCH_TWINS := $(BUILD)/tests/sim-twins/libbench-twins.so
+
+.PHONY: sim-twins
+sim-twins: $(TEST_TWINS) $(BENCH_TWINS)
+
+$(TEST_TWINS): $(TEST_TWIN_SRCS) $(wildcard tests/sim-twins/*.h) host-backend/sim_twins.h
+	@mkdir -p $(@D)
+	$(CC) $(TWIN_CFLAGS) -o $@ $(TEST_TWIN_SRCS) -lm
+
+$(BENCH_TWINS): tests/sim-twins/bench_twins.c $(wildcard tests/sim-twins/*.h) host-backend/sim_twins.h
+	@mkdir -p $(@D)
+	$(CC) $(TWIN_CFLAGS) -o $@ tests/sim-twins/bench_twins.c -lm
