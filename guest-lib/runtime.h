@@ -24,6 +24,8 @@
 /* Attribute ids the cache and device_get_attributes can carry. */
 #define PVGPU_ATTR_SLOTS	256
 
+struct pvgpu_window_map;
+
 struct pvgpu_backend {
 	char uri[256];			/* as in PVGPU_DEVICES, without #N */
 	struct pvgpu_client *client;	/* NULL when unreachable */
@@ -36,6 +38,7 @@ struct pvgpu_backend {
 struct pvgpu_host_alloc {
 	void *ptr;
 	size_t size;
+	struct pvgpu_window_map *win;	/* inside this window; NULL: own mapping */
 };
 
 /* One cudaMalloc'd range, or a module's __device__/__constant__ variable. */

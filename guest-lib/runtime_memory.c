@@ -7,6 +7,8 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "client.h"
+#include "guest_window.h"
 #include "pvgpu_guest.h"
 #include "pvgpu_proto.h"
 #include "runtime.h"
@@ -247,16 +249,27 @@ cudaError_t cudaMemGetInfo(size_t *free, size_t *total)
 }
 
 /*
- * Pinned host memory.  For now plain page-aligned memory of its own
- * mapping (absurd sizes fail cleanly, as they do natively); with a shared
- * window transport it will come from the window, so copies from it are
- * zero-copy.  Tracked so that cudaFreeHost can refuse anything else.
+ * Pinned host memory.  Where the current device's backend shares a window
+ * with us, it comes from the window, which the backend has pinned: copies
+ * to and from it are straight DMA, no staging.  Otherwise (no window, or
+ * the window is full) it is plain page-aligned memory of its own mapping,
+ * and copies from it are staged like any other.  Absurd sizes fail cleanly,
+ * as they do natively.  Tracked so that cudaFreeHost can refuse anything
+ * else.
  */
+static struct pvgpu_window_map *current_window(void)
+{
+	struct pvgpu_backend *be = pvgpu_rt.devices[pvgpu_current_device()].be;
+
+	return be && be->client ? pvgpu_client_window(be->client) : NULL;
+}
+
 cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
 {
 	const unsigned int known = cudaHostAllocPortable | cudaHostAllocMapped |
 				   cudaHostAllocWriteCombined;
 	struct pvgpu_runtime *rt = &pvgpu_rt;
+	struct pvgpu_window_map *win;
 	void *p;
 	cudaError_t err;
 
@@ -269,10 +282,15 @@ cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
 		*pHost = NULL;
 		return cudaSuccess;
 	}
-	p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-		 -1, 0);
-	if (p == MAP_FAILED)
-		return pvgpu_record(cudaErrorMemoryAllocation);
+	win = current_window();
+	p = win ? pvgpu_window_alloc(win, size) : NULL;
+	if (!p) {
+		win = NULL;
+		p = mmap(NULL, size, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (p == MAP_FAILED)
+			return pvgpu_record(cudaErrorMemoryAllocation);
+	}
 	pthread_mutex_lock(&rt->table_lock);
 	if (rt->nhost_allocs == rt->host_allocs_cap) {
 		size_t cap = rt->host_allocs_cap ? rt->host_allocs_cap * 2 : 16;
@@ -283,14 +301,17 @@ cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
 		rt->host_allocs = a;
 		rt->host_allocs_cap = cap;
 	}
-	rt->host_allocs[rt->nhost_allocs++] = (struct pvgpu_host_alloc){ p, size };
+	rt->host_allocs[rt->nhost_allocs++] = (struct pvgpu_host_alloc){ p, size, win };
 	pthread_mutex_unlock(&rt->table_lock);
 	*pHost = p;
 	return cudaSuccess;
 
 err_unlock:
 	pthread_mutex_unlock(&rt->table_lock);
-	munmap(p, size);
+	if (win)
+		pvgpu_window_free(win, p);
+	else
+		munmap(p, size);
 	return pvgpu_record(cudaErrorMemoryAllocation);
 }
 
@@ -302,6 +323,7 @@ cudaError_t cudaMallocHost(void **ptr, size_t size)
 cudaError_t cudaFreeHost(void *ptr)
 {
 	struct pvgpu_runtime *rt = &pvgpu_rt;
+	struct pvgpu_window_map *win = NULL;
 	size_t size = 0;
 	cudaError_t err;
 	int found = 0;
@@ -315,6 +337,7 @@ cudaError_t cudaFreeHost(void *ptr)
 	for (size_t i = 0; i < rt->nhost_allocs; i++) {
 		if (rt->host_allocs[i].ptr == ptr) {
 			size = rt->host_allocs[i].size;
+			win = rt->host_allocs[i].win;
 			rt->host_allocs[i] = rt->host_allocs[--rt->nhost_allocs];
 			found = 1;
 			break;
@@ -323,6 +346,9 @@ cudaError_t cudaFreeHost(void *ptr)
 	pthread_mutex_unlock(&rt->table_lock);
 	if (!found)
 		return pvgpu_record(cudaErrorInvalidValue);
-	munmap(ptr, size);
+	if (win)
+		pvgpu_window_free(win, ptr);
+	else
+		munmap(ptr, size);
 	return cudaSuccess;
 }
