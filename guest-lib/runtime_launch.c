@@ -131,7 +131,7 @@ static cudaError_t check_dims(struct pvgpu_op *op, dim3 grid, dim3 block,
 		if (pvgpu_device_attr(op, limit_attrs[i], &v, deferred))
 			continue;	/* unknown: the backend checks */
 		if (v > 0 && dims[i] > (unsigned int)v)
-			return cudaErrorInvalidConfiguration;
+			return cudaErrorInvalidValue;
 	}
 	return cudaSuccess;
 }
@@ -173,9 +173,14 @@ static cudaError_t launch(const void *func, dim3 grid, dim3 block, void **args,
 	k = pvgpu_kernel_find(func);
 	if (!k)
 		return cudaErrorInvalidDeviceFunction;
+	/*
+	 * What the H100's driver says of a shape it cannot run (checked with
+	 * CUDA 13.0: a 2048-thread block is cudaErrorInvalidValue, from
+	 * cuLaunchKernel; the runtime documents InvalidConfiguration).
+	 */
 	if (!grid.x || !grid.y || !grid.z || !block.x || !block.y || !block.z ||
 	    block.x > 1024 || block.y > 1024 || block.z > 1024)
-		return cudaErrorInvalidConfiguration;
+		return cudaErrorInvalidValue;
 	if (shared > UINT32_MAX)
 		return cudaErrorInvalidValue;
 	err = pvgpu_stream_resolve(stream, &device, &req.stream);
