@@ -257,11 +257,46 @@ cudaError_t cudaMemGetInfo(size_t *free, size_t *total)
  * as they do natively.  Tracked so that cudaFreeHost can refuse anything
  * else.
  */
-static struct pvgpu_window_map *current_window(void)
+static struct pvgpu_window_map *current_window(struct pvgpu_client **client)
 {
 	struct pvgpu_backend *be = pvgpu_rt.devices[pvgpu_current_device()].be;
 
-	return be && be->client ? pvgpu_client_window(be->client) : NULL;
+	*client = be ? be->client : NULL;
+	return *client ? pvgpu_client_window(*client) : NULL;
+}
+
+/*
+ * A block of window memory, pinned by the backend for DMA.  NULL when the
+ * window is full or the backend would not pin it: the caller falls back
+ * to memory of its own.
+ */
+static void *window_host_alloc(struct pvgpu_client *c,
+			       struct pvgpu_window_map *win, size_t size)
+{
+	struct pvgpu_window_register_req req;
+	struct pvgpu_window_register_rep rep;
+	void *p = pvgpu_window_alloc(win, size);
+
+	if (!p)
+		return NULL;
+	pvgpu_window_holds(win, p, size, &req.offset);
+	req.size = (size + 4095) & ~(uint64_t)4095;
+	if (pvgpu_call_window_register(c, &req, &rep)) {
+		pvgpu_window_free(win, p);
+		return NULL;
+	}
+	return p;
+}
+
+static void window_host_free(struct pvgpu_client *c,
+			     struct pvgpu_window_map *win, void *p)
+{
+	struct pvgpu_window_unregister_req req;
+	struct pvgpu_window_unregister_rep rep;
+
+	if (pvgpu_window_holds(win, p, 1, &req.offset))
+		pvgpu_call_window_unregister(c, &req, &rep);
+	pvgpu_window_free(win, p);
 }
 
 cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
@@ -270,6 +305,7 @@ cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
 				   cudaHostAllocWriteCombined;
 	struct pvgpu_runtime *rt = &pvgpu_rt;
 	struct pvgpu_window_map *win;
+	struct pvgpu_client *client;
 	void *p;
 	cudaError_t err;
 
@@ -282,8 +318,8 @@ cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
 		*pHost = NULL;
 		return cudaSuccess;
 	}
-	win = current_window();
-	p = win ? pvgpu_window_alloc(win, size) : NULL;
+	win = current_window(&client);
+	p = win ? window_host_alloc(client, win, size) : NULL;
 	if (!p) {
 		win = NULL;
 		p = mmap(NULL, size, PROT_READ | PROT_WRITE,
@@ -301,7 +337,8 @@ cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
 		rt->host_allocs = a;
 		rt->host_allocs_cap = cap;
 	}
-	rt->host_allocs[rt->nhost_allocs++] = (struct pvgpu_host_alloc){ p, size, win };
+	rt->host_allocs[rt->nhost_allocs++] =
+		(struct pvgpu_host_alloc){ p, size, win, client };
 	pthread_mutex_unlock(&rt->table_lock);
 	*pHost = p;
 	return cudaSuccess;
@@ -309,7 +346,7 @@ cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
 err_unlock:
 	pthread_mutex_unlock(&rt->table_lock);
 	if (win)
-		pvgpu_window_free(win, p);
+		window_host_free(client, win, p);
 	else
 		munmap(p, size);
 	return pvgpu_record(cudaErrorMemoryAllocation);
@@ -324,6 +361,7 @@ cudaError_t cudaFreeHost(void *ptr)
 {
 	struct pvgpu_runtime *rt = &pvgpu_rt;
 	struct pvgpu_window_map *win = NULL;
+	struct pvgpu_client *client = NULL;
 	size_t size = 0;
 	cudaError_t err;
 	int found = 0;
@@ -338,6 +376,7 @@ cudaError_t cudaFreeHost(void *ptr)
 		if (rt->host_allocs[i].ptr == ptr) {
 			size = rt->host_allocs[i].size;
 			win = rt->host_allocs[i].win;
+			client = rt->host_allocs[i].client;
 			rt->host_allocs[i] = rt->host_allocs[--rt->nhost_allocs];
 			found = 1;
 			break;
@@ -347,7 +386,7 @@ cudaError_t cudaFreeHost(void *ptr)
 	if (!found)
 		return pvgpu_record(cudaErrorInvalidValue);
 	if (win)
-		pvgpu_window_free(win, ptr);
+		window_host_free(client, win, ptr);
 	else
 		munmap(ptr, size);
 	return cudaSuccess;

@@ -34,17 +34,29 @@ void pvgpu_window_detach(struct pvgpu_worker *w)
 
 	if (!win->base)
 		return;
-	if (win->registered_ctx && w->ex)
-		w->ex_ops->host_unregister(w->ex, win->base);
+	if (w->ex) {
+		if (win->staging_ctx)
+			w->ex_ops->host_unregister(w->ex, win->base +
+						   win->staging_offset);
+		for (unsigned int i = 0; i < win->npins; i++)
+			if (win->pins[i].ctx)
+				w->ex_ops->host_unregister(w->ex, win->base +
+							   win->pins[i].offset);
+	}
 	munmap(win->base, win->size);
 	memset(win, 0, sizeof(*win));
 }
 
 void pvgpu_window_forget_ctx(struct pvgpu_worker *w, uint64_t ctx)
 {
-	/* The executor unpinned the window along with that context. */
-	if (w->win.registered_ctx == ctx)
-		w->win.registered_ctx = 0;
+	struct pvgpu_window *win = &w->win;
+
+	/* The executor unpinned what was pinned in that context. */
+	if (win->staging_ctx == ctx)
+		win->staging_ctx = 0;
+	for (unsigned int i = 0; i < win->npins; i++)
+		if (win->pins[i].ctx == ctx)
+			win->pins[i].ctx = 0;
 }
 
 int32_t pvgpu_handle_window_attach(struct pvgpu_worker *w,
@@ -105,26 +117,87 @@ int32_t pvgpu_handle_window_attach(struct pvgpu_worker *w,
 	return CUDA_SUCCESS;
 }
 
-/* Pin the window for DMA in the current context, once. */
+/*
+ * A window copy needs the window and a context.  Memory the guest pinned
+ * (window_register) DMAs at full speed; any other part of the window still
+ * copies correctly, through the driver's own staging.
+ */
 static int32_t window_ready(struct pvgpu_worker *w)
+{
+	if (!w->win.base)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!w->cur_ctx)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	return CUDA_SUCCESS;
+}
+
+/* The staging slots are pinned once per context, on first use. */
+static int32_t staging_pinned(struct pvgpu_worker *w)
 {
 	struct pvgpu_window *win = &w->win;
 	int32_t st;
 
-	if (!win->base)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (!w->cur_ctx)
-		return CUDA_ERROR_INVALID_CONTEXT;
-	if (win->registered_ctx)
+	if (win->staging_ctx)
 		return CUDA_SUCCESS;
-	st = w->ex_ops->host_register(w->ex, win->base, win->size);
+	st = w->ex_ops->host_register(w->ex, win->base + win->staging_offset,
+				      (uint64_t)win->slot_size * win->nslots);
 	if (st) {
-		log_warn("cannot pin the %llu MiB window for DMA: CUresult %d",
-			 (unsigned long long)(win->size >> 20), st);
+		log_warn("cannot pin the window's staging slots: CUresult %d", st);
 		return st;
 	}
-	win->registered_ctx = w->cur_ctx;
+	win->staging_ctx = w->cur_ctx;
 	return CUDA_SUCCESS;
+}
+
+int32_t pvgpu_handle_window_register(struct pvgpu_worker *w,
+				     const struct pvgpu_window_register_req *req)
+{
+	struct pvgpu_window *win = &w->win;
+	uint64_t staging_end = win->staging_offset +
+			       (uint64_t)win->slot_size * win->nslots;
+	int32_t st = window_ready(w);
+
+	if (st)
+		return st;
+	/* Page-aligned, inside the arena, and overlapping no other pin. */
+	if (req->size == 0 || (req->offset | req->size) & 4095 ||
+	    req->offset < staging_end || req->offset > win->size ||
+	    req->size > win->size - req->offset)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (unsigned int i = 0; i < win->npins; i++) {
+		const struct pvgpu_window_pin *p = &win->pins[i];
+
+		if (req->offset < p->offset + p->size &&
+		    p->offset < req->offset + req->size)
+			return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+	}
+	if (win->npins == PVGPU_WINDOW_PINS)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	st = w->ex_ops->host_register(w->ex, win->base + req->offset, req->size);
+	if (st)
+		return st;
+	win->pins[win->npins++] = (struct pvgpu_window_pin){
+		req->offset, req->size, w->cur_ctx };
+	return CUDA_SUCCESS;
+}
+
+int32_t pvgpu_handle_window_unregister(struct pvgpu_worker *w,
+				       const struct pvgpu_window_unregister_req *req)
+{
+	struct pvgpu_window *win = &w->win;
+
+	for (unsigned int i = 0; i < win->npins; i++) {
+		struct pvgpu_window_pin *p = &win->pins[i];
+		int32_t st = CUDA_SUCCESS;
+
+		if (p->offset != req->offset)
+			continue;
+		if (p->ctx)
+			st = w->ex_ops->host_unregister(w->ex, win->base + p->offset);
+		*p = win->pins[--win->npins];
+		return st;
+	}
+	return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
 }
 
 static int32_t check_copy(struct pvgpu_worker *w, uint64_t dptr,
@@ -325,6 +398,8 @@ static int32_t htod_staged(struct pvgpu_worker *w,
 	st = check_copy(w, req->dst, PVGPU_WINDOW_HDR_SIZE, 0, req->stream, &stream);
 	if (!st && !pvgpu_alloc_range(&w->allocs, req->dst, req->size))
 		st = CUDA_ERROR_INVALID_VALUE;
+	if (!st)
+		st = staging_pinned(w);
 	/* Refused before the guest touched the ring: it sees the reply and stops. */
 	if (st)
 		return st;
@@ -403,6 +478,8 @@ static int32_t dtoh_staged(struct pvgpu_worker *w,
 	st = check_copy(w, req->src, PVGPU_WINDOW_HDR_SIZE, 0, req->stream, &stream);
 	if (!st && !pvgpu_alloc_range(&w->allocs, req->src, req->size))
 		st = CUDA_ERROR_INVALID_VALUE;
+	if (!st)
+		st = staging_pinned(w);
 	if (st)
 		return st;
 	st = create_slot_events(w, ev);

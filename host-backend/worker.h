@@ -21,6 +21,7 @@
 
 #define PVGPU_STAGING_BUFFERS	4
 #define PVGPU_NOTED_ERRORS	32
+#define PVGPU_WINDOW_PINS	256
 
 struct pvgpu_staging {
 	void *buf;			/* pinned, `block` bytes */
@@ -35,8 +36,13 @@ struct pvgpu_window {
 	struct pvgpu_window_header *hdr;
 	uint64_t staging_offset;
 	uint32_t slot_size, nslots;
-	uint64_t registered_ctx;	/* context it is pinned in; 0: not yet */
+	uint64_t staging_ctx;		/* context the staging slots are pinned in */
 	uint64_t h2d_seq, d2h_seq;	/* blocks through the ring so far */
+	struct pvgpu_window_pin {
+		uint64_t offset, size;
+		uint64_t ctx;		/* 0: its context was destroyed */
+	} pins[PVGPU_WINDOW_PINS];	/* the guest's pinned allocations */
+	unsigned int npins;
 };
 
 struct pvgpu_worker_config {

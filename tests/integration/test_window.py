@@ -137,3 +137,17 @@ def test_impossible_ring_counter_fails_only_that_copy(sim_daemon):
     assert "impossible" in sim_daemon.log()
     # The session goes on over the socket.
     assert s.call("memcpy_htod", data_in=b"x" * 64, dst=out["dptr"], size=64, stream=0)[0] == 0
+
+
+def test_pinning_parts_of_the_window(sim_daemon):
+    s = session(sim_daemon)
+    fd, _m = make_window()
+    assert attach(s, fd) == 0
+    arena = (ARENA + 4095) & ~4095
+    assert s.call("window_register", offset=arena, size=1 << 20)[0] == 0
+    # Overlapping an existing pin, inside the staging slots, unaligned, past the end.
+    assert s.call("window_register", offset=arena + 4096, size=4096)[0] == 712  # ALREADY_REGISTERED
+    for offset, size in ((STAGING, 4096), (arena + 1, 4096), (WINDOW - 4096, 8192), (arena, 0)):
+        assert s.call("window_register", offset=offset, size=size)[0] == CUDA_ERROR_INVALID_VALUE
+    assert s.call("window_unregister", offset=arena)[0] == 0
+    assert s.call("window_unregister", offset=arena)[0] == 713  # NOT_REGISTERED
