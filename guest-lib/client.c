@@ -495,6 +495,19 @@ static int say_hello(struct pvgpu_client *c, char *err, size_t errlen)
 	return 0;
 }
 
+/* PVGPU_POLL_US: how long to poll for a reply before sleeping (0: never). */
+static uint64_t poll_ns_from_env(void)
+{
+	const char *s = getenv("PVGPU_POLL_US");
+	char *end;
+	unsigned long us;
+
+	if (!s || !*s)
+		return 50 * 1000;
+	us = strtoul(s, &end, 10);
+	return *end || us > 100000 ? 50 * 1000 : (uint64_t)us * 1000;
+}
+
 int pvgpu_client_open(const char *uri, struct pvgpu_client **out,
 		      char *err, size_t errlen)
 {
@@ -519,6 +532,7 @@ int pvgpu_client_open(const char *uri, struct pvgpu_client **out,
 	snprintf(c->uri, sizeof(c->uri), "%s", uri);
 	c->tr.ops = ops;
 	c->tr.fd = -1;
+	c->tr.poll_ns = poll_ns_from_env();
 	c->version = PVGPU_PROTO_VERSION;	/* hello: our newest */
 	c->info.data_block = PVGPU_DEFAULT_BLOCK;
 

@@ -11,6 +11,7 @@
 #define PVGPU_TRANSPORT_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/uio.h>
 
 struct pvgpu_transport;
@@ -44,6 +45,7 @@ struct pvgpu_transport_ops {
 struct pvgpu_transport {
 	const struct pvgpu_transport_ops *ops;
 	int fd;			/* stream transports; -1 when closed */
+	uint64_t poll_ns;	/* busy-poll before a blocking receive */
 	void *priv;		/* transports that need more than a fd */
 };
 

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "transport.h"
@@ -51,6 +52,41 @@ static int stream_sendv(struct pvgpu_transport *t, struct iovec *iov, int iovcnt
 	return 0;
 }
 
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * A reply to a small call comes back within microseconds; polling for that
+ * long (PVGPU_POLL_US, default 50) beats sleeping in recv and being woken.
+ * Returns what recv returned, or -2 when nothing came in time.
+ */
+static ssize_t poll_recv(struct pvgpu_transport *t, void *buf, size_t len)
+{
+	uint64_t deadline = 0;
+
+	for (unsigned int i = 0; t->poll_ns; i++) {
+		ssize_t n = recv(t->fd, buf, len, MSG_DONTWAIT);
+
+		if (n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
+			return n;
+		if ((i & 63) == 0) {
+			uint64_t now = now_ns();
+
+			if (!deadline)
+				deadline = now + t->poll_ns;
+			else if (now > deadline)
+				break;
+		}
+		__builtin_ia32_pause();
+	}
+	return -2;
+}
+
 static int stream_recv(struct pvgpu_transport *t, void *buf, size_t len)
 {
 	size_t got = 0;
@@ -60,7 +96,9 @@ static int stream_recv(struct pvgpu_transport *t, void *buf, size_t len)
 
 		if (t->fd < 0)
 			return -EBADF;
-		n = recv(t->fd, (char *)buf + got, len - got, MSG_WAITALL);
+		n = poll_recv(t, (char *)buf + got, len - got);
+		if (n == -2)
+			n = recv(t->fd, (char *)buf + got, len - got, MSG_WAITALL);
 		if (n == 0)
 			return -ECONNRESET;
 		if (n < 0) {

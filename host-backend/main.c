@@ -4,7 +4,7 @@
  *   pvgpud --listen URI [--listen URI ...] --executor cuda|sim
  *          [--config FILE] [--log-level error|warn|info|debug]
  *          [--block-size BYTES] [--max-sessions N] [--tcp-token TOKEN]
- *          [--module-cache DIR]
+ *          [--module-cache DIR] [--poll-us N]
  *
  * Runs in the foreground, logs to stderr, exits cleanly on SIGTERM.
  * Exit codes: 0 success, 1 runtime failure, 2 bad usage.
@@ -24,7 +24,7 @@ static const char usage[] =
 	"usage: pvgpud --listen URI [--listen URI ...] --executor cuda|sim\n"
 	"              [--config FILE] [--log-level error|warn|info|debug]\n"
 	"              [--block-size BYTES] [--max-sessions N] [--tcp-token TOKEN]\n"
-	"              [--module-cache DIR]\n"
+	"              [--module-cache DIR] [--poll-us N]\n"
 	"URIs: unix:///PATH, tcp://HOST:PORT, vsock://any:PORT\n";
 
 static int bad_usage(const char *what)
@@ -62,6 +62,7 @@ int main(int argc, char **argv)
 		{ "max-sessions", required_argument, NULL, 'm' },
 		{ "tcp-token", required_argument, NULL, 't' },
 		{ "module-cache", required_argument, NULL, 'M' },
+		{ "poll-us", required_argument, NULL, 'P' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -70,6 +71,7 @@ int main(int argc, char **argv)
 		.listen = listen,
 		.block = PVGPU_DEFAULT_BLOCK,
 		.max_sessions = 256,
+		.poll_us = 50,
 	};
 	struct pvgpu_supervisor sv;
 	const char *config = NULL;
@@ -114,6 +116,15 @@ int main(int argc, char **argv)
 		case 'M':
 			cfg.module_cache = optarg;
 			break;
+		case 'P': {
+			char *end;
+			unsigned long n = strtoul(optarg, &end, 10);
+
+			if (*end || end == optarg || n > 100000)
+				return bad_usage("--poll-us must be 0..100000");
+			cfg.poll_us = (uint32_t)n;
+			break;
+		}
 		case 'h':
 			fputs(usage, stdout);
 			return 0;

@@ -84,6 +84,7 @@ int pvgpu_supervisor_init(struct pvgpu_supervisor *sv,
 	sv->wcfg.block = cfg->block;
 	sv->wcfg.required_token = cfg->tcp_token;
 	sv->wcfg.module_cache = cfg->module_cache;
+	sv->wcfg.poll_ns = (uint64_t)cfg->poll_us * 1000;
 
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGTERM);

@@ -30,6 +30,7 @@ struct pvgpu_supervisor_config {
 	uint32_t max_sessions;
 	const char *tcp_token;
 	const char *module_cache;	/* directory; NULL: no cross-session cache */
+	uint32_t poll_us;		/* workers' busy-poll before sleeping */
 };
 
 /* 0, or -1 after logging why (the caller exits 1). */

@@ -412,8 +412,9 @@ static int32_t htod_staged(struct pvgpu_worker *w,
 		uint64_t v = pvgpu_window_load(&win->hdr->h2d_filled) - seq0;
 
 		if (v > blocks || v < filled || v - done > win->nslots) {
-			log_warn("guest's h2d ring counter is impossible (%llu of %llu blocks): copy failed",
-				 (unsigned long long)v, (unsigned long long)blocks);
+			log_warn("guest's h2d ring counter is impossible (%llu filled of %llu blocks, %llu done): copy failed",
+				 (unsigned long long)v, (unsigned long long)blocks,
+				 (unsigned long long)done);
 			err = CUDA_ERROR_INVALID_VALUE;
 			break;
 		}

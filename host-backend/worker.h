@@ -50,6 +50,7 @@ struct pvgpu_worker_config {
 	uint32_t block;			/* bulk block (DATA frame) size */
 	const char *required_token;	/* TCP callers must present it; NULL: any */
 	const char *module_cache;	/* directory of images by hash */
+	uint64_t poll_ns;		/* busy-poll before a blocking read */
 };
 
 struct pvgpu_worker {

@@ -5,6 +5,7 @@
  * fatal: a stream that is out of step cannot be trusted again.
  */
 #include <errno.h>
+#include <time.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -20,7 +21,8 @@
  * The newest descriptor waits in w->passed_fd until a handler claims it;
  * any other is closed at once, so a guest cannot make us hoard them.
  */
-static ssize_t read_some(struct pvgpu_worker *w, void *buf, size_t len)
+static ssize_t read_once(struct pvgpu_worker *w, void *buf, size_t len,
+			 int flags)
 {
 	union {
 		struct cmsghdr align;
@@ -37,8 +39,8 @@ static ssize_t read_some(struct pvgpu_worker *w, void *buf, size_t len)
 	ssize_t n;
 
 	if (w->peer.kind != EP_UNIX)
-		return read(w->fd, buf, len);
-	n = recvmsg(w->fd, &msg, MSG_CMSG_CLOEXEC);
+		return recv(w->fd, buf, len, flags);
+	n = recvmsg(w->fd, &msg, MSG_CMSG_CLOEXEC | flags);
 	for (cm = CMSG_FIRSTHDR(&msg); n >= 0 && cm; cm = CMSG_NXTHDR(&msg, cm)) {
 		int *fds = (int *)CMSG_DATA(cm);
 		size_t nfds;
@@ -53,6 +55,42 @@ static ssize_t read_some(struct pvgpu_worker *w, void *buf, size_t len)
 		}
 	}
 	return n;
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/*
+ * Poll for a little while before sleeping in the kernel: a guest in a
+ * tight loop of small synchronous calls sends its next message within
+ * microseconds, and a wake-up from a blocking read costs more than that.
+ * The poll is bounded (--poll-us), so an idle session costs no CPU.
+ */
+static ssize_t read_some(struct pvgpu_worker *w, void *buf, size_t len)
+{
+	uint64_t deadline = 0;
+
+	for (unsigned int i = 0; w->cfg->poll_ns; i++) {
+		ssize_t n = read_once(w, buf, len, MSG_DONTWAIT);
+
+		if (n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
+			return n;
+		if ((i & 63) == 0) {
+			uint64_t t = now_ns();
+
+			if (!deadline)
+				deadline = t + w->cfg->poll_ns;
+			else if (t > deadline)
+				break;
+		}
+		__builtin_ia32_pause();
+	}
+	return read_once(w, buf, len, 0);
 }
 
 int pvgpu_worker_read(struct pvgpu_worker *w, void *buf, size_t len)

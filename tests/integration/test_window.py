@@ -1,12 +1,13 @@
 """Shared windows (shm://) from the backend's side: a guest hands over a
 memfd, and every offset, header field and ring counter it controls is
 checked.  Speaks the wire protocol directly (tests/lib/pvgpu_wire.py)."""
+import ctypes
 import mmap
 import os
 import socket
 import struct
 import sys
-import threading
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import pvgpu_wire as W  # noqa: E402
@@ -108,17 +109,24 @@ def test_staged_copy_through_the_ring(sim_daemon):
     def u64(off):
         return struct.unpack_from("<Q", m, off)[0]
 
+    # One 8-byte store, as a guest must publish a counter: struct.pack_into
+    # zeroes its destination first, and the backend (rightly) fails a copy
+    # whose counter it sees going backwards.
+    filled = ctypes.c_uint64.from_buffer(m, H2D_FILLED)
+
     msg_id = s.next_id
     s.next_id += 1
     s.send(W.message("memcpy_htod_staged", msg_id, dst=dptr, size=size, stream=0))
     blocks = (size + SLOT - 1) // SLOT
+    deadline = time.monotonic() + 30
     for k in range(blocks):
         while k >= NSLOTS and u64(H2D_DONE) < k - NSLOTS + 1:
-            pass
+            assert time.monotonic() < deadline, sim_daemon.log()[-2000:]
         chunk = data[k * SLOT:(k + 1) * SLOT]
         slot = STAGING + (k % NSLOTS) * SLOT
         m[slot:slot + len(chunk)] = chunk
-        struct.pack_into("<Q", m, H2D_FILLED, k + 1)
+        filled.value = k + 1
+    del filled  # the mmap cannot close while a ctypes view holds it
     _op, _fl, rid, payload = s.read_message()
     status, _deferred, ring_seq = struct.unpack_from("<iiQ", payload)
     assert (rid, status, ring_seq) == (msg_id, 0, blocks)
