@@ -46,8 +46,14 @@ PVGPUD  = $(BUILD)/bin/pvgpud
 PVGPUCTL = $(BUILD)/bin/pvgpuctl
 SHIM    = $(BUILD)/lib/libcudart.so.13
 
-.PHONY: all test test-gpu demo fuzz clean deps unit-tests
+.PHONY: all test test-gpu demo fuzz clean deps unit-tests guest-driver
 all: $(PVGPUD) $(PVGPUCTL) $(SHIM) test-programs bench unit-tests
+
+# The guest kernel driver, against Debian's linux-headers-*-amd64 (kbuild
+# copies the sources to build/guest-driver/).  Not part of `all`: a GPU
+# host or a machine without kernel headers has no use for it.
+guest-driver:
+	$(MAKE) -C guest-driver OUTDIR=$(abspath $(BUILD))/guest-driver
 
 deps:
 	scripts/install-deps.sh
@@ -108,7 +114,7 @@ include bench/bench.mk
 PYTEST = python3 -m pytest
 
 test: deps
-	$(MAKE) all fuzz
+	$(MAKE) all fuzz guest-driver
 	$(MAKE) BUILD=build-asan SANITIZE=1 all
 	$(PYTEST) -q
 	PVGPU_BUILD=build-asan $(PYTEST) -q tests/unit tests/integration

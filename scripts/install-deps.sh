@@ -84,6 +84,23 @@ if ! python3 -m pytest --version >/dev/null 2>&1; then
     apt_missing+=(python3-pytest)
 fi
 
+# The VM tests (tests/vm): a QEMU guest under TCG with Debian's kernel, the
+# guest driver built against Debian's headers, and libvirt for the attach
+# tests (DESIGN §7).  Not needed on the GPU machine (--check skips them).
+need_pkg() {   # need_pkg PACKAGE: installed per dpkg, else wanted
+    dpkg -s "$1" >/dev/null 2>&1 || apt_missing+=("$1")
+}
+if [ "$check_only" = 0 ] && command -v dpkg >/dev/null 2>&1; then
+    need_cmd qemu-system-x86_64 qemu-system-x86
+    need_cmd depmod kmod
+    need_cmd xmllint libxml2-utils
+    need_cmd virsh libvirt-clients
+    need_pkg busybox-static
+    need_pkg linux-headers-amd64
+    need_pkg libvirt-daemon-system
+    need_pkg python3-libvirt
+fi
+
 # The CUDA compiler from PyPI needs pip, but only if there is no toolkit.
 need_cuda_pip=0
 if ! scripts/find-cuda.sh >/dev/null 2>&1; then
@@ -159,6 +176,19 @@ if [ "$need_cuda_pip" = 1 ]; then
     mv "$tmp" "$cuda_py"
     if ! scripts/find-cuda.sh >/dev/null; then
         log "CUDA toolkit installed but scripts/find-cuda.sh does not find it"; exit 1
+    fi
+fi
+
+# virtio-vsock without /dev/vhost-vsock goes through vhost-device-vsock
+# (DESIGN §7), from crates.io.
+if ! command -v vhost-device-vsock >/dev/null 2>&1 &&
+   [ ! -x "$HOME/.cargo/bin/vhost-device-vsock" ]; then
+    if command -v cargo >/dev/null 2>&1; then
+        log "installing vhost-device-vsock 0.3.0 (cargo)"
+        cargo install --quiet --locked vhost-device-vsock@0.3.0 ||
+            { log "cargo install vhost-device-vsock failed"; exit 1; }
+    else
+        log "no cargo: the vhost-user-vsock VM tests will be skipped"
     fi
 fi
 

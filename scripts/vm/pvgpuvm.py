@@ -1,0 +1,585 @@
+#!/usr/bin/env python3
+"""Boot a small Debian guest under QEMU for pvgpu's VM tests and demo.
+
+Three pieces, usable from Python (tests/vm/) or from the command line:
+
+  window     create a host window file (/dev/shm/NAME) that starts with a
+             pvgpu window header (protocol/window.h).  Test-only: the real
+             host half, with staging slots, is qemu-device/.
+  initramfs  build a busybox initramfs: busybox, kernel modules from the
+             fetched Debian kernel (with their dependencies, in load order),
+             extra files (pvgpu.ko, test programs) and a script that /init
+             runs before powering the guest off.
+  run        start qemu-system-x86_64 (TCG unless told otherwise) with the
+             kernel, the initramfs and ivshmem-plain windows; stream the
+             serial console to stdout and a log; stop when the guest powers
+             off or at a timeout.  The exit status is the guest script's.
+
+The kernel comes from scripts/vm/fetch-kernel.sh (.deps/vm/KVER/).
+
+  python3 scripts/vm/pvgpuvm.py window /dev/shm/pvgpu-w0 --size 16M --id 7
+  python3 scripts/vm/pvgpuvm.py initramfs -o /tmp/i.cpio \\
+      --file build/guest-driver/pvgpu.ko:/pvgpu.ko --script test.sh
+  python3 scripts/vm/pvgpuvm.py run --initrd /tmp/i.cpio \\
+      --window /dev/shm/pvgpu-w0 --timeout 60 --log /tmp/console.log
+"""
+
+import argparse
+import lzma
+import os
+import re
+import select
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent.parent
+DEPS_VM = REPO / ".deps" / "vm"
+
+# Debian packages this tooling needs (the lead folds them into
+# scripts/install-deps.sh).  linux-headers-amd64 is for building pvgpu.ko;
+# the guest kernel itself is fetched with `apt-get download`, not installed.
+APT_PACKAGES = ["qemu-system-x86", "busybox-static", "linux-headers-amd64",
+                "kmod"]
+
+# protocol/window.h
+WINDOW_MAGIC = 0x57475650
+WINDOW_LAYOUT = 1
+WINDOW_HDR_SIZE = 4096
+# magic, layout, size, window_id, staging_offset, slot_size, nslots
+WINDOW_HDR_FMT = "<IIQQQII"
+
+# The line /init prints when the script is done; run() reads the status.
+EXIT_MARK = "pvgpu-guest: exit "
+
+# Virtio and vsock modules for a guest that talks to pvgpud over
+# vhost-user-vsock (DESIGN section 7), in load order.
+VSOCK_MODULES = ["virtio_ring", "virtio", "virtio_pci_legacy_dev",
+                 "virtio_pci_modern_dev", "virtio_pci", "vsock",
+                 "vmw_vsock_virtio_transport_common",
+                 "vmw_vsock_virtio_transport"]
+
+
+class VmError(Exception):
+    """Something needed to boot a guest is missing or wrong."""
+
+
+# ---- window files -----------------------------------------------------------
+
+def parse_size(text):
+    """'16M' -> 16777216; plain numbers are bytes."""
+    m = re.fullmatch(r"(\d+)([KMG]?)i?B?", str(text).strip(), re.I)
+    if not m:
+        raise ValueError(f"bad size: {text!r}")
+    return int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[
+        m.group(2).upper()]
+
+
+def make_window(path, size, window_id, magic=WINDOW_MAGIC,
+                layout=WINDOW_LAYOUT, header_size=None):
+    """Create (or overwrite) a window file of `size` bytes with a header.
+
+    header_size is the size the header claims (default: the real size);
+    magic, layout and header_size let tests write wrong headers.
+    """
+    if size < WINDOW_HDR_SIZE or size & (size - 1):
+        raise ValueError("a window is a power of two, at least 4 KiB")
+    hdr = struct.pack(WINDOW_HDR_FMT, magic, layout,
+                      size if header_size is None else header_size,
+                      window_id, WINDOW_HDR_SIZE, 0, 0)
+    with open(path, "wb") as f:
+        f.truncate(size)
+        f.write(hdr)
+
+
+def read_window_header(path):
+    with open(path, "rb") as f:
+        data = f.read(struct.calcsize(WINDOW_HDR_FMT))
+    keys = ("magic", "layout", "size", "window_id", "staging_offset",
+            "slot_size", "nslots")
+    return dict(zip(keys, struct.unpack(WINDOW_HDR_FMT, data)))
+
+
+# ---- a minimal ivshmem server (ivshmem-doorbell) ---------------------------
+
+class IvshmemServer:
+    """Serve one window to one QEMU ivshmem-doorbell device; test-only.
+
+    Speaks QEMU's ivshmem server protocol (docs/specs/ivshmem-spec.rst):
+    every message is a little-endian int64, some carry a file descriptor.
+    The guest is peer GUEST_ID; the host is peer HOST_ID, with one eventfd
+    per vector.  The guest rings the host with the doorbell register
+    (peer HOST_ID); the host interrupts the guest by writing the guest's
+    eventfd.  With `echo`, every ring on vector 0 is answered with an
+    interrupt on vector 0, and counted in `rings`.
+
+    The real host half (several VMs, reconnects) is qemu-device/.
+    """
+
+    GUEST_ID = 0
+    HOST_ID = 1
+
+    def __init__(self, sock_path, window_path, vectors=1, echo=True):
+        self.sock_path = str(sock_path)
+        self.window_path = str(window_path)
+        self.vectors = vectors
+        self.echo = echo
+        self.rings = 0
+        self.error = None
+        self.host_fds = [os.eventfd(0, os.EFD_NONBLOCK)
+                         for _ in range(vectors)]
+        self.guest_fds = [os.eventfd(0) for _ in range(vectors)]
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(self.sock_path)
+        self.listener.listen(1)
+        self.stop_r, self.stop_w = os.pipe()
+        self.conn = None
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def qemu_args(self, index=0):
+        return ["-chardev", f"socket,id=ivsh{index},path={self.sock_path}",
+                "-device",
+                f"ivshmem-doorbell,chardev=ivsh{index},vectors={self.vectors}"]
+
+    def interrupt(self, vector=0):
+        os.eventfd_write(self.guest_fds[vector], 1)
+
+    def _send(self, value, fd=None):
+        data = struct.pack("<q", value)
+        if fd is None:
+            self.conn.sendall(data)
+        else:
+            socket.send_fds(self.conn, [data], [fd])
+
+    def _serve(self):
+        try:
+            ready, _, _ = select.select([self.listener, self.stop_r], [], [])
+            if self.stop_r in ready:
+                return
+            self.conn, _ = self.listener.accept()
+            self._send(0)                       # protocol version
+            self._send(self.GUEST_ID)           # the guest's peer id
+            shm = os.open(self.window_path, os.O_RDWR)
+            try:
+                self._send(-1, shm)             # the shared memory
+            finally:
+                os.close(shm)
+            for fd in self.host_fds:            # an existing peer: us
+                self._send(self.HOST_ID, fd)
+            for fd in self.guest_fds:           # the guest's own vectors
+                self._send(self.GUEST_ID, fd)
+            while True:
+                ready, _, _ = select.select(
+                    [self.host_fds[0], self.stop_r, self.conn], [], [])
+                if self.stop_r in ready:
+                    return
+                if self.conn in ready and not self.conn.recv(1):
+                    return                      # QEMU went away
+                if self.host_fds[0] in ready:
+                    n = os.eventfd_read(self.host_fds[0])
+                    self.rings += n
+                    if self.echo:
+                        self.interrupt(0)
+        except OSError as e:
+            self.error = e
+
+    def close(self):
+        os.write(self.stop_w, b"x")
+        self.thread.join(5)
+        for fd in self.host_fds + self.guest_fds + [self.stop_r,
+                                                   self.stop_w]:
+            os.close(fd)
+        if self.conn:
+            self.conn.close()
+        self.listener.close()
+        try:
+            os.unlink(self.sock_path)
+        except FileNotFoundError:
+            pass
+
+
+# ---- the guest kernel ---------------------------------------------------------
+
+def kernel_version():
+    """The version of the installed headers, which is the guest's too."""
+    out = subprocess.run([str(REPO / "scripts/vm/kernel-version.sh")],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        raise VmError("no /usr/src/linux-headers-*-amd64 "
+                      "(apt-get install linux-headers-amd64)")
+    return out.stdout.strip()
+
+
+def kernel_dir(kver=None, fetch=True):
+    """.deps/vm/KVER, fetching the Debian kernel package if needed."""
+    kver = kver or kernel_version()
+    args = [str(REPO / "scripts/vm/fetch-kernel.sh")]
+    if not fetch:
+        args.append("--print")
+    out = subprocess.run(args + [kver], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise VmError(f"kernel {kver}: {out.stderr.strip()}")
+    return Path(out.stdout.strip().splitlines()[-1]), kver
+
+
+def _mod_name(path):
+    name = os.path.basename(path).split(".ko")[0]
+    return name.replace("-", "_")
+
+
+def resolve_modules(kdir, kver, names):
+    """Module files for `names` and everything they need, in load order.
+
+    Built-in modules are skipped.  Returns [(name, path)].
+    """
+    moddir = Path(kdir) / "lib" / "modules" / kver
+    deps = {}
+    paths = {}
+    for line in (moddir / "modules.dep").read_text().splitlines():
+        mod, _, rest = line.partition(":")
+        name = _mod_name(mod)
+        paths[name] = moddir / mod
+        deps[name] = [_mod_name(d) for d in rest.split()]
+    builtin = set()
+    builtin_file = moddir / "modules.builtin"
+    if builtin_file.exists():
+        builtin = {_mod_name(x) for x in builtin_file.read_text().split()}
+
+    order = []
+
+    def visit(name, chain):
+        if name in order or name in builtin:
+            return
+        if name not in paths:
+            raise VmError(f"kernel {kver} has no module {name}")
+        if name in chain:
+            raise VmError(f"module dependency loop at {name}")
+        for dep in deps[name]:
+            visit(dep, chain + [name])
+        order.append(name)
+
+    for name in names:
+        visit(name.replace("-", "_"), [])
+    return [(name, paths[name]) for name in order]
+
+
+def _module_bytes(path):
+    data = Path(path).read_bytes()
+    if str(path).endswith(".xz"):
+        return lzma.decompress(data)
+    if str(path).endswith(".zst"):
+        return subprocess.run(["zstd", "-dc", str(path)], check=True,
+                              capture_output=True).stdout
+    return data
+
+
+# ---- initramfs ----------------------------------------------------------------
+
+class Cpio:
+    """A newc cpio archive in memory (what the kernel unpacks as rootfs)."""
+
+    def __init__(self):
+        self.parts = []
+        self.ino = 1
+        self.dirs = set()
+
+    def _entry(self, name, mode, data=b"", rdev=(0, 0)):
+        name_b = name.encode() + b"\0"
+        fields = [self.ino, mode, 0, 0, 1, 0, len(data), 0, 0,
+                  rdev[0], rdev[1], len(name_b), 0]
+        self.ino += 1
+        hdr = b"070701" + b"".join(b"%08X" % f for f in fields)
+        self.parts.append(hdr + name_b)
+        self.parts.append(b"\0" * (-(len(hdr) + len(name_b)) % 4))
+        self.parts.append(data)
+        self.parts.append(b"\0" * (-len(data) % 4))
+
+    def mkdir(self, path):
+        path = path.strip("/")
+        if not path or path in self.dirs:
+            return
+        self.mkdir(os.path.dirname(path))
+        self.dirs.add(path)
+        self._entry(path, 0o040755)
+
+    def file(self, path, data, mode=0o644):
+        path = path.strip("/")
+        self.mkdir(os.path.dirname(path))
+        self._entry(path, 0o100000 | mode, data)
+
+    def symlink(self, path, target):
+        path = path.strip("/")
+        self.mkdir(os.path.dirname(path))
+        self._entry(path, 0o120777, target.encode())
+
+    def chardev(self, path, major, minor, mode=0o600):
+        path = path.strip("/")
+        self.mkdir(os.path.dirname(path))
+        self._entry(path, 0o020000 | mode, rdev=(major, minor))
+
+    def bytes(self):
+        self._entry("TRAILER!!!", 0)
+        data = b"".join(self.parts)
+        return data + b"\0" * (-len(data) % 512)
+
+
+INIT_SCRIPT = """#!/bin/busybox sh
+/bin/busybox --install -s
+export PATH=/bin:/sbin:/usr/bin:/usr/sbin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mount -t tmpfs tmpfs /tmp
+while read -r m; do
+    [ -n "$m" ] || continue
+    insmod "/lib/modules/$m.ko" || echo "pvgpu-guest: insmod $m failed"
+done < /etc/pvgpu-modules
+echo "pvgpu-guest: running /pvgpu-run"
+sh /pvgpu-run
+rc=$?
+echo "pvgpu-guest: exit $rc"
+sync
+poweroff -f
+"""
+
+
+def _is_static_elf(path):
+    """True for an ELF executable without a program interpreter."""
+    with open(path, "rb") as f:
+        ehdr = f.read(64)
+        if ehdr[:4] != b"\x7fELF" or ehdr[4] != 2:    # 64-bit only
+            return False
+        phoff, = struct.unpack_from("<Q", ehdr, 32)
+        phentsize, phnum = struct.unpack_from("<HH", ehdr, 54)
+        f.seek(phoff)
+        phdrs = f.read(phentsize * phnum)
+    for i in range(phnum):
+        p_type, = struct.unpack_from("<I", phdrs, i * phentsize)
+        if p_type == 3:                                  # PT_INTERP
+            return False
+    return True
+
+
+def busybox_path():
+    for cand in ("/bin/busybox", "/usr/bin/busybox"):
+        if os.path.exists(cand) and _is_static_elf(cand):
+            return cand
+    raise VmError("no static busybox (apt-get install busybox-static)")
+
+
+def build_initramfs(out, script, files=(), modules=(), kdir=None, kver=None,
+                    busybox=None):
+    """Write an initramfs to `out`.
+
+    script: shell text /init runs (its exit status becomes run()'s).
+    files: [(host_path, guest_path)], made executable when the host file is.
+    modules: kernel module names, loaded with their dependencies in order.
+    """
+    cpio = Cpio()
+    for d in ("bin", "sbin", "usr/bin", "usr/sbin", "proc", "sys", "dev",
+              "tmp", "etc", "lib/modules", "root"):
+        cpio.mkdir(d)
+    cpio.chardev("dev/console", 5, 1)
+    cpio.chardev("dev/null", 1, 3, 0o666)
+    cpio.file("bin/busybox", Path(busybox or busybox_path()).read_bytes(),
+              0o755)
+    cpio.symlink("bin/sh", "busybox")
+    cpio.file("init", INIT_SCRIPT.encode(), 0o755)
+    cpio.file("pvgpu-run", script.encode(), 0o755)
+
+    names = []
+    if modules:
+        if kdir is None:
+            kdir, kver = kernel_dir(kver)
+        for name, path in resolve_modules(kdir, kver, modules):
+            cpio.file(f"lib/modules/{name}.ko", _module_bytes(path))
+            names.append(name)
+    cpio.file("etc/pvgpu-modules", "".join(n + "\n" for n in names).encode())
+
+    for src, dst in files:
+        mode = 0o755 if os.access(src, os.X_OK) else 0o644
+        cpio.file(dst, Path(src).read_bytes(), mode)
+
+    Path(out).write_bytes(cpio.bytes())
+    return names
+
+
+# ---- running the guest --------------------------------------------------------
+
+def qemu_binary():
+    path = shutil.which("qemu-system-x86_64")
+    if not path:
+        raise VmError("no qemu-system-x86_64 (apt-get install qemu-system-x86)")
+    return path
+
+
+def window_args(windows):
+    """QEMU arguments for ivshmem-plain windows: [(path, size)]."""
+    args = []
+    for i, (path, size) in enumerate(windows):
+        args += ["-object",
+                 f"memory-backend-file,id=pvgpuw{i},mem-path={path},"
+                 f"size={size},share=on",
+                 "-device", f"ivshmem-plain,memdev=pvgpuw{i}"]
+    return args
+
+
+def qemu_command(initrd, kernel=None, append="", windows=(), memory="1G",
+                 smp=1, accel="tcg", extra=()):
+    if kernel is None:
+        kdir, kver = kernel_dir()
+        kernel = kdir / "boot" / f"vmlinuz-{kver}"
+    # panic=-1 and -no-reboot: a guest that panics ends QEMU at once.
+    cmdline = "console=ttyS0 panic=-1 quiet " + append
+    return ([qemu_binary(), "-accel", accel, "-m", str(memory),
+             "-smp", str(smp), "-nographic", "-no-reboot",
+             # No network card or display: nothing to probe, no option ROM.
+             "-nic", "none", "-vga", "none",
+             "-kernel", str(kernel), "-initrd", str(initrd),
+             "-append", cmdline.strip()]
+            + window_args(windows) + list(extra))
+
+
+def run(cmd, timeout=120.0, log=None, echo=True):
+    """Run QEMU until it exits or `timeout` seconds pass.
+
+    Returns (status, console): the guest script's exit status, 124 on a
+    timeout, or 125 when the guest stopped without reporting one (a panic,
+    QEMU refusing its arguments).
+    """
+    logf = open(log, "w") if log else None
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    chunks = []
+    deadline = time.monotonic() + timeout
+    timed_out = False
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            ready, _, _ = select.select([proc.stdout], [], [], min(left, 1.0))
+            if not ready:
+                continue
+            data = os.read(proc.stdout.fileno(), 65536)
+            if not data:
+                break
+            chunks.append(data)
+            if echo:
+                sys.stdout.buffer.write(data)
+                sys.stdout.flush()
+            if logf:
+                logf.write(data.decode(errors="replace"))
+                logf.flush()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        proc.stdout.close()
+        if logf:
+            logf.close()
+
+    console = b"".join(chunks).decode(errors="replace").replace("\r\n", "\n")
+    if timed_out:
+        return 124, console
+    m = re.search(re.escape(EXIT_MARK) + r"(\d+)", console)
+    return (int(m.group(1)) if m else 125), console
+
+
+# ---- command line ---------------------------------------------------------------
+
+def _file_arg(text):
+    src, _, dst = text.partition(":")
+    return src, dst or "/" + os.path.basename(src)
+
+
+def _window_arg(text):
+    path, _, size = text.partition(":")
+    if not size:
+        size = os.path.getsize(path)
+    return path, parse_size(size)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    w = sub.add_parser("window", help="create a window file with a header")
+    w.add_argument("path")
+    w.add_argument("--size", default="16M")
+    w.add_argument("--id", type=int, default=1)
+    w.add_argument("--magic", type=lambda s: int(s, 0), default=WINDOW_MAGIC)
+    w.add_argument("--layout", type=int, default=WINDOW_LAYOUT)
+    w.add_argument("--header-size", type=parse_size,
+                   help="size the header claims (default: the file's)")
+
+    i = sub.add_parser("initramfs", help="build a busybox initramfs")
+    i.add_argument("-o", "--output", required=True)
+    i.add_argument("--script", required=True,
+                   help="shell script /init runs; its status is the VM's")
+    i.add_argument("--file", action="append", default=[], type=_file_arg,
+                   metavar="SRC[:DEST]")
+    i.add_argument("--module", action="append", default=[],
+                   help="kernel module to load (dependencies follow); "
+                   "'vsock' for the whole virtio-vsock stack")
+    i.add_argument("--kver", help="default: the installed headers' version")
+
+    r = sub.add_parser("run", help="boot the guest; exit with its status")
+    r.add_argument("--initrd", required=True)
+    r.add_argument("--kernel", help="default: the fetched Debian kernel")
+    r.add_argument("--append", default="", help="more kernel arguments")
+    r.add_argument("--window", action="append", default=[], type=_window_arg,
+                   metavar="PATH[:SIZE]", help="an ivshmem-plain window")
+    r.add_argument("--memory", default="1G")
+    r.add_argument("--smp", type=int, default=1)
+    r.add_argument("--accel", default="tcg")
+    r.add_argument("--timeout", type=float, default=120)
+    r.add_argument("--log", help="copy of the serial console")
+    r.add_argument("qemu_args", nargs="*", help="after --: more for QEMU")
+
+    a = ap.parse_args(argv)
+    try:
+        if a.cmd == "window":
+            make_window(a.path, parse_size(a.size), a.id, a.magic, a.layout,
+                        a.header_size)
+            return 0
+        if a.cmd == "initramfs":
+            mods = []
+            for m in a.module:
+                mods += VSOCK_MODULES if m == "vsock" else [m]
+            kdir, kver = (None, None)
+            if mods:
+                kdir, kver = kernel_dir(a.kver)
+            build_initramfs(a.output, Path(a.script).read_text(), a.file,
+                            mods, kdir, kver)
+            return 0
+        cmd = qemu_command(a.initrd, a.kernel, a.append, a.window, a.memory,
+                           a.smp, a.accel, a.qemu_args)
+        status, _ = run(cmd, a.timeout, a.log)
+        if status == 124:
+            print(f"pvgpuvm: guest still running after {a.timeout:g} s; "
+                  "stopped it", file=sys.stderr)
+        elif status == 125:
+            print("pvgpuvm: guest stopped without reporting a status",
+                  file=sys.stderr)
+        return status
+    except (VmError, OSError, ValueError) as e:
+        print(f"pvgpuvm: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
