@@ -199,7 +199,7 @@ static cudaError_t launch(const void *func, dim3 grid, dim3 block, void **args,
 	}
 	if (fs->max_threads > 0 &&
 	    block.x * block.y * block.z > (unsigned int)fs->max_threads) {
-		err = cudaErrorLaunchOutOfResources;	/* __launch_bounds__, registers */
+		err = cudaErrorInvalidValue;	/* __launch_bounds__: as the H100 says */
 		goto out;
 	}
 	if (fs->max_dyn_shared >= 0 && shared > (size_t)fs->max_dyn_shared) {

@@ -1900,9 +1900,9 @@ static int32_t launch_check(const struct pvgpu_launch *l,
 	if (l->grid[0] > SIM_MAX_GRID_X || l->grid[1] > SIM_MAX_GRID_YZ ||
 	    l->grid[2] > SIM_MAX_GRID_YZ)
 		return CUDA_ERROR_INVALID_VALUE;
-	/* More threads than __launch_bounds__ allows: out of resources. */
+	/* More threads than __launch_bounds__ allows. */
 	if (threads > k->max_threads)
-		return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
+		return CUDA_ERROR_INVALID_VALUE;	/* as CUDA 13.0 on an H100 */
 	if (l->shared_bytes > (uint32_t)f->u.func.max_dyn_shared)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (l->params_size < k->param_size || (k->param_size && !l->params))

@@ -399,7 +399,7 @@ static void check_launch_limits(struct pvgpu_exec *ex, uint64_t m)
 
 	/* More threads than __launch_bounds__(128). */
 	CHECK_RC(launch(ex, bounded, 1, 129, 0, p, 48),
-		 CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES);
+		 CUDA_ERROR_INVALID_VALUE);
 
 	/* Opting in to more dynamic shared memory, up to 227 KiB. */
 	CHECK_RC(sim->function_set_attribute(ex, vecadd,
