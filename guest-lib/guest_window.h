@@ -22,6 +22,13 @@ struct pvgpu_window_map {
 	uint32_t slot_size, nslots;
 	uint64_t h2d_seq, d2h_seq;	/* blocks through the ring so far */
 
+	/*
+	 * A helper thread copies half of each large staging block: one core's
+	 * memcpy, not the DMA, is what limits a pageable copy through the
+	 * window.  PVGPU_COPY_THREADS=1 turns it off.
+	 */
+	struct pvgpu_copy_helper *helper;
+
 	pthread_mutex_t lock;		/* the allocator */
 	struct pvgpu_window_block *blocks;	/* arena, sorted by offset */
 	size_t nblocks, cap;

@@ -23,6 +23,102 @@ struct pvgpu_window_block {
 	int used;
 };
 
+/* Blocks smaller than this are copied by one thread: a hand-off costs more. */
+#define SPLIT_MIN		(512u * 1024)
+
+struct pvgpu_copy_helper {
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t wake;
+	/* The job; `pending` is set by the caller, cleared by the helper. */
+	void *dst;
+	const void *src;
+	size_t len;
+	int pending;
+	int quit;
+	int done;			/* spun on by the caller, atomics only */
+};
+
+static void *copy_helper_main(void *arg)
+{
+	struct pvgpu_copy_helper *h = arg;
+
+	pthread_mutex_lock(&h->lock);
+	for (;;) {
+		while (!h->pending && !h->quit)
+			pthread_cond_wait(&h->wake, &h->lock);
+		if (h->quit)
+			break;
+		h->pending = 0;
+		pthread_mutex_unlock(&h->lock);
+		memcpy(h->dst, h->src, h->len);
+		__atomic_store_n(&h->done, 1, __ATOMIC_RELEASE);
+		pthread_mutex_lock(&h->lock);
+	}
+	pthread_mutex_unlock(&h->lock);
+	return NULL;
+}
+
+static struct pvgpu_copy_helper *copy_helper_start(void)
+{
+	const char *env = getenv("PVGPU_COPY_THREADS");
+	struct pvgpu_copy_helper *h;
+
+	if (env && !strcmp(env, "1"))
+		return NULL;
+	h = calloc(1, sizeof(*h));
+	if (!h)
+		return NULL;
+	pthread_mutex_init(&h->lock, NULL);
+	pthread_cond_init(&h->wake, NULL);
+	if (pthread_create(&h->thread, NULL, copy_helper_main, h)) {
+		pthread_cond_destroy(&h->wake);
+		pthread_mutex_destroy(&h->lock);
+		free(h);
+		return NULL;
+	}
+	return h;
+}
+
+static void copy_helper_stop(struct pvgpu_copy_helper *h)
+{
+	if (!h)
+		return;
+	pthread_mutex_lock(&h->lock);
+	h->quit = 1;
+	pthread_cond_signal(&h->wake);
+	pthread_mutex_unlock(&h->lock);
+	pthread_join(h->thread, NULL);
+	pthread_cond_destroy(&h->wake);
+	pthread_mutex_destroy(&h->lock);
+	free(h);
+}
+
+/* memcpy, the second half by the helper thread when there is one. */
+static void block_copy(struct pvgpu_window_map *w, void *dst, const void *src,
+		       size_t len)
+{
+	struct pvgpu_copy_helper *h = w->helper;
+	size_t half;
+
+	if (!h || len < SPLIT_MIN) {
+		memcpy(dst, src, len);
+		return;
+	}
+	half = (len / 2) & ~(size_t)63;	/* cache-line aligned split */
+	pthread_mutex_lock(&h->lock);
+	h->dst = (uint8_t *)dst + half;
+	h->src = (const uint8_t *)src + half;
+	h->len = len - half;
+	__atomic_store_n(&h->done, 0, __ATOMIC_RELAXED);
+	h->pending = 1;
+	pthread_cond_signal(&h->wake);
+	pthread_mutex_unlock(&h->lock);
+	memcpy(dst, src, half);
+	while (!__atomic_load_n(&h->done, __ATOMIC_ACQUIRE))
+		__builtin_ia32_pause();
+}
+
 static uint64_t size_from_env(const char *name, uint64_t dflt, uint64_t min,
 			      uint64_t max)
 {
@@ -95,6 +191,7 @@ struct pvgpu_window_map *pvgpu_window_create(int *fdp, char *err, size_t errlen)
 	w->blocks[0] = (struct pvgpu_window_block){ arena, size - arena, 0 };
 	w->nblocks = 1;
 	pthread_mutex_init(&w->lock, NULL);
+	w->helper = copy_helper_start();
 	*fdp = fd;
 	return w;
 
@@ -114,6 +211,7 @@ void pvgpu_window_destroy(struct pvgpu_window_map *w)
 {
 	if (!w)
 		return;
+	copy_helper_stop(w->helper);
 	munmap(w->base, w->size);
 	pthread_mutex_destroy(&w->lock);
 	free(w->blocks);
@@ -269,7 +367,7 @@ int pvgpu_window_stage_in(struct pvgpu_window_map *w, const void *src,
 		    wait_counter(&w->hdr->h2d_done, seq0 + k - w->nslots + 1,
 				 quiet, arg))
 			return -1;
-		memcpy(slot_ptr(w, seq0 + k), (const uint8_t *)src + off, len);
+		block_copy(w, slot_ptr(w, seq0 + k), (const uint8_t *)src + off, len);
 		pvgpu_window_store(&w->hdr->h2d_filled, seq0 + k + 1);
 	}
 	return 0;
@@ -287,7 +385,7 @@ int pvgpu_window_stage_out(struct pvgpu_window_map *w, void *dst,
 
 		if (wait_counter(&w->hdr->d2h_ready, seq0 + k + 1, quiet, arg))
 			return -1;
-		memcpy((uint8_t *)dst + off, slot_ptr(w, seq0 + k), len);
+		block_copy(w, (uint8_t *)dst + off, slot_ptr(w, seq0 + k), len);
 		pvgpu_window_store(&w->hdr->d2h_taken, seq0 + k + 1);
 	}
 	return 0;
