@@ -13,7 +13,6 @@ The launch loop's timing (stderr) and the shim's message count are printed
 issue's note.
 """
 
-import ctypes
 import difflib
 import json
 import os
@@ -36,43 +35,6 @@ LOOP_RE = re.compile(r"launchloop: (\d+) launches: ([\d.]+) ms to queue, "
                      r"([\d.]+) ms including the synchronize")
 STATS_RE = re.compile(r"sent (\d+) messages: (\d+) calls, (\d+) async ops "
                       r"\((\d+) batches\), (\d+) data frames")
-
-
-def gpu_problem():
-    """None if the CUDA driver loads and initialises, else why not."""
-    try:
-        libcuda = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return "no NVIDIA GPU/driver here (libcuda.so.1 not loadable)"
-    rc = libcuda.cuInit(0)
-    if rc != 0:
-        return f"no NVIDIA GPU/driver here (cuInit failed with CUresult {rc})"
-    return None
-
-
-_problem = gpu_problem()
-
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(_problem is not None, reason=_problem or ""),
-]
-
-
-@pytest.fixture(scope="module")
-def native_libdir(programs):
-    """The directory of NVIDIA's real libcudart.so.13."""
-    res = subprocess.run([str(programs.repo / "scripts" / "find-cuda.sh"),
-                          "--libdir"], capture_output=True, text=True)
-    if res.returncode != 0 or not res.stdout.strip():
-        pytest.fail("scripts/find-cuda.sh --libdir found no CUDA toolkit "
-                    "with libcudart.so.13")
-    return res.stdout.strip()
-
-
-@pytest.fixture
-def cuda_daemon(start_pvgpud):
-    """pvgpud --executor cuda, listening on unix and tcp."""
-    return start_pvgpud("cuda")
 
 
 def kernel_program(name):

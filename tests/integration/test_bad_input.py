@@ -13,7 +13,6 @@ import sys
 import textwrap
 import time
 
-import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import pvgpu_wire as W  # noqa: E402
