@@ -44,7 +44,8 @@ done
 [ -S "$sock" ] || { cat "$workdir/pvgpud.log"; echo "demo: pvgpud did not start" >&2; exit 1; }
 "$BUILD/bin/pvgpuctl" devices "unix://$sock"
 
-export PVGPU_DEVICES="unix://$sock"
+# The same socket plus a shared window: the fast path for a local process.
+export PVGPU_DEVICES="shm://$sock"
 native_dir=$(scripts/find-cuda.sh --libdir 2>/dev/null || true)
 if [ "$executor" = cuda ]; then
 	# Native and pvgpu side by side, from one plan.
