@@ -8,6 +8,7 @@ static const struct pvgpu_transport_ops *const transports[] = {
 	&pvgpu_transport_unix,
 	&pvgpu_transport_tcp,
 	&pvgpu_transport_shm,
+	&pvgpu_transport_vsock,
 };
 
 const struct pvgpu_transport_ops *pvgpu_transport_lookup(const char *uri,

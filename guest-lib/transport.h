@@ -40,6 +40,8 @@ struct pvgpu_transport_ops {
 			int iovcnt, int fd);
 	/* Bulk data goes through a shared window when one can be made. */
 	int wants_window;
+	/* Receive without MSG_WAITALL (the socket family refuses large ones). */
+	int no_waitall;
 };
 
 struct pvgpu_transport {
@@ -59,6 +61,7 @@ const struct pvgpu_transport_ops *pvgpu_transport_lookup(const char *uri,
 extern const struct pvgpu_transport_ops pvgpu_transport_unix;
 extern const struct pvgpu_transport_ops pvgpu_transport_tcp;
 extern const struct pvgpu_transport_ops pvgpu_transport_shm;
+extern const struct pvgpu_transport_ops pvgpu_transport_vsock;
 
 /*
  * Non-zero while nothing is waiting on the channel: no message, no hang-up
