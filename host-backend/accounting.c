@@ -1,4 +1,6 @@
 /* accounting.c - the shared session table (see accounting.h). */
+#include <errno.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -10,6 +12,24 @@ static size_t table_size(uint32_t nslots)
 	       (size_t)nslots * sizeof(struct pvgpu_slot);
 }
 
+/* The VM locks live in the shared mapping, so every worker takes the same one. */
+static int init_locks(struct pvgpu_accounting *acct)
+{
+	pthread_mutexattr_t attr;
+	int rc = 0;
+
+	if (pthread_mutexattr_init(&attr))
+		return -1;
+	if (pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED) ||
+	    pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST))
+		rc = -1;
+	for (int i = 0; !rc && i < PVGPU_MAX_VM_ENTRIES; i++)
+		if (pthread_mutex_init(&acct->vms[i].lock, &attr))
+			rc = -1;
+	pthread_mutexattr_destroy(&attr);
+	return rc;
+}
+
 struct pvgpu_accounting *pvgpu_accounting_create(uint32_t nslots)
 {
 	struct pvgpu_accounting *acct;
@@ -19,6 +39,12 @@ struct pvgpu_accounting *pvgpu_accounting_create(uint32_t nslots)
 	if (acct == MAP_FAILED)
 		return NULL;
 	acct->nslots = nslots;	/* the mapping comes zeroed: all slots free */
+	for (uint32_t i = 0; i < nslots; i++)
+		acct->slots[i].vm = -1;
+	if (init_locks(acct)) {
+		munmap(acct, table_size(nslots));
+		return NULL;
+	}
 	return acct;
 }
 
@@ -56,6 +82,8 @@ void pvgpu_accounting_release(struct pvgpu_slot *slot)
 	slot->pid = 0;
 	slot->session_id = 0;
 	slot->identity[0] = '\0';
+	atomic_store(&slot->vm, -1);
+	atomic_store(&slot->mem_pending, 0);
 	atomic_store(&slot->calls, 0);
 	atomic_store(&slot->bytes_h2d, 0);
 	atomic_store(&slot->bytes_d2h, 0);
@@ -73,4 +101,90 @@ uint64_t pvgpu_accounting_mem_used(struct pvgpu_accounting *acct, int dev)
 		if (acct->slots[i].pid)
 			sum += atomic_load(&acct->slots[i].mem_used[dev]);
 	return sum;
+}
+
+int pvgpu_accounting_vm_get(struct pvgpu_accounting *acct, const char *name)
+{
+	for (int i = 0; i < PVGPU_MAX_VM_ENTRIES; i++) {
+		struct pvgpu_vm_entry *e = &acct->vms[i];
+
+		if (!strcmp(e->name, name))
+			return i;
+		if (!e->name[0]) {
+			snprintf(e->name, sizeof(e->name), "%s", name);
+			return i;
+		}
+	}
+	return -1;
+}
+
+void pvgpu_accounting_vm_lock(struct pvgpu_accounting *acct, int vm)
+{
+	/* Its owner died holding it; what it guards is atomics, still sound. */
+	if (pthread_mutex_lock(&acct->vms[vm].lock) == EOWNERDEAD)
+		pthread_mutex_consistent(&acct->vms[vm].lock);
+}
+
+void pvgpu_accounting_vm_unlock(struct pvgpu_accounting *acct, int vm)
+{
+	pthread_mutex_unlock(&acct->vms[vm].lock);
+}
+
+uint32_t pvgpu_accounting_vm_sessions(struct pvgpu_accounting *acct, int vm)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < acct->nslots; i++)
+		n += acct->slots[i].pid && atomic_load(&acct->slots[i].vm) == vm;
+	return n;
+}
+
+uint64_t pvgpu_accounting_vm_mem_used(struct pvgpu_accounting *acct, int vm)
+{
+	uint64_t sum = 0;
+
+	for (uint32_t i = 0; i < acct->nslots; i++) {
+		struct pvgpu_slot *s = &acct->slots[i];
+
+		if (!s->pid || atomic_load(&s->vm) != vm)
+			continue;
+		sum += atomic_load(&s->mem_pending);
+		for (int d = 0; d < PVGPU_MAX_DEVICES; d++)
+			sum += atomic_load(&s->mem_used[d]);
+	}
+	return sum;
+}
+
+int pvgpu_accounting_charge(struct pvgpu_accounting *acct,
+			    struct pvgpu_slot *slot, uint64_t size)
+{
+	int vm = atomic_load(&slot->vm);
+	uint64_t quota, used;
+	int rc = 0;
+
+	if (vm < 0) {
+		atomic_fetch_add(&slot->mem_pending, size);
+		return 0;
+	}
+	pvgpu_accounting_vm_lock(acct, vm);
+	quota = atomic_load(&acct->vms[vm].quota);
+	used = pvgpu_accounting_vm_mem_used(acct, vm);
+	if (quota && (used > quota || size > quota - used))
+		rc = -1;
+	else
+		atomic_fetch_add(&slot->mem_pending, size);
+	pvgpu_accounting_vm_unlock(acct, vm);
+	return rc;
+}
+
+void pvgpu_accounting_commit(struct pvgpu_slot *slot, int dev, uint64_t size)
+{
+	/* Used before no longer pending: a concurrent count may see it twice, never not at all. */
+	atomic_fetch_add(&slot->mem_used[dev], size);
+	atomic_fetch_sub(&slot->mem_pending, size);
+}
+
+void pvgpu_accounting_uncharge(struct pvgpu_slot *slot, uint64_t size)
+{
+	atomic_fetch_sub(&slot->mem_pending, size);
 }

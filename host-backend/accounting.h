@@ -11,12 +11,34 @@
 #ifndef PVGPU_ACCOUNTING_H
 #define PVGPU_ACCOUNTING_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <sys/types.h>
 #include <time.h>
 
 #define PVGPU_MAX_DEVICES	16
+/* The VMs of the policy file, plus the pool of allowed unknown callers. */
+#define PVGPU_MAX_VM_ENTRIES	65
+
+/*
+ * One VM as the workers see it.  The supervisor fills an entry when a VM
+ * first appears in the policy and rewrites its limits on every reload; an
+ * entry is never reused for another name, so a live session's VM stays what
+ * it was even when a reload drops it from the file.
+ */
+struct pvgpu_vm_entry {
+	char name[64];			/* "": entry unused */
+	_Atomic uint64_t quota;		/* bytes; 0: no quota */
+	_Atomic uint32_t max_sessions;	/* 0: no limit */
+	_Atomic uint32_t gpus;		/* bit per device; 0: all */
+	/*
+	 * Serialises "count, then take" for quota charges and session
+	 * admission across worker processes.  Robust: a worker killed while
+	 * holding it must not wedge its VM.
+	 */
+	pthread_mutex_t lock;
+};
 
 struct pvgpu_slot {
 	/* Written by the supervisor before fork, read-only afterwards. */
@@ -25,15 +47,25 @@ struct pvgpu_slot {
 	char identity[128];
 	struct timespec started;	/* CLOCK_MONOTONIC */
 
+	/*
+	 * Index into vms[], or -1 without a policy.  The supervisor sets it
+	 * before fork for Unix and vsock callers; a TCP caller's worker sets
+	 * it at hello, from the token, under the VM's lock.
+	 */
+	_Atomic int32_t vm;
+
 	/* Written by the worker. */
 	_Atomic uint64_t calls;
 	_Atomic uint64_t bytes_h2d;
 	_Atomic uint64_t bytes_d2h;
 	_Atomic uint64_t mem_used[PVGPU_MAX_DEVICES];
+	/* Charged to the VM's quota, not yet allocated (see charge below). */
+	_Atomic uint64_t mem_pending;
 };
 
 struct pvgpu_accounting {
 	uint32_t nslots;
+	struct pvgpu_vm_entry vms[PVGPU_MAX_VM_ENTRIES];
 	struct pvgpu_slot slots[];
 };
 
@@ -48,5 +80,25 @@ void pvgpu_accounting_release(struct pvgpu_slot *slot);
 
 /* Device memory on `dev` held by every live session. */
 uint64_t pvgpu_accounting_mem_used(struct pvgpu_accounting *acct, int dev);
+
+/* The entry for a VM name, made if need be: its index, or -1 when full. */
+int pvgpu_accounting_vm_get(struct pvgpu_accounting *acct, const char *name);
+void pvgpu_accounting_vm_lock(struct pvgpu_accounting *acct, int vm);
+void pvgpu_accounting_vm_unlock(struct pvgpu_accounting *acct, int vm);
+/* Under the VM's lock: its live sessions, and the memory charged to it. */
+uint32_t pvgpu_accounting_vm_sessions(struct pvgpu_accounting *acct, int vm);
+uint64_t pvgpu_accounting_vm_mem_used(struct pvgpu_accounting *acct, int vm);
+
+/*
+ * Before allocating size bytes: charge them to the slot's VM, as pending,
+ * if that keeps the VM within its quota (0), else -1.  Counting and taking
+ * happen under the VM's lock, so two workers of one VM cannot both take the
+ * last bytes.  Afterwards exactly one of commit (allocated on dev) or
+ * uncharge (the allocation failed).  A slot without a VM is never refused.
+ */
+int pvgpu_accounting_charge(struct pvgpu_accounting *acct,
+			    struct pvgpu_slot *slot, uint64_t size);
+void pvgpu_accounting_commit(struct pvgpu_slot *slot, int dev, uint64_t size);
+void pvgpu_accounting_uncharge(struct pvgpu_slot *slot, uint64_t size);
 
 #endif /* PVGPU_ACCOUNTING_H */

@@ -6,7 +6,8 @@
  *          [--block-size BYTES] [--max-sessions N] [--tcp-token TOKEN]
  *          [--module-cache DIR] [--poll-us N]
  *
- * Runs in the foreground, logs to stderr, exits cleanly on SIGTERM.
+ * Runs in the foreground, logs to stderr, exits cleanly on SIGTERM; SIGHUP
+ * rereads --config (the per-VM policy, see policy.h).
  * Exit codes: 0 success, 1 runtime failure, 2 bad usage.
  */
 #include <getopt.h>
@@ -74,7 +75,6 @@ int main(int argc, char **argv)
 		.poll_us = 50,
 	};
 	struct pvgpu_supervisor sv;
-	const char *config = NULL;
 	char cache_dir[64];
 	int opt, rc;
 
@@ -91,7 +91,7 @@ int main(int argc, char **argv)
 				return bad_usage("--executor must be cuda or sim");
 			break;
 		case 'c':
-			config = optarg;
+			cfg.config = optarg;
 			break;
 		case 'v':
 			if (pvgpu_log_set_level(optarg))
@@ -138,17 +138,9 @@ int main(int argc, char **argv)
 		return bad_usage("at least one --listen URI is needed");
 	if (!cfg.exec)
 		return bad_usage("--executor cuda|sim is needed");
-	if (config) {
-		FILE *f = fopen(config, "r");
-
-		if (!f) {
-			fprintf(stderr, "pvgpud: cannot read --config %s\n", config);
-			return 1;
-		}
-		fclose(f);
-		fprintf(stderr, "pvgpud: warning: per-VM policy files are not implemented yet; %s is not applied\n",
-			config);
-	}
+	/* With a policy, TCP callers are told apart by their [vm] tokens. */
+	if (cfg.config && cfg.tcp_token)
+		return bad_usage("--tcp-token and --config exclude each other; put tokens in the [vm] sections");
 
 	/* Module images are kept across sessions unless told otherwise. */
 	if (!cfg.module_cache) {

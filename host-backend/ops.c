@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#include "admit.h"
 #include "log.h"
 #include "pvgpu_dispatch.h"
 #include "worker.h"
@@ -66,6 +67,15 @@ static struct pvgpu_handle *current_ctx(struct pvgpu_worker *w)
 	return pvgpu_handle_get(&w->handles, w->cur_ctx, H_CTX);
 }
 
+/* The policy's gpus for this session's VM; without a policy, every device. */
+static int vm_may_use(struct pvgpu_worker *w, int32_t device)
+{
+	int vm = atomic_load(&w->slot->vm);
+	uint32_t gpus = vm < 0 ? 0 : atomic_load(&w->acct->vms[vm].gpus);
+
+	return !gpus || (gpus >> device) & 1;
+}
+
 /* --- session -------------------------------------------------------------- */
 
 int32_t pvgpu_handle_hello(struct pvgpu_worker *w,
@@ -87,7 +97,17 @@ int32_t pvgpu_handle_hello(struct pvgpu_worker *w,
 			 req->version_min, req->version_max, 1, PVGPU_PROTO_VERSION);
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
-	if (w->peer.kind == EP_TCP && want && strcmp(req->token, want)) {
+	if (w->peer.kind == EP_TCP && w->cfg->policy) {
+		char why[256];
+
+		if (pvgpu_admit(w->cfg->policy, w->acct, w->slot, &w->peer,
+				req->token, why, sizeof(why))) {
+			log_warn("%s: refused at hello: %s", w->peer.identity, why);
+			return CUDA_ERROR_NOT_PERMITTED;
+		}
+		log_info("%s is vm %s", w->peer.identity,
+			 w->acct->vms[atomic_load(&w->slot->vm)].name);
+	} else if (w->peer.kind == EP_TCP && want && strcmp(req->token, want)) {
 		log_warn("%s: wrong or missing token: refused", w->peer.identity);
 		return CUDA_ERROR_NOT_PERMITTED;
 	}
@@ -189,6 +209,8 @@ int32_t pvgpu_handle_ctx_create(struct pvgpu_worker *w,
 
 	if (req->device < 0 || req->device >= PVGPU_MAX_DEVICES)
 		return CUDA_ERROR_INVALID_DEVICE;
+	if (!vm_may_use(w, req->device))
+		return CUDA_ERROR_INVALID_DEVICE;
 	st = w->ex_ops->ctx_create(w->ex, req->device, &ctx);
 	if (st)
 		return st;
@@ -278,20 +300,32 @@ int32_t pvgpu_handle_mem_alloc(struct pvgpu_worker *w,
 		return st;
 	if (req->size == 0)
 		return CUDA_ERROR_INVALID_VALUE;
+	/* The VM's quota first: charged as pending so that no other session of it can take the same bytes. */
+	if (pvgpu_accounting_charge(w->acct, w->slot, req->size)) {
+		log_debug("mem_alloc of %llu bytes: over the quota of vm %s",
+			  (unsigned long long)req->size,
+			  w->acct->vms[atomic_load(&w->slot->vm)].name);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
 	st = w->ex_ops->mem_alloc(w->ex, req->size, &a.base);
 	if (st)
-		return st;
+		goto err_uncharge;
 	a.size = req->size;
 	a.ctx = w->cur_ctx;
 	a.module = 0;
 	a.device = current_ctx(w)->device;
 	if (pvgpu_alloc_add(&w->allocs, &a)) {
 		w->ex_ops->mem_free(w->ex, a.base);
-		return CUDA_ERROR_OUT_OF_MEMORY;
+		st = CUDA_ERROR_OUT_OF_MEMORY;
+		goto err_uncharge;
 	}
-	atomic_fetch_add(&w->slot->mem_used[a.device], a.size);
+	pvgpu_accounting_commit(w->slot, a.device, a.size);
 	rep->dptr = a.base;
 	return CUDA_SUCCESS;
+
+err_uncharge:
+	pvgpu_accounting_uncharge(w->slot, req->size);
+	return st;
 }
 
 int32_t pvgpu_handle_mem_free(struct pvgpu_worker *w,
@@ -318,9 +352,21 @@ int32_t pvgpu_handle_mem_get_info(struct pvgpu_worker *w,
 				  struct pvgpu_mem_get_info_rep *rep)
 {
 	int32_t st = need_context(w);
+	int vm = atomic_load(&w->slot->vm);
+	uint64_t quota, used;
 
 	(void)req;
-	return st ? st : w->ex_ops->mem_get_info(w->ex, &rep->free, &rep->total);
+	if (st)
+		return st;
+	st = w->ex_ops->mem_get_info(w->ex, &rep->free, &rep->total);
+	quota = vm < 0 ? 0 : atomic_load(&w->acct->vms[vm].quota);
+	if (st || !quota)
+		return st;
+	/* A VM with a quota sees the quota as its GPU; below its use (after a reload shrank it), nothing free. */
+	used = pvgpu_accounting_vm_mem_used(w->acct, vm);
+	rep->total = quota;
+	rep->free = used < quota ? quota - used : 0;
+	return CUDA_SUCCESS;
 }
 
 static int32_t htod(struct pvgpu_worker *w, uint64_t dst, uint64_t size,

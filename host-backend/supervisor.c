@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "admit.h"
 #include "log.h"
 #include "modcache.h"
 #include "supervisor.h"
@@ -71,6 +72,30 @@ static void probe_executor(const struct pvgpu_executor_ops *exec)
 		waitpid(pid, NULL, 0);
 }
 
+/* Read the policy file and put it in force; the old one stays on failure. */
+static int load_policy(struct pvgpu_supervisor *sv)
+{
+	struct pvgpu_policy *p = malloc(sizeof(*p));
+	char err[512];
+
+	if (!p) {
+		log_error("out of memory reading %s", sv->config);
+		return -1;
+	}
+	if (pvgpu_policy_load(sv->config, p, err, sizeof(err)) ||
+	    pvgpu_policy_apply(p, sv->acct, err, sizeof(err))) {
+		log_error("policy: %s", err);
+		free(p);
+		return -1;
+	}
+	free(sv->policy);
+	sv->policy = p;
+	sv->wcfg.policy = p;	/* workers forked from now on get this one */
+	log_info("policy %s: %u VM(s), unknown callers %s", sv->config, p->nvms,
+		 p->allow_unknown ? "allowed" : "refused");
+	return 0;
+}
+
 int pvgpu_supervisor_init(struct pvgpu_supervisor *sv,
 			  const struct pvgpu_supervisor_config *cfg)
 {
@@ -85,6 +110,7 @@ int pvgpu_supervisor_init(struct pvgpu_supervisor *sv,
 	sv->wcfg.required_token = cfg->tcp_token;
 	sv->wcfg.module_cache = cfg->module_cache;
 	sv->wcfg.poll_ns = (uint64_t)cfg->poll_us * 1000;
+	sv->config = cfg->config;
 
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGTERM);
@@ -108,6 +134,8 @@ int pvgpu_supervisor_init(struct pvgpu_supervisor *sv,
 		log_error("cannot map the session table: %s", strerror(errno));
 		goto err;
 	}
+	if (sv->config && load_policy(sv))
+		goto err;
 	for (int i = 0; i < cfg->nlisten; i++) {
 		if (pvgpu_listen(cfg->listen[i], &sv->listeners[i], err,
 				 sizeof(err))) {
@@ -135,6 +163,16 @@ void pvgpu_supervisor_fini(struct pvgpu_supervisor *sv)
 	sv->sigfd = -1;
 	pvgpu_accounting_destroy(sv->acct);
 	sv->acct = NULL;
+	free(sv->policy);
+	sv->policy = NULL;
+	sv->wcfg.policy = NULL;
+}
+
+static const char *vm_name(struct pvgpu_supervisor *sv, struct pvgpu_slot *slot)
+{
+	int vm = atomic_load(&slot->vm);
+
+	return vm < 0 ? "-" : sv->acct->vms[vm].name;
 }
 
 static void start_session(struct pvgpu_supervisor *sv, struct pvgpu_listener *l)
@@ -156,6 +194,22 @@ static void start_session(struct pvgpu_supervisor *sv, struct pvgpu_listener *l)
 			 peer.identity, sv->acct->nslots);
 		close(fd);
 		return;
+	}
+	/*
+	 * Unix and vsock callers are known from the channel now; a TCP
+	 * caller only at hello, by its token, so its worker admits it.
+	 */
+	if (sv->policy && peer.kind != EP_TCP) {
+		char why[256];
+
+		if (pvgpu_admit(sv->policy, sv->acct, slot, &peer, NULL, why,
+				sizeof(why))) {
+			log_warn("refused %s via %s: %s", peer.identity, l->uri,
+				 why);
+			pvgpu_accounting_release(slot);
+			close(fd);
+			return;
+		}
 	}
 	slot->session_id = sv->next_session++;
 	snprintf(slot->identity, sizeof(slot->identity), "%s", peer.identity);
@@ -187,9 +241,9 @@ static void start_session(struct pvgpu_supervisor *sv, struct pvgpu_listener *l)
 	}
 	slot->pid = pid;
 	close(fd);
-	log_info("session %llu start: %s via %s (worker pid %d)",
+	log_info("session %llu start: %s via %s, vm %s (worker pid %d)",
 		 (unsigned long long)slot->session_id, peer.identity, l->uri,
-		 (int)pid);
+		 vm_name(sv, slot), (int)pid);
 }
 
 static void end_session(struct pvgpu_supervisor *sv, pid_t pid, int status)
@@ -209,8 +263,9 @@ static void end_session(struct pvgpu_supervisor *sv, pid_t pid, int status)
 		snprintf(how, sizeof(how), "ok");
 	human_bytes(atomic_load(&slot->bytes_h2d), h2d, sizeof(h2d));
 	human_bytes(atomic_load(&slot->bytes_d2h), d2h, sizeof(d2h));
-	log_info("session %llu end: %s, %.2f s, %llu calls, %s to device, %s from device, %s",
+	log_info("session %llu end: %s, vm %s, %.2f s, %llu calls, %s to device, %s from device, %s",
 		 (unsigned long long)slot->session_id, slot->identity,
+		 vm_name(sv, slot),
 		 seconds_since(&slot->started),
 		 (unsigned long long)atomic_load(&slot->calls), h2d, d2h, how);
 	/* Whatever the worker held died with its process. */
@@ -274,7 +329,12 @@ static void handle_signal(struct pvgpu_supervisor *sv)
 		reap_workers(sv);
 		break;
 	case SIGHUP:
-		log_info("SIGHUP: no policy file is loaded, nothing to reload");
+		/* Live sessions keep their VM; new limits reach them through the table. */
+		if (!sv->config)
+			log_info("SIGHUP: no policy file is loaded, nothing to reload");
+		else if (load_policy(sv))
+			log_warn("SIGHUP: %s not reloaded; the policy in force stays",
+				 sv->config);
 		break;
 	case SIGTERM:
 	case SIGINT:

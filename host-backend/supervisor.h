@@ -8,6 +8,7 @@
 
 #include "accounting.h"
 #include "listen.h"
+#include "policy.h"
 #include "worker.h"
 
 #define PVGPU_MAX_LISTENERS	16
@@ -18,6 +19,8 @@ struct pvgpu_supervisor {
 	int sigfd;			/* signalfd: TERM, INT, HUP, CHLD */
 	struct pvgpu_accounting *acct;
 	struct pvgpu_worker_config wcfg;
+	const char *config;		/* policy file; NULL: everyone, no quota */
+	struct pvgpu_policy *policy;	/* in force; NULL without config */
 	uint64_t next_session;
 	int stopping;
 };
@@ -31,6 +34,7 @@ struct pvgpu_supervisor_config {
 	const char *tcp_token;
 	const char *module_cache;	/* directory; NULL: no cross-session cache */
 	uint32_t poll_us;		/* workers' busy-poll before sleeping */
+	const char *config;		/* --config FILE, or NULL */
 };
 
 /* 0, or -1 after logging why (the caller exits 1). */

@@ -17,6 +17,7 @@
 #include "executor.h"
 #include "handles.h"
 #include "listen.h"
+#include "policy.h"
 #include "window.h"
 
 #define PVGPU_STAGING_BUFFERS	4
@@ -51,6 +52,7 @@ struct pvgpu_worker_config {
 	const char *required_token;	/* TCP callers must present it; NULL: any */
 	const char *module_cache;	/* directory of images by hash */
 	uint64_t poll_ns;		/* busy-poll before a blocking read */
+	const struct pvgpu_policy *policy;	/* NULL: no policy file */
 };
 
 struct pvgpu_worker {

@@ -57,6 +57,7 @@ fi
 #   build-essential  gcc, g++, make, libc headers, libasan/libubsan for the
 #                    sanitizer build
 #   pkg-config       used by the Makefile
+#   libinih-dev      INI parser for pvgpud --config (pkg-config inih)
 #   clang            libFuzzer target (`make fuzz`)
 #   libclang-rt-14-dev  clang's sanitizer and libFuzzer runtimes, a separate
 #                    package in Debian 12
@@ -70,6 +71,11 @@ need_cmd g++ build-essential
 need_cmd make build-essential
 need_cmd pkg-config pkg-config
 need_cmd python3 python3
+# inih parses pvgpud's policy file (--config); checked through pkg-config,
+# which is how the Makefile finds it.
+if ! pkg-config --exists inih 2>/dev/null; then
+    apt_missing+=(libinih-dev)
+fi
 if command -v clang >/dev/null 2>&1; then
     # clang's resource dir must hold libFuzzer; Debian ships it separately.
     rt_dir="$(clang -print-resource-dir 2>/dev/null)/lib/linux"

@@ -91,10 +91,14 @@ class Session:
     """A raw connection to pvgpud: send bytes, read replies."""
 
     def __init__(self, uri, timeout=10.0):
-        assert uri.startswith("unix://"), uri
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(timeout)
-        self.sock.connect(uri[len("unix://"):])
+        if uri.startswith("tcp://"):
+            host, port = uri[len("tcp://"):].rsplit(":", 1)
+            self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        else:
+            assert uri.startswith("unix://"), uri
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.settimeout(timeout)
+            self.sock.connect(uri[len("unix://"):])
         self.next_id = 1
 
     def close(self):

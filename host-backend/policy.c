@@ -1,0 +1,344 @@
+/* policy.c - reading the per-VM policy file (see policy.h). */
+#include <errno.h>
+#ifndef PVGPU_NO_INIH
+#include <ini.h>
+#endif
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "accounting.h"
+#include "policy.h"
+
+/* What the inih callback needs: the policy being filled and why it failed. */
+struct parse_state {
+	struct pvgpu_policy *p;
+	char why[256];
+};
+
+static int fail(struct parse_state *st, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(st->why, sizeof(st->why), fmt, ap);
+	va_end(ap);
+	return 0;	/* inih: stop here, report this line */
+}
+
+/* "8G", "512M", "4096": bytes, with a power-of-1024 suffix. */
+static int parse_size(const char *s, uint64_t *out)
+{
+	unsigned long long v;
+	unsigned int shift = 0;
+	char *end;
+
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (end == s || errno || *s == '-')
+		return -1;
+	switch (*end) {
+	case 'K': case 'k': shift = 10; end++; break;
+	case 'M': case 'm': shift = 20; end++; break;
+	case 'G': case 'g': shift = 30; end++; break;
+	case 'T': case 't': shift = 40; end++; break;
+	}
+	if (*end || (shift && v > (UINT64_MAX >> shift)))
+		return -1;
+	*out = (uint64_t)v << shift;
+	return 0;
+}
+
+static int parse_u32(const char *s, uint32_t max, uint32_t *out)
+{
+	unsigned long v;
+	char *end;
+
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (end == s || *end || errno || *s == '-' || v > max)
+		return -1;
+	*out = (uint32_t)v;
+	return 0;
+}
+
+/*
+ * "0, 1, 5": call add() for each number.  The list is copied because
+ * strtok_r writes into it and inih's buffer is not ours.
+ */
+static int parse_list(const char *s, uint32_t max,
+		      int (*add)(struct pvgpu_vm_policy *, uint32_t),
+		      struct pvgpu_vm_policy *vm)
+{
+	char buf[512], *tok, *save;
+	int n = 0;
+
+	if (strlen(s) >= sizeof(buf))
+		return -1;
+	strcpy(buf, s);
+	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		uint32_t v;
+
+		tok += strspn(tok, " \t");
+		tok[strcspn(tok, " \t")] = '\0';
+		if (parse_u32(tok, max, &v) || add(vm, v))
+			return -1;
+		n++;
+	}
+	return n ? 0 : -1;
+}
+
+static int add_uid(struct pvgpu_vm_policy *vm, uint32_t v)
+{
+	if (vm->nuids == PVGPU_POLICY_MAX_IDS)
+		return -1;
+	vm->uids[vm->nuids++] = (uid_t)v;
+	return 0;
+}
+
+static int add_cid(struct pvgpu_vm_policy *vm, uint32_t v)
+{
+	if (vm->ncids == PVGPU_POLICY_MAX_IDS)
+		return -1;
+	vm->cids[vm->ncids++] = v;
+	return 0;
+}
+
+static int add_gpu(struct pvgpu_vm_policy *vm, uint32_t v)
+{
+	vm->gpus |= 1u << v;
+	return 0;
+}
+
+static struct pvgpu_vm_policy *vm_section(struct parse_state *st,
+					  const char *name)
+{
+	struct pvgpu_policy *p = st->p;
+	struct pvgpu_vm_policy *vm;
+
+	/* inih calls us per key, so a section is "opened" by its first key. */
+	for (unsigned int i = 0; i < p->nvms; i++)
+		if (!strcmp(p->vms[i].name, name))
+			return &p->vms[i];
+	if (!*name || strlen(name) >= PVGPU_VM_NAME_LEN ||
+	    strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") !=
+		    strlen(name)) {
+		fail(st, "VM name '%s' must be 1..%d of [A-Za-z0-9._-]", name,
+		     PVGPU_VM_NAME_LEN - 1);
+		return NULL;
+	}
+	if (!strcmp(name, PVGPU_DEFAULT_VM)) {
+		fail(st, "[vm %s] is reserved for unknown callers; use [default]",
+		     name);
+		return NULL;
+	}
+	if (p->nvms == PVGPU_POLICY_MAX_VMS) {
+		fail(st, "more than %d VMs", PVGPU_POLICY_MAX_VMS);
+		return NULL;
+	}
+	vm = &p->vms[p->nvms++];
+	snprintf(vm->name, sizeof(vm->name), "%s", name);
+	vm->weight = 1;
+	return vm;
+}
+
+/* Keys both [default] and [vm NAME] take. */
+static int limit_key(struct parse_state *st, struct pvgpu_vm_policy *vm,
+		     const char *key, const char *value)
+{
+	if (!strcmp(key, "memory")) {
+		if (parse_size(value, &vm->memory))
+			return fail(st, "memory = %s is not a size (e.g. 8G)", value);
+		return 1;
+	}
+	if (!strcmp(key, "max_sessions")) {
+		if (parse_u32(value, 65536, &vm->max_sessions))
+			return fail(st, "max_sessions = %s is not 0..65536", value);
+		return 1;
+	}
+	return -1;
+}
+
+static int vm_key(struct parse_state *st, struct pvgpu_vm_policy *vm,
+		  const char *key, const char *value)
+{
+	int rc = limit_key(st, vm, key, value);
+
+	if (rc >= 0)
+		return rc;
+	if (!strcmp(key, "uid")) {
+		if (parse_list(value, UINT32_MAX - 1, add_uid, vm))
+			return fail(st, "uid = %s: want up to %d uids, comma-separated",
+				    value, PVGPU_POLICY_MAX_IDS);
+	} else if (!strcmp(key, "cid")) {
+		if (parse_list(value, UINT32_MAX - 1, add_cid, vm))
+			return fail(st, "cid = %s: want up to %d CIDs, comma-separated",
+				    value, PVGPU_POLICY_MAX_IDS);
+	} else if (!strcmp(key, "token")) {
+		if (!*value || strlen(value) >= PVGPU_TOKEN_LEN)
+			return fail(st, "token must be 1..%d characters",
+				    PVGPU_TOKEN_LEN - 1);
+		snprintf(vm->token, sizeof(vm->token), "%s", value);
+	} else if (!strcmp(key, "gpus")) {
+		if (parse_list(value, PVGPU_MAX_DEVICES - 1, add_gpu, vm))
+			return fail(st, "gpus = %s: want device indices 0..%d",
+				    value, PVGPU_MAX_DEVICES - 1);
+	} else if (!strcmp(key, "mode")) {
+		if (!strcmp(value, "shared"))
+			vm->mode = VM_SHARED;
+		else if (!strcmp(value, "exclusive"))
+			vm->mode = VM_EXCLUSIVE;
+		else
+			return fail(st, "mode must be shared or exclusive");
+	} else if (!strcmp(key, "weight")) {
+		if (parse_u32(value, 1000000, &vm->weight) || !vm->weight)
+			return fail(st, "weight must be 1..1000000");
+	} else {
+		return fail(st, "unknown key '%s' in [vm %s]", key, vm->name);
+	}
+	return 1;
+}
+
+static int on_key(void *user, const char *section, const char *key,
+		  const char *value)
+{
+	struct parse_state *st = user;
+	struct pvgpu_vm_policy *vm;
+	int rc;
+
+	if (!strcmp(section, "default")) {
+		rc = limit_key(st, &st->p->unknown, key, value);
+		if (rc >= 0)
+			return rc;
+		if (strcmp(key, "policy"))
+			return fail(st, "unknown key '%s' in [default]", key);
+		if (!strcmp(value, "allow"))
+			st->p->allow_unknown = 1;
+		else if (!strcmp(value, "refuse"))
+			st->p->allow_unknown = 0;
+		else
+			return fail(st, "policy must be refuse or allow");
+		return 1;
+	}
+	if (strncmp(section, "vm ", 3))
+		return fail(st, "unknown section [%s] (want [default] or [vm NAME])",
+			    section);
+	vm = vm_section(st, section + 3 + strspn(section + 3, " "));
+	return vm ? vm_key(st, vm, key, value) : 0;
+}
+
+/* One caller, one VM: an identity named twice would make the answer depend on order. */
+static int check_unique(const struct pvgpu_policy *p, char *err, size_t errlen)
+{
+	for (unsigned int i = 0; i < p->nvms; i++) {
+		const struct pvgpu_vm_policy *a = &p->vms[i];
+
+		for (unsigned int j = 0; j < a->nuids; j++) {
+			const struct pvgpu_vm_policy *b = pvgpu_policy_by_uid(p, a->uids[j]);
+
+			if (b != a) {
+				snprintf(err, errlen, "uid %u is in [vm %s] and [vm %s]",
+					 (unsigned int)a->uids[j], b->name, a->name);
+				return -1;
+			}
+		}
+		for (unsigned int j = 0; j < a->ncids; j++) {
+			const struct pvgpu_vm_policy *b = pvgpu_policy_by_cid(p, a->cids[j]);
+
+			if (b != a) {
+				snprintf(err, errlen, "cid %u is in [vm %s] and [vm %s]",
+					 a->cids[j], b->name, a->name);
+				return -1;
+			}
+		}
+		if (a->token[0] && pvgpu_policy_by_token(p, a->token) != a) {
+			snprintf(err, errlen, "[vm %s] has the token of another VM",
+				 a->name);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+int pvgpu_policy_load(const char *path, struct pvgpu_policy *p,
+		      char *err, size_t errlen)
+{
+	struct parse_state st = { .p = p };
+	int line;
+
+	memset(p, 0, sizeof(*p));
+	snprintf(p->unknown.name, sizeof(p->unknown.name), "%s", PVGPU_DEFAULT_VM);
+	p->unknown.weight = 1;
+#ifdef PVGPU_NO_INIH
+	/*
+	 * A GPU host with no package registry may lack libinih-dev: pvgpud
+	 * still builds and serves, but says plainly that it cannot read a
+	 * policy file rather than run without one.
+	 */
+	(void)st;
+	(void)line;
+	(void)on_key;
+	(void)check_unique;
+	snprintf(err, errlen,
+		 "cannot read %s: this pvgpud was built without inih (libinih-dev)",
+		 path);
+	return -1;
+#else
+	line = ini_parse(path, on_key, &st);
+	if (line < 0) {
+		snprintf(err, errlen, "cannot read %s", path);
+		return -1;
+	}
+	if (line > 0) {
+		snprintf(err, errlen, "%s:%d: %s", path, line,
+			 st.why[0] ? st.why : "syntax error");
+		return -1;
+	}
+	return check_unique(p, err, errlen);
+#endif
+}
+
+const struct pvgpu_vm_policy *pvgpu_policy_by_uid(const struct pvgpu_policy *p,
+						  uid_t uid)
+{
+	for (unsigned int i = 0; i < p->nvms; i++)
+		for (unsigned int j = 0; j < p->vms[i].nuids; j++)
+			if (p->vms[i].uids[j] == uid)
+				return &p->vms[i];
+	return NULL;
+}
+
+const struct pvgpu_vm_policy *pvgpu_policy_by_cid(const struct pvgpu_policy *p,
+						  unsigned int cid)
+{
+	for (unsigned int i = 0; i < p->nvms; i++)
+		for (unsigned int j = 0; j < p->vms[i].ncids; j++)
+			if (p->vms[i].cids[j] == cid)
+				return &p->vms[i];
+	return NULL;
+}
+
+/* Compares every byte, so the time taken says nothing about the secret. */
+static int token_equal(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b);
+	unsigned char diff = la != lb;
+
+	for (size_t i = 0; i < la; i++)
+		diff |= (unsigned char)(a[i] ^ b[i < lb ? i : 0]);
+	return !diff;
+}
+
+const struct pvgpu_vm_policy *pvgpu_policy_by_token(const struct pvgpu_policy *p,
+						    const char *token)
+{
+	const struct pvgpu_vm_policy *found = NULL;
+
+	if (!*token)
+		return NULL;
+	for (unsigned int i = 0; i < p->nvms; i++)
+		if (p->vms[i].token[0] && token_equal(p->vms[i].token, token))
+			found = &p->vms[i];
+	return found;
+}

@@ -1,0 +1,78 @@
+/*
+ * policy.h - the per-VM policy file (pvgpud --config FILE), DESIGN §5.
+ *
+ * An INI file, read with inih:
+ *
+ *   [default]
+ *   policy = refuse          ; refuse | allow callers no [vm] section names
+ *   memory = 2G              ; quota of the pool allowed unknown callers share
+ *   max_sessions = 8         ; sessions of that pool at once
+ *
+ *   [vm alice]
+ *   uid = 1000, 1001         ; Unix callers with these uids (SO_PEERCRED)
+ *   cid = 5                  ; vsock peers with these CIDs
+ *   token = s3cret           ; TCP callers presenting this token in hello
+ *   memory = 8G              ; device-memory quota across all its sessions
+ *   max_sessions = 4         ; concurrent sessions
+ *   gpus = 0,1               ; device indices it may create contexts on
+ *   mode = shared            ; shared | exclusive  (parsed, not enforced yet)
+ *   weight = 2               ; scheduling weight   (parsed, not enforced yet)
+ *
+ * Sizes take a K, M, G or T suffix (powers of 1024).  A missing memory or
+ * max_sessions means no limit; missing gpus means every device.  Identities
+ * come from the channel only: uid and cid are what the kernel says about
+ * the peer, and a token is the one thing a TCP caller can prove.  A uid,
+ * cid or token may name one VM only.
+ */
+#ifndef PVGPU_POLICY_H
+#define PVGPU_POLICY_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define PVGPU_POLICY_MAX_VMS	64
+#define PVGPU_POLICY_MAX_IDS	16
+#define PVGPU_VM_NAME_LEN	64
+#define PVGPU_TOKEN_LEN		128
+
+/* The pool of allowed unknown callers is a VM by this name. */
+#define PVGPU_DEFAULT_VM	"default"
+
+enum pvgpu_vm_mode { VM_SHARED, VM_EXCLUSIVE };
+
+struct pvgpu_vm_policy {
+	char name[PVGPU_VM_NAME_LEN];
+	uid_t uids[PVGPU_POLICY_MAX_IDS];
+	unsigned int nuids;
+	unsigned int cids[PVGPU_POLICY_MAX_IDS];
+	unsigned int ncids;
+	char token[PVGPU_TOKEN_LEN];	/* "": TCP callers cannot be this VM */
+	uint64_t memory;		/* bytes; 0: no quota */
+	uint32_t max_sessions;		/* 0: no limit */
+	uint32_t gpus;			/* bit per device index; 0: all */
+	enum pvgpu_vm_mode mode;
+	uint32_t weight;
+	int entry;			/* its index in the shared VM table */
+};
+
+struct pvgpu_policy {
+	int allow_unknown;		/* [default] policy = allow */
+	struct pvgpu_vm_policy unknown;	/* quota of allowed unknown callers */
+	struct pvgpu_vm_policy vms[PVGPU_POLICY_MAX_VMS];
+	unsigned int nvms;
+};
+
+/* Parse path into p; on failure -1 and one line (with the line number) in err. */
+int pvgpu_policy_load(const char *path, struct pvgpu_policy *p,
+		      char *err, size_t errlen);
+
+/* The VM a caller is, or NULL when no [vm] section names it. */
+const struct pvgpu_vm_policy *pvgpu_policy_by_uid(const struct pvgpu_policy *p,
+						  uid_t uid);
+const struct pvgpu_vm_policy *pvgpu_policy_by_cid(const struct pvgpu_policy *p,
+						  unsigned int cid);
+const struct pvgpu_vm_policy *pvgpu_policy_by_token(const struct pvgpu_policy *p,
+						    const char *token);
+
+#endif /* PVGPU_POLICY_H */
