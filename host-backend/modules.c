@@ -240,19 +240,14 @@ int32_t pvgpu_handle_launch_kernel(struct pvgpu_worker *w,
 	struct pvgpu_handle *f = lookup_function(w, req->func);
 	const struct pvgpu_param_info *layout;
 	struct pvgpu_launch l;
-	uint64_t stream = 0;
-	uint64_t need = 0;
+	uint64_t stream, need = 0;
+	int32_t st;
 
 	if (!f)
 		return CUDA_ERROR_INVALID_HANDLE;
-	if (req->stream) {
-		struct pvgpu_handle *s = pvgpu_handle_get(&w->handles, req->stream,
-							  H_STREAM);
-
-		if (!s || s->ctx != w->cur_ctx)
-			return CUDA_ERROR_INVALID_HANDLE;
-		stream = s->exec_handle;
-	}
+	st = pvgpu_lookup_stream(w, req->stream, &stream);
+	if (st)
+		return st;
 	/* The buffer must cover every parameter the kernel will read. */
 	layout = f->data;
 	for (uint32_t i = 0; i < f->ndata; i++) {

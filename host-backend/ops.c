@@ -25,8 +25,8 @@ static int32_t need_context(struct pvgpu_worker *w)
 	return CUDA_SUCCESS;
 }
 
-/* Stream id -> executor stream; 0 is the current context's default stream. */
-static int32_t lookup_stream(struct pvgpu_worker *w, uint64_t id, uint64_t *exec)
+int32_t pvgpu_lookup_stream(struct pvgpu_worker *w, uint64_t id,
+			    uint64_t *exec)
 {
 	struct pvgpu_handle *h;
 
@@ -378,7 +378,7 @@ static int32_t htod(struct pvgpu_worker *w, uint64_t dst, uint64_t size,
 	if (!st && size)
 		st = check_range(w, dst, size);
 	if (!st)
-		st = lookup_stream(w, stream_id, &stream);
+		st = pvgpu_lookup_stream(w, stream_id, &stream);
 	if (st) {
 		pvgpu_copy_refuse_htod(w, size);
 		return st;
@@ -407,7 +407,7 @@ int32_t pvgpu_handle_memcpy_dtoh(struct pvgpu_worker *w,
 	if (!st && req->size)
 		st = check_range(w, req->src, req->size);
 	if (!st)
-		st = lookup_stream(w, req->stream, &stream);
+		st = pvgpu_lookup_stream(w, req->stream, &stream);
 	if (st || !req->size)
 		return st;
 	return pvgpu_copy_dtoh(w, req->src, req->size, stream);
@@ -425,7 +425,7 @@ static int32_t dtod(struct pvgpu_worker *w, uint64_t dst, uint64_t src,
 	if (!st)
 		st = check_range(w, src, size);
 	if (!st)
-		st = lookup_stream(w, stream_id, &stream);
+		st = pvgpu_lookup_stream(w, stream_id, &stream);
 	if (!st)
 		st = w->ex_ops->memcpy_dtod_async(w->ex, dst, src, size, stream);
 	if (!st && sync)
@@ -459,7 +459,7 @@ int32_t pvgpu_handle_memset_async(struct pvgpu_worker *w,
 		return CUDA_ERROR_INVALID_VALUE;
 	st = check_range(w, req->dst, req->count * req->elem_size);
 	if (!st)
-		st = lookup_stream(w, req->stream, &stream);
+		st = pvgpu_lookup_stream(w, req->stream, &stream);
 	if (!st)
 		st = w->ex_ops->memset_async(w->ex, req->dst, req->value,
 					     req->elem_size, req->count, stream);
@@ -496,7 +496,7 @@ int32_t pvgpu_handle_stream_destroy(struct pvgpu_worker *w,
 	int32_t st = need_context(w);
 
 	if (!st)
-		st = lookup_stream(w, req->stream, &stream);
+		st = pvgpu_lookup_stream(w, req->stream, &stream);
 	if (st)
 		return st;
 	if (req->stream == 0)
@@ -513,7 +513,7 @@ int32_t pvgpu_handle_stream_synchronize(struct pvgpu_worker *w,
 	int32_t st = need_context(w);
 
 	if (!st)
-		st = lookup_stream(w, req->stream, &stream);
+		st = pvgpu_lookup_stream(w, req->stream, &stream);
 	return st ? st : w->ex_ops->stream_synchronize(w->ex, stream);
 }
 
@@ -524,7 +524,7 @@ int32_t pvgpu_handle_stream_query(struct pvgpu_worker *w,
 	int32_t st = need_context(w);
 
 	if (!st)
-		st = lookup_stream(w, req->stream, &stream);
+		st = pvgpu_lookup_stream(w, req->stream, &stream);
 	return st ? st : w->ex_ops->stream_query(w->ex, stream);
 }
 
@@ -535,7 +535,7 @@ int32_t pvgpu_handle_stream_wait_event(struct pvgpu_worker *w,
 	int32_t st = need_context(w);
 
 	if (!st)
-		st = lookup_stream(w, req->stream, &stream);
+		st = pvgpu_lookup_stream(w, req->stream, &stream);
 	if (!st)
 		st = lookup_event(w, req->event, &event);
 	return st ? st : w->ex_ops->stream_wait_event(w->ex, stream, event,
@@ -587,7 +587,7 @@ int32_t pvgpu_handle_event_record(struct pvgpu_worker *w,
 	if (!st)
 		st = lookup_event(w, req->event, &event);
 	if (!st)
-		st = lookup_stream(w, req->stream, &stream);
+		st = pvgpu_lookup_stream(w, req->stream, &stream);
 	return st ? st : w->ex_ops->event_record(w->ex, event, stream);
 }
 

@@ -219,19 +219,7 @@ static int32_t check_copy(struct pvgpu_worker *w, uint64_t dptr,
 	/* size 0: the staged copies check their device range themselves. */
 	if (size && !pvgpu_alloc_range(&w->allocs, dptr, size))
 		return CUDA_ERROR_INVALID_VALUE;
-	if (stream_id == 0) {
-		*stream = 0;
-		return CUDA_SUCCESS;
-	}
-	{
-		struct pvgpu_handle *h = pvgpu_handle_get(&w->handles, stream_id,
-							  H_STREAM);
-
-		if (!h || h->ctx != w->cur_ctx)
-			return CUDA_ERROR_INVALID_HANDLE;
-		*stream = h->exec_handle;
-	}
-	return CUDA_SUCCESS;
+	return pvgpu_lookup_stream(w, stream_id, stream);
 }
 
 static int32_t htod_window(struct pvgpu_worker *w, uint64_t dst,

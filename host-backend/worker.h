@@ -106,6 +106,13 @@ int pvgpu_worker_send_data(struct pvgpu_worker *w, const void *buf,
 int pvgpu_worker_send_reply(struct pvgpu_worker *w, uint16_t opcode,
 			    int32_t status, const uint8_t *fields, size_t len);
 
+/*
+ * Stream id -> executor stream (ops.c); 0 is the current context's default
+ * stream, and a stream of another context is CUDA_ERROR_INVALID_HANDLE.
+ */
+int32_t pvgpu_lookup_stream(struct pvgpu_worker *w, uint64_t id,
+			    uint64_t *exec);
+
 /* Pipelined copies (copy.c). */
 int32_t pvgpu_copy_htod(struct pvgpu_worker *w, uint64_t dst, uint64_t size,
 			uint64_t stream, int sync);
