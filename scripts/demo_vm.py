@@ -26,10 +26,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 PORT = 7100
 GUEST_CID = 4
-VSOCK_MODULES = ["virtio_ring", "virtio", "virtio_pci_legacy_dev",
-                 "virtio_pci_modern_dev", "virtio_pci", "vsock",
-                 "vmw_vsock_virtio_transport_common",
-                 "vmw_vsock_virtio_transport"]
 
 
 def load_pvgpuvm():
@@ -47,19 +43,6 @@ def gpu_answers():
         return ctypes.CDLL("libcuda.so.1").cuInit(0) == 0
     except OSError:
         return False
-
-
-def libraries(binary):
-    """(host, guest) pairs for what the host's loader resolves for binary."""
-    out = subprocess.run(["ldd", str(binary)], capture_output=True,
-                         text=True).stdout
-    pairs = []
-    for line in out.splitlines():
-        parts = line.split()
-        path = parts[2] if "=>" in parts and len(parts) > 2 else parts[0]
-        if path.startswith("/") and "libcudart" not in path:
-            pairs.append((os.path.realpath(path), path))
-    return pairs
 
 
 def wait_for(path, proc, what, seconds=10):
@@ -89,9 +72,8 @@ def main():
     args = ap.parse_args()
     build = (REPO / args.build).resolve()
     vm = load_pvgpuvm()
-    vhost = shutil.which("vhost-device-vsock") or \
-        str(Path.home() / ".cargo" / "bin" / "vhost-device-vsock")
-    if not Path(vhost).exists() or not shutil.which("qemu-system-x86_64"):
+    vhost = vm.vhost_device_vsock()
+    if not vhost or not shutil.which("qemu-system-x86_64"):
         sys.stderr.write("demo: no qemu-system-x86_64 or vhost-device-vsock "
                          "here: no guest can be booted\n")
         return 3
@@ -137,14 +119,15 @@ def main():
         shim = build / "lib" / "libcudart.so.13"
         files = [(str(shim), "/pvgpu/lib/libcudart.so.13"),
                  (str(synth), "/pvgpu/bin/pvgpu-synth")]
-        files += libraries(synth) + [p for p in libraries(shim) if p not in files]
+        files += vm.guest_libraries(synth)
+        files += [p for p in vm.guest_libraries(shim) if p not in files]
         quick = "--quick --size 1M-4M" if executor == "sim" else \
             "--size 32M-64M --seconds 1"
         script = ("export LD_LIBRARY_PATH=/pvgpu/lib "
                   f"PVGPU_DEVICES=vsock://2:{PORT}\n"
                   f"/pvgpu/bin/pvgpu-synth {quick}\n")
         initrd = tmp / "initrd.cpio"
-        vm.build_initramfs(initrd, script, files=files, modules=VSOCK_MODULES,
+        vm.build_initramfs(initrd, script, files=files, modules=vm.VSOCK_MODULES,
                            kdir=kdir, kver=kver)
         cmd = vm.qemu_command(
             initrd, kernel=kdir / "boot" / f"vmlinuz-{kver}", memory="1G",

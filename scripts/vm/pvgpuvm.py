@@ -70,6 +70,27 @@ class VmError(Exception):
     """Something needed to boot a guest is missing or wrong."""
 
 
+def vhost_device_vsock():
+    """The vhost-device-vsock binary (PATH, or where cargo installs it), or None."""
+    cargo = Path.home() / ".cargo" / "bin" / "vhost-device-vsock"
+    return shutil.which("vhost-device-vsock") or (str(cargo) if cargo.exists() else None)
+
+
+def guest_libraries(binary, skip=("libcudart",)):
+    """(host path, guest path) for each shared library `binary` loads, as the
+    host's loader resolves them (ldd), so a guest can carry them; libraries
+    whose names contain a `skip` entry are left out (the guest has its own)."""
+    out = subprocess.run(["ldd", str(binary)], capture_output=True,
+                         text=True).stdout
+    pairs = []
+    for line in out.splitlines():
+        parts = line.split()
+        path = parts[2] if "=>" in parts and len(parts) > 2 else parts[0]
+        if path.startswith("/") and not any(k in path for k in skip):
+            pairs.append((os.path.realpath(path), path))
+    return pairs
+
+
 # ---- window files -----------------------------------------------------------
 
 def parse_size(text):

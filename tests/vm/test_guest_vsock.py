@@ -21,11 +21,6 @@ BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
 BOOT_TIMEOUT = 240.0
 GUEST_CID = 4
 PORT = 7100
-# Debian 12 ships no vsock_loopback here and DESIGN §7 gives this order.
-VSOCK_MODULES = ["virtio_ring", "virtio", "virtio_pci_legacy_dev",
-                 "virtio_pci_modern_dev", "virtio_pci", "vsock",
-                 "vmw_vsock_virtio_transport_common",
-                 "vmw_vsock_virtio_transport"]
 PROGRAMS = ["devices", "memory", "memset", "streams", "threads", "errors",
             "meminfo"]
 KERNEL_PROGRAMS = ["vecadd", "reduce", "constant", "launchloop"]
@@ -44,11 +39,6 @@ def load_pvgpuvm():
 vm = load_pvgpuvm()
 
 
-def vhost_device_vsock():
-    return shutil.which("vhost-device-vsock") or next(
-        (str(p) for p in [Path.home() / ".cargo" / "bin" / "vhost-device-vsock"]
-         if p.exists()), None)
-
 
 @pytest.fixture(scope="module")
 def kernel():
@@ -56,18 +46,6 @@ def kernel():
         return vm.kernel_dir()
     except Exception as e:  # noqa: BLE001 - any reason is the skip's reason
         pytest.skip(f"no Debian guest kernel: {e}")
-
-
-def shared_libraries(binary):
-    """The host libraries `binary` loads (ldd), as (host, guest) pairs."""
-    out = subprocess.run(["ldd", str(binary)], capture_output=True, text=True).stdout
-    pairs = []
-    for line in out.splitlines():
-        parts = line.split()
-        path = parts[2] if "=>" in parts and len(parts) > 2 else parts[0]
-        if path.startswith("/") and "libcudart" not in path:
-            pairs.append((os.path.realpath(path), path))
-    return pairs
 
 
 def guest_files():
@@ -82,7 +60,7 @@ def guest_files():
         files.append((str(binary), f"/pvgpu/bin/{binary.name}"))
     libs = {}
     for binary in binaries + [BUILD / "lib" / "libcudart.so.13"]:
-        libs.update({guest: host for host, guest in shared_libraries(binary)})
+        libs.update({guest: host for host, guest in vm.guest_libraries(binary)})
     files += [(host, guest) for guest, host in sorted(libs.items())]
     return files
 
@@ -103,7 +81,7 @@ class Host:
     """pvgpud (sim) behind one vhost-device-vsock, for one guest."""
 
     def __init__(self, start_pvgpud, tmp, kernel):
-        binary = vhost_device_vsock()
+        binary = vm.vhost_device_vsock()
         if not binary:
             pytest.skip("no vhost-device-vsock (cargo install vhost-device-vsock@0.3.0)")
         self.tmp = tmp
@@ -127,7 +105,7 @@ class Host:
     def boot(self, programs, memory="1G"):
         initrd = self.tmp / "initrd.cpio"
         vm.build_initramfs(initrd, guest_script(programs), files=guest_files(),
-                           modules=VSOCK_MODULES, kdir=self.kdir, kver=self.kver)
+                           modules=vm.VSOCK_MODULES, kdir=self.kdir, kver=self.kver)
         extra = ["-object", f"memory-backend-memfd,id=mem,size={memory},share=on",
                  "-numa", "node,memdev=mem",
                  "-chardev", f"socket,id=vs,path={self.vhost_sock}",
