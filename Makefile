@@ -72,6 +72,8 @@ $(GEN_FILES) &: protocol/ops.spec protocol/gen.py
 # The generated guest stubs call the client in guest-lib/; dispatch calls
 # the handlers declared for host-backend/.
 $(OBJ_DIR)/gen/pvgpu_guest.o: CFLAGS += -Iguest-lib
+# The guest library opens /dev/pvgpuN: the driver's user interface.
+$(OBJ_DIR)/guest-lib/window.o: CFLAGS += -Iguest-driver
 $(OBJ_DIR)/gen/%.o: $(GEN_DIR)/%.c $(GEN_FILES)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c -o $@ $<

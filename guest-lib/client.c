@@ -309,41 +309,53 @@ struct pvgpu_window_map *pvgpu_client_window(struct pvgpu_client *c)
 }
 
 /*
- * Make a window and hand it to the backend (shm://).  Without one the
- * client still works, over the socket alone: say why once under
- * PVGPU_DEBUG and carry on.
+ * Make or open a window and hand it to the backend: a memfd of our own,
+ * passed on the Unix socket (shm://, fd >= 0), or in a VM the window of
+ * /dev/pvgpuN, which the backend finds by its id.  Without one the client
+ * still works, over the socket alone: say why once under PVGPU_DEBUG and
+ * carry on.
  */
-static void attach_window(struct pvgpu_client *c)
+static void attach_window(struct pvgpu_client *c, int device)
 {
 	struct pvgpu_window_attach_req req;
 	uint8_t q[PVGPU_WINDOW_ATTACH_REQ_MAX], hdr[PVGPU_HDR_SIZE], rep[16];
 	struct iovec iov[2];
 	size_t rep_len;
-	char err[160];
+	char err[240];
 	uint64_t id;
 	long qn;
-	int fd, rc;
+	int fd = -1, rc;
 	int32_t st;
 
-	c->win = pvgpu_window_create(&fd, err, sizeof(err));
+	c->win = device ? pvgpu_window_open_device(err, sizeof(err)) :
+			  pvgpu_window_create(&fd, err, sizeof(err));
 	if (!c->win) {
 		pvgpu_debug("%s: no shared window (%s): using the socket alone",
 			    c->uri, err);
 		return;
 	}
 	req.size = c->win->size;
+	req.window_id = c->win->window_id;
 	qn = pvgpu_window_attach_req_encode(q, &req);
 	pthread_mutex_lock(&c->lock);
 	id = take_id(c);
 	put_hdr(c, hdr, PVGPU_OP_WINDOW_ATTACH, (uint32_t)qn, id);
 	iov[0] = (struct iovec){ hdr, sizeof(hdr) };
 	iov[1] = (struct iovec){ q, (size_t)qn };
-	rc = c->tr.ops->sendv_fd(&c->tr, iov, 2, fd);
-	close(fd);
+	if (fd >= 0) {
+		rc = c->tr.ops->sendv_fd(&c->tr, iov, 2, fd);
+		close(fd);
+	} else {
+		rc = c->tr.ops->sendv(&c->tr, iov, 2);
+	}
 	st = rc ? break_locked(c, "send window", -rc) :
 		  read_reply_locked(c, PVGPU_OP_WINDOW_ATTACH, id, NULL, 0, rep,
 				    sizeof(rep), &rep_len);
 	pthread_mutex_unlock(&c->lock);
+	if (!st)
+		pvgpu_debug("%s: shared window %s%llu MiB", c->uri,
+			    device ? "of the pvgpu device, " : "",
+			    (unsigned long long)(c->win->size >> 20));
 	if (st) {
 		pvgpu_debug("%s: backend refused the shared window (status %d): using the socket alone",
 			    c->uri, st);
@@ -543,7 +555,9 @@ int pvgpu_client_open(const char *uri, struct pvgpu_client **out,
 	if (rc)
 		goto err_close;
 	if (ops->wants_window && ops->sendv_fd)
-		attach_window(c);
+		attach_window(c, 0);
+	else if (ops->device_window)
+		attach_window(c, 1);
 	*out = c;
 	return 0;
 

@@ -17,6 +17,8 @@ struct pvgpu_window_block;
 struct pvgpu_window_map {
 	uint8_t *base;
 	uint64_t size;
+	uint64_t window_id;		/* 0: our own memfd (shm://) */
+	int dev_fd;			/* /dev/pvgpuN, held (and locked) while mapped */
 	struct pvgpu_window_header *hdr;
 	uint64_t staging_offset;
 	uint32_t slot_size, nslots;
@@ -40,6 +42,14 @@ struct pvgpu_window_map {
  * fd to hand to the backend, or NULL with one line in err.
  */
 struct pvgpu_window_map *pvgpu_window_create(int *fd, char *err, size_t errlen);
+/*
+ * In a VM: the window of a pvgpu device (PVGPU_WINDOW_DEVICE, else the
+ * first of /dev/pvgpu0..15 that is free), whose layout the host wrote.
+ * One process of the guest uses a window at a time (an flock on the
+ * device): the staging ring has one writer per direction.  NULL with one
+ * line in err when there is none to use.
+ */
+struct pvgpu_window_map *pvgpu_window_open_device(char *err, size_t errlen);
 void pvgpu_window_destroy(struct pvgpu_window_map *w);
 
 /* Pinned memory for cudaMallocHost; NULL when the arena is full. */

@@ -38,8 +38,10 @@ struct pvgpu_transport_ops {
 	 */
 	int (*sendv_fd)(struct pvgpu_transport *t, struct iovec *iov,
 			int iovcnt, int fd);
-	/* Bulk data goes through a shared window when one can be made. */
+	/* Bulk data goes through a memfd window sent with sendv_fd (shm://). */
 	int wants_window;
+	/* Inside a VM: bulk data goes through a /dev/pvgpuN window if any. */
+	int device_window;
 	/* Receive without MSG_WAITALL (the socket family refuses large ones). */
 	int no_waitall;
 };

@@ -379,6 +379,7 @@ const struct pvgpu_transport_ops pvgpu_transport_vsock = {
 	 * (256 KiB by default) with ENOMEM; plain receives in a loop it takes.
 	 */
 	.no_waitall = 1,
+	.device_window = 1,
 	.connect = vsock_connect,
 	.sendv = stream_sendv,
 	.recv = stream_recv,

@@ -5,15 +5,19 @@
  * allocations are few and long-lived, so simplicity wins over speed here.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "guest_window.h"
+#include "pvgpu_ioctl.h"
 
 #define ARENA_ALIGN		4096u	/* page-aligned, like cudaMallocHost */
 #define STALL_TIMEOUT_S		30.0
@@ -177,6 +181,7 @@ struct pvgpu_window_map *pvgpu_window_create(int *fdp, char *err, size_t errlen)
 		goto err_fd;
 	}
 	w->size = size;
+	w->dev_fd = -1;
 	w->hdr = (struct pvgpu_window_header *)w->base;
 	w->staging_offset = PVGPU_WINDOW_HDR_SIZE;
 	w->slot_size = slot;
@@ -207,12 +212,120 @@ err_nomem:
 	return NULL;
 }
 
+/*
+ * Map /dev/pvgpuN if it is a window we may use; the map, or NULL with why
+ * in err.  *busy is set when another process holds it.
+ */
+static struct pvgpu_window_map *map_device(const char *path, int *busy,
+					   char *err, size_t errlen)
+{
+	struct pvgpu_window_header hdr;
+	struct pvgpu_window_map *w;
+	struct pvgpu_info info;
+	uint64_t arena, ring_end;
+	void *base;
+	int fd;
+
+	*busy = 0;
+	fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0) {
+		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+		return NULL;
+	}
+	if (flock(fd, LOCK_EX | LOCK_NB)) {
+		*busy = errno == EWOULDBLOCK;
+		snprintf(err, errlen, "%s is in use by another process", path);
+		goto err_close;
+	}
+	if (ioctl(fd, PVGPU_IOC_INFO, &info) ||
+	    (info.flags & PVGPU_INFO_UNBOUND)) {
+		snprintf(err, errlen, "%s: no window behind it", path);
+		goto err_close;
+	}
+	base = mmap(NULL, info.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (base == MAP_FAILED) {
+		snprintf(err, errlen, "mapping %s: %s", path, strerror(errno));
+		goto err_close;
+	}
+	/* The host wrote the layout; take it only if it makes sense. */
+	memcpy(&hdr, base, sizeof(hdr));
+	ring_end = hdr.staging_offset + (uint64_t)hdr.slot_size * hdr.nslots;
+	arena = (ring_end + ARENA_ALIGN - 1) & ~(uint64_t)(ARENA_ALIGN - 1);
+	if (hdr.magic != PVGPU_WINDOW_MAGIC || hdr.layout != PVGPU_WINDOW_LAYOUT ||
+	    hdr.size != info.size || hdr.window_id != info.window_id ||
+	    !hdr.window_id || hdr.staging_offset < PVGPU_WINDOW_HDR_SIZE ||
+	    hdr.nslots < 2 || hdr.slot_size < (64u << 10) ||
+	    arena + ARENA_ALIGN > info.size) {
+		snprintf(err, errlen, "%s: the window's header is not a usable layout %u one",
+			 path, PVGPU_WINDOW_LAYOUT);
+		goto err_unmap;
+	}
+	w = calloc(1, sizeof(*w));
+	if (!w)
+		goto err_nomem;
+	w->blocks = malloc(16 * sizeof(*w->blocks));
+	if (!w->blocks) {
+		free(w);
+		goto err_nomem;
+	}
+	w->cap = 16;
+	w->base = base;
+	w->size = info.size;
+	w->window_id = hdr.window_id;
+	w->dev_fd = fd;
+	w->hdr = base;
+	w->staging_offset = hdr.staging_offset;
+	w->slot_size = hdr.slot_size;
+	w->nslots = hdr.nslots;
+	/* Our counters start again with us; the backend resets its own. */
+	pvgpu_window_store(&w->hdr->h2d_filled, 0);
+	pvgpu_window_store(&w->hdr->d2h_taken, 0);
+	w->blocks[0] = (struct pvgpu_window_block){ arena, w->size - arena, 0 };
+	w->nblocks = 1;
+	pthread_mutex_init(&w->lock, NULL);
+	w->helper = copy_helper_start();
+	return w;
+
+err_nomem:
+	snprintf(err, errlen, "out of memory");
+err_unmap:
+	munmap(base, info.size);
+err_close:
+	close(fd);
+	return NULL;
+}
+
+struct pvgpu_window_map *pvgpu_window_open_device(char *err, size_t errlen)
+{
+	const char *path = getenv("PVGPU_WINDOW_DEVICE");
+	int busy;
+
+	if (path && *path)
+		return map_device(path, &busy, err, errlen);
+	snprintf(err, errlen, "no /dev/pvgpuN device");
+	for (int i = 0; i < 16; i++) {
+		struct pvgpu_window_map *w;
+		char dev[32], why[200];
+
+		snprintf(dev, sizeof(dev), "/dev/pvgpu%d", i);
+		if (access(dev, F_OK))
+			continue;
+		w = map_device(dev, &busy, why, sizeof(why));
+		if (w)
+			return w;
+		snprintf(err, errlen, "%s", why);	/* the last reason */
+	}
+	return NULL;
+}
+
 void pvgpu_window_destroy(struct pvgpu_window_map *w)
 {
 	if (!w)
 		return;
 	copy_helper_stop(w->helper);
 	munmap(w->base, w->size);
+	if (w->dev_fd >= 0)
+		close(w->dev_fd);	/* and with it the lock */
 	pthread_mutex_destroy(&w->lock);
 	free(w->blocks);
 	free(w);

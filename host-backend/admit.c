@@ -35,6 +35,30 @@ int pvgpu_policy_apply(struct pvgpu_policy *p, struct pvgpu_accounting *acct,
 	return 0;
 }
 
+void pvgpu_registry_apply(struct pvgpu_registry *r,
+			  const struct pvgpu_policy *p,
+			  struct pvgpu_accounting *acct)
+{
+	for (unsigned int i = 0; i < r->nvms; i++) {
+		struct pvgpu_vm_record *rec = &r->vms[i];
+		const struct pvgpu_vm_policy *named =
+			p ? pvgpu_policy_by_name(p, rec->name) : NULL;
+		struct pvgpu_vm_entry *e;
+
+		if (named) {
+			rec->entry = named->entry;
+			continue;
+		}
+		rec->entry = pvgpu_accounting_vm_get(acct, rec->name);
+		if (rec->entry < 0)
+			continue;	/* admission refuses it, saying why */
+		e = &acct->vms[rec->entry];
+		atomic_store(&e->quota, rec->memory);
+		atomic_store(&e->max_sessions, 0);
+		atomic_store(&e->gpus, 1u << rec->gpu);
+	}
+}
+
 static const struct pvgpu_vm_policy *caller_vm(const struct pvgpu_policy *p,
 					       const struct pvgpu_peer *peer,
 					       const char *token)
@@ -54,19 +78,42 @@ int pvgpu_admit(const struct pvgpu_policy *p, struct pvgpu_accounting *acct,
 		struct pvgpu_slot *slot, const struct pvgpu_peer *peer,
 		const char *token, char *why, size_t whylen)
 {
-	const struct pvgpu_vm_policy *vm = caller_vm(p, peer, token);
+	const struct pvgpu_vm_policy *vm = NULL;
+	const char *name;
 	uint32_t max, live;
 	int e;
 
-	if (!vm) {
-		if (!p->allow_unknown) {
-			snprintf(why, whylen, "%s names no [vm] of the policy and [default] policy = refuse",
-				 peer->kind == EP_TCP ? "its token" : "its identity");
+	if (peer->vm.name[0]) {
+		/* Registered: the channel says which VM. */
+		vm = p ? pvgpu_policy_by_name(p, peer->vm.name) : NULL;
+		e = vm ? vm->entry : peer->vm.entry;
+		name = peer->vm.name;
+		if (e < 0) {
+			snprintf(why, whylen, "no room for vm %s: at most %d VM names per daemon lifetime",
+				 name, PVGPU_MAX_VM_ENTRIES - 1);
 			return -1;
 		}
-		vm = &p->unknown;
+	} else if (!p) {
+		if (peer->kind == EP_VSOCK) {
+			snprintf(why, whylen, "cid %u is not attached to any VM",
+				 peer->cid);
+			return -1;
+		}
+		return 0;	/* a local caller, no policy: as without a registry */
+	} else {
+		vm = caller_vm(p, peer, token);
+		if (!vm) {
+			if (!p->allow_unknown) {
+				snprintf(why, whylen, "%s names no [vm] of the policy and [default] policy = refuse",
+					 peer->kind == EP_TCP ? "its token" :
+								"its identity");
+				return -1;
+			}
+			vm = &p->unknown;
+		}
+		e = vm->entry;
+		name = vm->name;
 	}
-	e = vm->entry;
 	/* Count and take under the lock: two callers must not both get the last session. */
 	pvgpu_accounting_vm_lock(acct, e);
 	max = atomic_load(&acct->vms[e].max_sessions);
@@ -74,7 +121,7 @@ int pvgpu_admit(const struct pvgpu_policy *p, struct pvgpu_accounting *acct,
 	if (max && live >= max) {
 		pvgpu_accounting_vm_unlock(acct, e);
 		snprintf(why, whylen, "vm %s already has %u session(s), its max_sessions",
-			 vm->name, live);
+			 name, live);
 		return -1;
 	}
 	atomic_store(&slot->vm, e);

@@ -15,6 +15,7 @@
 #include "accounting.h"
 #include "listen.h"
 #include "policy.h"
+#include "registry.h"
 
 /*
  * Give every VM of p (and the pool of unknown callers) its entry in the
@@ -25,9 +26,22 @@ int pvgpu_policy_apply(struct pvgpu_policy *p, struct pvgpu_accounting *acct,
 		       char *err, size_t errlen);
 
 /*
+ * Give every VM of the registry its entry in the shared table, and write
+ * there the quota and GPU qemu-device recorded for it, except for VMs the
+ * policy file names (p may be NULL): their [vm] section's limits win.
+ * Called after pvgpu_policy_apply whenever either changes.
+ */
+void pvgpu_registry_apply(struct pvgpu_registry *r,
+			  const struct pvgpu_policy *p,
+			  struct pvgpu_accounting *acct);
+
+/*
  * Decide the VM of peer (token: what a TCP caller sent in hello, else
  * ignored) and take one of its sessions: 0 with slot->vm set, or -1 with
- * why the caller is refused in why.
+ * why the caller is refused in why.  A peer the registry names
+ * (peer->vm.name) is that VM.  p may be NULL (no policy file): then a
+ * registered VM is admitted, a vsock peer no VM is registered for is
+ * refused, and a local Unix caller is let in without a VM.
  */
 int pvgpu_admit(const struct pvgpu_policy *p, struct pvgpu_accounting *acct,
 		struct pvgpu_slot *slot, const struct pvgpu_peer *peer,

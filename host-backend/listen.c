@@ -15,8 +15,8 @@
 
 #include "listen.h"
 
-static int listen_unix(const char *path, struct pvgpu_listener *l,
-		       char *err, size_t errlen)
+static int listen_unix(const char *path, mode_t mode,
+		       struct pvgpu_listener *l, char *err, size_t errlen)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	int fd;
@@ -41,9 +41,7 @@ static int listen_unix(const char *path, struct pvgpu_listener *l,
 	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
 	    listen(fd, 64) < 0)
 		goto err_close;
-	/* Who may connect is decided by the socket's permissions and by
-	 * policy; the socket itself is open to every local user. */
-	chmod(path, 0666);
+	chmod(path, mode);
 	strcpy(l->path, path);
 	l->kind = EP_UNIX;
 	return fd;
@@ -139,7 +137,9 @@ int pvgpu_listen(const char *uri, struct pvgpu_listener *l,
 	l->fd = -1;
 	snprintf(l->uri, sizeof(l->uri), "%s", uri);
 	if (!strncmp(uri, "unix://", 7))
-		l->fd = listen_unix(uri + 7, l, err, errlen);
+		/* Who may connect is decided by policy, from the caller's
+		 * uid: the socket itself is open to every local user. */
+		l->fd = listen_unix(uri + 7, 0666, l, err, errlen);
 	else if (!strncmp(uri, "tcp://", 6))
 		l->fd = listen_tcp(uri + 6, l, err, errlen);
 	else if (!strncmp(uri, "vsock://", 8))
@@ -148,6 +148,20 @@ int pvgpu_listen(const char *uri, struct pvgpu_listener *l,
 		snprintf(err, errlen,
 			 "unsupported listen URI '%s' (unix://PATH, tcp://HOST:PORT, vsock://any:PORT)",
 			 uri);
+	return l->fd < 0 ? -1 : 0;
+}
+
+int pvgpu_listen_vm(const char *path, const char *vm,
+		    struct pvgpu_listener *l, char *err, size_t errlen)
+{
+	memset(l, 0, sizeof(*l));
+	snprintf(l->uri, sizeof(l->uri), "unix://%s", path);
+	snprintf(l->vm, sizeof(l->vm), "%s", vm);
+	/*
+	 * Whoever connects here is the VM, so only vhost-device-vsock may:
+	 * the socket is ours alone, and accept checks the peer's uid too.
+	 */
+	l->fd = listen_unix(path, 0600, l, err, errlen);
 	return l->fd < 0 ? -1 : 0;
 }
 
@@ -180,9 +194,20 @@ int pvgpu_accept(struct pvgpu_listener *l, struct pvgpu_peer *peer)
 			close(fd);
 			return -1;
 		}
+		if (l->vm[0] && cred.uid != 0 && cred.uid != geteuid()) {
+			close(fd);
+			errno = EPERM;
+			return -1;
+		}
 		peer->uid = cred.uid;
-		snprintf(peer->identity, sizeof(peer->identity),
-			 "uid=%u,pid=%d", (unsigned int)cred.uid, (int)cred.pid);
+		if (l->vm[0])
+			snprintf(peer->identity, sizeof(peer->identity),
+				 "vm %s via vhost-user (pid %d)", l->vm,
+				 (int)cred.pid);
+		else
+			snprintf(peer->identity, sizeof(peer->identity),
+				 "uid=%u,pid=%d", (unsigned int)cred.uid,
+				 (int)cred.pid);
 		break;
 	}
 	case EP_TCP: {

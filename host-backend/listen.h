@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "registry.h"
+
 enum pvgpu_endpoint_kind { EP_UNIX, EP_TCP, EP_VSOCK };
 
 struct pvgpu_listener {
@@ -18,6 +20,7 @@ struct pvgpu_listener {
 	int fd;
 	char uri[256];
 	char path[108];		/* EP_UNIX: unlinked again on shutdown */
+	char vm[PVGPU_VM_NAME_LEN];	/* a VM's vhost-user socket: that VM */
 };
 
 struct pvgpu_peer {
@@ -25,11 +28,22 @@ struct pvgpu_peer {
 	char identity[128];	/* "uid=1000,pid=42", "tcp:127.0.0.1:5000", "cid=4" */
 	uid_t uid;		/* EP_UNIX only */
 	unsigned int cid;	/* EP_VSOCK only */
+	/*
+	 * The registered VM the channel belongs to (vm.name "" if none): the
+	 * VM whose vhost-user socket accepted it, or whose CID it has.
+	 */
+	struct pvgpu_vm_record vm;
 };
 
 /* Open a listening socket for uri; on failure -1 and one line in err. */
 int pvgpu_listen(const char *uri, struct pvgpu_listener *l,
 		 char *err, size_t errlen);
+/*
+ * Listen on the Unix socket vhost-device-vsock forwards VM vm's vsock
+ * connections to: mode 0600, and only root or our own uid may connect.
+ */
+int pvgpu_listen_vm(const char *path, const char *vm,
+		    struct pvgpu_listener *l, char *err, size_t errlen);
 void pvgpu_listener_close(struct pvgpu_listener *l);
 
 /* Accept one connection; returns the fd (or -1) and fills peer. */

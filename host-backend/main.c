@@ -4,10 +4,13 @@
  *   pvgpud --listen URI [--listen URI ...] --executor cuda|sim
  *          [--config FILE] [--log-level error|warn|info|debug]
  *          [--block-size BYTES] [--max-sessions N] [--tcp-token TOKEN]
- *          [--module-cache DIR] [--poll-us N]
+ *          [--module-cache DIR] [--poll-us N] [--registry DIR]
  *
  * Runs in the foreground, logs to stderr, exits cleanly on SIGTERM; SIGHUP
- * rereads --config (the per-VM policy, see policy.h).
+ * rereads --config (the per-VM policy, see policy.h) and the registry.
+ * --registry names the directory where qemu-device records the VMs it gave
+ * a vGPU (registry.h; /run/pvgpu/vms by default there): pvgpud watches it,
+ * listens on each vhost-user VM's socket and maps each VM's window.
  * Exit codes: 0 success, 1 runtime failure, 2 bad usage.
  */
 #include <getopt.h>
@@ -25,7 +28,7 @@ static const char usage[] =
 	"usage: pvgpud --listen URI [--listen URI ...] --executor cuda|sim\n"
 	"              [--config FILE] [--log-level error|warn|info|debug]\n"
 	"              [--block-size BYTES] [--max-sessions N] [--tcp-token TOKEN]\n"
-	"              [--module-cache DIR] [--poll-us N]\n"
+	"              [--module-cache DIR] [--poll-us N] [--registry DIR]\n"
 	"URIs: unix:///PATH, tcp://HOST:PORT, vsock://any:PORT\n";
 
 static int bad_usage(const char *what)
@@ -64,6 +67,7 @@ int main(int argc, char **argv)
 		{ "tcp-token", required_argument, NULL, 't' },
 		{ "module-cache", required_argument, NULL, 'M' },
 		{ "poll-us", required_argument, NULL, 'P' },
+		{ "registry", required_argument, NULL, 'R' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -125,6 +129,11 @@ int main(int argc, char **argv)
 			cfg.poll_us = (uint32_t)n;
 			break;
 		}
+		case 'R':
+			if (optarg[0] != '/')
+				return bad_usage("--registry must be an absolute directory path");
+			cfg.registry = optarg;
+			break;
 		case 'h':
 			fputs(usage, stdout);
 			return 0;
@@ -134,8 +143,8 @@ int main(int argc, char **argv)
 	}
 	if (optind < argc)
 		return bad_usage("unexpected argument");
-	if (!cfg.nlisten)
-		return bad_usage("at least one --listen URI is needed");
+	if (!cfg.nlisten && !cfg.registry)
+		return bad_usage("at least one --listen URI (or a --registry of VMs) is needed");
 	if (!cfg.exec)
 		return bad_usage("--executor cuda|sim is needed");
 	/* With a policy, TCP callers are told apart by their [vm] tokens. */

@@ -309,6 +309,15 @@ const struct pvgpu_vm_policy *pvgpu_policy_by_uid(const struct pvgpu_policy *p,
 	return NULL;
 }
 
+const struct pvgpu_vm_policy *pvgpu_policy_by_name(const struct pvgpu_policy *p,
+						   const char *name)
+{
+	for (unsigned int i = 0; i < p->nvms; i++)
+		if (!strcmp(p->vms[i].name, name))
+			return &p->vms[i];
+	return NULL;
+}
+
 const struct pvgpu_vm_policy *pvgpu_policy_by_cid(const struct pvgpu_policy *p,
 						  unsigned int cid)
 {

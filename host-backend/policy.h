@@ -72,6 +72,8 @@ const struct pvgpu_vm_policy *pvgpu_policy_by_uid(const struct pvgpu_policy *p,
 						  uid_t uid);
 const struct pvgpu_vm_policy *pvgpu_policy_by_cid(const struct pvgpu_policy *p,
 						  unsigned int cid);
+const struct pvgpu_vm_policy *pvgpu_policy_by_name(const struct pvgpu_policy *p,
+						   const char *name);
 const struct pvgpu_vm_policy *pvgpu_policy_by_token(const struct pvgpu_policy *p,
 						    const char *token);
 

@@ -5,7 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -91,9 +93,160 @@ static int load_policy(struct pvgpu_supervisor *sv)
 	free(sv->policy);
 	sv->policy = p;
 	sv->wcfg.policy = p;	/* workers forked from now on get this one */
+	if (sv->registry)	/* VMs the policy stopped naming get theirs back */
+		pvgpu_registry_apply(sv->registry, p, sv->acct);
 	log_info("policy %s: %u VM(s), unknown callers %s", sv->config, p->nvms,
 		 p->allow_unknown ? "allowed" : "refused");
 	return 0;
+}
+
+/*
+ * Listen for each vhost-user VM of r on the socket its vhost-device-vsock
+ * forwards to, and stop listening for VMs that left r or moved.  Sessions
+ * already running are not touched: they hold their own connections.
+ */
+static void sync_vm_listeners(struct pvgpu_supervisor *sv,
+			      const struct pvgpu_registry *r)
+{
+	char err[512];
+
+	for (int i = 0; i < sv->nvm_listeners;) {
+		struct pvgpu_listener *l = &sv->vm_listeners[i];
+		const struct pvgpu_vm_record *rec = pvgpu_registry_by_name(r, l->vm);
+
+		if (rec && rec->vhost_user && !strcmp(rec->listen, l->path)) {
+			i++;
+			continue;
+		}
+		pvgpu_listener_close(l);
+		*l = sv->vm_listeners[--sv->nvm_listeners];
+	}
+	for (unsigned int i = 0; i < r->nvms; i++) {
+		const struct pvgpu_vm_record *rec = &r->vms[i];
+		int have = 0;
+
+		if (!rec->vhost_user)
+			continue;
+		for (int j = 0; j < sv->nvm_listeners; j++)
+			have |= !strcmp(sv->vm_listeners[j].vm, rec->name);
+		if (have)
+			continue;
+		if (pvgpu_listen_vm(rec->listen, rec->name,
+				    &sv->vm_listeners[sv->nvm_listeners], err,
+				    sizeof(err))) {
+			log_warn("registry: vm %s: cannot listen on %s", rec->name,
+				 err);
+			continue;
+		}
+		sv->nvm_listeners++;
+	}
+}
+
+static int same_record(const struct pvgpu_vm_record *a,
+		       const struct pvgpu_vm_record *b)
+{
+	return a->vhost_user == b->vhost_user && a->cid == b->cid &&
+	       a->gpu == b->gpu && a->memory == b->memory &&
+	       !strcmp(a->listen, b->listen) &&
+	       !memcmp(&a->window, &b->window, sizeof(a->window));
+}
+
+/* One line per VM that came, changed or left. */
+static void log_registry_changes(const struct pvgpu_registry *old,
+				 const struct pvgpu_registry *r)
+{
+	for (unsigned int i = 0; i < r->nvms; i++) {
+		const struct pvgpu_vm_record *rec = &r->vms[i];
+		const struct pvgpu_vm_record *was =
+			old ? pvgpu_registry_by_name(old, rec->name) : NULL;
+		char quota[32] = "none", window[PVGPU_PATH_LEN + 32] = "none";
+
+		if (was && same_record(was, rec))
+			continue;
+		if (rec->memory)
+			human_bytes(rec->memory, quota, sizeof(quota));
+		if (rec->window.path[0])
+			snprintf(window, sizeof(window), "%s (%llu MiB)",
+				 rec->window.path,
+				 (unsigned long long)(rec->window.size >> 20));
+		log_info("registry: vm %s %s: cid %u, %s%s, window %s, gpu %u, quota %s",
+			 rec->name, was ? "changed" : "attached", rec->cid,
+			 rec->vhost_user ? "vhost-user via " : "kernel vsock",
+			 rec->vhost_user ? rec->listen : "", window, rec->gpu,
+			 quota);
+	}
+	for (unsigned int i = 0; old && i < old->nvms; i++)
+		if (!pvgpu_registry_by_name(r, old->vms[i].name))
+			log_info("registry: vm %s detached (its live sessions go on)",
+				 old->vms[i].name);
+}
+
+/* Read the VM registry and put it in force; the old one stays on failure. */
+static int load_registry(struct pvgpu_supervisor *sv)
+{
+	struct pvgpu_registry *r = malloc(sizeof(*r));
+	char err[512];
+
+	if (!r) {
+		log_error("out of memory reading the registry %s", sv->registry_dir);
+		return -1;
+	}
+	if (pvgpu_registry_load(sv->registry_dir, r, err, sizeof(err))) {
+		log_error("%s", err);
+		free(r);
+		return -1;
+	}
+	pvgpu_registry_apply(r, sv->policy, sv->acct);
+	log_registry_changes(sv->registry, r);
+	sync_vm_listeners(sv, r);
+	free(sv->registry);
+	sv->registry = r;
+	return 0;
+}
+
+/* The registry directory, made (with its parent) if need be, and watched. */
+static int watch_registry(struct pvgpu_supervisor *sv)
+{
+	char parent[PVGPU_PATH_LEN];
+	char *slash;
+
+	snprintf(parent, sizeof(parent), "%s", sv->registry_dir);
+	slash = strrchr(parent, '/');
+	if (slash && slash != parent) {
+		*slash = '\0';
+		mkdir(parent, 0755);
+	}
+	if (mkdir(sv->registry_dir, 0755) && errno != EEXIST) {
+		log_error("registry %s: %s", sv->registry_dir, strerror(errno));
+		return -1;
+	}
+	/*
+	 * pvgpu-vm writes an entry under a temporary name and renames it
+	 * into place, and removes it with unlink: a move or a delete is a
+	 * change.  Direct writes (an operator's editor) end in a close.
+	 */
+	sv->inotify_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+	if (sv->inotify_fd < 0 ||
+	    inotify_add_watch(sv->inotify_fd, sv->registry_dir,
+			      IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE |
+			      IN_CLOSE_WRITE) < 0) {
+		log_error("cannot watch the registry %s: %s", sv->registry_dir,
+			  strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+/* Drain the inotify events; any of them means: read the registry again. */
+static void registry_changed(struct pvgpu_supervisor *sv)
+{
+	char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+
+	while (read(sv->inotify_fd, buf, sizeof(buf)) > 0)
+		;
+	if (load_registry(sv))
+		log_warn("registry %s not reread; the VMs in force stay",
+			 sv->registry_dir);
 }
 
 int pvgpu_supervisor_init(struct pvgpu_supervisor *sv,
@@ -104,6 +257,7 @@ int pvgpu_supervisor_init(struct pvgpu_supervisor *sv,
 
 	memset(sv, 0, sizeof(*sv));
 	sv->sigfd = -1;
+	sv->inotify_fd = -1;
 	sv->next_session = 1;
 	sv->wcfg.exec = cfg->exec;
 	sv->wcfg.block = cfg->block;
@@ -111,6 +265,7 @@ int pvgpu_supervisor_init(struct pvgpu_supervisor *sv,
 	sv->wcfg.module_cache = cfg->module_cache;
 	sv->wcfg.poll_ns = (uint64_t)cfg->poll_us * 1000;
 	sv->config = cfg->config;
+	sv->registry_dir = cfg->registry;
 
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGTERM);
@@ -136,6 +291,8 @@ int pvgpu_supervisor_init(struct pvgpu_supervisor *sv,
 	}
 	if (sv->config && load_policy(sv))
 		goto err;
+	if (sv->registry_dir && (watch_registry(sv) || load_registry(sv)))
+		goto err;
 	for (int i = 0; i < cfg->nlisten; i++) {
 		if (pvgpu_listen(cfg->listen[i], &sv->listeners[i], err,
 				 sizeof(err))) {
@@ -158,6 +315,14 @@ void pvgpu_supervisor_fini(struct pvgpu_supervisor *sv)
 	for (int i = 0; i < sv->nlisteners; i++)
 		pvgpu_listener_close(&sv->listeners[i]);
 	sv->nlisteners = 0;
+	for (int i = 0; i < sv->nvm_listeners; i++)
+		pvgpu_listener_close(&sv->vm_listeners[i]);
+	sv->nvm_listeners = 0;
+	if (sv->inotify_fd >= 0)
+		close(sv->inotify_fd);
+	sv->inotify_fd = -1;
+	free(sv->registry);
+	sv->registry = NULL;
 	if (sv->sigfd >= 0)
 		close(sv->sigfd);
 	sv->sigfd = -1;
@@ -175,6 +340,33 @@ static const char *vm_name(struct pvgpu_supervisor *sv, struct pvgpu_slot *slot)
 	return vm < 0 ? "-" : sv->acct->vms[vm].name;
 }
 
+/*
+ * The registered VM a connection belongs to, from the channel alone: the
+ * VM whose vhost-user socket accepted it, or the VM with its CID over
+ * kernel vsock.  -1 only for a VM socket whose VM has just left.
+ */
+static int identify_vm(struct pvgpu_supervisor *sv,
+		       const struct pvgpu_listener *l, struct pvgpu_peer *peer)
+{
+	const struct pvgpu_vm_record *rec = NULL;
+
+	if (!sv->registry)
+		return 0;
+	if (l->vm[0]) {
+		rec = pvgpu_registry_by_name(sv->registry, l->vm);
+		if (!rec)
+			return -1;
+	} else if (peer->kind == EP_VSOCK) {
+		/* A vhost-user VM's CID means nothing to the host kernel. */
+		rec = pvgpu_registry_by_cid(sv->registry, peer->cid);
+		if (rec && rec->vhost_user)
+			rec = NULL;
+	}
+	if (rec)
+		peer->vm = *rec;
+	return 0;
+}
+
 static void start_session(struct pvgpu_supervisor *sv, struct pvgpu_listener *l)
 {
 	struct pvgpu_peer peer;
@@ -188,6 +380,12 @@ static void start_session(struct pvgpu_supervisor *sv, struct pvgpu_listener *l)
 		log_warn("accept on %s failed: %s", l->uri, strerror(errno));
 		return;
 	}
+	if (identify_vm(sv, l, &peer)) {
+		log_warn("refused %s via %s: vm %s is no longer registered",
+			 peer.identity, l->uri, l->vm);
+		close(fd);
+		return;
+	}
 	slot = pvgpu_accounting_claim(sv->acct);
 	if (!slot) {
 		log_warn("refused %s: all %u session slots are in use",
@@ -199,7 +397,7 @@ static void start_session(struct pvgpu_supervisor *sv, struct pvgpu_listener *l)
 	 * Unix and vsock callers are known from the channel now; a TCP
 	 * caller only at hello, by its token, so its worker admits it.
 	 */
-	if (sv->policy && peer.kind != EP_TCP) {
+	if ((sv->policy || sv->registry) && peer.kind != EP_TCP) {
 		char why[256];
 
 		if (pvgpu_admit(sv->policy, sv->acct, slot, &peer, NULL, why,
@@ -229,6 +427,10 @@ static void start_session(struct pvgpu_supervisor *sv, struct pvgpu_listener *l)
 		/* The worker: drop what belongs to the supervisor. */
 		for (int i = 0; i < sv->nlisteners; i++)
 			close(sv->listeners[i].fd);
+		for (int i = 0; i < sv->nvm_listeners; i++)
+			close(sv->vm_listeners[i].fd);
+		if (sv->inotify_fd >= 0)
+			close(sv->inotify_fd);
 		close(sv->sigfd);
 		sigemptyset(&mask);
 		sigprocmask(SIG_SETMASK, &mask, NULL);
@@ -330,11 +532,14 @@ static void handle_signal(struct pvgpu_supervisor *sv)
 		break;
 	case SIGHUP:
 		/* Live sessions keep their VM; new limits reach them through the table. */
-		if (!sv->config)
-			log_info("SIGHUP: no policy file is loaded, nothing to reload");
-		else if (load_policy(sv))
+		if (!sv->config && !sv->registry_dir)
+			log_info("SIGHUP: no policy file or registry, nothing to reload");
+		if (sv->config && load_policy(sv))
 			log_warn("SIGHUP: %s not reloaded; the policy in force stays",
 				 sv->config);
+		if (sv->registry_dir && load_registry(sv))
+			log_warn("SIGHUP: registry %s not reread; the VMs in force stay",
+				 sv->registry_dir);
 		break;
 	case SIGTERM:
 	case SIGINT:
@@ -347,29 +552,37 @@ static void handle_signal(struct pvgpu_supervisor *sv)
 
 int pvgpu_supervisor_run(struct pvgpu_supervisor *sv)
 {
-	struct pollfd pfd[PVGPU_MAX_LISTENERS + 1];
+	/* signals, registry, then the listeners and the VMs' sockets */
+	struct pollfd pfd[2 + PVGPU_MAX_LISTENERS + PVGPU_REGISTRY_MAX];
+	struct pvgpu_listener *owner[PVGPU_MAX_LISTENERS + PVGPU_REGISTRY_MAX];
 
 	while (!sv->stopping) {
-		int n;
+		int n, nl = 0;
 
-		pfd[0].fd = sv->sigfd;
-		pfd[0].events = POLLIN;
-		for (int i = 0; i < sv->nlisteners; i++) {
-			pfd[i + 1].fd = sv->listeners[i].fd;
-			pfd[i + 1].events = POLLIN;
-		}
-		n = poll(pfd, (nfds_t)sv->nlisteners + 1, -1);
+		pfd[0] = (struct pollfd){ .fd = sv->sigfd, .events = POLLIN };
+		pfd[1] = (struct pollfd){ .fd = sv->inotify_fd, .events = POLLIN };
+		for (int i = 0; i < sv->nlisteners; i++)
+			owner[nl++] = &sv->listeners[i];
+		for (int i = 0; i < sv->nvm_listeners; i++)
+			owner[nl++] = &sv->vm_listeners[i];
+		for (int i = 0; i < nl; i++)
+			pfd[2 + i] = (struct pollfd){ .fd = owner[i]->fd,
+						      .events = POLLIN };
+		n = poll(pfd, (nfds_t)(2 + nl), -1);
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
 			log_error("poll: %s", strerror(errno));
 			return 1;
 		}
+		/* Sessions first: a reload may close a listener in owner[]. */
+		for (int i = 0; i < nl && !sv->stopping; i++)
+			if (pfd[2 + i].revents & POLLIN)
+				start_session(sv, owner[i]);
 		if (pfd[0].revents)
 			handle_signal(sv);
-		for (int i = 0; i < sv->nlisteners && !sv->stopping; i++)
-			if (pfd[i + 1].revents & POLLIN)
-				start_session(sv, &sv->listeners[i]);
+		if (pfd[1].revents && !sv->stopping)
+			registry_changed(sv);
 	}
 	stop_workers(sv);
 	log_info("stopped");

@@ -9,6 +9,7 @@
 #include "accounting.h"
 #include "listen.h"
 #include "policy.h"
+#include "registry.h"
 #include "worker.h"
 
 #define PVGPU_MAX_LISTENERS	16
@@ -21,6 +22,12 @@ struct pvgpu_supervisor {
 	struct pvgpu_worker_config wcfg;
 	const char *config;		/* policy file; NULL: everyone, no quota */
 	struct pvgpu_policy *policy;	/* in force; NULL without config */
+	const char *registry_dir;	/* --registry DIR; NULL: no VMs */
+	struct pvgpu_registry *registry;	/* in force; NULL without it */
+	int inotify_fd;			/* watches registry_dir; -1: none */
+	/* One per vhost-user VM of the registry: its forwarded vsock. */
+	struct pvgpu_listener vm_listeners[PVGPU_REGISTRY_MAX];
+	int nvm_listeners;
 	uint64_t next_session;
 	int stopping;
 };
@@ -35,6 +42,7 @@ struct pvgpu_supervisor_config {
 	const char *module_cache;	/* directory; NULL: no cross-session cache */
 	uint32_t poll_us;		/* workers' busy-poll before sleeping */
 	const char *config;		/* --config FILE, or NULL */
+	const char *registry;		/* --registry DIR, or NULL */
 };
 
 /* 0, or -1 after logging why (the caller exits 1). */

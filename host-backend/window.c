@@ -10,6 +10,7 @@
  */
 #include <cuda.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -59,6 +60,39 @@ void pvgpu_window_forget_ctx(struct pvgpu_worker *w, uint64_t ctx)
 			win->pins[i].ctx = 0;
 }
 
+/*
+ * In a VM: the window the guest names by id is its ivshmem BAR2, whose host
+ * file the registry gave for this session's VM.  The guest can only name
+ * its own VM's window: any other id, or a size other than the one
+ * registered (the size of the device the guest sees), is refused.
+ */
+static int open_vm_window(struct pvgpu_worker *w,
+			  const struct pvgpu_window_attach_req *req)
+{
+	const struct pvgpu_vm_window *vw = &w->peer.vm.window;
+	char err[512];
+	int fd;
+
+	if (!vw->path[0]) {
+		log_info("window_attach: window 0x%016llx named, but %s has no registered window",
+			 (unsigned long long)req->window_id,
+			 w->peer.vm.name[0] ? w->peer.vm.name : "this caller");
+		return -1;
+	}
+	if (req->window_id != vw->id || req->size != vw->size) {
+		log_warn("window_attach: the guest names window 0x%016llx of %llu bytes, vm %s has 0x%016llx of %llu bytes: refused",
+			 (unsigned long long)req->window_id,
+			 (unsigned long long)req->size, w->peer.vm.name,
+			 (unsigned long long)vw->id,
+			 (unsigned long long)vw->size);
+		return -1;
+	}
+	fd = pvgpu_vm_window_open(vw, err, sizeof(err));
+	if (fd < 0)
+		log_warn("window_attach: vm %s: %s", w->peer.vm.name, err);
+	return fd;
+}
+
 int32_t pvgpu_handle_window_attach(struct pvgpu_worker *w,
 				   const struct pvgpu_window_attach_req *req,
 				   struct pvgpu_window_attach_rep *rep)
@@ -71,9 +105,19 @@ int32_t pvgpu_handle_window_attach(struct pvgpu_worker *w,
 	void *base;
 
 	w->passed_fd = -1;
-	if (fd < 0) {
+	if (fd >= 0 && req->window_id) {
+		log_info("window_attach: a file descriptor and a window id; refused");
+		close(fd);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	if (fd < 0 && !req->window_id) {
 		log_info("window_attach without a file descriptor");
 		return CUDA_ERROR_INVALID_VALUE;
+	}
+	if (fd < 0) {
+		fd = open_vm_window(w, req);
+		if (fd < 0)
+			return CUDA_ERROR_INVALID_VALUE;
 	}
 	if (win->base || req->size < PVGPU_WINDOW_HDR_SIZE ||
 	    fstat(fd, &st) || (uint64_t)st.st_size < req->size ||
@@ -93,7 +137,8 @@ int32_t pvgpu_handle_window_attach(struct pvgpu_worker *w,
 	staging_end = hdr.staging_offset +
 		      (uint64_t)hdr.slot_size * hdr.nslots;
 	if (hdr.magic != PVGPU_WINDOW_MAGIC || hdr.layout != PVGPU_WINDOW_LAYOUT ||
-	    hdr.size != req->size || hdr.nslots < 2 || hdr.nslots > MAX_SLOTS ||
+	    hdr.size != req->size || hdr.window_id != req->window_id ||
+	    hdr.nslots < 2 || hdr.nslots > MAX_SLOTS ||
 	    hdr.slot_size < MIN_SLOT || hdr.slot_size > MAX_SLOT ||
 	    hdr.staging_offset < PVGPU_WINDOW_HDR_SIZE ||
 	    hdr.staging_offset > req->size || staging_end > req->size) {

@@ -79,6 +79,10 @@ class Registry:
         """Write the entry for spec.vm atomically (mode 0644: it holds no
         secret, and a pvgpud not running as root may read it)."""
         os.makedirs(self.dir, mode=0o755, exist_ok=True)
+        if spec.vsock.uds_path:
+            # pvgpud listens in it as soon as it reads the entry, before
+            # `supervise` starts vhost-device-vsock there.
+            os.makedirs(os.path.dirname(spec.vsock.uds_path), mode=0o755, exist_ok=True)
         tmp = self.path(spec.vm) + f".{os.getpid()}.tmp"
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(format_entry(spec))

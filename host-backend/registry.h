@@ -1,0 +1,76 @@
+/*
+ * registry.h - the VMs qemu-device attached a vGPU to (pvgpud --registry DIR).
+ *
+ * `pvgpu-vm` writes one file per VM, DIR/VM.conf, with lines `key = value`
+ * (qemu-device/README.md, "The registry").  From it pvgpud learns, for each
+ * VM, which channel is that VM — a vsock CID with kernel vsock, or the Unix
+ * socket vhost-device-vsock forwards the VM's connections to — and which
+ * host file is its shared window.  A VM's identity is that channel, never a
+ * field in a message (DESIGN §5).
+ *
+ * The files are parsed with inih like the policy file.  An entry that
+ * cannot be parsed is left out with one log line; an entry whose window
+ * file does not match what it says keeps its vsock channel but has no
+ * window, also with one line.
+ */
+#ifndef PVGPU_REGISTRY_H
+#define PVGPU_REGISTRY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "policy.h"
+
+#define PVGPU_REGISTRY_MAX	64
+#define PVGPU_PATH_LEN		256
+#define PVGPU_UNIX_PATH_LEN	108	/* sizeof(sockaddr_un.sun_path) */
+
+/* A VM's window as the registry describes it; path "" when it has none. */
+struct pvgpu_vm_window {
+	char path[PVGPU_PATH_LEN];
+	uint64_t size;
+	uint64_t id;
+	uint64_t staging_offset;
+	uint32_t slot_size, nslots;
+};
+
+struct pvgpu_vm_record {
+	char name[PVGPU_VM_NAME_LEN];
+	struct pvgpu_vm_window window;
+	int vhost_user;			/* 0: kernel vsock, identified by cid */
+	unsigned int cid;
+	unsigned int port;
+	char listen[PVGPU_UNIX_PATH_LEN];	/* vhost-user: where we listen */
+	unsigned int gpu;
+	uint64_t memory;		/* quota in bytes; 0: none */
+	int entry;			/* its index in the shared VM table */
+};
+
+struct pvgpu_registry {
+	struct pvgpu_vm_record vms[PVGPU_REGISTRY_MAX];
+	unsigned int nvms;
+};
+
+/*
+ * Read every DIR/NAME.conf into r (emptied first).  Entries that cannot be
+ * used are logged and skipped; -1 only when DIR itself cannot be read, with
+ * one line in err.
+ */
+int pvgpu_registry_load(const char *dir, struct pvgpu_registry *r,
+			char *err, size_t errlen);
+
+const struct pvgpu_vm_record *pvgpu_registry_by_cid(const struct pvgpu_registry *r,
+						    unsigned int cid);
+const struct pvgpu_vm_record *pvgpu_registry_by_name(const struct pvgpu_registry *r,
+						     const char *name);
+
+/*
+ * Open the window file of w for mapping, checking it is still what the
+ * registry says: a regular file (no symlink) of exactly w->size bytes whose
+ * header has the registered magic, layout, size, id and ring.  The fd, or
+ * -1 with one line in err.
+ */
+int pvgpu_vm_window_open(const struct pvgpu_vm_window *w, char *err,
+			 size_t errlen);
+
+#endif /* PVGPU_REGISTRY_H */
