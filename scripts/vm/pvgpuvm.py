@@ -91,6 +91,94 @@ def guest_libraries(binary, skip=("libcudart",)):
     return pairs
 
 
+# ---- a VM with a vGPU, as qemu-device gives it --------------------------------
+
+PVGPU_VM = REPO / "qemu-device" / "pvgpu-vm"
+
+
+def guest_driver(kver, outdir):
+    """pvgpu.ko built for the guest kernel kver into outdir, or raise VmError
+    saying why it cannot be (no kernel build tree, a compiler error)."""
+    if not Path(f"/lib/modules/{kver}/build/Makefile").exists():
+        raise VmError(f"no kernel build tree for {kver} (apt-get install linux-headers-amd64)")
+    proc = subprocess.run(["make", "-C", str(REPO / "guest-driver"), f"OUTDIR={outdir}",
+                           f"KVER={kver}"], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise VmError(f"building pvgpu.ko: {(proc.stdout + proc.stderr)[-2000:]}")
+    return Path(outdir) / "pvgpu.ko"
+
+
+class AttachedVm:
+    """One VM given a vGPU by qemu-device, as an operator without libvirt
+    would: `pvgpu-vm qemu-args` (vhost-user vsock; the window file and the
+    registry entry pvgpud reads) and `pvgpu-vm supervise` running its
+    vhost-device-vsock.  close() releases all of it."""
+
+    def __init__(self, run_dir, name, memory=None, window_size="64M", ram="1G",
+                 log=None):
+        binary = vhost_device_vsock()
+        if not binary:
+            raise VmError("no vhost-device-vsock (cargo install vhost-device-vsock@0.3.0)")
+        self.run_dir, self.name, self.ram = str(run_dir), name, ram
+        self.supervisor = None
+        cmd = [str(PVGPU_VM), "--run-dir", self.run_dir, "qemu-args", name,
+               "--vsock", "vhost-user", "--window-size", window_size, "--ram", ram,
+               "--format", "lines"]
+        if memory:
+            cmd += ["--memory", memory]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        if proc.returncode != 0:
+            raise VmError(f"pvgpu-vm qemu-args {name}: {proc.stderr.strip()}")
+        self.args = proc.stdout.split("\n")[:-1]
+        self.entry = self._entry()
+        self.socket = self.entry["vsock.socket"]
+        self.window_path = self.entry["window.path"]
+        out = open(log, "wb") if log else subprocess.DEVNULL
+        self.supervisor = subprocess.Popen(
+            [str(PVGPU_VM), "--run-dir", self.run_dir, "supervise", name,
+             "--vhost-device-vsock", binary], stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 10
+        while not os.path.exists(self.socket):
+            if self.supervisor.poll() is not None or time.monotonic() > deadline:
+                self.close()
+                raise VmError(f"vhost-device-vsock of {name} did not start")
+            time.sleep(0.05)
+
+    def _entry(self):
+        entry = {}
+        with open(os.path.join(self.run_dir, "vms", f"{self.name}.conf")) as f:
+            for line in f:
+                key, sep, value = line.partition("=")
+                if sep and not line.startswith("#"):
+                    entry[key.strip()] = value.strip()
+        return entry
+
+    def qemu_args(self, window=True):
+        """The arguments qemu-args printed, less -m (qemu_command sets it)
+        and, without `window`, less the ivshmem window: vsock alone."""
+        out, args = [], list(self.args)
+        while args:
+            opt = args.pop(0)
+            value = args.pop(0) if args and not args[0].startswith("-") else None
+            if opt == "-m":
+                continue
+            if not window and value and ("ivshmem" in value or "pvgpu-win" in value):
+                continue
+            out += [opt] + ([value] if value is not None else [])
+        return out
+
+    def close(self):
+        if self.supervisor and self.supervisor.poll() is None:
+            self.supervisor.terminate()
+            try:
+                self.supervisor.wait(10)
+            except subprocess.TimeoutExpired:
+                self.supervisor.kill()
+                self.supervisor.wait()
+        subprocess.run([str(PVGPU_VM), "--run-dir", self.run_dir, "release", self.name],
+                       capture_output=True, timeout=60)
+
+
 # ---- window files -----------------------------------------------------------
 
 def parse_size(text):
