@@ -2,6 +2,10 @@
  * pvgpuctl - the operator's tool.
  *
  *   pvgpuctl devices [URI]   connect like a guest and list the backend's GPUs
+ *   pvgpuctl attach DOMAIN [--memory 8G] [--gpu 0] [pvgpu-vm options]
+ *   pvgpuctl detach DOMAIN [-c URI]
+ *                            give a defined libvirt domain a vGPU, or take
+ *                            it away (qemu-device's pvgpu-vm does the work)
  *
  * Exit codes: 0 success, 1 runtime failure, 2 bad usage.
  */
@@ -115,14 +119,65 @@ static int cmd_devices(const char *uri)
 	return 0;
 }
 
+/*
+ * attach and detach edit a libvirt domain through python3-libvirt, which
+ * qemu-device/pvgpu-vm already does (and keeps its command line stable
+ * for): run it, so that there is one implementation.  It is found through
+ * $PVGPU_VM, next to a build tree's bin/ (BUILD/bin -> qemu-device/), in
+ * /usr/lib/pvgpu, then on $PATH.
+ */
+static int cmd_vm(int argc, char **argv)
+{
+	char self[4096], path[4200];
+	const char *env = getenv("PVGPU_VM");
+	ssize_t n;
+
+	argv[0] = "pvgpu-vm";
+	(void)argc;
+	if (env && *env) {
+		execv(env, argv);
+		fprintf(stderr, "pvgpuctl: cannot run %s: %s\n", env,
+			strerror(errno));
+		return 1;
+	}
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n > 0) {
+		char *slash;
+
+		self[n] = '\0';
+		slash = strrchr(self, '/');
+		if (slash) {
+			*slash = '\0';
+			snprintf(path, sizeof(path), "%s/../../qemu-device/pvgpu-vm",
+				 self);
+			if (!access(path, X_OK))
+				execv(path, argv);
+		}
+	}
+	if (!access("/usr/lib/pvgpu/pvgpu-vm", X_OK))
+		execv("/usr/lib/pvgpu/pvgpu-vm", argv);
+	execvp("pvgpu-vm", argv);
+	fprintf(stderr, "pvgpuctl: cannot run pvgpu-vm (qemu-device): %s; set PVGPU_VM\n",
+		strerror(errno));
+	return 1;
+}
+
+static const char usage[] =
+	"usage: pvgpuctl devices [URI]\n"
+	"       pvgpuctl attach DOMAIN [--memory 8G] [--gpu 0] [--window-size 256M]\n"
+	"                       [--vsock auto|kernel|vhost-user] [--cid N] [-c URI]\n"
+	"       pvgpuctl detach DOMAIN [-c URI]\n";
+
 int main(int argc, char **argv)
 {
 	if (argc >= 2 && !strcmp(argv[1], "devices"))
 		return cmd_devices(argc >= 3 ? argv[2] : "unix:///run/pvgpu/pvgpu.sock");
+	if (argc >= 3 && (!strcmp(argv[1], "attach") || !strcmp(argv[1], "detach")))
+		return cmd_vm(argc, argv);
 	if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-		puts("usage: pvgpuctl devices [URI]");
+		fputs(usage, stdout);
 		return 0;
 	}
-	fprintf(stderr, "pvgpuctl: usage: pvgpuctl devices [URI]\n");
+	fputs(usage, stderr);
 	return 2;
 }

@@ -108,6 +108,55 @@ def guest_driver(kver, outdir):
     return Path(outdir) / "pvgpu.ko"
 
 
+# What the guest library prints (PVGPU_DEBUG) once it uses /dev/pvgpuN.
+WINDOW_LINE = "shared window of the pvgpu device"
+
+
+def program_files(build, binaries, ko=None):
+    """(host, guest) pairs for an initramfs running CUDA programs through
+    pvgpu: the programs under /pvgpu/bin, the shim as
+    /pvgpu/lib/libcudart.so.13, every library they load as the host's
+    loader resolves it, and pvgpu.ko as /pvgpu.ko if given."""
+    shim = Path(build) / "lib" / "libcudart.so.13"
+    files = [(str(shim), "/pvgpu/lib/libcudart.so.13")]
+    if ko:
+        files.append((str(ko), "/pvgpu.ko"))
+    libs = {}
+    for binary in list(binaries) + [shim]:
+        if not Path(binary).exists():
+            raise VmError(f"{binary} is missing (run make)")
+        if binary != shim:
+            files.append((str(binary), f"/pvgpu/bin/{Path(binary).name}"))
+        libs.update({guest: host for host, guest in guest_libraries(binary)})
+    return files + [(host, guest) for guest, host in sorted(libs.items())]
+
+
+def program_script(names, port=7100, window=True):
+    """A guest script that runs each /pvgpu/bin program through pvgpu over
+    vsock and prints `result NAME rc=N window=yes|no last=LAST LINE`; with
+    window, it loads pvgpu.ko first.  Exits non-zero if any program failed."""
+    lines = ["export LD_LIBRARY_PATH=/pvgpu/lib PVGPU_DEBUG=1",
+             f"export PVGPU_DEVICES=vsock://2:{port}"]
+    if window:
+        lines += ["insmod /pvgpu.ko || echo 'FAIL: insmod pvgpu.ko'",
+                  "ls -l /dev/pvgpu0 || echo 'FAIL: no /dev/pvgpu0'"]
+    lines.append("failed=0")
+    for name in names:
+        lines += [f"/pvgpu/bin/{name} > /tmp/{name}.out 2>/tmp/{name}.err; rc=$?",
+                  f"grep -q '{WINDOW_LINE}' /tmp/{name}.err && w=yes || w=no",
+                  f"echo \"result {name} rc=$rc window=$w last=$(tail -n 1 /tmp/{name}.out)\"",
+                  f"[ $rc = 0 ] || {{ failed=1; tail -n 20 /tmp/{name}.out /tmp/{name}.err; }}"]
+    lines += ["grep -h 'shared window' /tmp/*.err | sort | uniq -c | sed 's/^/window: /'",
+              "exit $failed"]
+    return "\n".join(lines) + "\n"
+
+
+def program_results(console):
+    """{name: its `result` line} from a console of program_script."""
+    return {line.split()[1]: line for line in console.splitlines()
+            if line.startswith("result ")}
+
+
 class AttachedVm:
     """One VM given a vGPU by qemu-device, as an operator without libvirt
     would: `pvgpu-vm qemu-args` (vhost-user vsock; the window file and the

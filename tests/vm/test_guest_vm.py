@@ -27,7 +27,6 @@ PORT = 7100
 PROGRAMS = ["devices", "memory", "memset", "streams", "threads", "errors",
             "meminfo"]
 KERNEL_PROGRAMS = ["vecadd", "reduce", "constant", "launchloop"]
-WINDOW_LINE = "shared window of the pvgpu device"
 
 pytestmark = pytest.mark.vm
 
@@ -88,61 +87,25 @@ def attach(run_dir):
         v.close()
 
 
-def guest_files(programs, ko):
-    """(host, guest) pairs: pvgpu.ko, the programs, the libraries they load
-    as the host's loader resolves them, and the shim in place of libcudart."""
-    files = [(str(ko), "/pvgpu.ko"),
-             (str(BUILD / "lib" / "libcudart.so.13"), "/pvgpu/lib/libcudart.so.13")]
-    binaries = []
-    for name in programs:
-        binary = BUILD / "tests" / name
-        if name in KERNEL_PROGRAMS:
-            binary = BUILD / "tests" / "kernels" / name
-        if not binary.exists():
-            pytest.fail(f"{binary} is missing (run make)")
-        binaries.append(binary)
-        files.append((str(binary), f"/pvgpu/bin/{name}"))
-    libs = {}
-    for binary in binaries + [BUILD / "lib" / "libcudart.so.13"]:
-        libs.update({guest: host for host, guest in vm.guest_libraries(binary)})
-    return files + [(host, guest) for guest, host in sorted(libs.items())]
-
-
-def guest_script(programs, window):
-    lines = ["export LD_LIBRARY_PATH=/pvgpu/lib PVGPU_DEBUG=1",
-             f"export PVGPU_DEVICES=vsock://2:{PORT}"]
-    if window:
-        lines += ["insmod /pvgpu.ko || echo 'FAIL: insmod pvgpu.ko'",
-                  "ls -l /dev/pvgpu0 || echo 'FAIL: no /dev/pvgpu0'"]
-    lines.append("failed=0")
-    for name in programs:
-        lines += [f"/pvgpu/bin/{name} > /tmp/{name}.out 2>/tmp/{name}.err; rc=$?",
-                  f"grep -q '{WINDOW_LINE}' /tmp/{name}.err && w=yes || w=no",
-                  f"echo \"result {name} rc=$rc window=$w last=$(tail -n 1 /tmp/{name}.out)\"",
-                  f"[ $rc = 0 ] || {{ failed=1; tail -n 20 /tmp/{name}.out /tmp/{name}.err; }}"]
-    lines += ["grep -h 'shared window' /tmp/*.err | sort | uniq -c | sed 's/^/window: /'",
-              "exit $failed"]
-    return "\n".join(lines) + "\n"
+def binaries(programs):
+    return [BUILD / "tests" / ("kernels" if name in KERNEL_PROGRAMS else "") / name
+            for name in programs]
 
 
 def boot(v, kernel, programs, tmp, window=True):
     kdir, kver, ko = kernel
     initrd = tmp / f"initrd-{v.name}.cpio"
-    vm.build_initramfs(initrd, guest_script(programs, window),
-                       files=guest_files(programs, ko), modules=vm.VSOCK_MODULES,
+    vm.build_initramfs(initrd, vm.program_script(programs, PORT, window),
+                       files=vm.program_files(BUILD, binaries(programs), ko),
+                       modules=vm.VSOCK_MODULES,
                        kdir=kdir, kver=kver)
     cmd = vm.qemu_command(initrd, kernel=kdir / "boot" / f"vmlinuz-{kver}",
                           memory=v.ram, extra=v.qemu_args(window=window))
     return vm.run(cmd, BOOT_TIMEOUT, log=tmp / f"console-{v.name}.log", echo=False)
 
 
-def results(console):
-    return {line.split()[1]: line for line in console.splitlines()
-            if line.startswith("result ")}
-
-
 def assert_all_passed(programs, status, console, daemon, window):
-    got = results(console)
+    got = vm.program_results(console)
     assert sorted(got) == sorted(programs), console[-4000:]
     for name, line in got.items():
         assert "rc=0" in line and "last=PASS" in line, \

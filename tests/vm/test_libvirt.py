@@ -325,3 +325,117 @@ def test_attach_unknown_domain(libvirt):
         one_line_failure(proc, "no libvirt domain")
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
+
+
+GUEST_XML = """\
+<domain type='qemu'>
+  <name>{name}</name>
+  <memory unit='MiB'>1024</memory>
+  <vcpu>1</vcpu>
+  <os>
+    <type arch='x86_64' machine='pc'>hvm</type>
+    <kernel>{kernel}</kernel>
+    <initrd>{initrd}</initrd>
+    <cmdline>console=ttyS0 panic=-1 quiet</cmdline>
+  </os>
+  <features><acpi/></features>
+  <on_poweroff>destroy</on_poweroff>
+  <on_reboot>destroy</on_reboot>
+  <on_crash>destroy</on_crash>
+  <devices>
+    <emulator>/usr/bin/qemu-system-x86_64</emulator>
+    <serial type='file'><source path='{console}'/></serial>
+  </devices>
+</domain>
+"""
+GUEST_PROGRAMS = ["memory", "streams", "meminfo", "vecadd"]
+
+
+def load_pvgpuvm():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("pvgpuvm", REPO / "scripts" / "vm" / "pvgpuvm.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_guest_runs_in_a_domain_libvirt_started(libvirt, start_pvgpud):
+    """The whole operator path: `pvgpuctl attach` gives a defined domain a
+    vGPU through the libvirt API, `pvgpu-vm supervise` runs its
+    vhost-device-vsock, libvirt starts it (QEMU as libvirt-qemu), and the
+    CUDA programs in the guest run through pvgpu with pvgpu.ko and the
+    window, against pvgpud --registry."""
+    vm = load_pvgpuvm()
+    if not vm.vhost_device_vsock():
+        pytest.skip("no vhost-device-vsock (cargo install vhost-device-vsock@0.3.0)")
+    try:
+        kdir, kver = vm.kernel_dir()
+    except Exception as e:  # noqa: BLE001 - any reason is the skip's reason
+        pytest.skip(f"no Debian guest kernel: {e}")
+    build = REPO / os.environ.get("PVGPU_BUILD", "build")
+    ko = vm.guest_driver(kver, build / "guest-driver")
+    name = f"pvgpu-lvg-{os.getpid()}"
+    run_dir = Path(tempfile.mkdtemp(prefix="pvrun", dir="/tmp"))
+    run_dir.chmod(0o755)   # QEMU, as libvirt-qemu, reads the kernel and the sockets
+    env = dict(os.environ, PVGPU_RUN_DIR=str(run_dir))
+    pvgpuctl = build / "bin" / "pvgpuctl"
+    supervisor = None
+    try:
+        kernel = run_dir / "vmlinuz"
+        shutil.copy(kdir / "boot" / f"vmlinuz-{kver}", kernel)
+        initrd = run_dir / "initrd.cpio"
+        binaries = [build / "tests" / ("kernels" if p == "vecadd" else "") / p
+                    for p in GUEST_PROGRAMS]
+        vm.build_initramfs(initrd, vm.program_script(GUEST_PROGRAMS),
+                           files=vm.program_files(build, binaries, ko),
+                           modules=vm.VSOCK_MODULES, kdir=kdir, kver=kver)
+        console = run_dir / "console.log"
+        (run_dir / "domain.xml").write_text(GUEST_XML.format(
+            name=name, kernel=kernel, initrd=initrd, console=console))
+        libvirt.virsh("define", str(run_dir / "domain.xml"))
+
+        daemon = start_pvgpud("sim", extra_args=["--registry", str(run_dir / "vms")],
+                              env={"PVGPU_SIM_TWINS": str(build / "tests" / "sim-twins" /
+                                                          "libtest-twins.so")})
+        proc = subprocess.run([str(pvgpuctl), "attach", name, "--memory", "2G",
+                               "--vsock", "vhost-user", "-c", libvirt.uri],
+                              capture_output=True, text=True, env=env, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert f"attached: {name}" in proc.stdout
+        supervisor = subprocess.Popen([str(PVGPU_VM), "--run-dir", str(run_dir), "supervise",
+                                       name], stderr=open(run_dir / "supervise.log", "w"))
+        sock = run_dir / "vsock" / name / "vhost.sock"
+        deadline = time.monotonic() + 15
+        while not sock.exists():
+            assert supervisor.poll() is None, tail(run_dir / "supervise.log")
+            assert time.monotonic() < deadline, "vhost-device-vsock made no socket"
+            time.sleep(0.1)
+
+        libvirt.virsh("start", name)
+        deadline = time.monotonic() + 300
+        while libvirt.virsh("domstate", name).strip() != "shut off":
+            assert time.monotonic() < deadline, tail(console, 40)
+            time.sleep(1)
+        text = console.read_text(errors="replace").replace("\r\n", "\n")
+        results = vm.program_results(text)
+        assert sorted(results) == sorted(GUEST_PROGRAMS), text[-4000:]
+        for line in results.values():
+            assert "rc=0" in line and "last=PASS" in line and "window=yes" in line, \
+                f"{line}\n{text[-3000:]}\n{daemon.log()[-2000:]}"
+        assert f"{vm.EXIT_MARK}0" in text
+        assert daemon.log().count(f"start: vm {name} via vhost-user") == len(GUEST_PROGRAMS)
+
+        proc = subprocess.run([str(pvgpuctl), "detach", name, "-c", libvirt.uri],
+                              capture_output=True, text=True, env=env, timeout=120)
+        assert proc.returncode == 0 and f"detached: {name}" in proc.stdout, proc.stderr
+    finally:
+        libvirt.virsh("destroy", name, check=False)
+        subprocess.run([str(pvgpuctl), "detach", name, "-c", libvirt.uri],
+                       capture_output=True, env=env, timeout=120)
+        libvirt.virsh("undefine", name, check=False)
+        stop(supervisor)
+        try:
+            os.unlink(f"/dev/shm/pvgpu-{name}")
+        except FileNotFoundError:
+            pass
+        shutil.rmtree(run_dir, ignore_errors=True)
