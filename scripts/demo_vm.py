@@ -2,11 +2,14 @@
 """make demo: the main job, end to end, inside a virtual machine.
 
 Starts pvgpud (the cuda executor where a GPU answers, the simulated device
-otherwise, and says which), a vhost-device-vsock for the guest, boots a small
-guest (Debian's kernel and a busybox initramfs carrying the guest library and
+otherwise, and says which) reading a VM registry, gives a guest a vGPU with
+qemu-device (`pvgpu-vm qemu-args`: the shared window and the registry
+entry; `pvgpu-vm supervise`: its vhost-device-vsock), boots it (Debian's
+kernel and a busybox initramfs carrying pvgpu.ko, the guest library and
 pvgpu-synth; KVM when it works, TCG otherwise), runs pvgpu-synth inside the
-guest through pvgpu over virtio-vsock, prints its table, and shuts
-everything down.  Nothing is left running, whatever happens.
+guest through pvgpu (control over virtio-vsock, bulk data through
+/dev/pvgpu0), prints its table, and shuts everything down.  Nothing is left
+running, whatever happens.
 
     scripts/demo_vm.py [--build DIR]
 Exit codes: 0 success, 1 failure (one line on stderr says why), 3 no VM can
@@ -25,7 +28,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 PORT = 7100
-GUEST_CID = 4
 
 
 def load_pvgpuvm():
@@ -91,51 +93,52 @@ def main():
               "device (executor sim), a test fixture whose timings say nothing "
               "about a GPU")
     procs = []
-    tmp = Path(tempfile.mkdtemp(prefix="pvgpu-demo-"))
+    attached = None
+    tmp = Path(tempfile.mkdtemp(prefix="pvdemo", dir="/tmp"))  # short: socket paths
     try:
         kdir, kver = vm.kernel_dir()
         accel = "kvm" if kvm_boots(vm, kdir, kver, tmp) else "tcg"
         print(f"demo: the guest runs under {accel.upper()}")
-        uds = tmp / "vm.vsock"
+        try:
+            ko = vm.guest_driver(kver, build / "guest-driver")
+        except vm.VmError as e:
+            ko = None
+            print(f"demo: no pvgpu.ko for the guest ({e}): vsock alone, no shared window")
         env = dict(os.environ)
         if executor == "sim":
             env["PVGPU_SIM_TWINS"] = str(build / "tests" / "sim-twins" /
                                          "libbench-twins.so")
+        # pvgpud reads the VM registry qemu-device writes (its own run
+        # directory here, /run/pvgpu on a host) and listens for each VM.
+        tmp.chmod(0o755)
         log = open(tmp / "pvgpud.log", "wb")
         daemon = subprocess.Popen(
-            [str(build / "bin" / "pvgpud"), "--listen", f"unix://{uds}_{PORT}",
+            [str(build / "bin" / "pvgpud"), "--registry", str(tmp / "vms"),
              "--executor", executor, "--module-cache", str(tmp / "modules")],
             stdout=log, stderr=subprocess.STDOUT, env=env)
         procs.append(daemon)
-        wait_for(f"{uds}_{PORT}", daemon, "pvgpud")
-        vsock = subprocess.Popen(
-            [vhost, "--vm", f"guest-cid={GUEST_CID},socket={tmp}/vhost.sock,"
-             f"uds-path={uds}"], stdout=subprocess.DEVNULL,
-            stderr=subprocess.STDOUT)
-        procs.append(vsock)
-        wait_for(tmp / "vhost.sock", vsock, "vhost-device-vsock")
+        wait_for(tmp / "vms", daemon, "pvgpud")
+        # The guest gets its vGPU as an operator gives one without libvirt:
+        # pvgpu-vm qemu-args (window, registry entry) and supervise.
+        attached = vm.AttachedVm(tmp, "demo", memory="4G", window_size="256M",
+                                 ram="1G", log=tmp / "supervise.log")
+        wait_for(f"{attached.entry['vsock.listen']}", daemon, "pvgpud's socket for the VM")
 
         synth = build / "bench" / "pvgpu-synth"
-        shim = build / "lib" / "libcudart.so.13"
-        files = [(str(shim), "/pvgpu/lib/libcudart.so.13"),
-                 (str(synth), "/pvgpu/bin/pvgpu-synth")]
-        files += vm.guest_libraries(synth)
-        files += [p for p in vm.guest_libraries(shim) if p not in files]
+        files = vm.program_files(build, [synth], ko)
         quick = "--quick --size 1M-4M" if executor == "sim" else \
             "--size 32M-64M --seconds 1"
-        script = ("export LD_LIBRARY_PATH=/pvgpu/lib "
-                  f"PVGPU_DEVICES=vsock://2:{PORT}\n"
-                  f"/pvgpu/bin/pvgpu-synth {quick}\n")
+        script = f"export LD_LIBRARY_PATH=/pvgpu/lib PVGPU_DEVICES=vsock://2:{PORT}\n"
+        if ko:
+            script += ("insmod /pvgpu.ko && echo \"demo: pvgpu.ko loaded: "
+                       "$(ls /dev/pvgpu*) is the shared window\"\n")
+        script += f"/pvgpu/bin/pvgpu-synth {quick}\n"
         initrd = tmp / "initrd.cpio"
         vm.build_initramfs(initrd, script, files=files, modules=vm.VSOCK_MODULES,
                            kdir=kdir, kver=kver)
         cmd = vm.qemu_command(
-            initrd, kernel=kdir / "boot" / f"vmlinuz-{kver}", memory="1G",
-            accel=accel,
-            extra=["-object", "memory-backend-memfd,id=mem,size=1G,share=on",
-                   "-numa", "node,memdev=mem",
-                   "-chardev", f"socket,id=vs,path={tmp}/vhost.sock",
-                   "-device", "vhost-user-vsock-pci,chardev=vs"])
+            initrd, kernel=kdir / "boot" / f"vmlinuz-{kver}", memory=attached.ram,
+            accel=accel, extra=attached.qemu_args(window=ko is not None))
         print("demo: booting the guest; pvgpu-synth runs inside it:\n")
         status, _console = vm.run(cmd, 600.0, echo=True)
         print(f"\ndemo: guest finished with status {status}; pvgpud said:")
@@ -151,6 +154,8 @@ def main():
         sys.stderr.write(f"demo: {e}\n")
         return 1
     finally:
+        if attached:
+            attached.close()
         for p in reversed(procs):
             if p.poll() is None:
                 p.terminate()
