@@ -250,8 +250,11 @@ int32_t pvgpu_handle_ctx_destroy(struct pvgpu_worker *w,
 	for (uint32_t i = 0; i < w->handles.n; i++) {
 		struct pvgpu_handle *o = &w->handles.v[i];
 
-		if (o->kind != H_FREE && o->kind != H_CTX && o->ctx == req->ctx)
-			pvgpu_handle_release(o);
+		if (o->kind == H_FREE || o->kind == H_CTX || o->ctx != req->ctx)
+			continue;
+		if (o->kind == H_MODULE)
+			pvgpu_module_uncharge(w, o);
+		pvgpu_handle_release(o);
 	}
 	pvgpu_handle_del(&w->handles, req->ctx);
 	if (req->ctx == w->cur_ctx)
