@@ -4,10 +4,12 @@
  *   pvgpud --listen URI [--listen URI ...] --executor cuda|sim
  *          [--config FILE] [--log-level error|warn|info|debug]
  *          [--block-size BYTES] [--max-sessions N] [--tcp-token TOKEN]
- *          [--module-cache DIR] [--poll-us N]
+ *          [--module-cache DIR] [--poll-us N] [--call-timeout SECONDS]
  *
  * Runs in the foreground, logs to stderr, exits cleanly on SIGTERM; SIGHUP
- * rereads --config (the per-VM policy, see policy.h).
+ * rereads --config (the per-VM policy, see policy.h).  --call-timeout is
+ * the watchdog's limit on one call of a session (watchdog.h): default 300,
+ * 0 for none; a VM's call_timeout in the policy overrides it.
  * Exit codes: 0 success, 1 runtime failure, 2 bad usage.
  */
 #include <getopt.h>
@@ -25,7 +27,7 @@ static const char usage[] =
 	"usage: pvgpud --listen URI [--listen URI ...] --executor cuda|sim\n"
 	"              [--config FILE] [--log-level error|warn|info|debug]\n"
 	"              [--block-size BYTES] [--max-sessions N] [--tcp-token TOKEN]\n"
-	"              [--module-cache DIR] [--poll-us N]\n"
+	"              [--module-cache DIR] [--poll-us N] [--call-timeout SECONDS]\n"
 	"URIs: unix:///PATH, tcp://HOST:PORT, vsock://any:PORT\n";
 
 static int bad_usage(const char *what)
@@ -64,6 +66,7 @@ int main(int argc, char **argv)
 		{ "tcp-token", required_argument, NULL, 't' },
 		{ "module-cache", required_argument, NULL, 'M' },
 		{ "poll-us", required_argument, NULL, 'P' },
+		{ "call-timeout", required_argument, NULL, 'T' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -73,6 +76,7 @@ int main(int argc, char **argv)
 		.block = PVGPU_DEFAULT_BLOCK,
 		.max_sessions = 256,
 		.poll_us = 50,
+		.call_timeout_ms = 300 * 1000,
 	};
 	struct pvgpu_supervisor sv;
 	char cache_dir[64];
@@ -123,6 +127,16 @@ int main(int argc, char **argv)
 			if (*end || end == optarg || n > 100000)
 				return bad_usage("--poll-us must be 0..100000");
 			cfg.poll_us = (uint32_t)n;
+			break;
+		}
+		case 'T': {
+			char *end;
+			double v = strtod(optarg, &end);
+
+			/* Fractions are for tests; a day is more than any call needs. */
+			if (*end || end == optarg || !(v >= 0 && v <= 86400))
+				return bad_usage("--call-timeout must be 0..86400 seconds (0: no limit)");
+			cfg.call_timeout_ms = (uint64_t)(v * 1000 + 0.5);
 			break;
 		}
 		case 'h':

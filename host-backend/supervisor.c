@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -14,6 +15,7 @@
 #include "log.h"
 #include "modcache.h"
 #include "supervisor.h"
+#include "watchdog.h"
 
 static void human_bytes(uint64_t n, char *out, size_t len)
 {
@@ -91,6 +93,7 @@ static int load_policy(struct pvgpu_supervisor *sv)
 	free(sv->policy);
 	sv->policy = p;
 	sv->wcfg.policy = p;	/* workers forked from now on get this one */
+	pvgpu_watchdog_arm(sv);	/* a VM's call_timeout may need the tick */
 	log_info("policy %s: %u VM(s), unknown callers %s", sv->config, p->nvms,
 		 p->allow_unknown ? "allowed" : "refused");
 	return 0;
@@ -104,6 +107,8 @@ int pvgpu_supervisor_init(struct pvgpu_supervisor *sv,
 
 	memset(sv, 0, sizeof(*sv));
 	sv->sigfd = -1;
+	sv->timerfd = -1;
+	sv->call_timeout_ms = cfg->call_timeout_ms;
 	sv->next_session = 1;
 	sv->wcfg.exec = cfg->exec;
 	sv->wcfg.block = cfg->block;
@@ -136,6 +141,8 @@ int pvgpu_supervisor_init(struct pvgpu_supervisor *sv,
 	}
 	if (sv->config && load_policy(sv))
 		goto err;
+	if (pvgpu_watchdog_init(sv))
+		goto err;
 	for (int i = 0; i < cfg->nlisten; i++) {
 		if (pvgpu_listen(cfg->listen[i], &sv->listeners[i], err,
 				 sizeof(err))) {
@@ -161,6 +168,7 @@ void pvgpu_supervisor_fini(struct pvgpu_supervisor *sv)
 	if (sv->sigfd >= 0)
 		close(sv->sigfd);
 	sv->sigfd = -1;
+	pvgpu_watchdog_fini(sv);
 	pvgpu_accounting_destroy(sv->acct);
 	sv->acct = NULL;
 	free(sv->policy);
@@ -180,7 +188,7 @@ static void start_session(struct pvgpu_supervisor *sv, struct pvgpu_listener *l)
 	struct pvgpu_peer peer;
 	struct pvgpu_slot *slot;
 	sigset_t mask;
-	pid_t pid;
+	pid_t pid, parent;
 	int fd;
 
 	fd = pvgpu_accept(l, &peer);
@@ -215,6 +223,7 @@ static void start_session(struct pvgpu_supervisor *sv, struct pvgpu_listener *l)
 	snprintf(slot->identity, sizeof(slot->identity), "%s", peer.identity);
 	clock_gettime(CLOCK_MONOTONIC, &slot->started);
 
+	parent = getpid();
 	pid = fork();
 	if (pid < 0) {
 		log_error("fork for %s failed: %s", peer.identity, strerror(errno));
@@ -230,6 +239,16 @@ static void start_session(struct pvgpu_supervisor *sv, struct pvgpu_listener *l)
 		for (int i = 0; i < sv->nlisteners; i++)
 			close(sv->listeners[i].fd);
 		close(sv->sigfd);
+		close(sv->timerfd);
+		/*
+		 * A worker outlives nothing: if the supervisor dies, so do its
+		 * sessions, rather than hold a GPU that a restarted pvgpud
+		 * cannot see in its table.  (The check after prctl covers a
+		 * supervisor that died before it.)
+		 */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(1);
 		sigemptyset(&mask);
 		sigprocmask(SIG_SETMASK, &mask, NULL);
 		signal(SIGTERM, SIG_DFL);
@@ -253,7 +272,9 @@ static void end_session(struct pvgpu_supervisor *sv, pid_t pid, int status)
 
 	if (!slot)
 		return;	/* the start-up probe, or not ours */
-	if (WIFSIGNALED(status))
+	if (WIFSIGNALED(status) && pvgpu_watchdog_killed(sv, slot))
+		snprintf(how, sizeof(how), "worker killed by the watchdog");
+	else if (WIFSIGNALED(status))
 		snprintf(how, sizeof(how), "worker killed by signal %d (%s)",
 			 WTERMSIG(status), strsignal(WTERMSIG(status)));
 	else if (WEXITSTATUS(status))
@@ -269,6 +290,7 @@ static void end_session(struct pvgpu_supervisor *sv, pid_t pid, int status)
 		 seconds_since(&slot->started),
 		 (unsigned long long)atomic_load(&slot->calls), h2d, d2h, how);
 	/* Whatever the worker held died with its process. */
+	pvgpu_watchdog_forget(sv, slot);
 	pvgpu_accounting_release(slot);
 }
 
@@ -347,18 +369,21 @@ static void handle_signal(struct pvgpu_supervisor *sv)
 
 int pvgpu_supervisor_run(struct pvgpu_supervisor *sv)
 {
-	struct pollfd pfd[PVGPU_MAX_LISTENERS + 1];
+	struct pollfd pfd[PVGPU_MAX_LISTENERS + 2];
+	const int first = 2;	/* listeners come after the signal and timer fds */
 
 	while (!sv->stopping) {
 		int n;
 
 		pfd[0].fd = sv->sigfd;
 		pfd[0].events = POLLIN;
+		pfd[1].fd = sv->timerfd;
+		pfd[1].events = POLLIN;
 		for (int i = 0; i < sv->nlisteners; i++) {
-			pfd[i + 1].fd = sv->listeners[i].fd;
-			pfd[i + 1].events = POLLIN;
+			pfd[i + first].fd = sv->listeners[i].fd;
+			pfd[i + first].events = POLLIN;
 		}
-		n = poll(pfd, (nfds_t)sv->nlisteners + 1, -1);
+		n = poll(pfd, (nfds_t)(sv->nlisteners + first), -1);
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
@@ -367,8 +392,10 @@ int pvgpu_supervisor_run(struct pvgpu_supervisor *sv)
 		}
 		if (pfd[0].revents)
 			handle_signal(sv);
+		if (pfd[1].revents)
+			pvgpu_watchdog_tick(sv);
 		for (int i = 0; i < sv->nlisteners && !sv->stopping; i++)
-			if (pfd[i + 1].revents & POLLIN)
+			if (pfd[i + first].revents & POLLIN)
 				start_session(sv, &sv->listeners[i]);
 	}
 	stop_workers(sv);
