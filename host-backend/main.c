@@ -164,8 +164,12 @@ int main(int argc, char **argv)
 	}
 	if (pvgpu_supervisor_init(&sv, &cfg))
 		return 1;
-	log_info("pvgpud started: executor %s, block %u bytes", cfg.exec->name,
-		 cfg.block);
+	if (cfg.call_timeout_ms)
+		log_info("pvgpud started: executor %s, block %u bytes, call timeout %.1f s",
+			 cfg.exec->name, cfg.block, cfg.call_timeout_ms / 1e3);
+	else
+		log_info("pvgpud started: executor %s, block %u bytes, no call timeout",
+			 cfg.exec->name, cfg.block);
 	rc = pvgpu_supervisor_run(&sv);
 	pvgpu_supervisor_fini(&sv);
 	return rc;
