@@ -17,7 +17,8 @@
  * call has run longer than its limit: the VM's call_timeout from the
  * policy, else pvgpud --call-timeout (default 300 s; 0 turns it off),
  * logging one line that names the session, the VM, the operation and how
- * long it ran.  The process boundary frees the rest, as for any worker
+ * long it ran.  (A live session of a VM that a reload dropped from the
+ * file gets --call-timeout.)  The process boundary frees the rest, as for any worker
  * that dies; the guest sees its connection close.
  */
 #ifndef PVGPU_WATCHDOG_H
