@@ -26,6 +26,8 @@ static int init_locks(struct pvgpu_accounting *acct)
 	for (int i = 0; !rc && i < PVGPU_MAX_VM_ENTRIES; i++)
 		if (pthread_mutex_init(&acct->vms[i].lock, &attr))
 			rc = -1;
+	if (!rc && pthread_mutex_init(&acct->gpu_lock, &attr))
+		rc = -1;
 	pthread_mutexattr_destroy(&attr);
 	return rc;
 }
@@ -84,6 +86,10 @@ void pvgpu_accounting_release(struct pvgpu_slot *slot)
 	slot->identity[0] = '\0';
 	atomic_store(&slot->vm, -1);
 	atomic_store(&slot->mem_pending, 0);
+	atomic_store(&slot->host_pinned, 0);
+	atomic_store(&slot->gpus_held, 0);
+	atomic_store(&slot->call_started_ns, 0);
+	atomic_store(&slot->call_opcode, 0);
 	atomic_store(&slot->calls, 0);
 	atomic_store(&slot->bytes_h2d, 0);
 	atomic_store(&slot->bytes_d2h, 0);
@@ -187,4 +193,44 @@ void pvgpu_accounting_commit(struct pvgpu_slot *slot, int dev, uint64_t size)
 void pvgpu_accounting_uncharge(struct pvgpu_slot *slot, uint64_t size)
 {
 	atomic_fetch_sub(&slot->mem_pending, size);
+}
+
+int pvgpu_accounting_pin(struct pvgpu_accounting *acct,
+			 struct pvgpu_slot *slot, uint64_t size)
+{
+	int vm = atomic_load(&slot->vm);
+	uint64_t quota, used;
+	int rc = 0;
+
+	if (vm < 0) {
+		atomic_fetch_add(&slot->host_pinned, size);
+		return 0;
+	}
+	pvgpu_accounting_vm_lock(acct, vm);
+	quota = atomic_load(&acct->vms[vm].pinned_quota);
+	used = pvgpu_accounting_vm_pinned(acct, vm);
+	if (quota && (used > quota || size > quota - used))
+		rc = -1;
+	else
+		atomic_fetch_add(&slot->host_pinned, size);
+	pvgpu_accounting_vm_unlock(acct, vm);
+	return rc;
+}
+
+void pvgpu_accounting_unpin(struct pvgpu_slot *slot, uint64_t size)
+{
+	atomic_fetch_sub(&slot->host_pinned, size);
+}
+
+uint64_t pvgpu_accounting_vm_pinned(struct pvgpu_accounting *acct, int vm)
+{
+	uint64_t sum = 0;
+
+	for (uint32_t i = 0; i < acct->nslots; i++) {
+		struct pvgpu_slot *s = &acct->slots[i];
+
+		if (s->pid && atomic_load(&s->vm) == vm)
+			sum += atomic_load(&s->host_pinned);
+	}
+	return sum;
 }

@@ -32,6 +32,9 @@ struct pvgpu_vm_entry {
 	_Atomic uint64_t quota;		/* bytes; 0: no quota */
 	_Atomic uint32_t max_sessions;	/* 0: no limit */
 	_Atomic uint32_t gpus;		/* bit per device; 0: all */
+	_Atomic uint32_t exclusive;	/* mode = exclusive (exclusive.h) */
+	_Atomic uint32_t exclusive_wait_ms;	/* how long its ctx_create waits */
+	_Atomic uint64_t pinned_quota;	/* host pinned bytes; 0: no limit */
 	/*
 	 * Serialises "count, then take" for quota charges and session
 	 * admission across worker processes.  Robust: a worker killed while
@@ -61,10 +64,27 @@ struct pvgpu_slot {
 	_Atomic uint64_t mem_used[PVGPU_MAX_DEVICES];
 	/* Charged to the VM's quota, not yet allocated (see charge below). */
 	_Atomic uint64_t mem_pending;
+	/* Page-locked host memory the worker holds for it (staging). */
+	_Atomic uint64_t host_pinned;
+	/*
+	 * Bit per device on which the session holds a context.  Set only
+	 * under gpu_lock, after the exclusivity check (exclusive.h); cleared
+	 * when its last context there goes, or with the slot.
+	 */
+	_Atomic uint32_t gpus_held;
+	/*
+	 * The call being served, for the supervisor's watchdog (watchdog.h):
+	 * CLOCK_MONOTONIC ns when it began, less time spent waiting on the
+	 * guest; 0: none.  call_opcode is for the log line only.
+	 */
+	_Atomic uint64_t call_started_ns;
+	_Atomic uint32_t call_opcode;
 };
 
 struct pvgpu_accounting {
 	uint32_t nslots;
+	/* Serialises "check, then take" of gpus_held across workers; robust. */
+	pthread_mutex_t gpu_lock;
 	struct pvgpu_vm_entry vms[PVGPU_MAX_VM_ENTRIES];
 	struct pvgpu_slot slots[];
 };
@@ -100,5 +120,16 @@ int pvgpu_accounting_charge(struct pvgpu_accounting *acct,
 			    struct pvgpu_slot *slot, uint64_t size);
 void pvgpu_accounting_commit(struct pvgpu_slot *slot, int dev, uint64_t size);
 void pvgpu_accounting_uncharge(struct pvgpu_slot *slot, uint64_t size);
+
+/*
+ * Page-locked host memory the worker takes for the session (its staging
+ * buffers): counted apart from device memory, against the VM's pinned
+ * quota (policy key `pinned`).  pin: 0, or -1 when over that quota.
+ */
+int pvgpu_accounting_pin(struct pvgpu_accounting *acct,
+			 struct pvgpu_slot *slot, uint64_t size);
+void pvgpu_accounting_unpin(struct pvgpu_slot *slot, uint64_t size);
+/* Under the VM's lock: host pinned memory of all its sessions. */
+uint64_t pvgpu_accounting_vm_pinned(struct pvgpu_accounting *acct, int vm);
 
 #endif /* PVGPU_ACCOUNTING_H */

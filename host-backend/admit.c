@@ -31,6 +31,11 @@ int pvgpu_policy_apply(struct pvgpu_policy *p, struct pvgpu_accounting *acct,
 		atomic_store(&e->quota, all[i]->memory);
 		atomic_store(&e->max_sessions, all[i]->max_sessions);
 		atomic_store(&e->gpus, all[i]->gpus);
+		atomic_store(&e->pinned_quota, all[i]->pinned);
+		atomic_store(&e->exclusive, all[i]->mode == VM_EXCLUSIVE);
+		atomic_store(&e->exclusive_wait_ms,
+			     all[i]->exclusive_wait_ms > 0 ?
+			     (uint32_t)all[i]->exclusive_wait_ms : 0);
 	}
 	return 0;
 }

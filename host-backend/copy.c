@@ -20,10 +20,19 @@
 
 static int32_t staging_ready(struct pvgpu_worker *w)
 {
+	uint64_t bytes = (uint64_t)PVGPU_STAGING_BUFFERS * w->cfg->block;
 	int32_t st;
 
 	if (w->staging[0].buf)
 		return 0;
+	/* Page-locked host memory taken for this VM: its pinned figure (policy.h). */
+	if (pvgpu_accounting_pin(w->acct, w->slot, bytes)) {
+		log_info("cannot set up %d staging buffers of %u bytes: over the pinned quota of vm %s",
+			 PVGPU_STAGING_BUFFERS, w->cfg->block,
+			 w->acct->vms[atomic_load(&w->slot->vm)].name);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	w->staging_pinned = bytes;
 	for (int i = 0; i < PVGPU_STAGING_BUFFERS; i++) {
 		struct pvgpu_staging *s = &w->staging[i];
 
@@ -57,6 +66,8 @@ void pvgpu_staging_release(struct pvgpu_worker *w)
 			w->ex_ops->host_free(w->ex, s->buf);
 		memset(s, 0, sizeof(*s));
 	}
+	pvgpu_accounting_unpin(w->slot, w->staging_pinned);
+	w->staging_pinned = 0;
 }
 
 /* The next staging buffer, once no DMA uses it any more. */

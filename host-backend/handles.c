@@ -37,6 +37,7 @@ uint64_t pvgpu_handle_add(struct pvgpu_handles *t, enum pvgpu_handle_kind kind,
 	t->v[i].ctx = ctx;
 	t->v[i].device = device;
 	t->v[i].module = 0;
+	t->v[i].charged = 0;
 	t->v[i].data = NULL;
 	t->v[i].ndata = 0;
 	return ((uint64_t)t->v[i].gen << ID_INDEX_BITS) | (i + 1);

@@ -19,7 +19,8 @@ struct pvgpu_handle {
 	uint64_t exec_handle;		/* the executor's own value */
 	uint64_t ctx;			/* owning context's id (all but contexts) */
 	uint64_t module;		/* owning module's id (functions) */
-	int32_t device;			/* contexts */
+	int32_t device;			/* contexts, modules */
+	uint64_t charged;		/* modules: bytes charged to the VM */
 	void *data;			/* owned extra state, freed with the handle */
 	uint32_t ndata;			/* entries in data */
 };

@@ -4,13 +4,17 @@
  *   pvgpud --listen URI [--listen URI ...] --executor cuda|sim
  *          [--config FILE] [--log-level error|warn|info|debug]
  *          [--block-size BYTES] [--max-sessions N] [--tcp-token TOKEN]
- *          [--module-cache DIR] [--poll-us N] [--registry DIR]
+ *          [--module-cache DIR] [--poll-us N] [--call-timeout SECONDS]
+ *          [--registry DIR]
  *
  * Runs in the foreground, logs to stderr, exits cleanly on SIGTERM; SIGHUP
  * rereads --config (the per-VM policy, see policy.h) and the registry.
- * --registry names the directory where qemu-device records the VMs it gave
- * a vGPU (registry.h; /run/pvgpu/vms by default there): pvgpud watches it,
- * listens on each vhost-user VM's socket and maps each VM's window.
+ * --call-timeout is the watchdog's limit on one call of a session
+ * (watchdog.h): default 300, 0 for none; a VM's call_timeout in the policy
+ * overrides it.  --registry names the directory where qemu-device records
+ * the VMs it gave a vGPU (registry.h; /run/pvgpu/vms on a host): pvgpud
+ * watches it, listens on each vhost-user VM's socket and maps each VM's
+ * window.
  * Exit codes: 0 success, 1 runtime failure, 2 bad usage.
  */
 #include <getopt.h>
@@ -28,7 +32,8 @@ static const char usage[] =
 	"usage: pvgpud --listen URI [--listen URI ...] --executor cuda|sim\n"
 	"              [--config FILE] [--log-level error|warn|info|debug]\n"
 	"              [--block-size BYTES] [--max-sessions N] [--tcp-token TOKEN]\n"
-	"              [--module-cache DIR] [--poll-us N] [--registry DIR]\n"
+	"              [--module-cache DIR] [--poll-us N] [--call-timeout SECONDS]\n"
+	"              [--registry DIR]\n"
 	"URIs: unix:///PATH, tcp://HOST:PORT, vsock://any:PORT\n";
 
 static int bad_usage(const char *what)
@@ -68,6 +73,7 @@ int main(int argc, char **argv)
 		{ "module-cache", required_argument, NULL, 'M' },
 		{ "poll-us", required_argument, NULL, 'P' },
 		{ "registry", required_argument, NULL, 'R' },
+		{ "call-timeout", required_argument, NULL, 'T' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -77,6 +83,7 @@ int main(int argc, char **argv)
 		.block = PVGPU_DEFAULT_BLOCK,
 		.max_sessions = 256,
 		.poll_us = 50,
+		.call_timeout_ms = 300 * 1000,
 	};
 	struct pvgpu_supervisor sv;
 	char cache_dir[64];
@@ -134,6 +141,16 @@ int main(int argc, char **argv)
 				return bad_usage("--registry must be an absolute directory path");
 			cfg.registry = optarg;
 			break;
+		case 'T': {
+			char *end;
+			double v = strtod(optarg, &end);
+
+			/* Fractions are for tests; a day is more than any call needs. */
+			if (*end || end == optarg || !(v >= 0 && v <= 86400))
+				return bad_usage("--call-timeout must be 0..86400 seconds (0: no limit)");
+			cfg.call_timeout_ms = (uint64_t)(v * 1000 + 0.5);
+			break;
+		}
 		case 'h':
 			fputs(usage, stdout);
 			return 0;
@@ -159,8 +176,12 @@ int main(int argc, char **argv)
 	}
 	if (pvgpu_supervisor_init(&sv, &cfg))
 		return 1;
-	log_info("pvgpud started: executor %s, block %u bytes", cfg.exec->name,
-		 cfg.block);
+	if (cfg.call_timeout_ms)
+		log_info("pvgpud started: executor %s, block %u bytes, call timeout %.1f s",
+			 cfg.exec->name, cfg.block, cfg.call_timeout_ms / 1e3);
+	else
+		log_info("pvgpud started: executor %s, block %u bytes, no call timeout",
+			 cfg.exec->name, cfg.block);
 	rc = pvgpu_supervisor_run(&sv);
 	pvgpu_supervisor_fini(&sv);
 	return rc;

@@ -8,6 +8,7 @@
  * symbols pass the same range checks as any other device memory.
  */
 #include <cuda.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,25 +20,52 @@
 #define MAX_IMAGE	(512ull << 20)
 #define MAX_PARAMS	1024
 
+/*
+ * Load an image into the current context.  The module's device memory is
+ * charged to the VM's quota at its image size: the driver does not say
+ * what a module takes, and the image bounds its code and initialised data
+ * (policy.h says what this misses).
+ */
 static int32_t load_image(struct pvgpu_worker *w, const uint8_t *image,
 			  size_t len, uint64_t *id)
 {
+	struct pvgpu_handle *ctx;
 	uint64_t module;
 	int32_t st;
 
 	if (!w->ex)
 		return CUDA_ERROR_NOT_INITIALIZED;
-	if (!w->cur_ctx)
+	ctx = pvgpu_handle_get(&w->handles, w->cur_ctx, H_CTX);
+	if (!ctx)
 		return CUDA_ERROR_INVALID_CONTEXT;
-	st = w->ex_ops->module_load(w->ex, image, len, &module);
-	if (st)
-		return st;
-	*id = pvgpu_handle_add(&w->handles, H_MODULE, module, w->cur_ctx, 0);
-	if (!*id) {
-		w->ex_ops->module_unload(w->ex, module);
+	if (pvgpu_accounting_charge(w->acct, w->slot, len)) {
+		log_debug("module of %zu bytes: over the quota of vm %s", len,
+			  w->acct->vms[atomic_load(&w->slot->vm)].name);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
+	st = w->ex_ops->module_load(w->ex, image, len, &module);
+	if (st)
+		goto err_uncharge;
+	*id = pvgpu_handle_add(&w->handles, H_MODULE, module, w->cur_ctx,
+			       ctx->device);
+	if (!*id) {
+		w->ex_ops->module_unload(w->ex, module);
+		st = CUDA_ERROR_OUT_OF_MEMORY;
+		goto err_uncharge;
+	}
+	pvgpu_handle_get(&w->handles, *id, H_MODULE)->charged = len;
+	pvgpu_accounting_commit(w->slot, ctx->device, len);
 	return CUDA_SUCCESS;
+
+err_uncharge:
+	pvgpu_accounting_uncharge(w->slot, len);
+	return st;
+}
+
+void pvgpu_module_uncharge(struct pvgpu_worker *w, struct pvgpu_handle *h)
+{
+	atomic_fetch_sub(&w->slot->mem_used[h->device], h->charged);
+	h->charged = 0;
 }
 
 int32_t pvgpu_handle_module_load(struct pvgpu_worker *w,
@@ -129,6 +157,7 @@ int32_t pvgpu_handle_module_unload(struct pvgpu_worker *w,
 	if (!h)
 		return CUDA_ERROR_INVALID_HANDLE;
 	st = w->ex_ops->module_unload(w->ex, h->exec_handle);
+	pvgpu_module_uncharge(w, h);
 	forget_module(w, req->module);
 	return st;
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "admit.h"
+#include "exclusive.h"
 #include "log.h"
 #include "pvgpu_dispatch.h"
 #include "worker.h"
@@ -200,6 +201,17 @@ int32_t pvgpu_handle_device_total_mem(struct pvgpu_worker *w,
 
 /* --- contexts ------------------------------------------------------------- */
 
+/* How many of this session's contexts live on dev. */
+static unsigned int contexts_on(struct pvgpu_worker *w, int32_t dev)
+{
+	unsigned int n = 0;
+
+	for (uint32_t i = 0; i < w->handles.n; i++)
+		n += w->handles.v[i].kind == H_CTX &&
+		     w->handles.v[i].device == dev;
+	return n;
+}
+
 int32_t pvgpu_handle_ctx_create(struct pvgpu_worker *w,
 				const struct pvgpu_ctx_create_req *req,
 				struct pvgpu_ctx_create_rep *rep)
@@ -211,26 +223,39 @@ int32_t pvgpu_handle_ctx_create(struct pvgpu_worker *w,
 		return CUDA_ERROR_INVALID_DEVICE;
 	if (!vm_may_use(w, req->device))
 		return CUDA_ERROR_INVALID_DEVICE;
-	st = w->ex_ops->ctx_create(w->ex, req->device, &ctx);
+	if (!w->ex)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	/* Exclusive mode: the device must be ours to take before we touch it. */
+	st = pvgpu_exclusive_take(w->acct, w->slot, req->device, w->fd);
 	if (st)
 		return st;
+	st = w->ex_ops->ctx_create(w->ex, req->device, &ctx);
+	if (st)
+		goto err_drop;
 	id = pvgpu_handle_add(&w->handles, H_CTX, ctx, 0, req->device);
 	if (!id) {
 		w->ex_ops->ctx_destroy(w->ex, ctx);
-		return CUDA_ERROR_OUT_OF_MEMORY;
+		st = CUDA_ERROR_OUT_OF_MEMORY;
+		goto err_drop;
 	}
 	rep->ctx = id;
 	return CUDA_SUCCESS;
+
+err_drop:
+	if (!contexts_on(w, req->device))
+		pvgpu_exclusive_drop(w->slot, req->device);
+	return st;
 }
 
 int32_t pvgpu_handle_ctx_destroy(struct pvgpu_worker *w,
 				 const struct pvgpu_ctx_destroy_req *req)
 {
 	struct pvgpu_handle *h = pvgpu_handle_get(&w->handles, req->ctx, H_CTX);
-	int32_t st;
+	int32_t st, dev;
 
 	if (!h)
 		return CUDA_ERROR_INVALID_HANDLE;
+	dev = h->device;
 	/* Staging events live in the current context: drop them first. */
 	if (req->ctx == w->cur_ctx)
 		pvgpu_staging_release(w);
@@ -250,12 +275,18 @@ int32_t pvgpu_handle_ctx_destroy(struct pvgpu_worker *w,
 	for (uint32_t i = 0; i < w->handles.n; i++) {
 		struct pvgpu_handle *o = &w->handles.v[i];
 
-		if (o->kind != H_FREE && o->kind != H_CTX && o->ctx == req->ctx)
-			pvgpu_handle_release(o);
+		if (o->kind == H_FREE || o->kind == H_CTX || o->ctx != req->ctx)
+			continue;
+		if (o->kind == H_MODULE)
+			pvgpu_module_uncharge(w, o);
+		pvgpu_handle_release(o);
 	}
 	pvgpu_handle_del(&w->handles, req->ctx);
 	if (req->ctx == w->cur_ctx)
 		w->cur_ctx = 0;
+	/* Its last context there gone, the session leaves the device to others. */
+	if (!contexts_on(w, dev))
+		pvgpu_exclusive_drop(w->slot, dev);
 	return st;
 }
 

@@ -50,6 +50,32 @@ static int parse_size(const char *s, uint64_t *out)
 	return 0;
 }
 
+/*
+ * "10", "10s", "1.5s", "500ms", "2m": milliseconds, at most max_ms.  A
+ * bare number is seconds, as in every other duration pvgpud takes.
+ */
+static int parse_duration(const char *s, int64_t max_ms, int64_t *out)
+{
+	double v, scale = 1000.0;
+	char *end;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (end == s || errno || *s == '-' || v != v)
+		return -1;
+	if (!strcmp(end, "ms"))
+		scale = 1.0;
+	else if (!strcmp(end, "m"))
+		scale = 60000.0;
+	else if (*end && strcmp(end, "s"))
+		return -1;
+	v *= scale;
+	if (v < 0 || v > (double)max_ms)
+		return -1;
+	*out = (int64_t)(v + 0.5);
+	return 0;
+}
+
 static int parse_u32(const char *s, uint32_t max, uint32_t *out)
 {
 	unsigned long v;
@@ -140,6 +166,8 @@ static struct pvgpu_vm_policy *vm_section(struct parse_state *st,
 	vm = &p->vms[p->nvms++];
 	snprintf(vm->name, sizeof(vm->name), "%s", name);
 	vm->weight = 1;
+	vm->exclusive_wait_ms = -1;
+	vm->call_timeout_ms = -1;
 	return vm;
 }
 
@@ -155,6 +183,25 @@ static int limit_key(struct parse_state *st, struct pvgpu_vm_policy *vm,
 	if (!strcmp(key, "max_sessions")) {
 		if (parse_u32(value, 65536, &vm->max_sessions))
 			return fail(st, "max_sessions = %s is not 0..65536", value);
+		return 1;
+	}
+	if (!strcmp(key, "pinned")) {
+		if (parse_size(value, &vm->pinned))
+			return fail(st, "pinned = %s is not a size (e.g. 64M)", value);
+		return 1;
+	}
+	if (!strcmp(key, "exclusive_wait")) {
+		if (parse_duration(value, PVGPU_MAX_EXCLUSIVE_WAIT_MS,
+				   &vm->exclusive_wait_ms))
+			return fail(st, "exclusive_wait = %s is not a duration of 0..%ds (e.g. 10s, 500ms)",
+				    value, PVGPU_MAX_EXCLUSIVE_WAIT_MS / 1000);
+		return 1;
+	}
+	if (!strcmp(key, "call_timeout")) {
+		if (parse_duration(value, PVGPU_MAX_CALL_TIMEOUT_MS,
+				   &vm->call_timeout_ms))
+			return fail(st, "call_timeout = %s is not a duration of 0..%ds (e.g. 300s, 0 for none)",
+				    value, PVGPU_MAX_CALL_TIMEOUT_MS / 1000);
 		return 1;
 	}
 	return -1;
@@ -270,6 +317,8 @@ int pvgpu_policy_load(const char *path, struct pvgpu_policy *p,
 	memset(p, 0, sizeof(*p));
 	snprintf(p->unknown.name, sizeof(p->unknown.name), "%s", PVGPU_DEFAULT_VM);
 	p->unknown.weight = 1;
+	p->unknown.exclusive_wait_ms = -1;
+	p->unknown.call_timeout_ms = -1;
 #ifdef PVGPU_NO_INIH
 	/*
 	 * A GPU host with no package registry may lack libinih-dev: pvgpud
@@ -280,6 +329,7 @@ int pvgpu_policy_load(const char *path, struct pvgpu_policy *p,
 	(void)line;
 	(void)on_key;
 	(void)check_unique;
+	(void)parse_duration;
 	snprintf(err, errlen,
 		 "cannot read %s: this pvgpud was built without inih (libinih-dev)",
 		 path);
@@ -295,7 +345,16 @@ int pvgpu_policy_load(const char *path, struct pvgpu_policy *p,
 			 st.why[0] ? st.why : "syntax error");
 		return -1;
 	}
-	return check_unique(p, err, errlen);
+	if (check_unique(p, err, errlen))
+		return -1;
+	/* What [default] says about waiting and call time holds for every VM that says nothing. */
+	for (unsigned int i = 0; i < p->nvms; i++) {
+		if (p->vms[i].exclusive_wait_ms < 0)
+			p->vms[i].exclusive_wait_ms = p->unknown.exclusive_wait_ms;
+		if (p->vms[i].call_timeout_ms < 0)
+			p->vms[i].call_timeout_ms = p->unknown.call_timeout_ms;
+	}
+	return 0;
 #endif
 }
 

@@ -7,6 +7,9 @@
  *   policy = refuse          ; refuse | allow callers no [vm] section names
  *   memory = 2G              ; quota of the pool allowed unknown callers share
  *   max_sessions = 8         ; sessions of that pool at once
+ *   pinned = 64M             ; host pinned memory of that pool
+ *   exclusive_wait = 10s     ; for every VM that does not set its own
+ *   call_timeout = 300s      ; for every VM that does not set its own
  *
  *   [vm alice]
  *   uid = 1000, 1001         ; Unix callers with these uids (SO_PEERCRED)
@@ -14,15 +17,42 @@
  *   token = s3cret           ; TCP callers presenting this token in hello
  *   memory = 8G              ; device-memory quota across all its sessions
  *   max_sessions = 4         ; concurrent sessions
+ *   pinned = 64M             ; host pinned memory (staging) across its sessions
  *   gpus = 0,1               ; device indices it may create contexts on
- *   mode = shared            ; shared | exclusive  (parsed, not enforced yet)
+ *   mode = shared            ; shared | exclusive
+ *   exclusive_wait = 10s     ; a context refused for exclusivity waits this long
+ *   call_timeout = 300s      ; watchdog limit on one call (0: none)
  *   weight = 2               ; scheduling weight   (parsed, not enforced yet)
  *
- * Sizes take a K, M, G or T suffix (powers of 1024).  A missing memory or
- * max_sessions means no limit; missing gpus means every device.  Identities
- * come from the channel only: uid and cid are what the kernel says about
- * the peer, and a token is the one thing a TCP caller can prove.  A uid,
- * cid or token may name one VM only.
+ * Sizes take a K, M, G or T suffix (powers of 1024); durations are seconds,
+ * or take ms, s or m.  A missing memory, pinned or max_sessions means no
+ * limit; missing gpus means every device.  Identities come from the channel
+ * only: uid and cid are what the kernel says about the peer, and a token is
+ * the one thing a TCP caller can prove.  A uid, cid or token may name one
+ * VM only.
+ *
+ * memory counts device allocations and, for each loaded module, its image
+ * size: the driver does not say what a module takes, and the image bounds
+ * its code (not __device__ arrays it declares without initialisers).
+ * pinned counts the page-locked staging buffers a session's worker takes
+ * for copies over a stream transport, apart from device memory: it is the
+ * host's RAM, not the GPU's.  A shared window's pages are the VM's own
+ * memory and are not counted.
+ *
+ * mode = exclusive: the unit of exclusivity is a context.  While a session
+ * of an exclusive VM holds a context on a GPU, context creation there by
+ * any other VM fails with CUDA_ERROR_DEVICE_UNAVAILABLE
+ * (cudaErrorDevicesUnavailable), and an exclusive VM cannot create a
+ * context on a GPU where another VM holds one.  Sessions of one VM never
+ * exclude each other, and a session that holds no context (it has only
+ * said hello, or queried devices) excludes nobody.  With exclusive_wait,
+ * the refused caller (of either kind) waits up to that long, polling, and
+ * then gets the same error; the default is 0, refuse at once.  The check
+ * is made under one lock in the shared table, so two workers can never
+ * both take a GPU.  A reload that changes a mode applies to contexts made
+ * from then on; contexts already held are never taken away.
+ *
+ * call_timeout overrides pvgpud --call-timeout for the VM (watchdog.h).
  */
 #ifndef PVGPU_POLICY_H
 #define PVGPU_POLICY_H
@@ -35,6 +65,8 @@
 #define PVGPU_POLICY_MAX_IDS	16
 #define PVGPU_VM_NAME_LEN	64
 #define PVGPU_TOKEN_LEN		128
+#define PVGPU_MAX_EXCLUSIVE_WAIT_MS	(3600 * 1000)
+#define PVGPU_MAX_CALL_TIMEOUT_MS	(86400 * 1000)
 
 /* The pool of allowed unknown callers is a VM by this name. */
 #define PVGPU_DEFAULT_VM	"default"
@@ -51,7 +83,10 @@ struct pvgpu_vm_policy {
 	uint64_t memory;		/* bytes; 0: no quota */
 	uint32_t max_sessions;		/* 0: no limit */
 	uint32_t gpus;			/* bit per device index; 0: all */
+	uint64_t pinned;		/* host pinned bytes; 0: no limit */
 	enum pvgpu_vm_mode mode;
+	int64_t exclusive_wait_ms;	/* -1: not set, no wait */
+	int64_t call_timeout_ms;	/* -1: pvgpud --call-timeout */
 	uint32_t weight;
 	int entry;			/* its index in the shared VM table */
 };

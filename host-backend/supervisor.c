@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/inotify.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -16,6 +17,7 @@
 #include "log.h"
 #include "modcache.h"
 #include "supervisor.h"
+#include "watchdog.h"
 
 static void human_bytes(uint64_t n, char *out, size_t len)
 {
@@ -95,6 +97,7 @@ static int load_policy(struct pvgpu_supervisor *sv)
 	sv->wcfg.policy = p;	/* workers forked from now on get this one */
 	if (sv->registry)	/* VMs the policy stopped naming get theirs back */
 		pvgpu_registry_apply(sv->registry, p, sv->acct);
+	pvgpu_watchdog_arm(sv);	/* a VM's call_timeout may need the tick */
 	log_info("policy %s: %u VM(s), unknown callers %s", sv->config, p->nvms,
 		 p->allow_unknown ? "allowed" : "refused");
 	return 0;
@@ -258,6 +261,8 @@ int pvgpu_supervisor_init(struct pvgpu_supervisor *sv,
 	memset(sv, 0, sizeof(*sv));
 	sv->sigfd = -1;
 	sv->inotify_fd = -1;
+	sv->timerfd = -1;
+	sv->call_timeout_ms = cfg->call_timeout_ms;
 	sv->next_session = 1;
 	sv->wcfg.exec = cfg->exec;
 	sv->wcfg.block = cfg->block;
@@ -293,6 +298,8 @@ int pvgpu_supervisor_init(struct pvgpu_supervisor *sv,
 		goto err;
 	if (sv->registry_dir && (watch_registry(sv) || load_registry(sv)))
 		goto err;
+	if (pvgpu_watchdog_init(sv))
+		goto err;
 	for (int i = 0; i < cfg->nlisten; i++) {
 		if (pvgpu_listen(cfg->listen[i], &sv->listeners[i], err,
 				 sizeof(err))) {
@@ -326,6 +333,7 @@ void pvgpu_supervisor_fini(struct pvgpu_supervisor *sv)
 	if (sv->sigfd >= 0)
 		close(sv->sigfd);
 	sv->sigfd = -1;
+	pvgpu_watchdog_fini(sv);
 	pvgpu_accounting_destroy(sv->acct);
 	sv->acct = NULL;
 	free(sv->policy);
@@ -372,7 +380,7 @@ static void start_session(struct pvgpu_supervisor *sv, struct pvgpu_listener *l)
 	struct pvgpu_peer peer;
 	struct pvgpu_slot *slot;
 	sigset_t mask;
-	pid_t pid;
+	pid_t pid, parent;
 	int fd;
 
 	fd = pvgpu_accept(l, &peer);
@@ -413,6 +421,7 @@ static void start_session(struct pvgpu_supervisor *sv, struct pvgpu_listener *l)
 	snprintf(slot->identity, sizeof(slot->identity), "%s", peer.identity);
 	clock_gettime(CLOCK_MONOTONIC, &slot->started);
 
+	parent = getpid();
 	pid = fork();
 	if (pid < 0) {
 		log_error("fork for %s failed: %s", peer.identity, strerror(errno));
@@ -432,6 +441,16 @@ static void start_session(struct pvgpu_supervisor *sv, struct pvgpu_listener *l)
 		if (sv->inotify_fd >= 0)
 			close(sv->inotify_fd);
 		close(sv->sigfd);
+		close(sv->timerfd);
+		/*
+		 * A worker outlives nothing: if the supervisor dies, so do its
+		 * sessions, rather than hold a GPU that a restarted pvgpud
+		 * cannot see in its table.  (The check after prctl covers a
+		 * supervisor that died before it.)
+		 */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(1);
 		sigemptyset(&mask);
 		sigprocmask(SIG_SETMASK, &mask, NULL);
 		signal(SIGTERM, SIG_DFL);
@@ -455,7 +474,9 @@ static void end_session(struct pvgpu_supervisor *sv, pid_t pid, int status)
 
 	if (!slot)
 		return;	/* the start-up probe, or not ours */
-	if (WIFSIGNALED(status))
+	if (WIFSIGNALED(status) && pvgpu_watchdog_killed(sv, slot))
+		snprintf(how, sizeof(how), "worker killed by the watchdog");
+	else if (WIFSIGNALED(status))
 		snprintf(how, sizeof(how), "worker killed by signal %d (%s)",
 			 WTERMSIG(status), strsignal(WTERMSIG(status)));
 	else if (WEXITSTATUS(status))
@@ -471,6 +492,7 @@ static void end_session(struct pvgpu_supervisor *sv, pid_t pid, int status)
 		 seconds_since(&slot->started),
 		 (unsigned long long)atomic_load(&slot->calls), h2d, d2h, how);
 	/* Whatever the worker held died with its process. */
+	pvgpu_watchdog_forget(sv, slot);
 	pvgpu_accounting_release(slot);
 }
 
@@ -552,23 +574,26 @@ static void handle_signal(struct pvgpu_supervisor *sv)
 
 int pvgpu_supervisor_run(struct pvgpu_supervisor *sv)
 {
-	/* signals, registry, then the listeners and the VMs' sockets */
-	struct pollfd pfd[2 + PVGPU_MAX_LISTENERS + PVGPU_REGISTRY_MAX];
+	/* signals, the watchdog's timer, the registry, then the listeners
+	 * and the VMs' sockets */
+	struct pollfd pfd[3 + PVGPU_MAX_LISTENERS + PVGPU_REGISTRY_MAX];
 	struct pvgpu_listener *owner[PVGPU_MAX_LISTENERS + PVGPU_REGISTRY_MAX];
+	const int first = 3;
 
 	while (!sv->stopping) {
 		int n, nl = 0;
 
 		pfd[0] = (struct pollfd){ .fd = sv->sigfd, .events = POLLIN };
-		pfd[1] = (struct pollfd){ .fd = sv->inotify_fd, .events = POLLIN };
+		pfd[1] = (struct pollfd){ .fd = sv->timerfd, .events = POLLIN };
+		pfd[2] = (struct pollfd){ .fd = sv->inotify_fd, .events = POLLIN };
 		for (int i = 0; i < sv->nlisteners; i++)
 			owner[nl++] = &sv->listeners[i];
 		for (int i = 0; i < sv->nvm_listeners; i++)
 			owner[nl++] = &sv->vm_listeners[i];
 		for (int i = 0; i < nl; i++)
-			pfd[2 + i] = (struct pollfd){ .fd = owner[i]->fd,
-						      .events = POLLIN };
-		n = poll(pfd, (nfds_t)(2 + nl), -1);
+			pfd[first + i] = (struct pollfd){ .fd = owner[i]->fd,
+							  .events = POLLIN };
+		n = poll(pfd, (nfds_t)(first + nl), -1);
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
@@ -577,11 +602,13 @@ int pvgpu_supervisor_run(struct pvgpu_supervisor *sv)
 		}
 		/* Sessions first: a reload may close a listener in owner[]. */
 		for (int i = 0; i < nl && !sv->stopping; i++)
-			if (pfd[2 + i].revents & POLLIN)
+			if (pfd[first + i].revents & POLLIN)
 				start_session(sv, owner[i]);
 		if (pfd[0].revents)
 			handle_signal(sv);
-		if (pfd[1].revents && !sv->stopping)
+		if (pfd[1].revents)
+			pvgpu_watchdog_tick(sv);
+		if (pfd[2].revents && !sv->stopping)
 			registry_changed(sv);
 	}
 	stop_workers(sv);

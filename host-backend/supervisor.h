@@ -18,6 +18,9 @@ struct pvgpu_supervisor {
 	struct pvgpu_listener listeners[PVGPU_MAX_LISTENERS];
 	int nlisteners;
 	int sigfd;			/* signalfd: TERM, INT, HUP, CHLD */
+	int timerfd;			/* the call watchdog's tick; -1: none */
+	uint64_t call_timeout_ms;	/* --call-timeout; 0: no limit */
+	uint8_t *wd_killed;		/* per slot: the watchdog killed it */
 	struct pvgpu_accounting *acct;
 	struct pvgpu_worker_config wcfg;
 	const char *config;		/* policy file; NULL: everyone, no quota */
@@ -41,6 +44,7 @@ struct pvgpu_supervisor_config {
 	const char *tcp_token;
 	const char *module_cache;	/* directory; NULL: no cross-session cache */
 	uint32_t poll_us;		/* workers' busy-poll before sleeping */
+	uint64_t call_timeout_ms;	/* watchdog limit on one call; 0: none */
 	const char *config;		/* --config FILE, or NULL */
 	const char *registry;		/* --registry DIR, or NULL */
 };

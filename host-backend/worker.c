@@ -14,6 +14,7 @@
 
 #include "log.h"
 #include "pvgpu_dispatch.h"
+#include "watchdog.h"
 #include "worker.h"
 
 static uint64_t mem_used_by_all(void *arg, int32_t dev)
@@ -47,7 +48,10 @@ static void serve_async(struct pvgpu_worker *w, const struct pvgpu_hdr *h,
 	int32_t st;
 
 	w->req_id = h->id;
+	/* Queued work counts too: an executor may run it now (the sim does). */
+	pvgpu_watchdog_begin(w->slot, h->opcode);
 	st = pvgpu_dispatch(w, h->opcode, payload, h->length, rep, &rep_len);
+	pvgpu_watchdog_end(w->slot);
 	if (st == PVGPU_DISPATCH_EDECODE) {
 		const struct pvgpu_op_info *info = pvgpu_op_info(h->opcode);
 
@@ -117,7 +121,9 @@ static void serve_message(struct pvgpu_worker *w, const struct pvgpu_hdr *h,
 		return;
 	}
 	w->req_id = h->id;
+	pvgpu_watchdog_begin(w->slot, h->opcode);
 	st = pvgpu_dispatch(w, h->opcode, payload, h->length, rep, &rep_len);
+	pvgpu_watchdog_end(w->slot);
 	if (w->fatal)
 		return;
 	if (st == PVGPU_DISPATCH_EOPCODE) {

@@ -83,6 +83,7 @@ struct pvgpu_worker {
 
 	struct pvgpu_staging staging[PVGPU_STAGING_BUFFERS];
 	unsigned int next_staging;
+	uint64_t staging_pinned;	/* bytes of it counted in slot->host_pinned */
 	uint8_t *rx;			/* one control payload or batch */
 
 	int passed_fd;			/* last fd the guest sent; -1: none */
@@ -121,6 +122,9 @@ int32_t pvgpu_copy_dtoh(struct pvgpu_worker *w, uint64_t src, uint64_t size,
 /* Read and drop the DATA frames of a refused host-to-device copy. */
 void pvgpu_copy_refuse_htod(struct pvgpu_worker *w, uint64_t size);
 void pvgpu_staging_release(struct pvgpu_worker *w);
+
+/* A module's charge to the VM's quota, given back (modules.c). */
+void pvgpu_module_uncharge(struct pvgpu_worker *w, struct pvgpu_handle *h);
 
 /* Shared window (window.c). */
 void pvgpu_window_forget_ctx(struct pvgpu_worker *w, uint64_t ctx);

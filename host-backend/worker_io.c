@@ -5,6 +5,8 @@
  * fatal: a stream that is out of step cannot be trusted again.
  */
 #include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <time.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -13,6 +15,7 @@
 
 #include "log.h"
 #include "pvgpu_proto.h"
+#include "watchdog.h"
 #include "worker.h"
 
 /*
@@ -73,7 +76,8 @@ static uint64_t now_ns(void)
  */
 static ssize_t read_some(struct pvgpu_worker *w, void *buf, size_t len)
 {
-	uint64_t deadline = 0;
+	uint64_t deadline = 0, paused;
+	ssize_t n;
 
 	for (unsigned int i = 0; w->cfg->poll_ns; i++) {
 		ssize_t n = read_once(w, buf, len, MSG_DONTWAIT);
@@ -90,7 +94,23 @@ static ssize_t read_some(struct pvgpu_worker *w, void *buf, size_t len)
 		}
 		__builtin_ia32_pause();
 	}
-	return read_once(w, buf, len, 0);
+	/* Waiting for the guest mid-call is not the call hanging. */
+	paused = pvgpu_watchdog_pause(w->slot);
+	n = read_once(w, buf, len, 0);
+	pvgpu_watchdog_resume(w->slot, paused);
+	return n;
+}
+
+/* "" between calls, else " during NAME": what a lost connection cut short. */
+static void call_in_progress(struct pvgpu_worker *w, char *buf, size_t len)
+{
+	const struct pvgpu_op_info *info;
+
+	buf[0] = '\0';
+	if (!atomic_load(&w->slot->call_started_ns))
+		return;
+	info = pvgpu_op_info((uint16_t)atomic_load(&w->slot->call_opcode));
+	snprintf(buf, len, " during %s", info ? info->name : "a call");
 }
 
 int pvgpu_worker_read(struct pvgpu_worker *w, void *buf, size_t len)
@@ -107,9 +127,13 @@ int pvgpu_worker_read(struct pvgpu_worker *w, void *buf, size_t len)
 		}
 		if (n < 0 && errno == EINTR)
 			continue;
-		if (!w->fatal)
-			log_info("connection closed by the guest%s",
-				 n < 0 ? " (read error)" : "");
+		if (!w->fatal) {
+			char during[64];
+
+			call_in_progress(w, during, sizeof(during));
+			log_info("connection closed by the guest%s%s",
+				 during, n < 0 ? " (read error)" : "");
+		}
 		w->fatal = 1;
 		return -1;
 	}
@@ -120,14 +144,21 @@ static int write_all(struct pvgpu_worker *w, struct iovec *iov, int iovcnt)
 {
 	while (iovcnt) {
 		struct msghdr msg = { .msg_iov = iov, .msg_iovlen = (size_t)iovcnt };
+		uint64_t paused = pvgpu_watchdog_pause(w->slot);
 		ssize_t n = sendmsg(w->fd, &msg, MSG_NOSIGNAL);
 
+		pvgpu_watchdog_resume(w->slot, paused);
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
-			if (!w->fatal)
-				log_info("connection lost while sending: %s",
-					 strerror(errno));
+			if (!w->fatal) {
+				int err = errno;
+				char during[64];
+
+				call_in_progress(w, during, sizeof(during));
+				log_info("connection lost while sending%s: %s",
+					 during, strerror(err));
+			}
 			w->fatal = 1;
 			return -1;
 		}

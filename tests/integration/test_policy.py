@@ -99,7 +99,7 @@ def two_vms(memory="4M", max_sessions=8, bob_sessions=8):
         memory = 8M
         max_sessions = {bob_sessions}
         gpus = 0
-        mode = exclusive
+        mode = shared
         weight = 2
         """
 
