@@ -14,8 +14,11 @@ nothing in them was rebuilt for the VM.
 import importlib.util
 import os
 import shutil
+import signal
+import subprocess
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -160,3 +163,63 @@ def test_two_guests_at_once_each_see_only_their_own(daemon, attach, guest_kernel
     # Each VM's quota is its own: 1 GiB and 768 MiB, as registered.
     assert f"vm {a.name} attached" in log and "quota 1.00 GiB" in log
     assert "quota 768.0 MiB" in log
+
+
+def test_a_dying_vhost_device_vsock_touches_no_other_vm(daemon, attach, guest_kernel, run_dir):
+    """A's vhost-device-vsock is killed while A's programs run: pvgpud ends
+    A's session that was going through it, pvgpu-vm supervise says so and
+    starts a new one, and B, running at the same time, passes everything.
+    A itself is left without vsock (QEMU 7.2 does not reconnect): its
+    program waits for a reply that cannot come, so the test stops A's QEMU
+    once it has seen all this."""
+    a, b = attach("dies"), attach("lives")
+    kdir, kver, ko = guest_kernel
+    loop = ("export LD_LIBRARY_PATH=/pvgpu/lib PVGPU_DEVICES=vsock://2:7100\n"
+            "insmod /pvgpu.ko\n"
+            "i=0; while [ $i -lt 40 ]; do i=$((i+1)); /pvgpu/bin/memory >/dev/null 2>&1; "
+            "echo \"round $i rc=$?\"; done\nexit 0\n")
+    initrd = run_dir / "initrd-dies.cpio"
+    vm.build_initramfs(initrd, loop, files=vm.program_files(BUILD, binaries(["memory"]), ko),
+                       modules=vm.VSOCK_MODULES, kdir=kdir, kver=kver)
+    out = {}
+
+    def run_a():
+        cmd = vm.qemu_command(initrd, kernel=kdir / "boot" / f"vmlinuz-{kver}",
+                              memory=a.ram, extra=a.qemu_args())
+        out["a"] = vm.run(cmd, BOOT_TIMEOUT, log=run_dir / "console-dies.log", echo=False)
+
+    def run_b():
+        out["b"] = boot(b, guest_kernel, ["memory", "vecadd", "streams"], run_dir)
+
+    threads = [threading.Thread(target=run_a), threading.Thread(target=run_b)]
+    for t in threads:
+        t.start()
+    # Once A has had a few sessions, its vhost-device-vsock dies.
+    deadline = time.monotonic() + BOOT_TIMEOUT
+    while daemon.log().count(f"start: vm {a.name} via") < 3:
+        assert time.monotonic() < deadline and threads[0].is_alive(), daemon.log()[-3000:]
+        time.sleep(0.2)
+    pidfile = Path(a.socket).parent / "vhost-device-vsock.pid"
+    os.kill(int(pidfile.read_text().strip()), signal.SIGKILL)
+    threads[1].join()
+    # pvgpud ends every session of A; none is left hanging on the dead socket.
+    deadline = time.monotonic() + 30
+    while True:
+        log = daemon.log()
+        if log.count(f"start: vm {a.name} via") == log.count(f"end: vm {a.name} via"):
+            break
+        assert time.monotonic() < deadline, log[-3000:]
+        time.sleep(0.2)
+    subprocess.run(["pkill", "-f", str(initrd)], check=False)
+    threads[0].join()
+
+    _status, console = out["a"]
+    rounds = [line for line in console.splitlines() if line.startswith("round ")]
+    assert rounds and all(r.endswith("rc=0") for r in rounds), console[-3000:]
+    assert len(rounds) < 40, "A still reached pvgpud after its backend died"
+    status_b, console_b = out["b"]
+    assert_all_passed(["memory", "vecadd", "streams"], status_b, console_b, daemon, window=True)
+    sup = (run_dir / "supervise-dies.log").read_text()
+    assert "died" in sup and "restarting" in sup, sup
+    # pvgpud goes on serving: B's sessions all started and ended ok.
+    assert daemon.log().count(f"start: vm {b.name} via") == 3
