@@ -184,6 +184,41 @@ static void log_registry_changes(const struct pvgpu_registry *old,
 				 old->vms[i].name);
 }
 
+/*
+ * A kernel-vsock VM reaches us over AF_VSOCK: listen on its port (7100
+ * unless the registry says otherwise) for any CID, once, if no --listen
+ * did.  Who the caller is comes from its CID (identify_vm).
+ */
+static void listen_vsock_ports(struct pvgpu_supervisor *sv,
+			       const struct pvgpu_registry *r)
+{
+	for (unsigned int i = 0; i < r->nvms; i++) {
+		char uri[64], err[512];
+		int have = 0;
+
+		if (r->vms[i].vhost_user)
+			continue;
+		snprintf(uri, sizeof(uri), "vsock://any:%u", r->vms[i].port);
+		for (int j = 0; j < sv->nlisteners; j++)
+			have |= !strcmp(sv->listeners[j].uri, uri);
+		if (have)
+			continue;
+		if (sv->nlisteners == PVGPU_MAX_LISTENERS) {
+			log_warn("registry: vm %s: no room to listen on %s",
+				 r->vms[i].name, uri);
+			continue;
+		}
+		if (pvgpu_listen(uri, &sv->listeners[sv->nlisteners], err,
+				 sizeof(err))) {
+			log_warn("registry: vm %s: cannot listen on %s",
+				 r->vms[i].name, err);
+			continue;
+		}
+		sv->nlisteners++;
+		log_info("listening on %s for kernel-vsock VMs", uri);
+	}
+}
+
 /* Read the VM registry and put it in force; the old one stays on failure. */
 static int load_registry(struct pvgpu_supervisor *sv)
 {
@@ -202,6 +237,7 @@ static int load_registry(struct pvgpu_supervisor *sv)
 	pvgpu_registry_apply(r, sv->policy, sv->acct);
 	log_registry_changes(sv->registry, r);
 	sync_vm_listeners(sv, r);
+	listen_vsock_ports(sv, r);
 	free(sv->registry);
 	sv->registry = r;
 	return 0;

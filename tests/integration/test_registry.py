@@ -230,3 +230,38 @@ def test_a_guest_gone_mid_copy_ends_only_its_session(daemon, vms):
     assert sf.call("memcpy_htod", dst=out["dptr"], size=4096, data_in=b"\x11" * 4096)[0] == 0
     st, _, _, data = sf.call("memcpy_dtoh", src=out["dptr"], size=4096)
     assert st == 0 and data == b"\x11" * 4096
+
+
+def vsock_bindable(port):
+    try:
+        s = socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM)
+    except (OSError, AttributeError):
+        return False
+    try:
+        s.bind((socket.VMADDR_CID_ANY, port))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def test_a_kernel_vsock_vm_gets_a_vsock_listener(daemon, run_dir):
+    """With kernel vsock the VM is its CID: pvgpud listens on AF_VSOCK (any
+    CID) on the VM's port by itself, or says why it cannot."""
+    vm = f"t{os.getpid()}-k"
+    port = 20000 + os.getpid() % 20000
+    bindable = vsock_bindable(port)
+    proc = subprocess.run([str(PVGPU_VM), "--run-dir", str(run_dir), "qemu-args", vm,
+                           "--vsock", "kernel", "--window-size", "16M", "--cid", "77",
+                           "--port", str(port)], capture_output=True, text=True, timeout=60)
+    try:
+        assert proc.returncode == 0, proc.stderr
+        wait_log(daemon, f"registry: vm {vm} attached: cid 77, kernel vsock")
+        if bindable:
+            wait_log(daemon, f"listening on vsock://any:{port} for kernel-vsock VMs")
+        else:
+            wait_log(daemon, f"cannot listen on vsock any:{port}")
+    finally:
+        subprocess.run([str(PVGPU_VM), "--run-dir", str(run_dir), "release", vm],
+                       capture_output=True, timeout=60)
