@@ -26,7 +26,14 @@ LDLIBS  += -ldl -lpthread
 # guest shim must not depend on it.
 # The policy file is read with inih; a machine without it (the GPU host has
 # no package registry) still builds pvgpud, which then refuses --config.
+# A GPU host can be given Debian's inih from elsewhere instead:
+# make INIH_DIR=DIR, with DIR/include/ini.h and DIR/lib/libinih.so.
+ifneq ($(INIH_DIR),)
+CFLAGS += -I$(INIH_DIR)/include
+INIH_LIBS := -L$(INIH_DIR)/lib -Wl,-rpath,$(abspath $(INIH_DIR))/lib -linih
+else
 INIH_LIBS := $(shell pkg-config --libs inih 2>/dev/null)
+endif
 ifeq ($(INIH_LIBS),)
 CFLAGS += -DPVGPU_NO_INIH
 endif
