@@ -61,6 +61,13 @@ struct pvgpu_slot {
 	_Atomic uint64_t mem_used[PVGPU_MAX_DEVICES];
 	/* Charged to the VM's quota, not yet allocated (see charge below). */
 	_Atomic uint64_t mem_pending;
+	/* Bit per device the session holds a context on (status, metrics). */
+	_Atomic uint32_t devices;
+	/*
+	 * GPU busy time, in ns, attributed to this session: filled by the
+	 * scheduler, read for the VM's share of GPU time (status, metrics).
+	 */
+	_Atomic uint64_t gpu_ns;
 };
 
 struct pvgpu_accounting {

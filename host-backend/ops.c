@@ -200,6 +200,17 @@ int32_t pvgpu_handle_device_total_mem(struct pvgpu_worker *w,
 
 /* --- contexts ------------------------------------------------------------- */
 
+/* Publish which devices this session has contexts on (per-GPU status). */
+static void note_devices(struct pvgpu_worker *w)
+{
+	uint32_t mask = 0;
+
+	for (uint32_t i = 0; i < w->handles.n; i++)
+		if (w->handles.v[i].kind == H_CTX)
+			mask |= 1u << w->handles.v[i].device;
+	atomic_store(&w->slot->devices, mask);
+}
+
 int32_t pvgpu_handle_ctx_create(struct pvgpu_worker *w,
 				const struct pvgpu_ctx_create_req *req,
 				struct pvgpu_ctx_create_rep *rep)
@@ -220,6 +231,7 @@ int32_t pvgpu_handle_ctx_create(struct pvgpu_worker *w,
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	rep->ctx = id;
+	note_devices(w);
 	return CUDA_SUCCESS;
 }
 
@@ -256,6 +268,7 @@ int32_t pvgpu_handle_ctx_destroy(struct pvgpu_worker *w,
 	pvgpu_handle_del(&w->handles, req->ctx);
 	if (req->ctx == w->cur_ctx)
 		w->cur_ctx = 0;
+	note_devices(w);
 	return st;
 }
 
