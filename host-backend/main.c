@@ -4,10 +4,12 @@
  *   pvgpud --listen URI [--listen URI ...] --executor cuda|sim
  *          [--config FILE] [--log-level error|warn|info|debug]
  *          [--block-size BYTES] [--max-sessions N] [--tcp-token TOKEN]
- *          [--module-cache DIR] [--poll-us N]
+ *          [--module-cache DIR] [--poll-us N] [--metrics ADDR:PORT]
  *
  * Runs in the foreground, logs to stderr, exits cleanly on SIGTERM; SIGHUP
- * rereads --config (the per-VM policy, see policy.h).
+ * rereads --config (the per-VM policy, see policy.h).  --metrics serves
+ * GET /metrics (Prometheus text) on a loopback address (see metrics.h);
+ * `pvgpuctl status` reads it.
  * Exit codes: 0 success, 1 runtime failure, 2 bad usage.
  */
 #include <getopt.h>
@@ -18,6 +20,7 @@
 
 #include "executor.h"
 #include "log.h"
+#include "metrics.h"
 #include "supervisor.h"
 #include "wire.h"
 
@@ -25,13 +28,35 @@ static const char usage[] =
 	"usage: pvgpud --listen URI [--listen URI ...] --executor cuda|sim\n"
 	"              [--config FILE] [--log-level error|warn|info|debug]\n"
 	"              [--block-size BYTES] [--max-sessions N] [--tcp-token TOKEN]\n"
-	"              [--module-cache DIR] [--poll-us N]\n"
-	"URIs: unix:///PATH, tcp://HOST:PORT, vsock://any:PORT\n";
+	"              [--module-cache DIR] [--poll-us N] [--metrics ADDR:PORT]\n"
+	"URIs: unix:///PATH, tcp://HOST:PORT, vsock://any:PORT\n"
+	"--metrics: Prometheus text at http://ADDR:PORT/metrics; loopback only,\n"
+	"           e.g. 127.0.0.1:9400 (what `pvgpuctl status` reads)\n";
 
 static int bad_usage(const char *what)
 {
 	fprintf(stderr, "pvgpud: %s (try --help)\n", what);
 	return 2;
+}
+
+/* --metrics ADDR:PORT: 0, or -1 after saying what is wrong with it. */
+static int check_metrics(const char *addr)
+{
+#ifdef PVGPU_NO_MHD
+	(void)addr;
+	bad_usage("--metrics is not available: this pvgpud was built without libmicrohttpd (libmicrohttpd-dev)");
+	return -1;
+#else
+	struct sockaddr_storage sa;
+	socklen_t salen;
+	char err[256];
+
+	if (pvgpu_metrics_parse_addr(addr, &sa, &salen, err, sizeof(err))) {
+		bad_usage(err);
+		return -1;
+	}
+	return 0;
+#endif
 }
 
 /* "1048576", "1M", "256K": at least 4 KiB, at most the DATA frame limit. */
@@ -64,6 +89,7 @@ int main(int argc, char **argv)
 		{ "tcp-token", required_argument, NULL, 't' },
 		{ "module-cache", required_argument, NULL, 'M' },
 		{ "poll-us", required_argument, NULL, 'P' },
+		{ "metrics", required_argument, NULL, 'T' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -125,6 +151,11 @@ int main(int argc, char **argv)
 			cfg.poll_us = (uint32_t)n;
 			break;
 		}
+		case 'T':
+			if (check_metrics(optarg))
+				return 2;
+			cfg.metrics = optarg;
+			break;
 		case 'h':
 			fputs(usage, stdout);
 			return 0;

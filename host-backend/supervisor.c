@@ -1,5 +1,6 @@
 /* supervisor.c - see supervisor.h. */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -35,41 +36,78 @@ static double seconds_since(const struct timespec *t0)
 }
 
 /*
- * Say once, at start-up, what the executor sees.  It runs in a child so the
- * supervisor itself never initialises CUDA (a CUDA context does not survive
- * fork, and the supervisor forks every worker).
+ * Say once, at start-up, what the executor sees, and return it (the devices
+ * status and metrics report; -1 when the probe failed).  It runs in a child
+ * so the supervisor itself never initialises CUDA (a CUDA context does not
+ * survive fork, and the supervisor forks every worker); the child writes
+ * what it found into a pipe.
  */
-static void probe_executor(const struct pvgpu_executor_ops *exec)
+static int probe_executor(const struct pvgpu_executor_ops *exec,
+			  struct pvgpu_gpu_info *gpus)
 {
-	pid_t pid = fork();
+	int32_t count = 0;
+	int p[2], n = -1;
+	pid_t pid;
 
+	if (pipe2(p, O_CLOEXEC))
+		return -1;
+	pid = fork();
 	if (pid == 0) {
-		char err[256] = "", name[256];
+		char err[256] = "";
 		struct pvgpu_exec *ex = exec->open(NULL, err, sizeof(err));
-		int32_t count = 0;
 
+		close(p[0]);
 		if (!ex) {
 			log_warn("executor %s: no GPU available: %s; sessions will get cudaErrorNoDevice",
 				 exec->name, err);
 			_exit(0);
 		}
 		exec->device_count(ex, &count);
+		if (count < 0 || count > PVGPU_MAX_DEVICES)
+			count = count < 0 ? 0 : PVGPU_MAX_DEVICES;
 		log_info("executor %s: %d device(s)", exec->name, count);
 		for (int32_t d = 0; d < count; d++) {
-			uint64_t mem = 0;
 			char human[32];
 
-			if (exec->device_name(ex, d, name, sizeof(name)))
-				snprintf(name, sizeof(name), "?");
-			exec->device_total_mem(ex, d, &mem);
-			human_bytes(mem, human, sizeof(human));
-			log_info("  device %d: %s, %s", d, name, human);
+			memset(&gpus[d], 0, sizeof(gpus[d]));
+			if (exec->device_name(ex, d, gpus[d].name,
+					      sizeof(gpus[d].name)))
+				snprintf(gpus[d].name, sizeof(gpus[d].name), "?");
+			gpus[d].name[sizeof(gpus[d].name) - 1] = '\0';
+			exec->device_total_mem(ex, d, &gpus[d].mem_total);
+			human_bytes(gpus[d].mem_total, human, sizeof(human));
+			log_info("  device %d: %s, %s", d, gpus[d].name, human);
 		}
 		exec->close(ex);
+		/*
+		 * Each write is under PIPE_BUF, so it arrives whole; one that
+		 * fails reads as no devices, and the log above said them.
+		 */
+		if (write(p[1], &count, sizeof(count)) < 0 ||
+		    write(p[1], gpus, (size_t)count * sizeof(*gpus)) < 0)
+			_exit(1);
 		_exit(0);
 	}
-	if (pid > 0)
+	close(p[1]);
+	if (pid > 0) {
+		if (read(p[0], &count, sizeof(count)) == sizeof(count) &&
+		    count >= 0 && count <= PVGPU_MAX_DEVICES &&
+		    read(p[0], gpus, (size_t)count * sizeof(*gpus)) ==
+		    (ssize_t)((size_t)count * sizeof(*gpus)))
+			n = count;
 		waitpid(pid, NULL, 0);
+	}
+	close(p[0]);
+	return n;
+}
+
+/* Hand the metrics server fresh figures; a no-op without --metrics. */
+static void publish(struct pvgpu_supervisor *sv)
+{
+	if (!sv->metrics)
+		return;
+	pvgpu_stats_update(&sv->stats);
+	pvgpu_metrics_publish(sv->metrics, &sv->stats.snap);
 }
 
 /* Read the policy file and put it in force; the old one stays on failure. */
@@ -91,16 +129,20 @@ static int load_policy(struct pvgpu_supervisor *sv)
 	free(sv->policy);
 	sv->policy = p;
 	sv->wcfg.policy = p;	/* workers forked from now on get this one */
+	pvgpu_stats_set_policy(&sv->stats, p);
 	log_info("policy %s: %u VM(s), unknown callers %s", sv->config, p->nvms,
 		 p->allow_unknown ? "allowed" : "refused");
+	publish(sv);	/* new VMs and quotas */
 	return 0;
 }
 
 int pvgpu_supervisor_init(struct pvgpu_supervisor *sv,
 			  const struct pvgpu_supervisor_config *cfg)
 {
+	struct pvgpu_gpu_info gpus[PVGPU_MAX_DEVICES];
 	char err[512];
 	sigset_t mask;
+	int ngpus;
 
 	memset(sv, 0, sizeof(*sv));
 	sv->sigfd = -1;
@@ -134,6 +176,10 @@ int pvgpu_supervisor_init(struct pvgpu_supervisor *sv,
 		log_error("cannot map the session table: %s", strerror(errno));
 		goto err;
 	}
+	if (pvgpu_stats_init(&sv->stats, sv->acct)) {
+		log_error("out of memory for the session figures");
+		goto err;
+	}
 	if (sv->config && load_policy(sv))
 		goto err;
 	for (int i = 0; i < cfg->nlisten; i++) {
@@ -145,7 +191,22 @@ int pvgpu_supervisor_init(struct pvgpu_supervisor *sv,
 		sv->nlisteners++;
 		log_info("listening on %s", cfg->listen[i]);
 	}
-	probe_executor(cfg->exec);
+	ngpus = probe_executor(cfg->exec, gpus);
+	pvgpu_stats_set_gpus(&sv->stats, ngpus, gpus);
+	/*
+	 * Its thread comes last, after the probe's fork and with the signal
+	 * mask above already blocking what the signalfd reads.
+	 */
+	if (cfg->metrics) {
+		sv->metrics = pvgpu_metrics_start(cfg->metrics, err, sizeof(err));
+		if (!sv->metrics) {
+			log_error("%s", err);
+			goto err;
+		}
+		clock_gettime(CLOCK_MONOTONIC, &sv->next_tick);
+		publish(sv);
+		log_info("metrics on http://%s/metrics", cfg->metrics);
+	}
 	return 0;
 
 err:
@@ -155,12 +216,15 @@ err:
 
 void pvgpu_supervisor_fini(struct pvgpu_supervisor *sv)
 {
+	pvgpu_metrics_stop(sv->metrics);
+	sv->metrics = NULL;
 	for (int i = 0; i < sv->nlisteners; i++)
 		pvgpu_listener_close(&sv->listeners[i]);
 	sv->nlisteners = 0;
 	if (sv->sigfd >= 0)
 		close(sv->sigfd);
 	sv->sigfd = -1;
+	pvgpu_stats_fini(&sv->stats);
 	pvgpu_accounting_destroy(sv->acct);
 	sv->acct = NULL;
 	free(sv->policy);
@@ -230,6 +294,7 @@ static void start_session(struct pvgpu_supervisor *sv, struct pvgpu_listener *l)
 		for (int i = 0; i < sv->nlisteners; i++)
 			close(sv->listeners[i].fd);
 		close(sv->sigfd);
+		pvgpu_metrics_forget(sv->metrics, fd);
 		sigemptyset(&mask);
 		sigprocmask(SIG_SETMASK, &mask, NULL);
 		signal(SIGTERM, SIG_DFL);
@@ -244,6 +309,7 @@ static void start_session(struct pvgpu_supervisor *sv, struct pvgpu_listener *l)
 	log_info("session %llu start: %s via %s, vm %s (worker pid %d)",
 		 (unsigned long long)slot->session_id, peer.identity, l->uri,
 		 vm_name(sv, slot), (int)pid);
+	publish(sv);
 }
 
 static void end_session(struct pvgpu_supervisor *sv, pid_t pid, int status)
@@ -268,8 +334,11 @@ static void end_session(struct pvgpu_supervisor *sv, pid_t pid, int status)
 		 vm_name(sv, slot),
 		 seconds_since(&slot->started),
 		 (unsigned long long)atomic_load(&slot->calls), h2d, d2h, how);
+	/* Its figures count for its VM after its slot is gone. */
+	pvgpu_stats_fold(&sv->stats, slot);
 	/* Whatever the worker held died with its process. */
 	pvgpu_accounting_release(slot);
+	publish(sv);
 }
 
 static void reap_workers(struct pvgpu_supervisor *sv)
@@ -345,6 +414,39 @@ static void handle_signal(struct pvgpu_supervisor *sv)
 	}
 }
 
+/* Milliseconds until the rates are due; -1 (no timeout) without --metrics. */
+static int ms_to_tick(struct pvgpu_supervisor *sv)
+{
+	struct timespec now;
+	long long ms;
+
+	if (!sv->metrics)
+		return -1;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	ms = (long long)(sv->next_tick.tv_sec - now.tv_sec) * 1000 +
+	     (sv->next_tick.tv_nsec - now.tv_nsec) / 1000000;
+	return ms < 0 ? 0 : ms > PVGPU_STATS_TICK_MS ? PVGPU_STATS_TICK_MS : (int)ms;
+}
+
+/* Once a tick: the rates over the time since the last one. */
+static void maybe_tick(struct pvgpu_supervisor *sv)
+{
+	struct timespec now;
+
+	if (!sv->metrics || ms_to_tick(sv) > 0)
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	pvgpu_stats_tick(&sv->stats, &now);
+	pvgpu_metrics_publish(sv->metrics, &sv->stats.snap);
+	sv->next_tick = now;
+	sv->next_tick.tv_sec += PVGPU_STATS_TICK_MS / 1000;
+	sv->next_tick.tv_nsec += (PVGPU_STATS_TICK_MS % 1000) * 1000000L;
+	if (sv->next_tick.tv_nsec >= 1000000000L) {
+		sv->next_tick.tv_sec++;
+		sv->next_tick.tv_nsec -= 1000000000L;
+	}
+}
+
 int pvgpu_supervisor_run(struct pvgpu_supervisor *sv)
 {
 	struct pollfd pfd[PVGPU_MAX_LISTENERS + 1];
@@ -358,7 +460,7 @@ int pvgpu_supervisor_run(struct pvgpu_supervisor *sv)
 			pfd[i + 1].fd = sv->listeners[i].fd;
 			pfd[i + 1].events = POLLIN;
 		}
-		n = poll(pfd, (nfds_t)sv->nlisteners + 1, -1);
+		n = poll(pfd, (nfds_t)sv->nlisteners + 1, ms_to_tick(sv));
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
@@ -370,6 +472,7 @@ int pvgpu_supervisor_run(struct pvgpu_supervisor *sv)
 		for (int i = 0; i < sv->nlisteners && !sv->stopping; i++)
 			if (pfd[i + 1].revents & POLLIN)
 				start_session(sv, &sv->listeners[i]);
+		maybe_tick(sv);
 	}
 	stop_workers(sv);
 	log_info("stopped");

@@ -8,7 +8,9 @@
 
 #include "accounting.h"
 #include "listen.h"
+#include "metrics.h"
 #include "policy.h"
+#include "stats.h"
 #include "worker.h"
 
 #define PVGPU_MAX_LISTENERS	16
@@ -23,6 +25,9 @@ struct pvgpu_supervisor {
 	struct pvgpu_policy *policy;	/* in force; NULL without config */
 	uint64_t next_session;
 	int stopping;
+	struct pvgpu_stats stats;	/* per-VM totals and rates */
+	struct pvgpu_metrics *metrics;	/* --metrics server; NULL: none */
+	struct timespec next_tick;	/* when the rates are taken next */
 };
 
 struct pvgpu_supervisor_config {
@@ -35,6 +40,7 @@ struct pvgpu_supervisor_config {
 	const char *module_cache;	/* directory; NULL: no cross-session cache */
 	uint32_t poll_us;		/* workers' busy-poll before sleeping */
 	const char *config;		/* --config FILE, or NULL */
+	const char *metrics;		/* --metrics ADDR:PORT, or NULL */
 };
 
 /* 0, or -1 after logging why (the caller exits 1). */
