@@ -230,7 +230,7 @@ static int parse_sample(const char *p, struct sample *s)
 		return -1;
 	/* strtod reads NaN, +Inf and -Inf as the format writes them. */
 	s->value = strtod(p, &end);
-	return end == p + 1 ? -1 : 0;
+	return end == p ? -1 : 0;
 }
 
 static struct gpu_row *gpu_row(struct status *st, const char *id)
