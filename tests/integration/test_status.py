@@ -359,6 +359,71 @@ def test_pvgpuctl_status_without_a_server(tmp_path):
     assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
 
 
+class FakeMetrics:
+    """A local HTTP server answering GET /metrics with the given text."""
+
+    def __init__(self, text, code=200):
+        import http.server
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                body = text.encode()
+                self.send_response(code if self.path == "/metrics" else 404)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        self.addr = f"127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.thread.join()
+        self.server.server_close()
+
+
+def test_pvgpuctl_status_reads_what_it_is_given():
+    # The VM is named  we\ird "vm"  and its label escaped accordingly.
+    text = textwrap.dedent(r"""
+        # HELP pvgpu_vm_sessions x
+        # TYPE pvgpu_vm_sessions gauge
+        pvgpu_vm_sessions{vm="we\\ird \"vm\""} 3
+        pvgpu_vm_memory_used_bytes{vm="we\\ird \"vm\""} 1572864
+        pvgpu_vm_memory_quota_bytes{vm="we\\ird \"vm\""} 0
+        pvgpu_vm_calls_per_second{vm="we\\ird \"vm\""} 250.5 1700000000000
+        pvgpu_vm_bytes_per_second{vm="we\\ird \"vm\"",direction="h2d"} 2500000
+        pvgpu_vm_bytes_per_second{vm="we\\ird \"vm\"",direction="d2h"} 1000000
+        pvgpu_vm_gpu_time_share{vm="we\\ird \"vm\""} 0.25
+        pvgpu_vm_gpu_time_share{vm="other"} NaN
+        not a sample line at all
+        pvgpu_sampling_interval_seconds 1.000
+        """)
+    with FakeMetrics(text) as srv:
+        res = pvgpuctl("status", srv.addr)
+    assert res.returncode == 0, res.stderr
+    line = row(res.stdout, 'we\\ird')
+    assert re.match(r'^we\\ird "vm"\s+3\s+1\.5 MiB / none\s+250\.5\s+2\.50\s+1\.00\s+25\.0%$',
+                    line), res.stdout
+    assert re.match(r"^other\s+0\s+0 B / none\s+0\.0\s+0\.00\s+0\.00\s+-$",
+                    row(res.stdout, "other")), res.stdout
+    # Not pvgpud's figures, or no figures: said, and exit 1.
+    with FakeMetrics("hello\n") as srv:
+        res = pvgpuctl("status", srv.addr)
+    assert res.returncode == 1 and "holds no pvgpud figures" in res.stderr, res
+    with FakeMetrics("gone\n", code=500) as srv:
+        res = pvgpuctl("status", srv.addr)
+    assert res.returncode == 1 and "cannot read" in res.stderr and "500" in res.stderr, res
+
+
 def test_sessions_without_a_policy_are_vm_dash(start_pvgpud, tmp_path):
     daemon = metrics_daemon(start_pvgpud, tmp_path)
     s = unix_session(daemon)
