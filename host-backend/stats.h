@@ -52,9 +52,9 @@ struct pvgpu_gpu_figures {
 
 /*
  * A VM is reported while the policy in force names it (the pool of unknown
- * callers if it admits them; "-" when there is no policy), and from the
- * moment any of its figures is not zero: a counter, once reported, always
- * is.
+ * callers if it admits them; "-" when there is no policy), and whenever
+ * any of its figures is not zero: a counter, once above zero, never
+ * vanishes.
  */
 struct pvgpu_vm_figures {
 	char name[64];			/* "": not reported */
