@@ -508,6 +508,37 @@ def test_workers_do_not_hold_the_metrics_socket(start_pvgpud, tmp_path):
         s.close()
 
 
+def test_a_reload_shows_new_quotas_and_keeps_counters(start_pvgpud, tmp_path):
+    import signal
+    daemon = metrics_daemon(start_pvgpud, tmp_path, three_vms())
+    a = unix_session(daemon)
+    htod(a, alloc(a, 1 * MiB), b"\x07" * (64 * KiB))
+    a.close()
+    m = wait_for(daemon, lambda m: val(m, "pvgpu_vm_sessions", vm="alice") == 0
+                 and val(m, "pvgpu_vm_bytes_total", vm="alice", direction="h2d") == 64 * KiB,
+                 "alice's session to end")
+    calls = val(m, "pvgpu_vm_calls_total", vm="alice")
+    # alice leaves the policy, carol's quota grows, dave arrives.
+    (tmp_path / "pvgpud.conf").write_text(textwrap.dedent(f"""
+        [vm carol]
+        token = {CAROL_TOKEN}
+        memory = 6M
+
+        [vm dave]
+        token = dave-token
+        """))
+    daemon.proc.send_signal(signal.SIGHUP)
+    m = wait_for(daemon, lambda m: ("pvgpu_vm_sessions", frozenset({("vm", "dave")})) in m,
+                 "the reloaded policy")
+    assert val(m, "pvgpu_vm_memory_quota_bytes", vm="carol") == 6 * MiB
+    assert val(m, "pvgpu_vm_memory_quota_bytes", vm="dave") == 0
+    # alice's counters stay: a counter does not vanish with its VM's section.
+    assert val(m, "pvgpu_vm_calls_total", vm="alice") == calls
+    assert val(m, "pvgpu_vm_bytes_total", vm="alice", direction="h2d") == 64 * KiB
+    # bob did nothing and is gone from the file: he is no longer listed.
+    assert ("pvgpu_vm_sessions", frozenset({("vm", "bob")})) not in m
+
+
 def test_only_metrics_is_served(start_pvgpud, tmp_path):
     daemon = metrics_daemon(start_pvgpud, tmp_path, three_vms())
     base = f"http://{daemon.metrics}"
