@@ -1,10 +1,9 @@
 /* metrics.c - the Prometheus endpoint (see metrics.h). */
 #include <arpa/inet.h>
+#include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <pthread.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +13,7 @@
 #include <microhttpd.h>
 #endif
 
+#include "log.h"
 #include "metrics.h"
 
 static int is_loopback(const struct sockaddr *sa)
@@ -101,6 +101,23 @@ void pvgpu_metrics_publish(struct pvgpu_metrics *m,
 	(void)snap;
 }
 
+int pvgpu_metrics_fd(struct pvgpu_metrics *m)
+{
+	(void)m;
+	return -1;
+}
+
+int pvgpu_metrics_timeout_ms(struct pvgpu_metrics *m)
+{
+	(void)m;
+	return -1;
+}
+
+void pvgpu_metrics_run(struct pvgpu_metrics *m)
+{
+	(void)m;
+}
+
 void pvgpu_metrics_forget(struct pvgpu_metrics *m, int keep_fd)
 {
 	(void)m;
@@ -127,34 +144,32 @@ typedef int mhd_result;
 
 struct pvgpu_metrics {
 	struct MHD_Daemon *daemon;
-	/*
-	 * The sockets a forked worker must close (pvgpu_metrics_forget):
-	 * saved here, as plain numbers, because the child may not call into
-	 * libmicrohttpd, whose thread did not survive the fork.
-	 */
-	int listen_fd;
-	_Atomic int conn_fd[MAX_CONNECTIONS];	/* -1: free */
+	int started;			/* past start-up: messages go to the log */
 	char why[256];			/* libmicrohttpd's complaint at start */
-	atomic_int started;
-
-	pthread_mutex_t lock;		/* guards snap */
-	struct pvgpu_snapshot snap;
+	/* The fds a forked worker closes (pvgpu_metrics_forget). */
+	int listen_fd, epoll_fd;
+	int conn_fd[MAX_CONNECTIONS];	/* -1: free */
+	struct pvgpu_snapshot snap;	/* what GET /metrics answers */
 };
 
 /*
- * libmicrohttpd's messages are kept for the start-up error only.  Once the
- * server runs, its thread writes nothing: a worker forked while that
- * thread held a lock inside the C library's logging could never log.
+ * At start-up, libmicrohttpd's message becomes part of the error; later
+ * ones (a client that broke the protocol, say) are for debugging only.
  */
-static void keep_message(void *cls, const char *fmt, va_list ap)
+static void mhd_message(void *cls, const char *fmt, va_list ap)
 {
 	struct pvgpu_metrics *m = cls;
+	char line[256];
 
-	if (!atomic_load(&m->started))
-		vsnprintf(m->why, sizeof(m->why), fmt, ap);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	line[strcspn(line, "\n")] = '\0';
+	if (!m->started)
+		snprintf(m->why, sizeof(m->why), "%s", line);
+	else
+		log_debug("metrics: %s", line);
 }
 
-/* Track each client socket, so a forked worker can close its copy. */
+/* Keep each client socket's number, so a forked worker can close its copy. */
 static void notify(void *cls, struct MHD_Connection *c, void **socket_ctx,
 		   enum MHD_ConnectionNotificationCode what)
 {
@@ -163,17 +178,13 @@ static void notify(void *cls, struct MHD_Connection *c, void **socket_ctx,
 
 	if (what == MHD_CONNECTION_NOTIFY_CLOSED) {
 		if (*socket_ctx)
-			atomic_store((_Atomic int *)*socket_ctx, -1);
+			*(int *)*socket_ctx = -1;
 		return;
 	}
 	ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-	if (!ci)
-		return;
-	for (int i = 0; i < MAX_CONNECTIONS; i++) {
-		int free_slot = -1;
-
-		if (atomic_compare_exchange_strong(&m->conn_fd[i], &free_slot,
-						   ci->connect_fd)) {
+	for (int i = 0; ci && i < MAX_CONNECTIONS; i++) {
+		if (m->conn_fd[i] < 0) {
+			m->conn_fd[i] = ci->connect_fd;
 			*socket_ctx = &m->conn_fd[i];
 			return;
 		}
@@ -204,7 +215,6 @@ static mhd_result answer(void *cls, struct MHD_Connection *c, const char *url,
 			 const char *upload, size_t *upload_size, void **req_cls)
 {
 	struct pvgpu_metrics *m = cls;
-	struct pvgpu_snapshot *snap;
 	struct MHD_Response *r;
 	mhd_result rc;
 	size_t len;
@@ -221,15 +231,7 @@ static mhd_result answer(void *cls, struct MHD_Connection *c, const char *url,
 	    strcmp(method, MHD_HTTP_METHOD_HEAD))
 		return reply_text(c, MHD_HTTP_METHOD_NOT_ALLOWED,
 				  "only GET and HEAD\n");
-	/* Format a private copy: the supervisor waits on the lock, not on us. */
-	snap = malloc(sizeof(*snap));
-	if (!snap)
-		return reply_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory\n");
-	pthread_mutex_lock(&m->lock);
-	memcpy(snap, &m->snap, sizeof(*snap));
-	pthread_mutex_unlock(&m->lock);
-	text = pvgpu_snapshot_format(snap, &len);
-	free(snap);
+	text = pvgpu_snapshot_format(&m->snap, &len);
 	if (!text)
 		return reply_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory\n");
 	r = MHD_create_response_from_buffer_with_free_callback(len, text, free);
@@ -250,8 +252,8 @@ struct pvgpu_metrics *pvgpu_metrics_start(const char *addr, char *err,
 	struct pvgpu_metrics *m;
 	struct sockaddr_storage sa;
 	const union MHD_DaemonInfo *info;
-	unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO |
-			     MHD_USE_ERROR_LOG;
+	/* No thread: the supervisor's loop runs it (see metrics.h). */
+	unsigned int flags = MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
 	socklen_t salen;
 	uint16_t port;
 
@@ -263,18 +265,11 @@ struct pvgpu_metrics *pvgpu_metrics_start(const char *addr, char *err,
 		return NULL;
 	}
 	m->listen_fd = -1;
+	m->epoll_fd = -1;
 	for (int i = 0; i < MAX_CONNECTIONS; i++)
-		atomic_init(&m->conn_fd[i], -1);
-	if (pthread_mutex_init(&m->lock, NULL)) {
-		snprintf(err, errlen, "--metrics %s: cannot make a lock", addr);
-		goto err_free;
-	}
+		m->conn_fd[i] = -1;
 	if (sa.ss_family == AF_INET6)
 		flags |= MHD_USE_IPv6;
-	/*
-	 * The thread starts with the supervisor's signal mask, which blocks
-	 * the signals its signalfd reads: they keep going there.
-	 */
 	/* The port only for its messages: it binds to sa. */
 	port = ntohs(sa.ss_family == AF_INET6 ?
 		     ((struct sockaddr_in6 *)&sa)->sin6_port :
@@ -286,23 +281,28 @@ struct pvgpu_metrics *pvgpu_metrics_start(const char *addr, char *err,
 				     MHD_OPTION_CONNECTION_TIMEOUT,
 				     (unsigned int)CONNECTION_TIMEOUT_S,
 				     MHD_OPTION_NOTIFY_CONNECTION, notify, m,
-				     MHD_OPTION_EXTERNAL_LOGGER, keep_message, m,
+				     MHD_OPTION_EXTERNAL_LOGGER, mhd_message, m,
 				     MHD_OPTION_END);
 	if (!m->daemon) {
 		snprintf(err, errlen, "--metrics %s: cannot serve there: %s",
 			 addr, m->why[0] ? m->why : "libmicrohttpd would not start");
-		/* Its messages end in a newline; one log line must not. */
-		err[strcspn(err, "\n")] = '\0';
-		goto err_lock;
+		goto err_free;
 	}
-	atomic_store(&m->started, 1);
+	info = MHD_get_daemon_info(m->daemon, MHD_DAEMON_INFO_EPOLL_FD);
+	if (!info || info->epoll_fd < 0) {
+		snprintf(err, errlen, "--metrics %s: libmicrohttpd has no epoll fd to poll",
+			 addr);
+		goto err_stop;
+	}
+	m->epoll_fd = info->epoll_fd;
 	info = MHD_get_daemon_info(m->daemon, MHD_DAEMON_INFO_LISTEN_FD);
 	if (info)
 		m->listen_fd = info->listen_fd;
+	m->started = 1;
 	return m;
 
-err_lock:
-	pthread_mutex_destroy(&m->lock);
+err_stop:
+	MHD_stop_daemon(m->daemon);
 err_free:
 	free(m);
 	return NULL;
@@ -311,30 +311,42 @@ err_free:
 void pvgpu_metrics_publish(struct pvgpu_metrics *m,
 			   const struct pvgpu_snapshot *snap)
 {
-	if (!m)
-		return;
-	pthread_mutex_lock(&m->lock);
-	memcpy(&m->snap, snap, sizeof(*snap));
-	pthread_mutex_unlock(&m->lock);
+	if (m)
+		memcpy(&m->snap, snap, sizeof(*snap));
+}
+
+int pvgpu_metrics_fd(struct pvgpu_metrics *m)
+{
+	return m ? m->epoll_fd : -1;
+}
+
+int pvgpu_metrics_timeout_ms(struct pvgpu_metrics *m)
+{
+	MHD_UNSIGNED_LONG_LONG ms;
+
+	if (!m || MHD_get_timeout(m->daemon, &ms) != MHD_YES)
+		return -1;
+	return ms > INT_MAX ? INT_MAX : (int)ms;
+}
+
+void pvgpu_metrics_run(struct pvgpu_metrics *m)
+{
+	if (m)
+		MHD_run(m->daemon);
 }
 
 void pvgpu_metrics_forget(struct pvgpu_metrics *m, int keep_fd)
 {
 	if (!m)
 		return;
-	/*
-	 * An fd number read here may be one the server closed a moment ago
-	 * and the supervisor reused: never close stdio or the one the
-	 * child is told to keep.
-	 */
+	/* keep_fd is the worker's session: never closed, whatever happens. */
 	if (m->listen_fd > 2 && m->listen_fd != keep_fd)
 		close(m->listen_fd);
-	for (int i = 0; i < MAX_CONNECTIONS; i++) {
-		int fd = atomic_load(&m->conn_fd[i]);
-
-		if (fd > 2 && fd != keep_fd)
-			close(fd);
-	}
+	if (m->epoll_fd > 2 && m->epoll_fd != keep_fd)
+		close(m->epoll_fd);
+	for (int i = 0; i < MAX_CONNECTIONS; i++)
+		if (m->conn_fd[i] > 2 && m->conn_fd[i] != keep_fd)
+			close(m->conn_fd[i]);
 }
 
 void pvgpu_metrics_stop(struct pvgpu_metrics *m)
@@ -342,7 +354,6 @@ void pvgpu_metrics_stop(struct pvgpu_metrics *m)
 	if (!m)
 		return;
 	MHD_stop_daemon(m->daemon);
-	pthread_mutex_destroy(&m->lock);
 	free(m);
 }
 

@@ -1,12 +1,20 @@
 /*
  * metrics.h - pvgpud --metrics ADDR:PORT: GET /metrics answers the figures
- * of stats.h in the Prometheus text format, served by libmicrohttpd from a
- * thread of its own inside the supervisor.
+ * of stats.h in the Prometheus text format, served by libmicrohttpd.
  *
- * The thread never touches the accounting table or the supervisor: the
- * supervisor publishes a finished snapshot, the thread formats its own
- * copy.  Only loopback addresses are accepted: the figures name every VM,
- * and there is no authentication.
+ * libmicrohttpd runs inside the supervisor's own poll loop (its external
+ * epoll mode), not in a thread of its own: the supervisor forks a worker
+ * per session, and a fork taken while another thread holds a lock inside
+ * the C library or the sanitizers' allocator leaves that lock held forever
+ * in the child.  (With a server thread, ASan builds of pvgpud hung in a
+ * worker's first malloc after a scrape raced a fork.)  The supervisor
+ * polls pvgpu_metrics_fd(), sleeps no longer than
+ * pvgpu_metrics_timeout_ms(), and calls pvgpu_metrics_run() after each
+ * wake-up; a request costs it the formatting of a few kilobytes, and no
+ * socket call blocks.
+ *
+ * Only loopback addresses are accepted: the figures name every VM, and
+ * there is no authentication.
  *
  * Built without libmicrohttpd (-DPVGPU_NO_MHD, a GPU host with no package
  * registry), start fails saying so, and everything else is a no-op.
@@ -34,14 +42,17 @@ struct pvgpu_metrics *pvgpu_metrics_start(const char *addr, char *err,
 /* What GET /metrics answers from now on. */
 void pvgpu_metrics_publish(struct pvgpu_metrics *m,
 			   const struct pvgpu_snapshot *snap);
+/* The fd to poll for input; -1 without a server. */
+int pvgpu_metrics_fd(struct pvgpu_metrics *m);
+/* Milliseconds until the server must run even without input; -1: never. */
+int pvgpu_metrics_timeout_ms(struct pvgpu_metrics *m);
+/* Serve what is ready, without blocking. */
+void pvgpu_metrics_run(struct pvgpu_metrics *m);
 /*
- * In a child just forked from the supervisor: close the server's listening
- * socket and client connections (but never keep_fd), so that a worker does
- * not keep the port bound after the supervisor is gone, nor a scraper's
- * connection open.  The server thread does not exist in the child; this
- * reads only what was saved for the purpose and calls nothing of
- * libmicrohttpd.  (Its internal epoll and wake-up fds stay: nothing in the
- * worker uses them, and they hold nothing anyone waits on.)
+ * In a child just forked from the supervisor: close the server's sockets
+ * and its epoll fd (but never keep_fd), so that a worker does not keep the
+ * port bound after the supervisor is gone, nor a scraper's connection
+ * open.  Calls nothing of libmicrohttpd: its state is the supervisor's.
  */
 void pvgpu_metrics_forget(struct pvgpu_metrics *m, int keep_fd);
 void pvgpu_metrics_stop(struct pvgpu_metrics *m);

@@ -14,8 +14,8 @@
  * sessions long gone.  (A TCP session's VM is known only from its hello:
  * what it did before lands with the sessions of no VM, "-".)
  *
- * All of this runs on the supervisor's thread.  Another thread (the
- * metrics server) only ever gets a finished copy of the snapshot.
+ * All of this runs in the supervisor, which alone reads the slots' figures;
+ * the metrics server formats a copy of the snapshot it is handed.
  */
 #ifndef PVGPU_STATS_H
 #define PVGPU_STATS_H

@@ -193,10 +193,6 @@ int pvgpu_supervisor_init(struct pvgpu_supervisor *sv,
 	}
 	ngpus = probe_executor(cfg->exec, gpus);
 	pvgpu_stats_set_gpus(&sv->stats, ngpus, gpus);
-	/*
-	 * Its thread comes last, after the probe's fork and with the signal
-	 * mask above already blocking what the signalfd reads.
-	 */
 	if (cfg->metrics) {
 		sv->metrics = pvgpu_metrics_start(cfg->metrics, err, sizeof(err));
 		if (!sv->metrics) {
@@ -428,6 +424,16 @@ static int ms_to_tick(struct pvgpu_supervisor *sv)
 	return ms < 0 ? 0 : ms > PVGPU_STATS_TICK_MS ? PVGPU_STATS_TICK_MS : (int)ms;
 }
 
+/* How long poll may sleep: until the next tick or the server's timeout. */
+static int poll_timeout(struct pvgpu_supervisor *sv)
+{
+	int tick = ms_to_tick(sv), server = pvgpu_metrics_timeout_ms(sv->metrics);
+
+	if (tick < 0)
+		return server;
+	return server >= 0 && server < tick ? server : tick;
+}
+
 /* Once a tick: the rates over the time since the last one. */
 static void maybe_tick(struct pvgpu_supervisor *sv)
 {
@@ -449,10 +455,11 @@ static void maybe_tick(struct pvgpu_supervisor *sv)
 
 int pvgpu_supervisor_run(struct pvgpu_supervisor *sv)
 {
-	struct pollfd pfd[PVGPU_MAX_LISTENERS + 1];
+	/* signalfd, the listeners, and the metrics server's fd (-1: none). */
+	struct pollfd pfd[PVGPU_MAX_LISTENERS + 2];
 
 	while (!sv->stopping) {
-		int n;
+		int n, mfd = sv->nlisteners + 1;
 
 		pfd[0].fd = sv->sigfd;
 		pfd[0].events = POLLIN;
@@ -460,7 +467,10 @@ int pvgpu_supervisor_run(struct pvgpu_supervisor *sv)
 			pfd[i + 1].fd = sv->listeners[i].fd;
 			pfd[i + 1].events = POLLIN;
 		}
-		n = poll(pfd, (nfds_t)sv->nlisteners + 1, ms_to_tick(sv));
+		pfd[mfd].fd = pvgpu_metrics_fd(sv->metrics);	/* poll skips -1 */
+		pfd[mfd].events = POLLIN;
+		pfd[mfd].revents = 0;
+		n = poll(pfd, (nfds_t)mfd + 1, poll_timeout(sv));
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
@@ -473,6 +483,9 @@ int pvgpu_supervisor_run(struct pvgpu_supervisor *sv)
 			if (pfd[i + 1].revents & POLLIN)
 				start_session(sv, &sv->listeners[i]);
 		maybe_tick(sv);
+		/* Whatever is ready, and its timeouts; cheap when idle, never blocks. */
+		if (sv->metrics)
+			pvgpu_metrics_run(sv->metrics);
 	}
 	stop_workers(sv);
 	log_info("stopped");
