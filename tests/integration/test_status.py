@@ -482,30 +482,44 @@ def socket_inodes(pid):
 
 def test_workers_do_not_hold_the_metrics_socket(start_pvgpud, tmp_path):
     daemon = metrics_daemon(start_pvgpud, tmp_path, three_vms())
-    # A scrape in flight while the worker forks must not leak into it either.
+    inode = listen_inode(int(daemon.metrics.rsplit(":", 1)[1]))
+    assert inode in socket_inodes(daemon.proc.pid)
+    # Scrapes in flight while workers fork must not leak into them either.
     stop = threading.Event()
 
     def scraper():
         while not stop.is_set():
             scrape(daemon)
-    t = threading.Thread(target=scraper)
-    t.start()
+    threads = [threading.Thread(target=scraper) for _ in range(2)]
+    for t in threads:
+        t.start()
     try:
-        sessions = [unix_session(daemon) for _ in range(4)]  # alice's max
+        for _ in range(5):
+            seen = len(re.findall(r"\(worker pid \d+\)", daemon.log()))
+            sessions = [unix_session(daemon) for _ in range(4)]  # alice's max
+            # The supervisor logs a start after the fork: the worker may
+            # have answered hello before that line is out.
+            deadline = time.monotonic() + 5
+            while True:
+                workers = [int(p) for p in
+                           re.findall(r"\(worker pid (\d+)\)", daemon.log())[seen:]]
+                if len(workers) == 4 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.02)
+            assert len(workers) == 4, daemon.log()
+            for pid in workers:
+                held = socket_inodes(pid)
+                assert inode not in held, f"worker {pid} holds the metrics socket"
+                # Its own session's socket and nothing else.
+                assert len(held) == 1, (pid, held)
+            for s in sessions:
+                s.close()
+            wait_for(daemon, lambda m: val(m, "pvgpu_vm_sessions", vm="alice") == 0,
+                     "the sessions to end")
     finally:
         stop.set()
-        t.join()
-    workers = [int(p) for p in re.findall(r"\(worker pid (\d+)\)", daemon.log())[-4:]]
-    assert len(workers) == 4, daemon.log()
-    inode = listen_inode(int(daemon.metrics.rsplit(":", 1)[1]))
-    assert inode in socket_inodes(daemon.proc.pid)
-    for pid in workers:
-        held = socket_inodes(pid)
-        assert inode not in held, f"worker {pid} holds the metrics socket"
-        # Its own session's socket and nothing else.
-        assert len(held) == 1, (pid, held)
-    for s in sessions:
-        s.close()
+        for t in threads:
+            t.join()
 
 
 def test_a_reload_shows_new_quotas_and_keeps_counters(start_pvgpud, tmp_path):
