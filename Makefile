@@ -37,6 +37,21 @@ endif
 ifeq ($(INIH_LIBS),)
 CFLAGS += -DPVGPU_NO_INIH
 endif
+# pvgpud --metrics serves HTTP with libmicrohttpd, and `pvgpuctl status`
+# fetches it with libcurl; likewise optional: without them pvgpud refuses
+# --metrics and pvgpuctl status says why.
+MHD_LIBS  := $(shell pkg-config --libs libmicrohttpd 2>/dev/null)
+CURL_LIBS := $(shell pkg-config --libs libcurl 2>/dev/null)
+ifeq ($(MHD_LIBS),)
+CFLAGS += -DPVGPU_NO_MHD
+else
+CFLAGS += $(shell pkg-config --cflags libmicrohttpd)
+endif
+ifeq ($(CURL_LIBS),)
+CURL_CFLAGS := -DPVGPU_NO_CURL
+else
+CURL_CFLAGS := $(shell pkg-config --cflags libcurl)
+endif
 ifeq ($(SANITIZE),1)
 SANFLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 CFLAGS  += $(SANFLAGS)
@@ -85,6 +100,8 @@ $(OBJ_DIR)/gen/%.o: $(GEN_DIR)/%.c $(GEN_FILES)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c -o $@ $<
 
+$(OBJ_DIR)/host-backend/pvgpuctl.o: CFLAGS += $(CURL_CFLAGS)
+
 # Each folder sees its own headers (unit tests see the backend's).
 $(OBJ_DIR)/%.o: %.c $(GEN_FILES)
 	@mkdir -p $(dir $@)
@@ -93,11 +110,11 @@ $(OBJ_DIR)/%.o: %.c $(GEN_FILES)
 
 $(PVGPUD): $(call objs,$(BACKEND_SRC))
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(INIH_LIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(INIH_LIBS) $(MHD_LIBS)
 
 $(PVGPUCTL): $(call objs,$(CTL_SRC))
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CURL_LIBS)
 
 $(SHIM): $(call objs,$(GUEST_SRC)) guest-lib/libcudart.map
 	@mkdir -p $(dir $@)
@@ -113,7 +130,7 @@ UNIT_LINK = $(call objs,$(filter-out host-backend/main.c,$(BACKEND_SRC)))
 unit-tests: $(UNIT_BINS)
 $(BUILD)/tests/unit/%: $(OBJ_DIR)/tests/unit/%.o $(UNIT_LINK)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(INIH_LIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(INIH_LIBS) $(MHD_LIBS)
 
 # libFuzzer: a whole hostile session against a real worker (sim executor).
 FUZZ_CC   ?= clang
@@ -123,7 +140,8 @@ $(BUILD)/fuzz/fuzz_worker: $(FUZZ_SRC) $(GEN_FILES) $(wildcard host-backend/*.h 
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -g -O1 -fsanitize=fuzzer,address,undefined -std=c11 -D_GNU_SOURCE \
 		-Iprotocol -I$(GEN_DIR) -I$(CUDA_INCLUDE) -Ihost-backend \
-		-o $@ $(FUZZ_SRC) -ldl -lpthread $(INIH_LIBS)
+		$(filter -D%,$(CFLAGS)) \
+		-o $@ $(FUZZ_SRC) -ldl -lpthread $(INIH_LIBS) $(MHD_LIBS)
 
 include tests/tests.mk
 include bench/bench.mk

@@ -79,6 +79,11 @@ struct pvgpu_slot {
 	 */
 	_Atomic uint64_t call_started_ns;
 	_Atomic uint32_t call_opcode;
+	/*
+	 * GPU busy time, in ns, attributed to this session: filled by the
+	 * scheduler, read for the VM's share of GPU time (status, metrics).
+	 */
+	_Atomic uint64_t gpu_ns;
 };
 
 struct pvgpu_accounting {

@@ -5,7 +5,7 @@
  *          [--config FILE] [--log-level error|warn|info|debug]
  *          [--block-size BYTES] [--max-sessions N] [--tcp-token TOKEN]
  *          [--module-cache DIR] [--poll-us N] [--call-timeout SECONDS]
- *          [--registry DIR]
+ *          [--registry DIR] [--metrics ADDR:PORT]
  *
  * Runs in the foreground, logs to stderr, exits cleanly on SIGTERM; SIGHUP
  * rereads --config (the per-VM policy, see policy.h) and the registry.
@@ -14,7 +14,8 @@
  * overrides it.  --registry names the directory where qemu-device records
  * the VMs it gave a vGPU (registry.h; /run/pvgpu/vms on a host): pvgpud
  * watches it, listens on each vhost-user VM's socket and maps each VM's
- * window.
+ * window.  --metrics serves GET /metrics (Prometheus text) on a loopback
+ * address (see metrics.h); `pvgpuctl status` reads it.
  * Exit codes: 0 success, 1 runtime failure, 2 bad usage.
  */
 #include <getopt.h>
@@ -25,6 +26,7 @@
 
 #include "executor.h"
 #include "log.h"
+#include "metrics.h"
 #include "supervisor.h"
 #include "wire.h"
 
@@ -33,13 +35,35 @@ static const char usage[] =
 	"              [--config FILE] [--log-level error|warn|info|debug]\n"
 	"              [--block-size BYTES] [--max-sessions N] [--tcp-token TOKEN]\n"
 	"              [--module-cache DIR] [--poll-us N] [--call-timeout SECONDS]\n"
-	"              [--registry DIR]\n"
-	"URIs: unix:///PATH, tcp://HOST:PORT, vsock://any:PORT\n";
+	"              [--registry DIR] [--metrics ADDR:PORT]\n"
+	"URIs: unix:///PATH, tcp://HOST:PORT, vsock://any:PORT\n"
+	"--metrics: Prometheus text at http://ADDR:PORT/metrics; loopback only,\n"
+	"           e.g. 127.0.0.1:9400 (what `pvgpuctl status` reads)\n";
 
 static int bad_usage(const char *what)
 {
 	fprintf(stderr, "pvgpud: %s (try --help)\n", what);
 	return 2;
+}
+
+/* --metrics ADDR:PORT: 0, or -1 after saying what is wrong with it. */
+static int check_metrics(const char *addr)
+{
+#ifdef PVGPU_NO_MHD
+	(void)addr;
+	bad_usage("--metrics is not available: this pvgpud was built without libmicrohttpd (libmicrohttpd-dev)");
+	return -1;
+#else
+	struct sockaddr_storage sa;
+	socklen_t salen;
+	char err[256];
+
+	if (pvgpu_metrics_parse_addr(addr, &sa, &salen, err, sizeof(err))) {
+		bad_usage(err);
+		return -1;
+	}
+	return 0;
+#endif
 }
 
 /* "1048576", "1M", "256K": at least 4 KiB, at most the DATA frame limit. */
@@ -74,6 +98,7 @@ int main(int argc, char **argv)
 		{ "poll-us", required_argument, NULL, 'P' },
 		{ "registry", required_argument, NULL, 'R' },
 		{ "call-timeout", required_argument, NULL, 'T' },
+		{ "metrics", required_argument, NULL, 'X' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -151,6 +176,11 @@ int main(int argc, char **argv)
 			cfg.call_timeout_ms = (uint64_t)(v * 1000 + 0.5);
 			break;
 		}
+		case 'X':
+			if (check_metrics(optarg))
+				return 2;
+			cfg.metrics = optarg;
+			break;
 		case 'h':
 			fputs(usage, stdout);
 			return 0;

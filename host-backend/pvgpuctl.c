@@ -6,10 +6,20 @@
  *   pvgpuctl detach DOMAIN [-c URI]
  *                            give a defined libvirt domain a vGPU, or take
  *                            it away (qemu-device's pvgpu-vm does the work)
+ *   pvgpuctl status [[--metrics] ADDR:PORT | URL]
+ *                            per GPU and per VM: sessions, memory, calls/s,
+ *                            MB/s each way, share of GPU time
+ *
+ * status reads what `pvgpud --metrics ADDR:PORT` serves (default
+ * 127.0.0.1:9400), fetched with libcurl.  One source for both: the
+ * Prometheus text is already there for monitoring, so status needs no
+ * second server, protocol or socket in pvgpud, and it shows exactly the
+ * figures Prometheus gets.  Built without libcurl, status says so.
  *
  * Exit codes: 0 success, 1 runtime failure, 2 bad usage.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +27,18 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#ifndef PVGPU_NO_CURL
+#include <curl/curl.h>
+#endif
+
 #include "pvgpu_proto.h"
+
+#define USAGE	"usage: pvgpuctl devices [URI]\n" \
+		"       pvgpuctl status [[--metrics] ADDR:PORT | URL]\n" \
+		"       pvgpuctl attach DOMAIN [--memory 8G] [--gpu 0] [--window-size 256M]\n" \
+		"                       [--vsock auto|kernel|vhost-user] [--cid N] [-c URI]\n" \
+		"       pvgpuctl detach DOMAIN [-c URI]\n"
+#define DEFAULT_METRICS	"127.0.0.1:9400"
 
 struct conn {
 	int fd;
@@ -162,22 +183,378 @@ static int cmd_vm(int argc, char **argv)
 	return 1;
 }
 
-static const char usage[] =
-	"usage: pvgpuctl devices [URI]\n"
-	"       pvgpuctl attach DOMAIN [--memory 8G] [--gpu 0] [--window-size 256M]\n"
-	"                       [--vsock auto|kernel|vhost-user] [--cid N] [-c URI]\n"
-	"       pvgpuctl detach DOMAIN [-c URI]\n";
+/* --- status ----------------------------------------------------------------- */
+
+#define MAX_ROWS	128
+#define MAX_TEXT	(4u << 20)	/* far more than pvgpud ever sends */
+
+struct gpu_row {
+	char id[16];
+	char name[64];
+	double sessions, mem_used, mem_total;
+};
+
+struct vm_row {
+	char name[64];
+	double sessions, mem_used, mem_quota;
+	double calls_rate, h2d_rate, d2h_rate, share;
+};
+
+struct status {
+	struct gpu_row gpus[MAX_ROWS];
+	int ngpus;
+	struct vm_row vms[MAX_ROWS];
+	int nvms;
+	double interval;
+	int samples;		/* pvgpu_ samples understood */
+};
+
+/* One sample line: its name, up to 4 labels and its value. */
+struct sample {
+	char name[128];
+	struct {
+		char key[32], value[128];
+	} labels[4];
+	int nlabels;
+	double value;
+};
+
+static const char *label_of(const struct sample *s, const char *key)
+{
+	for (int i = 0; i < s->nlabels; i++)
+		if (!strcmp(s->labels[i].key, key))
+			return s->labels[i].value;
+	return NULL;
+}
+
+/* `name{k="v",...} value [timestamp]`: 0, or -1 for a line not of that form. */
+static int parse_sample(const char *p, struct sample *s)
+{
+	size_t n = strcspn(p, "{ ");
+	char *end;
+
+	memset(s, 0, sizeof(*s));
+	if (!n || n >= sizeof(s->name))
+		return -1;
+	memcpy(s->name, p, n);
+	p += n;
+	if (*p == '{') {
+		p++;
+		while (*p != '}') {
+			char *k, *v;
+			size_t kn = strcspn(p, "=");
+			size_t vn = 0;
+
+			if (s->nlabels == 4 || !kn || kn >= sizeof(s->labels[0].key) ||
+			    p[kn] != '=' || p[kn + 1] != '"')
+				return -1;
+			k = s->labels[s->nlabels].key;
+			v = s->labels[s->nlabels].value;
+			memcpy(k, p, kn);
+			for (p += kn + 2; *p && *p != '"'; p++) {
+				char c = *p;
+
+				if (c == '\\') {
+					c = *++p;
+					if (c == 'n')
+						c = '\n';
+					else if (c != '\\' && c != '"')
+						return -1;
+				}
+				if (vn + 1 >= sizeof(s->labels[0].value))
+					return -1;
+				v[vn++] = c;
+			}
+			if (*p != '"')
+				return -1;
+			s->nlabels++;
+			p++;
+			if (*p == ',')
+				p++;
+			else if (*p != '}')
+				return -1;
+		}
+		p++;
+	}
+	if (*p != ' ')
+		return -1;
+	/* strtod reads NaN, +Inf and -Inf as the format writes them. */
+	s->value = strtod(p, &end);
+	return end == p ? -1 : 0;
+}
+
+static struct gpu_row *gpu_row(struct status *st, const char *id)
+{
+	for (int i = 0; i < st->ngpus; i++)
+		if (!strcmp(st->gpus[i].id, id))
+			return &st->gpus[i];
+	if (st->ngpus == MAX_ROWS)
+		return NULL;
+	snprintf(st->gpus[st->ngpus].id, sizeof(st->gpus[0].id), "%s", id);
+	return &st->gpus[st->ngpus++];
+}
+
+static struct vm_row *vm_row(struct status *st, const char *name)
+{
+	for (int i = 0; i < st->nvms; i++)
+		if (!strcmp(st->vms[i].name, name))
+			return &st->vms[i];
+	if (st->nvms == MAX_ROWS)
+		return NULL;
+	snprintf(st->vms[st->nvms].name, sizeof(st->vms[0].name), "%s", name);
+	st->vms[st->nvms].share = NAN;
+	return &st->vms[st->nvms++];
+}
+
+/* Fold one sample into the table; what status does not show is skipped. */
+static void take_sample(struct status *st, const struct sample *s)
+{
+	const char *gpu = label_of(s, "gpu"), *vm = label_of(s, "vm");
+	const char *dir = label_of(s, "direction");
+	struct gpu_row *g;
+	struct vm_row *v;
+
+	if (!strcmp(s->name, "pvgpu_sampling_interval_seconds")) {
+		st->interval = s->value;
+		st->samples++;
+		return;
+	}
+	if (gpu && !strncmp(s->name, "pvgpu_gpu_", 10) && (g = gpu_row(st, gpu))) {
+		const char *what = s->name + 10;
+
+		st->samples++;
+		if (!strcmp(what, "info") && label_of(s, "name"))
+			snprintf(g->name, sizeof(g->name), "%s", label_of(s, "name"));
+		else if (!strcmp(what, "sessions"))
+			g->sessions = s->value;
+		else if (!strcmp(what, "memory_used_bytes"))
+			g->mem_used = s->value;
+		else if (!strcmp(what, "memory_total_bytes"))
+			g->mem_total = s->value;
+		return;
+	}
+	if (vm && !strncmp(s->name, "pvgpu_vm_", 9) && (v = vm_row(st, vm))) {
+		const char *what = s->name + 9;
+
+		st->samples++;
+		if (!strcmp(what, "sessions"))
+			v->sessions = s->value;
+		else if (!strcmp(what, "memory_used_bytes"))
+			v->mem_used = s->value;
+		else if (!strcmp(what, "memory_quota_bytes"))
+			v->mem_quota = s->value;
+		else if (!strcmp(what, "calls_per_second"))
+			v->calls_rate = s->value;
+		else if (!strcmp(what, "bytes_per_second") && dir &&
+			 !strcmp(dir, "h2d"))
+			v->h2d_rate = s->value;
+		else if (!strcmp(what, "bytes_per_second") && dir &&
+			 !strcmp(dir, "d2h"))
+			v->d2h_rate = s->value;
+		else if (!strcmp(what, "gpu_time_share"))
+			v->share = s->value;
+	}
+}
+
+static void parse_metrics(char *text, struct status *st)
+{
+	char *save, *line;
+
+	for (line = strtok_r(text, "\n", &save); line;
+	     line = strtok_r(NULL, "\n", &save)) {
+		struct sample s;
+
+		if (line[0] == '#' || parse_sample(line, &s))
+			continue;
+		take_sample(st, &s);
+	}
+}
+
+static void human(double bytes, char *out, size_t len)
+{
+	if (bytes >= (double)(1ull << 30))
+		snprintf(out, len, "%.2f GiB", bytes / (double)(1ull << 30));
+	else if (bytes >= (double)(1ull << 20))
+		snprintf(out, len, "%.1f MiB", bytes / (double)(1ull << 20));
+	else if (bytes >= 1024)
+		snprintf(out, len, "%.1f KiB", bytes / 1024);
+	else
+		snprintf(out, len, "%.0f B", bytes);
+}
+
+static void print_status(const struct status *st)
+{
+	int w = 2;
+
+	printf("%-4s %-28s %8s  %s\n", "GPU", "DEVICE", "SESSIONS", "MEMORY USED");
+	for (int i = 0; i < st->ngpus; i++) {
+		const struct gpu_row *g = &st->gpus[i];
+		char used[32], total[32];
+
+		human(g->mem_used, used, sizeof(used));
+		human(g->mem_total, total, sizeof(total));
+		printf("%-4s %-28s %8.0f  %s of %s\n", g->id,
+		       g->name[0] ? g->name : "?", g->sessions, used, total);
+	}
+	if (!st->ngpus)
+		printf("(no device: pvgpud found none at start-up)\n");
+
+	for (int i = 0; i < st->nvms; i++)
+		if ((int)strlen(st->vms[i].name) > w)
+			w = (int)strlen(st->vms[i].name);
+	printf("\n%-*s %8s  %-24s %9s %9s %9s %9s\n", w, "VM", "SESSIONS",
+	       "MEMORY USED / QUOTA", "CALLS/S", "MB/S H2D", "MB/S D2H",
+	       "GPU TIME");
+	for (int i = 0; i < st->nvms; i++) {
+		const struct vm_row *v = &st->vms[i];
+		char used[32], quota[32], mem[72], share[16];
+
+		human(v->mem_used, used, sizeof(used));
+		if (v->mem_quota > 0)
+			human(v->mem_quota, quota, sizeof(quota));
+		else
+			snprintf(quota, sizeof(quota), "none");
+		snprintf(mem, sizeof(mem), "%s / %s", used, quota);
+		if (isnan(v->share))
+			snprintf(share, sizeof(share), "-");
+		else
+			snprintf(share, sizeof(share), "%.1f%%", v->share * 100);
+		printf("%-*s %8.0f  %-24s %9.1f %9.2f %9.2f %9s\n", w, v->name,
+		       v->sessions, mem, v->calls_rate, v->h2d_rate / 1e6,
+		       v->d2h_rate / 1e6, share);
+	}
+	if (st->interval > 0)
+		printf("\nRates over the last %.1f s; GPU TIME: the VM's share of the GPU time measured then (-: none measured).\n",
+		       st->interval);
+	else
+		printf("\nNo rates yet: pvgpud takes them every second.\n");
+	for (int i = 0; i < st->nvms; i++)
+		if (!strcmp(st->vms[i].name, "-"))
+			printf("VM -: sessions of no VM of the policy (all of them without --config).\n");
+}
+
+#ifdef PVGPU_NO_CURL
+
+static int fetch(const char *url, char **text)
+{
+	(void)url;
+	(void)text;
+	fprintf(stderr, "pvgpuctl: status is not available: this pvgpuctl was built without libcurl (libcurl4-openssl-dev)\n");
+	return -1;
+}
+
+#else
+
+struct body {
+	char *p;
+	size_t n;
+};
+
+static size_t collect(char *data, size_t size, size_t nmemb, void *ud)
+{
+	struct body *b = ud;
+	size_t len = size * nmemb;
+	char *p;
+
+	if (len > MAX_TEXT - b->n)
+		return 0;	/* curl: write error, the transfer stops */
+	p = realloc(b->p, b->n + len + 1);
+	if (!p)
+		return 0;
+	memcpy(p + b->n, data, len);
+	b->n += len;
+	p[b->n] = '\0';
+	b->p = p;
+	return len;
+}
+
+/* GET url into *text (malloc'ed): 0, or -1 after saying why. */
+static int fetch(const char *url, char **text)
+{
+	char why[CURL_ERROR_SIZE] = "";
+	struct body b = { NULL, 0 };
+	CURLcode rc;
+	CURL *c;
+
+	if (curl_global_init(CURL_GLOBAL_DEFAULT) || !(c = curl_easy_init())) {
+		fprintf(stderr, "pvgpuctl: cannot start libcurl\n");
+		return -1;
+	}
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, why);
+	curl_easy_setopt(c, CURLOPT_FAILONERROR, 1L);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT, 10L);
+	/* A loopback endpoint: an http_proxy in the environment must not apply. */
+	curl_easy_setopt(c, CURLOPT_PROXY, "");
+	rc = curl_easy_perform(c);
+	curl_easy_cleanup(c);
+	curl_global_cleanup();
+	if (rc != CURLE_OK) {
+		fprintf(stderr, "pvgpuctl: cannot read %s: %s (is pvgpud running with --metrics?)\n",
+			url, why[0] ? why : curl_easy_strerror(rc));
+		free(b.p);
+		return -1;
+	}
+	*text = b.p ? b.p : strdup("");
+	return *text ? 0 : -1;
+}
+
+#endif /* PVGPU_NO_CURL */
+
+static int cmd_status(const char *where)
+{
+	struct status *st;
+	char url[512], *text;
+	const char *scheme = strstr(where, "://");
+
+	/* ADDR:PORT, or a URL; a URL without a path gets /metrics. */
+	if (!scheme)
+		snprintf(url, sizeof(url), "http://%s/metrics", where);
+	else if (!strchr(scheme + 3, '/'))
+		snprintf(url, sizeof(url), "%s/metrics", where);
+	else
+		snprintf(url, sizeof(url), "%s", where);
+	if (fetch(url, &text))
+		return 1;
+	st = calloc(1, sizeof(*st));
+	if (!st) {
+		free(text);
+		fprintf(stderr, "pvgpuctl: out of memory\n");
+		return 1;
+	}
+	parse_metrics(text, st);
+	free(text);
+	if (!st->samples) {
+		fprintf(stderr, "pvgpuctl: %s holds no pvgpud figures\n", url);
+		free(st);
+		return 1;
+	}
+	print_status(st);
+	free(st);
+	return 0;
+}
 
 int main(int argc, char **argv)
 {
-	if (argc >= 2 && !strcmp(argv[1], "devices"))
+	if (argc >= 2 && !strcmp(argv[1], "devices") && argc <= 3)
 		return cmd_devices(argc >= 3 ? argv[2] : "unix:///run/pvgpu/pvgpu.sock");
 	if (argc >= 3 && (!strcmp(argv[1], "attach") || !strcmp(argv[1], "detach")))
 		return cmd_vm(argc, argv);
-	if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-		fputs(usage, stdout);
+	if (argc >= 2 && !strcmp(argv[1], "status")) {
+		if (argc == 2)
+			return cmd_status(DEFAULT_METRICS);
+		if (argc == 3 && argv[2][0] != '-')
+			return cmd_status(argv[2]);
+		if (argc == 4 && !strcmp(argv[2], "--metrics"))
+			return cmd_status(argv[3]);
+	}
+	if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+		fputs(USAGE, stdout);
 		return 0;
 	}
-	fputs(usage, stderr);
+	/* One line on stderr for bad usage (DESIGN §8). */
+	fprintf(stderr, "pvgpuctl: usage: pvgpuctl devices [URI] | status [ADDR:PORT] | attach DOMAIN [options] | detach DOMAIN (try --help)\n");
 	return 2;
 }

@@ -1,5 +1,6 @@
 /* supervisor.c - see supervisor.h. */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -39,41 +40,78 @@ static double seconds_since(const struct timespec *t0)
 }
 
 /*
- * Say once, at start-up, what the executor sees.  It runs in a child so the
- * supervisor itself never initialises CUDA (a CUDA context does not survive
- * fork, and the supervisor forks every worker).
+ * Say once, at start-up, what the executor sees, and return it (the devices
+ * status and metrics report; -1 when the probe failed).  It runs in a child
+ * so the supervisor itself never initialises CUDA (a CUDA context does not
+ * survive fork, and the supervisor forks every worker); the child writes
+ * what it found into a pipe.
  */
-static void probe_executor(const struct pvgpu_executor_ops *exec)
+static int probe_executor(const struct pvgpu_executor_ops *exec,
+			  struct pvgpu_gpu_info *gpus)
 {
-	pid_t pid = fork();
+	int32_t count = 0;
+	int p[2], n = -1;
+	pid_t pid;
 
+	if (pipe2(p, O_CLOEXEC))
+		return -1;
+	pid = fork();
 	if (pid == 0) {
-		char err[256] = "", name[256];
+		char err[256] = "";
 		struct pvgpu_exec *ex = exec->open(NULL, err, sizeof(err));
-		int32_t count = 0;
 
+		close(p[0]);
 		if (!ex) {
 			log_warn("executor %s: no GPU available: %s; sessions will get cudaErrorNoDevice",
 				 exec->name, err);
 			_exit(0);
 		}
 		exec->device_count(ex, &count);
+		if (count < 0 || count > PVGPU_MAX_DEVICES)
+			count = count < 0 ? 0 : PVGPU_MAX_DEVICES;
 		log_info("executor %s: %d device(s)", exec->name, count);
 		for (int32_t d = 0; d < count; d++) {
-			uint64_t mem = 0;
 			char human[32];
 
-			if (exec->device_name(ex, d, name, sizeof(name)))
-				snprintf(name, sizeof(name), "?");
-			exec->device_total_mem(ex, d, &mem);
-			human_bytes(mem, human, sizeof(human));
-			log_info("  device %d: %s, %s", d, name, human);
+			memset(&gpus[d], 0, sizeof(gpus[d]));
+			if (exec->device_name(ex, d, gpus[d].name,
+					      sizeof(gpus[d].name)))
+				snprintf(gpus[d].name, sizeof(gpus[d].name), "?");
+			gpus[d].name[sizeof(gpus[d].name) - 1] = '\0';
+			exec->device_total_mem(ex, d, &gpus[d].mem_total);
+			human_bytes(gpus[d].mem_total, human, sizeof(human));
+			log_info("  device %d: %s, %s", d, gpus[d].name, human);
 		}
 		exec->close(ex);
+		/*
+		 * Each write is under PIPE_BUF, so it arrives whole; one that
+		 * fails reads as no devices, and the log above said them.
+		 */
+		if (write(p[1], &count, sizeof(count)) < 0 ||
+		    write(p[1], gpus, (size_t)count * sizeof(*gpus)) < 0)
+			_exit(1);
 		_exit(0);
 	}
-	if (pid > 0)
+	close(p[1]);
+	if (pid > 0) {
+		if (read(p[0], &count, sizeof(count)) == sizeof(count) &&
+		    count >= 0 && count <= PVGPU_MAX_DEVICES &&
+		    read(p[0], gpus, (size_t)count * sizeof(*gpus)) ==
+		    (ssize_t)((size_t)count * sizeof(*gpus)))
+			n = count;
 		waitpid(pid, NULL, 0);
+	}
+	close(p[0]);
+	return n;
+}
+
+/* Hand the metrics server fresh figures; a no-op without --metrics. */
+static void publish(struct pvgpu_supervisor *sv)
+{
+	if (!sv->metrics)
+		return;
+	pvgpu_stats_update(&sv->stats);
+	pvgpu_metrics_publish(sv->metrics, &sv->stats.snap);
 }
 
 /* Read the policy file and put it in force; the old one stays on failure. */
@@ -98,8 +136,10 @@ static int load_policy(struct pvgpu_supervisor *sv)
 	if (sv->registry)	/* VMs the policy stopped naming get theirs back */
 		pvgpu_registry_apply(sv->registry, p, sv->acct);
 	pvgpu_watchdog_arm(sv);	/* a VM's call_timeout may need the tick */
+	pvgpu_stats_set_policy(&sv->stats, p);
 	log_info("policy %s: %u VM(s), unknown callers %s", sv->config, p->nvms,
 		 p->allow_unknown ? "allowed" : "refused");
+	publish(sv);	/* new VMs and quotas */
 	return 0;
 }
 
@@ -291,8 +331,10 @@ static void registry_changed(struct pvgpu_supervisor *sv)
 int pvgpu_supervisor_init(struct pvgpu_supervisor *sv,
 			  const struct pvgpu_supervisor_config *cfg)
 {
+	struct pvgpu_gpu_info gpus[PVGPU_MAX_DEVICES];
 	char err[512];
 	sigset_t mask;
+	int ngpus;
 
 	memset(sv, 0, sizeof(*sv));
 	sv->sigfd = -1;
@@ -330,6 +372,10 @@ int pvgpu_supervisor_init(struct pvgpu_supervisor *sv,
 		log_error("cannot map the session table: %s", strerror(errno));
 		goto err;
 	}
+	if (pvgpu_stats_init(&sv->stats, sv->acct)) {
+		log_error("out of memory for the session figures");
+		goto err;
+	}
 	if (sv->config && load_policy(sv))
 		goto err;
 	if (sv->registry_dir && (watch_registry(sv) || load_registry(sv)))
@@ -345,7 +391,18 @@ int pvgpu_supervisor_init(struct pvgpu_supervisor *sv,
 		sv->nlisteners++;
 		log_info("listening on %s", cfg->listen[i]);
 	}
-	probe_executor(cfg->exec);
+	ngpus = probe_executor(cfg->exec, gpus);
+	pvgpu_stats_set_gpus(&sv->stats, ngpus, gpus);
+	if (cfg->metrics) {
+		sv->metrics = pvgpu_metrics_start(cfg->metrics, err, sizeof(err));
+		if (!sv->metrics) {
+			log_error("%s", err);
+			goto err;
+		}
+		clock_gettime(CLOCK_MONOTONIC, &sv->next_tick);
+		publish(sv);
+		log_info("metrics on http://%s/metrics", cfg->metrics);
+	}
 	return 0;
 
 err:
@@ -355,6 +412,8 @@ err:
 
 void pvgpu_supervisor_fini(struct pvgpu_supervisor *sv)
 {
+	pvgpu_metrics_stop(sv->metrics);
+	sv->metrics = NULL;
 	for (int i = 0; i < sv->nlisteners; i++)
 		pvgpu_listener_close(&sv->listeners[i]);
 	sv->nlisteners = 0;
@@ -370,6 +429,7 @@ void pvgpu_supervisor_fini(struct pvgpu_supervisor *sv)
 		close(sv->sigfd);
 	sv->sigfd = -1;
 	pvgpu_watchdog_fini(sv);
+	pvgpu_stats_fini(&sv->stats);
 	pvgpu_accounting_destroy(sv->acct);
 	sv->acct = NULL;
 	free(sv->policy);
@@ -487,6 +547,7 @@ static void start_session(struct pvgpu_supervisor *sv, struct pvgpu_listener *l)
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		if (getppid() != parent)
 			_exit(1);
+		pvgpu_metrics_forget(sv->metrics, fd);
 		sigemptyset(&mask);
 		sigprocmask(SIG_SETMASK, &mask, NULL);
 		signal(SIGTERM, SIG_DFL);
@@ -501,6 +562,7 @@ static void start_session(struct pvgpu_supervisor *sv, struct pvgpu_listener *l)
 	log_info("session %llu start: %s via %s, vm %s (worker pid %d)",
 		 (unsigned long long)slot->session_id, peer.identity, l->uri,
 		 vm_name(sv, slot), (int)pid);
+	publish(sv);
 }
 
 static void end_session(struct pvgpu_supervisor *sv, pid_t pid, int status)
@@ -527,9 +589,12 @@ static void end_session(struct pvgpu_supervisor *sv, pid_t pid, int status)
 		 vm_name(sv, slot),
 		 seconds_since(&slot->started),
 		 (unsigned long long)atomic_load(&slot->calls), h2d, d2h, how);
+	/* Its figures count for its VM after its slot is gone. */
+	pvgpu_stats_fold(&sv->stats, slot);
 	/* Whatever the worker held died with its process. */
 	pvgpu_watchdog_forget(sv, slot);
 	pvgpu_accounting_release(slot);
+	publish(sv);
 }
 
 static void reap_workers(struct pvgpu_supervisor *sv)
@@ -608,13 +673,56 @@ static void handle_signal(struct pvgpu_supervisor *sv)
 	}
 }
 
+/* Milliseconds until the rates are due; -1 (no timeout) without --metrics. */
+static int ms_to_tick(struct pvgpu_supervisor *sv)
+{
+	struct timespec now;
+	long long ms;
+
+	if (!sv->metrics)
+		return -1;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	ms = (long long)(sv->next_tick.tv_sec - now.tv_sec) * 1000 +
+	     (sv->next_tick.tv_nsec - now.tv_nsec) / 1000000;
+	return ms < 0 ? 0 : ms > PVGPU_STATS_TICK_MS ? PVGPU_STATS_TICK_MS : (int)ms;
+}
+
+/* How long poll may sleep: until the next tick or the server's timeout. */
+static int poll_timeout(struct pvgpu_supervisor *sv)
+{
+	int tick = ms_to_tick(sv), server = pvgpu_metrics_timeout_ms(sv->metrics);
+
+	if (tick < 0)
+		return server;
+	return server >= 0 && server < tick ? server : tick;
+}
+
+/* Once a tick: the rates over the time since the last one. */
+static void maybe_tick(struct pvgpu_supervisor *sv)
+{
+	struct timespec now;
+
+	if (!sv->metrics || ms_to_tick(sv) > 0)
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	pvgpu_stats_tick(&sv->stats, &now);
+	pvgpu_metrics_publish(sv->metrics, &sv->stats.snap);
+	sv->next_tick = now;
+	sv->next_tick.tv_sec += PVGPU_STATS_TICK_MS / 1000;
+	sv->next_tick.tv_nsec += (PVGPU_STATS_TICK_MS % 1000) * 1000000L;
+	if (sv->next_tick.tv_nsec >= 1000000000L) {
+		sv->next_tick.tv_sec++;
+		sv->next_tick.tv_nsec -= 1000000000L;
+	}
+}
+
 int pvgpu_supervisor_run(struct pvgpu_supervisor *sv)
 {
-	/* signals, the watchdog's timer, the registry, then the listeners
-	 * and the VMs' sockets */
-	struct pollfd pfd[3 + PVGPU_MAX_LISTENERS + PVGPU_REGISTRY_MAX];
+	/* signals, the watchdog's timer, the registry, the metrics server's
+	 * fd (-1: none), then the listeners and the VMs' sockets */
+	struct pollfd pfd[4 + PVGPU_MAX_LISTENERS + PVGPU_REGISTRY_MAX];
 	struct pvgpu_listener *owner[PVGPU_MAX_LISTENERS + PVGPU_REGISTRY_MAX];
-	const int first = 3;
+	const int first = 4;
 
 	while (!sv->stopping) {
 		int n, nl = 0;
@@ -622,6 +730,8 @@ int pvgpu_supervisor_run(struct pvgpu_supervisor *sv)
 		pfd[0] = (struct pollfd){ .fd = sv->sigfd, .events = POLLIN };
 		pfd[1] = (struct pollfd){ .fd = sv->timerfd, .events = POLLIN };
 		pfd[2] = (struct pollfd){ .fd = sv->inotify_fd, .events = POLLIN };
+		pfd[3] = (struct pollfd){ .fd = pvgpu_metrics_fd(sv->metrics),
+					  .events = POLLIN };	/* poll skips -1 */
 		for (int i = 0; i < sv->nlisteners; i++)
 			owner[nl++] = &sv->listeners[i];
 		for (int i = 0; i < sv->nvm_listeners; i++)
@@ -629,7 +739,7 @@ int pvgpu_supervisor_run(struct pvgpu_supervisor *sv)
 		for (int i = 0; i < nl; i++)
 			pfd[first + i] = (struct pollfd){ .fd = owner[i]->fd,
 							  .events = POLLIN };
-		n = poll(pfd, (nfds_t)(first + nl), -1);
+		n = poll(pfd, (nfds_t)(first + nl), poll_timeout(sv));
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
@@ -646,6 +756,10 @@ int pvgpu_supervisor_run(struct pvgpu_supervisor *sv)
 			pvgpu_watchdog_tick(sv);
 		if (pfd[2].revents && !sv->stopping)
 			registry_changed(sv);
+		maybe_tick(sv);
+		/* Whatever is ready, and its timeouts; cheap when idle, never blocks. */
+		if (sv->metrics)
+			pvgpu_metrics_run(sv->metrics);
 	}
 	stop_workers(sv);
 	log_info("stopped");

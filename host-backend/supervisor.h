@@ -8,8 +8,10 @@
 
 #include "accounting.h"
 #include "listen.h"
+#include "metrics.h"
 #include "policy.h"
 #include "registry.h"
+#include "stats.h"
 #include "worker.h"
 
 #define PVGPU_MAX_LISTENERS	16
@@ -33,6 +35,9 @@ struct pvgpu_supervisor {
 	int nvm_listeners;
 	uint64_t next_session;
 	int stopping;
+	struct pvgpu_stats stats;	/* per-VM totals and rates */
+	struct pvgpu_metrics *metrics;	/* --metrics server; NULL: none */
+	struct timespec next_tick;	/* when the rates are taken next */
 };
 
 struct pvgpu_supervisor_config {
@@ -47,6 +52,7 @@ struct pvgpu_supervisor_config {
 	uint64_t call_timeout_ms;	/* watchdog limit on one call; 0: none */
 	const char *config;		/* --config FILE, or NULL */
 	const char *registry;		/* --registry DIR, or NULL */
+	const char *metrics;		/* --metrics ADDR:PORT, or NULL */
 };
 
 /* 0, or -1 after logging why (the caller exits 1). */

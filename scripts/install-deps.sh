@@ -58,6 +58,9 @@ fi
 #                    sanitizer build
 #   pkg-config       used by the Makefile
 #   libinih-dev      INI parser for pvgpud --config (pkg-config inih)
+#   libmicrohttpd-dev  HTTP server for pvgpud --metrics (pkg-config
+#                    libmicrohttpd)
+#   libcurl4-openssl-dev  HTTP client for pvgpuctl status (pkg-config libcurl)
 #   clang            libFuzzer target (`make fuzz`)
 #   libclang-rt-14-dev  clang's sanitizer and libFuzzer runtimes, a separate
 #                    package in Debian 12
@@ -75,6 +78,14 @@ need_cmd python3 python3
 # which is how the Makefile finds it.
 if ! pkg-config --exists inih 2>/dev/null; then
     apt_missing+=(libinih-dev)
+fi
+# The metrics endpoint and `pvgpuctl status`; optional like inih in the
+# Makefile (pvgpud builds without them and refuses --metrics).
+if ! pkg-config --exists libmicrohttpd 2>/dev/null; then
+    apt_missing+=(libmicrohttpd-dev)
+fi
+if ! pkg-config --exists libcurl 2>/dev/null; then
+    apt_missing+=(libcurl4-openssl-dev)
 fi
 if command -v clang >/dev/null 2>&1; then
     # clang's resource dir must hold libFuzzer; Debian ships it separately.
@@ -127,6 +138,8 @@ if [ "$check_only" = 1 ]; then
     for pkg in ${apt_missing[@]+"${apt_missing[@]}"}; do
         case "$pkg" in
             clang|libclang-rt-*) log "optional, for make fuzz only: $pkg" ;;
+            libmicrohttpd-dev) log "optional, for pvgpud --metrics only: $pkg" ;;
+            libcurl4-openssl-dev) log "optional, for pvgpuctl status only: $pkg" ;;
             *) required+=("$pkg") ;;
         esac
     done
