@@ -227,6 +227,8 @@ def test_guest_process_killed_mid_copy(daemon):
             child.wait()
         child.stdout.close()
     back_to_baseline(daemon, observer, baseline)
+    # The worker gives its memory back before it exits; the line comes after.
+    wait_for("the session to end", lambda: f"session {session_id} end: " in daemon.log())
     log = daemon.log()
     assert f"session {session_id}: connection closed by the guest during " \
            f"memcpy_htod" in log, log
