@@ -61,6 +61,12 @@ struct pvgpu_slot {
 	_Atomic uint64_t mem_used[PVGPU_MAX_DEVICES];
 	/* Charged to the VM's quota, not yet allocated (see charge below). */
 	_Atomic uint64_t mem_pending;
+	/*
+	 * GPU time of the session's kernels, ns: the wall time it had work
+	 * in flight, shared equally with the other sessions that had work on
+	 * the device at the same moment (gpusched.h).  Any process may add to it.
+	 */
+	_Atomic uint64_t gpu_ns;
 };
 
 struct pvgpu_accounting {

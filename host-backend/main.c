@@ -4,10 +4,12 @@
  *   pvgpud --listen URI [--listen URI ...] --executor cuda|sim
  *          [--config FILE] [--log-level error|warn|info|debug]
  *          [--block-size BYTES] [--max-sessions N] [--tcp-token TOKEN]
- *          [--module-cache DIR] [--poll-us N]
+ *          [--module-cache DIR] [--poll-us N] [--sched-quantum-us N]
  *
  * Runs in the foreground, logs to stderr, exits cleanly on SIGTERM; SIGHUP
- * rereads --config (the per-VM policy, see policy.h).
+ * rereads --config (the per-VM policy, see policy.h).  Under contention
+ * each GPU is shared between VMs by their policy weights, in turns of
+ * --sched-quantum-us per unit of weight (gpusched.h); 0 leaves it to the GPU.
  * Exit codes: 0 success, 1 runtime failure, 2 bad usage.
  */
 #include <getopt.h>
@@ -25,7 +27,7 @@ static const char usage[] =
 	"usage: pvgpud --listen URI [--listen URI ...] --executor cuda|sim\n"
 	"              [--config FILE] [--log-level error|warn|info|debug]\n"
 	"              [--block-size BYTES] [--max-sessions N] [--tcp-token TOKEN]\n"
-	"              [--module-cache DIR] [--poll-us N]\n"
+	"              [--module-cache DIR] [--poll-us N] [--sched-quantum-us N]\n"
 	"URIs: unix:///PATH, tcp://HOST:PORT, vsock://any:PORT\n";
 
 static int bad_usage(const char *what)
@@ -64,6 +66,7 @@ int main(int argc, char **argv)
 		{ "tcp-token", required_argument, NULL, 't' },
 		{ "module-cache", required_argument, NULL, 'M' },
 		{ "poll-us", required_argument, NULL, 'P' },
+		{ "sched-quantum-us", required_argument, NULL, 'Q' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -73,6 +76,7 @@ int main(int argc, char **argv)
 		.block = PVGPU_DEFAULT_BLOCK,
 		.max_sessions = 256,
 		.poll_us = 50,
+		.sched_quantum_us = PVGPU_SCHED_QUANTUM_US,
 	};
 	struct pvgpu_supervisor sv;
 	char cache_dir[64];
@@ -125,6 +129,15 @@ int main(int argc, char **argv)
 			cfg.poll_us = (uint32_t)n;
 			break;
 		}
+		case 'Q': {
+			char *end;
+			unsigned long n = strtoul(optarg, &end, 10);
+
+			if (*end || end == optarg || n > 1000000)
+				return bad_usage("--sched-quantum-us must be 0..1000000");
+			cfg.sched_quantum_us = (uint32_t)n;
+			break;
+		}
 		case 'h':
 			fputs(usage, stdout);
 			return 0;
@@ -152,6 +165,11 @@ int main(int argc, char **argv)
 		return 1;
 	log_info("pvgpud started: executor %s, block %u bytes", cfg.exec->name,
 		 cfg.block);
+	if (cfg.sched_quantum_us)
+		log_info("GPU turns between VMs: %u us per unit of weight",
+			 cfg.sched_quantum_us);
+	else
+		log_info("GPU turns between VMs: off (--sched-quantum-us 0)");
 	rc = pvgpu_supervisor_run(&sv);
 	pvgpu_supervisor_fini(&sv);
 	return rc;

@@ -88,6 +88,11 @@ static int load_policy(struct pvgpu_supervisor *sv)
 		free(p);
 		return -1;
 	}
+	/* Weights reach live sessions too: the scheduler reads them per turn. */
+	pvgpu_sched_set_weight(sv->sched, p->unknown.entry, p->unknown.weight);
+	for (unsigned int i = 0; i < p->nvms; i++)
+		pvgpu_sched_set_weight(sv->sched, p->vms[i].entry,
+				       p->vms[i].weight);
 	free(sv->policy);
 	sv->policy = p;
 	sv->wcfg.policy = p;	/* workers forked from now on get this one */
@@ -134,6 +139,12 @@ int pvgpu_supervisor_init(struct pvgpu_supervisor *sv,
 		log_error("cannot map the session table: %s", strerror(errno));
 		goto err;
 	}
+	sv->sched = pvgpu_sched_create(sv->acct, cfg->sched_quantum_us);
+	if (!sv->sched) {
+		log_error("cannot map the scheduler's table: %s", strerror(errno));
+		goto err;
+	}
+	sv->wcfg.sched = sv->sched;
 	if (sv->config && load_policy(sv))
 		goto err;
 	for (int i = 0; i < cfg->nlisten; i++) {
@@ -161,6 +172,9 @@ void pvgpu_supervisor_fini(struct pvgpu_supervisor *sv)
 	if (sv->sigfd >= 0)
 		close(sv->sigfd);
 	sv->sigfd = -1;
+	pvgpu_sched_destroy(sv->sched);
+	sv->sched = NULL;
+	sv->wcfg.sched = NULL;
 	pvgpu_accounting_destroy(sv->acct);
 	sv->acct = NULL;
 	free(sv->policy);
@@ -269,6 +283,7 @@ static void end_session(struct pvgpu_supervisor *sv, pid_t pid, int status)
 		 seconds_since(&slot->started),
 		 (unsigned long long)atomic_load(&slot->calls), h2d, d2h, how);
 	/* Whatever the worker held died with its process. */
+	pvgpu_sched_slot_gone(sv->sched, slot);
 	pvgpu_accounting_release(slot);
 }
 

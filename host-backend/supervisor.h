@@ -9,6 +9,7 @@
 #include "accounting.h"
 #include "listen.h"
 #include "policy.h"
+#include "gpusched.h"
 #include "worker.h"
 
 #define PVGPU_MAX_LISTENERS	16
@@ -18,6 +19,7 @@ struct pvgpu_supervisor {
 	int nlisteners;
 	int sigfd;			/* signalfd: TERM, INT, HUP, CHLD */
 	struct pvgpu_accounting *acct;
+	struct pvgpu_sched *sched;	/* shared with the workers, like acct */
 	struct pvgpu_worker_config wcfg;
 	const char *config;		/* policy file; NULL: everyone, no quota */
 	struct pvgpu_policy *policy;	/* in force; NULL without config */
@@ -34,6 +36,7 @@ struct pvgpu_supervisor_config {
 	const char *tcp_token;
 	const char *module_cache;	/* directory; NULL: no cross-session cache */
 	uint32_t poll_us;		/* workers' busy-poll before sleeping */
+	uint32_t sched_quantum_us;	/* GPU turn per unit of weight; 0: no turns */
 	const char *config;		/* --config FILE, or NULL */
 };
 

@@ -5,6 +5,7 @@
  * fatal: a stream that is out of step cannot be trusted again.
  */
 #include <errno.h>
+#include <poll.h>
 #include <time.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -89,6 +90,20 @@ static ssize_t read_some(struct pvgpu_worker *w, void *buf, size_t len)
 				break;
 		}
 		__builtin_ia32_pause();
+	}
+	/*
+	 * Kernels of this session still on the GPU: look at them now and
+	 * then while the guest is quiet, so that the scheduler learns when
+	 * they are done (the next VM's turn may wait for it).
+	 */
+	while (pvgpu_sched_pending(&w->sched)) {
+		struct pollfd pfd = { .fd = w->fd, .events = POLLIN };
+		struct timespec tick = { 0, 200000 };
+
+		pvgpu_sched_poll(w);
+		if (!pvgpu_sched_pending(&w->sched) ||
+		    ppoll(&pfd, 1, &tick, NULL) != 0)
+			break;
 	}
 	return read_once(w, buf, len, 0);
 }
