@@ -16,7 +16,7 @@
  *   max_sessions = 4         ; concurrent sessions
  *   gpus = 0,1               ; device indices it may create contexts on
  *   mode = shared            ; shared | exclusive  (parsed, not enforced yet)
- *   weight = 2               ; scheduling weight   (parsed, not enforced yet)
+ *   weight = 2               ; share of GPU time under contention (gpusched.h)
  *
  * Sizes take a K, M, G or T suffix (powers of 1024).  A missing memory or
  * max_sessions means no limit; missing gpus means every device.  Identities
@@ -52,7 +52,7 @@ struct pvgpu_vm_policy {
 	uint32_t max_sessions;		/* 0: no limit */
 	uint32_t gpus;			/* bit per device index; 0: all */
 	enum pvgpu_vm_mode mode;
-	uint32_t weight;
+	uint32_t weight;		/* 1..1000000, default 1 */
 	int entry;			/* its index in the shared VM table */
 };
 
