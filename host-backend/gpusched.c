@@ -808,6 +808,7 @@ void pvgpu_sched_admit(struct pvgpu_worker *w, int d)
 		flush(w, now);
 	}
 	ss->admitted = d;
+	ss->admit_ns = now;
 }
 
 void pvgpu_sched_launched(struct pvgpu_worker *w, uint64_t stream, int32_t st)
@@ -821,7 +822,13 @@ void pvgpu_sched_launched(struct pvgpu_worker *w, uint64_t stream, int32_t st)
 	if (!s || d < 0)
 		return;
 	ss->admitted = -1;
-	now = now_ns();
+	/*
+	 * Uncontended, the time of admission will do (one clock read per
+	 * launch); contended, idle detection wants the end of the launch.
+	 */
+	now = ss->admit_ns;
+	if (contended(&s->dev[d], now))
+		now = now_ns();
 	atomic_store(&s->slots[slot_index(s, w->slot)].last_launch[d], now);
 	if (st != CUDA_SUCCESS) {
 		settle(w, d, 1, now);	/* nothing reached the GPU */

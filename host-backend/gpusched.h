@@ -106,6 +106,7 @@ struct pvgpu_sched_session {
 	uint64_t last_ctx[PVGPU_MAX_DEVICES];
 	uint32_t pending;		/* launches not yet seen done, all devices */
 	int32_t admitted;		/* device of the launch being made; -1 */
+	uint64_t admit_ns;		/* when it was admitted */
 	uint64_t next_poll;		/* ns: when the launch path next queries marks */
 	uint64_t next_flush;		/* ns: when gpu_ns is next brought up to date */
 	int warned;			/* a mark could not be recorded (logged once) */
