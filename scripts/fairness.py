@@ -13,6 +13,11 @@ process and compares throughput.
     scripts/fairness.py --baseline            # also with turns off (the GPU's own slicing)
     scripts/fairness.py --executor sim ...    # the scheduler's logic, no GPU
 
+On the sim (a CI fixture) the kernel's CPU twin sleeps for as long as the
+kernel would take on an H100 and, by default, one launch at a time over all
+sessions, as on a GPU without MPS; the throughput reference there is one
+session alone through pvgpu, since there is no native run.
+
 Passes when every VM's share is within --tolerance (relative, default 10 %)
 of its weight's share and throughput is at least --min-throughput (default
 0.90) of native; --report-only prints the same and exits 0.  Exit status:
@@ -60,6 +65,9 @@ def parse_args(argv):
     ap.add_argument("--executor", choices=("cuda", "sim"), default="cuda")
     ap.add_argument("--twins", help="sim only: CPU twins (default "
                     "BUILD/tests/sim-twins/libbench-twins.so)")
+    ap.add_argument("--sim-parallel", action="store_true",
+                    help="sim only: let the simulated device run every launch at "
+                         "once (default: one at a time, as a GPU without MPS)")
     ap.add_argument("--weights", default="1,1,2,4",
                     help="one VM per weight (default 1,1,2,4)")
     ap.add_argument("--sessions-per-vm", type=int, default=4)
@@ -77,7 +85,8 @@ def parse_args(argv):
                     help="also run with turns off (--sched-quantum-us 0): "
                          "what the GPU's own time slicing gives; not judged")
     ap.add_argument("--no-native", action="store_true",
-                    help="skip the native same-work run (no throughput figure)")
+                    help="skip the same-work reference run (no throughput figure); "
+                         "on the sim that run is one session through pvgpu")
     ap.add_argument("--tolerance", type=float, default=0.10,
                     help="largest relative share error (default 0.10)")
     ap.add_argument("--min-throughput", type=float, default=0.90,
@@ -110,7 +119,6 @@ def parse_args(argv):
         if not p.exists():
             die_usage(f"{p} does not exist (run `make all`)")
     if a.executor == "sim":
-        a.no_native = True
         if not a.twins.exists():
             die_usage(f"{a.twins} does not exist (run `make all`)")
     elif not a.no_native and not a.native_libdir:
@@ -171,6 +179,9 @@ class Daemon:
         env = base_env()
         if args.executor == "sim":
             env["PVGPU_SIM_TWINS"] = str(args.twins)
+            if not args.sim_parallel:
+                # One kernel at a time over all workers (bench_twins.c).
+                env["PVGPU_SIM_SERIAL"] = str(workdir / "sim-device.lock")
         self.log_file = open(self.log_path, "wb")
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
                                      stdout=self.log_file,
@@ -425,26 +436,47 @@ def main(argv=None):
 
         if not args.no_native:
             total = fair["total_kernels"]
-            nat = run_json([str(args.bench), "--json", "--count", str(total),
-                            "--iters", str(args.iters), "--blocks", str(args.blocks),
-                            "--queue", str(args.queue)],
-                           with_libdir(base_env(), args.native_libdir),
-                           "the native run", args.seconds * 10 + 300)
-            if nat["library"]["pvgpu_shim"]:
-                raise Failure("the native run loaded the pvgpu shim: check --native-libdir")
-            native_rate = nat["kernels"] / nat["seconds"]
-            ratio = fair["throughput_kernels_per_s"] / native_rate
-            report["native"] = nat
+            cmd = [str(args.bench), "--json", "--count", str(total),
+                   "--iters", str(args.iters), "--blocks", str(args.blocks),
+                   "--queue", str(args.queue)]
+            if args.executor == "cuda":
+                what = "native, one process"
+                ref = run_json(cmd, with_libdir(base_env(), args.native_libdir),
+                               "the native run", args.seconds * 10 + 300)
+                if ref["library"]["pvgpu_shim"]:
+                    raise Failure("the native run loaded the pvgpu shim: check --native-libdir")
+            else:
+                # No native on the sim: the reference is one session alone.
+                what = "one session alone through pvgpu (the sim has no native)"
+                daemon = Daemon(args, workdir, "reference", args.quantum_us)
+                try:
+                    ref = run_json(cmd, guest_env(args, daemon, vm_names(args)[0]),
+                                   "the reference run", args.seconds * 10 + 300)
+                finally:
+                    daemon.stop()
+            ref_rate = ref["kernels"] / ref["seconds"]
+            ratio = fair["throughput_kernels_per_s"] / ref_rate
+            # Device busy: kernels x one kernel's time alone, over the window.
+            kernel_s = ref["event_kernel_s"] / ref["kernels_total"]
+            report["native" if args.executor == "cuda" else "reference"] = ref
             report["throughput_ratio"] = ratio
+            report["kernel_s"] = kernel_s
+            for key in ("weighted", "baseline"):
+                if key in report:
+                    report[key]["device_busy"] = \
+                        report[key]["total_kernels"] * kernel_s / args.seconds
             tp_ok = ratio >= args.min_throughput
-            print(f"\nnative, one process, the same {total} kernels: {nat['seconds']:.3f} s, "
-                  f"{native_rate:.1f} kernels/s")
-            print(f"  aggregate throughput through pvgpu: {ratio * 100:.1f}% of native "
+            print(f"\n{what}, the same {total} kernels: {ref['seconds']:.3f} s, "
+                  f"{ref_rate:.1f} kernels/s, {kernel_s * 1e3:.3f} ms per kernel")
+            print(f"  aggregate throughput of the sessions: {ratio * 100:.1f}% of that "
                   f"(at least {args.min_throughput * 100:g}%: {'yes' if tp_ok else 'NO'})")
+            print("  device busy with kernels: " + ", ".join(
+                f"{report[k]['device_busy'] * 100:.1f}% ({name})"
+                for k, name in (("baseline", "turns off"), ("weighted", "turns on"))
+                if k in report))
             ok = ok and tp_ok
         else:
-            print("\n(no native run: no throughput figure"
-                  + (" on the sim, which says nothing about a GPU)" if args.executor == "sim" else ")"))
+            print("\n(no reference run: no throughput figure)")
     except Failure as e:
         print(f"fairness.py: {e}", file=sys.stderr)
         print(f"fairness.py: logs in {workdir}", file=sys.stderr)

@@ -6,9 +6,12 @@
  * sim's timings say nothing about a GPU; the twins only make the results
  * right (all but pvgpu-fair's, below).
  */
-/* clock_gettime and clock_nanosleep, for the fairness twin (-std=c11 hides them). */
-#define _POSIX_C_SOURCE 200809L
+/* clock_nanosleep and flock, for the fairness twin (-std=c11 hides them). */
+#define _DEFAULT_SOURCE
 #include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/file.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -67,12 +70,35 @@ static void fma_kernel_twin(const struct pvgpu_sim_launch *l)
  * other twins this one also takes about the time the launch would take on
  * the GPU: the grid's FMAs at FAIR_SIM_FMA_PER_NS (about an H100 PCIe's
  * FP32 rate), spent sleeping, so that sessions of several VMs contend for
- * the sim device the way they would for a GPU, not for the CPU.
+ * the sim device the way they would for a GPU, not for the CPU.  With
+ * PVGPU_SIM_SERIAL=FILE the launches of all workers also take turns on an
+ * flock of FILE while they "run": a device that runs one kernel at a time,
+ * as a GPU without MPS does, so that idle time between kernels shows.
  */
 #define FAIR_SIM_FMA_PER_NS	25600.0
 
+static int serial_fd = -2;		/* -2: not looked at yet; -1: none */
+
+static void serial_lock(int op)
+{
+	if (serial_fd == -2) {
+		const char *path = getenv("PVGPU_SIM_SERIAL");
+
+		serial_fd = path && *path ? open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600) : -1;
+	}
+	if (serial_fd >= 0)
+		while (flock(serial_fd, op) && errno == EINTR)
+			;
+}
+
 static void fair_kernel_twin(const struct pvgpu_sim_launch *l)
 {
+	/*
+	 * The chains depend on (x0, iters) alone, and fmaf can be slow on a
+	 * CPU: computed once per worker for the values of the last launch.
+	 */
+	static int32_t memo_iters = -1;
+	static float memo_x0, memo_sum;
 	uint64_t out = pvgpu_sim_arg_ptr(l, 0);
 	struct timespec until;
 	int32_t iters;
@@ -80,17 +106,10 @@ static void fair_kernel_twin(const struct pvgpu_sim_launch *l)
 
 	if (ARG(l, 1, iters) || ARG(l, 2, x0) || l->faulted(l))
 		return;
-	clock_gettime(CLOCK_MONOTONIC, &until);
 	uint64_t n = twin_has_threads(l) ? pvgpu_sim_nblocks(l) * pvgpu_sim_nthreads(l) : 0;
 	float *ho = twin_map(l, out, n, 4);
 	if (!ho)
 		return;
-	/*
-	 * The chains depend on (x0, iters) alone, and fmaf can be slow on a
-	 * CPU: computed once per worker for the values of the last launch.
-	 */
-	static int32_t memo_iters = -1;
-	static float memo_x0, memo_sum;
 	if (iters != memo_iters || memcmp(&x0, &memo_x0, sizeof(x0))) {
 		float x = x0, y = x0 + 0.25f, z = x0 + 0.5f, v = x0 + 0.75f;
 		for (int32_t k = 0; k < iters; k++) {
@@ -103,12 +122,14 @@ static void fair_kernel_twin(const struct pvgpu_sim_launch *l)
 		memo_x0 = x0;
 		memo_iters = iters;
 	}
-	float sum = memo_sum;
 	for (uint64_t i = 0; i < n; i++)
-		ho[i] = sum;
+		ho[i] = memo_sum;
+	/* The time the grid's FMAs take on the modelled device, at most 10 s. */
 	double ns = (double)n * (iters > 0 ? iters : 0) * 4.0 / FAIR_SIM_FMA_PER_NS;
 	if (ns > 10e9)
-		ns = 10e9;	/* a sim launch never sleeps longer than 10 s */
+		ns = 10e9;
+	serial_lock(LOCK_EX);
+	clock_gettime(CLOCK_MONOTONIC, &until);
 	until.tv_sec += (time_t)(ns / 1e9);
 	until.tv_nsec += (long)(ns - (double)(time_t)(ns / 1e9) * 1e9);
 	if (until.tv_nsec >= 1000000000L) {
@@ -117,6 +138,7 @@ static void fair_kernel_twin(const struct pvgpu_sim_launch *l)
 	}
 	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL) == EINTR)
 		;
+	serial_lock(LOCK_UN);
 }
 
 const uint32_t pvgpu_sim_twin_abi = PVGPU_SIM_TWIN_ABI;
