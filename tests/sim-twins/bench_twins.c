@@ -122,14 +122,14 @@ static void fair_kernel_twin(const struct pvgpu_sim_launch *l)
 		memo_x0 = x0;
 		memo_iters = iters;
 	}
-	for (uint64_t i = 0; i < n; i++)
-		ho[i] = memo_sum;
 	/* The time the grid's FMAs take on the modelled device, at most 10 s. */
 	double ns = (double)n * (iters > 0 ? iters : 0) * 4.0 / FAIR_SIM_FMA_PER_NS;
 	if (ns > 10e9)
 		ns = 10e9;
 	serial_lock(LOCK_EX);
 	clock_gettime(CLOCK_MONOTONIC, &until);
+	for (uint64_t i = 0; i < n; i++)
+		ho[i] = memo_sum;
 	until.tv_sec += (time_t)(ns / 1e9);
 	until.tv_nsec += (long)(ns - (double)(time_t)(ns / 1e9) * 1e9);
 	if (until.tv_nsec >= 1000000000L) {
