@@ -24,9 +24,8 @@ CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fPIC \
 LDLIBS  += -ldl -lpthread
 # The policy file parser (host-backend/policy.c); the backend's alone: the
 # guest shim must not depend on it.
-# The policy file is read with inih; on a machine without it (the GPU host has
-# no package registry) pvgpud reads it with a small reader of its own
-# (policy.c), so weights and quotas can be set there too.
+# The policy file is read with inih; a machine without it (the GPU host has
+# no package registry) still builds pvgpud, which then refuses --config.
 INIH_LIBS := $(shell pkg-config --libs inih 2>/dev/null)
 ifeq ($(INIH_LIBS),)
 CFLAGS += -DPVGPU_NO_INIH

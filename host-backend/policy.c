@@ -11,87 +11,6 @@
 #include "accounting.h"
 #include "policy.h"
 
-#ifdef PVGPU_NO_INIH
-/*
- * A GPU host with no package registry may lack libinih-dev, and weights,
- * quotas and identities are wanted there too.  This reader does what inih
- * does with its default settings for every construct a policy file uses:
- * [section], "key = value" (or "key: value"), whole-line comments starting
- * with ';' or '#', inline comments after whitespace and ';', surrounding
- * whitespace trimmed, a UTF-8 BOM ignored.  It stops at the first bad line
- * and returns its number, 0 when all went well, -1 when the file cannot be
- * opened, as ini_parse() does.  Where libinih-dev is installed, inih reads
- * the file instead.
- */
-static char *trim(char *s)
-{
-	char *e = s + strlen(s);
-
-	while (*s == ' ' || *s == '\t' || *s == '\r' || *s == '\n')
-		s++;
-	while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r' ||
-			 e[-1] == '\n'))
-		*--e = '\0';
-	return s;
-}
-
-static int ini_parse(const char *path,
-		     int (*handler)(void *, const char *, const char *,
-				    const char *),
-		     void *user)
-{
-	char buf[1024], section[128] = "";
-	FILE *f = fopen(path, "r");
-	int lineno = 0, bad = 0;
-
-	if (!f)
-		return -1;
-	while (!bad && fgets(buf, sizeof(buf), f)) {
-		char *line = buf, *p, *key, *value;
-
-		lineno++;
-		if (lineno == 1 && !strncmp(line, "\xef\xbb\xbf", 3))
-			line += 3;
-		if (!strchr(line, '\n') && !feof(f)) {
-			bad = lineno;		/* longer than any policy line */
-			break;
-		}
-		line = trim(line);
-		if (!*line || *line == ';' || *line == '#')
-			continue;
-		/* Inline comment: ';' after whitespace. */
-		for (p = line + 1; *p; p++)
-			if (*p == ';' && (p[-1] == ' ' || p[-1] == '\t')) {
-				*p = '\0';
-				break;
-			}
-		line = trim(line);
-		if (*line == '[') {
-			p = strchr(line, ']');
-			if (!p || (size_t)(p - line - 1) >= sizeof(section)) {
-				bad = lineno;
-				break;
-			}
-			*p = '\0';
-			snprintf(section, sizeof(section), "%s", trim(line + 1));
-			continue;
-		}
-		p = line + strcspn(line, "=:");
-		if (!*p) {
-			bad = lineno;
-			break;
-		}
-		*p = '\0';
-		key = trim(line);
-		value = trim(p + 1);
-		if (!handler(user, section, key, value))
-			bad = lineno;
-	}
-	fclose(f);
-	return bad;
-}
-#endif
-
 /* What the inih callback needs: the policy being filled and why it failed. */
 struct parse_state {
 	struct pvgpu_policy *p;
@@ -351,6 +270,21 @@ int pvgpu_policy_load(const char *path, struct pvgpu_policy *p,
 	memset(p, 0, sizeof(*p));
 	snprintf(p->unknown.name, sizeof(p->unknown.name), "%s", PVGPU_DEFAULT_VM);
 	p->unknown.weight = 1;
+#ifdef PVGPU_NO_INIH
+	/*
+	 * A GPU host with no package registry may lack libinih-dev: pvgpud
+	 * still builds and serves, but says plainly that it cannot read a
+	 * policy file rather than run without one.
+	 */
+	(void)st;
+	(void)line;
+	(void)on_key;
+	(void)check_unique;
+	snprintf(err, errlen,
+		 "cannot read %s: this pvgpud was built without inih (libinih-dev)",
+		 path);
+	return -1;
+#else
 	line = ini_parse(path, on_key, &st);
 	if (line < 0) {
 		snprintf(err, errlen, "cannot read %s", path);
@@ -362,6 +296,7 @@ int pvgpu_policy_load(const char *path, struct pvgpu_policy *p,
 		return -1;
 	}
 	return check_unique(p, err, errlen);
+#endif
 }
 
 const struct pvgpu_vm_policy *pvgpu_policy_by_uid(const struct pvgpu_policy *p,
