@@ -12,7 +12,8 @@ BUILD ?= build
 
 BENCH_PROGS := $(BUILD)/bench/pvgpu-bandwidth \
 	       $(BUILD)/bench/pvgpu-latency \
-	       $(BUILD)/bench/pvgpu-synth
+	       $(BUILD)/bench/pvgpu-synth \
+	       $(BUILD)/bench/pvgpu-fair
 
 .PHONY: bench
 bench: $(BENCH_PROGS)

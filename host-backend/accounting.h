@@ -80,8 +80,9 @@ struct pvgpu_slot {
 	_Atomic uint64_t call_started_ns;
 	_Atomic uint32_t call_opcode;
 	/*
-	 * GPU busy time, in ns, attributed to this session: filled by the
-	 * scheduler, read for the VM's share of GPU time (status, metrics).
+	 * GPU time of the session's kernels, ns: the wall time it had work
+	 * in flight, shared equally with the other sessions that had work on
+	 * the device at the same moment (gpusched.h).  Any process may add to it.
 	 */
 	_Atomic uint64_t gpu_ns;
 };

@@ -5,7 +5,7 @@
  *          [--config FILE] [--log-level error|warn|info|debug]
  *          [--block-size BYTES] [--max-sessions N] [--tcp-token TOKEN]
  *          [--module-cache DIR] [--poll-us N] [--call-timeout SECONDS]
- *          [--registry DIR] [--metrics ADDR:PORT]
+ *          [--registry DIR] [--metrics ADDR:PORT] [--sched-quantum-us N]
  *
  * Runs in the foreground, logs to stderr, exits cleanly on SIGTERM; SIGHUP
  * rereads --config (the per-VM policy, see policy.h) and the registry.
@@ -15,7 +15,9 @@
  * the VMs it gave a vGPU (registry.h; /run/pvgpu/vms on a host): pvgpud
  * watches it, listens on each vhost-user VM's socket and maps each VM's
  * window.  --metrics serves GET /metrics (Prometheus text) on a loopback
- * address (see metrics.h); `pvgpuctl status` reads it.
+ * address (see metrics.h); `pvgpuctl status` reads it.  Under contention
+ * each GPU is shared between VMs by their policy weights, in turns of
+ * --sched-quantum-us per unit of weight (gpusched.h); 0 leaves it to the GPU.
  * Exit codes: 0 success, 1 runtime failure, 2 bad usage.
  */
 #include <getopt.h>
@@ -35,7 +37,7 @@ static const char usage[] =
 	"              [--config FILE] [--log-level error|warn|info|debug]\n"
 	"              [--block-size BYTES] [--max-sessions N] [--tcp-token TOKEN]\n"
 	"              [--module-cache DIR] [--poll-us N] [--call-timeout SECONDS]\n"
-	"              [--registry DIR] [--metrics ADDR:PORT]\n"
+	"              [--registry DIR] [--metrics ADDR:PORT] [--sched-quantum-us N]\n"
 	"URIs: unix:///PATH, tcp://HOST:PORT, vsock://any:PORT\n"
 	"--metrics: Prometheus text at http://ADDR:PORT/metrics; loopback only,\n"
 	"           e.g. 127.0.0.1:9400 (what `pvgpuctl status` reads)\n";
@@ -99,6 +101,7 @@ int main(int argc, char **argv)
 		{ "registry", required_argument, NULL, 'R' },
 		{ "call-timeout", required_argument, NULL, 'T' },
 		{ "metrics", required_argument, NULL, 'X' },
+		{ "sched-quantum-us", required_argument, NULL, 'Q' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -109,6 +112,7 @@ int main(int argc, char **argv)
 		.max_sessions = 256,
 		.poll_us = 50,
 		.call_timeout_ms = 300 * 1000,
+		.sched_quantum_us = PVGPU_SCHED_QUANTUM_US,
 	};
 	struct pvgpu_supervisor sv;
 	char cache_dir[64];
@@ -181,6 +185,15 @@ int main(int argc, char **argv)
 				return 2;
 			cfg.metrics = optarg;
 			break;
+		case 'Q': {
+			char *end;
+			unsigned long n = strtoul(optarg, &end, 10);
+
+			if (*end || end == optarg || n > 1000000)
+				return bad_usage("--sched-quantum-us must be 0..1000000");
+			cfg.sched_quantum_us = (uint32_t)n;
+			break;
+		}
 		case 'h':
 			fputs(usage, stdout);
 			return 0;
@@ -212,6 +225,11 @@ int main(int argc, char **argv)
 	else
 		log_info("pvgpud started: executor %s, block %u bytes, no call timeout",
 			 cfg.exec->name, cfg.block);
+	if (cfg.sched_quantum_us)
+		log_info("GPU turns between VMs: %u us per unit of weight",
+			 cfg.sched_quantum_us);
+	else
+		log_info("GPU turns between VMs: off (--sched-quantum-us 0)");
 	rc = pvgpu_supervisor_run(&sv);
 	pvgpu_supervisor_fini(&sv);
 	return rc;

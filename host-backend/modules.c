@@ -266,7 +266,7 @@ int32_t pvgpu_handle_func_set_attribute(struct pvgpu_worker *w,
 int32_t pvgpu_handle_launch_kernel(struct pvgpu_worker *w,
 				   const struct pvgpu_launch_kernel_req *req)
 {
-	struct pvgpu_handle *f = lookup_function(w, req->func);
+	struct pvgpu_handle *f = lookup_function(w, req->func), *ctx;
 	const struct pvgpu_param_info *layout;
 	struct pvgpu_launch l;
 	uint64_t stream, need = 0;
@@ -298,7 +298,12 @@ int32_t pvgpu_handle_launch_kernel(struct pvgpu_worker *w,
 		.layout = layout,
 		.nparams = f->ndata,
 	};
-	return w->ex_ops->launch(w->ex, &l);
+	/* Its VM's turn on this GPU first (gpusched.h). */
+	ctx = pvgpu_handle_get(&w->handles, w->cur_ctx, H_CTX);
+	pvgpu_sched_admit(w, ctx ? ctx->device : -1);
+	st = w->ex_ops->launch(w->ex, &l);
+	pvgpu_sched_launched(w, stream, st);
+	return st;
 }
 
 int32_t pvgpu_handle_func_occupancy(struct pvgpu_worker *w,

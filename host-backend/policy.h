@@ -22,7 +22,7 @@
  *   mode = shared            ; shared | exclusive
  *   exclusive_wait = 10s     ; a context refused for exclusivity waits this long
  *   call_timeout = 300s      ; watchdog limit on one call (0: none)
- *   weight = 2               ; scheduling weight   (parsed, not enforced yet)
+ *   weight = 2               ; share of GPU time under contention (gpusched.h)
  *
  * Sizes take a K, M, G or T suffix (powers of 1024); durations are seconds,
  * or take ms, s or m.  A missing memory, pinned or max_sessions means no
@@ -87,7 +87,7 @@ struct pvgpu_vm_policy {
 	enum pvgpu_vm_mode mode;
 	int64_t exclusive_wait_ms;	/* -1: not set, no wait */
 	int64_t call_timeout_ms;	/* -1: pvgpud --call-timeout */
-	uint32_t weight;
+	uint32_t weight;		/* 1..1000000, default 1 */
 	int entry;			/* its index in the shared VM table */
 };
 

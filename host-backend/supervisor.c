@@ -130,6 +130,11 @@ static int load_policy(struct pvgpu_supervisor *sv)
 		free(p);
 		return -1;
 	}
+	/* Weights reach live sessions too: the scheduler reads them per turn. */
+	pvgpu_sched_set_weight(sv->sched, p->unknown.entry, p->unknown.weight);
+	for (unsigned int i = 0; i < p->nvms; i++)
+		pvgpu_sched_set_weight(sv->sched, p->vms[i].entry,
+				       p->vms[i].weight);
 	free(sv->policy);
 	sv->policy = p;
 	sv->wcfg.policy = p;	/* workers forked from now on get this one */
@@ -376,6 +381,12 @@ int pvgpu_supervisor_init(struct pvgpu_supervisor *sv,
 		log_error("out of memory for the session figures");
 		goto err;
 	}
+	sv->sched = pvgpu_sched_create(sv->acct, cfg->sched_quantum_us);
+	if (!sv->sched) {
+		log_error("cannot map the scheduler's table: %s", strerror(errno));
+		goto err;
+	}
+	sv->wcfg.sched = sv->sched;
 	if (sv->config && load_policy(sv))
 		goto err;
 	if (sv->registry_dir && (watch_registry(sv) || load_registry(sv)))
@@ -430,6 +441,9 @@ void pvgpu_supervisor_fini(struct pvgpu_supervisor *sv)
 	sv->sigfd = -1;
 	pvgpu_watchdog_fini(sv);
 	pvgpu_stats_fini(&sv->stats);
+	pvgpu_sched_destroy(sv->sched);
+	sv->sched = NULL;
+	sv->wcfg.sched = NULL;
 	pvgpu_accounting_destroy(sv->acct);
 	sv->acct = NULL;
 	free(sv->policy);
@@ -593,6 +607,7 @@ static void end_session(struct pvgpu_supervisor *sv, pid_t pid, int status)
 	pvgpu_stats_fold(&sv->stats, slot);
 	/* Whatever the worker held died with its process. */
 	pvgpu_watchdog_forget(sv, slot);
+	pvgpu_sched_slot_gone(sv->sched, slot);
 	pvgpu_accounting_release(slot);
 	publish(sv);
 }

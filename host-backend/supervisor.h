@@ -12,6 +12,7 @@
 #include "policy.h"
 #include "registry.h"
 #include "stats.h"
+#include "gpusched.h"
 #include "worker.h"
 
 #define PVGPU_MAX_LISTENERS	16
@@ -24,6 +25,7 @@ struct pvgpu_supervisor {
 	uint64_t call_timeout_ms;	/* --call-timeout; 0: no limit */
 	uint8_t *wd_killed;		/* per slot: the watchdog killed it */
 	struct pvgpu_accounting *acct;
+	struct pvgpu_sched *sched;	/* shared with the workers, like acct */
 	struct pvgpu_worker_config wcfg;
 	const char *config;		/* policy file; NULL: everyone, no quota */
 	struct pvgpu_policy *policy;	/* in force; NULL without config */
@@ -50,6 +52,7 @@ struct pvgpu_supervisor_config {
 	const char *module_cache;	/* directory; NULL: no cross-session cache */
 	uint32_t poll_us;		/* workers' busy-poll before sleeping */
 	uint64_t call_timeout_ms;	/* watchdog limit on one call; 0: none */
+	uint32_t sched_quantum_us;	/* GPU turn per unit of weight; 0: no turns */
 	const char *config;		/* --config FILE, or NULL */
 	const char *registry;		/* --registry DIR, or NULL */
 	const char *metrics;		/* --metrics ADDR:PORT, or NULL */

@@ -144,6 +144,12 @@ static void serve_message(struct pvgpu_worker *w, const struct pvgpu_hdr *h,
 		note_error(w, h->opcode, st);
 	}
 	pvgpu_worker_send_reply(w, h->opcode, st, rep, rep_len);
+	/*
+	 * A synchronising call may have seen the session's kernels finish:
+	 * tell the scheduler now, after the reply, not at the next launch.
+	 */
+	if (pvgpu_sched_pending(&w->sched))
+		pvgpu_sched_poll(w);
 }
 
 static int worker_init(struct pvgpu_worker *w, int fd,
@@ -164,6 +170,7 @@ static int worker_init(struct pvgpu_worker *w, int fd,
 	w->slot = slot;
 	w->ex_ops = cfg->exec;
 	w->passed_fd = -1;
+	pvgpu_sched_session_init(w);
 	w->rx = malloc(PVGPU_MAX_BATCH);
 	if (!w->rx)
 		return -1;
@@ -182,6 +189,7 @@ static void worker_fini(struct pvgpu_worker *w)
 		close(w->passed_fd);
 	if (w->ex)
 		w->ex_ops->close(w->ex);	/* frees contexts and all in them */
+	pvgpu_sched_session_end(w);		/* its work on the GPU is gone */
 	for (int d = 0; d < PVGPU_MAX_DEVICES; d++)
 		atomic_store(&w->slot->mem_used[d], 0);
 	pvgpu_handles_free(&w->handles);

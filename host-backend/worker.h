@@ -18,6 +18,7 @@
 #include "handles.h"
 #include "listen.h"
 #include "policy.h"
+#include "gpusched.h"
 #include "window.h"
 
 #define PVGPU_STAGING_BUFFERS	4
@@ -53,6 +54,7 @@ struct pvgpu_worker_config {
 	const char *module_cache;	/* directory of images by hash */
 	uint64_t poll_ns;		/* busy-poll before a blocking read */
 	const struct pvgpu_policy *policy;	/* NULL: no policy file */
+	struct pvgpu_sched *sched;	/* GPU time between VMs; NULL: none */
 };
 
 struct pvgpu_worker {
@@ -88,6 +90,8 @@ struct pvgpu_worker {
 
 	int passed_fd;			/* last fd the guest sent; -1: none */
 	struct pvgpu_window win;
+
+	struct pvgpu_sched_session sched;	/* its launches in flight */
 };
 
 /* Serve one session on fd until it ends; returns the process exit code. */

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <poll.h>
 #include <time.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -96,6 +97,20 @@ static ssize_t read_some(struct pvgpu_worker *w, void *buf, size_t len)
 	}
 	/* Waiting for the guest mid-call is not the call hanging. */
 	paused = pvgpu_watchdog_pause(w->slot);
+	/*
+	 * Kernels of this session still on the GPU: look at them now and
+	 * then while the guest is quiet, so that the scheduler learns when
+	 * they are done (the next VM's turn may wait for it).
+	 */
+	while (pvgpu_sched_pending(&w->sched)) {
+		struct pollfd pfd = { .fd = w->fd, .events = POLLIN };
+		struct timespec tick = { 0, 200000 };
+
+		pvgpu_sched_poll(w);
+		if (!pvgpu_sched_pending(&w->sched) ||
+		    ppoll(&pfd, 1, &tick, NULL) != 0)
+			break;
+	}
 	n = read_once(w, buf, len, 0);
 	pvgpu_watchdog_resume(w->slot, paused);
 	return n;

@@ -48,6 +48,7 @@ static void *feed(void *arg)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static struct pvgpu_accounting *acct;
+	static struct pvgpu_sched *sched;
 	struct pvgpu_worker_config cfg = {
 		.exec = &pvgpu_exec_sim,
 		.block = 64 * 1024,
@@ -63,7 +64,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		setenv("PVGPU_SIM_MEMORY_MB", "64", 1);
 		pvgpu_log_set_level("error");
 		acct = pvgpu_accounting_create(1);
+		/* Hostile launches go through the scheduler's bookkeeping too. */
+		sched = pvgpu_sched_create(acct, PVGPU_SCHED_QUANTUM_US);
 	}
+	cfg.sched = sched;
 	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
 		return 0;
 	slot = pvgpu_accounting_claim(acct);
@@ -76,6 +80,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	pthread_join(feeder, NULL);
 	pthread_join(drainer, NULL);
 	close(sv[0]);
+	pvgpu_sched_slot_gone(sched, slot);
 	pvgpu_accounting_release(slot);
 	return 0;
 }

@@ -1,0 +1,163 @@
+/*
+ * gpusched.h - GPU time between VMs follows their policy weights (DESIGN §5).
+ *
+ * Why the backend has to do this at all: without MPS a GPU runs one
+ * context at a time and time-slices roughly equally between the contexts
+ * that have work queued.  Every session is a worker process with its own
+ * context, so a VM gets GPU time in proportion to how many sessions it
+ * keeps busy, whatever its weight: 4 VMs of 4 busy sessions each get 25 %
+ * each.  MPS would run the VMs' kernels concurrently, but it is not on
+ * every host (not on the project's H100), it shares SMs rather than time,
+ * and it gives the VMs a common failure domain; so the weights are
+ * enforced here, at launch admission, by weighted time division:
+ *
+ *   - Per device, one VM holds the turn.  Only its sessions may submit
+ *     kernels; a session of another VM that wants to launch waits in
+ *     pvgpu_sched_admit() until its VM is given the turn, asleep on a
+ *     futex word of its VM in shared memory, so that a hand-over wakes the
+ *     sessions that will launch and nobody else.  It does not spin first:
+ *     a wait lasts about a turn (milliseconds), a futex wake-up tens of
+ *     microseconds.
+ *   - A turn lasts quantum x weight (relative to the lightest contending
+ *     VM, at most 8 quanta), and ends early when its VM goes idle (nothing
+ *     in flight, nothing waiting, no launch for PVGPU_SCHED_IDLE_NS).
+ *     When it ends the VM stops submitting and its kernels already on the
+ *     GPU drain; only then does the next VM get the turn, so turns never
+ *     overlap on the GPU, and the span from the first of its sessions
+ *     taking the turn to the hand-over is that VM's GPU time.
+ *   - The quantum (--sched-quantum-us, 5 ms by default) is long enough
+ *     that a hand-over (a futex wake-up, a launch, a context switch on the
+ *     GPU: tens of microseconds) costs well under 1 % of a turn, and short
+ *     enough that a weight-1 VM among weights 1:1:2:4 waits some 35 ms
+ *     plus drains for its next turn.
+ *   - The next VM is the contending one with the least virtual time; a
+ *     VM's virtual time grows by the real length of each of its turns
+ *     (drain included) divided by its weight.  Shares therefore follow the
+ *     weights however long the drains or the kernels are, and a VM that
+ *     comes back from idle starts at the current minimum, so it cannot
+ *     have saved up a monopoly.
+ *   - Work-conserving: a VM with nobody waiting never gets a turn, and a
+ *     VM alone on a device is never held back.  Its sessions check one
+ *     shared word per launch (the fast path), and the bookkeeping below is
+ *     a few loads and stores on the session's own cache line; no event is
+ *     recorded per launch and nothing waits.
+ *
+ * Bounding what is in flight: while the device is contended a session may
+ * have at most PVGPU_SCHED_INFLIGHT (2) launches not yet seen to complete,
+ * tracked with an event recorded after each launch.  Two is double
+ * buffering: the next kernel is already queued when one finishes, so a VM
+ * with a single session keeps the GPU busy, while a turn's drain stays at
+ * about two kernels per session.  One would leave the GPU idle for a host
+ * round trip after every kernel of a lone session; more only lengthens
+ * drains.  When nothing contends, launches are not bounded and no event is
+ * recorded at launch: a sparse "mark" (one event covering all launches
+ * since the last) is recorded at poll points, at most every 0.5 ms, after
+ * the reply to a synchronising call or while the guest is quiet, which is
+ * enough to know when the session's work has finished; and a successful
+ * context synchronise says so without any event.
+ *
+ * GPU time: struct pvgpu_slot.gpu_ns is the GPU time of the session under
+ * processor sharing: while n sessions of a device have work in flight each
+ * is charged 1/n of the wall time, which is how the hardware time-slices
+ * between contexts.  Under the scheduler only the turn holder's sessions
+ * have work in flight, so a VM's sessions add up to the wall time of its
+ * turns during which it had work on the GPU.
+ *
+ * Only kernel launches are gated.  Copies run on the copy engines, not the
+ * SMs whose time is being divided, and holding them back would throttle a
+ * VM's bandwidth for nothing.
+ *
+ * Robustness: the table is shared by every worker (MAP_SHARED before the
+ * supervisor forks); the per-device lock is a robust process-shared mutex,
+ * and a worker that dies is cleaned out of it by the supervisor
+ * (pvgpu_sched_slot_gone).  Waiters sleep with timeouts and every turn and
+ * drain has a deadline, so a session that stops responding, or dies
+ * holding the turn, delays the others by at most a turn plus
+ * PVGPU_SCHED_DRAIN_MAX quanta.  Nothing a guest sends reaches this file
+ * except by launching: it can waste its own turns, not take others'.
+ */
+#ifndef PVGPU_GPUSCHED_H
+#define PVGPU_GPUSCHED_H
+
+#include <stdint.h>
+
+#include "accounting.h"
+
+#define PVGPU_SCHED_QUANTUM_US	5000	/* default --sched-quantum-us */
+#define PVGPU_SCHED_INFLIGHT	2	/* launches in flight per session, contended */
+#define PVGPU_SCHED_MARKS	8	/* outstanding marks per session */
+#define PVGPU_SCHED_TURN_MAX	8	/* a turn is at most this many quanta */
+#define PVGPU_SCHED_DRAIN_MAX	20	/* quanta a drain may take before the next VM goes anyway */
+#define PVGPU_SCHED_IDLE_NS	2000000ull /* a holder this long without work gives up its turn */
+
+struct pvgpu_sched;			/* the shared table (gpusched.c) */
+struct pvgpu_worker;
+
+/* An event recorded after launches, to learn when they are done. */
+struct pvgpu_sched_mark {
+	uint64_t event;			/* executor event */
+	uint64_t ctx;			/* worker handle of its context */
+	uint32_t launches;		/* launches it covers */
+	int32_t dev;
+};
+
+/* One session's own scheduling state (worker memory). */
+struct pvgpu_sched_session {
+	struct pvgpu_sched_mark marks[PVGPU_SCHED_MARKS];	/* oldest first */
+	unsigned int nmarks;
+	struct {
+		uint64_t event, ctx;
+	} spare[PVGPU_SCHED_MARKS];	/* completed events, for reuse */
+	unsigned int nspare;
+	uint32_t unmarked[PVGPU_MAX_DEVICES];	/* launched after the newest mark */
+	uint64_t last_stream[PVGPU_MAX_DEVICES];	/* executor stream */
+	uint64_t last_ctx[PVGPU_MAX_DEVICES];
+	uint32_t pending;		/* launches not yet seen done, all devices */
+	int32_t admitted;		/* device of the launch being made; -1 */
+	uint64_t admit_ns;		/* when it was admitted */
+	uint64_t next_poll;		/* ns: when the launch path next queries marks */
+	uint64_t next_flush;		/* ns: when gpu_ns is next brought up to date */
+	int warned;			/* a mark could not be recorded (logged once) */
+	/* For the session-end log line. */
+	uint64_t launches, waits, wait_ns;
+};
+
+/*
+ * The supervisor's side.  create maps the table for acct's slots before
+ * anything is forked; quantum_us 0 keeps the accounting (gpu_ns) but gates
+ * nothing, leaving the GPU's own time slicing.  NULL on failure.
+ */
+struct pvgpu_sched *pvgpu_sched_create(struct pvgpu_accounting *acct,
+				       uint32_t quantum_us);
+void pvgpu_sched_destroy(struct pvgpu_sched *s);
+/* A VM entry's weight (policy load and SIGHUP); 0 is taken as 1. */
+void pvgpu_sched_set_weight(struct pvgpu_sched *s, int vm, uint32_t weight);
+/* A worker has exited, however: drop whatever its slot still held. */
+void pvgpu_sched_slot_gone(struct pvgpu_sched *s, struct pvgpu_slot *slot);
+
+/*
+ * The worker's side; each does nothing without a table (w->cfg->sched).
+ *
+ * Around every kernel launch on device dev:
+ *	pvgpu_sched_admit(w, dev);	may wait for the VM's turn
+ *	st = executor launch ...;
+ *	pvgpu_sched_launched(w, stream, st);
+ */
+void pvgpu_sched_session_init(struct pvgpu_worker *w);
+void pvgpu_sched_admit(struct pvgpu_worker *w, int dev);
+void pvgpu_sched_launched(struct pvgpu_worker *w, uint64_t stream, int32_t st);
+/* Launches of this session not yet seen to complete? (cheap) */
+static inline int pvgpu_sched_pending(const struct pvgpu_sched_session *ss)
+{
+	return ss->pending != 0;
+}
+/* Learn which launches have completed (a query per outstanding mark). */
+void pvgpu_sched_poll(struct pvgpu_worker *w);
+/* The current context synchronised successfully: all its launches are done. */
+void pvgpu_sched_ctx_synced(struct pvgpu_worker *w);
+/* Before a context is destroyed: its marks and events go with it. */
+void pvgpu_sched_forget_ctx(struct pvgpu_worker *w, uint64_t ctx);
+/* After the executor is closed: the session leaves the table, logs its figures. */
+void pvgpu_sched_session_end(struct pvgpu_worker *w);
+
+#endif /* PVGPU_GPUSCHED_H */
