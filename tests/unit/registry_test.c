@@ -35,8 +35,9 @@ static void write_file(const char *name, const char *text)
 
 	snprintf(path, sizeof(path), "%s/%s", dir, name);
 	f = fopen(path, "w");
-	fputs(text, f);
-	fclose(f);
+	CHECK(f && fputs(text, f) >= 0);
+	if (f)
+		fclose(f);
 }
 
 /* A window file as qemu-device writes it: 1 MiB, ring of 2 x 64 KiB. */
@@ -52,9 +53,9 @@ static void write_window(const char *name, uint64_t id, uint32_t magic)
 
 	snprintf(path, sizeof(path), "%s/%s", dir, name);
 	f = fopen(path, "w");
-	fwrite(&hdr, sizeof(hdr), 1, f);
+	CHECK(fwrite(&hdr, sizeof(hdr), 1, f) == 1);
 	fclose(f);
-	truncate(path, 1 << 20);
+	CHECK(truncate(path, 1 << 20) == 0);
 }
 
 static void write_entry(const char *vm, const char *transport, unsigned int cid,
@@ -126,7 +127,7 @@ static void test_load(void)
 		CHECK(pvgpu_vm_window_open(&web->window, err, sizeof(err)) < 0);
 		CHECK(strstr(err, "magic") != NULL);
 		write_window("win-web", 0x1111, PVGPU_WINDOW_MAGIC);
-		truncate(web->window.path, 2 << 20);
+		CHECK(truncate(web->window.path, 2 << 20) == 0);
 		CHECK(pvgpu_vm_window_open(&web->window, err, sizeof(err)) < 0);
 		CHECK(strstr(err, "size disagrees") != NULL);
 	}
