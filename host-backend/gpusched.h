@@ -25,11 +25,14 @@
  *     GPU drain; only then does the next VM get the turn, so turns never
  *     overlap on the GPU, and the span from the first of its sessions
  *     taking the turn to the hand-over is that VM's GPU time.
- *   - The quantum (--sched-quantum-us, 5 ms by default) is long enough
+ *   - The quantum (--sched-quantum-us, 10 ms by default) is long enough
  *     that a hand-over (a futex wake-up, a launch, a context switch on the
  *     GPU: tens of microseconds) costs well under 1 % of a turn, and short
- *     enough that a weight-1 VM among weights 1:1:2:4 waits some 35 ms
- *     plus drains for its next turn.
+ *     enough that a weight-1 VM among weights 1:1:2:4 waits some 70 ms
+ *     plus drains for its next turn.  Measured on the H100 (BENCHMARKS.md,
+ *     16 sessions of 1.5 ms kernels): 5 ms turns kept 89.6 % of one native
+ *     process's throughput, 10 ms 90.1 %, 20 ms 90.0 %, with the GPU's own
+ *     time slicing between the 16 contexts, without turns, at 90.3 %.
  *   - The next VM is the contending one with the least virtual time; a
  *     VM's virtual time grows by the real length of each of its turns
  *     (drain included) divided by its weight.  Shares therefore follow the
@@ -83,7 +86,7 @@
 
 #include "accounting.h"
 
-#define PVGPU_SCHED_QUANTUM_US	5000	/* default --sched-quantum-us */
+#define PVGPU_SCHED_QUANTUM_US	10000	/* default --sched-quantum-us */
 #define PVGPU_SCHED_INFLIGHT	2	/* launches in flight per session, contended */
 #define PVGPU_SCHED_MARKS	8	/* outstanding marks per session */
 #define PVGPU_SCHED_TURN_MAX	8	/* a turn is at most this many quanta */
