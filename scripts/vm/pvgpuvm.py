@@ -526,7 +526,8 @@ def _is_static_elf(path):
 
 
 def busybox_path():
-    for cand in ("/bin/busybox", "/usr/bin/busybox"):
+    on_path = shutil.which("busybox")
+    for cand in ("/bin/busybox", "/usr/bin/busybox") + ((on_path,) if on_path else ()):
         if os.path.exists(cand) and _is_static_elf(cand):
             return cand
     raise VmError("no static busybox (apt-get install busybox-static)")
