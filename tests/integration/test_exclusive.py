@@ -18,6 +18,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import pvgpu_wire as W  # noqa: E402
+from pvgpu_sessions import wait_live  # noqa: E402
 
 CUDA_ERROR_DEVICE_UNAVAILABLE = 46
 
@@ -58,14 +59,6 @@ def policy(alice_mode="exclusive", bob_wait=None, default_wait=None,
     return textwrap.dedent(text)
 
 
-def wait_idle(daemon, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        log = daemon.log()
-        if log.count(" start: ") == log.count(" end: "):
-            return
-        time.sleep(0.02)
-    raise AssertionError("sessions did not end:\n" + daemon.log())
 
 
 def wait_log(daemon, text, timeout=10.0):
@@ -81,7 +74,7 @@ def start(start_pvgpud, tmp_path, text):
     path.write_text(text)
     daemon = start_pvgpud("sim", extra_args=["--config", str(path)])
     daemon.config = path
-    wait_idle(daemon)
+    wait_live(daemon)
     return daemon
 
 
@@ -159,7 +152,7 @@ def test_exclusive_vm_cannot_take_a_gpu_in_use(start_pvgpud, tmp_path):
     works(c)
     b.close()
     c.close()
-    wait_idle_but(daemon, 1)   # a alone
+    wait_live(daemon, 1)   # a alone
     st, ctx = ctx_create(a)
     assert st == 0
     a.queue("ctx_set", ctx=ctx)
@@ -167,14 +160,6 @@ def test_exclusive_vm_cannot_take_a_gpu_in_use(start_pvgpud, tmp_path):
     a.close()
 
 
-def wait_idle_but(daemon, live, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        log = daemon.log()
-        if log.count(" start: ") - log.count(" end: ") == live:
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"expected {live} live sessions:\n" + daemon.log())
 
 
 def test_waits_then_served_when_the_exclusive_vm_leaves(start_pvgpud, tmp_path):
@@ -255,7 +240,7 @@ def test_two_exclusive_vms_racing_for_one_gpu(start_pvgpud, tmp_path):
             assert (st == 0) == ((i < 4) == (winner == "alice")), results
         for s in sessions:
             s.close()
-        wait_idle(daemon)
+        wait_live(daemon)
 
 
 def test_reload_to_shared_lets_others_in(start_pvgpud, tmp_path):

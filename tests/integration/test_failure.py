@@ -25,6 +25,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import pvgpu_wire as W  # noqa: E402
+from pvgpu_sessions import wait_live  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent.parent
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
@@ -82,18 +83,10 @@ def daemon(start_pvgpud, tmp_path):
     path = tmp_path / "pvgpud.conf"
     path.write_text(textwrap.dedent(POLICY))
     d = start_pvgpud("sim", extra_args=["--config", str(path)], env=twins_env())
-    wait_idle(d)
+    wait_live(d)
     return d
 
 
-def wait_idle(daemon, live=0, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        log = daemon.log()
-        if log.count(" start: ") - log.count(" end: ") == live:
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"expected {live} live sessions:\n{daemon.log()}")
 
 
 def wait_for(what, cond, timeout=10.0):
@@ -461,7 +454,7 @@ def test_restart_under_load(daemon):
     assert log.count(" end: ") == log.count(" start: "), log
     load.ended_by_disconnect()
     daemon.start()                             # same socket path, same port
-    wait_idle(daemon)
+    wait_live(daemon)
     served(daemon)
 
 
@@ -489,5 +482,5 @@ def test_restart_after_the_supervisor_is_killed(daemon):
     wait_for("the workers to die with the supervisor",
              lambda: all(gone(p) for p in pids))
     daemon.start()
-    wait_idle(daemon)
+    wait_live(daemon)
     served(daemon)

@@ -14,6 +14,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import pvgpu_wire as W  # noqa: E402
+from pvgpu_sessions import tcp_session, unix_session, wait_live  # noqa: E402
 
 CUDA_ERROR_OUT_OF_MEMORY = 2
 CUDA_ERROR_INVALID_DEVICE = 101
@@ -28,34 +29,14 @@ def policy_daemon(start_pvgpud, tmp_path, text):
     path.write_text(textwrap.dedent(text))
     daemon = start_pvgpud("sim", extra_args=["--config", str(path)])
     daemon.config = path
-    wait_idle(daemon)
+    wait_live(daemon)
     return daemon
 
 
-def wait_idle(daemon, timeout=10.0):
-    """Wait until every session the log saw start has ended: the fixture's
-    readiness probes are sessions too, and count against max_sessions."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        log = daemon.log()
-        if log.count(" start: ") == log.count(" end: "):
-            return
-        time.sleep(0.02)
-    raise AssertionError("sessions did not end:\n" + daemon.log())
 
 
-def unix_session(daemon):
-    s = W.Session(daemon.unix)
-    s.hello()
-    s.open_context()
-    return s
 
 
-def tcp_session(daemon, token):
-    s = W.Session(daemon.tcp)
-    s.hello(token=token)
-    s.open_context()
-    return s
 
 
 def tcp_hello(daemon, token, client="pytest"):
@@ -213,21 +194,13 @@ def test_max_sessions(start_pvgpud, tmp_path):
     # The sessions admitted are unharmed, and a slot freed is a slot usable.
     assert alloc(a1, 1000)[0] == 0 and alloc(b1, 1000)[0] == 0
     a2.close()
-    wait_idle_but(daemon, 2)  # a1 and b1; b2 was refused and ended
+    wait_live(daemon, 2)  # a1 and b1; b2 was refused and ended
     a4 = unix_session(daemon)
     assert alloc(a4, 1000)[0] == 0
     for s in (a1, a4, b1, b2):
         s.close()
 
 
-def wait_idle_but(daemon, live, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        log = daemon.log()
-        if log.count(" start: ") - log.count(" end: ") == live:
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"expected {live} live sessions:\n" + daemon.log())
 
 
 def test_sighup_shrinks_a_quota_under_load(start_pvgpud, tmp_path):

@@ -9,13 +9,11 @@ name only its own window.
 """
 import mmap
 import os
-import shutil
 import socket
 import stat
 import struct
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -36,11 +34,9 @@ WINDOW = 16 * MiB
 
 
 @pytest.fixture
-def run_dir():
-    """Short enough for Unix socket paths (108 bytes), unlike tmp_path."""
-    path = Path(tempfile.mkdtemp(prefix="pv", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+def run_dir(short_tmp):
+    """qemu-device's run directory: short, for Unix socket paths."""
+    return short_tmp
 
 
 @pytest.fixture

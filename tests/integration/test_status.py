@@ -19,7 +19,7 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
-import pvgpu_wire as W  # noqa: E402
+from pvgpu_sessions import tcp_session, unix_session  # noqa: E402
 
 MiB = 1 << 20
 KiB = 1 << 10
@@ -140,18 +140,8 @@ def wait_for(daemon, pred, what, timeout=10.0):
         time.sleep(0.1)
 
 
-def unix_session(daemon):
-    s = W.Session(daemon.unix)
-    s.hello()
-    s.open_context()
-    return s
 
 
-def tcp_session(daemon, token):
-    s = W.Session(daemon.tcp)
-    s.hello(token=token)
-    s.open_context()
-    return s
 
 
 def alloc(s, size):

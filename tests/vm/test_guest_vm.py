@@ -16,7 +16,6 @@ import os
 import shutil
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -61,11 +60,9 @@ def guest_kernel(tmp_path_factory):
 
 
 @pytest.fixture
-def run_dir():
+def run_dir(short_tmp):
     """qemu-device's run directory: short, for Unix socket paths."""
-    path = Path(tempfile.mkdtemp(prefix="pv", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    return short_tmp
 
 
 @pytest.fixture

@@ -207,6 +207,21 @@ def run_pvgpu_vm(libvirt, run_dir, *args, check=True):
     return proc
 
 
+def start_supervisor(run_dir, name):
+    """`pvgpu-vm supervise NAME`, once its vhost-device-vsock has made the
+    socket QEMU connects to; the caller stops it."""
+    supervisor = subprocess.Popen([str(PVGPU_VM), "--run-dir", str(run_dir), "supervise", name],
+                                  stderr=open(run_dir / "supervise.log", "w"))
+    sock = run_dir / "vsock" / name / "vhost.sock"
+    deadline = time.monotonic() + 15
+    while not sock.exists():
+        if supervisor.poll() is not None or time.monotonic() > deadline:
+            stop(supervisor)
+            pytest.fail(f"vhost-device-vsock made no socket: {tail(run_dir / 'supervise.log')}")
+        time.sleep(0.1)
+    return supervisor
+
+
 def inactive_xml(libvirt, name):
     return libvirt.virsh("dumpxml", "--inactive", name)
 
@@ -257,15 +272,8 @@ def test_attach_start_detach_vhost_user(libvirt, domain):
     assert "already attached" in run_pvgpu_vm(libvirt, run_dir, "attach", name, "--memory", "1G",
                                               "--vsock", "vhost-user").stdout
 
-    supervisor = subprocess.Popen([str(PVGPU_VM), "--run-dir", str(run_dir), "supervise", name],
-                                  stderr=open(run_dir / "supervise.log", "w"))
+    supervisor = start_supervisor(run_dir, name)
     try:
-        sock = run_dir / "vsock" / name / "vhost.sock"
-        deadline = time.monotonic() + 15
-        while not sock.exists():
-            assert supervisor.poll() is None, tail(run_dir / "supervise.log")
-            assert time.monotonic() < deadline, "vhost-device-vsock made no socket"
-            time.sleep(0.1)
 
         libvirt.virsh("start", name)
         pid = qemu_pid(name)
@@ -402,14 +410,7 @@ def test_guest_runs_in_a_domain_libvirt_started(libvirt, start_pvgpud):
                               capture_output=True, text=True, env=env, timeout=120)
         assert proc.returncode == 0, proc.stderr
         assert f"attached: {name}" in proc.stdout
-        supervisor = subprocess.Popen([str(PVGPU_VM), "--run-dir", str(run_dir), "supervise",
-                                       name], stderr=open(run_dir / "supervise.log", "w"))
-        sock = run_dir / "vsock" / name / "vhost.sock"
-        deadline = time.monotonic() + 15
-        while not sock.exists():
-            assert supervisor.poll() is None, tail(run_dir / "supervise.log")
-            assert time.monotonic() < deadline, "vhost-device-vsock made no socket"
-            time.sleep(0.1)
+        supervisor = start_supervisor(run_dir, name)
 
         libvirt.virsh("start", name)
         deadline = time.monotonic() + 300

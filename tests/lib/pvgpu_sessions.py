@@ -1,0 +1,35 @@
+"""Helpers the integration tests share around a running pvgpud (the
+conftest's start_pvgpud daemons): raw sessions with a context, and waiting
+for the daemon's log to show how many sessions are live."""
+import time
+
+import pvgpu_wire as W
+
+
+def unix_session(daemon):
+    """A session over the daemon's Unix socket, with a context current."""
+    s = W.Session(daemon.unix)
+    s.hello()
+    s.open_context()
+    return s
+
+
+def tcp_session(daemon, token):
+    """A session over TCP presenting token, with a context current."""
+    s = W.Session(daemon.tcp)
+    s.hello(token=token)
+    s.open_context()
+    return s
+
+
+def wait_live(daemon, live=0, timeout=10.0):
+    """Wait until the log shows exactly `live` sessions started and not yet
+    ended (the fixture's readiness probes are sessions too, and count
+    against max_sessions)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        log = daemon.log()
+        if log.count(" start: ") - log.count(" end: ") == live:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"expected {live} live sessions:\n{daemon.log()}")
