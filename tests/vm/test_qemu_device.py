@@ -489,8 +489,11 @@ def test_supervisor_restarts_and_refuses_second(tmp_path, run_dir, shm_name):
         vdir = run_dir / "vsock" / shm_name
         pidfile = vdir / "vhost-device-vsock.pid"
         first = wait_for(lambda: read_pid(pidfile), what="the first vhost-device-vsock")
-        wait_for(lambda: (vdir / "vhost.sock").exists(), what="its socket")
-        assert (vdir / "vhost.sock").stat().st_mode & 0o777 == 0o660
+        # The child makes the socket; the supervisor then gives it to QEMU's
+        # user (0660): wait for both, not just the first.
+        wait_for(lambda: (vdir / "vhost.sock").exists() and
+                 (vdir / "vhost.sock").stat().st_mode & 0o777 == 0o660,
+                 what="its socket, mode 0660")
 
         second = run_vm("supervise", shm_name, "--vhost-device-vsock", str(fake),
                         run_dir=run_dir, check=False)
