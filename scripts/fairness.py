@@ -319,6 +319,15 @@ def run_sessions(args, workdir, tag, quantum_us):
                 raise Failure(f"session {vm}/{k} did not load the pvgpu shim")
             r["vm"] = vm
             results.append(r)
+        # The sessions' workers log their GPU time as they end, which on a
+        # GPU takes a moment after the program exits (the context goes):
+        # stopping pvgpud before then would kill them unheard.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            log = daemon.log()
+            if log.count(" start: ") == log.count(" end: "):
+                break
+            time.sleep(0.1)
         code = daemon.stop()
         if code != 0:
             raise Failure(f"pvgpud exited with {code} after SIGTERM, not 0 "
