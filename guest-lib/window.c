@@ -449,8 +449,15 @@ static int wait_counter(const struct pvgpu_window_counter *counter,
 		}
 		if (!start)
 			start = now_s();
+		/*
+		 * Something arrived (the reply, or a hang-up), or too long.  The
+		 * backend stores the counter before it replies, so a reply that
+		 * came after our last look may have come with what we wait
+		 * for: look once more before giving up, or the bytes of a copy
+		 * that succeeded would never be taken.
+		 */
 		if (!quiet(arg) || now_s() - start > STALL_TIMEOUT_S)
-			return -1;
+			return pvgpu_window_load(counter) >= want ? 0 : -1;
 		{
 			struct timespec nap = { 0, 20 * 1000 };
 
