@@ -317,7 +317,10 @@ def test_kernel_that_crashes_the_worker(daemon):
     other.start()
     victim = victim_holding_things(daemon)
     launch(victim, victim.funcs["pvgpu_test_crash"])
-    victim.send(W.message("ctx_synchronize", 1000))
+    try:
+        victim.send(W.message("ctx_synchronize", 1000))
+    except (BrokenPipeError, ConnectionResetError):
+        pass    # the sim runs the launch at once: the worker may be gone already
     assert connection_closed(victim)
     back_to_baseline(daemon, observer, baseline)
     sid = victim.info["session_id"]
