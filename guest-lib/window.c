@@ -144,6 +144,51 @@ static uint64_t size_from_env(const char *name, uint64_t dflt, uint64_t min,
 	return v;
 }
 
+/* Where pinned allocations start: the first page past the staging ring. */
+static uint64_t arena_start(uint64_t staging_offset, uint32_t slot_size,
+			    uint32_t nslots)
+{
+	uint64_t ring_end = staging_offset + (uint64_t)slot_size * nslots;
+
+	return (ring_end + ARENA_ALIGN - 1) & ~(uint64_t)(ARENA_ALIGN - 1);
+}
+
+/*
+ * The map of a window mapped at base with layout hdr (a checked copy, not
+ * the shared header itself): the whole arena free, the copy helper
+ * started.  NULL when out of memory (the caller still owns base and dev_fd).
+ */
+static struct pvgpu_window_map *map_new(uint8_t *base, uint64_t size,
+					int dev_fd,
+					const struct pvgpu_window_header *hdr)
+{
+	struct pvgpu_window_map *w = calloc(1, sizeof(*w));
+	uint64_t arena = arena_start(hdr->staging_offset, hdr->slot_size,
+				     hdr->nslots);
+
+	if (!w)
+		return NULL;
+	w->blocks = malloc(16 * sizeof(*w->blocks));
+	if (!w->blocks) {
+		free(w);
+		return NULL;
+	}
+	w->cap = 16;
+	w->base = base;
+	w->size = size;
+	w->window_id = hdr->window_id;
+	w->dev_fd = dev_fd;
+	w->hdr = (struct pvgpu_window_header *)base;
+	w->staging_offset = hdr->staging_offset;
+	w->slot_size = hdr->slot_size;
+	w->nslots = hdr->nslots;
+	w->blocks[0] = (struct pvgpu_window_block){ arena, size - arena, 0 };
+	w->nblocks = 1;
+	pthread_mutex_init(&w->lock, NULL);
+	w->helper = copy_helper_start();
+	return w;
+}
+
 struct pvgpu_window_map *pvgpu_window_create(int *fdp, char *err, size_t errlen)
 {
 	uint64_t size = size_from_env("PVGPU_WINDOW_SIZE", 1ull << 30,
@@ -151,89 +196,66 @@ struct pvgpu_window_map *pvgpu_window_create(int *fdp, char *err, size_t errlen)
 	uint32_t slot = (uint32_t)size_from_env("PVGPU_STAGING_SLOT", 4u << 20,
 						64u << 10, 64u << 20);
 	uint32_t nslots = (uint32_t)size_from_env("PVGPU_STAGING_SLOTS", 8, 2, 64);
+	struct pvgpu_window_header *hdr;
 	struct pvgpu_window_map *w;
-	uint64_t arena;
+	void *base;
 	int fd;
 
 	size &= ~(uint64_t)(ARENA_ALIGN - 1);
-	arena = PVGPU_WINDOW_HDR_SIZE + (uint64_t)slot * nslots;
-	arena = (arena + ARENA_ALIGN - 1) & ~(uint64_t)(ARENA_ALIGN - 1);
-	if (arena + ARENA_ALIGN > size) {
+	if (arena_start(PVGPU_WINDOW_HDR_SIZE, slot, nslots) + ARENA_ALIGN > size) {
 		snprintf(err, errlen, "window of %llu bytes has no room past its staging slots",
 			 (unsigned long long)size);
 		return NULL;
 	}
-	w = calloc(1, sizeof(*w));
-	if (!w)
-		goto err_nomem;
-	w->blocks = malloc(16 * sizeof(*w->blocks));
-	if (!w->blocks)
-		goto err_free;
-	w->cap = 16;
 	fd = memfd_create("pvgpu-window", MFD_CLOEXEC);
 	if (fd < 0 || ftruncate(fd, (off_t)size)) {
 		snprintf(err, errlen, "memfd for the window: %s", strerror(errno));
 		goto err_fd;
 	}
-	w->base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (w->base == MAP_FAILED) {
+	base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (base == MAP_FAILED) {
 		snprintf(err, errlen, "mapping the window: %s", strerror(errno));
 		goto err_fd;
 	}
-	w->size = size;
-	w->dev_fd = -1;
-	w->hdr = (struct pvgpu_window_header *)w->base;
-	w->staging_offset = PVGPU_WINDOW_HDR_SIZE;
-	w->slot_size = slot;
-	w->nslots = nslots;
-	w->hdr->magic = PVGPU_WINDOW_MAGIC;
-	w->hdr->layout = PVGPU_WINDOW_LAYOUT;
-	w->hdr->size = size;
-	w->hdr->window_id = 0;
-	w->hdr->staging_offset = w->staging_offset;
-	w->hdr->slot_size = slot;
-	w->hdr->nslots = nslots;
-	w->blocks[0] = (struct pvgpu_window_block){ arena, size - arena, 0 };
-	w->nblocks = 1;
-	pthread_mutex_init(&w->lock, NULL);
-	w->helper = copy_helper_start();
+	hdr = base;
+	hdr->magic = PVGPU_WINDOW_MAGIC;
+	hdr->layout = PVGPU_WINDOW_LAYOUT;
+	hdr->size = size;
+	hdr->window_id = 0;
+	hdr->staging_offset = PVGPU_WINDOW_HDR_SIZE;
+	hdr->slot_size = slot;
+	hdr->nslots = nslots;
+	w = map_new(base, size, -1, hdr);
+	if (!w) {
+		snprintf(err, errlen, "out of memory");
+		munmap(base, size);
+		goto err_fd;
+	}
 	*fdp = fd;
 	return w;
 
 err_fd:
 	if (fd >= 0)
 		close(fd);
-	free(w->blocks);
-err_free:
-	free(w);
-	return NULL;
-err_nomem:
-	snprintf(err, errlen, "out of memory");
 	return NULL;
 }
 
-/*
- * Map /dev/pvgpuN if it is a window we may use; the map, or NULL with why
- * in err.  *busy is set when another process holds it.
- */
-static struct pvgpu_window_map *map_device(const char *path, int *busy,
-					   char *err, size_t errlen)
+/* Map /dev/pvgpuN if it is a window we may use; the map, or NULL with why in err. */
+static struct pvgpu_window_map *map_device(const char *path, char *err,
+					   size_t errlen)
 {
 	struct pvgpu_window_header hdr;
 	struct pvgpu_window_map *w;
 	struct pvgpu_info info;
-	uint64_t arena, ring_end;
 	void *base;
 	int fd;
 
-	*busy = 0;
 	fd = open(path, O_RDWR | O_CLOEXEC);
 	if (fd < 0) {
 		snprintf(err, errlen, "%s: %s", path, strerror(errno));
 		return NULL;
 	}
 	if (flock(fd, LOCK_EX | LOCK_NB)) {
-		*busy = errno == EWOULDBLOCK;
 		snprintf(err, errlen, "%s is in use by another process", path);
 		goto err_close;
 	}
@@ -249,45 +271,26 @@ static struct pvgpu_window_map *map_device(const char *path, int *busy,
 	}
 	/* The host wrote the layout; take it only if it makes sense. */
 	memcpy(&hdr, base, sizeof(hdr));
-	ring_end = hdr.staging_offset + (uint64_t)hdr.slot_size * hdr.nslots;
-	arena = (ring_end + ARENA_ALIGN - 1) & ~(uint64_t)(ARENA_ALIGN - 1);
 	if (hdr.magic != PVGPU_WINDOW_MAGIC || hdr.layout != PVGPU_WINDOW_LAYOUT ||
 	    hdr.size != info.size || hdr.window_id != info.window_id ||
 	    !hdr.window_id || hdr.staging_offset < PVGPU_WINDOW_HDR_SIZE ||
 	    hdr.nslots < 2 || hdr.slot_size < (64u << 10) ||
-	    arena + ARENA_ALIGN > info.size) {
+	    arena_start(hdr.staging_offset, hdr.slot_size, hdr.nslots) +
+	    ARENA_ALIGN > info.size) {
 		snprintf(err, errlen, "%s: the window's header is not a usable layout %u one",
 			 path, PVGPU_WINDOW_LAYOUT);
 		goto err_unmap;
 	}
-	w = calloc(1, sizeof(*w));
-	if (!w)
-		goto err_nomem;
-	w->blocks = malloc(16 * sizeof(*w->blocks));
-	if (!w->blocks) {
-		free(w);
-		goto err_nomem;
+	w = map_new(base, info.size, fd, &hdr);
+	if (!w) {
+		snprintf(err, errlen, "out of memory");
+		goto err_unmap;
 	}
-	w->cap = 16;
-	w->base = base;
-	w->size = info.size;
-	w->window_id = hdr.window_id;
-	w->dev_fd = fd;
-	w->hdr = base;
-	w->staging_offset = hdr.staging_offset;
-	w->slot_size = hdr.slot_size;
-	w->nslots = hdr.nslots;
 	/* Our counters start again with us; the backend resets its own. */
 	pvgpu_window_store(&w->hdr->h2d_filled, 0);
 	pvgpu_window_store(&w->hdr->d2h_taken, 0);
-	w->blocks[0] = (struct pvgpu_window_block){ arena, w->size - arena, 0 };
-	w->nblocks = 1;
-	pthread_mutex_init(&w->lock, NULL);
-	w->helper = copy_helper_start();
 	return w;
 
-err_nomem:
-	snprintf(err, errlen, "out of memory");
 err_unmap:
 	munmap(base, info.size);
 err_close:
@@ -298,10 +301,9 @@ err_close:
 struct pvgpu_window_map *pvgpu_window_open_device(char *err, size_t errlen)
 {
 	const char *path = getenv("PVGPU_WINDOW_DEVICE");
-	int busy;
 
 	if (path && *path)
-		return map_device(path, &busy, err, errlen);
+		return map_device(path, err, errlen);
 	snprintf(err, errlen, "no /dev/pvgpuN device");
 	for (int i = 0; i < 16; i++) {
 		struct pvgpu_window_map *w;
@@ -310,7 +312,7 @@ struct pvgpu_window_map *pvgpu_window_open_device(char *err, size_t errlen)
 		snprintf(dev, sizeof(dev), "/dev/pvgpu%d", i);
 		if (access(dev, F_OK))
 			continue;
-		w = map_device(dev, &busy, why, sizeof(why));
+		w = map_device(dev, why, sizeof(why));
 		if (w)
 			return w;
 		snprintf(err, errlen, "%s", why);	/* the last reason */
