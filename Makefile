@@ -19,11 +19,14 @@ CUDA_LIBDIR ?= $(shell scripts/find-cuda.sh --libdir 2>/dev/null)
 
 CC      ?= cc
 CFLAGS  ?= -O2 -g
+# Each part sees the shared folders (common/, protocol/, transport/, the
+# generated code) and its own; DESIGN §1 says which folder holds what.
+SHARED_INC  = -Icommon -Iprotocol -Itransport -I$(BUILD)/gen
+BACKEND_INC = -Ihost-backend/daemon -Ihost-backend/session -Ihost-backend/exec
+GUEST_INC   = -Iguest-lib/client -Iguest-lib/cudart -Iguest-driver
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fPIC \
-           -Iprotocol -I$(BUILD)/gen -I$(CUDA_INCLUDE)
+           $(SHARED_INC) -I$(CUDA_INCLUDE)
 LDLIBS  += -ldl -lpthread
-# The policy file parser (host-backend/policy.c); the backend's alone: the
-# guest shim must not depend on it.
 # The policy file is read with inih; a machine without it (the GPU host has
 # no package registry) still builds pvgpud, which then refuses --config.
 # A GPU host can be given Debian's inih from elsewhere instead:
@@ -67,17 +70,30 @@ OBJ_DIR   = $(BUILD)/obj
 objs = $(patsubst %.c,$(OBJ_DIR)/%.o,$(patsubst $(BUILD)/%,%,$(1)))
 
 PROTO_SRC   = protocol/wire.c $(GEN_DIR)/pvgpu_proto.c
-BACKEND_SRC = $(filter-out host-backend/pvgpuctl.c,$(wildcard host-backend/*.c)) \
-              $(GEN_DIR)/pvgpu_dispatch.c $(PROTO_SRC)
-CTL_SRC     = host-backend/pvgpuctl.c $(PROTO_SRC)
-GUEST_SRC   = $(wildcard guest-lib/*.c) $(GEN_DIR)/pvgpu_guest.c $(PROTO_SRC)
+COMMON_SRC  = $(wildcard common/*.c)
+# Each transport's guest half (connect) and host half (listen, accept).
+TRANSPORT_GUEST_SRC = transport/transport.c transport/stream.c
+TRANSPORT_HOST_SRC  = transport/listen.c
+# The daemon without its main(): the unit tests and the fuzzer link it too.
+BACKEND_LIB_SRC = $(filter-out host-backend/daemon/main.c, \
+              $(wildcard host-backend/daemon/*.c host-backend/session/*.c \
+                         host-backend/exec/*.c host-backend/exec/*/*.c)) \
+              $(GEN_DIR)/pvgpu_dispatch.c $(PROTO_SRC) $(COMMON_SRC) $(TRANSPORT_HOST_SRC)
+BACKEND_SRC = host-backend/daemon/main.c $(BACKEND_LIB_SRC)
+CTL_SRC     = host-backend/ctl/pvgpuctl.c $(PROTO_SRC)
+GUEST_SRC   = $(wildcard guest-lib/client/*.c guest-lib/cudart/*.c) \
+              $(GEN_DIR)/pvgpu_guest.c $(PROTO_SRC) $(TRANSPORT_GUEST_SRC)
+# The simulated device: a test fixture (tests/sim/), loaded by pvgpud as a
+# plugin from build/lib/pvgpud/, never linked into it.
+SIM_SRC     = $(wildcard tests/sim/*.c)
 
 PVGPUD  = $(BUILD)/bin/pvgpud
 PVGPUCTL = $(BUILD)/bin/pvgpuctl
 SHIM    = $(BUILD)/lib/libcudart.so.13
+SIM_EXEC = $(BUILD)/lib/pvgpud/exec-sim.so
 
 .PHONY: all test test-gpu demo fuzz clean deps unit-tests guest-driver
-all: $(PVGPUD) $(PVGPUCTL) $(SHIM) test-programs bench unit-tests
+all: $(PVGPUD) $(PVGPUCTL) $(SHIM) $(SIM_EXEC) test-programs bench unit-tests
 
 # The guest kernel driver, against Debian's linux-headers-*-amd64 (kbuild
 # copies the sources to build/guest-driver/).  Not part of `all`: a GPU
@@ -91,22 +107,21 @@ deps:
 $(GEN_FILES) &: protocol/ops.spec protocol/gen.py
 	python3 protocol/gen.py protocol/ops.spec $(GEN_DIR)
 
-# The generated guest stubs call the client in guest-lib/; dispatch calls
-# the handlers declared for host-backend/.
-$(OBJ_DIR)/gen/pvgpu_guest.o: CFLAGS += -Iguest-lib
-# The guest library opens /dev/pvgpuN: the driver's user interface.
-$(OBJ_DIR)/guest-lib/window.o: CFLAGS += -Iguest-driver
+# Include paths by part: the guest's sources (and the generated stubs that
+# call its client), the backend's (and the dispatch that calls its
+# handlers), the test fixtures' (which see the backend's).
+$(OBJ_DIR)/guest-lib/%.o $(OBJ_DIR)/gen/pvgpu_guest.o: CFLAGS += $(GUEST_INC)
+$(OBJ_DIR)/host-backend/%.o $(OBJ_DIR)/gen/pvgpu_dispatch.o $(OBJ_DIR)/transport/%.o: CFLAGS += $(BACKEND_INC)
+$(OBJ_DIR)/tests/%.o: CFLAGS += $(BACKEND_INC) -Itests/sim
+$(OBJ_DIR)/host-backend/ctl/pvgpuctl.o: CFLAGS += $(CURL_CFLAGS)
+
 $(OBJ_DIR)/gen/%.o: $(GEN_DIR)/%.c $(GEN_FILES)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c -o $@ $<
 
-$(OBJ_DIR)/host-backend/pvgpuctl.o: CFLAGS += $(CURL_CFLAGS)
-
-# Each folder sees its own headers (unit tests see the backend's).
 $(OBJ_DIR)/%.o: %.c $(GEN_FILES)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -I$(dir $<) $(if $(filter tests/%,$<),-Ihost-backend) \
-		-MMD -MP -c -o $@ $<
+	$(CC) $(CFLAGS) -I$(dir $<) -MMD -MP -c -o $@ $<
 
 $(PVGPUD): $(call objs,$(BACKEND_SRC))
 	@mkdir -p $(dir $@)
@@ -116,32 +131,37 @@ $(PVGPUCTL): $(call objs,$(CTL_SRC))
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CURL_LIBS)
 
-$(SHIM): $(call objs,$(GUEST_SRC)) guest-lib/libcudart.map
+$(SHIM): $(call objs,$(GUEST_SRC)) guest-lib/cudart/libcudart.map
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -shared -Wl,-soname,libcudart.so.13 \
-		-Wl,--version-script=guest-lib/libcudart.map -Wl,-z,defs \
+		-Wl,--version-script=guest-lib/cudart/libcudart.map -Wl,-z,defs \
 		-o $@ $(call objs,$(GUEST_SRC)) $(LDLIBS)
 
+$(SIM_EXEC): $(call objs,$(SIM_SRC))
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -shared -Wl,-z,defs -o $@ $^ $(LDLIBS) -lm
+
 # C unit tests: tests/unit/NAME_test.c -> $(BUILD)/tests/unit/NAME_test,
-# linked with the backend's and protocol's objects (never with main.c).
+# linked with the backend's, the protocol's and the sim fixture's objects.
 UNIT_SRC  = $(wildcard tests/unit/*_test.c)
 UNIT_BINS = $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
-UNIT_LINK = $(call objs,$(filter-out host-backend/main.c,$(BACKEND_SRC)))
+UNIT_LINK = $(call objs,$(BACKEND_LIB_SRC) $(SIM_SRC))
 unit-tests: $(UNIT_BINS)
+$(UNIT_BINS): $(SIM_EXEC)
 $(BUILD)/tests/unit/%: $(OBJ_DIR)/tests/unit/%.o $(UNIT_LINK)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(INIH_LIBS) $(MHD_LIBS)
+	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LDLIBS) $(INIH_LIBS) $(MHD_LIBS) -lm
 
 # libFuzzer: a whole hostile session against a real worker (sim executor).
 FUZZ_CC   ?= clang
-FUZZ_SRC   = tests/fuzz/fuzz_worker.c $(filter-out host-backend/main.c,$(BACKEND_SRC))
+FUZZ_SRC   = tests/fuzz/fuzz_worker.c $(BACKEND_LIB_SRC) $(SIM_SRC)
 fuzz: $(BUILD)/fuzz/fuzz_worker
-$(BUILD)/fuzz/fuzz_worker: $(FUZZ_SRC) $(GEN_FILES) $(wildcard host-backend/*.h protocol/*.h)
+$(BUILD)/fuzz/fuzz_worker: $(FUZZ_SRC) $(GEN_FILES) $(shell find common host-backend transport protocol tests/sim -name '*.h')
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -g -O1 -fsanitize=fuzzer,address,undefined -std=c11 -D_GNU_SOURCE \
-		-Iprotocol -I$(GEN_DIR) -I$(CUDA_INCLUDE) -Ihost-backend \
+		$(SHARED_INC) $(BACKEND_INC) -Itests/sim -I$(CUDA_INCLUDE) \
 		$(filter -D%,$(CFLAGS)) \
-		-o $@ $(FUZZ_SRC) -ldl -lpthread $(INIH_LIBS) $(MHD_LIBS)
+		-o $@ $(FUZZ_SRC) -ldl -lpthread -lm $(INIH_LIBS) $(MHD_LIBS)
 
 include tests/tests.mk
 include bench/bench.mk

@@ -3,7 +3,7 @@
  * Guest driver for the pvgpu shared window.
  *
  * The window is an ivshmem PCI device (1af4:1110) whose BAR2 is host memory
- * starting with a pvgpu window header (protocol/window.h in the pvgpu
+ * starting with a pvgpu window header (common/window.h in the pvgpu
  * sources).  ivshmem devices without that header are left alone, so other
  * drivers can have them.
  *
@@ -56,7 +56,7 @@
 #define IVSHMEM_REG_MIN_SIZE	0x10
 
 /*
- * The start of the window header, as protocol/window.h lays it out
+ * The start of the window header, as common/window.h lays it out
  * (little-endian).  Only these fields matter here; the rest belongs to the
  * guest library and the host worker.
  */

@@ -65,7 +65,7 @@ $(BUILD)/tests/kernels/images/%.ptx: tests/programs/kernels/%.cu tests/programs/
 	@mkdir -p $(@D)
 	$(NVCC) -ptx -arch=compute_90 -o $@ $<
 
-# CPU twins of the kernels for `pvgpud --executor sim` (host-backend/
+# CPU twins of the kernels for `pvgpud --executor sim` (tests/sim/
 # sim_twins.h), loaded through PVGPU_SIM_TWINS: every tests/sim-twins/*.c in
 # one plugin for the test programs, except the benchmarks' twins, which get a
 # plugin of their own (make demo, the bench test), example_twins.c, the
@@ -73,7 +73,7 @@ $(BUILD)/tests/kernels/images/%.ptx: tests/programs/kernels/%.cu tests/programs/
 # one table, and the sim refuses two twins for one kernel name), and
 # failure_twins.c, kernels that hang or crash the worker, in a plugin only
 # the failure tests load.
-TWIN_CFLAGS = -O2 -g -shared -fPIC -std=c11 -Wall -Wextra -Werror -Ihost-backend $(SANFLAGS)
+TWIN_CFLAGS = -O2 -g -shared -fPIC -std=c11 -Wall -Wextra -Werror -Itests/sim -Ihost-backend/exec $(SANFLAGS)
 TEST_TWIN_SRCS := $(filter-out tests/sim-twins/bench_twins.c tests/sim-twins/example_twins.c tests/sim-twins/failure_twins.c,$(sort $(wildcard tests/sim-twins/*.c)))
 TEST_TWINS := $(BUILD)/tests/sim-twins/libtest-twins.so
 BENCH_TWINS := $(BUILD)/tests/sim-twins/libbench-twins.so
@@ -82,14 +82,14 @@ FAILURE_TWINS := $(BUILD)/tests/sim-twins/libfailure-twins.so
 .PHONY: sim-twins
 sim-twins: $(TEST_TWINS) $(BENCH_TWINS) $(FAILURE_TWINS)
 
-$(TEST_TWINS): $(TEST_TWIN_SRCS) $(wildcard tests/sim-twins/*.h) host-backend/sim_twins.h
+$(TEST_TWINS): $(TEST_TWIN_SRCS) $(wildcard tests/sim-twins/*.h) tests/sim/sim_twins.h
 	@mkdir -p $(@D)
 	$(CC) $(TWIN_CFLAGS) -o $@ $(TEST_TWIN_SRCS) -lm
 
-$(BENCH_TWINS): tests/sim-twins/bench_twins.c $(wildcard tests/sim-twins/*.h) host-backend/sim_twins.h
+$(BENCH_TWINS): tests/sim-twins/bench_twins.c $(wildcard tests/sim-twins/*.h) tests/sim/sim_twins.h
 	@mkdir -p $(@D)
 	$(CC) $(TWIN_CFLAGS) -o $@ tests/sim-twins/bench_twins.c -lm
 
-$(FAILURE_TWINS): tests/sim-twins/failure_twins.c host-backend/sim_twins.h
+$(FAILURE_TWINS): tests/sim-twins/failure_twins.c tests/sim/sim_twins.h
 	@mkdir -p $(@D)
 	$(CC) $(TWIN_CFLAGS) -o $@ tests/sim-twins/failure_twins.c

@@ -74,7 +74,7 @@ def window_name(vm):
 
 @dataclass
 class WindowLayout:
-    """The fields of protocol/window.h that qemu-device chooses."""
+    """The fields of common/window.h that qemu-device chooses."""
     size: int
     window_id: int
     staging_offset: int
@@ -87,7 +87,7 @@ def default_layout(size, window_id):
     slots in small windows so the ring never takes more than half of it
     (the rest is for the guest's pinned allocations).  Windows are powers
     of two of at least 1 MiB, so size/16 is at least the 64 KiB slot the
-    worker accepts (host-backend/window.c)."""
+    worker accepts (host-backend/session/window.c)."""
     slot = min(4 * MIB, size // 16)
     return WindowLayout(size=size, window_id=window_id, staging_offset=4096,
                         slot_size=slot, nslots=8)

@@ -1,7 +1,7 @@
 """The per-VM window file: /dev/shm/pvgpu-VM, which QEMU maps as the BAR2
 of an ivshmem-plain device and pvgpud maps for DMA.
 
-It must begin with the header of protocol/window.h before the guest ever
+It must begin with the header of common/window.h before the guest ever
 sees it: pvgpu.ko binds only to ivshmem devices whose BAR2 starts with
 that header, and the worker checks the layout fields once at attach time.
 QEMU would happily create a zero-filled file itself, so qemu-device creates

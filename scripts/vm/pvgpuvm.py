@@ -4,7 +4,7 @@
 Three pieces, usable from Python (tests/vm/) or from the command line:
 
   window     create a host window file (/dev/shm/NAME) that starts with a
-             pvgpu window header (protocol/window.h).  Test-only: the real
+             pvgpu window header (common/window.h).  Test-only: the real
              host half, with staging slots, is qemu-device/.
   initramfs  build a busybox initramfs: busybox, kernel modules from the
              fetched Debian kernel (with their dependencies, in load order),
@@ -48,7 +48,7 @@ DEPS_VM = REPO / ".deps" / "vm"
 APT_PACKAGES = ["qemu-system-x86", "busybox-static", "linux-headers-amd64",
                 "kmod"]
 
-# protocol/window.h
+# common/window.h
 WINDOW_MAGIC = 0x57475650
 WINDOW_LAYOUT = 1
 WINDOW_HDR_SIZE = 4096

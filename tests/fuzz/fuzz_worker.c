@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "accounting.h"
+#include "exec_sim.h"
 #include "log.h"
 #include "worker.h"
 

@@ -18,7 +18,7 @@ WINDOW = 64 << 20
 SLOT, NSLOTS = 1 << 20, 4
 STAGING = HDR_PAGE
 ARENA = STAGING + SLOT * NSLOTS
-# Counter offsets in struct pvgpu_window_header (protocol/window.h).
+# Counter offsets in struct pvgpu_window_header (common/window.h).
 H2D_FILLED, H2D_DONE, D2H_READY, D2H_TAKEN = 64, 128, 192, 256
 
 

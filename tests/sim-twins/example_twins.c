@@ -1,6 +1,6 @@
 /*
  * example_twins.c - CPU twins of the kernels in kernels.cu, for the sim
- * executor (see host-backend/sim_twins.h).  Built as a shared object and
+ * executor (see tests/sim/sim_twins.h).  Built as a shared object and
  * named in PVGPU_SIM_TWINS by the tests; also the example to copy when
  * writing twins for a new test program.
  */

@@ -1,6 +1,6 @@
 /*
  * kernels_twins.c - CPU twins of the kernels in tests/programs/kernels/,
- * for `pvgpud --executor sim` (host-backend/sim_twins.h).  Every kernel is
+ * for `pvgpud --executor sim` (tests/sim/sim_twins.h).  Every kernel is
  * declared extern "C" in its program, so twins go by the plain name.  Each
  * twin does the kernel's real work on the launch's data; kernels with
  * __syncthreads() run in phases over the block's threads, their shared

@@ -1,6 +1,6 @@
 /*
  * twin_util.h - small helpers shared by the CPU twins in this directory
- * (see host-backend/sim_twins.h for the rules twins follow).
+ * (see tests/sim/sim_twins.h for the rules twins follow).
  */
 #ifndef PVGPU_TEST_TWIN_UTIL_H
 #define PVGPU_TEST_TWIN_UTIL_H

@@ -8,10 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cuda.h>
 
-#include "executor.h"
+#include "exec_sim.h"
 
 static int passed, failed;
 
@@ -74,10 +75,23 @@ static struct pvgpu_exec *open_with_ctx(const char *mb, uint64_t *ctx)
 
 static void test_lookup(void)
 {
-	CHECK(pvgpu_executor_find("sim") == &pvgpu_exec_sim);
-	CHECK(pvgpu_executor_find("cuda") == &pvgpu_exec_cuda);
-	CHECK(pvgpu_executor_find("nope") == NULL);
-	CHECK(pvgpu_executor_find(NULL) == NULL);
+	char dir[4096], err[512] = "";
+	const struct pvgpu_executor_ops *plugin;
+
+	/* build/tests/unit/exec_sim_test -> build/lib/pvgpud/exec-sim.so */
+	ssize_t n = readlink("/proc/self/exe", dir, sizeof(dir) - 32);
+
+	CHECK(n > 0);
+	if (n <= 0)
+		return;
+	dir[n] = '\0';
+	strcpy(strrchr(dir, '/'), "/../../lib/pvgpud");
+	CHECK(pvgpu_executor_find("cuda", dir, err, sizeof(err)) == &pvgpu_exec_cuda);
+	plugin = pvgpu_executor_find("sim", dir, err, sizeof(err));
+	CHECK(plugin && !strcmp(plugin->name, "sim") && plugin != &pvgpu_exec_sim);
+	CHECK(pvgpu_executor_find("nope", dir, err, sizeof(err)) == NULL);
+	CHECK(strstr(err, "no executor \"nope\"") != NULL);
+	CHECK(pvgpu_executor_find("../x", dir, err, sizeof(err)) == NULL);
 }
 
 /* Without a GPU, open must fail with one line; with one, it must work. */
@@ -740,11 +754,7 @@ static void test_multi_device(void)
 
 int main(void)
 {
-	sim = pvgpu_executor_find("sim");
-	if (!sim) {
-		fprintf(stderr, "no sim executor\n");
-		return 1;
-	}
+	sim = &pvgpu_exec_sim;
 	test_lookup();
 	test_cuda_open();
 	test_devices();

@@ -78,7 +78,7 @@ def twins(tmp_path_factory):
     so = tmp_path_factory.mktemp("sim-twins") / "example_twins.so"
     proc = subprocess.run(
         [cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-shared",
-         "-fPIC", "-I", str(REPO / "host-backend"), "-o", str(so),
+         "-fPIC", "-I", str(REPO / "tests" / "sim"), "-I", str(REPO / "host-backend" / "exec"), "-o", str(so),
          str(TWINS)],
         capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr

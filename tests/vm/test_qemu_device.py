@@ -92,10 +92,10 @@ def test_window_created_with_valid_header(tmp_path):
 
 
 def test_window_header_matches_protocol_window_h(tmp_path):
-    """The Python packing is the C struct of protocol/window.h, byte for byte."""
+    """The Python packing is the C struct of common/window.h, byte for byte."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if not cc:
-        pytest.skip("no C compiler to check protocol/window.h against")
+        pytest.skip("no C compiler to check common/window.h against")
     src = tmp_path / "hdr.c"
     src.write_text(textwrap.dedent("""\
         #include <stdio.h>
@@ -157,7 +157,7 @@ def test_window_symlink_refused(tmp_path):
 
 @pytest.mark.parametrize("size", [1 * MIB, 2 * MIB, 16 * MIB, 64 * MIB, 256 * MIB, 1 << 30])
 def test_default_layout_is_one_the_worker_accepts(size):
-    """host-backend/window.c: 2..64 slots of 64 KiB..64 MiB, inside the window."""
+    """host-backend/session/window.c: 2..64 slots of 64 KiB..64 MiB, inside the window."""
     lay = spec.default_layout(size, 1)
     assert 2 <= lay.nslots <= 64
     assert 64 * 1024 <= lay.slot_size <= 64 * MIB

@@ -28,7 +28,7 @@
 
 #include <cuda.h>
 
-#include "executor.h"
+#include "exec_sim.h"
 #include "sim_module.h"
 #include "sim_twins.h"
 
@@ -2075,3 +2075,6 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.launch			= sim_launch,
 	.occupancy		= sim_occupancy,
 };
+
+/* How pvgpud finds this fixture: build/lib/pvgpud/exec-sim.so. */
+const struct pvgpu_executor_ops *const pvgpu_executor_plugin = &pvgpu_exec_sim;

@@ -1,6 +1,6 @@
 /*
  * window.c - a shared window between the guest library and this worker
- * (protocol/window.h): attach, zero-copy DMA to and from it, and pageable
+ * (common/window.h): attach, zero-copy DMA to and from it, and pageable
  * copies staged through its ring of slots.
  *
  * Everything in the window is the guest's to scribble on.  The layout is

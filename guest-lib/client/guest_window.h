@@ -1,5 +1,5 @@
 /*
- * window.h - the guest's side of a shared window (protocol/window.h):
+ * window.h - the guest's side of a shared window (common/window.h):
  * making one, allocating pinned memory inside it, and moving pageable data
  * through its staging ring while the backend DMAs the other end.
  */

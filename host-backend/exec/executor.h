@@ -19,6 +19,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 struct pvgpu_exec;			/* private to each executor */
 
@@ -165,9 +166,25 @@ struct pvgpu_executor_ops {
 };
 
 extern const struct pvgpu_executor_ops pvgpu_exec_cuda;
-extern const struct pvgpu_executor_ops pvgpu_exec_sim;
 
-/* Look an executor up by its command-line name; NULL if unknown. */
-const struct pvgpu_executor_ops *pvgpu_executor_find(const char *name);
+/* Where plugins (exec-NAME.so) are looked for when the daemon is installed. */
+#ifndef PVGPU_EXECUTOR_DIR
+#define PVGPU_EXECUTOR_DIR "/usr/lib/pvgpud"
+#endif
+
+/* The plugin directory next to the running binary (../lib/pvgpud), else
+ * PVGPU_EXECUTOR_DIR. */
+void pvgpu_executor_default_dir(char *dir, size_t len);
+
+/*
+ * An executor by its command-line name: built in, or DIR/exec-NAME.so.
+ * NULL and one line in err when there is none.
+ */
+const struct pvgpu_executor_ops *pvgpu_executor_find(const char *name,
+						     const char *dir,
+						     char *err, size_t errlen);
+
+/* One line per executor this build and DIR offer (--executor help). */
+void pvgpu_executor_list(FILE *out, const char *dir);
 
 #endif /* PVGPU_EXECUTOR_H */

@@ -38,6 +38,8 @@ static const char usage[] =
 	"              [--block-size BYTES] [--max-sessions N] [--tcp-token TOKEN]\n"
 	"              [--module-cache DIR] [--poll-us N] [--call-timeout SECONDS]\n"
 	"              [--registry DIR] [--metrics ADDR:PORT] [--sched-quantum-us N]\n"
+	"              [--executor-dir DIR]\n"
+	"--executor help lists the executors this build has\n"
 	"URIs: unix:///PATH, tcp://HOST:PORT, vsock://any:PORT\n"
 	"--metrics: Prometheus text at http://ADDR:PORT/metrics; loopback only,\n"
 	"           e.g. 127.0.0.1:9400 (what `pvgpuctl status` reads)\n";
@@ -102,6 +104,7 @@ int main(int argc, char **argv)
 		{ "call-timeout", required_argument, NULL, 'T' },
 		{ "metrics", required_argument, NULL, 'X' },
 		{ "sched-quantum-us", required_argument, NULL, 'Q' },
+		{ "executor-dir", required_argument, NULL, 'E' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -115,8 +118,11 @@ int main(int argc, char **argv)
 		.sched_quantum_us = PVGPU_SCHED_QUANTUM_US,
 	};
 	struct pvgpu_supervisor sv;
-	char cache_dir[64];
+	char cache_dir[64], exec_dir[4096], err[512];
+	const char *exec_name = NULL;
 	int opt, rc;
+
+	pvgpu_executor_default_dir(exec_dir, sizeof(exec_dir));
 
 	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (opt) {
@@ -126,9 +132,10 @@ int main(int argc, char **argv)
 			listen[cfg.nlisten++] = optarg;
 			break;
 		case 'e':
-			cfg.exec = pvgpu_executor_find(optarg);
-			if (!cfg.exec)
-				return bad_usage("--executor must be cuda or sim");
+			exec_name = optarg;
+			break;
+		case 'E':
+			snprintf(exec_dir, sizeof(exec_dir), "%s", optarg);
 			break;
 		case 'c':
 			cfg.config = optarg;
@@ -203,10 +210,19 @@ int main(int argc, char **argv)
 	}
 	if (optind < argc)
 		return bad_usage("unexpected argument");
+	if (exec_name && !strcmp(exec_name, "help")) {
+		pvgpu_executor_list(stdout, exec_dir);
+		return 0;
+	}
+	if (exec_name) {
+		cfg.exec = pvgpu_executor_find(exec_name, exec_dir, err, sizeof(err));
+		if (!cfg.exec)
+			return bad_usage(err);
+	}
 	if (!cfg.nlisten && !cfg.registry)
 		return bad_usage("at least one --listen URI (or a --registry of VMs) is needed");
 	if (!cfg.exec)
-		return bad_usage("--executor cuda|sim is needed");
+		return bad_usage("--executor NAME is needed (--executor help lists them)");
 	/* With a policy, TCP callers are told apart by their [vm] tokens. */
 	if (cfg.config && cfg.tcp_token)
 		return bad_usage("--tcp-token and --config exclude each other; put tokens in the [vm] sections");
