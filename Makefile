@@ -17,6 +17,14 @@ NVCC        ?= $(CUDA_HOME)/bin/nvcc
 CUDA_INCLUDE = $(CUDA_HOME)/include
 CUDA_LIBDIR ?= $(shell scripts/find-cuda.sh --libdir 2>/dev/null)
 
+# Without a CUDA toolkit nothing here builds (every part includes cuda.h):
+# say so once, with the command that installs one.
+ifeq ($(CUDA_HOME),)
+ifeq ($(filter deps clean,$(MAKECMDGOALS))$(filter test demo,$(MAKECMDGOALS)),)
+$(error no CUDA toolkit (cuda.h, nvcc) found: run `make deps` (the CUDA 13.0 compiler from PyPI into .deps/) or set CUDA_HOME)
+endif
+endif
+
 CC      ?= cc
 CFLAGS  ?= -O2 -g
 # Each part sees the shared folders (common/, protocol/, transport/, the
@@ -37,8 +45,11 @@ INIH_LIBS := -L$(INIH_DIR)/lib -Wl,-rpath,$(abspath $(INIH_DIR))/lib -linih
 else
 INIH_LIBS := $(shell pkg-config --libs inih 2>/dev/null)
 endif
+# One line per optional feature a build leaves out (at the top level only).
+left_out = $(if $(filter 0,$(MAKELEVEL)),$(info pvgpu: built without $(1)))
 ifeq ($(INIH_LIBS),)
 CFLAGS += -DPVGPU_NO_INIH
+$(call left_out,inih (libinih-dev): pvgpud refuses --config and --registry)
 endif
 # pvgpud --metrics serves HTTP with libmicrohttpd, and `pvgpuctl status`
 # fetches it with libcurl; likewise optional: without them pvgpud refuses
@@ -47,11 +58,13 @@ MHD_LIBS  := $(shell pkg-config --libs libmicrohttpd 2>/dev/null)
 CURL_LIBS := $(shell pkg-config --libs libcurl 2>/dev/null)
 ifeq ($(MHD_LIBS),)
 CFLAGS += -DPVGPU_NO_MHD
+$(call left_out,libmicrohttpd (libmicrohttpd-dev): pvgpud refuses --metrics)
 else
 CFLAGS += $(shell pkg-config --cflags libmicrohttpd)
 endif
 ifeq ($(CURL_LIBS),)
 CURL_CFLAGS := -DPVGPU_NO_CURL
+$(call left_out,libcurl (libcurl4-openssl-dev): pvgpuctl status is unavailable)
 else
 CURL_CFLAGS := $(shell pkg-config --cflags libcurl)
 endif

@@ -28,6 +28,9 @@ static int passed, failed;
 
 static char dir[64];
 
+#ifndef PVGPU_NO_INIH
+/* The registry files: read with inih, so tested only where it is. */
+
 static void write_file(const char *name, const char *text)
 {
 	char path[128];
@@ -134,6 +137,7 @@ static void test_load(void)
 	CHECK(pvgpu_registry_load("/nonexistent-pvgpu", r, err, sizeof(err)) < 0);
 	free(r);
 }
+#endif /* PVGPU_NO_INIH */
 
 static void test_admit(void)
 {
