@@ -30,6 +30,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "supervisor.h"
+#include "pvgpu_proto.h"
 #include "wire.h"
 
 static const char usage[] =
@@ -106,6 +107,7 @@ int main(int argc, char **argv)
 		{ "sched-quantum-us", required_argument, NULL, 'Q' },
 		{ "executor-dir", required_argument, NULL, 'E' },
 		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *listen[PVGPU_MAX_LISTENERS];
@@ -203,6 +205,20 @@ int main(int argc, char **argv)
 		}
 		case 'h':
 			fputs(usage, stdout);
+			return 0;
+		case 'V':
+			printf("pvgpud protocol %u, built with:%s%s\n",
+			       PVGPU_PROTO_VERSION,
+#ifdef PVGPU_NO_INIH
+			       "",
+#else
+			       " inih",
+#endif
+#ifdef PVGPU_NO_MHD
+			       "");
+#else
+			       " metrics");
+#endif
 			return 0;
 		default:
 			return bad_usage("unknown option");

@@ -72,9 +72,13 @@ static CUresult audit_gpa(const char *sym, void **pfn, int ver,
 
 	say("procaddr %s %d %llu -> %d %d\n", sym, ver,
 	    (unsigned long long)flags, r, st ? (int)*st : -1);
-	if (r == CUDA_SUCCESS && pfn && *pfn && !strcmp(sym, "cuGetExportTable")) {
+	if (r != CUDA_SUCCESS || !pfn || !*pfn)
+		return r;
+	if (!strcmp(sym, "cuGetExportTable")) {
 		real_get_table = (get_table_fn)*pfn;
 		*pfn = (void *)audit_get_table;
+	} else if (*pfn == (void *)real_gpa) {
+		*pfn = (void *)audit_gpa;	/* keep seeing its requests */
 	}
 	return r;
 }

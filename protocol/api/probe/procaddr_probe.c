@@ -1,3 +1,4 @@
+#define _GNU_SOURCE
 /*
  * procaddr_probe.c - a fact-finding tool for the GPU machine, not part of
  * pvgpu: for every cu* name NVIDIA's libcuda.so.1 exports (read from
