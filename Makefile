@@ -45,8 +45,12 @@ INIH_LIBS := -L$(INIH_DIR)/lib -Wl,-rpath,$(abspath $(INIH_DIR))/lib -linih
 else
 INIH_LIBS := $(shell pkg-config --libs inih 2>/dev/null)
 endif
-# One line per optional feature a build leaves out (at the top level only).
-left_out = $(if $(filter 0,$(MAKELEVEL)),$(info pvgpu: built without $(1)))
+# One line per optional feature a build leaves out, once per build tree
+# (a recursive make for the same tree says nothing more).
+ifneq ($(PVGPU_LEFT_OUT_SAID),$(BUILD))
+left_out = $(info pvgpu: built without $(1))
+endif
+export PVGPU_LEFT_OUT_SAID := $(BUILD)
 ifeq ($(INIH_LIBS),)
 CFLAGS += -DPVGPU_NO_INIH
 $(call left_out,inih (libinih-dev): pvgpud refuses --config and --registry)
@@ -105,7 +109,8 @@ PVGPUCTL = $(BUILD)/bin/pvgpuctl
 SHIM    = $(BUILD)/lib/libcudart.so.13
 SIM_EXEC = $(BUILD)/lib/pvgpud/exec-sim.so
 
-.PHONY: all test test-gpu demo fuzz clean deps unit-tests guest-driver
+.PHONY: all test test-gpu demo fuzz clean deps unit-tests guest-driver \
+	c-parts build-minimal cross-arm64
 all: $(PVGPUD) $(PVGPUCTL) $(SHIM) $(SIM_EXEC) test-programs bench unit-tests
 
 # The guest kernel driver, against Debian's linux-headers-*-amd64 (kbuild
@@ -154,6 +159,21 @@ $(SIM_EXEC): $(call objs,$(SIM_SRC))
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -shared -Wl,-z,defs -o $@ $^ $(LDLIBS) -lm
 
+# The C parts alone (no nvcc): what the variant builds below need.
+c-parts: $(PVGPUD) $(PVGPUCTL) $(SHIM) $(SIM_EXEC)
+
+# `make` where the optional libraries are missing: every one left out, one
+# line each, and the rest must still build (CI proves it here).
+build-minimal:
+	$(MAKE) BUILD=build-minimal INIH_LIBS= MHD_LIBS= CURL_LIBS= INIH_DIR= c-parts
+
+# The guest library and pvgpud for arm64 (Grace hosts, arm64 guests) with
+# Debian's cross compiler (gcc-aarch64-linux-gnu); optional libraries are
+# the build machine's, so they are left out.
+cross-arm64:
+	$(MAKE) BUILD=build-arm64 CC=aarch64-linux-gnu-gcc PKG_CONFIG_LIBDIR=/nonexistent \
+		INIH_LIBS= MHD_LIBS= CURL_LIBS= INIH_DIR= c-parts
+
 # C unit tests: tests/unit/NAME_test.c -> $(BUILD)/tests/unit/NAME_test,
 # linked with the backend's, the protocol's and the sim fixture's objects.
 UNIT_SRC  = $(wildcard tests/unit/*_test.c)
@@ -182,7 +202,7 @@ include bench/bench.mk
 PYTEST = python3 -m pytest
 
 test: deps
-	$(MAKE) all fuzz guest-driver
+	$(MAKE) all fuzz guest-driver build-minimal
 	$(MAKE) BUILD=build-asan SANITIZE=1 all
 	$(PYTEST) -q
 	PVGPU_BUILD=build-asan $(PYTEST) -q tests/unit tests/integration
@@ -200,6 +220,6 @@ demo: deps
 		BUILD=$(BUILD) scripts/demo.sh; else exit $$rc; fi
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-minimal build-arm64
 
 -include $(shell find $(OBJ_DIR) -name '*.d' 2>/dev/null)

@@ -116,6 +116,8 @@ if [ "$check_only" = 0 ] && command -v dpkg >/dev/null 2>&1; then
     need_pkg linux-headers-amd64
     need_pkg libvirt-daemon-system
     need_pkg python3-libvirt
+    # `make cross-arm64`: the guest library and pvgpud for arm64.
+    need_cmd aarch64-linux-gnu-gcc gcc-aarch64-linux-gnu
 fi
 
 # The CUDA compiler from PyPI needs pip, but only if there is no toolkit.
