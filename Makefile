@@ -82,7 +82,7 @@ BACKEND_LIB_SRC = $(filter-out host-backend/daemon/main.c, \
 BACKEND_SRC = host-backend/daemon/main.c $(BACKEND_LIB_SRC)
 CTL_SRC     = host-backend/ctl/pvgpuctl.c $(PROTO_SRC)
 GUEST_SRC   = $(wildcard guest-lib/client/*.c guest-lib/cudart/*.c) \
-              $(GEN_DIR)/pvgpu_guest.c $(PROTO_SRC) $(TRANSPORT_GUEST_SRC)
+              $(GEN_DIR)/pvgpu_guest.c $(PROTO_SRC) $(COMMON_SRC) $(TRANSPORT_GUEST_SRC)
 # The simulated device: a test fixture (tests/sim/), loaded by pvgpud as a
 # plugin from build/lib/pvgpud/, never linked into it.
 SIM_SRC     = $(wildcard tests/sim/*.c)

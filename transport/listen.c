@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <linux/vm_sockets.h>
 
+#include "addr.h"
 #include "listen.h"
 
 static int listen_unix(const char *path, mode_t mode,
@@ -60,19 +61,15 @@ static int listen_tcp(const char *hostport, struct pvgpu_listener *l,
 				  .ai_socktype = SOCK_STREAM,
 				  .ai_flags = AI_PASSIVE };
 	struct addrinfo *res;
-	char host[200];
-	const char *colon = strrchr(hostport, ':');
+	char host[200], port[32];
 	int fd, one = 1, rc;
 
-	if (!colon || colon == hostport || (size_t)(colon - hostport) >= sizeof(host) ||
-	    !colon[1]) {
+	if (pvgpu_host_port(hostport, host, sizeof(host), port, sizeof(port))) {
 		snprintf(err, errlen, "tcp address '%s' is not HOST:PORT",
 			 hostport);
 		return -1;
 	}
-	memcpy(host, hostport, (size_t)(colon - hostport));
-	host[colon - hostport] = '\0';
-	rc = getaddrinfo(host, colon + 1, &hints, &res);
+	rc = getaddrinfo(host, port, &hints, &res);
 	if (rc) {
 		snprintf(err, errlen, "%s: %s", hostport, gai_strerror(rc));
 		return -1;
@@ -99,25 +96,13 @@ static int listen_vsock(const char *cidport, struct pvgpu_listener *l,
 			char *err, size_t errlen)
 {
 	struct sockaddr_vm sa = { .svm_family = AF_VSOCK };
-	const char *colon = strrchr(cidport, ':');
-	char *end;
-	unsigned long port;
 	int fd;
 
-	if (!colon) {
-		snprintf(err, errlen, "vsock address '%s' is not any:PORT", cidport);
+	if (pvgpu_vsock_addr(cidport, 1, &sa.svm_cid, &sa.svm_port)) {
+		snprintf(err, errlen, "vsock address '%s' is not any:PORT or CID:PORT",
+			 cidport);
 		return -1;
 	}
-	port = strtoul(colon + 1, &end, 10);
-	if (*end || end == colon + 1 || port > 0xffffffffUL) {
-		snprintf(err, errlen, "vsock port in '%s' is not a number", cidport);
-		return -1;
-	}
-	if (!strncmp(cidport, "any:", 4))
-		sa.svm_cid = VMADDR_CID_ANY;
-	else
-		sa.svm_cid = (unsigned int)strtoul(cidport, NULL, 10);
-	sa.svm_port = (unsigned int)port;
 	fd = socket(AF_VSOCK, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
 	    listen(fd, 64) < 0) {

@@ -10,6 +10,7 @@
 
 #include "accounting.h"
 #include "policy.h"
+#include "size.h"
 
 /* What the inih callback needs: the policy being filled and why it failed. */
 struct parse_state {
@@ -25,29 +26,6 @@ static int fail(struct parse_state *st, const char *fmt, ...)
 	vsnprintf(st->why, sizeof(st->why), fmt, ap);
 	va_end(ap);
 	return 0;	/* inih: stop here, report this line */
-}
-
-/* "8G", "512M", "4096": bytes, with a power-of-1024 suffix. */
-static int parse_size(const char *s, uint64_t *out)
-{
-	unsigned long long v;
-	unsigned int shift = 0;
-	char *end;
-
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (end == s || errno || *s == '-')
-		return -1;
-	switch (*end) {
-	case 'K': case 'k': shift = 10; end++; break;
-	case 'M': case 'm': shift = 20; end++; break;
-	case 'G': case 'g': shift = 30; end++; break;
-	case 'T': case 't': shift = 40; end++; break;
-	}
-	if (*end || (shift && v > (UINT64_MAX >> shift)))
-		return -1;
-	*out = (uint64_t)v << shift;
-	return 0;
 }
 
 /*
@@ -176,7 +154,7 @@ static int limit_key(struct parse_state *st, struct pvgpu_vm_policy *vm,
 		     const char *key, const char *value)
 {
 	if (!strcmp(key, "memory")) {
-		if (parse_size(value, &vm->memory))
+		if (pvgpu_parse_size(value, &vm->memory))
 			return fail(st, "memory = %s is not a size (e.g. 8G)", value);
 		return 1;
 	}
@@ -186,7 +164,7 @@ static int limit_key(struct parse_state *st, struct pvgpu_vm_policy *vm,
 		return 1;
 	}
 	if (!strcmp(key, "pinned")) {
-		if (parse_size(value, &vm->pinned))
+		if (pvgpu_parse_size(value, &vm->pinned))
 			return fail(st, "pinned = %s is not a size (e.g. 64M)", value);
 		return 1;
 	}

@@ -14,6 +14,7 @@
 
 #include "log.h"
 #include "registry.h"
+#include "size.h"
 #include "window.h"
 
 /* One file being parsed, and why it was refused. */
@@ -89,7 +90,7 @@ static int on_key(void *user, const char *section, const char *key,
 		if (copy_path(r->window.path, sizeof(r->window.path), value))
 			return refuse(st, "window.path is not an absolute path that fits");
 	} else if (!strcmp(key, "window.size")) {
-		if (parse_u64(value, 10, UINT64_MAX, &r->window.size))
+		if (pvgpu_parse_size(value, &r->window.size))
 			return refuse(st, "window.size = %s", value);
 	} else if (!strcmp(key, "window.id")) {
 		if (strncmp(value, "0x", 2) ||
@@ -99,7 +100,7 @@ static int on_key(void *user, const char *section, const char *key,
 		if (parse_u64(value, 10, UINT64_MAX, &r->window.staging_offset))
 			return refuse(st, "window.staging_offset = %s", value);
 	} else if (!strcmp(key, "window.slot_size")) {
-		if (parse_u64(value, 10, UINT32_MAX, &v))
+		if (pvgpu_parse_size(value, &v) || v > UINT32_MAX)
 			return refuse(st, "window.slot_size = %s", value);
 		r->window.slot_size = (uint32_t)v;
 	} else if (!strcmp(key, "window.nslots")) {
@@ -132,7 +133,7 @@ static int on_key(void *user, const char *section, const char *key,
 			return refuse(st, "gpu = %s", value);
 		r->gpu = (unsigned int)v;
 	} else if (!strcmp(key, "memory")) {
-		if (parse_u64(value, 10, UINT64_MAX, &r->memory))
+		if (pvgpu_parse_size(value, &r->memory))
 			return refuse(st, "memory = %s", value);
 	}
 	/* Other keys (vsock.socket, qemu.uid, ...) are for others: ignored. */
