@@ -98,6 +98,13 @@ int32_t pvgpu_handle_hello(struct pvgpu_worker *w,
 			 req->version_min, req->version_max, 1, PVGPU_PROTO_VERSION);
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
+	if (req->required & ~(uint64_t)PVGPU_FEATURES_KNOWN) {
+		log_warn("guest '%s' needs feature bits %#llx, which this backend lacks (it knows %#llx): refused",
+			 req->client,
+			 (unsigned long long)(req->required & ~(uint64_t)PVGPU_FEATURES_KNOWN),
+			 (unsigned long long)PVGPU_FEATURES_KNOWN);
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
 	if (w->peer.kind == EP_TCP && w->cfg->policy) {
 		char why[256];
 
@@ -125,8 +132,18 @@ int32_t pvgpu_handle_hello(struct pvgpu_worker *w,
 	rep->device_count = count;
 	rep->session_id = w->slot->session_id;
 	rep->data_block = w->cfg->block;
-	log_debug("hello from '%s' (guest pid %u): protocol %u, %d device(s)",
-		  req->client, req->pid, version, count);
+	/*
+	 * Both sides know what is agreed.  A guest that sent no bits knows
+	 * protocol 1's and would not read a features word: it gets none.
+	 */
+	w->features = (req->features ? req->features : PVGPU_FEATURES_V1) &
+		      PVGPU_FEATURES_KNOWN;
+	rep->features = req->features ? w->features : 0;
+	log_debug("hello from '%s' (guest pid %u): protocol %u, %d device(s), features %#llx agreed (guest %#llx, backend %#llx)",
+		  req->client, req->pid, version, count,
+		  (unsigned long long)w->features,
+		  (unsigned long long)req->features,
+		  (unsigned long long)PVGPU_FEATURES_KNOWN);
 	return CUDA_SUCCESS;
 }
 
