@@ -45,6 +45,7 @@ static int listen_unix(const char *path, mode_t mode,
 	chmod(path, mode);
 	strcpy(l->path, path);
 	l->kind = EP_UNIX;
+	l->features = PVGPU_TR_PASSES_FD;
 	return fd;
 
 err_close:
@@ -82,6 +83,7 @@ static int listen_tcp(const char *hostport, struct pvgpu_listener *l,
 		goto err_close;
 	freeaddrinfo(res);
 	l->kind = EP_TCP;
+	l->features = PVGPU_TR_ID_AT_HELLO;
 	return fd;
 
 err_close:
@@ -112,6 +114,7 @@ static int listen_vsock(const char *cidport, struct pvgpu_listener *l,
 		return -1;
 	}
 	l->kind = EP_VSOCK;
+	l->features = PVGPU_TR_VM_CALLERS;
 	return fd;
 }
 
@@ -169,7 +172,7 @@ int pvgpu_accept(struct pvgpu_listener *l, struct pvgpu_peer *peer)
 	if (fd < 0)
 		return -1;
 	memset(peer, 0, sizeof(*peer));
-	peer->kind = l->kind;
+	peer->features = l->features;
 	switch (l->kind) {
 	case EP_UNIX: {
 		struct ucred cred;
@@ -184,7 +187,9 @@ int pvgpu_accept(struct pvgpu_listener *l, struct pvgpu_peer *peer)
 			errno = EPERM;
 			return -1;
 		}
-		peer->uid = cred.uid;
+		snprintf(peer->id.value, sizeof(peer->id.value), "%u",
+			 (unsigned int)cred.uid);
+		peer->id.kind = PVGPU_ID_UID;
 		if (l->vm[0])
 			snprintf(peer->identity, sizeof(peer->identity),
 				 "vm %s via vhost-user (pid %d)", l->vm,
@@ -218,7 +223,9 @@ int pvgpu_accept(struct pvgpu_listener *l, struct pvgpu_peer *peer)
 	case EP_VSOCK: {
 		struct sockaddr_vm *svm = (struct sockaddr_vm *)&ss;
 
-		peer->cid = svm->svm_cid;
+		snprintf(peer->id.value, sizeof(peer->id.value), "%u",
+			 svm->svm_cid);
+		peer->id.kind = PVGPU_ID_CID;
 		snprintf(peer->identity, sizeof(peer->identity), "cid=%u",
 			 svm->svm_cid);
 		break;

@@ -88,7 +88,7 @@ static int stream_recv(struct pvgpu_transport *t, void *buf, size_t len)
 		n = poll_recv(t, (char *)buf + got, len - got);
 		if (n == -2)
 			n = recv(t->fd, (char *)buf + got, len - got,
-				 t->ops->no_waitall ? 0 : MSG_WAITALL);
+				 t->ops->features & PVGPU_TRG_NO_WAITALL ? 0 : MSG_WAITALL);
 		if (n == 0)
 			return -ECONNRESET;
 		if (n < 0) {
@@ -227,7 +227,7 @@ static int tcp_connect(struct pvgpu_transport *t, const char *addr,
 
 const struct pvgpu_transport_ops pvgpu_transport_unix = {
 	.scheme = "unix",
-	.sends_token = 0,	/* the backend reads SO_PEERCRED */
+	/* No PVGPU_TRG_SENDS_TOKEN: the backend reads SO_PEERCRED. */
 	.connect = unix_connect,
 	.sendv = stream_sendv,
 	.recv = stream_recv,
@@ -236,7 +236,7 @@ const struct pvgpu_transport_ops pvgpu_transport_unix = {
 
 const struct pvgpu_transport_ops pvgpu_transport_tcp = {
 	.scheme = "tcp",
-	.sends_token = 1,
+	.features = PVGPU_TRG_SENDS_TOKEN,
 	.connect = tcp_connect,
 	.sendv = stream_sendv,
 	.recv = stream_recv,
@@ -284,13 +284,12 @@ static int unix_sendv_fd(struct pvgpu_transport *t, struct iovec *iov,
 /* shm://PATH: the Unix socket for control plus a memfd window for data. */
 const struct pvgpu_transport_ops pvgpu_transport_shm = {
 	.scheme = "shm",
-	.sends_token = 0,
+	.features = PVGPU_TRG_MEMFD_WINDOW,
 	.connect = unix_connect,
 	.sendv = stream_sendv,
 	.recv = stream_recv,
 	.close = stream_close,
 	.sendv_fd = unix_sendv_fd,
-	.wants_window = 1,
 };
 
 /*
@@ -323,13 +322,11 @@ static int vsock_connect(struct pvgpu_transport *t, const char *addr,
 
 const struct pvgpu_transport_ops pvgpu_transport_vsock = {
 	.scheme = "vsock",
-	.sends_token = 0,
 	/*
 	 * AF_VSOCK refuses a MSG_WAITALL receive at or above its buffer size
 	 * (256 KiB by default) with ENOMEM; plain receives in a loop it takes.
 	 */
-	.no_waitall = 1,
-	.device_window = 1,
+	.features = PVGPU_TRG_NO_WAITALL | PVGPU_TRG_DEVICE_WINDOW,
 	.connect = vsock_connect,
 	.sendv = stream_sendv,
 	.recv = stream_recv,

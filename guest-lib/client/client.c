@@ -448,7 +448,7 @@ static int say_hello(struct pvgpu_client *c, char *err, size_t errlen)
 	const char *name = program_invocation_short_name;
 	int32_t st;
 
-	if (c->tr.ops->sends_token && *token) {
+	if ((c->tr.ops->features & PVGPU_TRG_SENDS_TOKEN) && *token) {
 		if (strlen(token) >= sizeof(req.token)) {
 			snprintf(err, errlen, "the token is longer than %zu bytes",
 				 sizeof(req.token) - 1);
@@ -555,9 +555,9 @@ int pvgpu_client_open(const char *uri, const struct pvgpu_client_config *cfg,
 		goto err_close;
 	if (!c->cfg.window || !(c->info.features & PVGPU_FEATURE_WINDOW))
 		;	/* socket only, as asked or agreed */
-	else if (ops->wants_window && ops->sendv_fd)
+	else if ((ops->features & PVGPU_TRG_MEMFD_WINDOW) && ops->sendv_fd)
 		attach_window(c, 0);
-	else if (ops->device_window)
+	else if (ops->features & PVGPU_TRG_DEVICE_WINDOW)
 		attach_window(c, 1);
 	*out = c;
 	return 0;

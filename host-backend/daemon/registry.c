@@ -249,6 +249,15 @@ static int load_entry(const char *path, struct pvgpu_vm_record *r)
 }
 #endif
 
+/* What the channel says of a registered VM's callers: its CID today. */
+static void record_identity(const struct pvgpu_vm_record *rec,
+			    struct pvgpu_identity *id)
+{
+	memset(id, 0, sizeof(*id));
+	id->kind = PVGPU_ID_CID;
+	snprintf(id->value, sizeof(id->value), "%u", rec->cid);
+}
+
 int pvgpu_registry_load(const char *dir, struct pvgpu_registry *r,
 			char *err, size_t errlen)
 {
@@ -262,6 +271,7 @@ int pvgpu_registry_load(const char *dir, struct pvgpu_registry *r,
 		 dir);
 	return -1;
 #else
+	struct pvgpu_identity id;
 	struct dirent *de;
 	DIR *d;
 
@@ -289,8 +299,9 @@ int pvgpu_registry_load(const char *dir, struct pvgpu_registry *r,
 		rec = &r->vms[r->nvms];
 		if (load_entry(path, rec))
 			continue;
+		record_identity(rec, &id);
 		if (pvgpu_registry_by_name(r, rec->name) ||
-		    pvgpu_registry_by_cid(r, rec->cid)) {
+		    pvgpu_registry_lookup(r, &id)) {
 			log_warn("registry: %s left out: vm %s or cid %u is already registered",
 				 path, rec->name, rec->cid);
 			continue;
@@ -302,12 +313,16 @@ int pvgpu_registry_load(const char *dir, struct pvgpu_registry *r,
 #endif
 }
 
-const struct pvgpu_vm_record *pvgpu_registry_by_cid(const struct pvgpu_registry *r,
-						    unsigned int cid)
+const struct pvgpu_vm_record *pvgpu_registry_lookup(const struct pvgpu_registry *r,
+						    const struct pvgpu_identity *id)
 {
-	for (unsigned int i = 0; i < r->nvms; i++)
-		if (r->vms[i].cid == cid)
+	struct pvgpu_identity mine;
+
+	for (unsigned int i = 0; i < r->nvms; i++) {
+		record_identity(&r->vms[i], &mine);
+		if (pvgpu_identity_equal(&mine, id))
 			return &r->vms[i];
+	}
 	return NULL;
 }
 

@@ -105,7 +105,7 @@ int32_t pvgpu_handle_hello(struct pvgpu_worker *w,
 			 (unsigned long long)PVGPU_FEATURES_KNOWN);
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
-	if (w->peer.kind == EP_TCP && w->cfg->policy) {
+	if ((w->peer.features & PVGPU_TR_ID_AT_HELLO) && w->cfg->policy) {
 		char why[256];
 
 		if (pvgpu_admit(w->cfg->policy, w->acct, w->slot, &w->peer,
@@ -115,7 +115,8 @@ int32_t pvgpu_handle_hello(struct pvgpu_worker *w,
 		}
 		log_info("%s is vm %s", w->peer.identity,
 			 w->acct->vms[atomic_load(&w->slot->vm)].name);
-	} else if (w->peer.kind == EP_TCP && want && strcmp(req->token, want)) {
+	} else if ((w->peer.features & PVGPU_TR_ID_AT_HELLO) && want &&
+		   strcmp(req->token, want)) {
 		log_warn("%s: wrong or missing token: refused", w->peer.identity);
 		return CUDA_ERROR_NOT_PERMITTED;
 	}

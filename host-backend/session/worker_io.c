@@ -43,7 +43,7 @@ static ssize_t read_once(struct pvgpu_worker *w, void *buf, size_t len,
 	struct cmsghdr *cm;
 	ssize_t n;
 
-	if (w->peer.kind != EP_UNIX)
+	if (!(w->peer.features & PVGPU_TR_PASSES_FD))
 		return recv(w->fd, buf, len, flags);
 	n = recvmsg(w->fd, &msg, MSG_CMSG_CLOEXEC | flags);
 	for (cm = CMSG_FIRSTHDR(&msg); n >= 0 && cm; cm = CMSG_NXTHDR(&msg, cm)) {
