@@ -86,7 +86,8 @@ static void *runtime_interface[13] = {
 
 /* ---- tools TLS and callback hooks ------------------------------------- */
 
-static void *tools_tls[4] = { [0] = SIZE_OF(4) };
+/* Sizes as driver 580 gives them (first word, measured on the H100). */
+static void *tools_tls[3] = { [0] = SIZE_OF(3) };
 
 static uint8_t hook_buf1[1024 * 4];
 static uint8_t hook_buf2[14 * 4];
@@ -216,7 +217,7 @@ static void *context_storage[4] = {
 	(void *)cls_put, (void *)cls_delete, (void *)cls_get, NULL,
 };
 
-/* ---- context checks: CUDA 13's 17 slots ------------------------------ */
+/* ---- context checks: 15 words in driver 580 (first word 120) ----------- */
 
 /* Slot 2: writes 0 to *result1, leaves *result2 as the caller had it. */
 static CUresult check_ctx(CUcontext c, uint32_t *result1, const void **result2)
@@ -233,8 +234,8 @@ static uint32_t check_zero(void)
 	return 0;
 }
 
-static void *context_checks[17] = {
-	[0] = SIZE_OF(17),
+static void *context_checks[15] = {
+	[0] = SIZE_OF(15),
 	[2] = (void *)check_ctx,
 	[3] = (void *)check_zero,
 };
@@ -426,13 +427,13 @@ static const struct export_table tables[] = {
 	{ "runtime interface", { 0x6b, 0xd5, 0xfb, 0x6c, 0x5b, 0xf4, 0xe7, 0x4a,
 	  0x89, 0x87, 0xd9, 0x39, 0x12, 0xfd, 0x9d, 0xf9 }, runtime_interface, 13 },
 	{ "tools TLS", { 0x42, 0xd8, 0x5a, 0x81, 0x23, 0xf6, 0xcb, 0x47,
-	  0x82, 0x98, 0xf6, 0xe7, 0x8a, 0x3a, 0xec, 0xdc }, tools_tls, 4 },
+	  0x82, 0x98, 0xf6, 0xe7, 0x8a, 0x3a, 0xec, 0xdc }, tools_tls, 3 },
 	{ "tools callback hooks", { 0xa0, 0x94, 0x79, 0x8c, 0x2e, 0x74, 0x2e, 0x74,
 	  0x93, 0xf2, 0x08, 0x00, 0x20, 0x0c, 0x0a, 0x66 }, tools_hooks, 7 },
 	{ "context-local storage", { 0xc6, 0x93, 0x33, 0x6e, 0x11, 0x21, 0xdf, 0x11,
 	  0xa8, 0xc3, 0x68, 0xf3, 0x55, 0xd8, 0x95, 0x93 }, context_storage, 0 },
 	{ "context checks", { 0x26, 0x3e, 0x88, 0x60, 0x7c, 0xd2, 0x61, 0x43,
-	  0x92, 0xf6, 0xbb, 0xd5, 0x00, 0x6d, 0xfa, 0x7e }, context_checks, 17 },
+	  0x92, 0xf6, 0xbb, 0xd5, 0x00, 0x6d, 0xfa, 0x7e }, context_checks, 15 },
 	{ "integrity check", { 0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x4b,
 	  0x8d, 0x34, 0xba, 0x12, 0x3c, 0x66, 0xe1, 0xf2 }, integrity_table, 3 },
 	{ "extended device attributes", { 0xb1, 0x05, 0x41, 0xe1, 0xf7, 0xc7, 0xc7, 0x4a,
@@ -486,9 +487,9 @@ static int proc_cmp(const void *key, const void *elem)
 CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion,
 				     cuuint64_t flags, CUdriverProcAddressQueryResult *status)
 {
-	const struct pvgpu_proc *hit, *first, *best = NULL, *best_pt = NULL;
-	int per_thread = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
-	int any = 0;
+	const struct pvgpu_proc *hit, *first, *best = NULL;
+	int kind = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
+	int has_kind = 0;
 
 	if (!symbol || !pfn)
 		return CUDA_ERROR_INVALID_VALUE;
@@ -499,31 +500,30 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVer
 		pvgpu_debug("cuGetProcAddress: %s: no such symbol", symbol);
 		if (status)
 			*status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-		/* What driver 580 answers for "" and unknown names alike. */
+		/* What driver 580 answers for \"\" and unknown names alike. */
 		return CUDA_SUCCESS;
 	}
 	first = hit;
 	while (first > pvgpu_proc_table && !strcmp(first[-1].name, symbol))
 		first--;
+	/* A per-thread request of a name with no per-thread entries: plain. */
 	for (const struct pvgpu_proc *p = first;
-	     p < pvgpu_proc_table + pvgpu_proc_count && !strcmp(p->name, symbol); p++) {
-		any = 1;
-		if (p->version > cudaVersion)
-			continue;
-		if (p->per_thread) {
-			if (!best_pt || p->version >= best_pt->version)
-				best_pt = p;
-		} else if (!best || p->version >= best->version) {
+	     p < pvgpu_proc_table + pvgpu_proc_count && !strcmp(p->name, symbol); p++)
+		has_kind |= p->per_thread == kind;
+	if (!has_kind)
+		kind = 0;
+	for (const struct pvgpu_proc *p = first;
+	     p < pvgpu_proc_table + pvgpu_proc_count && !strcmp(p->name, symbol); p++)
+		if (p->per_thread == kind && p->version <= cudaVersion &&
+		    (!best || p->version >= best->version))
 			best = p;
-		}
-	}
-	if (per_thread && best_pt && (!best || best_pt->version >= best->version))
-		best = best_pt;
-	if (!best) {
+	if (!best || !best->fn) {
+		/* Driver 580: success, no entry, "version not sufficient". */
+		pvgpu_debug("cuGetProcAddress: %s at %d (flags %llu): version not sufficient",
+			    symbol, cudaVersion, (unsigned long long)flags);
 		if (status)
-			*status = any ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT :
-					CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-		return CUDA_ERROR_NOT_FOUND;
+			*status = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
+		return CUDA_SUCCESS;
 	}
 	*pfn = best->fn;
 	if (status)

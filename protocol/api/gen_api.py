@@ -133,6 +133,36 @@ def proc_table(funcs, pfns, rename):
     return table, problems
 
 
+def measured_table(path, known, pfn_table):
+    """The cuGetProcAddress table from driver 580's answers (procaddr.tsv:
+    name, version, flags, result, status, symbol per request, measured on
+    the H100): for each name and stream kind (flags 2: per-thread), the
+    versions where the answer changes; a NULL entry: version too old."""
+    rows = {}
+    for line in open(path).read().splitlines()[1:]:
+        name, ver, flags, _res, st, sym = line.split('\t')
+        kind = 1 if int(flags) & 2 else 0
+        if int(flags) == 1 or int(st) == 1:
+            continue  # legacy stream: as flags 0; unknown names: left out
+        rows.setdefault((name, kind), []).append((int(ver), sym))
+    # The probe sampled some versions only: where an entry appears between
+    # two samples, the PFN typedef's version says exactly where.
+    pfn_ver = {(n, k, s): v for n, v, k, s in pfn_table}
+    table = []
+    for (name, kind), answers in sorted(rows.items()):
+        last, prev = None, 0
+        for ver, sym in sorted(answers):
+            if sym != '-' and sym not in known:
+                sys.exit('gen_api: procaddr.tsv names %s, not exported' % sym)
+            if sym != last:
+                at = pfn_ver.get((name, kind, sym), ver)
+                table.append((name, at if prev < at <= ver else ver, kind,
+                              None if sym == '-' else sym))
+                last = sym
+            prev = ver
+    return table
+
+
 def main():
     if len(sys.argv) < 3:
         sys.exit('usage: gen_api.py CUDA_INCLUDE OUTDIR')
@@ -160,6 +190,12 @@ def main():
     if unknown:
         sys.exit('gen_api: annotated but not in cuda.h: %s' % sorted(unknown))
     exported = sorted(exported)
+    tsv = os.path.join(HERE, 'procaddr.tsv')
+    if os.path.exists(tsv):
+        # Measured answers where there are some; cudaTypedefs.h's elsewhere.
+        measured = measured_table(tsv, set(exported), table)
+        probed = {line.split('\t')[0] for line in open(tsv).read().splitlines()[1:]}
+        table = measured + [t for t in table if t[0] not in probed]
 
     def kind(n):
         return 'forwarded' if n in fwd else 'local' if n in loc else 'not supported'
@@ -170,14 +206,16 @@ def main():
         for n in exported:
             if n in fwd or n in loc:
                 f.write('extern int %s(void);\n' % n)
+        # Entry points of other headers (GL, EGL, VDPAU, profiler) too.
         f.write('\n')
         for n in exported:
             if n not in fwd and n not in loc:
                 f.write('int %s(void);\nint %s(void) { return pvgpu_cuda_unsupported("%s"); }\n'
                         % (n, n, n))
         f.write('\nconst struct pvgpu_proc pvgpu_proc_table[] = {\n')
-        for base, ver, pt, sym in sorted(table):
-            f.write('\t{ "%s", %d, %d, (void *)%s },\n' % (base, ver, pt, sym))
+        for base, ver, pt, sym in sorted(table, key=lambda t: (t[0], t[2], t[1])):
+            f.write('\t{ "%s", %d, %d, %s },\n' % (
+                base, ver, pt, '(void *)' + sym if sym else 'NULL'))
         f.write('};\nconst size_t pvgpu_proc_count = %d;\n' % len(table))
         f.write('\nconst char *const pvgpu_exported_names[] = {\n')
         for n in exported:
