@@ -200,6 +200,7 @@ $(BUILD)/fuzz/fuzz_worker: $(FUZZ_SRC) $(GEN_FILES) $(shell find common host-bac
 		-o $@ $(FUZZ_SRC) -ldl -lpthread -lm $(INIH_LIBS) $(MHD_LIBS)
 
 include tests/tests.mk
+include guest-lib/cuda/cuda.mk
 include bench/bench.mk
 
 PYTEST = python3 -m pytest

@@ -100,6 +100,12 @@ fi
 if ! python3 -m pytest --version >/dev/null 2>&1; then
     apt_missing+=(python3-pytest)
 fi
+# libclang (PyPI) reads cuda.h for libcuda.so.1's surface (protocol/api/).
+if [ "$check_only" = 0 ] && ! python3 -c 'import clang.cindex' >/dev/null 2>&1; then
+    PIP_BREAK_SYSTEM_PACKAGES=1 PIP_ROOT_USER_ACTION=ignore \
+        python3 -m pip install --quiet --disable-pip-version-check libclang \
+        || log "pip could not install libclang: libcuda.so.1 will not build"
+fi
 
 # The VM tests (tests/vm): a QEMU guest under TCG with Debian's kernel, the
 # guest driver built against Debian's headers, and libvirt for the attach

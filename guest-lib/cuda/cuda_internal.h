@@ -1,0 +1,196 @@
+/*
+ * cuda_internal.h - state of pvgpu's driver-API front-end (libcuda.so.1).
+ *
+ * Handles given to the program: CUcontext, CUmodule, CUfunction, CUlibrary,
+ * CUkernel, CUstream and CUevent point at the structs below (never freed
+ * while the process lives, where a stale handle could otherwise crash a
+ * library that uses one after destroying it: destroyed ones are marked
+ * dead).  CUdeviceptr values are the backend's device addresses.
+ *
+ * Locking, outermost first: a backend's lock (one device operation at a
+ * time per connection, so a ctx_set and the operation that needs it reach
+ * the backend together), then cu.table_lock (the guest's tables, never held
+ * across a wire call), then the client's own mutex.
+ */
+#ifndef PVGPU_CUDA_INTERNAL_H
+#define PVGPU_CUDA_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+/*
+ * As NVIDIA's driver is built: every entry point under its own name (the
+ * legacy unsuffixed ones with their legacy prototypes), no renaming macros.
+ */
+#define __CUDA_API_VERSION_INTERNAL 1
+#include <cuda.h>
+
+#include "client.h"
+
+#define CU_MAGIC_CTX	0x70637478u
+#define CU_MAGIC_STREAM	0x70737472u
+#define CU_MAGIC_EVENT	0x70657674u
+#define CU_MAGIC_MOD	0x706d6f64u
+#define CU_MAGIC_FUNC	0x7066756eu
+#define CU_MAGIC_LIB	0x706c6962u
+
+#define CU_ATTR_SLOTS	CU_DEVICE_ATTRIBUTE_MAX
+
+struct cu_backend {
+	char uri[256];
+	struct pvgpu_client *client;
+	pthread_mutex_t lock;
+	uint64_t current_ctx;		/* made current on the wire; 0 none */
+};
+
+struct cu_ctx;
+
+struct cu_device {
+	struct cu_backend *be;
+	int32_t remote;
+	char name[256];
+	uint8_t uuid[16];
+	uint64_t total_mem;
+	int32_t attr[CU_ATTR_SLOTS];
+	struct cu_ctx *primary;		/* never freed */
+	unsigned primary_flags;
+	int primary_refs;		/* under cu.table_lock */
+};
+
+struct cu_ctx {
+	uint32_t magic;
+	int alive;
+	int device;
+	int is_primary;
+	unsigned flags;
+	unsigned long long id;
+	uint64_t remote;		/* the backend's; 0 until first use */
+};
+
+struct cu_stream {
+	uint32_t magic;
+	int alive;
+	struct cu_ctx *ctx;
+	uint64_t remote;
+	unsigned flags;
+	int priority;
+	unsigned long long id;
+};
+
+struct cu_event {
+	uint32_t magic;
+	int alive;
+	struct cu_ctx *ctx;
+	uint64_t remote;
+	unsigned flags;
+};
+
+struct cu_module;
+
+struct cu_func {
+	uint32_t magic;
+	struct cu_func *next;		/* module's list */
+	struct cu_module *mod;		/* NULL for a CUkernel */
+	struct cu_library *lib;		/* a CUkernel's library */
+	char *name;
+	uint64_t remote;		/* 0 until resolved */
+	uint32_t nparams;
+	uint32_t *param_offset, *param_size;
+	uint32_t params_bytes;
+	int32_t max_threads;		/* the kernel's bound; 0 unknown */
+	int32_t max_dyn_smem;		/* its dynamic shared memory limit; -1 unknown */
+};
+
+/* A module: a library's image loaded into one context. */
+struct cu_module {
+	uint32_t magic;
+	int alive;
+	struct cu_ctx *ctx;
+	uint64_t remote;
+	struct cu_func *funcs;
+	struct cu_library *lib;
+};
+
+/* A library: an image, loaded into each context that uses it (lazily). */
+struct cu_library {
+	uint32_t magic;
+	int alive;
+	void *image;			/* our copy */
+	size_t size;
+	struct cu_module *mods[64];	/* per device's primary context */
+	struct cu_func *kernels;	/* CUkernel handles, by name */
+};
+
+/* One device allocation (cuMemAlloc) or module variable. */
+struct cu_alloc {
+	uint64_t base, size;
+	int device;
+};
+
+/* One host allocation (cuMemAllocHost/cuMemHostAlloc) or registration. */
+struct cu_host {
+	void *ptr;
+	size_t size;
+	unsigned flags;
+	int registered;			/* cuMemHostRegister: not ours to free */
+	struct pvgpu_window_map *win;	/* inside this window; NULL: own */
+	struct pvgpu_client *client;
+};
+
+struct cu_state {
+	pthread_once_t once;
+	CUresult init_error;
+	int initialized;
+	struct cu_backend *backends;
+	int nbackends;
+	struct cu_device *devices;
+	int ndevices;
+	pthread_mutex_t table_lock;
+	struct cu_alloc *allocs;	/* sorted by base */
+	size_t nallocs, allocs_cap;
+	struct cu_host *hosts;
+	size_t nhosts, hosts_cap;
+};
+
+extern struct cu_state cu;
+
+/* Read PVGPU_DEVICES (else the default socket): the one place. */
+const char *cu_config_devices(void);
+
+/* Connect once; CUDA_SUCCESS or why not. */
+CUresult cu_init(void);
+CUresult cu_status(int32_t st);
+
+/* The calling thread's current context (NULL: none). */
+struct cu_ctx *cu_current(void);
+void cu_set_current(struct cu_ctx *ctx);
+struct cu_ctx *cu_ctx_check(CUcontext c);
+struct cu_ctx *cu_primary(int device);
+
+/* A device operation: the backend locked, ctx created and current. */
+struct cu_op {
+	struct cu_backend *be;
+	struct pvgpu_client *client;
+	struct cu_ctx *ctx;
+};
+CUresult cu_op_begin(struct cu_op *op, struct cu_ctx *ctx);
+/* Same, in the current context (CUDA_ERROR_INVALID_CONTEXT without one). */
+CUresult cu_op_current(struct cu_op *op);
+void cu_op_end(struct cu_op *op);
+
+/* CUstream -> backend stream, and its context (NULL stream: current). */
+CUresult cu_stream_resolve(CUstream s, struct cu_ctx **ctx, uint64_t *remote);
+
+/* Allocation tracking. */
+void cu_alloc_add(uint64_t base, uint64_t size, int device);
+int cu_alloc_remove(uint64_t base);
+int cu_alloc_find(uint64_t ptr, struct cu_alloc *out);
+int cu_host_find(const void *ptr, struct cu_host *out);
+
+/* Module/kernel layer. */
+CUresult cu_library_load(const void *image, CUlibrary *out);
+
+/* Where a cu_ctx's remote lives, for modules: its device index. */
+#define CU_MAX_DEVICES 64
+
+#endif

@@ -1,0 +1,848 @@
+/*
+ * cuda_module.c - modules, libraries (lazy loading: an image is uploaded
+ * into a context the first time a kernel of it is needed there), kernels
+ * and functions with the parameter layout the backend reports, and
+ * launches (kernelParams or the packed `extra` buffer), batched as the
+ * protocol's async launch_kernel.
+ */
+#include <elf.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_internal.h"
+#include "debug.h"
+#include "pvgpu_guest.h"
+
+#define FATBINC_MAGIC	0x466243b1u
+#define FATBIN_MAGIC	0xba55ed50u
+#define MAX_IMAGE	(1ull << 31)
+#define MAX_PARAMS	32764
+
+static pthread_mutex_t mod_lock = PTHREAD_MUTEX_INITIALIZER;
+
+struct fatbinc_wrapper {
+	uint32_t magic;
+	uint32_t version;
+	const void *data;
+	void *unused;
+};
+
+/* An image's start and length: fatbin (wrapped or not), ELF cubin or PTX. */
+int cu_image_span(const void *img, const void **start, size_t *size)
+{
+	const uint8_t *p = img;
+	uint32_t magic;
+
+	if (!img)
+		return -1;
+	memcpy(&magic, p, 4);
+	if (magic == FATBINC_MAGIC) {
+		const struct fatbinc_wrapper *w = img;
+
+		if (!w->data)
+			return -1;
+		p = w->data;
+		memcpy(&magic, p, 4);
+	}
+	if (magic == FATBIN_MAGIC) {
+		uint16_t hsize;
+		uint64_t fsize;
+
+		memcpy(&hsize, p + 6, 2);
+		memcpy(&fsize, p + 8, 8);
+		if (hsize < 16 || fsize > MAX_IMAGE)
+			return -1;
+		*start = p;
+		*size = hsize + (size_t)fsize;
+		return 0;
+	}
+	if (!memcmp(p, ELFMAG, SELFMAG) && p[EI_CLASS] == ELFCLASS64) {
+		Elf64_Ehdr eh;
+		uint64_t end;
+
+		memcpy(&eh, p, sizeof(eh));
+		end = eh.e_shoff + (uint64_t)eh.e_shnum * eh.e_shentsize;
+		if (eh.e_phoff + (uint64_t)eh.e_phnum * eh.e_phentsize > end)
+			end = eh.e_phoff + (uint64_t)eh.e_phnum * eh.e_phentsize;
+		for (unsigned i = 0; i < eh.e_shnum; i++) {
+			Elf64_Shdr sh;
+
+			memcpy(&sh, p + eh.e_shoff + (uint64_t)i * eh.e_shentsize, sizeof(sh));
+			if (sh.sh_type != SHT_NOBITS && sh.sh_offset + sh.sh_size > end)
+				end = sh.sh_offset + sh.sh_size;
+		}
+		if (end > MAX_IMAGE)
+			return -1;
+		*start = p;
+		*size = end;
+		return 0;
+	}
+	*start = p;
+	*size = strnlen((const char *)p, MAX_IMAGE) + 1;	/* PTX */
+	return 0;
+}
+
+static struct cu_module *module_new(struct cu_ctx *ctx, uint64_t remote)
+{
+	struct cu_module *m = calloc(1, sizeof(*m));
+
+	if (!m)
+		return NULL;
+	m->magic = CU_MAGIC_MOD;
+	m->alive = 1;
+	m->ctx = ctx;
+	m->remote = remote;
+	return m;
+}
+
+/* Upload an image into ctx. */
+static CUresult module_load(struct cu_ctx *ctx, const void *image, struct cu_module **out)
+{
+	struct pvgpu_module_load_req req;
+	struct pvgpu_module_load_rep rep = { 0 };
+	const void *start;
+	struct cu_op op;
+	CUresult r;
+
+	if (cu_image_span(image, &start, &req.size))
+		return CUDA_ERROR_INVALID_IMAGE;
+	r = cu_op_begin(&op, ctx);
+	if (r)
+		return r;
+	r = cu_status(pvgpu_call_module_load(op.client, &req, &rep, start));
+	cu_op_end(&op);
+	if (r)
+		return r;
+	*out = module_new(ctx, rep.module);
+	return *out ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static struct cu_module *mod_check(CUmodule h)
+{
+	struct cu_module *m = (struct cu_module *)h;
+
+	return m && m->magic == CU_MAGIC_MOD && m->alive ? m : NULL;
+}
+
+static struct cu_func *func_check(CUfunction h)
+{
+	struct cu_func *f = (struct cu_func *)h;
+
+	return f && f->magic == CU_MAGIC_FUNC ? f : NULL;
+}
+
+static struct cu_library *lib_check(CUlibrary h)
+{
+	struct cu_library *l = (struct cu_library *)h;
+
+	return l && l->magic == CU_MAGIC_LIB && l->alive ? l : NULL;
+}
+
+CUresult CUDAAPI cuModuleLoadData(CUmodule *module, const void *image)
+{
+	struct cu_ctx *ctx = cu_current();
+	struct cu_module *m;
+	CUresult r;
+
+	if (!module || !image)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ctx)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	r = module_load(ctx, image, &m);
+	if (!r)
+		*module = (CUmodule)m;
+	return r;
+}
+
+CUresult CUDAAPI cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int n,
+				    CUjit_option *options, void **values)
+{
+	(void)n;
+	(void)options;
+	(void)values;
+	return cuModuleLoadData(module, image);
+}
+
+CUresult CUDAAPI cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin)
+{
+	return cuModuleLoadData(module, fatCubin);
+}
+
+CUresult CUDAAPI cuModuleUnload(CUmodule h)
+{
+	struct cu_module *m = mod_check(h);
+	struct pvgpu_module_unload_req req;
+	struct pvgpu_module_unload_rep rep;
+	struct cu_op op;
+	CUresult r;
+
+	if (!m)
+		return CUDA_ERROR_INVALID_HANDLE;
+	req.module = m->remote;
+	m->alive = 0;
+	r = cu_op_begin(&op, m->ctx);
+	if (r)
+		return r;
+	r = cu_status(pvgpu_call_module_unload(op.client, &req, &rep));
+	cu_op_end(&op);
+	return r;
+}
+
+CUresult CUDAAPI cuModuleGetLoadingMode(CUmoduleLoadingMode *mode)
+{
+	if (!mode)
+		return CUDA_ERROR_INVALID_VALUE;
+	*mode = CU_MODULE_EAGER_LOADING;
+	return CUDA_SUCCESS;
+}
+
+/* Find or resolve a function of a module by name. */
+static CUresult module_function(struct cu_module *m, const char *name, struct cu_func **out)
+{
+	struct pvgpu_module_get_function_req *req;
+	struct pvgpu_module_get_function_rep *rep;
+	struct cu_func *f;
+	struct cu_op op;
+	size_t len = strlen(name);
+	CUresult r;
+
+	pthread_mutex_lock(&mod_lock);
+	for (f = m->funcs; f; f = f->next)
+		if (!strcmp(f->name, name))
+			break;
+	pthread_mutex_unlock(&mod_lock);
+	if (f) {
+		*out = f;
+		return CUDA_SUCCESS;
+	}
+	if (len > 4096)
+		return CUDA_ERROR_NOT_FOUND;
+	req = calloc(1, sizeof(*req));
+	rep = calloc(1, sizeof(*rep));
+	f = calloc(1, sizeof(*f));
+	if (!req || !rep || !f) {
+		free(req);
+		free(rep);
+		free(f);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	req->module = m->remote;
+	memcpy(req->name, name, len + 1);
+	req->name_len = (uint32_t)len;
+	r = cu_op_begin(&op, m->ctx);
+	if (!r) {
+		r = cu_status(pvgpu_call_module_get_function(op.client, req, rep));
+		cu_op_end(&op);
+	}
+	if (!r && rep->param_offset_count != rep->param_size_count)
+		r = CUDA_ERROR_INVALID_IMAGE;
+	if (!r) {
+		uint32_t n = rep->param_offset_count;
+
+		f->magic = CU_MAGIC_FUNC;
+		f->mod = m;
+		f->name = strdup(name);
+		f->remote = rep->func;
+		f->nparams = n;
+		f->param_offset = calloc(n ? n : 1, sizeof(uint32_t));
+		f->param_size = calloc(n ? n : 1, sizeof(uint32_t));
+		if (!f->name || !f->param_offset || !f->param_size) {
+			r = CUDA_ERROR_OUT_OF_MEMORY;
+		} else {
+			for (uint32_t i = 0; i < n; i++) {
+				uint64_t end = (uint64_t)rep->param_offset[i] + rep->param_size[i];
+
+				f->param_offset[i] = rep->param_offset[i];
+				f->param_size[i] = rep->param_size[i];
+				if (end > MAX_PARAMS)
+					r = CUDA_ERROR_INVALID_IMAGE;
+				else if (end > f->params_bytes)
+					f->params_bytes = (uint32_t)end;
+			}
+		}
+	}
+	free(req);
+	free(rep);
+	if (r) {
+		if (f->name)
+			free(f->name);
+		free(f->param_offset);
+		free(f->param_size);
+		free(f);
+		return r;
+	}
+	{
+		/* A kernel's __launch_bounds__, checked at every launch. */
+		struct pvgpu_func_get_attribute_req areq = {
+			f->remote, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+		};
+		struct pvgpu_func_get_attribute_rep arep = { 0 };
+
+		f->max_dyn_smem = -1;
+		if (!cu_op_begin(&op, m->ctx)) {
+			if (!pvgpu_call_func_get_attribute(op.client, &areq, &arep))
+				f->max_threads = arep.value;
+			areq.attr = CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+			if (!pvgpu_call_func_get_attribute(op.client, &areq, &arep))
+				f->max_dyn_smem = arep.value;
+			cu_op_end(&op);
+		}
+	}
+	pthread_mutex_lock(&mod_lock);
+	f->next = m->funcs;
+	m->funcs = f;
+	pthread_mutex_unlock(&mod_lock);
+	*out = f;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
+{
+	struct cu_module *m = mod_check(hmod);
+	struct cu_func *f;
+	CUresult r;
+
+	if (!hfunc || !name)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!m)
+		return CUDA_ERROR_INVALID_HANDLE;
+	r = module_function(m, name, &f);
+	if (!r)
+		*hfunc = (CUfunction)f;
+	return r;
+}
+
+static CUresult module_global(struct cu_module *m, const char *name,
+			      CUdeviceptr *dptr, size_t *bytes)
+{
+	struct pvgpu_module_get_global_req *req = calloc(1, sizeof(*req));
+	struct pvgpu_module_get_global_rep rep = { 0 };
+	size_t len = strlen(name);
+	struct cu_op op;
+	CUresult r;
+
+	if (!req)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	if (len > 4096) {
+		free(req);
+		return CUDA_ERROR_NOT_FOUND;
+	}
+	req->module = m->remote;
+	memcpy(req->name, name, len + 1);
+	req->name_len = (uint32_t)len;
+	r = cu_op_begin(&op, m->ctx);
+	if (!r) {
+		r = cu_status(pvgpu_call_module_get_global(op.client, req, &rep));
+		cu_op_end(&op);
+	}
+	free(req);
+	if (r)
+		return r;
+	{
+		struct cu_alloc a;
+
+		if (!cu_alloc_find(rep.dptr, &a))
+			cu_alloc_add(rep.dptr, rep.size, m->ctx->device);
+	}
+	if (dptr)
+		*dptr = rep.dptr;
+	if (bytes)
+		*bytes = rep.size;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod,
+				      const char *name)
+{
+	struct cu_module *m = mod_check(hmod);
+
+	if (!name)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!m)
+		return CUDA_ERROR_INVALID_HANDLE;
+	return module_global(m, name, dptr, bytes);
+}
+
+/* ---- libraries and kernels ---------------------------------------------- */
+
+CUresult cu_library_load(const void *image, CUlibrary *out)
+{
+	struct cu_library *l;
+	const void *start;
+	size_t size;
+
+	if (cu_image_span(image, &start, &size))
+		return CUDA_ERROR_INVALID_IMAGE;
+	l = calloc(1, sizeof(*l));
+	if (!l)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	l->image = malloc(size);
+	if (!l->image) {
+		free(l);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	memcpy(l->image, start, size);
+	l->size = size;
+	l->magic = CU_MAGIC_LIB;
+	l->alive = 1;
+	*out = (CUlibrary)l;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuLibraryLoadData(CUlibrary *library, const void *code,
+				   CUjit_option *jitOptions, void **jitOptionsValues,
+				   unsigned int numJitOptions, CUlibraryOption *libraryOptions,
+				   void **libraryOptionValues, unsigned int numLibraryOptions)
+{
+	(void)jitOptions;
+	(void)jitOptionsValues;
+	(void)numJitOptions;
+	(void)libraryOptions;
+	(void)libraryOptionValues;
+	(void)numLibraryOptions;
+	if (!library || !code)
+		return CUDA_ERROR_INVALID_VALUE;
+	return cu_library_load(code, library);
+}
+
+/* The library's module in the context current for its device (lazily). */
+static CUresult library_module(struct cu_library *l, int device, struct cu_module **out)
+{
+	struct cu_ctx *ctx = cu_current();
+	struct cu_module *m;
+	CUresult r;
+
+	if (!cu.initialized || cu.init_error)
+		return cu.initialized ? cu.init_error : CUDA_ERROR_NOT_INITIALIZED;
+	if (device < 0)
+		device = ctx ? ctx->device : 0;
+	if (device >= cu.ndevices)
+		return CUDA_ERROR_INVALID_DEVICE;
+	pthread_mutex_lock(&mod_lock);
+	m = l->mods[device];
+	pthread_mutex_unlock(&mod_lock);
+	if (m) {
+		*out = m;
+		return CUDA_SUCCESS;
+	}
+	if (!ctx || ctx->device != device)
+		ctx = cu_primary(device);
+	r = module_load(ctx, l->image, &m);
+	if (r)
+		return r;
+	m->lib = l;
+	pthread_mutex_lock(&mod_lock);
+	if (l->mods[device]) {
+		/* Another thread won; keep one. */
+		free(m);
+		m = l->mods[device];
+	} else {
+		l->mods[device] = m;
+	}
+	pthread_mutex_unlock(&mod_lock);
+	*out = m;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuLibraryUnload(CUlibrary h)
+{
+	struct cu_library *l = lib_check(h);
+
+	if (!l)
+		return CUDA_ERROR_INVALID_HANDLE;
+	for (int d = 0; d < CU_MAX_DEVICES; d++)
+		if (l->mods[d])
+			cuModuleUnload((CUmodule)l->mods[d]);
+	l->alive = 0;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuLibraryGetModule(CUmodule *pmod, CUlibrary h)
+{
+	struct cu_library *l = lib_check(h);
+	struct cu_module *m;
+	CUresult r;
+
+	if (!pmod)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!l)
+		return CUDA_ERROR_INVALID_HANDLE;
+	r = library_module(l, -1, &m);
+	if (!r)
+		*pmod = (CUmodule)m;
+	return r;
+}
+
+CUresult CUDAAPI cuLibraryGetKernel(CUkernel *pKernel, CUlibrary h, const char *name)
+{
+	struct cu_library *l = lib_check(h);
+	struct cu_func *k;
+
+	if (!pKernel || !name)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!l)
+		return CUDA_ERROR_INVALID_HANDLE;
+	pthread_mutex_lock(&mod_lock);
+	for (k = l->kernels; k; k = k->next)
+		if (!strcmp(k->name, name))
+			break;
+	if (!k) {
+		k = calloc(1, sizeof(*k));
+		if (k)
+			k->name = strdup(name);
+		if (!k || !k->name) {
+			free(k);
+			pthread_mutex_unlock(&mod_lock);
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+		k->magic = CU_MAGIC_FUNC;
+		k->lib = l;
+		k->next = l->kernels;
+		l->kernels = k;
+	}
+	pthread_mutex_unlock(&mod_lock);
+	*pKernel = (CUkernel)k;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrary h,
+				    const char *name)
+{
+	struct cu_library *l = lib_check(h);
+	struct cu_module *m;
+	CUresult r;
+
+	if (!name)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!l)
+		return CUDA_ERROR_INVALID_HANDLE;
+	r = library_module(l, -1, &m);
+	return r ? r : module_global(m, name, dptr, bytes);
+}
+
+/* A CUfunction, or a CUkernel standing for one: the function to run. */
+static CUresult func_resolve(CUfunction h, int device, struct cu_func **out)
+{
+	struct cu_func *f = func_check(h);
+	struct cu_module *m;
+	CUresult r;
+
+	if (!f)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (f->mod) {
+		*out = f;
+		return CUDA_SUCCESS;
+	}
+	if (!f->lib)
+		return CUDA_ERROR_INVALID_HANDLE;
+	r = library_module(f->lib, device, &m);
+	return r ? r : module_function(m, f->name, out);
+}
+
+CUresult CUDAAPI cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
+{
+	struct cu_func *f;
+	CUresult r;
+
+	if (!pFunc)
+		return CUDA_ERROR_INVALID_VALUE;
+	r = func_resolve((CUfunction)kernel, -1, &f);
+	if (!r)
+		*pFunc = (CUfunction)f;
+	return r;
+}
+
+CUresult CUDAAPI cuFuncGetParamInfo(CUfunction func, size_t index, size_t *offset, size_t *size)
+{
+	struct cu_func *f;
+	CUresult r = func_resolve(func, -1, &f);
+
+	if (r)
+		return r;
+	if (index >= f->nparams)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (offset)
+		*offset = f->param_offset[index];
+	if (size)
+		*size = f->param_size[index];
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuKernelGetParamInfo(CUkernel kernel, size_t index, size_t *offset, size_t *size)
+{
+	return cuFuncGetParamInfo((CUfunction)kernel, index, offset, size);
+}
+
+CUresult CUDAAPI cuFuncGetName(const char **name, CUfunction h)
+{
+	struct cu_func *f = func_check(h);
+
+	if (!name)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!f)
+		return CUDA_ERROR_INVALID_HANDLE;
+	*name = f->name;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuKernelGetName(const char **name, CUkernel h)
+{
+	return cuFuncGetName(name, (CUfunction)h);
+}
+
+CUresult CUDAAPI cuFuncGetModule(CUmodule *hmod, CUfunction h)
+{
+	struct cu_func *f = func_check(h);
+
+	if (!hmod)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!f || !f->mod)
+		return CUDA_ERROR_INVALID_HANDLE;
+	*hmod = (CUmodule)f->mod;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuFuncIsLoaded(CUfunctionLoadingState *state, CUfunction h)
+{
+	if (!state)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!func_check(h))
+		return CUDA_ERROR_INVALID_HANDLE;
+	*state = CU_FUNCTION_LOADING_STATE_LOADED;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuFuncLoad(CUfunction h)
+{
+	struct cu_func *f;
+
+	return func_resolve(h, -1, &f);
+}
+
+static CUresult func_attr(struct cu_func *f, int attr, int *get, int set)
+{
+	struct cu_op op;
+	CUresult r = cu_op_begin(&op, f->mod->ctx);
+
+	if (r)
+		return r;
+	if (get) {
+		struct pvgpu_func_get_attribute_req req = { f->remote, attr };
+		struct pvgpu_func_get_attribute_rep rep = { 0 };
+
+		r = cu_status(pvgpu_call_func_get_attribute(op.client, &req, &rep));
+		if (!r)
+			*get = rep.value;
+	} else {
+		struct pvgpu_func_set_attribute_req req = { f->remote, attr, set };
+		struct pvgpu_func_set_attribute_rep rep;
+
+		r = cu_status(pvgpu_call_func_set_attribute(op.client, &req, &rep));
+		if (!r && attr == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
+			f->max_dyn_smem = set;
+	}
+	cu_op_end(&op);
+	return r;
+}
+
+CUresult CUDAAPI cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction h)
+{
+	struct cu_func *f;
+	CUresult r;
+
+	if (!pi)
+		return CUDA_ERROR_INVALID_VALUE;
+	r = func_resolve(h, -1, &f);
+	return r ? r : func_attr(f, attrib, pi, 0);
+}
+
+CUresult CUDAAPI cuFuncSetAttribute(CUfunction h, CUfunction_attribute attrib, int value)
+{
+	struct cu_func *f;
+	CUresult r = func_resolve(h, -1, &f);
+
+	return r ? r : func_attr(f, attrib, NULL, value);
+}
+
+CUresult CUDAAPI cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUkernel k, CUdevice dev)
+{
+	struct cu_func *f;
+	CUresult r;
+
+	if (!pi)
+		return CUDA_ERROR_INVALID_VALUE;
+	r = func_resolve((CUfunction)k, dev, &f);
+	return r ? r : func_attr(f, attrib, pi, 0);
+}
+
+CUresult CUDAAPI cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUkernel k, CUdevice dev)
+{
+	struct cu_func *f;
+	CUresult r = func_resolve((CUfunction)k, dev, &f);
+
+	return r ? r : func_attr(f, attrib, NULL, val);
+}
+
+CUresult CUDAAPI cuFuncSetCacheConfig(CUfunction h, CUfunc_cache config)
+{
+	(void)config;
+	return func_check(h) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+CUresult CUDAAPI cuKernelSetCacheConfig(CUkernel k, CUfunc_cache config, CUdevice dev)
+{
+	(void)config;
+	(void)dev;
+	return func_check((CUfunction)k) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *num, CUfunction h,
+								      int blockSize, size_t smem,
+								      unsigned int flags)
+{
+	struct pvgpu_func_occupancy_req req = { 0, blockSize, smem, flags };
+	struct pvgpu_func_occupancy_rep rep = { 0 };
+	struct cu_func *f;
+	struct cu_op op;
+	CUresult r;
+
+	if (!num)
+		return CUDA_ERROR_INVALID_VALUE;
+	r = func_resolve(h, -1, &f);
+	if (r)
+		return r;
+	req.func = f->remote;
+	r = cu_op_begin(&op, f->mod->ctx);
+	if (r)
+		return r;
+	r = cu_status(pvgpu_call_func_occupancy(op.client, &req, &rep));
+	cu_op_end(&op);
+	if (!r)
+		*num = rep.blocks;
+	return r;
+}
+
+CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(int *num, CUfunction h,
+							     int blockSize, size_t smem)
+{
+	return cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(num, h, blockSize, smem, 0);
+}
+
+/* ---- launch -------------------------------------------------------------- */
+
+static CUresult launch(CUfunction h, unsigned gx, unsigned gy, unsigned gz,
+		       unsigned bx, unsigned by, unsigned bz, unsigned smem,
+		       CUstream s, void **params, void **extra)
+{
+	struct pvgpu_launch_kernel_req req = {
+		.grid_x = gx, .grid_y = gy, .grid_z = gz,
+		.block_x = bx, .block_y = by, .block_z = bz,
+		.shared_bytes = smem,
+	};
+	uint8_t buf[MAX_PARAMS];
+	struct cu_ctx *ctx;
+	struct cu_func *f;
+	struct cu_op op;
+	CUresult r;
+
+	r = cu_stream_resolve(s, &ctx, &req.stream);
+	if (r)
+		return r;
+	r = func_resolve(h, ctx->device, &f);
+	if (r)
+		return r;
+	{
+		const int32_t *a = cu.devices[ctx->device].attr;
+
+		if (!gx || !gy || !gz || !bx || !by || !bz ||
+		    (uint64_t)bx * by * bz > (uint64_t)a[CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK] ||
+		    bx > (unsigned)a[CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X] ||
+		    by > (unsigned)a[CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y] ||
+		    bz > (unsigned)a[CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z] ||
+		    gx > (unsigned)a[CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X] ||
+		    gy > (unsigned)a[CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y] ||
+		    gz > (unsigned)a[CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z])
+			return CUDA_ERROR_INVALID_VALUE;
+		if (f->max_threads > 0 && (uint64_t)bx * by * bz > (uint64_t)f->max_threads)
+			return CUDA_ERROR_INVALID_VALUE;
+		if (f->max_dyn_smem >= 0 && smem > (unsigned)f->max_dyn_smem)
+			return CUDA_ERROR_INVALID_VALUE;
+		if (smem > (unsigned)a[CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN])
+			return CUDA_ERROR_INVALID_VALUE;
+	}
+	if (params) {
+		memset(buf, 0, f->params_bytes);
+		for (uint32_t i = 0; i < f->nparams; i++) {
+			if (!params[i])
+				return CUDA_ERROR_INVALID_VALUE;
+			memcpy(buf + f->param_offset[i], params[i], f->param_size[i]);
+		}
+		req.params = buf;
+		req.params_len = f->params_bytes;
+	} else if (extra) {
+		const void *p = NULL;
+		size_t n = 0;
+
+		for (size_t i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+			if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
+				p = extra[i + 1];
+			else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE && extra[i + 1])
+				n = *(size_t *)extra[i + 1];
+			else
+				return CUDA_ERROR_INVALID_VALUE;
+		}
+		if ((!p && n) || n > MAX_PARAMS)
+			return CUDA_ERROR_INVALID_VALUE;
+		req.params = p;
+		req.params_len = (uint32_t)n;
+	} else if (f->nparams) {
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	req.func = f->remote;
+	if (f->mod->ctx->device != ctx->device)
+		return CUDA_ERROR_INVALID_HANDLE;
+	r = cu_op_begin(&op, ctx);
+	if (r)
+		return r;
+	r = cu_status(pvgpu_call_launch_kernel(op.client, &req));
+	cu_op_end(&op);
+	return r;
+}
+
+CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+				unsigned int bx, unsigned int by, unsigned int bz,
+				unsigned int smem, CUstream s, void **params, void **extra)
+{
+	return launch(f, gx, gy, gz, bx, by, bz, smem, s, params, extra);
+}
+
+CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+				     unsigned int bx, unsigned int by, unsigned int bz,
+				     unsigned int smem, CUstream s, void **params, void **extra)
+{
+	return launch(f, gx, gy, gz, bx, by, bz, smem, s ? s : CU_STREAM_PER_THREAD,
+		      params, extra);
+}
+
+CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params, void **extra)
+{
+	if (!c)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (unsigned i = 0; i < c->numAttrs; i++)
+		if (c->attrs[i].id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE && c->attrs[i].value.cooperative)
+			pvgpu_debug("cuLaunchKernelEx: cooperative launch run as a plain one");
+	return launch(f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY,
+		      c->blockDimZ, c->sharedMemBytes, c->hStream, params, extra);
+}
+
+CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **params, void **extra)
+{
+	CUlaunchConfig copy;
+
+	if (!c)
+		return CUDA_ERROR_INVALID_VALUE;
+	copy = *c;
+	if (!copy.hStream)
+		copy.hStream = CU_STREAM_PER_THREAD;
+	return cuLaunchKernelEx(&copy, f, params, extra);
+}

@@ -1,0 +1,99 @@
+"""What cuda.h cannot say about pvgpu's libcuda.so.1 surface.
+
+Every cu* function of CUDA 13.0's cuda.h (and every name NVIDIA's driver-580
+libcuda.so.1 exports, protocol/api/libcuda580.nm when present) is exported by
+build/lib/libcuda.so.1 as one of three kinds:
+
+forwarded  hand-written in guest-lib/cuda/*.c over the protocol's ops
+local      hand-written in guest-lib/cuda/*.c, answered in the guest
+(neither)  generated: returns CUDA_ERROR_NOT_SUPPORTED and, with
+PVGPU_DEBUG set, says so naming the function
+
+The linker keeps the two lists honest: a name listed here without a
+definition in guest-lib/cuda/ fails the link (-z defs), and a definition of
+a name not listed here collides with its generated stub.
+"""
+
+FORWARDED = """
+cuInit
+cuDeviceTotalMem_v2
+cuDevicePrimaryCtxRetain
+cuDevicePrimaryCtxReset cuDevicePrimaryCtxReset_v2
+cuCtxCreate cuCtxCreate_v2  cuCtxCreate_v4
+cuCtxDestroy cuCtxDestroy_v2
+cuCtxSynchronize cuCtxSynchronize_v2
+cuMemAlloc_v2  cuMemFree_v2
+cuMemGetInfo_v2
+cuMemAllocHost_v2 cuMemHostAlloc cuMemFreeHost
+cuMemcpy cuMemcpy_ptds cuMemcpyAsync cuMemcpyAsync_ptsz
+cuMemcpyHtoD_v2 cuMemcpyHtoD_v2_ptds
+cuMemcpyDtoH_v2 cuMemcpyDtoH_v2_ptds
+cuMemcpyDtoD_v2 cuMemcpyDtoD_v2_ptds
+cuMemcpyHtoDAsync_v2 cuMemcpyHtoDAsync_v2_ptsz
+cuMemcpyDtoHAsync_v2 cuMemcpyDtoHAsync_v2_ptsz
+cuMemcpyDtoDAsync_v2 cuMemcpyDtoDAsync_v2_ptsz
+cuMemsetD8_v2 cuMemsetD8_v2_ptds
+cuMemsetD16_v2 cuMemsetD16_v2_ptds
+cuMemsetD32_v2 cuMemsetD32_v2_ptds
+cuMemcpy2D_v2 cuMemcpy2D_v2_ptds cuMemcpy2DUnaligned_v2 cuMemcpy2DUnaligned_v2_ptds
+cuMemcpy2DAsync_v2 cuMemcpy2DAsync_v2_ptsz
+cuMemsetD8Async cuMemsetD8Async_ptsz
+cuMemsetD16Async cuMemsetD16Async_ptsz
+cuMemsetD32Async cuMemsetD32Async_ptsz
+cuStreamCreate cuStreamCreateWithPriority
+cuStreamDestroy cuStreamDestroy_v2
+cuStreamSynchronize cuStreamSynchronize_ptsz
+cuStreamQuery cuStreamQuery_ptsz
+cuStreamWaitEvent cuStreamWaitEvent_ptsz
+cuEventCreate cuEventDestroy cuEventDestroy_v2
+cuEventRecord cuEventRecord_ptsz cuEventRecordWithFlags cuEventRecordWithFlags_ptsz
+cuEventSynchronize cuEventQuery cuEventElapsedTime cuEventElapsedTime_v2
+cuModuleLoadData cuModuleLoadDataEx cuModuleLoadFatBinary cuModuleUnload
+cuModuleGetFunction  cuModuleGetGlobal_v2
+cuLibraryLoadData cuLibraryUnload cuLibraryGetKernel cuLibraryGetModule
+cuLibraryGetGlobal
+cuKernelGetFunction cuKernelGetAttribute cuKernelSetAttribute
+cuFuncGetAttribute cuFuncSetAttribute cuFuncSetCacheConfig
+cuKernelSetCacheConfig
+cuLaunchKernel cuLaunchKernel_ptsz cuLaunchKernelEx cuLaunchKernelEx_ptsz
+cuOccupancyMaxActiveBlocksPerMultiprocessor
+cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags
+"""
+
+LOCAL = """
+cuGetErrorName cuGetErrorString
+cuDriverGetVersion
+cuDeviceGet cuDeviceGetCount cuDeviceGetName cuDeviceGetUuid cuDeviceGetUuid_v2
+cuDeviceGetAttribute cuDeviceGetLuid cuDeviceComputeCapability cuDeviceGetProperties
+cuDeviceGetPCIBusId cuDeviceGetByPCIBusId cuDeviceCanAccessPeer
+cuDeviceGetP2PAttribute cuDeviceGetDefaultMemPool cuDeviceGetMemPool
+cuDevicePrimaryCtxRelease cuDevicePrimaryCtxRelease_v2
+cuDevicePrimaryCtxSetFlags cuDevicePrimaryCtxSetFlags_v2
+cuDevicePrimaryCtxGetState
+cuCtxGetCurrent cuCtxSetCurrent cuCtxPushCurrent cuCtxPushCurrent_v2
+cuCtxPopCurrent cuCtxPopCurrent_v2 cuCtxGetDevice cuCtxGetDevice_v2
+cuCtxGetFlags cuCtxSetFlags cuCtxGetApiVersion cuCtxGetId
+cuCtxGetLimit cuCtxSetLimit cuCtxGetCacheConfig cuCtxSetCacheConfig
+cuCtxGetSharedMemConfig cuCtxSetSharedMemConfig
+cuCtxGetStreamPriorityRange cuCtxResetPersistingL2Cache
+cuCtxGetExecAffinity
+cuFuncGetParamInfo cuKernelGetParamInfo cuFuncGetName cuKernelGetName
+cuFuncGetModule cuFuncIsLoaded cuFuncLoad 
+cuModuleGetLoadingMode
+
+cuStreamGetFlags cuStreamGetFlags_ptsz cuStreamGetPriority cuStreamGetPriority_ptsz
+cuStreamGetCtx cuStreamGetCtx_ptsz cuStreamGetCtx_v2 cuStreamGetCtx_v2_ptsz
+cuStreamGetId cuStreamGetId_ptsz cuStreamGetDevice cuStreamGetDevice_ptsz
+cuStreamIsCapturing cuStreamIsCapturing_ptsz
+cuStreamAddCallback cuStreamAddCallback_ptsz cuLaunchHostFunc cuLaunchHostFunc_ptsz
+cuPointerGetAttribute cuPointerGetAttributes  cuMemGetAddressRange_v2
+cuMemHostRegister cuMemHostRegister_v2 cuMemHostUnregister
+cuMemHostGetDevicePointer_v2 cuMemHostGetFlags
+cuGetProcAddress cuGetProcAddress_v2 cuGetExportTable
+
+cuCtxEnablePeerAccess cuCtxDisablePeerAccess
+cuThreadExchangeStreamCaptureMode
+"""
+
+def names(block):
+    return block.split()
