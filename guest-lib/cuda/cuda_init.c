@@ -12,10 +12,10 @@
 
 #include "cuda_internal.h"
 #include "cuda_surface.h"
+#include "config_env.h"
 #include "debug.h"
 #include "pvgpu_guest.h"
 
-#define DEFAULT_DEVICES		"unix:///run/pvgpu/pvgpu.sock"
 #define PVGPU_DRIVER_VERSION	13000
 #define CTX_STACK		64
 
@@ -36,14 +36,14 @@ int pvgpu_cuda_unsupported(const char *name)
 }
 
 /*
- * The configuration: PVGPU_DEVICES, read once here and nowhere else
- * (guest.conf support plugs in here too).
+ * The configuration: the PVGPU_* variables, read once, by the one reader
+ * every front-end shares (guest-lib/frontend/).
  */
+static struct pvgpu_client_config cu_cfg;
+
 const char *cu_config_devices(void)
 {
-	const char *list = getenv("PVGPU_DEVICES");
-
-	return list && *list ? list : DEFAULT_DEVICES;
+	return cu_cfg.devices[0] ? cu_cfg.devices : PVGPU_CLIENT_DEFAULT_DEVICES;
 }
 
 CUresult cu_status(int32_t st)
@@ -134,12 +134,16 @@ static void add_device(int backend, int index)
 
 static void init_once(void)
 {
-	const char *list = cu_config_devices();
-	char *copy = strdup(list), *save = NULL, *tok;
+	const char *list;
+
+	pvgpu_config_from_env(&cu_cfg);
+	list = cu_config_devices();
+	char *copy, *save = NULL, *tok;
 	size_t max = 1;
 	struct { int backend, index; } *entries;
 	int n = 0;
 
+	copy = strdup(list);
 	for (const char *p = list; *p; p++)
 		max += *p == ',';
 	entries = calloc(max, sizeof(*entries));
@@ -178,8 +182,8 @@ static void init_once(void)
 	for (int i = 0; i < cu.nbackends; i++) {
 		char err[256] = "";
 
-		if (pvgpu_client_open(cu.backends[i].uri, &cu.backends[i].client,
-				      err, sizeof(err))) {
+		if (pvgpu_client_open(cu.backends[i].uri, &cu_cfg,
+				      &cu.backends[i].client, err, sizeof(err))) {
 			cu.backends[i].client = NULL;
 			pvgpu_debug("cannot use %s: %s", cu.backends[i].uri, err);
 		}
