@@ -512,3 +512,57 @@ def test_turns_are_per_gpu(programs, start_pvgpud, tmp_path):
     bob = sched_lines(daemon.log(), "bob")
     assert len(bob) == 3
     assert max(w for _n, w in bob) > 0, bob
+
+
+# --- metrics per GPU ---------------------------------------------------------
+
+def scrape(url):
+    import urllib.request
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    text = opener.open(url, timeout=10).read().decode()
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$', line)
+        if m:
+            labels = frozenset(re.findall(r'([a-zA-Z_]\w*)="([^"]*)"', m.group(2) or ""))
+            out[(m.group(1), labels)] = float(m.group(3))
+    return out
+
+
+def test_metrics_per_gpu(start_pvgpud, tmp_path):
+    import socket
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        port = so.getsockname()[1]
+    daemon = start_pvgpud("sim", extra_args=["--metrics", f"127.0.0.1:{port}"],
+                          env={"PVGPU_SIM_DEVICES": "2"})
+    url = f"http://127.0.0.1:{port}/metrics"
+    wait_live(daemon)
+    s = session(daemon)
+    c0, c1 = ctx(s, 0), ctx(s, 1)
+    use(s, c0)
+    alloc(s, 1 << 20)
+    use(s, c1)
+    alloc(s, 3 << 20)
+    t = session(daemon)
+    use(t, ctx(t, 1))
+    alloc(t, 1 << 20)
+
+    def val(m, name, gpu):
+        return m.get((name, frozenset({("gpu", gpu)})))
+
+    deadline = time.monotonic() + 10
+    while True:
+        m = scrape(url)
+        if val(m, "pvgpu_gpu_sessions", "1") == 2 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert val(m, "pvgpu_gpu_sessions", "0") == 1
+    assert val(m, "pvgpu_gpu_sessions", "1") == 2
+    assert val(m, "pvgpu_gpu_memory_used_bytes", "0") == 1 << 20
+    assert val(m, "pvgpu_gpu_memory_used_bytes", "1") == 4 << 20
+    for gpu in ("0", "1"):
+        assert val(m, "pvgpu_gpu_busy_seconds_total", gpu) is not None, gpu
+        assert val(m, "pvgpu_gpu_info", gpu) is None    # has a name label
+    s.close()
+    t.close()
