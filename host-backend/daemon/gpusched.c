@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "log.h"
 #include "gpusched.h"
 #include "worker.h"
@@ -74,14 +75,6 @@ struct pvgpu_sched {
 	struct sched_dev dev[PVGPU_MAX_DEVICES];
 	struct sched_slot slots[];
 };
-
-static uint64_t now_ns(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
 
 /* --- the shared table ------------------------------------------------------ */
 
@@ -621,7 +614,7 @@ static void settle(struct pvgpu_worker *w, int d, uint32_t n, uint64_t now)
 		return;
 	dev_lock(s, d);
 	/* Read the clock again: under the lock, the table's times are not after it. */
-	now = now_ns();
+	now = pvgpu_now_ns();
 	ps_set(s, i, d, 0, now);
 	if (vm >= 0 && dv->draining && dv->holder == vm) {
 		advance(s, d, now);	/* perhaps the last of its turn */
@@ -719,7 +712,7 @@ static void bound(struct pvgpu_worker *w, int d)
 
 		if (m)
 			w->ex_ops->event_synchronize(w->ex, m->event);
-		retire(w, now_ns());	/* marks unmarked launches, if any */
+		retire(w, pvgpu_now_ns());	/* marks unmarked launches, if any */
 		if (!m && !oldest_mark(ss, d))
 			break;		/* nothing to wait on: counted as done */
 	}
@@ -732,7 +725,7 @@ static void wait_turn(struct pvgpu_worker *w, int d, int vm)
 	struct pvgpu_sched_session *ss = &w->sched;
 	uint32_t i = slot_index(s, w->slot);
 	struct sched_dev *dv = &s->dev[d];
-	uint64_t t0 = now_ns(), now;
+	uint64_t t0 = pvgpu_now_ns(), now;
 	int enlisted = 0, waited = 0;
 
 	for (;;) {
@@ -741,7 +734,7 @@ static void wait_turn(struct pvgpu_worker *w, int d, int vm)
 		uint32_t seq;
 
 		dev_lock(s, d);
-		now = now_ns();
+		now = pvgpu_now_ns();
 		if (!enlisted)
 			enlist(s, d, i, vm, now);
 		enlisted = 1;
@@ -761,7 +754,7 @@ static void wait_turn(struct pvgpu_worker *w, int d, int vm)
 		m = oldest_mark(ss, d);
 		if (m) {
 			w->ex_ops->event_synchronize(w->ex, m->event);
-			retire(w, now_ns());
+			retire(w, pvgpu_now_ns());
 			continue;
 		}
 		if (ss->unmarked[d]) {
@@ -773,7 +766,7 @@ static void wait_turn(struct pvgpu_worker *w, int d, int vm)
 	/* Taking an unheld device is not waiting. */
 	if (waited) {
 		ss->waits++;
-		ss->wait_ns += now_ns() - t0;
+		ss->wait_ns += pvgpu_now_ns() - t0;
 	}
 }
 
@@ -798,7 +791,7 @@ void pvgpu_sched_admit(struct pvgpu_worker *w, int d)
 	dv = &s->dev[d];
 	vm = atomic_load(&w->slot->vm);
 	gate = vm >= 0 && vm < PVGPU_MAX_VM_ENTRIES && s->quantum_ns;
-	now = now_ns();
+	now = pvgpu_now_ns();
 	if (ss->pending && now >= ss->next_poll)
 		retire(w, now);
 	if (gate && contended(dv, now))
@@ -808,7 +801,7 @@ void pvgpu_sched_admit(struct pvgpu_worker *w, int d)
 	if (gate && !may_go(dv, vm, now)) {
 		atomic_fetch_sub(&s->slots[i].inflight[d], 1);
 		wait_turn(w, d, vm);
-		now = now_ns();
+		now = pvgpu_now_ns();
 	}
 	if (!s->slots[i].busy[d]) {
 		dev_lock(s, d);
@@ -838,7 +831,7 @@ void pvgpu_sched_launched(struct pvgpu_worker *w, uint64_t stream, int32_t st)
 	 */
 	now = ss->admit_ns;
 	if (contended(&s->dev[d], now))
-		now = now_ns();
+		now = pvgpu_now_ns();
 	atomic_store(&s->slots[slot_index(s, w->slot)].last_launch[d], now);
 	if (st != CUDA_SUCCESS) {
 		settle(w, d, 1, now);	/* nothing reached the GPU */
@@ -872,7 +865,7 @@ void pvgpu_sched_poll(struct pvgpu_worker *w)
 
 	if (!w->cfg->sched)
 		return;
-	now = now_ns();
+	now = pvgpu_now_ns();
 	if (w->sched.pending)
 		retire(w, now);
 	if (now >= w->sched.next_flush)
@@ -887,7 +880,7 @@ void pvgpu_sched_ctx_synced(struct pvgpu_worker *w)
 
 	if (!w->cfg->sched || !ss->pending)
 		return;
-	now = now_ns();
+	now = pvgpu_now_ns();
 	for (unsigned int k = 0; k < ss->nmarks;) {
 		if (ss->marks[k].ctx != w->cur_ctx) {
 			k++;
@@ -913,7 +906,7 @@ void pvgpu_sched_forget_ctx(struct pvgpu_worker *w, uint64_t ctx)
 {
 	struct pvgpu_sched_session *ss = &w->sched;
 	uint32_t done[PVGPU_MAX_DEVICES] = { 0 };
-	uint64_t now = now_ns();
+	uint64_t now = pvgpu_now_ns();
 
 	if (!w->cfg->sched)
 		return;
@@ -968,7 +961,7 @@ void pvgpu_sched_session_end(struct pvgpu_worker *w)
 void pvgpu_sched_slot_gone(struct pvgpu_sched *s, struct pvgpu_slot *slot)
 {
 	uint32_t i;
-	uint64_t now = now_ns();
+	uint64_t now = pvgpu_now_ns();
 
 	if (!s)
 		return;

@@ -29,6 +29,7 @@
 #include "executor.h"
 #include "log.h"
 #include "metrics.h"
+#include "size.h"
 #include "supervisor.h"
 #include "pvgpu_proto.h"
 #include "wire.h"
@@ -74,16 +75,9 @@ static int check_metrics(const char *addr)
 /* "1048576", "1M", "256K": at least 4 KiB, at most the DATA frame limit. */
 static int parse_block(const char *s, uint32_t *out)
 {
-	char *end;
-	unsigned long long v = strtoull(s, &end, 10);
+	uint64_t v;
 
-	if (end == s)
-		return -1;
-	if (*end == 'K' || *end == 'k')
-		v <<= 10, end++;
-	else if (*end == 'M' || *end == 'm')
-		v <<= 20, end++;
-	if (*end || v < 4096 || v > PVGPU_MAX_DATA_FRAME)
+	if (pvgpu_parse_size(s, &v) || v < 4096 || v > PVGPU_MAX_DATA_FRAME)
 		return -1;
 	*out = (uint32_t)v;
 	return 0;

@@ -475,9 +475,9 @@ static int identify_vm(struct pvgpu_supervisor *sv,
 		rec = pvgpu_registry_by_name(sv->registry, l->vm);
 		if (!rec)
 			return -1;
-	} else if (peer->kind == EP_VSOCK) {
+	} else if (peer->id.kind != PVGPU_ID_NONE) {
 		/* A vhost-user VM's CID means nothing to the host kernel. */
-		rec = pvgpu_registry_by_cid(sv->registry, peer->cid);
+		rec = pvgpu_registry_lookup(sv->registry, &peer->id);
 		if (rec && rec->vhost_user)
 			rec = NULL;
 	}
@@ -516,7 +516,8 @@ static void start_session(struct pvgpu_supervisor *sv, struct pvgpu_listener *l)
 	 * Unix and vsock callers are known from the channel now; a TCP
 	 * caller only at hello, by its token, so its worker admits it.
 	 */
-	if ((sv->policy || sv->registry) && peer.kind != EP_TCP) {
+	if ((sv->policy || sv->registry) &&
+	    !(peer.features & PVGPU_TR_ID_AT_HELLO)) {
 		char why[256];
 
 		if (pvgpu_admit(sv->policy, sv->acct, slot, &peer, NULL, why,

@@ -70,6 +70,7 @@ struct pvgpu_worker {
 
 	int said_hello;
 	uint32_t version;
+	uint64_t features;	/* agreed at hello: PVGPU_FEATURE_* */
 	uint64_t req_id;		/* id of the request being served */
 	int32_t deferred;		/* first error of async work since the last reply */
 	int fatal;			/* protocol broken: end the session */
