@@ -140,6 +140,12 @@ struct pvgpu_op {
 
 cudaError_t pvgpu_op_begin(struct pvgpu_op *op, int device, int need_ctx);
 void pvgpu_op_end(struct pvgpu_op *op);
+/*
+ * Under an op: the context of device `peer` on the same backend, made if
+ * need be (not made current).  cudaErrorInvalidDevice for a device of
+ * another backend.
+ */
+cudaError_t pvgpu_op_peer_ctx(struct pvgpu_op *op, int peer, uint64_t *ctx);
 
 /*
  * A device attribute (cached per device), for checks made under an op: 0

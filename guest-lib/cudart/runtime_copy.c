@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "client.h"
+#include "debug.h"
 #include "guest_window.h"
 #include "pvgpu_guest.h"
 #include "pvgpu_proto.h"
@@ -266,6 +267,9 @@ static cudaError_t copy_cross_backend(const struct copy_plan *plan, void *dst,
 
 	if (!bounce)
 		return cudaErrorMemoryAllocation;
+	pvgpu_debug("copy of %zu bytes from device %d to device %d: two backends, "
+		    "staged through this process", count, plan->src_dev,
+		    plan->dst_dev);
 	for (size_t off = 0; off < count && !err; off += chunk) {
 		size_t n = count - off < chunk ? count - off : chunk;
 
@@ -372,4 +376,129 @@ cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count,
 			    cudaStream_t stream)
 {
 	return pvgpu_record(do_memset(devPtr, value, count, stream));
+}
+
+/* --- cudaMemcpyPeer ------------------------------------------------------- */
+
+/*
+ * [ptr, ptr+count) wholly inside an allocation on `device` (the backend
+ * checks it again, against its own tables).
+ */
+static cudaError_t peer_ptr(const void *ptr, size_t count, int device)
+{
+	int where = -1;
+
+	if (pvgpu_ptr_classify(ptr, count, &where) != PVGPU_PTR_DEVICE ||
+	    where != device)
+		return cudaErrorInvalidValue;
+	return cudaSuccess;
+}
+
+/*
+ * GPU to GPU on the backend that has both: on `stream` (a backend handle
+ * of `device`'s context) when async, else synchronously.
+ */
+static cudaError_t copy_peer(int device, uint64_t stream, void *dst,
+			     int dstDevice, const void *src, int srcDevice,
+			     size_t count, int async)
+{
+	struct pvgpu_op op;
+	uint64_t dctx = 0, sctx = 0;
+	cudaError_t err;
+	int32_t st;
+
+	err = pvgpu_op_begin(&op, device, 1);
+	if (err)
+		return err;
+	err = pvgpu_op_peer_ctx(&op, dstDevice, &dctx);
+	if (!err)
+		err = pvgpu_op_peer_ctx(&op, srcDevice, &sctx);
+	if (err)
+		goto err_end;
+	if (async) {
+		struct pvgpu_memcpy_peer_async_req req = {
+			.dst = (uint64_t)(uintptr_t)dst, .dst_ctx = dctx,
+			.src = (uint64_t)(uintptr_t)src, .src_ctx = sctx,
+			.size = count, .stream = stream,
+		};
+
+		st = pvgpu_call_memcpy_peer_async(op.client, &req);
+	} else {
+		struct pvgpu_memcpy_peer_req req = {
+			.dst = (uint64_t)(uintptr_t)dst, .dst_ctx = dctx,
+			.src = (uint64_t)(uintptr_t)src, .src_ctx = sctx,
+			.size = count,
+		};
+		struct pvgpu_memcpy_peer_rep rep;
+
+		st = pvgpu_call_memcpy_peer(op.client, &req, &rep);
+	}
+	err = pvgpu_error_from_status(st);
+err_end:
+	pvgpu_op_end(&op);
+	return err;
+}
+
+static cudaError_t do_copy_peer(void *dst, int dstDevice, const void *src,
+				int srcDevice, size_t count,
+				cudaStream_t stream, int async)
+{
+	struct copy_plan plan = { .src_dev = srcDevice, .dst_dev = dstDevice };
+	struct pvgpu_backend *be;
+	uint64_t remote = 0;
+	cudaError_t err;
+	int sdev = -1;
+
+	err = pvgpu_init();
+	if (err)
+		return err;
+	if (dstDevice < 0 || dstDevice >= pvgpu_rt.ndevices ||
+	    srcDevice < 0 || srcDevice >= pvgpu_rt.ndevices)
+		return cudaErrorInvalidDevice;
+	if (async) {
+		err = pvgpu_stream_resolve(stream, &sdev, &remote);
+		if (err)
+			return err;
+	}
+	if (!count)
+		return cudaSuccess;
+	err = peer_ptr(dst, count, dstDevice);
+	if (!err)
+		err = peer_ptr(src, count, srcDevice);
+	if (err)
+		return err;
+	be = pvgpu_rt.devices[dstDevice].be;
+	if (be != pvgpu_rt.devices[srcDevice].be) {
+		/* After the program's stream, on the legacy streams. */
+		if (async && remote)
+			err = drain_stream(sdev, remote);
+		return err ? err : copy_cross_backend(&plan, dst, src, count);
+	}
+	if (async && sdev >= 0 && sdev < pvgpu_rt.ndevices &&
+	    pvgpu_rt.devices[sdev].be == be)
+		return copy_peer(sdev, remote, dst, dstDevice, src, srcDevice,
+				 count, 1);
+	if (async && remote) {
+		/* The stream is another backend's: keep its order by waiting. */
+		err = drain_stream(sdev, remote);
+		if (err)
+			return err;
+	}
+	return copy_peer(dstDevice, 0, dst, dstDevice, src, srcDevice, count,
+			 async);
+}
+
+cudaError_t cudaMemcpyPeer(void *dst, int dstDevice, const void *src,
+			   int srcDevice, size_t count)
+{
+	return pvgpu_record(do_copy_peer(dst, dstDevice, src, srcDevice, count,
+					 0, 0));
+}
+
+cudaError_t cudaMemcpyPeerAsync(void *dst, int dstDevice, const void *src,
+				int srcDevice, size_t count,
+				cudaStream_t stream)
+{
+	return pvgpu_record(do_copy_peer(dst, dstDevice, src, srcDevice, count,
+					 stream, 1));
 }

@@ -277,6 +277,45 @@ __attribute__((destructor)) static void runtime_fini(void)
 	}
 }
 
+/* Under the backend's lock: the device's context, made if need be. */
+static int32_t ensure_ctx(struct pvgpu_client *client, struct pvgpu_device *dev)
+{
+	struct pvgpu_ctx_create_req req = { .device = dev->remote };
+	struct pvgpu_ctx_create_rep rep = { 0 };
+	int32_t st;
+
+	if (dev->ctx)
+		return 0;
+	/* A non-zero ctx means it exists, whatever else st says. */
+	st = pvgpu_call_ctx_create(client, &req, &rep);
+	dev->ctx = rep.ctx;
+	if (rep.ctx)
+		dev->ctx_gen++;	/* modules of an older ctx are gone */
+	if (!st && !rep.ctx)
+		st = PVGPU_CLIENT_EPROTO;
+	return st;
+}
+
+cudaError_t pvgpu_op_peer_ctx(struct pvgpu_op *op, int peer, uint64_t *ctx)
+{
+	struct pvgpu_device *dev;
+	int32_t st;
+
+	if (peer < 0 || peer >= pvgpu_rt.ndevices)
+		return cudaErrorInvalidDevice;
+	dev = &pvgpu_rt.devices[peer];
+	if (dev->be != op->dev->be)
+		return cudaErrorInvalidDevice;
+	st = atomic_load(&dev->sticky);
+	if (st)
+		return (cudaError_t)st;
+	st = ensure_ctx(op->client, dev);
+	if (st)
+		return pvgpu_error_from_status(st);
+	*ctx = dev->ctx;
+	return cudaSuccess;
+}
+
 cudaError_t pvgpu_op_begin(struct pvgpu_op *op, int device, int need_ctx)
 {
 	struct pvgpu_runtime *rt = &pvgpu_rt;
@@ -303,20 +342,9 @@ cudaError_t pvgpu_op_begin(struct pvgpu_op *op, int device, int need_ctx)
 		pthread_mutex_unlock(&be->lock);
 		return (cudaError_t)st;
 	}
-	if (!dev->ctx) {
-		struct pvgpu_ctx_create_req req = { .device = dev->remote };
-		struct pvgpu_ctx_create_rep rep = { 0 };
-
-		/* A non-zero ctx means it exists, whatever else st says. */
-		st = pvgpu_call_ctx_create(op->client, &req, &rep);
-		dev->ctx = rep.ctx;
-		if (rep.ctx)
-			dev->ctx_gen++;	/* modules of an older ctx are gone */
-		if (!st && !rep.ctx)
-			st = PVGPU_CLIENT_EPROTO;
-		if (st)
-			goto err_unlock;
-	}
+	st = ensure_ctx(op->client, dev);
+	if (st)
+		goto err_unlock;
 	if (be->current_ctx != dev->ctx) {
 		struct pvgpu_ctx_set_req req = { .ctx = dev->ctx };
 

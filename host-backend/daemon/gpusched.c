@@ -44,6 +44,7 @@ struct sched_dev {
 	uint64_t drain_end;
 	/* Processor sharing between the sessions with work in flight (gpu_ns). */
 	uint64_t ps_clock;		/* GPU ns per busy session, cumulative */
+	_Atomic uint64_t busy_ns;	/* wall ns with any session's work in flight */
 	uint64_t ps_last;
 	uint32_t ps_busy;
 	uint64_t vtime[PVGPU_MAX_VM_ENTRIES];
@@ -124,6 +125,13 @@ void pvgpu_sched_destroy(struct pvgpu_sched *s)
 		munmap(s, s->size);
 }
 
+uint64_t pvgpu_sched_busy_ns(struct pvgpu_sched *s, int dev)
+{
+	if (!s || dev < 0 || dev >= PVGPU_MAX_DEVICES)
+		return 0;
+	return atomic_load(&s->dev[dev].busy_ns);
+}
+
 void pvgpu_sched_set_weight(struct pvgpu_sched *s, int vm, uint32_t weight)
 {
 	if (s && vm >= 0 && vm < PVGPU_MAX_VM_ENTRIES)
@@ -195,8 +203,10 @@ static void ps_advance(struct sched_dev *dv, uint64_t now)
 {
 	if (now <= dv->ps_last)
 		return;
-	if (dv->ps_busy)
+	if (dv->ps_busy) {
 		dv->ps_clock += (now - dv->ps_last) / dv->ps_busy;
+		atomic_fetch_add(&dv->busy_ns, now - dv->ps_last);
+	}
 	dv->ps_last = now;
 }
 

@@ -135,6 +135,12 @@ struct pvgpu_sched *pvgpu_sched_create(struct pvgpu_accounting *acct,
 void pvgpu_sched_destroy(struct pvgpu_sched *s);
 /* A VM entry's weight (policy load and SIGHUP); 0 is taken as 1. */
 void pvgpu_sched_set_weight(struct pvgpu_sched *s, int vm, uint32_t weight);
+/*
+ * Wall time device dev has had kernels of any session in flight, ns, since
+ * the table was made (per GPU: pvgpu_gpu_busy_seconds_total); brought up to
+ * date whenever a session's work on it starts or is seen done.
+ */
+uint64_t pvgpu_sched_busy_ns(struct pvgpu_sched *s, int dev);
 /* A worker has exited, however: drop whatever its slot still held. */
 void pvgpu_sched_slot_gone(struct pvgpu_sched *s, struct pvgpu_slot *slot);
 

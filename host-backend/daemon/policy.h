@@ -53,6 +53,13 @@
  * from then on; contexts already held are never taken away.
  *
  * call_timeout overrides pvgpud --call-timeout for the VM (watchdog.h).
+ *
+ * Several GPUs: gpus holds for peers too.  A session holds contexts and
+ * memory only on its VM's GPUs, every peer copy and peer-access request
+ * names the session's own contexts and allocations, and peer queries
+ * answer "no access" where either device is outside gpus (session/peer.c).
+ * Exclusivity is per GPU (the context on each), the quota spans all the
+ * VM's GPUs, and scheduler turns are taken per GPU (gpusched.h).
  */
 #ifndef PVGPU_POLICY_H
 #define PVGPU_POLICY_H

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpusched.h"
 #include "stats.h"
 
 int pvgpu_stats_init(struct pvgpu_stats *st, struct pvgpu_accounting *acct)
@@ -109,6 +110,7 @@ void pvgpu_stats_update(struct pvgpu_stats *st)
 	for (int d = 0; d < snap->ngpus; d++) {
 		snap->gpus[d].sessions = 0;
 		snap->gpus[d].mem_used = pvgpu_accounting_mem_used(acct, d);
+		snap->gpus[d].busy_ns = pvgpu_sched_busy_ns(st->sched, d);
 	}
 	for (int b = 0; b < PVGPU_STATS_BUCKETS; b++) {
 		struct pvgpu_vm_figures *v = &snap->vms[b];
@@ -312,6 +314,12 @@ char *pvgpu_snapshot_format(const struct pvgpu_snapshot *snap, size_t *len)
 	for (int d = 0; d < snap->ngpus; d++)
 		fprintf(f, "pvgpu_gpu_memory_used_bytes{gpu=\"%d\"} %llu\n", d,
 			(unsigned long long)snap->gpus[d].mem_used);
+	family(f, "pvgpu_gpu_busy_seconds_total", "counter",
+	       "Time the device had kernels of any session in flight.");
+	for (int d = 0; d < snap->ngpus; d++) {
+		fprintf(f, "pvgpu_gpu_busy_seconds_total{gpu=\"%d\"} ", d);
+		real(f, (double)snap->gpus[d].busy_ns / 1e9, "%.9f");
+	}
 	family(f, "pvgpu_gpu_memory_total_bytes", "gauge",
 	       "Device memory the device has.");
 	for (int d = 0; d < snap->ngpus; d++)

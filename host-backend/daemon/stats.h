@@ -48,6 +48,7 @@ struct pvgpu_gpu_figures {
 	struct pvgpu_gpu_info info;
 	uint32_t sessions;		/* sessions holding a context on it */
 	uint64_t mem_used;
+	uint64_t busy_ns;		/* kernels in flight, since pvgpud started */
 };
 
 /*
@@ -79,8 +80,11 @@ struct pvgpu_stats_counters {
 	uint64_t calls, bytes_h2d, bytes_d2h, gpu_ns;
 };
 
+struct pvgpu_sched;
+
 struct pvgpu_stats {
 	struct pvgpu_accounting *acct;
+	struct pvgpu_sched *sched;	/* per-GPU busy time; NULL: none */
 	/* Per slot: whose figures were last seen there, and what they were. */
 	struct pvgpu_stats_seen {
 		uint64_t session_id;

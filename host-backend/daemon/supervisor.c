@@ -387,6 +387,7 @@ int pvgpu_supervisor_init(struct pvgpu_supervisor *sv,
 		goto err;
 	}
 	sv->wcfg.sched = sv->sched;
+	sv->stats.sched = sv->sched;
 	if (sv->config && load_policy(sv))
 		goto err;
 	if (sv->registry_dir && (watch_registry(sv) || load_registry(sv)))

@@ -163,6 +163,33 @@ struct pvgpu_executor_ops {
 	int32_t (*occupancy)(struct pvgpu_exec *ex, uint64_t func,
 			     int32_t block_size, uint64_t dynamic_smem,
 			     uint32_t flags, int32_t *blocks);
+
+	/*
+	 * Peers: several devices of this executor (cuDeviceCanAccessPeer,
+	 * cuDeviceGetP2PAttribute, cuCtxEnablePeerAccess and
+	 * cuCtxDisablePeerAccess for the current context, cuMemcpyPeer and
+	 * cuMemcpyPeerAsync).  Contexts are the executor's own handles;
+	 * memcpy_peer is synchronous and ordered with the work queued in
+	 * both contexts, memcpy_peer_async is ordered on `stream` of the
+	 * current context.  Both copy GPU to GPU (or, without peer access,
+	 * however the driver stages it), never through the caller.
+	 */
+	int32_t (*device_can_access_peer)(struct pvgpu_exec *ex, int32_t dev,
+					  int32_t peer, int32_t *can_access);
+	int32_t (*device_p2p_attribute)(struct pvgpu_exec *ex, int32_t attr,
+					int32_t src_dev, int32_t dst_dev,
+					int32_t *value);
+	int32_t (*ctx_enable_peer_access)(struct pvgpu_exec *ex,
+					  uint64_t peer_ctx, uint32_t flags);
+	int32_t (*ctx_disable_peer_access)(struct pvgpu_exec *ex,
+					   uint64_t peer_ctx);
+	int32_t (*memcpy_peer)(struct pvgpu_exec *ex, uint64_t dst,
+			       uint64_t dst_ctx, uint64_t src,
+			       uint64_t src_ctx, uint64_t size);
+	int32_t (*memcpy_peer_async)(struct pvgpu_exec *ex, uint64_t dst,
+				     uint64_t dst_ctx, uint64_t src,
+				     uint64_t src_ctx, uint64_t size,
+				     uint64_t stream);
 };
 
 extern const struct pvgpu_executor_ops pvgpu_exec_cuda;

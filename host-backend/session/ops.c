@@ -69,7 +69,7 @@ static struct pvgpu_handle *current_ctx(struct pvgpu_worker *w)
 }
 
 /* The policy's gpus for this session's VM; without a policy, every device. */
-static int vm_may_use(struct pvgpu_worker *w, int32_t device)
+int pvgpu_vm_may_use(struct pvgpu_worker *w, int32_t device)
 {
 	int vm = atomic_load(&w->slot->vm);
 	uint32_t gpus = vm < 0 ? 0 : atomic_load(&w->acct->vms[vm].gpus);
@@ -239,7 +239,7 @@ int32_t pvgpu_handle_ctx_create(struct pvgpu_worker *w,
 
 	if (req->device < 0 || req->device >= PVGPU_MAX_DEVICES)
 		return CUDA_ERROR_INVALID_DEVICE;
-	if (!vm_may_use(w, req->device))
+	if (!pvgpu_vm_may_use(w, req->device))
 		return CUDA_ERROR_INVALID_DEVICE;
 	if (!w->ex)
 		return CUDA_ERROR_NOT_INITIALIZED;
@@ -471,18 +471,23 @@ int32_t pvgpu_handle_memcpy_dtoh(struct pvgpu_worker *w,
 static int32_t dtod(struct pvgpu_worker *w, uint64_t dst, uint64_t src,
 		    uint64_t size, uint64_t stream_id, int sync)
 {
+	const struct pvgpu_alloc *d, *s;
 	uint64_t stream = 0;
 	int32_t st = need_context(w);
 
 	if (st || size == 0)
 		return st;
-	st = check_range(w, dst, size);
-	if (!st)
-		st = check_range(w, src, size);
-	if (!st)
-		st = pvgpu_lookup_stream(w, stream_id, &stream);
-	if (!st)
-		st = w->ex_ops->memcpy_dtod_async(w->ex, dst, src, size, stream);
+	d = pvgpu_alloc_range(&w->allocs, dst, size);
+	s = pvgpu_alloc_range(&w->allocs, src, size);
+	if (!d || !s)
+		return CUDA_ERROR_INVALID_VALUE;
+	st = pvgpu_lookup_stream(w, stream_id, &stream);
+	if (st)
+		return st;
+	/* Between two GPUs under unified addressing: a peer copy, on the host. */
+	if (d->device != s->device)
+		return pvgpu_peer_dtod(w, d, dst, s, src, size, stream, sync);
+	st = w->ex_ops->memcpy_dtod_async(w->ex, dst, src, size, stream);
 	if (!st && sync)
 		st = w->ex_ops->stream_synchronize(w->ex, stream);
 	return st;

@@ -119,6 +119,18 @@ int pvgpu_worker_send_reply(struct pvgpu_worker *w, uint16_t opcode,
 int32_t pvgpu_lookup_stream(struct pvgpu_worker *w, uint64_t id,
 			    uint64_t *exec);
 
+/* May the session's VM use this device (its policy's gpus)? (ops.c) */
+int pvgpu_vm_may_use(struct pvgpu_worker *w, int32_t device);
+
+/*
+ * A device-to-device copy whose ends lie on two GPUs (peer.c): d and s
+ * are the session's allocations holding dst and src, stream an executor
+ * stream of the current context.
+ */
+int32_t pvgpu_peer_dtod(struct pvgpu_worker *w, const struct pvgpu_alloc *d,
+			uint64_t dst, const struct pvgpu_alloc *s, uint64_t src,
+			uint64_t size, uint64_t stream, int sync);
+
 /* Pipelined copies (copy.c). */
 int32_t pvgpu_copy_htod(struct pvgpu_worker *w, uint64_t dst, uint64_t size,
 			uint64_t stream, int sync);

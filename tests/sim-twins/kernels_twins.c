@@ -456,10 +456,35 @@ static void wild_write_twin(const struct pvgpu_sim_launch *l)
 		hp[t] = v;
 }
 
+/* ---- ../programs/peer.cu (issue 19) -------------------------------------- */
+
+/*
+ * peer_add: out[i] = peer[i] + local[i], where `peer` lies in another
+ * device's memory: l->dev() reaches it only while the launching context
+ * has peer access to the context that owns it, as on a GPU.
+ */
+static void peer_add_twin(const struct pvgpu_sim_launch *l)
+{
+	uint64_t peer = pvgpu_sim_arg_ptr(l, 0), local = pvgpu_sim_arg_ptr(l, 1);
+	uint64_t out = pvgpu_sim_arg_ptr(l, 2);
+	int32_t n;
+
+	if (ARG(l, 3, n) || l->faulted(l))
+		return;
+	uint64_t cnt = twin_count_1d(l, n);
+	const uint32_t *p = twin_map(l, peer, cnt, 4), *q;
+	uint32_t *o;
+	if (!p || !(q = twin_map(l, local, cnt, 4)) || !(o = twin_map(l, out, cnt, 4)))
+		return;
+	for (uint64_t i = 0; i < cnt; i++)
+		o[i] = p[i] + q[i];
+}
+
 const uint32_t pvgpu_sim_twin_abi = PVGPU_SIM_TWIN_ABI;
 
 const struct pvgpu_sim_twin pvgpu_sim_twins[] = {
 	{ "vec_add", vecadd_twin },
+	{ "peer_add", peer_add_twin },
 	{ "matmul_tiled", matmul_tiled_twin },
 	{ "block_reduce_sum", reduce_sum_twin },
 	{ "block_reduce_max", reduce_max_twin },

@@ -38,6 +38,7 @@
 #define SIM_MAX_MEMORY_MB	131072		/* half a device window */
 #define SIM_DRIVER_VERSION	13000
 #define SIM_DEVICE_NAME		"pvgpu simulated device"
+#define SIM_MAX_PEERS		8	/* CUDA_ERROR_TOO_MANY_PEERS past it */
 
 /* Kernel launch limits of an sm_90 part. */
 #define SIM_MAX_BLOCK_THREADS	1024u
@@ -79,6 +80,9 @@ struct sim_obj {
 		struct {
 			int32_t dev;
 			bool poisoned;	/* a kernel faulted in it */
+			/* Contexts whose memory its kernels may reach. */
+			struct sim_obj *peers[SIM_MAX_PEERS];
+			unsigned int npeers;
 		} ctx;
 		struct {
 			struct sim_module *m;
@@ -137,6 +141,8 @@ struct pvgpu_exec {
 	uint64_t total_bytes;		/* per device */
 	uint64_t own_used[SIM_MAX_DEVICES];
 	uint64_t next_addr[SIM_MAX_DEVICES];
+	/* PVGPU_SIM_NO_PEER: pairs of devices without peer access. */
+	bool no_peer[SIM_MAX_DEVICES][SIM_MAX_DEVICES];
 
 	/* Live objects, sorted by handle. */
 	struct sim_obj **objs;
@@ -209,6 +215,43 @@ static int env_long(const char *name, long def, long min, long max,
 	}
 	*out = v;
 	return 0;
+}
+
+/*
+ * PVGPU_SIM_NO_PEER: device pairs that cannot reach each other, as
+ * "0-1,2-3" (each pair both ways), the way two GPUs on different PCIe root
+ * complexes without NVLink behave: no peer access, copies between them
+ * still work (staged by the driver).
+ */
+static int parse_no_peer(struct pvgpu_exec *ex, char *err, size_t errlen)
+{
+	const char *s = getenv("PVGPU_SIM_NO_PEER");
+	const char *p = s;
+
+	if (!s || !*s)
+		return 0;
+	for (;;) {
+		char *end;
+		long a, b;
+
+		errno = 0;
+		a = strtol(p, &end, 10);
+		if (errno || end == p || *end != '-' || a < 0 || a >= SIM_MAX_DEVICES)
+			break;
+		p = end + 1;
+		b = strtol(p, &end, 10);
+		if (errno || end == p || b < 0 || b >= SIM_MAX_DEVICES)
+			break;
+		ex->no_peer[a][b] = ex->no_peer[b][a] = true;
+		if (!*end)
+			return 0;
+		if (*end != ',')
+			break;
+		p = end + 1;
+	}
+	snprintf(err, errlen, "PVGPU_SIM_NO_PEER=%s: expected device pairs "
+		 "like 0-1,2-3 (devices 0..%d)", s, SIM_MAX_DEVICES - 1);
+	return -1;
 }
 
 /* ------------------------------------------------------------------ */
@@ -557,7 +600,7 @@ static struct pvgpu_exec *sim_open(const struct pvgpu_exec_config *cfg,
 	for (d = 0; d < SIM_MAX_DEVICES; d++)
 		ex->next_addr[d] = SIM_ADDR_BASE + (uint64_t)d * SIM_ADDR_WINDOW +
 				   SIM_GUARD_GAP;
-	if (load_twins(ex, err, errlen)) {
+	if (parse_no_peer(ex, err, errlen) || load_twins(ex, err, errlen)) {
 		sim_close(ex);
 		return NULL;
 	}
@@ -901,6 +944,20 @@ static int32_t sim_ctx_destroy(struct pvgpu_exec *ex, uint64_t ctx)
 	}
 	ex->nobjs = j;
 
+	/* Whoever had access to its memory has it no more. */
+	for (i = 0; i < ex->nobjs; i++) {
+		struct sim_obj *o = ex->objs[i];
+
+		if (o->kind != SIM_CTX)
+			continue;
+		for (j = 0; j < o->u.ctx.npeers;) {
+			if (o->u.ctx.peers[j] == c)
+				o->u.ctx.peers[j] =
+					o->u.ctx.peers[--o->u.ctx.npeers];
+			else
+				j++;
+		}
+	}
 	if (ex->cur == c)
 		ex->cur = NULL;
 	obj_free(ex, c);
@@ -1778,6 +1835,177 @@ static int32_t sim_function_set_attribute(struct pvgpu_exec *ex,
 }
 
 /* ------------------------------------------------------------------ */
+/* peers: several simulated devices of one session */
+
+static bool ctx_has_peer(const struct sim_obj *c, const struct sim_obj *peer)
+{
+	for (unsigned int i = 0; i < c->u.ctx.npeers; i++)
+		if (c->u.ctx.peers[i] == peer)
+			return true;
+	return false;
+}
+
+static bool can_peer(struct pvgpu_exec *ex, int32_t dev, int32_t peer)
+{
+	return dev != peer && !ex->no_peer[dev][peer];
+}
+
+static int32_t sim_device_can_access_peer(struct pvgpu_exec *ex, int32_t dev,
+					  int32_t peer, int32_t *can_access)
+{
+	if (!ex || !can_access)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (bad_dev(ex, dev) || bad_dev(ex, peer))
+		return CUDA_ERROR_INVALID_DEVICE;
+	*can_access = can_peer(ex, dev, peer);
+	return CUDA_SUCCESS;
+}
+
+static int32_t sim_device_p2p_attribute(struct pvgpu_exec *ex, int32_t attr,
+					int32_t src, int32_t dst,
+					int32_t *value)
+{
+	bool can;
+
+	if (!ex || !value)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (bad_dev(ex, src) || bad_dev(ex, dst) || src == dst)
+		return CUDA_ERROR_INVALID_DEVICE;
+	can = can_peer(ex, src, dst);
+	switch (attr) {
+	case CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK:
+		*value = 0;
+		return CUDA_SUCCESS;
+	case CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED:
+	case CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED:
+	case CU_DEVICE_P2P_ATTRIBUTE_CUDA_ARRAY_ACCESS_SUPPORTED:
+		*value = can;
+		return CUDA_SUCCESS;
+	default:
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+}
+
+static int32_t sim_ctx_enable_peer_access(struct pvgpu_exec *ex,
+					  uint64_t peer_ctx, uint32_t flags)
+{
+	struct sim_obj *p;
+	int32_t rc;
+
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = ctx_check(ex);
+	if (rc)
+		return rc;
+	if (flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	p = obj_find(ex, peer_ctx, SIM_CTX);
+	if (!p)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (p->u.ctx.dev == ex->cur->u.ctx.dev)
+		return CUDA_ERROR_INVALID_DEVICE;
+	if (!can_peer(ex, ex->cur->u.ctx.dev, p->u.ctx.dev))
+		return CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
+	if (ctx_has_peer(ex->cur, p))
+		return CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED;
+	if (ex->cur->u.ctx.npeers >= SIM_MAX_PEERS)
+		return CUDA_ERROR_TOO_MANY_PEERS;
+	ex->cur->u.ctx.peers[ex->cur->u.ctx.npeers++] = p;
+	return CUDA_SUCCESS;
+}
+
+static int32_t sim_ctx_disable_peer_access(struct pvgpu_exec *ex,
+					   uint64_t peer_ctx)
+{
+	struct sim_obj *p, *c;
+	int32_t rc;
+
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = ctx_check(ex);
+	if (rc)
+		return rc;
+	p = obj_find(ex, peer_ctx, SIM_CTX);
+	if (!p)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	c = ex->cur;
+	for (unsigned int i = 0; i < c->u.ctx.npeers; i++)
+		if (c->u.ctx.peers[i] == p) {
+			c->u.ctx.peers[i] = c->u.ctx.peers[--c->u.ctx.npeers];
+			return CUDA_SUCCESS;
+		}
+	return CUDA_ERROR_PEER_ACCESS_NOT_ENABLED;
+}
+
+/*
+ * [ptr, ptr + size) in one allocation on the device of context ctx (any
+ * context there: under unified addressing the pointer says where it is).
+ */
+static unsigned char *peer_bytes(struct pvgpu_exec *ex, uint64_t ctx,
+				 uint64_t ptr, uint64_t size, int32_t *rc)
+{
+	struct sim_obj *c = obj_find(ex, ctx, SIM_CTX);
+	struct sim_alloc *a;
+
+	if (!c) {
+		*rc = CUDA_ERROR_INVALID_CONTEXT;
+		return NULL;
+	}
+	if (c->u.ctx.poisoned) {
+		*rc = CUDA_ERROR_ILLEGAL_ADDRESS;
+		return NULL;
+	}
+	a = alloc_range(ex, ptr, size);
+	if (!a || a->dev != c->u.ctx.dev) {
+		*rc = CUDA_ERROR_INVALID_VALUE;
+		return NULL;
+	}
+	return a->data + (ptr - a->addr);
+}
+
+static int32_t peer_copy(struct pvgpu_exec *ex, uint64_t dst, uint64_t dst_ctx,
+			 uint64_t src, uint64_t src_ctx, uint64_t size)
+{
+	unsigned char *d, *s;
+	int32_t rc = CUDA_SUCCESS;
+
+	if (!size)
+		return obj_find(ex, dst_ctx, SIM_CTX) &&
+		       obj_find(ex, src_ctx, SIM_CTX) ?
+		       CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+	d = peer_bytes(ex, dst_ctx, dst, size, &rc);
+	s = d ? peer_bytes(ex, src_ctx, src, size, &rc) : NULL;
+	if (!d || !s)
+		return rc;
+	memmove(d, s, (size_t)size);
+	return CUDA_SUCCESS;
+}
+
+static int32_t sim_memcpy_peer(struct pvgpu_exec *ex, uint64_t dst,
+			       uint64_t dst_ctx, uint64_t src,
+			       uint64_t src_ctx, uint64_t size)
+{
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	return peer_copy(ex, dst, dst_ctx, src, src_ctx, size);
+}
+
+static int32_t sim_memcpy_peer_async(struct pvgpu_exec *ex, uint64_t dst,
+				     uint64_t dst_ctx, uint64_t src,
+				     uint64_t src_ctx, uint64_t size,
+				     uint64_t stream)
+{
+	int32_t rc;
+
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = check_stream(ex, stream);
+	if (rc)
+		return rc;
+	return peer_copy(ex, dst, dst_ctx, src, src_ctx, size);
+}
+
+/* ------------------------------------------------------------------ */
 /* running a launch on its CPU twin */
 
 /* One launch in flight; twins see only `pub`. */
@@ -1825,8 +2053,8 @@ static void *run_dev(const struct pvgpu_sim_launch *l, uint64_t addr,
 	if (!len)
 		return &r->empty;
 	a = alloc_range(r->ex, addr, len);
-	/* Another context's memory is another address space. */
-	if (!a || a->ctx != r->ctx) {
+	/* Another context's memory is out of reach, unless it is a peer. */
+	if (!a || (a->ctx != r->ctx && !ctx_has_peer(r->ctx, a->ctx))) {
 		snprintf(why, sizeof(why), "access to [0x%llx, +%llu)",
 			 (unsigned long long)addr, (unsigned long long)len);
 		run_fault(l, why);
@@ -2067,6 +2295,12 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.function_set_attribute	= sim_function_set_attribute,
 	.launch			= sim_launch,
 	.occupancy		= sim_occupancy,
+	.device_can_access_peer	= sim_device_can_access_peer,
+	.device_p2p_attribute	= sim_device_p2p_attribute,
+	.ctx_enable_peer_access	= sim_ctx_enable_peer_access,
+	.ctx_disable_peer_access = sim_ctx_disable_peer_access,
+	.memcpy_peer		= sim_memcpy_peer,
+	.memcpy_peer_async	= sim_memcpy_peer_async,
 };
 
 /* How pvgpud finds this fixture: build/lib/pvgpud/exec-sim.so. */

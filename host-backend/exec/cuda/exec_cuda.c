@@ -99,6 +99,17 @@ struct cuda_api {
 					  void **, void **);
 	CUresult (CUDAAPI *occupancy_max_blocks)(int *, CUfunction, int, size_t,
 						 unsigned int);
+	CUresult (CUDAAPI *device_can_access_peer)(int *, CUdevice, CUdevice);
+	CUresult (CUDAAPI *device_get_p2p_attribute)(int *,
+						     CUdevice_P2PAttribute,
+						     CUdevice, CUdevice);
+	CUresult (CUDAAPI *ctx_enable_peer_access)(CUcontext, unsigned int);
+	CUresult (CUDAAPI *ctx_disable_peer_access)(CUcontext);
+	CUresult (CUDAAPI *memcpy_peer)(CUdeviceptr, CUcontext, CUdeviceptr,
+					CUcontext, size_t);
+	CUresult (CUDAAPI *memcpy_peer_async)(CUdeviceptr, CUcontext,
+					      CUdeviceptr, CUcontext, size_t,
+					      CUstream);
 };
 
 struct cuda_sym {
@@ -163,6 +174,12 @@ static const struct cuda_sym cuda_syms[] = {
 	SYM(launch_kernel, "cuLaunchKernel", 4000, "cuLaunchKernel", NULL, false),
 	SYM(occupancy_max_blocks, "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", 7000,
 	    "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", NULL, false),
+	SYM(device_can_access_peer, "cuDeviceCanAccessPeer", 4000, "cuDeviceCanAccessPeer", NULL, false),
+	SYM(device_get_p2p_attribute, "cuDeviceGetP2PAttribute", 8000, "cuDeviceGetP2PAttribute", NULL, false),
+	SYM(ctx_enable_peer_access, "cuCtxEnablePeerAccess", 4000, "cuCtxEnablePeerAccess", NULL, false),
+	SYM(ctx_disable_peer_access, "cuCtxDisablePeerAccess", 4000, "cuCtxDisablePeerAccess", NULL, false),
+	SYM(memcpy_peer, "cuMemcpyPeer", 4000, "cuMemcpyPeer", NULL, false),
+	SYM(memcpy_peer_async, "cuMemcpyPeerAsync", 4000, "cuMemcpyPeerAsync", NULL, false),
 };
 
 typedef CUresult (CUDAAPI *get_proc_address_fn)(const char *, void **, int,
@@ -1365,6 +1382,131 @@ static int32_t cuda_launch(struct pvgpu_exec *ex,
 	return rc;
 }
 
+/* ------------------------------------------------------------------ */
+/* peers */
+
+static int32_t cuda_device_can_access_peer(struct pvgpu_exec *ex, int32_t dev,
+					   int32_t peer, int32_t *can_access)
+{
+	CUdevice d, p;
+	int v = 0;
+	CUresult rc;
+
+	if (!ex || !can_access)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = to_device(ex, dev, &d);
+	if (!rc)
+		rc = to_device(ex, peer, &p);
+	if (!rc)
+		rc = ex->api.device_can_access_peer(&v, d, p);
+	*can_access = rc ? 0 : v;
+	return rc;
+}
+
+static int32_t cuda_device_p2p_attribute(struct pvgpu_exec *ex, int32_t attr,
+					 int32_t src, int32_t dst,
+					 int32_t *value)
+{
+	CUdevice s, d;
+	int v = 0;
+	CUresult rc;
+
+	if (!ex || !value)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = to_device(ex, src, &s);
+	if (!rc)
+		rc = to_device(ex, dst, &d);
+	if (!rc)
+		rc = ex->api.device_get_p2p_attribute(&v, (CUdevice_P2PAttribute)attr,
+						      s, d);
+	*value = rc ? 0 : v;
+	return rc;
+}
+
+/* The current context gains (or loses) access to peer_ctx's memory. */
+static int32_t cuda_ctx_enable_peer_access(struct pvgpu_exec *ex,
+					   uint64_t peer_ctx, uint32_t flags)
+{
+	struct cuda_ctx *p;
+
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	p = peer_ctx ? ctx_find(ex, peer_ctx) : NULL;
+	if (!p)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	return ex->api.ctx_enable_peer_access(p->ctx, flags);
+}
+
+static int32_t cuda_ctx_disable_peer_access(struct pvgpu_exec *ex,
+					    uint64_t peer_ctx)
+{
+	struct cuda_ctx *p;
+
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	p = peer_ctx ? ctx_find(ex, peer_ctx) : NULL;
+	if (!p)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	return ex->api.ctx_disable_peer_access(p->ctx);
+}
+
+static int32_t peer_ctxs(struct pvgpu_exec *ex, uint64_t dst_ctx,
+			 uint64_t src_ctx, uint64_t size, CUcontext *d,
+			 CUcontext *s)
+{
+	struct cuda_ctx *dc, *sc;
+
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	dc = dst_ctx ? ctx_find(ex, dst_ctx) : NULL;
+	sc = src_ctx ? ctx_find(ex, src_ctx) : NULL;
+	if (!dc || !sc)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (size > SIZE_MAX)
+		return CUDA_ERROR_INVALID_VALUE;
+	*d = dc->ctx;
+	*s = sc->ctx;
+	return CUDA_SUCCESS;
+}
+
+static int32_t cuda_memcpy_peer(struct pvgpu_exec *ex, uint64_t dst,
+				uint64_t dst_ctx, uint64_t src,
+				uint64_t src_ctx, uint64_t size)
+{
+	CUcontext d, s;
+	int32_t rc;
+
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = peer_ctxs(ex, dst_ctx, src_ctx, size, &d, &s);
+	if (rc)
+		return rc;
+	return ex->api.memcpy_peer(dst, d, src, s, (size_t)size);
+}
+
+static int32_t cuda_memcpy_peer_async(struct pvgpu_exec *ex, uint64_t dst,
+				      uint64_t dst_ctx, uint64_t src,
+				      uint64_t src_ctx, uint64_t size,
+				      uint64_t stream)
+{
+	CUcontext d, s;
+	CUstream st;
+	int32_t rc;
+
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = to_stream(ex, stream, &st);
+	if (!rc)
+		rc = peer_ctxs(ex, dst_ctx, src_ctx, size, &d, &s);
+	if (rc)
+		return rc;
+	return ex->api.memcpy_peer_async(dst, d, src, s, (size_t)size, st);
+}
+
 const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.name			= "cuda",
 	.open			= cuda_open,
@@ -1410,4 +1552,10 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.function_set_attribute	= cuda_function_set_attribute,
 	.launch			= cuda_launch,
 	.occupancy		= cuda_occupancy,
+	.device_can_access_peer	= cuda_device_can_access_peer,
+	.device_p2p_attribute	= cuda_device_p2p_attribute,
+	.ctx_enable_peer_access	= cuda_ctx_enable_peer_access,
+	.ctx_disable_peer_access = cuda_ctx_disable_peer_access,
+	.memcpy_peer		= cuda_memcpy_peer,
+	.memcpy_peer_async	= cuda_memcpy_peer_async,
 };
