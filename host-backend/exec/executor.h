@@ -160,6 +160,10 @@ struct pvgpu_executor_ops {
 	int32_t (*launch)(struct pvgpu_exec *ex,
 			  const struct pvgpu_launch *launch);
 	/* Resident blocks per multiprocessor for this launch shape. */
+	/* Dynamic shared memory per block with num_blocks resident per SM. */
+	int32_t (*dynamic_smem)(struct pvgpu_exec *ex, uint64_t func,
+				int32_t num_blocks, int32_t block_size,
+				uint64_t *bytes);
 	int32_t (*occupancy)(struct pvgpu_exec *ex, uint64_t func,
 			     int32_t block_size, uint64_t dynamic_smem,
 			     uint32_t flags, int32_t *blocks);

@@ -2168,6 +2168,38 @@ static int32_t sim_occupancy(struct pvgpu_exec *ex, uint64_t func,
 	return CUDA_SUCCESS;
 }
 
+/*
+ * What an sm_90 leaves a block of dynamic shared memory with num_blocks
+ * resident per SM: 228 KiB per SM, 1 KiB of it reserved per block, at most
+ * 227 KiB per block, less the kernel's static shared memory.
+ */
+static int32_t sim_dynamic_smem(struct pvgpu_exec *ex, uint64_t func,
+				int32_t num_blocks, int32_t block_size,
+				uint64_t *bytes)
+{
+	const struct sim_kernel *k;
+	struct sim_obj *f;
+	uint64_t per_block;
+	int32_t rc;
+
+	if (!ex || !bytes || num_blocks <= 0 || num_blocks > 32 ||
+	    block_size <= 0 || block_size > 1024 ||
+	    (int64_t)num_blocks * block_size > 2048)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = ctx_check(ex);
+	if (rc)
+		return rc;
+	f = func_get(ex, func);
+	if (!f)
+		return CUDA_ERROR_INVALID_HANDLE;
+	k = f->u.func.k;
+	per_block = 228 * 1024 / (uint64_t)num_blocks - 1024;
+	if (per_block > 227 * 1024)
+		per_block = 227 * 1024;
+	*bytes = per_block > k->static_shared ? per_block - k->static_shared : 0;
+	return CUDA_SUCCESS;
+}
+
 static int32_t sim_launch(struct pvgpu_exec *ex,
 			  const struct pvgpu_launch *launch)
 {
@@ -2295,6 +2327,7 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.function_set_attribute	= sim_function_set_attribute,
 	.launch			= sim_launch,
 	.occupancy		= sim_occupancy,
+	.dynamic_smem		= sim_dynamic_smem,
 	.device_can_access_peer	= sim_device_can_access_peer,
 	.device_p2p_attribute	= sim_device_p2p_attribute,
 	.ctx_enable_peer_access	= sim_ctx_enable_peer_access,
