@@ -92,7 +92,7 @@ COMMON_SRC  = $(wildcard common/*.c)
 TRANSPORT_GUEST_SRC = transport/transport.c transport/stream.c
 TRANSPORT_HOST_SRC  = transport/listen.c
 # The daemon without its main(): the unit tests and the fuzzer link it too.
-BACKEND_LIB_SRC = $(filter-out host-backend/daemon/main.c, \
+BACKEND_LIB_SRC = $(filter-out host-backend/daemon/main.c host-backend/exec/remote/%, \
               $(wildcard host-backend/daemon/*.c host-backend/session/*.c \
                          host-backend/exec/*.c host-backend/exec/*/*.c)) \
               $(GEN_DIR)/pvgpu_dispatch.c $(PROTO_SRC) $(COMMON_SRC) $(TRANSPORT_HOST_SRC)
@@ -198,6 +198,7 @@ $(BUILD)/fuzz/fuzz_worker: $(FUZZ_SRC) $(GEN_FILES) $(shell find common host-bac
 
 include tests/tests.mk
 include bench/bench.mk
+include host-backend/exec/remote/remote.mk
 
 PYTEST = python3 -m pytest
 

@@ -61,6 +61,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "executor.h"		/* PVGPU_MAX_REMOTES */
+
 #define PVGPU_POLICY_MAX_VMS	64
 #define PVGPU_POLICY_MAX_IDS	16
 #define PVGPU_VM_NAME_LEN	64
@@ -92,6 +94,10 @@ struct pvgpu_vm_policy {
 };
 
 struct pvgpu_policy {
+	/* [remote] node = URI, in order: the remote executor's nodes. */
+	char remote_uri[PVGPU_MAX_REMOTES][256];
+	const char *remotes[PVGPU_MAX_REMOTES];	/* -> remote_uri */
+	unsigned int nremotes;
 	int allow_unknown;		/* [default] policy = allow */
 	struct pvgpu_vm_policy unknown;	/* quota of allowed unknown callers */
 	struct pvgpu_vm_policy vms[PVGPU_POLICY_MAX_VMS];
