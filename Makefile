@@ -31,7 +31,7 @@ CFLAGS  ?= -O2 -g
 # generated code) and its own; DESIGN §1 says which folder holds what.
 SHARED_INC  = -Icommon -Iprotocol -Itransport -I$(BUILD)/gen
 BACKEND_INC = -Ihost-backend/daemon -Ihost-backend/session -Ihost-backend/exec
-GUEST_INC   = -Iguest-lib/client -Iguest-lib/cudart -Iguest-driver
+GUEST_INC   = -Iguest-lib/client -Iguest-lib/frontend -Iguest-lib/cudart -Iguest-driver
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fPIC \
            $(SHARED_INC) -I$(CUDA_INCLUDE)
 LDLIBS  += -ldl -lpthread
@@ -97,9 +97,12 @@ BACKEND_LIB_SRC = $(filter-out host-backend/daemon/main.c host-backend/exec/remo
                          host-backend/exec/*.c host-backend/exec/*/*.c)) \
               $(GEN_DIR)/pvgpu_dispatch.c $(PROTO_SRC) $(COMMON_SRC) $(TRANSPORT_HOST_SRC)
 BACKEND_SRC = host-backend/daemon/main.c $(BACKEND_LIB_SRC)
-CTL_SRC     = host-backend/ctl/pvgpuctl.c $(PROTO_SRC)
-GUEST_SRC   = $(wildcard guest-lib/client/*.c guest-lib/cudart/*.c) \
-              $(GEN_DIR)/pvgpu_guest.c $(PROTO_SRC) $(TRANSPORT_GUEST_SRC)
+# The guest's protocol client and the front-ends' start-up: the runtime
+# shim and pvgpuctl link the same one.
+CLIENT_SRC  = $(wildcard guest-lib/client/*.c guest-lib/frontend/*.c) \
+              $(GEN_DIR)/pvgpu_guest.c $(PROTO_SRC) $(COMMON_SRC) $(TRANSPORT_GUEST_SRC)
+CTL_SRC     = host-backend/ctl/pvgpuctl.c $(CLIENT_SRC)
+GUEST_SRC   = $(wildcard guest-lib/cudart/*.c) $(CLIENT_SRC)
 # The simulated device: a test fixture (tests/sim/), loaded by pvgpud as a
 # plugin from build/lib/pvgpud/, never linked into it.
 SIM_SRC     = $(wildcard tests/sim/*.c)
@@ -131,7 +134,7 @@ $(GEN_FILES) &: protocol/ops.spec protocol/gen.py
 $(OBJ_DIR)/guest-lib/%.o $(OBJ_DIR)/gen/pvgpu_guest.o: CFLAGS += $(GUEST_INC)
 $(OBJ_DIR)/host-backend/%.o $(OBJ_DIR)/gen/pvgpu_dispatch.o $(OBJ_DIR)/transport/%.o: CFLAGS += $(BACKEND_INC)
 $(OBJ_DIR)/tests/%.o: CFLAGS += $(BACKEND_INC) -Itests/sim
-$(OBJ_DIR)/host-backend/ctl/pvgpuctl.o: CFLAGS += $(CURL_CFLAGS)
+$(OBJ_DIR)/host-backend/ctl/pvgpuctl.o: CFLAGS += $(CURL_CFLAGS) $(GUEST_INC)
 
 $(OBJ_DIR)/gen/%.o: $(GEN_DIR)/%.c $(GEN_FILES)
 	@mkdir -p $(dir $@)

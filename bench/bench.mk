@@ -18,6 +18,6 @@ BENCH_PROGS := $(BUILD)/bench/pvgpu-bandwidth \
 .PHONY: bench
 bench: $(BENCH_PROGS)
 
-$(BENCH_PROGS): $(BUILD)/bench/%: bench/%.cu bench/bench_common.h
+$(BENCH_PROGS): $(BUILD)/bench/%: bench/%.cu bench/bench_common.h common/size.c common/size.h
 	@mkdir -p $(@D)
-	$(NVCC) -cudart shared -arch=sm_90 -L$(CUDA_LIBDIR) -Xcompiler -Wall,-Wextra,-Werror -O2 -o $@ $< -ldl -lpthread
+	$(NVCC) -cudart shared -arch=sm_90 -L$(CUDA_LIBDIR) -Icommon -Xcompiler -Wall,-Wextra,-Werror -O2 -o $@ $< common/size.c -ldl -lpthread

@@ -31,6 +31,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "size.h"
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -262,38 +264,10 @@ long long first_difference(const void *a, const void *b, size_t len)
 /* ------------------------------------------------------------------ */
 
 /*
- * "4096", "4K", "4KiB", "64M", "1G" (binary multiples; "B" optional).
- * Returns 0 on success, -1 if s is not a size.
+ * Sizes are read by common/size.c ("4096", "4K", "4KiB", "64M", "1G"), as
+ * everywhere else in pvgpu; bench.mk compiles it with each benchmark.
  */
-int parse_size(const char *s, uint64_t *out)
-{
-	char *end;
-	unsigned long long v;
-	uint64_t mult = 1;
-
-	if (!s || !*s || *s == '-' || *s == '+')
-		return -1;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno || end == s)
-		return -1;
-	switch (*end) {
-	case 'k': case 'K': mult = 1ULL << 10; end++; break;
-	case 'm': case 'M': mult = 1ULL << 20; end++; break;
-	case 'g': case 'G': mult = 1ULL << 30; end++; break;
-	default: break;
-	}
-	if (mult > 1 && *end == 'i')
-		end++;
-	if (*end == 'B' || *end == 'b')
-		end++;
-	if (*end != '\0')
-		return -1;
-	if (v > UINT64_MAX / mult)
-		return -1;
-	*out = (uint64_t)v * mult;
-	return 0;
-}
+#define parse_size pvgpu_parse_size
 
 /* "64 B", "1 KiB", "256 MiB", "1.5 MiB"; returns buf. */
 char *fmt_size(uint64_t n, char *buf, size_t bufsz)

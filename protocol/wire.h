@@ -34,6 +34,14 @@
 #define PVGPU_MAX_BATCH		(256u * 1024)
 #define PVGPU_MAX_DATA_FRAME	(16u * 1024 * 1024)
 
+/*
+ * What a guest from before feature bits (hello without `features`) can do:
+ * protocol 1 had shared windows and batches from the start.  Bits added
+ * later (PVGPU_FEATURE_* from ops.spec) are agreed only when both sides
+ * name them.
+ */
+#define PVGPU_FEATURES_V1	(PVGPU_FEATURE_WINDOW | PVGPU_FEATURE_BATCH)
+
 /* Default bulk block size; the backend tells the guest its setting. */
 #define PVGPU_DEFAULT_BLOCK	(1u * 1024 * 1024)
 

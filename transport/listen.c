@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <linux/vm_sockets.h>
 
+#include "addr.h"
 #include "listen.h"
 
 static int listen_unix(const char *path, mode_t mode,
@@ -44,6 +45,7 @@ static int listen_unix(const char *path, mode_t mode,
 	chmod(path, mode);
 	strcpy(l->path, path);
 	l->kind = EP_UNIX;
+	l->features = PVGPU_TR_PASSES_FD;
 	return fd;
 
 err_close:
@@ -60,19 +62,15 @@ static int listen_tcp(const char *hostport, struct pvgpu_listener *l,
 				  .ai_socktype = SOCK_STREAM,
 				  .ai_flags = AI_PASSIVE };
 	struct addrinfo *res;
-	char host[200];
-	const char *colon = strrchr(hostport, ':');
+	char host[200], port[32];
 	int fd, one = 1, rc;
 
-	if (!colon || colon == hostport || (size_t)(colon - hostport) >= sizeof(host) ||
-	    !colon[1]) {
+	if (pvgpu_host_port(hostport, host, sizeof(host), port, sizeof(port))) {
 		snprintf(err, errlen, "tcp address '%s' is not HOST:PORT",
 			 hostport);
 		return -1;
 	}
-	memcpy(host, hostport, (size_t)(colon - hostport));
-	host[colon - hostport] = '\0';
-	rc = getaddrinfo(host, colon + 1, &hints, &res);
+	rc = getaddrinfo(host, port, &hints, &res);
 	if (rc) {
 		snprintf(err, errlen, "%s: %s", hostport, gai_strerror(rc));
 		return -1;
@@ -85,6 +83,7 @@ static int listen_tcp(const char *hostport, struct pvgpu_listener *l,
 		goto err_close;
 	freeaddrinfo(res);
 	l->kind = EP_TCP;
+	l->features = PVGPU_TR_ID_AT_HELLO;
 	return fd;
 
 err_close:
@@ -99,25 +98,13 @@ static int listen_vsock(const char *cidport, struct pvgpu_listener *l,
 			char *err, size_t errlen)
 {
 	struct sockaddr_vm sa = { .svm_family = AF_VSOCK };
-	const char *colon = strrchr(cidport, ':');
-	char *end;
-	unsigned long port;
 	int fd;
 
-	if (!colon) {
-		snprintf(err, errlen, "vsock address '%s' is not any:PORT", cidport);
+	if (pvgpu_vsock_addr(cidport, 1, &sa.svm_cid, &sa.svm_port)) {
+		snprintf(err, errlen, "vsock address '%s' is not any:PORT or CID:PORT",
+			 cidport);
 		return -1;
 	}
-	port = strtoul(colon + 1, &end, 10);
-	if (*end || end == colon + 1 || port > 0xffffffffUL) {
-		snprintf(err, errlen, "vsock port in '%s' is not a number", cidport);
-		return -1;
-	}
-	if (!strncmp(cidport, "any:", 4))
-		sa.svm_cid = VMADDR_CID_ANY;
-	else
-		sa.svm_cid = (unsigned int)strtoul(cidport, NULL, 10);
-	sa.svm_port = (unsigned int)port;
 	fd = socket(AF_VSOCK, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
 	    listen(fd, 64) < 0) {
@@ -127,6 +114,7 @@ static int listen_vsock(const char *cidport, struct pvgpu_listener *l,
 		return -1;
 	}
 	l->kind = EP_VSOCK;
+	l->features = PVGPU_TR_VM_CALLERS;
 	return fd;
 }
 
@@ -184,7 +172,7 @@ int pvgpu_accept(struct pvgpu_listener *l, struct pvgpu_peer *peer)
 	if (fd < 0)
 		return -1;
 	memset(peer, 0, sizeof(*peer));
-	peer->kind = l->kind;
+	peer->features = l->features;
 	switch (l->kind) {
 	case EP_UNIX: {
 		struct ucred cred;
@@ -199,7 +187,9 @@ int pvgpu_accept(struct pvgpu_listener *l, struct pvgpu_peer *peer)
 			errno = EPERM;
 			return -1;
 		}
-		peer->uid = cred.uid;
+		snprintf(peer->id.value, sizeof(peer->id.value), "%u",
+			 (unsigned int)cred.uid);
+		peer->id.kind = PVGPU_ID_UID;
 		if (l->vm[0])
 			snprintf(peer->identity, sizeof(peer->identity),
 				 "vm %s via vhost-user (pid %d)", l->vm,
@@ -233,7 +223,9 @@ int pvgpu_accept(struct pvgpu_listener *l, struct pvgpu_peer *peer)
 	case EP_VSOCK: {
 		struct sockaddr_vm *svm = (struct sockaddr_vm *)&ss;
 
-		peer->cid = svm->svm_cid;
+		snprintf(peer->id.value, sizeof(peer->id.value), "%u",
+			 svm->svm_cid);
+		peer->id.kind = PVGPU_ID_CID;
 		snprintf(peer->identity, sizeof(peer->identity), "cid=%u",
 			 svm->svm_cid);
 		break;

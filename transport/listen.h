@@ -11,12 +11,23 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "identity.h"
 #include "registry.h"
 
+/* Private to the transports: the daemon reads only the features below. */
 enum pvgpu_endpoint_kind { EP_UNIX, EP_TCP, EP_VSOCK };
+
+/*
+ * What a channel is like, for those who must not know which channel it
+ * is (admission, the supervisor, the worker): feature bits, not kinds.
+ */
+#define PVGPU_TR_ID_AT_HELLO	(1u << 0)	/* who: the token in hello */
+#define PVGPU_TR_VM_CALLERS	(1u << 1)	/* callers are VMs, to be registered */
+#define PVGPU_TR_PASSES_FD	(1u << 2)	/* may carry a window's fd */
 
 struct pvgpu_listener {
 	enum pvgpu_endpoint_kind kind;
+	unsigned int features;		/* PVGPU_TR_* */
 	int fd;
 	char uri[256];
 	char path[108];		/* EP_UNIX: unlinked again on shutdown */
@@ -24,10 +35,10 @@ struct pvgpu_listener {
 };
 
 struct pvgpu_peer {
-	enum pvgpu_endpoint_kind kind;
+	unsigned int features;	/* the channel's PVGPU_TR_* */
+	/* From the channel; PVGPU_ID_NONE where it says nothing (tcp). */
+	struct pvgpu_identity id;
 	char identity[128];	/* "uid=1000,pid=42", "tcp:127.0.0.1:5000", "cid=4" */
-	uid_t uid;		/* EP_UNIX only */
-	unsigned int cid;	/* EP_VSOCK only */
 	/*
 	 * The registered VM the channel belongs to (vm.name "" if none): the
 	 * VM whose vhost-user socket accepted it, or whose CID it has.

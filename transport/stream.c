@@ -18,7 +18,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "addr.h"
 #include "transport.h"
+#include "wait.h"
 
 /* Long enough for a loaded host, short enough that a dead one is no hang. */
 #define TCP_CONNECT_TIMEOUT_MS	10000
@@ -54,14 +56,6 @@ static int stream_sendv(struct pvgpu_transport *t, struct iovec *iov, int iovcnt
 	return 0;
 }
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /*
  * A reply to a small call comes back within microseconds; polling for that
  * long (PVGPU_POLL_US, default 50) beats sleeping in recv and being woken.
@@ -69,22 +63,15 @@ static uint64_t now_ns(void)
  */
 static ssize_t poll_recv(struct pvgpu_transport *t, void *buf, size_t len)
 {
-	uint64_t deadline = 0;
+	struct pvgpu_poll poll = { 0 };
 
-	for (unsigned int i = 0; t->poll_ns; i++) {
+	while (t->poll_ns) {
 		ssize_t n = recv(t->fd, buf, len, MSG_DONTWAIT);
 
 		if (n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
 			return n;
-		if ((i & 63) == 0) {
-			uint64_t now = now_ns();
-
-			if (!deadline)
-				deadline = now + t->poll_ns;
-			else if (now > deadline)
-				break;
-		}
-		__builtin_ia32_pause();
+		if (!pvgpu_poll_again(&poll, t->poll_ns))
+			break;
 	}
 	return -2;
 }
@@ -101,7 +88,7 @@ static int stream_recv(struct pvgpu_transport *t, void *buf, size_t len)
 		n = poll_recv(t, (char *)buf + got, len - got);
 		if (n == -2)
 			n = recv(t->fd, (char *)buf + got, len - got,
-				 t->ops->no_waitall ? 0 : MSG_WAITALL);
+				 t->ops->features & PVGPU_TRG_NO_WAITALL ? 0 : MSG_WAITALL);
 		if (n == 0)
 			return -ECONNRESET;
 		if (n < 0) {
@@ -150,32 +137,6 @@ err_errno:
 	rc = -errno;
 	snprintf(err, errlen, "socket: %s", strerror(-rc));
 	return rc;
-}
-
-/* Split "host:port" or "[v6addr]:port" into its two parts. */
-static int split_host_port(const char *addr, char *host, size_t hostlen,
-			   const char **port)
-{
-	const char *colon, *start = addr, *end;
-
-	if (*addr == '[') {
-		start = addr + 1;
-		end = strchr(start, ']');
-		if (!end || end[1] != ':')
-			return -1;
-		colon = end + 1;
-	} else {
-		colon = strrchr(addr, ':');
-		if (!colon)
-			return -1;
-		end = colon;
-	}
-	if (end == start || (size_t)(end - start) >= hostlen || !colon[1])
-		return -1;
-	memcpy(host, start, (size_t)(end - start));
-	host[end - start] = '\0';
-	*port = colon + 1;
-	return 0;
 }
 
 /* connect() with a deadline, so an unreachable host fails in bounded time. */
@@ -228,11 +189,10 @@ static int tcp_connect(struct pvgpu_transport *t, const char *addr,
 		.ai_socktype = SOCK_STREAM,
 	};
 	struct addrinfo *res, *ai;
-	char host[256];
-	const char *port;
+	char host[256], port[32];
 	int rc, fd = -1;
 
-	if (split_host_port(addr, host, sizeof(host), &port)) {
+	if (pvgpu_host_port(addr, host, sizeof(host), port, sizeof(port))) {
 		snprintf(err, errlen, "bad address '%s' (want HOST:PORT)", addr);
 		return -EINVAL;
 	}
@@ -267,7 +227,7 @@ static int tcp_connect(struct pvgpu_transport *t, const char *addr,
 
 const struct pvgpu_transport_ops pvgpu_transport_unix = {
 	.scheme = "unix",
-	.sends_token = 0,	/* the backend reads SO_PEERCRED */
+	/* No PVGPU_TRG_SENDS_TOKEN: the backend reads SO_PEERCRED. */
 	.connect = unix_connect,
 	.sendv = stream_sendv,
 	.recv = stream_recv,
@@ -276,7 +236,7 @@ const struct pvgpu_transport_ops pvgpu_transport_unix = {
 
 const struct pvgpu_transport_ops pvgpu_transport_tcp = {
 	.scheme = "tcp",
-	.sends_token = 1,
+	.features = PVGPU_TRG_SENDS_TOKEN,
 	.connect = tcp_connect,
 	.sendv = stream_sendv,
 	.recv = stream_recv,
@@ -324,13 +284,12 @@ static int unix_sendv_fd(struct pvgpu_transport *t, struct iovec *iov,
 /* shm://PATH: the Unix socket for control plus a memfd window for data. */
 const struct pvgpu_transport_ops pvgpu_transport_shm = {
 	.scheme = "shm",
-	.sends_token = 0,
+	.features = PVGPU_TRG_MEMFD_WINDOW,
 	.connect = unix_connect,
 	.sendv = stream_sendv,
 	.recv = stream_recv,
 	.close = stream_close,
 	.sendv_fd = unix_sendv_fd,
-	.wants_window = 1,
 };
 
 /*
@@ -342,22 +301,12 @@ static int vsock_connect(struct pvgpu_transport *t, const char *addr,
 			 char *err, size_t errlen)
 {
 	struct sockaddr_vm sa = { .svm_family = AF_VSOCK };
-	unsigned long cid, port;
-	char *end;
 	int fd;
 
-	cid = strtoul(addr, &end, 10);
-	if (end == addr || *end != ':') {
+	if (pvgpu_vsock_addr(addr, 0, &sa.svm_cid, &sa.svm_port)) {
 		snprintf(err, errlen, "vsock address '%s' is not CID:PORT", addr);
 		return -EINVAL;
 	}
-	port = strtoul(end + 1, &end, 10);
-	if (*end || cid > 0xffffffffUL || port > 0xffffffffUL) {
-		snprintf(err, errlen, "vsock address '%s' is not CID:PORT", addr);
-		return -EINVAL;
-	}
-	sa.svm_cid = (unsigned int)cid;
-	sa.svm_port = (unsigned int)port;
 	fd = socket(AF_VSOCK, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
 		int e = errno;
@@ -373,13 +322,11 @@ static int vsock_connect(struct pvgpu_transport *t, const char *addr,
 
 const struct pvgpu_transport_ops pvgpu_transport_vsock = {
 	.scheme = "vsock",
-	.sends_token = 0,
 	/*
 	 * AF_VSOCK refuses a MSG_WAITALL receive at or above its buffer size
 	 * (256 KiB by default) with ENOMEM; plain receives in a loop it takes.
 	 */
-	.no_waitall = 1,
-	.device_window = 1,
+	.features = PVGPU_TRG_NO_WAITALL | PVGPU_TRG_DEVICE_WINDOW,
 	.connect = vsock_connect,
 	.sendv = stream_sendv,
 	.recv = stream_recv,

@@ -16,10 +16,15 @@
 
 struct pvgpu_transport;
 
+/* What a guest transport is like: feature bits, not fields per quirk. */
+#define PVGPU_TRG_SENDS_TOKEN	(1u << 0)	/* identity: the token in hello */
+#define PVGPU_TRG_MEMFD_WINDOW	(1u << 1)	/* bulk data: a memfd sent with sendv_fd */
+#define PVGPU_TRG_DEVICE_WINDOW	(1u << 2)	/* in a VM: a /dev/pvgpuN window */
+#define PVGPU_TRG_NO_WAITALL	(1u << 3)	/* refuses large MSG_WAITALL receives */
+
 struct pvgpu_transport_ops {
 	const char *scheme;
-	/* Identity comes from the token in hello (no peer credentials). */
-	int sends_token;
+	unsigned int features;		/* PVGPU_TRG_* */
 	/*
 	 * addr is the URI after "scheme://".  Returns 0, or -errno with one
 	 * human-readable reason in err.
@@ -38,12 +43,6 @@ struct pvgpu_transport_ops {
 	 */
 	int (*sendv_fd)(struct pvgpu_transport *t, struct iovec *iov,
 			int iovcnt, int fd);
-	/* Bulk data goes through a memfd window sent with sendv_fd (shm://). */
-	int wants_window;
-	/* Inside a VM: bulk data goes through a /dev/pvgpuN window if any. */
-	int device_window;
-	/* Receive without MSG_WAITALL (the socket family refuses large ones). */
-	int no_waitall;
 };
 
 struct pvgpu_transport {

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "client.h"
+#include "size.h"
 #include "debug.h"
 #include "guest_window.h"
 #include "pvgpu_guest.h"
@@ -45,6 +46,7 @@ struct pvgpu_client {
 	int32_t deferred_kept;
 	struct pvgpu_client_stats stats;
 	struct pvgpu_window_map *win;	/* shared window; NULL: none */
+	struct pvgpu_client_config cfg;
 };
 
 static uint64_t take_id(struct pvgpu_client *c)
@@ -327,8 +329,8 @@ static void attach_window(struct pvgpu_client *c, int device)
 	int fd = -1, rc;
 	int32_t st;
 
-	c->win = device ? pvgpu_window_open_device(err, sizeof(err)) :
-			  pvgpu_window_create(&fd, err, sizeof(err));
+	c->win = device ? pvgpu_window_open_device(&c->cfg, err, sizeof(err)) :
+			  pvgpu_window_create(&c->cfg, &fd, err, sizeof(err));
 	if (!c->win) {
 		pvgpu_debug("%s: no shared window (%s): using the socket alone",
 			    c->uri, err);
@@ -398,6 +400,9 @@ int32_t pvgpu_client_queue(struct pvgpu_client *c, uint16_t opcode,
 	memcpy(slot + PVGPU_HDR_SIZE, req, req_len);
 	c->batch_len += need;
 	c->batch_count++;
+	/* A backend that takes no BATCH gets each operation on its own. */
+	if (!(c->info.features & PVGPU_FEATURE_BATCH))
+		st = flush_locked(c);
 out:
 	pthread_mutex_unlock(&c->lock);
 	return st;
@@ -428,51 +433,24 @@ const struct pvgpu_client_info *pvgpu_client_info(const struct pvgpu_client *c)
 	return &c->info;
 }
 
-/* PVGPU_BLOCK_SIZE: bytes, or with a K/M suffix; 0 when unset or invalid. */
-static uint64_t block_size_from_env(void)
-{
-	const char *env = getenv("PVGPU_BLOCK_SIZE");
-	unsigned long long v;
-	char *end;
-
-	if (!env || !*env)
-		return 0;
-	errno = 0;
-	v = strtoull(env, &end, 10);
-	if (errno || end == env)
-		goto err_bad;
-	if (*end == 'k' || *end == 'K') {
-		v <<= 10;
-		end++;
-	} else if (*end == 'm' || *end == 'M') {
-		v <<= 20;
-		end++;
-	}
-	if (*end || !v || v > PVGPU_MAX_DATA_FRAME)
-		goto err_bad;
-	return v;
-
-err_bad:
-	pvgpu_debug("ignoring PVGPU_BLOCK_SIZE=%s", env);
-	return 0;
-}
-
 static int say_hello(struct pvgpu_client *c, char *err, size_t errlen)
 {
 	struct pvgpu_hello_req req = {
 		.version_min = 1,
 		.version_max = PVGPU_PROTO_VERSION,
 		.pid = (uint32_t)getpid(),
+		.features = PVGPU_FEATURES_KNOWN,
+		.required = c->cfg.required_features,
 	};
+	uint64_t missing;
 	struct pvgpu_hello_rep rep;
-	const char *token = getenv("PVGPU_TOKEN");
+	const char *token = c->cfg.token;
 	const char *name = program_invocation_short_name;
-	uint64_t block;
 	int32_t st;
 
-	if (c->tr.ops->sends_token && token) {
+	if ((c->tr.ops->features & PVGPU_TRG_SENDS_TOKEN) && *token) {
 		if (strlen(token) >= sizeof(req.token)) {
-			snprintf(err, errlen, "PVGPU_TOKEN is longer than %zu bytes",
+			snprintf(err, errlen, "the token is longer than %zu bytes",
 				 sizeof(req.token) - 1);
 			return PVGPU_CLIENT_EENCODE;
 		}
@@ -485,8 +463,10 @@ static int say_hello(struct pvgpu_client *c, char *err, size_t errlen)
 
 	st = pvgpu_call_hello(c, &req, &rep);
 	if (st) {
-		snprintf(err, errlen, "hello refused (%s %d)",
-			 st < 0 ? "client error" : "CUresult", st);
+		snprintf(err, errlen, "hello refused (%s %d)%s",
+			 st < 0 ? "client error" : "CUresult", st,
+			 st == 801 && req.required ?	/* CUDA_ERROR_NOT_SUPPORTED */
+			 ": the backend lacks a protocol version or feature this program needs" : "");
 		return st < 0 ? st : PVGPU_CLIENT_EPROTO;
 	}
 	if (rep.version < 1 || rep.version > PVGPU_PROTO_VERSION ||
@@ -496,32 +476,44 @@ static int say_hello(struct pvgpu_client *c, char *err, size_t errlen)
 			 rep.version, rep.device_count, rep.data_block);
 		return PVGPU_CLIENT_EPROTO;
 	}
+	/* A backend from before feature bits answers none: protocol 1's. */
+	c->info.features = (rep.features ? rep.features : PVGPU_FEATURES_V1) &
+			   PVGPU_FEATURES_KNOWN;
+	missing = req.required & ~c->info.features;
+	if (missing) {
+		snprintf(err, errlen, "the backend lacks feature bits %#llx this program needs",
+			 (unsigned long long)missing);
+		return PVGPU_CLIENT_EPROTO;
+	}
+	pvgpu_debug("%s: protocol %u, features %#llx agreed (ours %#llx, backend said %#llx)",
+		    c->uri, rep.version, (unsigned long long)c->info.features,
+		    (unsigned long long)req.features,
+		    (unsigned long long)rep.features);
 	c->version = (uint16_t)rep.version;
 	c->info.version = rep.version;
 	c->info.device_count = rep.device_count;
 	c->info.session_id = rep.session_id;
 	c->info.data_block = rep.data_block;
-	block = block_size_from_env();
-	if (block && block < c->info.data_block)
-		c->info.data_block = (uint32_t)block;
+	if (c->cfg.block_size && c->cfg.block_size < c->info.data_block)
+		c->info.data_block = c->cfg.block_size;
 	return 0;
 }
 
-/* PVGPU_POLL_US: how long to poll for a reply before sleeping (0: never). */
-static uint64_t poll_ns_from_env(void)
+void pvgpu_client_config_init(struct pvgpu_client_config *cfg)
 {
-	const char *s = getenv("PVGPU_POLL_US");
-	char *end;
-	unsigned long us;
-
-	if (!s || !*s)
-		return 50 * 1000;
-	us = strtoul(s, &end, 10);
-	return *end || us > 100000 ? 50 * 1000 : (uint64_t)us * 1000;
+	memset(cfg, 0, sizeof(*cfg));
+	snprintf(cfg->devices, sizeof(cfg->devices), "%s",
+		 PVGPU_CLIENT_DEFAULT_DEVICES);
+	cfg->poll_ns = 50 * 1000;
+	cfg->window = 1;
+	cfg->copy_threads = 2;
+	cfg->window_size = 1ull << 30;
+	cfg->staging_slot = 4u << 20;
+	cfg->staging_slots = 8;
 }
 
-int pvgpu_client_open(const char *uri, struct pvgpu_client **out,
-		      char *err, size_t errlen)
+int pvgpu_client_open(const char *uri, const struct pvgpu_client_config *cfg,
+		      struct pvgpu_client **out, char *err, size_t errlen)
 {
 	const struct pvgpu_transport_ops *ops;
 	struct pvgpu_client *c;
@@ -542,9 +534,16 @@ int pvgpu_client_open(const char *uri, struct pvgpu_client **out,
 		goto err_free;
 	pthread_mutex_init(&c->lock, NULL);
 	snprintf(c->uri, sizeof(c->uri), "%s", uri);
+	c->cfg = *cfg;
+	/* A block the wire cannot carry is no block: the backend's, then. */
+	if (c->cfg.block_size > PVGPU_MAX_DATA_FRAME) {
+		pvgpu_debug("ignoring a block size of %u bytes", c->cfg.block_size);
+		c->cfg.block_size = 0;
+	}
+	pvgpu_debug_enable(cfg->debug);
 	c->tr.ops = ops;
 	c->tr.fd = -1;
-	c->tr.poll_ns = poll_ns_from_env();
+	c->tr.poll_ns = cfg->poll_ns;
 	c->version = PVGPU_PROTO_VERSION;	/* hello: our newest */
 	c->info.data_block = PVGPU_DEFAULT_BLOCK;
 
@@ -554,9 +553,11 @@ int pvgpu_client_open(const char *uri, struct pvgpu_client **out,
 	rc = say_hello(c, err, errlen);
 	if (rc)
 		goto err_close;
-	if (ops->wants_window && ops->sendv_fd)
+	if (!c->cfg.window || !(c->info.features & PVGPU_FEATURE_WINDOW))
+		;	/* socket only, as asked or agreed */
+	else if ((ops->features & PVGPU_TRG_MEMFD_WINDOW) && ops->sendv_fd)
 		attach_window(c, 0);
-	else if (ops->device_window)
+	else if (ops->features & PVGPU_TRG_DEVICE_WINDOW)
 		attach_window(c, 1);
 	*out = c;
 	return 0;

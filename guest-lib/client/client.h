@@ -28,14 +28,55 @@ struct pvgpu_client_info {
 	int32_t device_count;
 	uint64_t session_id;
 	uint32_t data_block;	/* largest DATA frame this client sends */
+	uint64_t features;	/* agreed at hello: PVGPU_FEATURE_* */
 };
 
 /*
- * Connect to uri ("unix:///path", "tcp://host:port") and say hello.
- * 0 and *out on success; otherwise a negative value and one line in err.
+ * Everything a connection is tuned by.  The client reads no environment:
+ * a front-end fills this once at start-up (pvgpu_config_from_env() in
+ * guest-lib/frontend/ reads the PVGPU_* variables) and may then change
+ * what it knows better, so that pvgpuctl, the runtime shim and the driver
+ * front-end configure the same client the same way.
  */
-int pvgpu_client_open(const char *uri, struct pvgpu_client **out,
-		      char *err, size_t errlen);
+#define PVGPU_CLIENT_DEVICES_MAX	1024
+#define PVGPU_CLIENT_TOKEN_MAX		257	/* hello's token, NUL included */
+#define PVGPU_CLIENT_DEFAULT_DEVICES	"unix:///run/pvgpu/pvgpu.sock"
+#define PVGPU_CLIENT_PATH_MAX		256
+
+struct pvgpu_client_config {
+	/* PVGPU_DEVICES: "URI[#N][,URI[#N]...]", split by the front-end. */
+	char devices[PVGPU_CLIENT_DEVICES_MAX];
+	/* PVGPU_TOKEN: who we are, where the channel cannot say (tcp). */
+	char token[PVGPU_CLIENT_TOKEN_MAX];
+	/* PVGPU_BLOCK_SIZE: largest DATA frame sent; 0 takes the backend's. */
+	uint32_t block_size;
+	/* PVGPU_POLL_US: busy-poll for a reply this long before sleeping. */
+	uint64_t poll_ns;
+	/* PVGPU_COPY_THREADS: threads copying through the window (1 or 2). */
+	unsigned int copy_threads;
+	/* Use a shared window where the transport has one (1, the default). */
+	int window;
+	/* PVGPU_WINDOW_DEVICE: "" takes the first free /dev/pvgpuN. */
+	char window_device[PVGPU_CLIENT_PATH_MAX];
+	/* PVGPU_WINDOW_SIZE, PVGPU_STAGING_SLOT(S): a shm:// window made here. */
+	uint64_t window_size;
+	uint32_t staging_slot, staging_slots;
+	/* Feature bits (PVGPU_FEATURE_*) this front-end cannot do without. */
+	uint64_t required_features;
+	/* PVGPU_DEBUG: one line on stderr for each failure. */
+	int debug;
+};
+
+/* The defaults: what a front-end gets with no PVGPU_* variable set. */
+void pvgpu_client_config_init(struct pvgpu_client_config *cfg);
+
+/*
+ * Connect to uri ("unix:///path", "tcp://host:port", "vsock://2:7100",
+ * "shm:///path") with cfg, and say hello.  cfg is copied.  0 and *out on
+ * success; otherwise a negative value and one line in err.
+ */
+int pvgpu_client_open(const char *uri, const struct pvgpu_client_config *cfg,
+		      struct pvgpu_client **out, char *err, size_t errlen);
 
 /* Flush, say bye, disconnect and free. */
 void pvgpu_client_close(struct pvgpu_client *c);

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "client.h"
 #include "window.h"
 
 struct pvgpu_window_block;
@@ -27,7 +28,7 @@ struct pvgpu_window_map {
 	/*
 	 * A helper thread copies half of each large staging block: one core's
 	 * memcpy, not the DMA, is what limits a pageable copy through the
-	 * window.  PVGPU_COPY_THREADS=1 turns it off.
+	 * window.  copy_threads = 1 in the config turns it off.
 	 */
 	struct pvgpu_copy_helper *helper;
 
@@ -37,19 +38,21 @@ struct pvgpu_window_map {
 };
 
 /*
- * A new window in a memfd: size from PVGPU_WINDOW_SIZE (default 1G), slots
- * from PVGPU_STAGING_SLOT / PVGPU_STAGING_SLOTS.  Returns the map and the
+ * A new window in a memfd: size and staging slots from cfg (a value out of
+ * range takes the default: 1G, 8 slots of 4M).  Returns the map and the
  * fd to hand to the backend, or NULL with one line in err.
  */
-struct pvgpu_window_map *pvgpu_window_create(int *fd, char *err, size_t errlen);
+struct pvgpu_window_map *pvgpu_window_create(const struct pvgpu_client_config *cfg,
+					     int *fd, char *err, size_t errlen);
 /*
- * In a VM: the window of a pvgpu device (PVGPU_WINDOW_DEVICE, else the
+ * In a VM: the window of a pvgpu device (cfg->window_device, else the
  * first of /dev/pvgpu0..15 that is free), whose layout the host wrote.
  * One process of the guest uses a window at a time (an flock on the
  * device): the staging ring has one writer per direction.  NULL with one
  * line in err when there is none to use.
  */
-struct pvgpu_window_map *pvgpu_window_open_device(char *err, size_t errlen);
+struct pvgpu_window_map *pvgpu_window_open_device(const struct pvgpu_client_config *cfg,
+						  char *err, size_t errlen);
 void pvgpu_window_destroy(struct pvgpu_window_map *w);
 
 /* Pinned memory for cudaMallocHost; NULL when the arena is full. */

@@ -18,9 +18,11 @@
 
 #include "guest_window.h"
 #include "pvgpu_ioctl.h"
+#include "size.h"
+#include "wait.h"
 
 #define ARENA_ALIGN		4096u	/* page-aligned, like cudaMallocHost */
-#define STALL_TIMEOUT_S		30.0
+#define STALL_TIMEOUT_NS	(30ull * 1000000000u)
 
 struct pvgpu_window_block {
 	uint64_t offset, size;
@@ -63,12 +65,11 @@ static void *copy_helper_main(void *arg)
 	return NULL;
 }
 
-static struct pvgpu_copy_helper *copy_helper_start(void)
+static struct pvgpu_copy_helper *copy_helper_start(unsigned int threads)
 {
-	const char *env = getenv("PVGPU_COPY_THREADS");
 	struct pvgpu_copy_helper *h;
 
-	if (env && !strcmp(env, "1"))
+	if (threads == 1)
 		return NULL;
 	h = calloc(1, sizeof(*h));
 	if (!h)
@@ -120,28 +121,7 @@ static void block_copy(struct pvgpu_window_map *w, void *dst, const void *src,
 	pthread_mutex_unlock(&h->lock);
 	memcpy(dst, src, half);
 	while (!__atomic_load_n(&h->done, __ATOMIC_ACQUIRE))
-		__builtin_ia32_pause();
-}
-
-static uint64_t size_from_env(const char *name, uint64_t dflt, uint64_t min,
-			      uint64_t max)
-{
-	const char *s = getenv(name);
-	char *end;
-	unsigned long long v;
-
-	if (!s || !*s)
-		return dflt;
-	v = strtoull(s, &end, 10);
-	if (*end == 'K' || *end == 'k')
-		v <<= 10, end++;
-	else if (*end == 'M' || *end == 'm')
-		v <<= 20, end++;
-	else if (*end == 'G' || *end == 'g')
-		v <<= 30, end++;
-	if (*end || v < min || v > max)
-		return dflt;
-	return v;
+		pvgpu_cpu_relax();
 }
 
 /* Where pinned allocations start: the first page past the staging ring. */
@@ -160,7 +140,8 @@ static uint64_t arena_start(uint64_t staging_offset, uint32_t slot_size,
  */
 static struct pvgpu_window_map *map_new(uint8_t *base, uint64_t size,
 					int dev_fd,
-					const struct pvgpu_window_header *hdr)
+					const struct pvgpu_window_header *hdr,
+					unsigned int copy_threads)
 {
 	struct pvgpu_window_map *w = calloc(1, sizeof(*w));
 	uint64_t arena = arena_start(hdr->staging_offset, hdr->slot_size,
@@ -185,17 +166,24 @@ static struct pvgpu_window_map *map_new(uint8_t *base, uint64_t size,
 	w->blocks[0] = (struct pvgpu_window_block){ arena, size - arena, 0 };
 	w->nblocks = 1;
 	pthread_mutex_init(&w->lock, NULL);
-	w->helper = copy_helper_start();
+	w->helper = copy_helper_start(copy_threads);
 	return w;
 }
 
-struct pvgpu_window_map *pvgpu_window_create(int *fdp, char *err, size_t errlen)
+/* v when it is within [min, max], else dflt: a bad setting is no setting. */
+static uint64_t in_range(uint64_t v, uint64_t dflt, uint64_t min, uint64_t max)
 {
-	uint64_t size = size_from_env("PVGPU_WINDOW_SIZE", 1ull << 30,
-				      64ull << 20, 64ull << 30);
-	uint32_t slot = (uint32_t)size_from_env("PVGPU_STAGING_SLOT", 4u << 20,
-						64u << 10, 64u << 20);
-	uint32_t nslots = (uint32_t)size_from_env("PVGPU_STAGING_SLOTS", 8, 2, 64);
+	return v < min || v > max ? dflt : v;
+}
+
+struct pvgpu_window_map *pvgpu_window_create(const struct pvgpu_client_config *cfg,
+					     int *fdp, char *err, size_t errlen)
+{
+	uint64_t size = in_range(cfg->window_size, 1ull << 30,
+				 64ull << 20, 64ull << 30);
+	uint32_t slot = (uint32_t)in_range(cfg->staging_slot, 4u << 20,
+					   64u << 10, 64u << 20);
+	uint32_t nslots = (uint32_t)in_range(cfg->staging_slots, 8, 2, 64);
 	struct pvgpu_window_header *hdr;
 	struct pvgpu_window_map *w;
 	void *base;
@@ -225,7 +213,7 @@ struct pvgpu_window_map *pvgpu_window_create(int *fdp, char *err, size_t errlen)
 	hdr->staging_offset = PVGPU_WINDOW_HDR_SIZE;
 	hdr->slot_size = slot;
 	hdr->nslots = nslots;
-	w = map_new(base, size, -1, hdr);
+	w = map_new(base, size, -1, hdr, cfg->copy_threads);
 	if (!w) {
 		snprintf(err, errlen, "out of memory");
 		munmap(base, size);
@@ -241,8 +229,9 @@ err_fd:
 }
 
 /* Map /dev/pvgpuN if it is a window we may use; the map, or NULL with why in err. */
-static struct pvgpu_window_map *map_device(const char *path, char *err,
-					   size_t errlen)
+static struct pvgpu_window_map *map_device(const char *path,
+					   unsigned int copy_threads,
+					   char *err, size_t errlen)
 {
 	struct pvgpu_window_header hdr;
 	struct pvgpu_window_map *w;
@@ -281,7 +270,7 @@ static struct pvgpu_window_map *map_device(const char *path, char *err,
 			 path, PVGPU_WINDOW_LAYOUT);
 		goto err_unmap;
 	}
-	w = map_new(base, info.size, fd, &hdr);
+	w = map_new(base, info.size, fd, &hdr, copy_threads);
 	if (!w) {
 		snprintf(err, errlen, "out of memory");
 		goto err_unmap;
@@ -298,12 +287,13 @@ err_close:
 	return NULL;
 }
 
-struct pvgpu_window_map *pvgpu_window_open_device(char *err, size_t errlen)
+struct pvgpu_window_map *pvgpu_window_open_device(const struct pvgpu_client_config *cfg,
+						  char *err, size_t errlen)
 {
-	const char *path = getenv("PVGPU_WINDOW_DEVICE");
+	const char *path = cfg->window_device;
 
-	if (path && *path)
-		return map_device(path, err, errlen);
+	if (*path)
+		return map_device(path, cfg->copy_threads, err, errlen);
 	snprintf(err, errlen, "no /dev/pvgpuN device");
 	for (int i = 0; i < 16; i++) {
 		struct pvgpu_window_map *w;
@@ -312,7 +302,7 @@ struct pvgpu_window_map *pvgpu_window_open_device(char *err, size_t errlen)
 		snprintf(dev, sizeof(dev), "/dev/pvgpu%d", i);
 		if (access(dev, F_OK))
 			continue;
-		w = map_device(dev, why, sizeof(why));
+		w = map_device(dev, cfg->copy_threads, why, sizeof(why));
 		if (w)
 			return w;
 		snprintf(err, errlen, "%s", why);	/* the last reason */
@@ -420,12 +410,25 @@ int pvgpu_window_holds(const struct pvgpu_window_map *w, const void *p,
 	return len <= w->size - *offset;
 }
 
-static double now_s(void)
-{
-	struct timespec t;
+struct counter_wait {
+	const struct pvgpu_window_counter *counter;
+	uint64_t want;
+	int (*quiet)(void *);
+	void *arg;
+};
 
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+static int counter_passed(void *arg)
+{
+	struct counter_wait *cw = arg;
+
+	return pvgpu_window_load(cw->counter) >= cw->want;
+}
+
+static int channel_spoke(void *arg)
+{
+	struct counter_wait *cw = arg;
+
+	return !cw->quiet(cw->arg);
 }
 
 /*
@@ -436,36 +439,19 @@ static double now_s(void)
 static int wait_counter(const struct pvgpu_window_counter *counter,
 			uint64_t want, int (*quiet)(void *), void *arg)
 {
-	double start = 0;
+	struct counter_wait cw = { counter, want, quiet, arg };
 
-	for (unsigned int spins = 0;; spins++) {
-		if (pvgpu_window_load(counter) >= want)
-			return 0;
-		if (spins < 4096) {
-			__builtin_ia32_pause();
-			continue;
-		}
-		if (spins < 8192) {
-			sched_yield();
-			continue;
-		}
-		if (!start)
-			start = now_s();
-		/*
-		 * Something arrived (the reply, or a hang-up), or too long.  The
-		 * backend stores the counter before it replies, so a reply that
-		 * came after our last look may have come with what we wait
-		 * for: look once more before giving up, or the bytes of a copy
-		 * that succeeded would never be taken.
-		 */
-		if (!quiet(arg) || now_s() - start > STALL_TIMEOUT_S)
-			return pvgpu_window_load(counter) >= want ? 0 : -1;
-		{
-			struct timespec nap = { 0, 20 * 1000 };
-
-			nanosleep(&nap, NULL);
-		}
-	}
+	if (pvgpu_spin_wait(counter_passed, channel_spoke, &cw,
+			    STALL_TIMEOUT_NS) == PVGPU_WAIT_READY)
+		return 0;
+	/*
+	 * Something arrived (the reply, or a hang-up), or too long.  The
+	 * backend stores the counter before it replies, so a reply that came
+	 * after our last look may have come with what we wait for: look once
+	 * more before giving up, or the bytes of a copy that succeeded would
+	 * never be taken.
+	 */
+	return counter_passed(&cw) ? 0 : -1;
 }
 
 static uint8_t *slot_ptr(struct pvgpu_window_map *w, uint64_t seq)

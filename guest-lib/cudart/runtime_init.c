@@ -10,11 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config_env.h"
 #include "debug.h"
 #include "pvgpu_guest.h"
 #include "runtime.h"
-
-#define DEFAULT_DEVICES		"unix:///run/pvgpu/pvgpu.sock"
 
 struct pvgpu_runtime pvgpu_rt = {
 	.once = PTHREAD_ONCE_INIT,
@@ -186,7 +185,7 @@ static int add_device(int backend, int index)
 }
 
 /* Returns how many backends could not be reached. */
-static int connect_backends(void)
+static int connect_backends(const struct pvgpu_client_config *cfg)
 {
 	struct pvgpu_runtime *rt = &pvgpu_rt;
 	int unreachable = 0;
@@ -195,7 +194,8 @@ static int connect_backends(void)
 		struct pvgpu_backend *be = &rt->backends[i];
 		char err[256] = "";
 
-		if (pvgpu_client_open(be->uri, &be->client, err, sizeof(err))) {
+		if (pvgpu_client_open(be->uri, cfg, &be->client, err,
+				      sizeof(err))) {
 			be->client = NULL;
 			pvgpu_debug("cannot use %s: %s", be->uri, err);
 			unreachable++;
@@ -207,18 +207,20 @@ static int connect_backends(void)
 static void runtime_init_once(void)
 {
 	struct pvgpu_runtime *rt = &pvgpu_rt;
-	const char *list = getenv("PVGPU_DEVICES");
+	struct pvgpu_client_config cfg;
 	struct device_entry *entries = NULL;
+	const char *list;
 	int nentries, unreachable;
 
-	if (!list || !*list)
-		list = DEFAULT_DEVICES;
+	/* The one place this front-end reads its environment. */
+	pvgpu_config_from_env(&cfg);
+	list = cfg.devices;
 	nentries = parse_devices(list, &entries);
 	if (nentries < 0) {
 		pvgpu_debug("out of memory reading PVGPU_DEVICES");
 		return;
 	}
-	unreachable = connect_backends();
+	unreachable = connect_backends(&cfg);
 	for (int i = 0; i < nentries; i++) {
 		struct pvgpu_backend *be = &rt->backends[entries[i].backend];
 		int count, index = entries[i].index;

@@ -23,15 +23,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #ifndef PVGPU_NO_CURL
 #include <curl/curl.h>
 #endif
 
-#include "pvgpu_proto.h"
+#include "client.h"
+#include "config_env.h"
+#include "pvgpu_guest.h"
 
 #define USAGE	"usage: pvgpuctl devices [URI]\n" \
 		"       pvgpuctl status [[--metrics] ADDR:PORT | URL]\n" \
@@ -40,103 +40,42 @@
 		"       pvgpuctl detach DOMAIN [-c URI]\n"
 #define DEFAULT_METRICS	"127.0.0.1:9400"
 
-struct conn {
-	int fd;
-	uint64_t next_id;
-};
-
-static int read_all(int fd, void *buf, size_t len)
-{
-	uint8_t *p = buf;
-
-	while (len) {
-		ssize_t n = read(fd, p, len);
-
-		if (n <= 0)
-			return -1;
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
-/* One sync call: the backend's status, or -1 if the connection failed. */
-static int32_t call(struct conn *c, uint16_t op, const uint8_t *req, long qn,
-		    uint8_t *rep, size_t cap, size_t *rn)
-{
-	uint8_t raw[PVGPU_HDR_SIZE + 1024], prefix[PVGPU_REPLY_PREFIX];
-	struct pvgpu_hdr h = { PVGPU_MAGIC, PVGPU_PROTO_VERSION, op, 0,
-			       (uint32_t)qn, ++c->next_id };
-
-	if (qn < 0 || (size_t)qn > sizeof(raw) - PVGPU_HDR_SIZE)
-		return -1;
-	pvgpu_hdr_encode(raw, &h);
-	memcpy(raw + PVGPU_HDR_SIZE, req, (size_t)qn);
-	if (write(c->fd, raw, PVGPU_HDR_SIZE + (size_t)qn) != PVGPU_HDR_SIZE + qn)
-		return -1;
-	if (read_all(c->fd, raw, PVGPU_HDR_SIZE) || pvgpu_hdr_decode(raw, &h) ||
-	    h.id != c->next_id || h.length < PVGPU_REPLY_PREFIX ||
-	    h.length - PVGPU_REPLY_PREFIX > cap)
-		return -1;
-	if (read_all(c->fd, prefix, sizeof(prefix)) ||
-	    read_all(c->fd, rep, h.length - PVGPU_REPLY_PREFIX))
-		return -1;
-	*rn = h.length - PVGPU_REPLY_PREFIX;
-	return (int32_t)pvgpu_get_u32(prefix);
-}
-
+/*
+ * Connect as a guest would, through the guest's own client library, so
+ * that every transport a guest can use works here too (tcp with
+ * PVGPU_TOKEN, vsock inside a VM, shm), configured by the same PVGPU_*
+ * variables.
+ */
 static int cmd_devices(const char *uri)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	struct pvgpu_hello_req hreq = { .version_min = 1,
-					.version_max = PVGPU_PROTO_VERSION };
-	struct pvgpu_hello_rep hrep;
-	struct conn c = { -1, 0 };
-	uint8_t q[1024], r[1024];
-	size_t rn;
-	long qn;
+	struct pvgpu_client_config cfg;
+	const struct pvgpu_client_info *info;
+	struct pvgpu_client *c;
+	char err[256];
 
-	if (strncmp(uri, "unix://", 7) || strlen(uri + 7) >= sizeof(sa.sun_path)) {
-		fprintf(stderr, "pvgpuctl: only unix:// URIs are supported here\n");
-		return 2;
-	}
-	strcpy(sa.sun_path, uri + 7);
-	c.fd = socket(AF_UNIX, SOCK_STREAM, 0);
-	if (c.fd < 0 || connect(c.fd, (struct sockaddr *)&sa, sizeof(sa))) {
-		fprintf(stderr, "pvgpuctl: cannot connect to %s: %s\n", uri,
-			strerror(errno));
+	pvgpu_config_from_env(&cfg);
+	/* A listing moves no bulk data: leave a VM's window to its programs. */
+	cfg.window = 0;
+	if (pvgpu_client_open(uri, &cfg, &c, err, sizeof(err))) {
+		fprintf(stderr, "pvgpuctl: %s: %s\n", uri, err);
 		return 1;
 	}
-	hreq.pid = (uint32_t)getpid();
-	strcpy(hreq.client, "pvgpuctl");
-	hreq.client_len = 8;
-	qn = pvgpu_hello_req_encode(q, &hreq);
-	if (call(&c, PVGPU_OP_HELLO, q, qn, r, sizeof(r), &rn) ||
-	    pvgpu_hello_rep_decode(r, rn, &hrep) || hrep.version == 0) {
-		fprintf(stderr, "pvgpuctl: %s refused the session (no device?)\n", uri);
-		close(c.fd);
-		return 1;
-	}
+	info = pvgpu_client_info(c);
 	printf("%s: protocol %u, %d device(s), block %u bytes\n", uri,
-	       hrep.version, hrep.device_count, hrep.data_block);
-	for (int32_t d = 0; d < hrep.device_count; d++) {
+	       info->version, info->device_count, info->data_block);
+	for (int32_t d = 0; d < info->device_count; d++) {
 		struct pvgpu_device_get_name_req nreq = { .device = d };
 		struct pvgpu_device_get_name_rep nrep;
 		struct pvgpu_device_total_mem_req mreq = { .device = d };
 		struct pvgpu_device_total_mem_rep mrep;
 
-		qn = pvgpu_device_get_name_req_encode(q, &nreq);
-		if (call(&c, PVGPU_OP_DEVICE_GET_NAME, q, qn, r, sizeof(r), &rn) ||
-		    pvgpu_device_get_name_rep_decode(r, rn, &nrep))
-			break;
-		qn = pvgpu_device_total_mem_req_encode(q, &mreq);
-		if (call(&c, PVGPU_OP_DEVICE_TOTAL_MEM, q, qn, r, sizeof(r), &rn) ||
-		    pvgpu_device_total_mem_rep_decode(r, rn, &mrep))
+		if (pvgpu_call_device_get_name(c, &nreq, &nrep) ||
+		    pvgpu_call_device_total_mem(c, &mreq, &mrep))
 			break;
 		printf("  device %d: %s, %llu MiB\n", d, nrep.name,
 		       (unsigned long long)(mrep.bytes >> 20));
 	}
-	close(c.fd);
+	pvgpu_client_close(c);
 	return 0;
 }
 
@@ -539,7 +478,7 @@ static int cmd_status(const char *where)
 int main(int argc, char **argv)
 {
 	if (argc >= 2 && !strcmp(argv[1], "devices") && argc <= 3)
-		return cmd_devices(argc >= 3 ? argv[2] : "unix:///run/pvgpu/pvgpu.sock");
+		return cmd_devices(argc >= 3 ? argv[2] : PVGPU_CLIENT_DEFAULT_DEVICES);
 	if (argc >= 3 && (!strcmp(argv[1], "attach") || !strcmp(argv[1], "detach")))
 		return cmd_vm(argc, argv);
 	if (argc >= 2 && !strcmp(argv[1], "status")) {

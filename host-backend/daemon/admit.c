@@ -68,15 +68,13 @@ static const struct pvgpu_vm_policy *caller_vm(const struct pvgpu_policy *p,
 					       const struct pvgpu_peer *peer,
 					       const char *token)
 {
-	switch (peer->kind) {
-	case EP_UNIX:
-		return pvgpu_policy_by_uid(p, peer->uid);
-	case EP_VSOCK:
-		return pvgpu_policy_by_cid(p, peer->cid);
-	case EP_TCP:
-		return pvgpu_policy_by_token(p, token ? token : "");
-	}
-	return NULL;
+	struct pvgpu_identity id = peer->id;
+
+	/* Where the channel cannot say, the caller's token does. */
+	if ((peer->features & PVGPU_TR_ID_AT_HELLO) &&
+	    pvgpu_identity_set(&id, PVGPU_ID_TOKEN, token ? token : ""))
+		return NULL;
+	return pvgpu_policy_lookup(p, &id);
 }
 
 int pvgpu_admit(const struct pvgpu_policy *p, struct pvgpu_accounting *acct,
@@ -99,9 +97,9 @@ int pvgpu_admit(const struct pvgpu_policy *p, struct pvgpu_accounting *acct,
 			return -1;
 		}
 	} else if (!p) {
-		if (peer->kind == EP_VSOCK) {
-			snprintf(why, whylen, "cid %u is not attached to any VM",
-				 peer->cid);
+		if (peer->features & PVGPU_TR_VM_CALLERS) {
+			snprintf(why, whylen, "%s %s is not attached to any VM",
+				 pvgpu_id_kind_name(peer->id.kind), peer->id.value);
 			return -1;
 		}
 		return 0;	/* a local caller, no policy: as without a registry */
@@ -110,8 +108,8 @@ int pvgpu_admit(const struct pvgpu_policy *p, struct pvgpu_accounting *acct,
 		if (!vm) {
 			if (!p->allow_unknown) {
 				snprintf(why, whylen, "%s names no [vm] of the policy and [default] policy = refuse",
-					 peer->kind == EP_TCP ? "its token" :
-								"its identity");
+					 peer->features & PVGPU_TR_ID_AT_HELLO ?
+					 "its token" : "its identity");
 				return -1;
 			}
 			vm = &p->unknown;

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "log.h"
 #include "gpusched.h"
 #include "worker.h"
@@ -73,14 +74,6 @@ struct pvgpu_sched {
 	struct sched_dev dev[PVGPU_MAX_DEVICES];
 	struct sched_slot slots[];
 };
-
-static uint64_t now_ns(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
 
 /* --- the shared table ------------------------------------------------------ */
 
@@ -611,7 +604,7 @@ static void settle(struct pvgpu_worker *w, int d, uint32_t n, uint64_t now)
 		return;
 	dev_lock(s, d);
 	/* Read the clock again: under the lock, the table's times are not after it. */
-	now = now_ns();
+	now = pvgpu_now_ns();
 	ps_set(s, i, d, 0, now);
 	if (vm >= 0 && dv->draining && dv->holder == vm) {
 		advance(s, d, now);	/* perhaps the last of its turn */
@@ -709,7 +702,7 @@ static void bound(struct pvgpu_worker *w, int d)
 
 		if (m)
 			w->ex_ops->event_synchronize(w->ex, m->event);
-		retire(w, now_ns());	/* marks unmarked launches, if any */
+		retire(w, pvgpu_now_ns());	/* marks unmarked launches, if any */
 		if (!m && !oldest_mark(ss, d))
 			break;		/* nothing to wait on: counted as done */
 	}
@@ -722,7 +715,7 @@ static void wait_turn(struct pvgpu_worker *w, int d, int vm)
 	struct pvgpu_sched_session *ss = &w->sched;
 	uint32_t i = slot_index(s, w->slot);
 	struct sched_dev *dv = &s->dev[d];
-	uint64_t t0 = now_ns(), now;
+	uint64_t t0 = pvgpu_now_ns(), now;
 	int enlisted = 0, waited = 0;
 
 	for (;;) {
@@ -731,7 +724,7 @@ static void wait_turn(struct pvgpu_worker *w, int d, int vm)
 		uint32_t seq;
 
 		dev_lock(s, d);
-		now = now_ns();
+		now = pvgpu_now_ns();
 		if (!enlisted)
 			enlist(s, d, i, vm, now);
 		enlisted = 1;
@@ -751,7 +744,7 @@ static void wait_turn(struct pvgpu_worker *w, int d, int vm)
 		m = oldest_mark(ss, d);
 		if (m) {
 			w->ex_ops->event_synchronize(w->ex, m->event);
-			retire(w, now_ns());
+			retire(w, pvgpu_now_ns());
 			continue;
 		}
 		if (ss->unmarked[d]) {
@@ -763,7 +756,7 @@ static void wait_turn(struct pvgpu_worker *w, int d, int vm)
 	/* Taking an unheld device is not waiting. */
 	if (waited) {
 		ss->waits++;
-		ss->wait_ns += now_ns() - t0;
+		ss->wait_ns += pvgpu_now_ns() - t0;
 	}
 }
 
@@ -788,7 +781,7 @@ void pvgpu_sched_admit(struct pvgpu_worker *w, int d)
 	dv = &s->dev[d];
 	vm = atomic_load(&w->slot->vm);
 	gate = vm >= 0 && vm < PVGPU_MAX_VM_ENTRIES && s->quantum_ns;
-	now = now_ns();
+	now = pvgpu_now_ns();
 	if (ss->pending && now >= ss->next_poll)
 		retire(w, now);
 	if (gate && contended(dv, now))
@@ -798,7 +791,7 @@ void pvgpu_sched_admit(struct pvgpu_worker *w, int d)
 	if (gate && !may_go(dv, vm, now)) {
 		atomic_fetch_sub(&s->slots[i].inflight[d], 1);
 		wait_turn(w, d, vm);
-		now = now_ns();
+		now = pvgpu_now_ns();
 	}
 	if (!s->slots[i].busy[d]) {
 		dev_lock(s, d);
@@ -828,7 +821,7 @@ void pvgpu_sched_launched(struct pvgpu_worker *w, uint64_t stream, int32_t st)
 	 */
 	now = ss->admit_ns;
 	if (contended(&s->dev[d], now))
-		now = now_ns();
+		now = pvgpu_now_ns();
 	atomic_store(&s->slots[slot_index(s, w->slot)].last_launch[d], now);
 	if (st != CUDA_SUCCESS) {
 		settle(w, d, 1, now);	/* nothing reached the GPU */
@@ -862,7 +855,7 @@ void pvgpu_sched_poll(struct pvgpu_worker *w)
 
 	if (!w->cfg->sched)
 		return;
-	now = now_ns();
+	now = pvgpu_now_ns();
 	if (w->sched.pending)
 		retire(w, now);
 	if (now >= w->sched.next_flush)
@@ -877,7 +870,7 @@ void pvgpu_sched_ctx_synced(struct pvgpu_worker *w)
 
 	if (!w->cfg->sched || !ss->pending)
 		return;
-	now = now_ns();
+	now = pvgpu_now_ns();
 	for (unsigned int k = 0; k < ss->nmarks;) {
 		if (ss->marks[k].ctx != w->cur_ctx) {
 			k++;
@@ -903,7 +896,7 @@ void pvgpu_sched_forget_ctx(struct pvgpu_worker *w, uint64_t ctx)
 {
 	struct pvgpu_sched_session *ss = &w->sched;
 	uint32_t done[PVGPU_MAX_DEVICES] = { 0 };
-	uint64_t now = now_ns();
+	uint64_t now = pvgpu_now_ns();
 
 	if (!w->cfg->sched)
 		return;
@@ -958,7 +951,7 @@ void pvgpu_sched_session_end(struct pvgpu_worker *w)
 void pvgpu_sched_slot_gone(struct pvgpu_sched *s, struct pvgpu_slot *slot)
 {
 	uint32_t i;
-	uint64_t now = now_ns();
+	uint64_t now = pvgpu_now_ns();
 
 	if (!s)
 		return;

@@ -6,11 +6,12 @@
  *          [--block-size BYTES] [--max-sessions N] [--tcp-token TOKEN]
  *          [--module-cache DIR] [--poll-us N] [--call-timeout SECONDS]
  *          [--registry DIR] [--metrics ADDR:PORT] [--sched-quantum-us N]
- *          [--executor-dir DIR] [--remote URI ...]
+ *          [--executor-dir DIR] [--remote URI ...] [--remote-token TOKEN]
  *
  * --executor remote presents the GPUs of other pvgpud nodes as this one's:
  * each --remote URI (verbs://, tcp://, unix://; else `node = URI` lines of
- * the config's [remote] section) is a node, their devices in that order.
+ * the config's [remote] section) is a node, their devices in that order;
+ * --remote-token (or [remote] token = ...) is who this node is to them.
  * Runs in the foreground, logs to stderr, exits cleanly on SIGTERM; SIGHUP
  * rereads --config (the per-VM policy, see policy.h) and the registry.
  * --call-timeout is the watchdog's limit on one call of a session
@@ -33,6 +34,7 @@
 #include "executor.h"
 #include "log.h"
 #include "metrics.h"
+#include "size.h"
 #include "supervisor.h"
 #include "pvgpu_proto.h"
 #include "wire.h"
@@ -44,6 +46,7 @@ static const char usage[] =
 	"              [--module-cache DIR] [--poll-us N] [--call-timeout SECONDS]\n"
 	"              [--registry DIR] [--metrics ADDR:PORT] [--sched-quantum-us N]\n"
 	"              [--executor-dir DIR] [--remote URI ...]\n"
+	"              [--remote-token TOKEN]\n"
 	"--executor help lists the executors this build has\n"
 	"URIs: unix:///PATH, tcp://HOST:PORT, vsock://any:PORT\n"
 	"--metrics: Prometheus text at http://ADDR:PORT/metrics; loopback only,\n"
@@ -78,16 +81,9 @@ static int check_metrics(const char *addr)
 /* "1048576", "1M", "256K": at least 4 KiB, at most the DATA frame limit. */
 static int parse_block(const char *s, uint32_t *out)
 {
-	char *end;
-	unsigned long long v = strtoull(s, &end, 10);
+	uint64_t v;
 
-	if (end == s)
-		return -1;
-	if (*end == 'K' || *end == 'k')
-		v <<= 10, end++;
-	else if (*end == 'M' || *end == 'm')
-		v <<= 20, end++;
-	if (*end || v < 4096 || v > PVGPU_MAX_DATA_FRAME)
+	if (pvgpu_parse_size(s, &v) || v < 4096 || v > PVGPU_MAX_DATA_FRAME)
 		return -1;
 	*out = (uint32_t)v;
 	return 0;
@@ -111,6 +107,7 @@ int main(int argc, char **argv)
 		{ "sched-quantum-us", required_argument, NULL, 'Q' },
 		{ "executor-dir", required_argument, NULL, 'E' },
 		{ "remote", required_argument, NULL, 'r' },
+		{ "remote-token", required_argument, NULL, 'k' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -149,6 +146,11 @@ int main(int argc, char **argv)
 			if (!strstr(optarg, "://") || strlen(optarg) >= 256)
 				return bad_usage("--remote takes a URI: verbs://HOST:PORT, tcp://HOST:PORT or unix:///PATH");
 			remotes[cfg.nremotes++] = optarg;
+			break;
+		case 'k':
+			if (!*optarg || strlen(optarg) > 256)
+				return bad_usage("--remote-token must be 1..256 bytes");
+			cfg.remote_token = optarg;
 			break;
 		case 'E':
 			snprintf(exec_dir, sizeof(exec_dir), "%s", optarg);

@@ -10,6 +10,7 @@
 
 #include "accounting.h"
 #include "policy.h"
+#include "size.h"
 
 /* What the inih callback needs: the policy being filled and why it failed. */
 struct parse_state {
@@ -25,29 +26,6 @@ static int fail(struct parse_state *st, const char *fmt, ...)
 	vsnprintf(st->why, sizeof(st->why), fmt, ap);
 	va_end(ap);
 	return 0;	/* inih: stop here, report this line */
-}
-
-/* "8G", "512M", "4096": bytes, with a power-of-1024 suffix. */
-static int parse_size(const char *s, uint64_t *out)
-{
-	unsigned long long v;
-	unsigned int shift = 0;
-	char *end;
-
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (end == s || errno || *s == '-')
-		return -1;
-	switch (*end) {
-	case 'K': case 'k': shift = 10; end++; break;
-	case 'M': case 'm': shift = 20; end++; break;
-	case 'G': case 'g': shift = 30; end++; break;
-	case 'T': case 't': shift = 40; end++; break;
-	}
-	if (*end || (shift && v > (UINT64_MAX >> shift)))
-		return -1;
-	*out = (uint64_t)v << shift;
-	return 0;
 }
 
 /*
@@ -115,20 +93,37 @@ static int parse_list(const char *s, uint32_t max,
 	return n ? 0 : -1;
 }
 
+/* Up to PVGPU_POLICY_MAX_IDS of one kind per VM, as the file promises. */
+static int add_id(struct pvgpu_vm_policy *vm, enum pvgpu_id_kind kind,
+		  const char *value)
+{
+	unsigned int same = 0;
+
+	for (unsigned int i = 0; i < vm->nids; i++)
+		same += vm->ids[i].kind == kind;
+	if (same == PVGPU_POLICY_MAX_IDS ||
+	    vm->nids == sizeof(vm->ids) / sizeof(vm->ids[0]))
+		return -1;
+	return pvgpu_identity_set(&vm->ids[vm->nids++], kind, value);
+}
+
+static int add_numeric_id(struct pvgpu_vm_policy *vm, enum pvgpu_id_kind kind,
+			  uint32_t v)
+{
+	char value[16];
+
+	snprintf(value, sizeof(value), "%u", (unsigned int)v);
+	return add_id(vm, kind, value);
+}
+
 static int add_uid(struct pvgpu_vm_policy *vm, uint32_t v)
 {
-	if (vm->nuids == PVGPU_POLICY_MAX_IDS)
-		return -1;
-	vm->uids[vm->nuids++] = (uid_t)v;
-	return 0;
+	return add_numeric_id(vm, PVGPU_ID_UID, v);
 }
 
 static int add_cid(struct pvgpu_vm_policy *vm, uint32_t v)
 {
-	if (vm->ncids == PVGPU_POLICY_MAX_IDS)
-		return -1;
-	vm->cids[vm->ncids++] = v;
-	return 0;
+	return add_numeric_id(vm, PVGPU_ID_CID, v);
 }
 
 static int add_gpu(struct pvgpu_vm_policy *vm, uint32_t v)
@@ -176,7 +171,7 @@ static int limit_key(struct parse_state *st, struct pvgpu_vm_policy *vm,
 		     const char *key, const char *value)
 {
 	if (!strcmp(key, "memory")) {
-		if (parse_size(value, &vm->memory))
+		if (pvgpu_parse_size(value, &vm->memory))
 			return fail(st, "memory = %s is not a size (e.g. 8G)", value);
 		return 1;
 	}
@@ -186,7 +181,7 @@ static int limit_key(struct parse_state *st, struct pvgpu_vm_policy *vm,
 		return 1;
 	}
 	if (!strcmp(key, "pinned")) {
-		if (parse_size(value, &vm->pinned))
+		if (pvgpu_parse_size(value, &vm->pinned))
 			return fail(st, "pinned = %s is not a size (e.g. 64M)", value);
 		return 1;
 	}
@@ -226,7 +221,11 @@ static int vm_key(struct parse_state *st, struct pvgpu_vm_policy *vm,
 		if (!*value || strlen(value) >= PVGPU_TOKEN_LEN)
 			return fail(st, "token must be 1..%d characters",
 				    PVGPU_TOKEN_LEN - 1);
-		snprintf(vm->token, sizeof(vm->token), "%s", value);
+		for (unsigned int i = 0; i < vm->nids; i++)
+			if (vm->ids[i].kind == PVGPU_ID_TOKEN)
+				return fail(st, "token given twice");
+		if (add_id(vm, PVGPU_ID_TOKEN, value))
+			return fail(st, "too many identities for one [vm]");
 	} else if (!strcmp(key, "gpus")) {
 		if (parse_list(value, PVGPU_MAX_DEVICES - 1, add_gpu, vm))
 			return fail(st, "gpus = %s: want device indices 0..%d",
@@ -271,8 +270,15 @@ static int on_key(void *user, const char *section, const char *key,
 	if (!strcmp(section, "remote")) {
 		struct pvgpu_policy *p = st->p;
 
+		if (!strcmp(key, "token")) {
+			if (!*value || strlen(value) >= sizeof(p->remote_token))
+				return fail(st, "token must be 1..%zu bytes",
+					    sizeof(p->remote_token) - 1);
+			snprintf(p->remote_token, sizeof(p->remote_token), "%s", value);
+			return 1;
+		}
 		if (strcmp(key, "node"))
-			return fail(st, "unknown key '%s' in [remote] (want node = URI)", key);
+			return fail(st, "unknown key '%s' in [remote] (want node = URI or token = TOKEN)", key);
 		if (!strstr(value, "://") || strlen(value) >= sizeof(p->remote_uri[0]))
 			return fail(st, "node must be a URI (verbs://, tcp://, unix://) under %zu bytes",
 				    sizeof(p->remote_uri[0]));
@@ -296,27 +302,19 @@ static int check_unique(const struct pvgpu_policy *p, char *err, size_t errlen)
 	for (unsigned int i = 0; i < p->nvms; i++) {
 		const struct pvgpu_vm_policy *a = &p->vms[i];
 
-		for (unsigned int j = 0; j < a->nuids; j++) {
-			const struct pvgpu_vm_policy *b = pvgpu_policy_by_uid(p, a->uids[j]);
+		for (unsigned int j = 0; j < a->nids; j++) {
+			const struct pvgpu_identity *id = &a->ids[j];
+			const struct pvgpu_vm_policy *b = pvgpu_policy_lookup(p, id);
 
-			if (b != a) {
-				snprintf(err, errlen, "uid %u is in [vm %s] and [vm %s]",
-					 (unsigned int)a->uids[j], b->name, a->name);
-				return -1;
-			}
-		}
-		for (unsigned int j = 0; j < a->ncids; j++) {
-			const struct pvgpu_vm_policy *b = pvgpu_policy_by_cid(p, a->cids[j]);
-
-			if (b != a) {
-				snprintf(err, errlen, "cid %u is in [vm %s] and [vm %s]",
-					 a->cids[j], b->name, a->name);
-				return -1;
-			}
-		}
-		if (a->token[0] && pvgpu_policy_by_token(p, a->token) != a) {
-			snprintf(err, errlen, "[vm %s] has the token of another VM",
-				 a->name);
+			if (b == a)
+				continue;
+			if (id->kind == PVGPU_ID_TOKEN)	/* a secret: never logged */
+				snprintf(err, errlen, "[vm %s] has the token of another VM",
+					 a->name);
+			else
+				snprintf(err, errlen, "%s %s is in [vm %s] and [vm %s]",
+					 pvgpu_id_kind_name(id->kind), id->value,
+					 b->name, a->name);
 			return -1;
 		}
 	}
@@ -373,14 +371,22 @@ int pvgpu_policy_load(const char *path, struct pvgpu_policy *p,
 #endif
 }
 
-const struct pvgpu_vm_policy *pvgpu_policy_by_uid(const struct pvgpu_policy *p,
-						  uid_t uid)
+const struct pvgpu_vm_policy *pvgpu_policy_lookup(const struct pvgpu_policy *p,
+						  const struct pvgpu_identity *id)
 {
+	const struct pvgpu_vm_policy *found = NULL;
+
+	if (id->kind == PVGPU_ID_NONE || !id->value[0])
+		return NULL;
+	/*
+	 * Every entry is compared, the first match kept: how long this takes
+	 * says nothing about which secret came close.
+	 */
 	for (unsigned int i = 0; i < p->nvms; i++)
-		for (unsigned int j = 0; j < p->vms[i].nuids; j++)
-			if (p->vms[i].uids[j] == uid)
-				return &p->vms[i];
-	return NULL;
+		for (unsigned int j = 0; j < p->vms[i].nids; j++)
+			if (pvgpu_identity_equal(&p->vms[i].ids[j], id) && !found)
+				found = &p->vms[i];
+	return found;
 }
 
 const struct pvgpu_vm_policy *pvgpu_policy_by_name(const struct pvgpu_policy *p,
@@ -392,36 +398,3 @@ const struct pvgpu_vm_policy *pvgpu_policy_by_name(const struct pvgpu_policy *p,
 	return NULL;
 }
 
-const struct pvgpu_vm_policy *pvgpu_policy_by_cid(const struct pvgpu_policy *p,
-						  unsigned int cid)
-{
-	for (unsigned int i = 0; i < p->nvms; i++)
-		for (unsigned int j = 0; j < p->vms[i].ncids; j++)
-			if (p->vms[i].cids[j] == cid)
-				return &p->vms[i];
-	return NULL;
-}
-
-/* Compares every byte, so the time taken says nothing about the secret. */
-static int token_equal(const char *a, const char *b)
-{
-	size_t la = strlen(a), lb = strlen(b);
-	unsigned char diff = la != lb;
-
-	for (size_t i = 0; i < la; i++)
-		diff |= (unsigned char)(a[i] ^ b[i < lb ? i : 0]);
-	return !diff;
-}
-
-const struct pvgpu_vm_policy *pvgpu_policy_by_token(const struct pvgpu_policy *p,
-						    const char *token)
-{
-	const struct pvgpu_vm_policy *found = NULL;
-
-	if (!*token)
-		return NULL;
-	for (unsigned int i = 0; i < p->nvms; i++)
-		if (p->vms[i].token[0] && token_equal(p->vms[i].token, token))
-			found = &p->vms[i];
-	return found;
-}

@@ -62,6 +62,7 @@
 #include <sys/types.h>
 
 #include "executor.h"		/* PVGPU_MAX_REMOTES */
+#include "identity.h"
 
 #define PVGPU_POLICY_MAX_VMS	64
 #define PVGPU_POLICY_MAX_IDS	16
@@ -77,11 +78,12 @@ enum pvgpu_vm_mode { VM_SHARED, VM_EXCLUSIVE };
 
 struct pvgpu_vm_policy {
 	char name[PVGPU_VM_NAME_LEN];
-	uid_t uids[PVGPU_POLICY_MAX_IDS];
-	unsigned int nuids;
-	unsigned int cids[PVGPU_POLICY_MAX_IDS];
-	unsigned int ncids;
-	char token[PVGPU_TOKEN_LEN];	/* "": TCP callers cannot be this VM */
+	/*
+	 * Who this VM is: uid = and cid = lists, a token = (none: a caller
+	 * identified by token cannot be this VM), each as an identity.
+	 */
+	struct pvgpu_identity ids[2 * PVGPU_POLICY_MAX_IDS + 1];
+	unsigned int nids;
 	uint64_t memory;		/* bytes; 0: no quota */
 	uint32_t max_sessions;		/* 0: no limit */
 	uint32_t gpus;			/* bit per device index; 0: all */
@@ -98,6 +100,7 @@ struct pvgpu_policy {
 	char remote_uri[PVGPU_MAX_REMOTES][256];
 	const char *remotes[PVGPU_MAX_REMOTES];	/* -> remote_uri */
 	unsigned int nremotes;
+	char remote_token[257];		/* [remote] token = ...; "": none */
 	int allow_unknown;		/* [default] policy = allow */
 	struct pvgpu_vm_policy unknown;	/* quota of allowed unknown callers */
 	struct pvgpu_vm_policy vms[PVGPU_POLICY_MAX_VMS];
@@ -109,13 +112,10 @@ int pvgpu_policy_load(const char *path, struct pvgpu_policy *p,
 		      char *err, size_t errlen);
 
 /* The VM a caller is, or NULL when no [vm] section names it. */
-const struct pvgpu_vm_policy *pvgpu_policy_by_uid(const struct pvgpu_policy *p,
-						  uid_t uid);
-const struct pvgpu_vm_policy *pvgpu_policy_by_cid(const struct pvgpu_policy *p,
-						  unsigned int cid);
+/* The [vm] that names this identity, or NULL. */
+const struct pvgpu_vm_policy *pvgpu_policy_lookup(const struct pvgpu_policy *p,
+						  const struct pvgpu_identity *id);
 const struct pvgpu_vm_policy *pvgpu_policy_by_name(const struct pvgpu_policy *p,
 						   const char *name);
-const struct pvgpu_vm_policy *pvgpu_policy_by_token(const struct pvgpu_policy *p,
-						    const char *token);
 
 #endif /* PVGPU_POLICY_H */

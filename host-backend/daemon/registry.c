@@ -14,6 +14,7 @@
 
 #include "log.h"
 #include "registry.h"
+#include "size.h"
 #include "window.h"
 
 /* One file being parsed, and why it was refused. */
@@ -89,7 +90,7 @@ static int on_key(void *user, const char *section, const char *key,
 		if (copy_path(r->window.path, sizeof(r->window.path), value))
 			return refuse(st, "window.path is not an absolute path that fits");
 	} else if (!strcmp(key, "window.size")) {
-		if (parse_u64(value, 10, UINT64_MAX, &r->window.size))
+		if (pvgpu_parse_size(value, &r->window.size))
 			return refuse(st, "window.size = %s", value);
 	} else if (!strcmp(key, "window.id")) {
 		if (strncmp(value, "0x", 2) ||
@@ -99,7 +100,7 @@ static int on_key(void *user, const char *section, const char *key,
 		if (parse_u64(value, 10, UINT64_MAX, &r->window.staging_offset))
 			return refuse(st, "window.staging_offset = %s", value);
 	} else if (!strcmp(key, "window.slot_size")) {
-		if (parse_u64(value, 10, UINT32_MAX, &v))
+		if (pvgpu_parse_size(value, &v) || v > UINT32_MAX)
 			return refuse(st, "window.slot_size = %s", value);
 		r->window.slot_size = (uint32_t)v;
 	} else if (!strcmp(key, "window.nslots")) {
@@ -132,7 +133,7 @@ static int on_key(void *user, const char *section, const char *key,
 			return refuse(st, "gpu = %s", value);
 		r->gpu = (unsigned int)v;
 	} else if (!strcmp(key, "memory")) {
-		if (parse_u64(value, 10, UINT64_MAX, &r->memory))
+		if (pvgpu_parse_size(value, &r->memory))
 			return refuse(st, "memory = %s", value);
 	}
 	/* Other keys (vsock.socket, qemu.uid, ...) are for others: ignored. */
@@ -248,6 +249,15 @@ static int load_entry(const char *path, struct pvgpu_vm_record *r)
 }
 #endif
 
+/* What the channel says of a registered VM's callers: its CID today. */
+static void record_identity(const struct pvgpu_vm_record *rec,
+			    struct pvgpu_identity *id)
+{
+	memset(id, 0, sizeof(*id));
+	id->kind = PVGPU_ID_CID;
+	snprintf(id->value, sizeof(id->value), "%u", rec->cid);
+}
+
 int pvgpu_registry_load(const char *dir, struct pvgpu_registry *r,
 			char *err, size_t errlen)
 {
@@ -261,6 +271,7 @@ int pvgpu_registry_load(const char *dir, struct pvgpu_registry *r,
 		 dir);
 	return -1;
 #else
+	struct pvgpu_identity id;
 	struct dirent *de;
 	DIR *d;
 
@@ -288,8 +299,9 @@ int pvgpu_registry_load(const char *dir, struct pvgpu_registry *r,
 		rec = &r->vms[r->nvms];
 		if (load_entry(path, rec))
 			continue;
+		record_identity(rec, &id);
 		if (pvgpu_registry_by_name(r, rec->name) ||
-		    pvgpu_registry_by_cid(r, rec->cid)) {
+		    pvgpu_registry_lookup(r, &id)) {
 			log_warn("registry: %s left out: vm %s or cid %u is already registered",
 				 path, rec->name, rec->cid);
 			continue;
@@ -301,12 +313,16 @@ int pvgpu_registry_load(const char *dir, struct pvgpu_registry *r,
 #endif
 }
 
-const struct pvgpu_vm_record *pvgpu_registry_by_cid(const struct pvgpu_registry *r,
-						    unsigned int cid)
+const struct pvgpu_vm_record *pvgpu_registry_lookup(const struct pvgpu_registry *r,
+						    const struct pvgpu_identity *id)
 {
-	for (unsigned int i = 0; i < r->nvms; i++)
-		if (r->vms[i].cid == cid)
+	struct pvgpu_identity mine;
+
+	for (unsigned int i = 0; i < r->nvms; i++) {
+		record_identity(&r->vms[i], &mine);
+		if (pvgpu_identity_equal(&mine, id))
 			return &r->vms[i];
+	}
 	return NULL;
 }
 

@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "identity.h"
 #include "policy.h"
 
 #define PVGPU_REGISTRY_MAX	64
@@ -59,8 +60,9 @@ struct pvgpu_registry {
 int pvgpu_registry_load(const char *dir, struct pvgpu_registry *r,
 			char *err, size_t errlen);
 
-const struct pvgpu_vm_record *pvgpu_registry_by_cid(const struct pvgpu_registry *r,
-						    unsigned int cid);
+/* The registered VM the channel's identity names (a vsock CID), or NULL. */
+const struct pvgpu_vm_record *pvgpu_registry_lookup(const struct pvgpu_registry *r,
+						    const struct pvgpu_identity *id);
 const struct pvgpu_vm_record *pvgpu_registry_by_name(const struct pvgpu_registry *r,
 						     const char *name);
 

@@ -53,6 +53,7 @@ static int probe_executor(const struct pvgpu_executor_ops *exec,
 	const struct pvgpu_exec_config ecfg = {
 		.remotes = wcfg->remotes,
 		.nremotes = wcfg->nremotes,
+		.remote_token = wcfg->remote_token,
 	};
 	int32_t count = 0;
 	int p[2], n = -1;
@@ -147,6 +148,8 @@ static int load_policy(struct pvgpu_supervisor *sv)
 		sv->wcfg.remotes = p->remotes;
 		sv->wcfg.nremotes = p->nremotes;
 	}
+	if (!sv->flag_remote_token)
+		sv->wcfg.remote_token = p->remote_token[0] ? p->remote_token : NULL;
 	if (sv->registry)	/* VMs the policy stopped naming get theirs back */
 		pvgpu_registry_apply(sv->registry, p, sv->acct);
 	pvgpu_watchdog_arm(sv);	/* a VM's call_timeout may need the tick */
@@ -364,6 +367,8 @@ int pvgpu_supervisor_init(struct pvgpu_supervisor *sv,
 	sv->wcfg.remotes = cfg->remotes;
 	sv->wcfg.nremotes = cfg->nremotes;
 	sv->flag_remotes = cfg->nremotes;
+	sv->wcfg.remote_token = cfg->remote_token;
+	sv->flag_remote_token = cfg->remote_token != NULL;
 	sv->config = cfg->config;
 	sv->registry_dir = cfg->registry;
 
@@ -486,9 +491,9 @@ static int identify_vm(struct pvgpu_supervisor *sv,
 		rec = pvgpu_registry_by_name(sv->registry, l->vm);
 		if (!rec)
 			return -1;
-	} else if (peer->kind == EP_VSOCK) {
+	} else if (peer->id.kind != PVGPU_ID_NONE) {
 		/* A vhost-user VM's CID means nothing to the host kernel. */
-		rec = pvgpu_registry_by_cid(sv->registry, peer->cid);
+		rec = pvgpu_registry_lookup(sv->registry, &peer->id);
 		if (rec && rec->vhost_user)
 			rec = NULL;
 	}
@@ -527,7 +532,8 @@ static void start_session(struct pvgpu_supervisor *sv, struct pvgpu_listener *l)
 	 * Unix and vsock callers are known from the channel now; a TCP
 	 * caller only at hello, by its token, so its worker admits it.
 	 */
-	if ((sv->policy || sv->registry) && peer.kind != EP_TCP) {
+	if ((sv->policy || sv->registry) &&
+	    !(peer.features & PVGPU_TR_ID_AT_HELLO)) {
 		char why[256];
 
 		if (pvgpu_admit(sv->policy, sv->acct, slot, &peer, NULL, why,

@@ -7,25 +7,18 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "log.h"
 #include "pvgpu_proto.h"
 #include "supervisor.h"
 #include "watchdog.h"
-
-static uint64_t now_ns(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
 
 /* --- worker side ----------------------------------------------------------- */
 
 void pvgpu_watchdog_begin(struct pvgpu_slot *slot, uint16_t opcode)
 {
 	atomic_store(&slot->call_opcode, opcode);
-	atomic_store(&slot->call_started_ns, now_ns());
+	atomic_store(&slot->call_started_ns, pvgpu_now_ns());
 }
 
 void pvgpu_watchdog_end(struct pvgpu_slot *slot)
@@ -38,13 +31,13 @@ uint64_t pvgpu_watchdog_pause(struct pvgpu_slot *slot)
 	uint64_t t0 = atomic_exchange(&slot->call_started_ns, 0);
 
 	/* What the call had run so far, plus one so that 0 means "none". */
-	return t0 ? now_ns() - t0 + 1 : 0;
+	return t0 ? pvgpu_now_ns() - t0 + 1 : 0;
 }
 
 void pvgpu_watchdog_resume(struct pvgpu_slot *slot, uint64_t paused)
 {
 	if (paused)
-		atomic_store(&slot->call_started_ns, now_ns() - (paused - 1));
+		atomic_store(&slot->call_started_ns, pvgpu_now_ns() - (paused - 1));
 }
 
 /* --- supervisor side ------------------------------------------------------- */
@@ -110,7 +103,7 @@ void pvgpu_watchdog_arm(struct pvgpu_supervisor *sv)
 
 void pvgpu_watchdog_tick(struct pvgpu_supervisor *sv)
 {
-	uint64_t expirations, now = now_ns();
+	uint64_t expirations, now = pvgpu_now_ns();
 
 	if (read(sv->timerfd, &expirations, sizeof(expirations)) < 0)
 		return;		/* EAGAIN: nothing yet */

@@ -59,6 +59,8 @@ struct pvgpu_exec_config {
 	 */
 	const char *const *remotes;
 	unsigned int nremotes;
+	/* Who this node is to them, where the channel cannot say (tcp, verbs). */
+	const char *remote_token;
 };
 
 #define PVGPU_MAX_REMOTES	16

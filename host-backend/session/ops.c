@@ -98,7 +98,14 @@ int32_t pvgpu_handle_hello(struct pvgpu_worker *w,
 			 req->version_min, req->version_max, 1, PVGPU_PROTO_VERSION);
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
-	if (w->peer.kind == EP_TCP && w->cfg->policy) {
+	if (req->required & ~(uint64_t)PVGPU_FEATURES_KNOWN) {
+		log_warn("guest '%s' needs feature bits %#llx, which this backend lacks (it knows %#llx): refused",
+			 req->client,
+			 (unsigned long long)(req->required & ~(uint64_t)PVGPU_FEATURES_KNOWN),
+			 (unsigned long long)PVGPU_FEATURES_KNOWN);
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	if ((w->peer.features & PVGPU_TR_ID_AT_HELLO) && w->cfg->policy) {
 		char why[256];
 
 		if (pvgpu_admit(w->cfg->policy, w->acct, w->slot, &w->peer,
@@ -108,7 +115,8 @@ int32_t pvgpu_handle_hello(struct pvgpu_worker *w,
 		}
 		log_info("%s is vm %s", w->peer.identity,
 			 w->acct->vms[atomic_load(&w->slot->vm)].name);
-	} else if (w->peer.kind == EP_TCP && want && strcmp(req->token, want)) {
+	} else if ((w->peer.features & PVGPU_TR_ID_AT_HELLO) && want &&
+		   strcmp(req->token, want)) {
 		log_warn("%s: wrong or missing token: refused", w->peer.identity);
 		return CUDA_ERROR_NOT_PERMITTED;
 	}
@@ -125,8 +133,18 @@ int32_t pvgpu_handle_hello(struct pvgpu_worker *w,
 	rep->device_count = count;
 	rep->session_id = w->slot->session_id;
 	rep->data_block = w->cfg->block;
-	log_debug("hello from '%s' (guest pid %u): protocol %u, %d device(s)",
-		  req->client, req->pid, version, count);
+	/*
+	 * Both sides know what is agreed.  A guest that sent no bits knows
+	 * protocol 1's and would not read a features word: it gets none.
+	 */
+	w->features = (req->features ? req->features : PVGPU_FEATURES_V1) &
+		      PVGPU_FEATURES_KNOWN;
+	rep->features = req->features ? w->features : 0;
+	log_debug("hello from '%s' (guest pid %u): protocol %u, %d device(s), features %#llx agreed (guest %#llx, backend %#llx)",
+		  req->client, req->pid, version, count,
+		  (unsigned long long)w->features,
+		  (unsigned long long)req->features,
+		  (unsigned long long)PVGPU_FEATURES_KNOWN);
 	return CUDA_SUCCESS;
 }
 

@@ -22,13 +22,14 @@
 
 #include "log.h"
 #include "pvgpu_dispatch.h"
+#include "wait.h"
 #include "watchdog.h"
 #include "worker.h"
 
 #define MAX_SLOTS		64
 #define MIN_SLOT		(64u * 1024)
 #define MAX_SLOT		(64u * 1024 * 1024)
-#define GUEST_TIMEOUT_S		30.0
+#define GUEST_TIMEOUT_NS	(30ull * 1000000000u)
 
 void pvgpu_window_detach(struct pvgpu_worker *w)
 {
@@ -334,12 +335,27 @@ int32_t pvgpu_handle_memcpy_dtoh_window_async(struct pvgpu_worker *w,
 
 /* --- staged copies ---------------------------------------------------------- */
 
-static double now_s(void)
-{
-	struct timespec t;
+struct guest_wait {
+	struct pvgpu_worker *w;
+	const struct pvgpu_window_counter *counter;
+	uint64_t seen, now;
+};
 
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+static int guest_moved(void *arg)
+{
+	struct guest_wait *gw = arg;
+
+	gw->now = pvgpu_window_load(gw->counter);
+	return gw->now != gw->seen;
+}
+
+static int guest_gone(void *arg)
+{
+	struct guest_wait *gw = arg;
+	struct pollfd pfd = { gw->w->fd, POLLRDHUP, 0 };
+
+	return poll(&pfd, 1, 0) > 0 &&
+	       (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
 /*
@@ -351,40 +367,22 @@ static uint64_t wait_guest_for(struct pvgpu_worker *w,
 			       const struct pvgpu_window_counter *counter,
 			       uint64_t seen)
 {
-	double start = 0;
+	struct guest_wait gw = { w, counter, seen, seen };
 
-	for (unsigned int spins = 0;; spins++) {
-		uint64_t v = pvgpu_window_load(counter);
-		struct pollfd pfd = { w->fd, POLLRDHUP, 0 };
-
-		if (v != seen)
-			return v;
-		if (spins < 4096) {
-			__builtin_ia32_pause();
-			continue;
-		}
-		if (spins < 8192) {
-			sched_yield();
-			continue;
-		}
-		if (!start)
-			start = now_s();
-		if (poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
-			log_info("guest went away during a staged copy");
-			w->fatal = 1;
-			return seen;
-		}
-		if (now_s() - start > GUEST_TIMEOUT_S) {
-			log_warn("guest made no progress on a staged copy for %.0f s: giving up",
-				 GUEST_TIMEOUT_S);
-			return seen;
-		}
-		{
-			struct timespec nap = { 0, 20 * 1000 };
-
-			nanosleep(&nap, NULL);
-		}
+	switch (pvgpu_spin_wait(guest_moved, guest_gone, &gw,
+				GUEST_TIMEOUT_NS)) {
+	case PVGPU_WAIT_READY:
+		return gw.now;
+	case PVGPU_WAIT_STOPPED:
+		log_info("guest went away during a staged copy");
+		w->fatal = 1;
+		return seen;
+	case PVGPU_WAIT_TIMEOUT:
+		break;
 	}
+	log_warn("guest made no progress on a staged copy for %d s: giving up",
+		 (int)(GUEST_TIMEOUT_NS / 1000000000u));
+	return seen;
 }
 
 /* The same, off the watchdog's clock: a slow guest is not a hung call. */

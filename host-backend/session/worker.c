@@ -162,6 +162,7 @@ static int worker_init(struct pvgpu_worker *w, int fd,
 		.arg = acct,
 		.remotes = cfg->remotes,
 		.nremotes = cfg->nremotes,
+		.remote_token = cfg->remote_token,
 	};
 
 	memset(w, 0, sizeof(*w));

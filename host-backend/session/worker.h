@@ -58,6 +58,7 @@ struct pvgpu_worker_config {
 	/* The remote executor's nodes (--remote, else [remote]). */
 	const char *const *remotes;
 	unsigned int nremotes;
+	const char *remote_token;
 };
 
 struct pvgpu_worker {
@@ -73,6 +74,7 @@ struct pvgpu_worker {
 
 	int said_hello;
 	uint32_t version;
+	uint64_t features;	/* agreed at hello: PVGPU_FEATURE_* */
 	uint64_t req_id;		/* id of the request being served */
 	int32_t deferred;		/* first error of async work since the last reply */
 	int fatal;			/* protocol broken: end the session */

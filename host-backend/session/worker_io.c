@@ -16,6 +16,7 @@
 
 #include "log.h"
 #include "pvgpu_proto.h"
+#include "wait.h"
 #include "watchdog.h"
 #include "worker.h"
 
@@ -42,7 +43,7 @@ static ssize_t read_once(struct pvgpu_worker *w, void *buf, size_t len,
 	struct cmsghdr *cm;
 	ssize_t n;
 
-	if (w->peer.kind != EP_UNIX)
+	if (!(w->peer.features & PVGPU_TR_PASSES_FD))
 		return recv(w->fd, buf, len, flags);
 	n = recvmsg(w->fd, &msg, MSG_CMSG_CLOEXEC | flags);
 	for (cm = CMSG_FIRSTHDR(&msg); n >= 0 && cm; cm = CMSG_NXTHDR(&msg, cm)) {
@@ -61,14 +62,6 @@ static ssize_t read_once(struct pvgpu_worker *w, void *buf, size_t len,
 	return n;
 }
 
-static uint64_t now_ns(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-
 /*
  * Poll for a little while before sleeping in the kernel: a guest in a
  * tight loop of small synchronous calls sends its next message within
@@ -77,23 +70,16 @@ static uint64_t now_ns(void)
  */
 static ssize_t read_some(struct pvgpu_worker *w, void *buf, size_t len)
 {
-	uint64_t deadline = 0, paused;
+	struct pvgpu_poll poll = { 0 };
+	uint64_t paused;
 	ssize_t n;
 
-	for (unsigned int i = 0; w->cfg->poll_ns; i++) {
-		ssize_t n = read_once(w, buf, len, MSG_DONTWAIT);
-
+	while (w->cfg->poll_ns) {
+		n = read_once(w, buf, len, MSG_DONTWAIT);
 		if (n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
 			return n;
-		if ((i & 63) == 0) {
-			uint64_t t = now_ns();
-
-			if (!deadline)
-				deadline = t + w->cfg->poll_ns;
-			else if (t > deadline)
-				break;
-		}
-		__builtin_ia32_pause();
+		if (!pvgpu_poll_again(&poll, w->cfg->poll_ns))
+			break;
 	}
 	/* Waiting for the guest mid-call is not the call hanging. */
 	paused = pvgpu_watchdog_pause(w->slot);

@@ -54,7 +54,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		.exec = &pvgpu_exec_sim,
 		.block = 64 * 1024,
 	};
-	struct pvgpu_peer peer = { .kind = EP_UNIX, .identity = "fuzz" };
+	struct pvgpu_peer peer = { .features = PVGPU_TR_PASSES_FD,
+				   .identity = "fuzz" };
 	struct { int fd; const uint8_t *p; size_t n; } in;
 	pthread_t feeder, drainer;
 	struct pvgpu_slot *slot;

@@ -24,6 +24,7 @@ def load_proto(build=None):
 P = load_proto()
 FIXED = {"u8": "B", "u16": "H", "u32": "I", "u64": "Q", "i32": "i", "i64": "q", "f32": "f"}
 HDR = struct.Struct(P.HDR_FORMAT)
+OPTIONAL_NAMES = {name for _op, name in getattr(P, "OPTIONAL", [])}
 
 
 def encode_fields(fields, values):
@@ -45,6 +46,9 @@ def encode_fields(fields, values):
 def decode_fields(fields, data):
     values, off = {}, 0
     for type_, name, _max in fields:
+        if off == len(data) and name in OPTIONAL_NAMES:
+            values[name] = 0    # a peer from before this field sent none
+            continue
         if type_ in FIXED:
             fmt = "<" + FIXED[type_]
             (values[name],) = struct.unpack_from(fmt, data, off)

@@ -28,6 +28,7 @@
 
 #include <cuda.h>
 
+#include "clock.h"
 #include "exec_sim.h"
 #include "sim_module.h"
 #include "sim_twins.h"
@@ -188,14 +189,6 @@ static int grow(void **arr, size_t *cap, size_t need, size_t elem)
 static uint64_t align_up(uint64_t v, uint64_t a)
 {
 	return (v + a - 1) & ~(a - 1);
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
 /* Parse an integer environment variable in [min, max]; -1 if malformed. */
@@ -1406,7 +1399,7 @@ static int32_t sim_event_record(struct pvgpu_exec *ex, uint64_t event,
 	if (!e || e->ctx != ex->cur)
 		return CUDA_ERROR_INVALID_HANDLE;
 	e->u.event.recorded = true;
-	e->u.event.ns = now_ns();
+	e->u.event.ns = pvgpu_now_ns();
 	return CUDA_SUCCESS;
 }
 

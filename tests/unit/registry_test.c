@@ -105,7 +105,11 @@ static void test_load(void)
 
 	CHECK(pvgpu_registry_load(dir, r, err, sizeof(err)) == 0);
 	web = pvgpu_registry_by_name(r, "web");
-	db = pvgpu_registry_by_cid(r, 4);
+	{
+		struct pvgpu_identity cid4 = { PVGPU_ID_CID, "4" };
+
+		db = pvgpu_registry_lookup(r, &cid4);
+	}
 	CHECK(web && web->vhost_user && web->cid == 3);
 	CHECK(web && web->window.id == 0x1111 && web->window.size == 1 << 20);
 	snprintf(name, sizeof(name), "%s/web.sock_7100", dir);
@@ -165,8 +169,8 @@ static void test_admit(void)
 	/* A registered channel is its VM, with no policy file at all. */
 	slot = pvgpu_accounting_claim(acct);
 	memset(&peer, 0, sizeof(peer));
-	peer.kind = EP_VSOCK;
-	peer.cid = 3;
+	peer.features = PVGPU_TR_VM_CALLERS;
+	pvgpu_identity_set(&peer.id, PVGPU_ID_CID, "3");
 	peer.vm = r->vms[0];
 	CHECK(pvgpu_admit(NULL, acct, slot, &peer, NULL, why, sizeof(why)) == 0);
 	CHECK(slot->vm == e);
@@ -175,14 +179,14 @@ static void test_admit(void)
 	/* A vsock peer no VM is registered for is refused, saying so. */
 	slot = pvgpu_accounting_claim(acct);
 	memset(&peer, 0, sizeof(peer));
-	peer.kind = EP_VSOCK;
-	peer.cid = 9;
+	peer.features = PVGPU_TR_VM_CALLERS;
+	pvgpu_identity_set(&peer.id, PVGPU_ID_CID, "9");
 	CHECK(pvgpu_admit(NULL, acct, slot, &peer, NULL, why, sizeof(why)) < 0);
 	CHECK(strstr(why, "cid 9 is not attached to any VM") != NULL);
 
 	/* A local Unix caller without a policy is let in, with no VM. */
 	memset(&peer, 0, sizeof(peer));
-	peer.kind = EP_UNIX;
+	peer.features = PVGPU_TR_PASSES_FD;
 	atomic_store(&slot->vm, -1);
 	CHECK(pvgpu_admit(NULL, acct, slot, &peer, NULL, why, sizeof(why)) == 0);
 	CHECK(slot->vm == -1);
@@ -202,7 +206,7 @@ static void test_admit(void)
 	slot = pvgpu_accounting_claim(acct);
 	slot->pid = 1;	/* live, so it counts against max_sessions */
 	memset(&peer, 0, sizeof(peer));
-	peer.kind = EP_UNIX;
+	peer.features = PVGPU_TR_PASSES_FD;
 	peer.vm = r->vms[0];
 	CHECK(pvgpu_admit(p, acct, slot, &peer, NULL, why, sizeof(why)) == 0);
 	CHECK(slot->vm == e);

@@ -112,7 +112,7 @@ def test_window_header_matches_protocol_window_h(tmp_path):
         }
         """))
     exe = tmp_path / "hdr"
-    subprocess.run([cc, "-std=c11", f"-I{REPO / 'protocol'}", "-o", str(exe), str(src)],
+    subprocess.run([cc, "-std=c11", f"-I{REPO / 'common'}", "-o", str(exe), str(src)],
                    check=True)
     c_bytes = subprocess.run([str(exe)], check=True, capture_output=True).stdout
     assert window.pack_header(layout()) == c_bytes

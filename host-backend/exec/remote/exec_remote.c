@@ -169,6 +169,7 @@ static void remote_close(struct pvgpu_exec *ex);
 static struct pvgpu_exec *remote_open(const struct pvgpu_exec_config *cfg,
 				      char *err, size_t errlen)
 {
+	struct pvgpu_client_config ccfg;
 	struct pvgpu_exec *ex;
 
 	if (!cfg || !cfg->nremotes) {
@@ -185,6 +186,16 @@ static struct pvgpu_exec *remote_open(const struct pvgpu_exec_config *cfg,
 		return NULL;
 	}
 	ex->cur = -1;
+	pvgpu_client_config_init(&ccfg);
+	ccfg.window = 0;		/* bulk data goes as DATA frames */
+	if (cfg->remote_token) {
+		if (strlen(cfg->remote_token) >= sizeof(ccfg.token)) {
+			snprintf(err, errlen, "remote token longer than %zu bytes",
+				 sizeof(ccfg.token) - 1);
+			goto err_close;
+		}
+		snprintf(ccfg.token, sizeof(ccfg.token), "%s", cfg->remote_token);
+	}
 	for (unsigned int i = 0; i < cfg->nremotes; i++) {
 		struct remote_node *n = &ex->nodes[i];
 		const struct pvgpu_client_info *info;
@@ -192,7 +203,7 @@ static struct pvgpu_exec *remote_open(const struct pvgpu_exec_config *cfg,
 		int rc;
 
 		snprintf(n->uri, sizeof(n->uri), "%s", cfg->remotes[i]);
-		rc = pvgpu_client_open(n->uri, &n->c, why, sizeof(why));
+		rc = pvgpu_client_open(n->uri, &ccfg, &n->c, why, sizeof(why));
 		if (rc) {
 			snprintf(err, errlen, "remote node %s: %s", n->uri, why);
 			goto err_close;

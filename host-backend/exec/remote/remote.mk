@@ -6,9 +6,8 @@
 # does not forward simply does not install it.
 REMOTE_EXEC = $(BUILD)/lib/pvgpud/exec-remote.so
 REMOTE_SRC  = host-backend/exec/remote/exec_remote.c \
-              guest-lib/client/client.c guest-lib/client/window.c \
-              guest-lib/client/debug.c $(GEN_DIR)/pvgpu_guest.c \
-              $(PROTO_SRC) $(TRANSPORT_GUEST_SRC)
+              $(wildcard guest-lib/client/*.c) $(GEN_DIR)/pvgpu_guest.c \
+              $(PROTO_SRC) $(COMMON_SRC) $(TRANSPORT_GUEST_SRC)
 
 $(OBJ_DIR)/host-backend/exec/remote/%.o: CFLAGS += $(GUEST_INC)
 

@@ -1,0 +1,20 @@
+/*
+ * clock.h - the one monotonic clock every part reads: deadlines, turn
+ * lengths, watchdog timers.  Wall-clock time jumps (NTP, the admin), so
+ * nothing that measures an interval may use it.
+ */
+#ifndef PVGPU_CLOCK_H
+#define PVGPU_CLOCK_H
+
+#include <stdint.h>
+#include <time.h>
+
+static inline uint64_t pvgpu_now_ns(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+#endif /* PVGPU_CLOCK_H */

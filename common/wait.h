@@ -1,0 +1,56 @@
+/*
+ * wait.h - how both halves wait for the other side: spin first, because
+ * the answer usually comes within microseconds and a wake-up from the
+ * kernel costs more than that; then give the core away; then nap, looking
+ * now and then whether to stop.
+ */
+#ifndef PVGPU_WAIT_H
+#define PVGPU_WAIT_H
+
+#include <stdint.h>
+
+#include "clock.h"
+#include "relax.h"
+
+/*
+ * A bounded busy poll: call pvgpu_poll_again() after each attempt that
+ * found nothing; it pauses the CPU and returns 0 once budget_ns have
+ * passed since the first call.  The clock is read every 64th call only:
+ * reading it costs more than a look at a socket or a counter.
+ */
+struct pvgpu_poll {
+	unsigned int i;
+	uint64_t deadline;
+};
+
+static inline int pvgpu_poll_again(struct pvgpu_poll *p, uint64_t budget_ns)
+{
+	if ((p->i++ & 63) == 0) {
+		uint64_t now = pvgpu_now_ns();
+
+		if (!p->deadline)
+			p->deadline = now + budget_ns;
+		else if (now > p->deadline)
+			return 0;
+	}
+	pvgpu_cpu_relax();
+	return 1;
+}
+
+enum pvgpu_wait_result {
+	PVGPU_WAIT_READY,	/* ready() said yes */
+	PVGPU_WAIT_STOPPED,	/* stop() said give up */
+	PVGPU_WAIT_TIMEOUT,	/* neither, for timeout_ns of napping */
+};
+
+/*
+ * Spin, then yield, then nap 20 us at a time until ready(arg).  stop(arg)
+ * is asked only once napping, where a poll of the channel is cheap next
+ * to the nap; timeout_ns counts from the first nap, so a peer that is
+ * merely slow is not one that went away.
+ */
+enum pvgpu_wait_result pvgpu_spin_wait(int (*ready)(void *arg),
+				       int (*stop)(void *arg), void *arg,
+				       uint64_t timeout_ns);
+
+#endif /* PVGPU_WAIT_H */

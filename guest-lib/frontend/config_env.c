@@ -1,0 +1,91 @@
+/* config_env.c - see config_env.h. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config_env.h"
+#include "debug.h"
+#include "size.h"
+
+static const char *env(const char *name)
+{
+	const char *v = getenv(name);
+
+	return v && *v ? v : NULL;
+}
+
+/* A size within [min, max] into *out; else a debug line, *out unchanged. */
+static void env_size(const char *name, uint64_t min, uint64_t max,
+		     uint64_t *out)
+{
+	const char *s = env(name);
+	uint64_t v;
+
+	if (!s)
+		return;
+	if (pvgpu_parse_size(s, &v) || v < min || v > max) {
+		pvgpu_debug("ignoring %s=%s", name, s);
+		return;
+	}
+	*out = v;
+}
+
+static void env_string(const char *name, char *out, size_t outlen)
+{
+	const char *s = env(name);
+
+	if (!s)
+		return;
+	if (strlen(s) >= outlen) {
+		pvgpu_debug("ignoring %s: longer than %zu bytes", name, outlen - 1);
+		return;
+	}
+	memcpy(out, s, strlen(s) + 1);
+}
+
+void pvgpu_config_from_env(struct pvgpu_client_config *cfg)
+{
+	const char *s;
+	uint64_t v;
+
+	pvgpu_client_config_init(cfg);
+	/* First, so that what follows may say what it ignored. */
+	s = env("PVGPU_DEBUG");
+	cfg->debug = s && strcmp(s, "0");
+	pvgpu_debug_enable(cfg->debug);
+
+	env_string("PVGPU_DEVICES", cfg->devices, sizeof(cfg->devices));
+	env_string("PVGPU_TOKEN", cfg->token, sizeof(cfg->token));
+	env_string("PVGPU_WINDOW_DEVICE", cfg->window_device,
+		   sizeof(cfg->window_device));
+
+	v = 0;
+	env_size("PVGPU_BLOCK_SIZE", 1, UINT32_MAX, &v);
+	cfg->block_size = (uint32_t)v;
+
+	s = env("PVGPU_POLL_US");
+	if (s) {
+		char *end;
+		unsigned long us;
+
+		errno = 0;
+		us = strtoul(s, &end, 10);
+		if (errno || *end || end == s || us > 100000)
+			pvgpu_debug("ignoring PVGPU_POLL_US=%s", s);
+		else
+			cfg->poll_ns = (uint64_t)us * 1000;
+	}
+
+	s = env("PVGPU_COPY_THREADS");
+	if (s)
+		cfg->copy_threads = strcmp(s, "1") ? 2 : 1;
+
+	env_size("PVGPU_WINDOW_SIZE", 64ull << 20, 64ull << 30, &cfg->window_size);
+	v = cfg->staging_slot;
+	env_size("PVGPU_STAGING_SLOT", 64u << 10, 64u << 20, &v);
+	cfg->staging_slot = (uint32_t)v;
+	v = cfg->staging_slots;
+	env_size("PVGPU_STAGING_SLOTS", 2, 64, &v);
+	cfg->staging_slots = (uint32_t)v;
+}

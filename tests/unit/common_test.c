@@ -1,0 +1,130 @@
+/*
+ * common_test.c - the parsers every part shares (common/): sizes, URIs,
+ * HOST:PORT with IPv6, vsock addresses, and the spin-then-block wait.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "addr.h"
+#include "size.h"
+#include "wait.h"
+
+static int passed, failed;
+
+#define CHECK(cond) do {						\
+	if (cond) {							\
+		passed++;						\
+	} else {							\
+		failed++;						\
+		fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__,	\
+			__LINE__, #cond);				\
+	}								\
+} while (0)
+
+static void test_size(void)
+{
+	static const struct { const char *s; uint64_t v; } good[] = {
+		{ "0", 0 }, { "4096", 4096 }, { "256K", 256 << 10 },
+		{ "1M", 1 << 20 }, { "1m", 1 << 20 }, { "2G", 2ull << 30 },
+		{ "1T", 1ull << 40 }, { "4KiB", 4096 }, { "64MB", 64 << 20 },
+		{ "16777215T", 16777215ull << 40 },
+	};
+	static const char *const bad[] = {
+		"", "-1", " 1", "+1", "1X", "1KK", "K", "1.5M", "16777216T",
+		"18446744073709551616", "1M ",
+	};
+	uint64_t v;
+
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+		CHECK(!pvgpu_parse_size(good[i].s, &v) && v == good[i].v);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		CHECK(pvgpu_parse_size(bad[i], &v) == -1);
+	CHECK(pvgpu_parse_size(NULL, &v) == -1);
+}
+
+static void test_uri(void)
+{
+	char scheme[8];
+	const char *rest;
+
+	CHECK(!pvgpu_uri_split("tcp://[::1]:7100", scheme, sizeof(scheme), &rest));
+	CHECK(!strcmp(scheme, "tcp") && !strcmp(rest, "[::1]:7100"));
+	CHECK(pvgpu_uri_split("/run/pvgpu.sock", scheme, sizeof(scheme), &rest));
+	CHECK(pvgpu_uri_split("://x", scheme, sizeof(scheme), &rest));
+	CHECK(pvgpu_uri_split("verylongscheme://x", scheme, sizeof(scheme), &rest));
+}
+
+static void test_host_port(void)
+{
+	char host[64], port[8];
+
+	CHECK(!pvgpu_host_port("[::1]:7100", host, sizeof(host), port, sizeof(port)));
+	CHECK(!strcmp(host, "::1") && !strcmp(port, "7100"));
+	CHECK(!pvgpu_host_port("127.0.0.1:80", host, sizeof(host), port, sizeof(port)));
+	CHECK(!strcmp(host, "127.0.0.1") && !strcmp(port, "80"));
+	CHECK(!pvgpu_host_port("gpu-1.example:7100", host, sizeof(host), port,
+			       sizeof(port)));
+	CHECK(!strcmp(host, "gpu-1.example"));
+	CHECK(pvgpu_host_port("::1:7100", host, sizeof(host), port, sizeof(port)) == 0);
+	CHECK(pvgpu_host_port("[::1]7100", host, sizeof(host), port, sizeof(port)));
+	CHECK(pvgpu_host_port("[::1]:", host, sizeof(host), port, sizeof(port)));
+	CHECK(pvgpu_host_port("[]:1", host, sizeof(host), port, sizeof(port)));
+	CHECK(pvgpu_host_port(":1", host, sizeof(host), port, sizeof(port)));
+	CHECK(pvgpu_host_port("host", host, sizeof(host), port, sizeof(port)));
+	CHECK(pvgpu_host_port("h:123456789", host, sizeof(host), port, sizeof(port)));
+}
+
+static void test_vsock(void)
+{
+	unsigned int cid, port;
+
+	CHECK(!pvgpu_vsock_addr("2:7100", 0, &cid, &port) && cid == 2 && port == 7100);
+	CHECK(!pvgpu_vsock_addr("any:7100", 1, &cid, &port) &&
+	      cid == PVGPU_VSOCK_CID_ANY && port == 7100);
+	CHECK(pvgpu_vsock_addr("any:7100", 0, &cid, &port));
+	CHECK(pvgpu_vsock_addr("2:", 0, &cid, &port));
+	CHECK(pvgpu_vsock_addr("2:x", 0, &cid, &port));
+	CHECK(pvgpu_vsock_addr("2:4294967296", 0, &cid, &port));
+	CHECK(pvgpu_vsock_addr(":1", 0, &cid, &port));
+	CHECK(pvgpu_vsock_addr("-1:1", 0, &cid, &port));
+}
+
+static int count_ready(void *arg)
+{
+	return ++*(int *)arg > 10000;
+}
+
+static int never(void *arg)
+{
+	(void)arg;
+	return 0;
+}
+
+static int always(void *arg)
+{
+	(void)arg;
+	return 1;
+}
+
+static void test_wait(void)
+{
+	int n = 0;
+
+	CHECK(pvgpu_spin_wait(count_ready, never, &n, 1000000000u) ==
+	      PVGPU_WAIT_READY);
+	CHECK(pvgpu_spin_wait(never, always, NULL, 1000000000u) ==
+	      PVGPU_WAIT_STOPPED);
+	CHECK(pvgpu_spin_wait(never, never, NULL, 1000000u) ==
+	      PVGPU_WAIT_TIMEOUT);
+}
+
+int main(void)
+{
+	test_size();
+	test_uri();
+	test_host_port();
+	test_vsock();
+	test_wait();
+	printf("%d passed, %d failed\n", passed, failed);
+	return failed ? 1 : 0;
+}
