@@ -52,7 +52,18 @@ struct pvgpu_exec_config {
 	/* Bytes of device memory held on `dev` by all live sessions. */
 	uint64_t (*device_mem_used)(void *arg, int32_t dev);
 	void *arg;
+	/*
+	 * The "remote" executor: URIs of the pvgpud nodes whose GPUs it
+	 * presents as its own, in device order (pvgpud --remote, or the
+	 * policy file's [remote] section).  Other executors ignore them.
+	 */
+	const char *const *remotes;
+	unsigned int nremotes;
+	/* Who this node is to them, where the channel cannot say (tcp, verbs). */
+	const char *remote_token;
 };
+
+#define PVGPU_MAX_REMOTES	16
 
 struct pvgpu_executor_ops {
 	const char *name;
