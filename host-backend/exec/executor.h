@@ -171,6 +171,11 @@ struct pvgpu_executor_ops {
 	int32_t (*launch)(struct pvgpu_exec *ex,
 			  const struct pvgpu_launch *launch);
 	/* Resident blocks per multiprocessor for this launch shape. */
+	/* Clusters of this launch shape resident at once (cluster 0: the
+	 * kernel's own dimensions). */
+	int32_t (*max_clusters)(struct pvgpu_exec *ex, uint64_t func,
+				const struct pvgpu_launch *shape,
+				const uint32_t cluster[3], int32_t *clusters);
 	/* Dynamic shared memory per block with num_blocks resident per SM. */
 	int32_t (*dynamic_smem)(struct pvgpu_exec *ex, uint64_t func,
 				int32_t num_blocks, int32_t block_size,

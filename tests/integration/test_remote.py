@@ -57,7 +57,10 @@ def check_backs_served(backs):
 
 @pytest.mark.parametrize("hop", ["unix", "tcp"])
 def test_program_through_remote(programs, start_pvgpud, program, hop):
-    back = start_pvgpud("sim", env={"PVGPU_SIM_DEVICES": "2"})
+    # Two devices and the kernels' twins: peer.cu launches a kernel that
+    # reads the other device's memory.
+    back = start_pvgpud("sim", env={"PVGPU_SIM_DEVICES": "2",
+                                    "PVGPU_SIM_TWINS": str(TWINS)})
     front = front_for(start_pvgpud, back, hop=hop)
     res = programs.run(program, programs.pvgpu_env(front.unix))
     programs.assert_passed(res, front)
@@ -224,3 +227,18 @@ def test_remote_without_nodes_is_bad_usage(short_tmp):
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 2
     assert "--remote" in out.stderr
+
+
+def test_peer_copy_between_nodes(programs, start_pvgpud):
+    """GPUs of two nodes are not peers, and a copy between them is staged
+    node to node through the front pvgpud, never through the guest."""
+    backs = [start_pvgpud("sim", env={"PVGPU_SIM_NODE": str(i),
+                                      "PVGPU_SIM_TWINS": str(TWINS)})
+             for i in (1, 2)]
+    front = front_for(start_pvgpud, *backs)
+    res = programs.run("peer", programs.pvgpu_env(front.unix))
+    programs.assert_passed(res, front)
+    assert "can access peer 0->1: 0, 1->0: 0" in res.stdout, res.stdout
+    wait_for(lambda: "staged through this node" in front.log())
+    assert "staged through this node" in front.log(), front.log()[-3000:]
+    check_backs_served(backs)

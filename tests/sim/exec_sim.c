@@ -2215,6 +2215,35 @@ static int32_t sim_dynamic_smem(struct pvgpu_exec *ex, uint64_t func,
 	return CUDA_SUCCESS;
 }
 
+/*
+ * Resident clusters on a simulated sm_90 with 132 SMs in GPCs of 16: a
+ * cluster's blocks share a GPC, at most 8 per cluster (16 non-portable is
+ * not modelled), each SM holding what sim_occupancy says.
+ */
+static int32_t sim_max_clusters(struct pvgpu_exec *ex, uint64_t func,
+				const struct pvgpu_launch *s,
+				const uint32_t cluster[3], int32_t *clusters)
+{
+	uint64_t size = (uint64_t)cluster[0] * cluster[1] * cluster[2];
+	uint64_t threads = (uint64_t)s->block[0] * s->block[1] * s->block[2];
+	int32_t per_sm = 0, rc;
+
+	if (!clusters || threads == 0 || threads > 1024)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (size == 0)
+		size = 1;	/* no cluster dimensions: clusters of one block */
+	if (size > 8)
+		return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+	rc = sim_occupancy(ex, func, (int32_t)threads, s->shared_bytes, 0,
+			   &per_sm);
+	if (rc)
+		return rc;
+	/* 8 GPCs of 16 SMs and one of 4: whole clusters per GPC. */
+	*clusters = (int32_t)(8 * (16 * (uint64_t)per_sm / size) +
+			      4 * (uint64_t)per_sm / size);
+	return CUDA_SUCCESS;
+}
+
 static int32_t sim_launch(struct pvgpu_exec *ex,
 			  const struct pvgpu_launch *launch)
 {
@@ -2343,6 +2372,7 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.launch			= sim_launch,
 	.occupancy		= sim_occupancy,
 	.dynamic_smem		= sim_dynamic_smem,
+	.max_clusters		= sim_max_clusters,
 	.device_can_access_peer	= sim_device_can_access_peer,
 	.device_p2p_attribute	= sim_device_p2p_attribute,
 	.ctx_enable_peer_access	= sim_ctx_enable_peer_access,

@@ -50,6 +50,8 @@ struct remote_node {
 	struct pvgpu_client *c;
 	int32_t first_dev, ndev;	/* our device numbers [first, first+n) */
 	int dead;			/* connection lost: said once */
+	uint64_t ctx;			/* the context last made current there */
+	int staged;			/* a peer copy staged from here: said */
 };
 
 /* Parameter layouts of the functions resolved so far (function_params). */
@@ -415,6 +417,7 @@ static int32_t remote_ctx_set(struct pvgpu_exec *ex, uint64_t ctx)
 	if (!n)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	ex->cur = (int)(n - ex->nodes);
+	n->ctx = q.ctx;
 	return cu(n, pvgpu_call_ctx_set(n->c, &q));
 }
 
@@ -985,6 +988,239 @@ static int32_t remote_occupancy(struct pvgpu_exec *ex, uint64_t func,
 	return st;
 }
 
+/*
+ * Peers.  Devices of one node are asked there; devices of two nodes are
+ * never peers (no GPU reaches across the network), and a copy between them
+ * is staged through this worker's memory, block by block: node to node,
+ * never through the guest.
+ */
+static int32_t remote_device_can_access_peer(struct pvgpu_exec *ex, int32_t dev,
+					     int32_t peer, int32_t *can)
+{
+	struct pvgpu_device_can_access_peer_req q;
+	struct pvgpu_device_can_access_peer_rep r;
+	struct remote_node *a = dev_node(ex, dev, &q.device);
+	struct remote_node *b = dev_node(ex, peer, &q.peer);
+	int32_t st;
+
+	if (!a || !b || !can)
+		return CUDA_ERROR_INVALID_DEVICE;
+	if (a != b) {
+		*can = 0;
+		return CUDA_SUCCESS;
+	}
+	st = cu(a, pvgpu_call_device_can_access_peer(a->c, &q, &r));
+	if (!st)
+		*can = r.can_access;
+	return st;
+}
+
+static int32_t remote_device_p2p_attribute(struct pvgpu_exec *ex, int32_t attr,
+					   int32_t src, int32_t dst, int32_t *value)
+{
+	struct pvgpu_device_p2p_attribute_req q = { .attrib = attr };
+	struct pvgpu_device_p2p_attribute_rep r;
+	struct remote_node *a = dev_node(ex, src, &q.src_device);
+	struct remote_node *b = dev_node(ex, dst, &q.dst_device);
+	int32_t st;
+
+	if (!a || !b || !value)
+		return CUDA_ERROR_INVALID_DEVICE;
+	if (a != b) {
+		*value = 0;
+		return CUDA_SUCCESS;
+	}
+	st = cu(a, pvgpu_call_device_p2p_attribute(a->c, &q, &r));
+	if (!st)
+		*value = r.value;
+	return st;
+}
+
+static int32_t remote_ctx_peer_access(struct pvgpu_exec *ex, uint64_t peer_ctx,
+				      uint32_t flags, int enable)
+{
+	struct pvgpu_ctx_enable_peer_access_req e = { .flags = flags };
+	struct pvgpu_ctx_disable_peer_access_req d;
+	struct remote_node *n = cur_node(ex), *p;
+	uint64_t local;
+
+	if (!n)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	p = untag(ex, peer_ctx, &local);
+	if (!p)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (p != n)
+		return CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
+	if (enable) {
+		struct pvgpu_ctx_enable_peer_access_rep r;
+
+		e.peer_ctx = local;
+		return cu(n, pvgpu_call_ctx_enable_peer_access(n->c, &e, &r));
+	} else {
+		struct pvgpu_ctx_disable_peer_access_rep r;
+
+		d.peer_ctx = local;
+		return cu(n, pvgpu_call_ctx_disable_peer_access(n->c, &d, &r));
+	}
+}
+
+static int32_t remote_ctx_enable_peer_access(struct pvgpu_exec *ex,
+					     uint64_t peer_ctx, uint32_t flags)
+{
+	return remote_ctx_peer_access(ex, peer_ctx, flags, 1);
+}
+
+static int32_t remote_ctx_disable_peer_access(struct pvgpu_exec *ex,
+					      uint64_t peer_ctx)
+{
+	return remote_ctx_peer_access(ex, peer_ctx, 0, 0);
+}
+
+#define STAGE_BLOCK	(4u << 20)
+
+/* src on node a (context ca), dst on node b (context cb): through here. */
+static int32_t stage_between_nodes(struct remote_node *b, uint64_t cb, uint64_t dst,
+				   struct remote_node *a, uint64_t ca, uint64_t src,
+				   uint64_t size)
+{
+	struct pvgpu_ctx_set_req set;
+	uint8_t *buf;
+	int32_t st = CUDA_SUCCESS;
+
+	if (!a->staged) {
+		a->staged = 1;
+		say("peer copies from %s to %s are staged through this node",
+		    a->uri, b->uri);
+	}
+	buf = malloc(STAGE_BLOCK);
+	if (!buf)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	for (uint64_t off = 0; off < size && !st; off += STAGE_BLOCK) {
+		uint64_t n = size - off < STAGE_BLOCK ? size - off : STAGE_BLOCK;
+		struct pvgpu_memcpy_dtoh_req dq = { .src = src + off, .size = n };
+		struct pvgpu_memcpy_dtoh_rep dr;
+		struct pvgpu_memcpy_htod_req hq = { .dst = dst + off, .size = n };
+		struct pvgpu_memcpy_htod_rep hr;
+
+		set.ctx = ca;
+		st = cu(a, pvgpu_call_ctx_set(a->c, &set));
+		if (!st)
+			st = cu(a, pvgpu_call_memcpy_dtoh(a->c, &dq, &dr, buf));
+		set.ctx = cb;
+		if (!st)
+			st = cu(b, pvgpu_call_ctx_set(b->c, &set));
+		if (!st)
+			st = cu(b, pvgpu_call_memcpy_htod(b->c, &hq, &hr, buf));
+	}
+	free(buf);
+	/* Both nodes' current contexts as the session last set them. */
+	set.ctx = a->ctx;
+	if (a->ctx)
+		(void)pvgpu_call_ctx_set(a->c, &set);
+	set.ctx = b->ctx;
+	if (b->ctx)
+		(void)pvgpu_call_ctx_set(b->c, &set);
+	return st;
+}
+
+static int32_t remote_memcpy_peer_async(struct pvgpu_exec *ex, uint64_t dst,
+					uint64_t dst_ctx, uint64_t src,
+					uint64_t src_ctx, uint64_t size,
+					uint64_t stream)
+{
+	struct pvgpu_memcpy_peer_async_req q = { .dst = dst, .src = src,
+						 .size = size };
+	struct remote_node *a, *b, *n;
+	uint64_t ls;
+
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	b = untag(ex, dst_ctx, &q.dst_ctx);
+	a = untag(ex, src_ctx, &q.src_ctx);
+	if (!a || !b)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (a != b) {
+		/* Staged copies are synchronous: everything queued on the
+		 * stream has to be done first. */
+		n = stream_node(ex, stream, &ls);
+		if (n) {
+			struct pvgpu_stream_synchronize_req sq = { .stream = ls };
+			struct pvgpu_stream_synchronize_rep sr;
+			int32_t st = cu(n, pvgpu_call_stream_synchronize(n->c, &sq, &sr));
+
+			if (st)
+				return st;
+		}
+		return stage_between_nodes(b, q.dst_ctx, dst, a, q.src_ctx,
+					   src, size);
+	}
+	if (stream) {
+		if (!(n = untag(ex, stream, &q.stream)) || n != a)
+			return CUDA_ERROR_INVALID_HANDLE;
+		return cu(a, pvgpu_call_memcpy_peer_async(a->c, &q));
+	} else {
+		struct pvgpu_memcpy_peer_req s = {
+			.dst = dst, .dst_ctx = q.dst_ctx, .src = src,
+			.src_ctx = q.src_ctx, .size = size,
+		};
+		struct pvgpu_memcpy_peer_rep r;
+
+		return cu(a, pvgpu_call_memcpy_peer(a->c, &s, &r));
+	}
+}
+
+static int32_t remote_memcpy_peer(struct pvgpu_exec *ex, uint64_t dst,
+				  uint64_t dst_ctx, uint64_t src,
+				  uint64_t src_ctx, uint64_t size)
+{
+	return remote_memcpy_peer_async(ex, dst, dst_ctx, src, src_ctx, size, 0);
+}
+
+static int32_t remote_dynamic_smem(struct pvgpu_exec *ex, uint64_t func,
+				   int32_t num_blocks, int32_t block_size,
+				   uint64_t *bytes)
+{
+	struct pvgpu_func_dynamic_smem_req q = { .num_blocks = num_blocks,
+						 .block_size = block_size };
+	struct pvgpu_func_dynamic_smem_rep r;
+	struct remote_node *n;
+	int32_t st;
+
+	if (!bytes)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex || !(n = untag(ex, func, &q.func)))
+		return CUDA_ERROR_INVALID_HANDLE;
+	st = cu(n, pvgpu_call_func_dynamic_smem(n->c, &q, &r));
+	if (!st)
+		*bytes = r.bytes;
+	return st;
+}
+
+static int32_t remote_max_clusters(struct pvgpu_exec *ex, uint64_t func,
+				   const struct pvgpu_launch *s,
+				   const uint32_t cluster[3], int32_t *clusters)
+{
+	struct pvgpu_func_max_clusters_req q = {
+		.grid_x = s->grid[0], .grid_y = s->grid[1], .grid_z = s->grid[2],
+		.block_x = s->block[0], .block_y = s->block[1],
+		.block_z = s->block[2], .shared_bytes = s->shared_bytes,
+		.cluster_x = cluster[0], .cluster_y = cluster[1],
+		.cluster_z = cluster[2],
+	};
+	struct pvgpu_func_max_clusters_rep r;
+	struct remote_node *n;
+	int32_t st;
+
+	if (!clusters)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex || !(n = untag(ex, func, &q.func)))
+		return CUDA_ERROR_INVALID_HANDLE;
+	st = cu(n, pvgpu_call_func_max_clusters(n->c, &q, &r));
+	if (!st)
+		*clusters = r.clusters;
+	return st;
+}
+
 static const struct pvgpu_executor_ops pvgpu_exec_remote = {
 	.name			= "remote",
 	.open			= remote_open,
@@ -1030,6 +1266,14 @@ static const struct pvgpu_executor_ops pvgpu_exec_remote = {
 	.function_set_attribute	= remote_function_set_attribute,
 	.launch			= remote_launch,
 	.occupancy		= remote_occupancy,
+	.dynamic_smem		= remote_dynamic_smem,
+	.max_clusters		= remote_max_clusters,
+	.device_can_access_peer	= remote_device_can_access_peer,
+	.device_p2p_attribute	= remote_device_p2p_attribute,
+	.ctx_enable_peer_access	= remote_ctx_enable_peer_access,
+	.ctx_disable_peer_access = remote_ctx_disable_peer_access,
+	.memcpy_peer		= remote_memcpy_peer,
+	.memcpy_peer_async	= remote_memcpy_peer_async,
 };
 
 /* How pvgpud finds it: build/lib/pvgpud/exec-remote.so. */
