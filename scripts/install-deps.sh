@@ -116,6 +116,11 @@ if [ "$check_only" = 0 ] && command -v dpkg >/dev/null 2>&1; then
     need_pkg linux-headers-amd64
     need_pkg libvirt-daemon-system
     need_pkg python3-libvirt
+    # The Xen tests (tests/xen) and the vchan transport (xen-vchan/):
+    # libxenvchan and the libraries xl needs in the booted dom0.  The
+    # hypervisor and xen-utils are not installed: tests/xen/xenvm.py
+    # unpacks them into .deps/xen with apt-get download.
+    need_pkg libxen-dev
 fi
 
 # The CUDA compiler from PyPI needs pip, but only if there is no toolkit.
