@@ -341,10 +341,68 @@ def build_probe(workdir, probe, nbytes=1 << 20):
     return dom0_rd, kdir, kver
 
 
+def build_scenario(workdir, dom0_script, domus, dom0_files=()):
+    """dom0 initramfs carrying one initramfs and xl config per domU.
+    domus: {name: (script, [(host, guest)])}; the config is
+    /etc/xen/NAME.cfg.  Returns (initramfs, kdir, kver)."""
+    kdir, kver = vm.kernel_dir()
+    workdir = Path(workdir)
+    files = [(Path(kdir) / "boot" / f"vmlinuz-{kver}", "/domu/vmlinuz")]
+    for name, (script, domu_files) in domus.items():
+        rd = workdir / f"{name}.cpio"
+        domu_initramfs(rd, script, files=domu_files, kdir=kdir, kver=kver)
+        cfg = workdir / f"{name}.cfg"
+        cfg.write_text(domu_config(name, "/domu/vmlinuz", f"/domu/{name}.cpio"))
+        files += [(rd, f"/domu/{name}.cpio"), (cfg, f"/etc/xen/{name}.cfg")]
+    dom0_rd = workdir / "dom0.cpio"
+    dom0_initramfs(dom0_rd, dom0_script, files=files + list(dom0_files),
+                   kdir=kdir, kver=kver)
+    return dom0_rd, kdir, kver
+
+
+VCHAN_BASE = "/local/domain/0/data/pvgpu"
+
+
+def build_echo(workdir, echo, so):
+    """transport-vchan.so end to end: in dom0 `vchan-echo host` (the host
+    half) serves two domUs in turn; domu1 connects through the .so's ops
+    table to vchan://0/pvgpu, with a granted window, and checks echoes of
+    1 B to 1 MiB; domu2 corrupts its ring indexes after the setup frame
+    and must lose only its own session, promptly."""
+    dom0 = f"""
+vchan-echo host {VCHAN_BASE} 2 > /tmp/host.log 2>&1 &
+host=$!
+for d in domu1 domu2; do
+    xl create /etc/xen/$d.cfg >/dev/null || {{ echo "xen-dom0: xl create $d failed"; exit 93; }}
+    echo "xen-dom0: $d is domain $(xl domid $d), created at $(cut -d' ' -f1 /proc/uptime) s"
+done
+n=0; while kill -0 $host 2>/dev/null && [ $n -lt 1800 ]; do sleep 0.1; n=$((n+1)); done
+kill -0 $host 2>/dev/null && {{ echo "xen-dom0: host still running"; kill $host; }}
+wait $host; rc=$?
+domu_wait domu1 30; domu_wait domu2 30
+echo "xen-dom0: done at $(cut -d' ' -f1 /proc/uptime) s"
+sed 's/^/[host] /' /tmp/host.log
+show_domu_console domu1
+show_domu_console domu2
+exit $rc
+"""
+    domu1 = """
+vchan-echo guest /usr/lib/pvgpu/transport-vchan.so vchan://0/pvgpu
+"""
+    domu2 = f"""
+vchan-echo corrupt {VCHAN_BASE}/$(xenstore-read domid)
+"""
+    echo_files = [(echo, "/usr/bin/vchan-echo")]
+    return build_scenario(workdir, dom0, {
+        "domu1": (domu1, echo_files + [(so, "/usr/lib/pvgpu/transport-vchan.so")]),
+        "domu2": (domu2, echo_files),
+    }, dom0_files=echo_files)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["boot", "probe"])
+    ap.add_argument("what", choices=["boot", "probe", "echo"])
     ap.add_argument("--workdir", default=str(REPO / "build" / "xen" / "run"))
     ap.add_argument("--probe", default=str(REPO / "build" / "xen" / "vchan-probe"))
     ap.add_argument("--timeout", type=float, default=600)
@@ -361,8 +419,12 @@ def main(argv=None):
         kdir, kver = vm.kernel_dir()
         rd = work / "dom0.cpio"
         dom0_initramfs(rd, "xl list\n", kdir=kdir, kver=kver)
-    else:
+    elif args.what == "probe":
         rd, kdir, kver = build_probe(work, args.probe)
+    else:
+        build = Path(args.probe).parent.parent
+        rd, kdir, kver = build_echo(work, build / "xen" / "vchan-echo",
+                                    build / "lib" / "transport-vchan.so")
     status, console, secs = run(qemu_command(rd, kdir, kver, smp=args.smp),
                                 timeout=args.timeout, log=work / "console.log",
                                 echo=not args.quiet)
