@@ -26,6 +26,15 @@ $(VCHAN_FUZZ): $(call objs,tests/xen/vchan_fuzz.c xen-vchan/vchan_proto.c \
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^
 
+# libFuzzer flavour of the same target, with `make fuzz`.
+fuzz: $(BUILD)/fuzz/fuzz_vchan
+$(BUILD)/fuzz/fuzz_vchan: tests/xen/vchan_fuzz.c xen-vchan/vchan_proto.c xen-vchan/vchan_parse.c \
+		$(wildcard xen-vchan/*.h) common/window.h
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -g -O1 -fsanitize=fuzzer,address,undefined -std=c11 -D_GNU_SOURCE \
+		-DPVGPU_LIBFUZZER -Icommon -Itransport -Ixen-vchan \
+		-o $@ tests/xen/vchan_fuzz.c xen-vchan/vchan_proto.c xen-vchan/vchan_parse.c
+
 ifneq ($(XEN_LIBS),)
 all: xen-vchan
 .PHONY: xen-vchan

@@ -94,9 +94,8 @@ static void one(const uint8_t *data, size_t len)
 		rc = pvgpu_vchan_parse(str, &domid, path, sizeof(path),
 				       (int)(get64(copy, len, 16) & 0x7fff));
 		if (rc == 0 && (path[0] != '/' || strlen(path) >= sizeof(path) ||
-				domid >= 0x7ff0 || strstr(path, "..") != NULL))
-			if (path[0] != '/' || domid >= 0x7ff0 || strlen(path) >= sizeof(path))
-				FAIL("address %s accepted as %s\n", str, path);
+				domid >= 0x7ff0))
+			FAIL("address %s accepted as %s\n", str, path);
 		free(str);
 	}
 	free(copy);
