@@ -205,6 +205,7 @@ $(BUILD)/fuzz/fuzz_worker: $(FUZZ_SRC) $(GEN_FILES) $(shell find common host-bac
 include tests/tests.mk
 include guest-lib/cuda/cuda.mk
 include bench/bench.mk
+include xen-vchan/xen.mk
 
 PYTEST = python3 -m pytest
 
