@@ -258,4 +258,6 @@ const struct pvgpu_transport_ops pvgpu_transport_vchan = {
 	.sendv = vchan_sendv,
 	.recv = vchan_recv,
 	.close = vchan_close,
+	.quiet = pvgpu_vchan_guest_quiet,
+	.window = pvgpu_vchan_guest_window,
 };

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +49,7 @@ struct pvgpu_vchan_chan {
 	uint32_t npages;
 	struct pvgpu_vchan_peer peer;
 	int stall_ms;
+	int64_t next_alive;	/* when hung_up looks at xenstore next */
 };
 
 static long env_long(const char *name, long def, long lo, long hi)
@@ -512,6 +514,50 @@ int pvgpu_vchan_chan_recv(struct pvgpu_vchan_chan *c, void *buf, size_t len,
 	if (rc < 0)
 		return rc;
 	return pvgpu_vchan_read_all(c->ctrl, buf, len, c->stall_ms, c->stall_ms);
+}
+
+ssize_t pvgpu_vchan_chan_read(struct pvgpu_vchan_chan *c, void *buf, size_t len,
+			      int nonblock)
+{
+	int rc, n;
+
+	if (len == 0)
+		return 0;
+	if (len > INT_MAX)
+		len = INT_MAX;
+	if (nonblock) {
+		rc = pvgpu_vchan_check(c->ctrl);
+		if (rc)
+			return rc;
+		if (libxenvchan_data_ready(c->ctrl) <= 0)
+			return libxenvchan_is_open(c->ctrl) == 0 ? 0 : -EAGAIN;
+	} else {
+		rc = wait_data(c, -1);
+		if (rc == -ECONNRESET)
+			return 0;	/* the guest closed, or its domain went */
+		if (rc < 0)
+			return rc;
+	}
+	/* Non-blocking: as much as is there, up to len. */
+	n = libxenvchan_read(c->ctrl, buf, len);
+	if (n < 0)
+		return -EIO;
+	return n ? n : -EAGAIN;
+}
+
+int pvgpu_vchan_chan_hung_up(struct pvgpu_vchan_chan *c)
+{
+	int64_t now = pvgpu_vchan_now_ms();
+
+	if (pvgpu_vchan_check(c->ctrl) || libxenvchan_is_open(c->ctrl) == 0)
+		return 1;
+	/* A destroyed domain closes nothing: look at xenstore now and then. */
+	if (now >= c->next_alive) {
+		c->next_alive = now + ALIVE_CHECK_MS;
+		if (!chan_alive(c))
+			return 1;
+	}
+	return 0;
 }
 
 int pvgpu_vchan_chan_sendv(struct pvgpu_vchan_chan *c, struct iovec *iov,

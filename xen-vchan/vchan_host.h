@@ -26,6 +26,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <sys/uio.h>
 
 /* Where channels are offered: BASE/DOMID (vchan://0/pvgpu in the guest). */
@@ -83,8 +84,18 @@ int pvgpu_vchan_chan_open(const char *base, const struct pvgpu_vchan_peer *peer,
 /* Exactly len bytes; idle_ms bounds the wait for the first (-1: none). */
 int pvgpu_vchan_chan_recv(struct pvgpu_vchan_chan *c, void *buf, size_t len,
 			  int idle_ms);
+/*
+ * Up to len bytes, as a stream: > 0, 0 when the guest closed or its
+ * domain went, -EPROTO for a corrupt ring, -errno; nonblock: -EAGAIN
+ * when nothing is there.  Blocking waits have no limit but wake to check
+ * the domain lives.
+ */
+ssize_t pvgpu_vchan_chan_read(struct pvgpu_vchan_chan *c, void *buf, size_t len,
+			      int nonblock);
 int pvgpu_vchan_chan_sendv(struct pvgpu_vchan_chan *c, struct iovec *iov,
 			   int iovcnt);
+/* The guest closed, its ring is corrupt or its domain went (never blocks). */
+int pvgpu_vchan_chan_hung_up(struct pvgpu_vchan_chan *c);
 /* 1 when something can be read (or the peer went), 0 on a timeout, -errno. */
 int pvgpu_vchan_chan_wait(struct pvgpu_vchan_chan *c, int timeout_ms);
 int pvgpu_vchan_chan_fd(struct pvgpu_vchan_chan *c);

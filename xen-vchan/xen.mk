@@ -3,7 +3,9 @@
 # (pkg-config xenvchan): everything else builds without it, and `make`
 # says in one line that vchan was left out.
 #
-#   $(BUILD)/lib/transport-vchan.so   both halves, dlopened at run time
+#   $(BUILD)/lib/pvgpu/transport-vchan.so   both halves, dlopened at run time
+#                                     by the transport registry
+#   $(BUILD)/xen/xen-cuda             driver-API checks a domU runs (tests/xen)
 #   $(BUILD)/xen/vchan-probe          the bare libxenvchan pair
 #   $(BUILD)/xen/vchan-echo           the .so end to end (tests/xen)
 #   $(BUILD)/xen/vchan-fuzz           randomized decoder test (no libxen)
@@ -11,7 +13,8 @@ XEN_PKGS    = xenvchan xengnttab xenstore xenevtchn
 XEN_LIBS   := $(shell pkg-config --libs $(XEN_PKGS) 2>/dev/null)
 XEN_CFLAGS := $(shell pkg-config --cflags $(XEN_PKGS) 2>/dev/null)
 
-VCHAN_SO    = $(BUILD)/lib/transport-vchan.so
+VCHAN_SO    = $(BUILD)/lib/pvgpu/transport-vchan.so
+XEN_CUDA    = $(BUILD)/xen/xen-cuda
 VCHAN_PROBE = $(BUILD)/xen/vchan-probe
 VCHAN_ECHO  = $(BUILD)/xen/vchan-echo
 VCHAN_FUZZ  = $(BUILD)/xen/vchan-fuzz
@@ -20,7 +23,9 @@ VCHAN_SRC   = xen-vchan/vchan_io.c xen-vchan/vchan_proto.c \
 
 # The decoders need no libxen: their randomized test always builds.
 all: $(VCHAN_FUZZ)
-$(OBJ_DIR)/xen-vchan/%.o $(OBJ_DIR)/tests/xen/%.o: CFLAGS += -Ixen-vchan $(XEN_CFLAGS)
+# The module binds both halves to transport/'s ops tables (host.h needs
+# the daemon's registry types).
+$(OBJ_DIR)/xen-vchan/%.o $(OBJ_DIR)/tests/xen/%.o: CFLAGS += -Ixen-vchan $(BACKEND_INC) $(XEN_CFLAGS)
 $(VCHAN_FUZZ): $(call objs,tests/xen/vchan_fuzz.c xen-vchan/vchan_proto.c \
 		xen-vchan/vchan_parse.c)
 	@mkdir -p $(dir $@)
@@ -38,11 +43,15 @@ $(BUILD)/fuzz/fuzz_vchan: tests/xen/vchan_fuzz.c xen-vchan/vchan_proto.c xen-vch
 ifneq ($(XEN_LIBS),)
 all: xen-vchan
 .PHONY: xen-vchan
-xen-vchan: $(VCHAN_SO) $(VCHAN_PROBE) $(VCHAN_ECHO)
+xen-vchan: $(VCHAN_SO) $(VCHAN_PROBE) $(VCHAN_ECHO) $(XEN_CUDA)
 
-$(VCHAN_SO): $(call objs,$(VCHAN_SRC) xen-vchan/vchan_parse.c)
+$(VCHAN_SO): $(call objs,$(VCHAN_SRC) xen-vchan/vchan_parse.c xen-vchan/vchan_module.c)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -shared -Wl,-z,defs -o $@ $^ $(XEN_LIBS)
+
+$(XEN_CUDA): $(call objs,tests/xen/xen_cuda.c) $(BUILD)/lib/libcuda.so.1
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $< -L$(BUILD)/lib -l:libcuda.so.1
 
 $(VCHAN_PROBE): $(call objs,xen-vchan/probe.c xen-vchan/vchan_io.c)
 	@mkdir -p $(dir $@)

@@ -63,7 +63,7 @@ def test_transport_vchan_two_domus(xen_ok, tmp_path):
     the host identifies it by domid and xenstore name.  domu2 writes
     garbage ring indexes and loses only its own session (-EPROTO)."""
     echo = REPO / "build" / "xen" / "vchan-echo"
-    so = REPO / "build" / "lib" / "transport-vchan.so"
+    so = REPO / "build" / "lib" / "pvgpu" / "transport-vchan.so"
     if not echo.exists() or not so.exists():
         pytest.skip("transport-vchan.so not built (no libxen-dev: vchan left out)")
     rd, kdir, kver = xenvm.build_echo(tmp_path, echo, so)

@@ -13,6 +13,8 @@
  *                                 the window.
  *   vchan-echo corrupt PATH       domU: a raw libxenvchan client that sends
  *                                 a setup frame, then garbage ring indexes.
+ *   vchan-echo steal PATH         domU: tries for 3 s to open another
+ *                                 domain's channel; 0 when refused.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -275,6 +277,27 @@ static int corrupt(const char *path)
 	return 0;
 }
 
+/* A domU opening another domain's channel: must be refused. */
+static int steal(const char *path)
+{
+	int64_t t0 = pvgpu_vchan_now_ms();
+	struct libxenvchan *c;
+
+	while (!(c = libxenvchan_client_init(NULL, 0, path))) {
+		if (pvgpu_vchan_now_ms() - t0 > 3000) {
+			printf("vchan-echo: steal %s: refused (%s)\n", path,
+			       strerror(errno));
+			fflush(stdout);
+			return 0;
+		}
+		usleep(100000);
+	}
+	printf("vchan-echo: steal %s: OPENED another domain's channel\n", path);
+	fflush(stdout);
+	libxenvchan_close(c);
+	return 1;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 4 && !strcmp(argv[1], "host"))
@@ -283,6 +306,8 @@ int main(int argc, char **argv)
 		return guest(argv[2], argv[3]);
 	if (argc == 3 && !strcmp(argv[1], "corrupt"))
 		return corrupt(argv[2]);
-	fprintf(stderr, "usage: vchan-echo host BASE NCHAN | guest SO URI | corrupt PATH\n");
+	if (argc == 3 && !strcmp(argv[1], "steal"))
+		return steal(argv[2]);
+	fprintf(stderr, "usage: vchan-echo host BASE NCHAN | guest SO URI | corrupt PATH | steal PATH\n");
 	return 2;
 }

@@ -424,7 +424,7 @@ def main(argv=None):
     else:
         build = Path(args.probe).parent.parent
         rd, kdir, kver = build_echo(work, build / "xen" / "vchan-echo",
-                                    build / "lib" / "transport-vchan.so")
+                                    build / "lib" / "pvgpu" / "transport-vchan.so")
     status, console, secs = run(qemu_command(rd, kdir, kver, smp=args.smp),
                                 timeout=args.timeout, log=work / "console.log",
                                 echo=not args.quiet)
