@@ -88,9 +88,12 @@ objs = $(patsubst %.c,$(OBJ_DIR)/%.o,$(patsubst $(BUILD)/%,%,$(1)))
 
 PROTO_SRC   = protocol/wire.c $(GEN_DIR)/pvgpu_proto.c
 COMMON_SRC  = $(wildcard common/*.c)
-# Each transport's guest half (connect) and host half (listen, accept).
-TRANSPORT_GUEST_SRC = transport/transport.c transport/stream.c
-TRANSPORT_HOST_SRC  = transport/listen.c
+# The transports (transport/list.h): each folder's guest half (connect,
+# send, receive) and host half (listen, accept, identify, the connection),
+# over the shared stream core and the registry.
+TRANSPORT_GUEST_SRC = transport/transport.c transport/stream.c $(wildcard transport/*/guest.c)
+TRANSPORT_HOST_SRC  = transport/transport.c transport/stream.c transport/host.c \
+                      transport/stream_host.c $(wildcard transport/*/host.c)
 # The daemon without its main(): the unit tests and the fuzzer link it too.
 BACKEND_LIB_SRC = $(filter-out host-backend/daemon/main.c host-backend/exec/remote/%, \
               $(wildcard host-backend/daemon/*.c host-backend/session/*.c \
@@ -204,6 +207,7 @@ include guest-lib/cuda/cuda.mk
 include bench/bench.mk
 include host-backend/exec/remote/remote.mk
 include transport/verbs/verbs.mk
+include xen-vchan/xen.mk
 
 PYTEST = python3 -m pytest
 

@@ -134,6 +134,11 @@ if [ "$check_only" = 0 ] && command -v dpkg >/dev/null 2>&1; then
     need_pkg python3-libvirt
     # `make cross-arm64`: the guest library and pvgpud for arm64.
     need_cmd aarch64-linux-gnu-gcc gcc-aarch64-linux-gnu
+    # The Xen tests (tests/xen) and the vchan transport (xen-vchan/):
+    # libxenvchan and the libraries xl needs in the booted dom0.  The
+    # hypervisor and xen-utils are not installed: tests/xen/xenvm.py
+    # unpacks them into .deps/xen with apt-get download.
+    need_pkg libxen-dev
 fi
 
 # The CUDA compiler from PyPI needs pip, but only if there is no toolkit.

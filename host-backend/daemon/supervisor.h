@@ -7,7 +7,7 @@
 #define PVGPU_SUPERVISOR_H
 
 #include "accounting.h"
-#include "listen.h"
+#include "host.h"
 #include "metrics.h"
 #include "policy.h"
 #include "registry.h"
@@ -42,6 +42,14 @@ struct pvgpu_supervisor {
 	struct pvgpu_stats stats;	/* per-VM totals and rates */
 	struct pvgpu_metrics *metrics;	/* --metrics server; NULL: none */
 	struct timespec next_tick;	/* when the rates are taken next */
+	/*
+	 * Per slot: the listener (index in listeners[], -1: none) whose
+	 * done() hears of the session's end, and its cookie.
+	 */
+	struct pvgpu_owed {
+		int listener;
+		uint64_t cookie;
+	} *owed;
 };
 
 struct pvgpu_supervisor_config {

@@ -244,7 +244,7 @@ int32_t pvgpu_handle_ctx_create(struct pvgpu_worker *w,
 	if (!w->ex)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	/* Exclusive mode: the device must be ours to take before we touch it. */
-	st = pvgpu_exclusive_take(w->acct, w->slot, req->device, w->fd);
+	st = pvgpu_exclusive_take(w->acct, w->slot, req->device, w->conn);
 	if (st)
 		return st;
 	st = w->ex_ops->ctx_create(w->ex, req->device, &ctx);

@@ -197,8 +197,7 @@ static void verbs_close(struct pvgpu_transport *t)
 	t->priv = NULL;
 }
 
-/* What transport.c finds in transport-verbs.so. */
-const struct pvgpu_transport_ops pvgpu_transport_verbs_plugin = {
+static const struct pvgpu_transport_ops verbs_guest_ops = {
 	.scheme = "verbs",
 	.features = PVGPU_TRG_SENDS_TOKEN,
 	.connect = verbs_connect,
@@ -206,4 +205,17 @@ const struct pvgpu_transport_ops pvgpu_transport_verbs_plugin = {
 	.recv = verbs_recv,
 	.close = verbs_close,
 	.sendv_fd = NULL,
+};
+
+/*
+ * What transport.c finds in transport-verbs.so.  The host half is not
+ * bound to pvgpud's host ops yet (transport/verbs/verbs_host.h has it as
+ * functions): pvgpud --listen verbs:// says so.
+ */
+__attribute__((visibility("default")))
+const struct pvgpu_transport_module pvgpu_transport_module = {
+	.abi = PVGPU_TRANSPORT_ABI,
+	.scheme = "verbs",
+	.guest = &verbs_guest_ops,
+	.host = NULL,
 };
