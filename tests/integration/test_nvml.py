@@ -165,6 +165,7 @@ def test_pynvml_sees_the_virtual_gpus_and_the_quota(vms):
     assert len(expected) == 2
     view = View(vms)
     v = view.read()
+    assert v["library"] == str(LIBNVML.resolve()), v["library"]
     assert v["count"] == 2
     assert v["cuda"] >= 13000
     assert v["driver"] is None		# the sim host has no NVIDIA module

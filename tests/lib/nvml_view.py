@@ -3,8 +3,9 @@
 (NVIDIA's nvidia-ml-py), whichever libnvidia-ml.so.1 the loader finds.
 
   nvml_view.py            a table, as nvidia-smi prints its summary
-  nvml_view.py --json     one JSON object per line: the devices, the driver
-                          versions and every value read; with --repeat, one
+  nvml_view.py --json     one JSON object per line: the library loaded,
+                          the devices, the driver versions and every value
+                          read; with --repeat, one
                           more per line read from stdin (so a test can
                           change something between two views of one
                           nvmlInit), until stdin ends
@@ -27,8 +28,18 @@ def opt(fn, *args):
     return v.decode() if isinstance(v, bytes) else v
 
 
+def library():
+    """The libnvidia-ml.so.1 this process loaded (pvgpu's or NVIDIA's)."""
+    with open("/proc/self/maps") as f:
+        for line in f:
+            if "libnvidia-ml.so" in line:
+                return line.split()[-1]
+    return None
+
+
 def view():
     out = {
+        "library": library(),
         "driver": opt(N.nvmlSystemGetDriverVersion),
         "cuda": opt(N.nvmlSystemGetCudaDriverVersion),
         "count": N.nvmlDeviceGetCount(),
