@@ -299,3 +299,18 @@ def test_every_declared_function_is_exported():
     # Nothing but NVML's names: the client's own symbols stay inside.
     assert all(n.startswith("nvml") for n in exported), \
         sorted(n for n in exported if not n.startswith("nvml"))
+
+
+def test_device_usage_checks_what_the_guest_sends(vms):
+    """The backend half: a device index out of range is refused, and a
+    session sees its own VM's figures only."""
+    s = W.Session(vms.unix)
+    s.hello()
+    for bad in (-1, 2, 16, 1 << 30, -(1 << 31)):
+        assert s.call("device_usage", device=bad)[0] == 101   # INVALID_DEVICE
+    st, _, out, _ = s.call("device_usage", device=1)
+    assert st == 0
+    assert (out["total"], out["used"], out["pids"], out["pid_mem"]) == (64 * MiB, 0, [], [])
+    st, _, out, _ = s.call("host_driver_version")
+    assert st == 0 and out["version"] == b""
+    s.close()
