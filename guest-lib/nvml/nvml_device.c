@@ -236,7 +236,7 @@ nvmlReturn_t DECLDIR nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *
 		return r;
 	memory->total = rep.total;
 	memory->used = rep.used;
-	memory->free = rep.total - rep.used;
+	memory->free = rep.total > rep.used ? rep.total - rep.used : 0;
 	return NVML_SUCCESS;
 }
 
@@ -256,7 +256,7 @@ nvmlReturn_t DECLDIR nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_
 	memory->total = rep.total;
 	memory->reserved = 0;
 	memory->used = rep.used;
-	memory->free = rep.total - rep.used;
+	memory->free = rep.total > rep.used ? rep.total - rep.used : 0;
 	return NVML_SUCCESS;
 }
 
