@@ -50,11 +50,14 @@ test_pip_pkgs=('nvidia-ml-py')
 log() { echo "install-deps: $*" >&2; }
 
 # Fast path: the stamp records a hash of this script, so editing the list of
-# dependencies invalidates it; find-cuda.sh catches a deleted .deps/cuda-py.
+# dependencies invalidates it; find-cuda.sh catches a deleted .deps/cuda-py,
+# the nvml.h test a deleted .deps/nvml-py.
 script_hash=$(sha256sum "${BASH_SOURCE[0]}" | cut -d' ' -f1)
 if [ "$check_only" = 0 ] && [ -f "$stamp" ] \
    && [ "$(cat "$stamp")" = "$script_hash" ] \
-   && scripts/find-cuda.sh >/dev/null 2>&1; then
+   && scripts/find-cuda.sh >/dev/null 2>&1 \
+   && { [ -f "$(scripts/find-cuda.sh)/include/nvml.h" ] \
+        || [ -f "$deps_dir/nvml-py/nvidia/cu13/include/nvml.h" ]; }; then
     exit 0
 fi
 
