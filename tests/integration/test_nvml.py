@@ -314,3 +314,24 @@ def test_device_usage_checks_what_the_guest_sends(vms):
     st, _, out, _ = s.call("host_driver_version")
     assert st == 0 and out["version"] == b""
     s.close()
+
+
+def test_driver_580_names_are_exported():
+    """Once the lead adds protocol/api/libnvidia-ml580.nm (nm -D of driver
+    580's libnvidia-ml.so.1), every nvml* name in it is exported."""
+    nm580 = REPO / "protocol" / "api" / "libnvidia-ml580.nm"
+    if not nm580.exists():
+        pytest.skip("protocol/api/libnvidia-ml580.nm not there yet")
+    want = {w.split()[-1].split("@")[0] for w in nm580.read_text().splitlines()
+            if w.strip() and w.split()[-1].startswith("nvml")}
+    nm = subprocess.run(["nm", "-D", "--defined-only", str(LIBNVML)],
+                        capture_output=True, text=True, check=True)
+    have = {line.split()[-1] for line in nm.stdout.splitlines() if line.strip()}
+    assert want <= have, sorted(want - have)[:20]
+
+
+def test_coverage_doc_up_to_date():
+    gen = BUILD / "gen" / "nvml-coverage.md"
+    assert gen.exists()
+    assert (REPO / "docs" / "nvml-coverage.md").read_text() == gen.read_text(), \
+        "docs/nvml-coverage.md is stale: cp build/gen/nvml-coverage.md docs/"
