@@ -92,7 +92,7 @@ COMMON_SRC  = $(wildcard common/*.c)
 TRANSPORT_GUEST_SRC = transport/transport.c transport/stream.c
 TRANSPORT_HOST_SRC  = transport/listen.c
 # The daemon without its main(): the unit tests and the fuzzer link it too.
-BACKEND_LIB_SRC = $(filter-out host-backend/daemon/main.c, \
+BACKEND_LIB_SRC = $(filter-out host-backend/daemon/main.c host-backend/exec/remote/%, \
               $(wildcard host-backend/daemon/*.c host-backend/session/*.c \
                          host-backend/exec/*.c host-backend/exec/*/*.c)) \
               $(GEN_DIR)/pvgpu_dispatch.c $(PROTO_SRC) $(COMMON_SRC) $(TRANSPORT_HOST_SRC)
@@ -168,14 +168,14 @@ c-parts: $(PVGPUD) $(PVGPUCTL) $(SHIM) $(SIM_EXEC)
 # `make` where the optional libraries are missing: every one left out, one
 # line each, and the rest must still build (CI proves it here).
 build-minimal:
-	$(MAKE) BUILD=build-minimal INIH_LIBS= MHD_LIBS= CURL_LIBS= INIH_DIR= c-parts
+	$(MAKE) BUILD=build-minimal INIH_LIBS= MHD_LIBS= CURL_LIBS= VERBS_LIBS= INIH_DIR= c-parts
 
 # The guest library and pvgpud for arm64 (Grace hosts, arm64 guests) with
 # Debian's cross compiler (gcc-aarch64-linux-gnu); optional libraries are
 # the build machine's, so they are left out.
 cross-arm64:
 	$(MAKE) BUILD=build-arm64 CC=aarch64-linux-gnu-gcc PKG_CONFIG_LIBDIR=/nonexistent \
-		INIH_LIBS= MHD_LIBS= CURL_LIBS= INIH_DIR= c-parts
+		INIH_LIBS= MHD_LIBS= CURL_LIBS= VERBS_LIBS= INIH_DIR= c-parts
 
 # C unit tests: tests/unit/NAME_test.c -> $(BUILD)/tests/unit/NAME_test,
 # linked with the backend's, the protocol's and the sim fixture's objects.
@@ -203,6 +203,8 @@ include tests/tests.mk
 include guest-lib/cuda/cuda.mk
 include guest-lib/nvml/nvml.mk
 include bench/bench.mk
+include host-backend/exec/remote/remote.mk
+include transport/verbs/verbs.mk
 
 PYTEST = python3 -m pytest
 

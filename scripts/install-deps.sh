@@ -97,6 +97,16 @@ fi
 if ! pkg-config --exists libcurl 2>/dev/null; then
     apt_missing+=(libcurl4-openssl-dev)
 fi
+# verbs:// (transport-verbs.so) and the Soft-RoCE tests: libibverbs and
+# librdmacm to build against, rdma-core (the `rdma` tool, providers such as
+# rxe), ibverbs-utils and perftest (ib_write_bw, ib_send_lat) for the
+# link's own figures.  Optional: without them make leaves verbs out.
+if ! pkg-config --exists libibverbs librdmacm 2>/dev/null; then
+    apt_missing+=(libibverbs-dev librdmacm-dev)
+fi
+need_cmd rdma rdma-core
+need_cmd ibv_devices ibverbs-utils
+need_cmd ib_write_bw perftest
 if command -v clang >/dev/null 2>&1; then
     # clang's resource dir must hold libFuzzer; Debian ships it separately.
     rt_dir="$(clang -print-resource-dir 2>/dev/null)/lib/linux"
@@ -163,6 +173,8 @@ if [ "$check_only" = 1 ]; then
             clang|libclang-rt-*) log "optional, for make fuzz only: $pkg" ;;
             libmicrohttpd-dev) log "optional, for pvgpud --metrics only: $pkg" ;;
             libcurl4-openssl-dev) log "optional, for pvgpuctl status only: $pkg" ;;
+            libibverbs-dev|librdmacm-dev|rdma-core|ibverbs-utils|perftest)
+                log "optional, for verbs:// and tests/rdma only: $pkg" ;;
             *) required+=("$pkg") ;;
         esac
     done

@@ -50,6 +50,8 @@ struct pvgpu_transport {
 	int fd;			/* stream transports; -1 when closed */
 	uint64_t poll_ns;	/* busy-poll before a blocking receive */
 	void *priv;		/* transports that need more than a fd */
+	/* Who we are, for channels that carry it at connect (verbs); or NULL. */
+	const char *token;
 };
 
 /*

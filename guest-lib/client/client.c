@@ -544,6 +544,7 @@ int pvgpu_client_open(const char *uri, const struct pvgpu_client_config *cfg,
 	c->tr.ops = ops;
 	c->tr.fd = -1;
 	c->tr.poll_ns = cfg->poll_ns;
+	c->tr.token = c->cfg.token[0] ? c->cfg.token : NULL;
 	c->version = PVGPU_PROTO_VERSION;	/* hello: our newest */
 	c->info.data_block = PVGPU_DEFAULT_BLOCK;
 

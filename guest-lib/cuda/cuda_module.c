@@ -722,6 +722,31 @@ CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *num, 
 	return r;
 }
 
+CUresult CUDAAPI cuOccupancyAvailableDynamicSMemPerBlock(size_t *bytes, CUfunction h,
+							 int numBlocks, int blockSize)
+{
+	struct pvgpu_func_dynamic_smem_req req = { 0, numBlocks, blockSize };
+	struct pvgpu_func_dynamic_smem_rep rep = { 0 };
+	struct cu_func *f;
+	struct cu_op op;
+	CUresult r;
+
+	if (!bytes)
+		return CUDA_ERROR_INVALID_VALUE;
+	r = func_resolve(h, -1, &f);
+	if (r)
+		return r;
+	req.func = f->remote;
+	r = cu_op_begin(&op, f->mod->ctx);
+	if (r)
+		return r;
+	r = cu_status(pvgpu_call_func_dynamic_smem(op.client, &req, &rep));
+	cu_op_end(&op);
+	if (!r)
+		*bytes = (size_t)rep.bytes;
+	return r;
+}
+
 CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(int *num, CUfunction h,
 							     int blockSize, size_t smem)
 {

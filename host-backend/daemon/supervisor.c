@@ -47,8 +47,14 @@ static double seconds_since(const struct timespec *t0)
  * what it found into a pipe.
  */
 static int probe_executor(const struct pvgpu_executor_ops *exec,
+			  const struct pvgpu_worker_config *wcfg,
 			  struct pvgpu_gpu_info *gpus)
 {
+	const struct pvgpu_exec_config ecfg = {
+		.remotes = wcfg->remotes,
+		.nremotes = wcfg->nremotes,
+		.remote_token = wcfg->remote_token,
+	};
 	int32_t count = 0;
 	int p[2], n = -1;
 	pid_t pid;
@@ -58,7 +64,7 @@ static int probe_executor(const struct pvgpu_executor_ops *exec,
 	pid = fork();
 	if (pid == 0) {
 		char err[256] = "";
-		struct pvgpu_exec *ex = exec->open(NULL, err, sizeof(err));
+		struct pvgpu_exec *ex = exec->open(&ecfg, err, sizeof(err));
 
 		close(p[0]);
 		if (!ex) {
@@ -138,6 +144,12 @@ static int load_policy(struct pvgpu_supervisor *sv)
 	free(sv->policy);
 	sv->policy = p;
 	sv->wcfg.policy = p;	/* workers forked from now on get this one */
+	if (!sv->flag_remotes) {
+		sv->wcfg.remotes = p->remotes;
+		sv->wcfg.nremotes = p->nremotes;
+	}
+	if (!sv->flag_remote_token)
+		sv->wcfg.remote_token = p->remote_token[0] ? p->remote_token : NULL;
 	if (sv->registry)	/* VMs the policy stopped naming get theirs back */
 		pvgpu_registry_apply(sv->registry, p, sv->acct);
 	pvgpu_watchdog_arm(sv);	/* a VM's call_timeout may need the tick */
@@ -352,6 +364,11 @@ int pvgpu_supervisor_init(struct pvgpu_supervisor *sv,
 	sv->wcfg.required_token = cfg->tcp_token;
 	sv->wcfg.module_cache = cfg->module_cache;
 	sv->wcfg.poll_ns = (uint64_t)cfg->poll_us * 1000;
+	sv->wcfg.remotes = cfg->remotes;
+	sv->wcfg.nremotes = cfg->nremotes;
+	sv->flag_remotes = cfg->nremotes;
+	sv->wcfg.remote_token = cfg->remote_token;
+	sv->flag_remote_token = cfg->remote_token != NULL;
 	sv->config = cfg->config;
 	sv->registry_dir = cfg->registry;
 
@@ -403,7 +420,7 @@ int pvgpu_supervisor_init(struct pvgpu_supervisor *sv,
 		sv->nlisteners++;
 		log_info("listening on %s", cfg->listen[i]);
 	}
-	ngpus = probe_executor(cfg->exec, gpus);
+	ngpus = probe_executor(cfg->exec, &sv->wcfg, gpus);
 	pvgpu_stats_set_gpus(&sv->stats, ngpus, gpus);
 	if (cfg->metrics) {
 		sv->metrics = pvgpu_metrics_start(cfg->metrics, err, sizeof(err));

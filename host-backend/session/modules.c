@@ -306,6 +306,20 @@ int32_t pvgpu_handle_launch_kernel(struct pvgpu_worker *w,
 	return st;
 }
 
+int32_t pvgpu_handle_func_dynamic_smem(struct pvgpu_worker *w,
+				      const struct pvgpu_func_dynamic_smem_req *req,
+				      struct pvgpu_func_dynamic_smem_rep *rep)
+{
+	struct pvgpu_handle *f = lookup_function(w, req->func);
+
+	if (!f)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (!w->ex_ops->dynamic_smem)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	return w->ex_ops->dynamic_smem(w->ex, f->exec_handle, req->num_blocks,
+				       req->block_size, &rep->bytes);
+}
+
 int32_t pvgpu_handle_func_occupancy(struct pvgpu_worker *w,
 				    const struct pvgpu_func_occupancy_req *req,
 				    struct pvgpu_func_occupancy_rep *rep)

@@ -160,6 +160,9 @@ static int worker_init(struct pvgpu_worker *w, int fd,
 	struct pvgpu_exec_config ecfg = {
 		.device_mem_used = mem_used_by_all,
 		.arg = acct,
+		.remotes = cfg->remotes,
+		.nremotes = cfg->nremotes,
+		.remote_token = cfg->remote_token,
 	};
 
 	memset(w, 0, sizeof(*w));

@@ -55,6 +55,10 @@ struct pvgpu_worker_config {
 	uint64_t poll_ns;		/* busy-poll before a blocking read */
 	const struct pvgpu_policy *policy;	/* NULL: no policy file */
 	struct pvgpu_sched *sched;	/* GPU time between VMs; NULL: none */
+	/* The remote executor's nodes (--remote, else [remote]). */
+	const char *const *remotes;
+	unsigned int nremotes;
+	const char *remote_token;
 };
 
 struct pvgpu_worker {

@@ -97,6 +97,7 @@ struct cuda_api {
 					  unsigned int, unsigned int,
 					  unsigned int, unsigned int, CUstream,
 					  void **, void **);
+	CUresult (CUDAAPI *available_dynamic_smem)(size_t *, CUfunction, int, int);
 	CUresult (CUDAAPI *occupancy_max_blocks)(int *, CUfunction, int, size_t,
 						 unsigned int);
 	CUresult (CUDAAPI *device_can_access_peer)(int *, CUdevice, CUdevice);
@@ -172,6 +173,8 @@ static const struct cuda_sym cuda_syms[] = {
 	SYM(func_get_attribute, "cuFuncGetAttribute", 2020, "cuFuncGetAttribute", NULL, false),
 	SYM(func_set_attribute, "cuFuncSetAttribute", 9000, "cuFuncSetAttribute", NULL, false),
 	SYM(launch_kernel, "cuLaunchKernel", 4000, "cuLaunchKernel", NULL, false),
+	SYM(available_dynamic_smem, "cuOccupancyAvailableDynamicSMemPerBlock", 10020,
+	    "cuOccupancyAvailableDynamicSMemPerBlock", NULL, true),
 	SYM(occupancy_max_blocks, "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", 7000,
 	    "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", NULL, false),
 	SYM(device_can_access_peer, "cuDeviceCanAccessPeer", 4000, "cuDeviceCanAccessPeer", NULL, false),
@@ -1314,6 +1317,26 @@ static int32_t cuda_function_set_attribute(struct pvgpu_exec *ex,
 	return ex->api.func_set_attribute(f, (CUfunction_attribute)attr, value);
 }
 
+static int32_t cuda_dynamic_smem(struct pvgpu_exec *ex, uint64_t func,
+				 int32_t num_blocks, int32_t block_size,
+				 uint64_t *bytes)
+{
+	CUfunction f;
+	size_t n = 0;
+	int32_t rc;
+
+	if (!ex || !bytes)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->api.available_dynamic_smem)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	rc = to_function(ex, func, &f);
+	if (rc)
+		return rc;
+	rc = ex->api.available_dynamic_smem(&n, f, num_blocks, block_size);
+	*bytes = n;
+	return rc;
+}
+
 static int32_t cuda_occupancy(struct pvgpu_exec *ex, uint64_t func,
 			      int32_t block_size, uint64_t dynamic_smem,
 			      uint32_t flags, int32_t *blocks)
@@ -1552,6 +1575,7 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.function_set_attribute	= cuda_function_set_attribute,
 	.launch			= cuda_launch,
 	.occupancy		= cuda_occupancy,
+	.dynamic_smem		= cuda_dynamic_smem,
 	.device_can_access_peer	= cuda_device_can_access_peer,
 	.device_p2p_attribute	= cuda_device_p2p_attribute,
 	.ctx_enable_peer_access	= cuda_ctx_enable_peer_access,
