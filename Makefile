@@ -204,6 +204,7 @@ $(BUILD)/fuzz/fuzz_worker: $(FUZZ_SRC) $(GEN_FILES) $(shell find common host-bac
 
 include tests/tests.mk
 include guest-lib/cuda/cuda.mk
+include guest-lib/nvml/nvml.mk
 include bench/bench.mk
 include host-backend/exec/remote/remote.mk
 include transport/verbs/verbs.mk

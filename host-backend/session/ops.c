@@ -129,6 +129,7 @@ int32_t pvgpu_handle_hello(struct pvgpu_worker *w,
 		return st;
 	w->version = version;
 	w->said_hello = 1;
+	atomic_store(&w->slot->guest_pid, req->pid);
 	rep->version = version;
 	rep->device_count = count;
 	rep->session_id = w->slot->session_id;
