@@ -104,7 +104,11 @@ static uint64_t traced(unsigned int w, uint64_t a, uint64_t b, uint64_t c, uint6
 	if (!strcmp(n, "cuDeviceGetAttribute") || !strcmp(n, "cuCtxGetLimit") ||
 	    !strcmp(n, "cuFuncGetAttribute") || !strcmp(n, "cuDeviceGetCount") ||
 	    !strcmp(n, "cuDriverGetVersion") || !strcmp(n, "cuCtxGetDevice") ||
-	    !strcmp(n, "cuDeviceGet"))
+	    !strcmp(n, "cuDeviceGet") || !strcmp(n, "cuKernelGetAttribute") ||
+	    !strcmp(n, "cuOccupancyMaxActiveClusters") ||
+	    !strcmp(n, "cuOccupancyAvailableDynamicSMemPerBlock") ||
+	    !strcmp(n, "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags") ||
+	    !strcmp(n, "cuOccupancyMaxActiveBlocksPerMultiprocessor"))
 		say("call %s(%llu, %llu) -> %d value %d\n", n,
 		    (unsigned long long)b, (unsigned long long)c, (int)r,
 		    a ? *(int *)a : -1);
