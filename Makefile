@@ -213,7 +213,7 @@ include xen-vchan/xen.mk
 PYTEST = python3 -m pytest
 
 test: deps
-	$(MAKE) all fuzz guest-driver build-minimal
+	$(MAKE) all fuzz guest-driver build-minimal cross-arm64
 	$(MAKE) BUILD=build-asan SANITIZE=1 all
 	$(PYTEST) -q
 	PVGPU_BUILD=build-asan $(PYTEST) -q tests/unit tests/integration
