@@ -89,8 +89,8 @@ objs = $(patsubst %.c,$(OBJ_DIR)/%.o,$(patsubst $(BUILD)/%,%,$(1)))
 PROTO_SRC   = protocol/wire.c $(GEN_DIR)/pvgpu_proto.c
 COMMON_SRC  = $(wildcard common/*.c)
 # Each transport's guest half (connect) and host half (listen, accept).
-TRANSPORT_GUEST_SRC = transport/transport.c transport/stream.c
-TRANSPORT_HOST_SRC  = transport/listen.c
+TRANSPORT_GUEST_SRC = transport/transport.c transport/stream.c transport/shm/ring.c
+TRANSPORT_HOST_SRC  = transport/listen.c transport/shm/ring.c
 # The daemon without its main(): the unit tests and the fuzzer link it too.
 BACKEND_LIB_SRC = $(filter-out host-backend/daemon/main.c, \
               $(wildcard host-backend/daemon/*.c host-backend/session/*.c \
@@ -191,13 +191,20 @@ $(BUILD)/tests/unit/%: $(OBJ_DIR)/tests/unit/%.o $(UNIT_LINK)
 # libFuzzer: a whole hostile session against a real worker (sim executor).
 FUZZ_CC   ?= clang
 FUZZ_SRC   = tests/fuzz/fuzz_worker.c $(BACKEND_LIB_SRC) $(SIM_SRC)
-fuzz: $(BUILD)/fuzz/fuzz_worker
+fuzz: $(BUILD)/fuzz/fuzz_worker $(BUILD)/fuzz/fuzz_ring
 $(BUILD)/fuzz/fuzz_worker: $(FUZZ_SRC) $(GEN_FILES) $(shell find common host-backend transport protocol tests/sim -name '*.h')
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -g -O1 -fsanitize=fuzzer,address,undefined -std=c11 -D_GNU_SOURCE \
 		$(SHARED_INC) $(BACKEND_INC) -Itests/sim -I$(CUDA_INCLUDE) \
 		$(filter -D%,$(CFLAGS)) \
 		-o $@ $(FUZZ_SRC) -ldl -lpthread -lm $(INIH_LIBS) $(MHD_LIBS)
+
+# libFuzzer: the worker's end of the control ring against a guest that
+# scribbles on every index and byte of it (transport/shm/ring.h).
+$(BUILD)/fuzz/fuzz_ring: tests/fuzz/fuzz_ring.c transport/shm/ring.c transport/shm/ring.h common/wait.h common/relax.h common/clock.h
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -g -O1 -fsanitize=fuzzer,address,undefined -std=c11 -D_GNU_SOURCE \
+		$(SHARED_INC) -o $@ tests/fuzz/fuzz_ring.c transport/shm/ring.c
 
 include tests/tests.mk
 include guest-lib/cuda/cuda.mk
