@@ -77,6 +77,10 @@ void pvgpu_config_from_env(struct pvgpu_client_config *cfg)
 			cfg->poll_ns = (uint64_t)us * 1000;
 	}
 
+	s = env("PVGPU_RING");
+	if (s)
+		cfg->ring = strcmp(s, "0") != 0;
+
 	s = env("PVGPU_COPY_THREADS");
 	if (s)
 		cfg->copy_threads = strcmp(s, "1") ? 2 : 1;

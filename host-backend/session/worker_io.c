@@ -114,9 +114,94 @@ static void call_in_progress(struct pvgpu_worker *w, char *buf, size_t len)
 	snprintf(buf, len, " during %s", info ? info->name : "a call");
 }
 
+/* --- the control ring ------------------------------------------------------ */
+
+/* Wake the guest: one byte on the socket (a full socket is awake enough). */
+static int ring_kick(void *arg)
+{
+	struct pvgpu_worker *w = arg;
+
+	if (send(w->fd, "k", 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 &&
+	    errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+		return -errno;
+	return 0;
+}
+
+/*
+ * Sleep until the guest kicks or hangs up, off the watchdog's clock; with
+ * kernels of the session still on the GPU, wake every 200 us to tell the
+ * scheduler when they are done (the ring looks again after each wake).
+ * Whatever the guest writes to the socket now is a kick: read and dropped
+ * (descriptors with it are closed by read_once).
+ */
+static int ring_wait(void *arg)
+{
+	struct pvgpu_worker *w = arg;
+	struct pollfd pfd = { .fd = w->fd, .events = POLLIN | POLLRDHUP };
+	uint64_t paused = pvgpu_watchdog_pause(w->slot);
+	int pending = pvgpu_sched_pending(&w->sched), rc = 0, n;
+	struct timespec tick = { 0, 200000 };
+	char buf[64];
+
+	if (pending)
+		pvgpu_sched_poll(w);
+	n = ppoll(&pfd, 1, pending ? &tick : NULL, NULL);
+	if (n < 0 && errno != EINTR)
+		rc = -errno;
+	if (n > 0) {
+		ssize_t k = read_once(w, buf, sizeof(buf), MSG_DONTWAIT);
+
+		if (k == 0)
+			rc = -ECONNRESET;
+		else if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
+			 errno != EINTR)
+			rc = -errno;
+	}
+	pvgpu_watchdog_resume(w->slot, paused);
+	return rc;
+}
+
+void pvgpu_worker_ring_waiter(struct pvgpu_worker *w,
+			      struct pvgpu_ring_waiter *out)
+{
+	*out = (struct pvgpu_ring_waiter){
+		.kick = ring_kick,
+		.wait_kick = ring_wait,
+		.arg = w,
+		.spin_max_ns = w->cfg->poll_ns,
+		.spin_min_ns = w->cfg->poll_ns / 16,
+	};
+}
+
+/* A ring error ends the session, saying why once. */
+static int ring_failed(struct pvgpu_worker *w, int rc, const char *doing)
+{
+	if (!w->fatal) {
+		char during[64];
+
+		call_in_progress(w, during, sizeof(during));
+		if (rc == -EPROTO)
+			log_warn("protocol error: control ring: %s%s; ending session",
+				 w->ring.error ? w->ring.error : "?", during);
+		else if (rc == -ECONNRESET || rc == -EPIPE)
+			log_info("connection closed by the guest%s", during);
+		else
+			log_info("control ring: %s%s: %s", doing, during,
+				 strerror(-rc));
+	}
+	w->fatal = 1;
+	return -1;
+}
+
 int pvgpu_worker_read(struct pvgpu_worker *w, void *buf, size_t len)
 {
 	uint8_t *p = buf;
+
+	if (w->ring_on) {
+		int rc = pvgpu_ring_recv(&w->ring, buf, len);
+
+		return rc ? ring_failed(w, rc, "receiving") : 0;
+	}
 
 	while (len) {
 		ssize_t n = read_some(w, p, len);
@@ -143,6 +228,11 @@ int pvgpu_worker_read(struct pvgpu_worker *w, void *buf, size_t len)
 
 static int write_all(struct pvgpu_worker *w, struct iovec *iov, int iovcnt)
 {
+	if (w->ring_on) {
+		int rc = pvgpu_ring_sendv(&w->ring, iov, iovcnt);
+
+		return rc ? ring_failed(w, rc, "sending") : 0;
+	}
 	while (iovcnt) {
 		struct msghdr msg = { .msg_iov = iov, .msg_iovlen = (size_t)iovcnt };
 		uint64_t paused = pvgpu_watchdog_pause(w->slot);
