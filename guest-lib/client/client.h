@@ -53,7 +53,7 @@ struct pvgpu_client_config {
 	uint32_t block_size;
 	/* PVGPU_POLL_US: busy-poll for a reply this long before sleeping. */
 	uint64_t poll_ns;
-	/* PVGPU_COPY_THREADS: threads copying through the window (1 or 2). */
+	/* PVGPU_COPY_THREADS: threads copying through the window (1 to 8). */
 	unsigned int copy_threads;
 	/* Use a shared window where the transport has one (1, the default). */
 	int window;

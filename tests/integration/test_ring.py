@@ -96,8 +96,8 @@ class RingSession(W.Session):
     def kick(self):
         try:
             self.sock.send(b"k", socket.MSG_DONTWAIT)
-        except BlockingIOError:
-            pass
+        except (BlockingIOError, BrokenPipeError, ConnectionResetError):
+            pass        # a full socket is awake enough; a gone worker is seen later
 
     def send(self, raw):
         if not self.ring:
