@@ -7,7 +7,6 @@
  * it.  Everything the backend sends is checked before it is used.
  */
 #include <errno.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,7 +21,6 @@
 #include "pvgpu_proto.h"
 #include "transport.h"
 #include "shm/ring.h"
-#include <sys/socket.h>
 #include "wire.h"
 
 /* DATA frames per sendmsg: 2 iovecs each, well under IOV_MAX. */
@@ -69,42 +67,19 @@ static uint64_t take_id(struct pvgpu_client *c)
 
 /* --- the wire: the control ring when there is one, else the transport --- */
 
-/* Wake the backend: one byte on the socket (a full socket is awake enough). */
+/* The control ring's wake-ups go over the transport (see transport.h). */
 static int ring_kick(void *arg)
 {
 	struct pvgpu_client *c = arg;
 
-	if (send(c->tr.fd, "k", 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 &&
-	    errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-		return -errno;
-	return 0;
+	return c->tr.ops->kick(&c->tr);
 }
 
-/*
- * Read and drop the kick bytes waiting on the socket without blocking;
- * -ECONNRESET once the backend has hung up.
- */
-static int drain_kicks(struct pvgpu_client *c)
-{
-	char buf[64];
-	ssize_t n = recv(c->tr.fd, buf, sizeof(buf), MSG_DONTWAIT);
-
-	if (n == 0)
-		return -ECONNRESET;
-	if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-		return -errno;
-	return 0;
-}
-
-/* Sleep until the backend kicks us or hangs up. */
 static int ring_wait(void *arg)
 {
 	struct pvgpu_client *c = arg;
-	struct pollfd pfd = { .fd = c->tr.fd, .events = POLLIN | POLLRDHUP };
 
-	if (poll(&pfd, 1, -1) < 0)
-		return errno == EINTR ? 0 : -errno;
-	return drain_kicks(c);
+	return c->tr.ops->wait_kick(&c->tr);
 }
 
 static int wire_sendv(struct pvgpu_client *c, struct iovec *iov, int iovcnt)
@@ -327,7 +302,12 @@ static int transport_quiet(void *arg)
 
 	if (!c->ring_on)
 		return pvgpu_transport_quiet(&c->tr);
-	return pvgpu_ring_pending(&c->ring) == 0 && drain_kicks(c) == 0;
+	if (pvgpu_ring_pending(&c->ring) != 0)
+		return 0;		/* the reply began (or the ring is broken) */
+	if (pvgpu_transport_quiet(&c->tr))
+		return 1;
+	/* Kick bytes or the hang-up: this does not block now, and drops them. */
+	return c->tr.ops->wait_kick(&c->tr) == 0;
 }
 
 int32_t pvgpu_client_call_staged(struct pvgpu_client *c, uint16_t opcode,
@@ -390,8 +370,24 @@ struct pvgpu_window_map *pvgpu_client_window(struct pvgpu_client *c)
  * still works, over the socket alone: say why once under PVGPU_DEBUG and
  * carry on.
  */
-static void attach_window(struct pvgpu_client *c, int device)
+enum window_kind { WINDOW_MEMFD, WINDOW_DEVICE, WINDOW_CHANNEL };
+
+static struct pvgpu_window_map *channel_window(struct pvgpu_client *c,
+					       char *err, size_t errlen)
 {
+	void *base;
+	uint64_t size;
+
+	if (c->tr.ops->window(&c->tr, &base, &size)) {
+		snprintf(err, errlen, "the channel has no window");
+		return NULL;
+	}
+	return pvgpu_window_from_memory(base, size, &c->cfg, err, errlen);
+}
+
+static void attach_window(struct pvgpu_client *c, enum window_kind kind)
+{
+	int device = kind == WINDOW_DEVICE;
 	struct pvgpu_window_attach_req req = { 0 };
 	struct pvgpu_window_attach_rep arep = { 0 };
 	uint8_t q[PVGPU_WINDOW_ATTACH_REQ_MAX], hdr[PVGPU_HDR_SIZE];
@@ -405,8 +401,9 @@ static void attach_window(struct pvgpu_client *c, int device)
 	int fd = -1, rc;
 	int32_t st;
 
-	c->win = device ? pvgpu_window_open_device(&c->cfg, err, sizeof(err)) :
-			  pvgpu_window_create(&c->cfg, &fd, err, sizeof(err));
+	c->win = kind == WINDOW_DEVICE ? pvgpu_window_open_device(&c->cfg, err, sizeof(err)) :
+		 kind == WINDOW_CHANNEL ? channel_window(c, err, sizeof(err)) :
+		 pvgpu_window_create(&c->cfg, &fd, err, sizeof(err));
 	if (!c->win) {
 		pvgpu_debug("%s: no shared window (%s): using the socket alone",
 			    c->uri, err);
@@ -415,7 +412,8 @@ static void attach_window(struct pvgpu_client *c, int device)
 	req.size = c->win->size;
 	req.window_id = c->win->window_id;
 	/* The control ring: a region of the arena, like pinned memory. */
-	if (c->cfg.ring && (c->info.features & PVGPU_FEATURE_RING) && c->tr.fd >= 0) {
+	if (c->cfg.ring && (c->info.features & PVGPU_FEATURE_RING) &&
+	    c->tr.ops->kick && c->tr.ops->wait_kick) {
 		cap = c->cfg.ring_cap;
 		if (cap < PVGPU_RING_MIN_CAP || cap > PVGPU_RING_MAX_CAP || (cap & (cap - 1)))
 			cap = PVGPU_CLIENT_DEFAULT_RING_CAP;
@@ -633,11 +631,9 @@ int pvgpu_client_open(const char *uri, const struct pvgpu_client_config *cfg,
 	const char *addr;
 	int rc;
 
-	ops = pvgpu_transport_lookup(uri, &addr);
-	if (!ops) {
-		snprintf(err, errlen, "unknown transport");
+	ops = pvgpu_transport_lookup(uri, &addr, err, errlen);
+	if (!ops)
 		return -EINVAL;
-	}
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		goto err_nomem;
@@ -657,6 +653,7 @@ int pvgpu_client_open(const char *uri, const struct pvgpu_client_config *cfg,
 	c->tr.ops = ops;
 	c->tr.fd = -1;
 	c->tr.poll_ns = cfg->poll_ns;
+	c->tr.token = c->cfg.token[0] ? c->cfg.token : NULL;
 	c->version = PVGPU_PROTO_VERSION;	/* hello: our newest */
 	c->info.data_block = PVGPU_DEFAULT_BLOCK;
 
@@ -669,9 +666,11 @@ int pvgpu_client_open(const char *uri, const struct pvgpu_client_config *cfg,
 	if (!c->cfg.window || !(c->info.features & PVGPU_FEATURE_WINDOW))
 		;	/* socket only, as asked or agreed */
 	else if ((ops->features & PVGPU_TRG_MEMFD_WINDOW) && ops->sendv_fd)
-		attach_window(c, 0);
+		attach_window(c, WINDOW_MEMFD);
 	else if (ops->features & PVGPU_TRG_DEVICE_WINDOW)
-		attach_window(c, 1);
+		attach_window(c, WINDOW_DEVICE);
+	else if (ops->window)
+		attach_window(c, WINDOW_CHANNEL);
 	*out = c;
 	return 0;
 
