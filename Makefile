@@ -23,7 +23,7 @@ CFLAGS  ?= -O2 -g
 # generated code) and its own; DESIGN §1 says which folder holds what.
 SHARED_INC  = -Icommon -Iprotocol -Itransport -I$(BUILD)/gen
 BACKEND_INC = -Ihost-backend/daemon -Ihost-backend/session -Ihost-backend/exec
-GUEST_INC   = -Iguest-lib/client -Iguest-lib/cudart -Iguest-driver
+GUEST_INC   = -Iguest-lib/client -Iguest-lib/cudart -Iguest-lib/frontend -Iguest-driver
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fPIC \
            $(SHARED_INC) -I$(CUDA_INCLUDE)
 LDLIBS  += -ldl -lpthread
@@ -81,7 +81,7 @@ BACKEND_LIB_SRC = $(filter-out host-backend/daemon/main.c, \
               $(GEN_DIR)/pvgpu_dispatch.c $(PROTO_SRC) $(COMMON_SRC) $(TRANSPORT_HOST_SRC)
 BACKEND_SRC = host-backend/daemon/main.c $(BACKEND_LIB_SRC)
 CTL_SRC     = host-backend/ctl/pvgpuctl.c $(PROTO_SRC)
-GUEST_SRC   = $(wildcard guest-lib/client/*.c guest-lib/cudart/*.c) \
+GUEST_SRC   = $(wildcard guest-lib/client/*.c guest-lib/cudart/*.c guest-lib/frontend/*.c) \
               $(GEN_DIR)/pvgpu_guest.c $(PROTO_SRC) $(TRANSPORT_GUEST_SRC)
 # The simulated device: a test fixture (tests/sim/), loaded by pvgpud as a
 # plugin from build/lib/pvgpud/, never linked into it.
@@ -165,6 +165,7 @@ $(BUILD)/fuzz/fuzz_worker: $(FUZZ_SRC) $(GEN_FILES) $(shell find common host-bac
 
 include tests/tests.mk
 include bench/bench.mk
+include debian/deb.mk
 
 PYTEST = python3 -m pytest
 

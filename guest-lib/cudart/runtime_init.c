@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "debug.h"
+#include "guestconf.h"
 #include "pvgpu_guest.h"
 #include "runtime.h"
 
@@ -210,7 +211,10 @@ static void runtime_init_once(void)
 	const char *list = getenv("PVGPU_DEVICES");
 	struct device_entry *entries = NULL;
 	int nentries, unreachable;
+	char *conf = NULL;	/* /etc/pvgpu/guest.conf, when no PVGPU_DEVICES */
 
+	if (!list || !*list)
+		list = conf = pvgpu_guestconf_devices(NULL);
 	if (!list || !*list)
 		list = DEFAULT_DEVICES;
 	nentries = parse_devices(list, &entries);
@@ -241,6 +245,7 @@ static void runtime_init_once(void)
 		rt->init_error = cudaSuccess;
 	else if (!unreachable)
 		pvgpu_debug("no GPU in PVGPU_DEVICES=%s", list);
+	free(conf);
 	rt->initialized = 1;
 }
 
