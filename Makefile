@@ -166,14 +166,17 @@ $(BUILD)/fuzz/fuzz_worker: $(FUZZ_SRC) $(GEN_FILES) $(shell find common host-bac
 include tests/tests.mk
 include bench/bench.mk
 include debian/deb.mk
+include tests/deploy/deploy.mk
 
 PYTEST = python3 -m pytest
 
 test: deps
 	$(MAKE) all fuzz guest-driver
+	$(MAKE) test-deploy-start
 	$(MAKE) BUILD=build-asan SANITIZE=1 all
 	$(PYTEST) -q
 	PVGPU_BUILD=build-asan $(PYTEST) -q tests/unit tests/integration
+	$(MAKE) test-deploy-wait
 
 test-gpu:
 	$(MAKE) all
