@@ -10,7 +10,7 @@
 # $(BUILD) by the rules above, so `make && make deb` compiles nothing twice.
 
 DEB_DIR ?= $(BUILD)/deb
-DEB_VERSION_GIT = $(shell debian/version.sh)
+DEB_VERSION_GIT = $(or $(PVGPU_DEB_VERSION),$(shell debian/version.sh))
 
 .PHONY: deb
 deb:
