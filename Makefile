@@ -218,14 +218,18 @@ include bench/bench.mk
 include host-backend/exec/remote/remote.mk
 include transport/verbs/verbs.mk
 include xen-vchan/xen.mk
+include debian/deb.mk
+include tests/deploy/deploy.mk
 
 PYTEST = python3 -m pytest
 
 test: deps
 	$(MAKE) all fuzz guest-driver build-minimal cross-arm64
+	$(MAKE) test-deploy-start
 	$(MAKE) BUILD=build-asan SANITIZE=1 all
 	$(PYTEST) -q
 	PVGPU_BUILD=build-asan $(PYTEST) -q tests/unit tests/integration
+	$(MAKE) test-deploy-wait
 
 test-gpu:
 	$(MAKE) all

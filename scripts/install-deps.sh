@@ -154,6 +154,17 @@ if [ "$check_only" = 0 ] && command -v dpkg >/dev/null 2>&1; then
     # hypervisor and xen-utils are not installed: tests/xen/xenvm.py
     # unpacks them into .deps/xen with apt-get download.
     need_pkg libxen-dev
+    # make deb and the deployment suite (tests/deploy, make test-deploy):
+    # debhelper with dh-dkms, lintian, debootstrap for the Debian 12 image
+    # booted under QEMU, ansible-core and ansible-lint for ansible/.
+    need_cmd dh debhelper
+    need_pkg dh-dkms
+    need_cmd lintian lintian
+    need_cmd debootstrap debootstrap
+    need_cmd mke2fs e2fsprogs
+    need_cmd ssh openssh-client
+    need_cmd ansible-playbook ansible-core
+    need_cmd ansible-lint ansible-lint
 fi
 
 # The CUDA compiler from PyPI needs pip, but only if there is no toolkit.

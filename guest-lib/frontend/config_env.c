@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "config_env.h"
+#include "guestconf.h"
 #include "debug.h"
 #include "size.h"
 
@@ -55,7 +56,21 @@ void pvgpu_config_from_env(struct pvgpu_client_config *cfg)
 	cfg->debug = s && strcmp(s, "0");
 	pvgpu_debug_enable(cfg->debug);
 
-	env_string("PVGPU_DEVICES", cfg->devices, sizeof(cfg->devices));
+	/* PVGPU_DEVICES, else the installed guest's /etc/pvgpu/guest.conf,
+	 * else the default the config starts with. */
+	s = env("PVGPU_DEVICES");
+	if (s && *s) {
+		env_string("PVGPU_DEVICES", cfg->devices, sizeof(cfg->devices));
+	} else {
+		char *conf = pvgpu_guestconf_devices(NULL);
+
+		if (conf && strlen(conf) < sizeof(cfg->devices))
+			memcpy(cfg->devices, conf, strlen(conf) + 1);
+		else if (conf)
+			pvgpu_debug("ignoring guest.conf: its list is longer than %zu bytes",
+				    sizeof(cfg->devices) - 1);
+		free(conf);
+	}
 	env_string("PVGPU_TOKEN", cfg->token, sizeof(cfg->token));
 	env_string("PVGPU_WINDOW_DEVICE", cfg->window_device,
 		   sizeof(cfg->window_device));

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Build the Debian 12 disk image the deployment tests boot (tests/deploy/).
+#
+#   tests/deploy/make-image.sh [DIR]      (as root; DIR defaults to build/deploy)
+#
+# debootstrap makes a minimal bookworm system with systemd, sshd, Python
+# (for Ansible), Debian's kernel with its headers and DKMS (for pvgpu-dkms),
+# and the shared libraries pvgpud links against, so that installing the
+# pvgpu packages needs no network inside the guest.  The result, all under
+# DIR (nothing is cached outside the clone):
+#   DIR/base.img      raw ext4 root file system (the tests boot a qcow2
+#                     overlay on it, so every run starts from a fresh system)
+#   DIR/vmlinuz, DIR/initrd.img   the image's own kernel and initramfs
+#   DIR/id_ed25519    the key root logs in with over SSH
+#   DIR/debs-cache/   debootstrap's download cache
+# Runs quickly when DIR/base.img is there and newer than this script.
+set -euo pipefail
+
+repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+dir=$(realpath -m "${1:-$repo_root/build/deploy}")
+mirror=${PVGPU_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+log() { echo "make-image: $*" >&2; }
+
+if [ -f "$dir/base.img" ] && [ "$dir/base.img" -nt "${BASH_SOURCE[0]}" ] &&
+   [ -f "$dir/vmlinuz" ] && [ -f "$dir/initrd.img" ] && [ -f "$dir/id_ed25519" ]; then
+    echo "$dir"; exit 0
+fi
+[ "$(id -u)" = 0 ] || { log "needs root (debootstrap, chroot)"; exit 1; }
+for c in debootstrap mke2fs ssh-keygen; do
+    command -v "$c" >/dev/null || { log "$c not found (scripts/install-deps.sh)"; exit 1; }
+done
+
+# What the guest needs beyond minbase: boot (systemd, udev, kernel), login
+# (sshd, networkd via systemd), Ansible (python3, python3-apt, sudo), the
+# pvgpu packages' dependencies (dkms and the headers, libinih1,
+# libmicrohttpd12, libcurl4).
+include=systemd,systemd-sysv,udev,dbus,kmod,iproute2,openssh-server,sudo
+include+=,python3,python3-apt,linux-image-amd64,linux-headers-amd64,dkms
+include+=,libinih1,libmicrohttpd12,libcurl4,ca-certificates,procps
+
+rootfs=$dir/rootfs
+mkdir -p "$dir/debs-cache"
+rm -rf "$rootfs" "$dir/base.img.tmp"
+log "debootstrap bookworm into $rootfs (a few minutes)"
+debootstrap --variant=minbase --include="$include" \
+    --cache-dir="$dir/debs-cache" bookworm "$rootfs" "$mirror" >"$dir/debootstrap.log" 2>&1 || {
+    tail -n 30 "$dir/debootstrap.log" >&2; log "debootstrap failed"; exit 1; }
+
+# Login: root with the test key only.
+[ -f "$dir/id_ed25519" ] || ssh-keygen -q -t ed25519 -N '' -C pvgpu-deploy-test -f "$dir/id_ed25519"
+install -d -m 0700 "$rootfs/root/.ssh"
+install -m 0600 "$dir/id_ed25519.pub" "$rootfs/root/.ssh/authorized_keys"
+echo pvgpu-deploy > "$rootfs/etc/hostname"
+printf '127.0.0.1 localhost\n127.0.1.1 pvgpu-deploy\n' > "$rootfs/etc/hosts"
+echo '/dev/vda / ext4 defaults,errors=remount-ro 0 1' > "$rootfs/etc/fstab"
+# The network: QEMU's user-mode NIC, by DHCP.
+cat > "$rootfs/etc/systemd/network/10-qemu.network" <<NET
+[Match]
+Name=en* eth*
+[Network]
+DHCP=yes
+NET
+chroot "$rootfs" systemctl enable systemd-networkd.service ssh.service >/dev/null 2>&1
+# Nothing may take the dpkg lock behind Ansible's back, and a slow TCG boot
+# must not wait for the network to be "online".
+chroot "$rootfs" systemctl mask apt-daily.timer apt-daily-upgrade.timer \
+    systemd-networkd-wait-online.service e2scrub_reap.service >/dev/null 2>&1
+echo 'deb http://deb.debian.org/debian bookworm main' > "$rootfs/etc/apt/sources.list"
+rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*_Packages
+
+kernel=$(ls "$rootfs"/boot/vmlinuz-* | sort -V | tail -n 1)
+initrd=$(ls "$rootfs"/boot/initrd.img-* | sort -V | tail -n 1)
+cp "$kernel" "$dir/vmlinuz"
+cp "$initrd" "$dir/initrd.img"
+
+log "making the ext4 image"
+mke2fs -q -t ext4 -L pvgpu-root -d "$rootfs" "$dir/base.img.tmp" 4G
+mv "$dir/base.img.tmp" "$dir/base.img"
+rm -rf "$rootfs"
+log "ready: $dir/base.img ($(basename "$kernel"))"
+echo "$dir"
