@@ -75,7 +75,7 @@ def nvml_env(uri, debug=False):
     asan = asan_runtime(LIBNVML)
     if asan:	# the sanitizer build; python itself leaks by design
         env["LD_PRELOAD"] = asan
-        env["ASAN_OPTIONS"] = "detect_leaks=0"
+        env["ASAN_OPTIONS"] = "detect_leaks=0:allocator_may_return_null=1"
     if debug:
         env["PVGPU_DEBUG"] = "1"
     return env
