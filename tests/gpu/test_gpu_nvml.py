@@ -32,6 +32,11 @@ def need_pynvml():
     except ImportError:
         pytest.skip("pynvml (NVIDIA's nvidia-ml-py) is not installed in this python")
     if not LIBNVML.exists():
+        if subprocess.run([sys.executable, "-c", "import clang.cindex"],
+                          capture_output=True).returncode:
+            pytest.skip("libnvidia-ml.so.1 was not built: it is generated from nvml.h "
+                        "with libclang, which this python3 lacks (make said so); "
+                        "give it the libclang wheel (pip install libclang)")
         pytest.fail(f"{LIBNVML} is not built (make; it needs libclang and nvml.h)")
 
 
