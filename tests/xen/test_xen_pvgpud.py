@@ -29,7 +29,16 @@ REPO = Path(__file__).resolve().parent.parent.parent
 BUILD = REPO / "build"
 TIMEOUT = float(os.environ.get("PVGPU_XEN_TIMEOUT", "420"))
 
-pytestmark = pytest.mark.xen
+pytestmark = [pytest.mark.xen]
+# Not part of make test yet (issue 16 is open): on 2 cores under TCG, with
+# the deploy suite's VM beside it, each `xl create` took 60-130 s and the
+# suite never finished within its budget, so it has not yet been seen to
+# pass.  It stays runnable by hand.
+if not os.environ.get("PVGPU_XEN_E2E"):
+    pytestmark.append(pytest.mark.skip(
+        reason="pvgpud in dom0 serving four domUs has not yet passed under TCG "
+               "within a CI budget (xl create took 60-130 s each on 2 shared "
+               "cores); run it by hand with PVGPU_XEN_E2E=1 [PVGPU_XEN_TIMEOUT=s]"))
 
 
 def _load():
