@@ -52,6 +52,12 @@ struct pvgpu_exec_config {
 	/* Bytes of device memory held on `dev` by all live sessions. */
 	uint64_t (*device_mem_used)(void *arg, int32_t dev);
 	void *arg;
+	/*
+	 * Where the executor's own diagnostics go (0: stderr).  A worker's
+	 * stdout and stderr carry its guest's device output (output.c), so
+	 * nothing meant for the operator may be written there.
+	 */
+	int log_fd;
 };
 
 struct pvgpu_executor_ops {

@@ -55,6 +55,7 @@ struct pvgpu_worker_config {
 	uint64_t poll_ns;		/* busy-poll before a blocking read */
 	const struct pvgpu_policy *policy;	/* NULL: no policy file */
 	struct pvgpu_sched *sched;	/* GPU time between VMs; NULL: none */
+	int capture_output;		/* fd 1/2 are the guest's (output.c) */
 };
 
 struct pvgpu_worker {
@@ -93,7 +94,20 @@ struct pvgpu_worker {
 	struct pvgpu_window win;
 
 	struct pvgpu_sched_session sched;	/* its launches in flight */
+
+	int output_ok;			/* fd 1/2 hold device output (output.c) */
+	uint64_t output_dropped;	/* bytes of it not delivered */
 };
+
+/*
+ * Device printf/assert output (output.c): take over fd 1 and 2 at start;
+ * before each reply, send what the driver wrote there to the guest.
+ */
+int pvgpu_output_open(struct pvgpu_worker *w);
+int pvgpu_output_deliver(struct pvgpu_worker *w);
+/* One OUTPUT frame with the current request's id (worker_io.c). */
+int pvgpu_worker_send_output(struct pvgpu_worker *w, const void *payload,
+			     uint32_t len);
 
 /* Serve one session on fd until it ends; returns the process exit code. */
 int pvgpu_worker_run(int fd, const struct pvgpu_peer *peer,

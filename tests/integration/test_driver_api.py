@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -299,3 +300,92 @@ def test_not_supported_is_clean(cuda):
     f = cuda.lib.cuGraphCreate
     f.restype = ctypes.c_int
     assert f(None, 0) == 801
+
+
+# ---- device printf and assert (DESIGN §3, issue 13 item 6) ----------------
+# What a session's kernels print reaches that program's stdout/stderr at the
+# synchronisation after the launch, through both front-ends; never pvgpud's
+# log, never another session.  The sim's twins print through the same path
+# as the CUDA driver: the worker's fd 1/2, handed to the guest before a reply.
+
+PRINTF = "kernels/printf"
+ASSERT_LINE = "Assertion `v[i] == i` failed."
+
+
+def expected_stdout(tag):
+    def say(lines):
+        return [f"device: tag {tag} line {i + 1} of {lines}"
+                for i in range(lines)]
+    return (["program: printf", "host: launched"] + say(3) +
+            ["host: synchronized"] + say(200) +
+            ["host: stream synchronized"] + say(1) +
+            ["host: copied back", "assert: cudaErrorAssert", "PASS"])
+
+
+def start_tagged(path, env, tag):
+    env = dict(env, PVGPU_TEST_TAG=str(tag))
+    return subprocess.Popen([str(path)], env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, errors="replace")
+
+
+def check_one(tag, out, err, rc, tags, how):
+    assert rc == 0, f"{how}: exit {rc}\n{out}\n{err}"
+    assert out.splitlines() == expected_stdout(tag), f"{how}:\n{out}\n{err}"
+    assert err.count(ASSERT_LINE) == 1, f"{how}: stderr:\n{err}"
+    for other in tags:
+        if other != tag:
+            assert f"tag {other} " not in out + err, \
+                f"{how} got session {other}'s output:\n{out}\n{err}"
+
+
+def test_device_output_goes_to_its_own_program(programs, twins_daemon,
+                                               libdir):
+    """Four sessions at once, two through the shim and two through NVIDIA's
+    runtime (shared and static) over libcuda.so.1, each printing its own
+    tag: each gets exactly its own lines, in program order, and the daemon's
+    log holds none of them."""
+    shim_env = programs.pvgpu_env(twins_daemon.unix)
+    shm_uri = "shm://" + twins_daemon.unix[len("unix://"):]
+    runs = [
+        (101, "shim unix", programs.path(PRINTF), shim_env),
+        (202, "shim shm", programs.path(PRINTF), programs.pvgpu_env(shm_uri)),
+        (303, "libcuda shared", binary(PRINTF, "shared"),
+         env_for(libdir, twins_daemon.unix)),
+        (404, "libcuda static", binary(PRINTF, "static"),
+         env_for(libdir, shm_uri)),
+    ]
+    for _, _, path, _ in runs:
+        if not path.exists():
+            pytest.fail(f"{path} is not built (run `make test-programs`)")
+    procs = [(tag, how, start_tagged(path, env, tag)) for tag, how, path, env in runs]
+    deadline = time.monotonic() + programs.timeout
+    tags = [tag for tag, _, _ in procs]
+    for tag, how, proc in procs:
+        try:
+            out, err = proc.communicate(
+                timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        check_one(tag, out, err, proc.returncode, tags, how)
+    log = twins_daemon.log()
+    assert "device: tag" not in log, log[-4000:]
+    assert ASSERT_LINE not in log, log[-4000:]
+    # The operator still learns that a kernel failed, in the log.
+    assert "device assert" in log, log[-4000:]
+
+
+def test_old_guest_gets_no_output_frames(programs, twins_daemon):
+    """A guest that does not know the output feature (an older client) is
+    never sent OUTPUT frames: the device output is dropped, the session
+    works, and nothing lands in the daemon's log."""
+    env = programs.pvgpu_env(twins_daemon.unix)
+    env["PVGPU_TEST_TAG"] = "505"
+    env["PVGPU_WITHHOLD_FEATURES"] = str(1 << 8)   # output
+    res = subprocess.run([str(programs.path(PRINTF))], env=env,
+                         stdin=subprocess.DEVNULL, capture_output=True,
+                         text=True, errors="replace", timeout=programs.timeout)
+    assert res.returncode == 0, programs.describe(res)
+    assert "device: tag" not in res.stdout, res.stdout
+    assert "device: tag 505" not in twins_daemon.log()

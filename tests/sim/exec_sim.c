@@ -20,11 +20,13 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cuda.h>
 
@@ -80,6 +82,7 @@ struct sim_obj {
 		struct {
 			int32_t dev;
 			bool poisoned;	/* a kernel faulted in it */
+			int32_t fault;	/* what it reports from then on */
 			/* Contexts whose memory its kernels may reach. */
 			struct sim_obj *peers[SIM_MAX_PEERS];
 			unsigned int npeers;
@@ -166,10 +169,81 @@ struct pvgpu_exec {
 	size_t ntwin_libs, twin_libs_cap;
 	const struct pvgpu_sim_twin **twins;
 	size_t ntwins, twins_cap;
+
+	/*
+	 * Device printf and assert messages of the twins, held until the
+	 * program synchronises, as the driver holds its printf FIFO; then
+	 * written to this process's stdout and stderr, which the worker
+	 * delivers to the guest.  What does not fit is lost, as on a GPU.
+	 */
+	struct {
+		char *buf;
+		size_t len;
+	} out[2];			/* [0] stdout, [1] stderr */
 };
+
+/* cudaLimitPrintfFifoSize's default. */
+#define SIM_PRINTF_FIFO		(1u << 20)
 
 /* ------------------------------------------------------------------ */
 /* helpers */
+
+/* A line for the operator: the daemon's log, never the guest's stderr. */
+static void sim_diag(const struct pvgpu_exec *ex, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static void sim_diag(const struct pvgpu_exec *ex, const char *fmt, ...)
+{
+	char line[512];
+	va_list ap;
+	int n;
+
+	n = snprintf(line, sizeof(line), "pvgpud sim: ");
+	va_start(ap, fmt);
+	vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+	va_end(ap);
+	n = (int)strlen(line);
+	line[n++] = '\n';
+	if (write(ex->cfg.log_fd > 0 ? ex->cfg.log_fd : 2, line, (size_t)n) < 0) {
+		/* Nowhere else to say it. */
+	}
+}
+
+/* Write what the twins printed to stdout/stderr: a synchronisation point. */
+static void sim_output_flush(struct pvgpu_exec *ex)
+{
+	FILE *to[2] = { stdout, stderr };
+
+	for (int i = 0; i < 2; i++) {
+		if (!ex->out[i].len)
+			continue;
+		fwrite(ex->out[i].buf, 1, ex->out[i].len, to[i]);
+		fflush(to[i]);
+		ex->out[i].len = 0;
+	}
+}
+
+/* Append to a device output buffer; -1 when it is full (lost). */
+static int sim_output_vadd(struct pvgpu_exec *ex, int which, const char *fmt,
+			   va_list ap)
+{
+	char line[4096];
+	int n = vsnprintf(line, sizeof(line), fmt, ap);
+
+	if (n < 0)
+		return -1;
+	if ((size_t)n >= sizeof(line))
+		n = (int)sizeof(line) - 1;
+	if (!ex->out[which].buf) {
+		ex->out[which].buf = malloc(SIM_PRINTF_FIFO);
+		if (!ex->out[which].buf)
+			return -1;
+	}
+	if ((size_t)n > SIM_PRINTF_FIFO - ex->out[which].len)
+		return -1;
+	memcpy(ex->out[which].buf + ex->out[which].len, line, (size_t)n);
+	ex->out[which].len += (size_t)n;
+	return n;
+}
 
 static int grow(void **arr, size_t *cap, size_t need, size_t elem)
 {
@@ -347,7 +421,7 @@ static int32_t ctx_check(struct pvgpu_exec *ex)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	/* A fault is sticky: the context is good for nothing but destroy. */
 	if (ex->cur->u.ctx.poisoned)
-		return CUDA_ERROR_ILLEGAL_ADDRESS;
+		return ex->cur->u.ctx.fault;
 	return CUDA_SUCCESS;
 }
 
@@ -521,7 +595,7 @@ static int load_twin_plugin(struct pvgpu_exec *ex, const char *path,
 			 path);
 		return -1;
 	}
-	if (*abi != PVGPU_SIM_TWIN_ABI) {
+	if (*abi < 1 || *abi > PVGPU_SIM_TWIN_ABI) {
 		snprintf(err, errlen, "PVGPU_SIM_TWINS: %s has twin ABI %u, "
 			 "pvgpud speaks %u", path, *abi, PVGPU_SIM_TWIN_ABI);
 		return -1;
@@ -613,6 +687,9 @@ static void sim_close(struct pvgpu_exec *ex)
 
 	if (!ex)
 		return;
+	sim_output_flush(ex);
+	free(ex->out[0].buf);
+	free(ex->out[1].buf);
 	for (i = 0; i < ex->nallocs; i++)
 		free(ex->allocs[i].data);
 	for (i = 0; i < ex->nhosts; i++)
@@ -912,6 +989,7 @@ static int32_t sim_ctx_destroy(struct pvgpu_exec *ex, uint64_t ctx)
 
 	if (!ex)
 		return CUDA_ERROR_INVALID_VALUE;
+	sim_output_flush(ex);
 	c = obj_find(ex, ctx, SIM_CTX);
 	if (!c)
 		return CUDA_ERROR_INVALID_CONTEXT;
@@ -985,6 +1063,7 @@ static int32_t sim_ctx_synchronize(struct pvgpu_exec *ex)
 {
 	if (!ex)
 		return CUDA_ERROR_INVALID_VALUE;
+	sim_output_flush(ex);
 	return ctx_check(ex);
 }
 
@@ -1226,6 +1305,8 @@ static int32_t sim_memcpy_dtoh_async(struct pvgpu_exec *ex, void *host,
 
 	if (!ex)
 		return CUDA_ERROR_INVALID_VALUE;
+	/* The sim copies at once: it waits for the kernels before it. */
+	sim_output_flush(ex);
 	rc = check_stream(ex, stream);
 	if (rc)
 		return rc;
@@ -1356,6 +1437,7 @@ static int32_t sim_stream_synchronize(struct pvgpu_exec *ex, uint64_t stream)
 {
 	if (!ex)
 		return CUDA_ERROR_INVALID_VALUE;
+	sim_output_flush(ex);
 	return check_stream(ex, stream);
 }
 
@@ -1456,8 +1538,8 @@ static int32_t sim_event_synchronize(struct pvgpu_exec *ex, uint64_t event)
 	if (!e)
 		return CUDA_ERROR_INVALID_HANDLE;
 	/* Waiting on a faulted context reports its fault. */
-	return e->ctx->u.ctx.poisoned ? CUDA_ERROR_ILLEGAL_ADDRESS :
-					CUDA_SUCCESS;
+	sim_output_flush(ex);
+	return e->ctx->u.ctx.poisoned ? e->ctx->u.ctx.fault : CUDA_SUCCESS;
 }
 
 static int32_t sim_event_query(struct pvgpu_exec *ex, uint64_t event)
@@ -1542,8 +1624,7 @@ static int32_t sim_module_load(struct pvgpu_exec *ex, const void *image,
 			    sizeof(err));
 	if (rc) {
 		/* The CUresult alone would leave a test author guessing. */
-		fprintf(stderr, "pvgpud sim: module load failed (%d): %s\n",
-			rc, err);
+		sim_diag(ex, "module load failed (%d): %s", rc, err);
 		goto err_free;
 	}
 	rc = CUDA_ERROR_OUT_OF_MEMORY;
@@ -1952,7 +2033,7 @@ static unsigned char *peer_bytes(struct pvgpu_exec *ex, uint64_t ctx,
 		return NULL;
 	}
 	if (c->u.ctx.poisoned) {
-		*rc = CUDA_ERROR_ILLEGAL_ADDRESS;
+		*rc = c->u.ctx.fault;
 		return NULL;
 	}
 	a = alloc_range(ex, ptr, size);
@@ -2018,6 +2099,7 @@ struct sim_run {
 	unsigned char *params;
 	unsigned char *shared;
 	bool faulted;
+	int32_t fault;			/* CUDA_ERROR_ILLEGAL_ADDRESS or _ASSERT */
 	char why[160];
 	char empty;			/* what a zero-length range points at */
 };
@@ -2031,8 +2113,51 @@ static void run_fault(const struct pvgpu_sim_launch *l, const char *why)
 {
 	struct sim_run *r = run_of(l);
 
-	if (!r->faulted)
+	if (!r->faulted) {
 		snprintf(r->why, sizeof(r->why), "%s", why ? why : "fault");
+		r->fault = CUDA_ERROR_ILLEGAL_ADDRESS;
+	}
+	r->faulted = true;
+}
+
+static int run_printf(const struct pvgpu_sim_launch *l, const char *fmt, ...)
+{
+	struct sim_run *r = run_of(l);
+	va_list ap;
+	int n;
+
+	if (r->faulted)
+		return -1;
+	va_start(ap, fmt);
+	n = sim_output_vadd(r->ex, 0, fmt, ap);
+	va_end(ap);
+	return n;
+}
+
+static void run_assert_add(struct sim_run *r, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	(void)sim_output_vadd(r->ex, 1, fmt, ap);
+	va_end(ap);
+}
+
+/* The driver's words for a failed device assert, then a sticky error. */
+static void run_assert_fail(const struct pvgpu_sim_launch *l, const char *expr,
+			    const char *file, unsigned int line,
+			    const char *func, struct pvgpu_sim_dim3 block,
+			    struct pvgpu_sim_dim3 thread)
+{
+	struct sim_run *r = run_of(l);
+
+	run_assert_add(r, "%s:%u: %s: block: [%u,%u,%u], thread: [%u,%u,%u] "
+		       "Assertion `%s` failed.\n", file, line, func, block.x,
+		       block.y, block.z, thread.x, thread.y, thread.z, expr);
+	if (!r->faulted) {
+		snprintf(r->why, sizeof(r->why), "device assert `%s`", expr);
+		r->fault = CUDA_ERROR_ASSERT;
+	}
 	r->faulted = true;
 }
 
@@ -2191,9 +2316,8 @@ static int32_t sim_launch(struct pvgpu_exec *ex,
 	k = f->u.func.k;
 	if (!f->u.func.twin) {
 		if (!f->u.func.warned)
-			fprintf(stderr, "pvgpud sim: cannot launch kernel %s: "
-				"no CPU twin is registered for it "
-				"(PVGPU_SIM_TWINS)\n", k->name);
+			sim_diag(ex, "cannot launch kernel %s: no CPU twin is "
+				 "registered for it (PVGPU_SIM_TWINS)", k->name);
 		f->u.func.warned = true;
 		return CUDA_ERROR_NOT_FOUND;
 	}
@@ -2233,15 +2357,17 @@ static int32_t sim_launch(struct pvgpu_exec *ex,
 	r.pub.fault = run_fault;
 	r.pub.faulted = run_faulted;
 	r.pub.sim = &r;
+	r.pub.dev_printf = run_printf;
+	r.pub.assert_fail = run_assert_fail;
 
 	f->u.func.twin->run(&r.pub);
 
 	rc = CUDA_SUCCESS;
 	if (r.faulted) {
-		fprintf(stderr, "pvgpud sim: kernel %s faulted: %s\n", k->name,
-			r.why);
+		sim_diag(ex, "kernel %s faulted: %s", k->name, r.why);
 		ex->cur->u.ctx.poisoned = true;
-		rc = CUDA_ERROR_ILLEGAL_ADDRESS;
+		ex->cur->u.ctx.fault = r.fault;
+		rc = r.fault;
 	}
 out:
 	free(r.shared);
