@@ -389,7 +389,7 @@ static CUresult ext_attr(CUdevice dev, unsigned attr, int unknown, size_t result
 	(void)attr;
 	(void)unknown;
 	(void)result;
-	return CUDA_ERROR_NOT_SUPPORTED;
+	return pvgpu_cuda_unsupported("export table: extended device attribute");
 }
 
 static CUresult ext_something(unsigned char *result, CUdevice dev)
@@ -408,7 +408,7 @@ static void *device_ext[26] = {
 
 static CUresult not_supported(void)
 {
-	return CUDA_ERROR_NOT_SUPPORTED;
+	return pvgpu_cuda_unsupported("export table: context-create bypass / heap slot");
 }
 
 static void *ctx_bypass[2] = { [0] = SIZE_OF(2), [1] = (void *)not_supported };

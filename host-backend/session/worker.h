@@ -96,6 +96,11 @@ struct pvgpu_worker {
 	struct pvgpu_sched_session sched;	/* its launches in flight */
 
 	int output_ok;			/* fd 1/2 hold device output (output.c) */
+	/*
+	 * Streams in stream capture (generic.c): while any is, the scheduler
+	 * records no events of its own, which would land in the guest's graph.
+	 */
+	unsigned int capturing;
 	uint64_t output_dropped;	/* bytes of it not delivered */
 };
 

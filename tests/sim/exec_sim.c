@@ -34,6 +34,7 @@
 #include "exec_sim.h"
 #include "sim_module.h"
 #include "sim_twins.h"
+#include "pvgpu_generic.h"
 
 #define SIM_MAX_DEVICES		8
 #define SIM_DEFAULT_MEMORY_MB	16384
@@ -69,6 +70,14 @@ enum sim_kind {
 	SIM_EVENT,
 	SIM_MODULE,
 	SIM_FUNCTION,
+	SIM_GRAPH,
+	SIM_GRAPH_EXEC,
+};
+
+/* A graph as the sim records it: the launches captured from a stream. */
+struct sim_graph_launch {
+	struct pvgpu_launch l;		/* params point into `params` */
+	unsigned char *params;
 };
 
 /* Everything that has a handle: contexts, streams, events, modules, ... */
@@ -104,7 +113,12 @@ struct sim_obj {
 		struct {
 			uint32_t flags;
 			int32_t priority;
+			struct sim_obj *capture;	/* graph being captured */
 		} stream;
+		struct {
+			struct sim_graph_launch *v;
+			size_t n, cap;
+		} graph;			/* SIM_GRAPH and SIM_GRAPH_EXEC */
 		struct {
 			uint32_t flags;
 			bool recorded;
@@ -180,6 +194,10 @@ struct pvgpu_exec {
 		char *buf;
 		size_t len;
 	} out[2];			/* [0] stdout, [1] stderr */
+
+	/* What the generic driver call models (cuCtxSetLimit, ...). */
+	uint64_t limits[CU_LIMIT_MAX];
+	int32_t cache_config;
 };
 
 /* cudaLimitPrintfFifoSize's default. */
@@ -391,6 +409,14 @@ static void obj_release(struct sim_obj *o)
 {
 	struct sim_module *m;
 
+	if (o->kind == SIM_GRAPH || o->kind == SIM_GRAPH_EXEC) {
+		for (size_t i = 0; i < o->u.graph.n; i++)
+			free(o->u.graph.v[i].params);
+		free(o->u.graph.v);
+		o->u.graph.v = NULL;
+		o->u.graph.n = 0;
+		return;
+	}
 	if (o->kind != SIM_MODULE || !o->u.module.m)
 		return;
 	m = o->u.module.m;
@@ -439,6 +465,45 @@ static int32_t check_stream(struct pvgpu_exec *ex, uint64_t stream)
 	s = obj_find(ex, stream, SIM_STREAM);
 	if (!s || s->ctx != ex->cur)
 		return CUDA_ERROR_INVALID_HANDLE;
+	/* The sim records launches only; anything else cannot be captured. */
+	if (s->u.stream.capture)
+		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+	return CUDA_SUCCESS;
+}
+
+/* The graph a stream is capturing into, or NULL. */
+static struct sim_obj *capturing(struct pvgpu_exec *ex, uint64_t stream)
+{
+	struct sim_obj *s = stream ? obj_find(ex, stream, SIM_STREAM) : NULL;
+
+	return s && s->ctx == ex->cur ? s->u.stream.capture : NULL;
+}
+
+/* Append a copy of a launch to a graph. */
+static int32_t graph_add(struct sim_obj *g, const struct pvgpu_launch *l)
+{
+	struct sim_graph_launch *e;
+
+	if (g->u.graph.n == g->u.graph.cap) {
+		size_t cap = g->u.graph.cap ? 2 * g->u.graph.cap : 8;
+		void *v = realloc(g->u.graph.v, cap * sizeof(*g->u.graph.v));
+
+		if (!v)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		g->u.graph.v = v;
+		g->u.graph.cap = cap;
+	}
+	e = &g->u.graph.v[g->u.graph.n];
+	e->params = malloc(l->params_size ? l->params_size : 1);
+	if (!e->params)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	if (l->params_size)
+		memcpy(e->params, l->params, l->params_size);
+	e->l = *l;
+	e->l.params = e->params;
+	e->l.layout = NULL;
+	e->l.nparams = 0;
+	g->u.graph.n++;
 	return CUDA_SUCCESS;
 }
 
@@ -2304,6 +2369,13 @@ static int32_t sim_launch(struct pvgpu_exec *ex,
 
 	if (!ex || !launch)
 		return CUDA_ERROR_INVALID_VALUE;
+	if (!ctx_check(ex) && capturing(ex, launch->stream)) {
+		f = func_get(ex, launch->func);
+		if (!f)
+			return CUDA_ERROR_INVALID_HANDLE;
+		rc = launch_check(launch, f);
+		return rc ? rc : graph_add(capturing(ex, launch->stream), launch);
+	}
 	rc = check_stream(ex, launch->stream);
 	if (rc)
 		return rc;
@@ -2376,6 +2448,232 @@ out:
 	return rc;
 }
 
+/*
+ * The generic driver call: what a device without a GPU can answer; the
+ * rest is CUDA_ERROR_NOT_SUPPORTED, which the guest sees as such.
+ */
+static int32_t sim_wait_value(struct pvgpu_exec *ex, uint64_t addr,
+			      uint64_t value, uint32_t flags, int wide)
+{
+	unsigned char *p = dev_bytes(ex, addr, wide ? 8 : 4);
+	uint64_t v = 0;
+	bool ok;
+
+	if (!p)
+		return CUDA_ERROR_INVALID_VALUE;
+	memcpy(&v, p, wide ? 8 : 4);
+	if (!wide)
+		value = (uint32_t)value;
+	switch (flags & 0xf) {
+	case CU_STREAM_WAIT_VALUE_GEQ:
+		ok = wide ? (int64_t)(v - value) >= 0 : (int32_t)(uint32_t)(v - value) >= 0;
+		break;
+	case CU_STREAM_WAIT_VALUE_EQ:
+		ok = v == value;
+		break;
+	case CU_STREAM_WAIT_VALUE_AND:
+		ok = (v & value) != 0;
+		break;
+	case CU_STREAM_WAIT_VALUE_NOR:
+		ok = (~(v | value) & (wide ? ~0ULL : 0xffffffffULL)) != 0;
+		break;
+	default:
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	/* Nothing else runs while the sim waits: an unmet wait never ends. */
+	if (!ok) {
+		sim_diag(ex, "cuStreamWaitValue on a value nothing will change: "
+			 "not supported by the sim");
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	return CUDA_SUCCESS;
+}
+
+/* Stream capture as the sim models it: kernel launches only. */
+static int32_t sim_capture_call(struct pvgpu_exec *ex,
+				const struct pvgpu_generic_fn *f, uint64_t *a)
+{
+	struct sim_obj *s, *g;
+
+	if (!a[0])			/* the legacy stream cannot be captured */
+		return f->id == PVGPU_GENERIC_cuStreamIsCapturing ?
+		       (a[1] = CU_STREAM_CAPTURE_STATUS_NONE, CUDA_SUCCESS) :
+		       CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+	s = obj_find(ex, a[0], SIM_STREAM);
+	if (!s || s->ctx != ex->cur)
+		return CUDA_ERROR_INVALID_HANDLE;
+	switch (f->id) {
+	case PVGPU_GENERIC_cuStreamBeginCapture_v2:
+		if (s->u.stream.capture)
+			return CUDA_ERROR_ILLEGAL_STATE;
+		g = obj_new(ex, SIM_GRAPH, ex->cur);
+		if (!g)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		s->u.stream.capture = g;
+		return CUDA_SUCCESS;
+	case PVGPU_GENERIC_cuStreamEndCapture:
+		if (!s->u.stream.capture)
+			return CUDA_ERROR_ILLEGAL_STATE;
+		if (!a[1])
+			return CUDA_ERROR_INVALID_VALUE;
+		a[1] = s->u.stream.capture->handle;
+		s->u.stream.capture = NULL;
+		return CUDA_SUCCESS;
+	default:			/* cuStreamIsCapturing */
+		if (!a[1])
+			return CUDA_ERROR_INVALID_VALUE;
+		a[1] = s->u.stream.capture ? CU_STREAM_CAPTURE_STATUS_ACTIVE :
+					     CU_STREAM_CAPTURE_STATUS_NONE;
+		return CUDA_SUCCESS;
+	}
+}
+
+static int32_t sim_graph_call(struct pvgpu_exec *ex,
+			      const struct pvgpu_generic_fn *f, uint64_t *a)
+{
+	struct sim_obj *g, *x;
+	int32_t rc;
+
+	switch (f->id) {
+	case PVGPU_GENERIC_cuGraphInstantiateWithFlags:
+		g = obj_find(ex, a[1], SIM_GRAPH);
+		if (!g || !a[0])
+			return !g ? CUDA_ERROR_INVALID_HANDLE : CUDA_ERROR_INVALID_VALUE;
+		x = obj_new(ex, SIM_GRAPH_EXEC, ex->cur);
+		if (!x)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		for (size_t i = 0; i < g->u.graph.n; i++) {
+			rc = graph_add(x, &g->u.graph.v[i].l);
+			if (rc) {
+				obj_free(ex, x);
+				return rc;
+			}
+		}
+		a[0] = x->handle;
+		return CUDA_SUCCESS;
+	case PVGPU_GENERIC_cuGraphLaunch:
+	case PVGPU_GENERIC_cuGraphUpload:
+		x = obj_find(ex, a[0], SIM_GRAPH_EXEC);
+		if (!x || x->ctx != ex->cur)
+			return CUDA_ERROR_INVALID_HANDLE;
+		rc = check_stream(ex, a[1]);
+		if (rc || f->id == PVGPU_GENERIC_cuGraphUpload)
+			return rc;
+		for (size_t i = 0; i < x->u.graph.n && !rc; i++) {
+			struct pvgpu_launch l = x->u.graph.v[i].l;
+
+			l.stream = a[1];
+			rc = sim_launch(ex, &l);
+		}
+		return rc;
+	case PVGPU_GENERIC_cuGraphExecDestroy:
+		x = obj_find(ex, a[0], SIM_GRAPH_EXEC);
+		if (!x)
+			return CUDA_ERROR_INVALID_HANDLE;
+		obj_free(ex, x);
+		return CUDA_SUCCESS;
+	default:			/* cuGraphDestroy */
+		g = obj_find(ex, a[0], SIM_GRAPH);
+		if (!g)
+			return CUDA_ERROR_INVALID_HANDLE;
+		for (size_t i = 0; i < ex->nobjs; i++)
+			if (ex->objs[i]->kind == SIM_STREAM &&
+			    ex->objs[i]->u.stream.capture == g)
+				return CUDA_ERROR_ILLEGAL_STATE;
+		obj_free(ex, g);
+		return CUDA_SUCCESS;
+	}
+}
+
+static int32_t sim_driver_call(struct pvgpu_exec *ex,
+			       const struct pvgpu_generic_fn *f, uint64_t *a)
+{
+	static const uint64_t limit_defaults[CU_LIMIT_MAX] = {
+		[CU_LIMIT_STACK_SIZE] = 1024,
+		[CU_LIMIT_PRINTF_FIFO_SIZE] = SIM_PRINTF_FIFO,
+		[CU_LIMIT_MALLOC_HEAP_SIZE] = 8 << 20,
+		[CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH] = 2,
+		[CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT] = 2048,
+		[CU_LIMIT_MAX_L2_FETCH_GRANULARITY] = 64,
+	};
+	unsigned char *p;
+	int32_t rc;
+
+	if (!ex || !f)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = ctx_check(ex);
+	if (rc)
+		return rc;
+	switch (f->id) {
+	case PVGPU_GENERIC_cuStreamBeginCapture_v2:
+	case PVGPU_GENERIC_cuStreamEndCapture:
+	case PVGPU_GENERIC_cuStreamIsCapturing:
+		return sim_capture_call(ex, f, a);
+	case PVGPU_GENERIC_cuGraphInstantiateWithFlags:
+	case PVGPU_GENERIC_cuGraphLaunch:
+	case PVGPU_GENERIC_cuGraphUpload:
+	case PVGPU_GENERIC_cuGraphExecDestroy:
+	case PVGPU_GENERIC_cuGraphDestroy:
+		return sim_graph_call(ex, f, a);
+	}
+	for (uint32_t i = 0; i < f->nargs; i++) {
+		if (f->args[i].kind == PVGPU_GA_STREAM &&
+		    (rc = check_stream(ex, a[i])))
+			return rc;
+	}
+	switch (f->id) {
+	case PVGPU_GENERIC_cuCtxSetLimit:
+		if (a[0] >= CU_LIMIT_MAX)
+			return CUDA_ERROR_INVALID_VALUE;
+		ex->limits[a[0]] = a[1];
+		return CUDA_SUCCESS;
+	case PVGPU_GENERIC_cuCtxGetLimit:
+		if (!a[0] || a[1] >= CU_LIMIT_MAX)
+			return CUDA_ERROR_INVALID_VALUE;
+		a[0] = ex->limits[a[1]] ? ex->limits[a[1]] : limit_defaults[a[1]];
+		return CUDA_SUCCESS;
+	case PVGPU_GENERIC_cuCtxGetStreamPriorityRange:
+		a[0] = 0;			/* least, as on an H100 */
+		a[1] = (uint64_t)(int64_t)-5;	/* greatest */
+		return CUDA_SUCCESS;
+	case PVGPU_GENERIC_cuCtxGetCacheConfig:
+		if (!a[0])
+			return CUDA_ERROR_INVALID_VALUE;
+		a[0] = (uint64_t)ex->cache_config;
+		return CUDA_SUCCESS;
+	case PVGPU_GENERIC_cuCtxSetCacheConfig:
+		if (a[0] > CU_FUNC_CACHE_PREFER_EQUAL)
+			return CUDA_ERROR_INVALID_VALUE;
+		ex->cache_config = (int32_t)a[0];
+		return CUDA_SUCCESS;
+	case PVGPU_GENERIC_cuCtxResetPersistingL2Cache:
+		return CUDA_SUCCESS;
+	case PVGPU_GENERIC_cuStreamWriteValue32_v2:
+	case PVGPU_GENERIC_cuStreamWriteValue64_v2: {
+		int wide = f->id == PVGPU_GENERIC_cuStreamWriteValue64_v2;
+
+		p = dev_bytes(ex, a[1], wide ? 8 : 4);
+		if (!p)
+			return CUDA_ERROR_INVALID_VALUE;
+		if (wide) {
+			memcpy(p, &a[2], 8);
+		} else {
+			uint32_t v = (uint32_t)a[2];
+
+			memcpy(p, &v, 4);
+		}
+		return CUDA_SUCCESS;
+	}
+	case PVGPU_GENERIC_cuStreamWaitValue32_v2:
+		return sim_wait_value(ex, a[1], a[2], (uint32_t)a[3], 0);
+	case PVGPU_GENERIC_cuStreamWaitValue64_v2:
+		return sim_wait_value(ex, a[1], a[2], (uint32_t)a[3], 1);
+	default:
+		sim_diag(ex, "%s: not supported by the sim", f->name);
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+}
+
 const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.name			= "sim",
 	.open			= sim_open,
@@ -2427,6 +2725,7 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.ctx_disable_peer_access = sim_ctx_disable_peer_access,
 	.memcpy_peer		= sim_memcpy_peer,
 	.memcpy_peer_async	= sim_memcpy_peer_async,
+	.driver_call		= sim_driver_call,
 };
 
 /* How pvgpud finds this fixture: build/lib/pvgpud/exec-sim.so. */
