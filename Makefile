@@ -93,11 +93,14 @@ objs = $(patsubst %.c,$(OBJ_DIR)/%.o,$(patsubst $(BUILD)/%,%,$(1)))
 
 PROTO_SRC   = protocol/wire.c $(GEN_DIR)/pvgpu_proto.c
 COMMON_SRC  = $(wildcard common/*.c)
-# Each transport's guest half (connect) and host half (listen, accept).
-TRANSPORT_GUEST_SRC = transport/transport.c transport/stream.c
-TRANSPORT_HOST_SRC  = transport/listen.c
+# The transports (transport/list.h): each folder's guest half (connect,
+# send, receive) and host half (listen, accept, identify, the connection),
+# over the shared stream core and the registry.
+TRANSPORT_GUEST_SRC = transport/transport.c transport/stream.c $(wildcard transport/*/guest.c)
+TRANSPORT_HOST_SRC  = transport/transport.c transport/stream.c transport/host.c \
+                      transport/stream_host.c $(wildcard transport/*/host.c)
 # The daemon without its main(): the unit tests and the fuzzer link it too.
-BACKEND_LIB_SRC = $(filter-out host-backend/daemon/main.c, \
+BACKEND_LIB_SRC = $(filter-out host-backend/daemon/main.c host-backend/exec/remote/%, \
               $(wildcard host-backend/daemon/*.c host-backend/session/*.c \
                          host-backend/exec/*.c host-backend/exec/*/*.c)) \
               $(GEN_DIR)/pvgpu_dispatch.c $(GEN_DIR)/pvgpu_generic.c \
@@ -178,14 +181,14 @@ c-parts: $(PVGPUD) $(PVGPUCTL) $(SHIM) $(SIM_EXEC)
 # `make` where the optional libraries are missing: every one left out, one
 # line each, and the rest must still build (CI proves it here).
 build-minimal:
-	$(MAKE) BUILD=build-minimal INIH_LIBS= MHD_LIBS= CURL_LIBS= INIH_DIR= c-parts
+	$(MAKE) BUILD=build-minimal INIH_LIBS= MHD_LIBS= CURL_LIBS= VERBS_LIBS= INIH_DIR= c-parts
 
 # The guest library and pvgpud for arm64 (Grace hosts, arm64 guests) with
 # Debian's cross compiler (gcc-aarch64-linux-gnu); optional libraries are
 # the build machine's, so they are left out.
 cross-arm64:
 	$(MAKE) BUILD=build-arm64 CC=aarch64-linux-gnu-gcc PKG_CONFIG_LIBDIR=/nonexistent \
-		INIH_LIBS= MHD_LIBS= CURL_LIBS= INIH_DIR= c-parts
+		INIH_LIBS= MHD_LIBS= CURL_LIBS= VERBS_LIBS= INIH_DIR= c-parts
 
 # C unit tests: tests/unit/NAME_test.c -> $(BUILD)/tests/unit/NAME_test,
 # linked with the backend's, the protocol's and the sim fixture's objects.
@@ -211,12 +214,16 @@ $(BUILD)/fuzz/fuzz_worker: $(FUZZ_SRC) $(GEN_FILES) $(shell find common host-bac
 
 include tests/tests.mk
 include guest-lib/cuda/cuda.mk
+include guest-lib/nvml/nvml.mk
 include bench/bench.mk
+include host-backend/exec/remote/remote.mk
+include transport/verbs/verbs.mk
+include xen-vchan/xen.mk
 
 PYTEST = python3 -m pytest
 
 test: deps
-	$(MAKE) all fuzz guest-driver build-minimal
+	$(MAKE) all fuzz guest-driver build-minimal cross-arm64
 	$(MAKE) BUILD=build-asan SANITIZE=1 all
 	$(PYTEST) -q
 	PVGPU_BUILD=build-asan $(PYTEST) -q tests/unit tests/integration

@@ -322,6 +322,10 @@ double parse_real(const char *opt, const char *s, double min, double max)
 struct lib_info {
 	char path[PATH_MAX];	/* the file that really defines cudaMalloc */
 	int shim;		/* 1 if it is the pvgpu guest shim */
+	/* The libcuda.so.1 the runtime loaded, as the loader found it ("" if
+	 * none yet): under NVIDIA's runtime, pvgpu's driver front-end is
+	 * recognised by the directory it came from (--pvgpu-libdir). */
+	char driver[PATH_MAX];
 };
 
 /*
@@ -332,6 +336,8 @@ struct lib_info {
  * it is the library's definition, not a PLT stub in this executable.  No
  * CUDA API function is called, so --compare's parent may use this too.
  */
+void lib_identify_driver(struct lib_info *li);
+
 void lib_identify(struct lib_info *li)
 {
 	void *h = dlopen("libcudart.so.13", RTLD_NOW | RTLD_NOLOAD);
@@ -352,6 +358,26 @@ void lib_identify(struct lib_info *li)
 		snprintf(li->path, sizeof(li->path), "(unknown)");
 	}
 	li->shim = dlsym(RTLD_DEFAULT, "pvgpu_shim_version") != NULL;
+	if (h)
+		dlclose(h);
+	lib_identify_driver(li);
+}
+
+/*
+ * The libcuda.so.1 in use, once the runtime has loaded it (after the first
+ * CUDA call); "" before.
+ */
+void lib_identify_driver(struct lib_info *li)
+{
+	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+	void *sym;
+	Dl_info info;
+
+	li->driver[0] = '\0';
+	sym = h ? dlsym(h, "cuInit") : NULL;
+	memset(&info, 0, sizeof(info));
+	if (sym && dladdr(sym, &info) && info.dli_fname)
+		snprintf(li->driver, sizeof(li->driver), "%s", info.dli_fname);
 	if (h)
 		dlclose(h);
 }
@@ -438,7 +464,9 @@ void json_run_header(FILE *f, const struct lib_info *li,
 	json_str(f, g_prog);
 	fputs(",\"schema\":1,\"library\":{\"path\":", f);
 	json_str(f, li->path);
-	fprintf(f, ",\"pvgpu_shim\":%s},", li->shim ? "true" : "false");
+	fprintf(f, ",\"pvgpu_shim\":%s,\"driver\":", li->shim ? "true" : "false");
+	json_str(f, li->driver);
+	fputs("},", f);
 	fputs("\"pvgpu_devices\":", f);
 	if (devs)
 		json_str(f, devs);
@@ -997,10 +1025,17 @@ void compare_run_child(struct child_run *cr, char **args)
 		const struct jval *s = jget(lib, "pvgpu_shim");
 		int is_shim = s && s->type == J_BOOL && s->num != 0;
 
+		const char *drv = jstr(lib, "driver");
+		size_t n = strlen(cr->libdir);
+		/* NVIDIA's runtime over pvgpu's libcuda.so.1 from the libdir. */
+		int pvgpu_driver = drv && !strncmp(drv, cr->libdir, n) &&
+				   drv[n] == '/' && !strchr(drv + n + 1, '/');
+
 		shim = jstr(lib, "path");
-		if (!strcmp(cr->role, "pvgpu") && !is_shim)
-			die("the pvgpu run loaded %s, not the pvgpu shim: check "
-			    "--pvgpu-libdir (%s)", shim ? shim : "?", cr->libdir);
+		if (!strcmp(cr->role, "pvgpu") && !is_shim && !pvgpu_driver)
+			die("the pvgpu run loaded %s and libcuda.so.1 %s, neither "
+			    "pvgpu's: check --pvgpu-libdir (%s)", shim ? shim : "?",
+			    drv && *drv ? drv : "(none)", cr->libdir);
 		if (!strcmp(cr->role, "native") && is_shim)
 			die("the native run loaded the pvgpu shim %s: check "
 			    "--native-libdir (%s)", shim ? shim : "?", cr->libdir);

@@ -552,6 +552,7 @@ static int run_here(const struct options *o)
 	}
 
 	device_open(o->co.device, &di);
+	lib_identify_driver(&li);	/* the runtime has loaded it now */
 	cells = (struct cell (*)[NDIRS][NMEMS])xmalloc(o->nsizes * sizeof(*cells));
 	memset(cells, 0, o->nsizes * sizeof(*cells));
 	for (s = 0; s < o->nsizes; s++)

@@ -327,6 +327,7 @@ int main(int argc, char **argv)
 	parse_args(&o, argc, argv);
 	lib_identify(&li);
 	device_open(o.co.device, &di);
+	lib_identify_driver(&li);	/* the runtime has loaded it now */
 	CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount,
 				  o.co.device));
 	CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fair_kernel,

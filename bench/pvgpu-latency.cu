@@ -402,6 +402,7 @@ static int run_here(const struct options *o)
 
 	lib_identify(&li);
 	device_open(o->co.device, &di);
+	lib_identify_driver(&li);	/* the runtime has loaded it now */
 	memset(res, 0, sizeof(res));
 	CK(cudaMalloc(&dev, 1 << 20));
 	if (o->tests & TEST_COPY)

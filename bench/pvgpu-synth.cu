@@ -825,6 +825,7 @@ static int run_here(const struct options *o)
 	if (o->plan_in)
 		read_plan(&p, o->plan_in);	/* before any GPU work */
 	device_open(o->co.device, &di);
+	lib_identify_driver(&li);	/* the runtime has loaded it now */
 	CK(cudaMalloc((void **)&g_kbuf, KERNEL_ELEMS * sizeof(float)));
 	CK(cudaMemset(g_kbuf, 0, KERNEL_ELEMS * sizeof(float)));
 	if (!o->plan_in) {

@@ -39,15 +39,25 @@ cuda_pip_pkgs=(
     'nvidia-cuda-runtime==13.0.*'
     'nvidia-cuda-crt==13.0.*'
 )
+# NVIDIA's nvml.h, which libnvidia-ml.so.1's surface is generated from
+# (protocol/api/gen_nvml.py), for CUDA 13.0 / driver 580: into
+# .deps/nvml-py where the CUDA toolkit found has no nvml.h of its own (the
+# PyPI compiler above has none; /usr/local/cuda has one).
+nvml_pip_pkgs=('nvidia-nvml-dev==13.0.*')
+# pynvml (NVIDIA's nvidia-ml-py) for the NVML tests (tests/integration/test_nvml.py).
+test_pip_pkgs=('nvidia-ml-py')
 
 log() { echo "install-deps: $*" >&2; }
 
 # Fast path: the stamp records a hash of this script, so editing the list of
-# dependencies invalidates it; find-cuda.sh catches a deleted .deps/cuda-py.
+# dependencies invalidates it; find-cuda.sh catches a deleted .deps/cuda-py,
+# the nvml.h test a deleted .deps/nvml-py.
 script_hash=$(sha256sum "${BASH_SOURCE[0]}" | cut -d' ' -f1)
 if [ "$check_only" = 0 ] && [ -f "$stamp" ] \
    && [ "$(cat "$stamp")" = "$script_hash" ] \
-   && scripts/find-cuda.sh >/dev/null 2>&1; then
+   && scripts/find-cuda.sh >/dev/null 2>&1 \
+   && { [ -f "$(scripts/find-cuda.sh)/include/nvml.h" ] \
+        || [ -f "$deps_dir/nvml-py/nvidia/cu13/include/nvml.h" ]; }; then
     exit 0
 fi
 
@@ -87,6 +97,16 @@ fi
 if ! pkg-config --exists libcurl 2>/dev/null; then
     apt_missing+=(libcurl4-openssl-dev)
 fi
+# verbs:// (transport-verbs.so) and the Soft-RoCE tests: libibverbs and
+# librdmacm to build against, rdma-core (the `rdma` tool, providers such as
+# rxe), ibverbs-utils and perftest (ib_write_bw, ib_send_lat) for the
+# link's own figures.  Optional: without them make leaves verbs out.
+if ! pkg-config --exists libibverbs librdmacm 2>/dev/null; then
+    apt_missing+=(libibverbs-dev librdmacm-dev)
+fi
+need_cmd rdma rdma-core
+need_cmd ibv_devices ibverbs-utils
+need_cmd ib_write_bw perftest
 if command -v clang >/dev/null 2>&1; then
     # clang's resource dir must hold libFuzzer; Debian ships it separately.
     rt_dir="$(clang -print-resource-dir 2>/dev/null)/lib/linux"
@@ -106,6 +126,11 @@ if [ "$check_only" = 0 ] && ! python3 -c 'import clang.cindex' >/dev/null 2>&1; 
         python3 -m pip install --quiet --disable-pip-version-check libclang \
         || log "pip could not install libclang: libcuda.so.1 will not build"
 fi
+if [ "$check_only" = 0 ] && ! python3 -c 'import pynvml' >/dev/null 2>&1; then
+    PIP_BREAK_SYSTEM_PACKAGES=1 PIP_ROOT_USER_ACTION=ignore \
+        python3 -m pip install --quiet --disable-pip-version-check "${test_pip_pkgs[@]}" \
+        || log "pip could not install ${test_pip_pkgs[*]}: the NVML tests will be skipped"
+fi
 
 # The VM tests (tests/vm): a QEMU guest under TCG with Debian's kernel, the
 # guest driver built against Debian's headers, and libvirt for the attach
@@ -124,6 +149,11 @@ if [ "$check_only" = 0 ] && command -v dpkg >/dev/null 2>&1; then
     need_pkg python3-libvirt
     # `make cross-arm64`: the guest library and pvgpud for arm64.
     need_cmd aarch64-linux-gnu-gcc gcc-aarch64-linux-gnu
+    # The Xen tests (tests/xen) and the vchan transport (xen-vchan/):
+    # libxenvchan and the libraries xl needs in the booted dom0.  The
+    # hypervisor and xen-utils are not installed: tests/xen/xenvm.py
+    # unpacks them into .deps/xen with apt-get download.
+    need_pkg libxen-dev
 fi
 
 # The CUDA compiler from PyPI needs pip, but only if there is no toolkit.
@@ -148,6 +178,8 @@ if [ "$check_only" = 1 ]; then
             clang|libclang-rt-*) log "optional, for make fuzz only: $pkg" ;;
             libmicrohttpd-dev) log "optional, for pvgpud --metrics only: $pkg" ;;
             libcurl4-openssl-dev) log "optional, for pvgpuctl status only: $pkg" ;;
+            libibverbs-dev|librdmacm-dev|rdma-core|ibverbs-utils|perftest)
+                log "optional, for verbs:// and tests/rdma only: $pkg" ;;
             *) required+=("$pkg") ;;
         esac
     done
@@ -203,6 +235,21 @@ if [ "$need_cuda_pip" = 1 ]; then
     mv "$tmp" "$cuda_py"
     if ! scripts/find-cuda.sh >/dev/null; then
         log "CUDA toolkit installed but scripts/find-cuda.sh does not find it"; exit 1
+    fi
+fi
+
+# ---- nvml.h from PyPI, where the CUDA toolkit has none -----------------------
+if [ ! -f "$(scripts/find-cuda.sh)/include/nvml.h" ] &&
+   [ ! -f "$deps_dir/nvml-py/nvidia/cu13/include/nvml.h" ]; then
+    log "installing NVIDIA's nvml.h (${nvml_pip_pkgs[*]}) into .deps/nvml-py"
+    rm -rf "$deps_dir/nvml-py.tmp"
+    if PIP_BREAK_SYSTEM_PACKAGES=1 PIP_ROOT_USER_ACTION=ignore \
+        python3 -m pip install --quiet --disable-pip-version-check \
+        --target "$deps_dir/nvml-py.tmp" "${nvml_pip_pkgs[@]}"; then
+        rm -rf "$deps_dir/nvml-py"
+        mv "$deps_dir/nvml-py.tmp" "$deps_dir/nvml-py"
+    else
+        log "pip could not install ${nvml_pip_pkgs[*]}: libnvidia-ml.so.1 will not build"
     fi
 fi
 

@@ -1,11 +1,16 @@
 /*
- * transport.h - how the guest library moves bytes to one backend.
+ * transport.h - the guest half of a transport, and the registry that finds
+ * a transport (both halves) by URI scheme.
  *
- * Every transport is a small ops table behind a URI scheme ("unix",
- * "tcp", later "vsock", "shm", "vchan", "verbs").  The protocol client only
- * ever sees whole-buffer send and receive: a transport that cannot make
- * progress reports an error and the client marks the connection broken.
- * Adding a transport is one file plus one line in transport.c.
+ * Every transport is a folder, transport/NAME/, holding its guest half
+ * (an ops table, struct pvgpu_transport_ops, here) and its host half (an
+ * ops table, struct pvgpu_host_ops, in host.h).  The registry
+ * (transport/list.h, one line each) says which are built in and which are
+ * shared objects loaded at run time (transport-NAME.so: heavy
+ * dependencies such as libxenvchan or libibverbs stay out of the guest
+ * library and pvgpud unless used).  The protocol client only ever sees
+ * whole-buffer send and receive: a transport that cannot make progress
+ * reports an error and the client marks the connection broken.
  */
 #ifndef PVGPU_TRANSPORT_H
 #define PVGPU_TRANSPORT_H
@@ -15,6 +20,7 @@
 #include <sys/uio.h>
 
 struct pvgpu_transport;
+struct pvgpu_host_ops;
 
 /* What a guest transport is like: feature bits, not fields per quirk. */
 #define PVGPU_TRG_SENDS_TOKEN	(1u << 0)	/* identity: the token in hello */
@@ -43,6 +49,17 @@ struct pvgpu_transport_ops {
 	 */
 	int (*sendv_fd)(struct pvgpu_transport *t, struct iovec *iov,
 			int iovcnt, int fd);
+	/*
+	 * Non-zero while nothing is waiting on the channel: no message, no
+	 * hang-up (never blocks).  A shared-window copy waits only as long.
+	 */
+	int (*quiet)(struct pvgpu_transport *t);
+	/*
+	 * A window the channel itself set up (Xen: granted pages), laid out
+	 * per common/window.h with its header written: 0 and base/size, or
+	 * -ENOENT.  NULL where the channel has none of its own.
+	 */
+	int (*window)(struct pvgpu_transport *t, void **base, uint64_t *size);
 };
 
 struct pvgpu_transport {
@@ -50,24 +67,45 @@ struct pvgpu_transport {
 	int fd;			/* stream transports; -1 when closed */
 	uint64_t poll_ns;	/* busy-poll before a blocking receive */
 	void *priv;		/* transports that need more than a fd */
+	/* Who we are, for channels that carry it at connect (verbs); or NULL. */
+	const char *token;
 };
 
 /*
- * The transport for uri ("scheme://rest"), with *addr pointing at "rest";
- * NULL when the scheme is unknown or the URI has none.
+ * One transport, both halves: what the registry holds per scheme and what
+ * a loadable transport-NAME.so exports as PVGPU_TRANSPORT_SYMBOL.  guest
+ * or host is NULL where this program links no such half (the guest
+ * library has no host halves, pvgpud no guest ones).
  */
-const struct pvgpu_transport_ops *pvgpu_transport_lookup(const char *uri,
-							  const char **addr);
+#define PVGPU_TRANSPORT_ABI	1
+#define PVGPU_TRANSPORT_SYMBOL	"pvgpu_transport_module"
 
-extern const struct pvgpu_transport_ops pvgpu_transport_unix;
-extern const struct pvgpu_transport_ops pvgpu_transport_tcp;
-extern const struct pvgpu_transport_ops pvgpu_transport_shm;
-extern const struct pvgpu_transport_ops pvgpu_transport_vsock;
+struct pvgpu_transport_module {
+	unsigned int abi;		/* PVGPU_TRANSPORT_ABI */
+	const char *scheme;
+	const struct pvgpu_transport_ops *guest;
+	const struct pvgpu_host_ops *host;
+};
 
 /*
- * Non-zero while nothing is waiting on the channel: no message, no hang-up
- * (polls without blocking).  A shared-window copy waits only as long.
+ * The transport for uri ("scheme://rest"), with *addr pointing at "rest":
+ * a built-in one, or transport-SCHEME.so loaded from
+ * <dir of the loaded library or program>/pvgpu/, the same dir, or
+ * <dir of the program>/../lib/pvgpu/.  NULL with one line in err when the
+ * scheme is unknown, or its object cannot be loaded.
  */
+const struct pvgpu_transport_module *pvgpu_transport_find(const char *uri,
+							   const char **addr,
+							   char *err,
+							   size_t errlen);
+
+/* The guest half for uri; NULL with one line in err. */
+const struct pvgpu_transport_ops *pvgpu_transport_lookup(const char *uri,
+							  const char **addr,
+							  char *err,
+							  size_t errlen);
+
+/* ops->quiet where the transport has one, else the stream default. */
 int pvgpu_transport_quiet(struct pvgpu_transport *t);
 
 #endif /* PVGPU_TRANSPORT_H */

@@ -350,8 +350,24 @@ struct pvgpu_window_map *pvgpu_client_window(struct pvgpu_client *c)
  * still works, over the socket alone: say why once under PVGPU_DEBUG and
  * carry on.
  */
-static void attach_window(struct pvgpu_client *c, int device)
+enum window_kind { WINDOW_MEMFD, WINDOW_DEVICE, WINDOW_CHANNEL };
+
+static struct pvgpu_window_map *channel_window(struct pvgpu_client *c,
+					       char *err, size_t errlen)
 {
+	void *base;
+	uint64_t size;
+
+	if (c->tr.ops->window(&c->tr, &base, &size)) {
+		snprintf(err, errlen, "the channel has no window");
+		return NULL;
+	}
+	return pvgpu_window_from_memory(base, size, &c->cfg, err, errlen);
+}
+
+static void attach_window(struct pvgpu_client *c, enum window_kind kind)
+{
+	int device = kind == WINDOW_DEVICE;
 	struct pvgpu_window_attach_req req;
 	uint8_t q[PVGPU_WINDOW_ATTACH_REQ_MAX], hdr[PVGPU_HDR_SIZE], rep[16];
 	struct iovec iov[2];
@@ -362,8 +378,9 @@ static void attach_window(struct pvgpu_client *c, int device)
 	int fd = -1, rc;
 	int32_t st;
 
-	c->win = device ? pvgpu_window_open_device(&c->cfg, err, sizeof(err)) :
-			  pvgpu_window_create(&c->cfg, &fd, err, sizeof(err));
+	c->win = kind == WINDOW_DEVICE ? pvgpu_window_open_device(&c->cfg, err, sizeof(err)) :
+		 kind == WINDOW_CHANNEL ? channel_window(c, err, sizeof(err)) :
+		 pvgpu_window_create(&c->cfg, &fd, err, sizeof(err));
 	if (!c->win) {
 		pvgpu_debug("%s: no shared window (%s): using the socket alone",
 			    c->uri, err);
@@ -553,11 +570,9 @@ int pvgpu_client_open(const char *uri, const struct pvgpu_client_config *cfg,
 	const char *addr;
 	int rc;
 
-	ops = pvgpu_transport_lookup(uri, &addr);
-	if (!ops) {
-		snprintf(err, errlen, "unknown transport");
+	ops = pvgpu_transport_lookup(uri, &addr, err, errlen);
+	if (!ops)
 		return -EINVAL;
-	}
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		goto err_nomem;
@@ -577,6 +592,7 @@ int pvgpu_client_open(const char *uri, const struct pvgpu_client_config *cfg,
 	c->tr.ops = ops;
 	c->tr.fd = -1;
 	c->tr.poll_ns = cfg->poll_ns;
+	c->tr.token = c->cfg.token[0] ? c->cfg.token : NULL;
 	c->version = PVGPU_PROTO_VERSION;	/* hello: our newest */
 	c->info.data_block = PVGPU_DEFAULT_BLOCK;
 
@@ -589,9 +605,11 @@ int pvgpu_client_open(const char *uri, const struct pvgpu_client_config *cfg,
 	if (!c->cfg.window || !(c->info.features & PVGPU_FEATURE_WINDOW))
 		;	/* socket only, as asked or agreed */
 	else if ((ops->features & PVGPU_TRG_MEMFD_WINDOW) && ops->sendv_fd)
-		attach_window(c, 0);
+		attach_window(c, WINDOW_MEMFD);
 	else if (ops->features & PVGPU_TRG_DEVICE_WINDOW)
-		attach_window(c, 1);
+		attach_window(c, WINDOW_DEVICE);
+	else if (ops->window)
+		attach_window(c, WINDOW_CHANNEL);
 	*out = c;
 	return 0;
 

@@ -20,6 +20,7 @@ struct pvgpu_window_map {
 	uint64_t size;
 	uint64_t window_id;		/* 0: our own memfd (shm://) */
 	int dev_fd;			/* /dev/pvgpuN, held (and locked) while mapped */
+	int borrowed;			/* the channel's memory (Xen grants): not ours to unmap */
 	struct pvgpu_window_header *hdr;
 	uint64_t staging_offset;
 	uint32_t slot_size, nslots;
@@ -52,6 +53,14 @@ struct pvgpu_window_map *pvgpu_window_create(const struct pvgpu_client_config *c
  * line in err when there is none to use.
  */
 struct pvgpu_window_map *pvgpu_window_open_device(const struct pvgpu_client_config *cfg,
+						  char *err, size_t errlen);
+/*
+ * A window the channel set up itself (Xen: granted pages, header written
+ * by the transport): mapped at base for size bytes and the channel's to
+ * unmap.  NULL with one line in err when its header is no usable layout.
+ */
+struct pvgpu_window_map *pvgpu_window_from_memory(void *base, uint64_t size,
+						  const struct pvgpu_client_config *cfg,
 						  char *err, size_t errlen);
 void pvgpu_window_destroy(struct pvgpu_window_map *w);
 

@@ -310,12 +310,41 @@ struct pvgpu_window_map *pvgpu_window_open_device(const struct pvgpu_client_conf
 	return NULL;
 }
 
+struct pvgpu_window_map *pvgpu_window_from_memory(void *base, uint64_t size,
+						  const struct pvgpu_client_config *cfg,
+						  char *err, size_t errlen)
+{
+	struct pvgpu_window_header hdr;
+	struct pvgpu_window_map *w;
+
+	/* The transport wrote the layout; take it only if it makes sense. */
+	memcpy(&hdr, base, sizeof(hdr));
+	if (hdr.magic != PVGPU_WINDOW_MAGIC || hdr.layout != PVGPU_WINDOW_LAYOUT ||
+	    hdr.size != size || hdr.window_id != 0 ||
+	    hdr.staging_offset < PVGPU_WINDOW_HDR_SIZE ||
+	    hdr.nslots < 2 || hdr.slot_size < (64u << 10) ||
+	    arena_start(hdr.staging_offset, hdr.slot_size, hdr.nslots) +
+	    ARENA_ALIGN > size) {
+		snprintf(err, errlen, "the channel's window is not a usable layout %u one",
+			 PVGPU_WINDOW_LAYOUT);
+		return NULL;
+	}
+	w = map_new(base, size, -1, &hdr, cfg->copy_threads);
+	if (!w) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	w->borrowed = 1;
+	return w;
+}
+
 void pvgpu_window_destroy(struct pvgpu_window_map *w)
 {
 	if (!w)
 		return;
 	copy_helper_stop(w->helper);
-	munmap(w->base, w->size);
+	if (!w->borrowed)
+		munmap(w->base, w->size);
 	if (w->dev_fd >= 0)
 		close(w->dev_fd);	/* and with it the lock */
 	pthread_mutex_destroy(&w->lock);

@@ -722,6 +722,68 @@ CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *num, 
 	return r;
 }
 
+CUresult CUDAAPI cuOccupancyMaxActiveClusters(int *num, CUfunction h, const CUlaunchConfig *c)
+{
+	struct pvgpu_func_max_clusters_req req = { 0 };
+	struct pvgpu_func_max_clusters_rep rep = { 0 };
+	struct cu_func *f;
+	struct cu_op op;
+	CUresult r;
+
+	if (!num || !c)
+		return CUDA_ERROR_INVALID_VALUE;
+	r = func_resolve(h, -1, &f);
+	if (r)
+		return r;
+	req.func = f->remote;
+	req.grid_x = c->gridDimX;
+	req.grid_y = c->gridDimY;
+	req.grid_z = c->gridDimZ;
+	req.block_x = c->blockDimX;
+	req.block_y = c->blockDimY;
+	req.block_z = c->blockDimZ;
+	req.shared_bytes = c->sharedMemBytes;
+	for (unsigned int i = 0; c->attrs && i < c->numAttrs; i++)
+		if (c->attrs[i].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) {
+			req.cluster_x = c->attrs[i].value.clusterDim.x;
+			req.cluster_y = c->attrs[i].value.clusterDim.y;
+			req.cluster_z = c->attrs[i].value.clusterDim.z;
+		}
+	r = cu_op_begin(&op, f->mod->ctx);
+	if (r)
+		return r;
+	r = cu_status(pvgpu_call_func_max_clusters(op.client, &req, &rep));
+	cu_op_end(&op);
+	if (!r)
+		*num = rep.clusters;
+	return r;
+}
+
+CUresult CUDAAPI cuOccupancyAvailableDynamicSMemPerBlock(size_t *bytes, CUfunction h,
+							 int numBlocks, int blockSize)
+{
+	struct pvgpu_func_dynamic_smem_req req = { 0, numBlocks, blockSize };
+	struct pvgpu_func_dynamic_smem_rep rep = { 0 };
+	struct cu_func *f;
+	struct cu_op op;
+	CUresult r;
+
+	if (!bytes)
+		return CUDA_ERROR_INVALID_VALUE;
+	r = func_resolve(h, -1, &f);
+	if (r)
+		return r;
+	req.func = f->remote;
+	r = cu_op_begin(&op, f->mod->ctx);
+	if (r)
+		return r;
+	r = cu_status(pvgpu_call_func_dynamic_smem(op.client, &req, &rep));
+	cu_op_end(&op);
+	if (!r)
+		*bytes = (size_t)rep.bytes;
+	return r;
+}
+
 CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(int *num, CUfunction h,
 							     int blockSize, size_t smem)
 {

@@ -248,6 +248,68 @@ CUresult CUDAAPI cuStreamIsCapturing_ptsz(CUstream s, CUstreamCaptureStatus *sta
 	return is_capturing(s, 1, status);
 }
 
+/*
+ * Capture info: with nothing ever capturing, every version answers "none"
+ * (cuBLAS asks before each launch; PyTorch and CuPy through it).
+ */
+CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream s, CUstreamCaptureStatus *status,
+					   cuuint64_t *id, CUgraph *graph,
+					   const CUgraphNode **deps,
+					   const CUgraphEdgeData **edges,
+					   size_t *ndeps)
+{
+	CUresult r = cuStreamIsCapturing(s, status);
+
+	if (r)
+		return r;
+	if (id)
+		*id = 0;
+	if (graph)
+		*graph = NULL;
+	if (deps)
+		*deps = NULL;
+	if (edges)
+		*edges = NULL;
+	if (ndeps)
+		*ndeps = 0;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuStreamGetCaptureInfo_v3_ptsz(CUstream s, CUstreamCaptureStatus *status,
+						cuuint64_t *id, CUgraph *graph,
+						const CUgraphNode **deps,
+						const CUgraphEdgeData **edges,
+						size_t *ndeps)
+{
+	return cuStreamGetCaptureInfo_v3(s, status, id, graph, deps, edges, ndeps);
+}
+
+CUresult CUDAAPI cuStreamGetCaptureInfo_v2(CUstream s, CUstreamCaptureStatus *status,
+					   cuuint64_t *id, CUgraph *graph,
+					   const CUgraphNode **deps, size_t *ndeps)
+{
+	return cuStreamGetCaptureInfo_v3(s, status, id, graph, deps, NULL, ndeps);
+}
+
+CUresult CUDAAPI cuStreamGetCaptureInfo_v2_ptsz(CUstream s, CUstreamCaptureStatus *status,
+						cuuint64_t *id, CUgraph *graph,
+						const CUgraphNode **deps, size_t *ndeps)
+{
+	return cuStreamGetCaptureInfo_v3(s, status, id, graph, deps, NULL, ndeps);
+}
+
+CUresult CUDAAPI cuStreamGetCaptureInfo(CUstream s, CUstreamCaptureStatus *status,
+					cuuint64_t *id)
+{
+	return cuStreamGetCaptureInfo_v3(s, status, id, NULL, NULL, NULL, NULL);
+}
+
+CUresult CUDAAPI cuStreamGetCaptureInfo_ptsz(CUstream s, CUstreamCaptureStatus *status,
+					     cuuint64_t *id)
+{
+	return cuStreamGetCaptureInfo_v3(s, status, id, NULL, NULL, NULL, NULL);
+}
+
 /* Host functions: wait for the stream's work, then run it here. */
 CUresult CUDAAPI cuLaunchHostFunc(CUstream s, CUhostFn fn, void *data)
 {

@@ -247,6 +247,30 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
 	return pvgpu_record(func_end(&f, err));
 }
 
+cudaError_t cudaOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize,
+						     const void *func,
+						     int numBlocks, int blockSize)
+{
+	struct pvgpu_func_dynamic_smem_req req = {
+		.num_blocks = numBlocks,
+		.block_size = blockSize,
+	};
+	struct pvgpu_func_dynamic_smem_rep rep = { 0 };
+	struct func_op f;
+	cudaError_t err;
+
+	if (!dynamicSmemSize)
+		return pvgpu_record(cudaErrorInvalidValue);
+	err = func_begin(&f, func);
+	if (err)
+		return pvgpu_record(err);
+	req.func = f.fs->func;
+	err = pvgpu_error_from_status(pvgpu_call_func_dynamic_smem(f.op.client, &req, &rep));
+	if (!err)
+		*dynamicSmemSize = (size_t)rep.bytes;
+	return pvgpu_record(func_end(&f, err));
+}
+
 cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks,
 							  const void *func,
 							  int blockSize,

@@ -94,6 +94,7 @@ void pvgpu_accounting_release(struct pvgpu_slot *slot)
 	atomic_store(&slot->bytes_h2d, 0);
 	atomic_store(&slot->bytes_d2h, 0);
 	atomic_store(&slot->gpu_ns, 0);
+	atomic_store(&slot->guest_pid, 0);
 	for (int d = 0; d < PVGPU_MAX_DEVICES; d++)
 		atomic_store(&slot->mem_used[d], 0);
 }

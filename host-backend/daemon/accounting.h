@@ -85,6 +85,8 @@ struct pvgpu_slot {
 	 * the device at the same moment (gpusched.h).  Any process may add to it.
 	 */
 	_Atomic uint64_t gpu_ns;
+	/* The pid the guest gave at hello (its own namespace's), for NVML's process list: reporting only. */
+	_Atomic uint32_t guest_pid;
 };
 
 struct pvgpu_accounting {

@@ -104,7 +104,10 @@ int pvgpu_admit(const struct pvgpu_policy *p, struct pvgpu_accounting *acct,
 		}
 		return 0;	/* a local caller, no policy: as without a registry */
 	} else {
-		vm = caller_vm(p, peer, token);
+		/* A name the channel vouches for (Xen: dom0's) names the VM. */
+		vm = peer->name[0] ? pvgpu_policy_by_name(p, peer->name) : NULL;
+		if (!vm)
+			vm = caller_vm(p, peer, token);
 		if (!vm) {
 			if (!p->allow_unknown) {
 				snprintf(why, whylen, "%s names no [vm] of the policy and [default] policy = refuse",

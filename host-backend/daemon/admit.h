@@ -13,7 +13,7 @@
 #include <stddef.h>
 
 #include "accounting.h"
-#include "listen.h"
+#include "host.h"
 #include "policy.h"
 #include "registry.h"
 

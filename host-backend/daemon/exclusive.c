@@ -1,11 +1,11 @@
 /* exclusive.c - GPUs a VM has alone (see exclusive.h). */
 #include <cuda.h>
 #include <errno.h>
-#include <poll.h>
 #include <stdio.h>
 #include <time.h>
 
 #include "exclusive.h"
+#include "host.h"
 #include "log.h"
 #include "watchdog.h"
 
@@ -69,17 +69,9 @@ static double ms_since(const struct timespec *t0)
 	       (double)(now.tv_nsec - t0->tv_nsec) / 1e6;
 }
 
-/* The guest hung up: nobody is waiting for the answer any more. */
-static int hung_up(int fd)
-{
-	struct pollfd pfd = { fd, POLLRDHUP, 0 };
-
-	return poll(&pfd, 1, 0) > 0 &&
-	       (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR));
-}
-
 int32_t pvgpu_exclusive_take(struct pvgpu_accounting *acct,
-			     struct pvgpu_slot *slot, int dev, int fd)
+			     struct pvgpu_slot *slot, int dev,
+			     struct pvgpu_conn *conn)
 {
 	uint32_t bit = 1u << dev;
 	uint64_t paused = 0;
@@ -116,7 +108,8 @@ int32_t pvgpu_exclusive_take(struct pvgpu_accounting *acct,
 			waiting = 1;
 		}
 		left = wait_ms - ms_since(&t0);
-		if (left <= 0 || hung_up(fd)) {
+		/* The guest hung up: nobody is waiting for the answer any more. */
+		if (left <= 0 || conn->ops->hung_up(conn)) {
 			pvgpu_watchdog_resume(slot, paused);
 			why(acct, slot, other, dev, reason, sizeof(reason));
 			if (wait_ms > 0)

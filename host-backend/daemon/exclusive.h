@@ -20,14 +20,17 @@
 
 #include "accounting.h"
 
+struct pvgpu_conn;
+
 /*
  * Before creating a context on dev: CUDA_SUCCESS with dev taken for this
  * session (in slot->gpus_held), or CUDA_ERROR_DEVICE_UNAVAILABLE after
- * logging why.  Free for a session that already holds dev.  fd is the
+ * logging why.  Free for a session that already holds dev.  conn is the
  * session's connection: a guest that hangs up ends the wait early.
  */
 int32_t pvgpu_exclusive_take(struct pvgpu_accounting *acct,
-			     struct pvgpu_slot *slot, int dev, int fd);
+			     struct pvgpu_slot *slot, int dev,
+			     struct pvgpu_conn *conn);
 /* The session no longer holds any context on dev. */
 void pvgpu_exclusive_drop(struct pvgpu_slot *slot, int dev);
 

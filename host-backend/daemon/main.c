@@ -6,7 +6,12 @@
  *          [--block-size BYTES] [--max-sessions N] [--tcp-token TOKEN]
  *          [--module-cache DIR] [--poll-us N] [--call-timeout SECONDS]
  *          [--registry DIR] [--metrics ADDR:PORT] [--sched-quantum-us N]
+ *          [--executor-dir DIR] [--remote URI ...] [--remote-token TOKEN]
  *
+ * --executor remote presents the GPUs of other pvgpud nodes as this one's:
+ * each --remote URI (verbs://, tcp://, unix://; else `node = URI` lines of
+ * the config's [remote] section) is a node, their devices in that order;
+ * --remote-token (or [remote] token = ...) is who this node is to them.
  * Runs in the foreground, logs to stderr, exits cleanly on SIGTERM; SIGHUP
  * rereads --config (the per-VM policy, see policy.h) and the registry.
  * --call-timeout is the watchdog's limit on one call of a session
@@ -40,7 +45,8 @@ static const char usage[] =
 	"              [--block-size BYTES] [--max-sessions N] [--tcp-token TOKEN]\n"
 	"              [--module-cache DIR] [--poll-us N] [--call-timeout SECONDS]\n"
 	"              [--registry DIR] [--metrics ADDR:PORT] [--sched-quantum-us N]\n"
-	"              [--executor-dir DIR]\n"
+	"              [--executor-dir DIR] [--remote URI ...]\n"
+	"              [--remote-token TOKEN]\n"
 	"--executor help lists the executors this build has\n"
 	"URIs: unix:///PATH, tcp://HOST:PORT, vsock://any:PORT\n"
 	"--metrics: Prometheus text at http://ADDR:PORT/metrics; loopback only,\n"
@@ -100,13 +106,17 @@ int main(int argc, char **argv)
 		{ "metrics", required_argument, NULL, 'X' },
 		{ "sched-quantum-us", required_argument, NULL, 'Q' },
 		{ "executor-dir", required_argument, NULL, 'E' },
+		{ "remote", required_argument, NULL, 'r' },
+		{ "remote-token", required_argument, NULL, 'k' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *listen[PVGPU_MAX_LISTENERS];
+	const char *remotes[PVGPU_MAX_REMOTES];
 	struct pvgpu_supervisor_config cfg = {
 		.listen = listen,
+		.remotes = remotes,
 		.block = PVGPU_DEFAULT_BLOCK,
 		.max_sessions = 256,
 		.poll_us = 50,
@@ -129,6 +139,18 @@ int main(int argc, char **argv)
 			break;
 		case 'e':
 			exec_name = optarg;
+			break;
+		case 'r':
+			if (cfg.nremotes == PVGPU_MAX_REMOTES)
+				return bad_usage("too many --remote nodes");
+			if (!strstr(optarg, "://") || strlen(optarg) >= 256)
+				return bad_usage("--remote takes a URI: verbs://HOST:PORT, tcp://HOST:PORT or unix:///PATH");
+			remotes[cfg.nremotes++] = optarg;
+			break;
+		case 'k':
+			if (!*optarg || strlen(optarg) > 256)
+				return bad_usage("--remote-token must be 1..256 bytes");
+			cfg.remote_token = optarg;
 			break;
 		case 'E':
 			snprintf(exec_dir, sizeof(exec_dir), "%s", optarg);
@@ -233,6 +255,9 @@ int main(int argc, char **argv)
 		return bad_usage("at least one --listen URI (or a --registry of VMs) is needed");
 	if (!cfg.exec)
 		return bad_usage("--executor NAME is needed (--executor help lists them)");
+	/* The remote executor forwards to nodes: without any it has nothing to offer. */
+	if (!strcmp(cfg.exec->name, "remote") && !cfg.nremotes && !cfg.config)
+		return bad_usage("--executor remote needs --remote URI (or a [remote] section in --config)");
 	/* With a policy, TCP callers are told apart by their [vm] tokens. */
 	if (cfg.config && cfg.tcp_token)
 		return bad_usage("--tcp-token and --config exclude each other; put tokens in the [vm] sections");

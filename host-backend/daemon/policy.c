@@ -267,8 +267,30 @@ static int on_key(void *user, const char *section, const char *key,
 			return fail(st, "policy must be refuse or allow");
 		return 1;
 	}
+	if (!strcmp(section, "remote")) {
+		struct pvgpu_policy *p = st->p;
+
+		if (!strcmp(key, "token")) {
+			if (!*value || strlen(value) >= sizeof(p->remote_token))
+				return fail(st, "token must be 1..%zu bytes",
+					    sizeof(p->remote_token) - 1);
+			snprintf(p->remote_token, sizeof(p->remote_token), "%s", value);
+			return 1;
+		}
+		if (strcmp(key, "node"))
+			return fail(st, "unknown key '%s' in [remote] (want node = URI or token = TOKEN)", key);
+		if (!strstr(value, "://") || strlen(value) >= sizeof(p->remote_uri[0]))
+			return fail(st, "node must be a URI (verbs://, tcp://, unix://) under %zu bytes",
+				    sizeof(p->remote_uri[0]));
+		if (p->nremotes == PVGPU_MAX_REMOTES)
+			return fail(st, "more than %d remote nodes", PVGPU_MAX_REMOTES);
+		snprintf(p->remote_uri[p->nremotes], sizeof(p->remote_uri[0]), "%s", value);
+		p->remotes[p->nremotes] = p->remote_uri[p->nremotes];
+		p->nremotes++;
+		return 1;
+	}
 	if (strncmp(section, "vm ", 3))
-		return fail(st, "unknown section [%s] (want [default] or [vm NAME])",
+		return fail(st, "unknown section [%s] (want [default], [remote] or [vm NAME])",
 			    section);
 	vm = vm_section(st, section + 3 + strspn(section + 3, " "));
 	return vm ? vm_key(st, vm, key, value) : 0;

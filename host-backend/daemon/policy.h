@@ -68,6 +68,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "executor.h"		/* PVGPU_MAX_REMOTES */
 #include "identity.h"
 
 #define PVGPU_POLICY_MAX_VMS	64
@@ -102,6 +103,11 @@ struct pvgpu_vm_policy {
 };
 
 struct pvgpu_policy {
+	/* [remote] node = URI, in order: the remote executor's nodes. */
+	char remote_uri[PVGPU_MAX_REMOTES][256];
+	const char *remotes[PVGPU_MAX_REMOTES];	/* -> remote_uri */
+	unsigned int nremotes;
+	char remote_token[257];		/* [remote] token = ...; "": none */
 	int allow_unknown;		/* [default] policy = allow */
 	struct pvgpu_vm_policy unknown;	/* quota of allowed unknown callers */
 	struct pvgpu_vm_policy vms[PVGPU_POLICY_MAX_VMS];

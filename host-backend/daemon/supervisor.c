@@ -47,8 +47,14 @@ static double seconds_since(const struct timespec *t0)
  * what it found into a pipe.
  */
 static int probe_executor(const struct pvgpu_executor_ops *exec,
+			  const struct pvgpu_worker_config *wcfg,
 			  struct pvgpu_gpu_info *gpus)
 {
+	const struct pvgpu_exec_config ecfg = {
+		.remotes = wcfg->remotes,
+		.nremotes = wcfg->nremotes,
+		.remote_token = wcfg->remote_token,
+	};
 	int32_t count = 0;
 	int p[2], n = -1;
 	pid_t pid;
@@ -58,7 +64,7 @@ static int probe_executor(const struct pvgpu_executor_ops *exec,
 	pid = fork();
 	if (pid == 0) {
 		char err[256] = "";
-		struct pvgpu_exec *ex = exec->open(NULL, err, sizeof(err));
+		struct pvgpu_exec *ex = exec->open(&ecfg, err, sizeof(err));
 
 		close(p[0]);
 		if (!ex) {
@@ -138,6 +144,12 @@ static int load_policy(struct pvgpu_supervisor *sv)
 	free(sv->policy);
 	sv->policy = p;
 	sv->wcfg.policy = p;	/* workers forked from now on get this one */
+	if (!sv->flag_remotes) {
+		sv->wcfg.remotes = p->remotes;
+		sv->wcfg.nremotes = p->nremotes;
+	}
+	if (!sv->flag_remote_token)
+		sv->wcfg.remote_token = p->remote_token[0] ? p->remote_token : NULL;
 	if (sv->registry)	/* VMs the policy stopped naming get theirs back */
 		pvgpu_registry_apply(sv->registry, p, sv->acct);
 	pvgpu_watchdog_arm(sv);	/* a VM's call_timeout may need the tick */
@@ -146,6 +158,28 @@ static int load_policy(struct pvgpu_supervisor *sv)
 		 p->allow_unknown ? "allowed" : "refused");
 	publish(sv);	/* new VMs and quotas */
 	return 0;
+}
+
+/*
+ * Whom a transport that offers channels (vchan: to each domain as it
+ * appears) should offer one to: a caller the policy or the registry
+ * names, by its identity or the name the channel vouches for; everyone
+ * when there is neither (as for local callers without a policy) or the
+ * policy admits unknown callers.
+ */
+static int want_caller(const struct pvgpu_identity *id, const char *name,
+		       void *arg)
+{
+	struct pvgpu_supervisor *sv = arg;
+
+	if (!sv->policy && !sv->registry)
+		return 1;
+	if (sv->policy && (sv->policy->allow_unknown ||
+			   (name[0] && pvgpu_policy_by_name(sv->policy, name)) ||
+			   pvgpu_policy_lookup(sv->policy, id)))
+		return 1;
+	return sv->registry && name[0] &&
+	       pvgpu_registry_by_name(sv->registry, name) != NULL;
 }
 
 /*
@@ -253,8 +287,8 @@ static void listen_vsock_ports(struct pvgpu_supervisor *sv,
 				 r->vms[i].name, uri);
 			continue;
 		}
-		if (pvgpu_listen(uri, &sv->listeners[sv->nlisteners], err,
-				 sizeof(err))) {
+		if (pvgpu_listen(uri, want_caller, sv, &sv->listeners[sv->nlisteners],
+				 err, sizeof(err))) {
 			log_warn("registry: vm %s: cannot listen on %s",
 				 r->vms[i].name, err);
 			continue;
@@ -353,6 +387,11 @@ int pvgpu_supervisor_init(struct pvgpu_supervisor *sv,
 	sv->wcfg.module_cache = cfg->module_cache;
 	sv->wcfg.poll_ns = (uint64_t)cfg->poll_us * 1000;
 	sv->wcfg.capture_output = 1;
+	sv->wcfg.remotes = cfg->remotes;
+	sv->wcfg.nremotes = cfg->nremotes;
+	sv->flag_remotes = cfg->nremotes;
+	sv->wcfg.remote_token = cfg->remote_token;
+	sv->flag_remote_token = cfg->remote_token != NULL;
 	sv->config = cfg->config;
 	sv->registry_dir = cfg->registry;
 
@@ -395,16 +434,23 @@ int pvgpu_supervisor_init(struct pvgpu_supervisor *sv,
 		goto err;
 	if (pvgpu_watchdog_init(sv))
 		goto err;
+	sv->owed = malloc(sv->acct->nslots * sizeof(*sv->owed));
+	if (!sv->owed) {
+		log_error("out of memory for the session table");
+		goto err;
+	}
+	for (uint32_t i = 0; i < sv->acct->nslots; i++)
+		sv->owed[i].listener = -1;
 	for (int i = 0; i < cfg->nlisten; i++) {
-		if (pvgpu_listen(cfg->listen[i], &sv->listeners[i], err,
-				 sizeof(err))) {
+		if (pvgpu_listen(cfg->listen[i], want_caller, sv, &sv->listeners[i],
+				 err, sizeof(err))) {
 			log_error("cannot listen on %s", err);
 			goto err;
 		}
 		sv->nlisteners++;
 		log_info("listening on %s", cfg->listen[i]);
 	}
-	ngpus = probe_executor(cfg->exec, gpus);
+	ngpus = probe_executor(cfg->exec, &sv->wcfg, gpus);
 	pvgpu_stats_set_gpus(&sv->stats, ngpus, gpus);
 	if (cfg->metrics) {
 		sv->metrics = pvgpu_metrics_start(cfg->metrics, err, sizeof(err));
@@ -438,6 +484,8 @@ void pvgpu_supervisor_fini(struct pvgpu_supervisor *sv)
 	sv->inotify_fd = -1;
 	free(sv->registry);
 	sv->registry = NULL;
+	free(sv->owed);
+	sv->owed = NULL;
 	if (sv->sigfd >= 0)
 		close(sv->sigfd);
 	sv->sigfd = -1;
@@ -490,28 +538,29 @@ static int identify_vm(struct pvgpu_supervisor *sv,
 static void start_session(struct pvgpu_supervisor *sv, struct pvgpu_listener *l)
 {
 	struct pvgpu_peer peer;
+	struct pvgpu_conn *conn;
 	struct pvgpu_slot *slot;
 	sigset_t mask;
 	pid_t pid, parent;
-	int fd;
+	int rc;
 
-	fd = pvgpu_accept(l, &peer);
-	if (fd < 0) {
-		log_warn("accept on %s failed: %s", l->uri, strerror(errno));
+	rc = pvgpu_accept(l, &peer, &conn);
+	if (rc == -EAGAIN)
+		return;		/* nobody after all */
+	if (rc) {
+		log_warn("accept on %s failed: %s", l->uri, strerror(-rc));
 		return;
 	}
 	if (identify_vm(sv, l, &peer)) {
 		log_warn("refused %s via %s: vm %s is no longer registered",
 			 peer.identity, l->uri, l->vm);
-		close(fd);
-		return;
+		goto err_conn;
 	}
 	slot = pvgpu_accounting_claim(sv->acct);
 	if (!slot) {
 		log_warn("refused %s: all %u session slots are in use",
 			 peer.identity, sv->acct->nslots);
-		close(fd);
-		return;
+		goto err_conn;
 	}
 	/*
 	 * Unix and vsock callers are known from the channel now; a TCP
@@ -525,9 +574,7 @@ static void start_session(struct pvgpu_supervisor *sv, struct pvgpu_listener *l)
 				sizeof(why))) {
 			log_warn("refused %s via %s: %s", peer.identity, l->uri,
 				 why);
-			pvgpu_accounting_release(slot);
-			close(fd);
-			return;
+			goto err_slot;
 		}
 	}
 	slot->session_id = sv->next_session++;
@@ -538,19 +585,16 @@ static void start_session(struct pvgpu_supervisor *sv, struct pvgpu_listener *l)
 	pid = fork();
 	if (pid < 0) {
 		log_error("fork for %s failed: %s", peer.identity, strerror(errno));
-		pvgpu_accounting_release(slot);
-		close(fd);
-		return;
+		goto err_slot;
 	}
 	if (pid == 0) {
 		char prefix[64];
-		int rc;
 
 		/* The worker: drop what belongs to the supervisor. */
 		for (int i = 0; i < sv->nlisteners; i++)
-			close(sv->listeners[i].fd);
+			pvgpu_listener_forget(&sv->listeners[i]);
 		for (int i = 0; i < sv->nvm_listeners; i++)
-			close(sv->vm_listeners[i].fd);
+			pvgpu_listener_forget(&sv->vm_listeners[i]);
 		if (sv->inotify_fd >= 0)
 			close(sv->inotify_fd);
 		close(sv->sigfd);
@@ -564,22 +608,33 @@ static void start_session(struct pvgpu_supervisor *sv, struct pvgpu_listener *l)
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		if (getppid() != parent)
 			_exit(1);
-		pvgpu_metrics_forget(sv->metrics, fd);
+		pvgpu_metrics_forget(sv->metrics, conn->fd);
 		sigemptyset(&mask);
 		sigprocmask(SIG_SETMASK, &mask, NULL);
 		signal(SIGTERM, SIG_DFL);
 		snprintf(prefix, sizeof(prefix), "session %llu",
 			 (unsigned long long)slot->session_id);
 		pvgpu_log_set_prefix(prefix);
-		rc = pvgpu_worker_run(fd, &peer, &sv->wcfg, sv->acct, slot);
+		rc = pvgpu_worker_run(conn, &peer, &sv->wcfg, sv->acct, slot);
 		_exit(rc);
 	}
 	slot->pid = pid;
-	close(fd);
+	conn->ops->release(conn);
+	if (l->ops->done && l >= sv->listeners && l < sv->listeners + sv->nlisteners)
+		sv->owed[slot - sv->acct->slots] = (struct pvgpu_owed){
+			(int)(l - sv->listeners), peer.cookie };
 	log_info("session %llu start: %s via %s, vm %s (worker pid %d)",
 		 (unsigned long long)slot->session_id, peer.identity, l->uri,
 		 vm_name(sv, slot), (int)pid);
 	publish(sv);
+	return;
+
+err_slot:
+	pvgpu_accounting_release(slot);
+err_conn:
+	conn->ops->release(conn);
+	if (l->ops->done)
+		l->ops->done(l, peer.cookie);
 }
 
 static void end_session(struct pvgpu_supervisor *sv, pid_t pid, int status)
@@ -610,6 +665,16 @@ static void end_session(struct pvgpu_supervisor *sv, pid_t pid, int status)
 	pvgpu_stats_fold(&sv->stats, slot);
 	/* Whatever the worker held died with its process. */
 	pvgpu_watchdog_forget(sv, slot);
+	{
+		struct pvgpu_owed *o = &sv->owed[slot - sv->acct->slots];
+
+		/* A channel offered per caller (vchan) is offered again. */
+		if (o->listener >= 0 && o->listener < sv->nlisteners &&
+		    sv->listeners[o->listener].ops->done)
+			sv->listeners[o->listener].ops->done(&sv->listeners[o->listener],
+							     o->cookie);
+		o->listener = -1;
+	}
 	pvgpu_sched_slot_gone(sv->sched, slot);
 	pvgpu_accounting_release(slot);
 	publish(sv);
@@ -755,8 +820,8 @@ int pvgpu_supervisor_run(struct pvgpu_supervisor *sv)
 		for (int i = 0; i < sv->nvm_listeners; i++)
 			owner[nl++] = &sv->vm_listeners[i];
 		for (int i = 0; i < nl; i++)
-			pfd[first + i] = (struct pollfd){ .fd = owner[i]->fd,
-							  .events = POLLIN };
+			pfd[first + i] = (struct pollfd){
+				.fd = pvgpu_listener_fd(owner[i]), .events = POLLIN };
 		n = poll(pfd, (nfds_t)(first + nl), poll_timeout(sv));
 		if (n < 0) {
 			if (errno == EINTR)
@@ -774,6 +839,20 @@ int pvgpu_supervisor_run(struct pvgpu_supervisor *sv)
 			pvgpu_watchdog_tick(sv);
 		if (pfd[2].revents && !sv->stopping)
 			registry_changed(sv);
+		/* Callers a listener has without a new event (a domain whose
+		 * session ended, offered again). */
+		for (int i = 0; i < sv->nlisteners && !sv->stopping; i++) {
+			struct pvgpu_listener *l = &sv->listeners[i];
+
+			while (l->ops->pending && l->ops->pending(l) &&
+			       !sv->stopping) {
+				uint64_t before = sv->next_session;
+
+				start_session(sv, l);
+				if (sv->next_session == before)
+					break;	/* refused or failed: next round */
+			}
+		}
 		maybe_tick(sv);
 		/* Whatever is ready, and its timeouts; cheap when idle, never blocks. */
 		if (sv->metrics)

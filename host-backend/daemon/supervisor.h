@@ -7,7 +7,7 @@
 #define PVGPU_SUPERVISOR_H
 
 #include "accounting.h"
-#include "listen.h"
+#include "host.h"
 #include "metrics.h"
 #include "policy.h"
 #include "registry.h"
@@ -29,6 +29,8 @@ struct pvgpu_supervisor {
 	struct pvgpu_worker_config wcfg;
 	const char *config;		/* policy file; NULL: everyone, no quota */
 	struct pvgpu_policy *policy;	/* in force; NULL without config */
+	unsigned int flag_remotes;
+	int flag_remote_token;		/* --remote-token given */	/* --remote given: the policy's [remote] is not used */
 	const char *registry_dir;	/* --registry DIR; NULL: no VMs */
 	struct pvgpu_registry *registry;	/* in force; NULL without it */
 	int inotify_fd;			/* watches registry_dir; -1: none */
@@ -40,6 +42,14 @@ struct pvgpu_supervisor {
 	struct pvgpu_stats stats;	/* per-VM totals and rates */
 	struct pvgpu_metrics *metrics;	/* --metrics server; NULL: none */
 	struct timespec next_tick;	/* when the rates are taken next */
+	/*
+	 * Per slot: the listener (index in listeners[], -1: none) whose
+	 * done() hears of the session's end, and its cookie.
+	 */
+	struct pvgpu_owed {
+		int listener;
+		uint64_t cookie;
+	} *owed;
 };
 
 struct pvgpu_supervisor_config {
@@ -56,6 +66,9 @@ struct pvgpu_supervisor_config {
 	const char *config;		/* --config FILE, or NULL */
 	const char *registry;		/* --registry DIR, or NULL */
 	const char *metrics;		/* --metrics ADDR:PORT, or NULL */
+	const char *const *remotes;	/* --remote URIs (remote executor) */
+	unsigned int nremotes;		/* 0: the policy's [remote], if any */
+	const char *remote_token;	/* --remote-token; NULL: the policy's */
 };
 
 /* 0, or -1 after logging why (the caller exits 1). */

@@ -60,7 +60,18 @@ struct pvgpu_exec_config {
 	 * nothing meant for the operator may be written there.
 	 */
 	int log_fd;
+	/*
+	 * The "remote" executor: URIs of the pvgpud nodes whose GPUs it
+	 * presents as its own, in device order (pvgpud --remote, or the
+	 * policy file's [remote] section).  Other executors ignore them.
+	 */
+	const char *const *remotes;
+	unsigned int nremotes;
+	/* Who this node is to them, where the channel cannot say (tcp, verbs). */
+	const char *remote_token;
 };
+
+#define PVGPU_MAX_REMOTES	16
 
 struct pvgpu_executor_ops {
 	const char *name;
@@ -168,6 +179,15 @@ struct pvgpu_executor_ops {
 	int32_t (*launch)(struct pvgpu_exec *ex,
 			  const struct pvgpu_launch *launch);
 	/* Resident blocks per multiprocessor for this launch shape. */
+	/* Clusters of this launch shape resident at once (cluster 0: the
+	 * kernel's own dimensions). */
+	int32_t (*max_clusters)(struct pvgpu_exec *ex, uint64_t func,
+				const struct pvgpu_launch *shape,
+				const uint32_t cluster[3], int32_t *clusters);
+	/* Dynamic shared memory per block with num_blocks resident per SM. */
+	int32_t (*dynamic_smem)(struct pvgpu_exec *ex, uint64_t func,
+				int32_t num_blocks, int32_t block_size,
+				uint64_t *bytes);
 	int32_t (*occupancy)(struct pvgpu_exec *ex, uint64_t func,
 			     int32_t block_size, uint64_t dynamic_smem,
 			     uint32_t flags, int32_t *blocks);

@@ -306,6 +306,42 @@ int32_t pvgpu_handle_launch_kernel(struct pvgpu_worker *w,
 	return st;
 }
 
+int32_t pvgpu_handle_func_max_clusters(struct pvgpu_worker *w,
+				      const struct pvgpu_func_max_clusters_req *req,
+				      struct pvgpu_func_max_clusters_rep *rep)
+{
+	struct pvgpu_handle *f = lookup_function(w, req->func);
+	struct pvgpu_launch shape = {
+		.grid = { req->grid_x, req->grid_y, req->grid_z },
+		.block = { req->block_x, req->block_y, req->block_z },
+		.shared_bytes = req->shared_bytes,
+	};
+	const uint32_t cluster[3] = { req->cluster_x, req->cluster_y,
+				      req->cluster_z };
+
+	if (!f)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (!w->ex_ops->max_clusters)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	shape.func = f->exec_handle;
+	return w->ex_ops->max_clusters(w->ex, f->exec_handle, &shape, cluster,
+				       &rep->clusters);
+}
+
+int32_t pvgpu_handle_func_dynamic_smem(struct pvgpu_worker *w,
+				      const struct pvgpu_func_dynamic_smem_req *req,
+				      struct pvgpu_func_dynamic_smem_rep *rep)
+{
+	struct pvgpu_handle *f = lookup_function(w, req->func);
+
+	if (!f)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (!w->ex_ops->dynamic_smem)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	return w->ex_ops->dynamic_smem(w->ex, f->exec_handle, req->num_blocks,
+				       req->block_size, &rep->bytes);
+}
+
 int32_t pvgpu_handle_func_occupancy(struct pvgpu_worker *w,
 				    const struct pvgpu_func_occupancy_req *req,
 				    struct pvgpu_func_occupancy_rep *rep)

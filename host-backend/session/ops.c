@@ -129,6 +129,7 @@ int32_t pvgpu_handle_hello(struct pvgpu_worker *w,
 		return st;
 	w->version = version;
 	w->said_hello = 1;
+	atomic_store(&w->slot->guest_pid, req->pid);
 	rep->version = version;
 	rep->device_count = count;
 	rep->session_id = w->slot->session_id;
@@ -244,7 +245,7 @@ int32_t pvgpu_handle_ctx_create(struct pvgpu_worker *w,
 	if (!w->ex)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	/* Exclusive mode: the device must be ours to take before we touch it. */
-	st = pvgpu_exclusive_take(w->acct, w->slot, req->device, w->fd);
+	st = pvgpu_exclusive_take(w->acct, w->slot, req->device, w->conn);
 	if (st)
 		return st;
 	st = w->ex_ops->ctx_create(w->ex, req->device, &ctx);

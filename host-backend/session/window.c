@@ -11,7 +11,6 @@
 #include <cuda.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -46,7 +45,8 @@ void pvgpu_window_detach(struct pvgpu_worker *w)
 				w->ex_ops->host_unregister(w->ex, win->base +
 							   win->pins[i].offset);
 	}
-	munmap(win->base, win->size);
+	if (!win->borrowed)
+		munmap(win->base, win->size);
 	memset(win, 0, sizeof(*win));
 }
 
@@ -101,38 +101,54 @@ int32_t pvgpu_handle_window_attach(struct pvgpu_worker *w,
 {
 	struct pvgpu_window *win = &w->win;
 	struct pvgpu_window_header hdr;
-	int fd = w->passed_fd;
-	uint64_t staging_end;
+	int fd = w->conn->ops->take_fd ? w->conn->ops->take_fd(w->conn) : -1;
+	void *chan_base = NULL;
+	uint64_t chan_size = 0, staging_end;
+	int borrowed = 0;
 	struct stat st;
 	void *base;
 
-	w->passed_fd = -1;
 	if (fd >= 0 && req->window_id) {
 		log_info("window_attach: a file descriptor and a window id; refused");
 		close(fd);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
-	if (fd < 0 && !req->window_id) {
+	/* No descriptor, no id: the window the channel itself mapped (Xen). */
+	if (fd < 0 && !req->window_id && w->conn->ops->window &&
+	    !w->conn->ops->window(w->conn, &chan_base, &chan_size))
+		borrowed = 1;
+	if (fd < 0 && !req->window_id && !borrowed) {
 		log_info("window_attach without a file descriptor");
 		return CUDA_ERROR_INVALID_VALUE;
 	}
-	if (fd < 0) {
-		fd = open_vm_window(w, req);
-		if (fd < 0)
+	if (borrowed) {
+		if (win->base || req->size < PVGPU_WINDOW_HDR_SIZE ||
+		    req->size != chan_size) {
+			log_info("window_attach: %llu bytes named, the channel's window has %llu: refused",
+				 (unsigned long long)req->size,
+				 (unsigned long long)chan_size);
 			return CUDA_ERROR_INVALID_VALUE;
-	}
-	if (win->base || req->size < PVGPU_WINDOW_HDR_SIZE ||
-	    fstat(fd, &st) || (uint64_t)st.st_size < req->size ||
-	    req->size > SIZE_MAX) {
+		}
+		base = chan_base;
+	} else {
+		if (fd < 0) {
+			fd = open_vm_window(w, req);
+			if (fd < 0)
+				return CUDA_ERROR_INVALID_VALUE;
+		}
+		if (win->base || req->size < PVGPU_WINDOW_HDR_SIZE ||
+		    fstat(fd, &st) || (uint64_t)st.st_size < req->size ||
+		    req->size > SIZE_MAX) {
+			close(fd);
+			return CUDA_ERROR_INVALID_VALUE;
+		}
+		base = mmap(NULL, req->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 		close(fd);
-		return CUDA_ERROR_INVALID_VALUE;
-	}
-	base = mmap(NULL, req->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	close(fd);
-	if (base == MAP_FAILED) {
-		log_warn("cannot map a %llu-byte window: %s",
-			 (unsigned long long)req->size, strerror(errno));
-		return CUDA_ERROR_INVALID_VALUE;
+		if (base == MAP_FAILED) {
+			log_warn("cannot map a %llu-byte window: %s",
+				 (unsigned long long)req->size, strerror(errno));
+			return CUDA_ERROR_INVALID_VALUE;
+		}
 	}
 	/* One snapshot of the header; only this copy is trusted from now on. */
 	memcpy(&hdr, base, sizeof(hdr));
@@ -146,10 +162,12 @@ int32_t pvgpu_handle_window_attach(struct pvgpu_worker *w,
 	    hdr.staging_offset > req->size || staging_end > req->size) {
 		log_warn("window header is not a valid pvgpu layout %u window of %llu bytes: refused",
 			 PVGPU_WINDOW_LAYOUT, (unsigned long long)req->size);
-		munmap(base, req->size);
+		if (!borrowed)
+			munmap(base, req->size);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
 	win->base = base;
+	win->borrowed = borrowed;
 	win->size = req->size;
 	win->hdr = base;
 	win->staging_offset = hdr.staging_offset;
@@ -352,10 +370,8 @@ static int guest_moved(void *arg)
 static int guest_gone(void *arg)
 {
 	struct guest_wait *gw = arg;
-	struct pollfd pfd = { gw->w->fd, POLLRDHUP, 0 };
 
-	return poll(&pfd, 1, 0) > 0 &&
-	       (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR));
+	return gw->w->conn->ops->hung_up(gw->w->conn);
 }
 
 /*

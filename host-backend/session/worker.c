@@ -152,7 +152,7 @@ static void serve_message(struct pvgpu_worker *w, const struct pvgpu_hdr *h,
 		pvgpu_sched_poll(w);
 }
 
-static int worker_init(struct pvgpu_worker *w, int fd,
+static int worker_init(struct pvgpu_worker *w, struct pvgpu_conn *conn,
 		       const struct pvgpu_peer *peer,
 		       const struct pvgpu_worker_config *cfg,
 		       struct pvgpu_accounting *acct, struct pvgpu_slot *slot)
@@ -160,16 +160,18 @@ static int worker_init(struct pvgpu_worker *w, int fd,
 	struct pvgpu_exec_config ecfg = {
 		.device_mem_used = mem_used_by_all,
 		.arg = acct,
+		.remotes = cfg->remotes,
+		.nremotes = cfg->nremotes,
+		.remote_token = cfg->remote_token,
 	};
 
 	memset(w, 0, sizeof(*w));
-	w->fd = fd;
+	w->conn = conn;
 	w->peer = *peer;
 	w->cfg = cfg;
 	w->acct = acct;
 	w->slot = slot;
 	w->ex_ops = cfg->exec;
-	w->passed_fd = -1;
 	pvgpu_sched_session_init(w);
 	w->rx = malloc(PVGPU_MAX_BATCH);
 	if (!w->rx)
@@ -189,8 +191,6 @@ static void worker_fini(struct pvgpu_worker *w)
 {
 	pvgpu_staging_release(w);
 	pvgpu_window_detach(w);
-	if (w->passed_fd >= 0)
-		close(w->passed_fd);
 	if (w->ex)
 		w->ex_ops->close(w->ex);	/* frees contexts and all in them */
 	pvgpu_sched_session_end(w);		/* its work on the GPU is gone */
@@ -199,20 +199,30 @@ static void worker_fini(struct pvgpu_worker *w)
 	pvgpu_handles_free(&w->handles);
 	pvgpu_allocs_free(&w->allocs);
 	free(w->rx);
-	close(w->fd);
+	w->conn->ops->close(w->conn);
 }
 
-int pvgpu_worker_run(int fd, const struct pvgpu_peer *peer,
+int pvgpu_worker_run(struct pvgpu_conn *conn, const struct pvgpu_peer *peer,
 		     const struct pvgpu_worker_config *cfg,
 		     struct pvgpu_accounting *acct, struct pvgpu_slot *slot)
 {
 	struct pvgpu_worker w;
 	uint8_t raw[PVGPU_HDR_SIZE];
 	struct pvgpu_hdr h;
+	char err[256];
 
-	if (worker_init(&w, fd, peer, cfg, acct, slot)) {
+	/*
+	 * What the channel makes after fork() (a vchan, a verbs context),
+	 * and the wait for its guest: before anything of the session.
+	 */
+	if (conn->ops->open && conn->ops->open(conn, err, sizeof(err))) {
+		log_info("channel for %s not opened: %s", peer->identity, err);
+		conn->ops->close(conn);
+		return 1;
+	}
+	if (worker_init(&w, conn, peer, cfg, acct, slot)) {
 		log_error("out of memory starting the session");
-		close(fd);
+		conn->ops->close(conn);
 		return 1;
 	}
 	while (!w.fatal) {

@@ -16,7 +16,7 @@
 #include "accounting.h"
 #include "executor.h"
 #include "handles.h"
-#include "listen.h"
+#include "host.h"
 #include "policy.h"
 #include "gpusched.h"
 #include "window.h"
@@ -35,6 +35,7 @@ struct pvgpu_staging {
 struct pvgpu_window {
 	uint8_t *base;			/* NULL: no window */
 	uint64_t size;
+	int borrowed;			/* the channel's memory (Xen grants): not ours to unmap */
 	struct pvgpu_window_header *hdr;
 	uint64_t staging_offset;
 	uint32_t slot_size, nslots;
@@ -56,10 +57,14 @@ struct pvgpu_worker_config {
 	const struct pvgpu_policy *policy;	/* NULL: no policy file */
 	struct pvgpu_sched *sched;	/* GPU time between VMs; NULL: none */
 	int capture_output;		/* fd 1/2 are the guest's (output.c) */
+	/* The remote executor's nodes (--remote, else [remote]). */
+	const char *const *remotes;
+	unsigned int nremotes;
+	const char *remote_token;
 };
 
 struct pvgpu_worker {
-	int fd;
+	struct pvgpu_conn *conn;	/* the channel: only through its ops */
 	struct pvgpu_peer peer;
 	const struct pvgpu_worker_config *cfg;
 	struct pvgpu_slot *slot;
@@ -90,7 +95,6 @@ struct pvgpu_worker {
 	uint64_t staging_pinned;	/* bytes of it counted in slot->host_pinned */
 	uint8_t *rx;			/* one control payload or batch */
 
-	int passed_fd;			/* last fd the guest sent; -1: none */
 	struct pvgpu_window win;
 
 	struct pvgpu_sched_session sched;	/* its launches in flight */
@@ -114,8 +118,11 @@ int pvgpu_output_deliver(struct pvgpu_worker *w);
 int pvgpu_worker_send_output(struct pvgpu_worker *w, const void *payload,
 			     uint32_t len);
 
-/* Serve one session on fd until it ends; returns the process exit code. */
-int pvgpu_worker_run(int fd, const struct pvgpu_peer *peer,
+/*
+ * Serve one session on conn until it ends (conn is closed then); returns
+ * the process exit code.
+ */
+int pvgpu_worker_run(struct pvgpu_conn *conn, const struct pvgpu_peer *peer,
 		     const struct pvgpu_worker_config *cfg,
 		     struct pvgpu_accounting *acct, struct pvgpu_slot *slot);
 

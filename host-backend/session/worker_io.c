@@ -7,10 +7,7 @@
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
-#include <poll.h>
-#include <time.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -19,48 +16,6 @@
 #include "wait.h"
 #include "watchdog.h"
 #include "worker.h"
-
-/*
- * A guest passes a window's file descriptor with SCM_RIGHTS alongside the
- * window_attach request, so reads on a Unix socket take ancillary data too.
- * The newest descriptor waits in w->passed_fd until a handler claims it;
- * any other is closed at once, so a guest cannot make us hoard them.
- */
-static ssize_t read_once(struct pvgpu_worker *w, void *buf, size_t len,
-			 int flags)
-{
-	union {
-		struct cmsghdr align;
-		char buf[CMSG_SPACE(sizeof(int) * 4)];
-	} control;
-	struct iovec iov = { buf, len };
-	struct msghdr msg = {
-		.msg_iov = &iov,
-		.msg_iovlen = 1,
-		.msg_control = control.buf,
-		.msg_controllen = sizeof(control.buf),
-	};
-	struct cmsghdr *cm;
-	ssize_t n;
-
-	if (!(w->peer.features & PVGPU_TR_PASSES_FD))
-		return recv(w->fd, buf, len, flags);
-	n = recvmsg(w->fd, &msg, MSG_CMSG_CLOEXEC | flags);
-	for (cm = CMSG_FIRSTHDR(&msg); n >= 0 && cm; cm = CMSG_NXTHDR(&msg, cm)) {
-		int *fds = (int *)CMSG_DATA(cm);
-		size_t nfds;
-
-		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-			continue;
-		nfds = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-		for (size_t i = 0; i < nfds; i++) {
-			if (w->passed_fd >= 0)
-				close(w->passed_fd);
-			w->passed_fd = fds[i];
-		}
-	}
-	return n;
-}
 
 /*
  * Poll for a little while before sleeping in the kernel: a guest in a
@@ -75,8 +30,8 @@ static ssize_t read_some(struct pvgpu_worker *w, void *buf, size_t len)
 	ssize_t n;
 
 	while (w->cfg->poll_ns) {
-		n = read_once(w, buf, len, MSG_DONTWAIT);
-		if (n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
+		n = w->conn->ops->recv(w->conn, buf, len, 1);
+		if (n != -EAGAIN && n != -EWOULDBLOCK)
 			return n;
 		if (!pvgpu_poll_again(&poll, w->cfg->poll_ns))
 			break;
@@ -89,15 +44,12 @@ static ssize_t read_some(struct pvgpu_worker *w, void *buf, size_t len)
 	 * they are done (the next VM's turn may wait for it).
 	 */
 	while (pvgpu_sched_pending(&w->sched)) {
-		struct pollfd pfd = { .fd = w->fd, .events = POLLIN };
-		struct timespec tick = { 0, 200000 };
-
 		pvgpu_sched_poll(w);
 		if (!pvgpu_sched_pending(&w->sched) ||
-		    ppoll(&pfd, 1, &tick, NULL) != 0)
+		    w->conn->ops->wait(w->conn, 200000) != 0)
 			break;
 	}
-	n = read_once(w, buf, len, 0);
+	n = w->conn->ops->recv(w->conn, buf, len, 0);
 	pvgpu_watchdog_resume(w->slot, paused);
 	return n;
 }
@@ -126,14 +78,18 @@ int pvgpu_worker_read(struct pvgpu_worker *w, void *buf, size_t len)
 			len -= (size_t)n;
 			continue;
 		}
-		if (n < 0 && errno == EINTR)
+		if (n == -EINTR)
 			continue;
 		if (!w->fatal) {
 			char during[64];
 
 			call_in_progress(w, during, sizeof(during));
-			log_info("connection closed by the guest%s%s",
-				 during, n < 0 ? " (read error)" : "");
+			if (n == 0 || n == -ECONNRESET)
+				log_info("connection closed by the guest%s%s",
+					 during, n < 0 ? " (read error)" : "");
+			else
+				log_info("connection closed by the guest%s (read error: %s)",
+					 during, strerror((int)-n));
 		}
 		w->fatal = 1;
 		return -1;
@@ -143,35 +99,20 @@ int pvgpu_worker_read(struct pvgpu_worker *w, void *buf, size_t len)
 
 static int write_all(struct pvgpu_worker *w, struct iovec *iov, int iovcnt)
 {
-	while (iovcnt) {
-		struct msghdr msg = { .msg_iov = iov, .msg_iovlen = (size_t)iovcnt };
-		uint64_t paused = pvgpu_watchdog_pause(w->slot);
-		ssize_t n = sendmsg(w->fd, &msg, MSG_NOSIGNAL);
+	uint64_t paused = pvgpu_watchdog_pause(w->slot);
+	int rc = w->conn->ops->sendv(w->conn, iov, iovcnt);
 
-		pvgpu_watchdog_resume(w->slot, paused);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			if (!w->fatal) {
-				int err = errno;
-				char during[64];
+	pvgpu_watchdog_resume(w->slot, paused);
+	if (rc) {
+		if (!w->fatal) {
+			char during[64];
 
-				call_in_progress(w, during, sizeof(during));
-				log_info("connection lost while sending%s: %s",
-					 during, strerror(err));
-			}
-			w->fatal = 1;
-			return -1;
+			call_in_progress(w, during, sizeof(during));
+			log_info("connection lost while sending%s: %s",
+				 during, strerror(-rc));
 		}
-		while (iovcnt && (size_t)n >= iov->iov_len) {
-			n -= (ssize_t)iov->iov_len;
-			iov++;
-			iovcnt--;
-		}
-		if (iovcnt) {
-			iov->iov_base = (uint8_t *)iov->iov_base + n;
-			iov->iov_len -= (size_t)n;
-		}
+		w->fatal = 1;
+		return -1;
 	}
 	return 0;
 }

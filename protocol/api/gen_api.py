@@ -18,68 +18,35 @@ writes into OUTDIR:
 """
 import os
 import re
-import subprocess
 import sys
-
-import clang.cindex as ci
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import annotations  # noqa: E402
+import header  # noqa: E402
 
 PFN_RE = re.compile(r'^PFN_(cu\w+?)_v(\d+)(_ptds|_ptsz)?$')
 SUFFIX_RE = re.compile(r'^(cu\w+?)(?:_v(\d+))?(_ptds|_ptsz)?$')
 
 
-def gcc_include():
-    try:
-        out = subprocess.run(['cc', '-print-file-name=include'],
-                             capture_output=True, text=True, check=True)
-        return out.stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-
-
 def parse(include):
-    args = ['-x', 'c', '-std=c11', '-D__CUDA_API_VERSION_INTERNAL',
-            '-I' + include]
-    gi = gcc_include()
-    if gi:
-        args.append('-I' + gi)
     # cudaTypedefs.h includes cuda.h; the profiler's two live apart.
     src = '#include <cudaTypedefs.h>\n'
     if os.path.exists(os.path.join(include, 'cudaProfiler.h')):
         src += '#include <cudaProfiler.h>\n#include <cudaProfilerTypedefs.h>\n'
-    tu = ci.Index.create().parse('pvgpu_api.c', args=args,
-                                 unsaved_files=[('pvgpu_api.c', src)])
-    errors = [d for d in tu.diagnostics if d.severity >= ci.Diagnostic.Error]
-    if errors:
-        sys.exit('gen_api: cannot parse cuda.h: %s' % errors[0])
-    funcs, pfns, errors = {}, {}, []
-    for c in tu.cursor.get_children():
-        if c.kind == ci.CursorKind.ENUM_DECL and c.spelling == 'cudaError_enum':
-            for e in c.get_children():
-                text = ' '.join((e.brief_comment or e.spelling).split())
-                errors.append((e.enum_value, e.spelling, text))
-        if c.kind == ci.CursorKind.FUNCTION_DECL and c.spelling.startswith('cu'):
-            funcs[c.spelling] = c
-        elif c.kind == ci.CursorKind.TYPEDEF_DECL and c.spelling.startswith('PFN_cu'):
-            pfns[c.spelling] = c
-    return funcs, pfns, errors
+    h = header.parse(include, src, defines=['__CUDA_API_VERSION_INTERNAL'],
+                     prefixes=('cu', 'PFN_cu'), who='gen_api')
+    funcs = {n: c for n, c in h.funcs.items() if n.startswith('cu')}
+    pfns = {n: c for n, c in h.typedefs.items() if n.startswith('PFN_cu')}
+    return funcs, pfns, h.enums.get('cudaError_enum', [])
 
 
-def signature(ftype):
-    """Canonical argument types of a function type."""
-    return tuple(a.get_canonical().spelling for a in ftype.argument_types())
+signature = header.signature
 
 
 def renames(include):
     """cuda.h's '#define cuX cuX_v2' lines: legacy name -> current symbol."""
-    out = {}
-    text = open(os.path.join(include, 'cuda.h')).read()
-    for m in re.finditer(r'^\s*#\s*define\s+(cu\w+)\s+(cu\w+)\s*$', text, re.M):
-        out.setdefault(m.group(1), m.group(2))
-    return out
+    return header.renames(os.path.join(include, 'cuda.h'), 'cu')
 
 
 def variant_rank(sym, base):
@@ -196,12 +163,7 @@ def main():
     if both:
         sys.exit('gen_api: both forwarded and local: %s' % sorted(both))
     exported = set(funcs)
-    nm = os.path.join(HERE, 'libcuda580.nm')
-    if os.path.exists(nm):
-        for line in open(nm):
-            w = line.split()
-            if w and w[-1].startswith('cu'):
-                exported.add(w[-1])
+    exported |= header.exported_nm(os.path.join(HERE, 'libcuda580.nm'), 'cu')
     unknown = (fwd | loc) - exported
     if unknown:
         sys.exit('gen_api: annotated but not in cuda.h: %s' % sorted(unknown))
@@ -239,7 +201,7 @@ def main():
         f.write('};\nconst size_t pvgpu_exported_count = %d;\n' % len(exported))
         f.write('\nconst struct pvgpu_cu_errname pvgpu_cu_errors[] = {\n')
         for code, name, text in errors:
-            f.write('\t{ %d, "%s", "%s" },\n' % (code, name, text.replace('\\', '\\\\').replace('"', '\\"')))
+            f.write('\t{ %d, "%s", "%s" },\n' % (code, name, header.c_string(text)))
         f.write('};\nconst size_t pvgpu_cu_error_count = %d;\n' % len(errors))
 
     with open(os.path.join(outdir, 'libcuda.map'), 'w') as f:

@@ -78,7 +78,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	in.n = size;
 	pthread_create(&feeder, NULL, feed, &in);
 	pthread_create(&drainer, NULL, drain, &sv[0]);
-	pvgpu_worker_run(sv[1], &peer, &cfg, acct, slot);	/* closes sv[1] */
+	{
+		struct pvgpu_conn *conn = pvgpu_stream_conn_new(sv[1], peer.features);
+
+		if (conn)	/* the worker closes it, sv[1] with it */
+			pvgpu_worker_run(conn, &peer, &cfg, acct, slot);
+		else
+			close(sv[1]);
+	}
 	pthread_join(feeder, NULL);
 	pthread_join(drainer, NULL);
 	close(sv[0]);

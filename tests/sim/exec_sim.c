@@ -57,6 +57,7 @@
 /* Fake device addresses: one 256 GiB window per device. */
 #define SIM_ADDR_BASE		0x7e0000000000ULL
 #define SIM_ADDR_WINDOW		(1ULL << 38)
+#define SIM_MAX_NODES		16	/* PVGPU_SIM_NODE 0..15, below SIM_ADDR_BASE */
 #define SIM_ALLOC_ALIGN		256ULL
 #define SIM_GUARD_GAP		4096ULL
 
@@ -160,6 +161,8 @@ struct pvgpu_exec {
 	uint64_t next_addr[SIM_MAX_DEVICES];
 	/* PVGPU_SIM_NO_PEER: pairs of devices without peer access. */
 	bool no_peer[SIM_MAX_DEVICES][SIM_MAX_DEVICES];
+	uint32_t node;			/* PVGPU_SIM_NODE */
+	uint64_t addr_base;		/* where this node's device windows start */
 
 	/* Live objects, sorted by handle. */
 	struct sim_obj **objs;
@@ -573,7 +576,7 @@ static uint64_t dev_used(struct pvgpu_exec *ex, int32_t dev)
 static int place_alloc(struct pvgpu_exec *ex, int32_t dev, uint64_t size,
 		       uint64_t *addr)
 {
-	uint64_t base = SIM_ADDR_BASE + (uint64_t)dev * SIM_ADDR_WINDOW;
+	uint64_t base = ex->addr_base + (uint64_t)dev * SIM_ADDR_WINDOW;
 	uint64_t end = base + SIM_ADDR_WINDOW;
 	uint64_t span = align_up(size, SIM_ALLOC_ALIGN) + SIM_GUARD_GAP;
 	uint64_t cand;
@@ -715,7 +718,7 @@ static struct pvgpu_exec *sim_open(const struct pvgpu_exec_config *cfg,
 				   char *err, size_t errlen)
 {
 	struct pvgpu_exec *ex;
-	long ndev, mb;
+	long ndev, mb, node;
 	int32_t d;
 
 	if (env_long("PVGPU_SIM_DEVICES", 1, 0, SIM_MAX_DEVICES, &ndev,
@@ -723,6 +726,14 @@ static struct pvgpu_exec *sim_open(const struct pvgpu_exec_config *cfg,
 		return NULL;
 	if (env_long("PVGPU_SIM_MEMORY_MB", SIM_DEFAULT_MEMORY_MB, 1,
 		     SIM_MAX_MEMORY_MB, &mb, err, errlen))
+		return NULL;
+	/*
+	 * PVGPU_SIM_NODE: which simulated machine this is (tests of the remote
+	 * executor run several): its devices get their own UUIDs and address
+	 * ranges, as two real machines' GPUs would.
+	 */
+	if (env_long("PVGPU_SIM_NODE", 0, 0, SIM_MAX_NODES - 1, &node,
+		     err, errlen))
 		return NULL;
 
 	ex = calloc(1, sizeof(*ex));
@@ -736,8 +747,11 @@ static struct pvgpu_exec *sim_open(const struct pvgpu_exec_config *cfg,
 	}
 	ex->ndev = (int32_t)ndev;
 	ex->total_bytes = (uint64_t)mb << 20;
+	ex->node = (uint32_t)node;
+	ex->addr_base = SIM_ADDR_BASE -
+			(uint64_t)node * SIM_MAX_DEVICES * SIM_ADDR_WINDOW;
 	for (d = 0; d < SIM_MAX_DEVICES; d++)
-		ex->next_addr[d] = SIM_ADDR_BASE + (uint64_t)d * SIM_ADDR_WINDOW +
+		ex->next_addr[d] = ex->addr_base + (uint64_t)d * SIM_ADDR_WINDOW +
 				   SIM_GUARD_GAP;
 	if (parse_no_peer(ex, err, errlen) || load_twins(ex, err, errlen)) {
 		sim_close(ex);
@@ -1005,7 +1019,8 @@ static int32_t sim_device_uuid(struct pvgpu_exec *ex, int32_t dev,
 	if (bad_dev(ex, dev))
 		return CUDA_ERROR_INVALID_DEVICE;
 	/* Same index, same UUID, on every host and every run. */
-	hi = mix64(0x70766770752d7369ULL ^ (uint64_t)dev);	/* "pvgpu-si" */
+	hi = mix64(0x70766770752d7369ULL ^ (uint64_t)dev ^	/* "pvgpu-si" */
+		   ((uint64_t)ex->node << 32));
 	lo = mix64(hi ^ 0x6d2d6465762d6964ULL);
 	for (i = 0; i < 8; i++) {
 		uuid[i] = (uint8_t)(hi >> (56 - 8 * i));
@@ -2358,6 +2373,67 @@ static int32_t sim_occupancy(struct pvgpu_exec *ex, uint64_t func,
 	return CUDA_SUCCESS;
 }
 
+/*
+ * What an sm_90 leaves a block of dynamic shared memory with num_blocks
+ * resident per SM: 228 KiB per SM, 1 KiB of it reserved per block, at most
+ * 227 KiB per block, less the kernel's static shared memory.
+ */
+static int32_t sim_dynamic_smem(struct pvgpu_exec *ex, uint64_t func,
+				int32_t num_blocks, int32_t block_size,
+				uint64_t *bytes)
+{
+	const struct sim_kernel *k;
+	struct sim_obj *f;
+	uint64_t per_block;
+	int32_t rc;
+
+	if (!ex || !bytes || num_blocks <= 0 || num_blocks > 32 ||
+	    block_size <= 0 || block_size > 1024 ||
+	    (int64_t)num_blocks * block_size > 2048)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = ctx_check(ex);
+	if (rc)
+		return rc;
+	f = func_get(ex, func);
+	if (!f)
+		return CUDA_ERROR_INVALID_HANDLE;
+	k = f->u.func.k;
+	per_block = 228 * 1024 / (uint64_t)num_blocks - 1024;
+	if (per_block > 227 * 1024)
+		per_block = 227 * 1024;
+	*bytes = per_block > k->static_shared ? per_block - k->static_shared : 0;
+	return CUDA_SUCCESS;
+}
+
+/*
+ * Resident clusters on a simulated sm_90 with 132 SMs in GPCs of 16: a
+ * cluster's blocks share a GPC, at most 8 per cluster (16 non-portable is
+ * not modelled), each SM holding what sim_occupancy says.
+ */
+static int32_t sim_max_clusters(struct pvgpu_exec *ex, uint64_t func,
+				const struct pvgpu_launch *s,
+				const uint32_t cluster[3], int32_t *clusters)
+{
+	uint64_t size = (uint64_t)cluster[0] * cluster[1] * cluster[2];
+	uint64_t threads = (uint64_t)s->block[0] * s->block[1] * s->block[2];
+	int32_t per_sm = 0, rc;
+
+	if (!clusters || threads == 0 || threads > 1024)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (size == 0)
+		size = 1;	/* no cluster dimensions: clusters of one block */
+	if (size > 8)
+		return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+	rc = sim_occupancy(ex, func, (int32_t)threads, s->shared_bytes, 0,
+			   &per_sm);
+	if (rc)
+		return rc;
+	/* 8 GPCs of 16 SMs and one of 4: whole clusters per GPC. */
+	*clusters = (int32_t)(8 * (16 * (uint64_t)per_sm / size) +
+			      4 * (uint64_t)per_sm / size);
+	return CUDA_SUCCESS;
+}
+
 static int32_t sim_launch(struct pvgpu_exec *ex,
 			  const struct pvgpu_launch *launch)
 {
@@ -2719,6 +2795,8 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.function_set_attribute	= sim_function_set_attribute,
 	.launch			= sim_launch,
 	.occupancy		= sim_occupancy,
+	.dynamic_smem		= sim_dynamic_smem,
+	.max_clusters		= sim_max_clusters,
 	.device_can_access_peer	= sim_device_can_access_peer,
 	.device_p2p_attribute	= sim_device_p2p_attribute,
 	.ctx_enable_peer_access	= sim_ctx_enable_peer_access,

@@ -98,6 +98,8 @@ struct cuda_api {
 					  unsigned int, unsigned int,
 					  unsigned int, unsigned int, CUstream,
 					  void **, void **);
+	CUresult (CUDAAPI *available_dynamic_smem)(size_t *, CUfunction, int, int);
+	CUresult (CUDAAPI *max_active_clusters)(int *, CUfunction, const CUlaunchConfig *);
 	CUresult (CUDAAPI *occupancy_max_blocks)(int *, CUfunction, int, size_t,
 						 unsigned int);
 	CUresult (CUDAAPI *device_can_access_peer)(int *, CUdevice, CUdevice);
@@ -173,6 +175,10 @@ static const struct cuda_sym cuda_syms[] = {
 	SYM(func_get_attribute, "cuFuncGetAttribute", 2020, "cuFuncGetAttribute", NULL, false),
 	SYM(func_set_attribute, "cuFuncSetAttribute", 9000, "cuFuncSetAttribute", NULL, false),
 	SYM(launch_kernel, "cuLaunchKernel", 4000, "cuLaunchKernel", NULL, false),
+	SYM(max_active_clusters, "cuOccupancyMaxActiveClusters", 11070,
+	    "cuOccupancyMaxActiveClusters", NULL, true),
+	SYM(available_dynamic_smem, "cuOccupancyAvailableDynamicSMemPerBlock", 10020,
+	    "cuOccupancyAvailableDynamicSMemPerBlock", NULL, true),
 	SYM(occupancy_max_blocks, "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", 7000,
 	    "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", NULL, false),
 	SYM(device_can_access_peer, "cuDeviceCanAccessPeer", 4000, "cuDeviceCanAccessPeer", NULL, false),
@@ -1319,6 +1325,60 @@ static int32_t cuda_function_set_attribute(struct pvgpu_exec *ex,
 	return ex->api.func_set_attribute(f, (CUfunction_attribute)attr, value);
 }
 
+static int32_t cuda_max_clusters(struct pvgpu_exec *ex, uint64_t func,
+				 const struct pvgpu_launch *s,
+				 const uint32_t cluster[3], int32_t *clusters)
+{
+	CUlaunchAttribute attr = { .id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION };
+	CUlaunchConfig cfg = {
+		.gridDimX = s->grid[0], .gridDimY = s->grid[1],
+		.gridDimZ = s->grid[2], .blockDimX = s->block[0],
+		.blockDimY = s->block[1], .blockDimZ = s->block[2],
+		.sharedMemBytes = s->shared_bytes,
+	};
+	CUfunction f;
+	int32_t rc;
+	int n = 0;
+
+	if (!ex || !clusters)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->api.max_active_clusters)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	rc = to_function(ex, func, &f);
+	if (rc)
+		return rc;
+	if (cluster[0] || cluster[1] || cluster[2]) {
+		attr.value.clusterDim.x = cluster[0];
+		attr.value.clusterDim.y = cluster[1];
+		attr.value.clusterDim.z = cluster[2];
+		cfg.attrs = &attr;
+		cfg.numAttrs = 1;
+	}
+	rc = ex->api.max_active_clusters(&n, f, &cfg);
+	*clusters = n;
+	return rc;
+}
+
+static int32_t cuda_dynamic_smem(struct pvgpu_exec *ex, uint64_t func,
+				 int32_t num_blocks, int32_t block_size,
+				 uint64_t *bytes)
+{
+	CUfunction f;
+	size_t n = 0;
+	int32_t rc;
+
+	if (!ex || !bytes)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->api.available_dynamic_smem)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	rc = to_function(ex, func, &f);
+	if (rc)
+		return rc;
+	rc = ex->api.available_dynamic_smem(&n, f, num_blocks, block_size);
+	*bytes = n;
+	return rc;
+}
+
 static int32_t cuda_occupancy(struct pvgpu_exec *ex, uint64_t func,
 			      int32_t block_size, uint64_t dynamic_smem,
 			      uint32_t flags, int32_t *blocks)
@@ -1589,6 +1649,8 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.function_set_attribute	= cuda_function_set_attribute,
 	.launch			= cuda_launch,
 	.occupancy		= cuda_occupancy,
+	.dynamic_smem		= cuda_dynamic_smem,
+	.max_clusters		= cuda_max_clusters,
 	.device_can_access_peer	= cuda_device_can_access_peer,
 	.device_p2p_attribute	= cuda_device_p2p_attribute,
 	.ctx_enable_peer_access	= cuda_ctx_enable_peer_access,

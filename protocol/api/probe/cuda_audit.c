@@ -7,7 +7,9 @@
  *
  *   LD_AUDIT=./cuda_audit.so CUDA_AUDIT_LOG=/tmp/log ./program
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <link.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -65,6 +67,96 @@ static CUresult audit_get_table(const void **table, const CUuuid *id)
 	return r;
 }
 
+/*
+ * CUDA_AUDIT_TRACE=1: every entry point handed out by cuGetProcAddress is
+ * replaced by a generic wrapper that logs the call's result (and, for a few
+ * queries, the value returned), so that a library's start-up can be compared
+ * call by call over two drivers.  The wrapper forwards twelve integer
+ * arguments: enough for every driver function that takes no floating-point
+ * value (x86-64: extra arguments are ignored by the callee).
+ */
+typedef uint64_t (*any_fn)(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t,
+			   uint64_t, uint64_t, uint64_t, uint64_t, uint64_t,
+			   uint64_t, uint64_t);
+#define NSLOTS 1024
+static struct { const char *name; any_fn real; } slots[NSLOTS];
+static int nslots;
+
+/* A wrapper's number, 1 then five base-4 digits written in decimal, as an
+ * index 0..1023. */
+static int slot_index(unsigned int v)
+{
+	int i = 0, scale = 1;
+
+	for (v -= 100000; v; v /= 10, scale *= 4)
+		i += (int)(v % 10) * scale;
+	return i;
+}
+
+static uint64_t traced(unsigned int w, uint64_t a, uint64_t b, uint64_t c, uint64_t d,
+		       uint64_t e, uint64_t f, uint64_t g, uint64_t h,
+		       uint64_t j, uint64_t k, uint64_t l, uint64_t m)
+{
+	int i = slot_index(w);
+	uint64_t r = slots[i].real(a, b, c, d, e, f, g, h, j, k, l, m);
+	const char *n = slots[i].name;
+
+	if (!strcmp(n, "cuDeviceGetAttribute") || !strcmp(n, "cuCtxGetLimit") ||
+	    !strcmp(n, "cuFuncGetAttribute") || !strcmp(n, "cuDeviceGetCount") ||
+	    !strcmp(n, "cuDriverGetVersion") || !strcmp(n, "cuCtxGetDevice") ||
+	    !strcmp(n, "cuDeviceGet") || !strcmp(n, "cuKernelGetAttribute") ||
+	    !strcmp(n, "cuOccupancyMaxActiveClusters") ||
+	    !strcmp(n, "cuOccupancyAvailableDynamicSMemPerBlock") ||
+	    !strcmp(n, "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags") ||
+	    !strcmp(n, "cuOccupancyMaxActiveBlocksPerMultiprocessor"))
+		say("call %s(%llu, %llu) -> %d value %d\n", n,
+		    (unsigned long long)b, (unsigned long long)c, (int)r,
+		    a ? *(int *)a : -1);
+	else
+		say("call %s -> %d\n", n, (int)r);
+	return r;
+}
+
+#define W(i) static uint64_t w##i(uint64_t a, uint64_t b, uint64_t c,	\
+	uint64_t d, uint64_t e, uint64_t f, uint64_t g, uint64_t h,	\
+	uint64_t j, uint64_t k, uint64_t l, uint64_t m)			\
+	{ return traced(i, a, b, c, d, e, f, g, h, j, k, l, m); }
+#define W4(i) W(i##0) W(i##1) W(i##2) W(i##3)
+#define W16(i) W4(i##0) W4(i##1) W4(i##2) W4(i##3)
+#define W64(i) W16(i##0) W16(i##1) W16(i##2) W16(i##3)
+#define W256(i) W64(i##0) W64(i##1) W64(i##2) W64(i##3)
+/* Indexes written in base 4, so that w<digits> is unique per slot. */
+W256(10) W256(11) W256(12) W256(13)
+#define P(i) (void *)w##i,
+#define P4(i) P(i##0) P(i##1) P(i##2) P(i##3)
+#define P16(i) P4(i##0) P4(i##1) P4(i##2) P4(i##3)
+#define P64(i) P16(i##0) P16(i##1) P16(i##2) P16(i##3)
+#define P256(i) P64(i##0) P64(i##1) P64(i##2) P64(i##3)
+/* In the order of the names' base-4 digits, so wrappers[k] is w1<k>. */
+static void *const wrappers[NSLOTS] = { P256(10) P256(11) P256(12) P256(13) };
+
+static void *trace_wrap(const char *sym, void *real)
+{
+	static int on = -1;
+	int i;
+
+	if (on < 0)
+		on = getenv("CUDA_AUDIT_TRACE") != NULL;
+	if (!on || !real)
+		return real;
+	pthread_mutex_lock(&mu);
+	for (i = 0; i < nslots; i++)
+		if (slots[i].real == (any_fn)real)
+			break;
+	if (i == nslots && nslots < NSLOTS) {
+		slots[i].name = strdup(sym);
+		slots[i].real = (any_fn)real;
+		nslots++;
+	}
+	pthread_mutex_unlock(&mu);
+	return i < NSLOTS ? wrappers[i] : real;
+}
+
 static CUresult audit_gpa(const char *sym, void **pfn, int ver,
 			  cuuint64_t flags, CUdriverProcAddressQueryResult *st)
 {
@@ -79,6 +171,8 @@ static CUresult audit_gpa(const char *sym, void **pfn, int ver,
 		*pfn = (void *)audit_get_table;
 	} else if (*pfn == (void *)real_gpa) {
 		*pfn = (void *)audit_gpa;	/* keep seeing its requests */
+	} else {
+		*pfn = trace_wrap(sym, *pfn);
 	}
 	return r;
 }
@@ -137,5 +231,5 @@ uintptr_t la_symbind64(Elf64_Sym *sym, unsigned int ndx, uintptr_t *refcook,
 		real_get_table = (get_table_fn)sym->st_value;
 		return (uintptr_t)audit_get_table;
 	}
-	return sym->st_value;
+	return (uintptr_t)trace_wrap(symname, (void *)sym->st_value);
 }

@@ -91,6 +91,14 @@ int main(void)
     printf("occupancy of bounded at 256 threads > 0: %s\n", blocks > 0 ? "yes" : "no");
     EXPECT(blocks > 0);
 
+    /* cuBLAS asks this in cublasCreate: an SM has at least 64 KiB of
+     * shared memory, so two resident blocks get more than 16 KiB each. */
+    size_t smem = 0;
+    CHECK(cudaOccupancyAvailableDynamicSMemPerBlock(&smem, plain, 2, 256));
+    printf("dynamic shared memory for 2 blocks of 256 > 16 KiB: %s\n",
+           smem > 16384 ? "yes" : "no");
+    EXPECT(smem > 16384);
+
     CHECK(cudaFuncSetCacheConfig(plain, cudaFuncCachePreferShared));
     CHECK(cudaFuncSetCacheConfig(bounded, cudaFuncCachePreferL1));
     printf("cudaFuncSetCacheConfig: ok\n");

@@ -1,0 +1,1285 @@
+/*
+ * exec_remote.c - the "remote" executor: a session's work runs on the GPUs
+ * of other pvgpud nodes.
+ *
+ * Each instance (one per worker, so one per guest session) opens a protocol
+ * client session (guest-lib/client) to every node in the list it is given
+ * (pvgpud --remote URI, or the [remote] section of --config), in the worker,
+ * after fork().  Their device lists are concatenated: node 0's devices
+ * first.  Every executor operation becomes the matching wire operation on
+ * the node that owns its object; the worker in front has already applied
+ * this node's policy and quotas, and the node behind applies its own.
+ *
+ * Handles.  A node's handles (its worker's ids, at most 56 bits) come back
+ * with the node's index + 1 in the top byte, so an operation on a stream,
+ * event, module or function goes to the node that made it.  Operations
+ * without a handle (memory, copies, default streams) go to the node of the
+ * current context.  Device pointers are passed through untouched: kernel
+ * parameters carry them and cannot be rewritten.
+ *
+ * Bulk data.  Host-to-device blocks are queued with their data, which the
+ * client writes at once as DATA frames and never waits for an answer:
+ * the worker's staging pipeline stays a pipeline across the second hop.
+ * Device-to-host blocks are one round trip each, into the caller's buffer.
+ *
+ * A node that dies (its connection breaks) turns every later operation on
+ * it into CUDA_ERROR_DEVICE_UNAVAILABLE, sticky, like a GPU fallen off the
+ * bus: the session sees a CUDA error, the worker keeps answering it, and
+ * sessions on other nodes (and the daemon) are untouched.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cuda.h>
+
+#include "client.h"
+#include "executor.h"
+#include "pvgpu_guest.h"
+#include "pvgpu_proto.h"
+
+#define REMOTE_MAX_DEVICES	16	/* the front's PVGPU_MAX_DEVICES */
+#define ATTR_CACHE		256	/* attributes 0..255 are remembered */
+#define NODE_SHIFT		56
+#define LOCAL_MASK		((1ULL << NODE_SHIFT) - 1)
+
+struct remote_node {
+	char uri[256];
+	struct pvgpu_client *c;
+	int32_t first_dev, ndev;	/* our device numbers [first, first+n) */
+	int dead;			/* connection lost: said once */
+	uint64_t ctx;			/* the context last made current there */
+	int staged;			/* a peer copy staged from here: said */
+};
+
+/* Parameter layouts of the functions resolved so far (function_params). */
+struct remote_func {
+	uint64_t handle;
+	struct pvgpu_param_info *layout;
+	uint32_t n;
+};
+
+struct pvgpu_exec {
+	struct remote_node nodes[PVGPU_MAX_REMOTES];
+	unsigned int nnodes;
+	int32_t ndev;
+	int cur;			/* node of the current context; -1: none */
+	struct remote_func *funcs;
+	size_t nfuncs, capfuncs;
+	/* Device attributes never change: one round trip per (dev, attr). */
+	int32_t attr[REMOTE_MAX_DEVICES][ATTR_CACHE];
+	uint8_t attr_known[REMOTE_MAX_DEVICES][ATTR_CACHE];
+};
+
+/* The daemon's log (cfg->log_fd): the worker's fd 2 is its guest's. */
+static int say_fd = 2;
+
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say(const char *fmt, ...)
+{
+	char line[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	dprintf(say_fd, "pvgpud[%d] warn: remote executor: %s\n", (int)getpid(),
+		line);
+}
+
+/* A client status as a CUresult; a lost node stays lost. */
+static int32_t cu(struct remote_node *n, int32_t st)
+{
+	if (st >= 0)
+		return st;
+	if (st == PVGPU_CLIENT_EIO) {
+		if (!n->dead)
+			say("node %s: connection lost; its devices are unavailable to this session",
+			    n->uri);
+		n->dead = 1;
+		return CUDA_ERROR_DEVICE_UNAVAILABLE;
+	}
+	if (st == PVGPU_CLIENT_EENCODE)
+		return CUDA_ERROR_INVALID_VALUE;
+	return CUDA_ERROR_UNKNOWN;		/* the node broke the protocol */
+}
+
+static uint64_t tag(unsigned int node, uint64_t h)
+{
+	return ((uint64_t)(node + 1) << NODE_SHIFT) | h;
+}
+
+/* The node a handle belongs to, and its own value; NULL when none. */
+static struct remote_node *untag(struct pvgpu_exec *ex, uint64_t h,
+				 uint64_t *local)
+{
+	uint64_t n = h >> NODE_SHIFT;
+
+	if (!n || n > ex->nnodes || !(h & LOCAL_MASK))
+		return NULL;
+	*local = h & LOCAL_MASK;
+	return &ex->nodes[n - 1];
+}
+
+/* A node's handle as ours: it must fit under the tag. */
+static int32_t tagged(struct pvgpu_exec *ex, struct remote_node *n,
+		      uint64_t h, uint64_t *out)
+{
+	if (!h || (h >> NODE_SHIFT)) {
+		*out = 0;
+		return CUDA_ERROR_UNKNOWN;
+	}
+	*out = tag((unsigned int)(n - ex->nodes), h);
+	return CUDA_SUCCESS;
+}
+
+static struct remote_node *dev_node(struct pvgpu_exec *ex, int32_t dev,
+				    int32_t *local)
+{
+	if (dev < 0 || dev >= ex->ndev)
+		return NULL;
+	for (unsigned int i = 0; i < ex->nnodes; i++) {
+		struct remote_node *n = &ex->nodes[i];
+
+		if (dev >= n->first_dev && dev < n->first_dev + n->ndev) {
+			*local = dev - n->first_dev;
+			return n;
+		}
+	}
+	return NULL;
+}
+
+static struct remote_node *cur_node(struct pvgpu_exec *ex)
+{
+	return ex && ex->cur >= 0 ? &ex->nodes[ex->cur] : NULL;
+}
+
+/* Stream 0 is the current context's default stream. */
+static struct remote_node *stream_node(struct pvgpu_exec *ex, uint64_t stream,
+				       uint64_t *local)
+{
+	if (!stream) {
+		*local = 0;
+		return cur_node(ex);
+	}
+	return ex ? untag(ex, stream, local) : NULL;
+}
+
+/* ------------------------------------------------------------------ */
+
+static void remote_close(struct pvgpu_exec *ex);
+
+static struct pvgpu_exec *remote_open(const struct pvgpu_exec_config *cfg,
+				      char *err, size_t errlen)
+{
+	struct pvgpu_client_config ccfg;
+	struct pvgpu_exec *ex;
+
+	if (cfg && cfg->log_fd > 0)
+		say_fd = cfg->log_fd;
+	if (!cfg || !cfg->nremotes) {
+		snprintf(err, errlen, "no remote nodes (pvgpud --remote URI, or a [remote] section with node = URI)");
+		return NULL;
+	}
+	if (cfg->nremotes > PVGPU_MAX_REMOTES) {
+		snprintf(err, errlen, "more than %d remote nodes", PVGPU_MAX_REMOTES);
+		return NULL;
+	}
+	ex = calloc(1, sizeof(*ex));
+	if (!ex) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	ex->cur = -1;
+	pvgpu_client_config_init(&ccfg);
+	ccfg.window = 0;		/* bulk data goes as DATA frames */
+	if (cfg->remote_token) {
+		if (strlen(cfg->remote_token) >= sizeof(ccfg.token)) {
+			snprintf(err, errlen, "remote token longer than %zu bytes",
+				 sizeof(ccfg.token) - 1);
+			goto err_close;
+		}
+		snprintf(ccfg.token, sizeof(ccfg.token), "%s", cfg->remote_token);
+	}
+	for (unsigned int i = 0; i < cfg->nremotes; i++) {
+		struct remote_node *n = &ex->nodes[i];
+		const struct pvgpu_client_info *info;
+		char why[256];
+		int rc;
+
+		snprintf(n->uri, sizeof(n->uri), "%s", cfg->remotes[i]);
+		rc = pvgpu_client_open(n->uri, &ccfg, &n->c, why, sizeof(why));
+		if (rc) {
+			snprintf(err, errlen, "remote node %s: %s", n->uri, why);
+			goto err_close;
+		}
+		ex->nnodes = i + 1;
+		info = pvgpu_client_info(n->c);
+		if (info->device_count < 0 ||
+		    info->device_count > REMOTE_MAX_DEVICES - ex->ndev) {
+			snprintf(err, errlen, "remote node %s: %d devices; at most %d in all",
+				 n->uri, info->device_count, REMOTE_MAX_DEVICES);
+			goto err_close;
+		}
+		n->first_dev = ex->ndev;
+		n->ndev = info->device_count;
+		ex->ndev += n->ndev;
+	}
+	return ex;
+
+err_close:
+	remote_close(ex);
+	return NULL;
+}
+
+static void remote_close(struct pvgpu_exec *ex)
+{
+	if (!ex)
+		return;
+	/* bye: the node frees what the session held there. */
+	for (unsigned int i = 0; i < ex->nnodes; i++)
+		pvgpu_client_close(ex->nodes[i].c);
+	for (size_t i = 0; i < ex->nfuncs; i++)
+		free(ex->funcs[i].layout);
+	free(ex->funcs);
+	free(ex);
+}
+
+/* ------------------------------------------------------------------ */
+/* devices */
+
+static int32_t remote_driver_version(struct pvgpu_exec *ex, int32_t *version)
+{
+	struct pvgpu_driver_get_version_req q = { 0 };
+	struct pvgpu_driver_get_version_rep r;
+	int32_t st;
+
+	if (!ex || !version)
+		return CUDA_ERROR_INVALID_VALUE;
+	st = cu(&ex->nodes[0], pvgpu_call_driver_get_version(ex->nodes[0].c, &q, &r));
+	if (!st)
+		*version = r.version;
+	return st;
+}
+
+static int32_t remote_device_count(struct pvgpu_exec *ex, int32_t *count)
+{
+	if (!ex || !count)
+		return CUDA_ERROR_INVALID_VALUE;
+	*count = ex->ndev;
+	return CUDA_SUCCESS;
+}
+
+static int32_t remote_device_attribute(struct pvgpu_exec *ex, int32_t dev,
+				       int32_t attr, int32_t *value)
+{
+	struct pvgpu_device_get_attributes_req q = { 0 };
+	struct pvgpu_device_get_attributes_rep r;
+	struct remote_node *n;
+	int32_t local, st;
+
+	if (!ex || !value)
+		return CUDA_ERROR_INVALID_VALUE;
+	n = dev_node(ex, dev, &local);
+	if (!n)
+		return CUDA_ERROR_INVALID_DEVICE;
+	if (attr >= 0 && attr < ATTR_CACHE && ex->attr_known[dev][attr]) {
+		*value = ex->attr[dev][attr];
+		return CUDA_SUCCESS;
+	}
+	q.device = local;
+	q.attrs[0] = attr;
+	q.attrs_count = 1;
+	st = cu(n, pvgpu_call_device_get_attributes(n->c, &q, &r));
+	if (st)
+		return st;
+	if (r.values_count != 1)
+		return CUDA_ERROR_UNKNOWN;
+	*value = r.values[0];
+	if (attr >= 0 && attr < ATTR_CACHE) {
+		ex->attr[dev][attr] = r.values[0];
+		ex->attr_known[dev][attr] = 1;
+	}
+	return CUDA_SUCCESS;
+}
+
+static int32_t remote_device_name(struct pvgpu_exec *ex, int32_t dev,
+				  char *name, size_t len)
+{
+	struct pvgpu_device_get_name_req q = { 0 };
+	struct pvgpu_device_get_name_rep r;
+	struct remote_node *n;
+	int32_t local, st;
+
+	if (!ex || !name || !len)
+		return CUDA_ERROR_INVALID_VALUE;
+	n = dev_node(ex, dev, &local);
+	if (!n)
+		return CUDA_ERROR_INVALID_DEVICE;
+	q.device = local;
+	st = cu(n, pvgpu_call_device_get_name(n->c, &q, &r));
+	if (!st)
+		snprintf(name, len, "%.*s", (int)r.name_len, r.name);
+	return st;
+}
+
+static int32_t remote_device_uuid(struct pvgpu_exec *ex, int32_t dev,
+				  uint8_t uuid[16])
+{
+	struct pvgpu_device_get_uuid_req q = { 0 };
+	struct pvgpu_device_get_uuid_rep r;
+	struct remote_node *n;
+	int32_t local, st;
+
+	if (!ex || !uuid)
+		return CUDA_ERROR_INVALID_VALUE;
+	n = dev_node(ex, dev, &local);
+	if (!n)
+		return CUDA_ERROR_INVALID_DEVICE;
+	q.device = local;
+	st = cu(n, pvgpu_call_device_get_uuid(n->c, &q, &r));
+	if (st)
+		return st;
+	if (r.uuid_len != 16)
+		return CUDA_ERROR_UNKNOWN;
+	memcpy(uuid, r.uuid, 16);
+	return CUDA_SUCCESS;
+}
+
+static int32_t remote_device_total_mem(struct pvgpu_exec *ex, int32_t dev,
+				       uint64_t *bytes)
+{
+	struct pvgpu_device_total_mem_req q = { 0 };
+	struct pvgpu_device_total_mem_rep r;
+	struct remote_node *n;
+	int32_t local, st;
+
+	if (!ex || !bytes)
+		return CUDA_ERROR_INVALID_VALUE;
+	n = dev_node(ex, dev, &local);
+	if (!n)
+		return CUDA_ERROR_INVALID_DEVICE;
+	q.device = local;
+	st = cu(n, pvgpu_call_device_total_mem(n->c, &q, &r));
+	if (!st)
+		*bytes = r.bytes;
+	return st;
+}
+
+/* ------------------------------------------------------------------ */
+/* contexts */
+
+static int32_t remote_ctx_create(struct pvgpu_exec *ex, int32_t dev,
+				 uint64_t *ctx)
+{
+	struct pvgpu_ctx_create_req q = { 0 };
+	struct pvgpu_ctx_create_rep r;
+	struct remote_node *n;
+	int32_t local, st;
+
+	if (!ex || !ctx)
+		return CUDA_ERROR_INVALID_VALUE;
+	n = dev_node(ex, dev, &local);
+	if (!n)
+		return CUDA_ERROR_INVALID_DEVICE;
+	q.device = local;
+	st = cu(n, pvgpu_call_ctx_create(n->c, &q, &r));
+	if (st)
+		return st;
+	st = tagged(ex, n, r.ctx, ctx);
+	if (st)
+		return st;
+	/* cuCtxCreate makes the new context current. */
+	ex->cur = (int)(n - ex->nodes);
+	return CUDA_SUCCESS;
+}
+
+static int32_t remote_ctx_destroy(struct pvgpu_exec *ex, uint64_t ctx)
+{
+	struct pvgpu_ctx_destroy_req q = { 0 };
+	struct pvgpu_ctx_destroy_rep r;
+	struct remote_node *n;
+
+	if (!ex || !(n = untag(ex, ctx, &q.ctx)))
+		return CUDA_ERROR_INVALID_CONTEXT;
+	return cu(n, pvgpu_call_ctx_destroy(n->c, &q, &r));
+}
+
+static int32_t remote_ctx_set(struct pvgpu_exec *ex, uint64_t ctx)
+{
+	struct pvgpu_ctx_set_req q = { 0 };
+	struct remote_node *n;
+
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ctx) {
+		ex->cur = -1;
+		return CUDA_SUCCESS;
+	}
+	n = untag(ex, ctx, &q.ctx);
+	if (!n)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	ex->cur = (int)(n - ex->nodes);
+	n->ctx = q.ctx;
+	return cu(n, pvgpu_call_ctx_set(n->c, &q));
+}
+
+static int32_t remote_ctx_synchronize(struct pvgpu_exec *ex)
+{
+	struct pvgpu_ctx_synchronize_req q = { 0 };
+	struct pvgpu_ctx_synchronize_rep r;
+	struct remote_node *n = cur_node(ex);
+
+	if (!n)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	return cu(n, pvgpu_call_ctx_synchronize(n->c, &q, &r));
+}
+
+/* ------------------------------------------------------------------ */
+/* memory */
+
+static int32_t remote_mem_alloc(struct pvgpu_exec *ex, uint64_t size,
+				uint64_t *dptr)
+{
+	struct pvgpu_mem_alloc_req q = { .size = size };
+	struct pvgpu_mem_alloc_rep r;
+	struct remote_node *n = cur_node(ex);
+	int32_t st;
+
+	if (!n)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!dptr)
+		return CUDA_ERROR_INVALID_VALUE;
+	st = cu(n, pvgpu_call_mem_alloc(n->c, &q, &r));
+	if (!st)
+		*dptr = r.dptr;
+	return st;
+}
+
+static int32_t remote_mem_free(struct pvgpu_exec *ex, uint64_t dptr)
+{
+	struct pvgpu_mem_free_req q = { .dptr = dptr };
+	struct pvgpu_mem_free_rep r;
+	struct remote_node *n = cur_node(ex);
+
+	if (!n)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	return cu(n, pvgpu_call_mem_free(n->c, &q, &r));
+}
+
+static int32_t remote_mem_get_info(struct pvgpu_exec *ex, uint64_t *free_bytes,
+				   uint64_t *total_bytes)
+{
+	struct pvgpu_mem_get_info_req q = { 0 };
+	struct pvgpu_mem_get_info_rep r;
+	struct remote_node *n = cur_node(ex);
+	int32_t st;
+
+	if (!n)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!free_bytes || !total_bytes)
+		return CUDA_ERROR_INVALID_VALUE;
+	st = cu(n, pvgpu_call_mem_get_info(n->c, &q, &r));
+	if (!st) {
+		*free_bytes = r.free;
+		*total_bytes = r.total;
+	}
+	return st;
+}
+
+/*
+ * Staging memory here is ordinary memory: the client copies out of it (or
+ * into it) before a call returns, so nothing needs pinning on this node.
+ */
+static int32_t remote_host_alloc(struct pvgpu_exec *ex, size_t size, void **p)
+{
+	long page = sysconf(_SC_PAGESIZE);
+
+	if (!ex || !p || !size)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (posix_memalign(p, page > 0 ? (size_t)page : 4096, size))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	return CUDA_SUCCESS;
+}
+
+static int32_t remote_host_free(struct pvgpu_exec *ex, void *p)
+{
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	free(p);
+	return CUDA_SUCCESS;
+}
+
+static int32_t remote_host_register(struct pvgpu_exec *ex, void *p, size_t size)
+{
+	return !ex || !p || !size ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
+static int32_t remote_host_unregister(struct pvgpu_exec *ex, void *p)
+{
+	return !ex || !p ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ */
+/* copies */
+
+static int32_t remote_memcpy_htod_async(struct pvgpu_exec *ex, uint64_t dst,
+					const void *host, uint64_t size,
+					uint64_t stream)
+{
+	struct pvgpu_memcpy_htod_async_req q = { .dst = dst, .size = size };
+	struct remote_node *n = stream_node(ex, stream, &q.stream);
+
+	if (!n)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (!host && size)
+		return CUDA_ERROR_INVALID_VALUE;
+	/* Written at once, answered never: errors come back deferred. */
+	return cu(n, pvgpu_call_memcpy_htod_async(n->c, &q, host));
+}
+
+static int32_t remote_memcpy_dtoh_async(struct pvgpu_exec *ex, void *host,
+					uint64_t src, uint64_t size,
+					uint64_t stream)
+{
+	struct pvgpu_memcpy_dtoh_req q = { .src = src, .size = size };
+	struct pvgpu_memcpy_dtoh_rep r;
+	struct remote_node *n = stream_node(ex, stream, &q.stream);
+
+	if (!n)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (!host && size)
+		return CUDA_ERROR_INVALID_VALUE;
+	/* Ordered on the stream there; done (and in host) when it returns. */
+	return cu(n, pvgpu_call_memcpy_dtoh(n->c, &q, &r, host));
+}
+
+static int32_t remote_memcpy_dtod_async(struct pvgpu_exec *ex, uint64_t dst,
+					uint64_t src, uint64_t size,
+					uint64_t stream)
+{
+	struct pvgpu_memcpy_dtod_async_req q = {
+		.dst = dst, .src = src, .size = size,
+	};
+	struct remote_node *n = stream_node(ex, stream, &q.stream);
+
+	if (!n)
+		return CUDA_ERROR_INVALID_HANDLE;
+	return cu(n, pvgpu_call_memcpy_dtod_async(n->c, &q));
+}
+
+static int32_t remote_memset_async(struct pvgpu_exec *ex, uint64_t dst,
+				   uint32_t value, uint32_t elem_size,
+				   uint64_t count, uint64_t stream)
+{
+	struct pvgpu_memset_async_req q = {
+		.dst = dst, .value = value, .elem_size = elem_size,
+		.count = count,
+	};
+	struct remote_node *n = stream_node(ex, stream, &q.stream);
+
+	if (!n)
+		return CUDA_ERROR_INVALID_HANDLE;
+	return cu(n, pvgpu_call_memset_async(n->c, &q));
+}
+
+/* ------------------------------------------------------------------ */
+/* streams */
+
+static int32_t remote_stream_create(struct pvgpu_exec *ex, uint32_t flags,
+				    int32_t priority, uint64_t *stream)
+{
+	struct pvgpu_stream_create_req q = { .flags = flags, .priority = priority };
+	struct pvgpu_stream_create_rep r;
+	struct remote_node *n = cur_node(ex);
+	int32_t st;
+
+	if (!n)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!stream)
+		return CUDA_ERROR_INVALID_VALUE;
+	st = cu(n, pvgpu_call_stream_create(n->c, &q, &r));
+	return st ? st : tagged(ex, n, r.stream, stream);
+}
+
+static int32_t remote_stream_destroy(struct pvgpu_exec *ex, uint64_t stream)
+{
+	struct pvgpu_stream_destroy_req q = { 0 };
+	struct pvgpu_stream_destroy_rep r;
+	struct remote_node *n;
+
+	if (!ex || !(n = untag(ex, stream, &q.stream)))
+		return CUDA_ERROR_INVALID_HANDLE;
+	return cu(n, pvgpu_call_stream_destroy(n->c, &q, &r));
+}
+
+static int32_t remote_stream_synchronize(struct pvgpu_exec *ex, uint64_t stream)
+{
+	struct pvgpu_stream_synchronize_req q = { 0 };
+	struct pvgpu_stream_synchronize_rep r;
+	struct remote_node *n = stream_node(ex, stream, &q.stream);
+
+	if (!n)
+		return CUDA_ERROR_INVALID_HANDLE;
+	return cu(n, pvgpu_call_stream_synchronize(n->c, &q, &r));
+}
+
+static int32_t remote_stream_query(struct pvgpu_exec *ex, uint64_t stream)
+{
+	struct pvgpu_stream_query_req q = { 0 };
+	struct pvgpu_stream_query_rep r;
+	struct remote_node *n = stream_node(ex, stream, &q.stream);
+
+	if (!n)
+		return CUDA_ERROR_INVALID_HANDLE;
+	return cu(n, pvgpu_call_stream_query(n->c, &q, &r));
+}
+
+static int32_t remote_event_synchronize(struct pvgpu_exec *ex, uint64_t event);
+
+static int32_t remote_stream_wait_event(struct pvgpu_exec *ex, uint64_t stream,
+					uint64_t event, uint32_t flags)
+{
+	struct pvgpu_stream_wait_event_req q = { .flags = flags };
+	struct remote_node *n = stream_node(ex, stream, &q.stream), *en;
+
+	if (!n || !(en = untag(ex, event, &q.event)))
+		return CUDA_ERROR_INVALID_HANDLE;
+	/*
+	 * An event of another node: no stream there can wait on it, so wait
+	 * here, which orders everything after it too (stricter, never wrong).
+	 */
+	if (en != n)
+		return remote_event_synchronize(ex, event);
+	return cu(n, pvgpu_call_stream_wait_event(n->c, &q));
+}
+
+/* ------------------------------------------------------------------ */
+/* events */
+
+static int32_t remote_event_create(struct pvgpu_exec *ex, uint32_t flags,
+				   uint64_t *event)
+{
+	struct pvgpu_event_create_req q = { .flags = flags };
+	struct pvgpu_event_create_rep r;
+	struct remote_node *n = cur_node(ex);
+	int32_t st;
+
+	if (!n)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!event)
+		return CUDA_ERROR_INVALID_VALUE;
+	st = cu(n, pvgpu_call_event_create(n->c, &q, &r));
+	return st ? st : tagged(ex, n, r.event, event);
+}
+
+static int32_t remote_event_destroy(struct pvgpu_exec *ex, uint64_t event)
+{
+	struct pvgpu_event_destroy_req q = { 0 };
+	struct pvgpu_event_destroy_rep r;
+	struct remote_node *n;
+
+	if (!ex || !(n = untag(ex, event, &q.event)))
+		return CUDA_ERROR_INVALID_HANDLE;
+	return cu(n, pvgpu_call_event_destroy(n->c, &q, &r));
+}
+
+static int32_t remote_event_record(struct pvgpu_exec *ex, uint64_t event,
+				   uint64_t stream)
+{
+	struct pvgpu_event_record_req q = { 0 };
+	struct remote_node *n, *sn;
+
+	if (!ex || !(n = untag(ex, event, &q.event)))
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (stream) {
+		sn = untag(ex, stream, &q.stream);
+		if (sn != n)
+			return CUDA_ERROR_INVALID_HANDLE;
+	} else if (cur_node(ex) != n) {
+		return CUDA_ERROR_INVALID_HANDLE;
+	}
+	return cu(n, pvgpu_call_event_record(n->c, &q));
+}
+
+static int32_t remote_event_synchronize(struct pvgpu_exec *ex, uint64_t event)
+{
+	struct pvgpu_event_synchronize_req q = { 0 };
+	struct pvgpu_event_synchronize_rep r;
+	struct remote_node *n;
+
+	if (!ex || !(n = untag(ex, event, &q.event)))
+		return CUDA_ERROR_INVALID_HANDLE;
+	return cu(n, pvgpu_call_event_synchronize(n->c, &q, &r));
+}
+
+static int32_t remote_event_query(struct pvgpu_exec *ex, uint64_t event)
+{
+	struct pvgpu_event_query_req q = { 0 };
+	struct pvgpu_event_query_rep r;
+	struct remote_node *n;
+
+	if (!ex || !(n = untag(ex, event, &q.event)))
+		return CUDA_ERROR_INVALID_HANDLE;
+	return cu(n, pvgpu_call_event_query(n->c, &q, &r));
+}
+
+static int32_t remote_event_elapsed(struct pvgpu_exec *ex, uint64_t start,
+				    uint64_t end, float *ms)
+{
+	struct pvgpu_event_elapsed_req q = { 0 };
+	struct pvgpu_event_elapsed_rep r;
+	struct remote_node *n, *n2;
+	int32_t st;
+
+	if (!ms)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex || !(n = untag(ex, start, &q.start)) ||
+	    !(n2 = untag(ex, end, &q.end)) || n != n2)
+		return CUDA_ERROR_INVALID_HANDLE;
+	st = cu(n, pvgpu_call_event_elapsed(n->c, &q, &r));
+	if (!st)
+		*ms = r.ms;
+	return st;
+}
+
+/* ------------------------------------------------------------------ */
+/* modules and kernels */
+
+static int32_t remote_module_load(struct pvgpu_exec *ex, const void *image,
+				  size_t size, uint64_t *module)
+{
+	struct pvgpu_module_load_req q = { .size = size };
+	struct pvgpu_module_load_rep r;
+	struct remote_node *n = cur_node(ex);
+	int32_t st;
+
+	if (!n)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!image || !size || !module)
+		return CUDA_ERROR_INVALID_VALUE;
+	/* The node keeps its own cache by hash: a second session's load is cheap there too. */
+	st = cu(n, pvgpu_call_module_load(n->c, &q, &r, image));
+	return st ? st : tagged(ex, n, r.module, module);
+}
+
+static int32_t remote_module_unload(struct pvgpu_exec *ex, uint64_t module)
+{
+	struct pvgpu_module_unload_req q = { 0 };
+	struct pvgpu_module_unload_rep r;
+	struct remote_node *n;
+
+	if (!ex || !(n = untag(ex, module, &q.module)))
+		return CUDA_ERROR_INVALID_HANDLE;
+	return cu(n, pvgpu_call_module_unload(n->c, &q, &r));
+}
+
+static struct remote_func *func_find(struct pvgpu_exec *ex, uint64_t h)
+{
+	for (size_t i = 0; i < ex->nfuncs; i++)
+		if (ex->funcs[i].handle == h)
+			return &ex->funcs[i];
+	return NULL;
+}
+
+static int32_t remote_module_function(struct pvgpu_exec *ex, uint64_t module,
+				      const char *name, uint64_t *func)
+{
+	struct pvgpu_module_get_function_req *q;
+	struct pvgpu_module_get_function_rep *r;
+	struct remote_func *f;
+	struct remote_node *n;
+	size_t len;
+	int32_t st;
+
+	if (!ex || !name || !func)
+		return CUDA_ERROR_INVALID_VALUE;
+	len = strlen(name);
+	/* The reply is 8 KiB of layout: off the (worker's) stack. */
+	q = calloc(1, sizeof(*q));
+	r = calloc(1, sizeof(*r));
+	if (!q || !r) {
+		st = CUDA_ERROR_OUT_OF_MEMORY;
+		goto out;
+	}
+	n = untag(ex, module, &q->module);
+	if (!n) {
+		st = CUDA_ERROR_INVALID_HANDLE;
+		goto out;
+	}
+	if (len >= sizeof(q->name)) {
+		st = CUDA_ERROR_NOT_FOUND;
+		goto out;
+	}
+	memcpy(q->name, name, len + 1);
+	q->name_len = (uint32_t)len;
+	st = cu(n, pvgpu_call_module_get_function(n->c, q, r));
+	if (st)
+		goto out;
+	if (r->param_offset_count != r->param_size_count) {
+		st = CUDA_ERROR_UNKNOWN;
+		goto out;
+	}
+	st = tagged(ex, n, r->func, func);
+	if (st)
+		goto out;
+	f = func_find(ex, *func);
+	if (!f) {
+		if (ex->nfuncs == ex->capfuncs) {
+			size_t cap = ex->capfuncs ? ex->capfuncs * 2 : 16;
+			struct remote_func *v = realloc(ex->funcs, cap * sizeof(*v));
+
+			if (!v) {
+				st = CUDA_ERROR_OUT_OF_MEMORY;
+				goto out;
+			}
+			ex->funcs = v;
+			ex->capfuncs = cap;
+		}
+		f = &ex->funcs[ex->nfuncs++];
+		memset(f, 0, sizeof(*f));
+		f->handle = *func;
+	}
+	free(f->layout);
+	f->layout = NULL;
+	f->n = r->param_size_count;
+	if (f->n) {
+		f->layout = calloc(f->n, sizeof(*f->layout));
+		if (!f->layout) {
+			f->n = 0;
+			st = CUDA_ERROR_OUT_OF_MEMORY;
+			goto out;
+		}
+	}
+	for (uint32_t i = 0; i < f->n; i++) {
+		f->layout[i].offset = r->param_offset[i];
+		f->layout[i].size = r->param_size[i];
+	}
+out:
+	free(q);
+	free(r);
+	return st;
+}
+
+static int32_t remote_module_global(struct pvgpu_exec *ex, uint64_t module,
+				    const char *name, uint64_t *dptr,
+				    uint64_t *size)
+{
+	struct pvgpu_module_get_global_req *q;
+	struct pvgpu_module_get_global_rep r;
+	struct remote_node *n;
+	size_t len;
+	int32_t st;
+
+	if (!ex || !name || !dptr || !size)
+		return CUDA_ERROR_INVALID_VALUE;
+	q = calloc(1, sizeof(*q));
+	if (!q)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	len = strlen(name);
+	n = untag(ex, module, &q->module);
+	if (!n)
+		st = CUDA_ERROR_INVALID_HANDLE;
+	else if (len >= sizeof(q->name))
+		st = CUDA_ERROR_NOT_FOUND;
+	else {
+		memcpy(q->name, name, len + 1);
+		q->name_len = (uint32_t)len;
+		st = cu(n, pvgpu_call_module_get_global(n->c, q, &r));
+		if (!st) {
+			*dptr = r.dptr;
+			*size = r.size;
+		}
+	}
+	free(q);
+	return st;
+}
+
+static int32_t remote_function_params(struct pvgpu_exec *ex, uint64_t func,
+				      struct pvgpu_param_info *layout,
+				      uint32_t max, uint32_t *count)
+{
+	struct remote_func *f;
+
+	if (!ex || !count || (max && !layout))
+		return CUDA_ERROR_INVALID_VALUE;
+	f = func_find(ex, func);
+	if (!f)
+		return CUDA_ERROR_INVALID_HANDLE;
+	for (uint32_t i = 0; i < f->n && i < max; i++)
+		layout[i] = f->layout[i];
+	*count = f->n;
+	return CUDA_SUCCESS;
+}
+
+static int32_t remote_function_attribute(struct pvgpu_exec *ex, uint64_t func,
+					 int32_t attr, int32_t *value)
+{
+	struct pvgpu_func_get_attribute_req q = { .attr = attr };
+	struct pvgpu_func_get_attribute_rep r;
+	struct remote_node *n;
+	int32_t st;
+
+	if (!value)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex || !(n = untag(ex, func, &q.func)))
+		return CUDA_ERROR_INVALID_HANDLE;
+	st = cu(n, pvgpu_call_func_get_attribute(n->c, &q, &r));
+	if (!st)
+		*value = r.value;
+	return st;
+}
+
+static int32_t remote_function_set_attribute(struct pvgpu_exec *ex,
+					     uint64_t func, int32_t attr,
+					     int32_t value)
+{
+	struct pvgpu_func_set_attribute_req q = { .attr = attr, .value = value };
+	struct pvgpu_func_set_attribute_rep r;
+	struct remote_node *n;
+
+	if (!ex || !(n = untag(ex, func, &q.func)))
+		return CUDA_ERROR_INVALID_HANDLE;
+	return cu(n, pvgpu_call_func_set_attribute(n->c, &q, &r));
+}
+
+static int32_t remote_launch(struct pvgpu_exec *ex,
+			     const struct pvgpu_launch *l)
+{
+	struct pvgpu_launch_kernel_req q = { 0 };
+	struct remote_node *n, *sn;
+
+	if (!ex || !l || (l->params_size && !l->params))
+		return CUDA_ERROR_INVALID_VALUE;
+	n = untag(ex, l->func, &q.func);
+	if (!n)
+		return CUDA_ERROR_INVALID_HANDLE;
+	sn = stream_node(ex, l->stream, &q.stream);
+	if (sn != n)
+		return CUDA_ERROR_INVALID_HANDLE;
+	q.grid_x = l->grid[0];
+	q.grid_y = l->grid[1];
+	q.grid_z = l->grid[2];
+	q.block_x = l->block[0];
+	q.block_y = l->block[1];
+	q.block_z = l->block[2];
+	q.shared_bytes = l->shared_bytes;
+	q.params = l->params;
+	q.params_len = l->params_size;
+	return cu(n, pvgpu_call_launch_kernel(n->c, &q));
+}
+
+static int32_t remote_occupancy(struct pvgpu_exec *ex, uint64_t func,
+				int32_t block_size, uint64_t dynamic_smem,
+				uint32_t flags, int32_t *blocks)
+{
+	struct pvgpu_func_occupancy_req q = {
+		.block_size = block_size, .dynamic_smem = dynamic_smem,
+		.flags = flags,
+	};
+	struct pvgpu_func_occupancy_rep r;
+	struct remote_node *n;
+	int32_t st;
+
+	if (!blocks)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex || !(n = untag(ex, func, &q.func)))
+		return CUDA_ERROR_INVALID_HANDLE;
+	st = cu(n, pvgpu_call_func_occupancy(n->c, &q, &r));
+	if (!st)
+		*blocks = r.blocks;
+	return st;
+}
+
+/*
+ * Peers.  Devices of one node are asked there; devices of two nodes are
+ * never peers (no GPU reaches across the network), and a copy between them
+ * is staged through this worker's memory, block by block: node to node,
+ * never through the guest.
+ */
+static int32_t remote_device_can_access_peer(struct pvgpu_exec *ex, int32_t dev,
+					     int32_t peer, int32_t *can)
+{
+	struct pvgpu_device_can_access_peer_req q;
+	struct pvgpu_device_can_access_peer_rep r;
+	struct remote_node *a = dev_node(ex, dev, &q.device);
+	struct remote_node *b = dev_node(ex, peer, &q.peer);
+	int32_t st;
+
+	if (!a || !b || !can)
+		return CUDA_ERROR_INVALID_DEVICE;
+	if (a != b) {
+		*can = 0;
+		return CUDA_SUCCESS;
+	}
+	st = cu(a, pvgpu_call_device_can_access_peer(a->c, &q, &r));
+	if (!st)
+		*can = r.can_access;
+	return st;
+}
+
+static int32_t remote_device_p2p_attribute(struct pvgpu_exec *ex, int32_t attr,
+					   int32_t src, int32_t dst, int32_t *value)
+{
+	struct pvgpu_device_p2p_attribute_req q = { .attrib = attr };
+	struct pvgpu_device_p2p_attribute_rep r;
+	struct remote_node *a = dev_node(ex, src, &q.src_device);
+	struct remote_node *b = dev_node(ex, dst, &q.dst_device);
+	int32_t st;
+
+	if (!a || !b || !value)
+		return CUDA_ERROR_INVALID_DEVICE;
+	if (a != b) {
+		*value = 0;
+		return CUDA_SUCCESS;
+	}
+	st = cu(a, pvgpu_call_device_p2p_attribute(a->c, &q, &r));
+	if (!st)
+		*value = r.value;
+	return st;
+}
+
+static int32_t remote_ctx_peer_access(struct pvgpu_exec *ex, uint64_t peer_ctx,
+				      uint32_t flags, int enable)
+{
+	struct pvgpu_ctx_enable_peer_access_req e = { .flags = flags };
+	struct pvgpu_ctx_disable_peer_access_req d;
+	struct remote_node *n = cur_node(ex), *p;
+	uint64_t local;
+
+	if (!n)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	p = untag(ex, peer_ctx, &local);
+	if (!p)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (p != n)
+		return CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
+	if (enable) {
+		struct pvgpu_ctx_enable_peer_access_rep r;
+
+		e.peer_ctx = local;
+		return cu(n, pvgpu_call_ctx_enable_peer_access(n->c, &e, &r));
+	} else {
+		struct pvgpu_ctx_disable_peer_access_rep r;
+
+		d.peer_ctx = local;
+		return cu(n, pvgpu_call_ctx_disable_peer_access(n->c, &d, &r));
+	}
+}
+
+static int32_t remote_ctx_enable_peer_access(struct pvgpu_exec *ex,
+					     uint64_t peer_ctx, uint32_t flags)
+{
+	return remote_ctx_peer_access(ex, peer_ctx, flags, 1);
+}
+
+static int32_t remote_ctx_disable_peer_access(struct pvgpu_exec *ex,
+					      uint64_t peer_ctx)
+{
+	return remote_ctx_peer_access(ex, peer_ctx, 0, 0);
+}
+
+#define STAGE_BLOCK	(4u << 20)
+
+/* src on node a (context ca), dst on node b (context cb): through here. */
+static int32_t stage_between_nodes(struct remote_node *b, uint64_t cb, uint64_t dst,
+				   struct remote_node *a, uint64_t ca, uint64_t src,
+				   uint64_t size)
+{
+	struct pvgpu_ctx_set_req set;
+	uint8_t *buf;
+	int32_t st = CUDA_SUCCESS;
+
+	if (!a->staged) {
+		a->staged = 1;
+		say("peer copies from %s to %s are staged through this node",
+		    a->uri, b->uri);
+	}
+	buf = malloc(STAGE_BLOCK);
+	if (!buf)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	for (uint64_t off = 0; off < size && !st; off += STAGE_BLOCK) {
+		uint64_t n = size - off < STAGE_BLOCK ? size - off : STAGE_BLOCK;
+		struct pvgpu_memcpy_dtoh_req dq = { .src = src + off, .size = n };
+		struct pvgpu_memcpy_dtoh_rep dr;
+		struct pvgpu_memcpy_htod_req hq = { .dst = dst + off, .size = n };
+		struct pvgpu_memcpy_htod_rep hr;
+
+		set.ctx = ca;
+		st = cu(a, pvgpu_call_ctx_set(a->c, &set));
+		if (!st)
+			st = cu(a, pvgpu_call_memcpy_dtoh(a->c, &dq, &dr, buf));
+		set.ctx = cb;
+		if (!st)
+			st = cu(b, pvgpu_call_ctx_set(b->c, &set));
+		if (!st)
+			st = cu(b, pvgpu_call_memcpy_htod(b->c, &hq, &hr, buf));
+	}
+	free(buf);
+	/* Both nodes' current contexts as the session last set them. */
+	set.ctx = a->ctx;
+	if (a->ctx)
+		(void)pvgpu_call_ctx_set(a->c, &set);
+	set.ctx = b->ctx;
+	if (b->ctx)
+		(void)pvgpu_call_ctx_set(b->c, &set);
+	return st;
+}
+
+static int32_t remote_memcpy_peer_async(struct pvgpu_exec *ex, uint64_t dst,
+					uint64_t dst_ctx, uint64_t src,
+					uint64_t src_ctx, uint64_t size,
+					uint64_t stream)
+{
+	struct pvgpu_memcpy_peer_async_req q = { .dst = dst, .src = src,
+						 .size = size };
+	struct remote_node *a, *b, *n;
+	uint64_t ls;
+
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	b = untag(ex, dst_ctx, &q.dst_ctx);
+	a = untag(ex, src_ctx, &q.src_ctx);
+	if (!a || !b)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (a != b) {
+		/* Staged copies are synchronous: everything queued on the
+		 * stream has to be done first. */
+		n = stream_node(ex, stream, &ls);
+		if (n) {
+			struct pvgpu_stream_synchronize_req sq = { .stream = ls };
+			struct pvgpu_stream_synchronize_rep sr;
+			int32_t st = cu(n, pvgpu_call_stream_synchronize(n->c, &sq, &sr));
+
+			if (st)
+				return st;
+		}
+		return stage_between_nodes(b, q.dst_ctx, dst, a, q.src_ctx,
+					   src, size);
+	}
+	if (stream) {
+		if (!(n = untag(ex, stream, &q.stream)) || n != a)
+			return CUDA_ERROR_INVALID_HANDLE;
+		return cu(a, pvgpu_call_memcpy_peer_async(a->c, &q));
+	} else {
+		struct pvgpu_memcpy_peer_req s = {
+			.dst = dst, .dst_ctx = q.dst_ctx, .src = src,
+			.src_ctx = q.src_ctx, .size = size,
+		};
+		struct pvgpu_memcpy_peer_rep r;
+
+		return cu(a, pvgpu_call_memcpy_peer(a->c, &s, &r));
+	}
+}
+
+static int32_t remote_memcpy_peer(struct pvgpu_exec *ex, uint64_t dst,
+				  uint64_t dst_ctx, uint64_t src,
+				  uint64_t src_ctx, uint64_t size)
+{
+	return remote_memcpy_peer_async(ex, dst, dst_ctx, src, src_ctx, size, 0);
+}
+
+static int32_t remote_dynamic_smem(struct pvgpu_exec *ex, uint64_t func,
+				   int32_t num_blocks, int32_t block_size,
+				   uint64_t *bytes)
+{
+	struct pvgpu_func_dynamic_smem_req q = { .num_blocks = num_blocks,
+						 .block_size = block_size };
+	struct pvgpu_func_dynamic_smem_rep r;
+	struct remote_node *n;
+	int32_t st;
+
+	if (!bytes)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex || !(n = untag(ex, func, &q.func)))
+		return CUDA_ERROR_INVALID_HANDLE;
+	st = cu(n, pvgpu_call_func_dynamic_smem(n->c, &q, &r));
+	if (!st)
+		*bytes = r.bytes;
+	return st;
+}
+
+static int32_t remote_max_clusters(struct pvgpu_exec *ex, uint64_t func,
+				   const struct pvgpu_launch *s,
+				   const uint32_t cluster[3], int32_t *clusters)
+{
+	struct pvgpu_func_max_clusters_req q = {
+		.grid_x = s->grid[0], .grid_y = s->grid[1], .grid_z = s->grid[2],
+		.block_x = s->block[0], .block_y = s->block[1],
+		.block_z = s->block[2], .shared_bytes = s->shared_bytes,
+		.cluster_x = cluster[0], .cluster_y = cluster[1],
+		.cluster_z = cluster[2],
+	};
+	struct pvgpu_func_max_clusters_rep r;
+	struct remote_node *n;
+	int32_t st;
+
+	if (!clusters)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex || !(n = untag(ex, func, &q.func)))
+		return CUDA_ERROR_INVALID_HANDLE;
+	st = cu(n, pvgpu_call_func_max_clusters(n->c, &q, &r));
+	if (!st)
+		*clusters = r.clusters;
+	return st;
+}
+
+static const struct pvgpu_executor_ops pvgpu_exec_remote = {
+	.name			= "remote",
+	.open			= remote_open,
+	.close			= remote_close,
+	.driver_version		= remote_driver_version,
+	.device_count		= remote_device_count,
+	.device_attribute	= remote_device_attribute,
+	.device_name		= remote_device_name,
+	.device_uuid		= remote_device_uuid,
+	.device_total_mem	= remote_device_total_mem,
+	.ctx_create		= remote_ctx_create,
+	.ctx_destroy		= remote_ctx_destroy,
+	.ctx_set		= remote_ctx_set,
+	.ctx_synchronize	= remote_ctx_synchronize,
+	.mem_alloc		= remote_mem_alloc,
+	.mem_free		= remote_mem_free,
+	.mem_get_info		= remote_mem_get_info,
+	.host_alloc		= remote_host_alloc,
+	.host_free		= remote_host_free,
+	.host_register		= remote_host_register,
+	.host_unregister	= remote_host_unregister,
+	.memcpy_htod_async	= remote_memcpy_htod_async,
+	.memcpy_dtoh_async	= remote_memcpy_dtoh_async,
+	.memcpy_dtod_async	= remote_memcpy_dtod_async,
+	.memset_async		= remote_memset_async,
+	.stream_create		= remote_stream_create,
+	.stream_destroy		= remote_stream_destroy,
+	.stream_synchronize	= remote_stream_synchronize,
+	.stream_query		= remote_stream_query,
+	.stream_wait_event	= remote_stream_wait_event,
+	.event_create		= remote_event_create,
+	.event_destroy		= remote_event_destroy,
+	.event_record		= remote_event_record,
+	.event_synchronize	= remote_event_synchronize,
+	.event_query		= remote_event_query,
+	.event_elapsed		= remote_event_elapsed,
+	.module_load		= remote_module_load,
+	.module_unload		= remote_module_unload,
+	.module_function	= remote_module_function,
+	.module_global		= remote_module_global,
+	.function_params	= remote_function_params,
+	.function_attribute	= remote_function_attribute,
+	.function_set_attribute	= remote_function_set_attribute,
+	.launch			= remote_launch,
+	.occupancy		= remote_occupancy,
+	.dynamic_smem		= remote_dynamic_smem,
+	.max_clusters		= remote_max_clusters,
+	.device_can_access_peer	= remote_device_can_access_peer,
+	.device_p2p_attribute	= remote_device_p2p_attribute,
+	.ctx_enable_peer_access	= remote_ctx_enable_peer_access,
+	.ctx_disable_peer_access = remote_ctx_disable_peer_access,
+	.memcpy_peer		= remote_memcpy_peer,
+	.memcpy_peer_async	= remote_memcpy_peer_async,
+};
+
+/* How pvgpud finds it: build/lib/pvgpud/exec-remote.so. */
+const struct pvgpu_executor_ops *const pvgpu_executor_plugin = &pvgpu_exec_remote;

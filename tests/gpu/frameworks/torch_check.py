@@ -1,0 +1,72 @@
+"""What a PyTorch user checks, printed as one JSON line: device
+properties, elementwise ops, reductions and sorts (CUB), matmul
+(cuBLAS/cuBLASLt), convolution (cuDNN), a small training loop, the memory
+the device reports, and a loop of tiny additions (timed). Run natively and
+through pvgpu by tests/gpu/test_gpu_driver_api.py, which compares them."""
+import json
+import time
+
+import torch
+
+torch.manual_seed(0)
+torch.backends.cudnn.deterministic = True
+torch.backends.cudnn.benchmark = False
+dev = torch.device("cuda")
+out = {"count": torch.cuda.device_count(),
+       "name": torch.cuda.get_device_name(0),
+       "capability": list(torch.cuda.get_device_capability(0))}
+a = torch.randn(1024, 1024, device=dev)
+b = torch.randn(1024, 1024, device=dev)
+out["add"] = float((a + b).double().sum())
+out["softmax"] = float(torch.softmax(a, 1).double().sum())
+out["sort"] = torch.sort(torch.randn(100000, device=dev)).values[::10000].tolist()
+out["matmul"] = float((a @ b).double().sum())
+out["matmul_bf16"] = float((a.bfloat16() @ b.bfloat16()).double().sum())
+x = torch.randn(8, 3, 32, 32, device=dev)
+w = torch.randn(16, 3, 3, 3, device=dev)
+out["conv"] = float(torch.nn.functional.conv2d(x, w, padding=1).double().sum())
+
+model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(),
+                            torch.nn.Linear(128, 10)).to(dev)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+X = torch.randn(256, 64, device=dev)
+Y = torch.randint(0, 10, (256,), device=dev)
+for _ in range(20):
+    opt.zero_grad()
+    loss = torch.nn.functional.cross_entropy(model(X), Y)
+    loss.backward()
+    opt.step()
+out["mlp_loss"] = float(loss)
+
+cnn = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+                          torch.nn.MaxPool2d(2), torch.nn.Flatten(),
+                          torch.nn.Linear(8 * 16 * 16, 10)).to(dev)
+opt = torch.optim.SGD(cnn.parameters(), lr=0.01)
+Xc = torch.randn(32, 3, 32, 32, device=dev)
+Yc = torch.randint(0, 10, (32,), device=dev)
+for _ in range(10):
+    opt.zero_grad()
+    loss = torch.nn.functional.cross_entropy(cnn(Xc), Yc)
+    loss.backward()
+    opt.step()
+out["cnn_loss"] = float(loss)
+
+free, total = torch.cuda.mem_get_info()
+out["mem_total"] = total
+
+z = torch.zeros(1, device=dev)
+torch.cuda.synchronize()
+t = time.perf_counter()
+for _ in range(1000):
+    z += 1
+torch.cuda.synchronize()
+out["tiny_loop_s"] = time.perf_counter() - t
+out["z"] = float(z)
+big = torch.randn(4096, 4096, device=dev)
+torch.cuda.synchronize()
+t = time.perf_counter()
+for _ in range(10):
+    c = big @ big
+torch.cuda.synchronize()
+out["matmul4096_s"] = time.perf_counter() - t
+print(json.dumps(out))

@@ -1,0 +1,143 @@
+"""On a machine with an NVIDIA GPU (issues 13 and 14): programs that talk
+to libcuda.so.1 — the test programs built with NVIDIA's runtime (shared and
+static), PyTorch and CuPy — run through pvgpu's libcuda.so.1 against
+`pvgpud --executor cuda`, and give what they give natively.
+
+NVIDIA's own libcuda.so.1 is on this machine, so a program could reach the
+GPU without pvgpu and pass for the wrong reason: pvgpu's library comes
+first on LD_LIBRARY_PATH (not LD_PRELOAD: libraries dlsym the driver by
+name), and every test checks that pvgpud served a session for the run.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
+LIBCUDA = BUILD / "lib" / "libcuda.so.1"
+FRAMEWORKS = Path(__file__).parent / "frameworks"
+PROGRAMS = sorted(p.stem for p in (REPO / "tests" / "programs").glob("*.cu"))
+KERNELS = sorted("kernels/" + p.stem
+                 for p in (REPO / "tests" / "programs" / "kernels").glob("*.cu")
+                 if p.stem != "fault")
+TIMING = re.compile(r"\d+(\.\d+)? ?(ms|us|µs|s|GB/s|MiB/s)\b")
+
+
+@pytest.fixture(scope="module")
+def libdir(native_libdir):
+    """pvgpu's libcuda.so.1 and NVIDIA's libcudart.so.13, nothing else."""
+    if not LIBCUDA.exists():
+        pytest.fail(f"{LIBCUDA} is not built: make needs python3's libclang "
+                    "(pip install libclang) to generate it")
+    d = Path(tempfile.mkdtemp(prefix="pvgpu-cu-"))
+    os.symlink(LIBCUDA.resolve(), d / "libcuda.so.1")
+    os.symlink(Path(native_libdir) / "libcudart.so.13", d / "libcudart.so.13")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def clean_env():
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PVGPU_DEVICES", "PVGPU_TOKEN", "LD_LIBRARY_PATH",
+                        "LD_PRELOAD")}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def pvgpu_env(libdir, uri):
+    env = clean_env()
+    env["LD_LIBRARY_PATH"] = str(libdir)
+    env["PVGPU_DEVICES"] = uri
+    return env
+
+
+def sessions(daemon):
+    return len(re.findall(r"session \d+ start:", daemon.log()))
+
+
+def run(cmd, env, timeout=300):
+    return subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, errors="replace",
+                          timeout=timeout, cwd=REPO)
+
+
+def results(stdout):
+    return [line for line in stdout.splitlines() if not TIMING.search(line)]
+
+
+def shm(daemon):
+    return "shm://" + daemon.unix[len("unix://"):]
+
+
+@pytest.mark.parametrize("way", ["shared", "static"])
+@pytest.mark.parametrize("name", PROGRAMS + KERNELS)
+def test_program_over_libcuda(programs, native_libdir, cuda_daemon, libdir,
+                              name, way):
+    path = BUILD / "tests" / ("static/" + name if way == "static" else name)
+    if not path.exists():
+        pytest.fail(f"{path} is not built (make test-programs)")
+    native_env = clean_env()
+    if way == "shared":
+        native_env["LD_LIBRARY_PATH"] = native_libdir
+    native = run([str(path)], native_env)
+    assert native.returncode == 0 and native.stdout.splitlines()[-1:] == ["PASS"], \
+        "fails natively:\n" + native.stdout[-2000:] + native.stderr[-2000:]
+    before = sessions(cuda_daemon)
+    remote = run([str(path)], pvgpu_env(libdir, shm(cuda_daemon)))
+    assert remote.returncode == 0, \
+        f"rc {remote.returncode}\n{remote.stdout[-3000:]}\n{remote.stderr[-3000:]}\n" \
+        f"pvgpud:\n{cuda_daemon.log()[-3000:]}"
+    assert sessions(cuda_daemon) > before, "pvgpud saw no session:\n" + cuda_daemon.log()
+    assert results(remote.stdout) == results(native.stdout)
+
+
+def framework(script, env):
+    res = run([sys.executable, str(FRAMEWORKS / script)], env, timeout=600)
+    lines = [line for line in res.stdout.splitlines() if line.startswith("{")]
+    assert res.returncode == 0 and lines, \
+        f"{script} rc {res.returncode}\n{res.stdout[-3000:]}\n{res.stderr[-5000:]}"
+    return json.loads(lines[-1])
+
+
+def compare(native, remote, rel=1e-5):
+    """Results equal within the framework's own determinism; *_s keys are
+    timings and total memory is the VM's quota, so they are not compared."""
+    wrong = []
+    for key, want in native.items():
+        got = remote.get(key)
+        if key.endswith("_s") or key.startswith("mem_"):
+            continue
+        if isinstance(want, float):
+            if got is None or abs(got - want) > rel * max(1.0, abs(want)):
+                wrong.append(f"{key}: native {want} pvgpu {got}")
+        elif got != want:
+            wrong.append(f"{key}: native {want} pvgpu {got}")
+    return wrong
+
+
+def record(name, native, remote):
+    out = BUILD / "tests" / f"frameworks-{name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"native": native, "pvgpu": remote}, indent=1))
+
+
+@pytest.mark.parametrize("script,module", [("torch_check.py", "torch"),
+                                           ("cupy_check.py", "cupy")])
+def test_framework_over_libcuda(cuda_daemon, libdir, script, module):
+    if subprocess.run([sys.executable, "-c", f"import {module}"],
+                      capture_output=True).returncode:
+        pytest.skip(f"{module} is not installed in {sys.executable}")
+    native = framework(script, clean_env())
+    before = sessions(cuda_daemon)
+    remote = framework(script, pvgpu_env(libdir, shm(cuda_daemon)))
+    assert sessions(cuda_daemon) > before, "pvgpud saw no session:\n" + cuda_daemon.log()
+    record(module, native, remote)
+    wrong = compare(native, remote)
+    assert not wrong, "\n".join(wrong)

@@ -1,0 +1,93 @@
+/*
+ * verbs_wire_test.c - what a verbs:// peer may send, checked without any
+ * RDMA device: the connect request's private data (ring shape, token) and
+ * the header of each ring slot.  Everything malformed is refused.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "verbs/verbs_wire.h"
+
+static int passed, failed;
+
+#define CHECK(cond) do {						\
+	if (cond) {							\
+		passed++;						\
+	} else {							\
+		failed++;						\
+		fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__,	\
+			__LINE__, #cond);				\
+	}								\
+} while (0)
+
+int main(void)
+{
+	struct pvgpu_verbs_hello h = {
+		.ring = { 0x7f0012345000ull, 0xabcd, 16, 256 << 10 },
+		.token = "vm-a",
+	}, back;
+	struct pvgpu_verbs_ring r;
+	uint8_t pd[PVGPU_VERBS_CONNECT_PD], slot[PVGPU_VERBS_SLOT_HDR];
+	char err[160];
+	uint32_t len;
+
+	CHECK(pvgpu_verbs_hello_encode(pd, &h) == PVGPU_VERBS_CONNECT_PD);
+	CHECK(pvgpu_verbs_hello_decode(pd, sizeof(pd), &back, err, sizeof(err)) == 0);
+	CHECK(back.ring.addr == h.ring.addr && back.ring.rkey == h.ring.rkey);
+	CHECK(back.ring.nslots == 16 && back.ring.slot_size == (256u << 10));
+	CHECK(!strcmp(back.token, "vm-a"));
+
+	/* Too short, wrong magic, wrong version, bad shape, bad token. */
+	CHECK(pvgpu_verbs_hello_decode(pd, 10, &back, err, sizeof(err)) < 0);
+	CHECK(pvgpu_verbs_hello_decode(pd, 0, &back, err, sizeof(err)) < 0);
+	pd[0] ^= 1;
+	CHECK(pvgpu_verbs_hello_decode(pd, sizeof(pd), &back, err, sizeof(err)) < 0);
+	CHECK(strstr(err, "magic") != NULL);
+	pd[0] ^= 1;
+	pd[4] = 9;
+	CHECK(pvgpu_verbs_hello_decode(pd, sizeof(pd), &back, err, sizeof(err)) < 0);
+	pd[4] = PVGPU_VERBS_VERSION;
+	pd[6] = 40;		/* a slot of 2^40 bytes */
+	CHECK(pvgpu_verbs_hello_decode(pd, sizeof(pd), &back, err, sizeof(err)) < 0);
+	pd[6] = 3;		/* 8 bytes: smaller than a header */
+	CHECK(pvgpu_verbs_hello_decode(pd, sizeof(pd), &back, err, sizeof(err)) < 0);
+	pd[6] = 18;
+	pd[7] = 0;		/* one slot */
+	CHECK(pvgpu_verbs_hello_decode(pd, sizeof(pd), &back, err, sizeof(err)) < 0);
+	pd[7] = 15;
+	CHECK(pvgpu_verbs_hello_decode(pd, sizeof(pd), &back, err, sizeof(err)) == 0);
+	pd[20] = 200;		/* token longer than the private data */
+	CHECK(pvgpu_verbs_hello_decode(pd, sizeof(pd), &back, err, sizeof(err)) < 0);
+	pd[20] = 40;		/* over the token limit */
+	CHECK(pvgpu_verbs_hello_decode(pd, sizeof(pd), &back, err, sizeof(err)) < 0);
+	pd[20] = 4;
+	pd[22] = 0x01;		/* not printable */
+	CHECK(pvgpu_verbs_hello_decode(pd, sizeof(pd), &back, err, sizeof(err)) < 0);
+	pd[22] = 'm';
+	CHECK(pvgpu_verbs_hello_decode(pd, 22, &back, err, sizeof(err)) < 0);
+
+	CHECK(pvgpu_verbs_ring_encode(pd, &h.ring) == PVGPU_VERBS_ACCEPT_PD);
+	CHECK(pvgpu_verbs_ring_decode(pd, PVGPU_VERBS_ACCEPT_PD, &r, err, sizeof(err)) == 0);
+	CHECK(r.addr == h.ring.addr && r.nslots == 16);
+
+	/* Slot headers: sequence, magic, length within the slot. */
+	pvgpu_verbs_slot_encode(slot, 7, 1000);
+	CHECK(pvgpu_verbs_slot_check(slot, 7, 4096, &len) == 0 && len == 1000);
+	CHECK(pvgpu_verbs_slot_check(slot, 8, 4096, &len) < 0);
+	CHECK(pvgpu_verbs_slot_check(slot, 7, 1000, &len) < 0);
+	pvgpu_verbs_slot_encode(slot, 7, 4096 - PVGPU_VERBS_SLOT_HDR);
+	CHECK(pvgpu_verbs_slot_check(slot, 7, 4096, &len) == 0);
+	pvgpu_verbs_slot_encode(slot, 7, 4096 - PVGPU_VERBS_SLOT_HDR + 1);
+	CHECK(pvgpu_verbs_slot_check(slot, 7, 4096, &len) < 0);
+	pvgpu_verbs_slot_encode(slot, 7, 0xffffffffu);
+	CHECK(pvgpu_verbs_slot_check(slot, 7, 4096, &len) < 0);
+	pvgpu_verbs_slot_encode(slot, 7, 10);
+	slot[9] ^= 0x10;
+	CHECK(pvgpu_verbs_slot_check(slot, 7, 4096, &len) < 0);
+	slot[9] ^= 0x10;
+	slot[12] = 1;
+	CHECK(pvgpu_verbs_slot_check(slot, 7, 4096, &len) < 0);
+
+	printf("%d passed, %d failed\n", passed, failed);
+	return failed != 0;
+}

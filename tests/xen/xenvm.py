@@ -1,0 +1,437 @@
+#!/usr/bin/env python3
+"""Boot Debian's Xen 4.17 under QEMU TCG with a PV dom0, and PV domUs in it.
+
+What Xen's own CI does (automation/scripts/qemu-alpine-x86_64.sh), with
+Debian's pieces: the hypervisor (xen-hypervisor-4.17-amd64), Debian's 6.1
+kernel for dom0 and the domUs (scripts/vm/fetch-kernel.sh), xen-utils-4.17
+(xl, the C xenstored, xenconsoled) and their libraries copied into dom0's
+busybox initramfs with ldd, and a domU initramfs carrying test programs
+inside dom0's.  Nothing is installed on the host: the Xen packages are
+unpacked into .deps/xen/ (fetch_xen(), `apt-get download`), and only the
+libraries xl needs must be resolvable here (libxen-dev, or libxenmisc4.17).
+
+dom0's script starts xenstored, xen-init-dom0 and xenconsoled, runs the
+caller's dom0 script (which may `xl create` domUs: their consoles are
+logged to /var/log/xen/console/guest-NAME.log, `show_domu_console NAME`
+prints one), and powers off.  The guest's status comes back as in
+scripts/vm/pvgpuvm.py ("pvgpu-guest: exit N").
+
+  python3 tests/xen/xenvm.py boot              # dom0 only, prints timings
+  python3 tests/xen/xenvm.py probe             # + a domU and the vchan probe
+"""
+
+import argparse
+import gzip
+import importlib.util
+import os
+import re
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent.parent
+DEPS_XEN = REPO / ".deps" / "xen"
+XEN_VER = "4.17"
+XEN_PACKAGES = [f"xen-hypervisor-{XEN_VER}-amd64", f"xen-utils-{XEN_VER}",
+                "xenstore-utils"]
+XEN_BIN = f"usr/lib/xen-{XEN_VER}/bin"
+
+# dom0 needs these to run xenstored, xl and the vchan server; a domU needs
+# the event channel and both grant devices (gntdev maps the server's ring,
+# gntalloc grants the bulk window).
+DOM0_MODULES = ["xen-evtchn", "xenfs", "xen-privcmd", "xen-gntdev",
+                "xen-gntalloc"]
+DOMU_MODULES = ["xen-evtchn", "xenfs", "xen-gntdev", "xen-gntalloc"]
+
+# Tools dom0 carries (from the unpacked packages), by name in XEN_BIN or
+# usr/bin; xenstore-* are copies of one multi-call binary.
+DOM0_TOOLS = ["xl", "xenstored", "xenconsoled", "xen-init-dom0"]
+XENSTORE_TOOLS = ["xenstore-read", "xenstore-write", "xenstore-ls",
+                  "xenstore-list", "xenstore-rm", "xenstore-watch",
+                  "xenstore-chmod"]
+
+
+def _load_pvgpuvm():
+    spec = importlib.util.spec_from_file_location(
+        "pvgpuvm", REPO / "scripts" / "vm" / "pvgpuvm.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+vm = _load_pvgpuvm()
+VmError = vm.VmError
+EXIT_MARK = vm.EXIT_MARK
+
+
+def fetch_xen():
+    """.deps/xen/root with the Xen packages unpacked (downloaded with
+    `apt-get download` the first time); raises VmError saying why not."""
+    root = DEPS_XEN / "root"
+    if (root / "boot" / f"xen-{XEN_VER}-amd64.gz").exists() and \
+       (root / XEN_BIN / "xl").exists():
+        return root
+    if not shutil.which("apt-get") or not shutil.which("dpkg-deb"):
+        raise VmError("no apt-get/dpkg-deb to fetch the Xen packages")
+    debs = DEPS_XEN / "debs"
+    debs.mkdir(parents=True, exist_ok=True)
+    os.chmod(debs, 0o777)   # apt-get download drops to _apt as root
+    proc = subprocess.run(["apt-get", "download", "-q"] + XEN_PACKAGES,
+                          cwd=debs, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise VmError("cannot download the Xen packages: "
+                      + proc.stderr.strip()[-300:])
+    tmp = DEPS_XEN / "root.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    for deb in sorted(debs.glob("*.deb")):
+        subprocess.run(["dpkg-deb", "-x", str(deb), str(tmp)], check=True)
+    shutil.rmtree(root, ignore_errors=True)
+    tmp.rename(root)
+    return root
+
+
+def hypervisor():
+    """The uncompressed hypervisor image (QEMU's -kernel wants an ELF or
+    multiboot image, not the .gz): /boot/xen-4.17-amd64.gz if installed,
+    else the fetched one."""
+    gz = Path(f"/boot/xen-{XEN_VER}-amd64.gz")
+    if not gz.exists():
+        gz = fetch_xen() / "boot" / gz.name
+    out = DEPS_XEN / f"xen-{XEN_VER}-amd64"
+    if not out.exists() or out.stat().st_mtime < gz.stat().st_mtime:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(".tmp")
+        tmp.write_bytes(gzip.decompress(gz.read_bytes()))
+        tmp.rename(out)
+    return out
+
+
+def why_not():
+    """None where Xen can be booted here, else the reason (a skip's)."""
+    if not shutil.which("qemu-system-x86_64"):
+        return "no qemu-system-x86_64 (apt-get install qemu-system-x86)"
+    try:
+        vm.busybox_path()
+        vm.kernel_dir()
+        hypervisor()
+        fetch_xen()
+    except VmError as e:
+        return str(e)
+    except OSError as e:
+        return f"Xen images: {e}"
+    missing = [lib for lib in ("libxenlight.so", "libxenstore.so")
+               if not _ldconfig_has(lib)]
+    if missing:
+        return f"no {', '.join(missing)} here (apt-get install libxen-dev)"
+    return None
+
+
+def _ldconfig_has(name):
+    out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True)
+    return name in out.stdout
+
+
+def _libs(binaries):
+    """Every shared library the binaries load (with the loader), as
+    (host path, guest path), resolved by ldd on this machine."""
+    seen = {}
+    for b in binaries:
+        for src, dst in vm.guest_libraries(b, skip=()):
+            seen[dst] = src
+    return [(src, dst) for dst, src in sorted(seen.items())]
+
+
+DOMU_INIT = """
+mount -t xenfs xenfs /proc/xen 2>/dev/null
+export LD_LIBRARY_PATH=/usr/lib/pvgpu
+"""
+
+
+def domu_initramfs(out, script, files=(), kdir=None, kver=None):
+    """A domU's initramfs: busybox, the Xen guest modules, files
+    [(host, guest)] and their libraries, xenstore-read/write, and script."""
+    root = fetch_xen()
+    tools = [(root / "usr/bin/xenstore-read", "/usr/bin/xenstore-read"),
+             (root / "usr/bin/xenstore-write", "/usr/bin/xenstore-write")]
+    files = list(files) + tools
+    libs = _libs([src for src, _ in files if _is_elf(src)])
+    return vm.build_initramfs(out, DOMU_INIT + script, files=files + libs,
+                              modules=DOMU_MODULES, kdir=kdir, kver=kver)
+
+
+def _is_elf(path):
+    with open(path, "rb") as f:
+        return f.read(4) == b"\x7fELF"
+
+
+DOM0_INIT = r"""
+t0=$(cut -d' ' -f1 /proc/uptime)
+echo "xen-dom0: up at $t0 s"
+mkdir -p /proc/xen /var/run/xen /var/run/xenstored /var/lib/xen \
+         /var/log/xen/console /run/xen /etc/xen
+mount -t xenfs xenfs /proc/xen
+mkdir -p /dev/pts; mount -t devpts devpts /dev/pts   # xenconsoled's ttys
+: > /etc/xen/xl.conf
+xenstored --pid-file /var/run/xen/xenstored.pid || { echo "xen-dom0: xenstored failed"; exit 90; }
+n=0; while [ ! -S /var/run/xenstored/socket ] && [ $n -lt 100 ]; do sleep 0.1; n=$((n+1)); done
+xen-init-dom0 >/dev/null || { echo "xen-dom0: xen-init-dom0 failed"; exit 91; }
+xenconsoled --log=guest --log-dir=/var/log/xen/console || { echo "xen-dom0: xenconsoled failed"; exit 92; }
+echo "xen-dom0: toolstack up at $(cut -d' ' -f1 /proc/uptime) s"
+
+show_domu_console() {   # show_domu_console NAME: its console log, prefixed
+    sed "s/^/[$1] /" /var/log/xen/console/guest-$1.log 2>/dev/null
+}
+# domu_wait NAME SECONDS: until the domain is gone (0) or the time is up (1)
+domu_wait() {
+    n=0
+    while xl domid "$1" >/dev/null 2>&1; do
+        [ $n -ge $(($2 * 10)) ] && return 1
+        sleep 0.1; n=$((n+1))
+    done
+    return 0
+}
+"""
+
+
+LIBGCC = ["/lib/x86_64-linux-gnu/libgcc_s.so.1", "/usr/lib/x86_64-linux-gnu/libgcc_s.so.1"]
+
+
+def dom0_initramfs(out, script, files=(), kdir=None, kver=None):
+    """dom0's initramfs: busybox, xen-utils with their libraries, the
+    dom0 modules, files [(host, guest)] (domU kernels and initramfs, test
+    programs and their libraries) and script (after the toolstack is up)."""
+    root = fetch_xen()
+    tools = []
+    for name in DOM0_TOOLS:
+        tools.append((root / XEN_BIN / name, f"/usr/sbin/{name}"))
+    for name in XENSTORE_TOOLS:
+        tools.append((root / "usr/bin" / name, f"/usr/bin/{name}"))
+    files = list(files) + tools
+    libs = _libs([src for src, _ in files if _is_elf(src)])
+    # glibc dlopens libgcc_s for pthread_cancel (xl's child processes).
+    libs += [(os.path.realpath(p), p) for p in LIBGCC if os.path.exists(p)][:1]
+    return vm.build_initramfs(out, DOM0_INIT + script, files=files + libs,
+                              modules=DOM0_MODULES, kdir=kdir, kver=kver)
+
+
+def qemu_command(initrd, kdir, kver, smp=2, memory="2G", dom0_mem="1024M"):
+    """DESIGN §7: q35 under TCG, -cpu qemu64,+svm (max crashes dom0), the
+    hypervisor as the multiboot kernel, dom0's kernel and initramfs as its
+    modules."""
+    kernel = Path(kdir) / "boot" / f"vmlinuz-{kver}"
+    for p in (kernel, initrd):
+        if "," in str(p):
+            raise VmError(f"a comma in {p} would split QEMU's module list")
+    dom0_cmdline = "console=hvc0 earlyprintk=xen panic=-1 quiet"
+    return [vm.qemu_binary(), "-machine", "q35,accel=tcg",
+            "-cpu", "qemu64,+svm", "-m", memory, "-smp", str(smp),
+            "-nographic", "-no-reboot", "-nic", "none", "-vga", "none",
+            "-kernel", str(hypervisor()),
+            "-initrd", f"{kernel} {dom0_cmdline},{initrd}",
+            "-append", f"console=com1 com1=115200,8n1 dom0_mem={dom0_mem},"
+                       f"max:{dom0_mem} noreboot"]
+
+
+def run(cmd, timeout=600.0, log=None, echo=False):
+    """Run QEMU until dom0's script reports its status (then stop QEMU at
+    once: Xen's power-off path under TCG is slow) or `timeout` passes.
+    Returns (status, console, seconds): 124 on a timeout, 125 when QEMU
+    stopped without a status."""
+    logf = open(log, "w") if log else None
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    chunks = []
+    status = None
+    tail = b""
+    try:
+        while True:
+            left = t0 + timeout - time.monotonic()
+            if left <= 0:
+                status = 124
+                break
+            ready, _, _ = select.select([proc.stdout], [], [], min(left, 1.0))
+            if not ready:
+                continue
+            data = os.read(proc.stdout.fileno(), 65536)
+            if not data:
+                break
+            chunks.append(data)
+            if echo:
+                sys.stdout.buffer.write(data)
+                sys.stdout.flush()
+            if logf:
+                logf.write(data.decode(errors="replace"))
+                logf.flush()
+            tail = (tail + data)[-4096:]
+            m = re.search(re.escape(EXIT_MARK.encode()) + rb"(\d+)\s", tail)
+            if m:
+                status = int(m.group(1))
+                break
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        proc.stdout.close()
+        if logf:
+            logf.close()
+    console = b"".join(chunks).decode(errors="replace").replace("\r\n", "\n")
+    return (125 if status is None else status), console, time.monotonic() - t0
+
+
+def domu_config(name, kernel, ramdisk, memory=192, extra=""):
+    """An xl config for a PV domU with no disk and no network."""
+    return (f'name = "{name}"\ntype = "pv"\nkernel = "{kernel}"\n'
+            f'ramdisk = "{ramdisk}"\n'
+            f'extra = "console=hvc0 panic=-1 quiet {extra}"\n'
+            f'memory = {memory}\nvcpus = 1\non_poweroff = "destroy"\n'
+            f'on_crash = "destroy"\n')
+
+
+PROBE_PATH = "/local/domain/0/data/pvgpu-probe"
+
+
+def probe_scripts(nbytes):
+    """(dom0 script, domU script) for the vchan probe pair."""
+    dom0 = f"""
+xl create -p /etc/xen/domu1.cfg >/dev/null || {{ echo "xen-dom0: xl create failed"; exit 93; }}
+id=$(xl domid domu1)
+echo "xen-dom0: domu1 is domain $id, created at $(cut -d' ' -f1 /proc/uptime) s"
+vchan-probe server $id {PROBE_PATH}/$id {nbytes} &
+srv=$!
+xl unpause domu1
+wait $srv; rc=$?
+domu_wait domu1 60 || echo "xen-dom0: domu1 still running"
+echo "xen-dom0: domu1 done at $(cut -d' ' -f1 /proc/uptime) s"
+show_domu_console domu1
+exit $rc
+"""
+    domu = f"""
+id=$(xenstore-read domid)
+vchan-probe client 0 {PROBE_PATH}/$id {nbytes}
+"""
+    return dom0, domu
+
+
+def build_probe(workdir, probe, nbytes=1 << 20):
+    """dom0 initramfs for the probe test, in workdir; returns its path."""
+    kdir, kver = vm.kernel_dir()
+    workdir = Path(workdir)
+    dom0_script, domu_script = probe_scripts(nbytes)
+    domu_rd = workdir / "domu.cpio"
+    domu_initramfs(domu_rd, domu_script,
+                   files=[(probe, "/usr/bin/vchan-probe")], kdir=kdir, kver=kver)
+    cfg = workdir / "domu1.cfg"
+    cfg.write_text(domu_config("domu1", "/domu/vmlinuz", "/domu/initrd"))
+    dom0_rd = workdir / "dom0.cpio"
+    dom0_initramfs(dom0_rd, dom0_script, files=[
+        (probe, "/usr/bin/vchan-probe"),
+        (Path(kdir) / "boot" / f"vmlinuz-{kver}", "/domu/vmlinuz"),
+        (domu_rd, "/domu/initrd"),
+        (cfg, "/etc/xen/domu1.cfg")], kdir=kdir, kver=kver)
+    return dom0_rd, kdir, kver
+
+
+def build_scenario(workdir, dom0_script, domus, dom0_files=()):
+    """dom0 initramfs carrying one initramfs and xl config per domU.
+    domus: {name: (script, [(host, guest)])}; the config is
+    /etc/xen/NAME.cfg.  Returns (initramfs, kdir, kver)."""
+    kdir, kver = vm.kernel_dir()
+    workdir = Path(workdir)
+    files = [(Path(kdir) / "boot" / f"vmlinuz-{kver}", "/domu/vmlinuz")]
+    for name, (script, domu_files) in domus.items():
+        rd = workdir / f"{name}.cpio"
+        domu_initramfs(rd, script, files=domu_files, kdir=kdir, kver=kver)
+        cfg = workdir / f"{name}.cfg"
+        cfg.write_text(domu_config(name, "/domu/vmlinuz", f"/domu/{name}.cpio"))
+        files += [(rd, f"/domu/{name}.cpio"), (cfg, f"/etc/xen/{name}.cfg")]
+    dom0_rd = workdir / "dom0.cpio"
+    dom0_initramfs(dom0_rd, dom0_script, files=files + list(dom0_files),
+                   kdir=kdir, kver=kver)
+    return dom0_rd, kdir, kver
+
+
+VCHAN_BASE = "/local/domain/0/data/pvgpu"
+
+
+def build_echo(workdir, echo, so):
+    """transport-vchan.so end to end: in dom0 `vchan-echo host` (the host
+    half) serves two domUs in turn; domu1 connects through the .so's ops
+    table to vchan://0/pvgpu, with a granted window, and checks echoes of
+    1 B to 1 MiB; domu2 corrupts its ring indexes after the setup frame
+    and must lose only its own session, promptly."""
+    dom0 = f"""
+vchan-echo host {VCHAN_BASE} 2 > /tmp/host.log 2>&1 &
+host=$!
+for d in domu1 domu2; do
+    xl create /etc/xen/$d.cfg >/dev/null || {{ echo "xen-dom0: xl create $d failed"; exit 93; }}
+    echo "xen-dom0: $d is domain $(xl domid $d), created at $(cut -d' ' -f1 /proc/uptime) s"
+done
+n=0; while kill -0 $host 2>/dev/null && [ $n -lt 1800 ]; do sleep 0.1; n=$((n+1)); done
+kill -0 $host 2>/dev/null && {{ echo "xen-dom0: host still running"; kill $host; }}
+wait $host; rc=$?
+domu_wait domu1 30; domu_wait domu2 30
+echo "xen-dom0: done at $(cut -d' ' -f1 /proc/uptime) s"
+sed 's/^/[host] /' /tmp/host.log
+show_domu_console domu1
+show_domu_console domu2
+exit $rc
+"""
+    domu1 = """
+vchan-echo guest /usr/lib/pvgpu/transport-vchan.so vchan://0/pvgpu
+"""
+    domu2 = f"""
+vchan-echo corrupt {VCHAN_BASE}/$(xenstore-read domid)
+"""
+    echo_files = [(echo, "/usr/bin/vchan-echo")]
+    return build_scenario(workdir, dom0, {
+        "domu1": (domu1, echo_files + [(so, "/usr/lib/pvgpu/transport-vchan.so")]),
+        "domu2": (domu2, echo_files),
+    }, dom0_files=echo_files)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("what", choices=["boot", "probe", "echo"])
+    ap.add_argument("--workdir", default=str(REPO / "build" / "xen" / "run"))
+    ap.add_argument("--probe", default=str(REPO / "build" / "xen" / "vchan-probe"))
+    ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--smp", type=int, default=2)
+    ap.add_argument("--quiet", action="store_true")
+    args = ap.parse_args(argv)
+    reason = why_not()
+    if reason:
+        print(f"xenvm: cannot boot Xen here: {reason}", file=sys.stderr)
+        return 3
+    work = Path(args.workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    if args.what == "boot":
+        kdir, kver = vm.kernel_dir()
+        rd = work / "dom0.cpio"
+        dom0_initramfs(rd, "xl list\n", kdir=kdir, kver=kver)
+    elif args.what == "probe":
+        rd, kdir, kver = build_probe(work, args.probe)
+    else:
+        build = Path(args.probe).parent.parent
+        rd, kdir, kver = build_echo(work, build / "xen" / "vchan-echo",
+                                    build / "lib" / "pvgpu" / "transport-vchan.so")
+    status, console, secs = run(qemu_command(rd, kdir, kver, smp=args.smp),
+                                timeout=args.timeout, log=work / "console.log",
+                                echo=not args.quiet)
+    print(f"xenvm: {args.what}: status {status} after {secs:.1f} s "
+          f"(console in {work / 'console.log'})")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,22 @@
+# verbs:// (transport/verbs/): both halves in one shared object,
+# $(BUILD)/lib/pvgpu/transport-verbs.so, dlopen'd by the guest client (and
+# so by the remote executor) and by pvgpud, so that neither needs rdma-core
+# unless it speaks verbs.  Built only where libibverbs-dev and
+# librdmacm-dev are installed; elsewhere one line says it was left out.
+VERBS_SO   = $(BUILD)/lib/pvgpu/transport-verbs.so
+VERBS_SRC  = $(wildcard transport/verbs/*.c)
+VERBS_LIBS := $(shell pkg-config --libs libibverbs librdmacm 2>/dev/null)
+
+ifeq ($(VERBS_LIBS),)
+$(call left_out,libibverbs-dev librdmacm-dev: no verbs:// transport (transport-verbs.so))
+else
+$(VERBS_SO): $(call objs,$(VERBS_SRC))
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -shared -Wl,-z,defs -o $@ $^ $(VERBS_LIBS)
+
+all c-parts: $(VERBS_SO)
+endif
+
+# The private-data and slot-header checks need no rdma-core: a unit test
+# links verbs_wire.c alone.
+$(BUILD)/tests/unit/verbs_wire_test: $(OBJ_DIR)/transport/verbs/verbs_wire.o

@@ -1,0 +1,436 @@
+/*
+ * verbs_conn.c - a verbs:// connection as a byte stream over one RC queue
+ * pair: RDMA WRITE WITH IMMEDIATE into the peer's registered ring, credits
+ * back by RDMA WRITE (verbs_wire.h).  Both halves use it; everything here
+ * runs in the process that owns the connection (the worker, on the host).
+ */
+#include <endian.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <arpa/inet.h>
+
+#include "verbs_conn.h"
+
+#define WR_DATA		1
+#define WR_CREDIT	2
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int fail(struct verbs_conn *c, int rc, const char *fmt, const char *what)
+{
+	if (!c->broken) {
+		c->broken = rc;
+		snprintf(c->why, sizeof(c->why), fmt, what);
+	}
+	return c->broken;
+}
+
+int verbs_cm_wait(struct rdma_event_channel *ch, enum rdma_cm_event_type want,
+		  int timeout_ms, struct rdma_cm_event **ev, char *err,
+		  size_t errlen)
+{
+	struct pollfd pfd = { ch->fd, POLLIN, 0 };
+	struct rdma_cm_event *e;
+	int rc;
+
+	rc = poll(&pfd, 1, timeout_ms);
+	if (rc <= 0) {
+		snprintf(err, errlen, "no answer within %d ms (%s)", timeout_ms,
+			 rdma_event_str(want));
+		return -ETIMEDOUT;
+	}
+	if (rdma_get_cm_event(ch, &e)) {
+		snprintf(err, errlen, "rdma_get_cm_event: %s", strerror(errno));
+		return -errno;
+	}
+	if (e->event != want) {
+		snprintf(err, errlen, "%s (status %d) instead of %s",
+			 rdma_event_str(e->event), e->status,
+			 rdma_event_str(want));
+		rc = e->event == RDMA_CM_EVENT_REJECTED ? -ECONNREFUSED :
+							  -ECONNABORTED;
+		rdma_ack_cm_event(e);
+		return rc;
+	}
+	*ev = e;
+	return 0;
+}
+
+static void *ring_alloc(size_t size)
+{
+	void *p = NULL;
+
+	if (posix_memalign(&p, 4096, size))
+		return NULL;
+	memset(p, 0, size);
+	return p;
+}
+
+int verbs_conn_resources(struct verbs_conn *c, char *err, size_t errlen)
+{
+	size_t ring = (size_t)c->nslots * c->slot_size + 64;
+	int flags;
+
+	c->pd = ibv_alloc_pd(c->ctx);
+	if (!c->pd)
+		goto err_verbs;
+	c->comp = ibv_create_comp_channel(c->ctx);
+	if (!c->comp)
+		goto err_verbs;
+	flags = fcntl(c->comp->fd, F_GETFL);
+	if (flags < 0 || fcntl(c->comp->fd, F_SETFL, flags | O_NONBLOCK))
+		goto err_verbs;
+	c->scq = ibv_create_cq(c->ctx, (int)c->nslots + 8, NULL, NULL, 0);
+	c->rcq = ibv_create_cq(c->ctx, (int)c->nslots + 8, NULL, c->comp, 0);
+	if (!c->scq || !c->rcq)
+		goto err_verbs;
+	/* Registered once, for the connection's life: never per message. */
+	c->rx = ring_alloc(ring);
+	c->tx = ring_alloc(ring);
+	if (!c->rx || !c->tx) {
+		snprintf(err, errlen, "out of memory for the rings");
+		return -ENOMEM;
+	}
+	c->rx_mr = ibv_reg_mr(c->pd, c->rx, ring,
+			      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	c->tx_mr = ibv_reg_mr(c->pd, c->tx, ring, IBV_ACCESS_LOCAL_WRITE);
+	if (!c->rx_mr || !c->tx_mr)
+		goto err_verbs;
+	return 0;
+
+err_verbs:
+	snprintf(err, errlen, "verbs resources: %s", strerror(errno));
+	return errno ? -errno : -EIO;
+}
+
+void verbs_conn_local_ring(struct verbs_conn *c, struct pvgpu_verbs_ring *r)
+{
+	r->addr = (uint64_t)(uintptr_t)c->rx;
+	r->rkey = c->rx_mr->rkey;
+	r->nslots = c->nslots;
+	r->slot_size = c->slot_size;
+}
+
+static int post_receive(struct verbs_conn *c)
+{
+	/* No buffer: the data lands in the ring by RDMA WRITE. */
+	struct ibv_recv_wr wr = { .wr_id = 0, .sg_list = NULL, .num_sge = 0 };
+	struct ibv_recv_wr *bad;
+
+	if (ibv_post_recv(c->qp, &wr, &bad))
+		return fail(c, -EIO, "ibv_post_recv: %s", strerror(errno));
+	return 0;
+}
+
+int verbs_conn_post_receives(struct verbs_conn *c, char *err, size_t errlen)
+{
+	for (uint32_t i = 0; i < c->nslots; i++)
+		if (post_receive(c)) {
+			snprintf(err, errlen, "%s", c->why);
+			return c->broken;
+		}
+	return 0;
+}
+
+static volatile uint64_t *credit_word(struct verbs_conn *c)
+{
+	return (volatile uint64_t *)(c->rx + (size_t)c->nslots * c->slot_size);
+}
+
+/* Reap send completions; an error there is the end of the connection. */
+static int poll_send(struct verbs_conn *c)
+{
+	struct ibv_wc wc[16];
+	int n;
+
+	while ((n = ibv_poll_cq(c->scq, 16, wc)) > 0) {
+		for (int i = 0; i < n; i++) {
+			if (wc[i].status != IBV_WC_SUCCESS)
+				return fail(c, -ECONNRESET, "send failed: %s (peer gone?)",
+					    ibv_wc_status_str(wc[i].status));
+			c->outstanding--;
+			if (wc[i].wr_id == WR_DATA)
+				c->tx_done++;
+			else
+				c->credit_pending = 0;
+		}
+	}
+	if (n < 0)
+		return fail(c, -EIO, "ibv_poll_cq: %s", "failed");
+	return c->broken;
+}
+
+/* Reap receive completions: each is one more slot in our ring. */
+static int poll_recv(struct verbs_conn *c)
+{
+	struct ibv_wc wc[16];
+	int n;
+
+	while ((n = ibv_poll_cq(c->rcq, 16, wc)) > 0) {
+		for (int i = 0; i < n; i++) {
+			if (wc[i].status != IBV_WC_SUCCESS)
+				return fail(c, wc[i].status == IBV_WC_WR_FLUSH_ERR ?
+					    -ECONNRESET : -EPROTO,
+					    "receive failed: %s",
+					    ibv_wc_status_str(wc[i].status));
+			/* A SEND, or a write without a sequence: garbage. */
+			if (wc[i].opcode != IBV_WC_RECV_RDMA_WITH_IMM ||
+			    !(wc[i].wc_flags & IBV_WC_WITH_IMM))
+				return fail(c, -EPROTO, "%s", "peer posted something other than a ring write");
+			if (ntohl(wc[i].imm_data) != (uint32_t)c->rx_seq)
+				return fail(c, -EPROTO, "%s", "ring write out of sequence");
+			if (c->rx_seq - c->rx_used >= c->nslots)
+				return fail(c, -EPROTO, "%s", "peer overran the ring");
+			c->rx_seq++;
+		}
+	}
+	if (n < 0)
+		return fail(c, -EIO, "ibv_poll_cq: %s", "failed");
+	return c->broken;
+}
+
+/* A disconnect (or worse) on the connection's event channel. */
+static int poll_cm(struct verbs_conn *c)
+{
+	struct pollfd pfd = { c->ch->fd, POLLIN, 0 };
+	struct rdma_cm_event *e;
+
+	if (poll(&pfd, 1, 0) <= 0)
+		return 0;
+	if (rdma_get_cm_event(c->ch, &e))
+		return 0;
+	if (e->event == RDMA_CM_EVENT_DISCONNECTED ||
+	    e->event == RDMA_CM_EVENT_DEVICE_REMOVAL ||
+	    e->event == RDMA_CM_EVENT_TIMEWAIT_EXIT ||
+	    e->event == RDMA_CM_EVENT_UNREACHABLE)
+		fail(c, -ECONNRESET, "%s", rdma_event_str(e->event));
+	rdma_ack_cm_event(e);
+	return c->broken;
+}
+
+/* Sleep until a receive completion or a connection event, at most ms. */
+static int block(struct verbs_conn *c, int ms)
+{
+	struct pollfd pfd[2] = {
+		{ c->comp->fd, POLLIN, 0 },
+		{ c->ch->fd, POLLIN, 0 },
+	};
+	struct ibv_cq *cq;
+	void *ctx;
+
+	if (ibv_req_notify_cq(c->rcq, 0))
+		return fail(c, -EIO, "ibv_req_notify_cq: %s", strerror(errno));
+	if (poll_recv(c) || c->rx_seq > c->rx_used)
+		return c->broken;
+	if (poll(pfd, 2, ms) < 0 && errno != EINTR)
+		return fail(c, -EIO, "poll: %s", strerror(errno));
+	if ((pfd[0].revents & POLLIN) && !ibv_get_cq_event(c->comp, &cq, &ctx))
+		ibv_ack_cq_events(cq, 1);
+	return poll_cm(c);
+}
+
+/* Hand consumed slots back when a quarter of the ring has been read. */
+static int give_credit(struct verbs_conn *c)
+{
+	struct ibv_sge sge;
+	struct ibv_send_wr wr, *bad;
+	uint64_t *word = (uint64_t *)(c->tx + (size_t)c->nslots * c->slot_size);
+	uint32_t step = c->nslots / 4 ? c->nslots / 4 : 1;
+
+	if (c->rx_used - c->credit_sent < step)
+		return 0;
+	while (c->credit_pending)		/* its source word is still being read */
+		if (poll_send(c) || poll_cm(c))
+			return c->broken;
+	*word = htole64(c->rx_used);
+	sge = (struct ibv_sge){ (uintptr_t)word, 8, c->tx_mr->lkey };
+	memset(&wr, 0, sizeof(wr));
+	wr.wr_id = WR_CREDIT;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.opcode = IBV_WR_RDMA_WRITE;
+	wr.send_flags = IBV_SEND_SIGNALED;
+	wr.wr.rdma.remote_addr = c->peer.addr +
+				 (uint64_t)c->peer.nslots * c->peer.slot_size;
+	wr.wr.rdma.rkey = c->peer.rkey;
+	if (ibv_post_send(c->qp, &wr, &bad))
+		return fail(c, -EIO, "ibv_post_send: %s", strerror(errno));
+	c->outstanding++;
+	c->credit_pending = 1;
+	c->credit_sent = c->rx_used;
+	return 0;
+}
+
+int verbs_conn_sendv(struct verbs_conn *c, struct iovec *iov, int iovcnt)
+{
+	uint32_t room = (c->slot_size < c->peer.slot_size ? c->slot_size :
+			 c->peer.slot_size) - PVGPU_VERBS_SLOT_HDR;
+	int i = 0;
+
+	while (i < iovcnt && !c->broken) {
+		uint64_t spin_until = now_ns() + c->poll_ns;
+		uint8_t *slot;
+		uint32_t len = 0;
+		struct ibv_sge sge;
+		struct ibv_send_wr wr, *bad;
+
+		/* A free slot here (its last write done) and there (credit). */
+		while (!c->broken &&
+		       (c->tx_seq - c->tx_done >= c->nslots ||
+			c->tx_seq - le64toh(*credit_word(c)) >= c->peer.nslots)) {
+			if (poll_send(c) || poll_cm(c))
+				break;
+			if (now_ns() > spin_until) {
+				struct timespec ts = { 0, 20000 };
+
+				nanosleep(&ts, NULL);
+			}
+		}
+		if (c->broken)
+			break;
+		slot = c->tx + (size_t)(c->tx_seq % c->nslots) * c->slot_size;
+		while (i < iovcnt && len < room) {
+			size_t n = iov[i].iov_len;
+
+			if (n > room - len)
+				n = room - len;
+			memcpy(slot + PVGPU_VERBS_SLOT_HDR + len, iov[i].iov_base, n);
+			len += (uint32_t)n;
+			iov[i].iov_base = (uint8_t *)iov[i].iov_base + n;
+			iov[i].iov_len -= n;
+			if (!iov[i].iov_len)
+				i++;
+		}
+		if (!len)
+			continue;
+		pvgpu_verbs_slot_encode(slot, (uint32_t)c->tx_seq, len);
+		sge = (struct ibv_sge){ (uintptr_t)slot,
+					PVGPU_VERBS_SLOT_HDR + len, c->tx_mr->lkey };
+		memset(&wr, 0, sizeof(wr));
+		wr.wr_id = WR_DATA;
+		wr.sg_list = &sge;
+		wr.num_sge = 1;
+		wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+		wr.send_flags = IBV_SEND_SIGNALED;
+		wr.imm_data = htonl((uint32_t)c->tx_seq);
+		wr.wr.rdma.remote_addr = c->peer.addr +
+			(c->tx_seq % c->peer.nslots) * c->peer.slot_size;
+		wr.wr.rdma.rkey = c->peer.rkey;
+		if (ibv_post_send(c->qp, &wr, &bad))
+			return fail(c, -EIO, "ibv_post_send: %s", strerror(errno));
+		c->outstanding++;
+		c->tx_seq++;
+	}
+	return c->broken;
+}
+
+int verbs_conn_recv(struct verbs_conn *c, void *buf, size_t len)
+{
+	uint8_t *out = buf;
+
+	while (len && !c->broken) {
+		uint8_t *slot = c->rx + (size_t)(c->rx_used % c->nslots) * c->slot_size;
+
+		if (!c->rx_have) {
+			uint64_t spin_until = now_ns() + c->poll_ns;
+			uint8_t hdr[PVGPU_VERBS_SLOT_HDR];
+
+			while (c->rx_seq == c->rx_used && !c->broken) {
+				if (poll_recv(c) || c->rx_seq > c->rx_used)
+					break;
+				if (now_ns() > spin_until && block(c, 1000))
+					break;
+				/* Our credit writes complete there too. */
+				poll_send(c);
+			}
+			if (c->broken)
+				break;
+			/* Read the header once: the peer may write again. */
+			memcpy(hdr, slot, sizeof(hdr));
+			if (pvgpu_verbs_slot_check(hdr, (uint32_t)c->rx_used,
+						   c->slot_size, &c->rx_len))
+				return fail(c, -EPROTO, "%s", "garbage in a ring slot");
+			c->rx_off = 0;
+			c->rx_have = 1;
+		}
+		if (c->rx_off < c->rx_len) {
+			size_t n = c->rx_len - c->rx_off;
+
+			if (n > len)
+				n = len;
+			memcpy(out, slot + PVGPU_VERBS_SLOT_HDR + c->rx_off, n);
+			out += n;
+			len -= n;
+			c->rx_off += (uint32_t)n;
+		}
+		if (c->rx_off == c->rx_len) {
+			c->rx_have = 0;
+			c->rx_used++;
+			if (post_receive(c) || give_credit(c))
+				break;
+		}
+	}
+	return c->broken;
+}
+
+int verbs_conn_poll(struct verbs_conn *c)
+{
+	if (c->broken)
+		return c->broken;
+	if (c->rx_have || c->rx_seq > c->rx_used)
+		return 1;
+	if (poll_recv(c) || poll_cm(c))
+		return c->broken;
+	return c->rx_seq > c->rx_used;
+}
+
+int verbs_conn_fd(struct verbs_conn *c)
+{
+	return c->comp ? c->comp->fd : -1;
+}
+
+void verbs_conn_close(struct verbs_conn *c)
+{
+	if (!c)
+		return;
+	if (c->id && c->qp && !c->broken)
+		rdma_disconnect(c->id);
+	if (c->qp) {
+		if (c->own_qp)
+			ibv_destroy_qp(c->qp);
+		else
+			rdma_destroy_qp(c->id);
+	}
+	if (c->rx_mr)
+		ibv_dereg_mr(c->rx_mr);
+	if (c->tx_mr)
+		ibv_dereg_mr(c->tx_mr);
+	if (c->scq)
+		ibv_destroy_cq(c->scq);
+	if (c->rcq)
+		ibv_destroy_cq(c->rcq);
+	if (c->comp)
+		ibv_destroy_comp_channel(c->comp);
+	if (c->pd)
+		ibv_dealloc_pd(c->pd);
+	if (c->own_ctx && c->ctx)
+		ibv_close_device(c->ctx);
+	if (c->id)
+		rdma_destroy_id(c->id);
+	if (c->ch)
+		rdma_destroy_event_channel(c->ch);
+	free(c->rx);
+	free(c->tx);
+	free(c);
+}

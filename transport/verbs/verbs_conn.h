@@ -1,0 +1,72 @@
+/*
+ * verbs_conn.h - one verbs:// connection as a byte stream (verbs_wire.h
+ * says how), shared by the guest half (verbs_guest.c) and the host half
+ * (verbs_host.c).  Private to transport-verbs.so.
+ */
+#ifndef PVGPU_VERBS_CONN_H
+#define PVGPU_VERBS_CONN_H
+
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+#include "verbs_wire.h"
+
+#define VERBS_SLOTS		16
+#define VERBS_SLOT_SIZE		(256u << 10)
+#define VERBS_CM_TIMEOUT_MS	5000
+
+struct verbs_conn {
+	struct rdma_event_channel *ch;	/* this connection's own */
+	struct rdma_cm_id *id;
+	struct ibv_context *ctx;	/* opened here (in the worker) */
+	int own_ctx;			/* ctx is ours to close */
+	struct ibv_pd *pd;
+	struct ibv_comp_channel *comp;	/* receive completions wake us */
+	struct ibv_cq *scq, *rcq;
+	struct ibv_qp *qp;
+	int own_qp;			/* made with ibv_create_qp, not rdma_create_qp */
+	/* Receive ring (remote-writable) + the credit word after it. */
+	uint8_t *rx;
+	struct ibv_mr *rx_mr;
+	/* Send staging + one word for the credits we hand back. */
+	uint8_t *tx;
+	struct ibv_mr *tx_mr;
+	struct pvgpu_verbs_ring peer;	/* where our writes go */
+	uint32_t nslots, slot_size;
+	uint64_t tx_seq;		/* slots written */
+	uint64_t tx_done;		/* of which the write completed */
+	uint64_t rx_seq;		/* slots arrived (completions seen) */
+	uint64_t rx_used;		/* slots consumed */
+	uint64_t credit_sent;		/* rx_used as last told to the peer */
+	uint32_t rx_off, rx_len;	/* the current slot's unread bytes */
+	int rx_have;			/* a slot is being read */
+	int credit_pending;		/* a credit write still reads its word */
+	int outstanding;		/* signalled sends not yet completed */
+	int broken;			/* -errno once the connection failed */
+	uint64_t poll_ns;
+	char why[160];			/* first failure, for the log */
+};
+
+/* Memory, PD, CQs (on ctx); 0 or -errno with err. */
+int verbs_conn_resources(struct verbs_conn *c, char *err, size_t errlen);
+/* Post the ring's receives. */
+int verbs_conn_post_receives(struct verbs_conn *c, char *err, size_t errlen);
+void verbs_conn_local_ring(struct verbs_conn *c, struct pvgpu_verbs_ring *r);
+
+int verbs_conn_sendv(struct verbs_conn *c, struct iovec *iov, int iovcnt);
+int verbs_conn_recv(struct verbs_conn *c, void *buf, size_t len);
+/* Something to read (1), nothing yet (0), or -errno. */
+int verbs_conn_poll(struct verbs_conn *c);
+/* The fd that becomes readable on receive completions (after arming). */
+int verbs_conn_fd(struct verbs_conn *c);
+void verbs_conn_close(struct verbs_conn *c);
+
+/* Wait for one rdma_cm event of type want on ch; 0 or -errno with err. */
+int verbs_cm_wait(struct rdma_event_channel *ch, enum rdma_cm_event_type want,
+		  int timeout_ms, struct rdma_cm_event **ev, char *err,
+		  size_t errlen);
+
+#endif /* PVGPU_VERBS_CONN_H */

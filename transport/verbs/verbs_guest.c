@@ -1,0 +1,221 @@
+/*
+ * verbs_guest.c - the guest half of verbs:// (a VM with an IB VF or a RoCE
+ * device, or a front pvgpud's remote executor): connect with rdma_cm, the
+ * per-VM token in the connect request's private data, then the byte
+ * stream of verbs_conn.c behind the guest transport ops table.
+ */
+#include <errno.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "transport.h"
+#include "verbs_conn.h"
+
+/* "host:port" or "[v6]:port" -> a resolved address; 0 or -errno. */
+static int resolve(const char *addr, struct addrinfo **ai, char *err,
+		   size_t errlen)
+{
+	char host[256];
+	const char *port, *h = addr;
+	size_t hl;
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM };
+	int rc;
+
+	if (*addr == '[') {
+		const char *end = strchr(addr, ']');
+
+		if (!end || end[1] != ':')
+			goto err_syntax;
+		h = addr + 1;
+		hl = (size_t)(end - h);
+		port = end + 2;
+	} else {
+		port = strrchr(addr, ':');
+		if (!port)
+			goto err_syntax;
+		hl = (size_t)(port - addr);
+		port++;
+	}
+	if (!hl || hl >= sizeof(host) || !*port)
+		goto err_syntax;
+	memcpy(host, h, hl);
+	host[hl] = '\0';
+	rc = getaddrinfo(host, port, &hints, ai);
+	if (rc) {
+		snprintf(err, errlen, "%s: %s", host, gai_strerror(rc));
+		return -EHOSTUNREACH;
+	}
+	return 0;
+
+err_syntax:
+	snprintf(err, errlen, "verbs address \"%s\": expected HOST:PORT", addr);
+	return -EINVAL;
+}
+
+static int verbs_connect(struct pvgpu_transport *t, const char *addr,
+			 char *err, size_t errlen)
+{
+	struct rdma_conn_param param;
+	struct pvgpu_verbs_hello hello;
+	struct ibv_qp_init_attr qa;
+	struct rdma_cm_event *ev;
+	struct addrinfo *ai = NULL;
+	struct verbs_conn *c;
+	uint8_t pd[PVGPU_VERBS_CONNECT_PD];
+	char why[160];
+	int rc;
+
+	if (t->token && strlen(t->token) > PVGPU_VERBS_TOKEN_MAX) {
+		snprintf(err, errlen, "a verbs token is at most %d bytes",
+			 PVGPU_VERBS_TOKEN_MAX);
+		return -EINVAL;
+	}
+	rc = resolve(addr, &ai, err, errlen);
+	if (rc)
+		return rc;
+	c = calloc(1, sizeof(*c));
+	if (!c) {
+		rc = -ENOMEM;
+		snprintf(err, errlen, "out of memory");
+		goto err_ai;
+	}
+	c->nslots = VERBS_SLOTS;
+	c->slot_size = VERBS_SLOT_SIZE;
+	c->poll_ns = t->poll_ns;
+	c->ch = rdma_create_event_channel();
+	if (!c->ch || rdma_create_id(c->ch, &c->id, NULL, RDMA_PS_TCP)) {
+		rc = -errno;
+		snprintf(err, errlen, "rdma_cm: %s (is an RDMA device up? rdma link)",
+			 strerror(errno));
+		goto err_conn;
+	}
+	if (rdma_resolve_addr(c->id, NULL, ai->ai_addr, 2000)) {
+		rc = -errno;
+		snprintf(why, sizeof(why), "%s", strerror(errno));
+	} else {
+		rc = verbs_cm_wait(c->ch, RDMA_CM_EVENT_ADDR_RESOLVED, 3000, &ev,
+				   why, sizeof(why));
+	}
+	if (rc) {
+		snprintf(err, errlen, "resolving %s: %s", addr, why);
+		goto err_conn;
+	}
+	rdma_ack_cm_event(ev);
+	if (rdma_resolve_route(c->id, 2000)) {
+		rc = -errno;
+		snprintf(why, sizeof(why), "%s", strerror(errno));
+	} else {
+		rc = verbs_cm_wait(c->ch, RDMA_CM_EVENT_ROUTE_RESOLVED, 3000, &ev,
+				   why, sizeof(why));
+	}
+	if (rc) {
+		snprintf(err, errlen, "route to %s: %s", addr, why);
+		goto err_conn;
+	}
+	rdma_ack_cm_event(ev);
+	c->ctx = c->id->verbs;
+	rc = verbs_conn_resources(c, err, errlen);
+	if (rc)
+		goto err_conn;
+	memset(&qa, 0, sizeof(qa));
+	qa.send_cq = c->scq;
+	qa.recv_cq = c->rcq;
+	qa.qp_type = IBV_QPT_RC;
+	qa.cap.max_send_wr = c->nslots + 4;
+	qa.cap.max_recv_wr = c->nslots + 2;
+	qa.cap.max_send_sge = 1;
+	qa.cap.max_recv_sge = 1;
+	if (rdma_create_qp(c->id, c->pd, &qa)) {
+		rc = -errno;
+		snprintf(err, errlen, "rdma_create_qp: %s", strerror(errno));
+		goto err_conn;
+	}
+	c->qp = c->id->qp;
+	rc = verbs_conn_post_receives(c, err, errlen);
+	if (rc)
+		goto err_conn;
+
+	memset(&hello, 0, sizeof(hello));
+	verbs_conn_local_ring(c, &hello.ring);
+	if (t->token)
+		snprintf(hello.token, sizeof(hello.token), "%s", t->token);
+	memset(&param, 0, sizeof(param));
+	param.private_data = pd;
+	param.private_data_len = (uint8_t)pvgpu_verbs_hello_encode(pd, &hello);
+	param.responder_resources = 1;
+	param.initiator_depth = 1;
+	param.retry_count = 7;
+	param.rnr_retry_count = 7;
+	if (rdma_connect(c->id, &param)) {
+		rc = -errno;
+		snprintf(err, errlen, "rdma_connect: %s", strerror(errno));
+		goto err_conn;
+	}
+	rc = verbs_cm_wait(c->ch, RDMA_CM_EVENT_ESTABLISHED, VERBS_CM_TIMEOUT_MS,
+			   &ev, why, sizeof(why));
+	if (rc) {
+		snprintf(err, errlen, "%s: %s", addr,
+			 rc == -ECONNREFUSED ? "refused (wrong token, or no verbs listener there)" : why);
+		goto err_conn;
+	}
+	rc = pvgpu_verbs_ring_decode(ev->param.conn.private_data,
+				     ev->param.conn.private_data_len, &c->peer,
+				     why, sizeof(why));
+	rdma_ack_cm_event(ev);
+	if (rc) {
+		snprintf(err, errlen, "%s: %s", addr, why);
+		rc = -EPROTO;
+		goto err_conn;
+	}
+	freeaddrinfo(ai);
+	t->priv = c;
+	t->fd = -1;		/* no window: pvgpu_transport_quiet is never asked */
+	return 0;
+
+err_conn:
+	verbs_conn_close(c);
+err_ai:
+	freeaddrinfo(ai);
+	return rc ? rc : -EIO;
+}
+
+static int verbs_sendv(struct pvgpu_transport *t, struct iovec *iov, int iovcnt)
+{
+	return t->priv ? verbs_conn_sendv(t->priv, iov, iovcnt) : -ENOTCONN;
+}
+
+static int verbs_recv(struct pvgpu_transport *t, void *buf, size_t len)
+{
+	return t->priv ? verbs_conn_recv(t->priv, buf, len) : -ENOTCONN;
+}
+
+static void verbs_close(struct pvgpu_transport *t)
+{
+	verbs_conn_close(t->priv);
+	t->priv = NULL;
+}
+
+static const struct pvgpu_transport_ops verbs_guest_ops = {
+	.scheme = "verbs",
+	.features = PVGPU_TRG_SENDS_TOKEN,
+	.connect = verbs_connect,
+	.sendv = verbs_sendv,
+	.recv = verbs_recv,
+	.close = verbs_close,
+	.sendv_fd = NULL,
+};
+
+/*
+ * What transport.c finds in transport-verbs.so.  The host half is not
+ * bound to pvgpud's host ops yet (transport/verbs/verbs_host.h has it as
+ * functions): pvgpud --listen verbs:// says so.
+ */
+__attribute__((visibility("default")))
+const struct pvgpu_transport_module pvgpu_transport_module = {
+	.abi = PVGPU_TRANSPORT_ABI,
+	.scheme = "verbs",
+	.guest = &verbs_guest_ops,
+	.host = NULL,
+};

@@ -1,0 +1,159 @@
+/* verbs_wire.c - encode and check what verbs:// peers exchange (verbs_wire.h). */
+#include <stdio.h>
+#include <string.h>
+
+#include "verbs_wire.h"
+
+static void put32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+	       (uint32_t)p[3] << 24;
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+	return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
+}
+
+/*
+ * Both layouts start with magic (4), version (2), slot-size log2 (1),
+ * nslots - 1 (1), ring address (8), rkey (4): 20 bytes.
+ */
+static void ring_put(uint8_t *out, const struct pvgpu_verbs_ring *r)
+{
+	unsigned int lg = 0;
+
+	while ((1u << lg) < r->slot_size)
+		lg++;
+	put32(out, PVGPU_VERBS_MAGIC);
+	out[4] = PVGPU_VERBS_VERSION;
+	out[5] = 0;
+	out[6] = (uint8_t)lg;
+	out[7] = (uint8_t)(r->nslots - 1);
+	put64(out + 8, r->addr);
+	put32(out + 16, r->rkey);
+}
+
+static int ring_get(const uint8_t *p, size_t len, struct pvgpu_verbs_ring *r,
+		    char *err, size_t errlen)
+{
+	unsigned int lg;
+
+	if (len < 20) {
+		snprintf(err, errlen, "private data of %zu bytes, expected at least 20", len);
+		return -1;
+	}
+	if (get32(p) != PVGPU_VERBS_MAGIC) {
+		snprintf(err, errlen, "private data without the pvgpu magic (0x%08x)",
+			 get32(p));
+		return -1;
+	}
+	if (p[4] != PVGPU_VERBS_VERSION || p[5]) {
+		snprintf(err, errlen, "verbs channel version %u.%u, this end speaks %u",
+			 p[4], p[5], PVGPU_VERBS_VERSION);
+		return -1;
+	}
+	lg = p[6];
+	r->nslots = (uint32_t)p[7] + 1;
+	if (lg > 31 || (1u << lg) < PVGPU_VERBS_MIN_SLOT ||
+	    (1u << lg) > PVGPU_VERBS_MAX_SLOT ||
+	    r->nslots < PVGPU_VERBS_MIN_SLOTS || r->nslots > PVGPU_VERBS_MAX_SLOTS) {
+		snprintf(err, errlen, "bad ring shape: %u slots of 2^%u bytes",
+			 r->nslots, lg);
+		return -1;
+	}
+	r->slot_size = 1u << lg;
+	r->addr = get64(p + 8);
+	r->rkey = get32(p + 16);
+	return 0;
+}
+
+size_t pvgpu_verbs_hello_encode(uint8_t out[PVGPU_VERBS_CONNECT_PD],
+				const struct pvgpu_verbs_hello *h)
+{
+	size_t tl = strnlen(h->token, PVGPU_VERBS_TOKEN_MAX);
+
+	memset(out, 0, PVGPU_VERBS_CONNECT_PD);
+	ring_put(out, &h->ring);
+	out[20] = (uint8_t)tl;
+	memcpy(out + 21, h->token, tl);
+	return PVGPU_VERBS_CONNECT_PD;
+}
+
+int pvgpu_verbs_hello_decode(const uint8_t *p, size_t len,
+			     struct pvgpu_verbs_hello *h, char *err,
+			     size_t errlen)
+{
+	size_t tl;
+
+	memset(h, 0, sizeof(*h));
+	if (ring_get(p, len, &h->ring, err, errlen))
+		return -1;
+	if (len < 21) {
+		snprintf(err, errlen, "private data ends before the token");
+		return -1;
+	}
+	tl = p[20];
+	if (tl > PVGPU_VERBS_TOKEN_MAX || 21 + tl > len) {
+		snprintf(err, errlen, "token of %zu bytes in %zu bytes of private data",
+			 tl, len);
+		return -1;
+	}
+	for (size_t i = 0; i < tl; i++) {
+		if (p[21 + i] < 0x21 || p[21 + i] > 0x7e) {
+			snprintf(err, errlen, "token with a byte that is not printable ASCII");
+			return -1;
+		}
+	}
+	memcpy(h->token, p + 21, tl);
+	h->token[tl] = '\0';
+	return 0;
+}
+
+size_t pvgpu_verbs_ring_encode(uint8_t out[PVGPU_VERBS_ACCEPT_PD],
+			       const struct pvgpu_verbs_ring *r)
+{
+	memset(out, 0, PVGPU_VERBS_ACCEPT_PD);
+	ring_put(out, r);
+	return PVGPU_VERBS_ACCEPT_PD;
+}
+
+int pvgpu_verbs_ring_decode(const uint8_t *p, size_t len,
+			    struct pvgpu_verbs_ring *r, char *err, size_t errlen)
+{
+	return ring_get(p, len, r, err, errlen);
+}
+
+void pvgpu_verbs_slot_encode(uint8_t out[PVGPU_VERBS_SLOT_HDR], uint32_t seq,
+			     uint32_t len)
+{
+	put32(out, seq);
+	put32(out + 4, len);
+	put32(out + 8, PVGPU_VERBS_MAGIC);
+	put32(out + 12, 0);
+}
+
+int pvgpu_verbs_slot_check(const uint8_t in[PVGPU_VERBS_SLOT_HDR],
+			   uint32_t seq, uint32_t slot_size, uint32_t *len)
+{
+	uint32_t l = get32(in + 4);
+
+	if (get32(in) != seq || get32(in + 8) != PVGPU_VERBS_MAGIC ||
+	    get32(in + 12) || slot_size < PVGPU_VERBS_SLOT_HDR ||
+	    l > slot_size - PVGPU_VERBS_SLOT_HDR)
+		return -1;
+	*len = l;
+	return 0;
+}

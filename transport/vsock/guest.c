@@ -1,0 +1,52 @@
+/* vsock/guest.c - vsock://CID:PORT from inside a VM. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <linux/vm_sockets.h>
+
+#include "addr.h"
+#include "stream.h"
+
+/*
+ * vsock://CID:PORT, from inside a VM: the host is CID 2.  Who we are comes
+ * from the channel (the backend sees our CID, or the vhost-user instance we
+ * came through), never from anything we send.
+ */
+static int vsock_connect(struct pvgpu_transport *t, const char *addr,
+			 char *err, size_t errlen)
+{
+	struct sockaddr_vm sa = { .svm_family = AF_VSOCK };
+	int fd;
+
+	if (pvgpu_vsock_addr(addr, 0, &sa.svm_cid, &sa.svm_port)) {
+		snprintf(err, errlen, "vsock address '%s' is not CID:PORT", addr);
+		return -EINVAL;
+	}
+	fd = socket(AF_VSOCK, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		int e = errno;
+
+		snprintf(err, errlen, "vsock %s: %s", addr, strerror(e));
+		if (fd >= 0)
+			close(fd);
+		return -e;
+	}
+	t->fd = fd;
+	return 0;
+}
+
+const struct pvgpu_transport_ops pvgpu_guest_vsock = {
+	.scheme = "vsock",
+	/*
+	 * AF_VSOCK refuses a MSG_WAITALL receive at or above its buffer size
+	 * (256 KiB by default) with ENOMEM; plain receives in a loop it takes.
+	 */
+	.features = PVGPU_TRG_NO_WAITALL | PVGPU_TRG_DEVICE_WINDOW,
+	.connect = vsock_connect,
+	.sendv = pvgpu_stream_sendv,
+	.recv = pvgpu_stream_recv,
+	.close = pvgpu_stream_close,
+	.quiet = pvgpu_stream_quiet,
+};

@@ -1,0 +1,69 @@
+# xen-vchan/: the Xen vchan transport (both halves), its probe and tests.
+# Included from the top Makefile.  Built only where libxen-dev is installed
+# (pkg-config xenvchan): everything else builds without it, and `make`
+# says in one line that vchan was left out.
+#
+#   $(BUILD)/lib/pvgpu/transport-vchan.so   both halves, dlopened at run time
+#                                     by the transport registry
+#   $(BUILD)/xen/xen-cuda             driver-API checks a domU runs (tests/xen)
+#   $(BUILD)/xen/vchan-probe          the bare libxenvchan pair
+#   $(BUILD)/xen/vchan-echo           the .so end to end (tests/xen)
+#   $(BUILD)/xen/vchan-fuzz           randomized decoder test (no libxen)
+XEN_PKGS    = xenvchan xengnttab xenstore xenevtchn
+XEN_LIBS   := $(shell pkg-config --libs $(XEN_PKGS) 2>/dev/null)
+XEN_CFLAGS := $(shell pkg-config --cflags $(XEN_PKGS) 2>/dev/null)
+
+VCHAN_SO    = $(BUILD)/lib/pvgpu/transport-vchan.so
+XEN_CUDA    = $(BUILD)/xen/xen-cuda
+VCHAN_PROBE = $(BUILD)/xen/vchan-probe
+VCHAN_ECHO  = $(BUILD)/xen/vchan-echo
+VCHAN_FUZZ  = $(BUILD)/xen/vchan-fuzz
+VCHAN_SRC   = xen-vchan/vchan_io.c xen-vchan/vchan_proto.c \
+              xen-vchan/vchan_guest.c xen-vchan/vchan_host.c
+
+# The decoders need no libxen: their randomized test always builds.
+all: $(VCHAN_FUZZ)
+# The module binds both halves to transport/'s ops tables (host.h needs
+# the daemon's registry types).
+$(OBJ_DIR)/xen-vchan/%.o $(OBJ_DIR)/tests/xen/%.o: CFLAGS += -Ixen-vchan $(BACKEND_INC) $(XEN_CFLAGS)
+$(VCHAN_FUZZ): $(call objs,tests/xen/vchan_fuzz.c xen-vchan/vchan_proto.c \
+		xen-vchan/vchan_parse.c)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^
+
+# libFuzzer flavour of the same target, with `make fuzz`.
+fuzz: $(BUILD)/fuzz/fuzz_vchan
+$(BUILD)/fuzz/fuzz_vchan: tests/xen/vchan_fuzz.c xen-vchan/vchan_proto.c xen-vchan/vchan_parse.c \
+		$(wildcard xen-vchan/*.h) common/window.h
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -g -O1 -fsanitize=fuzzer,address,undefined -std=c11 -D_GNU_SOURCE \
+		-DPVGPU_LIBFUZZER -Icommon -Itransport -Ixen-vchan \
+		-o $@ tests/xen/vchan_fuzz.c xen-vchan/vchan_proto.c xen-vchan/vchan_parse.c
+
+ifneq ($(XEN_LIBS),)
+all: xen-vchan
+.PHONY: xen-vchan
+xen-vchan: $(VCHAN_SO) $(VCHAN_PROBE) $(VCHAN_ECHO) $(XEN_CUDA)
+
+$(VCHAN_SO): $(call objs,$(VCHAN_SRC) xen-vchan/vchan_parse.c xen-vchan/vchan_module.c)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -shared -Wl,-z,defs -o $@ $^ $(XEN_LIBS)
+
+$(XEN_CUDA): $(call objs,tests/xen/xen_cuda.c) $(BUILD)/lib/libcuda.so.1
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $< -L$(BUILD)/lib -l:libcuda.so.1
+
+$(VCHAN_PROBE): $(call objs,xen-vchan/probe.c xen-vchan/vchan_io.c)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(XEN_LIBS)
+
+# The echo test links the host half directly and dlopens the guest half.
+$(VCHAN_ECHO): $(call objs,tests/xen/vchan_echo.c $(VCHAN_SRC) xen-vchan/vchan_parse.c)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(XEN_LIBS) -ldl
+else
+all: xen-vchan-skipped
+.PHONY: xen-vchan-skipped
+xen-vchan-skipped:
+	@echo "xen-vchan: left out (no libxen-dev: pkg-config xenvchan not found)"
+endif
