@@ -95,10 +95,12 @@ PROTO_SRC   = protocol/wire.c $(GEN_DIR)/pvgpu_proto.c
 COMMON_SRC  = $(wildcard common/*.c)
 # The transports (transport/list.h): each folder's guest half (connect,
 # send, receive) and host half (listen, accept, identify, the connection),
-# over the shared stream core and the registry.
-TRANSPORT_GUEST_SRC = transport/transport.c transport/stream.c $(wildcard transport/*/guest.c)
+# over the shared stream core and the registry; and the control ring
+# (transport/shm/ring.c) that both ends of a shared window use.
+TRANSPORT_GUEST_SRC = transport/transport.c transport/stream.c $(wildcard transport/*/guest.c) \
+                      transport/shm/ring.c
 TRANSPORT_HOST_SRC  = transport/transport.c transport/stream.c transport/host.c \
-                      transport/stream_host.c $(wildcard transport/*/host.c)
+                      transport/stream_host.c $(wildcard transport/*/host.c) transport/shm/ring.c
 # The daemon without its main(): the unit tests and the fuzzer link it too.
 BACKEND_LIB_SRC = $(filter-out host-backend/daemon/main.c host-backend/exec/remote/%, \
               $(wildcard host-backend/daemon/*.c host-backend/session/*.c \
@@ -204,13 +206,20 @@ $(BUILD)/tests/unit/%: $(OBJ_DIR)/tests/unit/%.o $(UNIT_LINK)
 # libFuzzer: a whole hostile session against a real worker (sim executor).
 FUZZ_CC   ?= clang
 FUZZ_SRC   = tests/fuzz/fuzz_worker.c $(BACKEND_LIB_SRC) $(SIM_SRC)
-fuzz: $(BUILD)/fuzz/fuzz_worker
+fuzz: $(BUILD)/fuzz/fuzz_worker $(BUILD)/fuzz/fuzz_ring
 $(BUILD)/fuzz/fuzz_worker: $(FUZZ_SRC) $(GEN_FILES) $(shell find common host-backend transport protocol tests/sim -name '*.h')
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -g -O1 -fsanitize=fuzzer,address,undefined -std=c11 -D_GNU_SOURCE \
 		$(SHARED_INC) $(BACKEND_INC) -Itests/sim -I$(CUDA_INCLUDE) \
 		$(filter -D%,$(CFLAGS)) \
 		-o $@ $(FUZZ_SRC) -ldl -lpthread -lm $(INIH_LIBS) $(MHD_LIBS)
+
+# libFuzzer: the worker's end of the control ring against a guest that
+# scribbles on every index and byte of it (transport/shm/ring.h).
+$(BUILD)/fuzz/fuzz_ring: tests/fuzz/fuzz_ring.c transport/shm/ring.c transport/shm/ring.h common/wait.h common/relax.h common/clock.h
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -g -O1 -fsanitize=fuzzer,address,undefined -std=c11 -D_GNU_SOURCE \
+		$(SHARED_INC) -o $@ tests/fuzz/fuzz_ring.c transport/shm/ring.c
 
 include tests/tests.mk
 include guest-lib/cuda/cuda.mk

@@ -50,6 +50,7 @@ struct options {
 	int iters;
 	int launches;
 	int rounds;
+	int round_trips;	/* --round-trips or PVGPU_DEBUG: print them */
 };
 
 /* One row of the report. */
@@ -59,6 +60,9 @@ struct result {
 	double median_us, p99_us, min_us, mean_us;
 	double launches_per_s;		/* async only */
 	double enqueue_per_s;		/* async only: launches/s before the sync */
+	long long ops;			/* operations run, warm-up included */
+	double rt_per_op;		/* wire round trips per operation; NAN: unknown */
+	double msgs_per_op;		/* messages sent per operation */
 };
 
 #define MAX_RESULTS (2 * NMEMS * MAX_SIZES + 4)
@@ -75,6 +79,8 @@ static void usage(void)
 "  --iters N            timed iterations per test (default 10000)\n"
 "  --launches N         launches per async round (default 100000)\n"
 "  --rounds N           async rounds, median reported (default 5)\n"
+"  --round-trips        through pvgpu: wire round trips and messages per\n"
+"                       operation (also with PVGPU_DEBUG set)\n"
 COMMON_OPTIONS_HELP, g_prog);
 }
 
@@ -157,12 +163,20 @@ static void parse_args(struct options *o, int argc, char **argv)
 		} else if (!strcmp(a, "--launches")) {
 			launches = (int)parse_count(a, opt_value(&i, argc, argv),
 						    1, 100000000);
+		} else if (!strcmp(a, "--round-trips")) {
+			o->round_trips = 1;
 		} else if (!strcmp(a, "--rounds")) {
 			rounds = (int)parse_count(a, opt_value(&i, argc, argv),
 						  1, 1000);
 		} else {
 			usage_error("unknown option '%s'", a);
 		}
+	}
+	{
+		const char *dbg = getenv("PVGPU_DEBUG");
+
+		if (dbg && strcmp(dbg, "0"))
+			o->round_trips = 1;
 	}
 	o->iters = iters ? iters : o->co.quick ? 200 : 10000;
 	o->launches = launches ? launches : o->co.quick ? 2000 : 100000;
@@ -246,6 +260,7 @@ static void test_copy(const struct options *o, int dir, int mem,
 		}
 	}
 	summarise(r, us, o->iters);
+	r->ops = WARMUP + o->iters;	/* H2D read-backs add 1 in 256 */
 	if (mem == MEM_PINNED)
 		CK(cudaFreeHost(host));
 	else
@@ -269,6 +284,7 @@ static void test_launch(const struct options *o, struct result *r, double *us)
 	}
 	CK(cudaGetLastError());
 	summarise(r, us, o->iters);
+	r->ops = WARMUP + o->iters;	/* launch + synchronize pairs */
 }
 
 /*
@@ -318,6 +334,7 @@ static void test_async(const struct options *o, struct result *r, double *us)
 		die("launch check: %d asynchronous launches of a counting kernel "
 		    "counted %u", COUNT_LAUNCHES, count);
 	CK(cudaFree(counter));
+	r->ops = WARMUP + (long long)o->rounds * o->launches + COUNT_LAUNCHES;
 	free(rate);
 	free(enq);
 }
@@ -337,6 +354,19 @@ static void test_sync(const struct options *o, struct result *r, double *us)
 			us[i] = (now_s() - t0) * 1e6;
 	}
 	summarise(r, us, o->iters);
+	r->ops = WARMUP + o->iters + 1;
+}
+
+/*
+ * Through pvgpu, the shim or libcuda.so.1 exports pvgpu_wire_stats (what
+ * went over the wire so far); natively there is none.  Calls [1] are round
+ * trips, sends [0] messages.
+ */
+typedef int (*wire_stats_fn)(unsigned long long out[5]);
+
+static wire_stats_fn wire_stats(void)
+{
+	return (wire_stats_fn)dlsym(RTLD_DEFAULT, "pvgpu_wire_stats");
 }
 
 static void print_json(const struct lib_info *li, const struct dev_info *di,
@@ -364,6 +394,12 @@ static void print_json(const struct lib_info *li, const struct dev_info *di,
 			printf(",\"enqueue_per_s\":");
 			json_num(stdout, res[i].enqueue_per_s);
 		}
+		if (isfinite(res[i].rt_per_op)) {
+			printf(",\"round_trips_per_op\":");
+			json_num(stdout, res[i].rt_per_op);
+			printf(",\"messages_per_op\":");
+			json_num(stdout, res[i].msgs_per_op);
+		}
 		printf(",\"verified\":true}");
 	}
 	printf("]}\n");
@@ -388,7 +424,31 @@ static void print_table(const struct result *res, int n)
 	}
 	printf("(launch async: us per launch over a round of launches + one "
 	       "synchronize)\n");
+	for (i = 0; i < n && !isfinite(res[i].rt_per_op); i++)
+		;
+	if (i == n)
+		return;
+	printf("\n%-26s %14s %14s\n", "test", "round trips/op", "messages/op");
+	for (i = 0; i < n; i++)
+		if (isfinite(res[i].rt_per_op))
+			printf("%-26s %14.3f %14.3f\n", res[i].key,
+			       res[i].rt_per_op, res[i].msgs_per_op);
 }
+
+/* Run one test, counting what it sent over the wire when asked. */
+#define COUNTED(o, r, call) do {					\
+	wire_stats_fn ws_ = (o)->round_trips ? wire_stats() : NULL;	\
+	unsigned long long a_[5], b_[5];				\
+	int ok_ = ws_ && ws_(a_) >= 0;					\
+									\
+	call;								\
+	(r)->rt_per_op = (r)->msgs_per_op = NAN;			\
+	if (ok_ && ws_(b_) >= 0 && (r)->ops > 0) {			\
+		(r)->rt_per_op = (double)(b_[1] - a_[1]) / (r)->ops;	\
+		(r)->msgs_per_op = (double)(b_[0] - a_[0]) / (r)->ops;	\
+	}								\
+} while (0)
+
 
 static int run_here(const struct options *o)
 {
@@ -408,15 +468,22 @@ static int run_here(const struct options *o)
 	if (o->tests & TEST_COPY)
 		for (d = 0; d < NDIRS; d++)
 			for (m = 0; m < NMEMS; m++)
-				for (s = 0; o->mems[m] && s < o->nsizes; s++)
-					test_copy(o, d, m, o->sizes[s], dev,
-						  &res[n++], us);
-	if (o->tests & TEST_LAUNCH)
-		test_launch(o, &res[n++], us);
-	if (o->tests & TEST_ASYNC)
-		test_async(o, &res[n++], us);
-	if (o->tests & TEST_SYNC)
-		test_sync(o, &res[n++], us);
+				for (s = 0; o->mems[m] && s < o->nsizes; s++, n++)
+					COUNTED(o, &res[n],
+						test_copy(o, d, m, o->sizes[s],
+							  dev, &res[n], us));
+	if (o->tests & TEST_LAUNCH) {
+		COUNTED(o, &res[n], test_launch(o, &res[n], us));
+		n++;
+	}
+	if (o->tests & TEST_ASYNC) {
+		COUNTED(o, &res[n], test_async(o, &res[n], us));
+		n++;
+	}
+	if (o->tests & TEST_SYNC) {
+		COUNTED(o, &res[n], test_sync(o, &res[n], us));
+		n++;
+	}
 	CK(cudaFree(dev));
 	free(us);
 

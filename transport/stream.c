@@ -173,3 +173,33 @@ int pvgpu_stream_sendv_fd(struct pvgpu_transport *t, struct iovec *iov,
 	}
 	return iovcnt > 0 ? pvgpu_stream_sendv(t, iov, iovcnt) : 0;
 }
+
+/* One wake-up byte; a socket too full to take it is awake enough. */
+int pvgpu_stream_kick(struct pvgpu_transport *t)
+{
+	if (t->fd < 0)
+		return -EBADF;
+	if (send(t->fd, "k", 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 &&
+	    errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+		return -errno;
+	return 0;
+}
+
+/* Until a wake-up byte or the hang-up; the bytes that came are dropped. */
+int pvgpu_stream_wait_kick(struct pvgpu_transport *t)
+{
+	struct pollfd pfd = { .fd = t->fd, .events = POLLIN | POLLRDHUP };
+	char buf[64];
+	ssize_t n;
+
+	if (t->fd < 0)
+		return -EBADF;
+	if (poll(&pfd, 1, -1) < 0)
+		return errno == EINTR ? 0 : -errno;
+	n = recv(t->fd, buf, sizeof(buf), MSG_DONTWAIT);
+	if (n == 0)
+		return -ECONNRESET;
+	if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+		return -errno;
+	return 0;
+}

@@ -18,6 +18,9 @@ int pvgpu_stream_sendv(struct pvgpu_transport *t, struct iovec *iov, int iovcnt)
 int pvgpu_stream_recv(struct pvgpu_transport *t, void *buf, size_t len);
 void pvgpu_stream_close(struct pvgpu_transport *t);
 int pvgpu_stream_quiet(struct pvgpu_transport *t);
+/* The control ring's wake-ups: a byte on t->fd; see transport.h. */
+int pvgpu_stream_kick(struct pvgpu_transport *t);
+int pvgpu_stream_wait_kick(struct pvgpu_transport *t);
 /* One sendmsg carrying fd as SCM_RIGHTS, then the rest of iov. */
 int pvgpu_stream_sendv_fd(struct pvgpu_transport *t, struct iovec *iov,
 			  int iovcnt, int fd);

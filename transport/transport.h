@@ -60,6 +60,16 @@ struct pvgpu_transport_ops {
 	 * -ENOENT.  NULL where the channel has none of its own.
 	 */
 	int (*window)(struct pvgpu_transport *t, void **base, uint64_t *size);
+	/*
+	 * The control ring's wake-ups (transport/shm/ring.h), where messages
+	 * move through a ring in the window and the channel only wakes the
+	 * other side: kick() sends one wake-up (never blocks for long);
+	 * wait_kick() sleeps until one arrives or the peer hangs up, and
+	 * drops what arrived: 0, or -errno (-ECONNRESET: hung up).  NULL
+	 * where the channel cannot (the ring is then not used).
+	 */
+	int (*kick)(struct pvgpu_transport *t);
+	int (*wait_kick)(struct pvgpu_transport *t);
 };
 
 struct pvgpu_transport {

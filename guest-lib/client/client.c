@@ -20,6 +20,7 @@
 #include "pvgpu_guest.h"
 #include "pvgpu_proto.h"
 #include "transport.h"
+#include "shm/ring.h"
 #include "wire.h"
 
 /* DATA frames per sendmsg: 2 iovecs each, well under IOV_MAX. */
@@ -46,6 +47,14 @@ struct pvgpu_client {
 	int32_t deferred_kept;
 	struct pvgpu_client_stats stats;
 	struct pvgpu_window_map *win;	/* shared window; NULL: none */
+	/*
+	 * The control ring in the window (feature ring): once the backend
+	 * took it, every message goes through it; the socket carries only
+	 * wake-up bytes and the hang-up.
+	 */
+	struct pvgpu_ring ring;
+	void *ring_mem;			/* in win's arena; NULL: none */
+	int ring_on;
 	struct pvgpu_client_config cfg;
 };
 
@@ -54,6 +63,37 @@ static uint64_t take_id(struct pvgpu_client *c)
 	if (!c->next_id)		/* 0 is never a request id */
 		c->next_id = 1;
 	return c->next_id++;
+}
+
+/* --- the wire: the control ring when there is one, else the transport --- */
+
+/* The control ring's wake-ups go over the transport (see transport.h). */
+static int ring_kick(void *arg)
+{
+	struct pvgpu_client *c = arg;
+
+	return c->tr.ops->kick(&c->tr);
+}
+
+static int ring_wait(void *arg)
+{
+	struct pvgpu_client *c = arg;
+
+	return c->tr.ops->wait_kick(&c->tr);
+}
+
+static int wire_sendv(struct pvgpu_client *c, struct iovec *iov, int iovcnt)
+{
+	if (c->ring_on)
+		return pvgpu_ring_sendv(&c->ring, iov, iovcnt);
+	return c->tr.ops->sendv(&c->tr, iov, iovcnt);
+}
+
+static int wire_recv(struct pvgpu_client *c, void *buf, size_t len)
+{
+	if (c->ring_on)
+		return pvgpu_ring_recv(&c->ring, buf, len);
+	return c->tr.ops->recv(&c->tr, buf, len);
 }
 
 static void put_hdr(struct pvgpu_client *c, uint8_t *out, uint16_t opcode,
@@ -105,7 +145,7 @@ static int32_t flush_locked(struct pvgpu_client *c)
 	c->stats.sends++;
 	c->batch_len = 0;
 	c->batch_count = 0;
-	rc = c->tr.ops->sendv(&c->tr, &iov, 1);
+	rc = wire_sendv(c, &iov, 1);
 	if (rc)
 		return break_locked(c, "send batch", -rc);
 	return 0;
@@ -141,7 +181,7 @@ static int32_t send_request_locked(struct pvgpu_client *c, uint16_t opcode,
 			iov[n++] = (struct iovec){ (void *)(data + off), (size_t)chunk };
 			off += chunk;
 		}
-		rc = c->tr.ops->sendv(&c->tr, iov, n);
+		rc = wire_sendv(c, iov, n);
 		if (rc)
 			return break_locked(c, "send", -rc);
 		n = 0;
@@ -162,7 +202,7 @@ static int32_t read_output_locked(struct pvgpu_client *c, uint32_t len)
 
 	if (len < 4 || len > PVGPU_MAX_PAYLOAD)
 		return break_locked(c, "bad output frame from backend", 0);
-	rc = c->tr.ops->recv(&c->tr, c->reply, len);
+	rc = wire_recv(c, c->reply, len);
 	if (rc)
 		return break_locked(c, "receive output", -rc);
 	stream = pvgpu_get_u32(c->reply);
@@ -192,7 +232,7 @@ static int32_t read_reply_locked(struct pvgpu_client *c, uint16_t opcode,
 	int rc;
 
 	for (;;) {
-		rc = c->tr.ops->recv(&c->tr, raw, sizeof(raw));
+		rc = wire_recv(c, raw, sizeof(raw));
 		if (rc)
 			return break_locked(c, "receive", -rc);
 		if (pvgpu_hdr_decode(raw, &h))
@@ -211,7 +251,7 @@ static int32_t read_reply_locked(struct pvgpu_client *c, uint16_t opcode,
 		if (!data_out || h.length > PVGPU_MAX_DATA_FRAME ||
 		    h.length > data_len - got)
 			return break_locked(c, "unexpected data from backend", 0);
-		rc = c->tr.ops->recv(&c->tr, data_out + got, h.length);
+		rc = wire_recv(c, data_out + got, h.length);
 		if (rc)
 			return break_locked(c, "receive data", -rc);
 		got += h.length;
@@ -219,7 +259,7 @@ static int32_t read_reply_locked(struct pvgpu_client *c, uint16_t opcode,
 	if (h.opcode != opcode || h.length > PVGPU_MAX_PAYLOAD ||
 	    h.length < PVGPU_REPLY_PREFIX)
 		return break_locked(c, "bad reply from backend", 0);
-	rc = c->tr.ops->recv(&c->tr, c->reply, h.length);
+	rc = wire_recv(c, c->reply, h.length);
 	if (rc)
 		return break_locked(c, "receive reply", -rc);
 
@@ -285,9 +325,22 @@ out:
 	return st;
 }
 
+/*
+ * Nothing from the backend yet: no reply begun (in the ring, or on the
+ * socket without one), no hang-up.  Kick bytes are not news.
+ */
 static int transport_quiet(void *arg)
 {
-	return pvgpu_transport_quiet(arg);
+	struct pvgpu_client *c = arg;
+
+	if (!c->ring_on)
+		return pvgpu_transport_quiet(&c->tr);
+	if (pvgpu_ring_pending(&c->ring) != 0)
+		return 0;		/* the reply began (or the ring is broken) */
+	if (pvgpu_transport_quiet(&c->tr))
+		return 1;
+	/* Kick bytes or the hang-up: this does not block now, and drops them. */
+	return c->tr.ops->wait_kick(&c->tr) == 0;
 }
 
 int32_t pvgpu_client_call_staged(struct pvgpu_client *c, uint16_t opcode,
@@ -321,9 +374,9 @@ int32_t pvgpu_client_call_staged(struct pvgpu_client *c, uint16_t opcode,
 	 * as anything arrives, and the reply says why.
 	 */
 	if (src)
-		pvgpu_window_stage_in(c->win, src, size, transport_quiet, &c->tr);
+		pvgpu_window_stage_in(c->win, src, size, transport_quiet, c);
 	else
-		pvgpu_window_stage_out(c->win, dst, size, transport_quiet, &c->tr);
+		pvgpu_window_stage_out(c->win, dst, size, transport_quiet, c);
 	st = read_reply_locked(c, opcode, id, NULL, 0, rep, sizeof(rep), &rep_len);
 	if (c->broken)
 		goto out;
@@ -368,10 +421,13 @@ static struct pvgpu_window_map *channel_window(struct pvgpu_client *c,
 static void attach_window(struct pvgpu_client *c, enum window_kind kind)
 {
 	int device = kind == WINDOW_DEVICE;
-	struct pvgpu_window_attach_req req;
-	uint8_t q[PVGPU_WINDOW_ATTACH_REQ_MAX], hdr[PVGPU_HDR_SIZE], rep[16];
+	struct pvgpu_window_attach_req req = { 0 };
+	struct pvgpu_window_attach_rep arep = { 0 };
+	uint8_t q[PVGPU_WINDOW_ATTACH_REQ_MAX], hdr[PVGPU_HDR_SIZE];
+	uint8_t rep[PVGPU_WINDOW_ATTACH_REP_MAX];
 	struct iovec iov[2];
-	size_t rep_len;
+	size_t rep_len = 0;
+	uint64_t cap = 0;
 	char err[240];
 	uint64_t id;
 	long qn;
@@ -388,6 +444,21 @@ static void attach_window(struct pvgpu_client *c, enum window_kind kind)
 	}
 	req.size = c->win->size;
 	req.window_id = c->win->window_id;
+	/* The control ring: a region of the arena, like pinned memory. */
+	if (c->cfg.ring && (c->info.features & PVGPU_FEATURE_RING) &&
+	    c->tr.ops->kick && c->tr.ops->wait_kick) {
+		cap = c->cfg.ring_cap;
+		if (cap < PVGPU_RING_MIN_CAP || cap > PVGPU_RING_MAX_CAP || (cap & (cap - 1)))
+			cap = PVGPU_CLIENT_DEFAULT_RING_CAP;
+		c->ring_mem = pvgpu_window_alloc(c->win, pvgpu_ring_region_size(cap));
+		if (c->ring_mem) {
+			pvgpu_ring_init_region(c->ring_mem);
+			req.ring_offset = (uint64_t)((uint8_t *)c->ring_mem - c->win->base);
+			req.ring_size = pvgpu_ring_region_size(cap);
+		} else {
+			pvgpu_debug("%s: no room in the window for a control ring", c->uri);
+		}
+	}
 	qn = pvgpu_window_attach_req_encode(q, &req);
 	pthread_mutex_lock(&c->lock);
 	id = take_id(c);
@@ -403,16 +474,37 @@ static void attach_window(struct pvgpu_client *c, enum window_kind kind)
 	st = rc ? break_locked(c, "send window", -rc) :
 		  read_reply_locked(c, PVGPU_OP_WINDOW_ATTACH, id, NULL, 0, rep,
 				    sizeof(rep), &rep_len);
+	if (!st && pvgpu_window_attach_rep_decode(rep, rep_len, &arep))
+		st = break_locked(c, "bad window_attach reply", 0);
+	/* From the next message on, the backend reads and writes the ring. */
+	if (!st && arep.ring && c->ring_mem) {
+		struct pvgpu_ring_waiter wt = {
+			.kick = ring_kick,
+			.wait_kick = ring_wait,
+			.arg = c,
+			.spin_max_ns = c->cfg.poll_ns,
+			.spin_min_ns = c->cfg.poll_ns / 16,
+		};
+
+		pvgpu_ring_attach(&c->ring, c->ring_mem, cap, PVGPU_RING_GUEST, &wt);
+		c->ring_on = 1;
+	}
 	pthread_mutex_unlock(&c->lock);
 	if (!st)
-		pvgpu_debug("%s: shared window %s%llu MiB", c->uri,
+		pvgpu_debug("%s: shared window %s%llu MiB%s", c->uri,
 			    device ? "of the pvgpu device, " : "",
-			    (unsigned long long)(c->win->size >> 20));
+			    (unsigned long long)(c->win->size >> 20),
+			    c->ring_on ? ", control ring" : "");
+	if (!st && c->ring_mem && !c->ring_on) {
+		pvgpu_window_free(c->win, c->ring_mem);
+		c->ring_mem = NULL;
+	}
 	if (st) {
 		pvgpu_debug("%s: backend refused the shared window (status %d): using the socket alone",
 			    c->uri, st);
 		pvgpu_window_destroy(c->win);
 		c->win = NULL;
+		c->ring_mem = NULL;
 	}
 }
 
@@ -560,6 +652,8 @@ void pvgpu_client_config_init(struct pvgpu_client_config *cfg)
 	cfg->window_size = 1ull << 30;
 	cfg->staging_slot = 4u << 20;
 	cfg->staging_slots = 8;
+	cfg->ring = 1;
+	cfg->ring_cap = PVGPU_CLIENT_DEFAULT_RING_CAP;
 }
 
 int pvgpu_client_open(const char *uri, const struct pvgpu_client_config *cfg,

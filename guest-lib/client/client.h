@@ -42,6 +42,7 @@ struct pvgpu_client_info {
 #define PVGPU_CLIENT_TOKEN_MAX		257	/* hello's token, NUL included */
 #define PVGPU_CLIENT_DEFAULT_DEVICES	"unix:///run/pvgpu/pvgpu.sock"
 #define PVGPU_CLIENT_PATH_MAX		256
+#define PVGPU_CLIENT_DEFAULT_RING_CAP	(512u << 10)
 
 struct pvgpu_client_config {
 	/* PVGPU_DEVICES: "URI[#N][,URI[#N]...]", split by the front-end. */
@@ -52,7 +53,7 @@ struct pvgpu_client_config {
 	uint32_t block_size;
 	/* PVGPU_POLL_US: busy-poll for a reply this long before sleeping. */
 	uint64_t poll_ns;
-	/* PVGPU_COPY_THREADS: threads copying through the window (1 or 2). */
+	/* PVGPU_COPY_THREADS: threads copying through the window (1 to 8). */
 	unsigned int copy_threads;
 	/* Use a shared window where the transport has one (1, the default). */
 	int window;
@@ -61,6 +62,12 @@ struct pvgpu_client_config {
 	/* PVGPU_WINDOW_SIZE, PVGPU_STAGING_SLOT(S): a shm:// window made here. */
 	uint64_t window_size;
 	uint32_t staging_slot, staging_slots;
+	/*
+	 * PVGPU_RING=0 turns the control ring off (messages then take the
+	 * socket); ring_cap is bytes each way, a power of two.
+	 */
+	int ring;
+	uint64_t ring_cap;
 	/* Feature bits (PVGPU_FEATURE_*) this front-end cannot do without. */
 	uint64_t required_features;
 	/* PVGPU_WITHHOLD_FEATURES: bits not offered, as an older guest. */

@@ -15,6 +15,8 @@
 
 struct pvgpu_window_block;
 
+#define PVGPU_WINDOW_MAX_COPY_THREADS	8
+
 struct pvgpu_window_map {
 	uint8_t *base;
 	uint64_t size;
@@ -27,11 +29,13 @@ struct pvgpu_window_map {
 	uint64_t h2d_seq, d2h_seq;	/* blocks through the ring so far */
 
 	/*
-	 * A helper thread copies half of each large staging block: one core's
+	 * Helper threads copy parts of each large staging block: one core's
 	 * memcpy, not the DMA, is what limits a pageable copy through the
-	 * window.  copy_threads = 1 in the config turns it off.
+	 * window.  copy_threads in the config counts this thread too (1: no
+	 * helpers).
 	 */
-	struct pvgpu_copy_helper *helper;
+	struct pvgpu_copy_helper *helpers[PVGPU_WINDOW_MAX_COPY_THREADS];
+	unsigned int nhelpers;
 
 	pthread_mutex_t lock;		/* the allocator */
 	struct pvgpu_window_block *blocks;	/* arena, sorted by offset */

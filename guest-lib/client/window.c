@@ -29,49 +29,69 @@ struct pvgpu_window_block {
 	int used;
 };
 
-/* Blocks smaller than this are copied by one thread: a hand-off costs more. */
-#define SPLIT_MIN		(512u * 1024)
+/*
+ * Parts of a staging block smaller than this are not handed to a helper:
+ * a hand-off costs more.
+ */
+#define PART_MIN		(256u * 1024)
+/*
+ * How long an idle helper spins for the next job before it sleeps: the
+ * blocks of one big copy come back to back, and a wake-up through the
+ * kernel (tens of microseconds, more on a busy host) is a large share of
+ * one 4 MiB block's memcpy: it was one reason pageable copies varied
+ * from run to run.
+ */
+#define HELPER_SPIN_NS		(200u * 1000)
 
 struct pvgpu_copy_helper {
 	pthread_t thread;
 	pthread_mutex_t lock;
 	pthread_cond_t wake;
-	/* The job; `pending` is set by the caller, cleared by the helper. */
+	/* The job: written by the caller before it bumps `seq`. */
 	void *dst;
 	const void *src;
 	size_t len;
-	int pending;
-	int quit;
+	unsigned int seq;		/* jobs posted; atomics only */
+	unsigned int sleeping;		/* the helper waits on `wake`; atomics */
+	int quit;			/* under lock */
 	int done;			/* spun on by the caller, atomics only */
 };
 
 static void *copy_helper_main(void *arg)
 {
 	struct pvgpu_copy_helper *h = arg;
+	unsigned int seen = 0;
 
-	pthread_mutex_lock(&h->lock);
 	for (;;) {
-		while (!h->pending && !h->quit)
-			pthread_cond_wait(&h->wake, &h->lock);
-		if (h->quit)
+		struct pvgpu_poll poll = { 0 };
+		int quit = 0;
+
+		while (__atomic_load_n(&h->seq, __ATOMIC_ACQUIRE) == seen &&
+		       pvgpu_poll_again(&poll, HELPER_SPIN_NS))
+			;
+		if (__atomic_load_n(&h->seq, __ATOMIC_ACQUIRE) == seen) {
+			pthread_mutex_lock(&h->lock);
+			__atomic_store_n(&h->sleeping, 1, __ATOMIC_SEQ_CST);
+			while (__atomic_load_n(&h->seq, __ATOMIC_SEQ_CST) == seen &&
+			       !h->quit)
+				pthread_cond_wait(&h->wake, &h->lock);
+			__atomic_store_n(&h->sleeping, 0, __ATOMIC_RELAXED);
+			quit = h->quit;
+			pthread_mutex_unlock(&h->lock);
+		}
+		if (quit)
 			break;
-		h->pending = 0;
-		pthread_mutex_unlock(&h->lock);
+		seen = __atomic_load_n(&h->seq, __ATOMIC_ACQUIRE);
 		memcpy(h->dst, h->src, h->len);
 		__atomic_store_n(&h->done, 1, __ATOMIC_RELEASE);
-		pthread_mutex_lock(&h->lock);
 	}
-	pthread_mutex_unlock(&h->lock);
 	return NULL;
 }
 
-static struct pvgpu_copy_helper *copy_helper_start(unsigned int threads)
+static struct pvgpu_copy_helper *copy_helper_start(void)
 {
-	struct pvgpu_copy_helper *h;
+	struct pvgpu_copy_helper *h = calloc(1, sizeof(*h));
 
-	if (threads == 1)
-		return NULL;
-	h = calloc(1, sizeof(*h));
 	if (!h)
 		return NULL;
 	pthread_mutex_init(&h->lock, NULL);
@@ -87,8 +107,6 @@ static struct pvgpu_copy_helper *copy_helper_start(unsigned int threads)
 
 static void copy_helper_stop(struct pvgpu_copy_helper *h)
 {
-	if (!h)
-		return;
 	pthread_mutex_lock(&h->lock);
 	h->quit = 1;
 	pthread_cond_signal(&h->wake);
@@ -99,29 +117,71 @@ static void copy_helper_stop(struct pvgpu_copy_helper *h)
 	free(h);
 }
 
-/* memcpy, the second half by the helper thread when there is one. */
+/* Hand one part to a helper; it may be spinning for it or asleep. */
+static void copy_helper_post(struct pvgpu_copy_helper *h, void *dst,
+			     const void *src, size_t len)
+{
+	h->dst = dst;
+	h->src = src;
+	h->len = len;
+	__atomic_store_n(&h->done, 0, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&h->seq, 1, __ATOMIC_SEQ_CST);
+	/* Either it sees the new seq before sleeping, or we see it asleep. */
+	if (__atomic_load_n(&h->sleeping, __ATOMIC_SEQ_CST)) {
+		pthread_mutex_lock(&h->lock);
+		pthread_cond_signal(&h->wake);
+		pthread_mutex_unlock(&h->lock);
+	}
+}
+
+/*
+ * memcpy, split between this thread and up to nhelpers helpers (parts of
+ * at least PART_MIN bytes, cache-line aligned).
+ */
 static void block_copy(struct pvgpu_window_map *w, void *dst, const void *src,
 		       size_t len)
 {
-	struct pvgpu_copy_helper *h = w->helper;
-	size_t half;
+	unsigned int parts = (unsigned int)(len / PART_MIN), used;
+	size_t part, off;
 
-	if (!h || len < SPLIT_MIN) {
+	if (parts > w->nhelpers + 1)
+		parts = w->nhelpers + 1;
+	if (parts < 2) {
 		memcpy(dst, src, len);
 		return;
 	}
-	half = (len / 2) & ~(size_t)63;	/* cache-line aligned split */
-	pthread_mutex_lock(&h->lock);
-	h->dst = (uint8_t *)dst + half;
-	h->src = (const uint8_t *)src + half;
-	h->len = len - half;
-	__atomic_store_n(&h->done, 0, __ATOMIC_RELAXED);
-	h->pending = 1;
-	pthread_cond_signal(&h->wake);
-	pthread_mutex_unlock(&h->lock);
-	memcpy(dst, src, half);
-	while (!__atomic_load_n(&h->done, __ATOMIC_ACQUIRE))
-		pvgpu_cpu_relax();
+	used = parts - 1;
+	part = (len / parts) & ~(size_t)63;
+	off = 0;
+	for (unsigned int i = 0; i < used; i++, off += part)
+		copy_helper_post(w->helpers[i], (uint8_t *)dst + off,
+				 (const uint8_t *)src + off, part);
+	/* Ours is the last part, the remainder included. */
+	memcpy((uint8_t *)dst + off, (const uint8_t *)src + off, len - off);
+	for (unsigned int i = 0; i < used; i++)
+		while (!__atomic_load_n(&w->helpers[i]->done, __ATOMIC_ACQUIRE))
+			pvgpu_cpu_relax();
+}
+
+static void helpers_start(struct pvgpu_window_map *w, unsigned int threads)
+{
+	if (threads > PVGPU_WINDOW_MAX_COPY_THREADS)
+		threads = PVGPU_WINDOW_MAX_COPY_THREADS;
+	w->nhelpers = 0;
+	while (w->nhelpers + 1 < threads) {
+		struct pvgpu_copy_helper *h = copy_helper_start();
+
+		if (!h)
+			break;
+		w->helpers[w->nhelpers++] = h;
+	}
+}
+
+static void helpers_stop(struct pvgpu_window_map *w)
+{
+	for (unsigned int i = 0; i < w->nhelpers; i++)
+		copy_helper_stop(w->helpers[i]);
+	w->nhelpers = 0;
 }
 
 /* Where pinned allocations start: the first page past the staging ring. */
@@ -166,7 +226,7 @@ static struct pvgpu_window_map *map_new(uint8_t *base, uint64_t size,
 	w->blocks[0] = (struct pvgpu_window_block){ arena, size - arena, 0 };
 	w->nblocks = 1;
 	pthread_mutex_init(&w->lock, NULL);
-	w->helper = copy_helper_start(copy_threads);
+	helpers_start(w, copy_threads);
 	return w;
 }
 
@@ -342,7 +402,7 @@ void pvgpu_window_destroy(struct pvgpu_window_map *w)
 {
 	if (!w)
 		return;
-	copy_helper_stop(w->helper);
+	helpers_stop(w);
 	if (!w->borrowed)
 		munmap(w->base, w->size);
 	if (w->dev_fd >= 0)

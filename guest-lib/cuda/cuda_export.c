@@ -86,8 +86,37 @@ static void *runtime_interface[13] = {
 
 /* ---- tools TLS and callback hooks ------------------------------------- */
 
-/* Sizes as driver 580 gives them (first word, measured on the H100). */
-static void *tools_tls[3] = { [0] = SIZE_OF(3) };
+static CUresult not_supported(void)
+{
+	return pvgpu_cuda_unsupported("an export table's slot pvgpu does not answer");
+}
+
+/*
+ * Sizes as driver 580 gives them (first word, measured on the H100).
+ * Slot 2 gives the calling thread's current context: cuBLASLt keys its
+ * kernel registry on it, and with a slot that does nothing every cublasSgemm
+ * ended in CUBLAS_STATUS_NOT_SUPPORTED (PyTorch and CuPy on the H100).
+ */
+static CUresult tools_current_context(CUcontext *ctx)
+{
+	return ctx ? cuCtxGetCurrent(ctx) : CUDA_ERROR_INVALID_VALUE;
+}
+
+static void *tools_tls[3] = {
+	[0] = SIZE_OF(3), [2] = (void *)tools_current_context,
+};
+
+/*
+ * Context identity (21318c60..., asked by cuBLASLt): slot 4 is the
+ * context's unique id, as cuCtxGetId gives it.  The table is as long as
+ * the driver's (93 words: callers index past the slots known here, and a
+ * shorter table crashed bf16 GEMMs on the H100); every slot whose meaning is
+ * not known says "not supported" rather than succeed without writing.
+ */
+#define CONTEXT_IDENTITY_SLOTS	93
+static void *context_identity[CONTEXT_IDENTITY_SLOTS] = {
+	[0] = SIZE_OF(CONTEXT_IDENTITY_SLOTS), [4] = (void *)cuCtxGetId,
+};
 
 static uint8_t hook_buf1[1024 * 4];
 static uint8_t hook_buf2[14 * 4];
@@ -406,10 +435,6 @@ static void *device_ext[26] = {
 	[13] = (void *)ext_something,
 };
 
-static CUresult not_supported(void)
-{
-	return pvgpu_cuda_unsupported("export table: context-create bypass / heap slot");
-}
 
 static void *ctx_bypass[2] = { [0] = SIZE_OF(2), [1] = (void *)not_supported };
 static void *heap_access[3] = {
@@ -440,6 +465,9 @@ static const struct export_table tables[] = {
 	  0x9f, 0x64, 0xf2, 0x23, 0xbe, 0x99, 0xf1, 0xe2 }, device_ext, 26 },
 	{ "context-create bypass", { 0x0c, 0xa5, 0x0b, 0x8c, 0x10, 0x04, 0x92, 0x9a,
 	  0x89, 0xa7, 0xd0, 0xdf, 0x10, 0xe7, 0x72, 0x86 }, ctx_bypass, 2 },
+	{ "context identity", { 0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48,
+	  0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2 }, context_identity,
+	  CONTEXT_IDENTITY_SLOTS },
 	{ "heap access", { 0x19, 0x5b, 0xcb, 0xf4, 0xd6, 0x7d, 0x02, 0x4a,
 	  0xac, 0xc5, 0x1d, 0x29, 0xce, 0xa6, 0x31, 0xae }, heap_access, 3 },
 };
@@ -447,6 +475,9 @@ static const struct export_table tables[] = {
 /* Slots nobody has seen called answer CUDA_SUCCESS and do nothing. */
 static void fill_slots(void)
 {
+	for (size_t s = 1; s < CONTEXT_IDENTITY_SLOTS; s++)
+		if (!context_identity[s])
+			context_identity[s] = (void *)not_supported;
 	for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]); i++)
 		for (size_t s = 1; s < tables[i].slots; s++)
 			if (!tables[i].table[s])

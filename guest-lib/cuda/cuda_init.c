@@ -922,3 +922,33 @@ CUresult CUDAAPI cuGetErrorString(CUresult error, const char **pStr)
 	*pStr = NULL;
 	return CUDA_ERROR_INVALID_VALUE;
 }
+
+/*
+ * pvgpu's own export, for benchmarks (found with dlsym, absent natively):
+ * what went over the wire so far, summed over the backends (the layout of
+ * the runtime shim's pvgpu_wire_stats: messages, sync calls, async ops,
+ * batches, DATA frames).  The number of backends counted, or -1 before any.
+ */
+int pvgpu_wire_stats(unsigned long long out[5]);
+int pvgpu_wire_stats(unsigned long long out[5])
+{
+	int n = 0;
+
+	memset(out, 0, 5 * sizeof(out[0]));
+	if (!cu.initialized)
+		return -1;
+	for (int i = 0; i < cu.nbackends; i++) {
+		struct pvgpu_client_stats s;
+
+		if (!cu.backends[i].client ||
+		    pvgpu_client_stats(cu.backends[i].client, &s))
+			continue;
+		out[0] += s.sends;
+		out[1] += s.calls;
+		out[2] += s.async_ops;
+		out[3] += s.batches;
+		out[4] += s.data_frames;
+		n++;
+	}
+	return n;
+}

@@ -252,6 +252,37 @@ cudaError_t pvgpu_init(void)
 	return pvgpu_rt.init_error;
 }
 
+/*
+ * pvgpu's own export, for benchmarks (found with dlsym, absent natively):
+ * what went over the wire so far, summed over the backends: out[0] messages
+ * sent, [1] sync calls (each one round trip), [2] async ops, [3] batches,
+ * [4] DATA frames.  The number of backends counted, or -1 before any.
+ */
+int pvgpu_wire_stats(unsigned long long out[5]);
+int pvgpu_wire_stats(unsigned long long out[5])
+{
+	struct pvgpu_runtime *rt = &pvgpu_rt;
+	int n = 0;
+
+	memset(out, 0, 5 * sizeof(out[0]));
+	if (!rt->initialized)
+		return -1;
+	for (int i = 0; i < rt->nbackends; i++) {
+		struct pvgpu_client_stats s;
+
+		if (!rt->backends[i].client ||
+		    pvgpu_client_stats(rt->backends[i].client, &s))
+			continue;
+		out[0] += s.sends;
+		out[1] += s.calls;
+		out[2] += s.async_ops;
+		out[3] += s.batches;
+		out[4] += s.data_frames;
+		n++;
+	}
+	return n;
+}
+
 /* At exit: tell each backend goodbye so it frees the session at once. */
 __attribute__((destructor)) static void runtime_fini(void)
 {

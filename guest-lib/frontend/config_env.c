@@ -77,9 +77,22 @@ void pvgpu_config_from_env(struct pvgpu_client_config *cfg)
 			cfg->poll_ns = (uint64_t)us * 1000;
 	}
 
-	s = env("PVGPU_COPY_THREADS");
+	s = env("PVGPU_RING");
 	if (s)
-		cfg->copy_threads = strcmp(s, "1") ? 2 : 1;
+		cfg->ring = strcmp(s, "0") != 0;
+
+	s = env("PVGPU_COPY_THREADS");
+	if (s) {
+		char *end;
+		unsigned long n;
+
+		errno = 0;
+		n = strtoul(s, &end, 10);
+		if (errno || *end || end == s || n < 1 || n > 8)
+			pvgpu_debug("ignoring PVGPU_COPY_THREADS=%s (1 to 8)", s);
+		else
+			cfg->copy_threads = (unsigned int)n;
+	}
 
 	env_size("PVGPU_WINDOW_SIZE", 64ull << 20, 64ull << 30, &cfg->window_size);
 	v = cfg->staging_slot;

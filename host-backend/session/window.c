@@ -166,6 +166,29 @@ int32_t pvgpu_handle_window_attach(struct pvgpu_worker *w,
 			munmap(base, req->size);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
+	if (req->ring_size || req->ring_offset) {
+		const char *why = "the ring feature was not agreed";
+		struct pvgpu_ring_waiter waiter;
+		uint64_t cap = 0;
+
+		if (w->features & PVGPU_FEATURE_RING)
+			cap = pvgpu_ring_check_region(req->ring_offset, req->ring_size,
+						      req->size, staging_end, &why);
+		if (!cap) {
+			log_warn("window_attach: control ring at %llu, %llu bytes: %s; refused",
+				 (unsigned long long)req->ring_offset,
+				 (unsigned long long)req->ring_size, why);
+			if (!borrowed)
+				munmap(base, req->size);
+			return CUDA_ERROR_INVALID_VALUE;
+		}
+		pvgpu_worker_ring_waiter(w, &waiter);
+		pvgpu_ring_attach(&w->ring, (uint8_t *)base + req->ring_offset,
+				  cap, PVGPU_RING_WORKER, &waiter);
+		w->ring_pending = 1;
+		rep->ring = 1;
+		log_debug("control ring: %llu KiB each way", (unsigned long long)(cap >> 10));
+	}
 	win->base = base;
 	win->borrowed = borrowed;
 	win->size = req->size;
@@ -437,6 +460,21 @@ static void destroy_slot_events(struct pvgpu_worker *w, uint64_t *ev)
 		w->ex_ops->event_destroy(w->ex, ev[i]);
 }
 
+/*
+ * A staged copy given up half-way leaves the staging ring out of step:
+ * stop using the window.  Where the control ring lives in it too, the
+ * session cannot go on without it: it ends.
+ */
+static void staging_abandoned(struct pvgpu_worker *w)
+{
+	if (w->ring_on || w->ring_pending) {
+		log_warn("staged copy abandoned with the control ring in the window; ending session");
+		w->fatal = 1;
+		return;
+	}
+	pvgpu_window_detach(w);
+}
+
 static uint8_t *slot_ptr(struct pvgpu_window *win, uint64_t seq)
 {
 	return win->base + win->staging_offset +
@@ -515,7 +553,7 @@ static int32_t htod_staged(struct pvgpu_worker *w,
 		/* Abandoned half-way: the ring is out of step, stop using it. */
 		w->ex_ops->ctx_synchronize(w->ex);
 		destroy_slot_events(w, ev);
-		pvgpu_window_detach(w);
+		staging_abandoned(w);
 		return err ? err : CUDA_ERROR_TIMEOUT;
 	}
 	win->h2d_seq += blocks;
@@ -592,7 +630,7 @@ static int32_t dtoh_staged(struct pvgpu_worker *w,
 	if (ready < blocks) {
 		w->ex_ops->ctx_synchronize(w->ex);
 		destroy_slot_events(w, ev);
-		pvgpu_window_detach(w);
+		staging_abandoned(w);
 		return err ? err : CUDA_ERROR_TIMEOUT;
 	}
 	win->d2h_seq += blocks;

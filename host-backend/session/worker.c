@@ -144,6 +144,11 @@ static void serve_message(struct pvgpu_worker *w, const struct pvgpu_hdr *h,
 		note_error(w, h->opcode, st);
 	}
 	pvgpu_worker_send_reply(w, h->opcode, st, rep, rep_len);
+	/* The window_attach that named a ring was answered on the socket. */
+	if (w->ring_pending) {
+		w->ring_pending = 0;
+		w->ring_on = !w->fatal;
+	}
 	/*
 	 * A synchronising call may have seen the session's kernels finish:
 	 * tell the scheduler now, after the reply, not at the next launch.
@@ -190,6 +195,7 @@ static int worker_init(struct pvgpu_worker *w, struct pvgpu_conn *conn,
 static void worker_fini(struct pvgpu_worker *w)
 {
 	pvgpu_staging_release(w);
+	w->ring_on = 0;			/* it lives in the window */
 	pvgpu_window_detach(w);
 	if (w->ex)
 		w->ex_ops->close(w->ex);	/* frees contexts and all in them */

@@ -20,6 +20,7 @@
 #include "policy.h"
 #include "gpusched.h"
 #include "window.h"
+#include "shm/ring.h"
 
 #define PVGPU_STAGING_BUFFERS	4
 #define PVGPU_NOTED_ERRORS	32
@@ -96,6 +97,13 @@ struct pvgpu_worker {
 	uint8_t *rx;			/* one control payload or batch */
 
 	struct pvgpu_window win;
+	/*
+	 * The control ring in the window (feature ring): taken at
+	 * window_attach (ring_pending), used from the message after its
+	 * reply on (ring_on); the socket then carries only wake-ups.
+	 */
+	struct pvgpu_ring ring;
+	int ring_pending, ring_on;
 
 	struct pvgpu_sched_session sched;	/* its launches in flight */
 
@@ -168,6 +176,10 @@ void pvgpu_staging_release(struct pvgpu_worker *w);
 
 /* A module's charge to the VM's quota, given back (modules.c). */
 void pvgpu_module_uncharge(struct pvgpu_worker *w, struct pvgpu_handle *h);
+
+/* How the worker sleeps on and wakes the guest over the control ring. */
+void pvgpu_worker_ring_waiter(struct pvgpu_worker *w,
+			      struct pvgpu_ring_waiter *out);
 
 /* Shared window (window.c). */
 void pvgpu_window_forget_ctx(struct pvgpu_worker *w, uint64_t ctx);

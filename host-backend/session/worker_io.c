@@ -66,9 +66,100 @@ static void call_in_progress(struct pvgpu_worker *w, char *buf, size_t len)
 	snprintf(buf, len, " during %s", info ? info->name : "a call");
 }
 
+/* --- the control ring ------------------------------------------------------ */
+
+/*
+ * Wake the guest: one byte on the channel.  The guest raises its flag
+ * only just before it sleeps and reads every byte when it wakes, so at
+ * most a byte or so per sleep is ever waiting there.
+ */
+static int ring_kick(void *arg)
+{
+	struct pvgpu_worker *w = arg;
+	char k = 'k';
+	struct iovec iov = { &k, 1 };
+
+	return w->conn->ops->sendv(w->conn, &iov, 1);
+}
+
+/*
+ * Sleep until the guest kicks or hangs up, off the watchdog's clock; with
+ * kernels of the session still on the GPU, wake every 200 us to tell the
+ * scheduler when they are done (the ring looks again after each wake).
+ * Whatever the guest writes to the channel now is a kick: read and
+ * dropped (a descriptor passed with it is closed).
+ */
+static int ring_wait(void *arg)
+{
+	struct pvgpu_worker *w = arg;
+	uint64_t paused = pvgpu_watchdog_pause(w->slot);
+	int pending = pvgpu_sched_pending(&w->sched), rc = 0, n;
+	char buf[64];
+
+	if (pending)
+		pvgpu_sched_poll(w);
+	n = w->conn->ops->wait(w->conn, pending ? 200000 : -1);
+	if (n < 0 && n != -EINTR)
+		rc = n;
+	if (n > 0) {
+		ssize_t k = w->conn->ops->recv(w->conn, buf, sizeof(buf), 1);
+
+		if (k == 0)
+			rc = -ECONNRESET;
+		else if (k < 0 && k != -EAGAIN && k != -EWOULDBLOCK && k != -EINTR)
+			rc = (int)k;
+		if (w->conn->ops->take_fd) {
+			int fd = w->conn->ops->take_fd(w->conn);
+
+			if (fd >= 0)
+				close(fd);
+		}
+	}
+	pvgpu_watchdog_resume(w->slot, paused);
+	return rc;
+}
+
+void pvgpu_worker_ring_waiter(struct pvgpu_worker *w,
+			      struct pvgpu_ring_waiter *out)
+{
+	*out = (struct pvgpu_ring_waiter){
+		.kick = ring_kick,
+		.wait_kick = ring_wait,
+		.arg = w,
+		.spin_max_ns = w->cfg->poll_ns,
+		.spin_min_ns = w->cfg->poll_ns / 16,
+	};
+}
+
+/* A ring error ends the session, saying why once. */
+static int ring_failed(struct pvgpu_worker *w, int rc, const char *doing)
+{
+	if (!w->fatal) {
+		char during[64];
+
+		call_in_progress(w, during, sizeof(during));
+		if (rc == -EPROTO)
+			log_warn("protocol error: control ring: %s%s; ending session",
+				 w->ring.error ? w->ring.error : "?", during);
+		else if (rc == -ECONNRESET || rc == -EPIPE)
+			log_info("connection closed by the guest%s", during);
+		else
+			log_info("control ring: %s%s: %s", doing, during,
+				 strerror(-rc));
+	}
+	w->fatal = 1;
+	return -1;
+}
+
 int pvgpu_worker_read(struct pvgpu_worker *w, void *buf, size_t len)
 {
 	uint8_t *p = buf;
+
+	if (w->ring_on) {
+		int rc = pvgpu_ring_recv(&w->ring, buf, len);
+
+		return rc ? ring_failed(w, rc, "receiving") : 0;
+	}
 
 	while (len) {
 		ssize_t n = read_some(w, p, len);
@@ -99,8 +190,15 @@ int pvgpu_worker_read(struct pvgpu_worker *w, void *buf, size_t len)
 
 static int write_all(struct pvgpu_worker *w, struct iovec *iov, int iovcnt)
 {
-	uint64_t paused = pvgpu_watchdog_pause(w->slot);
-	int rc = w->conn->ops->sendv(w->conn, iov, iovcnt);
+	uint64_t paused;
+	int rc;
+
+	if (w->ring_on) {
+		rc = pvgpu_ring_sendv(&w->ring, iov, iovcnt);
+		return rc ? ring_failed(w, rc, "sending") : 0;
+	}
+	paused = pvgpu_watchdog_pause(w->slot);
+	rc = w->conn->ops->sendv(w->conn, iov, iovcnt);
 
 	pvgpu_watchdog_resume(w->slot, paused);
 	if (rc) {

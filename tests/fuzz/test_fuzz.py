@@ -85,3 +85,20 @@ def test_fuzz_worker_survives_hostile_sessions(tmp_path):
     assert proc.returncode == 0, f"fuzzer found a failure:\n{tail}"
     assert "Done" in proc.stderr, tail
     assert not list(tmp_path.glob("crash-*")), tail
+
+
+RING_FUZZER = os.path.join(REPO, os.environ.get("PVGPU_BUILD", "build"), "fuzz", "fuzz_ring")
+
+
+@pytest.mark.skipif(not os.path.exists(RING_FUZZER),
+                    reason="fuzzer not built (make fuzz needs clang with libFuzzer)")
+def test_fuzz_ring_survives_a_scribbling_guest(tmp_path):
+    seconds = int(os.environ.get("PVGPU_FUZZ_SECONDS", "30")) // 2 or 1
+    proc = subprocess.run(
+        [RING_FUZZER, f"-max_total_time={seconds}", "-timeout=10", "-rss_limit_mb=2048",
+         "-max_len=4096"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=seconds + 120)
+    tail = proc.stderr[-4000:]
+    assert proc.returncode == 0, f"fuzzer found a failure:\n{tail}"
+    assert "Done" in proc.stderr, tail
+    assert not list(tmp_path.glob("crash-*")), tail

@@ -285,9 +285,11 @@ def test_nm_coverage(cuda):
         want = {w.split()[-1] for w in nm580.read_text().splitlines()
                 if w.strip() and w.split()[-1].startswith("cu")}
         assert want <= names, sorted(want - names)[:20]
-    # Nothing but the driver's names leaks out.
-    assert all(n.startswith("cu") for n in names), \
-        sorted(n for n in names if not n.startswith("cu"))[:20]
+    # Nothing but the driver's names leaks out, and pvgpu's one own export
+    # for benchmarks (the wire round trips, issue 15).
+    own = {"pvgpu_wire_stats"}
+    assert all(n.startswith("cu") or n in own for n in names), \
+        sorted(n for n in names if not n.startswith("cu") and n not in own)[:20]
 
 
 def test_coverage_doc_up_to_date():

@@ -123,6 +123,9 @@ def test_programs_run_unmodified_with_the_window(daemon, attach, guest_kernel, r
     # Every program was a session of the VM, known by its vhost-user socket.
     assert log.count(f"start: vm {v.name} via vhost-user") == len(programs)
     assert "worker killed" not in log and "refused" not in log
+    # And every one moved its messages through the control ring in the
+    # window, waking the other side over vsock (issue 15).
+    assert log.count("control ring: 512 KiB each way") == len(programs), log[-3000:]
 
 
 def test_programs_run_over_vsock_alone_without_the_window(daemon, attach, guest_kernel,

@@ -13,4 +13,6 @@ const struct pvgpu_transport_ops pvgpu_guest_shm = {
 	.close = pvgpu_stream_close,
 	.sendv_fd = pvgpu_stream_sendv_fd,
 	.quiet = pvgpu_stream_quiet,
+	.kick = pvgpu_stream_kick,
+	.wait_kick = pvgpu_stream_wait_kick,
 };

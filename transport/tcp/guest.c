@@ -112,4 +112,6 @@ const struct pvgpu_transport_ops pvgpu_guest_tcp = {
 	.recv = pvgpu_stream_recv,
 	.close = pvgpu_stream_close,
 	.quiet = pvgpu_stream_quiet,
+	.kick = pvgpu_stream_kick,
+	.wait_kick = pvgpu_stream_wait_kick,
 };

@@ -52,6 +52,41 @@ static void say(const char *fmt, ...)
 	pthread_mutex_unlock(&mu);
 }
 
+static void *trace_wrap(const char *sym, void *real);
+
+/*
+ * With CUDA_AUDIT_TRACE, a table's function slots are traced too: the table
+ * is copied and each word that dladdr() places inside libcuda.so.1 becomes a
+ * traced wrapper named TABLE.SLOT (not the runtime-interface and integrity
+ * tables, whose addresses the integrity check hashes).  Tables with a size word (the first word
+ * below 4096) are that long; the others are taken as 8 words.
+ */
+static const void *wrap_table(const char *hex, const void *table)
+{
+	const uint64_t *w = table;
+	size_t n = w[0] < 4096 && w[0] % 8 == 0 ? w[0] / 8 : 8;
+	uint64_t *copy;
+	char name[64];
+	Dl_info di;
+
+	/* The integrity check hashes these two tables' addresses. */
+	if (!getenv("CUDA_AUDIT_TRACE") || n < 2 || n > 512 ||
+	    !strncmp(hex, "6bd5fb6c", 8) || !strncmp(hex, "d4082055", 8))
+		return table;
+	copy = malloc(n * 8);
+	if (!copy)
+		return table;
+	for (size_t i = 0; i < n; i++) {
+		copy[i] = w[i];
+		if (w[i] && dladdr((void *)w[i], &di) && di.dli_fname &&
+		    strstr(di.dli_fname, "libcuda.so")) {
+			snprintf(name, sizeof(name), "%.8s.%zu", hex, i);
+			copy[i] = (uint64_t)trace_wrap(strdup(name), (void *)w[i]);
+		}
+	}
+	return copy;
+}
+
 static CUresult audit_get_table(const void **table, const CUuuid *id)
 {
 	const unsigned char *b = (const unsigned char *)id->bytes;
@@ -64,6 +99,8 @@ static CUresult audit_get_table(const void **table, const CUuuid *id)
 	say("export-table %s -> %d first-word %llu\n", hex, r,
 	    r == CUDA_SUCCESS && *table ?
 	    (unsigned long long)*(const uint64_t *)*table : 0ULL);
+	if (r == CUDA_SUCCESS && *table)
+		*table = wrap_table(hex, *table);
 	return r;
 }
 

@@ -4,6 +4,7 @@ properties, elementwise ops, reductions and sorts (CUB), matmul
 the device reports, and a loop of tiny additions (timed). Run natively and
 through pvgpu by tests/gpu/test_gpu_driver_api.py, which compares them."""
 import json
+import sys
 import time
 
 import torch
@@ -18,13 +19,19 @@ out = {"count": torch.cuda.device_count(),
 a = torch.randn(1024, 1024, device=dev)
 b = torch.randn(1024, 1024, device=dev)
 out["add"] = float((a + b).double().sum())
+print("step add", file=sys.stderr, flush=True)
 out["softmax"] = float(torch.softmax(a, 1).double().sum())
+print("step softmax", file=sys.stderr, flush=True)
 out["sort"] = torch.sort(torch.randn(100000, device=dev)).values[::10000].tolist()
+print("step sort", file=sys.stderr, flush=True)
 out["matmul"] = float((a @ b).double().sum())
+print("step matmul", file=sys.stderr, flush=True)
 out["matmul_bf16"] = float((a.bfloat16() @ b.bfloat16()).double().sum())
+print("step matmul_bf16", file=sys.stderr, flush=True)
 x = torch.randn(8, 3, 32, 32, device=dev)
 w = torch.randn(16, 3, 3, 3, device=dev)
 out["conv"] = float(torch.nn.functional.conv2d(x, w, padding=1).double().sum())
+print("step conv", file=sys.stderr, flush=True)
 
 model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(),
                             torch.nn.Linear(128, 10)).to(dev)
@@ -37,6 +44,7 @@ for _ in range(20):
     loss.backward()
     opt.step()
 out["mlp_loss"] = float(loss)
+print("step mlp_loss", file=sys.stderr, flush=True)
 
 cnn = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
                           torch.nn.MaxPool2d(2), torch.nn.Flatten(),
@@ -50,9 +58,11 @@ for _ in range(10):
     loss.backward()
     opt.step()
 out["cnn_loss"] = float(loss)
+print("step cnn_loss", file=sys.stderr, flush=True)
 
 free, total = torch.cuda.mem_get_info()
 out["mem_total"] = total
+print("step mem_total", file=sys.stderr, flush=True)
 
 z = torch.zeros(1, device=dev)
 torch.cuda.synchronize()
@@ -61,7 +71,9 @@ for _ in range(1000):
     z += 1
 torch.cuda.synchronize()
 out["tiny_loop_s"] = time.perf_counter() - t
+print("step tiny_loop_s", file=sys.stderr, flush=True)
 out["z"] = float(z)
+print("step z", file=sys.stderr, flush=True)
 big = torch.randn(4096, 4096, device=dev)
 torch.cuda.synchronize()
 t = time.perf_counter()
@@ -69,4 +81,5 @@ for _ in range(10):
     c = big @ big
 torch.cuda.synchronize()
 out["matmul4096_s"] = time.perf_counter() - t
+print("step matmul4096_s", file=sys.stderr, flush=True)
 print(json.dumps(out))

@@ -1,0 +1,377 @@
+/*
+ * ring_test.c - the control ring (transport/shm/ring.h): region checks,
+ * bytes through it in one thread, two threads and two processes over a
+ * memfd (with spinning, with sleeping at once, and in between), and a
+ * peer that scribbles on the indexes or goes away.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "shm/ring.h"
+
+static int passed, failed;
+
+#define CHECK(cond) do {						\
+	if (cond) {							\
+		passed++;						\
+	} else {							\
+		failed++;						\
+		fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__,	\
+			__LINE__, #cond);				\
+	}								\
+} while (0)
+
+/* Kicks as bytes on a socketpair: what the transports do. */
+static int sock_kick(void *arg)
+{
+	int fd = *(int *)arg;
+
+	if (send(fd, "k", 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 &&
+	    errno != EAGAIN && errno != EWOULDBLOCK)
+		return -errno;
+	return 0;
+}
+
+static int sock_wait(void *arg)
+{
+	int fd = *(int *)arg;
+	struct pollfd pfd = { fd, POLLIN, 0 };
+	char buf[64];
+	ssize_t n;
+
+	if (poll(&pfd, 1, -1) < 0)
+		return errno == EINTR ? 0 : -errno;
+	n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+	if (n == 0)
+		return -ECONNRESET;
+	if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+		return -errno;
+	return 0;
+}
+
+static void test_region(void)
+{
+	const char *why;
+	uint64_t win = 64u << 20, cap;
+
+	cap = pvgpu_ring_check_region(1 << 20, pvgpu_ring_region_size(1 << 16),
+				      win, 4096, &why);
+	CHECK(cap == 1 << 16 && !why);
+	/* Not page-aligned, before the allowed start, past the end. */
+	CHECK(!pvgpu_ring_check_region((1 << 20) + 8, pvgpu_ring_region_size(1 << 16),
+				       win, 4096, &why) && why);
+	CHECK(!pvgpu_ring_check_region(0, pvgpu_ring_region_size(1 << 16),
+				       win, 4096, &why) && why);
+	CHECK(!pvgpu_ring_check_region(win - 4096, pvgpu_ring_region_size(1 << 16),
+				       win, 4096, &why) && why);
+	CHECK(!pvgpu_ring_check_region(UINT64_MAX - 4095, 8192 + 4096 * 2,
+				       win, 4096, &why) && why);
+	CHECK(!pvgpu_ring_check_region(8192, UINT64_MAX, win, 4096, &why) && why);
+	/* Capacities: not a power of two, too small, too big, odd halves. */
+	CHECK(!pvgpu_ring_check_region(8192, 4096 + 2 * 12288, win, 4096, &why));
+	CHECK(!pvgpu_ring_check_region(8192, 4096 + 2 * 2048, win, 4096, &why));
+	CHECK(!pvgpu_ring_check_region(8192, pvgpu_ring_region_size(32u << 20),
+				       1ull << 30, 4096, &why));
+	CHECK(!pvgpu_ring_check_region(8192, 4096 + 2 * 4096 + 1, win, 4096, &why));
+	CHECK(!pvgpu_ring_check_region(8192, 4096, win, 4096, &why));
+}
+
+struct pair {
+	void *region;
+	uint64_t cap;
+	int fds[2];			/* [0] the guest's end, [1] the worker's */
+	struct pvgpu_ring g, w;
+};
+
+static void pair_init(struct pair *p, void *region, uint64_t cap,
+		      uint64_t spin_ns)
+{
+	struct pvgpu_ring_waiter gw = { sock_kick, sock_wait, &p->fds[0], spin_ns, spin_ns / 4 };
+	struct pvgpu_ring_waiter ww = { sock_kick, sock_wait, &p->fds[1], spin_ns, spin_ns / 4 };
+
+	p->region = region;
+	p->cap = cap;
+	socketpair(AF_UNIX, SOCK_STREAM, 0, p->fds);
+	pvgpu_ring_init_region(region);
+	pvgpu_ring_attach(&p->g, region, cap, PVGPU_RING_GUEST, &gw);
+	pvgpu_ring_attach(&p->w, region, cap, PVGPU_RING_WORKER, &ww);
+}
+
+static void pair_fini(struct pair *p)
+{
+	close(p->fds[0]);
+	close(p->fds[1]);
+}
+
+static void *region_new(uint64_t cap)
+{
+	void *r = mmap(NULL, pvgpu_ring_region_size(cap), PROT_READ | PROT_WRITE,
+		       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+	return r == MAP_FAILED ? NULL : r;
+}
+
+static void fill(uint8_t *b, size_t n, unsigned int seed)
+{
+	for (size_t i = 0; i < n; i++)
+		b[i] = (uint8_t)(seed * 31 + i * 7 + (i >> 8));
+}
+
+static void test_one_thread(void)
+{
+	uint64_t cap = 4096;
+	struct pair p;
+	uint8_t out[3000], in[3000];
+	void *region = region_new(cap);
+	struct iovec iov[3];
+
+	pair_init(&p, region, cap, 0);
+	/* Many small messages walk the indexes around the ring many times. */
+	for (unsigned int k = 0; k < 200; k++) {
+		size_t n = 1 + (k * 37) % sizeof(out);
+
+		fill(out, n, k);
+		CHECK(!pvgpu_ring_send(&p.g, out, n));
+		memset(in, 0, n);
+		CHECK(!pvgpu_ring_recv(&p.w, in, n));
+		CHECK(!memcmp(in, out, n));
+		CHECK(!pvgpu_ring_send(&p.w, out, n));
+		CHECK(!pvgpu_ring_recv(&p.g, in, n));
+		CHECK(!memcmp(in, out, n));
+	}
+	/* An iovec of three, received in two pieces. */
+	fill(out, sizeof(out), 99);
+	iov[0] = (struct iovec){ out, 24 };
+	iov[1] = (struct iovec){ out + 24, 0 };
+	iov[2] = (struct iovec){ out + 24, 1000 };
+	CHECK(!pvgpu_ring_sendv(&p.g, iov, 3));
+	CHECK(pvgpu_ring_pending(&p.w) == 1024);
+	CHECK(!pvgpu_ring_recv(&p.w, in, 24));
+	CHECK(!pvgpu_ring_recv(&p.w, in + 24, 1000));
+	CHECK(!memcmp(in, out, 1024));
+	CHECK(pvgpu_ring_pending(&p.w) == 0);
+	CHECK(p.g.kicks_sent == 0 && p.w.kicks_sent == 0);	/* nobody slept */
+	pair_fini(&p);
+	munmap(region, pvgpu_ring_region_size(cap));
+}
+
+/* Scribbles by the peer: each must be -EPROTO, never a bad read. */
+static void test_bad_indexes(void)
+{
+	uint64_t cap = 4096;
+	struct pvgpu_ring_shared *sh;
+	struct pair p;
+	uint8_t buf[64];
+	void *region = region_new(cap);
+
+	pair_init(&p, region, cap, 0);
+	sh = region;
+	/* The guest claims more bytes than the ring holds. */
+	__atomic_store_n(&sh->dir[0].prod, cap + 1, __ATOMIC_RELEASE);
+	CHECK(pvgpu_ring_recv(&p.w, buf, 8) == -EPROTO && p.w.error);
+	CHECK(pvgpu_ring_pending(&p.w) == -EPROTO);
+	/* A huge index (a length past the window, wrapped). */
+	__atomic_store_n(&sh->dir[0].prod, UINT64_MAX, __ATOMIC_RELEASE);
+	CHECK(pvgpu_ring_pending(&p.w) == -EPROTO);
+	/* Exactly full is fine; then the index going backwards is not. */
+	__atomic_store_n(&sh->dir[0].prod, cap, __ATOMIC_RELEASE);
+	CHECK(pvgpu_ring_pending(&p.w) == (int64_t)cap);
+	CHECK(!pvgpu_ring_recv(&p.w, buf, 16));
+	__atomic_store_n(&sh->dir[0].prod, 8, __ATOMIC_RELEASE);
+	CHECK(pvgpu_ring_pending(&p.w) == -EPROTO);
+	CHECK(!strcmp(p.w.error, "the peer's producer index went backwards"));
+	pair_fini(&p);
+
+	/* The guest's consumer index on the reply ring. */
+	pair_init(&p, region, cap, 0);
+	CHECK(!pvgpu_ring_send(&p.w, buf, 32));
+	__atomic_store_n(&sh->dir[1].cons, 33, __ATOMIC_RELEASE);	/* past prod */
+	CHECK(pvgpu_ring_send(&p.w, buf, 8) == -EPROTO);
+	pair_fini(&p);
+	pair_init(&p, region, cap, 0);
+	CHECK(!pvgpu_ring_send(&p.w, buf, 32));
+	CHECK(!pvgpu_ring_recv(&p.g, buf, 32));
+	CHECK(!pvgpu_ring_send(&p.w, buf, 8));		/* saw cons == 32 */
+	__atomic_store_n(&sh->dir[1].cons, 4, __ATOMIC_RELEASE);	/* backwards */
+	CHECK(pvgpu_ring_send(&p.w, buf, 8) == -EPROTO);
+	pair_fini(&p);
+
+	/* The worker's own index, rewritten by the guest, is never read back. */
+	pair_init(&p, region, cap, 0);
+	CHECK(!pvgpu_ring_send(&p.g, buf, 16));
+	CHECK(!pvgpu_ring_recv(&p.w, buf, 16));
+	__atomic_store_n(&sh->dir[0].cons, 12345, __ATOMIC_RELEASE);
+	__atomic_store_n(&sh->dir[1].prod, 0, __ATOMIC_RELEASE);
+	CHECK(!pvgpu_ring_send(&p.w, buf, 16));
+	CHECK(p.w.tx_pos == 16);
+	pair_fini(&p);
+	munmap(region, pvgpu_ring_region_size(cap));
+}
+
+/* A peer that goes away while we sleep: the wait's error comes back. */
+static void test_peer_gone(void)
+{
+	uint64_t cap = 4096;
+	struct pair p;
+	uint8_t buf[8192];
+	void *region = region_new(cap);
+
+	pair_init(&p, region, cap, 1000);
+	close(p.fds[0]);
+	p.fds[0] = -1;
+	CHECK(pvgpu_ring_recv(&p.w, buf, 8) == -ECONNRESET);
+	/* A full ring and nobody to drain it. */
+	CHECK(pvgpu_ring_send(&p.w, buf, sizeof(buf)) == -ECONNRESET);
+	close(p.fds[1]);
+	munmap(region, pvgpu_ring_region_size(cap));
+}
+
+/* --- two threads, two processes ------------------------------------------- */
+
+#define ROUNDS	3000
+
+/* The worker's side: echo each message (u32 length, then bytes) back. */
+static int echo(struct pvgpu_ring *r)
+{
+	static uint8_t buf[1 << 20];
+	uint32_t len;
+
+	for (;;) {
+		if (pvgpu_ring_recv(r, &len, sizeof(len)))
+			return -1;
+		if (len == 0)
+			return 0;
+		if (len > sizeof(buf) || pvgpu_ring_recv(r, buf, len))
+			return -1;
+		if (pvgpu_ring_send(r, &len, sizeof(len)) ||
+		    pvgpu_ring_send(r, buf, len))
+			return -1;
+	}
+}
+
+static void *echo_thread(void *arg)
+{
+	struct pair *p = arg;
+
+	return (void *)(long)echo(&p->w);
+}
+
+/* The guest's side: messages of every size, small and past the ring's. */
+static int ping(struct pvgpu_ring *r, uint64_t cap)
+{
+	static uint8_t out[1 << 20], in[1 << 20];
+	int bad = 0;
+
+	for (unsigned int k = 0; k < ROUNDS; k++) {
+		uint32_t len = k % 50 == 0 ? (uint32_t)(cap * 3 + k % 17) :
+					     1 + (k * 2654435761u) % 300, back = 0;
+		struct iovec iov[2] = { { &len, sizeof(len) }, { out, len } };
+
+		fill(out, len, k);
+		if (pvgpu_ring_sendv(r, iov, 2) ||
+		    pvgpu_ring_recv(r, &back, sizeof(back)) || back != len ||
+		    pvgpu_ring_recv(r, in, len) || memcmp(in, out, len))
+			bad++;
+	}
+	{
+		uint32_t zero = 0;
+
+		if (pvgpu_ring_send(r, &zero, sizeof(zero)))
+			bad++;
+	}
+	return bad;
+}
+
+static void test_threads(uint64_t spin_ns)
+{
+	uint64_t cap = 16384;
+	struct pair p;
+	pthread_t t;
+	void *rc;
+	void *region = region_new(cap);
+
+	pair_init(&p, region, cap, spin_ns);
+	pthread_create(&t, NULL, echo_thread, &p);
+	CHECK(ping(&p.g, cap) == 0);
+	pthread_join(t, &rc);
+	CHECK(rc == NULL);
+	if (spin_ns == 0)
+		CHECK(p.g.sleeps > 0 && p.w.kicks_sent > 0);
+	pair_fini(&p);
+	munmap(region, pvgpu_ring_region_size(cap));
+}
+
+static void test_processes(void)
+{
+	uint64_t cap = 65536, size = pvgpu_ring_region_size(cap);
+	int mfd = memfd_create("ring-test", MFD_CLOEXEC), status = -1;
+	void *region;
+	struct pair p;
+	pid_t pid;
+
+	CHECK(mfd >= 0 && !ftruncate(mfd, (off_t)size));
+	region = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+	CHECK(region != MAP_FAILED);
+	pair_init(&p, region, cap, 20000);
+	pid = fork();
+	if (pid == 0) {
+		/* The worker: its own mapping of the memfd, as pvgpud's. */
+		void *mine = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+		struct pvgpu_ring_waiter ww = { sock_kick, sock_wait, &p.fds[1], 20000, 2000 };
+
+		close(p.fds[0]);
+		pvgpu_ring_attach(&p.w, mine, cap, PVGPU_RING_WORKER, &ww);
+		_exit(echo(&p.w) ? 1 : 0);
+	}
+	close(p.fds[1]);
+	p.fds[1] = -1;
+	CHECK(ping(&p.g, cap) == 0);
+	waitpid(pid, &status, 0);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+
+	/* A worker killed mid-call: the guest's wait ends, not hangs. */
+	pair_fini(&p);
+	pair_init(&p, region, cap, 20000);
+	pid = fork();
+	if (pid == 0) {
+		close(p.fds[0]);
+		pause();
+		_exit(0);
+	}
+	close(p.fds[1]);
+	p.fds[1] = -1;
+	{
+		uint32_t len = 8, back;
+
+		CHECK(!pvgpu_ring_send(&p.g, &len, sizeof(len)));
+		kill(pid, SIGKILL);
+		CHECK(pvgpu_ring_recv(&p.g, &back, sizeof(back)) == -ECONNRESET);
+	}
+	waitpid(pid, &status, 0);
+	close(p.fds[0]);
+	munmap(region, size);
+	close(mfd);
+}
+
+int main(void)
+{
+	test_region();
+	test_one_thread();
+	test_bad_indexes();
+	test_peer_gone();
+	test_threads(0);		/* every wait sleeps */
+	test_threads(2000);		/* mixed */
+	test_threads(200000);		/* mostly spinning */
+	test_processes();
+	printf("%d passed, %d failed\n", passed, failed);
+	return failed ? 1 : 0;
+}
