@@ -121,7 +121,8 @@ int pvgpu_output_deliver(struct pvgpu_worker *w)
 {
 	int rc = 0;
 
-	if (!w->output_ok)
+	/* Until a kernel runs nothing prints: no system call per reply. */
+	if (!w->output_ok || !w->output_armed)
 		return 0;
 	/* A sim twin (or anything else) printing through stdio. */
 	fflush(stdout);

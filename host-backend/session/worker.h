@@ -108,6 +108,7 @@ struct pvgpu_worker {
 	struct pvgpu_sched_session sched;	/* its launches in flight */
 
 	int output_ok;			/* fd 1/2 hold device output (output.c) */
+	int output_armed;		/* a kernel has been launched: look */
 	/*
 	 * Streams in stream capture (generic.c): while any is, the scheduler
 	 * records no events of its own, which would land in the guest's graph.
