@@ -80,7 +80,12 @@ endif
 
 GEN_DIR   = $(BUILD)/gen
 GEN_FILES = $(addprefix $(GEN_DIR)/,pvgpu_proto.h pvgpu_proto.c pvgpu_guest.h \
-            pvgpu_guest.c pvgpu_dispatch.h pvgpu_dispatch.c pvgpu_proto.py)
+            pvgpu_guest.c pvgpu_dispatch.h pvgpu_dispatch.c pvgpu_proto.py) \
+            $(GENERIC_GEN)
+# The generic driver call (protocol/api/annotations.py GENERIC): plain
+# Python, no libclang, so pvgpud builds wherever Python does.
+GENERIC_GEN = $(addprefix $(GEN_DIR)/,pvgpu_generic.h pvgpu_generic.c cuda_generic_alias.c \
+              cuda_generic.c exec_cuda_generic.c)
 OBJ_DIR   = $(BUILD)/obj
 
 # Objects for a list of .c files (sources in the tree or generated ones).
@@ -100,7 +105,9 @@ TRANSPORT_HOST_SRC  = transport/transport.c transport/stream.c transport/host.c 
 BACKEND_LIB_SRC = $(filter-out host-backend/daemon/main.c host-backend/exec/remote/%, \
               $(wildcard host-backend/daemon/*.c host-backend/session/*.c \
                          host-backend/exec/*.c host-backend/exec/*/*.c)) \
-              $(GEN_DIR)/pvgpu_dispatch.c $(PROTO_SRC) $(COMMON_SRC) $(TRANSPORT_HOST_SRC)
+              $(GEN_DIR)/pvgpu_dispatch.c $(GEN_DIR)/pvgpu_generic.c \
+              $(GEN_DIR)/exec_cuda_generic.c \
+              $(PROTO_SRC) $(COMMON_SRC) $(TRANSPORT_HOST_SRC)
 BACKEND_SRC = host-backend/daemon/main.c $(BACKEND_LIB_SRC)
 # The guest's protocol client and the front-ends' start-up: the runtime
 # shim and pvgpuctl link the same one.
@@ -130,8 +137,11 @@ guest-driver:
 deps:
 	scripts/install-deps.sh
 
-$(GEN_FILES) &: protocol/ops.spec protocol/gen.py
+$(filter-out $(GENERIC_GEN),$(GEN_FILES)) &: protocol/ops.spec protocol/gen.py
 	python3 protocol/gen.py protocol/ops.spec $(GEN_DIR)
+
+$(GENERIC_GEN) &: protocol/api/gen_generic.py protocol/api/annotations.py
+	python3 protocol/api/gen_generic.py $(GEN_DIR)
 
 # Include paths by part: the guest's sources (and the generated stubs that
 # call its client), the backend's (and the dispatch that calls its

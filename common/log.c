@@ -13,6 +13,7 @@
 
 static enum pvgpu_log_level log_level = LOG_INFO;
 static char log_prefix[64];
+static int log_fd = STDERR_FILENO;
 
 static const char *const level_names[] = { "error", "warn", "info", "debug" };
 
@@ -30,6 +31,16 @@ int pvgpu_log_set_level(const char *name)
 void pvgpu_log_set_prefix(const char *prefix)
 {
 	snprintf(log_prefix, sizeof(log_prefix), "%s", prefix);
+}
+
+void pvgpu_log_set_fd(int fd)
+{
+	log_fd = fd >= 0 ? fd : STDERR_FILENO;
+}
+
+int pvgpu_log_fd(void)
+{
+	return log_fd;
 }
 
 int pvgpu_log_enabled(enum pvgpu_log_level level)
@@ -61,7 +72,7 @@ void pvgpu_log(enum pvgpu_log_level level, const char *fmt, ...)
 	va_end(ap);
 	n = (int)strlen(line);
 	line[n++] = '\n';
-	if (write(STDERR_FILENO, line, (size_t)n) < 0) {
+	if (write(log_fd, line, (size_t)n) < 0) {
 		/* Nowhere left to complain to. */
 	}
 }

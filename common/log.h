@@ -12,6 +12,12 @@ int pvgpu_log_set_level(const char *name);
 /* A prefix for every line of this process, e.g. "session 4". */
 void pvgpu_log_set_prefix(const char *prefix);
 int pvgpu_log_enabled(enum pvgpu_log_level level);
+/*
+ * Where the lines go (default: fd 2).  A worker whose own fd 1 and 2 carry
+ * its guest's device output logs through a copy of the daemon's stderr.
+ */
+void pvgpu_log_set_fd(int fd);
+int pvgpu_log_fd(void);
 
 void pvgpu_log(enum pvgpu_log_level level, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));

@@ -24,6 +24,12 @@
 /* Opcodes outside ops.spec: the framing itself. */
 #define PVGPU_OP_DATA		0x0001	/* bulk bytes of the preceding copy */
 #define PVGPU_OP_BATCH		0x0002	/* payload is a run of async messages */
+/*
+ * Backend -> guest, before a reply, with its id: what the session's kernels
+ * printed (u32 stream: 1 stdout, 2 stderr; then the bytes).  Only to a
+ * guest that agreed to PVGPU_FEATURE_OUTPUT.
+ */
+#define PVGPU_OP_OUTPUT		0x0003
 
 /*
  * Limits.  A control payload is small; bulk data travels in DATA frames of

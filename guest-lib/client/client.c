@@ -190,8 +190,34 @@ static int32_t send_request_locked(struct pvgpu_client *c, uint16_t opcode,
 }
 
 /*
+ * What the session's kernels printed (an OUTPUT frame, DESIGN §3): to this
+ * program's stdout or stderr, through stdio as NVIDIA's driver writes it,
+ * at the synchronising call whose reply it came with.
+ */
+static int32_t read_output_locked(struct pvgpu_client *c, uint32_t len)
+{
+	FILE *to;
+	uint32_t stream;
+	int rc;
+
+	if (len < 4 || len > PVGPU_MAX_PAYLOAD)
+		return break_locked(c, "bad output frame from backend", 0);
+	rc = wire_recv(c, c->reply, len);
+	if (rc)
+		return break_locked(c, "receive output", -rc);
+	stream = pvgpu_get_u32(c->reply);
+	to = stream == 2 ? stderr : stdout;
+	c->stats.output_bytes += len - 4;
+	if (len > 4) {
+		fwrite(c->reply + 4, 1, len - 4, to);
+		fflush(to);
+	}
+	return 0;
+}
+
+/*
  * Read until the reply to (opcode, id): DATA frames first, each written at
- * the running offset of data_out.
+ * the running offset of data_out; OUTPUT frames anywhere before the reply.
  */
 static int32_t read_reply_locked(struct pvgpu_client *c, uint16_t opcode,
 				 uint64_t id, uint8_t *data_out,
@@ -213,6 +239,13 @@ static int32_t read_reply_locked(struct pvgpu_client *c, uint16_t opcode,
 			return break_locked(c, "bad magic from backend", 0);
 		if (!(h.flags & PVGPU_F_REPLY) || h.id != id)
 			return break_locked(c, "unexpected message from backend", 0);
+		if (h.opcode == PVGPU_OP_OUTPUT &&
+		    (c->info.features & PVGPU_FEATURE_OUTPUT)) {
+			rc = read_output_locked(c, h.length);
+			if (rc)
+				return rc;
+			continue;
+		}
 		if (h.opcode != PVGPU_OP_DATA)
 			break;
 		if (!data_out || h.length > PVGPU_MAX_DATA_FRAME ||
@@ -548,7 +581,7 @@ static int say_hello(struct pvgpu_client *c, char *err, size_t errlen)
 		.version_min = 1,
 		.version_max = PVGPU_PROTO_VERSION,
 		.pid = (uint32_t)getpid(),
-		.features = PVGPU_FEATURES_KNOWN,
+		.features = PVGPU_FEATURES_KNOWN & ~c->cfg.withheld_features,
 		.required = c->cfg.required_features,
 	};
 	uint64_t missing;

@@ -70,6 +70,8 @@ struct pvgpu_client_config {
 	uint64_t ring_cap;
 	/* Feature bits (PVGPU_FEATURE_*) this front-end cannot do without. */
 	uint64_t required_features;
+	/* PVGPU_WITHHOLD_FEATURES: bits not offered, as an older guest. */
+	uint64_t withheld_features;
 	/* PVGPU_DEBUG: one line on stderr for each failure. */
 	int debug;
 };
@@ -104,6 +106,7 @@ struct pvgpu_client_stats {
 	uint64_t async_ops;	/* async operations, batched or not */
 	uint64_t batches;	/* BATCH messages */
 	uint64_t data_frames;	/* DATA frames sent */
+	uint64_t output_bytes;	/* device printf/assert output received */
 };
 
 /* 0 and *out, or -1 when another thread holds the connection. */

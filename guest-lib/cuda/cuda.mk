@@ -6,12 +6,13 @@
 
 LIBCUDA      = $(BUILD)/lib/libcuda.so.1
 CUDA_API_GEN = $(addprefix $(GEN_DIR)/,cuda_surface.c libcuda.map api-coverage.md)
-LIBCUDA_SRC  = $(wildcard guest-lib/cuda/*.c) $(GEN_DIR)/cuda_surface.c $(CLIENT_SRC)
+LIBCUDA_SRC  = $(wildcard guest-lib/cuda/*.c) $(GEN_DIR)/cuda_surface.c \
+               $(GEN_DIR)/cuda_generic.c $(GEN_DIR)/cuda_generic_alias.c $(CLIENT_SRC)
 
 $(CUDA_API_GEN) &: protocol/api/gen_api.py protocol/api/header.py protocol/api/annotations.py $(wildcard protocol/api/*.nm)
 	python3 protocol/api/gen_api.py $(CUDA_INCLUDE) $(GEN_DIR)
 
-$(OBJ_DIR)/guest-lib/cuda/%.o $(OBJ_DIR)/gen/cuda_surface.o: CFLAGS += -Iguest-lib/cuda
+$(OBJ_DIR)/guest-lib/cuda/%.o $(OBJ_DIR)/gen/cuda_surface.o $(OBJ_DIR)/gen/cuda_generic.o: CFLAGS += -Iguest-lib/cuda $(GUEST_INC)
 $(OBJ_DIR)/gen/cuda_surface.o: $(CUDA_API_GEN)
 
 $(LIBCUDA): $(call objs,$(LIBCUDA_SRC)) $(GEN_DIR)/libcuda.map

@@ -88,7 +88,7 @@ static void *runtime_interface[13] = {
 
 static CUresult not_supported(void)
 {
-	return CUDA_ERROR_NOT_SUPPORTED;
+	return pvgpu_cuda_unsupported("an export table's slot pvgpu does not answer");
 }
 
 /*
@@ -418,7 +418,7 @@ static CUresult ext_attr(CUdevice dev, unsigned attr, int unknown, size_t result
 	(void)attr;
 	(void)unknown;
 	(void)result;
-	return CUDA_ERROR_NOT_SUPPORTED;
+	return pvgpu_cuda_unsupported("export table: extended device attribute");
 }
 
 static CUresult ext_something(unsigned char *result, CUdevice dev)

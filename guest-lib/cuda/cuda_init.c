@@ -299,7 +299,7 @@ CUresult CUDAAPI cuDeviceGetLuid(char *luid, unsigned int *mask, CUdevice dev)
 {
 	(void)luid;
 	(void)mask;
-	return dev_check(dev) ? dev_check(dev) : CUDA_ERROR_NOT_SUPPORTED;
+	return dev_check(dev) ? dev_check(dev) : (CUresult)pvgpu_cuda_unsupported("cuDeviceGetLuid");
 }
 
 CUresult CUDAAPI cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
@@ -423,7 +423,7 @@ CUresult CUDAAPI cuDeviceGetP2PAttribute(int *value, CUdevice_P2PAttribute attri
 CUresult CUDAAPI cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev)
 {
 	(void)pool;
-	return dev_check(dev) ? dev_check(dev) : CUDA_ERROR_NOT_SUPPORTED;
+	return dev_check(dev) ? dev_check(dev) : (CUresult)pvgpu_cuda_unsupported("cuDeviceGetDefaultMemPool");
 }
 
 CUresult CUDAAPI cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
@@ -656,7 +656,7 @@ CUresult CUDAAPI cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params,
 	if (r)
 		return r;
 	if (params && (params->execAffinityParams || params->cigParams))
-		return CUDA_ERROR_NOT_SUPPORTED;
+		return pvgpu_cuda_unsupported("cuCtxCreate_v4 with exec affinity or CIG");
 	ctx = ctx_new(dev, 0, flags);
 	if (!ctx)
 		return CUDA_ERROR_OUT_OF_MEMORY;
@@ -853,52 +853,6 @@ CUresult CUDAAPI cuCtxGetId(CUcontext c, unsigned long long *id)
 }
 
 /* Limits and cache preferences: remembered, as a driver with one size. */
-static size_t limits[CU_LIMIT_MAX];
-static CUfunc_cache cache_config;
-
-CUresult CUDAAPI cuCtxGetLimit(size_t *value, CUlimit limit)
-{
-	static const size_t defaults[CU_LIMIT_MAX] = {
-		[CU_LIMIT_STACK_SIZE] = 1024,
-		[CU_LIMIT_PRINTF_FIFO_SIZE] = 1 << 20,
-		[CU_LIMIT_MALLOC_HEAP_SIZE] = 8 << 20,
-		[CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH] = 2,
-		[CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT] = 2048,
-		[CU_LIMIT_MAX_L2_FETCH_GRANULARITY] = 64,
-	};
-
-	if (!value || (unsigned)limit >= CU_LIMIT_MAX)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (!cu_current())
-		return CUDA_ERROR_INVALID_CONTEXT;
-	*value = limits[limit] ? limits[limit] : defaults[limit];
-	return CUDA_SUCCESS;
-}
-
-CUresult CUDAAPI cuCtxSetLimit(CUlimit limit, size_t value)
-{
-	if ((unsigned)limit >= CU_LIMIT_MAX)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (!cu_current())
-		return CUDA_ERROR_INVALID_CONTEXT;
-	limits[limit] = value;
-	return CUDA_SUCCESS;
-}
-
-CUresult CUDAAPI cuCtxGetCacheConfig(CUfunc_cache *config)
-{
-	if (!config)
-		return CUDA_ERROR_INVALID_VALUE;
-	*config = cache_config;
-	return CUDA_SUCCESS;
-}
-
-CUresult CUDAAPI cuCtxSetCacheConfig(CUfunc_cache config)
-{
-	cache_config = config;
-	return CUDA_SUCCESS;
-}
-
 CUresult CUDAAPI cuCtxGetSharedMemConfig(CUsharedconfig *config)
 {
 	if (!config)
@@ -911,20 +865,6 @@ CUresult CUDAAPI cuCtxSetSharedMemConfig(CUsharedconfig config)
 {
 	(void)config;
 	return CUDA_SUCCESS;
-}
-
-CUresult CUDAAPI cuCtxGetStreamPriorityRange(int *least, int *greatest)
-{
-	if (least)
-		*least = 0;
-	if (greatest)
-		*greatest = -5;
-	return CUDA_SUCCESS;
-}
-
-CUresult CUDAAPI cuCtxResetPersistingL2Cache(void)
-{
-	return cu_current() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
 }
 
 CUresult CUDAAPI cuCtxGetExecAffinity(CUexecAffinityParam *p, CUexecAffinityType type)

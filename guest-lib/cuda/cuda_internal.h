@@ -181,6 +181,20 @@ void cu_op_end(struct cu_op *op);
 /* CUstream -> backend stream, and its context (NULL stream: current). */
 CUresult cu_stream_resolve(CUstream s, struct cu_ctx **ctx, uint64_t *remote);
 
+/*
+ * The generic driver call (cuda_generic.c; the entry points are generated
+ * from protocol/api/annotations.py GENERIC).  a[n]: one u64 per argument,
+ * results come back in their slots; ctx NULL: the current context.
+ */
+CUresult cu_generic_call(uint32_t id, const char *name, int async,
+			 struct cu_ctx *ctx, uint64_t *a, uint32_t n);
+/* Stream captures begun and not yet ended by this process. */
+int cu_captures_active(void);
+/* A stream argument: its context and backend handle (ptsz: NULL is the
+ * per-thread default stream). */
+CUresult cu_generic_stream(CUstream s, int ptsz, struct cu_ctx **ctx,
+			   uint64_t *remote);
+
 /* Allocation tracking. */
 void cu_alloc_add(uint64_t base, uint64_t size, int device);
 int cu_alloc_remove(uint64_t base);

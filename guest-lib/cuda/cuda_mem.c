@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cuda_internal.h"
+#include "cuda_surface.h"
 #include "guest_window.h"
 #include "pvgpu_guest.h"
 
@@ -360,7 +361,7 @@ CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsig
 	(void)p;
 	(void)flags;
 	/* No mapped host memory across a VM boundary. */
-	return CUDA_ERROR_NOT_SUPPORTED;
+	return pvgpu_cuda_unsupported("cuMemHostGetDevicePointer_v2");
 }
 
 /* ---- copies ------------------------------------------------------------- */
@@ -755,7 +756,7 @@ static CUresult copy2d(const CUDA_MEMCPY2D *c, CUstream s, int async)
 	if (!c)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (c->srcMemoryType == CU_MEMORYTYPE_ARRAY || c->dstMemoryType == CU_MEMORYTYPE_ARRAY)
-		return CUDA_ERROR_NOT_SUPPORTED;
+		return pvgpu_cuda_unsupported("cuMemcpy2D with a CUDA array");
 	src = c->srcMemoryType == CU_MEMORYTYPE_HOST ? (uintptr_t)c->srcHost : c->srcDevice;
 	dst = c->dstMemoryType == CU_MEMORYTYPE_HOST ? (uintptr_t)c->dstHost : c->dstDevice;
 	spitch = c->srcPitch ? c->srcPitch : c->WidthInBytes;
@@ -782,3 +783,100 @@ CUresult CUDAAPI cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D *c)
 CUresult CUDAAPI cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *c, CUstream s) { return copy2d(c, s, 1); }
 CUresult CUDAAPI cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *c, CUstream s)
 { return copy2d(c, s ? s : CU_STREAM_PER_THREAD, 1); }
+
+/* ---- pitched memory and 2D memsets: row by row, in one batch ------------ */
+
+/* What cuMemAllocPitch gives on sm_90: rows padded to 512 bytes. */
+#define PITCH_ALIGN	512u
+
+CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width,
+				    size_t height, unsigned int elem)
+{
+	size_t p;
+
+	if (!dptr || !pitch || !width || !height ||
+	    (elem != 4 && elem != 8 && elem != 16))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (width > SIZE_MAX - PITCH_ALIGN)
+		return CUDA_ERROR_INVALID_VALUE;
+	p = (width + PITCH_ALIGN - 1) / PITCH_ALIGN * PITCH_ALIGN;
+	if (height > SIZE_MAX / p)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*pitch = p;
+	return cuMemAlloc_v2(dptr, p * height);
+}
+
+static CUresult memset_2d(CUdeviceptr dst, size_t pitch, uint32_t value,
+			  uint32_t elem, size_t width, size_t height, CUstream s,
+			  int sync)
+{
+	CUresult r = CUDA_SUCCESS;
+
+	if (!width || !height)
+		return CUDA_SUCCESS;
+	if (height > 1 && pitch < width * elem)
+		return CUDA_ERROR_INVALID_VALUE;
+	/* The whole block first: no row may start outside the allocation. */
+	if (!range_ok(dst, (height - 1) * pitch + width * elem))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (pitch == width * elem)
+		return memset_any(dst, value, elem, width * height, s, sync);
+	for (size_t y = 0; y < height && !r; y++)
+		r = memset_any(dst + y * pitch, value, elem, width, s,
+			       sync && y == height - 1);
+	return r;
+}
+
+#define MEMSET2D_FNS(N, T)								\
+CUresult CUDAAPI cuMemsetD2D##N##_v2(CUdeviceptr d, size_t p, T v, size_t w, size_t h)	\
+{ return memset_2d(d, p, v, N / 8, w, h, NULL, 1); }					\
+CUresult CUDAAPI cuMemsetD2D##N##_v2_ptds(CUdeviceptr d, size_t p, T v, size_t w,	\
+					  size_t h)					\
+{ return memset_2d(d, p, v, N / 8, w, h, CU_STREAM_PER_THREAD, 1); }			\
+CUresult CUDAAPI cuMemsetD2D##N##Async(CUdeviceptr d, size_t p, T v, size_t w,		\
+				       size_t h, CUstream s)				\
+{ return memset_2d(d, p, v, N / 8, w, h, s, 0); }					\
+CUresult CUDAAPI cuMemsetD2D##N##Async_ptsz(CUdeviceptr d, size_t p, T v, size_t w,	\
+					    size_t h, CUstream s)			\
+{ return memset_2d(d, p, v, N / 8, w, h, s ? s : CU_STREAM_PER_THREAD, 0); }
+
+MEMSET2D_FNS(8, unsigned char)
+MEMSET2D_FNS(16, unsigned short)
+MEMSET2D_FNS(32, unsigned int)
+
+/* ---- stream-ordered allocation ------------------------------------------ */
+
+/*
+ * Without memory pools on the backend yet: the allocation is made at once
+ * (usable earlier than the stream would make it, which no correct program
+ * can tell), and the free waits for the stream's work before it, then
+ * frees.  Correct, not asynchronous.
+ */
+static CUresult alloc_async(CUdeviceptr *dptr, size_t size, CUstream s)
+{
+	struct cu_ctx *ctx;
+	uint64_t remote;
+	CUresult r = cu_stream_resolve(s, &ctx, &remote);
+
+	return r ? r : cuMemAlloc_v2(dptr, size);
+}
+
+static CUresult free_async(CUdeviceptr dptr, CUstream s)
+{
+	struct cu_alloc a;
+	CUresult r;
+
+	if (!dptr || !cu_alloc_find(dptr, &a) || a.base != dptr)
+		return CUDA_ERROR_INVALID_VALUE;
+	r = cuStreamSynchronize(s);
+	return r ? r : cuMemFree_v2(dptr);
+}
+
+CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream s)
+{ return alloc_async(dptr, size, s); }
+CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUstream s)
+{ return alloc_async(dptr, size, s ? s : CU_STREAM_PER_THREAD); }
+CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream s)
+{ return free_async(dptr, s); }
+CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s)
+{ return free_async(dptr, s ? s : CU_STREAM_PER_THREAD); }

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "cuda_internal.h"
+#include "pvgpu_generic.h"
 #include "pvgpu_guest.h"
 
 static atomic_ullong next_stream_id = 16;
@@ -209,20 +210,42 @@ CUresult CUDAAPI cuStreamGetCtx_v2_ptsz(CUstream s, CUcontext *pctx, CUgreenCtx 
 	return cuStreamGetCtx_v2(s ? s : CU_STREAM_PER_THREAD, pctx, pgreen);
 }
 
-/* No stream capture over pvgpu (yet): nothing is ever capturing. */
-CUresult CUDAAPI cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *status)
+/*
+ * Capture is the backend's (generic driver call); libraries ask this on
+ * every call, so while this process has no capture under way the answer
+ * comes from here, without a round trip.
+ */
+static CUresult is_capturing(CUstream s, int ptsz, CUstreamCaptureStatus *status)
 {
+	uint64_t a[2] = { 0, 1 };
+	struct cu_ctx *ctx = NULL;
+	CUresult r;
+
 	if (!status)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!is_default(s) && !stream_check(s))
 		return CUDA_ERROR_INVALID_HANDLE;
-	*status = CU_STREAM_CAPTURE_STATUS_NONE;
-	return CUDA_SUCCESS;
+	if (!cu_captures_active()) {
+		*status = CU_STREAM_CAPTURE_STATUS_NONE;
+		return CUDA_SUCCESS;
+	}
+	r = cu_generic_stream(s, ptsz, &ctx, &a[0]);
+	if (!r)
+		r = cu_generic_call(PVGPU_GENERIC_cuStreamIsCapturing,
+				    "cuStreamIsCapturing", 0, ctx, a, 2);
+	if (!r)
+		*status = (CUstreamCaptureStatus)a[1];
+	return r;
+}
+
+CUresult CUDAAPI cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *status)
+{
+	return is_capturing(s, 0, status);
 }
 
 CUresult CUDAAPI cuStreamIsCapturing_ptsz(CUstream s, CUstreamCaptureStatus *status)
 {
-	return cuStreamIsCapturing(s, status);
+	return is_capturing(s, 1, status);
 }
 
 /*

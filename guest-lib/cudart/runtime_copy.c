@@ -24,44 +24,69 @@ struct copy_plan {
 	int src_dev, dst_dev;	/* -1: host memory */
 };
 
+/*
+ * An explicit kind says which side is host memory; only the device side is
+ * looked up.  The guest's own addresses and the backend's device addresses
+ * come from two different address spaces (the worker's, the guest's), so a
+ * pageable buffer may well sit at an address that is also inside a device
+ * allocation: classifying it would turn a valid host-to-device copy into
+ * cudaErrorInvalidValue (warpAggregatedAtomicsCG, issue 13).  Only
+ * cudaMemcpyDefault has to guess from the pointers, device first.
+ */
+static enum pvgpu_ptr_kind classify_side(const void *ptr, size_t count,
+					 int host_by_kind, int *device)
+{
+	if (host_by_kind)
+		return PVGPU_PTR_HOST;
+	return pvgpu_ptr_classify(ptr, count, device);
+}
+
 static cudaError_t plan_copy(void *dst, const void *src, size_t count,
 			     enum cudaMemcpyKind kind, struct copy_plan *plan)
 {
 	enum pvgpu_ptr_kind dk, sk;
+	int dst_host, src_host;
 
 	plan->src_dev = plan->dst_dev = -1;
-	dk = pvgpu_ptr_classify(dst, count, &plan->dst_dev);
-	sk = pvgpu_ptr_classify(src, count, &plan->src_dev);
-	if (dk == PVGPU_PTR_OVERRUN || sk == PVGPU_PTR_OVERRUN)
-		return cudaErrorInvalidValue;
 	switch (kind) {
 	case cudaMemcpyHostToHost:
-		if (dk != PVGPU_PTR_HOST || sk != PVGPU_PTR_HOST)
-			return cudaErrorInvalidValue;
+		dst_host = src_host = 1;
 		break;
 	case cudaMemcpyHostToDevice:
-		if (dk != PVGPU_PTR_DEVICE || sk != PVGPU_PTR_HOST)
-			return cudaErrorInvalidValue;
+		dst_host = 0, src_host = 1;
 		break;
 	case cudaMemcpyDeviceToHost:
-		if (dk != PVGPU_PTR_HOST || sk != PVGPU_PTR_DEVICE)
-			return cudaErrorInvalidValue;
+		dst_host = 1, src_host = 0;
 		break;
 	case cudaMemcpyDeviceToDevice:
-		if (dk != PVGPU_PTR_DEVICE || sk != PVGPU_PTR_DEVICE)
-			return cudaErrorInvalidValue;
-		break;
 	case cudaMemcpyDefault:
+		dst_host = src_host = 0;
 		break;
 	default:
 		return cudaErrorInvalidMemcpyDirection;
 	}
+	/*
+	 * Nothing to move, nothing to check: NVIDIA's runtime returns success
+	 * for a zero-length copy even at one past the end of an allocation
+	 * (mergeSort's last, empty, segment).
+	 */
+	if (!count)
+		return cudaSuccess;
+	dk = classify_side(dst, count, dst_host, &plan->dst_dev);
+	sk = classify_side(src, count, src_host, &plan->src_dev);
+	if (dk == PVGPU_PTR_OVERRUN || sk == PVGPU_PTR_OVERRUN)
+		return cudaErrorInvalidValue;
+	/* What the kind says is device memory must be a device range. */
+	if (kind != cudaMemcpyDefault &&
+	    ((!dst_host && dk != PVGPU_PTR_DEVICE) ||
+	     (!src_host && sk != PVGPU_PTR_DEVICE)))
+		return cudaErrorInvalidValue;
 	if (dk == PVGPU_PTR_HOST)
 		plan->dst_dev = -1;
 	if (sk == PVGPU_PTR_HOST)
 		plan->src_dev = -1;
 	/* Host memory at NULL would fault in the middle of a message. */
-	if (count && ((plan->dst_dev < 0 && !dst) || (plan->src_dev < 0 && !src)))
+	if ((plan->dst_dev < 0 && !dst) || (plan->src_dev < 0 && !src))
 		return cudaErrorInvalidValue;
 	return cudaSuccess;
 }

@@ -116,4 +116,17 @@ void pvgpu_config_from_env(struct pvgpu_client_config *cfg)
 	v = cfg->staging_slots;
 	env_size("PVGPU_STAGING_SLOTS", 2, 64, &v);
 	cfg->staging_slots = (uint32_t)v;
+
+	/* Act like an older guest (tests of interoperation). */
+	s = env("PVGPU_WITHHOLD_FEATURES");
+	if (s) {
+		char *end;
+
+		errno = 0;
+		v = strtoull(s, &end, 0);
+		if (errno || *end || end == s)
+			pvgpu_debug("ignoring PVGPU_WITHHOLD_FEATURES=%s", s);
+		else
+			cfg->withheld_features = v;
+	}
 }

@@ -547,6 +547,9 @@ static int mark(struct pvgpu_worker *w, int d, uint64_t stream, uint32_t n,
 
 	if (ss->nmarks == PVGPU_SCHED_MARKS || !w->cur_ctx)
 		return -1;
+	/* An event recorded now would become a node of the guest's graph. */
+	if (w->capturing)
+		return -1;
 	st = event_get(w, &event);
 	if (!st) {
 		st = w->ex_ops->event_record(w->ex, event, stream);

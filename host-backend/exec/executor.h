@@ -21,6 +21,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+struct pvgpu_generic_fn;		/* build/gen/pvgpu_generic.h */
+
 struct pvgpu_exec;			/* private to each executor */
 
 /* Where kernels are concerned, one parameter of a function. */
@@ -52,6 +54,12 @@ struct pvgpu_exec_config {
 	/* Bytes of device memory held on `dev` by all live sessions. */
 	uint64_t (*device_mem_used)(void *arg, int32_t dev);
 	void *arg;
+	/*
+	 * Where the executor's own diagnostics go (0: stderr).  A worker's
+	 * stdout and stderr carry its guest's device output (output.c), so
+	 * nothing meant for the operator may be written there.
+	 */
+	int log_fd;
 	/*
 	 * The "remote" executor: URIs of the pvgpud nodes whose GPUs it
 	 * presents as its own, in device order (pvgpud --remote, or the
@@ -210,6 +218,17 @@ struct pvgpu_executor_ops {
 				     uint64_t dst_ctx, uint64_t src,
 				     uint64_t src_ctx, uint64_t size,
 				     uint64_t stream);
+
+	/*
+	 * The generic driver call (protocol/api/annotations.py GENERIC): f
+	 * in the current context with a[], already checked by the worker
+	 * (stream handles are the executor's, device ranges the session's,
+	 * a result slot is non-zero when wanted).  Results go back into their
+	 * slots.  NULL, or CUDA_ERROR_NOT_SUPPORTED for a function it cannot
+	 * model: the guest gets that error.
+	 */
+	int32_t (*driver_call)(struct pvgpu_exec *ex,
+			       const struct pvgpu_generic_fn *f, uint64_t *a);
 };
 
 extern const struct pvgpu_executor_ops pvgpu_exec_cuda;

@@ -11,7 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum pvgpu_handle_kind { H_FREE, H_CTX, H_STREAM, H_EVENT, H_MODULE, H_FUNC };
+enum pvgpu_handle_kind { H_FREE, H_CTX, H_STREAM, H_EVENT, H_MODULE, H_FUNC,
+			H_GRAPH, H_GRAPH_EXEC };
 
 struct pvgpu_handle {
 	enum pvgpu_handle_kind kind;

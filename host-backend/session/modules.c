@@ -302,6 +302,7 @@ int32_t pvgpu_handle_launch_kernel(struct pvgpu_worker *w,
 	ctx = pvgpu_handle_get(&w->handles, w->cur_ctx, H_CTX);
 	pvgpu_sched_admit(w, ctx ? ctx->device : -1);
 	st = w->ex_ops->launch(w->ex, &l);
+	w->output_armed = 1;		/* a kernel may print (output.c) */
 	pvgpu_sched_launched(w, stream, st);
 	return st;
 }

@@ -181,6 +181,10 @@ static int worker_init(struct pvgpu_worker *w, struct pvgpu_conn *conn,
 	w->rx = malloc(PVGPU_MAX_BATCH);
 	if (!w->rx)
 		return -1;
+	/* Before the executor: the driver's stdout is the guest's from the start. */
+	if (cfg->capture_output)
+		(void)pvgpu_output_open(w);
+	ecfg.log_fd = pvgpu_log_fd();
 	w->ex = w->ex_ops->open(&ecfg, w->ex_error, sizeof(w->ex_error));
 	if (!w->ex)
 		log_warn("executor %s unavailable: %s", w->ex_ops->name,

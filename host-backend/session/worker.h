@@ -57,6 +57,7 @@ struct pvgpu_worker_config {
 	uint64_t poll_ns;		/* busy-poll before a blocking read */
 	const struct pvgpu_policy *policy;	/* NULL: no policy file */
 	struct pvgpu_sched *sched;	/* GPU time between VMs; NULL: none */
+	int capture_output;		/* fd 1/2 are the guest's (output.c) */
 	/* The remote executor's nodes (--remote, else [remote]). */
 	const char *const *remotes;
 	unsigned int nremotes;
@@ -105,7 +106,26 @@ struct pvgpu_worker {
 	int ring_pending, ring_on;
 
 	struct pvgpu_sched_session sched;	/* its launches in flight */
+
+	int output_ok;			/* fd 1/2 hold device output (output.c) */
+	int output_armed;		/* a kernel has been launched: look */
+	/*
+	 * Streams in stream capture (generic.c): while any is, the scheduler
+	 * records no events of its own, which would land in the guest's graph.
+	 */
+	unsigned int capturing;
+	uint64_t output_dropped;	/* bytes of it not delivered */
 };
+
+/*
+ * Device printf/assert output (output.c): take over fd 1 and 2 at start;
+ * before each reply, send what the driver wrote there to the guest.
+ */
+int pvgpu_output_open(struct pvgpu_worker *w);
+int pvgpu_output_deliver(struct pvgpu_worker *w);
+/* One OUTPUT frame with the current request's id (worker_io.c). */
+int pvgpu_worker_send_output(struct pvgpu_worker *w, const void *payload,
+			     uint32_t len);
 
 /*
  * Serve one session on conn until it ends (conn is closed then); returns

@@ -263,6 +263,19 @@ int pvgpu_worker_send_data(struct pvgpu_worker *w, const void *buf,
 	return write_all(w, iov, 2);
 }
 
+int pvgpu_worker_send_output(struct pvgpu_worker *w, const void *payload,
+			     uint32_t len)
+{
+	uint8_t raw[PVGPU_HDR_SIZE];
+	struct iovec iov[2] = {
+		{ raw, sizeof(raw) },
+		{ (void *)payload, len },
+	};
+
+	fill_hdr(w, raw, PVGPU_OP_OUTPUT, PVGPU_F_REPLY, len);
+	return write_all(w, iov, 2);
+}
+
 int pvgpu_worker_send_reply(struct pvgpu_worker *w, uint16_t opcode,
 			    int32_t status, const uint8_t *fields, size_t len)
 {
@@ -271,6 +284,10 @@ int pvgpu_worker_send_reply(struct pvgpu_worker *w, uint16_t opcode,
 		{ raw, sizeof(raw) },
 		{ (void *)fields, len },
 	};
+
+	/* Device printf the driver wrote while serving it goes first. */
+	if (pvgpu_output_deliver(w))
+		return -1;
 
 	fill_hdr(w, raw, opcode, PVGPU_F_REPLY,
 		 (uint32_t)(PVGPU_REPLY_PREFIX + len));

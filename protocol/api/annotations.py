@@ -59,6 +59,11 @@ cuLaunchKernel cuLaunchKernel_ptsz cuLaunchKernelEx cuLaunchKernelEx_ptsz
 cuOccupancyAvailableDynamicSMemPerBlock cuOccupancyMaxActiveClusters
 cuOccupancyMaxActiveBlocksPerMultiprocessor
 cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags
+cuMemAllocPitch_v2
+cuMemsetD2D8_v2 cuMemsetD2D8_v2_ptds cuMemsetD2D8Async cuMemsetD2D8Async_ptsz
+cuMemsetD2D16_v2 cuMemsetD2D16_v2_ptds cuMemsetD2D16Async cuMemsetD2D16Async_ptsz
+cuMemsetD2D32_v2 cuMemsetD2D32_v2_ptds cuMemsetD2D32Async cuMemsetD2D32Async_ptsz
+cuMemAllocAsync cuMemAllocAsync_ptsz cuMemFreeAsync cuMemFreeAsync_ptsz
 """
 
 LOCAL = """
@@ -74,9 +79,7 @@ cuDevicePrimaryCtxGetState
 cuCtxGetCurrent cuCtxSetCurrent cuCtxPushCurrent cuCtxPushCurrent_v2
 cuCtxPopCurrent cuCtxPopCurrent_v2 cuCtxGetDevice cuCtxGetDevice_v2
 cuCtxGetFlags cuCtxSetFlags cuCtxGetApiVersion cuCtxGetId
-cuCtxGetLimit cuCtxSetLimit cuCtxGetCacheConfig cuCtxSetCacheConfig
 cuCtxGetSharedMemConfig cuCtxSetSharedMemConfig
-cuCtxGetStreamPriorityRange cuCtxResetPersistingL2Cache
 cuCtxGetExecAffinity
 cuFuncGetParamInfo cuKernelGetParamInfo cuFuncGetName cuKernelGetName
 cuFuncGetModule cuFuncIsLoaded cuFuncLoad 
@@ -85,7 +88,6 @@ cuModuleGetLoadingMode
 cuStreamGetFlags cuStreamGetFlags_ptsz cuStreamGetPriority cuStreamGetPriority_ptsz
 cuStreamGetCtx cuStreamGetCtx_ptsz cuStreamGetCtx_v2 cuStreamGetCtx_v2_ptsz
 cuStreamGetId cuStreamGetId_ptsz cuStreamGetDevice cuStreamGetDevice_ptsz
-cuStreamIsCapturing cuStreamIsCapturing_ptsz
 cuStreamGetCaptureInfo cuStreamGetCaptureInfo_ptsz cuStreamGetCaptureInfo_v2
 cuStreamGetCaptureInfo_v2_ptsz cuStreamGetCaptureInfo_v3 cuStreamGetCaptureInfo_v3_ptsz
 cuStreamAddCallback cuStreamAddCallback_ptsz cuLaunchHostFunc cuLaunchHostFunc_ptsz
@@ -97,6 +99,92 @@ cuGetProcAddress cuGetProcAddress_v2 cuGetExportTable
 cuCtxEnablePeerAccess cuCtxDisablePeerAccess
 cuThreadExchangeStreamCaptureMode
 """
+
+# Forwarded by the generic driver call (protocol/api/gen_generic.py): one
+# line each, no hand-written code.  `ID NAME ARG... [async]`: ID numbers the
+# call on the wire (never reused; a _ptsz/_ptds variant or a legacy name
+# shares its function's ID); each ARG is the parameter's type as cuda.h
+# spells it, in order.  A type ending in `*` is a result the backend writes
+# back; CUstream is a stream handle (translated and checked by the worker);
+# CUdeviceptr@N is N bytes of device memory, which must lie inside one of
+# the session's allocations; anything else is a scalar passed as is.
+# `async`: stream-ordered and without results, queued and batched like a
+# launch (its error comes at the next synchronising call).  `hand`: the
+# guest entry point is written by hand in guest-lib/cuda/ (to answer in the
+# guest when it can), calling the generated wire call by its id.  gen_api.py
+# checks every line against cuda.h when libclang is there.
+GENERIC = """
+1  cuCtxSetLimit                 CUlimit size_t
+2  cuCtxGetLimit                 size_t* CUlimit
+3  cuCtxGetStreamPriorityRange   int* int*
+4  cuCtxGetCacheConfig           CUfunc_cache*
+5  cuCtxSetCacheConfig           CUfunc_cache
+6  cuCtxResetPersistingL2Cache
+7  cuStreamWriteValue32_v2       CUstream CUdeviceptr@4 cuuint32_t unsigned_int  async
+7  cuStreamWriteValue32_v2_ptsz  CUstream CUdeviceptr@4 cuuint32_t unsigned_int  async
+7  cuStreamWriteValue32          CUstream CUdeviceptr@4 cuuint32_t unsigned_int  async
+7  cuStreamWriteValue32_ptsz     CUstream CUdeviceptr@4 cuuint32_t unsigned_int  async
+8  cuStreamWriteValue64_v2       CUstream CUdeviceptr@8 cuuint64_t unsigned_int  async
+8  cuStreamWriteValue64_v2_ptsz  CUstream CUdeviceptr@8 cuuint64_t unsigned_int  async
+8  cuStreamWriteValue64          CUstream CUdeviceptr@8 cuuint64_t unsigned_int  async
+8  cuStreamWriteValue64_ptsz     CUstream CUdeviceptr@8 cuuint64_t unsigned_int  async
+9  cuStreamWaitValue32_v2        CUstream CUdeviceptr@4 cuuint32_t unsigned_int  async
+9  cuStreamWaitValue32_v2_ptsz   CUstream CUdeviceptr@4 cuuint32_t unsigned_int  async
+9  cuStreamWaitValue32           CUstream CUdeviceptr@4 cuuint32_t unsigned_int  async
+9  cuStreamWaitValue32_ptsz      CUstream CUdeviceptr@4 cuuint32_t unsigned_int  async
+10 cuStreamWaitValue64_v2        CUstream CUdeviceptr@8 cuuint64_t unsigned_int  async
+10 cuStreamWaitValue64_v2_ptsz   CUstream CUdeviceptr@8 cuuint64_t unsigned_int  async
+10 cuStreamWaitValue64           CUstream CUdeviceptr@8 cuuint64_t unsigned_int  async
+10 cuStreamWaitValue64_ptsz      CUstream CUdeviceptr@8 cuuint64_t unsigned_int  async
+11 cuStreamBeginCapture_v2       CUstream CUstreamCaptureMode
+11 cuStreamBeginCapture_v2_ptsz  CUstream CUstreamCaptureMode
+12 cuStreamEndCapture            CUstream CUgraph*
+12 cuStreamEndCapture_ptsz       CUstream CUgraph*
+13 cuStreamIsCapturing           CUstream CUstreamCaptureStatus*  hand
+13 cuStreamIsCapturing_ptsz      CUstream CUstreamCaptureStatus*  hand
+14 cuGraphInstantiateWithFlags   CUgraphExec* CUgraph unsigned_long_long
+15 cuGraphLaunch                 CUgraphExec CUstream  async
+15 cuGraphLaunch_ptsz            CUgraphExec CUstream  async
+16 cuGraphUpload                 CUgraphExec CUstream  async
+16 cuGraphUpload_ptsz            CUgraphExec CUstream  async
+17 cuGraphExecDestroy            CUgraphExec!
+18 cuGraphDestroy                CUgraph!
+"""
+
+# Exported names whose driver-580 entry is a newer function's (by
+# cuGetProcAddress: "cuGraphInstantiate" at 12000+ answers the address
+# exported as cuGraphInstantiate_v2, with cuGraphInstantiateWithFlags's
+# signature) while cuda.h declares them with the legacy one: `ALIAS TARGET`.
+GENERIC_ALIASES = """
+cuGraphInstantiate_v2 cuGraphInstantiateWithFlags
+"""
+
+
+def generic_aliases():
+    w = GENERIC_ALIASES.split()
+    return list(zip(w[0::2], w[1::2]))
+
+
+def generic():
+    """[(id, name, [arg types], async)] from GENERIC."""
+    out = []
+    for line in GENERIC.strip().splitlines():
+        w = line.split()
+        if w[-1] == 'hand':
+            w = w[:-1]
+        is_async = w[-1] == 'async'
+        if is_async:
+            w = w[:-1]
+        out.append((int(w[0]), w[1], [t.replace('_', ' ') if t.startswith('unsigned_') else t
+                                      for t in w[2:]], is_async))
+    return out
+
+
+def generic_hand():
+    """GENERIC names whose guest entry point is hand-written."""
+    return {line.split()[1] for line in GENERIC.strip().splitlines()
+            if line.split()[-1] == 'hand'}
+
 
 def names(block):
     return block.split()

@@ -143,6 +143,22 @@ def main():
 
     fwd = set(annotations.names(annotations.FORWARDED))
     loc = set(annotations.names(annotations.LOCAL))
+    # The generic driver call's lines (gen_generic.py) are forwarded too;
+    # here each is checked against cuda.h.
+    gen = annotations.generic()
+    for _, name, types, _ in gen:
+        if name in fwd or name in loc:
+            sys.exit('gen_api: %s is both generic and hand-written' % name)
+        c = funcs.get(name)
+        if c is None:
+            continue
+        have = [a.type.spelling.replace(' ', '') for a in c.get_arguments()]
+        want = [t.split('@')[0].rstrip('!').replace(' ', '') for t in types]
+        if have != want:
+            sys.exit('gen_api: GENERIC %s: annotated (%s), cuda.h has (%s)'
+                     % (name, ', '.join(want), ', '.join(have)))
+    fwd |= {name for _, name, _, _ in gen}
+    fwd |= {alias for alias, _ in annotations.generic_aliases()}
     both = fwd & loc
     if both:
         sys.exit('gen_api: both forwarded and local: %s' % sorted(both))

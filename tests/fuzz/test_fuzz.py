@@ -37,11 +37,33 @@ def seeds():
     attrs = W.message("device_get_attributes", 12, device=0, attrs=[1, 2, 16, 75, 76])
     free = W.message("mem_free", 13, dptr=base) + W.message("bye", 14)
     session = hello + ctx + set_ctx + alloc
+    # The generic driver call (annotations.py GENERIC): a limit set and
+    # read back, a stream write into the allocation and one past its end.
+    generic = (W.message("driver_call", 15, fn=1, args=[2, 1 << 20])
+               + W.message("driver_call", 16, fn=2, args=[1, 2])
+               + W.message("driver_call", 17, fn=3, args=[1, 0])
+               + W.batch(W.message("driver_call_async", 0, fn=7, args=[0, base + 8, 5, 0]),
+                         W.message("driver_call_async", 0, fn=8, args=[0, base + 4092, 5, 0]))
+               + W.message("stream_synchronize", 18, stream=0))
+    # Stream capture and a graph: handles the worker's table hands out
+    # (stream 2, graph 3, graph exec 4 in this session).
+    st = (1 << 24) | 2
+    graphs = (W.message("stream_create", 20, flags=1, priority=0)
+              + W.message("driver_call", 21, fn=11, args=[st, 0])
+              + W.message("driver_call", 22, fn=13, args=[st, 1])
+              + W.message("driver_call", 23, fn=12, args=[st, 1])
+              + W.message("driver_call", 24, fn=14, args=[1, (1 << 24) | 3, 0])
+              + W.batch(W.message("driver_call_async", 0, fn=15, args=[(1 << 24) | 4, st]),
+                        W.message("driver_call_async", 0, fn=16, args=[(1 << 24) | 4, 0]))
+              + W.message("driver_call", 25, fn=17, args=[(1 << 24) | 4])
+              + W.message("driver_call", 26, fn=18, args=[(1 << 24) | 3]))
     return {
         "hello": hello,
         "copies": session + h2d + d2h + free,
         "batch": session + memset + d2h,
         "streams": session + streams + attrs,
+        "generic": session + generic + free,
+        "graphs": session + graphs + free,
         "devices": hello + attrs + W.message("device_get_name", 2, device=0)
         + W.message("device_get_uuid", 3, device=0) + W.message("mem_get_info", 4),
     }

@@ -87,3 +87,20 @@ def test_unreachable_backend_every_program(programs, short_tmp, program):
     assert res.returncode == 1, programs.describe(res)
     assert "cudaGetDeviceCount: cudaErrorNoDevice" in res.stdout, \
         programs.describe(res)
+
+
+@pytest.mark.parametrize("transport", ["unix", "shm"])
+def test_copy_bugs_of_issue_13(programs, sim_daemon, transport):
+    """The two copy bugs NVIDIA's samples met (issue 13): a zero-length
+    device-to-device copy one past the end of its allocations (mergeSort)
+    and a host-to-device copy from a host buffer whose guest address is also
+    inside a device allocation (warpAggregatedAtomicsCG).  The sim's device
+    addresses are free in the guest, so the aliasing buffer really is made
+    there: the program says so on stderr."""
+    uri = {"unix": sim_daemon.unix,
+           "shm": "shm://" + sim_daemon.unix[len("unix://"):]}[transport]
+    res = programs.run("copies", programs.pvgpu_env(uri))
+    programs.assert_passed(res, sim_daemon)
+    assert "host buffer aliases a device allocation" in res.stderr, \
+        programs.describe(res)
+    assert "mergeSort tail: ok" in res.stdout

@@ -480,6 +480,45 @@ static void peer_add_twin(const struct pvgpu_sim_launch *l)
 		o[i] = p[i] + q[i];
 }
 
+/* ---- printf.cu ---------------------------------------------------------- */
+
+/* say: thread 0 of block 0 prints `lines` lines. */
+static void say_twin(const struct pvgpu_sim_launch *l)
+{
+	int32_t tag, lines;
+
+	if (ARG(l, 0, tag) || ARG(l, 1, lines) || !twin_has_threads(l))
+		return;
+	for (int32_t i = 0; i < lines; i++)
+		l->dev_printf(l, "device: tag %d line %d of %d\n", tag, i + 1,
+			      lines);
+}
+
+/* expect_index: assert(v[i] == i) in every thread i < n. */
+static void expect_index_twin(const struct pvgpu_sim_launch *l)
+{
+	uint64_t v = pvgpu_sim_arg_ptr(l, 0);
+	int32_t n;
+
+	if (ARG(l, 1, n) || l->faulted(l))
+		return;
+	uint64_t cnt = twin_count_1d(l, n);
+	const int32_t *hv = twin_map(l, v, cnt, 4);
+	if (!hv)
+		return;
+	for (uint64_t i = 0; i < cnt; i++) {
+		if (hv[i] == (int32_t)i)
+			continue;
+		struct pvgpu_sim_dim3 block = { (uint32_t)(i / l->block.x), 0, 0 };
+		struct pvgpu_sim_dim3 thread = { (uint32_t)(i % l->block.x), 0, 0 };
+
+		l->assert_fail(l, "v[i] == i", "tests/programs/kernels/printf.cu",
+			       26, "void expect_index(const int *, int)", block,
+			       thread);
+		return;
+	}
+}
+
 const uint32_t pvgpu_sim_twin_abi = PVGPU_SIM_TWIN_ABI;
 
 const struct pvgpu_sim_twin pvgpu_sim_twins[] = {
@@ -503,5 +542,7 @@ const struct pvgpu_sim_twin pvgpu_sim_twins[] = {
 	{ "subtract", subtract_twin },
 	{ "saxpy_int", saxpy_int_twin },
 	{ "wild_write", wild_write_twin },
+	{ "say", say_twin },
+	{ "expect_index", expect_index_twin },
 	{ NULL, NULL },
 };

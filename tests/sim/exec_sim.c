@@ -20,11 +20,13 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cuda.h>
 
@@ -32,6 +34,7 @@
 #include "exec_sim.h"
 #include "sim_module.h"
 #include "sim_twins.h"
+#include "pvgpu_generic.h"
 
 #define SIM_MAX_DEVICES		8
 #define SIM_DEFAULT_MEMORY_MB	16384
@@ -68,6 +71,14 @@ enum sim_kind {
 	SIM_EVENT,
 	SIM_MODULE,
 	SIM_FUNCTION,
+	SIM_GRAPH,
+	SIM_GRAPH_EXEC,
+};
+
+/* A graph as the sim records it: the launches captured from a stream. */
+struct sim_graph_launch {
+	struct pvgpu_launch l;		/* params point into `params` */
+	unsigned char *params;
 };
 
 /* Everything that has a handle: contexts, streams, events, modules, ... */
@@ -81,6 +92,7 @@ struct sim_obj {
 		struct {
 			int32_t dev;
 			bool poisoned;	/* a kernel faulted in it */
+			int32_t fault;	/* what it reports from then on */
 			/* Contexts whose memory its kernels may reach. */
 			struct sim_obj *peers[SIM_MAX_PEERS];
 			unsigned int npeers;
@@ -102,7 +114,12 @@ struct sim_obj {
 		struct {
 			uint32_t flags;
 			int32_t priority;
+			struct sim_obj *capture;	/* graph being captured */
 		} stream;
+		struct {
+			struct sim_graph_launch *v;
+			size_t n, cap;
+		} graph;			/* SIM_GRAPH and SIM_GRAPH_EXEC */
 		struct {
 			uint32_t flags;
 			bool recorded;
@@ -169,10 +186,85 @@ struct pvgpu_exec {
 	size_t ntwin_libs, twin_libs_cap;
 	const struct pvgpu_sim_twin **twins;
 	size_t ntwins, twins_cap;
+
+	/*
+	 * Device printf and assert messages of the twins, held until the
+	 * program synchronises, as the driver holds its printf FIFO; then
+	 * written to this process's stdout and stderr, which the worker
+	 * delivers to the guest.  What does not fit is lost, as on a GPU.
+	 */
+	struct {
+		char *buf;
+		size_t len;
+	} out[2];			/* [0] stdout, [1] stderr */
+
+	/* What the generic driver call models (cuCtxSetLimit, ...). */
+	uint64_t limits[CU_LIMIT_MAX];
+	int32_t cache_config;
 };
+
+/* cudaLimitPrintfFifoSize's default. */
+#define SIM_PRINTF_FIFO		(1u << 20)
 
 /* ------------------------------------------------------------------ */
 /* helpers */
+
+/* A line for the operator: the daemon's log, never the guest's stderr. */
+static void sim_diag(const struct pvgpu_exec *ex, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static void sim_diag(const struct pvgpu_exec *ex, const char *fmt, ...)
+{
+	char line[512];
+	va_list ap;
+	int n;
+
+	n = snprintf(line, sizeof(line), "pvgpud sim: ");
+	va_start(ap, fmt);
+	vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+	va_end(ap);
+	n = (int)strlen(line);
+	line[n++] = '\n';
+	if (write(ex->cfg.log_fd > 0 ? ex->cfg.log_fd : 2, line, (size_t)n) < 0) {
+		/* Nowhere else to say it. */
+	}
+}
+
+/* Write what the twins printed to stdout/stderr: a synchronisation point. */
+static void sim_output_flush(struct pvgpu_exec *ex)
+{
+	FILE *to[2] = { stdout, stderr };
+
+	for (int i = 0; i < 2; i++) {
+		if (!ex->out[i].len)
+			continue;
+		fwrite(ex->out[i].buf, 1, ex->out[i].len, to[i]);
+		fflush(to[i]);
+		ex->out[i].len = 0;
+	}
+}
+
+/* Append to a device output buffer; -1 when it is full (lost). */
+static int sim_output_vadd(struct pvgpu_exec *ex, int which, const char *fmt,
+			   va_list ap)
+{
+	char line[4096];
+	int n = vsnprintf(line, sizeof(line), fmt, ap);
+
+	if (n < 0)
+		return -1;
+	if ((size_t)n >= sizeof(line))
+		n = (int)sizeof(line) - 1;
+	if (!ex->out[which].buf) {
+		ex->out[which].buf = malloc(SIM_PRINTF_FIFO);
+		if (!ex->out[which].buf)
+			return -1;
+	}
+	if ((size_t)n > SIM_PRINTF_FIFO - ex->out[which].len)
+		return -1;
+	memcpy(ex->out[which].buf + ex->out[which].len, line, (size_t)n);
+	ex->out[which].len += (size_t)n;
+	return n;
+}
 
 static int grow(void **arr, size_t *cap, size_t need, size_t elem)
 {
@@ -320,6 +412,14 @@ static void obj_release(struct sim_obj *o)
 {
 	struct sim_module *m;
 
+	if (o->kind == SIM_GRAPH || o->kind == SIM_GRAPH_EXEC) {
+		for (size_t i = 0; i < o->u.graph.n; i++)
+			free(o->u.graph.v[i].params);
+		free(o->u.graph.v);
+		o->u.graph.v = NULL;
+		o->u.graph.n = 0;
+		return;
+	}
 	if (o->kind != SIM_MODULE || !o->u.module.m)
 		return;
 	m = o->u.module.m;
@@ -350,7 +450,7 @@ static int32_t ctx_check(struct pvgpu_exec *ex)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	/* A fault is sticky: the context is good for nothing but destroy. */
 	if (ex->cur->u.ctx.poisoned)
-		return CUDA_ERROR_ILLEGAL_ADDRESS;
+		return ex->cur->u.ctx.fault;
 	return CUDA_SUCCESS;
 }
 
@@ -368,6 +468,45 @@ static int32_t check_stream(struct pvgpu_exec *ex, uint64_t stream)
 	s = obj_find(ex, stream, SIM_STREAM);
 	if (!s || s->ctx != ex->cur)
 		return CUDA_ERROR_INVALID_HANDLE;
+	/* The sim records launches only; anything else cannot be captured. */
+	if (s->u.stream.capture)
+		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+	return CUDA_SUCCESS;
+}
+
+/* The graph a stream is capturing into, or NULL. */
+static struct sim_obj *capturing(struct pvgpu_exec *ex, uint64_t stream)
+{
+	struct sim_obj *s = stream ? obj_find(ex, stream, SIM_STREAM) : NULL;
+
+	return s && s->ctx == ex->cur ? s->u.stream.capture : NULL;
+}
+
+/* Append a copy of a launch to a graph. */
+static int32_t graph_add(struct sim_obj *g, const struct pvgpu_launch *l)
+{
+	struct sim_graph_launch *e;
+
+	if (g->u.graph.n == g->u.graph.cap) {
+		size_t cap = g->u.graph.cap ? 2 * g->u.graph.cap : 8;
+		void *v = realloc(g->u.graph.v, cap * sizeof(*g->u.graph.v));
+
+		if (!v)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		g->u.graph.v = v;
+		g->u.graph.cap = cap;
+	}
+	e = &g->u.graph.v[g->u.graph.n];
+	e->params = malloc(l->params_size ? l->params_size : 1);
+	if (!e->params)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	if (l->params_size)
+		memcpy(e->params, l->params, l->params_size);
+	e->l = *l;
+	e->l.params = e->params;
+	e->l.layout = NULL;
+	e->l.nparams = 0;
+	g->u.graph.n++;
 	return CUDA_SUCCESS;
 }
 
@@ -524,7 +663,7 @@ static int load_twin_plugin(struct pvgpu_exec *ex, const char *path,
 			 path);
 		return -1;
 	}
-	if (*abi != PVGPU_SIM_TWIN_ABI) {
+	if (*abi < 1 || *abi > PVGPU_SIM_TWIN_ABI) {
 		snprintf(err, errlen, "PVGPU_SIM_TWINS: %s has twin ABI %u, "
 			 "pvgpud speaks %u", path, *abi, PVGPU_SIM_TWIN_ABI);
 		return -1;
@@ -627,6 +766,9 @@ static void sim_close(struct pvgpu_exec *ex)
 
 	if (!ex)
 		return;
+	sim_output_flush(ex);
+	free(ex->out[0].buf);
+	free(ex->out[1].buf);
 	for (i = 0; i < ex->nallocs; i++)
 		free(ex->allocs[i].data);
 	for (i = 0; i < ex->nhosts; i++)
@@ -927,6 +1069,7 @@ static int32_t sim_ctx_destroy(struct pvgpu_exec *ex, uint64_t ctx)
 
 	if (!ex)
 		return CUDA_ERROR_INVALID_VALUE;
+	sim_output_flush(ex);
 	c = obj_find(ex, ctx, SIM_CTX);
 	if (!c)
 		return CUDA_ERROR_INVALID_CONTEXT;
@@ -1000,6 +1143,7 @@ static int32_t sim_ctx_synchronize(struct pvgpu_exec *ex)
 {
 	if (!ex)
 		return CUDA_ERROR_INVALID_VALUE;
+	sim_output_flush(ex);
 	return ctx_check(ex);
 }
 
@@ -1241,6 +1385,8 @@ static int32_t sim_memcpy_dtoh_async(struct pvgpu_exec *ex, void *host,
 
 	if (!ex)
 		return CUDA_ERROR_INVALID_VALUE;
+	/* The sim copies at once: it waits for the kernels before it. */
+	sim_output_flush(ex);
 	rc = check_stream(ex, stream);
 	if (rc)
 		return rc;
@@ -1371,6 +1517,7 @@ static int32_t sim_stream_synchronize(struct pvgpu_exec *ex, uint64_t stream)
 {
 	if (!ex)
 		return CUDA_ERROR_INVALID_VALUE;
+	sim_output_flush(ex);
 	return check_stream(ex, stream);
 }
 
@@ -1471,8 +1618,8 @@ static int32_t sim_event_synchronize(struct pvgpu_exec *ex, uint64_t event)
 	if (!e)
 		return CUDA_ERROR_INVALID_HANDLE;
 	/* Waiting on a faulted context reports its fault. */
-	return e->ctx->u.ctx.poisoned ? CUDA_ERROR_ILLEGAL_ADDRESS :
-					CUDA_SUCCESS;
+	sim_output_flush(ex);
+	return e->ctx->u.ctx.poisoned ? e->ctx->u.ctx.fault : CUDA_SUCCESS;
 }
 
 static int32_t sim_event_query(struct pvgpu_exec *ex, uint64_t event)
@@ -1557,8 +1704,7 @@ static int32_t sim_module_load(struct pvgpu_exec *ex, const void *image,
 			    sizeof(err));
 	if (rc) {
 		/* The CUresult alone would leave a test author guessing. */
-		fprintf(stderr, "pvgpud sim: module load failed (%d): %s\n",
-			rc, err);
+		sim_diag(ex, "module load failed (%d): %s", rc, err);
 		goto err_free;
 	}
 	rc = CUDA_ERROR_OUT_OF_MEMORY;
@@ -1967,7 +2113,7 @@ static unsigned char *peer_bytes(struct pvgpu_exec *ex, uint64_t ctx,
 		return NULL;
 	}
 	if (c->u.ctx.poisoned) {
-		*rc = CUDA_ERROR_ILLEGAL_ADDRESS;
+		*rc = c->u.ctx.fault;
 		return NULL;
 	}
 	a = alloc_range(ex, ptr, size);
@@ -2033,6 +2179,7 @@ struct sim_run {
 	unsigned char *params;
 	unsigned char *shared;
 	bool faulted;
+	int32_t fault;			/* CUDA_ERROR_ILLEGAL_ADDRESS or _ASSERT */
 	char why[160];
 	char empty;			/* what a zero-length range points at */
 };
@@ -2046,8 +2193,51 @@ static void run_fault(const struct pvgpu_sim_launch *l, const char *why)
 {
 	struct sim_run *r = run_of(l);
 
-	if (!r->faulted)
+	if (!r->faulted) {
 		snprintf(r->why, sizeof(r->why), "%s", why ? why : "fault");
+		r->fault = CUDA_ERROR_ILLEGAL_ADDRESS;
+	}
+	r->faulted = true;
+}
+
+static int run_printf(const struct pvgpu_sim_launch *l, const char *fmt, ...)
+{
+	struct sim_run *r = run_of(l);
+	va_list ap;
+	int n;
+
+	if (r->faulted)
+		return -1;
+	va_start(ap, fmt);
+	n = sim_output_vadd(r->ex, 0, fmt, ap);
+	va_end(ap);
+	return n;
+}
+
+static void run_assert_add(struct sim_run *r, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	(void)sim_output_vadd(r->ex, 1, fmt, ap);
+	va_end(ap);
+}
+
+/* The driver's words for a failed device assert, then a sticky error. */
+static void run_assert_fail(const struct pvgpu_sim_launch *l, const char *expr,
+			    const char *file, unsigned int line,
+			    const char *func, struct pvgpu_sim_dim3 block,
+			    struct pvgpu_sim_dim3 thread)
+{
+	struct sim_run *r = run_of(l);
+
+	run_assert_add(r, "%s:%u: %s: block: [%u,%u,%u], thread: [%u,%u,%u] "
+		       "Assertion `%s` failed.\n", file, line, func, block.x,
+		       block.y, block.z, thread.x, thread.y, thread.z, expr);
+	if (!r->faulted) {
+		snprintf(r->why, sizeof(r->why), "device assert `%s`", expr);
+		r->fault = CUDA_ERROR_ASSERT;
+	}
 	r->faulted = true;
 }
 
@@ -2255,6 +2445,13 @@ static int32_t sim_launch(struct pvgpu_exec *ex,
 
 	if (!ex || !launch)
 		return CUDA_ERROR_INVALID_VALUE;
+	if (!ctx_check(ex) && capturing(ex, launch->stream)) {
+		f = func_get(ex, launch->func);
+		if (!f)
+			return CUDA_ERROR_INVALID_HANDLE;
+		rc = launch_check(launch, f);
+		return rc ? rc : graph_add(capturing(ex, launch->stream), launch);
+	}
 	rc = check_stream(ex, launch->stream);
 	if (rc)
 		return rc;
@@ -2267,9 +2464,8 @@ static int32_t sim_launch(struct pvgpu_exec *ex,
 	k = f->u.func.k;
 	if (!f->u.func.twin) {
 		if (!f->u.func.warned)
-			fprintf(stderr, "pvgpud sim: cannot launch kernel %s: "
-				"no CPU twin is registered for it "
-				"(PVGPU_SIM_TWINS)\n", k->name);
+			sim_diag(ex, "cannot launch kernel %s: no CPU twin is "
+				 "registered for it (PVGPU_SIM_TWINS)", k->name);
 		f->u.func.warned = true;
 		return CUDA_ERROR_NOT_FOUND;
 	}
@@ -2309,21 +2505,249 @@ static int32_t sim_launch(struct pvgpu_exec *ex,
 	r.pub.fault = run_fault;
 	r.pub.faulted = run_faulted;
 	r.pub.sim = &r;
+	r.pub.dev_printf = run_printf;
+	r.pub.assert_fail = run_assert_fail;
 
 	f->u.func.twin->run(&r.pub);
 
 	rc = CUDA_SUCCESS;
 	if (r.faulted) {
-		fprintf(stderr, "pvgpud sim: kernel %s faulted: %s\n", k->name,
-			r.why);
+		sim_diag(ex, "kernel %s faulted: %s", k->name, r.why);
 		ex->cur->u.ctx.poisoned = true;
-		rc = CUDA_ERROR_ILLEGAL_ADDRESS;
+		ex->cur->u.ctx.fault = r.fault;
+		rc = r.fault;
 	}
 out:
 	free(r.shared);
 	free(r.params);
 	free(r.layout);
 	return rc;
+}
+
+/*
+ * The generic driver call: what a device without a GPU can answer; the
+ * rest is CUDA_ERROR_NOT_SUPPORTED, which the guest sees as such.
+ */
+static int32_t sim_wait_value(struct pvgpu_exec *ex, uint64_t addr,
+			      uint64_t value, uint32_t flags, int wide)
+{
+	unsigned char *p = dev_bytes(ex, addr, wide ? 8 : 4);
+	uint64_t v = 0;
+	bool ok;
+
+	if (!p)
+		return CUDA_ERROR_INVALID_VALUE;
+	memcpy(&v, p, wide ? 8 : 4);
+	if (!wide)
+		value = (uint32_t)value;
+	switch (flags & 0xf) {
+	case CU_STREAM_WAIT_VALUE_GEQ:
+		ok = wide ? (int64_t)(v - value) >= 0 : (int32_t)(uint32_t)(v - value) >= 0;
+		break;
+	case CU_STREAM_WAIT_VALUE_EQ:
+		ok = v == value;
+		break;
+	case CU_STREAM_WAIT_VALUE_AND:
+		ok = (v & value) != 0;
+		break;
+	case CU_STREAM_WAIT_VALUE_NOR:
+		ok = (~(v | value) & (wide ? ~0ULL : 0xffffffffULL)) != 0;
+		break;
+	default:
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	/* Nothing else runs while the sim waits: an unmet wait never ends. */
+	if (!ok) {
+		sim_diag(ex, "cuStreamWaitValue on a value nothing will change: "
+			 "not supported by the sim");
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	return CUDA_SUCCESS;
+}
+
+/* Stream capture as the sim models it: kernel launches only. */
+static int32_t sim_capture_call(struct pvgpu_exec *ex,
+				const struct pvgpu_generic_fn *f, uint64_t *a)
+{
+	struct sim_obj *s, *g;
+
+	if (!a[0])			/* the legacy stream cannot be captured */
+		return f->id == PVGPU_GENERIC_cuStreamIsCapturing ?
+		       (a[1] = CU_STREAM_CAPTURE_STATUS_NONE, CUDA_SUCCESS) :
+		       CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+	s = obj_find(ex, a[0], SIM_STREAM);
+	if (!s || s->ctx != ex->cur)
+		return CUDA_ERROR_INVALID_HANDLE;
+	switch (f->id) {
+	case PVGPU_GENERIC_cuStreamBeginCapture_v2:
+		if (s->u.stream.capture)
+			return CUDA_ERROR_ILLEGAL_STATE;
+		g = obj_new(ex, SIM_GRAPH, ex->cur);
+		if (!g)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		s->u.stream.capture = g;
+		return CUDA_SUCCESS;
+	case PVGPU_GENERIC_cuStreamEndCapture:
+		if (!s->u.stream.capture)
+			return CUDA_ERROR_ILLEGAL_STATE;
+		if (!a[1])
+			return CUDA_ERROR_INVALID_VALUE;
+		a[1] = s->u.stream.capture->handle;
+		s->u.stream.capture = NULL;
+		return CUDA_SUCCESS;
+	default:			/* cuStreamIsCapturing */
+		if (!a[1])
+			return CUDA_ERROR_INVALID_VALUE;
+		a[1] = s->u.stream.capture ? CU_STREAM_CAPTURE_STATUS_ACTIVE :
+					     CU_STREAM_CAPTURE_STATUS_NONE;
+		return CUDA_SUCCESS;
+	}
+}
+
+static int32_t sim_graph_call(struct pvgpu_exec *ex,
+			      const struct pvgpu_generic_fn *f, uint64_t *a)
+{
+	struct sim_obj *g, *x;
+	int32_t rc;
+
+	switch (f->id) {
+	case PVGPU_GENERIC_cuGraphInstantiateWithFlags:
+		g = obj_find(ex, a[1], SIM_GRAPH);
+		if (!g || !a[0])
+			return !g ? CUDA_ERROR_INVALID_HANDLE : CUDA_ERROR_INVALID_VALUE;
+		x = obj_new(ex, SIM_GRAPH_EXEC, ex->cur);
+		if (!x)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		for (size_t i = 0; i < g->u.graph.n; i++) {
+			rc = graph_add(x, &g->u.graph.v[i].l);
+			if (rc) {
+				obj_free(ex, x);
+				return rc;
+			}
+		}
+		a[0] = x->handle;
+		return CUDA_SUCCESS;
+	case PVGPU_GENERIC_cuGraphLaunch:
+	case PVGPU_GENERIC_cuGraphUpload:
+		x = obj_find(ex, a[0], SIM_GRAPH_EXEC);
+		if (!x || x->ctx != ex->cur)
+			return CUDA_ERROR_INVALID_HANDLE;
+		rc = check_stream(ex, a[1]);
+		if (rc || f->id == PVGPU_GENERIC_cuGraphUpload)
+			return rc;
+		for (size_t i = 0; i < x->u.graph.n && !rc; i++) {
+			struct pvgpu_launch l = x->u.graph.v[i].l;
+
+			l.stream = a[1];
+			rc = sim_launch(ex, &l);
+		}
+		return rc;
+	case PVGPU_GENERIC_cuGraphExecDestroy:
+		x = obj_find(ex, a[0], SIM_GRAPH_EXEC);
+		if (!x)
+			return CUDA_ERROR_INVALID_HANDLE;
+		obj_free(ex, x);
+		return CUDA_SUCCESS;
+	default:			/* cuGraphDestroy */
+		g = obj_find(ex, a[0], SIM_GRAPH);
+		if (!g)
+			return CUDA_ERROR_INVALID_HANDLE;
+		for (size_t i = 0; i < ex->nobjs; i++)
+			if (ex->objs[i]->kind == SIM_STREAM &&
+			    ex->objs[i]->u.stream.capture == g)
+				return CUDA_ERROR_ILLEGAL_STATE;
+		obj_free(ex, g);
+		return CUDA_SUCCESS;
+	}
+}
+
+static int32_t sim_driver_call(struct pvgpu_exec *ex,
+			       const struct pvgpu_generic_fn *f, uint64_t *a)
+{
+	static const uint64_t limit_defaults[CU_LIMIT_MAX] = {
+		[CU_LIMIT_STACK_SIZE] = 1024,
+		[CU_LIMIT_PRINTF_FIFO_SIZE] = SIM_PRINTF_FIFO,
+		[CU_LIMIT_MALLOC_HEAP_SIZE] = 8 << 20,
+		[CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH] = 2,
+		[CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT] = 2048,
+		[CU_LIMIT_MAX_L2_FETCH_GRANULARITY] = 64,
+	};
+	unsigned char *p;
+	int32_t rc;
+
+	if (!ex || !f)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = ctx_check(ex);
+	if (rc)
+		return rc;
+	switch (f->id) {
+	case PVGPU_GENERIC_cuStreamBeginCapture_v2:
+	case PVGPU_GENERIC_cuStreamEndCapture:
+	case PVGPU_GENERIC_cuStreamIsCapturing:
+		return sim_capture_call(ex, f, a);
+	case PVGPU_GENERIC_cuGraphInstantiateWithFlags:
+	case PVGPU_GENERIC_cuGraphLaunch:
+	case PVGPU_GENERIC_cuGraphUpload:
+	case PVGPU_GENERIC_cuGraphExecDestroy:
+	case PVGPU_GENERIC_cuGraphDestroy:
+		return sim_graph_call(ex, f, a);
+	}
+	for (uint32_t i = 0; i < f->nargs; i++) {
+		if (f->args[i].kind == PVGPU_GA_STREAM &&
+		    (rc = check_stream(ex, a[i])))
+			return rc;
+	}
+	switch (f->id) {
+	case PVGPU_GENERIC_cuCtxSetLimit:
+		if (a[0] >= CU_LIMIT_MAX)
+			return CUDA_ERROR_INVALID_VALUE;
+		ex->limits[a[0]] = a[1];
+		return CUDA_SUCCESS;
+	case PVGPU_GENERIC_cuCtxGetLimit:
+		if (!a[0] || a[1] >= CU_LIMIT_MAX)
+			return CUDA_ERROR_INVALID_VALUE;
+		a[0] = ex->limits[a[1]] ? ex->limits[a[1]] : limit_defaults[a[1]];
+		return CUDA_SUCCESS;
+	case PVGPU_GENERIC_cuCtxGetStreamPriorityRange:
+		a[0] = 0;			/* least, as on an H100 */
+		a[1] = (uint64_t)(int64_t)-5;	/* greatest */
+		return CUDA_SUCCESS;
+	case PVGPU_GENERIC_cuCtxGetCacheConfig:
+		if (!a[0])
+			return CUDA_ERROR_INVALID_VALUE;
+		a[0] = (uint64_t)ex->cache_config;
+		return CUDA_SUCCESS;
+	case PVGPU_GENERIC_cuCtxSetCacheConfig:
+		if (a[0] > CU_FUNC_CACHE_PREFER_EQUAL)
+			return CUDA_ERROR_INVALID_VALUE;
+		ex->cache_config = (int32_t)a[0];
+		return CUDA_SUCCESS;
+	case PVGPU_GENERIC_cuCtxResetPersistingL2Cache:
+		return CUDA_SUCCESS;
+	case PVGPU_GENERIC_cuStreamWriteValue32_v2:
+	case PVGPU_GENERIC_cuStreamWriteValue64_v2: {
+		int wide = f->id == PVGPU_GENERIC_cuStreamWriteValue64_v2;
+
+		p = dev_bytes(ex, a[1], wide ? 8 : 4);
+		if (!p)
+			return CUDA_ERROR_INVALID_VALUE;
+		if (wide) {
+			memcpy(p, &a[2], 8);
+		} else {
+			uint32_t v = (uint32_t)a[2];
+
+			memcpy(p, &v, 4);
+		}
+		return CUDA_SUCCESS;
+	}
+	case PVGPU_GENERIC_cuStreamWaitValue32_v2:
+		return sim_wait_value(ex, a[1], a[2], (uint32_t)a[3], 0);
+	case PVGPU_GENERIC_cuStreamWaitValue64_v2:
+		return sim_wait_value(ex, a[1], a[2], (uint32_t)a[3], 1);
+	default:
+		sim_diag(ex, "%s: not supported by the sim", f->name);
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
 }
 
 const struct pvgpu_executor_ops pvgpu_exec_sim = {
@@ -2379,6 +2803,7 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.ctx_disable_peer_access = sim_ctx_disable_peer_access,
 	.memcpy_peer		= sim_memcpy_peer,
 	.memcpy_peer_async	= sim_memcpy_peer_async,
+	.driver_call		= sim_driver_call,
 };
 
 /* How pvgpud finds this fixture: build/lib/pvgpud/exec-sim.so. */

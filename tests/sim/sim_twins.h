@@ -45,7 +45,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define PVGPU_SIM_TWIN_ABI	1
+#define PVGPU_SIM_TWIN_ABI	2
 
 struct pvgpu_sim_dim3 {
 	uint32_t x, y, z;
@@ -84,6 +84,26 @@ struct pvgpu_sim_launch {
 	int (*faulted)(const struct pvgpu_sim_launch *l);
 
 	void *sim;			/* the executor's; do not touch */
+
+	/* ---- ABI 2 ---- */
+	/*
+	 * Device printf: held in the context's printf buffer (1 MiB, the
+	 * default cudaLimitPrintfFifoSize; what does not fit is lost, as on a
+	 * GPU) and written to the worker's stdout when the program next
+	 * synchronises; the worker delivers it to the guest.  Returns the
+	 * characters printed, or -1 when they were lost.
+	 */
+	int (*dev_printf)(const struct pvgpu_sim_launch *l, const char *fmt, ...)
+		__attribute__((format(printf, 2, 3)));
+	/*
+	 * A failed device assert: the driver's message on stderr at the next
+	 * synchronisation, and the launch fails with CUDA_ERROR_ASSERT, which
+	 * sticks to the context as on a GPU.  The twin returns at once.
+	 */
+	void (*assert_fail)(const struct pvgpu_sim_launch *l, const char *expr,
+			    const char *file, unsigned int line,
+			    const char *func, struct pvgpu_sim_dim3 block,
+			    struct pvgpu_sim_dim3 thread);
 };
 
 struct pvgpu_sim_twin {

@@ -24,6 +24,7 @@
 #include <cuda.h>
 
 #include "executor.h"
+#include "pvgpu_generic.h"
 
 #define CUDA_LIB		"libcuda.so.1"
 #define CUDA_MAX_PARAMS		32768	/* parameter space is under 32 KiB */
@@ -235,6 +236,10 @@ struct pvgpu_exec {
 
 	struct cuda_host *hosts;
 	size_t nhosts, hosts_cap;
+
+	/* The generic driver call's entry points, looked up on first use. */
+	void *generic_fp[PVGPU_GENERIC_MAX_ID + 1];
+	bool generic_tried[PVGPU_GENERIC_MAX_ID + 1];
 };
 
 /* ------------------------------------------------------------------ */
@@ -1567,6 +1572,38 @@ static int32_t cuda_memcpy_peer_async(struct pvgpu_exec *ex, uint64_t dst,
 	return ex->api.memcpy_peer_async(dst, d, src, s, (size_t)size, st);
 }
 
+/* build/gen/exec_cuda_generic.c */
+int32_t pvgpu_cuda_generic_invoke(void *fp, const struct pvgpu_generic_fn *f,
+				  uint64_t *a);
+
+static int32_t cuda_driver_call(struct pvgpu_exec *ex,
+				const struct pvgpu_generic_fn *f, uint64_t *a)
+{
+	CUstream st;
+	int32_t rc;
+
+	if (!ex || !f || f->id > PVGPU_GENERIC_MAX_ID)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	for (uint32_t i = 0; i < f->nargs; i++) {
+		if (f->args[i].kind != PVGPU_GA_STREAM)
+			continue;
+		rc = to_stream(ex, a[i], &st);
+		if (rc)
+			return rc;
+		a[i] = (uint64_t)(uintptr_t)st;
+	}
+	if (!ex->generic_tried[f->id]) {
+		/* The exported name the annotation gives (e.g. ..._v2). */
+		ex->generic_fp[f->id] = dlsym(ex->lib, f->name);
+		ex->generic_tried[f->id] = true;
+	}
+	if (!ex->generic_fp[f->id])
+		return CUDA_ERROR_NOT_SUPPORTED;
+	return pvgpu_cuda_generic_invoke(ex->generic_fp[f->id], f, a);
+}
+
 const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.name			= "cuda",
 	.open			= cuda_open,
@@ -1620,4 +1657,5 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.ctx_disable_peer_access = cuda_ctx_disable_peer_access,
 	.memcpy_peer		= cuda_memcpy_peer,
 	.memcpy_peer_async	= cuda_memcpy_peer_async,
+	.driver_call		= cuda_driver_call,
 };

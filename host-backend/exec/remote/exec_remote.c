@@ -73,6 +73,9 @@ struct pvgpu_exec {
 	uint8_t attr_known[REMOTE_MAX_DEVICES][ATTR_CACHE];
 };
 
+/* The daemon's log (cfg->log_fd): the worker's fd 2 is its guest's. */
+static int say_fd = 2;
+
 static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void say(const char *fmt, ...)
 {
@@ -82,7 +85,7 @@ static void say(const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(line, sizeof(line), fmt, ap);
 	va_end(ap);
-	fprintf(stderr, "pvgpud[%d] warn: remote executor: %s\n", (int)getpid(),
+	dprintf(say_fd, "pvgpud[%d] warn: remote executor: %s\n", (int)getpid(),
 		line);
 }
 
@@ -174,6 +177,8 @@ static struct pvgpu_exec *remote_open(const struct pvgpu_exec_config *cfg,
 	struct pvgpu_client_config ccfg;
 	struct pvgpu_exec *ex;
 
+	if (cfg && cfg->log_fd > 0)
+		say_fd = cfg->log_fd;
 	if (!cfg || !cfg->nremotes) {
 		snprintf(err, errlen, "no remote nodes (pvgpud --remote URI, or a [remote] section with node = URI)");
 		return NULL;

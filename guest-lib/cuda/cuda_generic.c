@@ -1,0 +1,80 @@
+/*
+ * cuda_generic.c - the generic driver call, guest side.
+ *
+ * Driver functions listed in protocol/api/annotations.py GENERIC get their
+ * entry points generated (build/gen/cuda_generic.c by gen_generic.py): each
+ * packs its arguments into one u64 apiece, stream handles already turned
+ * into the backend's, and calls here.  The worker checks every value again
+ * (host-backend/session/generic.c) and the executor calls the real
+ * function.
+ */
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cuda.h>
+
+#include "client.h"
+#include "cuda_surface.h"
+#include "cuda_internal.h"
+#include "pvgpu_generic.h"
+#include "pvgpu_guest.h"
+#include "pvgpu_proto.h"
+
+static atomic_int captures;
+
+int cu_captures_active(void)
+{
+	return atomic_load(&captures) > 0;
+}
+
+CUresult cu_generic_stream(CUstream s, int ptsz, struct cu_ctx **ctx,
+			   uint64_t *remote)
+{
+	if (ptsz && !s)
+		s = CU_STREAM_PER_THREAD;
+	return cu_stream_resolve(s, ctx, remote);
+}
+
+CUresult cu_generic_call(uint32_t id, const char *name, int async,
+			 struct cu_ctx *ctx, uint64_t *a, uint32_t n)
+{
+	struct cu_op op;
+	CUresult r;
+	int32_t st;
+
+	if (n > 8)		/* ops.spec: args max=8 */
+		return CUDA_ERROR_INVALID_VALUE;
+	r = ctx ? cu_op_begin(&op, ctx) : cu_op_current(&op);
+	if (r)
+		return r;
+	if (async) {
+		struct pvgpu_driver_call_async_req req = { .fn = id, .args_count = n };
+
+		memcpy(req.args, a, n * sizeof(*a));
+		st = pvgpu_call_driver_call_async(op.client, &req);
+	} else {
+		struct pvgpu_driver_call_req req = { .fn = id, .args_count = n };
+		struct pvgpu_driver_call_rep rep = { 0 };
+
+		memcpy(req.args, a, n * sizeof(*a));
+		st = pvgpu_call_driver_call(op.client, &req, &rep);
+		if (!st && rep.results_count == n)
+			memcpy(a, rep.results, n * sizeof(*a));
+		else if (!st)
+			st = CUDA_ERROR_UNKNOWN;
+	}
+	cu_op_end(&op);
+	r = cu_status(st);
+	if (id == PVGPU_GENERIC_cuStreamBeginCapture_v2 && !r)
+		atomic_fetch_add(&captures, 1);
+	/* Over, even when the capture had been invalidated. */
+	if (id == PVGPU_GENERIC_cuStreamEndCapture && r != CUDA_ERROR_INVALID_HANDLE &&
+	    r != CUDA_ERROR_INVALID_VALUE && r != CUDA_ERROR_ILLEGAL_STATE &&
+	    r != CUDA_ERROR_NOT_SUPPORTED && atomic_load(&captures) > 0)
+		atomic_fetch_sub(&captures, 1);
+	/* The backend's executor could not do it (the sim, an old driver). */
+	if (r == CUDA_ERROR_NOT_SUPPORTED)
+		pvgpu_cuda_unsupported(name);
+	return r;
+}

@@ -1,0 +1,159 @@
+/*
+ * generic.c - the generic driver call, backend side.
+ *
+ * protocol/api/annotations.py GENERIC describes each function's arguments
+ * (gen_generic.py makes the table in build/gen/pvgpu_generic.c); here every
+ * guest-supplied value is checked and translated before the executor calls
+ * the real function: stream handles through the session's handle table (in
+ * its current context), device ranges against its allocations, result
+ * slots reduced to "wanted or not".  What goes back is only the results:
+ * the backend's own handles never reach the guest.
+ */
+#include <string.h>
+
+#include <cuda.h>
+
+#include "gpusched.h"
+#include "pvgpu_dispatch.h"
+#include "pvgpu_generic.h"
+#include "worker.h"
+
+static enum pvgpu_handle_kind handle_kind(uint32_t gh)
+{
+	return gh == PVGPU_GH_GRAPH ? H_GRAPH :
+	       gh == PVGPU_GH_GRAPH_EXEC ? H_GRAPH_EXEC : H_FREE;
+}
+
+/*
+ * Stream capture is the driver's, on the backend: the guest's launches
+ * during it go to the stream as usual.  It is always begun relaxed, so that
+ * the worker's own calls (the scheduler's event queries, memory accounting)
+ * cannot invalidate a capture the guest began in global mode; a program
+ * correct in global mode is correct in relaxed mode.
+ */
+static void capture_before(struct pvgpu_worker *w,
+			   const struct pvgpu_generic_fn *f, uint64_t *a)
+{
+	(void)w;
+	if (f->id == PVGPU_GENERIC_cuStreamBeginCapture_v2)
+		a[1] = CU_STREAM_CAPTURE_MODE_RELAXED;
+}
+
+static void capture_after(struct pvgpu_worker *w,
+			  const struct pvgpu_generic_fn *f, int32_t st)
+{
+	if (f->id == PVGPU_GENERIC_cuStreamBeginCapture_v2 && !st)
+		w->capturing++;
+	/* Ended, even when the capture had been invalidated. */
+	if (f->id == PVGPU_GENERIC_cuStreamEndCapture && w->capturing &&
+	    st != CUDA_ERROR_INVALID_HANDLE && st != CUDA_ERROR_INVALID_CONTEXT &&
+	    st != CUDA_ERROR_NOT_SUPPORTED && st != CUDA_ERROR_ILLEGAL_STATE)
+		w->capturing--;
+}
+
+static int32_t generic_call(struct pvgpu_worker *w, uint32_t fn,
+			    const uint64_t *in, uint32_t n, int async,
+			    uint64_t *out)
+{
+	const struct pvgpu_generic_fn *f = pvgpu_generic_find(fn);
+	uint64_t a[PVGPU_GENERIC_MAX_ARGS] = { 0 };
+	uint64_t ids[PVGPU_GENERIC_MAX_ARGS] = { 0 };
+	struct pvgpu_handle *h;
+	int32_t st;
+
+	if (!f)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	if (f->async != async || n != f->nargs || n > PVGPU_GENERIC_MAX_ARGS)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!w->ex)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!w->cur_ctx)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	for (uint32_t i = 0; i < n; i++) {
+		const struct pvgpu_generic_arg *g = &f->args[i];
+
+		switch (g->kind) {
+		case PVGPU_GA_IN:
+			a[i] = in[i];
+			break;
+		case PVGPU_GA_OUT:
+			a[i] = in[i] != 0;
+			break;
+		case PVGPU_GA_STREAM:
+			st = pvgpu_lookup_stream(w, in[i], &a[i]);
+			if (st)
+				return st;
+			break;
+		case PVGPU_GA_DPTR:
+			if (!pvgpu_alloc_range(&w->allocs, in[i], g->size))
+				return CUDA_ERROR_INVALID_VALUE;
+			a[i] = in[i];
+			break;
+		case PVGPU_GA_HIN:
+		case PVGPU_GA_HDEL:
+			h = pvgpu_handle_get(&w->handles, in[i],
+					     handle_kind(g->size));
+			if (!h)
+				return CUDA_ERROR_INVALID_HANDLE;
+			a[i] = h->exec_handle;
+			ids[i] = in[i];
+			break;
+		case PVGPU_GA_HNEW:
+			a[i] = in[i] != 0;
+			break;
+		default:
+			return CUDA_ERROR_NOT_SUPPORTED;
+		}
+	}
+	if (!w->ex_ops->driver_call)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	capture_before(w, f, a);
+	if (f->id == PVGPU_GENERIC_cuGraphLaunch) {
+		/* A graph's launches take the VM's turn like any other (§3). */
+		h = pvgpu_handle_get(&w->handles, w->cur_ctx, H_CTX);
+		pvgpu_sched_admit(w, h ? h->device : -1);
+		st = w->ex_ops->driver_call(w->ex, f, a);
+		pvgpu_sched_launched(w, a[1], st);
+		w->output_armed = 1;	/* its kernels may print (output.c) */
+	} else {
+		st = w->ex_ops->driver_call(w->ex, f, a);
+	}
+	capture_after(w, f, st);
+	for (uint32_t i = 0; i < n; i++) {
+		const struct pvgpu_generic_arg *g = &f->args[i];
+		uint64_t v = 0;
+
+		if (g->kind == PVGPU_GA_OUT && !st)
+			v = a[i];
+		if (g->kind == PVGPU_GA_HNEW && !st && a[i]) {
+			/* The guest sees our id, never the executor's value. */
+			v = pvgpu_handle_add(&w->handles, handle_kind(g->size),
+					     a[i], w->cur_ctx, 0);
+			if (!v)
+				st = CUDA_ERROR_OUT_OF_MEMORY;
+		}
+		if (g->kind == PVGPU_GA_HDEL && !st)
+			pvgpu_handle_del(&w->handles, ids[i]);
+		if (out)
+			out[i] = v;
+	}
+	return st;
+}
+
+int32_t pvgpu_handle_driver_call(struct pvgpu_worker *w,
+				 const struct pvgpu_driver_call_req *req,
+				 struct pvgpu_driver_call_rep *rep)
+{
+	int32_t st = generic_call(w, req->fn, req->args, req->args_count, 0,
+				  rep->results);
+
+	rep->results_count = req->args_count <= PVGPU_GENERIC_MAX_ARGS ?
+			     req->args_count : 0;
+	return st;
+}
+
+int32_t pvgpu_handle_driver_call_async(struct pvgpu_worker *w,
+				       const struct pvgpu_driver_call_async_req *req)
+{
+	return generic_call(w, req->fn, req->args, req->args_count, 1, NULL);
+}
