@@ -160,7 +160,7 @@ def build_test_program(dest):
     cc = os.environ.get("CC", "cc")
     proc = subprocess.run(
         [cc, "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-static",
-         f"-I{REPO / 'guest-driver'}", f"-I{REPO / 'protocol'}",
+         f"-I{REPO / 'guest-driver'}", f"-I{REPO / 'common'}",
          "-o", str(dest), str(REPO / "tests" / "vm" / "pvgpu_vmtest.c")],
         capture_output=True, text=True)
     if proc.returncode != 0 and "cannot find -lc" in proc.stderr:
