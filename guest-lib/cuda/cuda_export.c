@@ -106,17 +106,9 @@ static void *tools_tls[3] = {
 	[0] = SIZE_OF(3), [2] = (void *)tools_current_context,
 };
 
-/*
- * Context identity (21318c60..., asked by cuBLASLt): slot 4 is the
- * context's unique id, as cuCtxGetId gives it.  The table is as long as
- * the driver's (93 words: callers index past the slots known here, and a
- * shorter table crashed bf16 GEMMs on the H100); every slot whose meaning is
- * not known says "not supported" rather than succeed without writing.
- */
-#define CONTEXT_IDENTITY_SLOTS	93
-static void *context_identity[CONTEXT_IDENTITY_SLOTS] = {
-	[0] = SIZE_OF(CONTEXT_IDENTITY_SLOTS), [4] = (void *)cuCtxGetId,
-};
+/* Tools context and clusters: cuda_export_tools.c. */
+extern void *pvgpu_tools_context[], *pvgpu_cluster_table[];
+void pvgpu_tools_tables_fill(void);
 
 static uint8_t hook_buf1[1024 * 4];
 static uint8_t hook_buf2[14 * 4];
@@ -445,7 +437,7 @@ struct export_table {
 	const char *name;
 	uint8_t uuid[16];
 	void **table;
-	size_t slots;		/* 0: no size word */
+	size_t slots;		/* to fill; 0: no size word, or filled elsewhere */
 };
 
 static const struct export_table tables[] = {
@@ -465,9 +457,10 @@ static const struct export_table tables[] = {
 	  0x9f, 0x64, 0xf2, 0x23, 0xbe, 0x99, 0xf1, 0xe2 }, device_ext, 26 },
 	{ "context-create bypass", { 0x0c, 0xa5, 0x0b, 0x8c, 0x10, 0x04, 0x92, 0x9a,
 	  0x89, 0xa7, 0xd0, 0xdf, 0x10, 0xe7, 0x72, 0x86 }, ctx_bypass, 2 },
-	{ "context identity", { 0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48,
-	  0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2 }, context_identity,
-	  CONTEXT_IDENTITY_SLOTS },
+	{ "tools context", { 0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48,
+	  0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2 }, pvgpu_tools_context, 0 },
+	{ "clusters", { 0x17, 0x34, 0xdc, 0x26, 0x80, 0x0d, 0x47, 0x45,
+	  0x87, 0x26, 0xc0, 0xf1, 0xe7, 0xdd, 0x8b, 0xca }, pvgpu_cluster_table, 0 },
 	{ "heap access", { 0x19, 0x5b, 0xcb, 0xf4, 0xd6, 0x7d, 0x02, 0x4a,
 	  0xac, 0xc5, 0x1d, 0x29, 0xce, 0xa6, 0x31, 0xae }, heap_access, 3 },
 };
@@ -475,9 +468,7 @@ static const struct export_table tables[] = {
 /* Slots nobody has seen called answer CUDA_SUCCESS and do nothing. */
 static void fill_slots(void)
 {
-	for (size_t s = 1; s < CONTEXT_IDENTITY_SLOTS; s++)
-		if (!context_identity[s])
-			context_identity[s] = (void *)not_supported;
+	pvgpu_tools_tables_fill();
 	for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]); i++)
 		for (size_t s = 1; s < tables[i].slots; s++)
 			if (!tables[i].table[s])

@@ -584,3 +584,61 @@ def test_stream_capture_and_graphs(twins_daemon, libdir, tmp_path):
     # the error comes at the next synchronising call.
     assert "bogus graph 0" in out and "sync after bogus 400" in out, res.stdout
     assert "legacy stream 900" in out, res.stdout  # STREAM_CAPTURE_UNSUPPORTED
+
+
+# The tools context and cluster tables (cuBLAS, cuBLASLt): their slots
+# answer from the session, as the driver's do (slot order: DESIGN §7).
+TABLE_PROBE = r"""
+import ctypes, sys
+cu = ctypes.CDLL(sys.argv[1])
+def ok(rc, what):
+    assert rc == 0, f"{what}: {rc}"
+ok(cu.cuInit(0), "cuInit")
+ctx = ctypes.c_void_p()
+ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0), "retain")
+ok(cu.cuCtxSetCurrent(ctx), "set current")
+stream = ctypes.c_void_p()
+ok(cu.cuStreamCreate(ctypes.byref(stream), 1), "stream")  # non-blocking
+def table(uuid):
+    t = ctypes.c_void_p()
+    ok(cu.cuGetExportTable(ctypes.byref(t), bytes.fromhex(uuid)), uuid)
+    return t.value
+def slot(t, i, *argtypes):
+    return ctypes.CFUNCTYPE(ctypes.c_int, *argtypes)(
+        ctypes.c_void_p.from_address(t + 8 * i).value)
+P, U32, U64, U8 = ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_uint8
+tc = table("21318c60971432488ca641ff7324c8f2")
+dev, cid, want = U32(7), U64(), ctypes.c_ulonglong()
+ok(slot(tc, 3, P, P)(ctx, ctypes.byref(dev)), "CtxGetDevice")
+ok(slot(tc, 4, P, P)(ctx, ctypes.byref(cid)), "CtxGetId")
+ok(cu.cuCtxGetId(ctx, ctypes.byref(want)), "cuCtxGetId")
+pub, tools, yes = P(), P(), U8(9)
+ok(slot(tc, 17, P, P, P)(ctx, stream, ctypes.byref(tools)), "StreamGetToolsHandle")
+ok(slot(tc, 16, P, P)(tools, ctypes.byref(pub)), "StreamGetPublicHandle")
+ok(slot(tc, 32, P, P)(tools, ctypes.byref(yes)), "StreamIsNonBlocking")
+null = U8(9)
+ok(slot(tc, 12, P, P, P)(ctx, None, ctypes.byref(null)), "StreamIsNullStream")
+ok(slot(tc, 1, P, P)(ctx, tools), "StreamSynchronize")
+unknown = slot(tc, 90, P)(None)
+cl = table("1734dc26800d47458726c0f1e7dd8bca")
+sup, attr = ctypes.c_int(-1), ctypes.c_int(-2)
+ok(slot(cl, 8, ctypes.c_int, P)(0, ctypes.byref(sup)), "GetDeviceClusterLaunchSupported")
+ok(cu.cuDeviceGetAttribute(ctypes.byref(attr), 120, 0), "CLUSTER_LAUNCH")
+print(dev.value, cid.value == want.value, pub.value == stream.value, yes.value,
+      null.value, unknown, sup.value == attr.value)
+"""
+
+
+def test_tools_context_and_cluster_tables(start_pvgpud):
+    if asan_runtime(LIBCUDA):
+        pytest.skip("the ASan build cannot be loaded by a plain Python")
+    d = start_pvgpud("sim")
+    env = dict(os.environ, PVGPU_DEVICES=d.unix)
+    res = subprocess.run([sys.executable, "-c", TABLE_PROBE, str(LIBCUDA)], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    # device 0; the context's id; the stream handle back; non-blocking; the
+    # NULL stream is the null stream; an unknown slot: not supported; the
+    # cluster query agrees with the device attribute.
+    assert res.stdout.split() == ["0", "True", "True", "1", "1", "801", "True"]
+    assert " start: " in d.log()

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cuda.h>
 
@@ -130,6 +131,40 @@ static int slot_index(unsigned int v)
 	return i;
 }
 
+/* Reads a word at v if it is mapped (write() to a pipe fails with EFAULT
+ * where a load would fault). */
+static int peek(uint64_t v, uint64_t *out)
+{
+	static int fds[2] = { -1, -1 };
+
+	if (v < 0x10000 || v >= 0x800000000000ULL)
+		return 0;
+	if (fds[0] < 0 && pipe(fds))
+		return 0;
+	if (write(fds[1], (void *)v, 8) != 8)
+		return 0;
+	return read(fds[0], out, 8) == 8;
+}
+
+/* A table slot's call: its first six arguments, and the word each one
+ * points at after the call (an output parameter's value). */
+static void say_slot(const char *n, uint64_t r, const uint64_t *args)
+{
+	char buf[512];
+	size_t o = 0;
+
+	for (int i = 0; i < 6; i++) {
+		uint64_t w;
+
+		o += (size_t)snprintf(buf + o, sizeof(buf) - o, " %llx",
+				      (unsigned long long)args[i]);
+		if (peek(args[i], &w))
+			o += (size_t)snprintf(buf + o, sizeof(buf) - o, "[%llx]",
+					      (unsigned long long)w);
+	}
+	say("call %s ->%d args%s\n", n, (int)r, buf);
+}
+
 static uint64_t traced(unsigned int w, uint64_t a, uint64_t b, uint64_t c, uint64_t d,
 		       uint64_t e, uint64_t f, uint64_t g, uint64_t h,
 		       uint64_t j, uint64_t k, uint64_t l, uint64_t m)
@@ -149,6 +184,8 @@ static uint64_t traced(unsigned int w, uint64_t a, uint64_t b, uint64_t c, uint6
 		say("call %s(%llu, %llu) -> %d value %d\n", n,
 		    (unsigned long long)b, (unsigned long long)c, (int)r,
 		    a ? *(int *)a : -1);
+	else if (strchr(n, '.'))
+		say_slot(n, r, (uint64_t[]){ a, b, c, d, e, f });
 	else
 		say("call %s -> %d\n", n, (int)r);
 	return r;
