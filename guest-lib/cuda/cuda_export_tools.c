@@ -4,7 +4,9 @@
  * cuBLAS/cuBLASLt use it to ask a context's device and id and to turn
  * "tools" stream handles into public ones) and the cluster table
  * (1734dc26..., cuBLASLt's Hopper GEMMs set and ask a kernel's cluster
- * shape through it).  The slot order is the drivers' (DESIGN §7); a slot
+ * shape through it), and the tools module table (6e163fbe..., asked by
+ * cuFFT, which goes on when its one call fails, as it does natively: none
+ * of its slots is answered).  The slot order is the drivers' (DESIGN §7); a slot
  * whose meaning pvgpu does not know answers "not supported", naming the
  * table and the slot in the debug log.
  *
@@ -328,6 +330,16 @@ void *pvgpu_cluster_table[CLUSTER_SLOTS] = {
 	[12] = (void *)cl_must_be_set,
 };
 
+/* ---- tools module --------------------------------------------------- */
+
+static CUresult tm_unknown(void)
+{
+	return pvgpu_cuda_unsupported("tools module table: a slot pvgpu does not answer");
+}
+
+#define TOOLS_MODULE_SLOTS	99	/* driver 580's length */
+void *pvgpu_tools_module[TOOLS_MODULE_SLOTS] = { [0] = SIZE_OF(TOOLS_MODULE_SLOTS) };
+
 /* Fills the slots nobody has seen called. */
 void pvgpu_tools_tables_fill(void)
 {
@@ -337,4 +349,6 @@ void pvgpu_tools_tables_fill(void)
 	for (size_t s = 1; s < CLUSTER_SLOTS; s++)
 		if (!pvgpu_cluster_table[s])
 			pvgpu_cluster_table[s] = (void *)cl_unknown;
+	for (size_t s = 1; s < TOOLS_MODULE_SLOTS; s++)
+		pvgpu_tools_module[s] = (void *)tm_unknown;
 }

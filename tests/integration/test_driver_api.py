@@ -230,6 +230,9 @@ EXPORT_TABLES = {
     "context checks": "263e88607cd2614392f6bbd5006dfa7e",
     "integrity check": "d4082055bde6704b8d34ba123c66e1f2",
     "extended device attributes": "b10541e1f7c7c74a9f64f223be99f1e2",
+    "tools context": "21318c60971432488ca641ff7324c8f2",
+    "clusters": "1734dc26800d47458726c0f1e7dd8bca",
+    "tools module": "6e163fbeb958444d835ce182aff1991e",
 }
 
 
@@ -252,7 +255,8 @@ def test_export_table_before_init(cuda, name):
     else:
         # First words driver 580 gives (/work/facts, H100).
         n = {"context checks": 15, "tools TLS": 3, "runtime interface": 13,
-             "tools callback hooks": 7, "integrity check": 3}.get(name)
+             "tools callback hooks": 7, "integrity check": 3, "tools context": 93,
+             "clusters": 17, "tools module": 99}.get(name)
         assert words[0] % 8 == 0 and words[0] >= 16
         if n:
             assert words[0] == 8 * n
