@@ -5,8 +5,7 @@
  * "tools" stream handles into public ones) and the cluster table
  * (1734dc26..., cuBLASLt's Hopper GEMMs set and ask a kernel's cluster
  * shape through it), and the tools module table (6e163fbe..., asked by
- * cuFFT, which goes on when its one call fails, as it does natively: none
- * of its slots is answered).  The slot order is the drivers' (DESIGN §7); a slot
+ * cuFFT, which enumerates each module's kernels through slot 7).  The slot order is the drivers' (DESIGN §7); a slot
  * whose meaning pvgpu does not know answers "not supported", naming the
  * table and the slot in the debug log.
  *
@@ -337,8 +336,30 @@ static CUresult tm_unknown(void)
 	return pvgpu_cuda_unsupported("tools module table: a slot pvgpu does not answer");
 }
 
+/*
+ * Slot 7, as cuFFT calls it after each cuModuleLoadData: the module's
+ * kernels, one callback(userdata, CUfunction) each; the driver returns how
+ * many (1 for cuFFT's one-kernel modules, measured on the H100), and cuFFT
+ * takes the function the callback stored.  A failure returns 0: no kernels.
+ */
+static int tm_module_functions(CUcontext ctx, CUmodule mod,
+			       void (*cb)(void *, CUfunction), void *userdata)
+{
+	CUfunction fs[64];
+	unsigned int n = 0;
+
+	(void)ctx;
+	if (!cb || cu_module_functions(mod, fs, 64, &n) || n > 64)
+		return 0;
+	for (unsigned int i = 0; i < n; i++)
+		cb(userdata, fs[i]);
+	return (int)n;
+}
+
 #define TOOLS_MODULE_SLOTS	99	/* driver 580's length */
-void *pvgpu_tools_module[TOOLS_MODULE_SLOTS] = { [0] = SIZE_OF(TOOLS_MODULE_SLOTS) };
+void *pvgpu_tools_module[TOOLS_MODULE_SLOTS] = {
+	[0] = SIZE_OF(TOOLS_MODULE_SLOTS), [7] = (void *)tm_module_functions,
+};
 
 /* Fills the slots nobody has seen called. */
 void pvgpu_tools_tables_fill(void)
@@ -350,5 +371,6 @@ void pvgpu_tools_tables_fill(void)
 		if (!pvgpu_cluster_table[s])
 			pvgpu_cluster_table[s] = (void *)cl_unknown;
 	for (size_t s = 1; s < TOOLS_MODULE_SLOTS; s++)
-		pvgpu_tools_module[s] = (void *)tm_unknown;
+		if (!pvgpu_tools_module[s])
+			pvgpu_tools_module[s] = (void *)tm_unknown;
 }

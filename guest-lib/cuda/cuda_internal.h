@@ -203,6 +203,8 @@ int cu_host_find(const void *ptr, struct cu_host *out);
 
 /* Module/kernel layer. */
 CUresult cu_library_load(const void *image, CUlibrary *out);
+CUresult cu_module_functions(CUmodule hmod, CUfunction *fs, unsigned int max,
+			     unsigned int *count);
 
 /* Where a cu_ctx's remote lives, for modules: its device index. */
 #define CU_MAX_DEVICES 64

@@ -312,6 +312,68 @@ CUresult CUDAAPI cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const cha
 	return r;
 }
 
+/*
+ * The module's kernels: names from the backend, handles as
+ * cuModuleGetFunction gives them.  Up to max handles into fs (NULL: none);
+ * *count gets how many the module has.
+ */
+CUresult cu_module_functions(CUmodule hmod, CUfunction *fs, unsigned int max,
+			     unsigned int *count)
+{
+	struct pvgpu_module_functions_req req = { 0 };
+	struct pvgpu_module_functions_rep *rep;
+	struct cu_module *m = mod_check(hmod);
+	unsigned int n = 0;
+	struct cu_op op;
+	CUresult r;
+
+	if (!m)
+		return CUDA_ERROR_INVALID_HANDLE;
+	rep = calloc(1, sizeof(*rep));
+	if (!rep)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	req.module = m->remote;
+	r = cu_op_begin(&op, m->ctx);
+	if (!r) {
+		r = cu_status(pvgpu_call_module_functions(op.client, &req, rep));
+		cu_op_end(&op);
+	}
+	/* names: NUL-terminated, one after another (the decoder bounded the
+	 * length; a name cut short at the end is not taken) */
+	for (size_t at = 0; !r && fs && n < max && at < rep->names_len; n++) {
+		const char *name = (const char *)rep->names + at;
+		size_t l = strnlen(name, rep->names_len - at);
+		struct cu_func *f;
+
+		if (l == rep->names_len - at)
+			break;
+		r = module_function(m, name, &f);
+		if (!r)
+			fs[n] = (CUfunction)f;
+		at += l + 1;
+	}
+	if (!r && count)
+		*count = rep->count;
+	if (!r && fs && n < max && n < rep->count)
+		r = CUDA_ERROR_NOT_SUPPORTED;	/* more names than a reply carries */
+	free(rep);
+	return r;
+}
+
+CUresult CUDAAPI cuModuleGetFunctionCount(unsigned int *count, CUmodule hmod)
+{
+	if (!count)
+		return CUDA_ERROR_INVALID_VALUE;
+	return cu_module_functions(hmod, NULL, 0, count);
+}
+
+CUresult CUDAAPI cuModuleEnumerateFunctions(CUfunction *fs, unsigned int n, CUmodule hmod)
+{
+	if (!fs)
+		return CUDA_ERROR_INVALID_VALUE;
+	return cu_module_functions(hmod, fs, n, NULL);
+}
+
 static CUresult module_global(struct cu_module *m, const char *name,
 			      CUdeviceptr *dptr, size_t *bytes)
 {

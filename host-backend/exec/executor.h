@@ -167,6 +167,12 @@ struct pvgpu_executor_ops {
 	int32_t (*module_global)(struct pvgpu_exec *ex, uint64_t module,
 				 const char *name, uint64_t *dptr,
 				 uint64_t *size);
+	/* The module's kernel names, NUL-terminated one after another in
+	 * names (at most cap bytes: *len used); *count: how many the module
+	 * has.  Optional: NULL says not supported. */
+	int32_t (*module_function_names)(struct pvgpu_exec *ex, uint64_t module,
+					 char *names, size_t cap, size_t *len,
+					 uint32_t *count);
 	/* Fills up to max entries; *count gets the real parameter count. */
 	int32_t (*function_params)(struct pvgpu_exec *ex, uint64_t func,
 				   struct pvgpu_param_info *layout,

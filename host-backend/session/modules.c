@@ -206,6 +206,28 @@ int32_t pvgpu_handle_module_get_function(struct pvgpu_worker *w,
 	return CUDA_SUCCESS;
 }
 
+int32_t pvgpu_handle_module_functions(struct pvgpu_worker *w,
+				      const struct pvgpu_module_functions_req *req,
+				      struct pvgpu_module_functions_rep *rep)
+{
+	struct pvgpu_handle *mod = lookup_module(w, req->module);
+	size_t len = 0;
+	int32_t st;
+
+	if (!mod)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (!w->ex_ops->module_function_names)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	st = w->ex_ops->module_function_names(w->ex, mod->exec_handle, (char *)rep->names,
+					      sizeof(rep->names), &len, &rep->count);
+	if (st)
+		return st;
+	if (len > sizeof(rep->names))
+		return CUDA_ERROR_UNKNOWN;	/* an executor that overran */
+	rep->names_len = (uint32_t)len;
+	return CUDA_SUCCESS;
+}
+
 int32_t pvgpu_handle_module_get_global(struct pvgpu_worker *w,
 				       const struct pvgpu_module_get_global_req *req,
 				       struct pvgpu_module_get_global_rep *rep)

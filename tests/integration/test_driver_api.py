@@ -646,3 +646,55 @@ def test_tools_context_and_cluster_tables(start_pvgpud):
     # cluster query agrees with the device attribute.
     assert res.stdout.split() == ["0", "True", "True", "1", "1", "801", "True"]
     assert " start: " in d.log()
+
+
+MODULE_FUNCTIONS = r"""
+import ctypes, sys
+cu = ctypes.CDLL(sys.argv[1])
+image = open(sys.argv[2], "rb").read()
+vp = ctypes.c_void_p
+def ok(rc, what):
+    assert rc == 0, f"{what}: {rc}"
+ok(cu.cuInit(0), "cuInit")
+ctx, mod = vp(), vp()
+ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0), "retain")
+ok(cu.cuCtxSetCurrent(ctx), "set current")
+ok(cu.cuModuleLoadData(ctypes.byref(mod), image), "load")
+n = ctypes.c_uint(99)
+ok(cu.cuModuleGetFunctionCount(ctypes.byref(n), mod), "count")
+fs = (vp * n.value)()
+ok(cu.cuModuleEnumerateFunctions(fs, n.value, mod), "enumerate")
+names = []
+for f in fs:
+    name = ctypes.c_char_p()
+    ok(cu.cuFuncGetName(ctypes.byref(name), vp(f)), "name")
+    names.append(name.value.decode())
+byname = vp()
+ok(cu.cuModuleGetFunction(ctypes.byref(byname), mod, b"vec_add"), "by name")
+# cuFFT's enumeration: tools module table, slot 7.
+t = vp()
+ok(cu.cuGetExportTable(ctypes.byref(t), bytes.fromhex("6e163fbeb958444d835ce182aff1991e")), "table")
+seen = []
+CB = ctypes.CFUNCTYPE(None, vp, vp)
+cb = CB(lambda user, f: seen.append(f))
+slot7 = ctypes.CFUNCTYPE(ctypes.c_int, vp, vp, CB, vp)(
+    ctypes.c_void_p.from_address(t.value + 8 * 7).value)
+got = slot7(ctx, mod, cb, None)
+print(n.value, names, fs[0] == byname.value, got, seen == [byname.value])
+"""
+
+
+def test_module_functions(start_pvgpud):
+    """cuModuleGetFunctionCount / cuModuleEnumerateFunctions name the
+    module's kernels (the backend lists them); the handles are those
+    cuModuleGetFunction gives, and cuFFT's tools-module enumeration
+    reports the same through its callback."""
+    if asan_runtime(LIBCUDA):
+        pytest.skip("the ASan build cannot be loaded by a plain Python")
+    image = BUILD / "tests" / "kernels" / "images" / "vecadd.fatbin"
+    d = start_pvgpud("sim")
+    env = dict(os.environ, PVGPU_DEVICES=d.unix)
+    res = subprocess.run([sys.executable, "-c", MODULE_FUNCTIONS, str(LIBCUDA), str(image)],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.split("\n")[0] == "1 ['vec_add'] True 1 True", res.stdout

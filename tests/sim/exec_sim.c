@@ -1773,6 +1773,37 @@ static int32_t sim_module_unload(struct pvgpu_exec *ex, uint64_t module)
 	return CUDA_SUCCESS;
 }
 
+static int32_t sim_module_function_names(struct pvgpu_exec *ex, uint64_t module,
+					 char *names, size_t cap, size_t *len,
+					 uint32_t *count)
+{
+	const struct sim_image *img;
+	struct sim_obj *o;
+	size_t used = 0;
+	int32_t rc;
+
+	if (!ex || !names || !len || !count)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = ctx_check(ex);
+	if (rc)
+		return rc;
+	o = module_get(ex, module);
+	if (!o)
+		return CUDA_ERROR_INVALID_HANDLE;
+	img = o->u.module.m->img;
+	for (size_t k = 0; k < img->nkernels; k++) {
+		size_t l = strlen(img->kernels[k].name) + 1;
+
+		if (used + l > cap)
+			break;
+		memcpy(names + used, img->kernels[k].name, l);
+		used += l;
+	}
+	*len = used;
+	*count = (uint32_t)img->nkernels;
+	return CUDA_SUCCESS;
+}
+
 static int32_t sim_module_function(struct pvgpu_exec *ex, uint64_t module,
 				   const char *name, uint64_t *func)
 {
@@ -2789,6 +2820,7 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.module_load		= sim_module_load,
 	.module_unload		= sim_module_unload,
 	.module_function	= sim_module_function,
+	.module_function_names	= sim_module_function_names,
 	.module_global		= sim_module_global,
 	.function_params	= sim_function_params,
 	.function_attribute	= sim_function_attribute,

@@ -83,6 +83,9 @@ struct cuda_api {
 	CUresult (CUDAAPI *event_elapsed_time)(float *, CUevent, CUevent);
 	CUresult (CUDAAPI *module_load_data)(CUmodule *, const void *);
 	CUresult (CUDAAPI *module_unload)(CUmodule);
+	CUresult (CUDAAPI *module_function_count)(unsigned int *, CUmodule);
+	CUresult (CUDAAPI *module_enum_functions)(CUfunction *, unsigned int, CUmodule);
+	CUresult (CUDAAPI *func_get_name)(const char **, CUfunction);
 	CUresult (CUDAAPI *module_get_function)(CUfunction *, CUmodule,
 						const char *);
 	CUresult (CUDAAPI *module_get_global)(CUdeviceptr *, size_t *, CUmodule,
@@ -170,6 +173,9 @@ static const struct cuda_sym cuda_syms[] = {
 	SYM(module_load_data, "cuModuleLoadData", 2000, "cuModuleLoadData", NULL, false),
 	SYM(module_unload, "cuModuleUnload", 2000, "cuModuleUnload", NULL, false),
 	SYM(module_get_function, "cuModuleGetFunction", 2000, "cuModuleGetFunction", NULL, false),
+	SYM(module_function_count, "cuModuleGetFunctionCount", 12040, "cuModuleGetFunctionCount", NULL, true),
+	SYM(module_enum_functions, "cuModuleEnumerateFunctions", 12040, "cuModuleEnumerateFunctions", NULL, true),
+	SYM(func_get_name, "cuFuncGetName", 12030, "cuFuncGetName", NULL, true),
 	SYM(module_get_global, "cuModuleGetGlobal", 3020, "cuModuleGetGlobal_v2", NULL, false),
 	SYM(func_get_param_info, "cuFuncGetParamInfo", 12040, "cuFuncGetParamInfo", NULL, true),
 	SYM(func_get_attribute, "cuFuncGetAttribute", 2020, "cuFuncGetAttribute", NULL, false),
@@ -1216,6 +1222,55 @@ static int32_t cuda_module_function(struct pvgpu_exec *ex, uint64_t module,
 	return CUDA_SUCCESS;
 }
 
+static int32_t cuda_module_function_names(struct pvgpu_exec *ex, uint64_t module,
+					  char *names, size_t cap, size_t *len,
+					  uint32_t *count)
+{
+	CUmodule mod = (CUmodule)(uintptr_t)module;
+	struct cuda_handle *e;
+	CUfunction *fs;
+	unsigned int n = 0;
+	size_t used = 0;
+	CUresult rc;
+
+	if (!ex || !names || !len || !count)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->api.module_function_count || !ex->api.module_enum_functions ||
+	    !ex->api.func_get_name)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	e = handle_find(ex, module, CUDA_MODULE);
+	if (!e || e->ctx != ex->cur)
+		return CUDA_ERROR_INVALID_HANDLE;
+	rc = ex->api.module_function_count(&n, mod);
+	if (rc)
+		return rc;
+	fs = calloc(n ? n : 1, sizeof(*fs));
+	if (!fs)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	rc = n ? ex->api.module_enum_functions(fs, n, mod) : CUDA_SUCCESS;
+	for (unsigned int i = 0; !rc && i < n; i++) {
+		const char *name = NULL;
+		size_t l;
+
+		rc = ex->api.func_get_name(&name, fs[i]);
+		if (rc || !name)
+			break;
+		l = strlen(name) + 1;
+		if (used + l > cap)
+			break;		/* the rest do not fit: count says so */
+		memcpy(names + used, name, l);
+		used += l;
+	}
+	free(fs);
+	if (rc)
+		return rc;
+	*len = used;
+	*count = n;
+	return CUDA_SUCCESS;
+}
+
 static int32_t cuda_module_global(struct pvgpu_exec *ex, uint64_t module,
 				  const char *name, uint64_t *dptr,
 				  uint64_t *size)
@@ -1643,6 +1698,7 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.module_load		= cuda_module_load,
 	.module_unload		= cuda_module_unload,
 	.module_function	= cuda_module_function,
+	.module_function_names	= cuda_module_function_names,
 	.module_global		= cuda_module_global,
 	.function_params	= cuda_function_params,
 	.function_attribute	= cuda_function_attribute,
