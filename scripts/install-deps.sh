@@ -46,6 +46,15 @@ cuda_pip_pkgs=(
 nvml_pip_pkgs=('nvidia-nvml-dev==13.0.*')
 # pynvml (NVIDIA's nvidia-ml-py) for the NVML tests (tests/integration/test_nvml.py).
 test_pip_pkgs=('nvidia-ml-py')
+# NVIDIA's libraries, for their initialisation over pvgpu's libcuda.so.1
+# (tests/integration/test_libraries.py): into .deps/cuda-libs, without
+# their dependencies (the runtime is the compiler's above).  About 1.1 GB
+# to download; the test skips, saying so, where they are missing.
+lib_pip_pkgs=(
+    'nvidia-cublas==13.10.0.20'
+    'nvidia-cufft==12.5.0.14'
+    'nvidia-cudnn-cu13==9.28.1.4'
+)
 
 log() { echo "install-deps: $*" >&2; }
 
@@ -246,6 +255,21 @@ if [ "$need_cuda_pip" = 1 ]; then
     mv "$tmp" "$cuda_py"
     if ! scripts/find-cuda.sh >/dev/null; then
         log "CUDA toolkit installed but scripts/find-cuda.sh does not find it"; exit 1
+    fi
+fi
+
+# ---- NVIDIA's libraries, for the library-initialisation test ----------------
+if [ ! -f "$deps_dir/cuda-libs/.complete" ]; then
+    log "installing NVIDIA's libraries (${lib_pip_pkgs[*]}) into .deps/cuda-libs"
+    rm -rf "$deps_dir/cuda-libs.tmp"
+    if PIP_BREAK_SYSTEM_PACKAGES=1 PIP_ROOT_USER_ACTION=ignore \
+        python3 -m pip install --quiet --disable-pip-version-check --no-deps \
+        --no-compile --target "$deps_dir/cuda-libs.tmp" "${lib_pip_pkgs[@]}"; then
+        touch "$deps_dir/cuda-libs.tmp/.complete"
+        rm -rf "$deps_dir/cuda-libs"
+        mv "$deps_dir/cuda-libs.tmp" "$deps_dir/cuda-libs"
+    else
+        log "NVIDIA's libraries could not be installed: tests/integration/test_libraries.py will skip"
     fi
 fi
 

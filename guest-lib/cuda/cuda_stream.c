@@ -486,3 +486,19 @@ CUresult CUDAAPI cuEventElapsedTime(float *ms, CUevent a, CUevent b)
 {
 	return cuEventElapsedTime_v2(ms, a, b);
 }
+
+/* pvgpu makes no green contexts, so no stream belongs to one: NULL, as the
+ * driver answers for a stream of a primary or regular context (cuBLAS 13.1
+ * asks it in cublasCreate). */
+CUresult CUDAAPI cuStreamGetGreenCtx(CUstream s, CUgreenCtx *out)
+{
+	CUcontext ctx;
+	CUresult r;
+
+	if (!out)
+		return CUDA_ERROR_INVALID_VALUE;
+	r = cuStreamGetCtx(s, &ctx);	/* checks the handle */
+	if (!r)
+		*out = NULL;
+	return r;
+}
