@@ -698,3 +698,46 @@ def test_module_functions(start_pvgpud):
                          env=env, capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stdout + res.stderr
     assert res.stdout.split("\n")[0] == "1 ['vec_add'] True 1 True", res.stdout
+
+
+PEER_COPY = r"""
+import ctypes, sys
+cu = ctypes.CDLL(sys.argv[1])
+vp, u64 = ctypes.c_void_p, ctypes.c_uint64
+def ok(rc, what):
+    assert rc == 0, f"{what}: {rc}"
+ok(cu.cuInit(0), "cuInit")
+ctx = [vp(), vp()]
+buf = [u64(), u64(), u64()]
+for d in (0, 1):
+    ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx[d]), d), "retain")
+ok(cu.cuCtxSetCurrent(ctx[0]), "current 0")
+ok(cu.cuMemAlloc_v2(ctypes.byref(buf[0]), ctypes.c_size_t(1 << 20)), "alloc 0")
+ok(cu.cuMemAlloc_v2(ctypes.byref(buf[2]), ctypes.c_size_t(1 << 20)), "alloc 0b")
+ok(cu.cuCtxSetCurrent(ctx[1]), "current 1")
+ok(cu.cuMemAlloc_v2(ctypes.byref(buf[1]), ctypes.c_size_t(1 << 20)), "alloc 1")
+data = bytes(range(256)) * 4096
+ok(cu.cuCtxSetCurrent(ctx[0]), "current 0")
+ok(cu.cuMemcpyHtoD_v2(buf[0], data, ctypes.c_size_t(len(data))), "upload")
+# device 0 -> device 0 (another allocation), on a stream; then 0 -> 1
+ok(cu.cuMemcpyPeerAsync(buf[2], ctx[0], buf[0], ctx[0], ctypes.c_size_t(len(data)), None), "same device")
+ok(cu.cuMemcpyPeer(buf[1], ctx[1], buf[2], ctx[0], ctypes.c_size_t(len(data))), "across")
+ok(cu.cuCtxSetCurrent(ctx[1]), "current 1")
+back = ctypes.create_string_buffer(len(data))
+ok(cu.cuMemcpyDtoH_v2(back, buf[1], ctypes.c_size_t(len(data))), "download")
+print(back.raw == data, cu.cuMemcpyPeer(buf[1], None, buf[0], ctx[0], ctypes.c_size_t(16)))
+"""
+
+
+def test_memcpy_peer(start_pvgpud):
+    """cuMemcpyPeer(Async) within a device and between two (staged through
+    the guest: pvgpu's libcuda.so.1 offers no peer access); a bogus context
+    is refused."""
+    if asan_runtime(LIBCUDA):
+        pytest.skip("the ASan build cannot be loaded by a plain Python")
+    d = start_pvgpud("sim", env={"PVGPU_SIM_DEVICES": "2"})
+    env = dict(os.environ, PVGPU_DEVICES=d.unix)
+    res = subprocess.run([sys.executable, "-c", PEER_COPY, str(LIBCUDA)], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.split() == ["True", "201"], res.stdout  # INVALID_CONTEXT
