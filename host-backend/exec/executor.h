@@ -31,6 +31,19 @@ struct pvgpu_param_info {
 	uint32_t size;
 };
 
+/*
+ * One launch attribute of cuLaunchKernelEx, as the wire carries it
+ * (ops.spec launch_kernel_ex): id is a CUlaunchAttributeID the session has
+ * checked it knows; v: cluster dimensions x, y, z, a mem-sync domain map
+ * default, remote, every other attribute its one value in v[0].
+ */
+struct pvgpu_launch_attr {
+	uint32_t id;
+	uint32_t v[3];
+};
+
+#define PVGPU_MAX_LAUNCH_ATTRS	16
+
 struct pvgpu_launch {
 	uint64_t func;
 	uint32_t grid[3];
@@ -41,6 +54,8 @@ struct pvgpu_launch {
 	uint32_t params_size;		/* bytes in params */
 	const struct pvgpu_param_info *layout;
 	uint32_t nparams;
+	const struct pvgpu_launch_attr *attrs;	/* none: a plain launch */
+	uint32_t nattrs;
 };
 
 /*

@@ -30,6 +30,10 @@ PROGRAMS = sorted(p.stem for p in (REPO / "tests" / "programs").glob("*.cu"))
 KERNELS = sorted("kernels/" + p.stem
                  for p in (REPO / "tests" / "programs" / "kernels").glob("*.cu")
                  if p.stem != "fault")
+# Programs pvgpu's runtime shim cannot run, so nothing to compare with: it
+# refuses launch attributes (guest-lib/cudart/runtime_launch.c) and has no
+# cooperative launch. Each checks its own results.
+NOT_THROUGH_SHIM = {"kernels/launchex"}
 # Lines that are measurements, not results.
 TIMING = re.compile(r"\d+(\.\d+)? ?(ms|us|µs|s)\b")
 
@@ -124,6 +128,8 @@ def test_nvidia_runtime_over_libcuda(programs, twins_daemon, libdir, name, way):
     res = run(path, env_for(libdir, twins_daemon.unix))
     programs.assert_passed(res, twins_daemon)
     assert sessions(twins_daemon) > before, twins_daemon.log()
+    if name in NOT_THROUGH_SHIM:
+        return
     # The same results as through pvgpu's runtime shim.
     ref = programs.run(name, programs.pvgpu_env(twins_daemon.unix))
     programs.assert_passed(ref, twins_daemon)
@@ -584,3 +590,96 @@ def test_stream_capture_and_graphs(twins_daemon, libdir, tmp_path):
     # the error comes at the next synchronising call.
     assert "bogus graph 0" in out and "sync after bogus 400" in out, res.stdout
     assert "legacy stream 900" in out, res.stdout  # STREAM_CAPTURE_UNSUPPORTED
+
+
+LAUNCH_EX_SCRIPT = r'''
+import ctypes, struct, sys
+cu = ctypes.CDLL(sys.argv[1])
+image = open(sys.argv[2], "rb").read()
+c_size, vp, c_uint = ctypes.c_size_t, ctypes.c_void_p, ctypes.c_uint
+def must(name, *args):
+    r = getattr(cu, name)(*args)
+    if r:
+        sys.exit("%s -> %d" % (name, r))
+class Attr(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4),
+                ("value", ctypes.c_uint * 16)]
+class Config(ctypes.Structure):
+    _fields_ = [("grid", c_uint * 3), ("block", c_uint * 3), ("smem", c_uint),
+                ("stream", vp), ("attrs", ctypes.POINTER(Attr)), ("n", c_uint)]
+class Params(ctypes.Structure):
+    _fields_ = [("function", vp), ("grid", c_uint * 3), ("block", c_uint * 3),
+                ("smem", c_uint), ("stream", vp), ("params", vp)]
+must("cuInit", 0)
+dev, ctx, mod, fn = ctypes.c_int(), vp(), vp(), vp()
+must("cuDeviceGet", ctypes.byref(dev), 0)
+must("cuCtxCreate_v2", ctypes.byref(ctx), 0, dev)
+must("cuModuleLoadData", ctypes.byref(mod), image)
+must("cuModuleGetFunction", ctypes.byref(fn), mod, b"vec_add")
+n = 1024
+a, b, c = ctypes.c_uint64(), ctypes.c_uint64(), ctypes.c_uint64()
+for p in (a, b, c):
+    must("cuMemAlloc_v2", ctypes.byref(p), c_size(4 * n))
+must("cuMemcpyHtoD_v2", a, struct.pack("%df" % n, *[float(i) for i in range(n)]), c_size(4 * n))
+must("cuMemcpyHtoD_v2", b, struct.pack("%df" % n, *[1.0] * n), c_size(4 * n))
+cnt = ctypes.c_int(n)
+params = (vp * 4)(ctypes.addressof(a), ctypes.addressof(b), ctypes.addressof(c),
+                  ctypes.addressof(cnt))
+def result():
+    out = (ctypes.c_float * n)()
+    must("cuCtxSynchronize")
+    must("cuMemcpyDtoH_v2", out, c, c_size(4 * n))
+    r = out[n - 1]
+    must("cuMemsetD32_v2", c, 0, c_size(n))
+    return r
+def launch_ex(*attrs):
+    arr = (Attr * max(len(attrs), 1))()
+    for i, (aid, words) in enumerate(attrs):
+        arr[i].id = aid
+        for j, w in enumerate(words):
+            arr[i].value[j] = w
+    cfg = Config((c_uint * 3)(4, 1, 1), (c_uint * 3)(256, 1, 1), 0, None, arr, len(attrs))
+    return cu.cuLaunchKernelEx(ctypes.byref(cfg), fn, params, None)
+print("ignore only", launch_ex((0, [])), result())
+print("cluster 2 + priority", launch_ex((4, [2, 1, 1]), (8, [0])), result())
+print("cluster 3", launch_ex((4, [3, 1, 1])))
+print("completion event", launch_ex((12, [0, 0])))
+print("access policy window", launch_ex((1, [0, 0, 0, 0])))
+print("cooperative", cu.cuLaunchCooperativeKernel(fn, 4, 1, 1, 256, 1, 1, 0, None, params), result())
+print("cooperative too large", cu.cuLaunchCooperativeKernel(fn, 1000000, 1, 1, 256, 1, 1, 0, None, params))
+one = Params(fn, (c_uint * 3)(4, 1, 1), (c_uint * 3)(256, 1, 1), 0, None,
+             ctypes.cast(params, vp))
+print("multi-device x1", cu.cuLaunchCooperativeKernelMultiDevice(ctypes.byref(one), 1, 0), result())
+two = (Params * 2)(one, one)
+print("multi-device x2", cu.cuLaunchCooperativeKernelMultiDevice(two, 2, 0))
+print("PASS")
+'''
+
+
+def test_launch_attributes(twins_daemon, libdir, tmp_path):
+    """cuLaunchKernelEx carries its attributes to the backend (cluster
+    dimensions and priority run, clusters that do not tile the grid are
+    refused at the launch); an attribute pvgpu cannot carry is
+    CUDA_ERROR_NOT_SUPPORTED with a debug line naming it, never dropped;
+    cooperative launches, and the multi-device one for one device."""
+    image = BUILD / "tests" / "kernels" / "images" / "vecadd.fatbin"
+    script = tmp_path / "launchex.py"
+    script.write_text(LAUNCH_EX_SCRIPT)
+    env = env_for(libdir, twins_daemon.unix)
+    env["PVGPU_DEBUG"] = "1"
+    res = subprocess.run([sys.executable, str(script), str(LIBCUDA), str(image)],
+                         env=env, capture_output=True, text=True, timeout=60)
+    out = res.stdout.splitlines()
+    assert res.returncode == 0 and out[-1:] == ["PASS"], res.stdout + res.stderr
+    assert "ignore only 0 1024.0" in out
+    assert "cluster 2 + priority 0 1024.0" in out
+    assert "cluster 3 912" in out                   # CUDA_ERROR_INVALID_CLUSTER_SIZE
+    assert "completion event 801" in out
+    assert "access policy window 801" in out
+    assert "launch attribute 12 is not supported" in res.stderr
+    assert "launch attribute 1 is not supported" in res.stderr
+    assert "cooperative 0 1024.0" in out
+    assert "cooperative too large 720" in out       # COOPERATIVE_LAUNCH_TOO_LARGE
+    assert "multi-device x1 0 1024.0" in out
+    assert "multi-device x2 801" in out
+    assert "cuLaunchCooperativeKernelMultiDevice (more than one device)" in res.stderr

@@ -77,8 +77,9 @@ enum sim_kind {
 
 /* A graph as the sim records it: the launches captured from a stream. */
 struct sim_graph_launch {
-	struct pvgpu_launch l;		/* params point into `params` */
+	struct pvgpu_launch l;		/* params, attrs point into these */
 	unsigned char *params;
+	struct pvgpu_launch_attr attrs[PVGPU_MAX_LAUNCH_ATTRS];
 };
 
 /* Everything that has a handle: contexts, streams, events, modules, ... */
@@ -502,8 +503,15 @@ static int32_t graph_add(struct sim_obj *g, const struct pvgpu_launch *l)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	if (l->params_size)
 		memcpy(e->params, l->params, l->params_size);
+	if (l->nattrs > PVGPU_MAX_LAUNCH_ATTRS) {
+		free(e->params);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	if (l->nattrs)
+		memcpy(e->attrs, l->attrs, l->nattrs * sizeof(*l->attrs));
 	e->l = *l;
 	e->l.params = e->params;
+	e->l.attrs = e->attrs;
 	e->l.layout = NULL;
 	e->l.nparams = 0;
 	g->u.graph.n++;
@@ -2434,9 +2442,65 @@ static int32_t sim_max_clusters(struct pvgpu_exec *ex, uint64_t func,
 	return CUDA_SUCCESS;
 }
 
+/*
+ * Launch attributes as an sm_90 takes them: clusters of at most 8 blocks
+ * that tile the grid; a cooperative grid no larger than what is resident
+ * at once on 132 SMs; the rest (priority, scheduling hints) change nothing
+ * a simulated device can show.
+ */
+static int32_t sim_launch_attrs(struct pvgpu_exec *ex,
+				const struct pvgpu_launch *l,
+				struct pvgpu_sim_dim3 *cluster, int *coop)
+{
+	*cluster = (struct pvgpu_sim_dim3){ 1, 1, 1 };
+	*coop = 0;
+	for (uint32_t i = 0; i < l->nattrs; i++) {
+		const uint32_t *v = l->attrs[i].v;
+
+		switch (l->attrs[i].id) {
+		case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+			if (!v[0] || !v[1] || !v[2] ||
+			    (uint64_t)v[0] * v[1] * v[2] > 8 ||
+			    l->grid[0] % v[0] || l->grid[1] % v[1] ||
+			    l->grid[2] % v[2])
+				return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+			*cluster = (struct pvgpu_sim_dim3){ v[0], v[1], v[2] };
+			break;
+		case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
+			*coop = v[0] != 0;
+			break;
+		case CU_LAUNCH_ATTRIBUTE_PRIORITY:
+		case CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION:
+		case CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+		case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION:
+		case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
+		case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
+		case CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
+			break;
+		default:
+			return CUDA_ERROR_NOT_SUPPORTED;
+		}
+	}
+	if (*coop) {
+		uint64_t blocks = (uint64_t)l->grid[0] * l->grid[1] * l->grid[2];
+		int32_t per_sm = 0;
+		int32_t rc = sim_occupancy(ex, l->func,
+					   (int32_t)(l->block[0] * l->block[1] * l->block[2]),
+					   l->shared_bytes, 0, &per_sm);
+
+		if (rc)
+			return rc;
+		if (blocks > 132 * (uint64_t)per_sm)
+			return CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
+	}
+	return CUDA_SUCCESS;
+}
+
 static int32_t sim_launch(struct pvgpu_exec *ex,
 			  const struct pvgpu_launch *launch)
 {
+	struct pvgpu_sim_dim3 cluster;
+	int coop;
 	const struct sim_kernel *k;
 	struct sim_run r;
 	struct sim_obj *f;
@@ -2450,6 +2514,8 @@ static int32_t sim_launch(struct pvgpu_exec *ex,
 		if (!f)
 			return CUDA_ERROR_INVALID_HANDLE;
 		rc = launch_check(launch, f);
+		if (!rc)
+			rc = sim_launch_attrs(ex, launch, &cluster, &coop);
 		return rc ? rc : graph_add(capturing(ex, launch->stream), launch);
 	}
 	rc = check_stream(ex, launch->stream);
@@ -2459,6 +2525,8 @@ static int32_t sim_launch(struct pvgpu_exec *ex,
 	if (!f)
 		return CUDA_ERROR_INVALID_HANDLE;
 	rc = launch_check(launch, f);
+	if (!rc)
+		rc = sim_launch_attrs(ex, launch, &cluster, &coop);
 	if (rc)
 		return rc;
 	k = f->u.func.k;
@@ -2507,6 +2575,8 @@ static int32_t sim_launch(struct pvgpu_exec *ex,
 	r.pub.sim = &r;
 	r.pub.dev_printf = run_printf;
 	r.pub.assert_fail = run_assert_fail;
+	r.pub.cluster = cluster;
+	r.pub.cooperative = coop;
 
 	f->u.func.twin->run(&r.pub);
 

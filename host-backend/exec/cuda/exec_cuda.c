@@ -98,6 +98,8 @@ struct cuda_api {
 					  unsigned int, unsigned int,
 					  unsigned int, unsigned int, CUstream,
 					  void **, void **);
+	CUresult (CUDAAPI *launch_kernel_ex)(const CUlaunchConfig *, CUfunction,
+					     void **, void **);
 	CUresult (CUDAAPI *available_dynamic_smem)(size_t *, CUfunction, int, int);
 	CUresult (CUDAAPI *max_active_clusters)(int *, CUfunction, const CUlaunchConfig *);
 	CUresult (CUDAAPI *occupancy_max_blocks)(int *, CUfunction, int, size_t,
@@ -175,6 +177,7 @@ static const struct cuda_sym cuda_syms[] = {
 	SYM(func_get_attribute, "cuFuncGetAttribute", 2020, "cuFuncGetAttribute", NULL, false),
 	SYM(func_set_attribute, "cuFuncSetAttribute", 9000, "cuFuncSetAttribute", NULL, false),
 	SYM(launch_kernel, "cuLaunchKernel", 4000, "cuLaunchKernel", NULL, false),
+	SYM(launch_kernel_ex, "cuLaunchKernelEx", 11060, "cuLaunchKernelEx", NULL, true),
 	SYM(max_active_clusters, "cuOccupancyMaxActiveClusters", 11070,
 	    "cuOccupancyMaxActiveClusters", NULL, true),
 	SYM(available_dynamic_smem, "cuOccupancyAvailableDynamicSMemPerBlock", 10020,
@@ -1398,6 +1401,70 @@ static int32_t cuda_occupancy(struct pvgpu_exec *ex, uint64_t func,
 	return rc;
 }
 
+/* A launch with attributes (the session has checked their IDs and
+ * unused values): cuLaunchKernelEx, each one as the driver spells it. */
+static int32_t launch_ex(struct pvgpu_exec *ex, const struct pvgpu_launch *l,
+			 CUfunction f, CUstream s, void **args)
+{
+	CUlaunchAttribute attrs[PVGPU_MAX_LAUNCH_ATTRS];
+	CUlaunchConfig c = {
+		.gridDimX = l->grid[0], .gridDimY = l->grid[1],
+		.gridDimZ = l->grid[2], .blockDimX = l->block[0],
+		.blockDimY = l->block[1], .blockDimZ = l->block[2],
+		.sharedMemBytes = l->shared_bytes, .hStream = s,
+		.attrs = attrs, .numAttrs = l->nattrs,
+	};
+
+	if (!ex->api.launch_kernel_ex || l->nattrs > PVGPU_MAX_LAUNCH_ATTRS)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	memset(attrs, 0, sizeof(attrs));
+	for (uint32_t i = 0; i < l->nattrs; i++) {
+		const uint32_t *v = l->attrs[i].v;
+		CUlaunchAttributeValue *a = &attrs[i].value;
+
+		attrs[i].id = (CUlaunchAttributeID)l->attrs[i].id;
+		switch (l->attrs[i].id) {
+		case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+			a->clusterDim.x = v[0];
+			a->clusterDim.y = v[1];
+			a->clusterDim.z = v[2];
+			break;
+		case CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION:
+			a->preferredClusterDim.x = v[0];
+			a->preferredClusterDim.y = v[1];
+			a->preferredClusterDim.z = v[2];
+			break;
+		case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
+			if (v[0] > 255 || v[1] > 255)
+				return CUDA_ERROR_INVALID_VALUE;
+			a->memSyncDomainMap.default_ = (unsigned char)v[0];
+			a->memSyncDomainMap.remote = (unsigned char)v[1];
+			break;
+		case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
+			a->cooperative = (int)v[0];
+			break;
+		case CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+			a->clusterSchedulingPolicyPreference = (CUclusterSchedulingPolicy)v[0];
+			break;
+		case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION:
+			a->programmaticStreamSerializationAllowed = (int)v[0];
+			break;
+		case CU_LAUNCH_ATTRIBUTE_PRIORITY:
+			a->priority = (int)v[0];
+			break;
+		case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
+			a->memSyncDomain = (CUlaunchMemSyncDomain)v[0];
+			break;
+		case CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
+			a->sharedMemCarveout = v[0];
+			break;
+		default:
+			return CUDA_ERROR_NOT_SUPPORTED;
+		}
+	}
+	return ex->api.launch_kernel_ex(&c, f, args, NULL);
+}
+
 static int32_t cuda_launch(struct pvgpu_exec *ex,
 			   const struct pvgpu_launch *l)
 {
@@ -1438,10 +1505,13 @@ static int32_t cuda_launch(struct pvgpu_exec *ex,
 	for (i = 0; i < l->nparams; i++)
 		args[i] = (void *)(params + l->layout[i].offset);
 
-	rc = ex->api.launch_kernel(f, l->grid[0], l->grid[1], l->grid[2],
-				   l->block[0], l->block[1], l->block[2],
-				   l->shared_bytes, s,
-				   l->nparams ? args : NULL, NULL);
+	if (l->nattrs)
+		rc = launch_ex(ex, l, f, s, l->nparams ? args : NULL);
+	else
+		rc = ex->api.launch_kernel(f, l->grid[0], l->grid[1], l->grid[2],
+					   l->block[0], l->block[1], l->block[2],
+					   l->shared_bytes, s,
+					   l->nparams ? args : NULL, NULL);
 	if (args != stack_args)
 		free(args);
 	return rc;

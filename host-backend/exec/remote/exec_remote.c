@@ -945,6 +945,29 @@ static int32_t remote_function_set_attribute(struct pvgpu_exec *ex,
 	return cu(n, pvgpu_call_func_set_attribute(n->c, &q, &r));
 }
 
+/* With launch attributes: the same launch, its attributes as they came. */
+static int32_t remote_launch_ex(struct remote_node *n,
+				const struct pvgpu_launch_kernel_req *q,
+				const struct pvgpu_launch *l)
+{
+	struct pvgpu_launch_kernel_ex_req x = {
+		.func = q->func, .grid_x = q->grid_x, .grid_y = q->grid_y,
+		.grid_z = q->grid_z, .block_x = q->block_x,
+		.block_y = q->block_y, .block_z = q->block_z,
+		.shared_bytes = q->shared_bytes, .stream = q->stream,
+		.params = q->params, .params_len = q->params_len,
+	};
+
+	if (l->nattrs > PVGPU_MAX_LAUNCH_ATTRS || !l->attrs)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (uint32_t i = 0; i < l->nattrs; i++) {
+		x.attrs[4 * i] = l->attrs[i].id;
+		memcpy(&x.attrs[4 * i + 1], l->attrs[i].v, sizeof(l->attrs[i].v));
+	}
+	x.attrs_count = 4 * l->nattrs;
+	return cu(n, pvgpu_call_launch_kernel_ex(n->c, &x));
+}
+
 static int32_t remote_launch(struct pvgpu_exec *ex,
 			     const struct pvgpu_launch *l)
 {
@@ -968,6 +991,8 @@ static int32_t remote_launch(struct pvgpu_exec *ex,
 	q.shared_bytes = l->shared_bytes;
 	q.params = l->params;
 	q.params_len = l->params_size;
+	if (l->nattrs)
+		return remote_launch_ex(n, &q, l);
 	return cu(n, pvgpu_call_launch_kernel(n->c, &q));
 }
 
