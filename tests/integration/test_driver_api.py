@@ -481,9 +481,13 @@ def test_generic_driver_call(twins_daemon, libdir, tmp_path):
     """Functions forwarded by one annotation line each: limits, cache
     config and stream priorities answered by the backend, stream memory
     operations whose device range the worker checks."""
+    check_generic_driver_call(twins_daemon, libdir, tmp_path)
+
+
+def check_generic_driver_call(daemon, libdir, tmp_path):
     script = tmp_path / "generic.py"
     script.write_text(GENERIC_SCRIPT)
-    env = env_for(libdir, twins_daemon.unix)
+    env = env_for(libdir, daemon.unix)
     res = subprocess.run([sys.executable, str(script), str(LIBCUDA)], env=env,
                          capture_output=True, text=True, timeout=60)
     out = res.stdout.splitlines()
@@ -572,10 +576,14 @@ def test_stream_capture_and_graphs(twins_daemon, libdir, tmp_path):
     it lasts are recorded, not run; the graph's handles live in the
     worker's table (the guest never sees the executor's values) and a
     stale or foreign one is refused there."""
+    check_stream_capture_and_graphs(twins_daemon, libdir, tmp_path)
+
+
+def check_stream_capture_and_graphs(daemon, libdir, tmp_path):
     image = BUILD / "tests" / "kernels" / "images" / "vecadd.fatbin"
     script = tmp_path / "graphs.py"
     script.write_text(GRAPH_SCRIPT)
-    env = env_for(libdir, twins_daemon.unix)
+    env = env_for(libdir, daemon.unix)
     res = subprocess.run([sys.executable, str(script), str(LIBCUDA), str(image)],
                          env=env, capture_output=True, text=True, timeout=60)
     out = res.stdout.splitlines()
@@ -662,10 +670,14 @@ def test_launch_attributes(twins_daemon, libdir, tmp_path):
     refused at the launch); an attribute pvgpu cannot carry is
     CUDA_ERROR_NOT_SUPPORTED with a debug line naming it, never dropped;
     cooperative launches, and the multi-device one for one device."""
+    check_launch_attributes(twins_daemon, libdir, tmp_path)
+
+
+def check_launch_attributes(daemon, libdir, tmp_path):
     image = BUILD / "tests" / "kernels" / "images" / "vecadd.fatbin"
     script = tmp_path / "launchex.py"
     script.write_text(LAUNCH_EX_SCRIPT)
-    env = env_for(libdir, twins_daemon.unix)
+    env = env_for(libdir, daemon.unix)
     env["PVGPU_DEBUG"] = "1"
     res = subprocess.run([sys.executable, str(script), str(LIBCUDA), str(image)],
                          env=env, capture_output=True, text=True, timeout=60)
@@ -683,3 +695,15 @@ def test_launch_attributes(twins_daemon, libdir, tmp_path):
     assert "multi-device x1 0 1024.0" in out
     assert "multi-device x2 801" in out
     assert "cuLaunchCooperativeKernelMultiDevice (more than one device)" in res.stderr
+
+
+def test_driver_calls_through_remote(start_pvgpud, libdir, tmp_path):
+    """The same through a front `pvgpud --executor remote` to a back sim
+    node: generic driver calls (graph handles tagged by the front, untagged
+    for the node) and launch attributes are carried across the second hop."""
+    back = start_pvgpud("sim", env={"PVGPU_SIM_TWINS": str(TWINS)})
+    front = start_pvgpud("remote", extra_args=["--remote", back.tcp])
+    check_generic_driver_call(front, libdir, tmp_path)
+    check_stream_capture_and_graphs(front, libdir, tmp_path)
+    check_launch_attributes(front, libdir, tmp_path)
+    assert " start: " in back.log(), back.log()[-3000:]

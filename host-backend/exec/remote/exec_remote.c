@@ -37,6 +37,7 @@
 
 #include "client.h"
 #include "executor.h"
+#include "pvgpu_generic.h"
 #include "pvgpu_guest.h"
 #include "pvgpu_proto.h"
 
@@ -1251,6 +1252,75 @@ static int32_t remote_max_clusters(struct pvgpu_exec *ex, uint64_t func,
 	return st;
 }
 
+/* ------------------------------------------------------------------ */
+/* the generic driver call */
+
+/*
+ * The call goes to the node its stream or handle arguments belong to (all
+ * the same one), else to the current context's.  Streams and graph handles
+ * are untagged to the node's own ids, new handles tagged on the way back;
+ * device pointers pass untouched (the worker in front checked them against
+ * the session's allocations, the node checks them again).
+ */
+static int32_t remote_driver_call(struct pvgpu_exec *ex,
+				  const struct pvgpu_generic_fn *f, uint64_t *a)
+{
+	struct remote_node *n = NULL, *hn;
+	uint64_t args[PVGPU_GENERIC_MAX_ARGS] = { 0 };
+	int32_t st;
+
+	if (!ex || !f || !a || f->nargs > PVGPU_GENERIC_MAX_ARGS)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (uint32_t i = 0; i < f->nargs; i++) {
+		switch (f->args[i].kind) {
+		case PVGPU_GA_STREAM:
+			hn = stream_node(ex, a[i], &args[i]);
+			break;
+		case PVGPU_GA_HIN:
+		case PVGPU_GA_HDEL:
+			hn = untag(ex, a[i], &args[i]);
+			break;
+		case PVGPU_GA_OUT:
+		case PVGPU_GA_HNEW:
+			args[i] = a[i] != 0;
+			continue;
+		default:
+			args[i] = a[i];
+			continue;
+		}
+		if (!hn || (n && hn != n))
+			return CUDA_ERROR_INVALID_HANDLE;
+		n = hn;
+	}
+	if (!n)
+		n = cur_node(ex);
+	if (!n)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (f->async) {
+		struct pvgpu_driver_call_async_req q = { .fn = f->id,
+							 .args_count = f->nargs };
+
+		memcpy(q.args, args, sizeof(q.args));
+		return cu(n, pvgpu_call_driver_call_async(n->c, &q));
+	}
+	struct pvgpu_driver_call_req q = { .fn = f->id, .args_count = f->nargs };
+	struct pvgpu_driver_call_rep r = { 0 };
+
+	memcpy(q.args, args, sizeof(q.args));
+	st = cu(n, pvgpu_call_driver_call(n->c, &q, &r));
+	if (st)
+		return st;
+	if (r.results_count != f->nargs)
+		return CUDA_ERROR_UNKNOWN;	/* the node broke the protocol */
+	for (uint32_t i = 0; i < f->nargs; i++) {
+		if (f->args[i].kind == PVGPU_GA_OUT)
+			a[i] = r.results[i];
+		else if (f->args[i].kind == PVGPU_GA_HNEW && a[i])
+			st = tagged(ex, n, r.results[i], &a[i]);
+	}
+	return st;
+}
+
 static const struct pvgpu_executor_ops pvgpu_exec_remote = {
 	.name			= "remote",
 	.open			= remote_open,
@@ -1304,6 +1374,7 @@ static const struct pvgpu_executor_ops pvgpu_exec_remote = {
 	.ctx_disable_peer_access = remote_ctx_disable_peer_access,
 	.memcpy_peer		= remote_memcpy_peer,
 	.memcpy_peer_async	= remote_memcpy_peer_async,
+	.driver_call		= remote_driver_call,
 };
 
 /* How pvgpud finds it: build/lib/pvgpud/exec-remote.so. */
