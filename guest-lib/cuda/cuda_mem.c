@@ -784,6 +784,72 @@ CUresult CUDAAPI cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *c, CUstream s) { return
 CUresult CUDAAPI cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *c, CUstream s)
 { return copy2d(c, s ? s : CU_STREAM_PER_THREAD, 1); }
 
+/*
+ * 3D copies between host and device memory (pitched or not, unaligned):
+ * one 2D copy per slice, each slice srcPitch * srcHeight bytes after the
+ * last.  CUDA arrays are not supported yet.
+ */
+static CUresult copy3d(const CUDA_MEMCPY3D *c, CUstream s, int async)
+{
+	size_t spitch, dpitch, sheight, dheight, sslice, dslice;
+	CUresult r = CUDA_SUCCESS;
+
+	if (!c)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (c->srcMemoryType == CU_MEMORYTYPE_ARRAY || c->dstMemoryType == CU_MEMORYTYPE_ARRAY)
+		return (CUresult)pvgpu_cuda_unsupported("cuMemcpy3D with a CUDA array");
+	if (c->srcLOD || c->dstLOD || c->reserved0 || c->reserved1)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!c->WidthInBytes || !c->Height || !c->Depth)
+		return CUDA_SUCCESS;
+	spitch = c->srcPitch ? c->srcPitch : c->WidthInBytes;
+	dpitch = c->dstPitch ? c->dstPitch : c->WidthInBytes;
+	sheight = c->srcHeight ? c->srcHeight : c->Height;
+	dheight = c->dstHeight ? c->dstHeight : c->Height;
+	/* A slice holds its rows: Height rows from Y, unless there is only one. */
+	if (c->Depth > 1 && (sheight < c->srcY + c->Height || dheight < c->dstY + c->Height))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (__builtin_mul_overflow(spitch, sheight, &sslice) ||
+	    __builtin_mul_overflow(dpitch, dheight, &dslice) ||
+	    c->srcZ + c->Depth < c->srcZ || c->dstZ + c->Depth < c->dstZ ||
+	    (c->srcZ + c->Depth) > SIZE_MAX / (sslice ? sslice : 1) ||
+	    (c->dstZ + c->Depth) > SIZE_MAX / (dslice ? dslice : 1))
+		return CUDA_ERROR_INVALID_VALUE;
+	/* Device sides whole before the first slice moves. */
+	if ((c->srcMemoryType == CU_MEMORYTYPE_DEVICE &&
+	     !range_ok(c->srcDevice + c->srcZ * sslice + c->srcY * spitch + c->srcXInBytes,
+		       (c->Depth - 1) * sslice + (c->Height - 1) * spitch + c->WidthInBytes)) ||
+	    (c->dstMemoryType == CU_MEMORYTYPE_DEVICE &&
+	     !range_ok(c->dstDevice + c->dstZ * dslice + c->dstY * dpitch + c->dstXInBytes,
+		       (c->Depth - 1) * dslice + (c->Height - 1) * dpitch + c->WidthInBytes)))
+		return CUDA_ERROR_INVALID_VALUE;
+	for (size_t z = 0; z < c->Depth && !r; z++) {
+		CUDA_MEMCPY2D p = {
+			.srcXInBytes = c->srcXInBytes, .srcY = c->srcY,
+			.srcMemoryType = c->srcMemoryType,
+			.srcHost = (const void *)((uintptr_t)c->srcHost + (c->srcZ + z) * sslice),
+			.srcDevice = c->srcDevice + (c->srcZ + z) * sslice,
+			.srcPitch = spitch,
+			.dstXInBytes = c->dstXInBytes, .dstY = c->dstY,
+			.dstMemoryType = c->dstMemoryType,
+			.dstHost = (void *)((uintptr_t)c->dstHost + (c->dstZ + z) * dslice),
+			.dstDevice = c->dstDevice + (c->dstZ + z) * dslice,
+			.dstPitch = dpitch,
+			.WidthInBytes = c->WidthInBytes, .Height = c->Height,
+		};
+
+		r = copy2d(&p, s, async);
+	}
+	return r;
+}
+
+CUresult CUDAAPI cuMemcpy3D_v2(const CUDA_MEMCPY3D *c) { return copy3d(c, NULL, 0); }
+CUresult CUDAAPI cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D *c)
+{ return copy3d(c, CU_STREAM_PER_THREAD, 0); }
+CUresult CUDAAPI cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *c, CUstream s) { return copy3d(c, s, 1); }
+CUresult CUDAAPI cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D *c, CUstream s)
+{ return copy3d(c, s ? s : CU_STREAM_PER_THREAD, 1); }
+
 /* ---- pitched memory and 2D memsets: row by row, in one batch ------------ */
 
 /* What cuMemAllocPitch gives on sm_90: rows padded to 512 bytes. */

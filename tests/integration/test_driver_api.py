@@ -32,8 +32,8 @@ KERNELS = sorted("kernels/" + p.stem
                  if p.stem != "fault")
 # Programs pvgpu's runtime shim cannot run, so nothing to compare with: it
 # refuses launch attributes (guest-lib/cudart/runtime_launch.c) and has no
-# cooperative launch. Each checks its own results.
-NOT_THROUGH_SHIM = {"kernels/launchex"}
+# cooperative launch and no 3D copies. Each checks its own results.
+NOT_THROUGH_SHIM = {"kernels/launchex", "kernels/copies3d"}
 # Lines that are measurements, not results.
 TIMING = re.compile(r"\d+(\.\d+)? ?(ms|us|µs|s)\b")
 
@@ -707,3 +707,76 @@ def test_driver_calls_through_remote(start_pvgpud, libdir, tmp_path):
     check_stream_capture_and_graphs(front, libdir, tmp_path)
     check_launch_attributes(front, libdir, tmp_path)
     assert " start: " in back.log(), back.log()[-3000:]
+
+
+COPY3D_SCRIPT = r'''
+import ctypes, sys
+cu = ctypes.CDLL(sys.argv[1])
+vp, sz = ctypes.c_void_p, ctypes.c_size_t
+def must(name, *args):
+    r = getattr(cu, name)(*args)
+    if r:
+        sys.exit("%s -> %d" % (name, r))
+side = [("XInBytes", sz), ("Y", sz), ("Z", sz), ("LOD", sz), ("MemoryType", ctypes.c_int),
+        ("Host", vp), ("Device", ctypes.c_uint64), ("Array", vp), ("reserved", vp),
+        ("Pitch", sz), ("Height", sz)]
+class Copy3D(ctypes.Structure):
+    _fields_ = ([("src" + n, t) for n, t in side] + [("dst" + n, t) for n, t in side]
+                + [("WidthInBytes", sz), ("Height", sz), ("Depth", sz)])
+HOST, DEVICE, ARRAY = 1, 2, 3
+must("cuInit", 0)
+dev, ctx = ctypes.c_int(), vp()
+must("cuDeviceGet", ctypes.byref(dev), 0)
+must("cuCtxCreate_v2", ctypes.byref(ctx), 0, dev)
+d = ctypes.c_uint64()
+must("cuMemAlloc_v2", ctypes.byref(d), sz(4096))
+src = (ctypes.c_ubyte * 4096)(*[i % 251 for i in range(4096)])
+back = (ctypes.c_ubyte * 4096)()
+def copy(**kw):
+    c = Copy3D(srcMemoryType=HOST, srcHost=ctypes.cast(src, vp), dstMemoryType=DEVICE,
+               dstDevice=d.value, WidthInBytes=16, Height=4, Depth=4)
+    for k, v in kw.items():
+        setattr(c, k, v)
+    return cu.cuMemcpy3D_v2(ctypes.byref(c))
+# 16 x 4 x 4 bytes from a host volume of pitch 20, 5 rows a slice, starting
+# at (1, 1, 0), into a device volume of pitch 32, 4 rows a slice.
+print("pitched", copy(srcXInBytes=1, srcY=1, srcPitch=20, srcHeight=5, dstPitch=32, dstHeight=4))
+must("cuMemcpyDtoH_v2", back, d, sz(4096))
+want = [src[(z * 5 + 1 + y) * 20 + 1 + x] for z in range(4) for y in range(4) for x in range(16)]
+got = [back[(z * 4 + y) * 32 + x] for z in range(4) for y in range(4) for x in range(16)]
+print("volume matches", got == want)
+print("array", copy(srcMemoryType=ARRAY, srcArray=0x1234))
+print("lod", copy(srcLOD=1))
+print("short slices", copy(srcHeight=3))
+print("narrow pitch", copy(srcPitch=8))
+must("cuMemsetD8_v2", d, 0xee, sz(4096))
+print("past the end", copy(dstPitch=512, dstHeight=4))
+must("cuMemcpyDtoH_v2", back, d, sz(4096))
+print("untouched", all(b == 0xee for b in back))
+print("empty", copy(Depth=0))
+print("PASS")
+'''
+
+
+def test_memcpy3d(twins_daemon, libdir, tmp_path):
+    """cuMemcpy3D between host and device memory, pitched and unaligned,
+    slice by slice; what the driver refuses is refused (a level of detail,
+    slices shorter than the copy, a pitch narrower than a row, a volume past
+    the allocation) and a CUDA array is CUDA_ERROR_NOT_SUPPORTED naming it."""
+    script = tmp_path / "copy3d.py"
+    script.write_text(COPY3D_SCRIPT)
+    env = env_for(libdir, twins_daemon.unix)
+    env["PVGPU_DEBUG"] = "1"
+    res = subprocess.run([sys.executable, str(script), str(LIBCUDA)], env=env,
+                         capture_output=True, text=True, timeout=60)
+    out = res.stdout.splitlines()
+    assert res.returncode == 0 and out[-1:] == ["PASS"], res.stdout + res.stderr
+    assert out[:2] == ["pitched 0", "volume matches True"], res.stdout
+    assert "array 801" in out
+    assert "cuMemcpy3D with a CUDA array: not supported" in res.stderr
+    assert "lod 1" in out
+    assert "short slices 1" in out
+    assert "narrow pitch 1" in out
+    assert "past the end 1" in out
+    assert "untouched True" in out                  # refused before any slice
+    assert "empty 0" in out

@@ -594,6 +594,36 @@ static void times7_twin(const struct pvgpu_sim_launch *l)
 		h[i] = (int32_t)(i * 7);
 }
 
+/* ---- copies3d.cu -------------------------------------------------------- */
+
+/* scale3d(cudaPitchedPtr p, w, h, d): every element of the volume doubled;
+ * blocks cover y and z, threads x. */
+static void scale3d_twin(const struct pvgpu_sim_launch *l)
+{
+	struct { uint64_t ptr, pitch, xsize, ysize; } p;
+	int32_t w, h, d;
+
+	if (ARG(l, 0, p) || ARG(l, 1, w) || ARG(l, 2, h) || ARG(l, 3, d) ||
+	    l->faulted(l))
+		return;
+	for (uint32_t z = 0; z < l->grid.z; z++)
+		for (uint32_t y = 0; y < l->grid.y; y++)
+			for (uint32_t bx = 0; bx < l->grid.x; bx++)
+				for (uint32_t t = 0; t < l->block.x; t++) {
+					uint64_t x = (uint64_t)bx * l->block.x + t;
+					float *e;
+
+					if (x >= (uint64_t)(w > 0 ? w : 0) || (int64_t)y >= h ||
+					    (int64_t)z >= d)
+						continue;
+					e = twin_map(l, p.ptr + ((uint64_t)z * p.ysize + y) * p.pitch +
+						     x * 4, 1, 4);
+					if (!e)
+						return;
+					*e *= 2.0f;
+				}
+}
+
 const uint32_t pvgpu_sim_twin_abi = PVGPU_SIM_TWIN_ABI;
 
 const struct pvgpu_sim_twin pvgpu_sim_twins[] = {
@@ -622,5 +652,6 @@ const struct pvgpu_sim_twin pvgpu_sim_twins[] = {
 	{ "cluster_ids", cluster_ids_twin },
 	{ "coop_sum", coop_sum_twin },
 	{ "times7", times7_twin },
+	{ "scale3d", scale3d_twin },
 	{ NULL, NULL },
 };
