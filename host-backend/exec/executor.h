@@ -58,6 +58,22 @@ struct pvgpu_launch {
 	uint32_t nattrs;
 };
 
+/* A CUDA array (cuArray3DCreate); height 0: 1D, depth 0: not 3D. */
+struct pvgpu_array_desc {
+	uint64_t width, height, depth;
+	uint32_t format, channels, flags;
+};
+
+/* A box of an array and device memory, checked by the worker against both. */
+struct pvgpu_array_copy {
+	uint64_t array;
+	uint64_t x, y, z;		/* x in bytes */
+	uint64_t width, height, depth;	/* width in bytes */
+	uint64_t dptr, pitch, rows;	/* the device side */
+	int to_array;
+	uint64_t stream;
+};
+
 /*
  * What the worker tells an executor when it opens one.  The supervisor keeps
  * per-session accounting in memory shared with every worker; the sim executor
@@ -242,6 +258,13 @@ struct pvgpu_executor_ops {
 	 * slots.  NULL, or CUDA_ERROR_NOT_SUPPORTED for a function it cannot
 	 * model: the guest gets that error.
 	 */
+	/* CUDA arrays (NULL: not supported).  array_copy is stream-ordered. */
+	int32_t (*array_create)(struct pvgpu_exec *ex,
+				const struct pvgpu_array_desc *d, uint64_t *array);
+	int32_t (*array_destroy)(struct pvgpu_exec *ex, uint64_t array);
+	int32_t (*array_copy)(struct pvgpu_exec *ex,
+			      const struct pvgpu_array_copy *c);
+
 	int32_t (*driver_call)(struct pvgpu_exec *ex,
 			       const struct pvgpu_generic_fn *f, uint64_t *a);
 };

@@ -73,6 +73,7 @@ enum sim_kind {
 	SIM_FUNCTION,
 	SIM_GRAPH,
 	SIM_GRAPH_EXEC,
+	SIM_ARRAY,
 };
 
 /* A graph as the sim records it: the launches captured from a stream. */
@@ -121,6 +122,11 @@ struct sim_obj {
 			struct sim_graph_launch *v;
 			size_t n, cap;
 		} graph;			/* SIM_GRAPH and SIM_GRAPH_EXEC */
+		struct {
+			unsigned char *data;
+			uint64_t row;	/* bytes per row */
+			uint64_t rows, slices;
+		} array;
 		struct {
 			uint32_t flags;
 			bool recorded;
@@ -419,6 +425,11 @@ static void obj_release(struct sim_obj *o)
 		free(o->u.graph.v);
 		o->u.graph.v = NULL;
 		o->u.graph.n = 0;
+		return;
+	}
+	if (o->kind == SIM_ARRAY) {
+		free(o->u.array.data);
+		o->u.array.data = NULL;
 		return;
 	}
 	if (o->kind != SIM_MODULE || !o->u.module.m)
@@ -2595,6 +2606,96 @@ out:
 }
 
 /*
+ * CUDA arrays: a dense block of host memory, row after row, slice after
+ * slice (a GPU lays them out in its own way, which no program can see).
+ */
+static int32_t sim_array_create(struct pvgpu_exec *ex,
+				const struct pvgpu_array_desc *d, uint64_t *array)
+{
+	uint32_t fb = d->format == CU_AD_FORMAT_UNSIGNED_INT8 ||
+		      d->format == CU_AD_FORMAT_SIGNED_INT8 ? 1 :
+		      d->format == CU_AD_FORMAT_UNSIGNED_INT16 ||
+		      d->format == CU_AD_FORMAT_SIGNED_INT16 ||
+		      d->format == CU_AD_FORMAT_HALF ? 2 :
+		      d->format == CU_AD_FORMAT_UNSIGNED_INT32 ||
+		      d->format == CU_AD_FORMAT_SIGNED_INT32 ||
+		      d->format == CU_AD_FORMAT_FLOAT ? 4 : 0;
+	uint64_t row, rows, slices;
+	struct sim_obj *o;
+	int32_t rc;
+
+	if (!ex || !d || !array)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = ctx_check(ex);
+	if (rc)
+		return rc;
+	if (!fb || !d->width || d->width > 65536 || d->height > 65536 ||
+	    d->depth > 16384 || (d->channels != 1 && d->channels != 2 &&
+				 d->channels != 4) || (d->depth && !d->height))
+		return CUDA_ERROR_INVALID_VALUE;
+	row = d->width * fb * d->channels;
+	rows = d->height ? d->height : 1;
+	slices = d->depth ? d->depth : 1;
+	if (row * rows * slices > (4ull << 30))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	o = obj_new(ex, SIM_ARRAY, ex->cur);
+	if (!o)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	o->u.array.data = calloc(row * rows * slices, 1);
+	if (!o->u.array.data) {
+		obj_free(ex, o);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	o->u.array.row = row;
+	o->u.array.rows = rows;
+	o->u.array.slices = slices;
+	*array = o->handle;
+	return CUDA_SUCCESS;
+}
+
+static int32_t sim_array_destroy(struct pvgpu_exec *ex, uint64_t array)
+{
+	struct sim_obj *o = ex ? obj_find(ex, array, SIM_ARRAY) : NULL;
+
+	if (!o || o->ctx != ex->cur)
+		return CUDA_ERROR_INVALID_HANDLE;
+	obj_free(ex, o);
+	return CUDA_SUCCESS;
+}
+
+static int32_t sim_array_copy(struct pvgpu_exec *ex,
+			      const struct pvgpu_array_copy *c)
+{
+	struct sim_obj *o = ex && c ? obj_find(ex, c->array, SIM_ARRAY) : NULL;
+	int32_t rc;
+
+	if (!o || o->ctx != ex->cur)
+		return CUDA_ERROR_INVALID_HANDLE;
+	rc = check_stream(ex, c->stream);
+	if (rc)
+		return rc;
+	if (c->x > o->u.array.row || c->width > o->u.array.row - c->x ||
+	    c->y > o->u.array.rows || c->height > o->u.array.rows - c->y ||
+	    c->z > o->u.array.slices || c->depth > o->u.array.slices - c->z)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (uint64_t z = 0; z < c->depth; z++)
+		for (uint64_t y = 0; y < c->height; y++) {
+			unsigned char *a = o->u.array.data + ((c->z + z) * o->u.array.rows +
+							      c->y + y) * o->u.array.row + c->x;
+			unsigned char *d = dev_bytes(ex, c->dptr + (z * c->rows + y) * c->pitch,
+						     c->width);
+
+			if (!d)
+				return CUDA_ERROR_INVALID_VALUE;
+			if (c->to_array)
+				memcpy(a, d, c->width);
+			else
+				memcpy(d, a, c->width);
+		}
+	return CUDA_SUCCESS;
+}
+
+/*
  * The generic driver call: what a device without a GPU can answer; the
  * rest is CUDA_ERROR_NOT_SUPPORTED, which the guest sees as such.
  */
@@ -2873,6 +2974,9 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.ctx_disable_peer_access = sim_ctx_disable_peer_access,
 	.memcpy_peer		= sim_memcpy_peer,
 	.memcpy_peer_async	= sim_memcpy_peer_async,
+	.array_create		= sim_array_create,
+	.array_destroy		= sim_array_destroy,
+	.array_copy		= sim_array_copy,
 	.driver_call		= sim_driver_call,
 };
 

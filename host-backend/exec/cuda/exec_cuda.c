@@ -100,6 +100,9 @@ struct cuda_api {
 					  void **, void **);
 	CUresult (CUDAAPI *launch_kernel_ex)(const CUlaunchConfig *, CUfunction,
 					     void **, void **);
+	CUresult (CUDAAPI *array_create)(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *);
+	CUresult (CUDAAPI *array_destroy)(CUarray);
+	CUresult (CUDAAPI *memcpy_3d_async)(const CUDA_MEMCPY3D *, CUstream);
 	CUresult (CUDAAPI *available_dynamic_smem)(size_t *, CUfunction, int, int);
 	CUresult (CUDAAPI *max_active_clusters)(int *, CUfunction, const CUlaunchConfig *);
 	CUresult (CUDAAPI *occupancy_max_blocks)(int *, CUfunction, int, size_t,
@@ -178,6 +181,9 @@ static const struct cuda_sym cuda_syms[] = {
 	SYM(func_set_attribute, "cuFuncSetAttribute", 9000, "cuFuncSetAttribute", NULL, false),
 	SYM(launch_kernel, "cuLaunchKernel", 4000, "cuLaunchKernel", NULL, false),
 	SYM(launch_kernel_ex, "cuLaunchKernelEx", 11060, "cuLaunchKernelEx", NULL, true),
+	SYM(array_create, "cuArray3DCreate", 3020, "cuArray3DCreate_v2", NULL, true),
+	SYM(array_destroy, "cuArrayDestroy", 2000, "cuArrayDestroy", NULL, true),
+	SYM(memcpy_3d_async, "cuMemcpy3DAsync", 3020, "cuMemcpy3DAsync_v2", NULL, true),
 	SYM(max_active_clusters, "cuOccupancyMaxActiveClusters", 11070,
 	    "cuOccupancyMaxActiveClusters", NULL, true),
 	SYM(available_dynamic_smem, "cuOccupancyAvailableDynamicSMemPerBlock", 10020,
@@ -201,6 +207,7 @@ enum cuda_kind {
 	CUDA_EVENT,
 	CUDA_MODULE,
 	CUDA_FUNCTION,
+	CUDA_ARRAY,
 };
 
 /* A driver handle this session owns. */
@@ -1518,6 +1525,98 @@ static int32_t cuda_launch(struct pvgpu_exec *ex,
 }
 
 /* ------------------------------------------------------------------ */
+/* CUDA arrays */
+
+static int32_t cuda_array_create(struct pvgpu_exec *ex,
+				 const struct pvgpu_array_desc *d, uint64_t *array)
+{
+	CUDA_ARRAY3D_DESCRIPTOR desc;
+	CUarray a;
+	CUresult rc;
+
+	if (!ex || !d || !array)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!ex->api.array_create || !ex->api.array_destroy)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	desc = (CUDA_ARRAY3D_DESCRIPTOR){
+		.Width = d->width, .Height = d->height, .Depth = d->depth,
+		.Format = (CUarray_format)d->format, .NumChannels = d->channels,
+		.Flags = d->flags,
+	};
+	rc = ex->api.array_create(&a, &desc);
+	if (rc)
+		return rc;
+	if (handle_add(ex, (uint64_t)(uintptr_t)a, CUDA_ARRAY, ex->cur, 0)) {
+		ex->api.array_destroy(a);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	*array = (uint64_t)(uintptr_t)a;
+	return CUDA_SUCCESS;
+}
+
+static int32_t cuda_array_destroy(struct pvgpu_exec *ex, uint64_t array)
+{
+	struct cuda_handle *e;
+	CUresult rc;
+
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	e = handle_find(ex, array, CUDA_ARRAY);
+	if (!e || e->ctx != ex->cur || !ex->api.array_destroy)
+		return CUDA_ERROR_INVALID_HANDLE;
+	rc = ex->api.array_destroy((CUarray)(uintptr_t)array);
+	if (rc == CUDA_SUCCESS)
+		handle_remove(ex, e);
+	return rc;
+}
+
+static int32_t cuda_array_copy(struct pvgpu_exec *ex,
+			       const struct pvgpu_array_copy *c)
+{
+	struct cuda_handle *e;
+	CUDA_MEMCPY3D m;
+	CUstream s;
+	int32_t rc;
+
+	if (!ex || !c)
+		return CUDA_ERROR_INVALID_VALUE;
+	e = handle_find(ex, c->array, CUDA_ARRAY);
+	if (!e || e->ctx != ex->cur || !ex->api.memcpy_3d_async)
+		return CUDA_ERROR_INVALID_HANDLE;
+	rc = to_stream(ex, c->stream, &s);
+	if (rc)
+		return rc;
+	memset(&m, 0, sizeof(m));
+	if (c->to_array) {
+		m.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+		m.srcDevice = c->dptr;
+		m.srcPitch = c->pitch;
+		m.srcHeight = c->rows;
+		m.dstMemoryType = CU_MEMORYTYPE_ARRAY;
+		m.dstArray = (CUarray)(uintptr_t)c->array;
+		m.dstXInBytes = c->x;
+		m.dstY = c->y;
+		m.dstZ = c->z;
+	} else {
+		m.srcMemoryType = CU_MEMORYTYPE_ARRAY;
+		m.srcArray = (CUarray)(uintptr_t)c->array;
+		m.srcXInBytes = c->x;
+		m.srcY = c->y;
+		m.srcZ = c->z;
+		m.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+		m.dstDevice = c->dptr;
+		m.dstPitch = c->pitch;
+		m.dstHeight = c->rows;
+	}
+	m.WidthInBytes = c->width;
+	m.Height = c->height;
+	m.Depth = c->depth;
+	return ex->api.memcpy_3d_async(&m, s);
+}
+
+/* ------------------------------------------------------------------ */
 /* peers */
 
 static int32_t cuda_device_can_access_peer(struct pvgpu_exec *ex, int32_t dev,
@@ -1727,5 +1826,8 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.ctx_disable_peer_access = cuda_ctx_disable_peer_access,
 	.memcpy_peer		= cuda_memcpy_peer,
 	.memcpy_peer_async	= cuda_memcpy_peer_async,
+	.array_create		= cuda_array_create,
+	.array_destroy		= cuda_array_destroy,
+	.array_copy		= cuda_array_copy,
 	.driver_call		= cuda_driver_call,
 };
