@@ -87,8 +87,23 @@ def seeds():
                                 **shape))
             + W.message("ctx_synchronize", 34)
             + W.message("module_unload", 35, module=mod) + free)
+    # CUDA arrays: one made (handle 2 after the context), a box in and out
+    # of the allocation, one past its rows, a destroy and a stale use.
+    arr = (1 << 24) | 2
+    box = dict(array=arr, x=4, y=1, z=0, width=16, height=2, depth=1, dptr=base,
+               pitch=64, rows=0, stream=0)
+    arrays = (W.message("array_create", 40, width=37, height=5, depth=0, format=0x20,
+                        channels=1, flags=0)
+              + W.message("array_copy", 41, to_array=1, **box)
+              + W.message("array_copy", 42, to_array=0, **box)
+              + W.message("array_copy", 43, to_array=0, **dict(box, y=4))
+              + W.message("array_create", 44, width=8, height=8, depth=8, format=0x01,
+                          channels=4, flags=0)
+              + W.message("array_destroy", 45, array=arr)
+              + W.message("array_copy", 46, to_array=1, **box))
     return {
         **modules,
+        "arrays": session + arrays + free,
         "hello": hello,
         "copies": session + h2d + d2h + free,
         "batch": session + memset + d2h,

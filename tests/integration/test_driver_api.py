@@ -700,12 +700,17 @@ def check_launch_attributes(daemon, libdir, tmp_path):
 def test_driver_calls_through_remote(start_pvgpud, libdir, tmp_path):
     """The same through a front `pvgpud --executor remote` to a back sim
     node: generic driver calls (graph handles tagged by the front, untagged
-    for the node) and launch attributes are carried across the second hop."""
+    for the node), launch attributes and CUDA arrays are carried across the
+    second hop."""
     back = start_pvgpud("sim", env={"PVGPU_SIM_TWINS": str(TWINS)})
     front = start_pvgpud("remote", extra_args=["--remote", back.tcp])
     check_generic_driver_call(front, libdir, tmp_path)
     check_stream_capture_and_graphs(front, libdir, tmp_path)
     check_launch_attributes(front, libdir, tmp_path)
+    # CUDA arrays, handles tagged by the front.
+    res = run(binary("kernels/arrays", "shared"), env_for(libdir, front.unix))
+    assert res.returncode == 0 and res.stdout.splitlines()[-1:] == ["PASS"], \
+        res.stdout + res.stderr + front.log()[-2000:]
     assert " start: " in back.log(), back.log()[-3000:]
 
 

@@ -1253,6 +1253,66 @@ static int32_t remote_max_clusters(struct pvgpu_exec *ex, uint64_t func,
 }
 
 /* ------------------------------------------------------------------ */
+/* CUDA arrays: the node's, tagged like every other handle */
+
+static int32_t remote_array_create(struct pvgpu_exec *ex,
+				   const struct pvgpu_array_desc *d, uint64_t *array)
+{
+	struct pvgpu_array_create_req q;
+	struct pvgpu_array_create_rep r;
+	struct remote_node *n = cur_node(ex);
+	int32_t st;
+
+	if (!n)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!d || !array)
+		return CUDA_ERROR_INVALID_VALUE;
+	q = (struct pvgpu_array_create_req){
+		.width = d->width, .height = d->height, .depth = d->depth,
+		.format = d->format, .channels = d->channels, .flags = d->flags,
+	};
+	st = cu(n, pvgpu_call_array_create(n->c, &q, &r));
+	return st ? st : tagged(ex, n, r.array, array);
+}
+
+static int32_t remote_array_destroy(struct pvgpu_exec *ex, uint64_t array)
+{
+	struct pvgpu_array_destroy_req q;
+	struct pvgpu_array_destroy_rep r;
+	struct remote_node *n = ex ? untag(ex, array, &q.array) : NULL;
+
+	if (!n)
+		return CUDA_ERROR_INVALID_HANDLE;
+	return cu(n, pvgpu_call_array_destroy(n->c, &q, &r));
+}
+
+static int32_t remote_array_copy(struct pvgpu_exec *ex,
+				 const struct pvgpu_array_copy *c)
+{
+	struct pvgpu_array_copy_req q;
+	struct pvgpu_array_copy_rep r;
+	struct remote_node *n, *sn;
+
+	if (!ex || !c)
+		return CUDA_ERROR_INVALID_VALUE;
+	n = untag(ex, c->array, &q.array);
+	sn = stream_node(ex, c->stream, &q.stream);
+	if (!n || sn != n)
+		return CUDA_ERROR_INVALID_HANDLE;
+	q.x = c->x;
+	q.y = c->y;
+	q.z = c->z;
+	q.width = c->width;
+	q.height = c->height;
+	q.depth = c->depth;
+	q.dptr = c->dptr;
+	q.pitch = c->pitch;
+	q.rows = c->rows;
+	q.to_array = (uint32_t)c->to_array;
+	return cu(n, pvgpu_call_array_copy(n->c, &q, &r));
+}
+
+/* ------------------------------------------------------------------ */
 /* the generic driver call */
 
 /*
@@ -1374,6 +1434,9 @@ static const struct pvgpu_executor_ops pvgpu_exec_remote = {
 	.ctx_disable_peer_access = remote_ctx_disable_peer_access,
 	.memcpy_peer		= remote_memcpy_peer,
 	.memcpy_peer_async	= remote_memcpy_peer_async,
+	.array_create		= remote_array_create,
+	.array_destroy		= remote_array_destroy,
+	.array_copy		= remote_array_copy,
 	.driver_call		= remote_driver_call,
 };
 
