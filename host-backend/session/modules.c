@@ -348,16 +348,17 @@ static int32_t launch(struct pvgpu_worker *w, struct pvgpu_launch *l,
 	return st;
 }
 
+/* What launch_kernel and launch_kernel_ex requests share. */
+#define LAUNCH_SHAPE(req)						\
+	.grid = { (req)->grid_x, (req)->grid_y, (req)->grid_z },	\
+	.block = { (req)->block_x, (req)->block_y, (req)->block_z },	\
+	.shared_bytes = (req)->shared_bytes, .params = (req)->params,	\
+	.params_size = (req)->params_len
+
 int32_t pvgpu_handle_launch_kernel(struct pvgpu_worker *w,
 				   const struct pvgpu_launch_kernel_req *req)
 {
-	struct pvgpu_launch l = {
-		.grid = { req->grid_x, req->grid_y, req->grid_z },
-		.block = { req->block_x, req->block_y, req->block_z },
-		.shared_bytes = req->shared_bytes,
-		.params = req->params,
-		.params_size = req->params_len,
-	};
+	struct pvgpu_launch l = { LAUNCH_SHAPE(req) };
 
 	return launch(w, &l, req->func, req->stream);
 }
@@ -366,14 +367,7 @@ int32_t pvgpu_handle_launch_kernel_ex(struct pvgpu_worker *w,
 				      const struct pvgpu_launch_kernel_ex_req *req)
 {
 	struct pvgpu_launch_attr attrs[PVGPU_MAX_LAUNCH_ATTRS];
-	struct pvgpu_launch l = {
-		.grid = { req->grid_x, req->grid_y, req->grid_z },
-		.block = { req->block_x, req->block_y, req->block_z },
-		.shared_bytes = req->shared_bytes,
-		.params = req->params,
-		.params_size = req->params_len,
-		.attrs = attrs,
-	};
+	struct pvgpu_launch l = { LAUNCH_SHAPE(req), .attrs = attrs };
 	int32_t st = launch_attrs(req->attrs, req->attrs_count, attrs, &l.nattrs);
 
 	return st ? st : launch(w, &l, req->func, req->stream);

@@ -484,23 +484,32 @@ def test_generic_driver_call(twins_daemon, libdir, tmp_path):
     check_generic_driver_call(twins_daemon, libdir, tmp_path)
 
 
-def check_generic_driver_call(daemon, libdir, tmp_path):
-    script = tmp_path / "generic.py"
-    script.write_text(GENERIC_SCRIPT)
+def run_script(daemon, libdir, tmp_path, text, *args, debug=False):
+    """A ctypes script over pvgpu's libcuda.so.1 (argv[1]) and args: its
+    stdout lines and stderr, once it has ended with PASS."""
+    script = tmp_path / "script.py"
+    script.write_text(text)
     env = env_for(libdir, daemon.unix)
-    res = subprocess.run([sys.executable, str(script), str(LIBCUDA)], env=env,
-                         capture_output=True, text=True, timeout=60)
+    if debug:
+        env["PVGPU_DEBUG"] = "1"
+    res = subprocess.run([sys.executable, str(script), str(LIBCUDA)] + [str(a) for a in args],
+                         env=env, capture_output=True, text=True, timeout=60)
     out = res.stdout.splitlines()
     assert res.returncode == 0 and out[-1:] == ["PASS"], res.stdout + res.stderr
+    return out, res.stderr
+
+
+def check_generic_driver_call(daemon, libdir, tmp_path):
+    out, _ = run_script(daemon, libdir, tmp_path, GENERIC_SCRIPT)
     assert "printf fifo 1048576" in out
     assert "heap 67108864" in out
     assert "bad limit 1" in out                 # CUDA_ERROR_INVALID_VALUE
     assert "priorities 0 -5" in out
     assert "cache config 2" in out
     assert "words 0xfeed 0x1234567890" in out
-    assert "past the end 1" in out, res.stdout
+    assert "past the end 1" in out, out
     assert "pitch 512" in out
-    assert "rows 7 7 0 7 7 [4, 3, 2, 1]" in out, res.stdout
+    assert "rows 7 7 0 7 7 [4, 3, 2, 1]" in out, out
     assert "2d past the end 1" in out
     assert "free twice 1" in out
 
@@ -581,23 +590,17 @@ def test_stream_capture_and_graphs(twins_daemon, libdir, tmp_path):
 
 def check_stream_capture_and_graphs(daemon, libdir, tmp_path):
     image = BUILD / "tests" / "kernels" / "images" / "vecadd.fatbin"
-    script = tmp_path / "graphs.py"
-    script.write_text(GRAPH_SCRIPT)
-    env = env_for(libdir, daemon.unix)
-    res = subprocess.run([sys.executable, str(script), str(LIBCUDA), str(image)],
-                         env=env, capture_output=True, text=True, timeout=60)
-    out = res.stdout.splitlines()
-    assert res.returncode == 0 and out[-1:] == ["PASS"], res.stdout + res.stderr
+    out, _ = run_script(daemon, libdir, tmp_path, GRAPH_SCRIPT, image)
     assert out[:3] == ["capturing before 0", "capturing during 1",
-                       "capturing after 0"], res.stdout
+                       "capturing after 0"], out
     assert "before launch 0.0" in out
     # c = a + b + b after each launch of the graph: 10 + 1.0, both times.
-    assert "after two launches 11.0 1000.0" in out, res.stdout
+    assert "after two launches 11.0 1000.0" in out, out
     assert "destroyed twice 400" in out             # CUDA_ERROR_INVALID_HANDLE
     # An unknown graph is refused by the worker; the launch is async, so
     # the error comes at the next synchronising call.
-    assert "bogus graph 0" in out and "sync after bogus 400" in out, res.stdout
-    assert "legacy stream 900" in out, res.stdout  # STREAM_CAPTURE_UNSUPPORTED
+    assert "bogus graph 0" in out and "sync after bogus 400" in out, out
+    assert "legacy stream 900" in out, out  # STREAM_CAPTURE_UNSUPPORTED
 
 
 LAUNCH_EX_SCRIPT = r'''
@@ -675,26 +678,19 @@ def test_launch_attributes(twins_daemon, libdir, tmp_path):
 
 def check_launch_attributes(daemon, libdir, tmp_path):
     image = BUILD / "tests" / "kernels" / "images" / "vecadd.fatbin"
-    script = tmp_path / "launchex.py"
-    script.write_text(LAUNCH_EX_SCRIPT)
-    env = env_for(libdir, daemon.unix)
-    env["PVGPU_DEBUG"] = "1"
-    res = subprocess.run([sys.executable, str(script), str(LIBCUDA), str(image)],
-                         env=env, capture_output=True, text=True, timeout=60)
-    out = res.stdout.splitlines()
-    assert res.returncode == 0 and out[-1:] == ["PASS"], res.stdout + res.stderr
+    out, err = run_script(daemon, libdir, tmp_path, LAUNCH_EX_SCRIPT, image, debug=True)
     assert "ignore only 0 1024.0" in out
     assert "cluster 2 + priority 0 1024.0" in out
     assert "cluster 3 912" in out                   # CUDA_ERROR_INVALID_CLUSTER_SIZE
     assert "completion event 801" in out
     assert "access policy window 801" in out
-    assert "launch attribute 12 is not supported" in res.stderr
-    assert "launch attribute 1 is not supported" in res.stderr
+    assert "launch attribute 12 is not supported" in err
+    assert "launch attribute 1 is not supported" in err
     assert "cooperative 0 1024.0" in out
     assert "cooperative too large 720" in out       # COOPERATIVE_LAUNCH_TOO_LARGE
     assert "multi-device x1 0 1024.0" in out
     assert "multi-device x2 801" in out
-    assert "cuLaunchCooperativeKernelMultiDevice (more than one device)" in res.stderr
+    assert "cuLaunchCooperativeKernelMultiDevice (more than one device)" in err
 
 
 def test_driver_calls_through_remote(start_pvgpud, libdir, tmp_path):
@@ -768,15 +764,8 @@ def test_memcpy3d(twins_daemon, libdir, tmp_path):
     slice by slice; what the driver refuses is refused (a level of detail,
     slices shorter than the copy, a pitch narrower than a row, a volume past
     the allocation, a NULL array)."""
-    script = tmp_path / "copy3d.py"
-    script.write_text(COPY3D_SCRIPT)
-    env = env_for(libdir, twins_daemon.unix)
-    env["PVGPU_DEBUG"] = "1"
-    res = subprocess.run([sys.executable, str(script), str(LIBCUDA)], env=env,
-                         capture_output=True, text=True, timeout=60)
-    out = res.stdout.splitlines()
-    assert res.returncode == 0 and out[-1:] == ["PASS"], res.stdout + res.stderr
-    assert out[:2] == ["pitched 0", "volume matches True"], res.stdout
+    out, _ = run_script(twins_daemon, libdir, tmp_path, COPY3D_SCRIPT)
+    assert out[:2] == ["pitched 0", "volume matches True"], out
     assert "no array 400" in out                    # CUDA_ERROR_INVALID_HANDLE
     assert "lod 1" in out
     assert "short slices 1" in out
