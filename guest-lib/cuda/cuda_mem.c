@@ -979,6 +979,84 @@ static CUresult copy3d_array(const CUDA_MEMCPY3D *c, CUstream s)
 	return r ? r : r2;
 }
 
+/*
+ * The linear array copies (cuMemcpyHtoA and kin): n bytes at a byte
+ * offset of a 1D array.  What they mean for an array with rows is not
+ * supported.
+ */
+static int linear_ok(CUarray h, const char *name)
+{
+	struct cu_array *a = array_get(h);
+
+	if (a && a->desc.Height) {
+		pvgpu_cuda_unsupported(name);
+		return 0;
+	}
+	return 1;
+}
+
+static CUresult copy_linear(CUmemorytype dt, void *dhost, CUdeviceptr ddev, CUarray darr,
+			    size_t doff, CUmemorytype st, const void *shost,
+			    CUdeviceptr sdev, CUarray sarr, size_t soff, size_t n,
+			    CUstream s, const char *name)
+{
+	CUDA_MEMCPY3D m = {
+		.srcMemoryType = st, .srcHost = shost, .srcDevice = sdev,
+		.srcArray = sarr, .srcXInBytes = sarr ? soff : 0,
+		.dstMemoryType = dt, .dstHost = dhost, .dstDevice = ddev,
+		.dstArray = darr, .dstXInBytes = darr ? doff : 0,
+		.WidthInBytes = n, .Height = 1, .Depth = 1,
+	};
+
+	if ((darr && !linear_ok(darr, name)) || (sarr && !linear_ok(sarr, name)))
+		return CUDA_ERROR_NOT_SUPPORTED;
+	return copy3d_array(&m, s);
+}
+
+#define HTOA(s_) copy_linear(CU_MEMORYTYPE_ARRAY, NULL, 0, dst, off, CU_MEMORYTYPE_HOST, \
+			     src, 0, NULL, 0, n, s_, "cuMemcpyHtoA on an array with rows")
+#define ATOH(s_) copy_linear(CU_MEMORYTYPE_HOST, dst, 0, NULL, 0, CU_MEMORYTYPE_ARRAY, \
+			     NULL, 0, src, off, n, s_, "cuMemcpyAtoH on an array with rows")
+#define DTOA(s_) copy_linear(CU_MEMORYTYPE_ARRAY, NULL, 0, dst, off, CU_MEMORYTYPE_DEVICE, \
+			     NULL, src, NULL, 0, n, s_, "cuMemcpyDtoA on an array with rows")
+#define ATOD(s_) copy_linear(CU_MEMORYTYPE_DEVICE, NULL, dst, NULL, 0, CU_MEMORYTYPE_ARRAY, \
+			     NULL, 0, src, off, n, s_, "cuMemcpyAtoD on an array with rows")
+#define ATOA(s_) copy_linear(CU_MEMORYTYPE_ARRAY, NULL, 0, dst, doff, CU_MEMORYTYPE_ARRAY, \
+			     NULL, 0, src, soff, n, s_, "cuMemcpyAtoA on an array with rows")
+
+CUresult CUDAAPI cuMemcpyHtoA_v2(CUarray dst, size_t off, const void *src, size_t n)
+{ return HTOA(NULL); }
+CUresult CUDAAPI cuMemcpyHtoA_v2_ptds(CUarray dst, size_t off, const void *src, size_t n)
+{ return HTOA(CU_STREAM_PER_THREAD); }
+CUresult CUDAAPI cuMemcpyHtoAAsync_v2(CUarray dst, size_t off, const void *src, size_t n,
+				      CUstream s)
+{ return HTOA(s); }
+CUresult CUDAAPI cuMemcpyHtoAAsync_v2_ptsz(CUarray dst, size_t off, const void *src,
+					   size_t n, CUstream s)
+{ return HTOA(s ? s : CU_STREAM_PER_THREAD); }
+CUresult CUDAAPI cuMemcpyAtoH_v2(void *dst, CUarray src, size_t off, size_t n)
+{ return ATOH(NULL); }
+CUresult CUDAAPI cuMemcpyAtoH_v2_ptds(void *dst, CUarray src, size_t off, size_t n)
+{ return ATOH(CU_STREAM_PER_THREAD); }
+CUresult CUDAAPI cuMemcpyAtoHAsync_v2(void *dst, CUarray src, size_t off, size_t n, CUstream s)
+{ return ATOH(s); }
+CUresult CUDAAPI cuMemcpyAtoHAsync_v2_ptsz(void *dst, CUarray src, size_t off, size_t n,
+					   CUstream s)
+{ return ATOH(s ? s : CU_STREAM_PER_THREAD); }
+CUresult CUDAAPI cuMemcpyDtoA_v2(CUarray dst, size_t off, CUdeviceptr src, size_t n)
+{ return DTOA(NULL); }
+CUresult CUDAAPI cuMemcpyDtoA_v2_ptds(CUarray dst, size_t off, CUdeviceptr src, size_t n)
+{ return DTOA(CU_STREAM_PER_THREAD); }
+CUresult CUDAAPI cuMemcpyAtoD_v2(CUdeviceptr dst, CUarray src, size_t off, size_t n)
+{ return ATOD(NULL); }
+CUresult CUDAAPI cuMemcpyAtoD_v2_ptds(CUdeviceptr dst, CUarray src, size_t off, size_t n)
+{ return ATOD(CU_STREAM_PER_THREAD); }
+CUresult CUDAAPI cuMemcpyAtoA_v2(CUarray dst, size_t doff, CUarray src, size_t soff, size_t n)
+{ return ATOA(NULL); }
+CUresult CUDAAPI cuMemcpyAtoA_v2_ptds(CUarray dst, size_t doff, CUarray src, size_t soff,
+				      size_t n)
+{ return ATOA(CU_STREAM_PER_THREAD); }
+
 static CUresult copy2d(const CUDA_MEMCPY2D *c, CUstream s, int async)
 {
 	uint64_t dst, src;
