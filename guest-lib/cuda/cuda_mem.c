@@ -843,6 +843,315 @@ static CUresult copy1d(CUmemorytype dt, uint64_t dst, CUmemorytype st, uint64_t 
 	return CUDA_SUCCESS;
 }
 
+/* ---- CUDA arrays ---------------------------------------------------------- */
+
+/*
+ * An array is the backend's (ops.spec array_*); the guest keeps its
+ * descriptor.  Copies move boxes between an array and device memory on the
+ * backend; host memory and array-to-array copies go through device memory
+ * allocated for the copy.
+ */
+struct cu_array {
+	uint32_t magic;
+	int alive;
+	struct cu_ctx *ctx;
+	uint64_t remote;
+	CUDA_ARRAY3D_DESCRIPTOR desc;
+};
+
+static struct cu_array *array_get(CUarray h)
+{
+	struct cu_array *a = (struct cu_array *)h;
+
+	return a && a->magic == CU_MAGIC_ARRAY && a->alive ? a : NULL;
+}
+
+static CUresult array_create(CUarray *out, const CUDA_ARRAY3D_DESCRIPTOR *d)
+{
+	struct pvgpu_array_create_req req;
+	struct pvgpu_array_create_rep rep = { 0 };
+	struct cu_array *a;
+	struct cu_op op;
+	CUresult r;
+
+	if (!out || !d)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (d->Flags) {		/* layered, surface load/store, cubemaps... */
+		pvgpu_debug("cuArray3DCreate: flags %#x are not supported", d->Flags);
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	req = (struct pvgpu_array_create_req){
+		.width = d->Width, .height = d->Height, .depth = d->Depth,
+		.format = (uint32_t)d->Format, .channels = d->NumChannels,
+		.flags = d->Flags,
+	};
+	a = calloc(1, sizeof(*a));
+	if (!a)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	r = cu_op_current(&op);
+	if (r) {
+		free(a);
+		return r;
+	}
+	r = cu_status(pvgpu_call_array_create(op.client, &req, &rep));
+	a->ctx = op.ctx;
+	cu_op_end(&op);
+	if (r) {
+		free(a);
+		return r;
+	}
+	a->magic = CU_MAGIC_ARRAY;
+	a->alive = 1;
+	a->remote = rep.array;
+	a->desc = *d;
+	*out = (CUarray)a;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuArray3DCreate_v2(CUarray *out, const CUDA_ARRAY3D_DESCRIPTOR *d)
+{
+	return array_create(out, d);
+}
+
+CUresult CUDAAPI cuArrayCreate_v2(CUarray *out, const CUDA_ARRAY_DESCRIPTOR *d)
+{
+	CUDA_ARRAY3D_DESCRIPTOR d3;
+
+	if (!d)
+		return CUDA_ERROR_INVALID_VALUE;
+	d3 = (CUDA_ARRAY3D_DESCRIPTOR){ .Width = d->Width, .Height = d->Height,
+		.Format = d->Format, .NumChannels = d->NumChannels };
+	return array_create(out, &d3);
+}
+
+CUresult CUDAAPI cuArrayDestroy(CUarray h)
+{
+	struct pvgpu_array_destroy_req req;
+	struct pvgpu_array_destroy_rep rep;
+	struct cu_array *a = array_get(h);
+	struct cu_op op;
+	CUresult r;
+
+	if (!a)
+		return CUDA_ERROR_INVALID_HANDLE;
+	req.array = a->remote;
+	r = cu_op_begin(&op, a->ctx);
+	if (r)
+		return r;
+	r = cu_status(pvgpu_call_array_destroy(op.client, &req, &rep));
+	cu_op_end(&op);
+	if (!r)
+		a->alive = 0;	/* never freed: a stale handle stays harmless */
+	return r;
+}
+
+CUresult CUDAAPI cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR *d, CUarray h)
+{
+	struct cu_array *a = array_get(h);
+
+	if (!d)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!a)
+		return CUDA_ERROR_INVALID_HANDLE;
+	*d = a->desc;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR *d, CUarray h)
+{
+	struct cu_array *a = array_get(h);
+
+	if (!d)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!a)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (a->desc.Depth)	/* as the driver: a 3D array has no 2D descriptor */
+		return CUDA_ERROR_INVALID_VALUE;
+	*d = (CUDA_ARRAY_DESCRIPTOR){ .Width = a->desc.Width, .Height = a->desc.Height,
+		.Format = a->desc.Format, .NumChannels = a->desc.NumChannels };
+	return CUDA_SUCCESS;
+}
+
+/* A box between array a and device memory, in stream order on the backend. */
+static CUresult array_box(struct cu_array *a, size_t x, size_t y, size_t z,
+			  size_t w, size_t h, size_t d, CUdeviceptr dptr,
+			  size_t pitch, size_t rows, int to_array, CUstream s)
+{
+	struct pvgpu_array_copy_req req = {
+		.array = a->remote, .x = x, .y = y, .z = z, .width = w,
+		.height = h, .depth = d, .dptr = dptr, .pitch = pitch,
+		.rows = rows, .to_array = (uint32_t)to_array,
+	};
+	struct pvgpu_array_copy_rep rep;
+	struct cu_op op;
+	CUresult r;
+
+	r = begin_on(&op, s, &req.stream);
+	if (r)
+		return r;
+	if (op.ctx != a->ctx) {
+		cu_op_end(&op);
+		return CUDA_ERROR_INVALID_HANDLE;
+	}
+	r = cu_status(pvgpu_call_array_copy(op.client, &req, &rep));
+	cu_op_end(&op);
+	return r;
+}
+
+static CUresult copy3d(const CUDA_MEMCPY3D *c, CUstream s, int async);
+
+/* Where one side of a 3D copy starts in linear memory. */
+static CUdeviceptr side_start(CUdeviceptr base, size_t x, size_t y, size_t z,
+			      size_t pitch, size_t rows)
+{
+	return base + (z * rows + y) * pitch + x;
+}
+
+/*
+ * A 3D copy with an array at one end or both.  Synchronous: the device
+ * memory between host and array is freed before it returns (the driver's
+ * async array copies may be synchronous too).
+ */
+static CUresult copy3d_array(const CUDA_MEMCPY3D *c, CUstream s)
+{
+	int sarr = c->srcMemoryType == CU_MEMORYTYPE_ARRAY;
+	int darr = c->dstMemoryType == CU_MEMORYTYPE_ARRAY;
+	struct cu_array *sa = sarr ? array_get(c->srcArray) : NULL;
+	struct cu_array *da = darr ? array_get(c->dstArray) : NULL;
+	size_t w = c->WidthInBytes, h = c->Height, d = c->Depth, n;
+	size_t sp = c->srcPitch ? c->srcPitch : w, dp = c->dstPitch ? c->dstPitch : w;
+	size_t sr = c->srcHeight ? c->srcHeight : h, dr = c->dstHeight ? c->dstHeight : h;
+	CUdeviceptr t;
+	CUDA_MEMCPY3D m;
+	CUresult r, r2;
+
+	if ((sarr && !sa) || (darr && !da))
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (c->srcLOD || c->dstLOD || c->reserved0 || c->reserved1)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!w || !h || !d)
+		return CUDA_SUCCESS;
+	if (sa && c->dstMemoryType == CU_MEMORYTYPE_DEVICE)
+		return array_box(sa, c->srcXInBytes, c->srcY, c->srcZ, w, h, d,
+				 side_start(c->dstDevice, c->dstXInBytes, c->dstY,
+					    c->dstZ, dp, dr), dp, dr, 0, s);
+	if (da && c->srcMemoryType == CU_MEMORYTYPE_DEVICE)
+		return array_box(da, c->dstXInBytes, c->dstY, c->dstZ, w, h, d,
+				 side_start(c->srcDevice, c->srcXInBytes, c->srcY,
+					    c->srcZ, sp, sr), sp, sr, 1, s);
+	/* Through device memory of its own: host <-> array, array <-> array. */
+	if (__builtin_mul_overflow(w, h, &n) || __builtin_mul_overflow(n, d, &n))
+		return CUDA_ERROR_INVALID_VALUE;
+	r = cuMemAlloc_v2(&t, n);
+	if (r)
+		return r;
+	if (sa) {
+		r = array_box(sa, c->srcXInBytes, c->srcY, c->srcZ, w, h, d, t, w, h, 0, s);
+	} else {
+		m = *c;
+		m.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+		m.dstDevice = t;
+		m.dstXInBytes = m.dstY = m.dstZ = 0;
+		m.dstPitch = w;
+		m.dstHeight = h;
+		m.dstArray = NULL;
+		r = copy3d(&m, s, 0);
+	}
+	if (!r && da) {
+		r = array_box(da, c->dstXInBytes, c->dstY, c->dstZ, w, h, d, t, w, h, 1, s);
+	} else if (!r) {
+		m = *c;
+		m.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+		m.srcDevice = t;
+		m.srcXInBytes = m.srcY = m.srcZ = 0;
+		m.srcPitch = w;
+		m.srcHeight = h;
+		m.srcArray = NULL;
+		r = copy3d(&m, s, 0);
+	}
+	r2 = cuStreamSynchronize(s);
+	cuMemFree_v2(t);
+	return r ? r : r2;
+}
+
+/*
+ * The linear array copies (cuMemcpyHtoA and kin): n bytes at a byte
+ * offset of a 1D array.  What they mean for an array with rows is not
+ * supported.
+ */
+static int linear_ok(CUarray h, const char *name)
+{
+	struct cu_array *a = array_get(h);
+
+	if (a && a->desc.Height) {
+		pvgpu_cuda_unsupported(name);
+		return 0;
+	}
+	return 1;
+}
+
+static CUresult copy_linear(CUmemorytype dt, void *dhost, CUdeviceptr ddev, CUarray darr,
+			    size_t doff, CUmemorytype st, const void *shost,
+			    CUdeviceptr sdev, CUarray sarr, size_t soff, size_t n,
+			    CUstream s, const char *name)
+{
+	CUDA_MEMCPY3D m = {
+		.srcMemoryType = st, .srcHost = shost, .srcDevice = sdev,
+		.srcArray = sarr, .srcXInBytes = sarr ? soff : 0,
+		.dstMemoryType = dt, .dstHost = dhost, .dstDevice = ddev,
+		.dstArray = darr, .dstXInBytes = darr ? doff : 0,
+		.WidthInBytes = n, .Height = 1, .Depth = 1,
+	};
+
+	if ((darr && !linear_ok(darr, name)) || (sarr && !linear_ok(sarr, name)))
+		return CUDA_ERROR_NOT_SUPPORTED;
+	return copy3d_array(&m, s);
+}
+
+#define HTOA(s_) copy_linear(CU_MEMORYTYPE_ARRAY, NULL, 0, dst, off, CU_MEMORYTYPE_HOST, \
+			     src, 0, NULL, 0, n, s_, "cuMemcpyHtoA on an array with rows")
+#define ATOH(s_) copy_linear(CU_MEMORYTYPE_HOST, dst, 0, NULL, 0, CU_MEMORYTYPE_ARRAY, \
+			     NULL, 0, src, off, n, s_, "cuMemcpyAtoH on an array with rows")
+#define DTOA(s_) copy_linear(CU_MEMORYTYPE_ARRAY, NULL, 0, dst, off, CU_MEMORYTYPE_DEVICE, \
+			     NULL, src, NULL, 0, n, s_, "cuMemcpyDtoA on an array with rows")
+#define ATOD(s_) copy_linear(CU_MEMORYTYPE_DEVICE, NULL, dst, NULL, 0, CU_MEMORYTYPE_ARRAY, \
+			     NULL, 0, src, off, n, s_, "cuMemcpyAtoD on an array with rows")
+#define ATOA(s_) copy_linear(CU_MEMORYTYPE_ARRAY, NULL, 0, dst, doff, CU_MEMORYTYPE_ARRAY, \
+			     NULL, 0, src, soff, n, s_, "cuMemcpyAtoA on an array with rows")
+
+CUresult CUDAAPI cuMemcpyHtoA_v2(CUarray dst, size_t off, const void *src, size_t n)
+{ return HTOA(NULL); }
+CUresult CUDAAPI cuMemcpyHtoA_v2_ptds(CUarray dst, size_t off, const void *src, size_t n)
+{ return HTOA(CU_STREAM_PER_THREAD); }
+CUresult CUDAAPI cuMemcpyHtoAAsync_v2(CUarray dst, size_t off, const void *src, size_t n,
+				      CUstream s)
+{ return HTOA(s); }
+CUresult CUDAAPI cuMemcpyHtoAAsync_v2_ptsz(CUarray dst, size_t off, const void *src,
+					   size_t n, CUstream s)
+{ return HTOA(s ? s : CU_STREAM_PER_THREAD); }
+CUresult CUDAAPI cuMemcpyAtoH_v2(void *dst, CUarray src, size_t off, size_t n)
+{ return ATOH(NULL); }
+CUresult CUDAAPI cuMemcpyAtoH_v2_ptds(void *dst, CUarray src, size_t off, size_t n)
+{ return ATOH(CU_STREAM_PER_THREAD); }
+CUresult CUDAAPI cuMemcpyAtoHAsync_v2(void *dst, CUarray src, size_t off, size_t n, CUstream s)
+{ return ATOH(s); }
+CUresult CUDAAPI cuMemcpyAtoHAsync_v2_ptsz(void *dst, CUarray src, size_t off, size_t n,
+					   CUstream s)
+{ return ATOH(s ? s : CU_STREAM_PER_THREAD); }
+CUresult CUDAAPI cuMemcpyDtoA_v2(CUarray dst, size_t off, CUdeviceptr src, size_t n)
+{ return DTOA(NULL); }
+CUresult CUDAAPI cuMemcpyDtoA_v2_ptds(CUarray dst, size_t off, CUdeviceptr src, size_t n)
+{ return DTOA(CU_STREAM_PER_THREAD); }
+CUresult CUDAAPI cuMemcpyAtoD_v2(CUdeviceptr dst, CUarray src, size_t off, size_t n)
+{ return ATOD(NULL); }
+CUresult CUDAAPI cuMemcpyAtoD_v2_ptds(CUdeviceptr dst, CUarray src, size_t off, size_t n)
+{ return ATOD(CU_STREAM_PER_THREAD); }
+CUresult CUDAAPI cuMemcpyAtoA_v2(CUarray dst, size_t doff, CUarray src, size_t soff, size_t n)
+{ return ATOA(NULL); }
+CUresult CUDAAPI cuMemcpyAtoA_v2_ptds(CUarray dst, size_t doff, CUarray src, size_t soff,
+				      size_t n)
+{ return ATOA(CU_STREAM_PER_THREAD); }
+
 static CUresult copy2d(const CUDA_MEMCPY2D *c, CUstream s, int async)
 {
 	uint64_t dst, src;
@@ -851,8 +1160,21 @@ static CUresult copy2d(const CUDA_MEMCPY2D *c, CUstream s, int async)
 
 	if (!c)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (c->srcMemoryType == CU_MEMORYTYPE_ARRAY || c->dstMemoryType == CU_MEMORYTYPE_ARRAY)
-		return pvgpu_cuda_unsupported("cuMemcpy2D with a CUDA array");
+	if (c->srcMemoryType == CU_MEMORYTYPE_ARRAY || c->dstMemoryType == CU_MEMORYTYPE_ARRAY) {
+		CUDA_MEMCPY3D m = {
+			.srcXInBytes = c->srcXInBytes, .srcY = c->srcY,
+			.srcMemoryType = c->srcMemoryType, .srcHost = c->srcHost,
+			.srcDevice = c->srcDevice, .srcArray = c->srcArray,
+			.srcPitch = c->srcPitch,
+			.dstXInBytes = c->dstXInBytes, .dstY = c->dstY,
+			.dstMemoryType = c->dstMemoryType, .dstHost = c->dstHost,
+			.dstDevice = c->dstDevice, .dstArray = c->dstArray,
+			.dstPitch = c->dstPitch,
+			.WidthInBytes = c->WidthInBytes, .Height = c->Height, .Depth = 1,
+		};
+
+		return copy3d_array(&m, s);
+	}
 	src = c->srcMemoryType == CU_MEMORYTYPE_HOST ? (uintptr_t)c->srcHost : c->srcDevice;
 	dst = c->dstMemoryType == CU_MEMORYTYPE_HOST ? (uintptr_t)c->dstHost : c->dstDevice;
 	spitch = c->srcPitch ? c->srcPitch : c->WidthInBytes;
@@ -879,6 +1201,72 @@ CUresult CUDAAPI cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D *c)
 CUresult CUDAAPI cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *c, CUstream s) { return copy2d(c, s, 1); }
 CUresult CUDAAPI cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *c, CUstream s)
 { return copy2d(c, s ? s : CU_STREAM_PER_THREAD, 1); }
+
+/*
+ * 3D copies between host and device memory (pitched or not, unaligned):
+ * one 2D copy per slice, each slice srcPitch * srcHeight bytes after the
+ * last.  CUDA arrays are not supported yet.
+ */
+static CUresult copy3d(const CUDA_MEMCPY3D *c, CUstream s, int async)
+{
+	size_t spitch, dpitch, sheight, dheight, sslice, dslice;
+	CUresult r = CUDA_SUCCESS;
+
+	if (!c)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (c->srcMemoryType == CU_MEMORYTYPE_ARRAY || c->dstMemoryType == CU_MEMORYTYPE_ARRAY)
+		return copy3d_array(c, s);
+	if (c->srcLOD || c->dstLOD || c->reserved0 || c->reserved1)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!c->WidthInBytes || !c->Height || !c->Depth)
+		return CUDA_SUCCESS;
+	spitch = c->srcPitch ? c->srcPitch : c->WidthInBytes;
+	dpitch = c->dstPitch ? c->dstPitch : c->WidthInBytes;
+	sheight = c->srcHeight ? c->srcHeight : c->Height;
+	dheight = c->dstHeight ? c->dstHeight : c->Height;
+	/* A slice holds its rows: Height rows from Y, unless there is only one. */
+	if (c->Depth > 1 && (sheight < c->srcY + c->Height || dheight < c->dstY + c->Height))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (__builtin_mul_overflow(spitch, sheight, &sslice) ||
+	    __builtin_mul_overflow(dpitch, dheight, &dslice) ||
+	    c->srcZ + c->Depth < c->srcZ || c->dstZ + c->Depth < c->dstZ ||
+	    (c->srcZ + c->Depth) > SIZE_MAX / (sslice ? sslice : 1) ||
+	    (c->dstZ + c->Depth) > SIZE_MAX / (dslice ? dslice : 1))
+		return CUDA_ERROR_INVALID_VALUE;
+	/* Device sides whole before the first slice moves. */
+	if ((c->srcMemoryType == CU_MEMORYTYPE_DEVICE &&
+	     !range_ok(c->srcDevice + c->srcZ * sslice + c->srcY * spitch + c->srcXInBytes,
+		       (c->Depth - 1) * sslice + (c->Height - 1) * spitch + c->WidthInBytes)) ||
+	    (c->dstMemoryType == CU_MEMORYTYPE_DEVICE &&
+	     !range_ok(c->dstDevice + c->dstZ * dslice + c->dstY * dpitch + c->dstXInBytes,
+		       (c->Depth - 1) * dslice + (c->Height - 1) * dpitch + c->WidthInBytes)))
+		return CUDA_ERROR_INVALID_VALUE;
+	for (size_t z = 0; z < c->Depth && !r; z++) {
+		CUDA_MEMCPY2D p = {
+			.srcXInBytes = c->srcXInBytes, .srcY = c->srcY,
+			.srcMemoryType = c->srcMemoryType,
+			.srcHost = (const void *)((uintptr_t)c->srcHost + (c->srcZ + z) * sslice),
+			.srcDevice = c->srcDevice + (c->srcZ + z) * sslice,
+			.srcPitch = spitch,
+			.dstXInBytes = c->dstXInBytes, .dstY = c->dstY,
+			.dstMemoryType = c->dstMemoryType,
+			.dstHost = (void *)((uintptr_t)c->dstHost + (c->dstZ + z) * dslice),
+			.dstDevice = c->dstDevice + (c->dstZ + z) * dslice,
+			.dstPitch = dpitch,
+			.WidthInBytes = c->WidthInBytes, .Height = c->Height,
+		};
+
+		r = copy2d(&p, s, async);
+	}
+	return r;
+}
+
+CUresult CUDAAPI cuMemcpy3D_v2(const CUDA_MEMCPY3D *c) { return copy3d(c, NULL, 0); }
+CUresult CUDAAPI cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D *c)
+{ return copy3d(c, CU_STREAM_PER_THREAD, 0); }
+CUresult CUDAAPI cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *c, CUstream s) { return copy3d(c, s, 1); }
+CUresult CUDAAPI cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D *c, CUstream s)
+{ return copy3d(c, s ? s : CU_STREAM_PER_THREAD, 1); }
 
 /* ---- pitched memory and 2D memsets: row by row, in one batch ------------ */
 

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cuda_internal.h"
+#include "cuda_surface.h"
 #include "debug.h"
 #include "pvgpu_guest.h"
 
@@ -854,10 +855,143 @@ CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(int *num, CUfunctio
 
 /* ---- launch -------------------------------------------------------------- */
 
+/* Words of launch attributes on the wire (ops.spec launch_kernel_ex). */
+#define MAX_ATTR_WORDS	64
+
+struct launch_attrs {
+	uint32_t w[MAX_ATTR_WORDS];
+	uint32_t n;
+};
+
+/*
+ * cuLaunchKernelEx's attributes as the wire carries them: four words each,
+ * {id, v0, v1, v2}; "ignore" entries left out.  One the backend cannot
+ * apply (events, access policy windows, graph-only ones) is refused, never
+ * dropped: the launch would not be the one asked for.
+ */
+static CUresult encode_attrs(const CUlaunchConfig *c, struct launch_attrs *la)
+{
+	la->n = 0;
+	if (c->numAttrs && !c->attrs)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (unsigned int i = 0; i < c->numAttrs; i++) {
+		const CUlaunchAttribute *a = &c->attrs[i];
+		const CUlaunchAttributeValue *v = &a->value;
+		uint32_t x = 0, y = 0, z = 0;
+
+		switch (a->id) {
+		case CU_LAUNCH_ATTRIBUTE_IGNORE:
+			continue;
+		case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+			x = v->clusterDim.x;
+			y = v->clusterDim.y;
+			z = v->clusterDim.z;
+			break;
+		case CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION:
+			x = v->preferredClusterDim.x;
+			y = v->preferredClusterDim.y;
+			z = v->preferredClusterDim.z;
+			break;
+		case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
+			x = v->memSyncDomainMap.default_;
+			y = v->memSyncDomainMap.remote;
+			break;
+		case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
+			x = (uint32_t)v->cooperative;
+			break;
+		case CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+			x = (uint32_t)v->clusterSchedulingPolicyPreference;
+			break;
+		case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION:
+			x = (uint32_t)v->programmaticStreamSerializationAllowed;
+			break;
+		case CU_LAUNCH_ATTRIBUTE_PRIORITY:
+			x = (uint32_t)v->priority;
+			break;
+		case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
+			x = (uint32_t)v->memSyncDomain;
+			break;
+		case CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
+			x = v->sharedMemCarveout;
+			break;
+		default:
+			pvgpu_debug("cuLaunchKernelEx: launch attribute %d is not "
+				    "supported", (int)a->id);
+			return CUDA_ERROR_NOT_SUPPORTED;
+		}
+		if (la->n + 4 > MAX_ATTR_WORDS)
+			return CUDA_ERROR_INVALID_VALUE;
+		la->w[la->n++] = (uint32_t)a->id;
+		la->w[la->n++] = x;
+		la->w[la->n++] = y;
+		la->w[la->n++] = z;
+	}
+	return CUDA_SUCCESS;
+}
+
+/* The launch as launch_kernel_ex, with its attributes. */
+static int32_t send_launch_ex(struct pvgpu_client *c,
+			      const struct pvgpu_launch_kernel_req *q,
+			      const struct launch_attrs *la)
+{
+	struct pvgpu_launch_kernel_ex_req x = {
+		.func = q->func, .grid_x = q->grid_x, .grid_y = q->grid_y,
+		.grid_z = q->grid_z, .block_x = q->block_x,
+		.block_y = q->block_y, .block_z = q->block_z,
+		.shared_bytes = q->shared_bytes, .stream = q->stream,
+		.attrs_count = la->n, .params = q->params,
+		.params_len = q->params_len,
+	};
+
+	memcpy(x.attrs, la->w, la->n * sizeof(*la->w));
+	return pvgpu_call_launch_kernel_ex(c, &x);
+}
+
+/*
+ * What the driver refuses at the launch itself rather than at the next
+ * synchronisation, where a queued launch's error would come: clusters that
+ * do not tile the grid, and a cooperative grid larger than what the device
+ * holds at once (one round trip, for cooperative launches only).
+ */
+static CUresult check_attrs(const struct launch_attrs *la, CUfunction h,
+			    const struct cu_ctx *ctx, const unsigned grid[3],
+			    unsigned threads, unsigned smem)
+{
+	for (uint32_t i = 0; la && i + 4 <= la->n; i += 4) {
+		const uint32_t *v = &la->w[i + 1];
+		uint64_t blocks;
+		int per_sm = 0;
+		CUresult r;
+
+		switch (la->w[i]) {
+		case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+			if (!v[0] || !v[1] || !v[2] || grid[0] % v[0] ||
+			    grid[1] % v[1] || grid[2] % v[2])
+				return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+			break;
+		case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
+			if (!v[0])
+				break;
+			r = cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
+				&per_sm, h, (int)threads, smem, 0);
+			if (r)
+				return r;
+			blocks = (uint64_t)grid[0] * grid[1] * grid[2];
+			if (blocks > (uint64_t)per_sm *
+			    (uint64_t)cu.devices[ctx->device].attr[CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT])
+				return CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
+			break;
+		}
+	}
+	return CUDA_SUCCESS;
+}
+
 static CUresult launch(CUfunction h, unsigned gx, unsigned gy, unsigned gz,
 		       unsigned bx, unsigned by, unsigned bz, unsigned smem,
-		       CUstream s, void **params, void **extra)
+		       CUstream s, void **params, void **extra,
+		       const struct launch_attrs *la)
 {
+	const unsigned grid[3] = { gx, gy, gz };
 	struct pvgpu_launch_kernel_req req = {
 		.grid_x = gx, .grid_y = gy, .grid_z = gz,
 		.block_x = bx, .block_y = by, .block_z = bz,
@@ -894,6 +1028,9 @@ static CUresult launch(CUfunction h, unsigned gx, unsigned gy, unsigned gz,
 		if (smem > (unsigned)a[CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN])
 			return CUDA_ERROR_INVALID_VALUE;
 	}
+	r = check_attrs(la, h, ctx, grid, bx * by * bz, smem);
+	if (r)
+		return r;
 	if (params) {
 		memset(buf, 0, f->params_bytes);
 		for (uint32_t i = 0; i < f->nparams; i++) {
@@ -928,7 +1065,10 @@ static CUresult launch(CUfunction h, unsigned gx, unsigned gy, unsigned gz,
 	r = cu_op_begin(&op, ctx);
 	if (r)
 		return r;
-	r = cu_status(pvgpu_call_launch_kernel(op.client, &req));
+	if (la && la->n)
+		r = cu_status(send_launch_ex(op.client, &req, la));
+	else
+		r = cu_status(pvgpu_call_launch_kernel(op.client, &req));
 	cu_op_end(&op);
 	return r;
 }
@@ -937,7 +1077,7 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, 
 				unsigned int bx, unsigned int by, unsigned int bz,
 				unsigned int smem, CUstream s, void **params, void **extra)
 {
-	return launch(f, gx, gy, gz, bx, by, bz, smem, s, params, extra);
+	return launch(f, gx, gy, gz, bx, by, bz, smem, s, params, extra, NULL);
 }
 
 CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
@@ -945,18 +1085,21 @@ CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int
 				     unsigned int smem, CUstream s, void **params, void **extra)
 {
 	return launch(f, gx, gy, gz, bx, by, bz, smem, s ? s : CU_STREAM_PER_THREAD,
-		      params, extra);
+		      params, extra, NULL);
 }
 
 CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params, void **extra)
 {
+	struct launch_attrs la;
+	CUresult r;
+
 	if (!c)
 		return CUDA_ERROR_INVALID_VALUE;
-	for (unsigned i = 0; i < c->numAttrs; i++)
-		if (c->attrs[i].id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE && c->attrs[i].value.cooperative)
-			pvgpu_debug("cuLaunchKernelEx: cooperative launch run as a plain one");
+	r = encode_attrs(c, &la);
+	if (r)
+		return r;
 	return launch(f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY,
-		      c->blockDimZ, c->sharedMemBytes, c->hStream, params, extra);
+		      c->blockDimZ, c->sharedMemBytes, c->hStream, params, extra, &la);
 }
 
 CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **params, void **extra)
@@ -969,4 +1112,56 @@ CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, vo
 	if (!copy.hStream)
 		copy.hStream = CU_STREAM_PER_THREAD;
 	return cuLaunchKernelEx(&copy, f, params, extra);
+}
+
+/* A cooperative launch is a launch with the cooperative attribute. */
+static CUresult launch_cooperative(CUfunction f, unsigned int gx, unsigned int gy,
+				   unsigned int gz, unsigned int bx, unsigned int by,
+				   unsigned int bz, unsigned int smem, CUstream s,
+				   void **params)
+{
+	struct launch_attrs la = { { CU_LAUNCH_ATTRIBUTE_COOPERATIVE, 1, 0, 0 }, 4 };
+
+	return launch(f, gx, gy, gz, bx, by, bz, smem, s, params, NULL, &la);
+}
+
+CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy,
+					   unsigned int gz, unsigned int bx, unsigned int by,
+					   unsigned int bz, unsigned int smem, CUstream s,
+					   void **params)
+{
+	return launch_cooperative(f, gx, gy, gz, bx, by, bz, smem, s, params);
+}
+
+CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx,
+						unsigned int gy, unsigned int gz,
+						unsigned int bx, unsigned int by,
+						unsigned int bz, unsigned int smem,
+						CUstream s, void **params)
+{
+	return launch_cooperative(f, gx, gy, gz, bx, by, bz, smem,
+				  s ? s : CU_STREAM_PER_THREAD, params);
+}
+
+/*
+ * Deprecated and gone from CUDA 13's cuda.h, still exported by driver 580:
+ * one device is a cooperative launch on its stream (the pre- and
+ * post-launch synchronisation flags then order nothing but that stream);
+ * several devices are not supported.
+ */
+CUresult CUDAAPI cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *list,
+						      unsigned int n, unsigned int flags);
+CUresult CUDAAPI cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *list,
+						      unsigned int n, unsigned int flags)
+{
+	(void)flags;
+	if (!list || !n)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (n > 1)
+		return (CUresult)pvgpu_cuda_unsupported(
+			"cuLaunchCooperativeKernelMultiDevice (more than one device)");
+	return launch_cooperative(list->function, list->gridDimX, list->gridDimY,
+				  list->gridDimZ, list->blockDimX, list->blockDimY,
+				  list->blockDimZ, list->sharedMemBytes, list->hStream,
+				  list->kernelParams);
 }

@@ -31,6 +31,19 @@ struct pvgpu_param_info {
 	uint32_t size;
 };
 
+/*
+ * One launch attribute of cuLaunchKernelEx, as the wire carries it
+ * (ops.spec launch_kernel_ex): id is a CUlaunchAttributeID the session has
+ * checked it knows; v: cluster dimensions x, y, z, a mem-sync domain map
+ * default, remote, every other attribute its one value in v[0].
+ */
+struct pvgpu_launch_attr {
+	uint32_t id;
+	uint32_t v[3];
+};
+
+#define PVGPU_MAX_LAUNCH_ATTRS	16
+
 struct pvgpu_launch {
 	uint64_t func;
 	uint32_t grid[3];
@@ -41,6 +54,24 @@ struct pvgpu_launch {
 	uint32_t params_size;		/* bytes in params */
 	const struct pvgpu_param_info *layout;
 	uint32_t nparams;
+	const struct pvgpu_launch_attr *attrs;	/* none: a plain launch */
+	uint32_t nattrs;
+};
+
+/* A CUDA array (cuArray3DCreate); height 0: 1D, depth 0: not 3D. */
+struct pvgpu_array_desc {
+	uint64_t width, height, depth;
+	uint32_t format, channels, flags;
+};
+
+/* A box of an array and device memory, checked by the worker against both. */
+struct pvgpu_array_copy {
+	uint64_t array;
+	uint64_t x, y, z;		/* x in bytes */
+	uint64_t width, height, depth;	/* width in bytes */
+	uint64_t dptr, pitch, rows;	/* the device side */
+	int to_array;
+	uint64_t stream;
 };
 
 /*
@@ -233,6 +264,13 @@ struct pvgpu_executor_ops {
 	 * slots.  NULL, or CUDA_ERROR_NOT_SUPPORTED for a function it cannot
 	 * model: the guest gets that error.
 	 */
+	/* CUDA arrays (NULL: not supported).  array_copy is stream-ordered. */
+	int32_t (*array_create)(struct pvgpu_exec *ex,
+				const struct pvgpu_array_desc *d, uint64_t *array);
+	int32_t (*array_destroy)(struct pvgpu_exec *ex, uint64_t array);
+	int32_t (*array_copy)(struct pvgpu_exec *ex,
+			      const struct pvgpu_array_copy *c);
+
 	int32_t (*driver_call)(struct pvgpu_exec *ex,
 			       const struct pvgpu_generic_fn *f, uint64_t *a);
 };

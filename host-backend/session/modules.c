@@ -285,18 +285,67 @@ int32_t pvgpu_handle_func_set_attribute(struct pvgpu_worker *w,
 						 req->attr, req->value);
 }
 
-int32_t pvgpu_handle_launch_kernel(struct pvgpu_worker *w,
-				   const struct pvgpu_launch_kernel_req *req)
+/*
+ * The launch attributes the backend carries to the driver, and how many of
+ * the wire's three values each uses (ops.spec launch_kernel_ex); 0: not
+ * one of them.  Unused values must be zero.
+ */
+static int attr_values(uint32_t id)
 {
-	struct pvgpu_handle *f = lookup_function(w, req->func), *ctx;
+	switch (id) {
+	case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+	case CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION:
+		return 3;
+	case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
+		return 2;
+	case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
+	case CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+	case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION:
+	case CU_LAUNCH_ATTRIBUTE_PRIORITY:
+	case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
+	case CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+/* The guest's attribute words, checked, into attrs (room for
+ * PVGPU_MAX_LAUNCH_ATTRS). */
+static int32_t launch_attrs(const uint32_t *words, uint32_t nwords,
+			    struct pvgpu_launch_attr *attrs, uint32_t *nattrs)
+{
+	if (nwords % 4 || nwords / 4 > PVGPU_MAX_LAUNCH_ATTRS)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (uint32_t i = 0; i < nwords / 4; i++) {
+		const uint32_t *a = words + 4 * i;
+		int n = attr_values(a[0]);
+
+		if (!n) {
+			log_debug("launch attribute %u is not supported",
+				  a[0]);
+			return CUDA_ERROR_NOT_SUPPORTED;
+		}
+		for (int v = n; v < 3; v++)
+			if (a[1 + v])
+				return CUDA_ERROR_INVALID_VALUE;
+		attrs[i] = (struct pvgpu_launch_attr){ a[0], { a[1], a[2], a[3] } };
+	}
+	*nattrs = nwords / 4;
+	return CUDA_SUCCESS;
+}
+
+static int32_t launch(struct pvgpu_worker *w, struct pvgpu_launch *l,
+		      uint64_t func, uint64_t guest_stream)
+{
+	struct pvgpu_handle *f = lookup_function(w, func), *ctx;
 	const struct pvgpu_param_info *layout;
-	struct pvgpu_launch l;
-	uint64_t stream, need = 0;
+	uint64_t need = 0;
 	int32_t st;
 
 	if (!f)
 		return CUDA_ERROR_INVALID_HANDLE;
-	st = pvgpu_lookup_stream(w, req->stream, &stream);
+	st = pvgpu_lookup_stream(w, guest_stream, &l->stream);
 	if (st)
 		return st;
 	/* The buffer must cover every parameter the kernel will read. */
@@ -307,26 +356,43 @@ int32_t pvgpu_handle_launch_kernel(struct pvgpu_worker *w,
 		if (end > need)
 			need = end;
 	}
-	if (req->params_len < need)
+	if (l->params_size < need)
 		return CUDA_ERROR_INVALID_VALUE;
-	l = (struct pvgpu_launch){
-		.func = f->exec_handle,
-		.grid = { req->grid_x, req->grid_y, req->grid_z },
-		.block = { req->block_x, req->block_y, req->block_z },
-		.shared_bytes = req->shared_bytes,
-		.stream = stream,
-		.params = req->params,
-		.params_size = req->params_len,
-		.layout = layout,
-		.nparams = f->ndata,
-	};
+	l->func = f->exec_handle;
+	l->layout = layout;
+	l->nparams = f->ndata;
 	/* Its VM's turn on this GPU first (gpusched.h). */
 	ctx = pvgpu_handle_get(&w->handles, w->cur_ctx, H_CTX);
 	pvgpu_sched_admit(w, ctx ? ctx->device : -1);
-	st = w->ex_ops->launch(w->ex, &l);
+	st = w->ex_ops->launch(w->ex, l);
 	w->output_armed = 1;		/* a kernel may print (output.c) */
-	pvgpu_sched_launched(w, stream, st);
+	pvgpu_sched_launched(w, l->stream, st);
 	return st;
+}
+
+/* What launch_kernel and launch_kernel_ex requests share. */
+#define LAUNCH_SHAPE(req)						\
+	.grid = { (req)->grid_x, (req)->grid_y, (req)->grid_z },	\
+	.block = { (req)->block_x, (req)->block_y, (req)->block_z },	\
+	.shared_bytes = (req)->shared_bytes, .params = (req)->params,	\
+	.params_size = (req)->params_len
+
+int32_t pvgpu_handle_launch_kernel(struct pvgpu_worker *w,
+				   const struct pvgpu_launch_kernel_req *req)
+{
+	struct pvgpu_launch l = { LAUNCH_SHAPE(req) };
+
+	return launch(w, &l, req->func, req->stream);
+}
+
+int32_t pvgpu_handle_launch_kernel_ex(struct pvgpu_worker *w,
+				      const struct pvgpu_launch_kernel_ex_req *req)
+{
+	struct pvgpu_launch_attr attrs[PVGPU_MAX_LAUNCH_ATTRS];
+	struct pvgpu_launch l = { LAUNCH_SHAPE(req), .attrs = attrs };
+	int32_t st = launch_attrs(req->attrs, req->attrs_count, attrs, &l.nattrs);
+
+	return st ? st : launch(w, &l, req->func, req->stream);
 }
 
 int32_t pvgpu_handle_func_max_clusters(struct pvgpu_worker *w,

@@ -297,7 +297,7 @@ int32_t pvgpu_handle_ctx_destroy(struct pvgpu_worker *w,
 
 		if (o->kind == H_FREE || o->kind == H_CTX || o->ctx != req->ctx)
 			continue;
-		if (o->kind == H_MODULE)
+		if (o->charged)		/* modules, arrays */
 			pvgpu_module_uncharge(w, o);
 		pvgpu_handle_release(o);
 	}

@@ -57,7 +57,53 @@ def seeds():
                         W.message("driver_call_async", 0, fn=16, args=[(1 << 24) | 4, 0]))
               + W.message("driver_call", 25, fn=17, args=[(1 << 24) | 4])
               + W.message("driver_call", 26, fn=18, args=[(1 << 24) | 3]))
+    # Modules and launches: an image the sim parses (the build's cubin and
+    # PTX of vecadd.cu), its function, plain launches and launches with
+    # attributes, good ones and ones the worker must refuse (module 2,
+    # function 3 in this session).
+    modules = {}
+    for kind in ("cubin", "ptx"):
+        path = os.path.join(REPO, os.environ.get("PVGPU_BUILD", "build"), "tests",
+                            "kernels", "images", "vecadd." + kind)
+        if not os.path.exists(path):
+            continue
+        image = open(path, "rb").read()
+        mod, fn = (1 << 24) | 2, (1 << 24) | 3
+        params = base.to_bytes(8, "little") * 3 + (64).to_bytes(4, "little")
+        shape = dict(func=fn, grid_x=2, grid_y=1, grid_z=1, block_x=32, block_y=1,
+                     block_z=1, shared_bytes=0, stream=0)
+        modules["module_" + kind] = (
+            session
+            + W.message("module_load", 30, size=len(image)) + W.data_frames(image, 30)
+            + W.message("module_get_function", 31, module=mod, name="vec_add")
+            + W.message("func_get_attribute", 32, func=fn, attr=0)
+            + W.message("func_occupancy", 33, func=fn, block_size=128, dynamic_smem=0, flags=0)
+            + W.batch(W.message("launch_kernel", 0, params=params, **shape),
+                      W.message("launch_kernel_ex", 0, attrs=[4, 2, 1, 1, 8, 0, 0, 0],
+                                params=params, **shape),
+                      W.message("launch_kernel_ex", 0, attrs=[2, 1, 0, 0], params=params,
+                                **shape),
+                      W.message("launch_kernel_ex", 0, attrs=[7, 1, 0, 0, 4, 3], params=params,
+                                **shape))
+            + W.message("ctx_synchronize", 34)
+            + W.message("module_unload", 35, module=mod) + free)
+    # CUDA arrays: one made (handle 2 after the context), a box in and out
+    # of the allocation, one past its rows, a destroy and a stale use.
+    arr = (1 << 24) | 2
+    box = dict(array=arr, x=4, y=1, z=0, width=16, height=2, depth=1, dptr=base,
+               pitch=64, rows=0, stream=0)
+    arrays = (W.message("array_create", 40, width=37, height=5, depth=0, format=0x20,
+                        channels=1, flags=0)
+              + W.message("array_copy", 41, to_array=1, **box)
+              + W.message("array_copy", 42, to_array=0, **box)
+              + W.message("array_copy", 43, to_array=0, **dict(box, y=4))
+              + W.message("array_create", 44, width=8, height=8, depth=8, format=0x01,
+                          channels=4, flags=0)
+              + W.message("array_destroy", 45, array=arr)
+              + W.message("array_copy", 46, to_array=1, **box))
     return {
+        **modules,
+        "arrays": session + arrays + free,
         "hello": hello,
         "copies": session + h2d + d2h + free,
         "batch": session + memset + d2h,

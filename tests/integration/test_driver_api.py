@@ -30,6 +30,10 @@ PROGRAMS = sorted(p.stem for p in (REPO / "tests" / "programs").glob("*.cu"))
 KERNELS = sorted("kernels/" + p.stem
                  for p in (REPO / "tests" / "programs" / "kernels").glob("*.cu")
                  if p.stem != "fault")
+# Programs pvgpu's runtime shim cannot run, so nothing to compare with: it
+# refuses launch attributes (guest-lib/cudart/runtime_launch.c) and has no
+# cooperative launch, no 3D copies and no arrays. Each checks its own results.
+NOT_THROUGH_SHIM = {"kernels/launchex", "kernels/copies3d", "kernels/arrays"}
 # Lines that are measurements, not results.
 TIMING = re.compile(r"\d+(\.\d+)? ?(ms|us|µs|s)\b")
 
@@ -124,6 +128,8 @@ def test_nvidia_runtime_over_libcuda(programs, twins_daemon, libdir, name, way):
     res = run(path, env_for(libdir, twins_daemon.unix))
     programs.assert_passed(res, twins_daemon)
     assert sessions(twins_daemon) > before, twins_daemon.log()
+    if name in NOT_THROUGH_SHIM:
+        return
     # The same results as through pvgpu's runtime shim.
     ref = programs.run(name, programs.pvgpu_env(twins_daemon.unix))
     programs.assert_passed(ref, twins_daemon)
@@ -479,22 +485,35 @@ def test_generic_driver_call(twins_daemon, libdir, tmp_path):
     """Functions forwarded by one annotation line each: limits, cache
     config and stream priorities answered by the backend, stream memory
     operations whose device range the worker checks."""
-    script = tmp_path / "generic.py"
-    script.write_text(GENERIC_SCRIPT)
-    env = env_for(libdir, twins_daemon.unix)
-    res = subprocess.run([sys.executable, str(script), str(LIBCUDA)], env=env,
-                         capture_output=True, text=True, timeout=60)
+    check_generic_driver_call(twins_daemon, libdir, tmp_path)
+
+
+def run_script(daemon, libdir, tmp_path, text, *args, debug=False):
+    """A ctypes script over pvgpu's libcuda.so.1 (argv[1]) and args: its
+    stdout lines and stderr, once it has ended with PASS."""
+    script = tmp_path / "script.py"
+    script.write_text(text)
+    env = env_for(libdir, daemon.unix)
+    if debug:
+        env["PVGPU_DEBUG"] = "1"
+    res = subprocess.run([sys.executable, str(script), str(LIBCUDA)] + [str(a) for a in args],
+                         env=env, capture_output=True, text=True, timeout=60)
     out = res.stdout.splitlines()
     assert res.returncode == 0 and out[-1:] == ["PASS"], res.stdout + res.stderr
+    return out, res.stderr
+
+
+def check_generic_driver_call(daemon, libdir, tmp_path):
+    out, _ = run_script(daemon, libdir, tmp_path, GENERIC_SCRIPT)
     assert "printf fifo 1048576" in out
     assert "heap 67108864" in out
     assert "bad limit 1" in out                 # CUDA_ERROR_INVALID_VALUE
     assert "priorities 0 -5" in out
     assert "cache config 2" in out
     assert "words 0xfeed 0x1234567890" in out
-    assert "past the end 1" in out, res.stdout
+    assert "past the end 1" in out, out
     assert "pitch 512" in out
-    assert "rows 7 7 0 7 7 [4, 3, 2, 1]" in out, res.stdout
+    assert "rows 7 7 0 7 7 [4, 3, 2, 1]" in out, out
     assert "2d past the end 1" in out
     assert "free twice 1" in out
 
@@ -570,19 +589,17 @@ def test_stream_capture_and_graphs(twins_daemon, libdir, tmp_path):
     it lasts are recorded, not run; the graph's handles live in the
     worker's table (the guest never sees the executor's values) and a
     stale or foreign one is refused there."""
+    check_stream_capture_and_graphs(twins_daemon, libdir, tmp_path)
+
+
+def check_stream_capture_and_graphs(daemon, libdir, tmp_path):
     image = BUILD / "tests" / "kernels" / "images" / "vecadd.fatbin"
-    script = tmp_path / "graphs.py"
-    script.write_text(GRAPH_SCRIPT)
-    env = env_for(libdir, twins_daemon.unix)
-    res = subprocess.run([sys.executable, str(script), str(LIBCUDA), str(image)],
-                         env=env, capture_output=True, text=True, timeout=60)
-    out = res.stdout.splitlines()
-    assert res.returncode == 0 and out[-1:] == ["PASS"], res.stdout + res.stderr
+    out, _ = run_script(daemon, libdir, tmp_path, GRAPH_SCRIPT, image)
     assert out[:3] == ["capturing before 0", "capturing during 1",
-                       "capturing after 0"], res.stdout
+                       "capturing after 0"], out
     assert "before launch 0.0" in out
     # c = a + b + b after each launch of the graph: 10 + 1.0, both times.
-    assert "after two launches 11.0 1000.0" in out, res.stdout
+    assert "after two launches 11.0 1000.0" in out, out
     assert "destroyed twice 400" in out             # CUDA_ERROR_INVALID_HANDLE
     # An unknown graph is refused by the worker; the launch is async, so
     # the error comes at the next synchronising call.
@@ -741,3 +758,238 @@ def test_memcpy_peer(start_pvgpud):
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stdout + res.stderr
     assert res.stdout.split() == ["True", "201"], res.stdout  # INVALID_CONTEXT
+
+
+    assert "bogus graph 0" in out and "sync after bogus 400" in out, out
+    assert "legacy stream 900" in out, out  # STREAM_CAPTURE_UNSUPPORTED
+
+
+LAUNCH_EX_SCRIPT = r'''
+import ctypes, struct, sys
+cu = ctypes.CDLL(sys.argv[1])
+image = open(sys.argv[2], "rb").read()
+c_size, vp, c_uint = ctypes.c_size_t, ctypes.c_void_p, ctypes.c_uint
+def must(name, *args):
+    r = getattr(cu, name)(*args)
+    if r:
+        sys.exit("%s -> %d" % (name, r))
+class Attr(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4),
+                ("value", ctypes.c_uint * 16)]
+class Config(ctypes.Structure):
+    _fields_ = [("grid", c_uint * 3), ("block", c_uint * 3), ("smem", c_uint),
+                ("stream", vp), ("attrs", ctypes.POINTER(Attr)), ("n", c_uint)]
+class Params(ctypes.Structure):
+    _fields_ = [("function", vp), ("grid", c_uint * 3), ("block", c_uint * 3),
+                ("smem", c_uint), ("stream", vp), ("params", vp)]
+must("cuInit", 0)
+dev, ctx, mod, fn = ctypes.c_int(), vp(), vp(), vp()
+must("cuDeviceGet", ctypes.byref(dev), 0)
+must("cuCtxCreate_v2", ctypes.byref(ctx), 0, dev)
+must("cuModuleLoadData", ctypes.byref(mod), image)
+must("cuModuleGetFunction", ctypes.byref(fn), mod, b"vec_add")
+n = 1024
+a, b, c = ctypes.c_uint64(), ctypes.c_uint64(), ctypes.c_uint64()
+for p in (a, b, c):
+    must("cuMemAlloc_v2", ctypes.byref(p), c_size(4 * n))
+must("cuMemcpyHtoD_v2", a, struct.pack("%df" % n, *[float(i) for i in range(n)]), c_size(4 * n))
+must("cuMemcpyHtoD_v2", b, struct.pack("%df" % n, *[1.0] * n), c_size(4 * n))
+cnt = ctypes.c_int(n)
+params = (vp * 4)(ctypes.addressof(a), ctypes.addressof(b), ctypes.addressof(c),
+                  ctypes.addressof(cnt))
+def result():
+    out = (ctypes.c_float * n)()
+    must("cuCtxSynchronize")
+    must("cuMemcpyDtoH_v2", out, c, c_size(4 * n))
+    r = out[n - 1]
+    must("cuMemsetD32_v2", c, 0, c_size(n))
+    return r
+def launch_ex(*attrs):
+    arr = (Attr * max(len(attrs), 1))()
+    for i, (aid, words) in enumerate(attrs):
+        arr[i].id = aid
+        for j, w in enumerate(words):
+            arr[i].value[j] = w
+    cfg = Config((c_uint * 3)(4, 1, 1), (c_uint * 3)(256, 1, 1), 0, None, arr, len(attrs))
+    return cu.cuLaunchKernelEx(ctypes.byref(cfg), fn, params, None)
+print("ignore only", launch_ex((0, [])), result())
+print("cluster 2 + priority", launch_ex((4, [2, 1, 1]), (8, [0])), result())
+print("cluster 3", launch_ex((4, [3, 1, 1])))
+print("completion event", launch_ex((12, [0, 0])))
+print("access policy window", launch_ex((1, [0, 0, 0, 0])))
+print("cooperative", cu.cuLaunchCooperativeKernel(fn, 4, 1, 1, 256, 1, 1, 0, None, params), result())
+print("cooperative too large", cu.cuLaunchCooperativeKernel(fn, 1000000, 1, 1, 256, 1, 1, 0, None, params))
+one = Params(fn, (c_uint * 3)(4, 1, 1), (c_uint * 3)(256, 1, 1), 0, None,
+             ctypes.cast(params, vp))
+print("multi-device x1", cu.cuLaunchCooperativeKernelMultiDevice(ctypes.byref(one), 1, 0), result())
+two = (Params * 2)(one, one)
+print("multi-device x2", cu.cuLaunchCooperativeKernelMultiDevice(two, 2, 0))
+print("PASS")
+'''
+
+
+def test_launch_attributes(twins_daemon, libdir, tmp_path):
+    """cuLaunchKernelEx carries its attributes to the backend (cluster
+    dimensions and priority run, clusters that do not tile the grid are
+    refused at the launch); an attribute pvgpu cannot carry is
+    CUDA_ERROR_NOT_SUPPORTED with a debug line naming it, never dropped;
+    cooperative launches, and the multi-device one for one device."""
+    check_launch_attributes(twins_daemon, libdir, tmp_path)
+
+
+def check_launch_attributes(daemon, libdir, tmp_path):
+    image = BUILD / "tests" / "kernels" / "images" / "vecadd.fatbin"
+    out, err = run_script(daemon, libdir, tmp_path, LAUNCH_EX_SCRIPT, image, debug=True)
+    assert "ignore only 0 1024.0" in out
+    assert "cluster 2 + priority 0 1024.0" in out
+    assert "cluster 3 912" in out                   # CUDA_ERROR_INVALID_CLUSTER_SIZE
+    assert "completion event 801" in out
+    assert "access policy window 801" in out
+    assert "launch attribute 12 is not supported" in err
+    assert "launch attribute 1 is not supported" in err
+    assert "cooperative 0 1024.0" in out
+    assert "cooperative too large 720" in out       # COOPERATIVE_LAUNCH_TOO_LARGE
+    assert "multi-device x1 0 1024.0" in out
+    assert "multi-device x2 801" in out
+    assert "cuLaunchCooperativeKernelMultiDevice (more than one device)" in err
+
+
+def test_driver_calls_through_remote(start_pvgpud, libdir, tmp_path):
+    """The same through a front `pvgpud --executor remote` to a back sim
+    node: generic driver calls (graph handles tagged by the front, untagged
+    for the node), launch attributes and CUDA arrays are carried across the
+    second hop."""
+    back = start_pvgpud("sim", env={"PVGPU_SIM_TWINS": str(TWINS)})
+    front = start_pvgpud("remote", extra_args=["--remote", back.tcp])
+    check_generic_driver_call(front, libdir, tmp_path)
+    check_stream_capture_and_graphs(front, libdir, tmp_path)
+    check_launch_attributes(front, libdir, tmp_path)
+    # CUDA arrays, handles tagged by the front.
+    res = run(binary("kernels/arrays", "shared"), env_for(libdir, front.unix))
+    assert res.returncode == 0 and res.stdout.splitlines()[-1:] == ["PASS"], \
+        res.stdout + res.stderr + front.log()[-2000:]
+    assert " start: " in back.log(), back.log()[-3000:]
+
+
+COPY3D_SCRIPT = r'''
+import ctypes, sys
+cu = ctypes.CDLL(sys.argv[1])
+vp, sz = ctypes.c_void_p, ctypes.c_size_t
+def must(name, *args):
+    r = getattr(cu, name)(*args)
+    if r:
+        sys.exit("%s -> %d" % (name, r))
+side = [("XInBytes", sz), ("Y", sz), ("Z", sz), ("LOD", sz), ("MemoryType", ctypes.c_int),
+        ("Host", vp), ("Device", ctypes.c_uint64), ("Array", vp), ("reserved", vp),
+        ("Pitch", sz), ("Height", sz)]
+class Copy3D(ctypes.Structure):
+    _fields_ = ([("src" + n, t) for n, t in side] + [("dst" + n, t) for n, t in side]
+                + [("WidthInBytes", sz), ("Height", sz), ("Depth", sz)])
+HOST, DEVICE, ARRAY = 1, 2, 3
+must("cuInit", 0)
+dev, ctx = ctypes.c_int(), vp()
+must("cuDeviceGet", ctypes.byref(dev), 0)
+must("cuCtxCreate_v2", ctypes.byref(ctx), 0, dev)
+d = ctypes.c_uint64()
+must("cuMemAlloc_v2", ctypes.byref(d), sz(4096))
+src = (ctypes.c_ubyte * 4096)(*[i % 251 for i in range(4096)])
+back = (ctypes.c_ubyte * 4096)()
+def copy(**kw):
+    c = Copy3D(srcMemoryType=HOST, srcHost=ctypes.cast(src, vp), dstMemoryType=DEVICE,
+               dstDevice=d.value, WidthInBytes=16, Height=4, Depth=4)
+    for k, v in kw.items():
+        setattr(c, k, v)
+    return cu.cuMemcpy3D_v2(ctypes.byref(c))
+# 16 x 4 x 4 bytes from a host volume of pitch 20, 5 rows a slice, starting
+# at (1, 1, 0), into a device volume of pitch 32, 4 rows a slice.
+print("pitched", copy(srcXInBytes=1, srcY=1, srcPitch=20, srcHeight=5, dstPitch=32, dstHeight=4))
+must("cuMemcpyDtoH_v2", back, d, sz(4096))
+want = [src[(z * 5 + 1 + y) * 20 + 1 + x] for z in range(4) for y in range(4) for x in range(16)]
+got = [back[(z * 4 + y) * 32 + x] for z in range(4) for y in range(4) for x in range(16)]
+print("volume matches", got == want)
+print("no array", copy(srcMemoryType=ARRAY, srcArray=None))
+print("lod", copy(srcLOD=1))
+print("short slices", copy(srcHeight=3))
+print("narrow pitch", copy(srcPitch=8))
+must("cuMemsetD8_v2", d, 0xee, sz(4096))
+print("past the end", copy(dstPitch=512, dstHeight=4))
+must("cuMemcpyDtoH_v2", back, d, sz(4096))
+print("untouched", all(b == 0xee for b in back))
+print("empty", copy(Depth=0))
+print("PASS")
+'''
+
+
+def test_memcpy3d(twins_daemon, libdir, tmp_path):
+    """cuMemcpy3D between host and device memory, pitched and unaligned,
+    slice by slice; what the driver refuses is refused (a level of detail,
+    slices shorter than the copy, a pitch narrower than a row, a volume past
+    the allocation, a NULL array)."""
+    out, _ = run_script(twins_daemon, libdir, tmp_path, COPY3D_SCRIPT)
+    assert out[:2] == ["pitched 0", "volume matches True"], out
+    assert "no array 400" in out                    # CUDA_ERROR_INVALID_HANDLE
+    assert "lod 1" in out
+    assert "short slices 1" in out
+    assert "narrow pitch 1" in out
+    assert "past the end 1" in out
+    assert "untouched True" in out                  # refused before any slice
+    assert "empty 0" in out
+
+
+ARRAY_SCRIPT = r'''
+import ctypes, struct, sys
+cu = ctypes.CDLL(sys.argv[1])
+vp, sz = ctypes.c_void_p, ctypes.c_size_t
+def must(name, *args):
+    r = getattr(cu, name)(*args)
+    if r:
+        sys.exit("%s -> %d" % (name, r))
+class Desc(ctypes.Structure):
+    _fields_ = [("Width", sz), ("Height", sz), ("Format", ctypes.c_int), ("NumChannels", ctypes.c_uint)]
+class Desc3(ctypes.Structure):
+    _fields_ = [("Width", sz), ("Height", sz), ("Depth", sz), ("Format", ctypes.c_int),
+                ("NumChannels", ctypes.c_uint), ("Flags", ctypes.c_uint)]
+FLOAT = 0x20
+must("cuInit", 0)
+dev, ctx = ctypes.c_int(), vp()
+must("cuDeviceGet", ctypes.byref(dev), 0)
+must("cuCtxCreate_v2", ctypes.byref(ctx), 0, dev)
+a, b, c2 = vp(), vp(), vp()
+must("cuArrayCreate_v2", ctypes.byref(a), ctypes.byref(Desc(64, 0, FLOAT, 1)))
+must("cuArrayCreate_v2", ctypes.byref(b), ctypes.byref(Desc(64, 0, FLOAT, 1)))
+must("cuArrayCreate_v2", ctypes.byref(c2), ctypes.byref(Desc(16, 4, FLOAT, 2)))
+d = Desc()
+must("cuArrayGetDescriptor_v2", ctypes.byref(d), c2)
+print("descriptor", d.Width, d.Height, hex(d.Format), d.NumChannels)
+d3 = Desc3()
+must("cuArray3DGetDescriptor_v2", ctypes.byref(d3), a)
+print("3d descriptor", d3.Width, d3.Height, d3.Depth)
+src = struct.pack("8f", *[1.5 * i for i in range(8)])
+must("cuMemcpyHtoA_v2", a, sz(16), src, sz(32))             # floats 4..11
+must("cuMemcpyAtoA_v2", b, sz(0), a, sz(16), sz(32))         # to floats 0..7 of b
+dptr = ctypes.c_uint64()
+must("cuMemAlloc_v2", ctypes.byref(dptr), sz(256))
+must("cuMemcpyAtoD_v2", dptr, b, sz(0), sz(32))
+must("cuMemcpyDtoA_v2", a, sz(128), dptr, sz(32))            # floats 32..39 of a
+out = ctypes.create_string_buffer(32)
+must("cuMemcpyAtoH_v2", out, a, sz(128), sz(32))
+print("round trip", list(struct.unpack("8f", out.raw)))
+print("rows", cu.cuMemcpyHtoA_v2(c2, sz(0), src, sz(32)))
+print("past the end", cu.cuMemcpyHtoA_v2(a, sz(240), src, sz(32)))
+print("destroy", cu.cuArrayDestroy(a), cu.cuArrayDestroy(a))
+print("PASS")
+'''
+
+
+def test_array_linear_copies(twins_daemon, libdir, tmp_path):
+    """1D arrays through the driver's linear copies (host, device and array
+    to array at byte offsets) give back what went in; descriptors are the
+    ones given; an array with rows is NOT_SUPPORTED for them, naming it."""
+    out, err = run_script(twins_daemon, libdir, tmp_path, ARRAY_SCRIPT, debug=True)
+    assert "descriptor 16 4 0x20 2" in out
+    assert "3d descriptor 64 0 0" in out
+    assert "round trip [0.0, 1.5, 3.0, 4.5, 6.0, 7.5, 9.0, 10.5]" in out, out
+    assert "rows 801" in out
+    assert "cuMemcpyHtoA on an array with rows" in err
+    assert "past the end 1" in out
+    assert "destroy 0 400" in out

@@ -337,3 +337,59 @@ def test_fault_poisons_only_its_own_session(daemon):
     vb.run_and_check()
     c = session(daemon)
     VecAdd(c).run_and_check()
+
+
+# ---- launch attributes (launch_kernel_ex) ----------------------------------
+
+CUDA_ERROR_NOT_SUPPORTED = 801
+CUDA_ERROR_INVALID_CLUSTER_SIZE = 912
+CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE = 720
+ATTR_COOPERATIVE, ATTR_CLUSTER, ATTR_EVENT, ATTR_PRIORITY = 2, 4, 7, 8
+
+
+def launch_ex(v, attrs, grid=None):
+    grid = grid or ((v.n + 255) // 256, 1, 1)
+    v.s.queue("launch_kernel_ex", func=v.func, grid_x=grid[0], grid_y=grid[1],
+              grid_z=grid[2], block_x=256, block_y=1, block_z=1,
+              shared_bytes=0, stream=0, attrs=attrs, params=v.params())
+
+
+@pytest.mark.parametrize("attrs,want", [
+    ([ATTR_PRIORITY, 0, 0], CUDA_ERROR_INVALID_VALUE),       # not 4 words each
+    ([ATTR_PRIORITY, 0, 0, 0] * 17, CUDA_ERROR_INVALID_VALUE),  # more than 16
+    ([ATTR_EVENT, 1, 0, 0], CUDA_ERROR_NOT_SUPPORTED),       # carries an event
+    ([99, 0, 0, 0], CUDA_ERROR_NOT_SUPPORTED),               # unknown
+    ([ATTR_COOPERATIVE, 1, 5, 0], CUDA_ERROR_INVALID_VALUE),  # unused word set
+    ([ATTR_CLUSTER, 0, 1, 1], CUDA_ERROR_INVALID_CLUSTER_SIZE),
+    ([ATTR_CLUSTER, 3, 1, 1], CUDA_ERROR_INVALID_CLUSTER_SIZE),  # 4 blocks / 3
+    ([ATTR_CLUSTER, 0xffffffff, 0xffffffff, 1], CUDA_ERROR_INVALID_CLUSTER_SIZE),
+])
+def test_bad_launch_attributes(daemon, attrs, want):
+    """Every attribute word the guest sends is checked by the worker: the
+    launch is refused with a CUDA error for this session, which then runs
+    the same kernel correctly."""
+    s = session(daemon)
+    v = VecAdd(s)
+    launch_ex(v, attrs)
+    assert sync(s) == want
+    v.run_and_check()
+
+
+def test_good_launch_attributes(daemon):
+    """Cluster dimensions that tile the grid, a priority and a cooperative
+    launch the device can hold all run the kernel; a cooperative grid larger
+    than what is resident at once is refused."""
+    s = session(daemon)
+    v = VecAdd(s, n=1024)
+    for attrs in ([ATTR_CLUSTER, 2, 1, 1, ATTR_PRIORITY, 0xfffffffb, 0, 0],
+                  [ATTR_COOPERATIVE, 1, 0, 0], [0 + ATTR_PRIORITY, 0, 0, 0]):
+        zero = bytes(4 * v.n)
+        assert s.call("memcpy_htod", data_in=zero, dst=v.bufs[2], size=len(zero),
+                      stream=0)[0] == CUDA_SUCCESS
+        launch_ex(v, attrs)
+        assert sync(s) == CUDA_SUCCESS, attrs
+        st, _, _, back = s.call("memcpy_dtoh", src=v.bufs[2], size=4 * v.n, stream=0)
+        got = struct.unpack(f"<{v.n}f", back)
+        assert list(got) == [x + y for x, y in zip(v.a, v.b)], attrs
+    launch_ex(v, [ATTR_COOPERATIVE, 1, 0, 0], grid=(100000, 1, 1))
+    assert sync(s) == CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE

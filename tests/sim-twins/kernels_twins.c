@@ -519,6 +519,111 @@ static void expect_index_twin(const struct pvgpu_sim_launch *l)
 	}
 }
 
+/* ---- launchex.cu -------------------------------------------------------- */
+
+/* cluster_ids: out[block] = blocks per cluster * 100 + rank in the cluster
+ * (1-D grids, as the program launches them). */
+static void cluster_ids_twin(const struct pvgpu_sim_launch *l)
+{
+	uint64_t out = pvgpu_sim_arg_ptr(l, 0);
+	uint32_t size = l->cluster.x * l->cluster.y * l->cluster.z;
+
+	if (l->faulted(l))
+		return;
+	if (l->grid.y != 1 || l->grid.z != 1 || l->cluster.y != 1 ||
+	    l->cluster.z != 1) {
+		l->fault(l, "cluster_ids twin: 1-D grids and clusters only");
+		return;
+	}
+	int32_t *h = twin_map(l, out, l->grid.x, 4);
+	if (!h)
+		return;
+	for (uint32_t b = 0; b < l->grid.x; b++)
+		h[b] = (int32_t)(size * 100 + b % l->cluster.x);
+}
+
+/* coop_sum: grid-strided partial sums, a grid-wide barrier, thread 0
+ * adds them.  The barrier needs the whole grid resident, which only a
+ * cooperative launch promises: anything else is a fault here. */
+static void coop_sum_twin(const struct pvgpu_sim_launch *l)
+{
+	uint64_t in = pvgpu_sim_arg_ptr(l, 0), partial = pvgpu_sim_arg_ptr(l, 1);
+	uint64_t out = pvgpu_sim_arg_ptr(l, 2), count = pvgpu_sim_arg_ptr(l, 3);
+	int32_t n;
+
+	if (ARG(l, 4, n) || l->faulted(l))
+		return;
+	if (!l->cooperative) {
+		l->fault(l, "coop_sum twin: a grid barrier in a launch that is "
+			 "not cooperative");
+		return;
+	}
+	uint64_t nt = twin_span_x(l);
+	const int32_t *hin = twin_map(l, in, n > 0 ? (uint64_t)n : 0, 4);
+	int32_t *hp, *hout;
+	uint32_t *hcount;
+	if (!hin || !(hp = twin_map(l, partial, nt, 4)) ||
+	    !(hout = twin_map(l, out, 1, 4)) || !(hcount = twin_map(l, count, 1, 4)))
+		return;
+	for (uint64_t t = 0; t < nt; t++) {	/* phase 1: every thread */
+		uint32_t sum = 0;
+		for (uint64_t i = t; n > 0 && i < (uint64_t)n; i += nt)
+			sum += (uint32_t)hin[i];
+		hp[t] = (int32_t)sum;
+	}
+	uint32_t total = 0;			/* phase 2: thread 0 */
+	for (uint64_t t = 0; t < nt; t++)
+		total += (uint32_t)hp[t];
+	*hout = (int32_t)total;
+	*hcount += l->grid.x;		/* every block arrived */
+}
+
+/* times7: v[i] = i * 7 */
+static void times7_twin(const struct pvgpu_sim_launch *l)
+{
+	uint64_t v = pvgpu_sim_arg_ptr(l, 0);
+	int32_t n;
+
+	if (ARG(l, 1, n) || l->faulted(l))
+		return;
+	uint64_t cnt = twin_count_1d(l, n);
+	int32_t *h = twin_map(l, v, cnt, 4);
+	if (!h)
+		return;
+	for (uint64_t i = 0; i < cnt; i++)
+		h[i] = (int32_t)(i * 7);
+}
+
+/* ---- copies3d.cu -------------------------------------------------------- */
+
+/* scale3d(cudaPitchedPtr p, w, h, d): every element of the volume doubled;
+ * blocks cover y and z, threads x. */
+static void scale3d_twin(const struct pvgpu_sim_launch *l)
+{
+	struct { uint64_t ptr, pitch, xsize, ysize; } p;
+	int32_t w, h, d;
+
+	if (ARG(l, 0, p) || ARG(l, 1, w) || ARG(l, 2, h) || ARG(l, 3, d) ||
+	    l->faulted(l))
+		return;
+	for (uint32_t z = 0; z < l->grid.z; z++)
+		for (uint32_t y = 0; y < l->grid.y; y++)
+			for (uint32_t bx = 0; bx < l->grid.x; bx++)
+				for (uint32_t t = 0; t < l->block.x; t++) {
+					uint64_t x = (uint64_t)bx * l->block.x + t;
+					float *e;
+
+					if (x >= (uint64_t)(w > 0 ? w : 0) || (int64_t)y >= h ||
+					    (int64_t)z >= d)
+						continue;
+					e = twin_map(l, p.ptr + ((uint64_t)z * p.ysize + y) * p.pitch +
+						     x * 4, 1, 4);
+					if (!e)
+						return;
+					*e *= 2.0f;
+				}
+}
+
 const uint32_t pvgpu_sim_twin_abi = PVGPU_SIM_TWIN_ABI;
 
 const struct pvgpu_sim_twin pvgpu_sim_twins[] = {
@@ -544,5 +649,9 @@ const struct pvgpu_sim_twin pvgpu_sim_twins[] = {
 	{ "wild_write", wild_write_twin },
 	{ "say", say_twin },
 	{ "expect_index", expect_index_twin },
+	{ "cluster_ids", cluster_ids_twin },
+	{ "coop_sum", coop_sum_twin },
+	{ "times7", times7_twin },
+	{ "scale3d", scale3d_twin },
 	{ NULL, NULL },
 };

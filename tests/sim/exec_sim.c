@@ -73,12 +73,14 @@ enum sim_kind {
 	SIM_FUNCTION,
 	SIM_GRAPH,
 	SIM_GRAPH_EXEC,
+	SIM_ARRAY,
 };
 
 /* A graph as the sim records it: the launches captured from a stream. */
 struct sim_graph_launch {
-	struct pvgpu_launch l;		/* params point into `params` */
+	struct pvgpu_launch l;		/* params, attrs point into these */
 	unsigned char *params;
+	struct pvgpu_launch_attr attrs[PVGPU_MAX_LAUNCH_ATTRS];
 };
 
 /* Everything that has a handle: contexts, streams, events, modules, ... */
@@ -120,6 +122,11 @@ struct sim_obj {
 			struct sim_graph_launch *v;
 			size_t n, cap;
 		} graph;			/* SIM_GRAPH and SIM_GRAPH_EXEC */
+		struct {
+			unsigned char *data;
+			uint64_t row;	/* bytes per row */
+			uint64_t rows, slices;
+		} array;
 		struct {
 			uint32_t flags;
 			bool recorded;
@@ -420,6 +427,11 @@ static void obj_release(struct sim_obj *o)
 		o->u.graph.n = 0;
 		return;
 	}
+	if (o->kind == SIM_ARRAY) {
+		free(o->u.array.data);
+		o->u.array.data = NULL;
+		return;
+	}
 	if (o->kind != SIM_MODULE || !o->u.module.m)
 		return;
 	m = o->u.module.m;
@@ -502,8 +514,15 @@ static int32_t graph_add(struct sim_obj *g, const struct pvgpu_launch *l)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	if (l->params_size)
 		memcpy(e->params, l->params, l->params_size);
+	if (l->nattrs > PVGPU_MAX_LAUNCH_ATTRS) {
+		free(e->params);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	if (l->nattrs)
+		memcpy(e->attrs, l->attrs, l->nattrs * sizeof(*l->attrs));
 	e->l = *l;
 	e->l.params = e->params;
+	e->l.attrs = e->attrs;
 	e->l.layout = NULL;
 	e->l.nparams = 0;
 	g->u.graph.n++;
@@ -2465,9 +2484,65 @@ static int32_t sim_max_clusters(struct pvgpu_exec *ex, uint64_t func,
 	return CUDA_SUCCESS;
 }
 
+/*
+ * Launch attributes as an sm_90 takes them: clusters of at most 8 blocks
+ * that tile the grid; a cooperative grid no larger than what is resident
+ * at once on 132 SMs; the rest (priority, scheduling hints) change nothing
+ * a simulated device can show.
+ */
+static int32_t sim_launch_attrs(struct pvgpu_exec *ex,
+				const struct pvgpu_launch *l,
+				struct pvgpu_sim_dim3 *cluster, int *coop)
+{
+	*cluster = (struct pvgpu_sim_dim3){ 1, 1, 1 };
+	*coop = 0;
+	for (uint32_t i = 0; i < l->nattrs; i++) {
+		const uint32_t *v = l->attrs[i].v;
+
+		switch (l->attrs[i].id) {
+		case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+			if (!v[0] || !v[1] || !v[2] ||
+			    (uint64_t)v[0] * v[1] * v[2] > 8 ||
+			    l->grid[0] % v[0] || l->grid[1] % v[1] ||
+			    l->grid[2] % v[2])
+				return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+			*cluster = (struct pvgpu_sim_dim3){ v[0], v[1], v[2] };
+			break;
+		case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
+			*coop = v[0] != 0;
+			break;
+		case CU_LAUNCH_ATTRIBUTE_PRIORITY:
+		case CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION:
+		case CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+		case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION:
+		case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
+		case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
+		case CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
+			break;
+		default:
+			return CUDA_ERROR_NOT_SUPPORTED;
+		}
+	}
+	if (*coop) {
+		uint64_t blocks = (uint64_t)l->grid[0] * l->grid[1] * l->grid[2];
+		int32_t per_sm = 0;
+		int32_t rc = sim_occupancy(ex, l->func,
+					   (int32_t)(l->block[0] * l->block[1] * l->block[2]),
+					   l->shared_bytes, 0, &per_sm);
+
+		if (rc)
+			return rc;
+		if (blocks > 132 * (uint64_t)per_sm)
+			return CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
+	}
+	return CUDA_SUCCESS;
+}
+
 static int32_t sim_launch(struct pvgpu_exec *ex,
 			  const struct pvgpu_launch *launch)
 {
+	struct pvgpu_sim_dim3 cluster;
+	int coop;
 	const struct sim_kernel *k;
 	struct sim_run r;
 	struct sim_obj *f;
@@ -2481,6 +2556,8 @@ static int32_t sim_launch(struct pvgpu_exec *ex,
 		if (!f)
 			return CUDA_ERROR_INVALID_HANDLE;
 		rc = launch_check(launch, f);
+		if (!rc)
+			rc = sim_launch_attrs(ex, launch, &cluster, &coop);
 		return rc ? rc : graph_add(capturing(ex, launch->stream), launch);
 	}
 	rc = check_stream(ex, launch->stream);
@@ -2490,6 +2567,8 @@ static int32_t sim_launch(struct pvgpu_exec *ex,
 	if (!f)
 		return CUDA_ERROR_INVALID_HANDLE;
 	rc = launch_check(launch, f);
+	if (!rc)
+		rc = sim_launch_attrs(ex, launch, &cluster, &coop);
 	if (rc)
 		return rc;
 	k = f->u.func.k;
@@ -2538,6 +2617,8 @@ static int32_t sim_launch(struct pvgpu_exec *ex,
 	r.pub.sim = &r;
 	r.pub.dev_printf = run_printf;
 	r.pub.assert_fail = run_assert_fail;
+	r.pub.cluster = cluster;
+	r.pub.cooperative = coop;
 
 	f->u.func.twin->run(&r.pub);
 
@@ -2553,6 +2634,96 @@ out:
 	free(r.params);
 	free(r.layout);
 	return rc;
+}
+
+/*
+ * CUDA arrays: a dense block of host memory, row after row, slice after
+ * slice (a GPU lays them out in its own way, which no program can see).
+ */
+static int32_t sim_array_create(struct pvgpu_exec *ex,
+				const struct pvgpu_array_desc *d, uint64_t *array)
+{
+	uint32_t fb = d->format == CU_AD_FORMAT_UNSIGNED_INT8 ||
+		      d->format == CU_AD_FORMAT_SIGNED_INT8 ? 1 :
+		      d->format == CU_AD_FORMAT_UNSIGNED_INT16 ||
+		      d->format == CU_AD_FORMAT_SIGNED_INT16 ||
+		      d->format == CU_AD_FORMAT_HALF ? 2 :
+		      d->format == CU_AD_FORMAT_UNSIGNED_INT32 ||
+		      d->format == CU_AD_FORMAT_SIGNED_INT32 ||
+		      d->format == CU_AD_FORMAT_FLOAT ? 4 : 0;
+	uint64_t row, rows, slices;
+	struct sim_obj *o;
+	int32_t rc;
+
+	if (!ex || !d || !array)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = ctx_check(ex);
+	if (rc)
+		return rc;
+	if (!fb || !d->width || d->width > 65536 || d->height > 65536 ||
+	    d->depth > 16384 || (d->channels != 1 && d->channels != 2 &&
+				 d->channels != 4) || (d->depth && !d->height))
+		return CUDA_ERROR_INVALID_VALUE;
+	row = d->width * fb * d->channels;
+	rows = d->height ? d->height : 1;
+	slices = d->depth ? d->depth : 1;
+	if (row * rows * slices > (4ull << 30))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	o = obj_new(ex, SIM_ARRAY, ex->cur);
+	if (!o)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	o->u.array.data = calloc(row * rows * slices, 1);
+	if (!o->u.array.data) {
+		obj_free(ex, o);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	o->u.array.row = row;
+	o->u.array.rows = rows;
+	o->u.array.slices = slices;
+	*array = o->handle;
+	return CUDA_SUCCESS;
+}
+
+static int32_t sim_array_destroy(struct pvgpu_exec *ex, uint64_t array)
+{
+	struct sim_obj *o = ex ? obj_find(ex, array, SIM_ARRAY) : NULL;
+
+	if (!o || o->ctx != ex->cur)
+		return CUDA_ERROR_INVALID_HANDLE;
+	obj_free(ex, o);
+	return CUDA_SUCCESS;
+}
+
+static int32_t sim_array_copy(struct pvgpu_exec *ex,
+			      const struct pvgpu_array_copy *c)
+{
+	struct sim_obj *o = ex && c ? obj_find(ex, c->array, SIM_ARRAY) : NULL;
+	int32_t rc;
+
+	if (!o || o->ctx != ex->cur)
+		return CUDA_ERROR_INVALID_HANDLE;
+	rc = check_stream(ex, c->stream);
+	if (rc)
+		return rc;
+	if (c->x > o->u.array.row || c->width > o->u.array.row - c->x ||
+	    c->y > o->u.array.rows || c->height > o->u.array.rows - c->y ||
+	    c->z > o->u.array.slices || c->depth > o->u.array.slices - c->z)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (uint64_t z = 0; z < c->depth; z++)
+		for (uint64_t y = 0; y < c->height; y++) {
+			unsigned char *a = o->u.array.data + ((c->z + z) * o->u.array.rows +
+							      c->y + y) * o->u.array.row + c->x;
+			unsigned char *d = dev_bytes(ex, c->dptr + (z * c->rows + y) * c->pitch,
+						     c->width);
+
+			if (!d)
+				return CUDA_ERROR_INVALID_VALUE;
+			if (c->to_array)
+				memcpy(a, d, c->width);
+			else
+				memcpy(d, a, c->width);
+		}
+	return CUDA_SUCCESS;
 }
 
 /*
@@ -2835,6 +3006,9 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.ctx_disable_peer_access = sim_ctx_disable_peer_access,
 	.memcpy_peer		= sim_memcpy_peer,
 	.memcpy_peer_async	= sim_memcpy_peer_async,
+	.array_create		= sim_array_create,
+	.array_destroy		= sim_array_destroy,
+	.array_copy		= sim_array_copy,
 	.driver_call		= sim_driver_call,
 };
 

@@ -45,7 +45,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define PVGPU_SIM_TWIN_ABI	2
+#define PVGPU_SIM_TWIN_ABI	3
 
 struct pvgpu_sim_dim3 {
 	uint32_t x, y, z;
@@ -104,6 +104,14 @@ struct pvgpu_sim_launch {
 			    const char *file, unsigned int line,
 			    const char *func, struct pvgpu_sim_dim3 block,
 			    struct pvgpu_sim_dim3 thread);
+
+	/* ---- ABI 3 ---- */
+	/* Launch attributes (cuLaunchKernelEx): the cluster dimensions
+	 * (1, 1, 1 without clusters) and whether the launch is cooperative
+	 * (cuLaunchCooperativeKernel: the whole grid is resident, so a twin
+	 * may model grid.sync() as a phase boundary). */
+	struct pvgpu_sim_dim3 cluster;
+	int cooperative;
 };
 
 struct pvgpu_sim_twin {

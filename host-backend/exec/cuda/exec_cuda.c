@@ -101,6 +101,11 @@ struct cuda_api {
 					  unsigned int, unsigned int,
 					  unsigned int, unsigned int, CUstream,
 					  void **, void **);
+	CUresult (CUDAAPI *launch_kernel_ex)(const CUlaunchConfig *, CUfunction,
+					     void **, void **);
+	CUresult (CUDAAPI *array_create)(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *);
+	CUresult (CUDAAPI *array_destroy)(CUarray);
+	CUresult (CUDAAPI *memcpy_3d_async)(const CUDA_MEMCPY3D *, CUstream);
 	CUresult (CUDAAPI *available_dynamic_smem)(size_t *, CUfunction, int, int);
 	CUresult (CUDAAPI *max_active_clusters)(int *, CUfunction, const CUlaunchConfig *);
 	CUresult (CUDAAPI *occupancy_max_blocks)(int *, CUfunction, int, size_t,
@@ -181,6 +186,10 @@ static const struct cuda_sym cuda_syms[] = {
 	SYM(func_get_attribute, "cuFuncGetAttribute", 2020, "cuFuncGetAttribute", NULL, false),
 	SYM(func_set_attribute, "cuFuncSetAttribute", 9000, "cuFuncSetAttribute", NULL, false),
 	SYM(launch_kernel, "cuLaunchKernel", 4000, "cuLaunchKernel", NULL, false),
+	SYM(launch_kernel_ex, "cuLaunchKernelEx", 11060, "cuLaunchKernelEx", NULL, true),
+	SYM(array_create, "cuArray3DCreate", 3020, "cuArray3DCreate_v2", NULL, true),
+	SYM(array_destroy, "cuArrayDestroy", 2000, "cuArrayDestroy", NULL, true),
+	SYM(memcpy_3d_async, "cuMemcpy3DAsync", 3020, "cuMemcpy3DAsync_v2", NULL, true),
 	SYM(max_active_clusters, "cuOccupancyMaxActiveClusters", 11070,
 	    "cuOccupancyMaxActiveClusters", NULL, true),
 	SYM(available_dynamic_smem, "cuOccupancyAvailableDynamicSMemPerBlock", 10020,
@@ -204,6 +213,7 @@ enum cuda_kind {
 	CUDA_EVENT,
 	CUDA_MODULE,
 	CUDA_FUNCTION,
+	CUDA_ARRAY,
 };
 
 /* A driver handle this session owns. */
@@ -1453,6 +1463,70 @@ static int32_t cuda_occupancy(struct pvgpu_exec *ex, uint64_t func,
 	return rc;
 }
 
+/* A launch with attributes (the session has checked their IDs and
+ * unused values): cuLaunchKernelEx, each one as the driver spells it. */
+static int32_t launch_ex(struct pvgpu_exec *ex, const struct pvgpu_launch *l,
+			 CUfunction f, CUstream s, void **args)
+{
+	CUlaunchAttribute attrs[PVGPU_MAX_LAUNCH_ATTRS];
+	CUlaunchConfig c = {
+		.gridDimX = l->grid[0], .gridDimY = l->grid[1],
+		.gridDimZ = l->grid[2], .blockDimX = l->block[0],
+		.blockDimY = l->block[1], .blockDimZ = l->block[2],
+		.sharedMemBytes = l->shared_bytes, .hStream = s,
+		.attrs = attrs, .numAttrs = l->nattrs,
+	};
+
+	if (!ex->api.launch_kernel_ex || l->nattrs > PVGPU_MAX_LAUNCH_ATTRS)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	memset(attrs, 0, sizeof(attrs));
+	for (uint32_t i = 0; i < l->nattrs; i++) {
+		const uint32_t *v = l->attrs[i].v;
+		CUlaunchAttributeValue *a = &attrs[i].value;
+
+		attrs[i].id = (CUlaunchAttributeID)l->attrs[i].id;
+		switch (l->attrs[i].id) {
+		case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+			a->clusterDim.x = v[0];
+			a->clusterDim.y = v[1];
+			a->clusterDim.z = v[2];
+			break;
+		case CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION:
+			a->preferredClusterDim.x = v[0];
+			a->preferredClusterDim.y = v[1];
+			a->preferredClusterDim.z = v[2];
+			break;
+		case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
+			if (v[0] > 255 || v[1] > 255)
+				return CUDA_ERROR_INVALID_VALUE;
+			a->memSyncDomainMap.default_ = (unsigned char)v[0];
+			a->memSyncDomainMap.remote = (unsigned char)v[1];
+			break;
+		case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
+			a->cooperative = (int)v[0];
+			break;
+		case CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+			a->clusterSchedulingPolicyPreference = (CUclusterSchedulingPolicy)v[0];
+			break;
+		case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION:
+			a->programmaticStreamSerializationAllowed = (int)v[0];
+			break;
+		case CU_LAUNCH_ATTRIBUTE_PRIORITY:
+			a->priority = (int)v[0];
+			break;
+		case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
+			a->memSyncDomain = (CUlaunchMemSyncDomain)v[0];
+			break;
+		case CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
+			a->sharedMemCarveout = v[0];
+			break;
+		default:
+			return CUDA_ERROR_NOT_SUPPORTED;
+		}
+	}
+	return ex->api.launch_kernel_ex(&c, f, args, NULL);
+}
+
 static int32_t cuda_launch(struct pvgpu_exec *ex,
 			   const struct pvgpu_launch *l)
 {
@@ -1493,13 +1567,108 @@ static int32_t cuda_launch(struct pvgpu_exec *ex,
 	for (i = 0; i < l->nparams; i++)
 		args[i] = (void *)(params + l->layout[i].offset);
 
-	rc = ex->api.launch_kernel(f, l->grid[0], l->grid[1], l->grid[2],
-				   l->block[0], l->block[1], l->block[2],
-				   l->shared_bytes, s,
-				   l->nparams ? args : NULL, NULL);
+	if (l->nattrs)
+		rc = launch_ex(ex, l, f, s, l->nparams ? args : NULL);
+	else
+		rc = ex->api.launch_kernel(f, l->grid[0], l->grid[1], l->grid[2],
+					   l->block[0], l->block[1], l->block[2],
+					   l->shared_bytes, s,
+					   l->nparams ? args : NULL, NULL);
 	if (args != stack_args)
 		free(args);
 	return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* CUDA arrays */
+
+static int32_t cuda_array_create(struct pvgpu_exec *ex,
+				 const struct pvgpu_array_desc *d, uint64_t *array)
+{
+	CUDA_ARRAY3D_DESCRIPTOR desc;
+	CUarray a;
+	CUresult rc;
+
+	if (!ex || !d || !array)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!ex->api.array_create || !ex->api.array_destroy)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	desc = (CUDA_ARRAY3D_DESCRIPTOR){
+		.Width = d->width, .Height = d->height, .Depth = d->depth,
+		.Format = (CUarray_format)d->format, .NumChannels = d->channels,
+		.Flags = d->flags,
+	};
+	rc = ex->api.array_create(&a, &desc);
+	if (rc)
+		return rc;
+	if (handle_add(ex, (uint64_t)(uintptr_t)a, CUDA_ARRAY, ex->cur, 0)) {
+		ex->api.array_destroy(a);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	*array = (uint64_t)(uintptr_t)a;
+	return CUDA_SUCCESS;
+}
+
+static int32_t cuda_array_destroy(struct pvgpu_exec *ex, uint64_t array)
+{
+	struct cuda_handle *e;
+	CUresult rc;
+
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	e = handle_find(ex, array, CUDA_ARRAY);
+	if (!e || e->ctx != ex->cur || !ex->api.array_destroy)
+		return CUDA_ERROR_INVALID_HANDLE;
+	rc = ex->api.array_destroy((CUarray)(uintptr_t)array);
+	if (rc == CUDA_SUCCESS)
+		handle_remove(ex, e);
+	return rc;
+}
+
+static int32_t cuda_array_copy(struct pvgpu_exec *ex,
+			       const struct pvgpu_array_copy *c)
+{
+	struct cuda_handle *e;
+	CUDA_MEMCPY3D m;
+	CUstream s;
+	int32_t rc;
+
+	if (!ex || !c)
+		return CUDA_ERROR_INVALID_VALUE;
+	e = handle_find(ex, c->array, CUDA_ARRAY);
+	if (!e || e->ctx != ex->cur || !ex->api.memcpy_3d_async)
+		return CUDA_ERROR_INVALID_HANDLE;
+	rc = to_stream(ex, c->stream, &s);
+	if (rc)
+		return rc;
+	memset(&m, 0, sizeof(m));
+	if (c->to_array) {
+		m.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+		m.srcDevice = c->dptr;
+		m.srcPitch = c->pitch;
+		m.srcHeight = c->rows;
+		m.dstMemoryType = CU_MEMORYTYPE_ARRAY;
+		m.dstArray = (CUarray)(uintptr_t)c->array;
+		m.dstXInBytes = c->x;
+		m.dstY = c->y;
+		m.dstZ = c->z;
+	} else {
+		m.srcMemoryType = CU_MEMORYTYPE_ARRAY;
+		m.srcArray = (CUarray)(uintptr_t)c->array;
+		m.srcXInBytes = c->x;
+		m.srcY = c->y;
+		m.srcZ = c->z;
+		m.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+		m.dstDevice = c->dptr;
+		m.dstPitch = c->pitch;
+		m.dstHeight = c->rows;
+	}
+	m.WidthInBytes = c->width;
+	m.Height = c->height;
+	m.Depth = c->depth;
+	return ex->api.memcpy_3d_async(&m, s);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1713,5 +1882,8 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.ctx_disable_peer_access = cuda_ctx_disable_peer_access,
 	.memcpy_peer		= cuda_memcpy_peer,
 	.memcpy_peer_async	= cuda_memcpy_peer_async,
+	.array_create		= cuda_array_create,
+	.array_destroy		= cuda_array_destroy,
+	.array_copy		= cuda_array_copy,
 	.driver_call		= cuda_driver_call,
 };

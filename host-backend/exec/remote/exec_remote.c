@@ -37,6 +37,7 @@
 
 #include "client.h"
 #include "executor.h"
+#include "pvgpu_generic.h"
 #include "pvgpu_guest.h"
 #include "pvgpu_proto.h"
 
@@ -945,6 +946,29 @@ static int32_t remote_function_set_attribute(struct pvgpu_exec *ex,
 	return cu(n, pvgpu_call_func_set_attribute(n->c, &q, &r));
 }
 
+/* With launch attributes: the same launch, its attributes as they came. */
+static int32_t remote_launch_ex(struct remote_node *n,
+				const struct pvgpu_launch_kernel_req *q,
+				const struct pvgpu_launch *l)
+{
+	struct pvgpu_launch_kernel_ex_req x = {
+		.func = q->func, .grid_x = q->grid_x, .grid_y = q->grid_y,
+		.grid_z = q->grid_z, .block_x = q->block_x,
+		.block_y = q->block_y, .block_z = q->block_z,
+		.shared_bytes = q->shared_bytes, .stream = q->stream,
+		.params = q->params, .params_len = q->params_len,
+	};
+
+	if (l->nattrs > PVGPU_MAX_LAUNCH_ATTRS || !l->attrs)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (uint32_t i = 0; i < l->nattrs; i++) {
+		x.attrs[4 * i] = l->attrs[i].id;
+		memcpy(&x.attrs[4 * i + 1], l->attrs[i].v, sizeof(l->attrs[i].v));
+	}
+	x.attrs_count = 4 * l->nattrs;
+	return cu(n, pvgpu_call_launch_kernel_ex(n->c, &x));
+}
+
 static int32_t remote_launch(struct pvgpu_exec *ex,
 			     const struct pvgpu_launch *l)
 {
@@ -968,6 +992,8 @@ static int32_t remote_launch(struct pvgpu_exec *ex,
 	q.shared_bytes = l->shared_bytes;
 	q.params = l->params;
 	q.params_len = l->params_size;
+	if (l->nattrs)
+		return remote_launch_ex(n, &q, l);
 	return cu(n, pvgpu_call_launch_kernel(n->c, &q));
 }
 
@@ -1226,6 +1252,135 @@ static int32_t remote_max_clusters(struct pvgpu_exec *ex, uint64_t func,
 	return st;
 }
 
+/* ------------------------------------------------------------------ */
+/* CUDA arrays: the node's, tagged like every other handle */
+
+static int32_t remote_array_create(struct pvgpu_exec *ex,
+				   const struct pvgpu_array_desc *d, uint64_t *array)
+{
+	struct pvgpu_array_create_req q;
+	struct pvgpu_array_create_rep r;
+	struct remote_node *n = cur_node(ex);
+	int32_t st;
+
+	if (!n)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!d || !array)
+		return CUDA_ERROR_INVALID_VALUE;
+	q = (struct pvgpu_array_create_req){
+		.width = d->width, .height = d->height, .depth = d->depth,
+		.format = d->format, .channels = d->channels, .flags = d->flags,
+	};
+	st = cu(n, pvgpu_call_array_create(n->c, &q, &r));
+	return st ? st : tagged(ex, n, r.array, array);
+}
+
+static int32_t remote_array_destroy(struct pvgpu_exec *ex, uint64_t array)
+{
+	struct pvgpu_array_destroy_req q;
+	struct pvgpu_array_destroy_rep r;
+	struct remote_node *n = ex ? untag(ex, array, &q.array) : NULL;
+
+	if (!n)
+		return CUDA_ERROR_INVALID_HANDLE;
+	return cu(n, pvgpu_call_array_destroy(n->c, &q, &r));
+}
+
+static int32_t remote_array_copy(struct pvgpu_exec *ex,
+				 const struct pvgpu_array_copy *c)
+{
+	struct pvgpu_array_copy_req q;
+	struct pvgpu_array_copy_rep r;
+	struct remote_node *n, *sn;
+
+	if (!ex || !c)
+		return CUDA_ERROR_INVALID_VALUE;
+	n = untag(ex, c->array, &q.array);
+	sn = stream_node(ex, c->stream, &q.stream);
+	if (!n || sn != n)
+		return CUDA_ERROR_INVALID_HANDLE;
+	q.x = c->x;
+	q.y = c->y;
+	q.z = c->z;
+	q.width = c->width;
+	q.height = c->height;
+	q.depth = c->depth;
+	q.dptr = c->dptr;
+	q.pitch = c->pitch;
+	q.rows = c->rows;
+	q.to_array = (uint32_t)c->to_array;
+	return cu(n, pvgpu_call_array_copy(n->c, &q, &r));
+}
+
+/* ------------------------------------------------------------------ */
+/* the generic driver call */
+
+/*
+ * The call goes to the node its stream or handle arguments belong to (all
+ * the same one), else to the current context's.  Streams and graph handles
+ * are untagged to the node's own ids, new handles tagged on the way back;
+ * device pointers pass untouched (the worker in front checked them against
+ * the session's allocations, the node checks them again).
+ */
+static int32_t remote_driver_call(struct pvgpu_exec *ex,
+				  const struct pvgpu_generic_fn *f, uint64_t *a)
+{
+	struct remote_node *n = NULL, *hn;
+	uint64_t args[PVGPU_GENERIC_MAX_ARGS] = { 0 };
+	int32_t st;
+
+	if (!ex || !f || !a || f->nargs > PVGPU_GENERIC_MAX_ARGS)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (uint32_t i = 0; i < f->nargs; i++) {
+		switch (f->args[i].kind) {
+		case PVGPU_GA_STREAM:
+			hn = stream_node(ex, a[i], &args[i]);
+			break;
+		case PVGPU_GA_HIN:
+		case PVGPU_GA_HDEL:
+			hn = untag(ex, a[i], &args[i]);
+			break;
+		case PVGPU_GA_OUT:
+		case PVGPU_GA_HNEW:
+			args[i] = a[i] != 0;
+			continue;
+		default:
+			args[i] = a[i];
+			continue;
+		}
+		if (!hn || (n && hn != n))
+			return CUDA_ERROR_INVALID_HANDLE;
+		n = hn;
+	}
+	if (!n)
+		n = cur_node(ex);
+	if (!n)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (f->async) {
+		struct pvgpu_driver_call_async_req q = { .fn = f->id,
+							 .args_count = f->nargs };
+
+		memcpy(q.args, args, sizeof(q.args));
+		return cu(n, pvgpu_call_driver_call_async(n->c, &q));
+	}
+	struct pvgpu_driver_call_req q = { .fn = f->id, .args_count = f->nargs };
+	struct pvgpu_driver_call_rep r = { 0 };
+
+	memcpy(q.args, args, sizeof(q.args));
+	st = cu(n, pvgpu_call_driver_call(n->c, &q, &r));
+	if (st)
+		return st;
+	if (r.results_count != f->nargs)
+		return CUDA_ERROR_UNKNOWN;	/* the node broke the protocol */
+	for (uint32_t i = 0; i < f->nargs; i++) {
+		if (f->args[i].kind == PVGPU_GA_OUT)
+			a[i] = r.results[i];
+		else if (f->args[i].kind == PVGPU_GA_HNEW && a[i])
+			st = tagged(ex, n, r.results[i], &a[i]);
+	}
+	return st;
+}
+
 static const struct pvgpu_executor_ops pvgpu_exec_remote = {
 	.name			= "remote",
 	.open			= remote_open,
@@ -1279,6 +1434,10 @@ static const struct pvgpu_executor_ops pvgpu_exec_remote = {
 	.ctx_disable_peer_access = remote_ctx_disable_peer_access,
 	.memcpy_peer		= remote_memcpy_peer,
 	.memcpy_peer_async	= remote_memcpy_peer_async,
+	.array_create		= remote_array_create,
+	.array_destroy		= remote_array_destroy,
+	.array_copy		= remote_array_copy,
+	.driver_call		= remote_driver_call,
 };
 
 /* How pvgpud finds it: build/lib/pvgpud/exec-remote.so. */
