@@ -26,6 +26,14 @@
 /* DATA frames per sendmsg: 2 iovecs each, well under IOV_MAX. */
 #define FRAMES_PER_SEND		32
 
+/* Objects known idle at once (client.h, pvgpu_client_known_idle). */
+#define IDLE_KEYS		16
+
+struct idle_key {
+	uint8_t kind;
+	uint64_t ctx, handle;
+};
+
 struct pvgpu_client {
 	pthread_mutex_t lock;		/* the wire: one message at a time */
 	struct pvgpu_transport tr;
@@ -56,6 +64,14 @@ struct pvgpu_client {
 	void *ring_mem;			/* in win's arena; NULL: none */
 	int ring_on;
 	struct pvgpu_client_config cfg;
+	/*
+	 * Forwarded operations that may leave work on the device, and the
+	 * objects known idle while work_seq still equals idle_seq.
+	 */
+	uint64_t work_seq;
+	uint64_t idle_seq;
+	unsigned int nidle;
+	struct idle_key idle[IDLE_KEYS];
 };
 
 static uint64_t take_id(struct pvgpu_client *c)
@@ -63,6 +79,148 @@ static uint64_t take_id(struct pvgpu_client *c)
 	if (!c->next_id)		/* 0 is never a request id */
 		c->next_id = 1;
 	return c->next_id++;
+}
+
+/*
+ * Does a forwarded operation leave nothing on the device?  Only these:
+ * what waits for work or asks about it, and the choice of context.
+ */
+static int op_leaves_no_work(uint16_t opcode)
+{
+	switch (opcode) {
+	case PVGPU_OP_CTX_SYNCHRONIZE:
+	case PVGPU_OP_STREAM_SYNCHRONIZE:
+	case PVGPU_OP_STREAM_QUERY:
+	case PVGPU_OP_EVENT_SYNCHRONIZE:
+	case PVGPU_OP_EVENT_QUERY:
+	case PVGPU_OP_CTX_SET:
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+static void note_work_locked(struct pvgpu_client *c, uint16_t opcode)
+{
+	if (!op_leaves_no_work(opcode))
+		c->work_seq++;
+}
+
+static uint64_t work_mark(struct pvgpu_client *c)
+{
+	uint64_t m;
+
+	pthread_mutex_lock(&c->lock);
+	m = c->work_seq;
+	pthread_mutex_unlock(&c->lock);
+	return m;
+}
+
+static void note_idle(struct pvgpu_client *c, uint64_t mark,
+		      enum pvgpu_idle_kind kind, uint64_t ctx, uint64_t handle)
+{
+	struct idle_key k = { .kind = (uint8_t)kind, .ctx = ctx,
+			      .handle = kind == PVGPU_IDLE_CTX ? 0 : handle };
+
+	pthread_mutex_lock(&c->lock);
+	/* Work forwarded since the mark: the answer is already out of date. */
+	if (mark != c->work_seq || c->broken || c->deferred_kept)
+		goto out;
+	if (c->idle_seq != mark) {
+		c->idle_seq = mark;
+		c->nidle = 0;
+	}
+	for (unsigned int i = 0; i < c->nidle; i++)
+		if (c->idle[i].kind == k.kind && c->idle[i].ctx == k.ctx &&
+		    c->idle[i].handle == k.handle)
+			goto out;
+	/* Full: the oldest goes (asking again costs one round trip). */
+	if (c->nidle == IDLE_KEYS) {
+		memmove(c->idle, c->idle + 1, (IDLE_KEYS - 1) * sizeof(c->idle[0]));
+		c->nidle--;
+	}
+	c->idle[c->nidle++] = k;
+out:
+	pthread_mutex_unlock(&c->lock);
+}
+
+/*
+ * Noted idle (or its context noted idle) with nothing forwarded since and
+ * no error held back.
+ */
+static int known_idle(struct pvgpu_client *c, enum pvgpu_idle_kind kind,
+		      uint64_t ctx, uint64_t handle)
+{
+	int known = 0;
+
+	if (kind == PVGPU_IDLE_CTX)
+		handle = 0;
+	pthread_mutex_lock(&c->lock);
+	if (c->broken || c->deferred_kept || c->idle_seq != c->work_seq)
+		goto out;
+	for (unsigned int i = 0; i < c->nidle && !known; i++)
+		known = c->idle[i].ctx == ctx &&
+			((c->idle[i].kind == kind && c->idle[i].handle == handle) ||
+			 c->idle[i].kind == PVGPU_IDLE_CTX);
+	if (known)
+		c->stats.local_answers++;
+out:
+	pthread_mutex_unlock(&c->lock);
+	return known;
+}
+
+int32_t pvgpu_client_wait(struct pvgpu_client *c, enum pvgpu_idle_kind kind,
+			  int query, uint64_t ctx, uint64_t handle)
+{
+	union {
+		struct pvgpu_ctx_synchronize_rep c;
+		struct pvgpu_stream_synchronize_rep ss;
+		struct pvgpu_stream_query_rep sq;
+		struct pvgpu_event_synchronize_rep es;
+		struct pvgpu_event_query_rep eq;
+	} rep;
+	uint64_t mark;
+	int32_t st;
+
+	if (known_idle(c, kind, ctx, handle))
+		return 0;
+	mark = work_mark(c);
+	switch (kind) {
+	case PVGPU_IDLE_CTX: {
+		struct pvgpu_ctx_synchronize_req req = { 0 };
+
+		/* A context has no query: cuCtxSynchronize only. */
+		st = pvgpu_call_ctx_synchronize(c, &req, &rep.c);
+		break;
+	}
+	case PVGPU_IDLE_STREAM:
+		if (query) {
+			struct pvgpu_stream_query_req req = { .stream = handle };
+
+			st = pvgpu_call_stream_query(c, &req, &rep.sq);
+		} else {
+			struct pvgpu_stream_synchronize_req req = { .stream = handle };
+
+			st = pvgpu_call_stream_synchronize(c, &req, &rep.ss);
+		}
+		break;
+	case PVGPU_IDLE_EVENT:
+		if (query) {
+			struct pvgpu_event_query_req req = { .event = handle };
+
+			st = pvgpu_call_event_query(c, &req, &rep.eq);
+		} else {
+			struct pvgpu_event_synchronize_req req = { .event = handle };
+
+			st = pvgpu_call_event_synchronize(c, &req, &rep.es);
+		}
+		break;
+	default:
+		return PVGPU_CLIENT_EENCODE;
+	}
+	if (st == 0)
+		note_idle(c, mark, kind, ctx, handle);
+	return st;
 }
 
 /* --- the wire: the control ring when there is one, else the transport --- */
@@ -314,6 +472,7 @@ int32_t pvgpu_client_call(struct pvgpu_client *c, uint16_t opcode,
 		goto out;
 	id = take_id(c);
 	c->stats.calls++;
+	note_work_locked(c, opcode);
 	st = send_request_locked(c, opcode, id, req, req_len, data_in,
 				 data_in ? data_len : 0);
 	if (st)
@@ -364,6 +523,7 @@ int32_t pvgpu_client_call_staged(struct pvgpu_client *c, uint16_t opcode,
 		goto out;
 	id = take_id(c);
 	c->stats.calls++;
+	note_work_locked(c, opcode);
 	st = send_request_locked(c, opcode, id, req, req_len, NULL, 0);
 	if (st)
 		goto out;
@@ -524,6 +684,7 @@ int32_t pvgpu_client_queue(struct pvgpu_client *c, uint16_t opcode,
 		goto out;
 	}
 	c->stats.async_ops++;
+	note_work_locked(c, opcode);
 	if (data_in_len) {
 		/* Data must be on the wire before the caller reuses it. */
 		st = flush_locked(c);

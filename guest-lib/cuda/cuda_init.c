@@ -785,8 +785,6 @@ CUresult CUDAAPI cuCtxGetDevice(CUdevice *device)
 CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext c)
 {
 	struct cu_ctx *ctx = ctx_or_current(c);
-	struct pvgpu_ctx_synchronize_req req;
-	struct pvgpu_ctx_synchronize_rep rep;
 	struct cu_op op;
 	CUresult r;
 
@@ -795,7 +793,7 @@ CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext c)
 	r = cu_op_begin(&op, ctx);
 	if (r)
 		return r;
-	r = cu_status(pvgpu_call_ctx_synchronize(op.client, &req, &rep));
+	r = cu_status(pvgpu_client_wait(op.client, PVGPU_IDLE_CTX, 0, ctx->remote, 0));
 	cu_op_end(&op);
 	return r;
 }
