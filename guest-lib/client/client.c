@@ -281,46 +281,68 @@ static int32_t break_locked(struct pvgpu_client *c, const char *why, int err)
 	return PVGPU_CLIENT_EIO;
 }
 
-static int32_t flush_locked(struct pvgpu_client *c)
+/*
+ * The queued async messages as one buffer (a BATCH, or a lone message),
+ * taken off the queue: 1 and *iov, or 0 when none are queued.  The bytes
+ * stay in c->batch until the next message is queued, under the lock.
+ */
+static int take_queue_locked(struct pvgpu_client *c, struct iovec *iov)
 {
-	struct iovec iov;
-	int rc;
-
 	if (!c->batch_count)
 		return 0;
 	if (c->batch_count == 1) {
 		/* A lone message needs no BATCH wrapper. */
-		iov.iov_base = c->batch + PVGPU_HDR_SIZE;
-		iov.iov_len = c->batch_len;
+		iov->iov_base = c->batch + PVGPU_HDR_SIZE;
+		iov->iov_len = c->batch_len;
 	} else {
 		put_hdr(c, c->batch, PVGPU_OP_BATCH, (uint32_t)c->batch_len,
 			take_id(c));
-		iov.iov_base = c->batch;
-		iov.iov_len = PVGPU_HDR_SIZE + c->batch_len;
+		iov->iov_base = c->batch;
+		iov->iov_len = PVGPU_HDR_SIZE + c->batch_len;
 	}
 	if (c->batch_count > 1)
 		c->stats.batches++;
 	c->stats.sends++;
 	c->batch_len = 0;
 	c->batch_count = 0;
+	return 1;
+}
+
+static int32_t flush_locked(struct pvgpu_client *c)
+{
+	struct iovec iov;
+	int rc;
+
+	if (!take_queue_locked(c, &iov))
+		return 0;
 	rc = wire_sendv(c, &iov, 1);
 	if (rc)
 		return break_locked(c, "send batch", -rc);
 	return 0;
 }
 
-/* Header, payload, then data as DATA frames of at most data_block bytes. */
-static int32_t send_request_locked(struct pvgpu_client *c, uint16_t opcode,
+/*
+ * The queue (program order: the backend must see it first), then header,
+ * payload and data as DATA frames of at most data_block bytes: a small
+ * request goes out with what was queued before it in one write -- one
+ * system call on a socket, one publication (and at most one wake-up) on
+ * the control ring.  The caller takes the request's id after the queue's
+ * (take_queue_locked), so ids keep their order on the wire.
+ */
+static int32_t send_request_locked(struct pvgpu_client *c,
+				   const struct iovec *queue, uint16_t opcode,
 				   uint64_t id, const uint8_t *req,
 				   size_t req_len, const uint8_t *data,
 				   uint64_t data_len)
 {
 	uint8_t hdr[PVGPU_HDR_SIZE];
 	uint8_t frame_hdr[FRAMES_PER_SEND][PVGPU_HDR_SIZE];
-	struct iovec iov[2 + 2 * FRAMES_PER_SEND];
+	struct iovec iov[3 + 2 * FRAMES_PER_SEND];
 	uint64_t off = 0;
 	int n = 0, rc;
 
+	if (queue)
+		iov[n++] = *queue;
 	put_hdr(c, hdr, opcode, (uint32_t)req_len, id);
 	c->stats.sends++;
 	iov[n++] = (struct iovec){ hdr, PVGPU_HDR_SIZE };
@@ -454,8 +476,10 @@ int32_t pvgpu_client_call(struct pvgpu_client *c, uint16_t opcode,
 			  void *data_out, uint8_t *rep, size_t rep_cap,
 			  size_t *rep_len)
 {
+	struct iovec queue;
 	uint64_t id;
 	int32_t st;
+	int queued;
 
 	*rep_len = 0;
 	if (req_len > PVGPU_MAX_PAYLOAD || (data_in && data_out) ||
@@ -466,14 +490,12 @@ int32_t pvgpu_client_call(struct pvgpu_client *c, uint16_t opcode,
 		st = PVGPU_CLIENT_EIO;
 		goto out;
 	}
-	/* The backend must see the queue first: program order. */
-	st = flush_locked(c);
-	if (st)
-		goto out;
+	queued = take_queue_locked(c, &queue);
 	id = take_id(c);
 	c->stats.calls++;
 	note_work_locked(c, opcode);
-	st = send_request_locked(c, opcode, id, req, req_len, data_in,
+	st = send_request_locked(c, queued ? &queue : NULL, opcode, id, req,
+				 req_len, data_in,
 				 data_in ? data_len : 0);
 	if (st)
 		goto out;
@@ -506,10 +528,12 @@ int32_t pvgpu_client_call_staged(struct pvgpu_client *c, uint16_t opcode,
 				 const uint8_t *req, size_t req_len,
 				 const void *src, void *dst, uint64_t size)
 {
+	struct iovec queue;
 	uint8_t rep[16];
 	size_t rep_len;
 	uint64_t id;
 	int32_t st;
+	int queued;
 
 	if (req_len > PVGPU_MAX_PAYLOAD || !c->win || (!src == !dst))
 		return PVGPU_CLIENT_EENCODE;
@@ -518,13 +542,12 @@ int32_t pvgpu_client_call_staged(struct pvgpu_client *c, uint16_t opcode,
 		st = PVGPU_CLIENT_EIO;
 		goto out;
 	}
-	st = flush_locked(c);
-	if (st)
-		goto out;
+	queued = take_queue_locked(c, &queue);
 	id = take_id(c);
 	c->stats.calls++;
 	note_work_locked(c, opcode);
-	st = send_request_locked(c, opcode, id, req, req_len, NULL, 0);
+	st = send_request_locked(c, queued ? &queue : NULL, opcode, id, req,
+				 req_len, NULL, 0);
 	if (st)
 		goto out;
 	/*
@@ -673,8 +696,10 @@ int32_t pvgpu_client_queue(struct pvgpu_client *c, uint16_t opcode,
 			   const void *data_in, uint64_t data_in_len)
 {
 	size_t need = PVGPU_HDR_SIZE + req_len;
+	struct iovec queue;
 	uint8_t *slot;
 	int32_t st = 0;
+	int queued;
 
 	if (req_len > PVGPU_MAX_PAYLOAD || (data_in_len && !data_in))
 		return PVGPU_CLIENT_EENCODE;
@@ -687,10 +712,10 @@ int32_t pvgpu_client_queue(struct pvgpu_client *c, uint16_t opcode,
 	note_work_locked(c, opcode);
 	if (data_in_len) {
 		/* Data must be on the wire before the caller reuses it. */
-		st = flush_locked(c);
-		if (!st)
-			st = send_request_locked(c, opcode, take_id(c), req,
-						 req_len, data_in, data_in_len);
+		queued = take_queue_locked(c, &queue);
+		st = send_request_locked(c, queued ? &queue : NULL, opcode,
+					 take_id(c), req, req_len, data_in,
+					 data_in_len);
 		goto out;
 	}
 	if (c->batch_len + need > PVGPU_MAX_BATCH) {
@@ -918,10 +943,14 @@ void pvgpu_client_shutdown(struct pvgpu_client *c)
 	/* A thread blocked mid-call holds the lock: leave it be. */
 	if (pthread_mutex_trylock(&c->lock))
 		return;
-	if (!c->broken && qn >= 0 && !flush_locked(c)) {
+	if (!c->broken && qn >= 0) {
+		struct iovec queue;
+		int queued = take_queue_locked(c, &queue);
+
 		id = take_id(c);
 		c->stats.calls++;
-		if (!send_request_locked(c, PVGPU_OP_BYE, id, q, (size_t)qn,
+		if (!send_request_locked(c, queued ? &queue : NULL, PVGPU_OP_BYE,
+					 id, q, (size_t)qn,
 					 NULL, 0))
 			(void)read_reply_locked(c, PVGPU_OP_BYE, id, NULL, 0,
 						r, sizeof(r), &rn);
