@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+from pvgpu_asan import preload_for  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
 LIBCUDA = BUILD / "lib" / "libcuda.so.1"
@@ -90,6 +93,7 @@ def test_32_idle_sessions_use_under_one_percent_of_a_core(sim_daemon, tmp_path):
     env["PVGPU_STAGING_SLOT"] = "1M"
     env["PVGPU_STAGING_SLOTS"] = "4"
     env["PVGPU_DEBUG"] = "1"            # says whether the ring was taken
+    preload_for(LIBCUDA, env)
     guests = []
     try:
         for _ in range(SESSIONS):

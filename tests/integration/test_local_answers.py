@@ -15,6 +15,9 @@ from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+from pvgpu_asan import preload_for  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
 LIBCUDA = BUILD / "lib" / "libcuda.so.1"
@@ -42,101 +45,111 @@ def step(label, *results):
     last[0] = now
 '''
 
-DRIVER_SCRIPT = COMMON + r'''
+# Each front-end's words for the same steps.
+DRIVER_API = r"""
 must("cuInit", 0)
 dev, ctx = c_int(), vp()
 must("cuDeviceGet", ctypes.byref(dev), 0)
 must("cuCtxCreate_v2", ctypes.byref(ctx), 0, dev)
 d = c_u64()
 must("cuMemAlloc_v2", ctypes.byref(d), c_size(64))
+ctx_sync = lambda: call("cuCtxSynchronize")
+stream_sync = lambda s: call("cuStreamSynchronize", s)
+stream_query = lambda s: call("cuStreamQuery", s)
+event_sync = lambda e: call("cuEventSynchronize", e)
+event_query = lambda e: call("cuEventQuery", e)
+fill = lambda v, s: must("cuMemsetD32Async", d, v, c_size(16), s)
+def new_stream():
+    s = vp()
+    must("cuStreamCreate", ctypes.byref(s), 0)
+    return s
+def new_event():
+    e = vp()
+    must("cuEventCreate", ctypes.byref(e), 0)
+    return e
+record = lambda e, s: must("cuEventRecord", e, s)
+def values():
+    buf = (ctypes.c_uint32 * 16)()
+    must("cuMemcpyDtoH_v2", buf, d, c_size(64))
+    return sorted(set(buf))
+# The default stream by its other names: per-thread and legacy handles.
+other_defaults = lambda: [call("cuStreamSynchronize_ptsz", None),
+                          call("cuStreamQuery", vp(1)), call("cuStreamQuery", vp(2))]
+"""
+
+RUNTIME_API = r"""
+d = vp()
+must("cudaMalloc", ctypes.byref(d), c_size(64))
+ctx_sync = lambda: call("cudaDeviceSynchronize")
+stream_sync = lambda s: call("cudaStreamSynchronize", s)
+stream_query = lambda s: call("cudaStreamQuery", s)
+event_sync = lambda e: call("cudaEventSynchronize", e)
+event_query = lambda e: call("cudaEventQuery", e)
+fill = lambda v, s: must("cudaMemsetAsync", d, v, c_size(64), s)
+def new_stream():
+    s = vp()
+    must("cudaStreamCreate", ctypes.byref(s))
+    return s
+def new_event():
+    e = vp()
+    must("cudaEventCreate", ctypes.byref(e))
+    return e
+record = lambda e, s: must("cudaEventRecord", e, s)
+def values():
+    buf = (ctypes.c_uint8 * 64)()
+    must("cudaMemcpy", buf, d, c_size(64), 2)
+    return sorted(set(buf))
+other_defaults = lambda: [call("cudaStreamSynchronize", vp(2)),
+                          call("cudaStreamQuery", vp(1)), call("cudaStreamQuery", vp(2))]
+"""
+
+STEPS = r"""
 step("setup")
-print("first-sync", call("cuCtxSynchronize"))
+print("first-sync", ctx_sync())
 step("crossed")
-r = [call("cuCtxSynchronize") for _ in range(5)]
-r += [call("cuStreamSynchronize", None), call("cuStreamQuery", None),
-      call("cuStreamSynchronize_ptsz", None), call("cuStreamQuery", vp(1)),
-      call("cuStreamQuery", vp(2))]
+r = [ctx_sync() for _ in range(5)]
+r += [stream_sync(None), stream_query(None)] + other_defaults()
 step("idle", *r)
 # Async work on the legacy stream: the next synchronize crosses, once.
-must("cuMemsetD32Async", d, 7, c_size(16), None)
+fill(7, None)
 step("queued")
-print("sync-after-work", call("cuCtxSynchronize"))
+print("sync-after-work", ctx_sync())
 step("crossed")
-step("again", call("cuCtxSynchronize"), call("cuStreamQuery", None))
-buf = (ctypes.c_uint32 * 16)()
-must("cuMemcpyDtoH_v2", buf, d, c_size(64))
-print("values", *sorted(set(buf)))
+step("again", ctx_sync(), stream_query(None))
+print("values", *values())
 step("copy")
 # A stream of its own: its synchronize crosses, then is known.
-s, e = vp(), vp()
-must("cuStreamCreate", ctypes.byref(s), 0)
-must("cuEventCreate", ctypes.byref(e), 0)
-must("cuMemsetD32Async", d, 9, c_size(16), s)
-must("cuEventRecord", e, s)
+s, e = new_stream(), new_event()
+fill(9, s)
+record(e, s)
 step("stream-work")
-print("stream-sync", call("cuStreamSynchronize", s))
+print("stream-sync", stream_sync(s))
 step("crossed")
 # The stream is known idle; the event of that stream is not (yet).
-step("stream-again", call("cuStreamSynchronize", s), call("cuStreamQuery", s))
-print("event-query", call("cuEventQuery", e))
+step("stream-again", stream_sync(s), stream_query(s))
+print("event-query", event_query(e))
 step("crossed")
-step("event-again", call("cuEventQuery", e), call("cuEventSynchronize", e))
+step("event-again", event_query(e), event_sync(e))
 # The legacy stream was not synchronized since the stream's work.
-print("legacy", call("cuStreamQuery", None))
+print("legacy", stream_query(None))
 step("crossed")
-# An async error: reported by the next synchronize, which crosses.
+"""
+
+# An async error (a stream memory operation past the allocation's end):
+# reported by the next synchronize, which crosses; reported once; and the
+# failed synchronize was no idle answer, so the one after it crosses too.
+DRIVER_ERROR = r"""
 must("cuStreamWriteValue32_v2", s, c_u64(d.value + 62), ctypes.c_uint32(1), 0)
 step("bad-work")
-print("error", call("cuCtxSynchronize"))
+print("error", ctx_sync())
 step("crossed")
-# Reported once; the error was no idle answer, so this crosses again.
-print("after-error", call("cuCtxSynchronize"))
+print("after-error", ctx_sync())
 step("crossed")
-step("idle-again", call("cuCtxSynchronize"), call("cuStreamSynchronize", s),
-     call("cuEventSynchronize", e))
-print("PASS")
-'''
+step("idle-again", ctx_sync(), stream_sync(s), event_sync(e))
+"""
 
-SHIM_SCRIPT = COMMON + r'''
-p = vp()
-must("cudaMalloc", ctypes.byref(p), c_size(64))
-step("setup")
-print("first-sync", call("cudaDeviceSynchronize"))
-step("crossed")
-r = [call("cudaDeviceSynchronize") for _ in range(5)]
-r += [call("cudaStreamSynchronize", None), call("cudaStreamQuery", None)]
-step("idle", *r)
-must("cudaMemsetAsync", p, 7, c_size(64), None)
-step("queued")
-print("sync-after-work", call("cudaDeviceSynchronize"))
-step("crossed")
-step("again", call("cudaDeviceSynchronize"), call("cudaStreamQuery", None))
-s, e = vp(), vp()
-must("cudaStreamCreate", ctypes.byref(s))
-must("cudaEventCreate", ctypes.byref(e))
-must("cudaMemsetAsync", p, 9, c_size(64), s)
-must("cudaEventRecord", e, s)
-step("stream-work")
-print("stream-sync", call("cudaStreamSynchronize", s))
-step("crossed")
-step("stream-again", call("cudaStreamSynchronize", s), call("cudaStreamQuery", s))
-print("event-query", call("cudaEventQuery", e))
-step("crossed")
-step("event-again", call("cudaEventQuery", e), call("cudaEventSynchronize", e))
-buf = (ctypes.c_uint8 * 64)()
-must("cudaMemcpy", buf, p, c_size(64), 2)
-print("values", *sorted(set(buf)))
-print("PASS")
-'''
-
-
-def asan_runtime(lib):
-    res = subprocess.run(["ldd", str(lib)], capture_output=True, text=True)
-    for line in res.stdout.splitlines():
-        parts = line.split()
-        if parts and parts[0].startswith("libasan.so") and len(parts) >= 3:
-            return parts[2]
-    return None
+DRIVER_SCRIPT = COMMON + DRIVER_API + STEPS + DRIVER_ERROR + 'print("PASS")\n'
+SHIM_SCRIPT = COMMON + RUNTIME_API + STEPS + 'print("PASS")\n'
 
 
 def run_script(tmp_path, script, lib, uri):
@@ -148,10 +161,7 @@ def run_script(tmp_path, script, lib, uri):
            if k not in ("PVGPU_DEVICES", "PVGPU_TOKEN", "LD_LIBRARY_PATH")}
     env["LD_LIBRARY_PATH"] = str(lib.parent)
     env["PVGPU_DEVICES"] = uri
-    asan = asan_runtime(lib)
-    if asan:
-        env["LD_PRELOAD"] = asan
-        env["ASAN_OPTIONS"] = "detect_leaks=0:allocator_may_return_null=1"
+    preload_for(lib, env)
     res = subprocess.run([sys.executable, str(path), str(lib)], env=env,
                          capture_output=True, text=True, timeout=60)
     out = res.stdout.splitlines()
@@ -173,10 +183,8 @@ def uri_of(daemon, transport):
         "shm://" + daemon.unix[len("unix://"):]
 
 
-@pytest.mark.parametrize("transport", ["shm", "unix"])
-def test_driver_front_end_answers_idle_syncs_locally(sim_daemon, tmp_path, transport):
-    got, out = run_script(tmp_path, DRIVER_SCRIPT, LIBCUDA,
-                          uri_of(sim_daemon, transport))
+def check_common(got, out):
+    """What both front-ends answer alike (STEPS)."""
     assert got["first-sync"] == ["0"] and crossed(out, "first-sync") == 1
     # Five synchronizes and five default-stream syncs/queries: no round trip.
     assert got["idle"] == ["0"] * 11, out
@@ -190,6 +198,13 @@ def test_driver_front_end_answers_idle_syncs_locally(sim_daemon, tmp_path, trans
     assert crossed(out, "event-query") == 1 and got["event-query"] == ["0"]
     assert got["event-again"] == ["0", "0", "0"], out
     assert crossed(out, "legacy") == 1 and got["legacy"] == ["0"]
+
+
+@pytest.mark.parametrize("transport", ["shm", "unix"])
+def test_driver_front_end_answers_idle_syncs_locally(sim_daemon, tmp_path, transport):
+    got, out = run_script(tmp_path, DRIVER_SCRIPT, LIBCUDA,
+                          uri_of(sim_daemon, transport))
+    check_common(got, out)
     # The async error reaches the next synchronize (CUDA_ERROR_INVALID_VALUE)...
     assert got["error"] == ["1"] and crossed(out, "error") == 1, out
     # ... once; the one after it crosses too, and then all is known idle.
@@ -200,12 +215,4 @@ def test_driver_front_end_answers_idle_syncs_locally(sim_daemon, tmp_path, trans
 @pytest.mark.parametrize("transport", ["shm", "unix"])
 def test_runtime_shim_answers_idle_syncs_locally(sim_daemon, tmp_path, transport):
     got, out = run_script(tmp_path, SHIM_SCRIPT, SHIM, uri_of(sim_daemon, transport))
-    assert got["first-sync"] == ["0"] and crossed(out, "first-sync") == 1
-    assert got["idle"] == ["0"] * 8, out
-    assert crossed(out, "sync-after-work") == 1 and got["sync-after-work"] == ["0"]
-    assert got["again"] == ["0", "0", "0"], out
-    assert crossed(out, "stream-sync") == 1 and got["stream-sync"] == ["0"]
-    assert got["stream-again"] == ["0", "0", "0"], out
-    assert crossed(out, "event-query") == 1 and got["event-query"] == ["0"]
-    assert got["event-again"] == ["0", "0", "0"], out
-    assert got["values"] == ["9"], out
+    check_common(got, out)

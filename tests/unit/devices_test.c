@@ -7,18 +7,7 @@
 #include <string.h>
 
 #include "devices.h"
-
-static int passed, failed;
-
-#define CHECK(cond) do {						\
-	if (cond) {							\
-		passed++;						\
-	} else {							\
-		failed++;						\
-		fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__,	\
-			__LINE__, #cond);				\
-	}								\
-} while (0)
+#include "unit_check.h"
 
 static void test_parse(void)
 {
@@ -69,6 +58,5 @@ int main(void)
 {
 	test_parse();
 	test_gpus();
-	printf("%d passed, %d failed\n", passed, failed);
-	return failed != 0;
+	return UNIT_REPORT();
 }
