@@ -18,17 +18,7 @@
 
 #include "shm/ring.h"
 
-static int passed, failed;
-
-#define CHECK(cond) do {						\
-	if (cond) {							\
-		passed++;						\
-	} else {							\
-		failed++;						\
-		fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__,	\
-			__LINE__, #cond);				\
-	}								\
-} while (0)
+#include "unit_check.h"
 
 /* Kicks as bytes on a socketpair: what the transports do. */
 static int sock_kick(void *arg)
