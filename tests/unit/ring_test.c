@@ -161,6 +161,7 @@ static void test_bad_indexes(void)
 	struct pvgpu_ring_shared *sh;
 	struct pair p;
 	uint8_t buf[64];
+	static uint8_t big[4096];
 	void *region = region_new(cap);
 
 	pair_init(&p, region, cap, 0);
@@ -181,18 +182,33 @@ static void test_bad_indexes(void)
 	CHECK(!strcmp(p.w.error, "the peer's producer index went backwards"));
 	pair_fini(&p);
 
-	/* The guest's consumer index on the reply ring. */
+	/*
+	 * The guest's consumer index on the reply ring.  The worker reads it
+	 * only when what it last saw leaves less than half the ring, or less
+	 * than the message (ring.c): a scribble is found then, and harms
+	 * nothing before.
+	 */
 	pair_init(&p, region, cap, 0);
-	CHECK(!pvgpu_ring_send(&p.w, buf, 32));
-	__atomic_store_n(&sh->dir[1].cons, 33, __ATOMIC_RELEASE);	/* past prod */
+	CHECK(!pvgpu_ring_send(&p.w, big, cap / 2 + 32));
+	__atomic_store_n(&sh->dir[1].cons, cap / 2 + 33, __ATOMIC_RELEASE);	/* past prod */
 	CHECK(pvgpu_ring_send(&p.w, buf, 8) == -EPROTO);
+	CHECK(!strcmp(p.w.error, "the peer's consumer index is past what was sent"));
 	pair_fini(&p);
 	pair_init(&p, region, cap, 0);
-	CHECK(!pvgpu_ring_send(&p.w, buf, 32));
-	CHECK(!pvgpu_ring_recv(&p.g, buf, 32));
-	CHECK(!pvgpu_ring_send(&p.w, buf, 8));		/* saw cons == 32 */
+	CHECK(!pvgpu_ring_send(&p.w, big, cap / 2 + 32));
+	CHECK(!pvgpu_ring_recv(&p.g, big, cap / 2 + 32));
+	CHECK(!pvgpu_ring_send(&p.w, buf, 8));		/* saw cons == cap/2 + 32 */
+	CHECK(p.w.tx_peer == cap / 2 + 32);
 	__atomic_store_n(&sh->dir[1].cons, 4, __ATOMIC_RELEASE);	/* backwards */
-	CHECK(pvgpu_ring_send(&p.w, buf, 8) == -EPROTO);
+	CHECK(!pvgpu_ring_send(&p.w, buf, 8));		/* not looked at yet */
+	CHECK(pvgpu_ring_send(&p.w, big, cap) == -EPROTO);	/* more than it saw room for */
+	CHECK(!strcmp(p.w.error, "the peer's consumer index went backwards"));
+	pair_fini(&p);
+	/* A small message after a small one does not read the index at all. */
+	pair_init(&p, region, cap, 0);
+	CHECK(!pvgpu_ring_send(&p.w, buf, 32));
+	__atomic_store_n(&sh->dir[1].cons, UINT64_MAX, __ATOMIC_RELEASE);
+	CHECK(!pvgpu_ring_send(&p.w, buf, 8) && p.w.tx_peer == 0);
 	pair_fini(&p);
 
 	/* The worker's own index, rewritten by the guest, is never read back. */

@@ -172,17 +172,35 @@ static int publish(struct pvgpu_ring *r)
 
 int pvgpu_ring_sendv(struct pvgpu_ring *r, const struct iovec *iov, int iovcnt)
 {
-	uint64_t mask = r->cap - 1;
+	uint64_t mask = r->cap - 1, total = 0;
+	int64_t room;
 	int rc;
 
+	/*
+	 * The peer's consumer index is read only when what we last saw of it
+	 * leaves less than half the ring, or less than this message: the
+	 * peer writes that word after every read, and loading it for every
+	 * message would pull its cache line across to us and back each time
+	 * (on the critical path of both sides).  What we last saw is never
+	 * more room than there is: indexes only move forwards.
+	 */
+	for (int i = 0; i < iovcnt; i++)
+		total += iov[i].iov_len;
+	room = (int64_t)(r->cap - (r->tx_pos - r->tx_peer));
+	if ((uint64_t)room < r->cap / 2 || (uint64_t)room < total) {
+		room = tx_room(r);
+		if (room < 0)
+			return (int)room;
+	}
 	for (int i = 0; i < iovcnt; i++) {
 		const uint8_t *p = iov[i].iov_base;
 		size_t left = iov[i].iov_len;
 
 		while (left) {
-			int64_t room = tx_room(r);
 			uint64_t n, off, first;
 
+			if (room == 0)
+				room = tx_room(r);
 			if (room == 0) {
 				/* The consumer may be waiting for what we hold back. */
 				if (r->tx_published != r->tx_pos && (rc = publish(r)))
@@ -201,6 +219,7 @@ int pvgpu_ring_sendv(struct pvgpu_ring *r, const struct iovec *iov, int iovcnt)
 			p += n;
 			left -= n;
 			r->tx_pos += n;
+			room -= (int64_t)n;
 			/* A big send goes out in pieces; a small one at its end. */
 			if (r->tx_pos - r->tx_published >= PUBLISH_CHUNK &&
 			    (rc = publish(r)))
@@ -223,9 +242,13 @@ int pvgpu_ring_recv(struct pvgpu_ring *r, void *buf, size_t len)
 	uint8_t *p = buf;
 
 	while (len) {
-		int64_t avail = rx_avail(r);
+		/* What we saw published and have not taken yet, else a look. */
+		int64_t avail = (int64_t)(r->rx_peer - r->rx_pos);
 		uint64_t n, off, first;
 		int rc;
+
+		if ((uint64_t)avail < len)
+			avail = rx_avail(r);
 
 		if (avail == 0)
 			avail = wait_for(r, rx_avail, &r->rx_ctrl->cons_sleeping);
