@@ -220,12 +220,14 @@ __attribute__((destructor)) static void runtime_fini(void)
 		pvgpu_client_shutdown(c);
 		if (!pvgpu_client_stats(c, &s))
 			pvgpu_debug("%s: sent %llu messages: %llu calls, %llu async ops "
-				    "(%llu batches), %llu data frames",
+				    "(%llu batches), %llu data frames; %llu synchronizes "
+				    "and queries answered here",
 				    rt->backends[i].uri, (unsigned long long)s.sends,
 				    (unsigned long long)s.calls,
 				    (unsigned long long)s.async_ops,
 				    (unsigned long long)s.batches,
-				    (unsigned long long)s.data_frames);
+				    (unsigned long long)s.data_frames,
+				    (unsigned long long)s.local_answers);
 	}
 }
 
