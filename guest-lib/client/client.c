@@ -100,6 +100,50 @@ static int op_leaves_no_work(uint16_t opcode)
 	}
 }
 
+/* Does a call's reply wait for the device: a synchronize, a copy? */
+static int op_waits_on_device(uint16_t opcode)
+{
+	switch (opcode) {
+	case PVGPU_OP_CTX_SYNCHRONIZE:
+	case PVGPU_OP_STREAM_SYNCHRONIZE:
+	case PVGPU_OP_EVENT_SYNCHRONIZE:
+	case PVGPU_OP_MEMCPY_HTOD:
+	case PVGPU_OP_MEMCPY_DTOH:
+	case PVGPU_OP_MEMCPY_DTOD:
+	case PVGPU_OP_MEMCPY_HTOD_WINDOW:
+	case PVGPU_OP_MEMCPY_DTOH_WINDOW:
+	case PVGPU_OP_MEMCPY_HTOD_STAGED:
+	case PVGPU_OP_MEMCPY_DTOH_STAGED:
+	case PVGPU_OP_MEMCPY_PEER:
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+/* Read the reply to (opcode, id), spinning long for one that waits on the device. */
+static int32_t read_reply_locked(struct pvgpu_client *c, uint16_t opcode,
+				 uint64_t id, uint8_t *data_out,
+				 uint64_t data_len, uint8_t *rep,
+				 size_t rep_cap, size_t *rep_len);
+
+static int32_t await_reply_locked(struct pvgpu_client *c, uint16_t opcode,
+				  uint64_t id, uint8_t *data_out,
+				  uint64_t data_len, uint8_t *rep,
+				  size_t rep_cap, size_t *rep_len)
+{
+	int32_t st;
+
+	if (!c->ring_on || !op_waits_on_device(opcode))
+		return read_reply_locked(c, opcode, id, data_out, data_len, rep,
+					 rep_cap, rep_len);
+	pvgpu_ring_expect_wait(&c->ring, c->cfg.wait_spin_ns);
+	st = read_reply_locked(c, opcode, id, data_out, data_len, rep, rep_cap,
+			       rep_len);
+	pvgpu_ring_expect_wait(&c->ring, 0);	/* the reply needed no wait */
+	return st;
+}
+
 static void note_work_locked(struct pvgpu_client *c, uint16_t opcode)
 {
 	if (!op_leaves_no_work(opcode))
@@ -499,8 +543,8 @@ int32_t pvgpu_client_call(struct pvgpu_client *c, uint16_t opcode,
 				 data_in ? data_len : 0);
 	if (st)
 		goto out;
-	st = read_reply_locked(c, opcode, id, data_out, data_out ? data_len : 0,
-			       rep, rep_cap, rep_len);
+	st = await_reply_locked(c, opcode, id, data_out, data_out ? data_len : 0,
+				rep, rep_cap, rep_len);
 out:
 	pthread_mutex_unlock(&c->lock);
 	return st;
@@ -560,7 +604,7 @@ int32_t pvgpu_client_call_staged(struct pvgpu_client *c, uint16_t opcode,
 		pvgpu_window_stage_in(c->win, src, size, transport_quiet, c);
 	else
 		pvgpu_window_stage_out(c->win, dst, size, transport_quiet, c);
-	st = read_reply_locked(c, opcode, id, NULL, 0, rep, sizeof(rep), &rep_len);
+	st = await_reply_locked(c, opcode, id, NULL, 0, rep, sizeof(rep), &rep_len);
 	if (c->broken)
 		goto out;
 	if (rep_len != 8) {
@@ -833,6 +877,7 @@ void pvgpu_client_config_init(struct pvgpu_client_config *cfg)
 	snprintf(cfg->devices, sizeof(cfg->devices), "%s",
 		 PVGPU_CLIENT_DEFAULT_DEVICES);
 	cfg->poll_ns = 50 * 1000;
+	cfg->wait_spin_ns = 2000 * 1000;
 	cfg->window = 1;
 	cfg->copy_threads = 2;
 	cfg->window_size = 1ull << 30;

@@ -53,6 +53,13 @@ struct pvgpu_client_config {
 	uint32_t block_size;
 	/* PVGPU_POLL_US: busy-poll for a reply this long before sleeping. */
 	uint64_t poll_ns;
+	/*
+	 * PVGPU_WAIT_SPIN_US: over the control ring, a call that waits on the
+	 * device (a synchronize, a synchronous copy) spins this long for its
+	 * reply before sleeping, as NVIDIA's driver spins in such a call; a
+	 * sleep costs a wake-up of several microseconds at the end.
+	 */
+	uint64_t wait_spin_ns;
 	/* PVGPU_COPY_THREADS: threads copying through the window (1 to 8). */
 	unsigned int copy_threads;
 	/* Use a shared window where the transport has one (1, the default). */

@@ -14,6 +14,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "shm/ring.h"
@@ -368,10 +369,54 @@ static void test_processes(void)
 	close(mfd);
 }
 
+/* A worker that answers 20 ms late: the reply a guest told to wait for. */
+static void *late_reply_thread(void *arg)
+{
+	struct pair *p = arg;
+	struct timespec t = { 0, 20 * 1000 * 1000 };
+	uint8_t b[8] = { 0 };
+
+	nanosleep(&t, NULL);
+	if (pvgpu_ring_send(&p->w, b, sizeof(b)))
+		fprintf(stderr, "late reply: send failed\n");
+	return NULL;
+}
+
+/*
+ * pvgpu_ring_expect_wait: the next wait for a reply spins that long before
+ * sleeping (a synchronous call waiting on the device), then the bounded,
+ * adaptive budget applies again, untaught by it.
+ */
+static void test_expect_wait(void)
+{
+	uint64_t cap = 4096, budget;
+	struct pair p;
+	pthread_t t;
+	uint8_t b[8];
+	void *region = region_new(cap);
+
+	pair_init(&p, region, cap, 1000);	/* 1 us: sleeps at once, else */
+	budget = p.g.spin_ns;
+	pvgpu_ring_expect_wait(&p.g, 2000ull * 1000 * 1000);
+	CHECK(!pthread_create(&t, NULL, late_reply_thread, &p));
+	CHECK(!pvgpu_ring_recv(&p.g, b, sizeof(b)));
+	pthread_join(t, NULL);
+	CHECK(p.g.sleeps == 0);			/* it spun through the 20 ms */
+	CHECK(p.g.spin_once_ns == 0 && p.g.spin_ns == budget);
+	/* The next wait has the usual budget: it sleeps. */
+	CHECK(!pthread_create(&t, NULL, late_reply_thread, &p));
+	CHECK(!pvgpu_ring_recv(&p.g, b, sizeof(b)));
+	pthread_join(t, NULL);
+	CHECK(p.g.sleeps == 1);
+	pair_fini(&p);
+	munmap(region, pvgpu_ring_region_size(cap));
+}
+
 int main(void)
 {
 	test_region();
 	test_one_thread();
+	test_expect_wait();
 	test_bad_indexes();
 	test_peer_gone();
 	test_threads(0);		/* every wait sleeps */

@@ -123,14 +123,18 @@ static int64_t wait_for(struct pvgpu_ring *r, int64_t (*probe)(struct pvgpu_ring
 			uint32_t *flag)
 {
 	struct pvgpu_poll poll = { 0 };
-	uint64_t blocked_at = 0;
+	/* The one-shot budget is for a reply: waits for room keep theirs. */
+	uint64_t blocked_at = 0, once = probe == rx_avail ? r->spin_once_ns : 0;
+	uint64_t budget = once > r->spin_ns ? once : r->spin_ns;
 	int64_t n;
 
+	if (probe == rx_avail)
+		r->spin_once_ns = 0;
 	for (;;) {
 		n = probe(r);
 		if (n)
 			break;
-		if (!blocked_at && r->spin_ns && pvgpu_poll_again(&poll, r->spin_ns))
+		if (!blocked_at && budget && pvgpu_poll_again(&poll, budget))
 			continue;
 		if (!blocked_at)
 			blocked_at = pvgpu_now_ns();
@@ -147,7 +151,9 @@ static int64_t wait_for(struct pvgpu_ring *r, int64_t (*probe)(struct pvgpu_ring
 		if (n < 0)
 			return n;
 	}
-	if (n > 0 && blocked_at) {
+	if (once > r->spin_ns)
+		;	/* a wait told how long to spin teaches nothing */
+	else if (n > 0 && blocked_at) {
 		uint64_t max = r->waiter.spin_max_ns, b = pvgpu_now_ns() - blocked_at;
 
 		if (b < max)
