@@ -202,6 +202,9 @@ $(UNIT_BINS): $(SIM_EXEC)
 $(BUILD)/tests/unit/%: $(OBJ_DIR)/tests/unit/%.o $(UNIT_LINK)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LDLIBS) $(INIH_LIBS) $(MHD_LIBS) -lm
+# The front-ends' device-list parser is the guest's, not the backend's.
+$(BUILD)/tests/unit/devices_test: $(call objs,guest-lib/frontend/devices.c guest-lib/client/debug.c)
+$(OBJ_DIR)/tests/unit/devices_test.o: CFLAGS += $(GUEST_INC)
 
 # libFuzzer: a whole hostile session against a real worker (sim executor).
 FUZZ_CC   ?= clang

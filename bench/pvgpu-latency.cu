@@ -50,7 +50,7 @@ struct options {
 	int iters;
 	int launches;
 	int rounds;
-	int round_trips;	/* --round-trips or PVGPU_DEBUG: print them */
+	int round_trips;	/* through pvgpu: count and print them */
 };
 
 /* One row of the report. */
@@ -79,8 +79,8 @@ static void usage(void)
 "  --iters N            timed iterations per test (default 10000)\n"
 "  --launches N         launches per async round (default 100000)\n"
 "  --rounds N           async rounds, median reported (default 5)\n"
-"  --round-trips        through pvgpu: wire round trips and messages per\n"
-"                       operation (also with PVGPU_DEBUG set)\n"
+"  --round-trips        (always on) through pvgpu: wire round trips and\n"
+"                       messages per operation, also under --compare\n"
 COMMON_OPTIONS_HELP, g_prog);
 }
 
@@ -172,12 +172,11 @@ static void parse_args(struct options *o, int argc, char **argv)
 			usage_error("unknown option '%s'", a);
 		}
 	}
-	{
-		const char *dbg = getenv("PVGPU_DEBUG");
-
-		if (dbg && strcmp(dbg, "0"))
-			o->round_trips = 1;
-	}
+	/*
+	 * Counting reads pvgpu's counters once before and once after each
+	 * test, outside the timed operations: always on through pvgpu.
+	 */
+	o->round_trips = 1;
 	o->iters = iters ? iters : o->co.quick ? 200 : 10000;
 	o->launches = launches ? launches : o->co.quick ? 2000 : 100000;
 	o->rounds = rounds ? rounds : o->co.quick ? 2 : 5;
@@ -366,7 +365,18 @@ typedef int (*wire_stats_fn)(unsigned long long out[5]);
 
 static wire_stats_fn wire_stats(void)
 {
-	return (wire_stats_fn)dlsym(RTLD_DEFAULT, "pvgpu_wire_stats");
+	void *fn = dlsym(RTLD_DEFAULT, "pvgpu_wire_stats");
+	void *h;
+
+	/*
+	 * NVIDIA's runtime dlopens libcuda.so.1 on its own (RTLD_LOCAL):
+	 * pvgpu's driver front-end is found through its handle.
+	 */
+	if (!fn && (h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD))) {
+		fn = dlsym(h, "pvgpu_wire_stats");
+		dlclose(h);
+	}
+	return (wire_stats_fn)fn;
 }
 
 static void print_json(const struct lib_info *li, const struct dev_info *di,
@@ -428,7 +438,9 @@ static void print_table(const struct result *res, int n)
 		;
 	if (i == n)
 		return;
-	printf("\n%-26s %14s %14s\n", "test", "round trips/op", "messages/op");
+	printf("\nthrough pvgpu, per operation (one runtime call; launch: the launch and\n"
+	       "its synchronize; async: a round of launches and one synchronize):\n");
+	printf("%-26s %14s %14s\n", "test", "round trips/op", "messages/op");
 	for (i = 0; i < n; i++)
 		if (isfinite(res[i].rt_per_op))
 			printf("%-26s %14.3f %14.3f\n", res[i].key,
@@ -496,6 +508,26 @@ static int run_here(const struct options *o)
 	return EXIT_OK;
 }
 
+/* The pvgpu child's wire round trips per operation, where it counted them. */
+static void print_compare_round_trips(const struct child_run *pv)
+{
+	const struct jval *res = jget(pv->json, "results");
+	int i, head = 0;
+
+	for (i = 0; res && res->type == J_ARR && i < res->n; i++) {
+		const char *key = jstr(&res->items[i], "key");
+		double rt = jnum(&res->items[i], "round_trips_per_op");
+		double msgs = jnum(&res->items[i], "messages_per_op");
+
+		if (!key || !isfinite(rt))
+			continue;
+		if (!head++)
+			printf("\n%-26s %14s %14s  (pvgpu, per operation)\n", "test",
+			       "round trips", "messages");
+		printf("%-26s %14.3f %14.3f\n", key, rt, msgs);
+	}
+}
+
 static int run_compare(struct options *o, int argc, char **argv)
 {
 	static const struct cmp_field fields[] = {
@@ -523,6 +555,7 @@ static int run_compare(struct options *o, int argc, char **argv)
 		printf("}\n");
 	} else {
 		compare_table(fields, 4, &nat, &pv);
+		print_compare_round_trips(&pv);
 	}
 	return EXIT_OK;
 }

@@ -26,6 +26,14 @@
 /* DATA frames per sendmsg: 2 iovecs each, well under IOV_MAX. */
 #define FRAMES_PER_SEND		32
 
+/* Objects known idle at once (client.h, pvgpu_client_known_idle). */
+#define IDLE_KEYS		16
+
+struct idle_key {
+	uint8_t kind;
+	uint64_t ctx, handle;
+};
+
 struct pvgpu_client {
 	pthread_mutex_t lock;		/* the wire: one message at a time */
 	struct pvgpu_transport tr;
@@ -56,6 +64,14 @@ struct pvgpu_client {
 	void *ring_mem;			/* in win's arena; NULL: none */
 	int ring_on;
 	struct pvgpu_client_config cfg;
+	/*
+	 * Forwarded operations that may leave work on the device, and the
+	 * objects known idle while work_seq still equals idle_seq.
+	 */
+	uint64_t work_seq;
+	uint64_t idle_seq;
+	unsigned int nidle;
+	struct idle_key idle[IDLE_KEYS];
 };
 
 static uint64_t take_id(struct pvgpu_client *c)
@@ -63,6 +79,192 @@ static uint64_t take_id(struct pvgpu_client *c)
 	if (!c->next_id)		/* 0 is never a request id */
 		c->next_id = 1;
 	return c->next_id++;
+}
+
+/*
+ * Does a forwarded operation leave nothing on the device?  Only these:
+ * what waits for work or asks about it, and the choice of context.
+ */
+static int op_leaves_no_work(uint16_t opcode)
+{
+	switch (opcode) {
+	case PVGPU_OP_CTX_SYNCHRONIZE:
+	case PVGPU_OP_STREAM_SYNCHRONIZE:
+	case PVGPU_OP_STREAM_QUERY:
+	case PVGPU_OP_EVENT_SYNCHRONIZE:
+	case PVGPU_OP_EVENT_QUERY:
+	case PVGPU_OP_CTX_SET:
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+/* Does a call's reply wait for the device: a synchronize, a copy? */
+static int op_waits_on_device(uint16_t opcode)
+{
+	switch (opcode) {
+	case PVGPU_OP_CTX_SYNCHRONIZE:
+	case PVGPU_OP_STREAM_SYNCHRONIZE:
+	case PVGPU_OP_EVENT_SYNCHRONIZE:
+	case PVGPU_OP_MEMCPY_HTOD:
+	case PVGPU_OP_MEMCPY_DTOH:
+	case PVGPU_OP_MEMCPY_DTOD:
+	case PVGPU_OP_MEMCPY_HTOD_WINDOW:
+	case PVGPU_OP_MEMCPY_DTOH_WINDOW:
+	case PVGPU_OP_MEMCPY_HTOD_STAGED:
+	case PVGPU_OP_MEMCPY_DTOH_STAGED:
+	case PVGPU_OP_MEMCPY_PEER:
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+/* Read the reply to (opcode, id), spinning long for one that waits on the device. */
+static int32_t read_reply_locked(struct pvgpu_client *c, uint16_t opcode,
+				 uint64_t id, uint8_t *data_out,
+				 uint64_t data_len, uint8_t *rep,
+				 size_t rep_cap, size_t *rep_len);
+
+static int32_t await_reply_locked(struct pvgpu_client *c, uint16_t opcode,
+				  uint64_t id, uint8_t *data_out,
+				  uint64_t data_len, uint8_t *rep,
+				  size_t rep_cap, size_t *rep_len)
+{
+	int32_t st;
+
+	if (!c->ring_on || !op_waits_on_device(opcode))
+		return read_reply_locked(c, opcode, id, data_out, data_len, rep,
+					 rep_cap, rep_len);
+	pvgpu_ring_expect_wait(&c->ring, c->cfg.wait_spin_ns);
+	st = read_reply_locked(c, opcode, id, data_out, data_len, rep, rep_cap,
+			       rep_len);
+	pvgpu_ring_expect_wait(&c->ring, 0);	/* the reply needed no wait */
+	return st;
+}
+
+static void note_work_locked(struct pvgpu_client *c, uint16_t opcode)
+{
+	if (!op_leaves_no_work(opcode))
+		c->work_seq++;
+}
+
+static uint64_t work_mark(struct pvgpu_client *c)
+{
+	uint64_t m;
+
+	pthread_mutex_lock(&c->lock);
+	m = c->work_seq;
+	pthread_mutex_unlock(&c->lock);
+	return m;
+}
+
+static void note_idle(struct pvgpu_client *c, uint64_t mark,
+		      enum pvgpu_idle_kind kind, uint64_t ctx, uint64_t handle)
+{
+	struct idle_key k = { .kind = (uint8_t)kind, .ctx = ctx,
+			      .handle = kind == PVGPU_IDLE_CTX ? 0 : handle };
+
+	pthread_mutex_lock(&c->lock);
+	/* Work forwarded since the mark: the answer is already out of date. */
+	if (mark != c->work_seq || c->broken || c->deferred_kept)
+		goto out;
+	if (c->idle_seq != mark) {
+		c->idle_seq = mark;
+		c->nidle = 0;
+	}
+	for (unsigned int i = 0; i < c->nidle; i++)
+		if (c->idle[i].kind == k.kind && c->idle[i].ctx == k.ctx &&
+		    c->idle[i].handle == k.handle)
+			goto out;
+	/* Full: the oldest goes (asking again costs one round trip). */
+	if (c->nidle == IDLE_KEYS) {
+		memmove(c->idle, c->idle + 1, (IDLE_KEYS - 1) * sizeof(c->idle[0]));
+		c->nidle--;
+	}
+	c->idle[c->nidle++] = k;
+out:
+	pthread_mutex_unlock(&c->lock);
+}
+
+/*
+ * Noted idle (or its context noted idle) with nothing forwarded since and
+ * no error held back.
+ */
+static int known_idle(struct pvgpu_client *c, enum pvgpu_idle_kind kind,
+		      uint64_t ctx, uint64_t handle)
+{
+	int known = 0;
+
+	if (kind == PVGPU_IDLE_CTX)
+		handle = 0;
+	pthread_mutex_lock(&c->lock);
+	if (c->broken || c->deferred_kept || c->idle_seq != c->work_seq)
+		goto out;
+	for (unsigned int i = 0; i < c->nidle && !known; i++)
+		known = c->idle[i].ctx == ctx &&
+			((c->idle[i].kind == kind && c->idle[i].handle == handle) ||
+			 c->idle[i].kind == PVGPU_IDLE_CTX);
+	if (known)
+		c->stats.local_answers++;
+out:
+	pthread_mutex_unlock(&c->lock);
+	return known;
+}
+
+int32_t pvgpu_client_wait(struct pvgpu_client *c, enum pvgpu_idle_kind kind,
+			  int query, uint64_t ctx, uint64_t handle)
+{
+	union {
+		struct pvgpu_ctx_synchronize_rep c;
+		struct pvgpu_stream_synchronize_rep ss;
+		struct pvgpu_stream_query_rep sq;
+		struct pvgpu_event_synchronize_rep es;
+		struct pvgpu_event_query_rep eq;
+	} rep;
+	uint64_t mark;
+	int32_t st;
+
+	if (known_idle(c, kind, ctx, handle))
+		return 0;
+	mark = work_mark(c);
+	switch (kind) {
+	case PVGPU_IDLE_CTX: {
+		struct pvgpu_ctx_synchronize_req req = { 0 };
+
+		/* A context has no query: cuCtxSynchronize only. */
+		st = pvgpu_call_ctx_synchronize(c, &req, &rep.c);
+		break;
+	}
+	case PVGPU_IDLE_STREAM:
+		if (query) {
+			struct pvgpu_stream_query_req req = { .stream = handle };
+
+			st = pvgpu_call_stream_query(c, &req, &rep.sq);
+		} else {
+			struct pvgpu_stream_synchronize_req req = { .stream = handle };
+
+			st = pvgpu_call_stream_synchronize(c, &req, &rep.ss);
+		}
+		break;
+	case PVGPU_IDLE_EVENT:
+		if (query) {
+			struct pvgpu_event_query_req req = { .event = handle };
+
+			st = pvgpu_call_event_query(c, &req, &rep.eq);
+		} else {
+			struct pvgpu_event_synchronize_req req = { .event = handle };
+
+			st = pvgpu_call_event_synchronize(c, &req, &rep.es);
+		}
+		break;
+	default:
+		return PVGPU_CLIENT_EENCODE;
+	}
+	if (st == 0)
+		note_idle(c, mark, kind, ctx, handle);
+	return st;
 }
 
 /* --- the wire: the control ring when there is one, else the transport --- */
@@ -123,46 +325,68 @@ static int32_t break_locked(struct pvgpu_client *c, const char *why, int err)
 	return PVGPU_CLIENT_EIO;
 }
 
-static int32_t flush_locked(struct pvgpu_client *c)
+/*
+ * The queued async messages as one buffer (a BATCH, or a lone message),
+ * taken off the queue: 1 and *iov, or 0 when none are queued.  The bytes
+ * stay in c->batch until the next message is queued, under the lock.
+ */
+static int take_queue_locked(struct pvgpu_client *c, struct iovec *iov)
 {
-	struct iovec iov;
-	int rc;
-
 	if (!c->batch_count)
 		return 0;
 	if (c->batch_count == 1) {
 		/* A lone message needs no BATCH wrapper. */
-		iov.iov_base = c->batch + PVGPU_HDR_SIZE;
-		iov.iov_len = c->batch_len;
+		iov->iov_base = c->batch + PVGPU_HDR_SIZE;
+		iov->iov_len = c->batch_len;
 	} else {
 		put_hdr(c, c->batch, PVGPU_OP_BATCH, (uint32_t)c->batch_len,
 			take_id(c));
-		iov.iov_base = c->batch;
-		iov.iov_len = PVGPU_HDR_SIZE + c->batch_len;
+		iov->iov_base = c->batch;
+		iov->iov_len = PVGPU_HDR_SIZE + c->batch_len;
 	}
 	if (c->batch_count > 1)
 		c->stats.batches++;
 	c->stats.sends++;
 	c->batch_len = 0;
 	c->batch_count = 0;
+	return 1;
+}
+
+static int32_t flush_locked(struct pvgpu_client *c)
+{
+	struct iovec iov;
+	int rc;
+
+	if (!take_queue_locked(c, &iov))
+		return 0;
 	rc = wire_sendv(c, &iov, 1);
 	if (rc)
 		return break_locked(c, "send batch", -rc);
 	return 0;
 }
 
-/* Header, payload, then data as DATA frames of at most data_block bytes. */
-static int32_t send_request_locked(struct pvgpu_client *c, uint16_t opcode,
+/*
+ * The queue (program order: the backend must see it first), then header,
+ * payload and data as DATA frames of at most data_block bytes: a small
+ * request goes out with what was queued before it in one write -- one
+ * system call on a socket, one publication (and at most one wake-up) on
+ * the control ring.  The caller takes the request's id after the queue's
+ * (take_queue_locked), so ids keep their order on the wire.
+ */
+static int32_t send_request_locked(struct pvgpu_client *c,
+				   const struct iovec *queue, uint16_t opcode,
 				   uint64_t id, const uint8_t *req,
 				   size_t req_len, const uint8_t *data,
 				   uint64_t data_len)
 {
 	uint8_t hdr[PVGPU_HDR_SIZE];
 	uint8_t frame_hdr[FRAMES_PER_SEND][PVGPU_HDR_SIZE];
-	struct iovec iov[2 + 2 * FRAMES_PER_SEND];
+	struct iovec iov[3 + 2 * FRAMES_PER_SEND];
 	uint64_t off = 0;
 	int n = 0, rc;
 
+	if (queue)
+		iov[n++] = *queue;
 	put_hdr(c, hdr, opcode, (uint32_t)req_len, id);
 	c->stats.sends++;
 	iov[n++] = (struct iovec){ hdr, PVGPU_HDR_SIZE };
@@ -296,8 +520,10 @@ int32_t pvgpu_client_call(struct pvgpu_client *c, uint16_t opcode,
 			  void *data_out, uint8_t *rep, size_t rep_cap,
 			  size_t *rep_len)
 {
+	struct iovec queue;
 	uint64_t id;
 	int32_t st;
+	int queued;
 
 	*rep_len = 0;
 	if (req_len > PVGPU_MAX_PAYLOAD || (data_in && data_out) ||
@@ -308,18 +534,17 @@ int32_t pvgpu_client_call(struct pvgpu_client *c, uint16_t opcode,
 		st = PVGPU_CLIENT_EIO;
 		goto out;
 	}
-	/* The backend must see the queue first: program order. */
-	st = flush_locked(c);
-	if (st)
-		goto out;
+	queued = take_queue_locked(c, &queue);
 	id = take_id(c);
 	c->stats.calls++;
-	st = send_request_locked(c, opcode, id, req, req_len, data_in,
+	note_work_locked(c, opcode);
+	st = send_request_locked(c, queued ? &queue : NULL, opcode, id, req,
+				 req_len, data_in,
 				 data_in ? data_len : 0);
 	if (st)
 		goto out;
-	st = read_reply_locked(c, opcode, id, data_out, data_out ? data_len : 0,
-			       rep, rep_cap, rep_len);
+	st = await_reply_locked(c, opcode, id, data_out, data_out ? data_len : 0,
+				rep, rep_cap, rep_len);
 out:
 	pthread_mutex_unlock(&c->lock);
 	return st;
@@ -347,10 +572,12 @@ int32_t pvgpu_client_call_staged(struct pvgpu_client *c, uint16_t opcode,
 				 const uint8_t *req, size_t req_len,
 				 const void *src, void *dst, uint64_t size)
 {
+	struct iovec queue;
 	uint8_t rep[16];
 	size_t rep_len;
 	uint64_t id;
 	int32_t st;
+	int queued;
 
 	if (req_len > PVGPU_MAX_PAYLOAD || !c->win || (!src == !dst))
 		return PVGPU_CLIENT_EENCODE;
@@ -359,12 +586,12 @@ int32_t pvgpu_client_call_staged(struct pvgpu_client *c, uint16_t opcode,
 		st = PVGPU_CLIENT_EIO;
 		goto out;
 	}
-	st = flush_locked(c);
-	if (st)
-		goto out;
+	queued = take_queue_locked(c, &queue);
 	id = take_id(c);
 	c->stats.calls++;
-	st = send_request_locked(c, opcode, id, req, req_len, NULL, 0);
+	note_work_locked(c, opcode);
+	st = send_request_locked(c, queued ? &queue : NULL, opcode, id, req,
+				 req_len, NULL, 0);
 	if (st)
 		goto out;
 	/*
@@ -377,7 +604,7 @@ int32_t pvgpu_client_call_staged(struct pvgpu_client *c, uint16_t opcode,
 		pvgpu_window_stage_in(c->win, src, size, transport_quiet, c);
 	else
 		pvgpu_window_stage_out(c->win, dst, size, transport_quiet, c);
-	st = read_reply_locked(c, opcode, id, NULL, 0, rep, sizeof(rep), &rep_len);
+	st = await_reply_locked(c, opcode, id, NULL, 0, rep, sizeof(rep), &rep_len);
 	if (c->broken)
 		goto out;
 	if (rep_len != 8) {
@@ -513,8 +740,10 @@ int32_t pvgpu_client_queue(struct pvgpu_client *c, uint16_t opcode,
 			   const void *data_in, uint64_t data_in_len)
 {
 	size_t need = PVGPU_HDR_SIZE + req_len;
+	struct iovec queue;
 	uint8_t *slot;
 	int32_t st = 0;
+	int queued;
 
 	if (req_len > PVGPU_MAX_PAYLOAD || (data_in_len && !data_in))
 		return PVGPU_CLIENT_EENCODE;
@@ -524,12 +753,13 @@ int32_t pvgpu_client_queue(struct pvgpu_client *c, uint16_t opcode,
 		goto out;
 	}
 	c->stats.async_ops++;
+	note_work_locked(c, opcode);
 	if (data_in_len) {
 		/* Data must be on the wire before the caller reuses it. */
-		st = flush_locked(c);
-		if (!st)
-			st = send_request_locked(c, opcode, take_id(c), req,
-						 req_len, data_in, data_in_len);
+		queued = take_queue_locked(c, &queue);
+		st = send_request_locked(c, queued ? &queue : NULL, opcode,
+					 take_id(c), req, req_len, data_in,
+					 data_in_len);
 		goto out;
 	}
 	if (c->batch_len + need > PVGPU_MAX_BATCH) {
@@ -647,6 +877,7 @@ void pvgpu_client_config_init(struct pvgpu_client_config *cfg)
 	snprintf(cfg->devices, sizeof(cfg->devices), "%s",
 		 PVGPU_CLIENT_DEFAULT_DEVICES);
 	cfg->poll_ns = 50 * 1000;
+	cfg->wait_spin_ns = 2000 * 1000;
 	cfg->window = 1;
 	cfg->copy_threads = 2;
 	cfg->window_size = 1ull << 30;
@@ -757,10 +988,14 @@ void pvgpu_client_shutdown(struct pvgpu_client *c)
 	/* A thread blocked mid-call holds the lock: leave it be. */
 	if (pthread_mutex_trylock(&c->lock))
 		return;
-	if (!c->broken && qn >= 0 && !flush_locked(c)) {
+	if (!c->broken && qn >= 0) {
+		struct iovec queue;
+		int queued = take_queue_locked(c, &queue);
+
 		id = take_id(c);
 		c->stats.calls++;
-		if (!send_request_locked(c, PVGPU_OP_BYE, id, q, (size_t)qn,
+		if (!send_request_locked(c, queued ? &queue : NULL, PVGPU_OP_BYE,
+					 id, q, (size_t)qn,
 					 NULL, 0))
 			(void)read_reply_locked(c, PVGPU_OP_BYE, id, NULL, 0,
 						r, sizeof(r), &rn);

@@ -53,6 +53,13 @@ struct pvgpu_client_config {
 	uint32_t block_size;
 	/* PVGPU_POLL_US: busy-poll for a reply this long before sleeping. */
 	uint64_t poll_ns;
+	/*
+	 * PVGPU_WAIT_SPIN_US: over the control ring, a call that waits on the
+	 * device (a synchronize, a synchronous copy) spins this long for its
+	 * reply before sleeping, as NVIDIA's driver spins in such a call; a
+	 * sleep costs a wake-up of several microseconds at the end.
+	 */
+	uint64_t wait_spin_ns;
 	/* PVGPU_COPY_THREADS: threads copying through the window (1 to 8). */
 	unsigned int copy_threads;
 	/* Use a shared window where the transport has one (1, the default). */
@@ -107,6 +114,7 @@ struct pvgpu_client_stats {
 	uint64_t batches;	/* BATCH messages */
 	uint64_t data_frames;	/* DATA frames sent */
 	uint64_t output_bytes;	/* device printf/assert output received */
+	uint64_t local_answers;	/* synchronizes/queries answered in the guest */
 };
 
 /* 0 and *out, or -1 when another thread holds the connection. */
@@ -135,6 +143,35 @@ int32_t pvgpu_client_call(struct pvgpu_client *c, uint16_t opcode,
 int32_t pvgpu_client_queue(struct pvgpu_client *c, uint16_t opcode,
 			   const uint8_t *req, size_t req_len,
 			   const void *data_in, uint64_t data_in_len);
+
+/*
+ * A synchronize or query: of a context (its whole work), a stream of ctx
+ * (0: the context's default stream) or an event of ctx.  `query` asks
+ * (stream_query, event_query: CUDA_ERROR_NOT_READY while busy) instead of
+ * waiting.  ctx and handle are the backend's.
+ *
+ * What the guest already knows is answered here (DESIGN §4).  The client
+ * counts every operation it forwards that may leave work on the device
+ * (all but the synchronize and query operations themselves and ctx_set).
+ * When a synchronize or query that crossed the wire reports its object
+ * idle, with no error, the object is noted idle as of the count taken
+ * before it was sent; while nothing has been forwarded since, a
+ * synchronize or query of that object -- or of any stream or event of a
+ * context noted idle -- returns CUDA_SUCCESS with no round trip.  Any
+ * forwarded operation, on any stream or context of the connection, ends
+ * all of it: so the legacy default stream's implicit waits, per-thread
+ * default streams and other contexts need no special case, and an error of
+ * an async operation (or one held back, or a sticky one) still reaches the
+ * next synchronize, which crosses.
+ */
+enum pvgpu_idle_kind {
+	PVGPU_IDLE_CTX = 1,
+	PVGPU_IDLE_STREAM,
+	PVGPU_IDLE_EVENT,
+};
+
+int32_t pvgpu_client_wait(struct pvgpu_client *c, enum pvgpu_idle_kind kind,
+			  int query, uint64_t ctx, uint64_t handle);
 
 struct pvgpu_window_map;
 

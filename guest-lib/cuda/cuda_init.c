@@ -4,7 +4,6 @@
  * driver's version and error names, and contexts (primary and created,
  * with the per-thread current-context stack the driver defines).
  */
-#include <ctype.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +13,7 @@
 #include "cuda_surface.h"
 #include "config_env.h"
 #include "debug.h"
+#include "devices.h"
 #include "pvgpu_guest.h"
 
 #define PVGPU_DRIVER_VERSION	13000
@@ -134,51 +134,21 @@ static void add_device(int backend, int index)
 
 static void init_once(void)
 {
-	const char *list;
+	struct pvgpu_device_entry *entries;
+	int n, *backend;
 
 	pvgpu_config_from_env(&cu_cfg);
-	list = cu_config_devices();
-	char *copy, *save = NULL, *tok;
-	size_t max = 1;
-	struct { int backend, index; } *entries;
-	int n = 0;
-
-	copy = strdup(list);
-	for (const char *p = list; *p; p++)
-		max += *p == ',';
-	entries = calloc(max, sizeof(*entries));
-	cu.backends = calloc(max, sizeof(*cu.backends));
-	if (!copy || !entries || !cu.backends) {
-		free(copy);
+	n = pvgpu_devices_parse(cu_config_devices(), &entries);
+	backend = n < 0 ? NULL : calloc((size_t)n + 1, sizeof(*backend));
+	cu.backends = backend ? calloc((size_t)n + 1, sizeof(*cu.backends)) : NULL;
+	if (!cu.backends) {
+		free(backend);
 		free(entries);
 		cu.init_error = CUDA_ERROR_OUT_OF_MEMORY;
 		return;
 	}
-	for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-		char *e = tok, *end, *hash;
-		int index = -1;
-
-		while (isspace((unsigned char)*e))
-			e++;
-		end = e + strlen(e);
-		while (end > e && isspace((unsigned char)end[-1]))
-			*--end = '\0';
-		if (!*e)
-			continue;
-		hash = strrchr(e, '#');
-		if (hash && hash[1] && strspn(hash + 1, "0123456789") == strlen(hash + 1)) {
-			index = atoi(hash + 1);
-			*hash = '\0';
-		}
-		if (strlen(e) >= sizeof(cu.backends[0].uri)) {
-			pvgpu_debug("PVGPU_DEVICES: ignoring '%s'", e);
-			continue;
-		}
-		entries[n].backend = backend_of(e);
-		entries[n].index = index;
-		n++;
-	}
-	free(copy);
+	for (int i = 0; i < n; i++)
+		backend[i] = backend_of(entries[i].uri);
 	for (int i = 0; i < cu.nbackends; i++) {
 		char err[256] = "";
 
@@ -189,16 +159,18 @@ static void init_once(void)
 		}
 	}
 	for (int i = 0; i < n; i++) {
-		struct cu_backend *be = &cu.backends[entries[i].backend];
-		int count, index = entries[i].index;
+		struct cu_backend *be = &cu.backends[backend[i]];
+		int first, end;
 
 		if (!be->client)
 			continue;
-		count = pvgpu_client_info(be->client)->device_count;
-		for (int g = index < 0 ? 0 : index;
-		     g < (index < 0 ? count : (index < count ? index + 1 : 0)); g++)
-			add_device(entries[i].backend, g);
+		pvgpu_device_entry_gpus(&entries[i],
+					pvgpu_client_info(be->client)->device_count,
+					&first, &end);
+		for (int g = first; g < end; g++)
+			add_device(backend[i], g);
 	}
+	free(backend);
 	free(entries);
 	for (int i = 0; i < cu.ndevices; i++)
 		fetch_device(&cu.devices[i]);
@@ -785,8 +757,6 @@ CUresult CUDAAPI cuCtxGetDevice(CUdevice *device)
 CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext c)
 {
 	struct cu_ctx *ctx = ctx_or_current(c);
-	struct pvgpu_ctx_synchronize_req req;
-	struct pvgpu_ctx_synchronize_rep rep;
 	struct cu_op op;
 	CUresult r;
 
@@ -795,7 +765,7 @@ CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext c)
 	r = cu_op_begin(&op, ctx);
 	if (r)
 		return r;
-	r = cu_status(pvgpu_call_ctx_synchronize(op.client, &req, &rep));
+	r = cu_status(pvgpu_client_wait(op.client, PVGPU_IDLE_CTX, 0, ctx->remote, 0));
 	cu_op_end(&op);
 	return r;
 }

@@ -108,23 +108,19 @@ CUresult CUDAAPI cuStreamDestroy(CUstream s)
 
 static CUresult stream_sync(CUstream s, int query)
 {
-	struct pvgpu_stream_synchronize_req req;
-	struct pvgpu_stream_synchronize_rep rep;
-	struct pvgpu_stream_query_req qreq;
-	struct pvgpu_stream_query_rep qrep;
 	struct cu_ctx *ctx;
+	uint64_t remote;
 	struct cu_op op;
 	CUresult r;
 
-	r = cu_stream_resolve(s, &ctx, &req.stream);
+	r = cu_stream_resolve(s, &ctx, &remote);
 	if (r)
 		return r;
 	r = cu_op_begin(&op, ctx);
 	if (r)
 		return r;
-	qreq.stream = req.stream;
-	r = cu_status(query ? pvgpu_call_stream_query(op.client, &qreq, &qrep) :
-			      pvgpu_call_stream_synchronize(op.client, &req, &rep));
+	r = cu_status(pvgpu_client_wait(op.client, PVGPU_IDLE_STREAM, query,
+					ctx->remote, remote));
 	cu_op_end(&op);
 	return r;
 }
@@ -436,21 +432,16 @@ CUresult CUDAAPI cuEventRecordWithFlags_ptsz(CUevent e, CUstream s, unsigned int
 static CUresult event_wait(CUevent e, int query)
 {
 	struct cu_event *ev = event_check(e);
-	struct pvgpu_event_synchronize_req req;
-	struct pvgpu_event_synchronize_rep rep;
-	struct pvgpu_event_query_req qreq;
-	struct pvgpu_event_query_rep qrep;
 	struct cu_op op;
 	CUresult r;
 
 	if (!ev)
 		return CUDA_ERROR_INVALID_HANDLE;
-	req.event = qreq.event = ev->remote;
 	r = cu_op_begin(&op, ev->ctx);
 	if (r)
 		return r;
-	r = cu_status(query ? pvgpu_call_event_query(op.client, &qreq, &qrep) :
-			      pvgpu_call_event_synchronize(op.client, &req, &rep));
+	r = cu_status(pvgpu_client_wait(op.client, PVGPU_IDLE_EVENT, query,
+					ev->ctx->remote, ev->remote));
 	cu_op_end(&op);
 	return r;
 }

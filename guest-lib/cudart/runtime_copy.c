@@ -94,15 +94,14 @@ static cudaError_t plan_copy(void *dst, const void *src, size_t count,
 /* Wait for everything queued on a stream (cudaStreamSynchronize). */
 static cudaError_t drain_stream(int device, uint64_t remote)
 {
-	struct pvgpu_stream_synchronize_req req = { .stream = remote };
-	struct pvgpu_stream_synchronize_rep rep;
 	struct pvgpu_op op;
 	cudaError_t err;
 
 	err = pvgpu_op_begin(&op, device, 1);
 	if (err)
 		return err;
-	err = pvgpu_error_from_status(pvgpu_call_stream_synchronize(op.client, &req, &rep));
+	err = pvgpu_error_from_status(pvgpu_client_wait(op.client, PVGPU_IDLE_STREAM, 0,
+							op.dev->ctx, remote));
 	pvgpu_op_end(&op);
 	return err;
 }

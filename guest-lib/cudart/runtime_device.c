@@ -61,15 +61,14 @@ cudaError_t cudaGetDevice(int *device)
 
 cudaError_t cudaDeviceSynchronize(void)
 {
-	struct pvgpu_ctx_synchronize_req req = { 0 };
-	struct pvgpu_ctx_synchronize_rep rep;
 	struct pvgpu_op op;
 	cudaError_t err;
 
 	err = pvgpu_op_begin(&op, pvgpu_current_device(), 1);
 	if (err)
 		return pvgpu_record(err);
-	err = pvgpu_error_from_status(pvgpu_call_ctx_synchronize(op.client, &req, &rep));
+	err = pvgpu_error_from_status(pvgpu_client_wait(op.client, PVGPU_IDLE_CTX, 0,
+							op.dev->ctx, 0));
 	pvgpu_op_end(&op);
 	return pvgpu_record(err);
 }

@@ -160,40 +160,40 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event)
 {
-	struct pvgpu_event_synchronize_req req;
-	struct pvgpu_event_synchronize_rep rep;
 	struct pvgpu_op op;
 	cudaError_t err;
+	uint64_t remote;
 	int device;
 
 	err = pvgpu_init();
 	if (!err)
-		err = pvgpu_event_resolve(event, &device, &req.event);
+		err = pvgpu_event_resolve(event, &device, &remote);
 	if (!err)
 		err = pvgpu_op_begin(&op, device, 1);
 	if (err)
 		return pvgpu_record(err);
-	err = pvgpu_error_from_status(pvgpu_call_event_synchronize(op.client, &req, &rep));
+	err = pvgpu_error_from_status(pvgpu_client_wait(op.client, PVGPU_IDLE_EVENT, 0,
+							op.dev->ctx, remote));
 	pvgpu_op_end(&op);
 	return pvgpu_record(err);
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t event)
 {
-	struct pvgpu_event_query_req req;
-	struct pvgpu_event_query_rep rep;
 	struct pvgpu_op op;
 	cudaError_t err;
+	uint64_t remote;
 	int device;
 
 	err = pvgpu_init();
 	if (!err)
-		err = pvgpu_event_resolve(event, &device, &req.event);
+		err = pvgpu_event_resolve(event, &device, &remote);
 	if (!err)
 		err = pvgpu_op_begin(&op, device, 1);
 	if (err)
 		return pvgpu_record(err);
-	err = pvgpu_error_from_status(pvgpu_call_event_query(op.client, &req, &rep));
+	err = pvgpu_error_from_status(pvgpu_client_wait(op.client, PVGPU_IDLE_EVENT, 1,
+							op.dev->ctx, remote));
 	pvgpu_op_end(&op);
 	return pvgpu_record(err);
 }

@@ -4,7 +4,6 @@
  * list, the current device and last error of each thread, and the
  * context a device operation needs.
  */
-#include <ctype.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +11,7 @@
 
 #include "config_env.h"
 #include "debug.h"
+#include "devices.h"
 #include "pvgpu_guest.h"
 #include "runtime.h"
 
@@ -29,12 +29,6 @@ struct pvgpu_thread_state {
 };
 
 static _Thread_local struct pvgpu_thread_state thread_state;
-
-/* One PVGPU_DEVICES entry: a backend and a GPU on it (-1: all of them). */
-struct device_entry {
-	int backend;
-	int index;
-};
 
 cudaError_t pvgpu_record(cudaError_t err)
 {
@@ -74,39 +68,6 @@ void pvgpu_set_current_device(int device)
 	thread_state.device = device;
 }
 
-/* Split "URI#N" into the backend URI and N; N is -1 without "#N". */
-static int parse_entry(char *entry, int *index)
-{
-	char *hash = strrchr(entry, '#');
-	char *end;
-	long n;
-
-	*index = -1;
-	if (!hash || !hash[1])
-		return 0;
-	for (end = hash + 1; *end; end++)
-		if (!isdigit((unsigned char)*end))
-			return 0;	/* not an index: part of the URI */
-	n = strtol(hash + 1, NULL, 10);
-	if (n > 1 << 20)
-		return -1;
-	*hash = '\0';
-	*index = (int)n;
-	return 0;
-}
-
-static char *trim(char *s)
-{
-	char *end;
-
-	while (isspace((unsigned char)*s))
-		s++;
-	end = s + strlen(s);
-	while (end > s && isspace((unsigned char)end[-1]))
-		*--end = '\0';
-	return s;
-}
-
 static int find_or_add_backend(const char *uri)
 {
 	struct pvgpu_runtime *rt = &pvgpu_rt;
@@ -119,49 +80,6 @@ static int find_or_add_backend(const char *uri)
 	snprintf(be->uri, sizeof(be->uri), "%s", uri);
 	pthread_mutex_init(&be->lock, NULL);
 	return rt->nbackends++;
-}
-
-/* Parse the device list into entries, creating one backend per URI. */
-static int parse_devices(const char *list, struct device_entry **out)
-{
-	struct pvgpu_runtime *rt = &pvgpu_rt;
-	struct device_entry *entries;
-	size_t max = 1;
-	char *copy, *save = NULL, *tok;
-	int n = 0;
-
-	for (const char *p = list; *p; p++)
-		max += *p == ',';
-	copy = strdup(list);
-	entries = calloc(max, sizeof(*entries));
-	rt->backends = calloc(max, sizeof(*rt->backends));
-	if (!copy || !entries || !rt->backends)
-		goto err_free;
-	for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-		char *entry = trim(tok);
-		int index;
-
-		if (!*entry)
-			continue;
-		if (parse_entry(entry, &index) ||
-		    strlen(entry) >= sizeof(rt->backends[0].uri)) {
-			pvgpu_debug("PVGPU_DEVICES: ignoring '%s'", entry);
-			continue;
-		}
-		entries[n].backend = find_or_add_backend(entry);
-		entries[n].index = index;
-		n++;
-	}
-	free(copy);
-	*out = entries;
-	return n;
-
-err_free:
-	free(copy);
-	free(entries);
-	free(rt->backends);
-	rt->backends = NULL;
-	return -1;
 }
 
 static int add_device(int backend, int index)
@@ -208,36 +126,39 @@ static void runtime_init_once(void)
 {
 	struct pvgpu_runtime *rt = &pvgpu_rt;
 	struct pvgpu_client_config cfg;
-	struct device_entry *entries = NULL;
+	struct pvgpu_device_entry *entries = NULL;
 	const char *list;
-	int nentries, unreachable;
+	int nentries, unreachable, *backend;
 
 	/* The one place this front-end reads its environment. */
 	pvgpu_config_from_env(&cfg);
 	list = cfg.devices;
-	nentries = parse_devices(list, &entries);
-	if (nentries < 0) {
+	nentries = pvgpu_devices_parse(list, &entries);
+	backend = nentries < 0 ? NULL : calloc((size_t)nentries + 1, sizeof(*backend));
+	rt->backends = backend ? calloc((size_t)nentries + 1, sizeof(*rt->backends)) : NULL;
+	if (!rt->backends) {
 		pvgpu_debug("out of memory reading PVGPU_DEVICES");
+		free(backend);
+		free(entries);
 		return;
 	}
+	for (int i = 0; i < nentries; i++)
+		backend[i] = find_or_add_backend(entries[i].uri);
 	unreachable = connect_backends(&cfg);
 	for (int i = 0; i < nentries; i++) {
-		struct pvgpu_backend *be = &rt->backends[entries[i].backend];
-		int count, index = entries[i].index;
+		struct pvgpu_backend *be = &rt->backends[backend[i]];
+		int first, end;
 
 		if (!be->client)
 			continue;
-		count = pvgpu_client_info(be->client)->device_count;
-		if (index >= count) {
-			pvgpu_debug("%s#%d: the backend has %d GPU(s)", be->uri,
-				    index, count);
-			continue;
-		}
-		for (int gpu = index < 0 ? 0 : index;
-		     gpu < (index < 0 ? count : index + 1); gpu++)
-			if (add_device(entries[i].backend, gpu))
+		pvgpu_device_entry_gpus(&entries[i],
+					pvgpu_client_info(be->client)->device_count,
+					&first, &end);
+		for (int gpu = first; gpu < end; gpu++)
+			if (add_device(backend[i], gpu))
 				break;
 	}
+	free(backend);
 	free(entries);
 	if (rt->ndevices > 0)
 		rt->init_error = cudaSuccess;
@@ -299,12 +220,14 @@ __attribute__((destructor)) static void runtime_fini(void)
 		pvgpu_client_shutdown(c);
 		if (!pvgpu_client_stats(c, &s))
 			pvgpu_debug("%s: sent %llu messages: %llu calls, %llu async ops "
-				    "(%llu batches), %llu data frames",
+				    "(%llu batches), %llu data frames; %llu synchronizes "
+				    "and queries answered here",
 				    rt->backends[i].uri, (unsigned long long)s.sends,
 				    (unsigned long long)s.calls,
 				    (unsigned long long)s.async_ops,
 				    (unsigned long long)s.batches,
-				    (unsigned long long)s.data_frames);
+				    (unsigned long long)s.data_frames,
+				    (unsigned long long)s.local_answers);
 	}
 }
 

@@ -160,41 +160,41 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream)
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream)
 {
-	struct pvgpu_stream_synchronize_req req;
-	struct pvgpu_stream_synchronize_rep rep;
 	struct pvgpu_op op;
 	cudaError_t err;
+	uint64_t remote;
 	int device;
 
 	err = pvgpu_init();
 	if (!err)
-		err = pvgpu_stream_resolve(stream, &device, &req.stream);
+		err = pvgpu_stream_resolve(stream, &device, &remote);
 	if (!err)
 		err = pvgpu_op_begin(&op, device, 1);
 	if (err)
 		return pvgpu_record(err);
-	err = pvgpu_error_from_status(pvgpu_call_stream_synchronize(op.client, &req, &rep));
+	err = pvgpu_error_from_status(pvgpu_client_wait(op.client, PVGPU_IDLE_STREAM, 0,
+							op.dev->ctx, remote));
 	pvgpu_op_end(&op);
 	return pvgpu_record(err);
 }
 
 cudaError_t cudaStreamQuery(cudaStream_t stream)
 {
-	struct pvgpu_stream_query_req req;
-	struct pvgpu_stream_query_rep rep;
 	struct pvgpu_op op;
 	cudaError_t err;
+	uint64_t remote;
 	int device;
 
 	err = pvgpu_init();
 	if (!err)
-		err = pvgpu_stream_resolve(stream, &device, &req.stream);
+		err = pvgpu_stream_resolve(stream, &device, &remote);
 	if (!err)
 		err = pvgpu_op_begin(&op, device, 1);
 	if (err)
 		return pvgpu_record(err);
 	/* cudaErrorNotReady passes through; pvgpu_record does not keep it. */
-	err = pvgpu_error_from_status(pvgpu_call_stream_query(op.client, &req, &rep));
+	err = pvgpu_error_from_status(pvgpu_client_wait(op.client, PVGPU_IDLE_STREAM, 1,
+							op.dev->ctx, remote));
 	pvgpu_op_end(&op);
 	return pvgpu_record(err);
 }
@@ -203,8 +203,6 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event,
 				unsigned int flags)
 {
 	struct pvgpu_stream_wait_event_req req = { .flags = flags };
-	struct pvgpu_event_synchronize_req sync_req;
-	struct pvgpu_event_synchronize_rep sync_rep;
 	struct pvgpu_op op;
 	cudaError_t err;
 	int sdev, edev;
@@ -220,11 +218,11 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event,
 		return pvgpu_record(err);
 	if (pvgpu_rt.devices[sdev].be != pvgpu_rt.devices[edev].be) {
 		/* No backend sees both: the host waits, which orders as well. */
-		sync_req.event = req.event;
 		err = pvgpu_op_begin(&op, edev, 1);
 		if (err)
 			return pvgpu_record(err);
-		err = pvgpu_error_from_status(pvgpu_call_event_synchronize(op.client, &sync_req, &sync_rep));
+		err = pvgpu_error_from_status(pvgpu_client_wait(op.client, PVGPU_IDLE_EVENT, 0,
+								op.dev->ctx, req.event));
 		pvgpu_op_end(&op);
 		return pvgpu_record(err);
 	}

@@ -32,6 +32,24 @@ static void env_size(const char *name, uint64_t min, uint64_t max,
 	*out = v;
 }
 
+/* Microseconds, at most max_us, into *out_ns; else a debug line. */
+static void env_us(const char *name, unsigned long max_us, uint64_t *out_ns)
+{
+	const char *s = env(name);
+	char *end;
+	unsigned long us;
+
+	if (!s)
+		return;
+	errno = 0;
+	us = strtoul(s, &end, 10);
+	if (errno || *end || end == s || us > max_us || *s == '-') {
+		pvgpu_debug("ignoring %s=%s", name, s);
+		return;
+	}
+	*out_ns = (uint64_t)us * 1000;
+}
+
 static void env_string(const char *name, char *out, size_t outlen)
 {
 	const char *s = env(name);
@@ -79,18 +97,8 @@ void pvgpu_config_from_env(struct pvgpu_client_config *cfg)
 	env_size("PVGPU_BLOCK_SIZE", 1, UINT32_MAX, &v);
 	cfg->block_size = (uint32_t)v;
 
-	s = env("PVGPU_POLL_US");
-	if (s) {
-		char *end;
-		unsigned long us;
-
-		errno = 0;
-		us = strtoul(s, &end, 10);
-		if (errno || *end || end == s || us > 100000)
-			pvgpu_debug("ignoring PVGPU_POLL_US=%s", s);
-		else
-			cfg->poll_ns = (uint64_t)us * 1000;
-	}
+	env_us("PVGPU_POLL_US", 100000, &cfg->poll_ns);
+	env_us("PVGPU_WAIT_SPIN_US", 1000000, &cfg->wait_spin_ns);
 
 	s = env("PVGPU_RING");
 	if (s)

@@ -12,7 +12,7 @@
 
 /*
  * The defaults, then PVGPU_DEVICES, PVGPU_TOKEN, PVGPU_BLOCK_SIZE,
- * PVGPU_POLL_US, PVGPU_COPY_THREADS, PVGPU_WINDOW_DEVICE,
+ * PVGPU_POLL_US, PVGPU_WAIT_SPIN_US, PVGPU_COPY_THREADS, PVGPU_WINDOW_DEVICE,
  * PVGPU_WINDOW_SIZE, PVGPU_STAGING_SLOT, PVGPU_STAGING_SLOTS and
  * PVGPU_DEBUG over them.  A malformed value is ignored (the default
  * stays), with a debug line: a typo must not stop a program that would

@@ -6,7 +6,6 @@
  * PVGPU_DEVICES entry, "URI#N" for one GPU of a backend), so NVML's index
  * N and CUDA's device N are the same GPU.
  */
-#include <ctype.h>
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +14,7 @@
 
 #include "config_env.h"
 #include "debug.h"
+#include "devices.h"
 #include "nvml_internal.h"
 #include "nvml_surface.h"
 #include "pvgpu_guest.h"
@@ -180,53 +180,37 @@ static void disconnect(void)
 static nvmlReturn_t connect_all(void)
 {
 	struct pvgpu_client_config cfg;
-	char *list, *tok, *save = NULL, **uris;
-	size_t max = 1;
-	int reached = 0;
+	struct pvgpu_device_entry *entries;
+	char **uris;
+	int n, reached = 0;
 
 	pvgpu_config_from_env(&cfg);
-	list = strdup(cfg.devices[0] ? cfg.devices : PVGPU_CLIENT_DEFAULT_DEVICES);
-	for (const char *p = list ? list : ""; *p; p++)
-		max += *p == ',';
-	nv.clients = calloc(max, sizeof(*nv.clients));
-	uris = calloc(max, sizeof(*uris));
-	if (!list || !nv.clients || !uris) {
-		free(list);
-		free(uris);
+	n = pvgpu_devices_parse(cfg.devices[0] ? cfg.devices : PVGPU_CLIENT_DEFAULT_DEVICES,
+				&entries);
+	nv.clients = n < 0 ? NULL : calloc((size_t)n + 1, sizeof(*nv.clients));
+	uris = nv.clients ? calloc((size_t)n + 1, sizeof(*uris)) : NULL;
+	if (!uris) {
+		free(entries);
 		free(nv.clients);
 		nv.clients = NULL;
 		return NVML_ERROR_MEMORY;
 	}
-	for (tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-		char *e = tok, *end, *hash;
-		struct pvgpu_client *c;
-		int index = -1, count;
+	for (int i = 0; i < n; i++) {
+		struct pvgpu_client *c = client_of(entries[i].uri, uris, &cfg);
+		int first, end;
 
-		while (isspace((unsigned char)*e))
-			e++;
-		end = e + strlen(e);
-		while (end > e && isspace((unsigned char)end[-1]))
-			*--end = '\0';
-		if (!*e)
-			continue;
-		hash = strrchr(e, '#');
-		if (hash && hash[1] && strspn(hash + 1, "0123456789") == strlen(hash + 1)) {
-			index = atoi(hash + 1);
-			*hash = '\0';
-		}
-		c = client_of(e, uris, &cfg);
 		if (!c)
 			continue;
 		reached = 1;
-		count = pvgpu_client_info(c)->device_count;
-		for (int g = index < 0 ? 0 : index;
-		     g < (index < 0 ? count : (index < count ? index + 1 : 0)); g++)
+		pvgpu_device_entry_gpus(&entries[i], pvgpu_client_info(c)->device_count,
+					&first, &end);
+		for (int g = first; g < end; g++)
 			add_device(c, g);
 	}
 	for (int i = 0; i < nv.nclients; i++)
 		free(uris[i]);
 	free(uris);
-	free(list);
+	free(entries);
 	if (!reached) {
 		disconnect();
 		return NVML_ERROR_DRIVER_NOT_LOADED;

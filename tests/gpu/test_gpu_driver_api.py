@@ -155,3 +155,34 @@ def test_framework_over_libcuda(cuda_daemon, libdir, script, module):
     record(module, native, remote)
     wrong = compare(native, remote)
     assert not wrong, "\n".join(wrong)
+
+
+# ---- round trips per call on the real GPU (issue 15) ---------------------
+
+LATENCY = BUILD / "bench" / "pvgpu-latency"
+
+
+@pytest.mark.skipif(not LATENCY.exists(), reason="bench/pvgpu-latency is not built")
+@pytest.mark.parametrize("front_end", ["shim", "libcuda"])
+def test_round_trips_per_call(programs, cuda_daemon, libdir, front_end):
+    """pvgpu-latency through pvgpu on the GPU, for the runtime shim and for
+    NVIDIA's runtime over pvgpu's libcuda.so.1: a synchronize on an idle
+    device is answered in the guest (no round trip), a synchronous copy and
+    a launch + synchronize take one each.  The figures go to
+    $(BUILD)/tests/latency-<front end>.json for BENCHMARKS.md."""
+    env = pvgpu_env(libdir, shm(cuda_daemon))
+    if front_end == "shim":
+        env["LD_LIBRARY_PATH"] = str(BUILD / "lib")
+    before = sessions(cuda_daemon)
+    res = run([str(LATENCY), "--json", "--tests", "copy,launch,sync",
+               "--sizes", "1,64", "--iters", "2000"], env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert sessions(cuda_daemon) > before, "pvgpud saw no session:\n" + cuda_daemon.log()
+    out = json.loads(res.stdout)
+    (BUILD / "tests").mkdir(parents=True, exist_ok=True)
+    (BUILD / "tests" / f"latency-{front_end}.json").write_text(res.stdout)
+    rt = {r["key"]: r["round_trips_per_op"] for r in out["results"]}
+    assert rt["sync idle"] < 0.01, rt
+    assert 0.99 < rt["launch+sync"] < 1.05, rt
+    copies = [v for k, v in rt.items() if k.startswith("copy ")]
+    assert copies and all(0.99 < v < 1.05 for v in copies), rt

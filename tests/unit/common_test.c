@@ -9,17 +9,7 @@
 #include "size.h"
 #include "wait.h"
 
-static int passed, failed;
-
-#define CHECK(cond) do {						\
-	if (cond) {							\
-		passed++;						\
-	} else {							\
-		failed++;						\
-		fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__,	\
-			__LINE__, #cond);				\
-	}								\
-} while (0)
+#include "unit_check.h"
 
 static void test_size(void)
 {

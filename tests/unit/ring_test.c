@@ -14,21 +14,12 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "shm/ring.h"
 
-static int passed, failed;
-
-#define CHECK(cond) do {						\
-	if (cond) {							\
-		passed++;						\
-	} else {							\
-		failed++;						\
-		fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__,	\
-			__LINE__, #cond);				\
-	}								\
-} while (0)
+#include "unit_check.h"
 
 /* Kicks as bytes on a socketpair: what the transports do. */
 static int sock_kick(void *arg)
@@ -171,6 +162,7 @@ static void test_bad_indexes(void)
 	struct pvgpu_ring_shared *sh;
 	struct pair p;
 	uint8_t buf[64];
+	static uint8_t big[4096];
 	void *region = region_new(cap);
 
 	pair_init(&p, region, cap, 0);
@@ -191,18 +183,33 @@ static void test_bad_indexes(void)
 	CHECK(!strcmp(p.w.error, "the peer's producer index went backwards"));
 	pair_fini(&p);
 
-	/* The guest's consumer index on the reply ring. */
+	/*
+	 * The guest's consumer index on the reply ring.  The worker reads it
+	 * only when what it last saw leaves less than half the ring, or less
+	 * than the message (ring.c): a scribble is found then, and harms
+	 * nothing before.
+	 */
 	pair_init(&p, region, cap, 0);
-	CHECK(!pvgpu_ring_send(&p.w, buf, 32));
-	__atomic_store_n(&sh->dir[1].cons, 33, __ATOMIC_RELEASE);	/* past prod */
+	CHECK(!pvgpu_ring_send(&p.w, big, cap / 2 + 32));
+	__atomic_store_n(&sh->dir[1].cons, cap / 2 + 33, __ATOMIC_RELEASE);	/* past prod */
 	CHECK(pvgpu_ring_send(&p.w, buf, 8) == -EPROTO);
+	CHECK(!strcmp(p.w.error, "the peer's consumer index is past what was sent"));
 	pair_fini(&p);
 	pair_init(&p, region, cap, 0);
-	CHECK(!pvgpu_ring_send(&p.w, buf, 32));
-	CHECK(!pvgpu_ring_recv(&p.g, buf, 32));
-	CHECK(!pvgpu_ring_send(&p.w, buf, 8));		/* saw cons == 32 */
+	CHECK(!pvgpu_ring_send(&p.w, big, cap / 2 + 32));
+	CHECK(!pvgpu_ring_recv(&p.g, big, cap / 2 + 32));
+	CHECK(!pvgpu_ring_send(&p.w, buf, 8));		/* saw cons == cap/2 + 32 */
+	CHECK(p.w.tx_peer == cap / 2 + 32);
 	__atomic_store_n(&sh->dir[1].cons, 4, __ATOMIC_RELEASE);	/* backwards */
-	CHECK(pvgpu_ring_send(&p.w, buf, 8) == -EPROTO);
+	CHECK(!pvgpu_ring_send(&p.w, buf, 8));		/* not looked at yet */
+	CHECK(pvgpu_ring_send(&p.w, big, cap) == -EPROTO);	/* more than it saw room for */
+	CHECK(!strcmp(p.w.error, "the peer's consumer index went backwards"));
+	pair_fini(&p);
+	/* A small message after a small one does not read the index at all. */
+	pair_init(&p, region, cap, 0);
+	CHECK(!pvgpu_ring_send(&p.w, buf, 32));
+	__atomic_store_n(&sh->dir[1].cons, UINT64_MAX, __ATOMIC_RELEASE);
+	CHECK(!pvgpu_ring_send(&p.w, buf, 8) && p.w.tx_peer == 0);
 	pair_fini(&p);
 
 	/* The worker's own index, rewritten by the guest, is never read back. */
@@ -362,10 +369,54 @@ static void test_processes(void)
 	close(mfd);
 }
 
+/* A worker that answers 20 ms late: the reply a guest told to wait for. */
+static void *late_reply_thread(void *arg)
+{
+	struct pair *p = arg;
+	struct timespec t = { 0, 20 * 1000 * 1000 };
+	uint8_t b[8] = { 0 };
+
+	nanosleep(&t, NULL);
+	if (pvgpu_ring_send(&p->w, b, sizeof(b)))
+		fprintf(stderr, "late reply: send failed\n");
+	return NULL;
+}
+
+/*
+ * pvgpu_ring_expect_wait: the next wait for a reply spins that long before
+ * sleeping (a synchronous call waiting on the device), then the bounded,
+ * adaptive budget applies again, untaught by it.
+ */
+static void test_expect_wait(void)
+{
+	uint64_t cap = 4096, budget;
+	struct pair p;
+	pthread_t t;
+	uint8_t b[8];
+	void *region = region_new(cap);
+
+	pair_init(&p, region, cap, 1000);	/* 1 us: sleeps at once, else */
+	budget = p.g.spin_ns;
+	pvgpu_ring_expect_wait(&p.g, 2000ull * 1000 * 1000);
+	CHECK(!pthread_create(&t, NULL, late_reply_thread, &p));
+	CHECK(!pvgpu_ring_recv(&p.g, b, sizeof(b)));
+	pthread_join(t, NULL);
+	CHECK(p.g.sleeps == 0);			/* it spun through the 20 ms */
+	CHECK(p.g.spin_once_ns == 0 && p.g.spin_ns == budget);
+	/* The next wait has the usual budget: it sleeps. */
+	CHECK(!pthread_create(&t, NULL, late_reply_thread, &p));
+	CHECK(!pvgpu_ring_recv(&p.g, b, sizeof(b)));
+	pthread_join(t, NULL);
+	CHECK(p.g.sleeps == 1);
+	pair_fini(&p);
+	munmap(region, pvgpu_ring_region_size(cap));
+}
+
 int main(void)
 {
 	test_region();
 	test_one_thread();
+	test_expect_wait();
 	test_bad_indexes();
 	test_peer_gone();
 	test_threads(0);		/* every wait sleeps */

@@ -123,14 +123,18 @@ static int64_t wait_for(struct pvgpu_ring *r, int64_t (*probe)(struct pvgpu_ring
 			uint32_t *flag)
 {
 	struct pvgpu_poll poll = { 0 };
-	uint64_t blocked_at = 0;
+	/* The one-shot budget is for a reply: waits for room keep theirs. */
+	uint64_t blocked_at = 0, once = probe == rx_avail ? r->spin_once_ns : 0;
+	uint64_t budget = once > r->spin_ns ? once : r->spin_ns;
 	int64_t n;
 
+	if (probe == rx_avail)
+		r->spin_once_ns = 0;
 	for (;;) {
 		n = probe(r);
 		if (n)
 			break;
-		if (!blocked_at && r->spin_ns && pvgpu_poll_again(&poll, r->spin_ns))
+		if (!blocked_at && budget && pvgpu_poll_again(&poll, budget))
 			continue;
 		if (!blocked_at)
 			blocked_at = pvgpu_now_ns();
@@ -147,7 +151,9 @@ static int64_t wait_for(struct pvgpu_ring *r, int64_t (*probe)(struct pvgpu_ring
 		if (n < 0)
 			return n;
 	}
-	if (n > 0 && blocked_at) {
+	if (once > r->spin_ns)
+		;	/* a wait told how long to spin teaches nothing */
+	else if (n > 0 && blocked_at) {
 		uint64_t max = r->waiter.spin_max_ns, b = pvgpu_now_ns() - blocked_at;
 
 		if (b < max)
@@ -172,17 +178,35 @@ static int publish(struct pvgpu_ring *r)
 
 int pvgpu_ring_sendv(struct pvgpu_ring *r, const struct iovec *iov, int iovcnt)
 {
-	uint64_t mask = r->cap - 1;
+	uint64_t mask = r->cap - 1, total = 0;
+	int64_t room;
 	int rc;
 
+	/*
+	 * The peer's consumer index is read only when what we last saw of it
+	 * leaves less than half the ring, or less than this message: the
+	 * peer writes that word after every read, and loading it for every
+	 * message would pull its cache line across to us and back each time
+	 * (on the critical path of both sides).  What we last saw is never
+	 * more room than there is: indexes only move forwards.
+	 */
+	for (int i = 0; i < iovcnt; i++)
+		total += iov[i].iov_len;
+	room = (int64_t)(r->cap - (r->tx_pos - r->tx_peer));
+	if ((uint64_t)room < r->cap / 2 || (uint64_t)room < total) {
+		room = tx_room(r);
+		if (room < 0)
+			return (int)room;
+	}
 	for (int i = 0; i < iovcnt; i++) {
 		const uint8_t *p = iov[i].iov_base;
 		size_t left = iov[i].iov_len;
 
 		while (left) {
-			int64_t room = tx_room(r);
 			uint64_t n, off, first;
 
+			if (room == 0)
+				room = tx_room(r);
 			if (room == 0) {
 				/* The consumer may be waiting for what we hold back. */
 				if (r->tx_published != r->tx_pos && (rc = publish(r)))
@@ -201,6 +225,7 @@ int pvgpu_ring_sendv(struct pvgpu_ring *r, const struct iovec *iov, int iovcnt)
 			p += n;
 			left -= n;
 			r->tx_pos += n;
+			room -= (int64_t)n;
 			/* A big send goes out in pieces; a small one at its end. */
 			if (r->tx_pos - r->tx_published >= PUBLISH_CHUNK &&
 			    (rc = publish(r)))
@@ -223,9 +248,13 @@ int pvgpu_ring_recv(struct pvgpu_ring *r, void *buf, size_t len)
 	uint8_t *p = buf;
 
 	while (len) {
-		int64_t avail = rx_avail(r);
+		/* What we saw published and have not taken yet, else a look. */
+		int64_t avail = (int64_t)(r->rx_peer - r->rx_pos);
 		uint64_t n, off, first;
 		int rc;
+
+		if ((uint64_t)avail < len)
+			avail = rx_avail(r);
 
 		if (avail == 0)
 			avail = wait_for(r, rx_avail, &r->rx_ctrl->cons_sleeping);

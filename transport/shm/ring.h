@@ -88,6 +88,12 @@ struct pvgpu_ring {
 	uint64_t rx_pos;		/* our consumer index: the truth */
 	uint64_t rx_peer;		/* peer's producer index, last seen */
 	uint64_t spin_ns;		/* current spin budget (adaptive) */
+	/*
+	 * The next wait for bytes spins at least this long (then 0 again),
+	 * without teaching the adaptive budget: set by the caller before a
+	 * reply it knows waits on the device (pvgpu_ring_expect_wait).
+	 */
+	uint64_t spin_once_ns;
 	struct pvgpu_ring_waiter waiter;
 	/* Counters for the curious (tests, debug logs). */
 	uint64_t kicks_sent, sleeps;
@@ -125,6 +131,17 @@ void pvgpu_ring_attach(struct pvgpu_ring *r, void *region, uint64_t cap,
  */
 int pvgpu_ring_sendv(struct pvgpu_ring *r, const struct iovec *iov, int iovcnt);
 int pvgpu_ring_send(struct pvgpu_ring *r, const void *buf, size_t len);
+
+/*
+ * The next receive waits for something that takes a while on the other
+ * side (a synchronize, a copy): spin up to ns for it before sleeping, as
+ * NVIDIA's driver spins in a synchronous call, instead of paying a sleep
+ * and a wake-up once the bounded budget runs out.
+ */
+static inline void pvgpu_ring_expect_wait(struct pvgpu_ring *r, uint64_t ns)
+{
+	r->spin_once_ns = ns;
+}
 
 /* Receive exactly len bytes; 0, -EPROTO, or what wait_kick() returned. */
 int pvgpu_ring_recv(struct pvgpu_ring *r, void *buf, size_t len);

@@ -1,0 +1,23 @@
+"""Running a Python script over a pvgpu library that may carry ASan (the
+sanitizer build): Python is not built with ASan, which refuses to start
+unless its runtime is loaded first, so such runs preload it."""
+import subprocess
+
+
+def asan_runtime(lib):
+    """The ASan runtime lib was linked with, or None."""
+    res = subprocess.run(["ldd", str(lib)], capture_output=True, text=True)
+    for line in res.stdout.splitlines():
+        parts = line.split()
+        if parts and parts[0].startswith("libasan.so") and len(parts) >= 3:
+            return parts[2]
+    return None
+
+
+def preload_for(lib, env):
+    """Add what env needs to load lib into a plain Python; returns env."""
+    asan = asan_runtime(lib)
+    if asan:
+        env["LD_PRELOAD"] = asan
+        env["ASAN_OPTIONS"] = "detect_leaks=0:allocator_may_return_null=1"
+    return env
