@@ -132,18 +132,8 @@ def record(name, native, remote):
     out.write_text(json.dumps({"native": native, "pvgpu": remote}, indent=1))
 
 
-# Not yet (issue 14, open): PyTorch's bf16 GEMM crashes after cuBLASLt asks
-# export table 1734dc26..., and CuPy's GEMM gets CUBLAS_STATUS_INTERNAL_ERROR
-# (table da9151d3... and context-identity slots pvgpu does not answer yet).
-# Shown as XFAIL, not hidden; an XPASS says they have started to work.
-FRAMEWORKS_OPEN = pytest.mark.xfail(
-    reason="issue 14: cuBLASLt private tables 1734dc26/da9151d3 not answered yet",
-    strict=False)
-
-
-@pytest.mark.parametrize("script,module", [
-    pytest.param("torch_check.py", "torch", marks=FRAMEWORKS_OPEN),
-    pytest.param("cupy_check.py", "cupy", marks=FRAMEWORKS_OPEN)])
+@pytest.mark.parametrize("script,module", [("torch_check.py", "torch"),
+                                           ("cupy_check.py", "cupy")])
 def test_framework_over_libcuda(cuda_daemon, libdir, script, module):
     if subprocess.run([sys.executable, "-c", f"import {module}"],
                       capture_output=True).returncode:
@@ -186,3 +176,21 @@ def test_round_trips_per_call(programs, cuda_daemon, libdir, front_end):
     assert 0.99 < rt["launch+sync"] < 1.05, rt
     copies = [v for k, v in rt.items() if k.startswith("copy ")]
     assert copies and all(0.99 < v < 1.05 for v in copies), rt
+
+
+def test_torch_features_over_libcuda(cuda_daemon, libdir):
+    """PyTorch's CUDA graphs, streams and events, expandable segments (VMM),
+    torch.compile with Triton and memory statistics give through pvgpu
+    what they give natively (each feature in its own process)."""
+    if subprocess.run([sys.executable, "-c", "import torch"],
+                      capture_output=True).returncode:
+        pytest.skip(f"torch is not installed in {sys.executable}")
+    native = framework("torch_features.py", clean_env())
+    before = sessions(cuda_daemon)
+    remote = framework("torch_features.py", pvgpu_env(libdir, shm(cuda_daemon)))
+    assert sessions(cuda_daemon) > before, "pvgpud saw no session:\n" + cuda_daemon.log()
+    record("torch-features", native, remote)
+    broken_natively = {k: v for k, v in native.items() if v.startswith("error")}
+    assert not broken_natively, broken_natively
+    wrong = {k: (native[k], remote.get(k)) for k in native if remote.get(k) != native[k]}
+    assert not wrong, json.dumps(wrong, indent=1)

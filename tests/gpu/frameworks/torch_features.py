@@ -1,0 +1,82 @@
+"""The PyTorch features of issue 14 beyond torch_check.py, one at a time,
+each in its own process so that one failing cannot hide the others:
+CUDA graphs (capture and replay), streams and events, the caching
+allocator with expandable segments (virtual memory management),
+torch.compile with Triton, memory statistics. Prints one JSON line:
+{feature: result} where a result is a number/list to compare with the
+native run, or "error: ..." naming what failed."""
+import json
+import os
+import subprocess
+import sys
+
+FEATURES = {
+    "cuda_graph": r"""
+import torch
+s = torch.cuda.Stream()
+x = torch.ones(1 << 16, device="cuda")
+y = torch.empty_like(x)
+with torch.cuda.stream(s):
+    for _ in range(3):
+        y.copy_(x * 2 + 1)
+torch.cuda.current_stream().wait_stream(s)
+g = torch.cuda.CUDAGraph()
+with torch.cuda.graph(g):
+    y.copy_(x * 2 + 1)
+x.fill_(3.0)
+g.replay(); g.replay()
+torch.cuda.synchronize()
+print(float(y.sum()))
+""",
+    "streams_events": r"""
+import torch
+s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+e = torch.cuda.Event(enable_timing=True)
+a = torch.arange(1 << 20, device="cuda", dtype=torch.float32)
+with torch.cuda.stream(s1):
+    b = a * 2
+    e.record()
+s2.wait_event(e)
+with torch.cuda.stream(s2):
+    c = b + 1
+torch.cuda.synchronize()
+print(float(c.sum()), e.query())
+""",
+    "expandable_segments": r"""
+import os
+os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+import torch
+xs = [torch.full((1 << 20,), float(i), device="cuda") for i in range(40)]
+del xs[::2]
+ys = [torch.ones(3 << 20, device="cuda") for _ in range(4)]
+torch.cuda.synchronize()
+print(float(sum(x.sum() for x in xs)), float(sum(y.sum() for y in ys)))
+""",
+    "compile_triton": r"""
+import torch
+def f(x, y):
+    return torch.relu(x * y + 1).sum(dim=1)
+g = torch.compile(f)
+x = torch.arange(4096, device="cuda", dtype=torch.float32).reshape(64, 64) / 100
+print([round(v, 3) for v in g(x, x).tolist()[:8]])
+""",
+    "memory_stats": r"""
+import torch
+x = torch.ones(1 << 20, device="cuda")
+st = torch.cuda.memory_stats()
+free, total = torch.cuda.mem_get_info()
+print(st["allocated_bytes.all.current"] >= 4 << 20, free <= total)
+""",
+}
+
+
+def run(code):
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300, env=os.environ)
+    if res.returncode:
+        tail = (res.stderr or res.stdout).strip().splitlines()[-1:] or ["no output"]
+        return f"error: rc {res.returncode}: {tail[0][:200]}"
+    return res.stdout.strip()
+
+
+print(json.dumps({name: run(code) for name, code in FEATURES.items()}))
