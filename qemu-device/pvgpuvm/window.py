@@ -11,6 +11,7 @@ or another tool overwrote): mapping that would hand the guest a window that
 pvgpud later rejects, or one that belongs to someone else.
 """
 
+import grp
 import os
 import stat
 import struct
@@ -84,6 +85,20 @@ def check_window(path, expected):
         os.close(fd)
 
 
+# The group pvgpud runs in (debian/pvgpu-host.postinst makes it): where it
+# exists, a window belongs to QEMU's user and this group, mode 0660, so
+# that pvgpud (user pvgpu) maps what QEMU maps and nobody else does.
+DAEMON_GROUP = "pvgpu"
+
+
+def daemon_group():
+    """The gid of DAEMON_GROUP, or None where there is no such group."""
+    try:
+        return grp.getgrnam(DAEMON_GROUP).gr_gid
+    except KeyError:
+        return None
+
+
 def ensure_window(path, layout, uid=None, gid=None, mode=0o600):
     """Create the window file with its header, or accept an existing one
     that is exactly what we would create.  Returns True if it was created.
@@ -91,10 +106,14 @@ def ensure_window(path, layout, uid=None, gid=None, mode=0o600):
     The file is built under a temporary name and linked into place, so
     nobody (QEMU starting early, pvgpud) ever sees a window without its
     header, and a file that appears meanwhile is never overwritten.
-    `uid`/`gid` are who QEMU runs as (None: leave as the caller); an
+    `uid`/`gid` are who QEMU runs as (None: leave as the caller), the
+    group pvgpud's where that group exists (mode 0660 then); an
     existing file owned by anyone other than root or that user is refused,
     since /dev/shm is writable by everyone.
     """
+    group = daemon_group()
+    if group is not None:
+        gid, mode = group, 0o660
     want_uid = os.geteuid() if uid is None else uid
     if os.path.lexists(path):
         st = check_window(path, layout)

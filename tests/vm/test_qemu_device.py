@@ -73,7 +73,8 @@ def layout(size=16 * MIB, wid=0x1234_5678_9ABC_DEF0):
     return spec.default_layout(size, wid)
 
 
-def test_window_created_with_valid_header(tmp_path):
+def test_window_created_with_valid_header(tmp_path, monkeypatch):
+    monkeypatch.setattr(window, "daemon_group", lambda: None)  # no pvgpu group
     path = tmp_path / "pvgpu-w"
     lay = layout()
     assert window.ensure_window(str(path), lay) is True
@@ -89,6 +90,21 @@ def test_window_created_with_valid_header(tmp_path):
     assert data[64:4096] == bytes(4096 - 64), "counters and the rest of the page start at zero"
     # A second time it is accepted as it is, not rewritten.
     assert window.ensure_window(str(path), lay) is False
+
+
+def test_window_shared_with_the_daemon_group(tmp_path, monkeypatch):
+    """Where the pvgpu group exists (the Debian package makes it), the
+    window belongs to it, mode 0660: pvgpud runs as user pvgpu and must map
+    the file QEMU's user owns; others still cannot."""
+    group = os.getegid()
+    monkeypatch.setattr(window, "daemon_group", lambda: group)
+    path = tmp_path / "pvgpu-w"
+    assert window.ensure_window(str(path), layout()) is True
+    st = path.stat()
+    assert (st.st_mode & 0o777, st.st_gid) == (0o660, group)
+    path.chmod(0o600)  # an existing window is given the same access again
+    assert window.ensure_window(str(path), layout()) is False
+    assert path.stat().st_mode & 0o777 == 0o660
 
 
 def test_window_header_matches_protocol_window_h(tmp_path):
