@@ -20,6 +20,9 @@ from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+from pvgpu_asan import asan_runtime  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
 LIBCUDA = BUILD / "lib" / "libcuda.so.1"
@@ -45,15 +48,6 @@ def nvidia_cudart():
     if found.returncode or not lib.exists():
         pytest.skip("NVIDIA's libcudart.so.13 is not installed")
     return lib.resolve()
-
-
-def asan_runtime(lib):
-    res = subprocess.run(["ldd", str(lib)], capture_output=True, text=True)
-    for line in res.stdout.splitlines():
-        parts = line.split()
-        if parts and parts[0].startswith("libasan.so") and len(parts) >= 3:
-            return parts[2]
-    return None
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,8 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 sys.path.insert(0, os.path.dirname(__file__))
 from pvgpu_sessions import wait_live  # noqa: E402
-from test_driver_api import LIBCUDA, asan_runtime, nvidia_cudart  # noqa: E402
+from pvgpu_asan import asan_runtime  # noqa: E402
+from test_driver_api import LIBCUDA, nvidia_cudart  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 LIBS = REPO / ".deps" / "cuda-libs" / "nvidia"

@@ -24,6 +24,9 @@ from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+from pvgpu_asan import asan_runtime  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
 sys.path.insert(0, str(REPO / "tests" / "lib"))
@@ -53,15 +56,6 @@ def have_pynvml():
 needs_pynvml = pytest.mark.skipif(
     not have_pynvml(), reason="pynvml (pip nvidia-ml-py) is not installed: "
     "scripts/install-deps.sh installs it")
-
-
-def asan_runtime(lib):
-    res = subprocess.run(["ldd", str(lib)], capture_output=True, text=True)
-    for line in res.stdout.splitlines():
-        parts = line.split()
-        if parts and parts[0].startswith("libasan.so") and len(parts) >= 3:
-            return parts[2]
-    return None
 
 
 def nvml_env(uri, debug=False):
