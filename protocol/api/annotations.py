@@ -98,6 +98,7 @@ cuGetProcAddress cuGetProcAddress_v2 cuGetExportTable
 
 cuCtxEnablePeerAccess cuCtxDisablePeerAccess
 cuThreadExchangeStreamCaptureMode
+cuOccupancyMaxPotentialBlockSize cuOccupancyMaxPotentialBlockSizeWithFlags
 """
 
 # Forwarded by the generic driver call (protocol/api/gen_generic.py): one
@@ -107,7 +108,9 @@ cuThreadExchangeStreamCaptureMode
 # spells it, in order.  A type ending in `*` is a result the backend writes
 # back; CUstream is a stream handle (translated and checked by the worker);
 # CUdeviceptr@N is N bytes of device memory, which must lie inside one of
-# the session's allocations; anything else is a scalar passed as is.
+# the session's allocations; const_T* is a structure the call reads (its
+# sizeof(T) bytes travel with the call) and out_T* one it writes (they come
+# back); anything else is a scalar passed as is.
 # `async`: stream-ordered and without results, queued and batched like a
 # launch (its error comes at the next synchronising call).  `hand`: the
 # guest entry point is written by hand in guest-lib/cuda/ (to answer in the
@@ -149,6 +152,12 @@ GENERIC = """
 16 cuGraphUpload_ptsz            CUgraphExec CUstream  async
 17 cuGraphExecDestroy            CUgraphExec!
 18 cuGraphDestroy                CUgraph!
+200 cuProfilerStart
+201 cuProfilerStop
+202 cuStreamSetAttribute         CUstream CUstreamAttrID const_CUstreamAttrValue*
+202 cuStreamSetAttribute_ptsz    CUstream CUstreamAttrID const_CUstreamAttrValue*
+203 cuStreamGetAttribute         CUstream CUstreamAttrID out_CUstreamAttrValue*
+203 cuStreamGetAttribute_ptsz    CUstream CUstreamAttrID out_CUstreamAttrValue*
 """
 
 # Exported names whose driver-580 entry is a newer function's (by

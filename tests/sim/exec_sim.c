@@ -115,6 +115,8 @@ struct sim_obj {
 			uint32_t flags;
 			int32_t priority;
 			struct sim_obj *capture;	/* graph being captured */
+			CUaccessPolicyWindow window;	/* cuStreamSetAttribute */
+			uint32_t sync_policy;
 		} stream;
 		struct {
 			struct sim_graph_launch *v;
@@ -2661,6 +2663,67 @@ static int32_t sim_graph_call(struct pvgpu_exec *ex,
 	}
 }
 
+/* Stream attributes: the access policy window, the synchronisation
+ * policy and the priority; the legacy stream keeps none. */
+static int32_t sim_stream_attr(struct pvgpu_exec *ex, uint64_t stream,
+			       uint64_t id, CUstreamAttrValue *v, int set)
+{
+	struct sim_obj *s = stream ? obj_find(ex, stream, SIM_STREAM) : NULL;
+
+	if (!v)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!s)
+		return stream ? CUDA_ERROR_INVALID_HANDLE : CUDA_ERROR_INVALID_VALUE;
+	switch (id) {
+	case CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW:
+		if (set && (v->accessPolicyWindow.hitRatio < 0.0f ||
+			    v->accessPolicyWindow.hitRatio > 1.0f))
+			return CUDA_ERROR_INVALID_VALUE;
+		if (set)
+			s->u.stream.window = v->accessPolicyWindow;
+		else
+			v->accessPolicyWindow = s->u.stream.window;
+		return CUDA_SUCCESS;
+	case CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY:
+		if (set && (v->syncPolicy < CU_SYNC_POLICY_AUTO ||
+			    v->syncPolicy > CU_SYNC_POLICY_BLOCKING_SYNC))
+			return CUDA_ERROR_INVALID_VALUE;
+		if (set)
+			s->u.stream.sync_policy = v->syncPolicy;
+		else
+			v->syncPolicy = s->u.stream.sync_policy ? s->u.stream.sync_policy :
+								  CU_SYNC_POLICY_AUTO;
+		return CUDA_SUCCESS;
+	case CU_LAUNCH_ATTRIBUTE_PRIORITY:
+		if (set)
+			s->u.stream.priority = v->priority < -5 ? -5 :
+					       v->priority > 0 ? 0 : v->priority;
+		else
+			v->priority = s->u.stream.priority;
+		return CUDA_SUCCESS;
+	default:
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+}
+
+/* Generic calls numbered from 200 (issue 13's second half). */
+static int32_t sim_driver_call_more(struct pvgpu_exec *ex,
+				    const struct pvgpu_generic_fn *f, uint64_t *a)
+{
+	switch (f->id) {
+	case PVGPU_GENERIC_cuProfilerStart:
+	case PVGPU_GENERIC_cuProfilerStop:
+		return CUDA_SUCCESS;	/* no profiler attached: nothing to do */
+	case PVGPU_GENERIC_cuStreamSetAttribute:
+	case PVGPU_GENERIC_cuStreamGetAttribute:
+		return sim_stream_attr(ex, a[0], a[1], (CUstreamAttrValue *)(uintptr_t)a[2],
+				       f->id == PVGPU_GENERIC_cuStreamSetAttribute);
+	default:
+		sim_diag(ex, "%s: not supported by the sim", f->name);
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+}
+
 static int32_t sim_driver_call(struct pvgpu_exec *ex,
 			       const struct pvgpu_generic_fn *f, uint64_t *a)
 {
@@ -2697,6 +2760,8 @@ static int32_t sim_driver_call(struct pvgpu_exec *ex,
 		    (rc = check_stream(ex, a[i])))
 			return rc;
 	}
+	if (f->id >= 200)
+		return sim_driver_call_more(ex, f, a);
 	switch (f->id) {
 	case PVGPU_GENERIC_cuCtxSetLimit:
 		if (a[0] >= CU_LIMIT_MAX)

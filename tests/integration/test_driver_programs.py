@@ -1,0 +1,119 @@
+"""The driver-API test programs (tests/programs/driver/*.c, issue 13's
+second half): plain C over libcuda.so.1, run through pvgpu's libcuda.so.1
+against `pvgpud --executor sim`; the GPU twin of this file is
+tests/gpu/test_gpu_driver_programs.py, which compares them with a native
+run.  Only pvgpu's libcuda.so.1 is on the library path, and each test checks
+that pvgpud served the session.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
+LIBCUDA = BUILD / "lib" / "libcuda.so.1"
+TWINS = BUILD / "tests" / "sim-twins" / "libtest-twins.so"
+IMAGE = BUILD / "tests" / "kernels" / "images" / "vecadd.fatbin"
+DRIVER_PROGRAMS = sorted(p.stem for p in (REPO / "tests" / "programs" / "driver").glob("*.c"))
+
+
+@pytest.fixture(scope="module")
+def libdir():
+    if not LIBCUDA.exists():
+        pytest.fail(f"{LIBCUDA} is not built (run `make`)")
+    d = Path(tempfile.mkdtemp(prefix="pvgpu-drv-"))
+    os.symlink(LIBCUDA.resolve(), d / "libcuda.so.1")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def daemon(start_pvgpud):
+    if not TWINS.exists():
+        pytest.fail(f"{TWINS} is not built (run `make test-programs`)")
+    return start_pvgpud("sim", env={"PVGPU_SIM_TWINS": str(TWINS)})
+
+
+def asan_runtime():
+    res = subprocess.run(["ldd", str(LIBCUDA)], capture_output=True, text=True)
+    for line in res.stdout.splitlines():
+        parts = line.split()
+        if parts and parts[0].startswith("libasan.so") and len(parts) >= 3:
+            return parts[2]
+    return None
+
+
+def run_driver(name, libdir, uri):
+    path = BUILD / "tests" / "driver" / name
+    if not path.exists():
+        pytest.fail(f"{path} is not built (run `make test-programs`)")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PVGPU_DEVICES", "PVGPU_TOKEN", "LD_LIBRARY_PATH")}
+    env["LD_LIBRARY_PATH"] = str(libdir)
+    env["PVGPU_DEVICES"] = uri
+    asan = asan_runtime()
+    if asan:
+        env["LD_PRELOAD"] = asan
+        env["ASAN_OPTIONS"] = "detect_leaks=0"
+    return subprocess.run([str(path), str(IMAGE)], env=env, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, errors="replace",
+                          timeout=120, cwd=REPO)
+
+
+def sessions(daemon):
+    return len(re.findall(r"session \d+ start", daemon.log()))
+
+
+def passed(res, daemon):
+    out = res.stdout.splitlines()
+    assert res.returncode == 0 and out[-1:] == ["PASS"], \
+        f"rc {res.returncode}\n{res.stdout}\n{res.stderr[-3000:]}\n" \
+        f"pvgpud:\n{daemon.log()[-3000:]}"
+    return out
+
+
+@pytest.mark.parametrize("transport", ["unix", "shm"])
+@pytest.mark.parametrize("name", DRIVER_PROGRAMS)
+def test_driver_program(daemon, libdir, name, transport):
+    uri = daemon.unix if transport == "unix" else "shm://" + daemon.unix[len("unix://"):]
+    before = sessions(daemon)
+    passed(run_driver(name, libdir, uri), daemon)
+    assert sessions(daemon) > before, daemon.log()
+
+
+def test_profiler(daemon, libdir):
+    out = passed(run_driver("profiler", libdir, daemon.unix), daemon)
+    assert "start again: 0" in out and "stop again: 0" in out
+    assert "value between: 0xabcd" in out
+
+
+def test_stream_attributes(daemon, libdir):
+    """The attribute value is a structure: it travels whole both ways
+    (driver_call_data), per stream, checked by the backend."""
+    out = passed(run_driver("streamattr", libdir, daemon.unix), daemon)
+    assert "window: same base 1, bytes 1048576, hit ratio 0.50, hit 2, miss 1" in out, out
+    assert "other stream's window: 0 bytes" in out
+    assert "sync policy: 4" in out
+    assert "priority is the greatest: 1" in out
+    assert "no value: 1" in out                  # CUDA_ERROR_INVALID_VALUE
+
+
+def test_occupancy_potential_block_size(daemon, libdir):
+    """The search runs in the guest over the forwarded occupancy query,
+    calling the program's own callback; the sim's occupancy model (2048
+    threads, 64K registers, 228 KiB shared per SM) gives these."""
+    out = passed(run_driver("occupancy", libdir, daemon.unix), daemon)
+    lines = {line.split(":")[0]: line for line in out if ": block" in line}
+    assert set(lines) == {"no callback", "4 KiB shared", "callback", "limit 200",
+                          "with flags"}, out
+    assert "no result: 1" in out
+    # A whole SM's 2048 threads in blocks of 1024; at most 200 threads a
+    # block, 200 (10 blocks) and 192 fill it less than 128 (16 blocks).
+    assert lines["no callback"] == "no callback: block 1024, grid 264, 2 blocks per SM", out
+    assert lines["limit 200"] == "limit 200: block 128, grid 2112, 16 blocks per SM", out
