@@ -190,13 +190,13 @@ CUresult cu_generic_call(uint32_t id, const char *name, int async,
 			 struct cu_ctx *ctx, uint64_t *a, uint32_t n);
 /* Stream captures begun and not yet ended by this process. */
 int cu_captures_active(void);
-/* A stream argument: its context and backend handle (ptsz: NULL is the
- * per-thread default stream). */
 /* The same with structures: in (nin bytes) sent, out (nout bytes) wanted
  * back (gen_generic.py's const_T* and out_T*). */
 CUresult cu_generic_call_data(uint32_t id, const char *name, struct cu_ctx *ctx,
 			      uint64_t *a, uint32_t n, const void *in,
 			      uint32_t nin, void *out, uint32_t nout);
+/* A stream argument: its context and backend handle (ptsz: NULL is the
+ * per-thread default stream). */
 CUresult cu_generic_stream(CUstream s, int ptsz, struct cu_ctx **ctx,
 			   uint64_t *remote);
 

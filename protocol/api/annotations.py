@@ -64,6 +64,7 @@ cuMemsetD2D8_v2 cuMemsetD2D8_v2_ptds cuMemsetD2D8Async cuMemsetD2D8Async_ptsz
 cuMemsetD2D16_v2 cuMemsetD2D16_v2_ptds cuMemsetD2D16Async cuMemsetD2D16Async_ptsz
 cuMemsetD2D32_v2 cuMemsetD2D32_v2_ptds cuMemsetD2D32Async cuMemsetD2D32Async_ptsz
 cuMemAllocAsync cuMemAllocAsync_ptsz cuMemFreeAsync cuMemFreeAsync_ptsz
+cuMemAllocFromPoolAsync cuMemAllocFromPoolAsync_ptsz
 """
 
 LOCAL = """
@@ -99,6 +100,8 @@ cuGetProcAddress cuGetProcAddress_v2 cuGetExportTable
 cuCtxEnablePeerAccess cuCtxDisablePeerAccess
 cuThreadExchangeStreamCaptureMode
 cuOccupancyMaxPotentialBlockSize cuOccupancyMaxPotentialBlockSizeWithFlags
+cuDeviceSetMemPool cuMemPoolCreate cuMemPoolDestroy cuMemPoolSetAttribute
+cuMemPoolGetAttribute cuMemPoolTrimTo cuMemPoolSetAccess cuMemPoolGetAccess
 """
 
 # Forwarded by the generic driver call (protocol/api/gen_generic.py): one

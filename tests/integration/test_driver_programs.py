@@ -117,3 +117,59 @@ def test_occupancy_potential_block_size(daemon, libdir):
     # block, 200 (10 blocks) and 192 fill it less than 128 (16 blocks).
     assert lines["no callback"] == "no callback: block 1024, grid 264, 2 blocks per SM", out
     assert lines["limit 200"] == "limit 200: block 128, grid 2112, 16 blocks per SM", out
+
+
+def test_memory_pools(daemon, libdir):
+    """Pools are bookkeeping over real allocations on the backend: the
+    memory works, and what a pool says it holds follows the program."""
+    out = passed(run_driver("mempool", libdir, daemon.unix), daemon)
+    for line in ("default pool stable: 1, current: 1",
+                 "opportunistic reuse: 1",
+                 "release threshold is max: 1",
+                 "set used current: 1",
+                 "copied through pool memory: 0x22 0x22",
+                 "used at least 6 MiB: 1",
+                 "used after free: 0, high at least 6 MiB: 1",
+                 "high after reset: 0",
+                 "own device access: 3",
+                 "current is mine: 1",
+                 "mine used at least 8 MiB: 1, default used: 0",
+                 "past max size: 2",             # CUDA_ERROR_OUT_OF_MEMORY
+                 "destroy default: 1"):
+        assert line in out, out
+
+
+def test_pool_memory_counts_against_quota(start_pvgpud, libdir, short_tmp):
+    """Pool allocations are the VM's like any other: past its quota the
+    allocation fails with out of memory for that VM."""
+    policy = short_tmp / "policy.ini"
+    policy.write_text(f"[default]\npolicy = refuse\n\n[vm me]\nuid = {os.getuid()}\n"
+                      "memory = 16M\n")
+    d = start_pvgpud("sim", extra_args=("--config", str(policy)),
+                     env={"PVGPU_SIM_TWINS": str(TWINS)})
+    script = short_tmp / "quota.py"
+    script.write_text(QUOTA_SCRIPT)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PVGPU_DEVICES", "LD_LIBRARY_PATH")}
+    env["LD_LIBRARY_PATH"] = str(libdir)
+    env["PVGPU_DEVICES"] = d.unix
+    res = subprocess.run(["python3", str(script), str(LIBCUDA)], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr + d.log()[-2000:]
+    assert res.stdout.split() == ["0", "2", "0"], res.stdout
+
+
+QUOTA_SCRIPT = r'''
+import ctypes, sys
+cu = ctypes.CDLL(sys.argv[1])
+vp, c_u64 = ctypes.c_void_p, ctypes.c_uint64
+assert cu.cuInit(0) == 0
+dev, ctx, pool, p, q = ctypes.c_int(), vp(), vp(), c_u64(), c_u64()
+assert cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
+assert cu.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev) == 0
+assert cu.cuDeviceGetDefaultMemPool(ctypes.byref(pool), dev) == 0
+r1 = cu.cuMemAllocFromPoolAsync(ctypes.byref(p), ctypes.c_size_t(12 << 20), pool, None)
+r2 = cu.cuMemAllocFromPoolAsync(ctypes.byref(q), ctypes.c_size_t(12 << 20), pool, None)
+r3 = cu.cuMemFreeAsync(p, None)
+print(r1, r2, r3)
+'''
