@@ -207,6 +207,10 @@ int cu_alloc_find(uint64_t ptr, struct cu_alloc *out);
 int cu_host_find(const void *ptr, struct cu_host *out);
 
 /* Module/kernel layer. */
+/* cuModuleLoadDataEx: PTX with JIT options through the backend's linker
+ * (cuda_link.c), anything else as cuModuleLoadData. */
+CUresult cu_module_load_jit(CUmodule *module, const void *image, unsigned int n,
+			    CUjit_option *options, void **values);
 CUresult cu_library_load(const void *image, CUlibrary *out);
 
 /* Where a cu_ctx's remote lives, for modules: its device index. */

@@ -11,9 +11,7 @@
  * Without a callback the dynamic shared memory is the constant given, and
  * the same search gives what the driver gives.
  */
-#include <cuda.h>
-
-#include "cuda_internal.h"
+#include "cuda_internal.h"	/* cuda.h, as the driver is built */
 
 static CUresult potential_block_size(int *min_grid, int *block_size, CUfunction func,
 				     CUoccupancyB2DSize smem_of, size_t smem,

@@ -17,9 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cuda.h>
-
-#include "cuda_internal.h"
+#include "cuda_internal.h"	/* cuda.h, as the driver is built */
 #include "cuda_surface.h"
 
 #define CU_MAGIC_POOL 0x70706f6cu

@@ -73,6 +73,24 @@ struct pvgpu_exec_config {
 
 #define PVGPU_MAX_REMOTES	16
 
+/* One JIT link (link_complete): inputs and options as the worker checked
+ * them (link.c), results filled in by the executor. */
+#define PVGPU_LINK_MAX_OPTS	32
+#define PVGPU_LINK_LOG		4096
+struct pvgpu_link {
+	uint32_t nopts;
+	uint32_t opt_key[PVGPU_LINK_MAX_OPTS];	/* scalar-valued CUjit_options */
+	uint64_t opt_value[PVGPU_LINK_MAX_OPTS];	/* in; results written back */
+	uint32_t ninputs;
+	const uint32_t *input_type;		/* CUjitInputType */
+	const uint64_t *input_size;
+	const uint8_t *data;			/* the inputs, one after another */
+	void *image;				/* out: malloc'd */
+	size_t image_size;
+	char info_log[PVGPU_LINK_LOG];		/* out, NUL-terminated */
+	char error_log[PVGPU_LINK_LOG];
+};
+
 struct pvgpu_executor_ops {
 	const char *name;
 
@@ -229,6 +247,14 @@ struct pvgpu_executor_ops {
 	 */
 	int32_t (*driver_call)(struct pvgpu_exec *ex,
 			       const struct pvgpu_generic_fn *f, uint64_t *a);
+
+	/*
+	 * JIT-link the inputs in the current context (cuLinkCreate ...
+	 * cuLinkComplete) with the checked options in l; on success
+	 * l->image is a malloc'd copy of the result.  The logs are filled
+	 * on failure too.  NULL: not supported.
+	 */
+	int32_t (*link)(struct pvgpu_exec *ex, struct pvgpu_link *l);
 };
 
 extern const struct pvgpu_executor_ops pvgpu_exec_cuda;

@@ -12,7 +12,8 @@
 #include <stdint.h>
 
 enum pvgpu_handle_kind { H_FREE, H_CTX, H_STREAM, H_EVENT, H_MODULE, H_FUNC,
-			H_GRAPH, H_GRAPH_EXEC };
+			H_GRAPH, H_GRAPH_EXEC,
+			H_LINK		/* a linked image (data, ndata bytes) */ };
 
 struct pvgpu_handle {
 	enum pvgpu_handle_kind kind;

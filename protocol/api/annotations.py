@@ -65,6 +65,8 @@ cuMemsetD2D16_v2 cuMemsetD2D16_v2_ptds cuMemsetD2D16Async cuMemsetD2D16Async_pts
 cuMemsetD2D32_v2 cuMemsetD2D32_v2_ptds cuMemsetD2D32Async cuMemsetD2D32Async_ptsz
 cuMemAllocAsync cuMemAllocAsync_ptsz cuMemFreeAsync cuMemFreeAsync_ptsz
 cuMemAllocFromPoolAsync cuMemAllocFromPoolAsync_ptsz
+cuLinkCreate cuLinkCreate_v2 cuLinkAddData cuLinkAddData_v2 cuLinkAddFile
+cuLinkAddFile_v2 cuLinkComplete cuLinkDestroy
 """
 
 LOCAL = """

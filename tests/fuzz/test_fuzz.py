@@ -57,8 +57,21 @@ def seeds():
                         W.message("driver_call_async", 0, fn=16, args=[(1 << 24) | 4, 0]))
               + W.message("driver_call", 25, fn=17, args=[(1 << 24) | 4])
               + W.message("driver_call", 26, fn=18, args=[(1 << 24) | 3]))
+    # Structures through the generic call (a stream attribute set and read
+    # back) and a JIT link of one PTX input, fetched.
+    ptx = b".version 8.0\n.target sm_90\n.address_size 64\n\0"
+    structs = (W.message("stream_create", 30, flags=1, priority=0)
+               + W.message("driver_call_data", 31, fn=202, args=[st, 3, 1],
+                           input=b"\3" + bytes(63))
+               + W.message("driver_call_data", 32, fn=203, args=[st, 3, 1], input=b""))
+    link = (W.message("link_complete", 33, opt_key=[2, 3, 4], opt_value=[0, 1, 256],
+                      input_type=[1], input_size=[len(ptx)], size=len(ptx))
+            + W.data_frames(ptx, 33)
+            + W.message("link_fetch", 34, link=(1 << 24) | 3, size=len(ptx)))
     return {
         "hello": hello,
+        "structs": session + structs + free,
+        "link": session + link + free,
         "copies": session + h2d + d2h + free,
         "batch": session + memset + d2h,
         "streams": session + streams + attrs,

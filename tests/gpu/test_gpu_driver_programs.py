@@ -18,6 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
 LIBCUDA = BUILD / "lib" / "libcuda.so.1"
 IMAGE = BUILD / "tests" / "kernels" / "images" / "vecadd.fatbin"
+PTX = BUILD / "tests" / "kernels" / "images" / "vecadd.ptx"
 DRIVER_PROGRAMS = sorted(p.stem for p in (REPO / "tests" / "programs" / "driver").glob("*.c"))
 
 
@@ -36,7 +37,7 @@ def libdir():
 
 
 def run(path, env):
-    return subprocess.run([str(path), str(IMAGE)], env=env, stdin=subprocess.DEVNULL,
+    return subprocess.run([str(path), str(IMAGE), str(PTX)], env=env, stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, errors="replace",
                           timeout=300, cwd=REPO)
 

@@ -9,7 +9,9 @@ that pvgpud served the session.
 import os
 import re
 import shutil
+import struct
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -20,6 +22,7 @@ BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
 LIBCUDA = BUILD / "lib" / "libcuda.so.1"
 TWINS = BUILD / "tests" / "sim-twins" / "libtest-twins.so"
 IMAGE = BUILD / "tests" / "kernels" / "images" / "vecadd.fatbin"
+PTX = BUILD / "tests" / "kernels" / "images" / "vecadd.ptx"
 DRIVER_PROGRAMS = sorted(p.stem for p in (REPO / "tests" / "programs" / "driver").glob("*.c"))
 
 
@@ -61,7 +64,7 @@ def run_driver(name, libdir, uri):
     if asan:
         env["LD_PRELOAD"] = asan
         env["ASAN_OPTIONS"] = "detect_leaks=0"
-    return subprocess.run([str(path), str(IMAGE)], env=env, stdin=subprocess.DEVNULL,
+    return subprocess.run([str(path), str(IMAGE), str(PTX)], env=env, stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, errors="replace",
                           timeout=120, cwd=REPO)
 
@@ -173,3 +176,88 @@ r2 = cu.cuMemAllocFromPoolAsync(ctypes.byref(q), ctypes.c_size_t(12 << 20), pool
 r3 = cu.cuMemFreeAsync(p, None)
 print(r1, r2, r3)
 '''
+
+
+def test_jit_link(daemon, libdir):
+    """PTX linked on the backend (the sim hands the PTX back as the
+    image), options and logs carried both ways, the image usable as a
+    module; a bad input fails with the linker's error in the program's
+    own log buffer."""
+    out = passed(run_driver("ptxjit", libdir, daemon.unix), daemon)
+    for line in ("linked: image 1, wall time positive 1, info log 1, error log empty 1",
+                 "linked: c[10] = 10.25, c[999] = 999.25",
+                 "from a file: c[10] = 10.25, c[999] = 999.25",
+                 "missing file: 301",            # CUDA_ERROR_FILE_NOT_FOUND
+                 "load with options: wall time positive 1",
+                 "loaded with options: c[10] = 10.25, c[999] = 999.25",
+                 "bad ptx: 218, error log written 1"):     # CUDA_ERROR_INVALID_PTX
+        assert line in out, out
+
+
+# ---- what a hostile guest may send (the new decoders and handlers) ---------
+
+sys.path.insert(0, str(REPO / "tests" / "lib"))
+import pvgpu_wire as W  # noqa: E402
+
+SET_ATTR, GET_ATTR = 202, 203
+ATTR_BYTES = 64          # sizeof(CUstreamAttrValue)
+
+
+def raw_session(daemon):
+    s = W.Session(daemon.unix)
+    s.hello()
+    s.open_context()
+    return s
+
+
+def test_structures_checked_by_the_worker(daemon):
+    s = raw_session(daemon)
+    st, _, out, _ = s.call("stream_create", flags=1, priority=0)
+    assert st == 0
+    stream = out["stream"]
+    value = struct.pack("<i", 3) + bytes(ATTR_BYTES - 4)      # sync policy 3
+    # Well formed: set, then read back 64 bytes.
+    st, _, _, _ = s.call("driver_call_data", fn=SET_ATTR, args=[stream, 3, 1], input=value)
+    assert st == 0
+    st, _, out, _ = s.call("driver_call_data", fn=GET_ATTR, args=[stream, 3, 1], input=b"")
+    assert st == 0 and len(out["output"]) == ATTR_BYTES and out["output"][:4] == value[:4]
+    # Too few bytes, too many, bytes nobody reads, a result not asked for.
+    for args, data in (([stream, 3, 1], value[:10]), ([stream, 3, 1], value + b"x"),
+                       ([stream, 3, 0], value), ([stream, 3, 1, 0], value)):
+        assert s.call("driver_call_data", fn=SET_ATTR, args=args, input=data)[0] == 1, args
+    st, _, out, _ = s.call("driver_call_data", fn=GET_ATTR, args=[stream, 3, 0], input=b"")
+    assert out["output"] == b""
+    # A structure call through the plain generic op, and the reverse.
+    assert s.call("driver_call", fn=SET_ATTR, args=[stream, 3, 1])[0] == 1
+    assert s.call("driver_call_data", fn=1, args=[2, 1 << 20], input=b"")[0] == 1
+    # A foreign stream handle.
+    assert s.call("driver_call_data", fn=SET_ATTR, args=[(1 << 24) | 77, 3, 1],
+                  input=value)[0] == 400
+    s.close()
+
+
+def test_link_inputs_checked_by_the_worker(daemon):
+    s = raw_session(daemon)
+    ptx = PTX.read_bytes() + b"\0"
+    good = dict(opt_key=[], opt_value=[], input_type=[1], input_size=[len(ptx)], size=len(ptx))
+    st, _, out, _ = s.call("link_complete", data_in=ptx, **good)
+    assert st == 0 and out["image_size"] == len(ptx)
+    link = out["link"]
+    # The wrong size, then the right one (which forgets the image).
+    assert s.call("link_fetch", link=link, size=3)[0] == 1
+    st, _, _, image = s.call("link_fetch", link=link, size=len(ptx))
+    assert st == 0 and image == ptx
+    assert s.call("link_fetch", link=link, size=len(ptx))[0] == 1
+    # An option whose value would be a pointer (CU_JIT_GLOBAL_SYMBOL_NAMES),
+    # an unknown input type, sizes that do not add up: refused, and the
+    # inputs that follow are read and dropped, so the session goes on.
+    for bad in (dict(good, opt_key=[17], opt_value=[0x41414141]),
+                dict(good, input_type=[9]),
+                dict(good, input_size=[len(ptx) - 1])):
+        assert s.call("link_complete", data_in=ptx, **bad)[0] == 1, bad
+    # Log sizes past the limit are cut to it: the reply still decodes.
+    st, _, out, _ = s.call("link_complete", data_in=ptx,
+                           **dict(good, opt_key=[3, 4], opt_value=[1, 1 << 40]))
+    assert st == 0 and out["info_log"].startswith(b"sim link")
+    assert s.call("link_fetch", link=out["link"], size=out["image_size"])[0] == 0
+    s.close()

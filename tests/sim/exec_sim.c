@@ -2869,6 +2869,7 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.memcpy_peer		= sim_memcpy_peer,
 	.memcpy_peer_async	= sim_memcpy_peer_async,
 	.driver_call		= sim_driver_call,
+	.link			= pvgpu_sim_link,
 };
 
 /* How pvgpud finds this fixture: build/lib/pvgpud/exec-sim.so. */

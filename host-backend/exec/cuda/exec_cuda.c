@@ -1604,6 +1604,68 @@ static int32_t cuda_driver_call(struct pvgpu_exec *ex,
 	return pvgpu_cuda_generic_invoke(ex->generic_fp[f->id], f, a);
 }
 
+/* JIT linking: NVIDIA's linker in the current context, the worker having
+ * checked every option (session/link.c); the log buffers are ours. */
+static int32_t cuda_link(struct pvgpu_exec *ex, struct pvgpu_link *l)
+{
+	CUresult (*create)(unsigned int, CUjit_option *, void **, CUlinkState *);
+	CUresult (*add)(CUlinkState, CUjitInputType, void *, size_t, const char *,
+			unsigned int, CUjit_option *, void **);
+	CUresult (*complete)(CUlinkState, void **, size_t *);
+	CUresult (*destroy)(CUlinkState);
+	CUjit_option keys[PVGPU_LINK_MAX_OPTS];
+	void *vals[PVGPU_LINK_MAX_OPTS];
+	CUlinkState state;
+	const uint8_t *p;
+	void *out = NULL;
+	size_t size = 0;
+	CUresult r;
+
+	if (!ex || !l || l->nopts > PVGPU_LINK_MAX_OPTS)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	*(void **)&create = dlsym(ex->lib, "cuLinkCreate_v2");
+	*(void **)&add = dlsym(ex->lib, "cuLinkAddData_v2");
+	*(void **)&complete = dlsym(ex->lib, "cuLinkComplete");
+	*(void **)&destroy = dlsym(ex->lib, "cuLinkDestroy");
+	if (!create || !add || !complete || !destroy)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	for (uint32_t i = 0; i < l->nopts; i++) {
+		keys[i] = (CUjit_option)l->opt_key[i];
+		vals[i] = keys[i] == CU_JIT_INFO_LOG_BUFFER ? (void *)l->info_log :
+			  keys[i] == CU_JIT_ERROR_LOG_BUFFER ? (void *)l->error_log :
+			  (void *)(uintptr_t)l->opt_value[i];
+	}
+	r = create(l->nopts, keys, vals, &state);
+	if (r)
+		return r;
+	p = l->data;
+	for (uint32_t i = 0; i < l->ninputs && !r; i++) {
+		r = add(state, (CUjitInputType)l->input_type[i], (void *)p,
+			(size_t)l->input_size[i], "input", 0, NULL, NULL);
+		p += l->input_size[i];
+	}
+	if (!r)
+		r = complete(state, &out, &size);
+	if (!r) {
+		l->image = malloc(size);
+		if (l->image)
+			memcpy(l->image, out, size);
+		l->image_size = l->image ? size : 0;
+		r = l->image ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	/* Results: what the linker wrote over the values. */
+	for (uint32_t i = 0; i < l->nopts; i++) {
+		if (keys[i] == CU_JIT_INFO_LOG_BUFFER || keys[i] == CU_JIT_ERROR_LOG_BUFFER)
+			l->opt_value[i] = 0;
+		else
+			l->opt_value[i] = (uint64_t)(uintptr_t)vals[i];
+	}
+	destroy(state);
+	return r;
+}
+
 const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.name			= "cuda",
 	.open			= cuda_open,
@@ -1658,4 +1720,5 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.memcpy_peer		= cuda_memcpy_peer,
 	.memcpy_peer_async	= cuda_memcpy_peer_async,
 	.driver_call		= cuda_driver_call,
+	.link			= cuda_link,
 };
