@@ -255,6 +255,11 @@ struct pvgpu_executor_ops {
 	 * on failure too.  NULL: not supported.
 	 */
 	int32_t (*link)(struct pvgpu_exec *ex, struct pvgpu_link *l);
+
+	/* The device address of registered host memory p (host_register).
+	 * NULL: not supported. */
+	int32_t (*host_device_pointer)(struct pvgpu_exec *ex, void *p,
+				       uint64_t *dptr);
 };
 
 extern const struct pvgpu_executor_ops pvgpu_exec_cuda;

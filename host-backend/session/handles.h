@@ -47,6 +47,7 @@ struct pvgpu_alloc {
 	uint64_t base, size;
 	uint64_t ctx;
 	uint64_t module;		/* a module's global: not for mem_free */
+#define PVGPU_ALLOC_HOSTMAP UINT64_MAX	/* module: mapped window memory (hostmap.c) */
 	int32_t device;
 };
 

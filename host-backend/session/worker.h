@@ -45,6 +45,7 @@ struct pvgpu_window {
 	struct pvgpu_window_pin {
 		uint64_t offset, size;
 		uint64_t ctx;		/* 0: its context was destroyed */
+		uint64_t dptr;		/* its device address, once asked (hostmap.c) */
 	} pins[PVGPU_WINDOW_PINS];	/* the guest's pinned allocations */
 	unsigned int npins;
 };

@@ -20,6 +20,9 @@ LIBCUDA = BUILD / "lib" / "libcuda.so.1"
 IMAGE = BUILD / "tests" / "kernels" / "images" / "vecadd.fatbin"
 PTX = BUILD / "tests" / "kernels" / "images" / "vecadd.ptx"
 DRIVER_PROGRAMS = sorted(p.stem for p in (REPO / "tests" / "programs" / "driver").glob("*.c"))
+# Mapped host memory needs a window both sides see: over unix:// the
+# program says "not supported", which a native run never does.
+NEEDS_WINDOW = {"zerocopy"}
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +53,9 @@ def clean_env():
 @pytest.mark.parametrize("transport", ["shm", "unix"])
 @pytest.mark.parametrize("name", DRIVER_PROGRAMS)
 def test_driver_program_native_and_pvgpu(cuda_daemon, libdir, name, transport):
+    if transport == "unix" and name in NEEDS_WINDOW:
+        pytest.skip(f"{name} needs a shared window (shm://); over unix:// it is "
+                    "CUDA_ERROR_NOT_SUPPORTED, tested against the sim")
     path = BUILD / "tests" / "driver" / name
     if not path.exists():
         pytest.fail(f"{path} is not built (make test-programs)")

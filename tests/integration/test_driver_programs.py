@@ -261,3 +261,28 @@ def test_link_inputs_checked_by_the_worker(daemon):
     assert st == 0 and out["info_log"].startswith(b"sim link")
     assert s.call("link_fetch", link=out["link"], size=out["image_size"])[0] == 0
     s.close()
+
+
+def test_zero_copy_over_a_window(daemon, libdir):
+    """Over shm:// the window's pinned memory is the GPU's too: the kernel
+    writes into the program's host memory, which it reads directly."""
+    out = passed(run_driver("zerocopy", libdir, "shm://" + daemon.unix[len("unix://"):]), daemon)
+    assert "written by the kernel into host memory: 12.0 4097.0" in out, out
+    assert "after a memset through the device address: 0.0" in out
+    assert "flags refused: 1" in out
+
+
+def test_zero_copy_without_a_window(daemon, libdir):
+    """Over a plain socket there is no memory both sides see: a clear
+    CUDA_ERROR_NOT_SUPPORTED, with a debug line naming the call."""
+    path = BUILD / "tests" / "driver" / "zerocopy"
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH",)}
+    env.update(LD_LIBRARY_PATH=str(libdir), PVGPU_DEVICES=daemon.unix, PVGPU_DEBUG="1")
+    asan = asan_runtime()
+    if asan:
+        env.update(LD_PRELOAD=asan, ASAN_OPTIONS="detect_leaks=0")
+    res = subprocess.run([str(path), str(IMAGE)], env=env, capture_output=True, text=True,
+                         timeout=60, cwd=REPO)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "mapped host memory: not supported over this transport" in res.stdout
+    assert "cuMemHostGetDevicePointer_v2" in res.stderr, res.stderr

@@ -548,11 +548,16 @@ static struct sim_alloc *alloc_range(struct pvgpu_exec *ex, uint64_t ptr,
 	return a;
 }
 
+static struct sim_host *host_mapped(struct pvgpu_exec *ex, uint64_t ptr,
+				    uint64_t size);
+
 static unsigned char *dev_bytes(struct pvgpu_exec *ex, uint64_t ptr,
 				uint64_t size)
 {
 	struct sim_alloc *a = alloc_range(ex, ptr, size);
 
+	if (!a && host_mapped(ex, ptr, size))
+		return (unsigned char *)(uintptr_t)ptr;	/* mapped host memory */
 	return a ? a->data + (ptr - a->addr) : NULL;
 }
 
@@ -1338,6 +1343,32 @@ static int32_t sim_host_register(struct pvgpu_exec *ex, void *p, size_t size)
 	h->size = size;
 	h->ctx = ex->cur;
 	h->registered = true;
+	return CUDA_SUCCESS;
+}
+
+/*
+ * Registered host memory is mapped for the device at its own address, as
+ * the driver does with unified addressing: host_device_pointer gives it
+ * out, and device accesses there reach the host bytes.
+ */
+static struct sim_host *host_mapped(struct pvgpu_exec *ex, uint64_t ptr,
+				    uint64_t size)
+{
+	for (size_t i = 0; i < ex->nhosts; i++) {
+		uint64_t s = (uintptr_t)ex->hosts[i].p;
+
+		if (ex->hosts[i].registered && ptr >= s && size &&
+		    size <= ex->hosts[i].size && ptr - s <= ex->hosts[i].size - size)
+			return &ex->hosts[i];
+	}
+	return NULL;
+}
+
+static int32_t sim_host_device_pointer(struct pvgpu_exec *ex, void *p, uint64_t *dptr)
+{
+	if (!ex || !dptr || !host_mapped(ex, (uintptr_t)p, 1))
+		return CUDA_ERROR_INVALID_VALUE;
+	*dptr = (uintptr_t)p;
 	return CUDA_SUCCESS;
 }
 
@@ -2260,6 +2291,8 @@ static void *run_dev(const struct pvgpu_sim_launch *l, uint64_t addr,
 	if (!len)
 		return &r->empty;
 	a = alloc_range(r->ex, addr, len);
+	if (!a && host_mapped(r->ex, addr, len))
+		return (void *)(uintptr_t)addr;		/* mapped host memory */
 	/* Another context's memory is out of reach, unless it is a peer. */
 	if (!a || (a->ctx != r->ctx && !ctx_has_peer(r->ctx, a->ctx))) {
 		snprintf(why, sizeof(why), "access to [0x%llx, +%llu)",
@@ -2870,6 +2903,7 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.memcpy_peer_async	= sim_memcpy_peer_async,
 	.driver_call		= sim_driver_call,
 	.link			= pvgpu_sim_link,
+	.host_device_pointer	= sim_host_device_pointer,
 };
 
 /* How pvgpud finds this fixture: build/lib/pvgpud/exec-sim.so. */

@@ -1666,6 +1666,25 @@ static int32_t cuda_link(struct pvgpu_exec *ex, struct pvgpu_link *l)
 	return r;
 }
 
+/* Registered host memory's device address (UVA: usually the same). */
+static int32_t cuda_host_device_pointer(struct pvgpu_exec *ex, void *p, uint64_t *dptr)
+{
+	CUresult (*get)(CUdeviceptr *, void *, unsigned int);
+	CUdeviceptr d = 0;
+	CUresult r;
+
+	if (!ex || !p || !dptr)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	*(void **)&get = dlsym(ex->lib, "cuMemHostGetDevicePointer_v2");
+	if (!get)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	r = get(&d, p, 0);
+	*dptr = d;
+	return r;
+}
+
 const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.name			= "cuda",
 	.open			= cuda_open,
@@ -1721,4 +1740,5 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.memcpy_peer_async	= cuda_memcpy_peer_async,
 	.driver_call		= cuda_driver_call,
 	.link			= cuda_link,
+	.host_device_pointer	= cuda_host_device_pointer,
 };
