@@ -22,7 +22,8 @@
 static enum pvgpu_handle_kind handle_kind(uint32_t gh)
 {
 	return gh == PVGPU_GH_GRAPH ? H_GRAPH :
-	       gh == PVGPU_GH_GRAPH_EXEC ? H_GRAPH_EXEC : H_FREE;
+	       gh == PVGPU_GH_GRAPH_EXEC ? H_GRAPH_EXEC :
+	       gh == PVGPU_GH_MEM ? H_MEM : H_FREE;
 }
 
 /*
@@ -111,6 +112,7 @@ static int32_t generic_call(struct pvgpu_worker *w, uint32_t fn,
 	const struct pvgpu_generic_fn *f = pvgpu_generic_find(fn);
 	uint64_t a[PVGPU_GENERIC_MAX_ARGS] = { 0 };
 	uint64_t ids[PVGPU_GENERIC_MAX_ARGS] = { 0 };
+	struct pvgpu_vmm_call vmm;
 	struct pvgpu_handle *h;
 	int32_t st;
 
@@ -169,6 +171,9 @@ static int32_t generic_call(struct pvgpu_worker *w, uint32_t fn,
 		return CUDA_ERROR_INVALID_VALUE;	/* bytes nobody reads */
 	if (!w->ex_ops->driver_call)
 		return CUDA_ERROR_NOT_SUPPORTED;
+	st = pvgpu_vmm_before(w, f, a, ids, &vmm);
+	if (st)
+		return st;
 	capture_before(w, f, a);
 	if (f->id == PVGPU_GENERIC_cuGraphLaunch) {
 		/* A graph's launches take the VM's turn like any other (§3). */
@@ -203,7 +208,7 @@ static int32_t generic_call(struct pvgpu_worker *w, uint32_t fn,
 		if (out)
 			out[i] = v;
 	}
-	return st;
+	return pvgpu_vmm_after(w, f, a, in, out, &vmm, st);
 }
 
 int32_t pvgpu_handle_driver_call(struct pvgpu_worker *w,

@@ -115,7 +115,10 @@ cuMemPoolGetAttribute cuMemPoolTrimTo cuMemPoolSetAccess cuMemPoolGetAccess
 # CUdeviceptr@N is N bytes of device memory, which must lie inside one of
 # the session's allocations; const_T* is a structure the call reads (its
 # sizeof(T) bytes travel with the call) and out_T* one it writes (they come
-# back); anything else is a scalar passed as is.
+# back); CUmemGenericAllocationHandle is a handle of the worker's table
+# (`!`: the call destroys it); void*@dev a device address given as a
+# pointer, which must lie in the session's memory; anything else is a
+# scalar passed as is.
 # `async`: stream-ordered and without results, queued and batched like a
 # launch (its error comes at the next synchronising call).  `hand`: the
 # guest entry point is written by hand in guest-lib/cuda/ (to answer in the
@@ -163,6 +166,17 @@ GENERIC = """
 202 cuStreamSetAttribute_ptsz    CUstream CUstreamAttrID const_CUstreamAttrValue*
 203 cuStreamGetAttribute         CUstream CUstreamAttrID out_CUstreamAttrValue*
 203 cuStreamGetAttribute_ptsz    CUstream CUstreamAttrID out_CUstreamAttrValue*
+204 cuMemGetAllocationGranularity size_t* const_CUmemAllocationProp* CUmemAllocationGranularity_flags
+205 cuMemCreate                  CUmemGenericAllocationHandle* size_t const_CUmemAllocationProp* unsigned_long_long
+206 cuMemRelease                 CUmemGenericAllocationHandle!
+207 cuMemAddressReserve          CUdeviceptr* size_t size_t CUdeviceptr unsigned_long_long
+208 cuMemAddressFree             CUdeviceptr size_t
+209 cuMemMap                     CUdeviceptr size_t size_t CUmemGenericAllocationHandle unsigned_long_long  hand
+210 cuMemUnmap                   CUdeviceptr size_t  hand
+211 cuMemSetAccess               CUdeviceptr size_t const_CUmemAccessDesc* size_t  hand
+212 cuMemGetAccess               unsigned_long_long* const_CUmemLocation* CUdeviceptr
+213 cuMemRetainAllocationHandle  CUmemGenericAllocationHandle* void*@dev
+214 cuMemGetAllocationPropertiesFromHandle out_CUmemAllocationProp* CUmemGenericAllocationHandle
 """
 
 # Exported names whose driver-580 entry is a newer function's (by

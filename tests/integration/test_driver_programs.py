@@ -286,3 +286,79 @@ def test_zero_copy_without_a_window(daemon, libdir):
     assert res.returncode == 0, res.stdout + res.stderr
     assert "mapped host memory: not supported over this transport" in res.stdout
     assert "cuMemHostGetDevicePointer_v2" in res.stderr, res.stderr
+
+
+def test_virtual_memory_management(daemon, libdir):
+    """Physical memory, reserved ranges and mappings live in the worker's
+    tables; mapped addresses are valid for copies and kernels until
+    unmapped."""
+    out = passed(run_driver("vmm", libdir, daemon.unix), daemon)
+    for line in ("granularity a power of two of at least 64 KiB: 1",
+                 "access: 3",
+                 "map twice: 1",
+                 "computed in mapped memory: 3.0 4097.0",
+                 "properties: type 1, device ours 1"):
+        assert line in out, out
+
+
+VMM_SCRIPT = r'''
+import ctypes, sys
+cu = ctypes.CDLL(sys.argv[1])
+vp, u64, sz = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t
+assert cu.cuInit(0) == 0
+dev, ctx = ctypes.c_int(), vp()
+assert cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
+assert cu.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev) == 0
+class Loc(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+class Prop(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("handle", ctypes.c_int), ("loc", Loc),
+                ("meta", vp), ("comp", ctypes.c_ubyte), ("gpud", ctypes.c_ubyte),
+                ("usage", ctypes.c_ushort), ("res", ctypes.c_ubyte * 4)]
+class Desc(ctypes.Structure):
+    _fields_ = [("loc", Loc), ("flags", ctypes.c_int)]
+G = 2 << 20
+prop = Prop(1, 0, Loc(1, 0), vp(0x4141414141))      # a guest pointer in the metadata
+h, va = u64(), u64()
+out = []
+out.append(cu.cuMemCreate(ctypes.byref(h), sz(G), ctypes.byref(prop), u64(0)))
+out.append(cu.cuMemCreate(ctypes.byref(u64()), sz(64 * G), ctypes.byref(prop), u64(0)))
+out.append(cu.cuMemAddressReserve(ctypes.byref(va), sz(4 * G), sz(0), u64(0), u64(0)))
+out.append(cu.cuMemMap(u64(va.value + 8 * G), sz(G), sz(0), h, u64(0)))   # outside the range
+out.append(cu.cuMemMap(va, sz(2 * G), sz(0), h, u64(0)))                 # past the handle
+out.append(cu.cuMemMap(va, sz(G), sz(0), u64(0x1234), u64(0)))           # a forged handle
+out.append(cu.cuMemMap(va, sz(G), sz(0), h, u64(0)))
+descs = (Desc * 2)(Desc(Loc(1, 0), 3), Desc(Loc(1, 0), 3))
+out.append(cu.cuMemSetAccess(va, sz(G), descs, sz(2)))
+out.append(cu.cuMemAddressFree(va, sz(4 * G)))                          # still mapped
+out.append(cu.cuMemUnmap(va, sz(G)))
+buf = ctypes.create_string_buffer(16)
+out.append(cu.cuMemcpyDtoH_v2(buf, va, sz(16)))                          # unmapped now
+out.append(cu.cuMemRelease(h))
+out.append(cu.cuMemRelease(h))
+out.append(cu.cuMemAddressFree(va, sz(4 * G)))
+print(*out)
+'''
+
+
+def test_vmm_checked_by_the_worker(start_pvgpud, libdir, short_tmp):
+    """Physical memory counts against the VM's quota; mappings must lie
+    in a reservation of the session's and within the physical memory of a
+    handle of its own; several access descriptors go one by one."""
+    policy = short_tmp / "policy.ini"
+    policy.write_text(f"[default]\npolicy = refuse\n\n[vm me]\nuid = {os.getuid()}\n"
+                      "memory = 64M\n")
+    d = start_pvgpud("sim", extra_args=("--config", str(policy)),
+                     env={"PVGPU_SIM_TWINS": str(TWINS)})
+    script = short_tmp / "vmm.py"
+    script.write_text(VMM_SCRIPT)
+    env = {k: v for k, v in os.environ.items() if k not in ("PVGPU_DEVICES", "LD_LIBRARY_PATH")}
+    env.update(LD_LIBRARY_PATH=str(libdir), PVGPU_DEVICES=d.unix)
+    res = subprocess.run(["python3", str(script), str(LIBCUDA)], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr + d.log()[-2000:]
+    # create, over quota (2), reserve, outside (1), past (1), forged (400),
+    # map, two descriptors, free while mapped (1), unmap, copy (1),
+    # release, release again (400), free.
+    assert res.stdout.split() == ["0", "2", "0", "1", "1", "400", "0", "0", "1", "0", "1",
+                                  "0", "400", "0"], res.stdout

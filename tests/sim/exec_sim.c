@@ -137,6 +137,21 @@ struct sim_alloc {
 	struct sim_obj *ctx;
 	int32_t dev;
 	bool module;			/* a module's variable: not mem_free'able */
+	uint64_t phys;			/* a cuMemMap mapping of this physical
+					 * memory (its data is the phys's); 0 none */
+};
+
+/* Physical memory of cuMemCreate, and address ranges of cuMemAddressReserve. */
+struct sim_phys {
+	uint64_t handle;
+	uint64_t size;
+	unsigned char *data;
+	int32_t dev;
+	unsigned int refs, maps;	/* handles held, mappings made */
+};
+
+struct sim_range {
+	uint64_t base, size;
 };
 
 /* A loaded module: its parsed image and where its variables live. */
@@ -177,6 +192,13 @@ struct pvgpu_exec {
 
 	struct sim_host *hosts;
 	size_t nhosts, hosts_cap;
+
+	/* Virtual memory management (sim_vmm_call). */
+	struct sim_phys *phys;
+	size_t nphys, phys_cap;
+	uint64_t next_phys;
+	struct sim_range *ranges;
+	size_t nranges, ranges_cap;
 
 	struct sim_obj *cur;		/* current context, or NULL */
 
@@ -618,12 +640,38 @@ static int place_alloc(struct pvgpu_exec *ex, int32_t dev, uint64_t size,
 	return 0;
 }
 
+static struct sim_phys *phys_find(struct pvgpu_exec *ex, uint64_t handle)
+{
+	for (size_t i = 0; i < ex->nphys; i++)
+		if (ex->phys[i].handle == handle)
+			return &ex->phys[i];
+	return NULL;
+}
+
+/* Free physical memory no handle and no mapping holds any more. */
+static void phys_put(struct pvgpu_exec *ex, struct sim_phys *p)
+{
+	if (p->refs || p->maps)
+		return;
+	ex->own_used[p->dev] -= p->size;
+	free(p->data);
+	*p = ex->phys[--ex->nphys];
+}
+
 static void alloc_remove(struct pvgpu_exec *ex, size_t i)
 {
 	struct sim_alloc *a = &ex->allocs[i];
+	struct sim_phys *p = a->phys ? phys_find(ex, a->phys) : NULL;
 
-	ex->own_used[a->dev] -= a->size;
-	free(a->data);
+	if (a->phys) {
+		if (p) {
+			p->maps--;
+			phys_put(ex, p);
+		}
+	} else {
+		ex->own_used[a->dev] -= a->size;
+		free(a->data);
+	}
 	memmove(a, a + 1, (ex->nallocs - i - 1) * sizeof(*a));
 	ex->nallocs--;
 }
@@ -777,7 +825,12 @@ static void sim_close(struct pvgpu_exec *ex)
 	free(ex->out[0].buf);
 	free(ex->out[1].buf);
 	for (i = 0; i < ex->nallocs; i++)
-		free(ex->allocs[i].data);
+		if (!ex->allocs[i].phys)
+			free(ex->allocs[i].data);
+	for (i = 0; i < ex->nphys; i++)
+		free(ex->phys[i].data);
+	free(ex->phys);
+	free(ex->ranges);
 	for (i = 0; i < ex->nhosts; i++)
 		if (!ex->hosts[i].registered)
 			free(ex->hosts[i].p);
@@ -1193,6 +1246,7 @@ static int32_t dev_alloc(struct pvgpu_exec *ex, uint64_t size, bool module,
 	a->ctx = ex->cur;
 	a->dev = dev;
 	a->module = module;
+	a->phys = 0;
 	ex->nallocs++;
 	ex->own_used[dev] += size;
 	*dptr = addr;
@@ -1226,7 +1280,8 @@ static int32_t sim_mem_free(struct pvgpu_exec *ex, uint64_t dptr)
 		return rc;
 	/* Only the start of a live allocation; any context (unified VA). */
 	i = alloc_upper_bound(ex, dptr);
-	if (!i || ex->allocs[i - 1].addr != dptr || ex->allocs[i - 1].module)
+	if (!i || ex->allocs[i - 1].addr != dptr || ex->allocs[i - 1].module ||
+	    ex->allocs[i - 1].phys)
 		return CUDA_ERROR_INVALID_VALUE;
 	alloc_remove(ex, i - 1);
 	return CUDA_SUCCESS;
@@ -2739,6 +2794,197 @@ static int32_t sim_stream_attr(struct pvgpu_exec *ex, uint64_t stream,
 	}
 }
 
+#define SIM_VMM_GRAIN	(2ull << 20)
+
+static struct sim_range *range_holding(struct pvgpu_exec *ex, uint64_t ptr, uint64_t size)
+{
+	for (size_t i = 0; i < ex->nranges; i++) {
+		struct sim_range *r = &ex->ranges[i];
+
+		if (size && ptr >= r->base && size <= r->size && ptr - r->base <= r->size - size)
+			return r;
+	}
+	return NULL;
+}
+
+static bool overlaps_alloc(struct pvgpu_exec *ex, uint64_t ptr, uint64_t size)
+{
+	for (size_t i = 0; i < ex->nallocs; i++)
+		if (ex->allocs[i].addr < ptr + size && ptr < ex->allocs[i].addr + ex->allocs[i].size)
+			return true;
+	return false;
+}
+
+static int32_t prop_check(struct pvgpu_exec *ex, const CUmemAllocationProp *p)
+{
+	if (!p || p->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
+	    p->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+		return CUDA_ERROR_INVALID_VALUE;
+	return p->location.id < 0 || p->location.id >= ex->ndev ? CUDA_ERROR_INVALID_DEVICE :
+								   CUDA_SUCCESS;
+}
+
+/* cuMemMap: an allocation whose bytes are the physical memory's. */
+static int32_t vmm_map(struct pvgpu_exec *ex, uint64_t ptr, uint64_t size, uint64_t off,
+		       struct sim_phys *p)
+{
+	struct sim_alloc *a;
+	size_t i;
+
+	if (!range_holding(ex, ptr, size) || overlaps_alloc(ex, ptr, size) ||
+	    off > p->size || size > p->size - off || (ptr | size | off) % SIM_VMM_GRAIN)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (grow((void **)&ex->allocs, &ex->allocs_cap, ex->nallocs + 1, sizeof(*ex->allocs)))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	i = alloc_upper_bound(ex, ptr);
+	memmove(&ex->allocs[i + 1], &ex->allocs[i], (ex->nallocs - i) * sizeof(*ex->allocs));
+	a = &ex->allocs[i];
+	memset(a, 0, sizeof(*a));
+	a->addr = ptr;
+	a->size = size;
+	a->data = p->data + off;
+	a->ctx = ex->cur;
+	a->dev = p->dev;
+	a->phys = p->handle;
+	ex->nallocs++;
+	p->maps++;
+	return CUDA_SUCCESS;
+}
+
+/* The mapping holding ptr, or NULL. */
+static struct sim_alloc *mapping_at(struct pvgpu_exec *ex, uint64_t ptr)
+{
+	struct sim_alloc *a = alloc_range(ex, ptr, 1);
+
+	return a && a->phys ? a : NULL;
+}
+
+static int32_t sim_vmm_call(struct pvgpu_exec *ex, const struct pvgpu_generic_fn *f,
+			    uint64_t *a)
+{
+	struct sim_phys *p;
+	struct sim_range *r;
+	struct sim_alloc *m;
+	int32_t rc;
+
+	switch (f->id) {
+	case PVGPU_GENERIC_cuMemGetAllocationGranularity:
+		rc = prop_check(ex, (const CUmemAllocationProp *)(uintptr_t)a[1]);
+		if (!rc && !a[0])
+			rc = CUDA_ERROR_INVALID_VALUE;
+		a[0] = SIM_VMM_GRAIN;
+		return rc;
+	case PVGPU_GENERIC_cuMemCreate: {
+		const CUmemAllocationProp *prop = (const CUmemAllocationProp *)(uintptr_t)a[2];
+		unsigned char *data;
+		uint64_t used;
+
+		rc = prop_check(ex, prop);
+		if (rc || !a[0] || !a[1] || a[1] % SIM_VMM_GRAIN || a[3])
+			return rc ? rc : CUDA_ERROR_INVALID_VALUE;
+		used = dev_used(ex, prop->location.id);
+		if (used >= ex->total_bytes || a[1] > ex->total_bytes - used ||
+		    grow((void **)&ex->phys, &ex->phys_cap, ex->nphys + 1, sizeof(*ex->phys)))
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		data = calloc(1, (size_t)a[1]);
+		if (!data)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		p = &ex->phys[ex->nphys++];
+		p->handle = (0x50ull << 56) | ++ex->next_phys;
+		p->size = a[1];
+		p->data = data;
+		p->dev = prop->location.id;
+		p->refs = 1;
+		p->maps = 0;
+		ex->own_used[p->dev] += a[1];
+		a[0] = p->handle;
+		return CUDA_SUCCESS;
+	}
+	case PVGPU_GENERIC_cuMemRelease:
+		p = phys_find(ex, a[0]);
+		if (!p || !p->refs)
+			return CUDA_ERROR_INVALID_VALUE;
+		p->refs--;
+		phys_put(ex, p);
+		return CUDA_SUCCESS;
+	case PVGPU_GENERIC_cuMemAddressReserve: {
+		uint64_t addr;
+
+		if (!a[0] || !a[1] || a[1] % SIM_VMM_GRAIN ||
+		    grow((void **)&ex->ranges, &ex->ranges_cap, ex->nranges + 1, sizeof(*ex->ranges)))
+			return CUDA_ERROR_INVALID_VALUE;
+		/* Address space only: the same cursor as allocations, so the two never meet. */
+		if (place_alloc(ex, ex->cur->u.ctx.dev, a[1] + SIM_VMM_GRAIN, &addr))
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		addr = (addr + SIM_VMM_GRAIN - 1) & ~(SIM_VMM_GRAIN - 1);
+		ex->ranges[ex->nranges++] = (struct sim_range){ addr, a[1] };
+		a[0] = addr;
+		return CUDA_SUCCESS;
+	}
+	case PVGPU_GENERIC_cuMemAddressFree:
+		r = range_holding(ex, a[0], a[1]);
+		if (!r || r->base != a[0] || r->size != a[1] || overlaps_alloc(ex, a[0], a[1]))
+			return CUDA_ERROR_INVALID_VALUE;
+		*r = ex->ranges[--ex->nranges];
+		return CUDA_SUCCESS;
+	case PVGPU_GENERIC_cuMemMap:
+		p = phys_find(ex, a[3]);
+		if (!p || !p->refs || a[4])
+			return CUDA_ERROR_INVALID_VALUE;
+		return vmm_map(ex, a[0], a[1], a[2], p);
+	case PVGPU_GENERIC_cuMemUnmap:
+		if (!range_holding(ex, a[0], a[1]))
+			return CUDA_ERROR_INVALID_VALUE;
+		for (size_t i = ex->nallocs; i-- > 0;) {
+			m = &ex->allocs[i];
+			if (m->phys && m->addr >= a[0] && m->addr + m->size <= a[0] + a[1])
+				alloc_remove(ex, i);
+		}
+		return CUDA_SUCCESS;
+	case PVGPU_GENERIC_cuMemSetAccess: {
+		const CUmemAccessDesc *d = (const CUmemAccessDesc *)(uintptr_t)a[2];
+
+		if (!d || a[3] != 1 || !range_holding(ex, a[0], a[1]) ||
+		    d->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+		    d->location.id < 0 || d->location.id >= ex->ndev ||
+		    d->flags > CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+			return CUDA_ERROR_INVALID_VALUE;
+		return mapping_at(ex, a[0]) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	}
+	case PVGPU_GENERIC_cuMemGetAccess:
+		if (!a[0] || !a[1])
+			return CUDA_ERROR_INVALID_VALUE;
+		m = mapping_at(ex, a[2]);
+		if (!m)
+			return CUDA_ERROR_INVALID_VALUE;
+		a[0] = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+		return CUDA_SUCCESS;
+	case PVGPU_GENERIC_cuMemRetainAllocationHandle:
+		m = mapping_at(ex, a[1]);
+		p = m ? phys_find(ex, m->phys) : NULL;
+		if (!p || !a[0])
+			return CUDA_ERROR_INVALID_VALUE;
+		p->refs++;
+		a[0] = p->handle;
+		return CUDA_SUCCESS;
+	case PVGPU_GENERIC_cuMemGetAllocationPropertiesFromHandle: {
+		CUmemAllocationProp *prop = (CUmemAllocationProp *)(uintptr_t)a[0];
+
+		p = phys_find(ex, a[1]);
+		if (!p || !prop)
+			return CUDA_ERROR_INVALID_VALUE;
+		memset(prop, 0, sizeof(*prop));
+		prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+		prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+		prop->location.id = p->dev;
+		return CUDA_SUCCESS;
+	}
+	default:
+		sim_diag(ex, "%s: not supported by the sim", f->name);
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+}
+
 /* Generic calls numbered from 200 (issue 13's second half). */
 static int32_t sim_driver_call_more(struct pvgpu_exec *ex,
 				    const struct pvgpu_generic_fn *f, uint64_t *a)
@@ -2752,8 +2998,7 @@ static int32_t sim_driver_call_more(struct pvgpu_exec *ex,
 		return sim_stream_attr(ex, a[0], a[1], (CUstreamAttrValue *)(uintptr_t)a[2],
 				       f->id == PVGPU_GENERIC_cuStreamSetAttribute);
 	default:
-		sim_diag(ex, "%s: not supported by the sim", f->name);
-		return CUDA_ERROR_NOT_SUPPORTED;
+		return sim_vmm_call(ex, f, a);
 	}
 }
 
