@@ -84,7 +84,8 @@ static struct cu_pool *pool_check(CUmemoryPool h)
 	return p;
 }
 
-CUresult CUDAAPI cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev)
+/* The device's default pool, or (current) the one cuDeviceSetMemPool set. */
+static CUresult get_pool(CUmemoryPool *pool, CUdevice dev, int current)
 {
 	CUresult r = device_ok(dev);
 
@@ -93,23 +94,20 @@ CUresult CUDAAPI cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev)
 	if (!pool)
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&pools.lock);
-	*pool = (CUmemoryPool)default_pool(dev);
+	*pool = (CUmemoryPool)(current && pools.current[dev] ? pools.current[dev] :
+							      default_pool(dev));
 	pthread_mutex_unlock(&pools.lock);
 	return CUDA_SUCCESS;
 }
 
+CUresult CUDAAPI cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev)
+{
+	return get_pool(pool, dev, 0);
+}
+
 CUresult CUDAAPI cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
 {
-	CUresult r = device_ok(dev);
-
-	if (r)
-		return r;
-	if (!pool)
-		return CUDA_ERROR_INVALID_VALUE;
-	pthread_mutex_lock(&pools.lock);
-	*pool = (CUmemoryPool)(pools.current[dev] ? pools.current[dev] : default_pool(dev));
-	pthread_mutex_unlock(&pools.lock);
-	return CUDA_SUCCESS;
+	return get_pool(pool, dev, 1);
 }
 
 CUresult CUDAAPI cuDeviceSetMemPool(CUdevice dev, CUmemoryPool h)

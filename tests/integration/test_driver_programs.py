@@ -142,23 +142,28 @@ def test_memory_pools(daemon, libdir):
         assert line in out, out
 
 
+def script_with_quota(start_pvgpud, libdir, tmp, script, quota):
+    """Run a ctypes script over pvgpu's libcuda.so.1 as the only session of
+    a VM (this uid) whose memory quota is `quota`."""
+    policy = tmp / "policy.ini"
+    policy.write_text(f"[default]\npolicy = refuse\n\n[vm me]\nuid = {os.getuid()}\n"
+                      f"memory = {quota}\n")
+    d = start_pvgpud("sim", extra_args=("--config", str(policy)),
+                     env={"PVGPU_SIM_TWINS": str(TWINS)})
+    path = tmp / "script.py"
+    path.write_text(script)
+    env = {k: v for k, v in os.environ.items() if k not in ("PVGPU_DEVICES", "LD_LIBRARY_PATH")}
+    env.update(LD_LIBRARY_PATH=str(libdir), PVGPU_DEVICES=d.unix)
+    res = subprocess.run(["python3", str(path), str(LIBCUDA)], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr + d.log()[-2000:]
+    return res
+
+
 def test_pool_memory_counts_against_quota(start_pvgpud, libdir, short_tmp):
     """Pool allocations are the VM's like any other: past its quota the
     allocation fails with out of memory for that VM."""
-    policy = short_tmp / "policy.ini"
-    policy.write_text(f"[default]\npolicy = refuse\n\n[vm me]\nuid = {os.getuid()}\n"
-                      "memory = 16M\n")
-    d = start_pvgpud("sim", extra_args=("--config", str(policy)),
-                     env={"PVGPU_SIM_TWINS": str(TWINS)})
-    script = short_tmp / "quota.py"
-    script.write_text(QUOTA_SCRIPT)
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PVGPU_DEVICES", "LD_LIBRARY_PATH")}
-    env["LD_LIBRARY_PATH"] = str(libdir)
-    env["PVGPU_DEVICES"] = d.unix
-    res = subprocess.run(["python3", str(script), str(LIBCUDA)], env=env,
-                         capture_output=True, text=True, timeout=60)
-    assert res.returncode == 0, res.stdout + res.stderr + d.log()[-2000:]
+    res = script_with_quota(start_pvgpud, libdir, short_tmp, QUOTA_SCRIPT, "16M")
     assert res.stdout.split() == ["0", "2", "0"], res.stdout
 
 
@@ -345,18 +350,7 @@ def test_vmm_checked_by_the_worker(start_pvgpud, libdir, short_tmp):
     """Physical memory counts against the VM's quota; mappings must lie
     in a reservation of the session's and within the physical memory of a
     handle of its own; several access descriptors go one by one."""
-    policy = short_tmp / "policy.ini"
-    policy.write_text(f"[default]\npolicy = refuse\n\n[vm me]\nuid = {os.getuid()}\n"
-                      "memory = 64M\n")
-    d = start_pvgpud("sim", extra_args=("--config", str(policy)),
-                     env={"PVGPU_SIM_TWINS": str(TWINS)})
-    script = short_tmp / "vmm.py"
-    script.write_text(VMM_SCRIPT)
-    env = {k: v for k, v in os.environ.items() if k not in ("PVGPU_DEVICES", "LD_LIBRARY_PATH")}
-    env.update(LD_LIBRARY_PATH=str(libdir), PVGPU_DEVICES=d.unix)
-    res = subprocess.run(["python3", str(script), str(LIBCUDA)], env=env,
-                         capture_output=True, text=True, timeout=60)
-    assert res.returncode == 0, res.stdout + res.stderr + d.log()[-2000:]
+    res = script_with_quota(start_pvgpud, libdir, short_tmp, VMM_SCRIPT, "64M")
     # create, over quota (2), reserve, outside (1), past (1), forged (400),
     # map, two descriptors, free while mapped (1), unmap, copy (1),
     # release, release again (400), free.
