@@ -109,7 +109,8 @@ CUresult cu_generic_call_data(uint32_t id, const char *name, struct cu_ctx *ctx,
 		st = CUDA_ERROR_UNKNOWN;
 	if (!st) {
 		memcpy(a, rep->results, n * sizeof(*a));
-		memcpy(out, rep->output, nout);
+		if (nout)
+			memcpy(out, rep->output, nout);
 	}
 	free(rep);
 	r = cu_status(st);

@@ -154,6 +154,9 @@ def script_with_quota(start_pvgpud, libdir, tmp, script, quota):
     path.write_text(script)
     env = {k: v for k, v in os.environ.items() if k not in ("PVGPU_DEVICES", "LD_LIBRARY_PATH")}
     env.update(LD_LIBRARY_PATH=str(libdir), PVGPU_DEVICES=d.unix)
+    asan = asan_runtime()
+    if asan:
+        env.update(LD_PRELOAD=asan, ASAN_OPTIONS="detect_leaks=0")
     res = subprocess.run(["python3", str(path), str(LIBCUDA)], env=env,
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stdout + res.stderr + d.log()[-2000:]
