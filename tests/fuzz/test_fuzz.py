@@ -68,8 +68,23 @@ def seeds():
                       input_type=[1], input_size=[len(ptx)], size=len(ptx))
             + W.data_frames(ptx, 33)
             + W.message("link_fetch", 34, link=(1 << 24) | 3, size=len(ptx)))
+    # Virtual memory: a range reserved, physical memory made (its
+    # CUmemAllocationProp: pinned, device 0), mapped, given access,
+    # unmapped, released, the range freed.
+    G = 2 << 20
+    prop = bytes([1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0]) + bytes(16)
+    va = base + 0x200000
+    vmm = (W.message("driver_call", 40, fn=207, args=[1, 4 * G, 0, 0, 0])
+           + W.message("driver_call_data", 41, fn=205, args=[1, G, 1, 0], input=prop)
+           + W.message("driver_call", 42, fn=209, args=[va, G, 0, (1 << 24) | 3, 0])
+           + W.message("driver_call_data", 43, fn=211, args=[va, G, 1, 1],
+                       input=bytes([1, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0]))
+           + W.message("driver_call", 44, fn=210, args=[va, G])
+           + W.message("driver_call", 45, fn=206, args=[(1 << 24) | 3])
+           + W.message("driver_call", 46, fn=208, args=[va, 4 * G]))
     return {
         "hello": hello,
+        "vmm": session + vmm + free,
         "structs": session + structs + free,
         "link": session + link + free,
         "copies": session + h2d + d2h + free,
