@@ -864,7 +864,9 @@ static int32_t cuda_host_register(struct pvgpu_exec *ex, void *p, size_t size)
 	if (grow((void **)&ex->hosts, &ex->hosts_cap, ex->nhosts + 1,
 		 sizeof(*ex->hosts)))
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	rc = ex->api.mem_host_register(p, size, CU_MEMHOSTREGISTER_PORTABLE);
+	/* Mapped too, so that cuMemHostGetDevicePointer can name it (hostmap.c). */
+	rc = ex->api.mem_host_register(p, size, CU_MEMHOSTREGISTER_PORTABLE |
+						   CU_MEMHOSTREGISTER_DEVICEMAP);
 	if (rc)
 		return rc;
 	hb = &ex->hosts[ex->nhosts++];
