@@ -183,19 +183,20 @@ static int attr_is_64(CUmemPool_attribute a)
 	       a == CU_MEMPOOL_ATTR_USED_MEM_HIGH;
 }
 
-CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool h, CUmemPool_attribute attr, void *value)
+/* Read (set 0) or write (set 1) one attribute; *value is an int or a
+ * cuuint64_t by the attribute, as the driver takes it. */
+static CUresult pool_attr(CUmemoryPool h, CUmemPool_attribute attr, void *value, int set)
 {
-	struct cu_pool *p;
+	int wide = attr_is_64(attr), idx = attr - CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES;
 	CUresult r = CUDA_SUCCESS;
+	struct cu_pool *p;
 	cuuint64_t v64 = 0;
 	int v32 = 0;
 
 	if (!value)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (attr_is_64(attr))
-		memcpy(&v64, value, sizeof(v64));
-	else
-		memcpy(&v32, value, sizeof(v32));
+	if (set)
+		memcpy(wide ? (void *)&v64 : (void *)&v32, value, wide ? sizeof(v64) : sizeof(v32));
 	pthread_mutex_lock(&pools.lock);
 	p = pool_check(h);
 	if (!p) {
@@ -206,57 +207,28 @@ CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool h, CUmemPool_attribute attr,
 	case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
 	case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
 	case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
-		p->reuse[attr - CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES] = v32 != 0;
+		if (set)
+			p->reuse[idx] = v32 != 0;
+		v32 = p->reuse[idx];
 		break;
 	case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
-		p->threshold = v64;
-		break;
-	case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
-	case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
-		/* Only a reset, to the current value. */
-		if (v64)
-			r = CUDA_ERROR_INVALID_VALUE;
-		else
-			p->used_high = p->used;
-		break;
-	default:
-		r = CUDA_ERROR_INVALID_VALUE;
-	}
-out:
-	pthread_mutex_unlock(&pools.lock);
-	return r;
-}
-
-CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool h, CUmemPool_attribute attr, void *value)
-{
-	struct cu_pool *p;
-	CUresult r = CUDA_SUCCESS;
-	cuuint64_t v64 = 0;
-	int v32 = 0;
-
-	if (!value)
-		return CUDA_ERROR_INVALID_VALUE;
-	pthread_mutex_lock(&pools.lock);
-	p = pool_check(h);
-	if (!p) {
-		r = CUDA_ERROR_INVALID_VALUE;
-		goto out;
-	}
-	switch (attr) {
-	case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
-	case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
-	case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
-		v32 = p->reuse[attr - CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES];
-		break;
-	case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+		if (set)
+			p->threshold = v64;
 		v64 = p->threshold;
 		break;
-	case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:	/* nothing cached */
+	case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:	/* nothing cached: reserved is used */
 	case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
+		if (set)
+			r = CUDA_ERROR_INVALID_VALUE;
 		v64 = p->used;
 		break;
 	case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
 	case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+		/* Setting is only a reset, to the current value. */
+		if (set && v64)
+			r = CUDA_ERROR_INVALID_VALUE;
+		else if (set)
+			p->used_high = p->used;
 		v64 = p->used_high;
 		break;
 	default:
@@ -264,11 +236,19 @@ CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool h, CUmemPool_attribute attr,
 	}
 out:
 	pthread_mutex_unlock(&pools.lock);
-	if (!r && attr_is_64(attr))
-		memcpy(value, &v64, sizeof(v64));
-	else if (!r)
-		memcpy(value, &v32, sizeof(v32));
+	if (!r && !set)
+		memcpy(value, wide ? (void *)&v64 : (void *)&v32, wide ? sizeof(v64) : sizeof(v32));
 	return r;
+}
+
+CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool h, CUmemPool_attribute attr, void *value)
+{
+	return pool_attr(h, attr, value, 1);
+}
+
+CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool h, CUmemPool_attribute attr, void *value)
+{
+	return pool_attr(h, attr, value, 0);
 }
 
 CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool h, size_t keep)
