@@ -260,6 +260,15 @@ struct pvgpu_executor_ops {
 	 * NULL: not supported. */
 	int32_t (*host_device_pointer)(struct pvgpu_exec *ex, void *p,
 				       uint64_t *dptr);
+
+	/* CUDA IPC of device memory between sessions (workers) of the host:
+	 * the driver's 64-byte handle of the allocation at dptr; the
+	 * allocation behind one, mapped in the current context; unmapped
+	 * again.  NULL: not supported. */
+	int32_t (*ipc_get)(struct pvgpu_exec *ex, uint64_t dptr, uint8_t handle[64]);
+	int32_t (*ipc_open)(struct pvgpu_exec *ex, const uint8_t handle[64],
+			    uint32_t flags, uint64_t *dptr);
+	int32_t (*ipc_close)(struct pvgpu_exec *ex, uint64_t dptr);
 };
 
 extern const struct pvgpu_executor_ops pvgpu_exec_cuda;

@@ -51,6 +51,7 @@ struct pvgpu_alloc {
 	uint64_t module;		/* a module's global: not for mem_free */
 #define PVGPU_ALLOC_HOSTMAP UINT64_MAX	/* module: mapped window memory (hostmap.c) */
 #define PVGPU_ALLOC_VMM (UINT64_MAX - 1) /* module: a cuMemMap mapping (vmm.c) */
+#define PVGPU_ALLOC_IPC (UINT64_MAX - 2) /* module: another session's, opened (ipc.c) */
 	int32_t device;
 };
 

@@ -67,6 +67,7 @@ cuMemAllocAsync cuMemAllocAsync_ptsz cuMemFreeAsync cuMemFreeAsync_ptsz
 cuMemAllocFromPoolAsync cuMemAllocFromPoolAsync_ptsz
 cuLinkCreate cuLinkCreate_v2 cuLinkAddData cuLinkAddData_v2 cuLinkAddFile
 cuLinkAddFile_v2 cuLinkComplete cuLinkDestroy
+cuIpcGetMemHandle cuIpcOpenMemHandle cuIpcOpenMemHandle_v2 cuIpcCloseMemHandle
 """
 
 LOCAL = """

@@ -359,3 +359,95 @@ def test_vmm_checked_by_the_worker(start_pvgpud, libdir, short_tmp):
     # release, release again (400), free.
     assert res.stdout.split() == ["0", "2", "0", "1", "1", "400", "0", "0", "1", "0", "1",
                                   "0", "400", "0"], res.stdout
+
+
+IPC_EXPORT = r'''
+import ctypes, sys
+cu = ctypes.CDLL(sys.argv[1])
+vp, u64, sz = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t
+dev, ctx, d = ctypes.c_int(), vp(), u64()
+assert cu.cuInit(0) == 0 and cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
+assert cu.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev) == 0
+assert cu.cuMemAlloc_v2(ctypes.byref(d), sz(4096)) == 0
+assert cu.cuMemsetD32_v2(d, ctypes.c_uint(0x1234), sz(1024)) == 0
+h = (ctypes.c_ubyte * 64)()
+assert cu.cuIpcGetMemHandle(h, d) == 0
+print(bytes(h).hex(), flush=True)
+sys.stdin.readline()
+'''
+
+IPC_IMPORT = r'''
+import ctypes, sys
+cu = ctypes.CDLL(sys.argv[1])
+vp, u64, sz = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t
+dev, ctx, d = ctypes.c_int(), vp(), u64()
+assert cu.cuInit(0) == 0 and cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
+assert cu.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev) == 0
+class H(ctypes.Structure):
+    _fields_ = [("reserved", ctypes.c_ubyte * 64)]
+def open_(raw):
+    h = H()
+    ctypes.memmove(h.reserved, raw, 64)
+    return cu.cuIpcOpenMemHandle_v2(ctypes.byref(d), h, 1)
+r = open_(bytes.fromhex(sys.argv[2]))
+out = [r]
+if r == 0:
+    buf = (ctypes.c_uint * 4)()
+    out.append(cu.cuMemcpyDtoH_v2(buf, u64(d.value + 64), sz(16)))
+    out.append(hex(buf[0]))
+    out.append(cu.cuIpcCloseMemHandle(d))
+    out.append(cu.cuIpcCloseMemHandle(d))
+forged = bytearray(bytes.fromhex(sys.argv[2]))
+forged[0] ^= 1
+out.append(open_(bytes(forged)))
+print(*out)
+'''
+
+BOB_TOKEN = "bob-secret-token-0123456789"
+
+
+def test_ipc_within_a_vm_and_not_across(start_pvgpud, libdir, short_tmp):
+    """An allocation exported by one process of a VM opens in another
+    process of the same VM, sharing its bytes; the same token sent by a
+    session of another VM, or a forged one, opens nothing."""
+    policy = short_tmp / "policy.ini"
+    policy.write_text(f"[default]\npolicy = refuse\n\n[vm alice]\nuid = {os.getuid()}\n\n"
+                      f"[vm bob]\ntoken = {BOB_TOKEN}\n")
+    d = start_pvgpud("sim", extra_args=("--config", str(policy)),
+                     env={"PVGPU_SIM_TWINS": str(TWINS)})
+    (short_tmp / "export.py").write_text(IPC_EXPORT)
+    (short_tmp / "import.py").write_text(IPC_IMPORT)
+
+    def env(uri, token=None):
+        e = {k: v for k, v in os.environ.items()
+             if k not in ("PVGPU_DEVICES", "LD_LIBRARY_PATH", "PVGPU_TOKEN")}
+        e.update(LD_LIBRARY_PATH=str(libdir), PVGPU_DEVICES=uri)
+        if token:
+            e["PVGPU_TOKEN"] = token
+        asan = asan_runtime()
+        if asan:
+            e.update(LD_PRELOAD=asan, ASAN_OPTIONS="detect_leaks=0")
+        return e
+
+    exporter = subprocess.Popen(["python3", str(short_tmp / "export.py"), str(LIBCUDA)],
+                                env=env(d.unix), stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
+    try:
+        handle = exporter.stdout.readline().strip()
+        assert len(handle) == 128, handle + d.log()[-2000:]
+
+        def importer(uri, token=None):
+            res = subprocess.run(["python3", str(short_tmp / "import.py"), str(LIBCUDA), handle],
+                                 env=env(uri, token), capture_output=True, text=True, timeout=60)
+            assert res.returncode == 0, res.stdout + res.stderr + d.log()[-2000:]
+            return res.stdout.split()
+
+        # Alice's second process: opened, the exporter's bytes, closed once.
+        assert importer(d.unix) == ["0", "0", "0x1234", "0", "1", "1"]
+        # Bob's session with Alice's token, and a forged token: nothing.
+        assert importer(d.tcp, BOB_TOKEN) == ["1", "1"]
+        assert "vm bob" in d.log()
+    finally:
+        exporter.stdin.write("\n")
+        exporter.stdin.close()
+        exporter.wait(timeout=30)

@@ -19,6 +19,9 @@
  * CUDA_ERROR_ILLEGAL_ADDRESS until it is destroyed.
  */
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -139,6 +142,10 @@ struct sim_alloc {
 	bool module;			/* a module's variable: not mem_free'able */
 	uint64_t phys;			/* a cuMemMap mapping of this physical
 					 * memory (its data is the phys's); 0 none */
+	/* IPC: data is a shared mapping of /dev/shm/<shm> (exported, then
+	 * ipc_owner: ours to unlink), not malloc'd. */
+	char shm[48];
+	bool ipc_owner;
 };
 
 /* Physical memory of cuMemCreate, and address ranges of cuMemAddressReserve. */
@@ -668,6 +675,12 @@ static void alloc_remove(struct pvgpu_exec *ex, size_t i)
 			p->maps--;
 			phys_put(ex, p);
 		}
+	} else if (a->shm[0]) {
+		if (a->ipc_owner) {
+			ex->own_used[a->dev] -= a->size;
+			shm_unlink(a->shm);
+		}
+		munmap(a->data, a->size);
 	} else {
 		ex->own_used[a->dev] -= a->size;
 		free(a->data);
@@ -824,6 +837,9 @@ static void sim_close(struct pvgpu_exec *ex)
 	sim_output_flush(ex);
 	free(ex->out[0].buf);
 	free(ex->out[1].buf);
+	for (i = ex->nallocs; i-- > 0;)
+		if (ex->allocs[i].shm[0])
+			alloc_remove(ex, i);
 	for (i = 0; i < ex->nallocs; i++)
 		if (!ex->allocs[i].phys)
 			free(ex->allocs[i].data);
@@ -1247,6 +1263,8 @@ static int32_t dev_alloc(struct pvgpu_exec *ex, uint64_t size, bool module,
 	a->dev = dev;
 	a->module = module;
 	a->phys = 0;
+	a->shm[0] = '\0';
+	a->ipc_owner = false;
 	ex->nallocs++;
 	ex->own_used[dev] += size;
 	*dptr = addr;
@@ -2985,6 +3003,103 @@ static int32_t sim_vmm_call(struct pvgpu_exec *ex, const struct pvgpu_generic_fn
 	}
 }
 
+/*
+ * CUDA IPC between worker processes: an exported allocation moves into a
+ * shared memory file whose name is the handle; another process maps it.
+ */
+static int32_t sim_ipc_get(struct pvgpu_exec *ex, uint64_t dptr, uint8_t handle[64])
+{
+	size_t i = alloc_upper_bound(ex, dptr);
+	struct sim_alloc *a;
+	static unsigned int serial;
+	void *map;
+	int fd;
+
+	if (!ex || ctx_check(ex))
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!i || ex->allocs[i - 1].addr != dptr || ex->allocs[i - 1].module ||
+	    ex->allocs[i - 1].phys)
+		return CUDA_ERROR_INVALID_VALUE;
+	a = &ex->allocs[i - 1];
+	if (!a->shm[0]) {
+		char name[48];
+
+		snprintf(name, sizeof(name), "/pvgpu-sim-ipc-%d-%u", (int)getpid(), ++serial);
+		fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+		if (fd < 0)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		if (ftruncate(fd, (off_t)a->size) ||
+		    (map = mmap(NULL, a->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+			close(fd);
+			shm_unlink(name);
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+		close(fd);
+		memcpy(map, a->data, a->size);
+		free(a->data);
+		a->data = map;
+		memcpy(a->shm, name, sizeof(name));
+		a->ipc_owner = true;
+	}
+	memset(handle, 0, 64);
+	memcpy(handle, a->shm, strlen(a->shm));
+	return CUDA_SUCCESS;
+}
+
+static int32_t sim_ipc_open(struct pvgpu_exec *ex, const uint8_t handle[64],
+			    uint32_t flags, uint64_t *dptr)
+{
+	char name[48] = { 0 };
+	struct sim_alloc *a;
+	struct stat st;
+	uint64_t addr;
+	void *map;
+	size_t i;
+	int fd;
+
+	(void)flags;
+	if (!ex || ctx_check(ex))
+		return CUDA_ERROR_INVALID_CONTEXT;
+	memcpy(name, handle, sizeof(name) - 1);
+	if (strncmp(name, "/pvgpu-sim-ipc-", 15))
+		return CUDA_ERROR_INVALID_VALUE;
+	fd = shm_open(name, O_RDWR, 0);
+	if (fd < 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (fstat(fd, &st) || st.st_size <= 0 ||
+	    grow((void **)&ex->allocs, &ex->allocs_cap, ex->nallocs + 1, sizeof(*ex->allocs)) ||
+	    place_alloc(ex, ex->cur->u.ctx.dev, (uint64_t)st.st_size, &addr) ||
+	    (map = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+		close(fd);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	close(fd);
+	i = alloc_upper_bound(ex, addr);
+	memmove(&ex->allocs[i + 1], &ex->allocs[i], (ex->nallocs - i) * sizeof(*ex->allocs));
+	a = &ex->allocs[i];
+	memset(a, 0, sizeof(*a));
+	a->addr = addr;
+	a->size = (uint64_t)st.st_size;
+	a->data = map;
+	a->ctx = ex->cur;
+	a->dev = ex->cur->u.ctx.dev;
+	memcpy(a->shm, name, sizeof(name));
+	ex->nallocs++;
+	*dptr = addr;
+	return CUDA_SUCCESS;
+}
+
+static int32_t sim_ipc_close(struct pvgpu_exec *ex, uint64_t dptr)
+{
+	size_t i = ex ? alloc_upper_bound(ex, dptr) : 0;
+
+	if (!i || ex->allocs[i - 1].addr != dptr || !ex->allocs[i - 1].shm[0] ||
+	    ex->allocs[i - 1].ipc_owner)
+		return CUDA_ERROR_INVALID_VALUE;
+	alloc_remove(ex, i - 1);
+	return CUDA_SUCCESS;
+}
+
 /* Generic calls numbered from 200 (issue 13's second half). */
 static int32_t sim_driver_call_more(struct pvgpu_exec *ex,
 				    const struct pvgpu_generic_fn *f, uint64_t *a)
@@ -3149,6 +3264,9 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.driver_call		= sim_driver_call,
 	.link			= pvgpu_sim_link,
 	.host_device_pointer	= sim_host_device_pointer,
+	.ipc_get		= sim_ipc_get,
+	.ipc_open		= sim_ipc_open,
+	.ipc_close		= sim_ipc_close,
 };
 
 /* How pvgpud finds this fixture: build/lib/pvgpud/exec-sim.so. */

@@ -1687,6 +1687,53 @@ static int32_t cuda_host_device_pointer(struct pvgpu_exec *ex, void *p, uint64_t
 	return r;
 }
 
+/* CUDA IPC, through the driver's own calls (session/ipc.c checks). */
+static int32_t cuda_ipc_get(struct pvgpu_exec *ex, uint64_t dptr, uint8_t handle[64])
+{
+	CUresult (*get)(CUipcMemHandle *, CUdeviceptr);
+	CUipcMemHandle h;
+	CUresult r;
+
+	if (!ex || !ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	*(void **)&get = dlsym(ex->lib, "cuIpcGetMemHandle");
+	if (!get)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	r = get(&h, (CUdeviceptr)dptr);
+	if (!r)
+		memcpy(handle, h.reserved, 64);
+	return r;
+}
+
+static int32_t cuda_ipc_open(struct pvgpu_exec *ex, const uint8_t handle[64],
+			     uint32_t flags, uint64_t *dptr)
+{
+	CUresult (*open)(CUdeviceptr *, CUipcMemHandle, unsigned int);
+	CUipcMemHandle h;
+	CUdeviceptr d = 0;
+	CUresult r;
+
+	if (!ex || !ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	*(void **)&open = dlsym(ex->lib, "cuIpcOpenMemHandle_v2");
+	if (!open)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	memcpy(h.reserved, handle, 64);
+	r = open(&d, h, flags);
+	*dptr = d;
+	return r;
+}
+
+static int32_t cuda_ipc_close(struct pvgpu_exec *ex, uint64_t dptr)
+{
+	CUresult (*close_)(CUdeviceptr);
+
+	if (!ex || !ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	*(void **)&close_ = dlsym(ex->lib, "cuIpcCloseMemHandle");
+	return close_ ? close_((CUdeviceptr)dptr) : CUDA_ERROR_NOT_SUPPORTED;
+}
+
 const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.name			= "cuda",
 	.open			= cuda_open,
@@ -1743,4 +1790,7 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.driver_call		= cuda_driver_call,
 	.link			= cuda_link,
 	.host_device_pointer	= cuda_host_device_pointer,
+	.ipc_get		= cuda_ipc_get,
+	.ipc_open		= cuda_ipc_open,
+	.ipc_close		= cuda_ipc_close,
 };
