@@ -82,8 +82,14 @@ def seeds():
            + W.message("driver_call", 44, fn=210, args=[va, G])
            + W.message("driver_call", 45, fn=206, args=[(1 << 24) | 3])
            + W.message("driver_call", 46, fn=208, args=[va, 4 * G]))
+    # CUDA IPC: a handle for the allocation, opened (in this same session),
+    # closed; a forged one.
+    ipc = (W.message("ipc_get_mem_handle", 50, dptr=base)
+           + W.message("ipc_open_mem_handle", 51, handle=bytes(64), flags=1)
+           + W.message("ipc_close_mem_handle", 52, dptr=base))
     return {
         "hello": hello,
+        "ipc": session + ipc + free,
         "vmm": session + vmm + free,
         "structs": session + structs + free,
         "link": session + link + free,
