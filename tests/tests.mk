@@ -93,3 +93,5 @@ $(BENCH_TWINS): tests/sim-twins/bench_twins.c $(wildcard tests/sim-twins/*.h) te
 $(FAILURE_TWINS): tests/sim-twins/failure_twins.c tests/sim/sim_twins.h
 	@mkdir -p $(@D)
 	$(CC) $(TWIN_CFLAGS) -o $@ tests/sim-twins/failure_twins.c
+
+include tests/programs/driver/driver.mk

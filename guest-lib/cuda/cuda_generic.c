@@ -10,6 +10,7 @@
  */
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cuda.h>
@@ -74,6 +75,45 @@ CUresult cu_generic_call(uint32_t id, const char *name, int async,
 	    r != CUDA_ERROR_NOT_SUPPORTED && atomic_load(&captures) > 0)
 		atomic_fetch_sub(&captures, 1);
 	/* The backend's executor could not do it (the sim, an old driver). */
+	if (r == CUDA_ERROR_NOT_SUPPORTED)
+		pvgpu_cuda_unsupported(name);
+	return r;
+}
+
+CUresult cu_generic_call_data(uint32_t id, const char *name, struct cu_ctx *ctx,
+			      uint64_t *a, uint32_t n, const void *in,
+			      uint32_t nin, void *out, uint32_t nout)
+{
+	struct pvgpu_driver_call_data_req req = { .fn = id, .args_count = n,
+						  .input = in, .input_len = nin };
+	struct pvgpu_driver_call_data_rep *rep;
+	struct cu_op op;
+	CUresult r;
+	int32_t st;
+
+	if (n > 8 || nin > sizeof(rep->output) || nout > sizeof(rep->output))
+		return CUDA_ERROR_INVALID_VALUE;
+	rep = calloc(1, sizeof(*rep));
+	if (!rep)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	r = ctx ? cu_op_begin(&op, ctx) : cu_op_current(&op);
+	if (r) {
+		free(rep);
+		return r;
+	}
+	memcpy(req.args, a, n * sizeof(*a));
+	st = pvgpu_call_driver_call_data(op.client, &req, rep);
+	cu_op_end(&op);
+	/* Exactly the results asked for, or none at all. */
+	if (!st && (rep->results_count != n || rep->output_len != nout))
+		st = CUDA_ERROR_UNKNOWN;
+	if (!st) {
+		memcpy(a, rep->results, n * sizeof(*a));
+		if (nout)
+			memcpy(out, rep->output, nout);
+	}
+	free(rep);
+	r = cu_status(st);
 	if (r == CUDA_ERROR_NOT_SUPPORTED)
 		pvgpu_cuda_unsupported(name);
 	return r;

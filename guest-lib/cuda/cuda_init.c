@@ -392,17 +392,6 @@ CUresult CUDAAPI cuDeviceGetP2PAttribute(int *value, CUdevice_P2PAttribute attri
 	return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev)
-{
-	(void)pool;
-	return dev_check(dev) ? dev_check(dev) : (CUresult)pvgpu_cuda_unsupported("cuDeviceGetDefaultMemPool");
-}
-
-CUresult CUDAAPI cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
-{
-	return cuDeviceGetDefaultMemPool(pool, dev);
-}
-
 /* ---- contexts -------------------------------------------------------- */
 
 struct cu_ctx *cu_current(void)

@@ -191,6 +191,11 @@ CUresult cu_generic_call(uint32_t id, const char *name, int async,
 			 struct cu_ctx *ctx, uint64_t *a, uint32_t n);
 /* Stream captures begun and not yet ended by this process. */
 int cu_captures_active(void);
+/* The same with structures: in (nin bytes) sent, out (nout bytes) wanted
+ * back (gen_generic.py's const_T* and out_T*). */
+CUresult cu_generic_call_data(uint32_t id, const char *name, struct cu_ctx *ctx,
+			      uint64_t *a, uint32_t n, const void *in,
+			      uint32_t nin, void *out, uint32_t nout);
 /* A stream argument: its context and backend handle (ptsz: NULL is the
  * per-thread default stream). */
 CUresult cu_generic_stream(CUstream s, int ptsz, struct cu_ctx **ctx,
@@ -203,6 +208,10 @@ int cu_alloc_find(uint64_t ptr, struct cu_alloc *out);
 int cu_host_find(const void *ptr, struct cu_host *out);
 
 /* Module/kernel layer. */
+/* cuModuleLoadDataEx: PTX with JIT options through the backend's linker
+ * (cuda_link.c), anything else as cuModuleLoadData. */
+CUresult cu_module_load_jit(CUmodule *module, const void *image, unsigned int n,
+			    CUjit_option *options, void **values);
 CUresult cu_library_load(const void *image, CUlibrary *out);
 CUresult cu_module_functions(CUmodule hmod, CUfunction *fs, unsigned int max,
 			     unsigned int *count);

@@ -257,7 +257,8 @@ CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned int flags)
 
 			pvgpu_window_holds(h.win, h.ptr, bytesize, &off);
 			req.offset = off;
-			req.size = bytesize;
+			/* The window's allocations are whole pages; so are pins. */
+			req.size = (bytesize + 4095) & ~(uint64_t)4095;
 			if (!cu_op_begin(&op, ctx)) {
 				pvgpu_call_window_register(op.client, &req, &rep);
 				cu_op_end(&op);
@@ -288,6 +289,8 @@ CUresult CUDAAPI cuMemAllocHost_v2(void **pp, size_t bytesize)
 	return cuMemHostAlloc(pp, bytesize, 0);
 }
 
+static void unmap_host(void *p);
+
 CUresult CUDAAPI cuMemFreeHost(void *p)
 {
 	struct cu_host h;
@@ -309,6 +312,7 @@ CUresult CUDAAPI cuMemFreeHost(void *p)
 					break;
 				}
 		}
+		unmap_host(h.ptr);
 		pvgpu_window_free(h.win, h.ptr);
 	} else {
 		free(h.ptr);
@@ -356,13 +360,88 @@ CUresult CUDAAPI cuMemHostGetFlags(unsigned int *flags, void *p)
 	return CUDA_SUCCESS;
 }
 
+/* Window memory a kernel may reach (cuMemHostGetDevicePointer): its host
+ * address and device range, under cu.table_lock. */
+#define MAX_MAPPED 256
+static struct mapped_host {
+	void *host;
+	uint64_t dptr, size;
+} mapped[MAX_MAPPED];
+static size_t nmapped;
+
+/* Does dptr lie in mapped window memory? */
+static int mapped_host_range(uint64_t dptr)
+{
+	int found = 0;
+
+	pthread_mutex_lock(&cu.table_lock);
+	for (size_t i = 0; i < nmapped && !found; i++)
+		found = dptr - mapped[i].dptr < mapped[i].size;
+	pthread_mutex_unlock(&cu.table_lock);
+	return found;
+}
+
 CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int flags)
 {
-	(void)pdptr;
-	(void)p;
-	(void)flags;
-	/* No mapped host memory across a VM boundary. */
-	return pvgpu_cuda_unsupported("cuMemHostGetDevicePointer_v2");
+	struct pvgpu_window_device_pointer_req req;
+	struct pvgpu_window_device_pointer_rep rep = { 0 };
+	struct cu_ctx *ctx = cu_current();
+	struct cu_alloc a;
+	struct cu_host h;
+	struct cu_op op;
+	uint64_t off;
+	CUresult r;
+
+	if (!pdptr || !p || flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ctx)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!cu_host_find(p, &h))
+		return CUDA_ERROR_INVALID_VALUE;
+	/* Only memory in a shared window can be the GPU's as well: host
+	 * memory of the guest's own, or over a socket, cannot. */
+	if (!h.win || h.registered || !pvgpu_window_holds(h.win, p, 1, &off))
+		return pvgpu_cuda_unsupported("cuMemHostGetDevicePointer_v2 (memory outside a shared window)");
+	req.offset = off;
+	r = cu_op_begin(&op, ctx);
+	if (r)
+		return r;
+	r = cu_status(pvgpu_call_window_device_pointer(op.client, &req, &rep));
+	cu_op_end(&op);
+	if (r)
+		return r;
+	/* The whole allocation is now a device range of ours (range_ok),
+	 * until cuMemFreeHost. */
+	if (!cu_alloc_find(rep.dptr, &a)) {
+		uint64_t base_off, base;
+
+		pvgpu_window_holds(h.win, h.ptr, h.size, &base_off);
+		base = rep.dptr - (off - base_off);
+		pthread_mutex_lock(&cu.table_lock);
+		if (nmapped < MAX_MAPPED)
+			mapped[nmapped++] = (struct mapped_host){ h.ptr, base, h.size };
+		pthread_mutex_unlock(&cu.table_lock);
+		cu_alloc_add(base, (h.size + 4095) & ~(uint64_t)4095, ctx->device);
+	}
+	*pdptr = rep.dptr;
+	return CUDA_SUCCESS;
+}
+
+/* Forget the device range of window memory being freed. */
+static void unmap_host(void *p)
+{
+	uint64_t dptr = 0;
+
+	pthread_mutex_lock(&cu.table_lock);
+	for (size_t i = 0; i < nmapped; i++)
+		if (mapped[i].host == p) {
+			dptr = mapped[i].dptr;
+			mapped[i] = mapped[--nmapped];
+			break;
+		}
+	pthread_mutex_unlock(&cu.table_lock);
+	if (dptr)
+		cu_alloc_remove(dptr);
 }
 
 /* ---- copies ------------------------------------------------------------- */
@@ -695,7 +774,13 @@ static CUresult memset_any(CUdeviceptr dst, uint32_t value, uint32_t elem,
 	if (r)
 		return r;
 	r = cu_status(pvgpu_call_memset_async(op.client, &req));
-	if (!r && sync) {
+	if (!r && sync && mapped_host_range(dst)) {
+		/* Synchronous for pinned host memory: the program reads it next. */
+		struct pvgpu_ctx_synchronize_req sq;
+		struct pvgpu_ctx_synchronize_rep sp;
+
+		r = cu_status(pvgpu_call_ctx_synchronize(op.client, &sq, &sp));
+	} else if (!r && sync) {
 		/* cuMemsetD* are synchronous for pageable... keep order only. */
 		r = cu_status(pvgpu_client_flush(op.client));
 	}
@@ -1327,40 +1412,3 @@ CUresult CUDAAPI cuMemsetD2D##N##Async_ptsz(CUdeviceptr d, size_t p, T v, size_t
 MEMSET2D_FNS(8, unsigned char)
 MEMSET2D_FNS(16, unsigned short)
 MEMSET2D_FNS(32, unsigned int)
-
-/* ---- stream-ordered allocation ------------------------------------------ */
-
-/*
- * Without memory pools on the backend yet: the allocation is made at once
- * (usable earlier than the stream would make it, which no correct program
- * can tell), and the free waits for the stream's work before it, then
- * frees.  Correct, not asynchronous.
- */
-static CUresult alloc_async(CUdeviceptr *dptr, size_t size, CUstream s)
-{
-	struct cu_ctx *ctx;
-	uint64_t remote;
-	CUresult r = cu_stream_resolve(s, &ctx, &remote);
-
-	return r ? r : cuMemAlloc_v2(dptr, size);
-}
-
-static CUresult free_async(CUdeviceptr dptr, CUstream s)
-{
-	struct cu_alloc a;
-	CUresult r;
-
-	if (!dptr || !cu_alloc_find(dptr, &a) || a.base != dptr)
-		return CUDA_ERROR_INVALID_VALUE;
-	r = cuStreamSynchronize(s);
-	return r ? r : cuMemFree_v2(dptr);
-}
-
-CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream s)
-{ return alloc_async(dptr, size, s); }
-CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUstream s)
-{ return alloc_async(dptr, size, s ? s : CU_STREAM_PER_THREAD); }
-CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream s)
-{ return free_async(dptr, s); }
-CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s)
-{ return free_async(dptr, s ? s : CU_STREAM_PER_THREAD); }

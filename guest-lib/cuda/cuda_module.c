@@ -158,10 +158,7 @@ CUresult CUDAAPI cuModuleLoadData(CUmodule *module, const void *image)
 CUresult CUDAAPI cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int n,
 				    CUjit_option *options, void **values)
 {
-	(void)n;
-	(void)options;
-	(void)values;
-	return cuModuleLoadData(module, image);
+	return cu_module_load_jit(module, image, n, options, values);
 }
 
 CUresult CUDAAPI cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin)

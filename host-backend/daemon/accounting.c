@@ -28,6 +28,8 @@ static int init_locks(struct pvgpu_accounting *acct)
 			rc = -1;
 	if (!rc && pthread_mutex_init(&acct->gpu_lock, &attr))
 		rc = -1;
+	if (!rc && pthread_mutex_init(&acct->ipc_lock, &attr))
+		rc = -1;
 	pthread_mutexattr_destroy(&attr);
 	return rc;
 }

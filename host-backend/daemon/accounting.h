@@ -89,15 +89,44 @@ struct pvgpu_slot {
 	_Atomic uint32_t guest_pid;
 };
 
+/*
+ * One allocation exported with cuIpcGetMemHandle (ipc_registry.c): the
+ * driver's handle, the VM and session that exported it, and the token the
+ * guest was given instead.  An entry whose session has ended is free.
+ */
+#define PVGPU_MAX_IPC		256
+#define PVGPU_IPC_TOKEN		16
+struct pvgpu_ipc_entry {
+	uint64_t session_id;		/* 0: unused */
+	int32_t vm;
+	uint8_t token[PVGPU_IPC_TOKEN];
+	uint8_t handle[64];
+	uint64_t size;
+};
+
 struct pvgpu_accounting {
 	uint32_t nslots;
 	/* Serialises "check, then take" of gpus_held across workers; robust. */
 	pthread_mutex_t gpu_lock;
+	/* The IPC registry, under ipc_lock (robust). */
+	pthread_mutex_t ipc_lock;
+	struct pvgpu_ipc_entry ipc[PVGPU_MAX_IPC];
 	struct pvgpu_vm_entry vms[PVGPU_MAX_VM_ENTRIES];
 	struct pvgpu_slot slots[];
 };
 
 struct pvgpu_accounting *pvgpu_accounting_create(uint32_t nslots);
+
+/* The IPC registry (ipc_registry.c).  put: enter the driver's handle of an
+ * allocation of size bytes exported by slot's session; the token for the
+ * guest in token.  get: the handle and size behind a token exported by a
+ * live session of the same VM as slot's.  0, or -1 (full / not found). */
+int pvgpu_ipc_put(struct pvgpu_accounting *acct, struct pvgpu_slot *slot,
+		  const uint8_t handle[64], uint64_t size,
+		  uint8_t token[PVGPU_IPC_TOKEN]);
+int pvgpu_ipc_get(struct pvgpu_accounting *acct, struct pvgpu_slot *slot,
+		  const uint8_t token[PVGPU_IPC_TOKEN], uint8_t handle[64],
+		  uint64_t *size);
 void pvgpu_accounting_destroy(struct pvgpu_accounting *acct);
 
 /* A free slot, or NULL when every slot is taken. */

@@ -104,6 +104,24 @@ struct pvgpu_exec_config {
 
 #define PVGPU_MAX_REMOTES	16
 
+/* One JIT link (link_complete): inputs and options as the worker checked
+ * them (link.c), results filled in by the executor. */
+#define PVGPU_LINK_MAX_OPTS	32
+#define PVGPU_LINK_LOG		4096
+struct pvgpu_link {
+	uint32_t nopts;
+	uint32_t opt_key[PVGPU_LINK_MAX_OPTS];	/* scalar-valued CUjit_options */
+	uint64_t opt_value[PVGPU_LINK_MAX_OPTS];	/* in; results written back */
+	uint32_t ninputs;
+	const uint32_t *input_type;		/* CUjitInputType */
+	const uint64_t *input_size;
+	const uint8_t *data;			/* the inputs, one after another */
+	void *image;				/* out: malloc'd */
+	size_t image_size;
+	char info_log[PVGPU_LINK_LOG];		/* out, NUL-terminated */
+	char error_log[PVGPU_LINK_LOG];
+};
+
 struct pvgpu_executor_ops {
 	const char *name;
 
@@ -273,6 +291,28 @@ struct pvgpu_executor_ops {
 
 	int32_t (*driver_call)(struct pvgpu_exec *ex,
 			       const struct pvgpu_generic_fn *f, uint64_t *a);
+
+	/*
+	 * JIT-link the inputs in the current context (cuLinkCreate ...
+	 * cuLinkComplete) with the checked options in l; on success
+	 * l->image is a malloc'd copy of the result.  The logs are filled
+	 * on failure too.  NULL: not supported.
+	 */
+	int32_t (*link)(struct pvgpu_exec *ex, struct pvgpu_link *l);
+
+	/* The device address of registered host memory p (host_register).
+	 * NULL: not supported. */
+	int32_t (*host_device_pointer)(struct pvgpu_exec *ex, void *p,
+				       uint64_t *dptr);
+
+	/* CUDA IPC of device memory between sessions (workers) of the host:
+	 * the driver's 64-byte handle of the allocation at dptr; the
+	 * allocation behind one, mapped in the current context; unmapped
+	 * again.  NULL: not supported. */
+	int32_t (*ipc_get)(struct pvgpu_exec *ex, uint64_t dptr, uint8_t handle[64]);
+	int32_t (*ipc_open)(struct pvgpu_exec *ex, const uint8_t handle[64],
+			    uint32_t flags, uint64_t *dptr);
+	int32_t (*ipc_close)(struct pvgpu_exec *ex, uint64_t dptr);
 };
 
 extern const struct pvgpu_executor_ops pvgpu_exec_cuda;

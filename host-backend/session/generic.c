@@ -9,6 +9,7 @@
  * slots reduced to "wanted or not".  What goes back is only the results:
  * the backend's own handles never reach the guest.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include <cuda.h>
@@ -21,7 +22,8 @@
 static enum pvgpu_handle_kind handle_kind(uint32_t gh)
 {
 	return gh == PVGPU_GH_GRAPH ? H_GRAPH :
-	       gh == PVGPU_GH_GRAPH_EXEC ? H_GRAPH_EXEC : H_FREE;
+	       gh == PVGPU_GH_GRAPH_EXEC ? H_GRAPH_EXEC :
+	       gh == PVGPU_GH_MEM ? H_MEM : H_FREE;
 }
 
 /*
@@ -51,19 +53,73 @@ static void capture_after(struct pvgpu_worker *w,
 		w->capturing--;
 }
 
+/* Structures a call reads or writes (PVGPU_GA_INBUF/OUTBUF): the guest's
+ * bytes copied into aligned storage, results gathered from it. */
+#define DATA_MAX 1024
+struct call_data {
+	const uint8_t *in;		/* the guest's, unaligned */
+	uint32_t nin, used;
+	uint8_t *out;			/* the reply's */
+	uint32_t *nout;
+	uint32_t want;			/* output bytes the call will give */
+	_Alignas(16) uint8_t store[2 * DATA_MAX];
+	uint32_t stored;
+};
+
+/* Room for one structure of size bytes in d->store, or NULL. */
+static void *data_slot(struct call_data *d, uint32_t size)
+{
+	uint32_t at = (d->stored + 15) & ~15u;
+
+	if (!d || size > sizeof(d->store) || at > sizeof(d->store) - size)
+		return NULL;
+	d->stored = at + size;
+	return d->store + at;
+}
+
+static int32_t data_arg(struct call_data *d, const struct pvgpu_generic_arg *g,
+			uint64_t given, uint64_t *a)
+{
+	void *p;
+
+	*a = 0;
+	if (!given)
+		return CUDA_SUCCESS;	/* NULL: the driver says what that means */
+	if (!d || !g->size)
+		return CUDA_ERROR_INVALID_VALUE;
+	p = data_slot(d, g->size);
+	if (!p)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (g->kind == PVGPU_GA_INBUF) {
+		if (g->size > d->nin - d->used)
+			return CUDA_ERROR_INVALID_VALUE;
+		memcpy(p, d->in + d->used, g->size);
+		d->used += g->size;
+	} else {
+		if (g->size > DATA_MAX - d->want)
+			return CUDA_ERROR_INVALID_VALUE;
+		d->want += g->size;
+		memset(p, 0, g->size);
+	}
+	*a = (uint64_t)(uintptr_t)p;
+	return CUDA_SUCCESS;
+}
+
 static int32_t generic_call(struct pvgpu_worker *w, uint32_t fn,
 			    const uint64_t *in, uint32_t n, int async,
-			    uint64_t *out)
+			    uint64_t *out, struct call_data *d)
 {
 	const struct pvgpu_generic_fn *f = pvgpu_generic_find(fn);
 	uint64_t a[PVGPU_GENERIC_MAX_ARGS] = { 0 };
 	uint64_t ids[PVGPU_GENERIC_MAX_ARGS] = { 0 };
+	struct pvgpu_vmm_call vmm;
 	struct pvgpu_handle *h;
 	int32_t st;
 
 	if (!f)
 		return CUDA_ERROR_NOT_SUPPORTED;
-	if (f->async != async || n != f->nargs || n > PVGPU_GENERIC_MAX_ARGS)
+	if (f->async != async || n != f->nargs || n > PVGPU_GENERIC_MAX_ARGS ||
+	    f->data != (d != NULL))
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!w->ex)
 		return CUDA_ERROR_NOT_INITIALIZED;
@@ -101,12 +157,23 @@ static int32_t generic_call(struct pvgpu_worker *w, uint32_t fn,
 		case PVGPU_GA_HNEW:
 			a[i] = in[i] != 0;
 			break;
+		case PVGPU_GA_INBUF:
+		case PVGPU_GA_OUTBUF:
+			st = data_arg(d, g, in[i], &a[i]);
+			if (st)
+				return st;
+			break;
 		default:
 			return CUDA_ERROR_NOT_SUPPORTED;
 		}
 	}
+	if (d && d->used != d->nin)
+		return CUDA_ERROR_INVALID_VALUE;	/* bytes nobody reads */
 	if (!w->ex_ops->driver_call)
 		return CUDA_ERROR_NOT_SUPPORTED;
+	st = pvgpu_vmm_before(w, f, a, ids, &vmm);
+	if (st)
+		return st;
 	capture_before(w, f, a);
 	if (f->id == PVGPU_GENERIC_cuGraphLaunch) {
 		/* A graph's launches take the VM's turn like any other (§3). */
@@ -134,10 +201,14 @@ static int32_t generic_call(struct pvgpu_worker *w, uint32_t fn,
 		}
 		if (g->kind == PVGPU_GA_HDEL && !st)
 			pvgpu_handle_del(&w->handles, ids[i]);
+		if (g->kind == PVGPU_GA_OUTBUF && !st && a[i]) {
+			memcpy(d->out + *d->nout, (void *)(uintptr_t)a[i], g->size);
+			*d->nout += g->size;
+		}
 		if (out)
 			out[i] = v;
 	}
-	return st;
+	return pvgpu_vmm_after(w, f, a, in, out, &vmm, st);
 }
 
 int32_t pvgpu_handle_driver_call(struct pvgpu_worker *w,
@@ -145,7 +216,7 @@ int32_t pvgpu_handle_driver_call(struct pvgpu_worker *w,
 				 struct pvgpu_driver_call_rep *rep)
 {
 	int32_t st = generic_call(w, req->fn, req->args, req->args_count, 0,
-				  rep->results);
+				  rep->results, NULL);
 
 	rep->results_count = req->args_count <= PVGPU_GENERIC_MAX_ARGS ?
 			     req->args_count : 0;
@@ -155,5 +226,29 @@ int32_t pvgpu_handle_driver_call(struct pvgpu_worker *w,
 int32_t pvgpu_handle_driver_call_async(struct pvgpu_worker *w,
 				       const struct pvgpu_driver_call_async_req *req)
 {
-	return generic_call(w, req->fn, req->args, req->args_count, 1, NULL);
+	return generic_call(w, req->fn, req->args, req->args_count, 1, NULL, NULL);
+}
+
+int32_t pvgpu_handle_driver_call_data(struct pvgpu_worker *w,
+				      const struct pvgpu_driver_call_data_req *req,
+				      struct pvgpu_driver_call_data_rep *rep)
+{
+	struct call_data *d = calloc(1, sizeof(*d));
+	int32_t st;
+
+	if (!d)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	d->in = req->input;
+	d->nin = req->input_len;
+	d->out = rep->output;
+	d->nout = &rep->output_len;
+	rep->output_len = 0;
+	st = generic_call(w, req->fn, req->args, req->args_count, 0,
+			  rep->results, d);
+	if (st)
+		rep->output_len = 0;
+	rep->results_count = req->args_count <= PVGPU_GENERIC_MAX_ARGS ?
+			     req->args_count : 0;
+	free(d);
+	return st;
 }

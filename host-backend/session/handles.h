@@ -12,7 +12,10 @@
 #include <stdint.h>
 
 enum pvgpu_handle_kind { H_FREE, H_CTX, H_STREAM, H_EVENT, H_MODULE, H_FUNC,
-			H_GRAPH, H_GRAPH_EXEC, H_ARRAY };
+			H_GRAPH, H_GRAPH_EXEC, H_ARRAY,
+			H_LINK,		/* a linked image (data, ndata bytes) */
+			H_MEM,		/* physical memory (vmm.c): charged bytes */
+			H_VARANGE	/* reserved addresses: base, size in charged */ };
 
 struct pvgpu_handle {
 	enum pvgpu_handle_kind kind;
@@ -46,6 +49,9 @@ struct pvgpu_alloc {
 	uint64_t base, size;
 	uint64_t ctx;
 	uint64_t module;		/* a module's global: not for mem_free */
+#define PVGPU_ALLOC_HOSTMAP UINT64_MAX	/* module: mapped window memory (hostmap.c) */
+#define PVGPU_ALLOC_VMM (UINT64_MAX - 1) /* module: a cuMemMap mapping (vmm.c) */
+#define PVGPU_ALLOC_IPC (UINT64_MAX - 2) /* module: another session's, opened (ipc.c) */
 	int32_t device;
 };
 

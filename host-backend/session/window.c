@@ -265,7 +265,7 @@ int32_t pvgpu_handle_window_register(struct pvgpu_worker *w,
 	if (st)
 		return st;
 	win->pins[win->npins++] = (struct pvgpu_window_pin){
-		req->offset, req->size, w->cur_ctx };
+		req->offset, req->size, w->cur_ctx, 0 };
 	return CUDA_SUCCESS;
 }
 
@@ -280,6 +280,12 @@ int32_t pvgpu_handle_window_unregister(struct pvgpu_worker *w,
 
 		if (p->offset != req->offset)
 			continue;
+		if (p->dptr) {
+			struct pvgpu_alloc *a = pvgpu_alloc_find(&w->allocs, p->dptr);
+
+			if (a && a->module == PVGPU_ALLOC_HOSTMAP)
+				pvgpu_alloc_del(&w->allocs, a);
+		}
 		if (p->ctx)
 			st = w->ex_ops->host_unregister(w->ex, win->base + p->offset);
 		*p = win->pins[--win->npins];

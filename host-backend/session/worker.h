@@ -45,6 +45,7 @@ struct pvgpu_window {
 	struct pvgpu_window_pin {
 		uint64_t offset, size;
 		uint64_t ctx;		/* 0: its context was destroyed */
+		uint64_t dptr;		/* its device address, once asked (hostmap.c) */
 	} pins[PVGPU_WINDOW_PINS];	/* the guest's pinned allocations */
 	unsigned int npins;
 };
@@ -181,6 +182,19 @@ void pvgpu_module_uncharge(struct pvgpu_worker *w, struct pvgpu_handle *h);
 /* How the worker sleeps on and wakes the guest over the control ring. */
 void pvgpu_worker_ring_waiter(struct pvgpu_worker *w,
 			      struct pvgpu_ring_waiter *out);
+
+/* Virtual memory management through the generic call (vmm.c): checks
+ * before the driver runs, bookkeeping after (st: the call's status). */
+struct pvgpu_generic_fn;
+struct pvgpu_vmm_call {
+	uint64_t charge, uncharge;	/* quota bytes taken / to give back */
+	int32_t device;
+};
+int32_t pvgpu_vmm_before(struct pvgpu_worker *w, const struct pvgpu_generic_fn *f,
+			 uint64_t *a, const uint64_t *ids, struct pvgpu_vmm_call *c);
+int32_t pvgpu_vmm_after(struct pvgpu_worker *w, const struct pvgpu_generic_fn *f,
+			const uint64_t *a, const uint64_t *in, const uint64_t *out,
+			const struct pvgpu_vmm_call *c, int32_t st);
 
 /* Shared window (window.c). */
 void pvgpu_window_forget_ctx(struct pvgpu_worker *w, uint64_t ctx);

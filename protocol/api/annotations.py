@@ -74,6 +74,10 @@ cuMemsetD2D8_v2 cuMemsetD2D8_v2_ptds cuMemsetD2D8Async cuMemsetD2D8Async_ptsz
 cuMemsetD2D16_v2 cuMemsetD2D16_v2_ptds cuMemsetD2D16Async cuMemsetD2D16Async_ptsz
 cuMemsetD2D32_v2 cuMemsetD2D32_v2_ptds cuMemsetD2D32Async cuMemsetD2D32Async_ptsz
 cuMemAllocAsync cuMemAllocAsync_ptsz cuMemFreeAsync cuMemFreeAsync_ptsz
+cuMemAllocFromPoolAsync cuMemAllocFromPoolAsync_ptsz
+cuLinkCreate cuLinkCreate_v2 cuLinkAddData cuLinkAddData_v2 cuLinkAddFile
+cuLinkAddFile_v2 cuLinkComplete cuLinkDestroy
+cuIpcGetMemHandle cuIpcOpenMemHandle cuIpcOpenMemHandle_v2 cuIpcCloseMemHandle
 """
 
 LOCAL = """
@@ -109,6 +113,9 @@ cuGetProcAddress cuGetProcAddress_v2 cuGetExportTable
 
 cuCtxEnablePeerAccess cuCtxDisablePeerAccess
 cuThreadExchangeStreamCaptureMode
+cuOccupancyMaxPotentialBlockSize cuOccupancyMaxPotentialBlockSizeWithFlags
+cuDeviceSetMemPool cuMemPoolCreate cuMemPoolDestroy cuMemPoolSetAttribute
+cuMemPoolGetAttribute cuMemPoolTrimTo cuMemPoolSetAccess cuMemPoolGetAccess
 """
 
 # Forwarded by the generic driver call (protocol/api/gen_generic.py): one
@@ -118,7 +125,12 @@ cuThreadExchangeStreamCaptureMode
 # spells it, in order.  A type ending in `*` is a result the backend writes
 # back; CUstream is a stream handle (translated and checked by the worker);
 # CUdeviceptr@N is N bytes of device memory, which must lie inside one of
-# the session's allocations; anything else is a scalar passed as is.
+# the session's allocations; const_T* is a structure the call reads (its
+# sizeof(T) bytes travel with the call) and out_T* one it writes (they come
+# back); CUmemGenericAllocationHandle is a handle of the worker's table
+# (`!`: the call destroys it); void*@dev a device address given as a
+# pointer, which must lie in the session's memory; anything else is a
+# scalar passed as is.
 # `async`: stream-ordered and without results, queued and batched like a
 # launch (its error comes at the next synchronising call).  `hand`: the
 # guest entry point is written by hand in guest-lib/cuda/ (to answer in the
@@ -160,6 +172,23 @@ GENERIC = """
 16 cuGraphUpload_ptsz            CUgraphExec CUstream  async
 17 cuGraphExecDestroy            CUgraphExec!
 18 cuGraphDestroy                CUgraph!
+200 cuProfilerStart
+201 cuProfilerStop
+202 cuStreamSetAttribute         CUstream CUstreamAttrID const_CUstreamAttrValue*
+202 cuStreamSetAttribute_ptsz    CUstream CUstreamAttrID const_CUstreamAttrValue*
+203 cuStreamGetAttribute         CUstream CUstreamAttrID out_CUstreamAttrValue*
+203 cuStreamGetAttribute_ptsz    CUstream CUstreamAttrID out_CUstreamAttrValue*
+204 cuMemGetAllocationGranularity size_t* const_CUmemAllocationProp* CUmemAllocationGranularity_flags
+205 cuMemCreate                  CUmemGenericAllocationHandle* size_t const_CUmemAllocationProp* unsigned_long_long
+206 cuMemRelease                 CUmemGenericAllocationHandle!
+207 cuMemAddressReserve          CUdeviceptr* size_t size_t CUdeviceptr unsigned_long_long
+208 cuMemAddressFree             CUdeviceptr size_t
+209 cuMemMap                     CUdeviceptr size_t size_t CUmemGenericAllocationHandle unsigned_long_long  hand
+210 cuMemUnmap                   CUdeviceptr size_t  hand
+211 cuMemSetAccess               CUdeviceptr size_t const_CUmemAccessDesc* size_t  hand
+212 cuMemGetAccess               unsigned_long_long* const_CUmemLocation* CUdeviceptr
+213 cuMemRetainAllocationHandle  CUmemGenericAllocationHandle* void*@dev
+214 cuMemGetAllocationPropertiesFromHandle out_CUmemAllocationProp* CUmemGenericAllocationHandle
 """
 
 # Exported names whose driver-580 entry is a newer function's (by

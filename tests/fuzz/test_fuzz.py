@@ -101,10 +101,44 @@ def seeds():
                           channels=4, flags=0)
               + W.message("array_destroy", 45, array=arr)
               + W.message("array_copy", 46, to_array=1, **box))
+    # Structures through the generic call (a stream attribute set and read
+    # back) and a JIT link of one PTX input, fetched.
+    ptx = b".version 8.0\n.target sm_90\n.address_size 64\n\0"
+    structs = (W.message("stream_create", 30, flags=1, priority=0)
+               + W.message("driver_call_data", 31, fn=202, args=[st, 3, 1],
+                           input=b"\3" + bytes(63))
+               + W.message("driver_call_data", 32, fn=203, args=[st, 3, 1], input=b""))
+    link = (W.message("link_complete", 33, opt_key=[2, 3, 4], opt_value=[0, 1, 256],
+                      input_type=[1], input_size=[len(ptx)], size=len(ptx))
+            + W.data_frames(ptx, 33)
+            + W.message("link_fetch", 34, link=(1 << 24) | 3, size=len(ptx)))
+    # Virtual memory: a range reserved, physical memory made (its
+    # CUmemAllocationProp: pinned, device 0), mapped, given access,
+    # unmapped, released, the range freed.
+    G = 2 << 20
+    prop = bytes([1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0]) + bytes(16)
+    va = base + 0x200000
+    vmm = (W.message("driver_call", 40, fn=207, args=[1, 4 * G, 0, 0, 0])
+           + W.message("driver_call_data", 41, fn=205, args=[1, G, 1, 0], input=prop)
+           + W.message("driver_call", 42, fn=209, args=[va, G, 0, (1 << 24) | 3, 0])
+           + W.message("driver_call_data", 43, fn=211, args=[va, G, 1, 1],
+                       input=bytes([1, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0]))
+           + W.message("driver_call", 44, fn=210, args=[va, G])
+           + W.message("driver_call", 45, fn=206, args=[(1 << 24) | 3])
+           + W.message("driver_call", 46, fn=208, args=[va, 4 * G]))
+    # CUDA IPC: a handle for the allocation, opened (in this same session),
+    # closed; a forged one.
+    ipc = (W.message("ipc_get_mem_handle", 50, dptr=base)
+           + W.message("ipc_open_mem_handle", 51, handle=bytes(64), flags=1)
+           + W.message("ipc_close_mem_handle", 52, dptr=base))
     return {
         **modules,
         "arrays": session + arrays + free,
         "hello": hello,
+        "ipc": session + ipc + free,
+        "vmm": session + vmm + free,
+        "structs": session + structs + free,
+        "link": session + link + free,
         "copies": session + h2d + d2h + free,
         "batch": session + memset + d2h,
         "streams": session + streams + attrs,

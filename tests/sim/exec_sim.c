@@ -19,6 +19,9 @@
  * CUDA_ERROR_ILLEGAL_ADDRESS until it is destroyed.
  */
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -117,6 +120,8 @@ struct sim_obj {
 			uint32_t flags;
 			int32_t priority;
 			struct sim_obj *capture;	/* graph being captured */
+			CUaccessPolicyWindow window;	/* cuStreamSetAttribute */
+			uint32_t sync_policy;
 		} stream;
 		struct {
 			struct sim_graph_launch *v;
@@ -142,6 +147,25 @@ struct sim_alloc {
 	struct sim_obj *ctx;
 	int32_t dev;
 	bool module;			/* a module's variable: not mem_free'able */
+	uint64_t phys;			/* a cuMemMap mapping of this physical
+					 * memory (its data is the phys's); 0 none */
+	/* IPC: data is a shared mapping of /dev/shm/<shm> (exported, then
+	 * ipc_owner: ours to unlink), not malloc'd. */
+	char shm[48];
+	bool ipc_owner;
+};
+
+/* Physical memory of cuMemCreate, and address ranges of cuMemAddressReserve. */
+struct sim_phys {
+	uint64_t handle;
+	uint64_t size;
+	unsigned char *data;
+	int32_t dev;
+	unsigned int refs, maps;	/* handles held, mappings made */
+};
+
+struct sim_range {
+	uint64_t base, size;
 };
 
 /* A loaded module: its parsed image and where its variables live. */
@@ -182,6 +206,13 @@ struct pvgpu_exec {
 
 	struct sim_host *hosts;
 	size_t nhosts, hosts_cap;
+
+	/* Virtual memory management (sim_vmm_call). */
+	struct sim_phys *phys;
+	size_t nphys, phys_cap;
+	uint64_t next_phys;
+	struct sim_range *ranges;
+	size_t nranges, ranges_cap;
 
 	struct sim_obj *cur;		/* current context, or NULL */
 
@@ -565,11 +596,16 @@ static struct sim_alloc *alloc_range(struct pvgpu_exec *ex, uint64_t ptr,
 	return a;
 }
 
+static struct sim_host *host_mapped(struct pvgpu_exec *ex, uint64_t ptr,
+				    uint64_t size);
+
 static unsigned char *dev_bytes(struct pvgpu_exec *ex, uint64_t ptr,
 				uint64_t size)
 {
 	struct sim_alloc *a = alloc_range(ex, ptr, size);
 
+	if (!a && host_mapped(ex, ptr, size))
+		return (unsigned char *)(uintptr_t)ptr;	/* mapped host memory */
 	return a ? a->data + (ptr - a->addr) : NULL;
 }
 
@@ -630,12 +666,44 @@ static int place_alloc(struct pvgpu_exec *ex, int32_t dev, uint64_t size,
 	return 0;
 }
 
+static struct sim_phys *phys_find(struct pvgpu_exec *ex, uint64_t handle)
+{
+	for (size_t i = 0; i < ex->nphys; i++)
+		if (ex->phys[i].handle == handle)
+			return &ex->phys[i];
+	return NULL;
+}
+
+/* Free physical memory no handle and no mapping holds any more. */
+static void phys_put(struct pvgpu_exec *ex, struct sim_phys *p)
+{
+	if (p->refs || p->maps)
+		return;
+	ex->own_used[p->dev] -= p->size;
+	free(p->data);
+	*p = ex->phys[--ex->nphys];
+}
+
 static void alloc_remove(struct pvgpu_exec *ex, size_t i)
 {
 	struct sim_alloc *a = &ex->allocs[i];
+	struct sim_phys *p = a->phys ? phys_find(ex, a->phys) : NULL;
 
-	ex->own_used[a->dev] -= a->size;
-	free(a->data);
+	if (a->phys) {
+		if (p) {
+			p->maps--;
+			phys_put(ex, p);
+		}
+	} else if (a->shm[0]) {
+		if (a->ipc_owner) {
+			ex->own_used[a->dev] -= a->size;
+			shm_unlink(a->shm);
+		}
+		munmap(a->data, a->size);
+	} else {
+		ex->own_used[a->dev] -= a->size;
+		free(a->data);
+	}
 	memmove(a, a + 1, (ex->nallocs - i - 1) * sizeof(*a));
 	ex->nallocs--;
 }
@@ -788,8 +856,16 @@ static void sim_close(struct pvgpu_exec *ex)
 	sim_output_flush(ex);
 	free(ex->out[0].buf);
 	free(ex->out[1].buf);
+	for (i = ex->nallocs; i-- > 0;)
+		if (ex->allocs[i].shm[0])
+			alloc_remove(ex, i);
 	for (i = 0; i < ex->nallocs; i++)
-		free(ex->allocs[i].data);
+		if (!ex->allocs[i].phys)
+			free(ex->allocs[i].data);
+	for (i = 0; i < ex->nphys; i++)
+		free(ex->phys[i].data);
+	free(ex->phys);
+	free(ex->ranges);
 	for (i = 0; i < ex->nhosts; i++)
 		if (!ex->hosts[i].registered)
 			free(ex->hosts[i].p);
@@ -1205,6 +1281,9 @@ static int32_t dev_alloc(struct pvgpu_exec *ex, uint64_t size, bool module,
 	a->ctx = ex->cur;
 	a->dev = dev;
 	a->module = module;
+	a->phys = 0;
+	a->shm[0] = '\0';
+	a->ipc_owner = false;
 	ex->nallocs++;
 	ex->own_used[dev] += size;
 	*dptr = addr;
@@ -1238,7 +1317,8 @@ static int32_t sim_mem_free(struct pvgpu_exec *ex, uint64_t dptr)
 		return rc;
 	/* Only the start of a live allocation; any context (unified VA). */
 	i = alloc_upper_bound(ex, dptr);
-	if (!i || ex->allocs[i - 1].addr != dptr || ex->allocs[i - 1].module)
+	if (!i || ex->allocs[i - 1].addr != dptr || ex->allocs[i - 1].module ||
+	    ex->allocs[i - 1].phys)
 		return CUDA_ERROR_INVALID_VALUE;
 	alloc_remove(ex, i - 1);
 	return CUDA_SUCCESS;
@@ -1355,6 +1435,32 @@ static int32_t sim_host_register(struct pvgpu_exec *ex, void *p, size_t size)
 	h->size = size;
 	h->ctx = ex->cur;
 	h->registered = true;
+	return CUDA_SUCCESS;
+}
+
+/*
+ * Registered host memory is mapped for the device at its own address, as
+ * the driver does with unified addressing: host_device_pointer gives it
+ * out, and device accesses there reach the host bytes.
+ */
+static struct sim_host *host_mapped(struct pvgpu_exec *ex, uint64_t ptr,
+				    uint64_t size)
+{
+	for (size_t i = 0; i < ex->nhosts; i++) {
+		uint64_t s = (uintptr_t)ex->hosts[i].p;
+
+		if (ex->hosts[i].registered && ptr >= s && size &&
+		    size <= ex->hosts[i].size && ptr - s <= ex->hosts[i].size - size)
+			return &ex->hosts[i];
+	}
+	return NULL;
+}
+
+static int32_t sim_host_device_pointer(struct pvgpu_exec *ex, void *p, uint64_t *dptr)
+{
+	if (!ex || !dptr || !host_mapped(ex, (uintptr_t)p, 1))
+		return CUDA_ERROR_INVALID_VALUE;
+	*dptr = (uintptr_t)p;
 	return CUDA_SUCCESS;
 }
 
@@ -2308,6 +2414,8 @@ static void *run_dev(const struct pvgpu_sim_launch *l, uint64_t addr,
 	if (!len)
 		return &r->empty;
 	a = alloc_range(r->ex, addr, len);
+	if (!a && host_mapped(r->ex, addr, len))
+		return (void *)(uintptr_t)addr;		/* mapped host memory */
 	/* Another context's memory is out of reach, unless it is a peer. */
 	if (!a || (a->ctx != r->ctx && !ctx_has_peer(r->ctx, a->ctx))) {
 		snprintf(why, sizeof(why), "access to [0x%llx, +%llu)",
@@ -2863,6 +2971,354 @@ static int32_t sim_graph_call(struct pvgpu_exec *ex,
 	}
 }
 
+/* Stream attributes: the access policy window, the synchronisation
+ * policy and the priority; the legacy stream keeps none. */
+static int32_t sim_stream_attr(struct pvgpu_exec *ex, uint64_t stream,
+			       uint64_t id, CUstreamAttrValue *v, int set)
+{
+	struct sim_obj *s = stream ? obj_find(ex, stream, SIM_STREAM) : NULL;
+
+	if (!v)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!s)
+		return stream ? CUDA_ERROR_INVALID_HANDLE : CUDA_ERROR_INVALID_VALUE;
+	switch (id) {
+	case CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW:
+		if (set && (v->accessPolicyWindow.hitRatio < 0.0f ||
+			    v->accessPolicyWindow.hitRatio > 1.0f))
+			return CUDA_ERROR_INVALID_VALUE;
+		if (set)
+			s->u.stream.window = v->accessPolicyWindow;
+		else
+			v->accessPolicyWindow = s->u.stream.window;
+		return CUDA_SUCCESS;
+	case CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY:
+		if (set && (v->syncPolicy < CU_SYNC_POLICY_AUTO ||
+			    v->syncPolicy > CU_SYNC_POLICY_BLOCKING_SYNC))
+			return CUDA_ERROR_INVALID_VALUE;
+		if (set)
+			s->u.stream.sync_policy = v->syncPolicy;
+		else
+			v->syncPolicy = s->u.stream.sync_policy ? s->u.stream.sync_policy :
+								  CU_SYNC_POLICY_AUTO;
+		return CUDA_SUCCESS;
+	case CU_LAUNCH_ATTRIBUTE_PRIORITY:
+		if (set)
+			s->u.stream.priority = v->priority < -5 ? -5 :
+					       v->priority > 0 ? 0 : v->priority;
+		else
+			v->priority = s->u.stream.priority;
+		return CUDA_SUCCESS;
+	default:
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+}
+
+#define SIM_VMM_GRAIN	(2ull << 20)
+
+static struct sim_range *range_holding(struct pvgpu_exec *ex, uint64_t ptr, uint64_t size)
+{
+	for (size_t i = 0; i < ex->nranges; i++) {
+		struct sim_range *r = &ex->ranges[i];
+
+		if (size && ptr >= r->base && size <= r->size && ptr - r->base <= r->size - size)
+			return r;
+	}
+	return NULL;
+}
+
+static bool overlaps_alloc(struct pvgpu_exec *ex, uint64_t ptr, uint64_t size)
+{
+	for (size_t i = 0; i < ex->nallocs; i++)
+		if (ex->allocs[i].addr < ptr + size && ptr < ex->allocs[i].addr + ex->allocs[i].size)
+			return true;
+	return false;
+}
+
+static int32_t prop_check(struct pvgpu_exec *ex, const CUmemAllocationProp *p)
+{
+	if (!p || p->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
+	    p->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+		return CUDA_ERROR_INVALID_VALUE;
+	return p->location.id < 0 || p->location.id >= ex->ndev ? CUDA_ERROR_INVALID_DEVICE :
+								   CUDA_SUCCESS;
+}
+
+/* cuMemMap: an allocation whose bytes are the physical memory's. */
+static int32_t vmm_map(struct pvgpu_exec *ex, uint64_t ptr, uint64_t size, uint64_t off,
+		       struct sim_phys *p)
+{
+	struct sim_alloc *a;
+	size_t i;
+
+	if (!range_holding(ex, ptr, size) || overlaps_alloc(ex, ptr, size) ||
+	    off > p->size || size > p->size - off || (ptr | size | off) % SIM_VMM_GRAIN)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (grow((void **)&ex->allocs, &ex->allocs_cap, ex->nallocs + 1, sizeof(*ex->allocs)))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	i = alloc_upper_bound(ex, ptr);
+	memmove(&ex->allocs[i + 1], &ex->allocs[i], (ex->nallocs - i) * sizeof(*ex->allocs));
+	a = &ex->allocs[i];
+	memset(a, 0, sizeof(*a));
+	a->addr = ptr;
+	a->size = size;
+	a->data = p->data + off;
+	a->ctx = ex->cur;
+	a->dev = p->dev;
+	a->phys = p->handle;
+	ex->nallocs++;
+	p->maps++;
+	return CUDA_SUCCESS;
+}
+
+/* The mapping holding ptr, or NULL. */
+static struct sim_alloc *mapping_at(struct pvgpu_exec *ex, uint64_t ptr)
+{
+	struct sim_alloc *a = alloc_range(ex, ptr, 1);
+
+	return a && a->phys ? a : NULL;
+}
+
+static int32_t sim_vmm_call(struct pvgpu_exec *ex, const struct pvgpu_generic_fn *f,
+			    uint64_t *a)
+{
+	struct sim_phys *p;
+	struct sim_range *r;
+	struct sim_alloc *m;
+	int32_t rc;
+
+	switch (f->id) {
+	case PVGPU_GENERIC_cuMemGetAllocationGranularity:
+		rc = prop_check(ex, (const CUmemAllocationProp *)(uintptr_t)a[1]);
+		if (!rc && !a[0])
+			rc = CUDA_ERROR_INVALID_VALUE;
+		a[0] = SIM_VMM_GRAIN;
+		return rc;
+	case PVGPU_GENERIC_cuMemCreate: {
+		const CUmemAllocationProp *prop = (const CUmemAllocationProp *)(uintptr_t)a[2];
+		unsigned char *data;
+		uint64_t used;
+
+		rc = prop_check(ex, prop);
+		if (rc || !a[0] || !a[1] || a[1] % SIM_VMM_GRAIN || a[3])
+			return rc ? rc : CUDA_ERROR_INVALID_VALUE;
+		used = dev_used(ex, prop->location.id);
+		if (used >= ex->total_bytes || a[1] > ex->total_bytes - used ||
+		    grow((void **)&ex->phys, &ex->phys_cap, ex->nphys + 1, sizeof(*ex->phys)))
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		data = calloc(1, (size_t)a[1]);
+		if (!data)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		p = &ex->phys[ex->nphys++];
+		p->handle = (0x50ull << 56) | ++ex->next_phys;
+		p->size = a[1];
+		p->data = data;
+		p->dev = prop->location.id;
+		p->refs = 1;
+		p->maps = 0;
+		ex->own_used[p->dev] += a[1];
+		a[0] = p->handle;
+		return CUDA_SUCCESS;
+	}
+	case PVGPU_GENERIC_cuMemRelease:
+		p = phys_find(ex, a[0]);
+		if (!p || !p->refs)
+			return CUDA_ERROR_INVALID_VALUE;
+		p->refs--;
+		phys_put(ex, p);
+		return CUDA_SUCCESS;
+	case PVGPU_GENERIC_cuMemAddressReserve: {
+		uint64_t addr;
+
+		if (!a[0] || !a[1] || a[1] % SIM_VMM_GRAIN ||
+		    grow((void **)&ex->ranges, &ex->ranges_cap, ex->nranges + 1, sizeof(*ex->ranges)))
+			return CUDA_ERROR_INVALID_VALUE;
+		/* Address space only: the same cursor as allocations, so the two never meet. */
+		if (place_alloc(ex, ex->cur->u.ctx.dev, a[1] + SIM_VMM_GRAIN, &addr))
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		addr = (addr + SIM_VMM_GRAIN - 1) & ~(SIM_VMM_GRAIN - 1);
+		ex->ranges[ex->nranges++] = (struct sim_range){ addr, a[1] };
+		a[0] = addr;
+		return CUDA_SUCCESS;
+	}
+	case PVGPU_GENERIC_cuMemAddressFree:
+		r = range_holding(ex, a[0], a[1]);
+		if (!r || r->base != a[0] || r->size != a[1] || overlaps_alloc(ex, a[0], a[1]))
+			return CUDA_ERROR_INVALID_VALUE;
+		*r = ex->ranges[--ex->nranges];
+		return CUDA_SUCCESS;
+	case PVGPU_GENERIC_cuMemMap:
+		p = phys_find(ex, a[3]);
+		if (!p || !p->refs || a[4])
+			return CUDA_ERROR_INVALID_VALUE;
+		return vmm_map(ex, a[0], a[1], a[2], p);
+	case PVGPU_GENERIC_cuMemUnmap:
+		if (!range_holding(ex, a[0], a[1]))
+			return CUDA_ERROR_INVALID_VALUE;
+		for (size_t i = ex->nallocs; i-- > 0;) {
+			m = &ex->allocs[i];
+			if (m->phys && m->addr >= a[0] && m->addr + m->size <= a[0] + a[1])
+				alloc_remove(ex, i);
+		}
+		return CUDA_SUCCESS;
+	case PVGPU_GENERIC_cuMemSetAccess: {
+		const CUmemAccessDesc *d = (const CUmemAccessDesc *)(uintptr_t)a[2];
+
+		if (!d || a[3] != 1 || !range_holding(ex, a[0], a[1]) ||
+		    d->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+		    d->location.id < 0 || d->location.id >= ex->ndev ||
+		    d->flags > CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+			return CUDA_ERROR_INVALID_VALUE;
+		return mapping_at(ex, a[0]) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	}
+	case PVGPU_GENERIC_cuMemGetAccess:
+		if (!a[0] || !a[1])
+			return CUDA_ERROR_INVALID_VALUE;
+		m = mapping_at(ex, a[2]);
+		if (!m)
+			return CUDA_ERROR_INVALID_VALUE;
+		a[0] = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+		return CUDA_SUCCESS;
+	case PVGPU_GENERIC_cuMemRetainAllocationHandle:
+		m = mapping_at(ex, a[1]);
+		p = m ? phys_find(ex, m->phys) : NULL;
+		if (!p || !a[0])
+			return CUDA_ERROR_INVALID_VALUE;
+		p->refs++;
+		a[0] = p->handle;
+		return CUDA_SUCCESS;
+	case PVGPU_GENERIC_cuMemGetAllocationPropertiesFromHandle: {
+		CUmemAllocationProp *prop = (CUmemAllocationProp *)(uintptr_t)a[0];
+
+		p = phys_find(ex, a[1]);
+		if (!p || !prop)
+			return CUDA_ERROR_INVALID_VALUE;
+		memset(prop, 0, sizeof(*prop));
+		prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+		prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+		prop->location.id = p->dev;
+		return CUDA_SUCCESS;
+	}
+	default:
+		sim_diag(ex, "%s: not supported by the sim", f->name);
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+}
+
+/*
+ * CUDA IPC between worker processes: an exported allocation moves into a
+ * shared memory file whose name is the handle; another process maps it.
+ */
+static int32_t sim_ipc_get(struct pvgpu_exec *ex, uint64_t dptr, uint8_t handle[64])
+{
+	size_t i = alloc_upper_bound(ex, dptr);
+	struct sim_alloc *a;
+	static unsigned int serial;
+	void *map;
+	int fd;
+
+	if (!ex || ctx_check(ex))
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!i || ex->allocs[i - 1].addr != dptr || ex->allocs[i - 1].module ||
+	    ex->allocs[i - 1].phys)
+		return CUDA_ERROR_INVALID_VALUE;
+	a = &ex->allocs[i - 1];
+	if (!a->shm[0]) {
+		char name[48];
+
+		snprintf(name, sizeof(name), "/pvgpu-sim-ipc-%d-%u", (int)getpid(), ++serial);
+		fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+		if (fd < 0)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		if (ftruncate(fd, (off_t)a->size) ||
+		    (map = mmap(NULL, a->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+			close(fd);
+			shm_unlink(name);
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+		close(fd);
+		memcpy(map, a->data, a->size);
+		free(a->data);
+		a->data = map;
+		memcpy(a->shm, name, sizeof(name));
+		a->ipc_owner = true;
+	}
+	memset(handle, 0, 64);
+	memcpy(handle, a->shm, strlen(a->shm));
+	return CUDA_SUCCESS;
+}
+
+static int32_t sim_ipc_open(struct pvgpu_exec *ex, const uint8_t handle[64],
+			    uint32_t flags, uint64_t *dptr)
+{
+	char name[48] = { 0 };
+	struct sim_alloc *a;
+	struct stat st;
+	uint64_t addr;
+	void *map;
+	size_t i;
+	int fd;
+
+	(void)flags;
+	if (!ex || ctx_check(ex))
+		return CUDA_ERROR_INVALID_CONTEXT;
+	memcpy(name, handle, sizeof(name) - 1);
+	if (strncmp(name, "/pvgpu-sim-ipc-", 15))
+		return CUDA_ERROR_INVALID_VALUE;
+	fd = shm_open(name, O_RDWR, 0);
+	if (fd < 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (fstat(fd, &st) || st.st_size <= 0 ||
+	    grow((void **)&ex->allocs, &ex->allocs_cap, ex->nallocs + 1, sizeof(*ex->allocs)) ||
+	    place_alloc(ex, ex->cur->u.ctx.dev, (uint64_t)st.st_size, &addr) ||
+	    (map = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+		close(fd);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	close(fd);
+	i = alloc_upper_bound(ex, addr);
+	memmove(&ex->allocs[i + 1], &ex->allocs[i], (ex->nallocs - i) * sizeof(*ex->allocs));
+	a = &ex->allocs[i];
+	memset(a, 0, sizeof(*a));
+	a->addr = addr;
+	a->size = (uint64_t)st.st_size;
+	a->data = map;
+	a->ctx = ex->cur;
+	a->dev = ex->cur->u.ctx.dev;
+	memcpy(a->shm, name, sizeof(name));
+	ex->nallocs++;
+	*dptr = addr;
+	return CUDA_SUCCESS;
+}
+
+static int32_t sim_ipc_close(struct pvgpu_exec *ex, uint64_t dptr)
+{
+	size_t i = ex ? alloc_upper_bound(ex, dptr) : 0;
+
+	if (!i || ex->allocs[i - 1].addr != dptr || !ex->allocs[i - 1].shm[0] ||
+	    ex->allocs[i - 1].ipc_owner)
+		return CUDA_ERROR_INVALID_VALUE;
+	alloc_remove(ex, i - 1);
+	return CUDA_SUCCESS;
+}
+
+/* Generic calls numbered from 200 (issue 13's second half). */
+static int32_t sim_driver_call_more(struct pvgpu_exec *ex,
+				    const struct pvgpu_generic_fn *f, uint64_t *a)
+{
+	switch (f->id) {
+	case PVGPU_GENERIC_cuProfilerStart:
+	case PVGPU_GENERIC_cuProfilerStop:
+		return CUDA_SUCCESS;	/* no profiler attached: nothing to do */
+	case PVGPU_GENERIC_cuStreamSetAttribute:
+	case PVGPU_GENERIC_cuStreamGetAttribute:
+		return sim_stream_attr(ex, a[0], a[1], (CUstreamAttrValue *)(uintptr_t)a[2],
+				       f->id == PVGPU_GENERIC_cuStreamSetAttribute);
+	default:
+		return sim_vmm_call(ex, f, a);
+	}
+}
+
 static int32_t sim_driver_call(struct pvgpu_exec *ex,
 			       const struct pvgpu_generic_fn *f, uint64_t *a)
 {
@@ -2899,6 +3355,8 @@ static int32_t sim_driver_call(struct pvgpu_exec *ex,
 		    (rc = check_stream(ex, a[i])))
 			return rc;
 	}
+	if (f->id >= 200)
+		return sim_driver_call_more(ex, f, a);
 	switch (f->id) {
 	case PVGPU_GENERIC_cuCtxSetLimit:
 		if (a[0] >= CU_LIMIT_MAX)
@@ -3010,6 +3468,11 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.array_destroy		= sim_array_destroy,
 	.array_copy		= sim_array_copy,
 	.driver_call		= sim_driver_call,
+	.link			= pvgpu_sim_link,
+	.host_device_pointer	= sim_host_device_pointer,
+	.ipc_get		= sim_ipc_get,
+	.ipc_open		= sim_ipc_open,
+	.ipc_close		= sim_ipc_close,
 };
 
 /* How pvgpud finds this fixture: build/lib/pvgpud/exec-sim.so. */

@@ -10,4 +10,7 @@
 
 extern const struct pvgpu_executor_ops pvgpu_exec_sim;
 
+/* JIT linking (sim_link.c). */
+int32_t pvgpu_sim_link(struct pvgpu_exec *ex, struct pvgpu_link *l);
+
 #endif /* PVGPU_EXEC_SIM_H */

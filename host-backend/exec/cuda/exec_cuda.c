@@ -880,7 +880,9 @@ static int32_t cuda_host_register(struct pvgpu_exec *ex, void *p, size_t size)
 	if (grow((void **)&ex->hosts, &ex->hosts_cap, ex->nhosts + 1,
 		 sizeof(*ex->hosts)))
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	rc = ex->api.mem_host_register(p, size, CU_MEMHOSTREGISTER_PORTABLE);
+	/* Mapped too, so that cuMemHostGetDevicePointer can name it (hostmap.c). */
+	rc = ex->api.mem_host_register(p, size, CU_MEMHOSTREGISTER_PORTABLE |
+						   CU_MEMHOSTREGISTER_DEVICEMAP);
 	if (rc)
 		return rc;
 	hb = &ex->hosts[ex->nhosts++];
@@ -1828,6 +1830,134 @@ static int32_t cuda_driver_call(struct pvgpu_exec *ex,
 	return pvgpu_cuda_generic_invoke(ex->generic_fp[f->id], f, a);
 }
 
+/* JIT linking: NVIDIA's linker in the current context, the worker having
+ * checked every option (session/link.c); the log buffers are ours. */
+static int32_t cuda_link(struct pvgpu_exec *ex, struct pvgpu_link *l)
+{
+	CUresult (*create)(unsigned int, CUjit_option *, void **, CUlinkState *);
+	CUresult (*add)(CUlinkState, CUjitInputType, void *, size_t, const char *,
+			unsigned int, CUjit_option *, void **);
+	CUresult (*complete)(CUlinkState, void **, size_t *);
+	CUresult (*destroy)(CUlinkState);
+	CUjit_option keys[PVGPU_LINK_MAX_OPTS];
+	void *vals[PVGPU_LINK_MAX_OPTS];
+	CUlinkState state;
+	const uint8_t *p;
+	void *out = NULL;
+	size_t size = 0;
+	CUresult r;
+
+	if (!ex || !l || l->nopts > PVGPU_LINK_MAX_OPTS)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	*(void **)&create = dlsym(ex->lib, "cuLinkCreate_v2");
+	*(void **)&add = dlsym(ex->lib, "cuLinkAddData_v2");
+	*(void **)&complete = dlsym(ex->lib, "cuLinkComplete");
+	*(void **)&destroy = dlsym(ex->lib, "cuLinkDestroy");
+	if (!create || !add || !complete || !destroy)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	for (uint32_t i = 0; i < l->nopts; i++) {
+		keys[i] = (CUjit_option)l->opt_key[i];
+		vals[i] = keys[i] == CU_JIT_INFO_LOG_BUFFER ? (void *)l->info_log :
+			  keys[i] == CU_JIT_ERROR_LOG_BUFFER ? (void *)l->error_log :
+			  (void *)(uintptr_t)l->opt_value[i];
+	}
+	r = create(l->nopts, keys, vals, &state);
+	if (r)
+		return r;
+	p = l->data;
+	for (uint32_t i = 0; i < l->ninputs && !r; i++) {
+		r = add(state, (CUjitInputType)l->input_type[i], (void *)p,
+			(size_t)l->input_size[i], "input", 0, NULL, NULL);
+		p += l->input_size[i];
+	}
+	if (!r)
+		r = complete(state, &out, &size);
+	if (!r) {
+		l->image = malloc(size);
+		if (l->image)
+			memcpy(l->image, out, size);
+		l->image_size = l->image ? size : 0;
+		r = l->image ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	/* Results: what the linker wrote over the values. */
+	for (uint32_t i = 0; i < l->nopts; i++) {
+		if (keys[i] == CU_JIT_INFO_LOG_BUFFER || keys[i] == CU_JIT_ERROR_LOG_BUFFER)
+			l->opt_value[i] = 0;
+		else
+			l->opt_value[i] = (uint64_t)(uintptr_t)vals[i];
+	}
+	destroy(state);
+	return r;
+}
+
+/* Registered host memory's device address (UVA: usually the same). */
+static int32_t cuda_host_device_pointer(struct pvgpu_exec *ex, void *p, uint64_t *dptr)
+{
+	CUresult (*get)(CUdeviceptr *, void *, unsigned int);
+	CUdeviceptr d = 0;
+	CUresult r;
+
+	if (!ex || !p || !dptr)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	*(void **)&get = dlsym(ex->lib, "cuMemHostGetDevicePointer_v2");
+	if (!get)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	r = get(&d, p, 0);
+	*dptr = d;
+	return r;
+}
+
+/* CUDA IPC, through the driver's own calls (session/ipc.c checks). */
+static int32_t cuda_ipc_get(struct pvgpu_exec *ex, uint64_t dptr, uint8_t handle[64])
+{
+	CUresult (*get)(CUipcMemHandle *, CUdeviceptr);
+	CUipcMemHandle h;
+	CUresult r;
+
+	if (!ex || !ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	*(void **)&get = dlsym(ex->lib, "cuIpcGetMemHandle");
+	if (!get)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	r = get(&h, (CUdeviceptr)dptr);
+	if (!r)
+		memcpy(handle, h.reserved, 64);
+	return r;
+}
+
+static int32_t cuda_ipc_open(struct pvgpu_exec *ex, const uint8_t handle[64],
+			     uint32_t flags, uint64_t *dptr)
+{
+	CUresult (*open)(CUdeviceptr *, CUipcMemHandle, unsigned int);
+	CUipcMemHandle h;
+	CUdeviceptr d = 0;
+	CUresult r;
+
+	if (!ex || !ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	*(void **)&open = dlsym(ex->lib, "cuIpcOpenMemHandle_v2");
+	if (!open)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	memcpy(h.reserved, handle, 64);
+	r = open(&d, h, flags);
+	*dptr = d;
+	return r;
+}
+
+static int32_t cuda_ipc_close(struct pvgpu_exec *ex, uint64_t dptr)
+{
+	CUresult (*close_)(CUdeviceptr);
+
+	if (!ex || !ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	*(void **)&close_ = dlsym(ex->lib, "cuIpcCloseMemHandle");
+	return close_ ? close_((CUdeviceptr)dptr) : CUDA_ERROR_NOT_SUPPORTED;
+}
+
 const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.name			= "cuda",
 	.open			= cuda_open,
@@ -1886,4 +2016,9 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.array_destroy		= cuda_array_destroy,
 	.array_copy		= cuda_array_copy,
 	.driver_call		= cuda_driver_call,
+	.link			= cuda_link,
+	.host_device_pointer	= cuda_host_device_pointer,
+	.ipc_get		= cuda_ipc_get,
+	.ipc_open		= cuda_ipc_open,
+	.ipc_close		= cuda_ipc_close,
 };

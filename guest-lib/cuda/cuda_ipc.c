@@ -1,0 +1,80 @@
+/*
+ * cuda_ipc.c - CUDA IPC of device memory between processes of one VM,
+ * over the backend (host-backend/session/ipc.c): a CUipcMemHandle here is
+ * a token the backend gave, never the driver's handle, and it opens only
+ * in a session of the same VM.  An opened allocation is device memory of
+ * this process (for the guest's range checks) until it is closed.
+ */
+#include <string.h>
+
+#include "cuda_internal.h"	/* cuda.h, as the driver is built */
+#include "pvgpu_guest.h"
+#include "pvgpu_proto.h"
+
+CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr dptr)
+{
+	struct pvgpu_ipc_get_mem_handle_req req = { .dptr = dptr };
+	struct pvgpu_ipc_get_mem_handle_rep rep = { 0 };
+	struct cu_op op;
+	CUresult r;
+
+	if (!handle || !dptr)
+		return CUDA_ERROR_INVALID_VALUE;
+	r = cu_op_current(&op);
+	if (r)
+		return r;
+	r = cu_status(pvgpu_call_ipc_get_mem_handle(op.client, &req, &rep));
+	cu_op_end(&op);
+	if (!r && rep.handle_len != sizeof(handle->reserved))
+		r = CUDA_ERROR_UNKNOWN;
+	if (!r)
+		memcpy(handle->reserved, rep.handle, sizeof(handle->reserved));
+	return r;
+}
+
+CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle,
+				       unsigned int flags)
+{
+	struct pvgpu_ipc_open_mem_handle_req req = {
+		.handle = (const uint8_t *)handle.reserved,
+		.handle_len = sizeof(handle.reserved), .flags = flags };
+	struct pvgpu_ipc_open_mem_handle_rep rep = { 0 };
+	struct cu_ctx *ctx = cu_current();
+	struct cu_op op;
+	CUresult r;
+
+	if (!pdptr)
+		return CUDA_ERROR_INVALID_VALUE;
+	r = cu_op_current(&op);
+	if (r)
+		return r;
+	r = cu_status(pvgpu_call_ipc_open_mem_handle(op.client, &req, &rep));
+	cu_op_end(&op);
+	if (r)
+		return r;
+	cu_alloc_add(rep.dptr, rep.size, ctx ? ctx->device : 0);
+	*pdptr = rep.dptr;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle,
+				    unsigned int flags)
+{
+	return cuIpcOpenMemHandle_v2(pdptr, handle, flags);
+}
+
+CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr)
+{
+	struct pvgpu_ipc_close_mem_handle_req req = { .dptr = dptr };
+	struct pvgpu_ipc_close_mem_handle_rep rep;
+	struct cu_op op;
+	CUresult r = cu_op_current(&op);
+
+	if (r)
+		return r;
+	r = cu_status(pvgpu_call_ipc_close_mem_handle(op.client, &req, &rep));
+	cu_op_end(&op);
+	if (!r)
+		cu_alloc_remove(dptr);
+	return r;
+}

@@ -1,0 +1,90 @@
+/*
+ * ipc.c - CUDA IPC of device memory between sessions of one VM
+ * (cuIpcGetMemHandle, cuIpcOpenMemHandle, cuIpcCloseMemHandle).
+ *
+ * The guest gets a token for an allocation of its own; the driver's handle
+ * goes into the supervisor's registry (ipc_registry.c) with the VM and
+ * session, and only a session of the same VM gets it back.  An opened
+ * allocation is device memory of the opening session (copies may name
+ * it) until it closes it.
+ */
+#include <string.h>
+
+#include <cuda.h>
+
+#include "accounting.h"
+#include "log.h"
+#include "pvgpu_dispatch.h"
+#include "worker.h"
+
+int32_t pvgpu_handle_ipc_get_mem_handle(struct pvgpu_worker *w,
+					const struct pvgpu_ipc_get_mem_handle_req *req,
+					struct pvgpu_ipc_get_mem_handle_rep *rep)
+{
+	struct pvgpu_alloc *a = pvgpu_alloc_find(&w->allocs, req->dptr);
+	uint8_t handle[64];
+	int32_t st;
+
+	if (!w->cur_ctx)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!a || a->module)
+		return CUDA_ERROR_INVALID_VALUE;	/* only a cuMemAlloc of ours */
+	if (!w->ex_ops->ipc_get)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	st = w->ex_ops->ipc_get(w->ex, a->base, handle);
+	if (st)
+		return st;
+	memset(rep->handle, 0, sizeof(rep->handle));
+	if (pvgpu_ipc_put(w->acct, w->slot, handle, a->size, rep->handle))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	rep->handle_len = 64;
+	return CUDA_SUCCESS;
+}
+
+int32_t pvgpu_handle_ipc_open_mem_handle(struct pvgpu_worker *w,
+					 const struct pvgpu_ipc_open_mem_handle_req *req,
+					 struct pvgpu_ipc_open_mem_handle_rep *rep)
+{
+	struct pvgpu_handle *ctx;
+	uint8_t handle[64];
+	uint64_t size = 0;
+	int32_t st;
+
+	if (!w->cur_ctx)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (req->handle_len != 64)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (pvgpu_ipc_get(w->acct, w->slot, req->handle, handle, &size)) {
+		log_debug("ipc_open_mem_handle: no handle of this VM's by that token");
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	if (!w->ex_ops->ipc_open)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	st = w->ex_ops->ipc_open(w->ex, handle, req->flags, &rep->dptr);
+	if (st)
+		return st;
+	ctx = pvgpu_handle_get(&w->handles, w->cur_ctx, H_CTX);
+	if (pvgpu_alloc_add(&w->allocs, &(struct pvgpu_alloc){
+		.base = rep->dptr, .size = size, .ctx = w->cur_ctx,
+		.module = PVGPU_ALLOC_IPC, .device = ctx ? ctx->device : 0 })) {
+		w->ex_ops->ipc_close(w->ex, rep->dptr);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	rep->size = size;
+	return CUDA_SUCCESS;
+}
+
+int32_t pvgpu_handle_ipc_close_mem_handle(struct pvgpu_worker *w,
+					  const struct pvgpu_ipc_close_mem_handle_req *req)
+{
+	struct pvgpu_alloc *a = pvgpu_alloc_find(&w->allocs, req->dptr);
+	int32_t st;
+
+	if (!a || a->module != PVGPU_ALLOC_IPC)
+		return CUDA_ERROR_INVALID_VALUE;
+	st = w->ex_ops->ipc_close ? w->ex_ops->ipc_close(w->ex, req->dptr) :
+				    CUDA_ERROR_NOT_SUPPORTED;
+	if (!st)
+		pvgpu_alloc_del(&w->allocs, a);
+	return st;
+}
