@@ -105,7 +105,10 @@ int main(int argc, char **argv)
 	r = cuLinkAddData(link, CU_JIT_INPUT_PTX, "this is not ptx", 16, "bad.ptx", 0, NULL, NULL);
 	if (!r)
 		r = cuLinkComplete(link, &cubin, &size);
-	printf("bad ptx: %d, error log written %d\n", (int)r, error[0] != '\0' && error[0] != 'x');
+	/* Whether the driver fills the error log given to cuLinkCreate when
+	 * cuLinkAddData refuses its input is not specified (driver 580 does
+	 * not); only the result is compared. */
+	printf("bad ptx: %d\n", (int)r);
 	DRV_EXPECT(r != CUDA_SUCCESS);
 	cuLinkDestroy(link);
 	free(ptx);
