@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 enum pvgpu_handle_kind { H_FREE, H_CTX, H_STREAM, H_EVENT, H_MODULE, H_FUNC,
-			H_GRAPH, H_GRAPH_EXEC, H_ARRAY };
+			H_GRAPH, H_GRAPH_EXEC, H_ARRAY, H_TEX, H_SURF };
 
 struct pvgpu_handle {
 	enum pvgpu_handle_kind kind;
