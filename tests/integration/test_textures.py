@@ -20,31 +20,30 @@ CUDA_SUCCESS = 0
 CUDA_ERROR_INVALID_VALUE = 1
 CUDA_ERROR_INVALID_HANDLE = 400
 CUDA_ERROR_NOT_SUPPORTED = 801
-FLOAT, UINT8 = 0x20, 0x01
+FLOAT = 0x20
 RES_ARRAY, RES_MIPMAPPED, RES_LINEAR, RES_PITCH2D = 0, 1, 2, 3
 LAYERED, SURFACE_LDST, CUBEMAP, GATHER, SPARSE = 0x01, 0x02, 0x04, 0x08, 0x40
 NORMALIZED = 0x02
 
 
+def session(daemon):
+    s = W.Session(daemon.unix)
+    s.hello()
+    ctx = s.open_context()
+    return s, ctx
+
+
 @pytest.fixture
 def s(start_pvgpud):
-    d = start_pvgpud("sim")
-    s = W.Session(d.unix)
-    s.hello()
-    s.open_context()
-    return s
+    return session(start_pvgpud("sim"))[0]
 
 
-def array(s, width=16, height=8, depth=0, fmt=FLOAT, channels=1, flags=0):
-    st, _, out, _ = s.call("array_create", width=width, height=height, depth=depth,
-                           format=fmt, channels=channels, flags=flags)
-    return st, out.get("array", 0)
+def array(s, width=16, height=8, **kw):
+    return s.array(width, height, **kw)
 
 
 def alloc(s, size):
-    st, _, out, _ = s.call("mem_alloc", size=size)
-    assert st == CUDA_SUCCESS
-    return out["dptr"]
+    return s.alloc(size)
 
 
 TEX = dict(address0=1, address1=1, address2=1, filter=1, flags=NORMALIZED, max_aniso=0,
@@ -147,10 +146,7 @@ def test_forged_and_foreign_values(s):
 
 def test_objects_are_per_session(start_pvgpud):
     d = start_pvgpud("sim")
-    a, b = W.Session(d.unix), W.Session(d.unix)
-    for x in (a, b):
-        x.hello()
-        x.open_context()
+    (a, _), (b, _) = session(d), session(d)
     st, arr = array(a, flags=SURFACE_LDST)
     st, t = tex(a, RES_ARRAY, arr)
     assert st == CUDA_SUCCESS
@@ -167,10 +163,7 @@ def test_objects_are_per_session(start_pvgpud):
 
 
 def test_objects_go_with_their_context(start_pvgpud):
-    d = start_pvgpud("sim")
-    s = W.Session(d.unix)
-    s.hello()
-    ctx = s.open_context()
+    s, ctx = session(start_pvgpud("sim"))
     st, a = array(s, flags=SURFACE_LDST)
     st, t = tex(s, RES_ARRAY, a)
     assert st == CUDA_SUCCESS

@@ -64,6 +64,28 @@ static float value(int x, int y, int l)
     return (float)(l * 1000 + y * 10 + x);
 }
 
+/* An array of w x h x d floats, from packed host memory, by one 3D copy. */
+static void fill3d(cudaArray_t a, float *h, int w, int hh, int d)
+{
+    cudaMemcpy3DParms m;
+    memset(&m, 0, sizeof(m));
+    m.srcPtr = make_cudaPitchedPtr(h, w * sizeof(float), w, hh);
+    m.dstArray = a;
+    m.extent = make_cudaExtent(w, hh, d);
+    m.kind = cudaMemcpyHostToDevice;
+    CHECK(cudaMemcpy3D(&m));
+}
+
+/* A resource descriptor for an array. */
+static cudaResourceDesc on_array(cudaArray_t a)
+{
+    cudaResourceDesc res;
+    memset(&res, 0, sizeof(res));
+    res.resType = cudaResourceTypeArray;
+    res.res.array.array = a;
+    return res;
+}
+
 static cudaTextureObject_t texture_on(const cudaResourceDesc *res, cudaTextureFilterMode filter,
                                       int normalized)
 {
@@ -100,10 +122,7 @@ int main(void)
     CHECK(cudaMallocArray(&a, &fd, W, H));
     CHECK(cudaMemcpy2DToArray(a, 0, 0, h, W * sizeof(float), W * sizeof(float), H,
                               cudaMemcpyHostToDevice));
-    cudaResourceDesc res;
-    memset(&res, 0, sizeof(res));
-    res.resType = cudaResourceTypeArray;
-    res.res.array.array = a;
+    cudaResourceDesc res = on_array(a);
     cudaTextureObject_t t = texture_on(&res, cudaFilterModeLinear, 1);
     cudaResourceDesc rgot;
     cudaTextureDesc tgot;
@@ -160,9 +179,7 @@ int main(void)
     /* A surface written by a kernel, read back through a copy. */
     cudaArray_t sa;
     CHECK(cudaMallocArray(&sa, &fd, W, H, cudaArraySurfaceLoadStore));
-    memset(&res, 0, sizeof(res));
-    res.resType = cudaResourceTypeArray;
-    res.res.array.array = sa;
+    res = on_array(sa);
     cudaSurfaceObject_t s = 0;
     CHECK(cudaCreateSurfaceObject(&s, &res));
     EXPECT(s != 0);
@@ -187,16 +204,8 @@ int main(void)
     CHECK(cudaArrayGetInfo(&got, &ext, &flags, la));
     EXPECT(ext.width == W && ext.height == H && ext.depth == L &&
            (flags & cudaArrayLayered));
-    cudaMemcpy3DParms m;
-    memset(&m, 0, sizeof(m));
-    m.srcPtr = make_cudaPitchedPtr(h, W * sizeof(float), W, H);
-    m.dstArray = la;
-    m.extent = make_cudaExtent(W, H, L);
-    m.kind = cudaMemcpyHostToDevice;
-    CHECK(cudaMemcpy3D(&m));
-    memset(&res, 0, sizeof(res));
-    res.resType = cudaResourceTypeArray;
-    res.res.array.array = la;
+    fill3d(la, h, W, H, L);
+    res = on_array(la);
     t = texture_on(&res, cudaFilterModePoint, 0);
     fetch_layered<<<L, block>>>(t, d, W, H);
     CHECK(cudaGetLastError());
@@ -214,15 +223,8 @@ int main(void)
     for (int f = 0; f < 6; f++)
         for (int i = 0; i < W * W; i++)
             faces[f * W * W + i] = (float)(f + 1) * 1.5f;
-    memset(&m, 0, sizeof(m));
-    m.srcPtr = make_cudaPitchedPtr(faces, W * sizeof(float), W, W);
-    m.dstArray = ca;
-    m.extent = make_cudaExtent(W, W, 6);
-    m.kind = cudaMemcpyHostToDevice;
-    CHECK(cudaMemcpy3D(&m));
-    memset(&res, 0, sizeof(res));
-    res.resType = cudaResourceTypeArray;
-    res.res.array.array = ca;
+    fill3d(ca, faces, W, W, 6);
+    res = on_array(ca);
     t = texture_on(&res, cudaFilterModePoint, 1);
     fetch_cube<<<1, 6>>>(t, d);
     CHECK(cudaGetLastError());
