@@ -22,6 +22,12 @@ static CUresult obj_add(uint64_t value, int surf, struct cu_ctx *ctx,
 	CUresult r = CUDA_SUCCESS;
 
 	pthread_mutex_lock(&cu.table_lock);
+	/* The host hands out live values only: a record of this one in the
+	 * same context is of an object its context's reset took. */
+	for (size_t i = 0; i < cu.ntexobjs; i++)
+		if (cu.texobjs[i].value == value && cu.texobjs[i].surf == surf &&
+		    cu.texobjs[i].ctx == ctx)
+			cu.texobjs[i--] = cu.texobjs[--cu.ntexobjs];
 	if (cu.ntexobjs == cu.texobjs_cap) {
 		size_t cap = cu.texobjs_cap ? cu.texobjs_cap * 2 : 16;
 
