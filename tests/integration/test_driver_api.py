@@ -1071,13 +1071,19 @@ print("PASS")
 '''
 
 
-def test_texture_objects(twins_daemon, libdir, tmp_path):
+@pytest.mark.parametrize("hop", ["sim", "remote"])
+def test_texture_objects(start_pvgpud, libdir, tmp_path, hop):
     """Texture and surface objects through libcuda.so.1 against the sim
-    (which cannot sample: the objects are opaque values there): arrays with
-    layered, cubemap and surface flags; descriptors read back as given; a
-    bad descriptor refused; a resource view, a mipmapped array and sparse
-    arrays NOT_SUPPORTED naming what; a value the guest did not get refused."""
-    out, err = run_script(twins_daemon, libdir, tmp_path, TEX_SCRIPT, debug=True)
+    (which cannot sample: the objects are opaque values there), directly
+    and through a front `pvgpud --executor remote` (the node's values,
+    untagged): arrays with layered, cubemap and surface flags; descriptors
+    read back as given; a bad descriptor refused; a resource view, a
+    mipmapped array and sparse arrays NOT_SUPPORTED naming what; a value
+    the guest did not get refused."""
+    daemon = back = start_pvgpud("sim")
+    if hop == "remote":
+        daemon = start_pvgpud("remote", extra_args=["--remote", back.tcp])
+    out, err = run_script(daemon, libdir, tmp_path, TEX_SCRIPT, debug=True)
     text = "\n".join(out)
     for want in ("layered 0", "cubemap 0", "layered cubemap 0", "bad cubemap 1",
                  "sparse 801", "layered descriptor 16 8 3 3",
