@@ -12,7 +12,6 @@
  * executor sees it.
  */
 #include <cuda.h>
-#include <math.h>
 
 #include "log.h"
 #include "pvgpu_dispatch.h"
@@ -122,21 +121,15 @@ static int32_t tex_resource(struct pvgpu_worker *w,
 	return CUDA_SUCCESS;
 }
 
-static int finite_all(const float *v, int n)
-{
-	for (int i = 0; i < n; i++)
-		if (!isfinite(v[i]))
-			return 0;
-	return 1;
-}
-
-/* The texture descriptor: every enum in range, no unknown flag. */
+/*
+ * The texture descriptor: every enum in range, no unknown flag.  The
+ * anisotropy and the mipmap levels are the driver's to clamp, as it does
+ * for every program: no value of them is refused here.
+ */
 static int32_t tex_sampling(const struct pvgpu_tex_create_req *r,
 			    struct pvgpu_tex_desc *d)
 {
 	const uint32_t addr[3] = { r->address0, r->address1, r->address2 };
-	const float f[] = { r->mip_bias, r->mip_min, r->mip_max, r->border0,
-			    r->border1, r->border2, r->border3 };
 
 	for (int i = 0; i < 3; i++) {
 		if (addr[i] > CU_TR_ADDRESS_MODE_BORDER)
@@ -145,9 +138,7 @@ static int32_t tex_sampling(const struct pvgpu_tex_create_req *r,
 	}
 	if (r->filter > CU_TR_FILTER_MODE_LINEAR ||
 	    r->mip_filter > CU_TR_FILTER_MODE_LINEAR ||
-	    (r->flags & ~TEX_FLAGS) || r->max_aniso > 16 ||
-	    !finite_all(f, (int)(sizeof(f) / sizeof(f[0]))) ||
-	    r->mip_min < 0 || r->mip_max < r->mip_min)
+	    (r->flags & ~TEX_FLAGS))
 		return CUDA_ERROR_INVALID_VALUE;
 	d->filter = r->filter;
 	d->flags = r->flags;
