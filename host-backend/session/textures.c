@@ -105,9 +105,10 @@ static int32_t tex_resource(struct pvgpu_worker *w,
 		    r->pitch > TEX_MAX_PITCH)
 			return CUDA_ERROR_INVALID_VALUE;
 		row = r->width * elem;
-		if (r->pitch < row)
+		if (r->pitch < row ||
+		    __builtin_mul_overflow(r->height - 1, r->pitch, &span) ||
+		    __builtin_add_overflow(span, row, &span))
 			return CUDA_ERROR_INVALID_VALUE;
-		span = (r->height - 1) * r->pitch + row;
 	}
 	if (!pvgpu_alloc_range(&w->allocs, r->handle, span))
 		return CUDA_ERROR_INVALID_VALUE;

@@ -117,6 +117,7 @@ def test_bad_texture_descriptors(s, kw, want):
     dict(res_type=RES_PITCH2D, width=16, height=9, pitch=512),  # past the allocation
     dict(res_type=RES_PITCH2D, width=0, height=8, pitch=512),
     dict(res_type=RES_PITCH2D, width=1 << 40, height=1 << 40, pitch=1 << 62),  # wraps
+    dict(res_type=RES_PITCH2D, width=16, height=1 << 30, pitch=1 << 40),  # wraps
     dict(res_type=RES_PITCH2D, width=16, height=8, pitch=512, size=4),
 ])
 def test_bad_device_resources(s, kw):
