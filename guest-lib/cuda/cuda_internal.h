@@ -138,6 +138,35 @@ struct cu_host {
 	struct pvgpu_client *client;
 };
 
+/* A CUDA array: the backend's (ops.spec array_*); the guest keeps its
+ * descriptor. */
+struct cu_array {
+	uint32_t magic;
+	int alive;
+	struct cu_ctx *ctx;
+	uint64_t remote;
+	CUDA_ARRAY3D_DESCRIPTOR desc;
+};
+
+/* The flags an array may be made with (the rest: NOT_SUPPORTED). */
+#define CU_ARRAY_FLAGS	(CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_SURFACE_LDST | \
+			 CUDA_ARRAY3D_CUBEMAP | CUDA_ARRAY3D_TEXTURE_GATHER)
+
+/* The live array behind h, or NULL (cuda_mem.c). */
+struct cu_array *cu_array_get(CUarray h);
+
+/*
+ * A texture or surface object (cuda_tex.c): value is the host driver's,
+ * which kernels read; the guest keeps the descriptors it was made from.
+ */
+struct cu_texobj {
+	uint64_t value;
+	int surf;
+	struct cu_ctx *ctx;
+	CUDA_RESOURCE_DESC res;
+	CUDA_TEXTURE_DESC tex;
+};
+
 struct cu_state {
 	pthread_once_t once;
 	CUresult init_error;
@@ -151,6 +180,8 @@ struct cu_state {
 	size_t nallocs, allocs_cap;
 	struct cu_host *hosts;
 	size_t nhosts, hosts_cap;
+	struct cu_texobj *texobjs;	/* under table_lock */
+	size_t ntexobjs, texobjs_cap;
 };
 
 extern struct cu_state cu;

@@ -936,20 +936,14 @@ static CUresult copy1d(CUmemorytype dt, uint64_t dst, CUmemorytype st, uint64_t 
  * backend; host memory and array-to-array copies go through device memory
  * allocated for the copy.
  */
-struct cu_array {
-	uint32_t magic;
-	int alive;
-	struct cu_ctx *ctx;
-	uint64_t remote;
-	CUDA_ARRAY3D_DESCRIPTOR desc;
-};
-
-static struct cu_array *array_get(CUarray h)
+struct cu_array *cu_array_get(CUarray h)
 {
 	struct cu_array *a = (struct cu_array *)h;
 
 	return a && a->magic == CU_MAGIC_ARRAY && a->alive ? a : NULL;
 }
+
+#define array_get cu_array_get
 
 static CUresult array_create(CUarray *out, const CUDA_ARRAY3D_DESCRIPTOR *d)
 {
@@ -961,7 +955,7 @@ static CUresult array_create(CUarray *out, const CUDA_ARRAY3D_DESCRIPTOR *d)
 
 	if (!out || !d)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (d->Flags) {		/* layered, surface load/store, cubemaps... */
+	if (d->Flags & ~CU_ARRAY_FLAGS) {	/* sparse, depth, video... */
 		pvgpu_debug("cuArray3DCreate: flags %#x are not supported", d->Flags);
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}

@@ -64,6 +64,20 @@ struct pvgpu_array_desc {
 	uint32_t format, channels, flags;
 };
 
+/*
+ * A texture object's resource and descriptor (cuTexObjectCreate), checked
+ * by the worker: res_type CU_RESOURCE_TYPE_ARRAY (array: the executor's),
+ * _LINEAR or _PITCH2D (dptr inside the session's memory).
+ */
+struct pvgpu_tex_desc {
+	uint32_t res_type;
+	uint64_t array, dptr;
+	uint32_t format, channels;
+	uint64_t width, height, pitch, size;
+	uint32_t address[3], filter, flags, max_aniso, mip_filter;
+	float mip_bias, mip_min, mip_max, border[4];
+};
+
 /* A box of an array and device memory, checked by the worker against both. */
 struct pvgpu_array_copy {
 	uint64_t array;
@@ -288,6 +302,17 @@ struct pvgpu_executor_ops {
 	int32_t (*array_destroy)(struct pvgpu_exec *ex, uint64_t array);
 	int32_t (*array_copy)(struct pvgpu_exec *ex,
 			      const struct pvgpu_array_copy *c);
+
+	/*
+	 * Texture and surface objects (NULL: not supported).  obj is the
+	 * driver's own value: kernels read it.  Destroyed with their context.
+	 */
+	int32_t (*tex_create)(struct pvgpu_exec *ex,
+			      const struct pvgpu_tex_desc *d, uint64_t *obj);
+	int32_t (*tex_destroy)(struct pvgpu_exec *ex, uint64_t obj);
+	int32_t (*surf_create)(struct pvgpu_exec *ex, uint64_t array,
+			       uint64_t *obj);
+	int32_t (*surf_destroy)(struct pvgpu_exec *ex, uint64_t obj);
 
 	int32_t (*driver_call)(struct pvgpu_exec *ex,
 			       const struct pvgpu_generic_fn *f, uint64_t *a);

@@ -16,13 +16,17 @@
 
 #define ARRAY_MAX_DIM	(1u << 17)	/* past every sm_90 array limit */
 
+/* The flags an array may have (cuArray3DCreate); others NOT_SUPPORTED. */
+#define ARRAY_FLAGS	(CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_SURFACE_LDST | \
+			 CUDA_ARRAY3D_CUBEMAP | CUDA_ARRAY3D_TEXTURE_GATHER)
+
 struct array_shape {
-	uint64_t width, height, depth;	/* elements, rows, slices (>= 1) */
+	uint64_t width, height, depth;	/* elements, rows, slices/layers (>= 1) */
 	uint32_t elem;			/* bytes per element */
+	uint32_t flags;			/* CUDA_ARRAY3D_* */
 };
 
-/* Bytes per channel of a format; 0: not one pvgpu takes. */
-static uint32_t format_bytes(uint32_t format)
+uint32_t pvgpu_format_bytes(uint32_t format)
 {
 	switch (format) {
 	case CU_AD_FORMAT_UNSIGNED_INT8:
@@ -41,6 +45,25 @@ static uint32_t format_bytes(uint32_t format)
 	}
 }
 
+/*
+ * What the flags ask of the shape: depth is the layers of a layered array
+ * (1D when height is 0), the 6 faces of a cubemap (6 per layer when
+ * layered too, square faces); gather takes a plain 2D array.
+ */
+static int array_shape_ok(const struct pvgpu_array_create_req *r)
+{
+	int layered = r->flags & CUDA_ARRAY3D_LAYERED;
+
+	if (r->flags & CUDA_ARRAY3D_CUBEMAP)
+		return r->width == r->height && r->depth &&
+		       (layered ? r->depth % 6 == 0 : r->depth == 6);
+	if (r->flags & CUDA_ARRAY3D_TEXTURE_GATHER)
+		return !layered && r->height && !r->depth;
+	if (layered)
+		return r->depth != 0;
+	return !r->depth || r->height;
+}
+
 int32_t pvgpu_handle_array_create(struct pvgpu_worker *w,
 				  const struct pvgpu_array_create_req *req,
 				  struct pvgpu_array_create_rep *rep)
@@ -52,7 +75,7 @@ int32_t pvgpu_handle_array_create(struct pvgpu_worker *w,
 	struct pvgpu_handle *ctx, *h;
 	struct array_shape *shape;
 	uint64_t array, bytes;
-	uint32_t fb = format_bytes(req->format);
+	uint32_t fb = pvgpu_format_bytes(req->format);
 	int32_t st;
 
 	if (!w->ex)
@@ -66,10 +89,14 @@ int32_t pvgpu_handle_array_create(struct pvgpu_worker *w,
 		log_debug("array format %#x is not supported", req->format);
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
+	if (req->flags & ~ARRAY_FLAGS) {
+		log_debug("array flags %#x are not supported", req->flags);
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
 	if ((req->channels != 1 && req->channels != 2 && req->channels != 4) ||
 	    !req->width || req->width > ARRAY_MAX_DIM ||
 	    req->height > ARRAY_MAX_DIM || req->depth > ARRAY_MAX_DIM ||
-	    (req->depth && !req->height))
+	    !array_shape_ok(req))
 		return CUDA_ERROR_INVALID_VALUE;
 	shape = malloc(sizeof(*shape));
 	if (!shape)
@@ -77,6 +104,7 @@ int32_t pvgpu_handle_array_create(struct pvgpu_worker *w,
 	*shape = (struct array_shape){
 		.width = req->width, .height = req->height ? req->height : 1,
 		.depth = req->depth ? req->depth : 1, .elem = fb * req->channels,
+		.flags = req->flags,
 	};
 	bytes = shape->width * shape->height * shape->depth * shape->elem;
 	if (pvgpu_accounting_charge(w->acct, w->slot, bytes)) {
@@ -112,6 +140,16 @@ static struct pvgpu_handle *lookup_array(struct pvgpu_worker *w, uint64_t id)
 	struct pvgpu_handle *h = pvgpu_handle_get(&w->handles, id, H_ARRAY);
 
 	return h && h->ctx == w->cur_ctx ? h : NULL;
+}
+
+struct pvgpu_handle *pvgpu_lookup_array(struct pvgpu_worker *w, uint64_t id,
+					uint32_t *flags)
+{
+	struct pvgpu_handle *h = lookup_array(w, id);
+
+	if (h && flags)
+		*flags = ((const struct array_shape *)h->data)->flags;
+	return h;
 }
 
 int32_t pvgpu_handle_array_destroy(struct pvgpu_worker *w,

@@ -176,6 +176,13 @@ int32_t pvgpu_copy_dtoh(struct pvgpu_worker *w, uint64_t src, uint64_t size,
 void pvgpu_copy_refuse_htod(struct pvgpu_worker *w, uint64_t size);
 void pvgpu_staging_release(struct pvgpu_worker *w);
 
+/* Bytes per channel of a CUarray_format; 0: not one pvgpu takes (arrays.c). */
+uint32_t pvgpu_format_bytes(uint32_t format);
+/* The session's array id in the current context, or NULL; *flags: its
+ * CUDA_ARRAY3D_* flags (arrays.c). */
+struct pvgpu_handle *pvgpu_lookup_array(struct pvgpu_worker *w, uint64_t id,
+					uint32_t *flags);
+
 /* A module's charge to the VM's quota, given back (modules.c). */
 void pvgpu_module_uncharge(struct pvgpu_worker *w, struct pvgpu_handle *h);
 

@@ -131,8 +131,34 @@ def seeds():
     ipc = (W.message("ipc_get_mem_handle", 50, dptr=base)
            + W.message("ipc_open_mem_handle", 51, handle=bytes(64), flags=1)
            + W.message("ipc_close_mem_handle", 52, dptr=base))
+    # Texture and surface objects: on a load/store array, on linear and
+    # pitched memory, destroyed by the sim's value (kind 9 << 48 | serial)
+    # and by forged ones; a cubemap and a layered array with a face copy.
+    tex = dict(address0=1, address1=1, address2=0, filter=1, flags=2, max_aniso=0,
+               mip_filter=0, mip_bias=0.0, mip_min=0.0, mip_max=1.0, border0=0.0,
+               border1=0.0, border2=0.0, border3=1.0, res_flags=0)
+    res = dict(format=0, channels=0, width=0, height=0, pitch=0, size=0)
+    textures = (W.message("array_create", 50, width=16, height=16, depth=0, format=0x20,
+                          channels=1, flags=0x02)
+                + W.message("tex_create", 51, res_type=0, handle=arr, **res, **tex)
+                + W.message("tex_create", 52, res_type=2, handle=base,
+                            **dict(res, format=0x20, channels=1, size=256), **tex)
+                + W.message("tex_create", 53, res_type=3, handle=base,
+                            **dict(res, format=0x01, channels=4, width=8, height=4,
+                                   pitch=64), **tex)
+                + W.message("surf_create", 54, array=arr)
+                + W.message("tex_destroy", 55, obj=(9 << 48) | 4)
+                + W.message("surf_destroy", 56, obj=(10 << 48) | 7)
+                + W.message("tex_destroy", 57, obj=0xdeadbeef)
+                + W.message("array_create", 58, width=8, height=8, depth=12, format=0x20,
+                            channels=2, flags=0x05)
+                + W.message("array_copy", 59, to_array=1, **dict(box, array=(1 << 24) | 3,
+                                                                   z=11, width=32, height=8))
+                + W.message("array_create", 60, width=64, height=0, depth=3, format=0x20,
+                            channels=1, flags=0x01))
     return {
         **modules,
+        "textures": session + textures + free,
         "arrays": session + arrays + free,
         "hello": hello,
         "ipc": session + ipc + free,

@@ -32,15 +32,11 @@ def s(start_pvgpud):
 
 
 def create(s, width=37, height=5, depth=0, fmt=FLOAT, channels=1, flags=0):
-    st, _, out, _ = s.call("array_create", width=width, height=height, depth=depth,
-                           format=fmt, channels=channels, flags=flags)
-    return st, out.get("array", 0)
+    return s.array(width, height, depth, fmt, channels, flags)
 
 
 def alloc(s, size):
-    st, _, out, _ = s.call("mem_alloc", size=size)
-    assert st == CUDA_SUCCESS
-    return out["dptr"]
+    return s.alloc(size)
 
 
 def copy(s, array, dptr, x=0, y=0, z=0, width=16, height=2, depth=1, pitch=None,

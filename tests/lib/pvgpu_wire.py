@@ -161,3 +161,16 @@ class Session:
         assert st == 0, st
         self.queue("ctx_set", ctx=outs["ctx"])
         return outs["ctx"]
+
+    def alloc(self, size):
+        """Device memory that must be had: its address."""
+        st, _d, outs, _ = self.call("mem_alloc", size=size)
+        assert st == 0, st
+        return outs["dptr"]
+
+    def array(self, width, height=0, depth=0, format=0x20, channels=1, flags=0):
+        """cuArray3DCreate on the wire (format: CU_AD_FORMAT_FLOAT):
+        (status, array id or 0)."""
+        st, _d, outs, _ = self.call("array_create", width=width, height=height, depth=depth,
+                                    format=format, channels=channels, flags=flags)
+        return st, outs.get("array", 0)

@@ -77,6 +77,8 @@ enum sim_kind {
 	SIM_GRAPH,
 	SIM_GRAPH_EXEC,
 	SIM_ARRAY,
+	SIM_TEX,	/* texture and surface objects: opaque values, no fetches */
+	SIM_SURF,
 };
 
 /* A graph as the sim records it: the launches captured from a stream. */
@@ -131,6 +133,7 @@ struct sim_obj {
 			unsigned char *data;
 			uint64_t row;	/* bytes per row */
 			uint64_t rows, slices;
+			uint32_t flags;
 		} array;
 		struct {
 			uint32_t flags;
@@ -2770,7 +2773,8 @@ static int32_t sim_array_create(struct pvgpu_exec *ex,
 		return rc;
 	if (!fb || !d->width || d->width > 65536 || d->height > 65536 ||
 	    d->depth > 16384 || (d->channels != 1 && d->channels != 2 &&
-				 d->channels != 4) || (d->depth && !d->height))
+				 d->channels != 4) ||
+	    (d->depth && !d->height && !(d->flags & CUDA_ARRAY3D_LAYERED)))
 		return CUDA_ERROR_INVALID_VALUE;
 	row = d->width * fb * d->channels;
 	rows = d->height ? d->height : 1;
@@ -2788,6 +2792,7 @@ static int32_t sim_array_create(struct pvgpu_exec *ex,
 	o->u.array.row = row;
 	o->u.array.rows = rows;
 	o->u.array.slices = slices;
+	o->u.array.flags = d->flags;
 	*array = o->handle;
 	return CUDA_SUCCESS;
 }
@@ -2832,6 +2837,85 @@ static int32_t sim_array_copy(struct pvgpu_exec *ex,
 				memcpy(d, a, c->width);
 		}
 	return CUDA_SUCCESS;
+}
+
+/*
+ * Texture and surface objects: the sim cannot sample, so an object is an
+ * opaque value of the context, its resource checked (the array the
+ * context's, the memory inside one allocation) and nothing more.  They
+ * go with their context as every object does.
+ */
+static int32_t sim_tex_create(struct pvgpu_exec *ex,
+			      const struct pvgpu_tex_desc *d, uint64_t *obj)
+{
+	struct sim_obj *a, *o;
+	uint64_t span;
+	int32_t rc;
+
+	if (!ex || !d || !obj)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = ctx_check(ex);
+	if (rc)
+		return rc;
+	if (d->res_type == CU_RESOURCE_TYPE_ARRAY) {
+		a = obj_find(ex, d->array, SIM_ARRAY);
+		if (!a || a->ctx != ex->cur)
+			return CUDA_ERROR_INVALID_HANDLE;
+	} else {
+		span = d->res_type == CU_RESOURCE_TYPE_LINEAR ? d->size :
+		       (d->height - 1) * d->pitch + d->width;
+		if (!dev_bytes(ex, d->dptr, span))
+			return CUDA_ERROR_INVALID_VALUE;
+	}
+	o = obj_new(ex, SIM_TEX, ex->cur);
+	if (!o)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*obj = o->handle;
+	return CUDA_SUCCESS;
+}
+
+static int32_t sim_surf_create(struct pvgpu_exec *ex, uint64_t array,
+			       uint64_t *obj)
+{
+	struct sim_obj *a, *o;
+	int32_t rc;
+
+	if (!ex || !obj)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = ctx_check(ex);
+	if (rc)
+		return rc;
+	a = obj_find(ex, array, SIM_ARRAY);
+	if (!a || a->ctx != ex->cur)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (!(a->u.array.flags & CUDA_ARRAY3D_SURFACE_LDST))
+		return CUDA_ERROR_INVALID_VALUE;
+	o = obj_new(ex, SIM_SURF, ex->cur);
+	if (!o)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*obj = o->handle;
+	return CUDA_SUCCESS;
+}
+
+static int32_t sim_obj_destroy(struct pvgpu_exec *ex, uint64_t obj,
+			       enum sim_kind kind)
+{
+	struct sim_obj *o = ex ? obj_find(ex, obj, kind) : NULL;
+
+	if (!o || o->ctx != ex->cur)
+		return CUDA_ERROR_INVALID_HANDLE;
+	obj_free(ex, o);
+	return CUDA_SUCCESS;
+}
+
+static int32_t sim_tex_destroy(struct pvgpu_exec *ex, uint64_t obj)
+{
+	return sim_obj_destroy(ex, obj, SIM_TEX);
+}
+
+static int32_t sim_surf_destroy(struct pvgpu_exec *ex, uint64_t obj)
+{
+	return sim_obj_destroy(ex, obj, SIM_SURF);
 }
 
 /*
@@ -3467,6 +3551,10 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.array_create		= sim_array_create,
 	.array_destroy		= sim_array_destroy,
 	.array_copy		= sim_array_copy,
+	.tex_create		= sim_tex_create,
+	.tex_destroy		= sim_tex_destroy,
+	.surf_create		= sim_surf_create,
+	.surf_destroy		= sim_surf_destroy,
 	.driver_call		= sim_driver_call,
 	.link			= pvgpu_sim_link,
 	.host_device_pointer	= sim_host_device_pointer,

@@ -106,6 +106,12 @@ struct cuda_api {
 	CUresult (CUDAAPI *array_create)(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *);
 	CUresult (CUDAAPI *array_destroy)(CUarray);
 	CUresult (CUDAAPI *memcpy_3d_async)(const CUDA_MEMCPY3D *, CUstream);
+	CUresult (CUDAAPI *tex_create)(CUtexObject *, const CUDA_RESOURCE_DESC *,
+				       const CUDA_TEXTURE_DESC *,
+				       const CUDA_RESOURCE_VIEW_DESC *);
+	CUresult (CUDAAPI *tex_destroy)(CUtexObject);
+	CUresult (CUDAAPI *surf_create)(CUsurfObject *, const CUDA_RESOURCE_DESC *);
+	CUresult (CUDAAPI *surf_destroy)(CUsurfObject);
 	CUresult (CUDAAPI *available_dynamic_smem)(size_t *, CUfunction, int, int);
 	CUresult (CUDAAPI *max_active_clusters)(int *, CUfunction, const CUlaunchConfig *);
 	CUresult (CUDAAPI *occupancy_max_blocks)(int *, CUfunction, int, size_t,
@@ -190,6 +196,10 @@ static const struct cuda_sym cuda_syms[] = {
 	SYM(array_create, "cuArray3DCreate", 3020, "cuArray3DCreate_v2", NULL, true),
 	SYM(array_destroy, "cuArrayDestroy", 2000, "cuArrayDestroy", NULL, true),
 	SYM(memcpy_3d_async, "cuMemcpy3DAsync", 3020, "cuMemcpy3DAsync_v2", NULL, true),
+	SYM(tex_create, "cuTexObjectCreate", 5000, "cuTexObjectCreate", NULL, true),
+	SYM(tex_destroy, "cuTexObjectDestroy", 5000, "cuTexObjectDestroy", NULL, true),
+	SYM(surf_create, "cuSurfObjectCreate", 5000, "cuSurfObjectCreate", NULL, true),
+	SYM(surf_destroy, "cuSurfObjectDestroy", 5000, "cuSurfObjectDestroy", NULL, true),
 	SYM(max_active_clusters, "cuOccupancyMaxActiveClusters", 11070,
 	    "cuOccupancyMaxActiveClusters", NULL, true),
 	SYM(available_dynamic_smem, "cuOccupancyAvailableDynamicSMemPerBlock", 10020,
@@ -231,6 +241,14 @@ struct cuda_ctx {
 	unsigned int refs;		/* ctx_create calls not yet destroyed */
 };
 
+/* A texture or surface object, by the driver's value (kept apart from the
+ * handles: its values are small integers, not pointers). */
+struct cuda_obj {
+	uint64_t obj;
+	uint64_t ctx;
+	bool surf;
+};
+
 struct cuda_host {
 	void *p;
 	uint64_t ctx;
@@ -252,6 +270,9 @@ struct pvgpu_exec {
 
 	struct cuda_host *hosts;
 	size_t nhosts, hosts_cap;
+
+	struct cuda_obj *objs;
+	size_t nobjs, objs_cap;
 
 	/* The generic driver call's entry points, looked up on first use. */
 	void *generic_fp[PVGPU_GENERIC_MAX_ID + 1];
@@ -521,6 +542,24 @@ err_free:
 }
 
 /* Free what a context holds here, then drop one reference to it. */
+/* Destroy the texture and surface objects made in ctx (it is current). */
+static void objs_release(struct pvgpu_exec *ex, uint64_t ctx)
+{
+	size_t i, j;
+
+	for (i = 0, j = 0; i < ex->nobjs; i++) {
+		struct cuda_obj *o = &ex->objs[i];
+
+		if (o->ctx != ctx)
+			ex->objs[j++] = *o;
+		else if (o->surf)
+			ex->api.surf_destroy((CUsurfObject)o->obj);
+		else
+			ex->api.tex_destroy((CUtexObject)o->obj);
+	}
+	ex->nobjs = j;
+}
+
 static void ctx_release(struct pvgpu_exec *ex, struct cuda_ctx *c,
 			bool all_refs)
 {
@@ -551,6 +590,7 @@ static void ctx_release(struct pvgpu_exec *ex, struct cuda_ctx *c,
 				ex->api.mem_free_host(hb->p);
 		}
 		ex->nhosts = j;
+		objs_release(ex, h);
 	}
 	ex->api.ctx_set_current(NULL);
 	handle_purge(ex, h, 0);
@@ -580,6 +620,7 @@ static void cuda_close(struct pvgpu_exec *ex)
 	free(ex->ctxs);
 	free(ex->handles);
 	free(ex->hosts);
+	free(ex->objs);
 	dlclose(ex->lib);
 	free(ex);
 }
@@ -1674,6 +1715,148 @@ static int32_t cuda_array_copy(struct pvgpu_exec *ex,
 }
 
 /* ------------------------------------------------------------------ */
+/* texture and surface objects */
+
+static struct cuda_obj *obj_find(struct pvgpu_exec *ex, uint64_t obj, bool surf)
+{
+	for (size_t i = 0; i < ex->nobjs; i++)
+		if (ex->objs[i].obj == obj && ex->objs[i].surf == surf &&
+		    ex->objs[i].ctx == ex->cur)
+			return &ex->objs[i];
+	return NULL;
+}
+
+/* Keep obj, or destroy it when there is no room to. */
+static int32_t obj_keep(struct pvgpu_exec *ex, uint64_t obj, bool surf)
+{
+	if (grow((void **)&ex->objs, &ex->objs_cap, ex->nobjs + 1,
+		 sizeof(*ex->objs))) {
+		if (surf)
+			ex->api.surf_destroy((CUsurfObject)obj);
+		else
+			ex->api.tex_destroy((CUtexObject)obj);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	ex->objs[ex->nobjs++] = (struct cuda_obj){ obj, ex->cur, surf };
+	return CUDA_SUCCESS;
+}
+
+static bool array_ours(struct pvgpu_exec *ex, uint64_t array)
+{
+	struct cuda_handle *e = handle_find(ex, array, CUDA_ARRAY);
+
+	return e && e->ctx == ex->cur;
+}
+
+static int32_t cuda_tex_create(struct pvgpu_exec *ex,
+			       const struct pvgpu_tex_desc *d, uint64_t *obj)
+{
+	CUDA_RESOURCE_DESC res;
+	CUDA_TEXTURE_DESC tex;
+	CUtexObject t;
+	CUresult rc;
+
+	if (!ex || !d || !obj)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!ex->api.tex_create || !ex->api.tex_destroy)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	memset(&res, 0, sizeof(res));
+	memset(&tex, 0, sizeof(tex));
+	res.resType = (CUresourcetype)d->res_type;
+	switch (d->res_type) {
+	case CU_RESOURCE_TYPE_ARRAY:
+		if (!array_ours(ex, d->array))
+			return CUDA_ERROR_INVALID_HANDLE;
+		res.res.array.hArray = (CUarray)(uintptr_t)d->array;
+		break;
+	case CU_RESOURCE_TYPE_LINEAR:
+		res.res.linear.devPtr = d->dptr;
+		res.res.linear.format = (CUarray_format)d->format;
+		res.res.linear.numChannels = d->channels;
+		res.res.linear.sizeInBytes = d->size;
+		break;
+	case CU_RESOURCE_TYPE_PITCH2D:
+		res.res.pitch2D.devPtr = d->dptr;
+		res.res.pitch2D.format = (CUarray_format)d->format;
+		res.res.pitch2D.numChannels = d->channels;
+		res.res.pitch2D.width = d->width;
+		res.res.pitch2D.height = d->height;
+		res.res.pitch2D.pitchInBytes = d->pitch;
+		break;
+	default:
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	for (int i = 0; i < 3; i++)
+		tex.addressMode[i] = (CUaddress_mode)d->address[i];
+	tex.filterMode = (CUfilter_mode)d->filter;
+	tex.flags = d->flags;
+	tex.maxAnisotropy = d->max_aniso;
+	tex.mipmapFilterMode = (CUfilter_mode)d->mip_filter;
+	tex.mipmapLevelBias = d->mip_bias;
+	tex.minMipmapLevelClamp = d->mip_min;
+	tex.maxMipmapLevelClamp = d->mip_max;
+	memcpy(tex.borderColor, d->border, sizeof(tex.borderColor));
+	rc = ex->api.tex_create(&t, &res, &tex, NULL);
+	if (rc)
+		return rc;
+	*obj = (uint64_t)t;
+	return obj_keep(ex, *obj, false);
+}
+
+static int32_t obj_destroy(struct pvgpu_exec *ex, uint64_t obj, bool surf)
+{
+	struct cuda_obj *o;
+	CUresult rc;
+
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	o = obj_find(ex, obj, surf);
+	if (!o || !ex->api.tex_destroy || !ex->api.surf_destroy)
+		return CUDA_ERROR_INVALID_HANDLE;
+	rc = surf ? ex->api.surf_destroy((CUsurfObject)obj)
+		  : ex->api.tex_destroy((CUtexObject)obj);
+	*o = ex->objs[--ex->nobjs];
+	return rc;
+}
+
+static int32_t cuda_tex_destroy(struct pvgpu_exec *ex, uint64_t obj)
+{
+	return obj_destroy(ex, obj, false);
+}
+
+static int32_t cuda_surf_create(struct pvgpu_exec *ex, uint64_t array,
+				uint64_t *obj)
+{
+	CUDA_RESOURCE_DESC res;
+	CUsurfObject s;
+	CUresult rc;
+
+	if (!ex || !obj)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!ex->api.surf_create || !ex->api.surf_destroy)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	if (!array_ours(ex, array))
+		return CUDA_ERROR_INVALID_HANDLE;
+	memset(&res, 0, sizeof(res));
+	res.resType = CU_RESOURCE_TYPE_ARRAY;
+	res.res.array.hArray = (CUarray)(uintptr_t)array;
+	rc = ex->api.surf_create(&s, &res);
+	if (rc)
+		return rc;
+	*obj = (uint64_t)s;
+	return obj_keep(ex, *obj, true);
+}
+
+static int32_t cuda_surf_destroy(struct pvgpu_exec *ex, uint64_t obj)
+{
+	return obj_destroy(ex, obj, true);
+}
+
+/* ------------------------------------------------------------------ */
 /* peers */
 
 static int32_t cuda_device_can_access_peer(struct pvgpu_exec *ex, int32_t dev,
@@ -2015,6 +2198,10 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.array_create		= cuda_array_create,
 	.array_destroy		= cuda_array_destroy,
 	.array_copy		= cuda_array_copy,
+	.tex_create		= cuda_tex_create,
+	.tex_destroy		= cuda_tex_destroy,
+	.surf_create		= cuda_surf_create,
+	.surf_destroy		= cuda_surf_destroy,
 	.driver_call		= cuda_driver_call,
 	.link			= cuda_link,
 	.host_device_pointer	= cuda_host_device_pointer,

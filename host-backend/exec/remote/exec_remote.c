@@ -1312,6 +1312,79 @@ static int32_t remote_array_copy(struct pvgpu_exec *ex,
 	return cu(n, pvgpu_call_array_copy(n->c, &q, &r));
 }
 
+/*
+ * Texture and surface objects: the node's driver values, untagged (a
+ * kernel on the node reads them).  The worker lets a session destroy only
+ * an object it made, in the context it made it in: the current node's.
+ */
+static int32_t remote_tex_create(struct pvgpu_exec *ex,
+				 const struct pvgpu_tex_desc *d, uint64_t *obj)
+{
+	struct pvgpu_tex_create_req q;
+	struct pvgpu_tex_create_rep r;
+	struct remote_node *n = cur_node(ex);
+	uint64_t handle = d ? d->dptr : 0;
+	int32_t st;
+
+	if (!n)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!d || !obj)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (d->res_type == CU_RESOURCE_TYPE_ARRAY && untag(ex, d->array, &handle) != n)
+		return CUDA_ERROR_INVALID_HANDLE;
+	q = (struct pvgpu_tex_create_req){
+		.res_type = d->res_type, .handle = handle, .format = d->format,
+		.channels = d->channels, .width = d->width, .height = d->height,
+		.pitch = d->pitch, .size = d->size, .address0 = d->address[0],
+		.address1 = d->address[1], .address2 = d->address[2],
+		.filter = d->filter, .flags = d->flags, .max_aniso = d->max_aniso,
+		.mip_filter = d->mip_filter, .mip_bias = d->mip_bias,
+		.mip_min = d->mip_min, .mip_max = d->mip_max,
+		.border0 = d->border[0], .border1 = d->border[1],
+		.border2 = d->border[2], .border3 = d->border[3],
+	};
+	st = cu(n, pvgpu_call_tex_create(n->c, &q, &r));
+	if (!st)
+		*obj = r.obj;
+	return st;
+}
+
+static int32_t remote_tex_destroy(struct pvgpu_exec *ex, uint64_t obj)
+{
+	struct pvgpu_tex_destroy_req q = { .obj = obj };
+	struct pvgpu_tex_destroy_rep r;
+	struct remote_node *n = cur_node(ex);
+
+	return n ? cu(n, pvgpu_call_tex_destroy(n->c, &q, &r)) : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+static int32_t remote_surf_create(struct pvgpu_exec *ex, uint64_t array,
+				  uint64_t *obj)
+{
+	struct pvgpu_surf_create_req q;
+	struct pvgpu_surf_create_rep r;
+	struct remote_node *n = cur_node(ex);
+	int32_t st;
+
+	if (!n)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!obj || untag(ex, array, &q.array) != n)
+		return CUDA_ERROR_INVALID_HANDLE;
+	st = cu(n, pvgpu_call_surf_create(n->c, &q, &r));
+	if (!st)
+		*obj = r.obj;
+	return st;
+}
+
+static int32_t remote_surf_destroy(struct pvgpu_exec *ex, uint64_t obj)
+{
+	struct pvgpu_surf_destroy_req q = { .obj = obj };
+	struct pvgpu_surf_destroy_rep r;
+	struct remote_node *n = cur_node(ex);
+
+	return n ? cu(n, pvgpu_call_surf_destroy(n->c, &q, &r)) : CUDA_ERROR_INVALID_CONTEXT;
+}
+
 /* ------------------------------------------------------------------ */
 /* the generic driver call */
 
@@ -1437,6 +1510,10 @@ static const struct pvgpu_executor_ops pvgpu_exec_remote = {
 	.array_create		= remote_array_create,
 	.array_destroy		= remote_array_destroy,
 	.array_copy		= remote_array_copy,
+	.tex_create		= remote_tex_create,
+	.tex_destroy		= remote_tex_destroy,
+	.surf_create		= remote_surf_create,
+	.surf_destroy		= remote_surf_destroy,
 	.driver_call		= remote_driver_call,
 };
 
