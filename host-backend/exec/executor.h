@@ -58,6 +58,20 @@ struct pvgpu_launch {
 	uint32_t nattrs;
 };
 
+/*
+ * One explicit graph node (cuGraphAdd*Node), checked by the worker
+ * (host-backend/session/graphs.c).  type is a CUgraphNodeType: KERNEL
+ * (kernel, its stream unused), MEMCPY (device to device: dst, src, width
+ * bytes), MEMSET (dst, pitch, value, elem_size 1/2/4, width elements,
+ * height rows) or EMPTY.
+ */
+struct pvgpu_graph_node {
+	uint32_t type;
+	struct pvgpu_launch kernel;
+	uint64_t dst, src, pitch, width, height;
+	uint32_t value, elem_size;
+};
+
 /* A CUDA array (cuArray3DCreate); height 0: 1D, depth 0: not 3D. */
 struct pvgpu_array_desc {
 	uint64_t width, height, depth;
@@ -273,6 +287,25 @@ struct pvgpu_executor_ops {
 
 	int32_t (*driver_call)(struct pvgpu_exec *ex,
 			       const struct pvgpu_generic_fn *f, uint64_t *a);
+
+	/*
+	 * Explicit graph nodes (NULL: not supported).  graph and exec are
+	 * the executor's handles (driver_call made them), deps and nodes its
+	 * node handles, every one checked by the worker to belong to graph.
+	 * graph_kernel_node_set: in the graph (exec 0) or in an executable
+	 * graph made from it.
+	 */
+	int32_t (*graph_add_node)(struct pvgpu_exec *ex, uint64_t graph,
+				  const struct pvgpu_graph_node *n,
+				  const uint64_t *deps, uint32_t ndeps,
+				  uint64_t *node);
+	int32_t (*graph_kernel_node_set)(struct pvgpu_exec *ex, uint64_t exec,
+					 uint64_t node,
+					 const struct pvgpu_launch *l);
+	int32_t (*graph_add_deps)(struct pvgpu_exec *ex, uint64_t graph,
+				  const uint64_t *from, const uint64_t *to,
+				  uint32_t n);
+	int32_t (*graph_node_destroy)(struct pvgpu_exec *ex, uint64_t node);
 };
 
 extern const struct pvgpu_executor_ops pvgpu_exec_cuda;

@@ -160,6 +160,7 @@ GENERIC = """
 16 cuGraphUpload_ptsz            CUgraphExec CUstream  async
 17 cuGraphExecDestroy            CUgraphExec!
 18 cuGraphDestroy                CUgraph!
+19 cuGraphCreate                 CUgraph* unsigned_int
 """
 
 # Exported names whose driver-580 entry is a newer function's (by
