@@ -74,6 +74,13 @@ cuMemsetD2D8_v2 cuMemsetD2D8_v2_ptds cuMemsetD2D8Async cuMemsetD2D8Async_ptsz
 cuMemsetD2D16_v2 cuMemsetD2D16_v2_ptds cuMemsetD2D16Async cuMemsetD2D16Async_ptsz
 cuMemsetD2D32_v2 cuMemsetD2D32_v2_ptds cuMemsetD2D32Async cuMemsetD2D32Async_ptsz
 cuMemAllocAsync cuMemAllocAsync_ptsz cuMemFreeAsync cuMemFreeAsync_ptsz
+cuGraphAddKernelNode cuGraphAddKernelNode_v2 cuGraphAddMemcpyNode cuGraphAddMemsetNode
+cuGraphAddEmptyNode cuGraphAddNode cuGraphAddNode_v2
+cuGraphAddDependencies cuGraphAddDependencies_v2
+cuGraphNodeGetType cuGraphGetNodes cuGraphDestroyNode
+cuGraphKernelNodeGetParams cuGraphKernelNodeGetParams_v2
+cuGraphKernelNodeSetParams cuGraphKernelNodeSetParams_v2
+cuGraphExecKernelNodeSetParams cuGraphExecKernelNodeSetParams_v2
 """
 
 LOCAL = """
@@ -109,6 +116,7 @@ cuGetProcAddress cuGetProcAddress_v2 cuGetExportTable
 
 cuCtxEnablePeerAccess cuCtxDisablePeerAccess
 cuThreadExchangeStreamCaptureMode
+cuGraphAddHostNode
 """
 
 # Forwarded by the generic driver call (protocol/api/gen_generic.py): one

@@ -1,0 +1,639 @@
+/*
+ * cuda_graph.c - explicit CUDA graph nodes (ops.spec graph_*).
+ *
+ * Graphs and executable graphs are the generic driver call's
+ * (annotations.py GENERIC: cuGraphCreate, cuGraphInstantiate, ...); a
+ * CUgraph and a CUgraphNode are the session's ids for them, checked by the
+ * worker (host-backend/session/graphs.c).  A kernel node's parameters are
+ * packed as cuLaunchKernel packs them (cu_kernel_pack); the guest keeps a
+ * copy of each kernel node's parameters so that cuGraphKernelNodeGetParams
+ * can answer as the driver does, with pointers the guest owns.
+ *
+ * Not here: copies between a graph and host memory (a graph replays later,
+ * so a host pointer would have to stay valid and reachable by the host:
+ * only memory in a shared window could be, and that is not done yet), host
+ * nodes (the host function is the guest's), and node types other than
+ * kernel, memcpy, memset and empty: each is CUDA_ERROR_NOT_SUPPORTED with a
+ * debug line saying why.
+ */
+#include "cuda_internal.h"	/* first: the legacy entries' own types */
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client.h"
+#include "cuda_surface.h"
+#include "debug.h"
+#include "pvgpu_guest.h"
+#include "pvgpu_proto.h"
+
+#define NODE(id)	((CUgraphNode)(uintptr_t)(id))
+#define ID(h)		((uint64_t)(uintptr_t)(h))
+#define MAX_DEPS	512	/* ops.spec graph_add_node: deps max */
+
+/* A kernel node's parameters as last set, for cuGraphKernelNodeGetParams. */
+struct kernel_node {
+	struct kernel_node *next;
+	uint64_t id;
+	CUDA_KERNEL_NODE_PARAMS p;	/* kernelParams points into args */
+	void **args;
+	uint8_t *buf;
+};
+
+static pthread_mutex_t nodes_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct kernel_node *kernel_nodes;
+
+static void kernel_node_free(struct kernel_node *k)
+{
+	free(k->args);
+	free(k->buf);
+	free(k);
+}
+
+/* Remember (or forget, p NULL) a kernel node's parameters. */
+static void kernel_node_keep(uint64_t id, const CUDA_KERNEL_NODE_PARAMS *p,
+			     const struct cu_kernel_args *a)
+{
+	struct kernel_node *k = NULL, **pp;
+	size_t n = 0, off, size;
+
+	if (p) {
+		k = calloc(1, sizeof(*k));
+		if (!k)
+			return;
+		k->id = id;
+		k->p = *p;
+		k->p.extra = NULL;
+		k->p.kern = NULL;
+		k->p.ctx = NULL;
+		k->buf = malloc(a->params_len ? a->params_len : 1);
+		while (cuFuncGetParamInfo(p->func, n, &off, &size) == CUDA_SUCCESS)
+			n++;
+		k->args = calloc(n ? n : 1, sizeof(*k->args));
+		if (!k->buf || !k->args) {
+			kernel_node_free(k);
+			return;
+		}
+		memcpy(k->buf, a->params, a->params_len);
+		for (size_t i = 0; i < n; i++) {
+			cuFuncGetParamInfo(p->func, i, &off, &size);
+			k->args[i] = off + size <= a->params_len ? k->buf + off : NULL;
+		}
+		k->p.kernelParams = k->args;
+	}
+	pthread_mutex_lock(&nodes_lock);
+	for (pp = &kernel_nodes; *pp; pp = &(*pp)->next) {
+		if ((*pp)->id == id) {
+			struct kernel_node *old = *pp;
+
+			*pp = old->next;
+			kernel_node_free(old);
+			break;
+		}
+	}
+	if (k) {
+		k->next = kernel_nodes;
+		kernel_nodes = k;
+	}
+	pthread_mutex_unlock(&nodes_lock);
+}
+
+/* The context a node's work runs in: c, else the current one. */
+static CUresult node_ctx(CUcontext c, struct cu_ctx **out)
+{
+	*out = c ? cu_ctx_check(c) : cu_current();
+	if (!*out)
+		return c ? CUDA_ERROR_INVALID_CONTEXT : CUDA_ERROR_INVALID_CONTEXT;
+	return CUDA_SUCCESS;
+}
+
+static CUresult add_node(struct cu_ctx *ctx, CUgraphNode *out,
+			 struct pvgpu_graph_add_node_req *req,
+			 const CUgraphNode *deps, size_t ndeps)
+{
+	struct pvgpu_graph_add_node_rep rep = { 0 };
+	struct cu_op op;
+	CUresult r;
+
+	if (!out || (ndeps && !deps))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (ndeps > MAX_DEPS) {
+		pvgpu_debug("cuGraphAdd*Node: %zu dependencies, pvgpu takes %d",
+			    ndeps, MAX_DEPS);
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	for (size_t i = 0; i < ndeps; i++)
+		req->deps[i] = ID(deps[i]);
+	req->deps_count = (uint32_t)ndeps;
+	r = ctx ? cu_op_begin(&op, ctx) : cu_op_current(&op);
+	if (r)
+		return r;
+	r = cu_status(pvgpu_call_graph_add_node(op.client, req, &rep));
+	cu_op_end(&op);
+	if (!r)
+		*out = NODE(rep.node);
+	return r;
+}
+
+/* A kernel node's function (func, else kern) packed for ctx. */
+static CUresult kernel_pack(const CUDA_KERNEL_NODE_PARAMS *p, struct cu_ctx *ctx,
+			    uint8_t *buf, struct cu_kernel_args *a)
+{
+	const unsigned grid[3] = { p->gridDimX, p->gridDimY, p->gridDimZ };
+	const unsigned block[3] = { p->blockDimX, p->blockDimY, p->blockDimZ };
+	CUfunction f = p->func ? p->func : (CUfunction)p->kern;
+
+	if (!f)
+		return CUDA_ERROR_INVALID_VALUE;
+	return cu_kernel_pack(f, ctx, grid, block, p->sharedMemBytes,
+			      p->kernelParams, p->extra, buf, a);
+}
+
+static CUresult add_kernel(CUgraphNode *out, CUgraph g, const CUgraphNode *deps,
+			   size_t ndeps, const CUDA_KERNEL_NODE_PARAMS *p)
+{
+	struct pvgpu_graph_add_node_req req = {
+		.graph = ID(g), .type = CU_GRAPH_NODE_TYPE_KERNEL,
+	};
+	struct cu_kernel_args a;
+	struct cu_ctx *ctx;
+	uint8_t *buf;
+	CUresult r;
+
+	if (!p)
+		return CUDA_ERROR_INVALID_VALUE;
+	r = node_ctx(p->func ? NULL : p->ctx, &ctx);
+	if (r)
+		return r;
+	buf = malloc(CU_MAX_PARAMS);
+	if (!buf)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	r = kernel_pack(p, ctx, buf, &a);
+	if (!r) {
+		req.func = a.func;
+		req.grid_x = p->gridDimX;
+		req.grid_y = p->gridDimY;
+		req.grid_z = p->gridDimZ;
+		req.block_x = p->blockDimX;
+		req.block_y = p->blockDimY;
+		req.block_z = p->blockDimZ;
+		req.shared_bytes = p->sharedMemBytes;
+		req.params = a.params;
+		req.params_len = a.params_len;
+		r = add_node(ctx, out, &req, deps, ndeps);
+	}
+	if (!r && p->func)
+		kernel_node_keep(ID(*out), p, &a);
+	free(buf);
+	return r;
+}
+
+CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode *out, CUgraph g,
+					 const CUgraphNode *deps, size_t ndeps,
+					 const CUDA_KERNEL_NODE_PARAMS *p)
+{
+	return add_kernel(out, g, deps, ndeps, p);
+}
+
+/* The legacy entry: its parameters lack kern and ctx. */
+CUresult CUDAAPI cuGraphAddKernelNode(CUgraphNode *out, CUgraph g,
+				      const CUgraphNode *deps, size_t ndeps,
+				      const CUDA_KERNEL_NODE_PARAMS_v1 *p1)
+{
+	CUDA_KERNEL_NODE_PARAMS p = { 0 };
+
+	if (!p1)
+		return CUDA_ERROR_INVALID_VALUE;
+	memcpy(&p, p1, sizeof(*p1));
+	return add_kernel(out, g, deps, ndeps, &p);
+}
+
+static CUresult add_memset(CUgraphNode *out, CUgraph g, const CUgraphNode *deps,
+			   size_t ndeps, const CUDA_MEMSET_NODE_PARAMS *p,
+			   CUcontext c)
+{
+	struct pvgpu_graph_add_node_req req = {
+		.graph = ID(g), .type = CU_GRAPH_NODE_TYPE_MEMSET,
+	};
+	struct cu_ctx *ctx;
+	CUresult r;
+
+	if (!p)
+		return CUDA_ERROR_INVALID_VALUE;
+	r = node_ctx(c, &ctx);
+	if (r)
+		return r;
+	req.dst = p->dst;
+	req.pitch = p->height > 1 ? p->pitch : 0;
+	req.value = p->value;
+	req.elem_size = p->elementSize;
+	req.width = p->width;
+	req.height = p->height;
+	return add_node(ctx, out, &req, deps, ndeps);
+}
+
+CUresult CUDAAPI cuGraphAddMemsetNode(CUgraphNode *out, CUgraph g,
+				      const CUgraphNode *deps, size_t ndeps,
+				      const CUDA_MEMSET_NODE_PARAMS *p, CUcontext c)
+{
+	return add_memset(out, g, deps, ndeps, p, c);
+}
+
+/* One end of a copy node as a device address, or why not. */
+static CUresult copy_end(const char *end, CUmemorytype type, CUdeviceptr dev,
+			 size_t x, size_t y, size_t z, size_t pitch,
+			 size_t height, uint64_t *addr)
+{
+	struct cu_alloc a;
+
+	if (type == CU_MEMORYTYPE_UNIFIED && cu_alloc_find(dev, &a))
+		type = CU_MEMORYTYPE_DEVICE;
+	if (type != CU_MEMORYTYPE_DEVICE) {
+		pvgpu_debug("cuGraphAddMemcpyNode: the %s is %s memory; a graph "
+			    "replays later, so pvgpu takes device memory only",
+			    end, type == CU_MEMORYTYPE_ARRAY ? "array" : "host");
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	*addr = dev + x + y * pitch + z * pitch * height;
+	return CUDA_SUCCESS;
+}
+
+static CUresult add_memcpy(CUgraphNode *out, CUgraph g, const CUgraphNode *deps,
+			   size_t ndeps, const CUDA_MEMCPY3D *c, CUcontext cc)
+{
+	struct pvgpu_graph_add_node_req req = {
+		.graph = ID(g), .type = CU_GRAPH_NODE_TYPE_MEMCPY,
+	};
+	size_t h, d;
+	struct cu_ctx *ctx;
+	CUresult r;
+
+	if (!c || c->srcLOD || c->dstLOD)
+		return CUDA_ERROR_INVALID_VALUE;
+	r = node_ctx(cc, &ctx);
+	if (r)
+		return r;
+	r = copy_end("source", c->srcMemoryType, c->srcDevice, c->srcXInBytes,
+		     c->srcY, c->srcZ, c->srcPitch, c->srcHeight, &req.src);
+	if (!r)
+		r = copy_end("destination", c->dstMemoryType, c->dstDevice,
+			     c->dstXInBytes, c->dstY, c->dstZ, c->dstPitch,
+			     c->dstHeight, &req.dst);
+	if (r)
+		return r;
+	h = c->Height ? c->Height : 1;
+	d = c->Depth ? c->Depth : 1;
+	/* Rows and slices one after another on both sides: one run of bytes. */
+	if ((h > 1 || d > 1) &&
+	    (c->srcPitch != c->WidthInBytes || c->dstPitch != c->WidthInBytes ||
+	     (d > 1 && (c->srcHeight != h || c->dstHeight != h)))) {
+		pvgpu_debug("cuGraphAddMemcpyNode: a pitched copy node "
+			    "(%zu rows, %zu slices) is not supported", h, d);
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	if (c->WidthInBytes && (h > SIZE_MAX / c->WidthInBytes ||
+				d > SIZE_MAX / (c->WidthInBytes * h)))
+		return CUDA_ERROR_INVALID_VALUE;
+	req.width = c->WidthInBytes * h * d;
+	return add_node(ctx, out, &req, deps, ndeps);
+}
+
+CUresult CUDAAPI cuGraphAddMemcpyNode(CUgraphNode *out, CUgraph g,
+				      const CUgraphNode *deps, size_t ndeps,
+				      const CUDA_MEMCPY3D *c, CUcontext cc)
+{
+	return add_memcpy(out, g, deps, ndeps, c, cc);
+}
+
+CUresult CUDAAPI cuGraphAddEmptyNode(CUgraphNode *out, CUgraph g,
+				     const CUgraphNode *deps, size_t ndeps)
+{
+	struct pvgpu_graph_add_node_req req = {
+		.graph = ID(g), .type = CU_GRAPH_NODE_TYPE_EMPTY,
+	};
+
+	return add_node(NULL, out, &req, deps, ndeps);
+}
+
+CUresult CUDAAPI cuGraphAddHostNode(CUgraphNode *out, CUgraph g,
+				    const CUgraphNode *deps, size_t ndeps,
+				    const CUDA_HOST_NODE_PARAMS *p)
+{
+	(void)out; (void)g; (void)deps; (void)ndeps; (void)p;
+	pvgpu_debug("cuGraphAddHostNode: a host node's function is the "
+		    "guest's, and the graph runs on the host: not supported");
+	return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+/* Edge data other than the default (all zero) cannot be carried. */
+static CUresult plain_edges(const char *name, const CUgraphEdgeData *e, size_t n)
+{
+	static const CUgraphEdgeData zero;
+
+	for (size_t i = 0; e && i < n; i++) {
+		if (memcmp(&e[i], &zero, sizeof(zero))) {
+			pvgpu_debug("%s: edge data (ports, types) is not supported",
+				    name);
+			return CUDA_ERROR_NOT_SUPPORTED;
+		}
+	}
+	return CUDA_SUCCESS;
+}
+
+static CUresult add_any(CUgraphNode *out, CUgraph g, const CUgraphNode *deps,
+			const CUgraphEdgeData *edges, size_t ndeps,
+			CUgraphNodeParams *p)
+{
+	CUresult r = plain_edges("cuGraphAddNode", edges, ndeps);
+
+	if (r)
+		return r;
+	if (!p || p->reserved0[0] || p->reserved0[1] || p->reserved0[2] ||
+	    p->reserved2)
+		return CUDA_ERROR_INVALID_VALUE;
+	switch (p->type) {
+	case CU_GRAPH_NODE_TYPE_KERNEL: {
+		CUDA_KERNEL_NODE_PARAMS k;
+
+		_Static_assert(sizeof(k) == sizeof(p->kernel),
+			       "kernel node params v2 and v3 alike");
+		memcpy(&k, &p->kernel, sizeof(k));
+		return add_kernel(out, g, deps, ndeps, &k);
+	}
+	case CU_GRAPH_NODE_TYPE_MEMCPY:
+		if (p->memcpy.flags || p->memcpy.reserved)
+			return CUDA_ERROR_INVALID_VALUE;
+		return add_memcpy(out, g, deps, ndeps, &p->memcpy.copyParams,
+				  p->memcpy.copyCtx);
+	case CU_GRAPH_NODE_TYPE_MEMSET: {
+		CUDA_MEMSET_NODE_PARAMS m = {
+			.dst = p->memset.dst, .pitch = p->memset.pitch,
+			.value = p->memset.value,
+			.elementSize = p->memset.elementSize,
+			.width = p->memset.width, .height = p->memset.height,
+		};
+
+		return add_memset(out, g, deps, ndeps, &m, p->memset.ctx);
+	}
+	case CU_GRAPH_NODE_TYPE_EMPTY:
+		return cuGraphAddEmptyNode(out, g, deps, ndeps);
+	default:
+		pvgpu_debug("cuGraphAddNode: node type %d is not supported "
+			    "(pvgpu takes kernel, memcpy, memset and empty nodes)",
+			    (int)p->type);
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+}
+
+CUresult CUDAAPI cuGraphAddNode(CUgraphNode *out, CUgraph g,
+				const CUgraphNode *deps, size_t ndeps,
+				CUgraphNodeParams *p)
+{
+	return add_any(out, g, deps, NULL, ndeps, p);
+}
+
+CUresult CUDAAPI cuGraphAddNode_v2(CUgraphNode *out, CUgraph g,
+				   const CUgraphNode *deps,
+				   const CUgraphEdgeData *edges, size_t ndeps,
+				   CUgraphNodeParams *p)
+{
+	return add_any(out, g, deps, edges, ndeps, p);
+}
+
+static CUresult add_deps(CUgraph g, const CUgraphNode *from,
+			 const CUgraphNode *to, size_t n)
+{
+	struct pvgpu_graph_add_deps_req req = { .graph = ID(g) };
+	struct pvgpu_graph_add_deps_rep rep;
+	struct cu_op op;
+	CUresult r;
+
+	if (!n)
+		return CUDA_SUCCESS;
+	if (!from || !to)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (n > MAX_DEPS) {
+		pvgpu_debug("cuGraphAddDependencies: %zu edges at once, pvgpu "
+			    "takes %d", n, MAX_DEPS);
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	for (size_t i = 0; i < n; i++) {
+		req.from[i] = ID(from[i]);
+		req.to[i] = ID(to[i]);
+	}
+	req.from_count = req.to_count = (uint32_t)n;
+	r = cu_op_current(&op);
+	if (r)
+		return r;
+	r = cu_status(pvgpu_call_graph_add_deps(op.client, &req, &rep));
+	cu_op_end(&op);
+	return r;
+}
+
+CUresult CUDAAPI cuGraphAddDependencies(CUgraph g, const CUgraphNode *from,
+					const CUgraphNode *to, size_t n)
+{
+	return add_deps(g, from, to, n);
+}
+
+CUresult CUDAAPI cuGraphAddDependencies_v2(CUgraph g, const CUgraphNode *from,
+					   const CUgraphNode *to,
+					   const CUgraphEdgeData *e, size_t n)
+{
+	CUresult r = plain_edges("cuGraphAddDependencies", e, n);
+
+	return r ? r : add_deps(g, from, to, n);
+}
+
+CUresult CUDAAPI cuGraphNodeGetType(CUgraphNode node, CUgraphNodeType *type)
+{
+	struct pvgpu_graph_node_get_type_req req = { .node = ID(node) };
+	struct pvgpu_graph_node_get_type_rep rep = { 0 };
+	struct cu_op op;
+	CUresult r;
+
+	if (!type)
+		return CUDA_ERROR_INVALID_VALUE;
+	r = cu_op_current(&op);
+	if (r)
+		return r;
+	r = cu_status(pvgpu_call_graph_node_get_type(op.client, &req, &rep));
+	cu_op_end(&op);
+	if (!r)
+		*type = (CUgraphNodeType)rep.type;
+	return r;
+}
+
+CUresult CUDAAPI cuGraphGetNodes(CUgraph g, CUgraphNode *nodes, size_t *n)
+{
+	struct pvgpu_graph_get_nodes_req req = { .graph = ID(g) };
+	struct pvgpu_graph_get_nodes_rep *rep;
+	struct cu_op op;
+	CUresult r;
+
+	if (!n)
+		return CUDA_ERROR_INVALID_VALUE;
+	rep = calloc(1, sizeof(*rep));
+	if (!rep)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	r = cu_op_current(&op);
+	if (!r) {
+		r = cu_status(pvgpu_call_graph_get_nodes(op.client, &req, rep));
+		cu_op_end(&op);
+	}
+	if (!r && nodes) {
+		if (rep->count > rep->nodes_count && *n > rep->nodes_count) {
+			pvgpu_debug("cuGraphGetNodes: a graph of %llu nodes, "
+				    "pvgpu lists %u",
+				    (unsigned long long)rep->count,
+				    rep->nodes_count);
+			r = CUDA_ERROR_NOT_SUPPORTED;
+		}
+		for (size_t i = 0; !r && i < *n && i < rep->nodes_count; i++)
+			nodes[i] = NODE(rep->nodes[i]);
+		if (!r && *n > rep->count)
+			*n = rep->count;
+	} else if (!r) {
+		*n = rep->count;
+	}
+	free(rep);
+	return r;
+}
+
+static CUresult kernel_set(CUgraphExec x, CUgraphNode node,
+			   const CUDA_KERNEL_NODE_PARAMS *p)
+{
+	struct pvgpu_graph_kernel_node_set_req req = {
+		.exec = ID(x), .node = ID(node),
+	};
+	struct pvgpu_graph_kernel_node_set_rep rep;
+	struct cu_kernel_args a;
+	struct cu_ctx *ctx;
+	struct cu_op op;
+	uint8_t *buf;
+	CUresult r;
+
+	if (!p)
+		return CUDA_ERROR_INVALID_VALUE;
+	r = node_ctx(p->func ? NULL : p->ctx, &ctx);
+	if (r)
+		return r;
+	buf = malloc(CU_MAX_PARAMS);
+	if (!buf)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	r = kernel_pack(p, ctx, buf, &a);
+	if (!r)
+		r = cu_op_begin(&op, ctx);
+	if (!r) {
+		req.func = a.func;
+		req.grid_x = p->gridDimX;
+		req.grid_y = p->gridDimY;
+		req.grid_z = p->gridDimZ;
+		req.block_x = p->blockDimX;
+		req.block_y = p->blockDimY;
+		req.block_z = p->blockDimZ;
+		req.shared_bytes = p->sharedMemBytes;
+		req.params = a.params;
+		req.params_len = a.params_len;
+		r = cu_status(pvgpu_call_graph_kernel_node_set(op.client, &req, &rep));
+		cu_op_end(&op);
+	}
+	/* The graph's node changed, not an executable graph's. */
+	if (!r && !x)
+		kernel_node_keep(ID(node), p->func ? p : NULL, &a);
+	free(buf);
+	return r;
+}
+
+CUresult CUDAAPI cuGraphKernelNodeSetParams_v2(CUgraphNode node,
+					       const CUDA_KERNEL_NODE_PARAMS *p)
+{
+	return kernel_set(NULL, node, p);
+}
+
+CUresult CUDAAPI cuGraphKernelNodeSetParams(CUgraphNode node,
+					    const CUDA_KERNEL_NODE_PARAMS_v1 *p1)
+{
+	CUDA_KERNEL_NODE_PARAMS p = { 0 };
+
+	if (!p1)
+		return CUDA_ERROR_INVALID_VALUE;
+	memcpy(&p, p1, sizeof(*p1));
+	return kernel_set(NULL, node, &p);
+}
+
+CUresult CUDAAPI cuGraphExecKernelNodeSetParams_v2(CUgraphExec x, CUgraphNode node,
+						   const CUDA_KERNEL_NODE_PARAMS *p)
+{
+	if (!x)
+		return CUDA_ERROR_INVALID_VALUE;
+	return kernel_set(x, node, p);
+}
+
+CUresult CUDAAPI cuGraphExecKernelNodeSetParams(CUgraphExec x, CUgraphNode node,
+						const CUDA_KERNEL_NODE_PARAMS_v1 *p1)
+{
+	CUDA_KERNEL_NODE_PARAMS p = { 0 };
+
+	if (!x || !p1)
+		return CUDA_ERROR_INVALID_VALUE;
+	memcpy(&p, p1, sizeof(*p1));
+	return kernel_set(x, node, &p);
+}
+
+static CUresult kernel_get(CUgraphNode node, void *out, size_t size)
+{
+	CUgraphNodeType type;
+	struct kernel_node *k;
+	CUresult r;
+
+	if (!out)
+		return CUDA_ERROR_INVALID_VALUE;
+	r = cuGraphNodeGetType(node, &type);
+	if (r)
+		return r;
+	if (type != CU_GRAPH_NODE_TYPE_KERNEL)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&nodes_lock);
+	for (k = kernel_nodes; k && k->id != ID(node); k = k->next)
+		;
+	if (k)
+		memcpy(out, &k->p, size);
+	pthread_mutex_unlock(&nodes_lock);
+	if (!k) {
+		pvgpu_debug("cuGraphKernelNodeGetParams: the node's parameters "
+			    "were given as a CUkernel or not kept in this process");
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphKernelNodeGetParams_v2(CUgraphNode node,
+					       CUDA_KERNEL_NODE_PARAMS *p)
+{
+	return kernel_get(node, p, sizeof(*p));
+}
+
+CUresult CUDAAPI cuGraphKernelNodeGetParams(CUgraphNode node,
+					    CUDA_KERNEL_NODE_PARAMS_v1 *p)
+{
+	return kernel_get(node, p, sizeof(*p));
+}
+
+CUresult CUDAAPI cuGraphDestroyNode(CUgraphNode node)
+{
+	struct pvgpu_graph_node_destroy_req req = { .node = ID(node) };
+	struct pvgpu_graph_node_destroy_rep rep;
+	struct cu_op op;
+	CUresult r = cu_op_current(&op);
+
+	if (r)
+		return r;
+	r = cu_status(pvgpu_call_graph_node_destroy(op.client, &req, &rep));
+	cu_op_end(&op);
+	if (!r)
+		kernel_node_keep(ID(node), NULL, NULL);
+	return r;
+}
