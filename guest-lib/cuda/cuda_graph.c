@@ -45,6 +45,14 @@ struct kernel_node {
 static pthread_mutex_t nodes_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct kernel_node *kernel_nodes;
 
+/* Parameter i of a kernel node's function (func, else kern). */
+static CUresult param_info(const CUDA_KERNEL_NODE_PARAMS *p, size_t i,
+			   size_t *off, size_t *size)
+{
+	return p->func ? cuFuncGetParamInfo(p->func, i, off, size) :
+			 cuKernelGetParamInfo(p->kern, i, off, size);
+}
+
 static void kernel_node_free(struct kernel_node *k)
 {
 	free(k->args);
@@ -66,19 +74,18 @@ static void kernel_node_keep(uint64_t id, const CUDA_KERNEL_NODE_PARAMS *p,
 		k->id = id;
 		k->p = *p;
 		k->p.extra = NULL;
-		k->p.kern = NULL;
-		k->p.ctx = NULL;
 		k->buf = malloc(a->params_len ? a->params_len : 1);
-		while (cuFuncGetParamInfo(p->func, n, &off, &size) == CUDA_SUCCESS)
+		while (param_info(p, n, &off, &size) == CUDA_SUCCESS)
 			n++;
 		k->args = calloc(n ? n : 1, sizeof(*k->args));
 		if (!k->buf || !k->args) {
 			kernel_node_free(k);
 			return;
 		}
-		memcpy(k->buf, a->params, a->params_len);
+		if (a->params_len)
+			memcpy(k->buf, a->params, a->params_len);
 		for (size_t i = 0; i < n; i++) {
-			cuFuncGetParamInfo(p->func, i, &off, &size);
+			param_info(p, i, &off, &size);
 			k->args[i] = off + size <= a->params_len ? k->buf + off : NULL;
 		}
 		k->p.kernelParams = k->args;
@@ -184,7 +191,7 @@ static CUresult add_kernel(CUgraphNode *out, CUgraph g, const CUgraphNode *deps,
 		req.params_len = a.params_len;
 		r = add_node(ctx, out, &req, deps, ndeps);
 	}
-	if (!r && p->func)
+	if (!r)
 		kernel_node_keep(ID(*out), p, &a);
 	free(buf);
 	return r;
@@ -542,7 +549,7 @@ static CUresult kernel_set(CUgraphExec x, CUgraphNode node,
 	}
 	/* The graph's node changed, not an executable graph's. */
 	if (!r && !x)
-		kernel_node_keep(ID(node), p->func ? p : NULL, &a);
+		kernel_node_keep(ID(node), p, &a);
 	free(buf);
 	return r;
 }
@@ -603,8 +610,8 @@ static CUresult kernel_get(CUgraphNode node, void *out, size_t size)
 		memcpy(out, &k->p, size);
 	pthread_mutex_unlock(&nodes_lock);
 	if (!k) {
-		pvgpu_debug("cuGraphKernelNodeGetParams: the node's parameters "
-			    "were given as a CUkernel or not kept in this process");
+		pvgpu_debug("cuGraphKernelNodeGetParams: the node was not made "
+			    "by cuGraphAdd*Node in this process (captured?)");
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
 	return CUDA_SUCCESS;

@@ -32,8 +32,10 @@ KERNELS = sorted("kernels/" + p.stem
                  if p.stem != "fault")
 # Programs pvgpu's runtime shim cannot run, so nothing to compare with: it
 # refuses launch attributes (guest-lib/cudart/runtime_launch.c) and has no
-# cooperative launch, no 3D copies and no arrays. Each checks its own results.
-NOT_THROUGH_SHIM = {"kernels/launchex", "kernels/copies3d", "kernels/arrays"}
+# cooperative launch, no 3D copies, no arrays and no explicit graph nodes.
+# Each checks its own results.
+NOT_THROUGH_SHIM = {"kernels/launchex", "kernels/copies3d", "kernels/arrays",
+                    "kernels/graphnodes"}
 # Lines that are measurements, not results.
 TIMING = re.compile(r"\d+(\.\d+)? ?(ms|us|µs|s)\b")
 
