@@ -644,3 +644,38 @@ CUresult CUDAAPI cuGraphDestroyNode(CUgraphNode node)
 		kernel_node_keep(ID(node), NULL, NULL);
 	return r;
 }
+
+static CUresult exec_update(CUgraphExec x, CUgraph g, CUgraphNode *error_node,
+			    CUgraphExecUpdateResult *result)
+{
+	struct pvgpu_graph_exec_update_req req = { .exec = ID(x), .graph = ID(g) };
+	struct pvgpu_graph_exec_update_rep rep = { 0 };
+	struct cu_op op;
+	CUresult r = cu_op_current(&op);
+
+	if (r)
+		return r;
+	r = cu_status(pvgpu_call_graph_exec_update(op.client, &req, &rep));
+	cu_op_end(&op);
+	*error_node = NODE(rep.error_node);
+	*result = r && !rep.result ? CU_GRAPH_EXEC_UPDATE_ERROR :
+				     (CUgraphExecUpdateResult)rep.result;
+	return r;
+}
+
+CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec x, CUgraph g,
+				      CUgraphExecUpdateResultInfo *info)
+{
+	if (!info)
+		return CUDA_ERROR_INVALID_VALUE;
+	info->errorFromNode = NULL;
+	return exec_update(x, g, &info->errorNode, &info->result);
+}
+
+CUresult CUDAAPI cuGraphExecUpdate(CUgraphExec x, CUgraph g, CUgraphNode *error_node,
+				   CUgraphExecUpdateResult *result)
+{
+	if (!error_node || !result)
+		return CUDA_ERROR_INVALID_VALUE;
+	return exec_update(x, g, error_node, result);
+}

@@ -306,6 +306,16 @@ struct pvgpu_executor_ops {
 				  const uint64_t *from, const uint64_t *to,
 				  uint32_t n);
 	int32_t (*graph_node_destroy)(struct pvgpu_exec *ex, uint64_t node);
+	/* The graph's nodes (made any way: captured, cloned, added) and
+	 * their CUgraphNodeTypes, the first max of them; *count: all. */
+	int32_t (*graph_nodes)(struct pvgpu_exec *ex, uint64_t graph,
+			       uint64_t *nodes, uint32_t *types, uint32_t max,
+			       uint64_t *count);
+	/* cuGraphExecUpdate: *result a CUgraphExecUpdateResult, *error_node
+	 * the graph's node it names (0: none) and *error_type its type. */
+	int32_t (*graph_exec_update)(struct pvgpu_exec *ex, uint64_t exec,
+				     uint64_t graph, uint32_t *result,
+				     uint64_t *error_node, uint32_t *error_type);
 };
 
 extern const struct pvgpu_executor_ops pvgpu_exec_cuda;

@@ -5,7 +5,9 @@
  * (generic.c); a node is a handle of the session's too, remembering its
  * graph (in `module`) and its type (in `device`), so that a node of another
  * graph, a stale one or another session's is refused here, before the
- * executor sees it.  A kernel node's function and packed parameters are
+ * executor sees it.  Nodes the session did not add (a captured or cloned
+ * graph's) get their ids when cuGraphGetNodes or cuGraphExecUpdate first
+ * names them.  A kernel node's function and packed parameters are
  * checked as a launch's are (modules.c); a memset or memcpy node's ranges
  * must lie inside the session's allocations when it is made (the executor
  * checks them again when the graph runs: memory may be freed meanwhile).
@@ -257,25 +259,74 @@ int32_t pvgpu_handle_graph_add_deps(struct pvgpu_worker *w,
 					 req->from_count);
 }
 
+/* The session's id for an executor node of graph, made on first sight
+ * (a captured or cloned graph's nodes); 0 when out of memory. */
+static uint64_t node_id(struct pvgpu_worker *w, uint64_t graph, uint64_t node,
+			uint32_t type)
+{
+	struct pvgpu_handle *h;
+	uint64_t id;
+
+	for (uint32_t i = 0; i < w->handles.n; i++) {
+		h = &w->handles.v[i];
+		if (h->kind == H_GRAPH_NODE && h->module == graph &&
+		    h->exec_handle == node)
+			return pvgpu_handle_id(&w->handles, h);
+	}
+	id = pvgpu_handle_add(&w->handles, H_GRAPH_NODE, node, w->cur_ctx,
+			      (int32_t)type);
+	if (id)
+		pvgpu_handle_get(&w->handles, id, H_GRAPH_NODE)->module = graph;
+	return id;
+}
+
 int32_t pvgpu_handle_graph_get_nodes(struct pvgpu_worker *w,
 				     const struct pvgpu_graph_get_nodes_req *req,
 				     struct pvgpu_graph_get_nodes_rep *rep)
 {
 	const uint32_t max = sizeof(rep->nodes) / sizeof(rep->nodes[0]);
+	uint32_t types[sizeof(rep->nodes) / sizeof(rep->nodes[0])];
+	struct pvgpu_handle *g = graph_get(w, req->graph);
+	int32_t st;
 
-	if (!graph_get(w, req->graph))
+	if (!w->cur_ctx)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!g)
 		return CUDA_ERROR_INVALID_HANDLE;
-	rep->count = 0;
-	rep->nodes_count = 0;
-	for (uint32_t i = 0; i < w->handles.n; i++) {
-		const struct pvgpu_handle *h = &w->handles.v[i];
-
-		if (h->kind != H_GRAPH_NODE || h->module != req->graph)
-			continue;
-		if (rep->nodes_count < max)
-			rep->nodes[rep->nodes_count++] =
-				pvgpu_handle_id(&w->handles, h);
-		rep->count++;
+	if (!w->ex_ops->graph_nodes)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	st = w->ex_ops->graph_nodes(w->ex, g->exec_handle, rep->nodes, types,
+				    max, &rep->count);
+	if (st)
+		return st;
+	rep->nodes_count = rep->count < max ? (uint32_t)rep->count : max;
+	for (uint32_t i = 0; i < rep->nodes_count; i++) {
+		rep->nodes[i] = node_id(w, req->graph, rep->nodes[i], types[i]);
+		if (!rep->nodes[i])
+			return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	return CUDA_SUCCESS;
+}
+
+int32_t pvgpu_handle_graph_exec_update(struct pvgpu_worker *w,
+				       const struct pvgpu_graph_exec_update_req *req,
+				       struct pvgpu_graph_exec_update_rep *rep)
+{
+	struct pvgpu_handle *g = graph_get(w, req->graph);
+	struct pvgpu_handle *x = pvgpu_handle_get(&w->handles, req->exec,
+						  H_GRAPH_EXEC);
+	uint64_t node = 0;
+	uint32_t type = 0;
+	int32_t st;
+
+	if (!w->cur_ctx)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!g || !x)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (!w->ex_ops->graph_exec_update)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	st = w->ex_ops->graph_exec_update(w->ex, x->exec_handle, g->exec_handle,
+					  &rep->result, &node, &type);
+	rep->error_node = node ? node_id(w, req->graph, node, type) : 0;
+	return st;
 }

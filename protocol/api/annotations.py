@@ -81,6 +81,7 @@ cuGraphNodeGetType cuGraphGetNodes cuGraphDestroyNode
 cuGraphKernelNodeGetParams cuGraphKernelNodeGetParams_v2
 cuGraphKernelNodeSetParams cuGraphKernelNodeSetParams_v2
 cuGraphExecKernelNodeSetParams cuGraphExecKernelNodeSetParams_v2
+cuGraphExecUpdate cuGraphExecUpdate_v2
 """
 
 LOCAL = """
@@ -169,6 +170,7 @@ GENERIC = """
 17 cuGraphExecDestroy            CUgraphExec!
 18 cuGraphDestroy                CUgraph!
 19 cuGraphCreate                 CUgraph* unsigned_int
+20 cuGraphClone                  CUgraph* CUgraph
 """
 
 # Exported names whose driver-580 entry is a newer function's (by

@@ -124,6 +124,51 @@ must("cuGraphLaunch", exe2, s)
 must("cuStreamSynchronize", s)
 print("fresh instance", result(d))
 
+# A clone: its own nodes, listed with their types; its kernel node
+# changed (c = a + a) and exe2 updated from it.
+cl = vp()
+must("cuGraphClone", ctypes.byref(cl), g)
+count = c_size(8)
+cnodes = (vp * 8)()
+must("cuGraphGetNodes", cl, cnodes, ctypes.byref(count))
+ctypes_ = []
+for i in range(count.value):
+    must("cuGraphNodeGetType", vp(cnodes[i]), ctypes.byref(t := c_int(-1)))
+    ctypes_.append(t.value)
+print("clone", count.value, sorted(ctypes_),
+      not set(cnodes[:count.value]) & {m_node.value, k_node.value, c_node.value})
+ck = vp(cnodes[ctypes_.index(0)])
+must("cuGraphKernelNodeSetParams_v2", ck, ctypes.byref(kp2))
+class UpdateInfo(ctypes.Structure):     # CUgraphExecUpdateResultInfo
+    _fields_ = [("result", c_int), ("errorNode", vp), ("errorFromNode", vp)]
+info = UpdateInfo(result=-1)
+must("cuGraphExecUpdate_v2", exe2, cl, ctypes.byref(info))
+print("update", info.result)
+must("cuGraphLaunch", exe2, s)
+must("cuStreamSynchronize", s)
+print("after exec update from the clone", result(d))
+extra = vp()
+must("cuGraphAddEmptyNode", ctypes.byref(extra), cl, None, c_size(0))
+info = UpdateInfo(result=-1)
+print("topology changed", call("cuGraphExecUpdate_v2", exe2, cl, ctypes.byref(info)),
+      info.result)
+must("cuGraphDestroy", cl)
+
+# A captured graph's nodes get ids too.
+cap = vp()
+must("cuStreamBeginCapture_v2", s, 0)
+must("cuLaunchKernel", fn, 4, 1, 1, 256, 1, 1, 0, s, args, None)
+must("cuLaunchKernel", fn, 4, 1, 1, 256, 1, 1, 0, s, args2, None)
+must("cuStreamEndCapture", s, ctypes.byref(cap))
+count = c_size(8)
+must("cuGraphGetNodes", cap, cnodes, ctypes.byref(count))
+kinds = []
+for i in range(count.value):
+    must("cuGraphNodeGetType", vp(cnodes[i]), ctypes.byref(t))
+    kinds.append(t.value)
+print("captured", count.value, kinds)
+must("cuGraphDestroy", cap)
+
 # Handles the worker refuses.
 t = c_int(-1)
 print("made-up node", call("cuGraphNodeGetType", vp(0x12345), ctypes.byref(t)))
@@ -193,6 +238,12 @@ def test_explicit_graph_nodes(twins_daemon, libdir, tmp_path):
     assert "graph's node True 4 256 1000 True" in out, out
     assert "exec set on a memset node 1" in out    # CUDA_ERROR_INVALID_VALUE
     assert "fresh instance (12.0, 1001.0)" in out, out
+    assert "clone 3 [0, 1, 2] True" in out, out    # new nodes, same types
+    assert "update 0" in out                       # CU_GRAPH_EXEC_UPDATE_SUCCESS
+    assert "after exec update from the clone (20.0, 1998.0)" in out, out
+    # CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE, ..._ERROR_TOPOLOGY_CHANGED
+    assert "topology changed 910 2" in out, out
+    assert "captured 2 [0, 0]" in out, out
     assert "made-up node 400" in out               # CUDA_ERROR_INVALID_HANDLE
     assert "dep of another graph 1" in out
     assert "edge across graphs 1" in out

@@ -543,6 +543,29 @@ static int32_t graph_add(struct sim_obj *g, const struct pvgpu_launch *l)
 	return CUDA_SUCCESS;
 }
 
+/* A new node handle (0: out of them). */
+static uint64_t node_new(struct pvgpu_exec *ex)
+{
+	if (ex->serial >= SIM_HANDLE_SERIAL_MASK)
+		return 0;
+	return ((uint64_t)SIM_GRAPH_NODE << SIM_HANDLE_KIND_SHIFT) | ++ex->serial;
+}
+
+/* A captured launch: a kernel node of its own. */
+static int32_t graph_capture(struct pvgpu_exec *ex, struct sim_obj *g,
+			     const struct pvgpu_launch *l)
+{
+	uint64_t node = node_new(ex);
+	int32_t rc;
+
+	if (!node)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	rc = graph_add(g, l);
+	if (!rc)
+		g->u.graph.v[g->u.graph.n - 1].node = node;
+	return rc;
+}
+
 /* ------------------------------------------------------------------ */
 /* device allocations */
 
@@ -2572,7 +2595,7 @@ static int32_t sim_launch(struct pvgpu_exec *ex,
 		rc = launch_check(launch, f);
 		if (!rc)
 			rc = sim_launch_attrs(ex, launch, &cluster, &coop);
-		return rc ? rc : graph_add(capturing(ex, launch->stream), launch);
+		return rc ? rc : graph_capture(ex, capturing(ex, launch->stream), launch);
 	}
 	rc = check_stream(ex, launch->stream);
 	if (rc)
@@ -2974,8 +2997,7 @@ static int32_t sim_graph_add_node(struct pvgpu_exec *ex, uint64_t graph,
 	e->type = n->type;
 	e->n = *n;
 	e->n.kernel = (struct pvgpu_launch){ 0 };
-	e->node = ((uint64_t)SIM_GRAPH_NODE << SIM_HANDLE_KIND_SHIFT) |
-		  ++ex->serial;
+	e->node = node_new(ex);
 	*node = e->node;
 	return CUDA_SUCCESS;
 }
@@ -3088,6 +3110,115 @@ static int32_t sim_graph_node_destroy(struct pvgpu_exec *ex, uint64_t node)
 	return CUDA_SUCCESS;
 }
 
+static int32_t sim_graph_nodes(struct pvgpu_exec *ex, uint64_t graph,
+			       uint64_t *nodes, uint32_t *types, uint32_t max,
+			       uint64_t *count)
+{
+	struct sim_obj *g;
+
+	if (!ex || !count || (max && (!nodes || !types)))
+		return CUDA_ERROR_INVALID_VALUE;
+	g = obj_find(ex, graph, SIM_GRAPH);
+	if (!g)
+		return CUDA_ERROR_INVALID_HANDLE;
+	for (size_t i = 0; i < g->u.graph.n && i < max; i++) {
+		nodes[i] = g->u.graph.v[i].node;
+		types[i] = g->u.graph.v[i].type;
+	}
+	*count = g->u.graph.n;
+	return CUDA_SUCCESS;
+}
+
+/*
+ * cuGraphExecUpdate: the graph's nodes in run order, position by position
+ * the same types as the executable graph's, take their places (the
+ * executable graph's node handles stay what they were).
+ */
+static int32_t sim_graph_exec_update(struct pvgpu_exec *ex, uint64_t exec,
+				     uint64_t graph, uint32_t *result,
+				     uint64_t *error_node, uint32_t *error_type)
+{
+	struct sim_obj tmp = { .kind = SIM_GRAPH_EXEC };
+	struct sim_obj *g, *x;
+	int32_t rc;
+
+	if (!ex || !result || !error_node || !error_type)
+		return CUDA_ERROR_INVALID_VALUE;
+	*result = CU_GRAPH_EXEC_UPDATE_ERROR;
+	*error_node = 0;
+	rc = ctx_check(ex);
+	if (rc)
+		return rc;
+	g = obj_find(ex, graph, SIM_GRAPH);
+	x = obj_find(ex, exec, SIM_GRAPH_EXEC);
+	if (!g || !x)
+		return CUDA_ERROR_INVALID_HANDLE;
+	rc = graph_order(g, &tmp);
+	if (rc) {
+		obj_release(&tmp);
+		return rc;
+	}
+	if (tmp.u.graph.n != x->u.graph.n)
+		*result = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+	for (size_t i = 0; !*error_node && i < tmp.u.graph.n && i < x->u.graph.n; i++) {
+		if (tmp.u.graph.v[i].type != x->u.graph.v[i].type) {
+			*result = CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED;
+			*error_node = tmp.u.graph.v[i].node;
+			*error_type = tmp.u.graph.v[i].type;
+		}
+	}
+	if (*result != CU_GRAPH_EXEC_UPDATE_ERROR) {
+		obj_release(&tmp);
+		return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+	}
+	for (size_t i = 0; i < tmp.u.graph.n; i++)
+		tmp.u.graph.v[i].node = x->u.graph.v[i].node;
+	obj_release(x);
+	x->u.graph = tmp.u.graph;
+	*result = CU_GRAPH_EXEC_UPDATE_SUCCESS;
+	return CUDA_SUCCESS;
+}
+
+/* cuGraphClone: the same nodes and edges, with handles of their own. */
+static int32_t graph_clone(struct pvgpu_exec *ex, struct sim_obj *g,
+			   uint64_t *out)
+{
+	struct sim_obj *c = obj_new(ex, SIM_GRAPH, ex->cur);
+	int32_t rc = CUDA_SUCCESS;
+
+	if (!c)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	for (size_t i = 0; i < g->u.graph.n && !rc; i++) {
+		rc = graph_copy_entry(c, &g->u.graph.v[i]);
+		if (!rc && !(c->u.graph.v[i].node = node_new(ex)))
+			rc = CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	for (size_t i = 0; i < g->u.graph.n && !rc; i++) {
+		const struct sim_graph_launch *e = &g->u.graph.v[i];
+		struct sim_graph_launch *d = &c->u.graph.v[i];
+
+		if (!e->ndeps)
+			continue;
+		d->deps = malloc(e->ndeps * sizeof(*d->deps));
+		if (!d->deps) {
+			rc = CUDA_ERROR_OUT_OF_MEMORY;
+			break;
+		}
+		for (size_t k = 0; k < e->ndeps; k++) {
+			struct sim_graph_launch *p = graph_entry(g, e->deps[k]);
+
+			d->deps[k] = p ? c->u.graph.v[p - g->u.graph.v].node : 0;
+		}
+		d->ndeps = e->ndeps;
+	}
+	if (rc) {
+		obj_free(ex, c);
+		return rc;
+	}
+	*out = c->handle;
+	return CUDA_SUCCESS;
+}
+
 static int32_t sim_graph_call(struct pvgpu_exec *ex,
 			      const struct pvgpu_generic_fn *f, uint64_t *a)
 {
@@ -3095,6 +3226,11 @@ static int32_t sim_graph_call(struct pvgpu_exec *ex,
 	int32_t rc;
 
 	switch (f->id) {
+	case PVGPU_GENERIC_cuGraphClone:
+		g = obj_find(ex, a[1], SIM_GRAPH);
+		if (!g || !a[0])
+			return !g ? CUDA_ERROR_INVALID_HANDLE : CUDA_ERROR_INVALID_VALUE;
+		return graph_clone(ex, g, &a[0]);
 	case PVGPU_GENERIC_cuGraphCreate:
 		if (!a[0] || a[1])
 			return CUDA_ERROR_INVALID_VALUE;
@@ -3172,6 +3308,7 @@ static int32_t sim_driver_call(struct pvgpu_exec *ex,
 	case PVGPU_GENERIC_cuStreamIsCapturing:
 		return sim_capture_call(ex, f, a);
 	case PVGPU_GENERIC_cuGraphCreate:
+	case PVGPU_GENERIC_cuGraphClone:
 	case PVGPU_GENERIC_cuGraphInstantiateWithFlags:
 	case PVGPU_GENERIC_cuGraphLaunch:
 	case PVGPU_GENERIC_cuGraphUpload:
@@ -3299,6 +3436,8 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.graph_kernel_node_set	= sim_graph_kernel_node_set,
 	.graph_add_deps		= sim_graph_add_deps,
 	.graph_node_destroy	= sim_graph_node_destroy,
+	.graph_nodes		= sim_graph_nodes,
+	.graph_exec_update	= sim_graph_exec_update,
 };
 
 /* How pvgpud finds this fixture: build/lib/pvgpud/exec-sim.so. */

@@ -140,6 +140,10 @@ struct cuda_api {
 					   const CUgraphNode *,
 					   const CUgraphEdgeData *, size_t);
 	CUresult (CUDAAPI *graph_destroy_node)(CUgraphNode);
+	CUresult (CUDAAPI *graph_get_nodes)(CUgraph, CUgraphNode *, size_t *);
+	CUresult (CUDAAPI *graph_node_get_type)(CUgraphNode, CUgraphNodeType *);
+	CUresult (CUDAAPI *graph_exec_update)(CUgraphExec, CUgraph,
+					      CUgraphExecUpdateResultInfo *);
 };
 
 struct cuda_sym {
@@ -229,6 +233,9 @@ static const struct cuda_sym cuda_syms[] = {
 	SYM(graph_exec_kernel_node_set, "cuGraphExecKernelNodeSetParams", 12000, "cuGraphExecKernelNodeSetParams_v2", NULL, true),
 	SYM(graph_add_deps, "cuGraphAddDependencies", 12030, "cuGraphAddDependencies_v2", NULL, true),
 	SYM(graph_destroy_node, "cuGraphDestroyNode", 10000, "cuGraphDestroyNode", NULL, true),
+	SYM(graph_get_nodes, "cuGraphGetNodes", 10000, "cuGraphGetNodes", NULL, true),
+	SYM(graph_node_get_type, "cuGraphNodeGetType", 10000, "cuGraphNodeGetType", NULL, true),
+	SYM(graph_exec_update, "cuGraphExecUpdate", 12000, "cuGraphExecUpdate_v2", NULL, true),
 };
 
 typedef CUresult (CUDAAPI *get_proc_address_fn)(const char *, void **, int,
@@ -1983,6 +1990,66 @@ static int32_t cuda_graph_node_destroy(struct pvgpu_exec *ex, uint64_t node)
 	return ex->api.graph_destroy_node((CUgraphNode)(uintptr_t)node);
 }
 
+static int32_t cuda_graph_nodes(struct pvgpu_exec *ex, uint64_t graph,
+				uint64_t *nodes, uint32_t *types, uint32_t max,
+				uint64_t *count)
+{
+	CUgraphNode *v = NULL;
+	size_t n = 0;
+	int32_t rc;
+
+	if (!ex || !count || (max && (!nodes || !types)))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->api.graph_get_nodes || !ex->api.graph_node_get_type)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	rc = ex->api.graph_get_nodes((CUgraph)(uintptr_t)graph, NULL, &n);
+	if (rc)
+		return rc;
+	*count = n;
+	if (n > max)
+		n = max;
+	if (!n)
+		return CUDA_SUCCESS;
+	v = malloc(n * sizeof(*v));
+	if (!v)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	/* Asked for n, the driver gives the first n. */
+	rc = ex->api.graph_get_nodes((CUgraph)(uintptr_t)graph, v, &n);
+	for (size_t i = 0; !rc && i < n; i++) {
+		CUgraphNodeType t;
+
+		rc = ex->api.graph_node_get_type(v[i], &t);
+		nodes[i] = (uint64_t)(uintptr_t)v[i];
+		types[i] = (uint32_t)t;
+	}
+	free(v);
+	return rc;
+}
+
+static int32_t cuda_graph_exec_update(struct pvgpu_exec *ex, uint64_t exec,
+				      uint64_t graph, uint32_t *result,
+				      uint64_t *error_node, uint32_t *error_type)
+{
+	CUgraphExecUpdateResultInfo info = { 0 };
+	CUgraphNodeType t = CU_GRAPH_NODE_TYPE_EMPTY;
+	int32_t rc;
+
+	if (!ex || !result || !error_node || !error_type)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!ex->api.graph_exec_update || !ex->api.graph_node_get_type)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	rc = ex->api.graph_exec_update((CUgraphExec)(uintptr_t)exec,
+				       (CUgraph)(uintptr_t)graph, &info);
+	*result = (uint32_t)info.result;
+	*error_node = (uint64_t)(uintptr_t)info.errorNode;
+	if (info.errorNode)
+		ex->api.graph_node_get_type(info.errorNode, &t);
+	*error_type = (uint32_t)t;
+	return rc;
+}
+
 /* build/gen/exec_cuda_generic.c */
 int32_t pvgpu_cuda_generic_invoke(void *fp, const struct pvgpu_generic_fn *f,
 				  uint64_t *a);
@@ -2077,4 +2144,6 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.graph_kernel_node_set	= cuda_graph_kernel_node_set,
 	.graph_add_deps		= cuda_graph_add_deps,
 	.graph_node_destroy	= cuda_graph_node_destroy,
+	.graph_nodes		= cuda_graph_nodes,
+	.graph_exec_update	= cuda_graph_exec_update,
 };
