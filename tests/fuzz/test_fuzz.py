@@ -21,7 +21,8 @@ def graph_nodes(image, base, params):
     """Explicit graph nodes (ops.spec graph_*): a graph (handle 4 after the
     module and its function) of memset -> kernel -> memcpy nodes (5, 6, 7),
     an edge, a bad dependency, a kernel node's update in the graph and in
-    its executable graph (8), a launch, a node destroyed and used again."""
+    its executable graph (8), a launch, a clone (9) listed and the
+    executable graph updated from it, a node destroyed and used again."""
     h = lambda i: (1 << 24) | i  # noqa: E731
     mod, fn, graph, x = h(2), h(3), h(4), h(8)
     base += 4096            # the sim's first allocation, past its guard gap
@@ -49,6 +50,10 @@ def graph_nodes(image, base, params):
             + W.message("graph_kernel_node_set", 72, exec=x, node=h(6), **shape)
             + W.batch(W.message("driver_call_async", 0, fn=15, args=[x, 0]))
             + W.message("ctx_synchronize", 73)
+            + W.message("driver_call", 79, fn=20, args=[1, graph])
+            + W.message("graph_get_nodes", 80, graph=h(9))
+            + W.message("graph_exec_update", 81, exec=x, graph=h(9))
+            + W.message("graph_exec_update", 82, exec=x, graph=x)
             + W.message("graph_node_destroy", 74, node=h(7))
             + W.message("graph_node_get_type", 75, node=h(7))
             + W.message("driver_call", 76, fn=17, args=[x])
