@@ -144,18 +144,43 @@ static CUresult add_node(struct cu_ctx *ctx, CUgraphNode *out,
 	return r;
 }
 
-/* A kernel node's function (func, else kern) packed for ctx. */
-static CUresult kernel_pack(const CUDA_KERNEL_NODE_PARAMS *p, struct cu_ctx *ctx,
-			    uint8_t *buf, struct cu_kernel_args *a)
+/* A request's kernel fields (graph_add_node, graph_kernel_node_set). */
+#define KERNEL_REQ(req, p, a) do {					\
+	(req)->func = (a)->func;					\
+	(req)->grid_x = (p)->gridDimX;					\
+	(req)->grid_y = (p)->gridDimY;					\
+	(req)->grid_z = (p)->gridDimZ;					\
+	(req)->block_x = (p)->blockDimX;				\
+	(req)->block_y = (p)->blockDimY;				\
+	(req)->block_z = (p)->blockDimZ;				\
+	(req)->shared_bytes = (p)->sharedMemBytes;			\
+	(req)->params = (a)->params;					\
+	(req)->params_len = (a)->params_len;				\
+} while (0)
+
+/*
+ * A kernel node's function (func, else kern) and parameters packed for its
+ * context (*ctx); *buf (freed by the caller, also on failure) holds them.
+ */
+static CUresult kernel_pack(const CUDA_KERNEL_NODE_PARAMS *p, struct cu_ctx **ctx,
+			    uint8_t **buf, struct cu_kernel_args *a)
 {
 	const unsigned grid[3] = { p->gridDimX, p->gridDimY, p->gridDimZ };
 	const unsigned block[3] = { p->blockDimX, p->blockDimY, p->blockDimZ };
 	CUfunction f = p->func ? p->func : (CUfunction)p->kern;
+	CUresult r;
 
+	*buf = NULL;
 	if (!f)
 		return CUDA_ERROR_INVALID_VALUE;
-	return cu_kernel_pack(f, ctx, grid, block, p->sharedMemBytes,
-			      p->kernelParams, p->extra, buf, a);
+	r = node_ctx(p->func ? NULL : p->ctx, ctx);
+	if (r)
+		return r;
+	*buf = malloc(CU_MAX_PARAMS);
+	if (!*buf)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	return cu_kernel_pack(f, *ctx, grid, block, p->sharedMemBytes,
+			      p->kernelParams, p->extra, *buf, a);
 }
 
 static CUresult add_kernel(CUgraphNode *out, CUgraph g, const CUgraphNode *deps,
@@ -171,24 +196,9 @@ static CUresult add_kernel(CUgraphNode *out, CUgraph g, const CUgraphNode *deps,
 
 	if (!p)
 		return CUDA_ERROR_INVALID_VALUE;
-	r = node_ctx(p->func ? NULL : p->ctx, &ctx);
-	if (r)
-		return r;
-	buf = malloc(CU_MAX_PARAMS);
-	if (!buf)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	r = kernel_pack(p, ctx, buf, &a);
+	r = kernel_pack(p, &ctx, &buf, &a);
 	if (!r) {
-		req.func = a.func;
-		req.grid_x = p->gridDimX;
-		req.grid_y = p->gridDimY;
-		req.grid_z = p->gridDimZ;
-		req.block_x = p->blockDimX;
-		req.block_y = p->blockDimY;
-		req.block_z = p->blockDimZ;
-		req.shared_bytes = p->sharedMemBytes;
-		req.params = a.params;
-		req.params_len = a.params_len;
+		KERNEL_REQ(&req, p, &a);
 		r = add_node(ctx, out, &req, deps, ndeps);
 	}
 	if (!r)
@@ -524,26 +534,11 @@ static CUresult kernel_set(CUgraphExec x, CUgraphNode node,
 
 	if (!p)
 		return CUDA_ERROR_INVALID_VALUE;
-	r = node_ctx(p->func ? NULL : p->ctx, &ctx);
-	if (r)
-		return r;
-	buf = malloc(CU_MAX_PARAMS);
-	if (!buf)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	r = kernel_pack(p, ctx, buf, &a);
+	r = kernel_pack(p, &ctx, &buf, &a);
 	if (!r)
 		r = cu_op_begin(&op, ctx);
 	if (!r) {
-		req.func = a.func;
-		req.grid_x = p->gridDimX;
-		req.grid_y = p->gridDimY;
-		req.grid_z = p->gridDimZ;
-		req.block_x = p->blockDimX;
-		req.block_y = p->blockDimY;
-		req.block_z = p->blockDimZ;
-		req.shared_bytes = p->sharedMemBytes;
-		req.params = a.params;
-		req.params_len = a.params_len;
+		KERNEL_REQ(&req, p, &a);
 		r = cu_status(pvgpu_call_graph_kernel_node_set(op.client, &req, &rep));
 		cu_op_end(&op);
 	}
