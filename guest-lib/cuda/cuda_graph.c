@@ -9,12 +9,13 @@
  * copy of each kernel node's parameters so that cuGraphKernelNodeGetParams
  * can answer as the driver does, with pointers the guest owns.
  *
- * Not here: copies between a graph and host memory (a graph replays later,
- * so a host pointer would have to stay valid and reachable by the host:
- * only memory in a shared window could be, and that is not done yet), host
- * nodes (the host function is the guest's), and node types other than
- * kernel, memcpy, memset and empty: each is CUDA_ERROR_NOT_SUPPORTED with a
- * debug line saying why.
+ * A copy node's host end must be memory in the backend's shared window
+ * (cuMemHostAlloc over shm:// or the VM window): a graph replays
+ * later, so a host pointer must stay valid and reachable by the host, and
+ * only that memory is.  Not here: other host memory, pitched copies, host
+ * nodes (the host function is the guest's, the graph runs on the host),
+ * and node types other than kernel, memcpy, memset and empty: each is
+ * CUDA_ERROR_NOT_SUPPORTED with a debug line saying why.
  */
 #include "cuda_internal.h"	/* first: the legacy entries' own types */
 
@@ -26,6 +27,7 @@
 #include "client.h"
 #include "cuda_surface.h"
 #include "debug.h"
+#include "guest_window.h"
 #include "pvgpu_guest.h"
 #include "pvgpu_proto.h"
 
@@ -258,22 +260,50 @@ CUresult CUDAAPI cuGraphAddMemsetNode(CUgraphNode *out, CUgraph g,
 	return add_memset(out, g, deps, ndeps, p, c);
 }
 
-/* One end of a copy node as a device address, or why not. */
-static CUresult copy_end(const char *end, CUmemorytype type, CUdeviceptr dev,
-			 size_t x, size_t y, size_t z, size_t pitch,
-			 size_t height, uint64_t *addr)
+/*
+ * One end of a copy node: a device address, or (*host set) an offset in the
+ * window of ctx's backend, memory cuMemHostAlloc gave; else why not.
+ */
+static CUresult copy_end(struct cu_ctx *ctx, const char *end, CUmemorytype type,
+			 CUdeviceptr dev, const void *hp, size_t x, size_t y,
+			 size_t z, size_t pitch, size_t height, size_t bytes,
+			 uint64_t *addr, int *host)
 {
+	uint64_t off = x + y * pitch + z * pitch * height;
+	struct pvgpu_window_map *win;
 	struct cu_alloc a;
+	struct cu_host h;
+	struct cu_op op;
+	int in_window = 0;
 
 	if (type == CU_MEMORYTYPE_UNIFIED && cu_alloc_find(dev, &a))
 		type = CU_MEMORYTYPE_DEVICE;
-	if (type != CU_MEMORYTYPE_DEVICE) {
+	if (type == CU_MEMORYTYPE_UNIFIED) {
+		type = CU_MEMORYTYPE_HOST;
+		hp = (const void *)(uintptr_t)dev;
+	}
+	if (type == CU_MEMORYTYPE_DEVICE) {
+		*addr = dev + off;
+		*host = 0;
+		return CUDA_SUCCESS;
+	}
+	if (type == CU_MEMORYTYPE_HOST && hp && cu_host_find(hp, &h) && h.win &&
+	    cu_op_begin(&op, ctx) == CUDA_SUCCESS) {
+		win = pvgpu_client_window(op.client);
+		in_window = win == h.win &&
+			    pvgpu_window_holds(win, (const uint8_t *)hp + off,
+					       bytes, addr);
+		cu_op_end(&op);
+	}
+	if (!in_window) {
 		pvgpu_debug("cuGraphAddMemcpyNode: the %s is %s memory; a graph "
-			    "replays later, so pvgpu takes device memory only",
-			    end, type == CU_MEMORYTYPE_ARRAY ? "array" : "host");
+			    "replays later, so pvgpu takes device memory and host "
+			    "memory in the backend's shared window "
+			    "(cuMemHostAlloc over shm://, the VM window) only",
+			    end, type == CU_MEMORYTYPE_ARRAY ? "array" : "other host");
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
-	*addr = dev + x + y * pitch + z * pitch * height;
+	*host = 1;
 	return CUDA_SUCCESS;
 }
 
@@ -283,21 +313,14 @@ static CUresult add_memcpy(CUgraphNode *out, CUgraph g, const CUgraphNode *deps,
 	struct pvgpu_graph_add_node_req req = {
 		.graph = ID(g), .type = CU_GRAPH_NODE_TYPE_MEMCPY,
 	};
-	size_t h, d;
+	int src_host, dst_host;
+	size_t h, d, bytes;
 	struct cu_ctx *ctx;
 	CUresult r;
 
 	if (!c || c->srcLOD || c->dstLOD)
 		return CUDA_ERROR_INVALID_VALUE;
 	r = node_ctx(cc, &ctx);
-	if (r)
-		return r;
-	r = copy_end("source", c->srcMemoryType, c->srcDevice, c->srcXInBytes,
-		     c->srcY, c->srcZ, c->srcPitch, c->srcHeight, &req.src);
-	if (!r)
-		r = copy_end("destination", c->dstMemoryType, c->dstDevice,
-			     c->dstXInBytes, c->dstY, c->dstZ, c->dstPitch,
-			     c->dstHeight, &req.dst);
 	if (r)
 		return r;
 	h = c->Height ? c->Height : 1;
@@ -313,7 +336,22 @@ static CUresult add_memcpy(CUgraphNode *out, CUgraph g, const CUgraphNode *deps,
 	if (c->WidthInBytes && (h > SIZE_MAX / c->WidthInBytes ||
 				d > SIZE_MAX / (c->WidthInBytes * h)))
 		return CUDA_ERROR_INVALID_VALUE;
-	req.width = c->WidthInBytes * h * d;
+	bytes = c->WidthInBytes * h * d;
+	r = copy_end(ctx, "source", c->srcMemoryType, c->srcDevice, c->srcHost,
+		     c->srcXInBytes, c->srcY, c->srcZ, c->srcPitch, c->srcHeight,
+		     bytes, &req.src, &src_host);
+	if (!r)
+		r = copy_end(ctx, "destination", c->dstMemoryType, c->dstDevice,
+			     c->dstHost, c->dstXInBytes, c->dstY, c->dstZ,
+			     c->dstPitch, c->dstHeight, bytes, &req.dst, &dst_host);
+	if (r)
+		return r;
+	if (src_host && dst_host) {
+		pvgpu_debug("cuGraphAddMemcpyNode: host to host is not supported");
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	req.host = dst_host ? 1 : src_host ? 2 : 0;
+	req.width = bytes;
 	return add_node(ctx, out, &req, deps, ndeps);
 }
 

@@ -61,8 +61,10 @@ struct pvgpu_launch {
 /*
  * One explicit graph node (cuGraphAdd*Node), checked by the worker
  * (host-backend/session/graphs.c).  type is a CUgraphNodeType: KERNEL
- * (kernel, its stream unused), MEMCPY (device to device: dst, src, width
- * bytes), MEMSET (dst, pitch, value, elem_size 1/2/4, width elements,
+ * (kernel, its stream unused), MEMCPY (dst, src, width bytes: device to
+ * device, or with host set from host memory to dst (to_host 0) or from src
+ * to host memory (to_host 1), memory that stays mapped for the
+ * session), MEMSET (dst, pitch, value, elem_size 1/2/4, width elements,
  * height rows) or EMPTY.
  */
 struct pvgpu_graph_node {
@@ -70,6 +72,8 @@ struct pvgpu_graph_node {
 	struct pvgpu_launch kernel;
 	uint64_t dst, src, pitch, width, height;
 	uint32_t value, elem_size;
+	void *host;
+	int to_host;
 };
 
 /* A CUDA array (cuArray3DCreate); height 0: 1D, depth 0: not 3D. */

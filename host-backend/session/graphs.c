@@ -10,7 +10,9 @@
  * names them.  A kernel node's function and packed parameters are
  * checked as a launch's are (modules.c); a memset or memcpy node's ranges
  * must lie inside the session's allocations when it is made (the executor
- * checks them again when the graph runs: memory may be freed meanwhile).
+ * checks them again when the graph runs: memory may be freed meanwhile),
+ * a copy's host end inside the arena of its window, where its host
+ * allocations are (mapped, and so reachable, as long as the session lasts).
  */
 #include <cuda.h>
 
@@ -92,12 +94,12 @@ static int32_t node_check(struct pvgpu_worker *w,
 {
 	switch (req->type) {
 	case CU_GRAPH_NODE_TYPE_KERNEL:
-		if (COPY_FIELDS(req))
+		if (COPY_FIELDS(req) || req->host)
 			return CUDA_ERROR_INVALID_VALUE;
 		n->kernel = (struct pvgpu_launch){ NODE_SHAPE(req) };
 		return pvgpu_kernel_prepare(w, &n->kernel, req->func);
 	case CU_GRAPH_NODE_TYPE_MEMSET:
-		if (KERNEL_FIELDS(req) || req->src)
+		if (KERNEL_FIELDS(req) || req->src || req->host)
 			return CUDA_ERROR_INVALID_VALUE;
 		if (req->elem_size != 1 && req->elem_size != 2 &&
 		    req->elem_size != 4)
@@ -111,14 +113,22 @@ static int32_t node_check(struct pvgpu_worker *w,
 		break;
 	case CU_GRAPH_NODE_TYPE_MEMCPY:
 		if (KERNEL_FIELDS(req) || req->pitch || req->height ||
-		    req->value || req->elem_size)
+		    req->value || req->elem_size || req->host > 2)
 			return CUDA_ERROR_INVALID_VALUE;
-		if (!range_ok(w, req->dst, req->width, 0, 1) ||
-		    !range_ok(w, req->src, req->width, 0, 1))
+		/* A host end: the window's arena, mapped for the session. */
+		if (req->host) {
+			n->to_host = req->host == 1;
+			n->host = pvgpu_window_host(w, n->to_host ? req->dst :
+							req->src, req->width);
+			if (!n->host)
+				return CUDA_ERROR_INVALID_VALUE;
+		}
+		if ((req->host != 1 && !range_ok(w, req->dst, req->width, 0, 1)) ||
+		    (req->host != 2 && !range_ok(w, req->src, req->width, 0, 1)))
 			return CUDA_ERROR_INVALID_VALUE;
 		break;
 	case CU_GRAPH_NODE_TYPE_EMPTY:
-		if (KERNEL_FIELDS(req) || COPY_FIELDS(req))
+		if (KERNEL_FIELDS(req) || COPY_FIELDS(req) || req->host)
 			return CUDA_ERROR_INVALID_VALUE;
 		break;
 	default:

@@ -161,6 +161,15 @@ int32_t pvgpu_lookup_stream(struct pvgpu_worker *w, uint64_t id,
 int32_t pvgpu_kernel_prepare(struct pvgpu_worker *w, struct pvgpu_launch *l,
 			     uint64_t func);
 
+/*
+ * Where [offset, offset + size) of the window lies in the worker, when it
+ * is all inside the window's arena (the guest's host allocations, pinned
+ * where the guest registered them; mapped while the session lasts); else
+ * NULL (window.c).
+ */
+void *pvgpu_window_host(struct pvgpu_worker *w, uint64_t offset,
+			uint64_t size);
+
 /* A graph's node handles dropped with it (graphs.c). */
 void pvgpu_graph_forget(struct pvgpu_worker *w, uint64_t graph);
 

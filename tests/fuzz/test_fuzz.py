@@ -29,7 +29,7 @@ def graph_nodes(image, base, params):
     params = base.to_bytes(8, "little") * 3 + params[24:]
     none = dict(func=0, grid_x=0, grid_y=0, grid_z=0, block_x=0, block_y=0, block_z=0,
                 shared_bytes=0, params=b"", dst=0, src=0, pitch=0, width=0, height=0,
-                value=0, elem_size=0)
+                value=0, elem_size=0, host=0)
     shape = dict(func=fn, grid_x=2, grid_y=1, grid_z=1, block_x=32, block_y=1, block_z=1,
                  shared_bytes=0, params=params)
     return (W.message("module_load", 60, size=len(image)) + W.data_frames(image, 60)

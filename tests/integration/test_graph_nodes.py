@@ -3,15 +3,18 @@ against `pvgpud --executor sim`: a graph built node by node (memset ->
 kernel -> memcpy), instantiated, launched twice, its executable kernel
 node updated; node handles checked by the worker (a node of another
 graph, a stale one or a made-up one is refused); what pvgpu cannot carry
-(host memory in a copy node, host nodes, other node types) is
+(host memory outside the shared window in a copy node, host nodes, other
+node types) is
 CUDA_ERROR_NOT_SUPPORTED naming why.
 """
 
 import os
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_driver_api import BUILD, libdir, run_script, twins_daemon  # noqa: E402,F401
+from test_driver_api import (BUILD, LIBCUDA, env_for, libdir, run_script,  # noqa: E402,F401
+                             twins_daemon)
 
 SCRIPT = r'''
 import ctypes, struct, sys
@@ -261,3 +264,89 @@ def test_explicit_graph_nodes(twins_daemon, libdir, tmp_path):
     assert "cuGraphAddHostNode" in err
     assert "node type 3 is not supported" in err
     assert " start: " in twins_daemon.log()
+
+
+SHM_SCRIPT = r'''
+import ctypes, struct, sys
+cu = ctypes.CDLL(sys.argv[1])
+image = open(sys.argv[2], "rb").read()
+c_u64, c_int, c_uint, c_size, vp = (ctypes.c_uint64, ctypes.c_int, ctypes.c_uint,
+                                    ctypes.c_size_t, ctypes.c_void_p)
+def must(name, *args):
+    r = getattr(cu, name)(*args)
+    if r:
+        sys.exit("%s -> %d" % (name, r))
+def end(p):
+    return [(p + "XInBytes", c_size), (p + "Y", c_size), (p + "Z", c_size),
+            (p + "LOD", c_size), (p + "MemoryType", c_int), (p + "Host", vp),
+            (p + "Device", c_u64), (p + "Array", vp), (p + "reserved", vp),
+            (p + "Pitch", c_size), (p + "Height", c_size)]
+class Memcpy3D(ctypes.Structure):       # CUDA_MEMCPY3D
+    _fields_ = end("src") + end("dst") + [("WidthInBytes", c_size),
+                                          ("Height", c_size), ("Depth", c_size)]
+DEVICE, HOST = 2, 1
+must("cuInit", 0)
+dev, ctx, mod, fn = c_int(), vp(), vp(), vp()
+must("cuDeviceGet", ctypes.byref(dev), 0)
+must("cuCtxCreate_v2", ctypes.byref(ctx), 0, dev)
+must("cuModuleLoadData", ctypes.byref(mod), image)
+must("cuModuleGetFunction", ctypes.byref(fn), mod, b"vec_add")
+n = 1000
+a, c = c_u64(), c_u64()
+for p in (a, c):
+    must("cuMemAlloc_v2", ctypes.byref(p), c_size(4 * n))
+hin, hout = vp(), vp()
+must("cuMemHostAlloc", ctypes.byref(hin), c_size(4 * n), 0)
+must("cuMemHostAlloc", ctypes.byref(hout), c_size(4 * n), 0)
+fin = (ctypes.c_float * n).from_address(hin.value)
+fout = (ctypes.c_float * n).from_address(hout.value)
+g = vp()
+must("cuGraphCreate", ctypes.byref(g), 0)
+up, k, down = vp(), vp(), vp()
+cp = Memcpy3D(srcMemoryType=HOST, srcHost=hin.value, dstMemoryType=DEVICE,
+              dstDevice=a.value, WidthInBytes=4 * n, Height=1, Depth=1)
+must("cuGraphAddMemcpyNode", ctypes.byref(up), g, None, c_size(0), ctypes.byref(cp), ctx)
+cnt = c_int(n)
+args = (vp * 4)(ctypes.addressof(a), ctypes.addressof(a), ctypes.addressof(c),
+                ctypes.addressof(cnt))
+class KernelParams(ctypes.Structure):
+    _fields_ = [("func", vp)] + [(f, c_uint) for f in (
+        "gx", "gy", "gz", "bx", "by", "bz", "smem")] + [
+        ("kernelParams", vp), ("extra", vp), ("kern", vp), ("ctx", vp)]
+kp = KernelParams(func=fn.value, gx=4, gy=1, gz=1, bx=256, by=1, bz=1,
+                  kernelParams=ctypes.cast(args, vp).value)
+must("cuGraphAddKernelNode_v2", ctypes.byref(k), g, (vp * 1)(up), c_size(1), ctypes.byref(kp))
+cp = Memcpy3D(srcMemoryType=DEVICE, srcDevice=c.value, dstMemoryType=HOST,
+              dstHost=hout.value, WidthInBytes=4 * n, Height=1, Depth=1)
+must("cuGraphAddMemcpyNode", ctypes.byref(down), g, (vp * 1)(k), c_size(1), ctypes.byref(cp), ctx)
+exe, s = vp(), vp()
+must("cuStreamCreate", ctypes.byref(s), 1)
+must("cuGraphInstantiateWithFlags", ctypes.byref(exe), g, c_u64(0))
+for scale in (1.0, 3.0):
+    for i in range(n):
+        fin[i] = scale * i
+    must("cuGraphLaunch", exe, s)
+    must("cuStreamSynchronize", s)
+    print("launch", scale, fout[10], fout[999])
+must("cuGraphExecDestroy", exe)
+must("cuGraphDestroy", g)
+print("PASS")
+'''
+
+
+def test_copy_nodes_with_window_memory(twins_daemon, libdir, tmp_path):
+    """Over shm://, host memory from cuMemHostAlloc lies in the shared
+    window, pinned: a graph's copy nodes read and write it on every launch,
+    so what the program writes there before a launch is what the graph
+    sees."""
+    script = tmp_path / "shm.py"
+    script.write_text(SHM_SCRIPT)
+    image = BUILD / "tests" / "kernels" / "images" / "vecadd.fatbin"
+    uri = "shm://" + twins_daemon.unix[len("unix://"):]
+    res = subprocess.run([sys.executable, str(script), str(LIBCUDA), str(image)],
+                         env=env_for(libdir, uri), capture_output=True, text=True,
+                         timeout=60)
+    out = res.stdout.splitlines()
+    assert res.returncode == 0 and out[-1:] == ["PASS"], res.stdout + res.stderr
+    # c = a + a, from the host buffer as it was at each launch.
+    assert out[:2] == ["launch 1.0 20.0 1998.0", "launch 3.0 60.0 5994.0"], out

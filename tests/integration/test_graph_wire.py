@@ -23,7 +23,7 @@ KERNEL, MEMCPY, MEMSET, HOST, EMPTY = 0, 1, 2, 3, 5
 GRAPH_CREATE, INSTANTIATE, LAUNCH, EXEC_DESTROY, GRAPH_DESTROY = 19, 14, 15, 17, 18
 NONE = dict(func=0, grid_x=0, grid_y=0, grid_z=0, block_x=0, block_y=0, block_z=0,
             shared_bytes=0, params=b"", dst=0, src=0, pitch=0, width=0, height=0,
-            value=0, elem_size=0)
+            value=0, elem_size=0, host=0)
 
 
 @pytest.fixture

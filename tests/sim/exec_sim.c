@@ -2934,6 +2934,12 @@ static int32_t graph_node_run(struct pvgpu_exec *ex,
 					      e->n.width, stream);
 		return rc;
 	case CU_GRAPH_NODE_TYPE_MEMCPY:
+		if (e->n.host && e->n.to_host)
+			return sim_memcpy_dtoh_async(ex, e->n.host, e->n.src,
+						     e->n.width, stream);
+		if (e->n.host)
+			return sim_memcpy_htod_async(ex, e->n.dst, e->n.host,
+						     e->n.width, stream);
 		return sim_memcpy_dtod_async(ex, e->n.dst, e->n.src,
 					     e->n.width, stream);
 	default:

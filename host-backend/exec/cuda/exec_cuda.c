@@ -1921,6 +1921,13 @@ static int32_t cuda_graph_add_node(struct pvgpu_exec *ex, uint64_t graph,
 			.WidthInBytes = n->width, .Height = 1, .Depth = 1,
 		};
 
+		if (n->host && n->to_host) {
+			p.dstMemoryType = CU_MEMORYTYPE_HOST;
+			p.dstHost = n->host;
+		} else if (n->host) {
+			p.srcMemoryType = CU_MEMORYTYPE_HOST;
+			p.srcHost = n->host;
+		}
 		if (!ex->api.graph_add_memcpy_node)
 			return CUDA_ERROR_NOT_SUPPORTED;
 		rc = ex->api.graph_add_memcpy_node(&out, g, d, ndeps, &p, c->ctx);
