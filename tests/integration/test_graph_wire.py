@@ -130,12 +130,15 @@ def test_hostile_nodes(daemon, s):
         add(s, g, MEMCPY, dst=buf, src=buf + 4000, width=200),   # past the end
         add(s, g, MEMCPY, dst=0xdead0000, src=buf, width=8),      # not the session's
         add(s, g, MEMCPY, dst=buf, src=buf, width=8, pitch=8),
+        add(s, g, MEMCPY, dst=buf, src=buf, width=8, host=3),
+        add(s, g, MEMCPY, dst=8192, src=buf, width=8, host=1),  # no window here
+        add(s, g, MEMSET, dst=buf, elem_size=4, width=1, height=1, host=1),
         add(s, g, KERNEL, func=0x5555, grid_x=1, grid_y=1, grid_z=1, block_x=1,
             block_y=1, block_z=1),                                # no such function
     ]
     assert [st for st, _ in bad] == [
         CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_HANDLE] + [CUDA_ERROR_INVALID_VALUE] * 3 + [
-        CUDA_ERROR_NOT_SUPPORTED, CUDA_ERROR_NOT_SUPPORTED] + [CUDA_ERROR_INVALID_VALUE] * 12 + [
+        CUDA_ERROR_NOT_SUPPORTED, CUDA_ERROR_NOT_SUPPORTED] + [CUDA_ERROR_INVALID_VALUE] * 15 + [
         CUDA_ERROR_INVALID_HANDLE]
     assert not any(n for _, n in bad)
     edges = lambda f, t: s.call("graph_add_deps", graph=g, **{"from": f, "to": t})[0]  # noqa: E731
