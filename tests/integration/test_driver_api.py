@@ -320,7 +320,7 @@ def test_coverage_doc_up_to_date():
 
 
 def test_not_supported_is_clean(cuda):
-    f = cuda.lib.cuGraphCreate
+    f = cuda.lib.cuGraphAddExternalSemaphoresSignalNode
     f.restype = ctypes.c_int
     assert f(None, 0) == 801
 
