@@ -28,6 +28,7 @@
 #include "cuda_surface.h"
 #include "debug.h"
 #include "guest_window.h"
+#include "pvgpu_generic.h"
 #include "pvgpu_guest.h"
 #include "pvgpu_proto.h"
 
@@ -39,6 +40,7 @@
 struct kernel_node {
 	struct kernel_node *next;
 	uint64_t id;
+	uint64_t graph;			/* the graph it is a node of */
 	CUDA_KERNEL_NODE_PARAMS p;	/* kernelParams points into args */
 	void **args;
 	uint8_t *buf;
@@ -63,7 +65,8 @@ static void kernel_node_free(struct kernel_node *k)
 }
 
 /* Remember (or forget, p NULL) a kernel node's parameters. */
-static void kernel_node_keep(uint64_t id, const CUDA_KERNEL_NODE_PARAMS *p,
+static void kernel_node_keep(uint64_t id, uint64_t graph,
+			     const CUDA_KERNEL_NODE_PARAMS *p,
 			     const struct cu_kernel_args *a)
 {
 	struct kernel_node *k = NULL, **pp;
@@ -74,6 +77,7 @@ static void kernel_node_keep(uint64_t id, const CUDA_KERNEL_NODE_PARAMS *p,
 		if (!k)
 			return;
 		k->id = id;
+		k->graph = graph;
 		k->p = *p;
 		k->p.extra = NULL;
 		k->buf = malloc(a->params_len ? a->params_len : 1);
@@ -107,6 +111,42 @@ static void kernel_node_keep(uint64_t id, const CUDA_KERNEL_NODE_PARAMS *p,
 		kernel_nodes = k;
 	}
 	pthread_mutex_unlock(&nodes_lock);
+}
+
+/* The graph of a kept kernel node (0: not kept). */
+static uint64_t kernel_node_graph(uint64_t id)
+{
+	uint64_t graph = 0;
+
+	pthread_mutex_lock(&nodes_lock);
+	for (struct kernel_node *k = kernel_nodes; k; k = k->next)
+		if (k->id == id)
+			graph = k->graph;
+	pthread_mutex_unlock(&nodes_lock);
+	return graph;
+}
+
+/* cuGraphDestroy: the generic call, and the graph's kept nodes go. */
+CUresult CUDAAPI cuGraphDestroy(CUgraph g)
+{
+	uint64_t a[1] = { ID(g) };
+	struct kernel_node **pp, *k;
+	CUresult r = cu_generic_call(PVGPU_GENERIC_cuGraphDestroy,
+				     "cuGraphDestroy", 0, NULL, a, 1);
+
+	if (r)
+		return r;
+	pthread_mutex_lock(&nodes_lock);
+	for (pp = &kernel_nodes; (k = *pp);) {
+		if (k->graph == ID(g)) {
+			*pp = k->next;
+			kernel_node_free(k);
+		} else {
+			pp = &k->next;
+		}
+	}
+	pthread_mutex_unlock(&nodes_lock);
+	return CUDA_SUCCESS;
 }
 
 /* The context a node's work runs in: c, else the current one. */
@@ -204,7 +244,7 @@ static CUresult add_kernel(CUgraphNode *out, CUgraph g, const CUgraphNode *deps,
 		r = add_node(ctx, out, &req, deps, ndeps);
 	}
 	if (!r)
-		kernel_node_keep(ID(*out), p, &a);
+		kernel_node_keep(ID(*out), ID(g), p, &a);
 	free(buf);
 	return r;
 }
@@ -582,7 +622,7 @@ static CUresult kernel_set(CUgraphExec x, CUgraphNode node,
 	}
 	/* The graph's node changed, not an executable graph's. */
 	if (!r && !x)
-		kernel_node_keep(ID(node), p, &a);
+		kernel_node_keep(ID(node), kernel_node_graph(ID(node)), p, &a);
 	free(buf);
 	return r;
 }
@@ -674,7 +714,7 @@ CUresult CUDAAPI cuGraphDestroyNode(CUgraphNode node)
 	r = cu_status(pvgpu_call_graph_node_destroy(op.client, &req, &rep));
 	cu_op_end(&op);
 	if (!r)
-		kernel_node_keep(ID(node), NULL, NULL);
+		kernel_node_keep(ID(node), 0, NULL, NULL);
 	return r;
 }
 

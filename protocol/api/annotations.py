@@ -168,7 +168,7 @@ GENERIC = """
 16 cuGraphUpload                 CUgraphExec CUstream  async
 16 cuGraphUpload_ptsz            CUgraphExec CUstream  async
 17 cuGraphExecDestroy            CUgraphExec!
-18 cuGraphDestroy                CUgraph!
+18 cuGraphDestroy                CUgraph!  hand
 19 cuGraphCreate                 CUgraph* unsigned_int
 20 cuGraphClone                  CUgraph* CUgraph
 """
