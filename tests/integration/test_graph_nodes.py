@@ -16,7 +16,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 from test_driver_api import (BUILD, LIBCUDA, env_for, libdir, run_script,  # noqa: E402,F401
                              twins_daemon)
 
-SCRIPT = r'''
+# What both scripts start with: the driver's structs, a context, vec_add.
+PRELUDE = r'''
 import ctypes, struct, sys
 cu = ctypes.CDLL(sys.argv[1])
 image = open(sys.argv[2], "rb").read()
@@ -52,6 +53,9 @@ must("cuDeviceGet", ctypes.byref(dev), 0)
 must("cuCtxCreate_v2", ctypes.byref(ctx), 0, dev)
 must("cuModuleLoadData", ctypes.byref(mod), image)
 must("cuModuleGetFunction", ctypes.byref(fn), mod, b"vec_add")
+'''
+
+SCRIPT = PRELUDE + r'''
 n = 1000
 a, b, c, d = c_u64(), c_u64(), c_u64(), c_u64()
 for p in (a, b, c, d):
@@ -266,31 +270,7 @@ def test_explicit_graph_nodes(twins_daemon, libdir, tmp_path):
     assert " start: " in twins_daemon.log()
 
 
-SHM_SCRIPT = r'''
-import ctypes, struct, sys
-cu = ctypes.CDLL(sys.argv[1])
-image = open(sys.argv[2], "rb").read()
-c_u64, c_int, c_uint, c_size, vp = (ctypes.c_uint64, ctypes.c_int, ctypes.c_uint,
-                                    ctypes.c_size_t, ctypes.c_void_p)
-def must(name, *args):
-    r = getattr(cu, name)(*args)
-    if r:
-        sys.exit("%s -> %d" % (name, r))
-def end(p):
-    return [(p + "XInBytes", c_size), (p + "Y", c_size), (p + "Z", c_size),
-            (p + "LOD", c_size), (p + "MemoryType", c_int), (p + "Host", vp),
-            (p + "Device", c_u64), (p + "Array", vp), (p + "reserved", vp),
-            (p + "Pitch", c_size), (p + "Height", c_size)]
-class Memcpy3D(ctypes.Structure):       # CUDA_MEMCPY3D
-    _fields_ = end("src") + end("dst") + [("WidthInBytes", c_size),
-                                          ("Height", c_size), ("Depth", c_size)]
-DEVICE, HOST = 2, 1
-must("cuInit", 0)
-dev, ctx, mod, fn = c_int(), vp(), vp(), vp()
-must("cuDeviceGet", ctypes.byref(dev), 0)
-must("cuCtxCreate_v2", ctypes.byref(ctx), 0, dev)
-must("cuModuleLoadData", ctypes.byref(mod), image)
-must("cuModuleGetFunction", ctypes.byref(fn), mod, b"vec_add")
+SHM_SCRIPT = PRELUDE + r'''
 n = 1000
 a, c = c_u64(), c_u64()
 for p in (a, c):
@@ -309,10 +289,6 @@ must("cuGraphAddMemcpyNode", ctypes.byref(up), g, None, c_size(0), ctypes.byref(
 cnt = c_int(n)
 args = (vp * 4)(ctypes.addressof(a), ctypes.addressof(a), ctypes.addressof(c),
                 ctypes.addressof(cnt))
-class KernelParams(ctypes.Structure):
-    _fields_ = [("func", vp)] + [(f, c_uint) for f in (
-        "gx", "gy", "gz", "bx", "by", "bz", "smem")] + [
-        ("kernelParams", vp), ("extra", vp), ("kern", vp), ("ctx", vp)]
 kp = KernelParams(func=fn.value, gx=4, gy=1, gz=1, bx=256, by=1, bz=1,
                   kernelParams=ctypes.cast(args, vp).value)
 must("cuGraphAddKernelNode_v2", ctypes.byref(k), g, (vp * 1)(up), c_size(1), ctypes.byref(kp))
