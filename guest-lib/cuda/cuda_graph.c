@@ -46,8 +46,86 @@ struct kernel_node {
 	uint8_t *buf;
 };
 
+/*
+ * A host node: the guest's function.  The worker's graph holds an empty
+ * node in its place (so that edges and node lists stay whole); nothing may
+ * come after it in the graph, so a launch of a graph with host nodes is the
+ * graph's device work, then, as cuLaunchHostFunc does, the stream waited
+ * for and each host function called here, in the launching thread.
+ */
+struct host_node {
+	struct host_node *next;
+	uint64_t id, graph;
+	CUhostFn fn;
+	void *data;
+};
+
+/* An executable graph's host functions, copied at instantiation. */
+struct exec_hosts {
+	struct exec_hosts *next;
+	uint64_t exec;
+	size_t n;
+	struct host_node *v;
+};
+
 static pthread_mutex_t nodes_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct kernel_node *kernel_nodes;
+static struct host_node *host_nodes;
+static struct exec_hosts *exec_hosts;
+
+/* Is id a host node (graph 0: of any graph)?  How many has graph? */
+static int is_host_node(uint64_t id)
+{
+	int found = 0;
+
+	pthread_mutex_lock(&nodes_lock);
+	for (struct host_node *h = host_nodes; h && !found; h = h->next)
+		found = h->id == id;
+	pthread_mutex_unlock(&nodes_lock);
+	return found;
+}
+
+static size_t host_nodes_of(uint64_t graph)
+{
+	size_t n = 0;
+
+	pthread_mutex_lock(&nodes_lock);
+	for (struct host_node *h = host_nodes; h; h = h->next)
+		n += h->graph == graph;
+	pthread_mutex_unlock(&nodes_lock);
+	return n;
+}
+
+/* Drop the host nodes of graph (0: any) with id (0: any). */
+static void host_nodes_drop(uint64_t graph, uint64_t id)
+{
+	struct host_node **pp, *h;
+
+	pthread_mutex_lock(&nodes_lock);
+	for (pp = &host_nodes; (h = *pp);) {
+		if ((!graph || h->graph == graph) && (!id || h->id == id)) {
+			*pp = h->next;
+			free(h);
+		} else {
+			pp = &h->next;
+		}
+	}
+	pthread_mutex_unlock(&nodes_lock);
+}
+
+/* Nodes after a host node cannot be carried (see struct host_node). */
+static CUresult after_host(const char *name, const CUgraphNode *deps, size_t n)
+{
+	for (size_t i = 0; deps && i < n; i++) {
+		if (is_host_node(ID(deps[i]))) {
+			pvgpu_debug("%s: a node after a host node is not supported "
+				    "(host nodes run in the guest once the graph's "
+				    "device work is done)", name);
+			return CUDA_ERROR_NOT_SUPPORTED;
+		}
+	}
+	return CUDA_SUCCESS;
+}
 
 /* Parameter i of a kernel node's function (func, else kern). */
 static CUresult param_info(const CUDA_KERNEL_NODE_PARAMS *p, size_t i,
@@ -146,6 +224,7 @@ CUresult CUDAAPI cuGraphDestroy(CUgraph g)
 		}
 	}
 	pthread_mutex_unlock(&nodes_lock);
+	host_nodes_drop(ID(g), 0);
 	return CUDA_SUCCESS;
 }
 
@@ -168,6 +247,9 @@ static CUresult add_node(struct cu_ctx *ctx, CUgraphNode *out,
 
 	if (!out || (ndeps && !deps))
 		return CUDA_ERROR_INVALID_VALUE;
+	r = after_host("cuGraphAdd*Node", deps, ndeps);
+	if (r)
+		return r;
 	if (ndeps > MAX_DEPS) {
 		pvgpu_debug("cuGraphAdd*Node: %zu dependencies, pvgpu takes %d",
 			    ndeps, MAX_DEPS);
@@ -412,16 +494,6 @@ CUresult CUDAAPI cuGraphAddEmptyNode(CUgraphNode *out, CUgraph g,
 	return add_node(NULL, out, &req, deps, ndeps);
 }
 
-CUresult CUDAAPI cuGraphAddHostNode(CUgraphNode *out, CUgraph g,
-				    const CUgraphNode *deps, size_t ndeps,
-				    const CUDA_HOST_NODE_PARAMS *p)
-{
-	(void)out; (void)g; (void)deps; (void)ndeps; (void)p;
-	pvgpu_debug("cuGraphAddHostNode: a host node's function is the "
-		    "guest's, and the graph runs on the host: not supported");
-	return CUDA_ERROR_NOT_SUPPORTED;
-}
-
 /* Edge data other than the default (all zero) cannot be carried. */
 static CUresult plain_edges(const char *name, const CUgraphEdgeData *e, size_t n)
 {
@@ -474,9 +546,14 @@ static CUresult add_any(CUgraphNode *out, CUgraph g, const CUgraphNode *deps,
 	}
 	case CU_GRAPH_NODE_TYPE_EMPTY:
 		return cuGraphAddEmptyNode(out, g, deps, ndeps);
+	case CU_GRAPH_NODE_TYPE_HOST: {
+		CUDA_HOST_NODE_PARAMS h = { p->host.fn, p->host.userData };
+
+		return cuGraphAddHostNode(out, g, deps, ndeps, &h);
+	}
 	default:
 		pvgpu_debug("cuGraphAddNode: node type %d is not supported "
-			    "(pvgpu takes kernel, memcpy, memset and empty nodes)",
+			    "(pvgpu takes kernel, memcpy, memset, empty and host nodes)",
 			    (int)p->type);
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
@@ -509,6 +586,9 @@ static CUresult add_deps(CUgraph g, const CUgraphNode *from,
 		return CUDA_SUCCESS;
 	if (!from || !to)
 		return CUDA_ERROR_INVALID_VALUE;
+	r = after_host("cuGraphAddDependencies", from, n);
+	if (r)
+		return r;
 	if (n > MAX_DEPS) {
 		pvgpu_debug("cuGraphAddDependencies: %zu edges at once, pvgpu "
 			    "takes %d", n, MAX_DEPS);
@@ -557,7 +637,8 @@ CUresult CUDAAPI cuGraphNodeGetType(CUgraphNode node, CUgraphNodeType *type)
 	r = cu_status(pvgpu_call_graph_node_get_type(op.client, &req, &rep));
 	cu_op_end(&op);
 	if (!r)
-		*type = (CUgraphNodeType)rep.type;
+		*type = is_host_node(ID(node)) ? CU_GRAPH_NODE_TYPE_HOST :
+						 (CUgraphNodeType)rep.type;
 	return r;
 }
 
@@ -713,8 +794,10 @@ CUresult CUDAAPI cuGraphDestroyNode(CUgraphNode node)
 		return r;
 	r = cu_status(pvgpu_call_graph_node_destroy(op.client, &req, &rep));
 	cu_op_end(&op);
-	if (!r)
+	if (!r) {
 		kernel_node_keep(ID(node), 0, NULL, NULL);
+		host_nodes_drop(0, ID(node));
+	}
 	return r;
 }
 
@@ -724,8 +807,16 @@ static CUresult exec_update(CUgraphExec x, CUgraph g, CUgraphNode *error_node,
 	struct pvgpu_graph_exec_update_req req = { .exec = ID(x), .graph = ID(g) };
 	struct pvgpu_graph_exec_update_rep rep = { 0 };
 	struct cu_op op;
-	CUresult r = cu_op_current(&op);
+	CUresult r;
 
+	*error_node = NULL;
+	*result = CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED;
+	if (host_nodes_of(ID(g))) {
+		pvgpu_debug("cuGraphExecUpdate: a graph with host nodes is not "
+			    "supported");
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	r = cu_op_current(&op);
 	if (r)
 		return r;
 	r = cu_status(pvgpu_call_graph_exec_update(op.client, &req, &rep));
@@ -751,4 +842,160 @@ CUresult CUDAAPI cuGraphExecUpdate(CUgraphExec x, CUgraph g, CUgraphNode *error_
 	if (!error_node || !result)
 		return CUDA_ERROR_INVALID_VALUE;
 	return exec_update(x, g, error_node, result);
+}
+
+CUresult CUDAAPI cuGraphAddHostNode(CUgraphNode *out, CUgraph g,
+				    const CUgraphNode *deps, size_t ndeps,
+				    const CUDA_HOST_NODE_PARAMS *p)
+{
+	struct pvgpu_graph_add_node_req req = {
+		.graph = ID(g), .type = CU_GRAPH_NODE_TYPE_EMPTY,
+	};
+	struct host_node *h;
+	CUresult r;
+
+	if (!p || !p->fn)
+		return CUDA_ERROR_INVALID_VALUE;
+	h = calloc(1, sizeof(*h));
+	if (!h)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	r = add_node(NULL, out, &req, deps, ndeps);
+	if (r) {
+		free(h);
+		return r;
+	}
+	*h = (struct host_node){ .id = ID(*out), .graph = ID(g), .fn = p->fn,
+				 .data = p->userData };
+	pthread_mutex_lock(&nodes_lock);
+	h->next = host_nodes;
+	host_nodes = h;
+	pthread_mutex_unlock(&nodes_lock);
+	return CUDA_SUCCESS;
+}
+
+/* ---- the generic call's graph entries that must know of host nodes ---- */
+
+CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *out, CUgraph g,
+					     unsigned long long flags)
+{
+	uint64_t a[3] = { out != NULL, ID(g), flags };
+	struct exec_hosts *x = NULL;
+	size_t n = host_nodes_of(ID(g));
+	CUresult r;
+
+	if (n) {
+		x = calloc(1, sizeof(*x));
+		if (x)
+			x->v = calloc(n, sizeof(*x->v));
+		if (!x || !x->v) {
+			free(x);
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+	}
+	r = cu_generic_call(PVGPU_GENERIC_cuGraphInstantiateWithFlags,
+			    "cuGraphInstantiateWithFlags", 0, NULL, a, 3);
+	if (r || !x) {
+		if (x)
+			free(x->v);
+		free(x);
+		if (!r)
+			*out = (CUgraphExec)(uintptr_t)a[0];
+		return r;
+	}
+	*out = (CUgraphExec)(uintptr_t)a[0];
+	x->exec = a[0];
+	pthread_mutex_lock(&nodes_lock);
+	for (struct host_node *h = host_nodes; h && x->n < n; h = h->next)
+		if (h->graph == ID(g))
+			x->v[x->n++] = *h;
+	x->next = exec_hosts;
+	exec_hosts = x;
+	pthread_mutex_unlock(&nodes_lock);
+	return CUDA_SUCCESS;
+}
+
+static CUresult graph_launch(CUgraphExec x, CUstream s, int ptsz)
+{
+	uint64_t a[2] = { ID(x), 0 };
+	struct host_node *v = NULL;
+	struct cu_ctx *ctx = NULL;
+	size_t n = 0;
+	CUresult r;
+
+	r = cu_generic_stream(s, ptsz, &ctx, &a[1]);
+	if (r)
+		return r;
+	r = cu_generic_call(PVGPU_GENERIC_cuGraphLaunch, "cuGraphLaunch", 1,
+			    ctx, a, 2);
+	if (r)
+		return r;
+	pthread_mutex_lock(&nodes_lock);
+	for (struct exec_hosts *e = exec_hosts; e && !v; e = e->next) {
+		if (e->exec == ID(x) && e->n) {
+			v = malloc(e->n * sizeof(*v));
+			if (v) {
+				memcpy(v, e->v, e->n * sizeof(*v));
+				n = e->n;
+			} else {
+				r = CUDA_ERROR_OUT_OF_MEMORY;
+			}
+		}
+	}
+	pthread_mutex_unlock(&nodes_lock);
+	/* The host nodes: after the graph's device work, in this thread. */
+	if (n)
+		r = cuStreamSynchronize(ptsz && !s ? CU_STREAM_PER_THREAD : s);
+	for (size_t i = 0; !r && i < n; i++)
+		v[i].fn(v[i].data);
+	free(v);
+	return r;
+}
+
+CUresult CUDAAPI cuGraphLaunch(CUgraphExec x, CUstream s)
+{
+	return graph_launch(x, s, 0);
+}
+
+CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec x, CUstream s)
+{
+	return graph_launch(x, s, 1);
+}
+
+CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec x)
+{
+	uint64_t a[1] = { ID(x) };
+	struct exec_hosts **pp, *e;
+	CUresult r = cu_generic_call(PVGPU_GENERIC_cuGraphExecDestroy,
+				     "cuGraphExecDestroy", 0, NULL, a, 1);
+
+	if (r)
+		return r;
+	pthread_mutex_lock(&nodes_lock);
+	for (pp = &exec_hosts; (e = *pp); pp = &e->next) {
+		if (e->exec == ID(x)) {
+			*pp = e->next;
+			free(e->v);
+			free(e);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&nodes_lock);
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphClone(CUgraph *out, CUgraph g)
+{
+	uint64_t a[2] = { out != NULL, ID(g) };
+	CUresult r;
+
+	if (host_nodes_of(ID(g))) {
+		pvgpu_debug("cuGraphClone: a graph with host nodes cannot be "
+			    "cloned (its host nodes live in the guest)");
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	r = cu_generic_call(PVGPU_GENERIC_cuGraphClone, "cuGraphClone", 0,
+			    NULL, a, 2);
+	if (!r && out)
+		*out = (CUgraph)(uintptr_t)a[0];
+	return r;
 }

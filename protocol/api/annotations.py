@@ -81,7 +81,7 @@ cuGraphNodeGetType cuGraphGetNodes cuGraphDestroyNode
 cuGraphKernelNodeGetParams cuGraphKernelNodeGetParams_v2
 cuGraphKernelNodeSetParams cuGraphKernelNodeSetParams_v2
 cuGraphExecKernelNodeSetParams cuGraphExecKernelNodeSetParams_v2
-cuGraphExecUpdate cuGraphExecUpdate_v2
+cuGraphExecUpdate cuGraphExecUpdate_v2 cuGraphAddHostNode
 """
 
 LOCAL = """
@@ -117,7 +117,6 @@ cuGetProcAddress cuGetProcAddress_v2 cuGetExportTable
 
 cuCtxEnablePeerAccess cuCtxDisablePeerAccess
 cuThreadExchangeStreamCaptureMode
-cuGraphAddHostNode
 """
 
 # Forwarded by the generic driver call (protocol/api/gen_generic.py): one
@@ -162,15 +161,15 @@ GENERIC = """
 12 cuStreamEndCapture_ptsz       CUstream CUgraph*
 13 cuStreamIsCapturing           CUstream CUstreamCaptureStatus*  hand
 13 cuStreamIsCapturing_ptsz      CUstream CUstreamCaptureStatus*  hand
-14 cuGraphInstantiateWithFlags   CUgraphExec* CUgraph unsigned_long_long
-15 cuGraphLaunch                 CUgraphExec CUstream  async
-15 cuGraphLaunch_ptsz            CUgraphExec CUstream  async
+14 cuGraphInstantiateWithFlags   CUgraphExec* CUgraph unsigned_long_long  hand
+15 cuGraphLaunch                 CUgraphExec CUstream  async  hand
+15 cuGraphLaunch_ptsz            CUgraphExec CUstream  async  hand
 16 cuGraphUpload                 CUgraphExec CUstream  async
 16 cuGraphUpload_ptsz            CUgraphExec CUstream  async
-17 cuGraphExecDestroy            CUgraphExec!
+17 cuGraphExecDestroy            CUgraphExec!  hand
 18 cuGraphDestroy                CUgraph!  hand
 19 cuGraphCreate                 CUgraph* unsigned_int
-20 cuGraphClone                  CUgraph* CUgraph
+20 cuGraphClone                  CUgraph* CUgraph  hand
 """
 
 # Exported names whose driver-580 entry is a newer function's (by

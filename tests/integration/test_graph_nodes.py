@@ -3,8 +3,8 @@ against `pvgpud --executor sim`: a graph built node by node (memset ->
 kernel -> memcpy), instantiated, launched twice, its executable kernel
 node updated; node handles checked by the worker (a node of another
 graph, a stale one or a made-up one is refused); what pvgpu cannot carry
-(host memory outside the shared window in a copy node, host nodes, other
-node types) is
+(host memory outside the shared window in a copy node, a node after a host
+node, other node types) is
 CUDA_ERROR_NOT_SUPPORTED naming why.
 """
 
@@ -199,16 +199,37 @@ hp = Memcpy3D(srcMemoryType=DEVICE, srcDevice=c.value, dstMemoryType=HOST,
               dstHost=ctypes.addressof(host), WidthInBytes=4 * n, Height=1, Depth=1)
 print("host copy node", call("cuGraphAddMemcpyNode", ctypes.byref(e3), g2, None, c_size(0),
                              ctypes.byref(hp), ctx))
-print("host node", call("cuGraphAddHostNode", ctypes.byref(e3), g2, None, c_size(0),
-                        ctypes.byref((vp * 2)())))
+# A host node runs the guest's function after the graph's device work.
+ran = []
+HostFn = ctypes.CFUNCTYPE(None, vp)
+hostfn = HostFn(lambda data: ran.append(data))
+g3, hn, after, exe4, cl3 = vp(), vp(), vp(), vp(), vp()
+must("cuGraphCreate", ctypes.byref(g3), 0)
+ms3 = MemsetParams(dst=d.value, value=9, elementSize=4, width=n, height=1)
+must("cuGraphAddMemsetNode", ctypes.byref(e3), g3, None, c_size(0), ctypes.byref(ms3), ctx)
+hp_ = (vp * 2)(ctypes.cast(hostfn, vp), vp(42))
+must("cuGraphAddHostNode", ctypes.byref(hn), g3, (vp * 1)(e3), c_size(1), hp_)
+must("cuGraphNodeGetType", hn, ctypes.byref(t))
+print("host node type", t.value)
+print("after a host node", call("cuGraphAddEmptyNode", ctypes.byref(after), g3,
+                                (vp * 1)(hn), c_size(1)))
+print("clone with a host node", call("cuGraphClone", ctypes.byref(cl3), g3))
+must("cuGraphInstantiateWithFlags", ctypes.byref(exe4), g3, c_u64(0))
+must("cuGraphLaunch", exe4, s)
+must("cuGraphLaunch", exe4, s)
+words = (ctypes.c_uint32 * n)()
+must("cuMemcpyDtoH_v2", words, d, c_size(4 * n))
+print("host node ran", ran, words[0])
+must("cuGraphExecDestroy", exe4)
+must("cuGraphDestroy", g3)
 # cuGraphAddNode_v2: a memset node by CUgraphNodeParams; a host node is refused.
 params = ctypes.create_string_buffer(256)
 struct.pack_into("<i12x", params, 0, 2)            # CU_GRAPH_NODE_TYPE_MEMSET
 struct.pack_into("<QQIIQQQ", params, 16, d.value, 0, 7, 4, n, 1, 0)
 e4 = vp()
 must("cuGraphAddNode_v2", ctypes.byref(e4), g2, (vp * 1)(e2), None, c_size(1), params)
-struct.pack_into("<i", params, 0, 3)               # CU_GRAPH_NODE_TYPE_HOST
-print("host by AddNode", call("cuGraphAddNode_v2", ctypes.byref(e3), g2, None, None,
+struct.pack_into("<i", params, 0, 4)               # CU_GRAPH_NODE_TYPE_GRAPH
+print("child graph by AddNode", call("cuGraphAddNode_v2", ctypes.byref(e3), g2, None, None,
                               c_size(0), params))
 exe3 = vp()
 must("cuGraphInstantiateWithFlags", ctypes.byref(exe3), g2, c_u64(0))
@@ -258,15 +279,19 @@ def test_explicit_graph_nodes(twins_daemon, libdir, tmp_path):
     assert "no params 1" in out
     assert "memset past the end 1" in out
     assert "host copy node 801" in out             # CUDA_ERROR_NOT_SUPPORTED
-    assert "host node 801" in out
-    assert "host by AddNode 801" in out
+    assert "host node type 3" in out               # CU_GRAPH_NODE_TYPE_HOST
+    assert "after a host node 801" in out
+    assert "clone with a host node 801" in out
+    # Each launch ran the host function once, after the memset before it.
+    assert "host node ran [42, 42] 9" in out, out
+    assert "child graph by AddNode 801" in out
     assert "AddNode memset 7 7" in out, out
     assert "destroyed node 400" in out
     assert "node of a destroyed graph 400" in out
     # Each refusal says why, when PVGPU_DEBUG is set.
     assert "a graph replays later" in err, err
-    assert "cuGraphAddHostNode" in err
-    assert "node type 3 is not supported" in err
+    assert "a node after a host node is not supported" in err
+    assert "node type 4 is not supported" in err
     assert " start: " in twins_daemon.log()
 
 
