@@ -2,8 +2,9 @@
  * graphnodes: a CUDA graph built node by node, as NVIDIA's simpleCudaGraphs
  * does: memset -> kernel -> memcpy, instantiated and launched twice; its
  * executable kernel node updated (the graph keeps its own), the graph's
- * kernel node updated and instantiated again; node types and counts, an
- * empty node and an edge added and the node destroyed.  Each launch's
+ * kernel node updated and instantiated again; a host node last, run once a
+ * launch; node types and counts, an empty node and an edge added and the
+ * node destroyed.  Each launch's
  * result is checked on the host.  The kernels are callback.cu's (the sim
  * has their twins).
  */
@@ -28,6 +29,12 @@ extern "C" __global__ void scale_add(int *p, int n, int m, int a)
 }
 
 static int host[N];
+static int host_calls;      /* the host node's function, run after the copy */
+
+static void CUDART_CB count_call(void *data)
+{
+    host_calls += *(int *)data;
+}
 
 /* Every element of q, copied back, is want + i * step. */
 static void expect_all(const char *what, const int *q, int want, int step)
@@ -78,16 +85,25 @@ int main(void)
     CHECK(cudaGraphAddMemcpyNode1D(&copy, g, &kern, 1, q, p, N * sizeof(int),
                                    cudaMemcpyDeviceToDevice));
 
-    cudaGraphNodeType types[3];
+    /* Last, as simpleCudaGraphs does: a host node. */
+    static int one = 1;
+    cudaGraphNode_t hostn;
+    cudaHostNodeParams hp = {};
+    hp.fn = count_call;
+    hp.userData = &one;
+    CHECK(cudaGraphAddHostNode(&hostn, g, &copy, 1, &hp));
+
+    cudaGraphNodeType types[4];
     CHECK(cudaGraphNodeGetType(mset, &types[0]));
     CHECK(cudaGraphNodeGetType(kern, &types[1]));
     CHECK(cudaGraphNodeGetType(copy, &types[2]));
+    CHECK(cudaGraphNodeGetType(hostn, &types[3]));
     EXPECT(types[0] == cudaGraphNodeTypeMemset && types[1] == cudaGraphNodeTypeKernel &&
-           types[2] == cudaGraphNodeTypeMemcpy);
+           types[2] == cudaGraphNodeTypeMemcpy && types[3] == cudaGraphNodeTypeHost);
     size_t count = 0;
     CHECK(cudaGraphGetNodes(g, NULL, &count));
     printf("nodes: %zu\n", count);
-    EXPECT(count == 3);
+    EXPECT(count == 4);
 
     cudaGraphExec_t x;
     CHECK(cudaGraphInstantiate(&x, g, 0));
@@ -131,11 +147,13 @@ int main(void)
     CHECK(cudaGraphAddDependencies(g, &mset, &empty, NULL, 1));
     CHECK(cudaGraphGetNodes(g, NULL, &count));
     printf("nodes with the empty one: %zu\n", count);
-    EXPECT(count == 4);
+    EXPECT(count == 5);
     CHECK(cudaGraphDestroyNode(empty));
     CHECK(cudaGraphGetNodes(g, NULL, &count));
     printf("nodes after destroying it: %zu\n", count);
-    EXPECT(count == 3);
+    EXPECT(count == 4);
+    printf("host node calls: %d\n", host_calls);  /* one a launch */
+    EXPECT(host_calls == 5);
 
     CHECK(cudaGraphExecDestroy(x2));
     CHECK(cudaGraphExecDestroy(x));
