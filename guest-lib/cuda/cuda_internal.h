@@ -247,6 +247,22 @@ CUresult cu_library_load(const void *image, CUlibrary *out);
 CUresult cu_module_functions(CUmodule hmod, CUfunction *fs, unsigned int max,
 			     unsigned int *count);
 
+/*
+ * A kernel's function, shape and parameters (kernelParams or the `extra`
+ * packed buffer) checked and packed as cuLaunchKernel does, for ctx
+ * (cuda_module.c); buf: room for CU_MAX_PARAMS bytes, params may point
+ * into it.
+ */
+#define CU_MAX_PARAMS	32764
+struct cu_kernel_args {
+	uint64_t func;			/* the backend's function */
+	const void *params;
+	uint32_t params_len;
+};
+CUresult cu_kernel_pack(CUfunction h, struct cu_ctx *ctx, const unsigned grid[3],
+			const unsigned block[3], unsigned smem, void **params,
+			void **extra, uint8_t *buf, struct cu_kernel_args *out);
+
 /* Where a cu_ctx's remote lives, for modules: its device index. */
 #define CU_MAX_DEVICES 64
 

@@ -17,7 +17,7 @@
 #define FATBINC_MAGIC	0x466243b1u
 #define FATBIN_MAGIC	0xba55ed50u
 #define MAX_IMAGE	(1ull << 31)
-#define MAX_PARAMS	32764
+#define MAX_PARAMS	CU_MAX_PARAMS
 
 static pthread_mutex_t mod_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -983,51 +983,36 @@ static CUresult check_attrs(const struct launch_attrs *la, CUfunction h,
 	return CUDA_SUCCESS;
 }
 
-static CUresult launch(CUfunction h, unsigned gx, unsigned gy, unsigned gz,
-		       unsigned bx, unsigned by, unsigned bz, unsigned smem,
-		       CUstream s, void **params, void **extra,
-		       const struct launch_attrs *la)
+CUresult cu_kernel_pack(CUfunction h, struct cu_ctx *ctx, const unsigned grid[3],
+			const unsigned block[3], unsigned smem, void **params,
+			void **extra, uint8_t *buf, struct cu_kernel_args *out)
 {
-	const unsigned grid[3] = { gx, gy, gz };
-	struct pvgpu_launch_kernel_req req = {
-		.grid_x = gx, .grid_y = gy, .grid_z = gz,
-		.block_x = bx, .block_y = by, .block_z = bz,
-		.shared_bytes = smem,
-	};
-	uint8_t buf[MAX_PARAMS];
-	struct cu_ctx *ctx;
+	const int32_t *a = cu.devices[ctx->device].attr;
+	unsigned gx = grid[0], gy = grid[1], gz = grid[2];
+	unsigned bx = block[0], by = block[1], bz = block[2];
 	struct cu_func *f;
-	struct cu_op op;
 	CUresult r;
 
-	r = cu_stream_resolve(s, &ctx, &req.stream);
-	if (r)
-		return r;
 	r = func_resolve(h, ctx->device, &f);
 	if (r)
 		return r;
-	{
-		const int32_t *a = cu.devices[ctx->device].attr;
-
-		if (!gx || !gy || !gz || !bx || !by || !bz ||
-		    (uint64_t)bx * by * bz > (uint64_t)a[CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK] ||
-		    bx > (unsigned)a[CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X] ||
-		    by > (unsigned)a[CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y] ||
-		    bz > (unsigned)a[CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z] ||
-		    gx > (unsigned)a[CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X] ||
-		    gy > (unsigned)a[CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y] ||
-		    gz > (unsigned)a[CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z])
-			return CUDA_ERROR_INVALID_VALUE;
-		if (f->max_threads > 0 && (uint64_t)bx * by * bz > (uint64_t)f->max_threads)
-			return CUDA_ERROR_INVALID_VALUE;
-		if (f->max_dyn_smem >= 0 && smem > (unsigned)f->max_dyn_smem)
-			return CUDA_ERROR_INVALID_VALUE;
-		if (smem > (unsigned)a[CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN])
-			return CUDA_ERROR_INVALID_VALUE;
-	}
-	r = check_attrs(la, h, ctx, grid, bx * by * bz, smem);
-	if (r)
-		return r;
+	if (!gx || !gy || !gz || !bx || !by || !bz ||
+	    (uint64_t)bx * by * bz > (uint64_t)a[CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK] ||
+	    bx > (unsigned)a[CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X] ||
+	    by > (unsigned)a[CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y] ||
+	    bz > (unsigned)a[CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z] ||
+	    gx > (unsigned)a[CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X] ||
+	    gy > (unsigned)a[CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y] ||
+	    gz > (unsigned)a[CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z])
+		return CUDA_ERROR_INVALID_VALUE;
+	if (f->max_threads > 0 && (uint64_t)bx * by * bz > (uint64_t)f->max_threads)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (f->max_dyn_smem >= 0 && smem > (unsigned)f->max_dyn_smem)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (smem > (unsigned)a[CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN])
+		return CUDA_ERROR_INVALID_VALUE;
+	out->params = NULL;
+	out->params_len = 0;
 	if (params) {
 		memset(buf, 0, f->params_bytes);
 		for (uint32_t i = 0; i < f->nparams; i++) {
@@ -1035,8 +1020,8 @@ static CUresult launch(CUfunction h, unsigned gx, unsigned gy, unsigned gz,
 				return CUDA_ERROR_INVALID_VALUE;
 			memcpy(buf + f->param_offset[i], params[i], f->param_size[i]);
 		}
-		req.params = buf;
-		req.params_len = f->params_bytes;
+		out->params = buf;
+		out->params_len = f->params_bytes;
 	} else if (extra) {
 		const void *p = NULL;
 		size_t n = 0;
@@ -1051,14 +1036,46 @@ static CUresult launch(CUfunction h, unsigned gx, unsigned gy, unsigned gz,
 		}
 		if ((!p && n) || n > MAX_PARAMS)
 			return CUDA_ERROR_INVALID_VALUE;
-		req.params = p;
-		req.params_len = (uint32_t)n;
+		out->params = p;
+		out->params_len = (uint32_t)n;
 	} else if (f->nparams) {
 		return CUDA_ERROR_INVALID_VALUE;
 	}
-	req.func = f->remote;
 	if (f->mod->ctx->device != ctx->device)
 		return CUDA_ERROR_INVALID_HANDLE;
+	out->func = f->remote;
+	return CUDA_SUCCESS;
+}
+
+static CUresult launch(CUfunction h, unsigned gx, unsigned gy, unsigned gz,
+		       unsigned bx, unsigned by, unsigned bz, unsigned smem,
+		       CUstream s, void **params, void **extra,
+		       const struct launch_attrs *la)
+{
+	const unsigned grid[3] = { gx, gy, gz }, block[3] = { bx, by, bz };
+	struct pvgpu_launch_kernel_req req = {
+		.grid_x = gx, .grid_y = gy, .grid_z = gz,
+		.block_x = bx, .block_y = by, .block_z = bz,
+		.shared_bytes = smem,
+	};
+	struct cu_kernel_args k;
+	uint8_t buf[MAX_PARAMS];
+	struct cu_ctx *ctx;
+	struct cu_op op;
+	CUresult r;
+
+	r = cu_stream_resolve(s, &ctx, &req.stream);
+	if (r)
+		return r;
+	r = cu_kernel_pack(h, ctx, grid, block, smem, params, extra, buf, &k);
+	if (r)
+		return r;
+	r = check_attrs(la, h, ctx, grid, bx * by * bz, smem);
+	if (r)
+		return r;
+	req.func = k.func;
+	req.params = k.params;
+	req.params_len = k.params_len;
 	r = cu_op_begin(&op, ctx);
 	if (r)
 		return r;

@@ -58,6 +58,24 @@ struct pvgpu_launch {
 	uint32_t nattrs;
 };
 
+/*
+ * One explicit graph node (cuGraphAdd*Node), checked by the worker
+ * (host-backend/session/graphs.c).  type is a CUgraphNodeType: KERNEL
+ * (kernel, its stream unused), MEMCPY (dst, src, width bytes: device to
+ * device, or with host set from host memory to dst (to_host 0) or from src
+ * to host memory (to_host 1), memory that stays mapped for the
+ * session), MEMSET (dst, pitch, value, elem_size 1/2/4, width elements,
+ * height rows) or EMPTY.
+ */
+struct pvgpu_graph_node {
+	uint32_t type;
+	struct pvgpu_launch kernel;
+	uint64_t dst, src, pitch, width, height;
+	uint32_t value, elem_size;
+	void *host;
+	int to_host;
+};
+
 /* A CUDA array (cuArray3DCreate); height 0: 1D, depth 0: not 3D. */
 struct pvgpu_array_desc {
 	uint64_t width, height, depth;
@@ -338,6 +356,35 @@ struct pvgpu_executor_ops {
 	int32_t (*ipc_open)(struct pvgpu_exec *ex, const uint8_t handle[64],
 			    uint32_t flags, uint64_t *dptr);
 	int32_t (*ipc_close)(struct pvgpu_exec *ex, uint64_t dptr);
+
+	/*
+	 * Explicit graph nodes (NULL: not supported).  graph and exec are
+	 * the executor's handles (driver_call made them), deps and nodes its
+	 * node handles, every one checked by the worker to belong to graph.
+	 * graph_kernel_node_set: in the graph (exec 0) or in an executable
+	 * graph made from it.
+	 */
+	int32_t (*graph_add_node)(struct pvgpu_exec *ex, uint64_t graph,
+				  const struct pvgpu_graph_node *n,
+				  const uint64_t *deps, uint32_t ndeps,
+				  uint64_t *node);
+	int32_t (*graph_kernel_node_set)(struct pvgpu_exec *ex, uint64_t exec,
+					 uint64_t node,
+					 const struct pvgpu_launch *l);
+	int32_t (*graph_add_deps)(struct pvgpu_exec *ex, uint64_t graph,
+				  const uint64_t *from, const uint64_t *to,
+				  uint32_t n);
+	int32_t (*graph_node_destroy)(struct pvgpu_exec *ex, uint64_t node);
+	/* The graph's nodes (made any way: captured, cloned, added) and
+	 * their CUgraphNodeTypes, the first max of them; *count: all. */
+	int32_t (*graph_nodes)(struct pvgpu_exec *ex, uint64_t graph,
+			       uint64_t *nodes, uint32_t *types, uint32_t max,
+			       uint64_t *count);
+	/* cuGraphExecUpdate: *result a CUgraphExecUpdateResult, *error_node
+	 * the graph's node it names (0: none) and *error_type its type. */
+	int32_t (*graph_exec_update)(struct pvgpu_exec *ex, uint64_t exec,
+				     uint64_t graph, uint32_t *result,
+				     uint64_t *error_node, uint32_t *error_type);
 };
 
 extern const struct pvgpu_executor_ops pvgpu_exec_cuda;

@@ -199,8 +199,11 @@ static int32_t generic_call(struct pvgpu_worker *w, uint32_t fn,
 			if (!v)
 				st = CUDA_ERROR_OUT_OF_MEMORY;
 		}
-		if (g->kind == PVGPU_GA_HDEL && !st)
+		if (g->kind == PVGPU_GA_HDEL && !st) {
 			pvgpu_handle_del(&w->handles, ids[i]);
+			if (g->size == PVGPU_GH_GRAPH)
+				pvgpu_graph_forget(w, ids[i]);
+		}
 		if (g->kind == PVGPU_GA_OUTBUF && !st && a[i]) {
 			memcpy(d->out + *d->nout, (void *)(uintptr_t)a[i], g->size);
 			*d->nout += g->size;

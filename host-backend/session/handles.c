@@ -56,6 +56,12 @@ struct pvgpu_handle *pvgpu_handle_get(struct pvgpu_handles *t, uint64_t id,
 	return &t->v[index - 1];
 }
 
+uint64_t pvgpu_handle_id(const struct pvgpu_handles *t,
+			 const struct pvgpu_handle *h)
+{
+	return ((uint64_t)h->gen << ID_INDEX_BITS) | ((uint64_t)(h - t->v) + 1);
+}
+
 void pvgpu_handle_release(struct pvgpu_handle *h)
 {
 	free(h->data);

@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 enum pvgpu_handle_kind { H_FREE, H_CTX, H_STREAM, H_EVENT, H_MODULE, H_FUNC,
-			H_GRAPH, H_GRAPH_EXEC, H_ARRAY, H_TEX, H_SURF,
+			H_GRAPH, H_GRAPH_EXEC, H_ARRAY, H_TEX, H_SURF, H_GRAPH_NODE,
 			H_LINK,		/* a linked image (data, ndata bytes) */
 			H_MEM,		/* physical memory (vmm.c): charged bytes */
 			H_VARANGE	/* reserved addresses: base, size in charged */ };
@@ -22,8 +22,10 @@ struct pvgpu_handle {
 	uint32_t gen;			/* bumps on reuse: stale ids miss */
 	uint64_t exec_handle;		/* the executor's own value */
 	uint64_t ctx;			/* owning context's id (all but contexts) */
-	uint64_t module;		/* owning module's id (functions) */
-	int32_t device;			/* contexts, modules */
+	uint64_t module;		/* owning module's id (functions); a
+					 * graph node's graph id */
+	int32_t device;			/* contexts, modules; a graph
+					 * node's CUgraphNodeType */
 	uint64_t charged;		/* modules: bytes charged to the VM */
 	void *data;			/* owned extra state, freed with the handle */
 	uint32_t ndata;			/* entries in data */
@@ -40,6 +42,9 @@ uint64_t pvgpu_handle_add(struct pvgpu_handles *t, enum pvgpu_handle_kind kind,
 /* The live handle with this id and kind, or NULL. */
 struct pvgpu_handle *pvgpu_handle_get(struct pvgpu_handles *t, uint64_t id,
 				      enum pvgpu_handle_kind kind);
+/* The id of a live entry found by iterating t->v. */
+uint64_t pvgpu_handle_id(const struct pvgpu_handles *t,
+			 const struct pvgpu_handle *h);
 void pvgpu_handle_del(struct pvgpu_handles *t, uint64_t id);
 /* Free one entry found by iterating t->v. */
 void pvgpu_handle_release(struct pvgpu_handle *h);

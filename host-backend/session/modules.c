@@ -335,19 +335,15 @@ static int32_t launch_attrs(const uint32_t *words, uint32_t nwords,
 	return CUDA_SUCCESS;
 }
 
-static int32_t launch(struct pvgpu_worker *w, struct pvgpu_launch *l,
-		      uint64_t func, uint64_t guest_stream)
+int32_t pvgpu_kernel_prepare(struct pvgpu_worker *w, struct pvgpu_launch *l,
+			     uint64_t func)
 {
-	struct pvgpu_handle *f = lookup_function(w, func), *ctx;
+	struct pvgpu_handle *f = lookup_function(w, func);
 	const struct pvgpu_param_info *layout;
 	uint64_t need = 0;
-	int32_t st;
 
 	if (!f)
 		return CUDA_ERROR_INVALID_HANDLE;
-	st = pvgpu_lookup_stream(w, guest_stream, &l->stream);
-	if (st)
-		return st;
 	/* The buffer must cover every parameter the kernel will read. */
 	layout = f->data;
 	for (uint32_t i = 0; i < f->ndata; i++) {
@@ -361,6 +357,20 @@ static int32_t launch(struct pvgpu_worker *w, struct pvgpu_launch *l,
 	l->func = f->exec_handle;
 	l->layout = layout;
 	l->nparams = f->ndata;
+	return CUDA_SUCCESS;
+}
+
+static int32_t launch(struct pvgpu_worker *w, struct pvgpu_launch *l,
+		      uint64_t func, uint64_t guest_stream)
+{
+	struct pvgpu_handle *ctx;
+	int32_t st = pvgpu_kernel_prepare(w, l, func);
+
+	if (st)
+		return st;
+	st = pvgpu_lookup_stream(w, guest_stream, &l->stream);
+	if (st)
+		return st;
 	/* Its VM's turn on this GPU first (gpusched.h). */
 	ctx = pvgpu_handle_get(&w->handles, w->cur_ctx, H_CTX);
 	pvgpu_sched_admit(w, ctx ? ctx->device : -1);

@@ -294,6 +294,19 @@ int32_t pvgpu_handle_window_unregister(struct pvgpu_worker *w,
 	return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
 }
 
+void *pvgpu_window_host(struct pvgpu_worker *w, uint64_t offset,
+			uint64_t size)
+{
+	const struct pvgpu_window *win = &w->win;
+	uint64_t arena = win->staging_offset +
+			 (uint64_t)win->slot_size * win->nslots;
+
+	if (!win->base || !size || offset < arena || offset > win->size ||
+	    size > win->size - offset)
+		return NULL;
+	return win->base + offset;
+}
+
 static int32_t check_copy(struct pvgpu_worker *w, uint64_t dptr,
 			  uint64_t offset, uint64_t size, uint64_t stream_id,
 			  uint64_t *stream)

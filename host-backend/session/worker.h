@@ -155,6 +155,25 @@ int pvgpu_worker_send_reply(struct pvgpu_worker *w, uint16_t opcode,
 int32_t pvgpu_lookup_stream(struct pvgpu_worker *w, uint64_t id,
 			    uint64_t *exec);
 
+/*
+ * A launch's function id and packed params checked against the function's
+ * parameter layout; l->func, layout and nparams filled in (modules.c).
+ */
+int32_t pvgpu_kernel_prepare(struct pvgpu_worker *w, struct pvgpu_launch *l,
+			     uint64_t func);
+
+/*
+ * Where [offset, offset + size) of the window lies in the worker, when it
+ * is all inside the window's arena (the guest's host allocations, pinned
+ * where the guest registered them; mapped while the session lasts); else
+ * NULL (window.c).
+ */
+void *pvgpu_window_host(struct pvgpu_worker *w, uint64_t offset,
+			uint64_t size);
+
+/* A graph's node handles dropped with it (graphs.c). */
+void pvgpu_graph_forget(struct pvgpu_worker *w, uint64_t graph);
+
 /* May the session's VM use this device (its policy's gpus)? (ops.c) */
 int pvgpu_vm_may_use(struct pvgpu_worker *w, int32_t device);
 

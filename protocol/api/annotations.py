@@ -79,6 +79,14 @@ cuMemAllocFromPoolAsync cuMemAllocFromPoolAsync_ptsz
 cuLinkCreate cuLinkCreate_v2 cuLinkAddData cuLinkAddData_v2 cuLinkAddFile
 cuLinkAddFile_v2 cuLinkComplete cuLinkDestroy
 cuIpcGetMemHandle cuIpcOpenMemHandle cuIpcOpenMemHandle_v2 cuIpcCloseMemHandle
+cuGraphAddKernelNode cuGraphAddKernelNode_v2 cuGraphAddMemcpyNode cuGraphAddMemsetNode
+cuGraphAddEmptyNode cuGraphAddNode cuGraphAddNode_v2
+cuGraphAddDependencies cuGraphAddDependencies_v2
+cuGraphNodeGetType cuGraphGetNodes cuGraphDestroyNode
+cuGraphKernelNodeGetParams cuGraphKernelNodeGetParams_v2
+cuGraphKernelNodeSetParams cuGraphKernelNodeSetParams_v2
+cuGraphExecKernelNodeSetParams cuGraphExecKernelNodeSetParams_v2
+cuGraphExecUpdate cuGraphExecUpdate_v2 cuGraphAddHostNode
 """
 
 LOCAL = """
@@ -168,13 +176,15 @@ GENERIC = """
 12 cuStreamEndCapture_ptsz       CUstream CUgraph*
 13 cuStreamIsCapturing           CUstream CUstreamCaptureStatus*  hand
 13 cuStreamIsCapturing_ptsz      CUstream CUstreamCaptureStatus*  hand
-14 cuGraphInstantiateWithFlags   CUgraphExec* CUgraph unsigned_long_long
-15 cuGraphLaunch                 CUgraphExec CUstream  async
-15 cuGraphLaunch_ptsz            CUgraphExec CUstream  async
+14 cuGraphInstantiateWithFlags   CUgraphExec* CUgraph unsigned_long_long  hand
+15 cuGraphLaunch                 CUgraphExec CUstream  async  hand
+15 cuGraphLaunch_ptsz            CUgraphExec CUstream  async  hand
 16 cuGraphUpload                 CUgraphExec CUstream  async
 16 cuGraphUpload_ptsz            CUgraphExec CUstream  async
-17 cuGraphExecDestroy            CUgraphExec!
-18 cuGraphDestroy                CUgraph!
+17 cuGraphExecDestroy            CUgraphExec!  hand
+18 cuGraphDestroy                CUgraph!  hand
+19 cuGraphCreate                 CUgraph* unsigned_int
+20 cuGraphClone                  CUgraph* CUgraph  hand
 200 cuProfilerStart
 201 cuProfilerStop
 202 cuStreamSetAttribute         CUstream CUstreamAttrID const_CUstreamAttrValue*

@@ -17,6 +17,50 @@ REPO = W.REPO
 FUZZER = os.path.join(REPO, os.environ.get("PVGPU_BUILD", "build"), "fuzz", "fuzz_worker")
 
 
+def graph_nodes(image, base, params):
+    """Explicit graph nodes (ops.spec graph_*): a graph (handle 4 after the
+    module and its function) of memset -> kernel -> memcpy nodes (5, 6, 7),
+    an edge, a bad dependency, a kernel node's update in the graph and in
+    its executable graph (8), a launch, a clone (9) listed and the
+    executable graph updated from it, a node destroyed and used again."""
+    h = lambda i: (1 << 24) | i  # noqa: E731
+    mod, fn, graph, x = h(2), h(3), h(4), h(8)
+    base += 4096            # the sim's first allocation, past its guard gap
+    params = base.to_bytes(8, "little") * 3 + params[24:]
+    none = dict(func=0, grid_x=0, grid_y=0, grid_z=0, block_x=0, block_y=0, block_z=0,
+                shared_bytes=0, params=b"", dst=0, src=0, pitch=0, width=0, height=0,
+                value=0, elem_size=0, host=0)
+    shape = dict(func=fn, grid_x=2, grid_y=1, grid_z=1, block_x=32, block_y=1, block_z=1,
+                 shared_bytes=0, params=params)
+    return (W.message("module_load", 60, size=len(image)) + W.data_frames(image, 60)
+            + W.message("module_get_function", 61, module=mod, name="vec_add")
+            + W.message("driver_call", 62, fn=19, args=[1, 0])
+            + W.message("graph_add_node", 63, graph=graph, type=2, deps=[],
+                        **dict(none, dst=base, value=7, elem_size=4, width=8, height=1))
+            + W.message("graph_add_node", 64, graph=graph, type=0, deps=[h(5)],
+                        **dict(none, **shape))
+            + W.message("graph_add_node", 65, graph=graph, type=1, deps=[h(6)],
+                        **dict(none, dst=base + 2048, src=base, width=64))
+            + W.message("graph_add_node", 66, graph=graph, type=5, deps=[h(5), h(5)], **none)
+            + W.message("graph_add_deps", 67, graph=graph, **{"from": [h(5)], "to": [h(7)]})
+            + W.message("graph_node_get_type", 68, node=h(6))
+            + W.message("graph_get_nodes", 69, graph=graph)
+            + W.message("graph_kernel_node_set", 70, exec=0, node=h(6), **shape)
+            + W.message("driver_call", 71, fn=14, args=[1, graph, 0])
+            + W.message("graph_kernel_node_set", 72, exec=x, node=h(6), **shape)
+            + W.batch(W.message("driver_call_async", 0, fn=15, args=[x, 0]))
+            + W.message("ctx_synchronize", 73)
+            + W.message("driver_call", 79, fn=20, args=[1, graph])
+            + W.message("graph_get_nodes", 80, graph=h(9))
+            + W.message("graph_exec_update", 81, exec=x, graph=h(9))
+            + W.message("graph_exec_update", 82, exec=x, graph=x)
+            + W.message("graph_node_destroy", 74, node=h(7))
+            + W.message("graph_node_get_type", 75, node=h(7))
+            + W.message("driver_call", 76, fn=17, args=[x])
+            + W.message("driver_call", 77, fn=18, args=[graph])
+            + W.message("graph_node_get_type", 78, node=h(5)))
+
+
 def seeds():
     hello = W.message("hello", 1, version_min=1, version_max=W.P.VERSION, pid=1,
                       token="", client="seed")
@@ -87,6 +131,8 @@ def seeds():
                                 **shape))
             + W.message("ctx_synchronize", 34)
             + W.message("module_unload", 35, module=mod) + free)
+        if kind == "cubin":
+            modules["graph_nodes"] = session + graph_nodes(image, base, params)
     # CUDA arrays: one made (handle 2 after the context), a box in and out
     # of the allocation, one past its rows, a destroy and a stale use.
     arr = (1 << 24) | 2

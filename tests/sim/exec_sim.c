@@ -79,10 +79,20 @@ enum sim_kind {
 	SIM_ARRAY,
 	SIM_TEX,	/* texture and surface objects: opaque values, no fetches */
 	SIM_SURF,
+	SIM_GRAPH_NODE,		/* not an object: a handle inside a graph */
 };
 
-/* A graph as the sim records it: the launches captured from a stream. */
+/*
+ * A graph as the sim records it: the launches captured from a stream, or
+ * the nodes added one by one (cuGraphAdd*Node), each with the nodes before
+ * it.  An executable graph holds them in the order they run.
+ */
 struct sim_graph_launch {
+	uint32_t type;			/* CUgraphNodeType */
+	uint64_t node;			/* its handle; 0: captured */
+	struct pvgpu_graph_node n;	/* memset and memcpy fields */
+	uint64_t *deps;			/* node handles before it */
+	size_t ndeps;
 	struct pvgpu_launch l;		/* params, attrs point into these */
 	unsigned char *params;
 	struct pvgpu_launch_attr attrs[PVGPU_MAX_LAUNCH_ATTRS];
@@ -454,8 +464,10 @@ static void obj_release(struct sim_obj *o)
 	struct sim_module *m;
 
 	if (o->kind == SIM_GRAPH || o->kind == SIM_GRAPH_EXEC) {
-		for (size_t i = 0; i < o->u.graph.n; i++)
+		for (size_t i = 0; i < o->u.graph.n; i++) {
 			free(o->u.graph.v[i].params);
+			free(o->u.graph.v[i].deps);
+		}
 		free(o->u.graph.v);
 		o->u.graph.v = NULL;
 		o->u.graph.n = 0;
@@ -543,6 +555,8 @@ static int32_t graph_add(struct sim_obj *g, const struct pvgpu_launch *l)
 		g->u.graph.cap = cap;
 	}
 	e = &g->u.graph.v[g->u.graph.n];
+	memset(e, 0, sizeof(*e));
+	e->type = CU_GRAPH_NODE_TYPE_KERNEL;
 	e->params = malloc(l->params_size ? l->params_size : 1);
 	if (!e->params)
 		return CUDA_ERROR_OUT_OF_MEMORY;
@@ -561,6 +575,29 @@ static int32_t graph_add(struct sim_obj *g, const struct pvgpu_launch *l)
 	e->l.nparams = 0;
 	g->u.graph.n++;
 	return CUDA_SUCCESS;
+}
+
+/* A new node handle (0: out of them). */
+static uint64_t node_new(struct pvgpu_exec *ex)
+{
+	if (ex->serial >= SIM_HANDLE_SERIAL_MASK)
+		return 0;
+	return ((uint64_t)SIM_GRAPH_NODE << SIM_HANDLE_KIND_SHIFT) | ++ex->serial;
+}
+
+/* A captured launch: a kernel node of its own. */
+static int32_t graph_capture(struct pvgpu_exec *ex, struct sim_obj *g,
+			     const struct pvgpu_launch *l)
+{
+	uint64_t node = node_new(ex);
+	int32_t rc;
+
+	if (!node)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	rc = graph_add(g, l);
+	if (!rc)
+		g->u.graph.v[g->u.graph.n - 1].node = node;
+	return rc;
 }
 
 /* ------------------------------------------------------------------ */
@@ -2669,7 +2706,7 @@ static int32_t sim_launch(struct pvgpu_exec *ex,
 		rc = launch_check(launch, f);
 		if (!rc)
 			rc = sim_launch_attrs(ex, launch, &cluster, &coop);
-		return rc ? rc : graph_add(capturing(ex, launch->stream), launch);
+		return rc ? rc : graph_capture(ex, capturing(ex, launch->stream), launch);
 	}
 	rc = check_stream(ex, launch->stream);
 	if (rc)
@@ -2998,6 +3035,388 @@ static int32_t sim_capture_call(struct pvgpu_exec *ex,
 	}
 }
 
+/* The entry of graph g with this node handle, or NULL. */
+static struct sim_graph_launch *graph_entry(struct sim_obj *g, uint64_t node)
+{
+	for (size_t i = 0; node && i < g->u.graph.n; i++)
+		if (g->u.graph.v[i].node == node)
+			return &g->u.graph.v[i];
+	return NULL;
+}
+
+/* The graph holding node, or NULL. */
+static struct sim_obj *node_graph(struct pvgpu_exec *ex, uint64_t node)
+{
+	if (node >> SIM_HANDLE_KIND_SHIFT != SIM_GRAPH_NODE)
+		return NULL;
+	for (size_t i = 0; i < ex->nobjs; i++)
+		if (ex->objs[i]->kind == SIM_GRAPH &&
+		    graph_entry(ex->objs[i], node))
+			return ex->objs[i];
+	return NULL;
+}
+
+/* A copy of entry e at the end of x (its edges left out). */
+static int32_t graph_copy_entry(struct sim_obj *x,
+				const struct sim_graph_launch *e)
+{
+	struct sim_graph_launch *c;
+	int32_t rc = graph_add(x, &e->l);
+
+	if (rc)
+		return rc;
+	c = &x->u.graph.v[x->u.graph.n - 1];
+	c->type = e->type;
+	c->node = e->node;
+	c->n = e->n;
+	return CUDA_SUCCESS;
+}
+
+/* g's entries into x in an order where each comes after those it depends
+ * on (Kahn's, by passes); a cycle is CUDA_ERROR_INVALID_VALUE. */
+static int32_t graph_order(struct sim_obj *g, struct sim_obj *x)
+{
+	size_t n = g->u.graph.n, placed = 0;
+	bool *done = calloc(n ? n : 1, sizeof(*done));
+	int32_t rc = CUDA_SUCCESS;
+
+	if (!done)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	while (placed < n && !rc) {
+		size_t before = placed;
+
+		for (size_t i = 0; i < n && !rc; i++) {
+			const struct sim_graph_launch *e = &g->u.graph.v[i];
+			bool ready = !done[i];
+
+			for (size_t d = 0; ready && d < e->ndeps; d++) {
+				struct sim_graph_launch *p = graph_entry(g, e->deps[d]);
+
+				ready = !p || done[p - g->u.graph.v];
+			}
+			if (!ready)
+				continue;
+			rc = graph_copy_entry(x, e);
+			done[i] = true;
+			placed++;
+		}
+		if (!rc && placed == before)
+			rc = CUDA_ERROR_INVALID_VALUE;	/* a cycle */
+	}
+	free(done);
+	return rc;
+}
+
+/* One node of an executable graph, on stream. */
+static int32_t graph_node_run(struct pvgpu_exec *ex,
+			      const struct sim_graph_launch *e, uint64_t stream)
+{
+	struct pvgpu_launch l = e->l;
+	int32_t rc = CUDA_SUCCESS;
+
+	switch (e->type) {
+	case CU_GRAPH_NODE_TYPE_KERNEL:
+		l.stream = stream;
+		l.attrs = e->attrs;	/* the vector may have moved */
+		return sim_launch(ex, &l);
+	case CU_GRAPH_NODE_TYPE_MEMSET:
+		for (uint64_t r = 0; r < e->n.height && !rc; r++)
+			rc = sim_memset_async(ex, e->n.dst + r * e->n.pitch,
+					      e->n.value, e->n.elem_size,
+					      e->n.width, stream);
+		return rc;
+	case CU_GRAPH_NODE_TYPE_MEMCPY:
+		if (e->n.host && e->n.to_host)
+			return sim_memcpy_dtoh_async(ex, e->n.host, e->n.src,
+						     e->n.width, stream);
+		if (e->n.host)
+			return sim_memcpy_htod_async(ex, e->n.dst, e->n.host,
+						     e->n.width, stream);
+		return sim_memcpy_dtod_async(ex, e->n.dst, e->n.src,
+					     e->n.width, stream);
+	default:
+		return CUDA_SUCCESS;		/* empty */
+	}
+}
+
+static int32_t sim_graph_add_node(struct pvgpu_exec *ex, uint64_t graph,
+				  const struct pvgpu_graph_node *n,
+				  const uint64_t *deps, uint32_t ndeps,
+				  uint64_t *node)
+{
+	struct sim_graph_launch *e;
+	struct pvgpu_launch empty = { 0 };
+	struct sim_obj *g, *f;
+	int32_t rc;
+
+	if (!ex || !n || !node || (ndeps && !deps))
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = ctx_check(ex);
+	if (rc)
+		return rc;
+	g = obj_find(ex, graph, SIM_GRAPH);
+	if (!g)
+		return CUDA_ERROR_INVALID_HANDLE;
+	for (uint32_t i = 0; i < ndeps; i++)
+		if (!graph_entry(g, deps[i]))
+			return CUDA_ERROR_INVALID_VALUE;
+	switch (n->type) {
+	case CU_GRAPH_NODE_TYPE_KERNEL:
+		f = func_get(ex, n->kernel.func);
+		if (!f)
+			return CUDA_ERROR_INVALID_HANDLE;
+		rc = launch_check(&n->kernel, f);
+		if (rc)
+			return rc;
+		break;
+	case CU_GRAPH_NODE_TYPE_MEMSET:
+	case CU_GRAPH_NODE_TYPE_MEMCPY:
+	case CU_GRAPH_NODE_TYPE_EMPTY:
+		break;
+	default:
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	if (ex->serial >= SIM_HANDLE_SERIAL_MASK)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	rc = graph_add(g, n->type == CU_GRAPH_NODE_TYPE_KERNEL ? &n->kernel : &empty);
+	if (rc)
+		return rc;
+	e = &g->u.graph.v[g->u.graph.n - 1];
+	if (ndeps) {
+		e->deps = malloc(ndeps * sizeof(*deps));
+		if (!e->deps) {
+			free(e->params);
+			g->u.graph.n--;
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+		memcpy(e->deps, deps, ndeps * sizeof(*deps));
+		e->ndeps = ndeps;
+	}
+	e->type = n->type;
+	e->n = *n;
+	e->n.kernel = (struct pvgpu_launch){ 0 };
+	e->node = node_new(ex);
+	*node = e->node;
+	return CUDA_SUCCESS;
+}
+
+static int32_t sim_graph_kernel_node_set(struct pvgpu_exec *ex,
+					 uint64_t exec, uint64_t node,
+					 const struct pvgpu_launch *l)
+{
+	struct sim_graph_launch *e;
+	struct sim_obj *g, *f;
+	unsigned char *p;
+	int32_t rc;
+
+	if (!ex || !l)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = ctx_check(ex);
+	if (rc)
+		return rc;
+	g = exec ? obj_find(ex, exec, SIM_GRAPH_EXEC) : node_graph(ex, node);
+	e = g ? graph_entry(g, node) : NULL;
+	if (!e)
+		return exec && g ? CUDA_ERROR_INVALID_VALUE :
+				   CUDA_ERROR_INVALID_HANDLE;
+	if (e->type != CU_GRAPH_NODE_TYPE_KERNEL)
+		return CUDA_ERROR_INVALID_VALUE;
+	f = func_get(ex, l->func);
+	if (!f)
+		return CUDA_ERROR_INVALID_HANDLE;
+	rc = launch_check(l, f);
+	if (rc)
+		return rc;
+	p = malloc(l->params_size ? l->params_size : 1);
+	if (!p)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	if (l->params_size)
+		memcpy(p, l->params, l->params_size);
+	free(e->params);
+	e->params = p;
+	e->l = *l;
+	e->l.params = p;
+	e->l.attrs = e->attrs;
+	e->l.nattrs = 0;
+	e->l.layout = NULL;
+	e->l.nparams = 0;
+	return CUDA_SUCCESS;
+}
+
+static int32_t sim_graph_add_deps(struct pvgpu_exec *ex, uint64_t graph,
+				  const uint64_t *from, const uint64_t *to,
+				  uint32_t n)
+{
+	struct sim_obj *g;
+	int32_t rc;
+
+	if (!ex || (n && (!from || !to)))
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = ctx_check(ex);
+	if (rc)
+		return rc;
+	g = obj_find(ex, graph, SIM_GRAPH);
+	if (!g)
+		return CUDA_ERROR_INVALID_HANDLE;
+	for (uint32_t i = 0; i < n; i++) {
+		struct sim_graph_launch *t = graph_entry(g, to[i]);
+		uint64_t *v;
+
+		if (!t || !graph_entry(g, from[i]) || from[i] == to[i])
+			return CUDA_ERROR_INVALID_VALUE;
+		for (size_t d = 0; d < t->ndeps; d++)
+			if (t->deps[d] == from[i])
+				return CUDA_ERROR_INVALID_VALUE;	/* already */
+		v = realloc(t->deps, (t->ndeps + 1) * sizeof(*v));
+		if (!v)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		v[t->ndeps++] = from[i];
+		t->deps = v;
+	}
+	return CUDA_SUCCESS;
+}
+
+static int32_t sim_graph_node_destroy(struct pvgpu_exec *ex, uint64_t node)
+{
+	struct sim_obj *g;
+	struct sim_graph_launch *e;
+	size_t i;
+
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	g = node_graph(ex, node);
+	if (!g)
+		return CUDA_ERROR_INVALID_HANDLE;
+	e = graph_entry(g, node);
+	free(e->params);
+	free(e->deps);
+	i = (size_t)(e - g->u.graph.v);
+	memmove(e, e + 1, (g->u.graph.n - i - 1) * sizeof(*e));
+	g->u.graph.n--;
+	/* Its edges go with it; the moved entries' pointers follow them. */
+	for (i = 0; i < g->u.graph.n; i++) {
+		struct sim_graph_launch *o = &g->u.graph.v[i];
+		size_t k = 0;
+
+		o->l.params = o->params;
+		o->l.attrs = o->attrs;
+		for (size_t d = 0; d < o->ndeps; d++)
+			if (o->deps[d] != node)
+				o->deps[k++] = o->deps[d];
+		o->ndeps = k;
+	}
+	return CUDA_SUCCESS;
+}
+
+static int32_t sim_graph_nodes(struct pvgpu_exec *ex, uint64_t graph,
+			       uint64_t *nodes, uint32_t *types, uint32_t max,
+			       uint64_t *count)
+{
+	struct sim_obj *g;
+
+	if (!ex || !count || (max && (!nodes || !types)))
+		return CUDA_ERROR_INVALID_VALUE;
+	g = obj_find(ex, graph, SIM_GRAPH);
+	if (!g)
+		return CUDA_ERROR_INVALID_HANDLE;
+	for (size_t i = 0; i < g->u.graph.n && i < max; i++) {
+		nodes[i] = g->u.graph.v[i].node;
+		types[i] = g->u.graph.v[i].type;
+	}
+	*count = g->u.graph.n;
+	return CUDA_SUCCESS;
+}
+
+/*
+ * cuGraphExecUpdate: the graph's nodes in run order, position by position
+ * the same types as the executable graph's, take their places (the
+ * executable graph's node handles stay what they were).
+ */
+static int32_t sim_graph_exec_update(struct pvgpu_exec *ex, uint64_t exec,
+				     uint64_t graph, uint32_t *result,
+				     uint64_t *error_node, uint32_t *error_type)
+{
+	struct sim_obj tmp = { .kind = SIM_GRAPH_EXEC };
+	struct sim_obj *g, *x;
+	int32_t rc;
+
+	if (!ex || !result || !error_node || !error_type)
+		return CUDA_ERROR_INVALID_VALUE;
+	*result = CU_GRAPH_EXEC_UPDATE_ERROR;
+	*error_node = 0;
+	rc = ctx_check(ex);
+	if (rc)
+		return rc;
+	g = obj_find(ex, graph, SIM_GRAPH);
+	x = obj_find(ex, exec, SIM_GRAPH_EXEC);
+	if (!g || !x)
+		return CUDA_ERROR_INVALID_HANDLE;
+	rc = graph_order(g, &tmp);
+	if (rc) {
+		obj_release(&tmp);
+		return rc;
+	}
+	if (tmp.u.graph.n != x->u.graph.n)
+		*result = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+	for (size_t i = 0; !*error_node && i < tmp.u.graph.n && i < x->u.graph.n; i++) {
+		if (tmp.u.graph.v[i].type != x->u.graph.v[i].type) {
+			*result = CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED;
+			*error_node = tmp.u.graph.v[i].node;
+			*error_type = tmp.u.graph.v[i].type;
+		}
+	}
+	if (*result != CU_GRAPH_EXEC_UPDATE_ERROR) {
+		obj_release(&tmp);
+		return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+	}
+	for (size_t i = 0; i < tmp.u.graph.n; i++)
+		tmp.u.graph.v[i].node = x->u.graph.v[i].node;
+	obj_release(x);
+	x->u.graph = tmp.u.graph;
+	*result = CU_GRAPH_EXEC_UPDATE_SUCCESS;
+	return CUDA_SUCCESS;
+}
+
+/* cuGraphClone: the same nodes and edges, with handles of their own. */
+static int32_t graph_clone(struct pvgpu_exec *ex, struct sim_obj *g,
+			   uint64_t *out)
+{
+	struct sim_obj *c = obj_new(ex, SIM_GRAPH, ex->cur);
+	int32_t rc = CUDA_SUCCESS;
+
+	if (!c)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	for (size_t i = 0; i < g->u.graph.n && !rc; i++) {
+		rc = graph_copy_entry(c, &g->u.graph.v[i]);
+		if (!rc && !(c->u.graph.v[i].node = node_new(ex)))
+			rc = CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	for (size_t i = 0; i < g->u.graph.n && !rc; i++) {
+		const struct sim_graph_launch *e = &g->u.graph.v[i];
+		struct sim_graph_launch *d = &c->u.graph.v[i];
+
+		if (!e->ndeps)
+			continue;
+		d->deps = malloc(e->ndeps * sizeof(*d->deps));
+		if (!d->deps) {
+			rc = CUDA_ERROR_OUT_OF_MEMORY;
+			break;
+		}
+		for (size_t k = 0; k < e->ndeps; k++) {
+			struct sim_graph_launch *p = graph_entry(g, e->deps[k]);
+
+			d->deps[k] = p ? c->u.graph.v[p - g->u.graph.v].node : 0;
+		}
+		d->ndeps = e->ndeps;
+	}
+	if (rc) {
+		obj_free(ex, c);
+		return rc;
+	}
+	*out = c->handle;
+	return CUDA_SUCCESS;
+}
+
 static int32_t sim_graph_call(struct pvgpu_exec *ex,
 			      const struct pvgpu_generic_fn *f, uint64_t *a)
 {
@@ -3005,6 +3424,19 @@ static int32_t sim_graph_call(struct pvgpu_exec *ex,
 	int32_t rc;
 
 	switch (f->id) {
+	case PVGPU_GENERIC_cuGraphClone:
+		g = obj_find(ex, a[1], SIM_GRAPH);
+		if (!g || !a[0])
+			return !g ? CUDA_ERROR_INVALID_HANDLE : CUDA_ERROR_INVALID_VALUE;
+		return graph_clone(ex, g, &a[0]);
+	case PVGPU_GENERIC_cuGraphCreate:
+		if (!a[0] || a[1])
+			return CUDA_ERROR_INVALID_VALUE;
+		g = obj_new(ex, SIM_GRAPH, ex->cur);
+		if (!g)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		a[0] = g->handle;
+		return CUDA_SUCCESS;
 	case PVGPU_GENERIC_cuGraphInstantiateWithFlags:
 		g = obj_find(ex, a[1], SIM_GRAPH);
 		if (!g || !a[0])
@@ -3012,12 +3444,10 @@ static int32_t sim_graph_call(struct pvgpu_exec *ex,
 		x = obj_new(ex, SIM_GRAPH_EXEC, ex->cur);
 		if (!x)
 			return CUDA_ERROR_OUT_OF_MEMORY;
-		for (size_t i = 0; i < g->u.graph.n; i++) {
-			rc = graph_add(x, &g->u.graph.v[i].l);
-			if (rc) {
-				obj_free(ex, x);
-				return rc;
-			}
+		rc = graph_order(g, x);
+		if (rc) {
+			obj_free(ex, x);
+			return rc;
 		}
 		a[0] = x->handle;
 		return CUDA_SUCCESS;
@@ -3029,12 +3459,8 @@ static int32_t sim_graph_call(struct pvgpu_exec *ex,
 		rc = check_stream(ex, a[1]);
 		if (rc || f->id == PVGPU_GENERIC_cuGraphUpload)
 			return rc;
-		for (size_t i = 0; i < x->u.graph.n && !rc; i++) {
-			struct pvgpu_launch l = x->u.graph.v[i].l;
-
-			l.stream = a[1];
-			rc = sim_launch(ex, &l);
-		}
+		for (size_t i = 0; i < x->u.graph.n && !rc; i++)
+			rc = graph_node_run(ex, &x->u.graph.v[i], a[1]);
 		return rc;
 	case PVGPU_GENERIC_cuGraphExecDestroy:
 		x = obj_find(ex, a[0], SIM_GRAPH_EXEC);
@@ -3427,6 +3853,8 @@ static int32_t sim_driver_call(struct pvgpu_exec *ex,
 	case PVGPU_GENERIC_cuStreamEndCapture:
 	case PVGPU_GENERIC_cuStreamIsCapturing:
 		return sim_capture_call(ex, f, a);
+	case PVGPU_GENERIC_cuGraphCreate:
+	case PVGPU_GENERIC_cuGraphClone:
 	case PVGPU_GENERIC_cuGraphInstantiateWithFlags:
 	case PVGPU_GENERIC_cuGraphLaunch:
 	case PVGPU_GENERIC_cuGraphUpload:
@@ -3561,6 +3989,12 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.ipc_get		= sim_ipc_get,
 	.ipc_open		= sim_ipc_open,
 	.ipc_close		= sim_ipc_close,
+	.graph_add_node		= sim_graph_add_node,
+	.graph_kernel_node_set	= sim_graph_kernel_node_set,
+	.graph_add_deps		= sim_graph_add_deps,
+	.graph_node_destroy	= sim_graph_node_destroy,
+	.graph_nodes		= sim_graph_nodes,
+	.graph_exec_update	= sim_graph_exec_update,
 };
 
 /* How pvgpud finds this fixture: build/lib/pvgpud/exec-sim.so. */

@@ -126,7 +126,30 @@ struct cuda_api {
 					CUcontext, size_t);
 	CUresult (CUDAAPI *memcpy_peer_async)(CUdeviceptr, CUcontext,
 					      CUdeviceptr, CUcontext, size_t,
-					      CUstream);
+					      CUstream);	CUresult (CUDAAPI *graph_add_kernel_node)(CUgraphNode *, CUgraph,
+						  const CUgraphNode *, size_t,
+						  const CUDA_KERNEL_NODE_PARAMS *);
+	CUresult (CUDAAPI *graph_add_memcpy_node)(CUgraphNode *, CUgraph,
+						  const CUgraphNode *, size_t,
+						  const CUDA_MEMCPY3D *, CUcontext);
+	CUresult (CUDAAPI *graph_add_memset_node)(CUgraphNode *, CUgraph,
+						  const CUgraphNode *, size_t,
+						  const CUDA_MEMSET_NODE_PARAMS *,
+						  CUcontext);
+	CUresult (CUDAAPI *graph_add_empty_node)(CUgraphNode *, CUgraph,
+						 const CUgraphNode *, size_t);
+	CUresult (CUDAAPI *graph_kernel_node_set)(CUgraphNode,
+						  const CUDA_KERNEL_NODE_PARAMS *);
+	CUresult (CUDAAPI *graph_exec_kernel_node_set)(CUgraphExec, CUgraphNode,
+						       const CUDA_KERNEL_NODE_PARAMS *);
+	CUresult (CUDAAPI *graph_add_deps)(CUgraph, const CUgraphNode *,
+					   const CUgraphNode *,
+					   const CUgraphEdgeData *, size_t);
+	CUresult (CUDAAPI *graph_destroy_node)(CUgraphNode);
+	CUresult (CUDAAPI *graph_get_nodes)(CUgraph, CUgraphNode *, size_t *);
+	CUresult (CUDAAPI *graph_node_get_type)(CUgraphNode, CUgraphNodeType *);
+	CUresult (CUDAAPI *graph_exec_update)(CUgraphExec, CUgraph,
+					      CUgraphExecUpdateResultInfo *);
 };
 
 struct cuda_sym {
@@ -212,6 +235,17 @@ static const struct cuda_sym cuda_syms[] = {
 	SYM(ctx_disable_peer_access, "cuCtxDisablePeerAccess", 4000, "cuCtxDisablePeerAccess", NULL, false),
 	SYM(memcpy_peer, "cuMemcpyPeer", 4000, "cuMemcpyPeer", NULL, false),
 	SYM(memcpy_peer_async, "cuMemcpyPeerAsync", 4000, "cuMemcpyPeerAsync", NULL, false),
+	SYM(graph_add_kernel_node, "cuGraphAddKernelNode", 12000, "cuGraphAddKernelNode_v2", NULL, true),
+	SYM(graph_add_memcpy_node, "cuGraphAddMemcpyNode", 10000, "cuGraphAddMemcpyNode", NULL, true),
+	SYM(graph_add_memset_node, "cuGraphAddMemsetNode", 10000, "cuGraphAddMemsetNode", NULL, true),
+	SYM(graph_add_empty_node, "cuGraphAddEmptyNode", 10000, "cuGraphAddEmptyNode", NULL, true),
+	SYM(graph_kernel_node_set, "cuGraphKernelNodeSetParams", 12000, "cuGraphKernelNodeSetParams_v2", NULL, true),
+	SYM(graph_exec_kernel_node_set, "cuGraphExecKernelNodeSetParams", 12000, "cuGraphExecKernelNodeSetParams_v2", NULL, true),
+	SYM(graph_add_deps, "cuGraphAddDependencies", 12030, "cuGraphAddDependencies_v2", NULL, true),
+	SYM(graph_destroy_node, "cuGraphDestroyNode", 10000, "cuGraphDestroyNode", NULL, true),
+	SYM(graph_get_nodes, "cuGraphGetNodes", 10000, "cuGraphGetNodes", NULL, true),
+	SYM(graph_node_get_type, "cuGraphNodeGetType", 10000, "cuGraphNodeGetType", NULL, true),
+	SYM(graph_exec_update, "cuGraphExecUpdate", 12000, "cuGraphExecUpdate_v2", NULL, true),
 };
 
 typedef CUresult (CUDAAPI *get_proc_address_fn)(const char *, void **, int,
@@ -1570,15 +1604,44 @@ static int32_t launch_ex(struct pvgpu_exec *ex, const struct pvgpu_launch *l,
 	return ex->api.launch_kernel_ex(&c, f, args, NULL);
 }
 
+/*
+ * One pointer per parameter, into the packed buffer at its offset: *args
+ * is stack_args (CUDA_STACK_PARAMS of them) or, for more, malloc'ed.
+ */
+static int32_t kernel_args(const struct pvgpu_launch *l, void **stack_args,
+			   void ***args)
+{
+	const char *params = l->params;
+	uint32_t i;
+
+	if (l->nparams > CUDA_MAX_PARAMS ||
+	    (l->nparams && (!l->layout || !l->params)))
+		return CUDA_ERROR_INVALID_VALUE;
+	for (i = 0; i < l->nparams; i++) {
+		const struct pvgpu_param_info *p = &l->layout[i];
+
+		if (p->offset > l->params_size ||
+		    p->size > l->params_size - p->offset)
+			return CUDA_ERROR_INVALID_VALUE;
+	}
+	*args = stack_args;
+	if (l->nparams > CUDA_STACK_PARAMS) {
+		*args = malloc(l->nparams * sizeof(**args));
+		if (!*args)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	for (i = 0; i < l->nparams; i++)
+		(*args)[i] = (void *)(params + l->layout[i].offset);
+	return CUDA_SUCCESS;
+}
+
 static int32_t cuda_launch(struct pvgpu_exec *ex,
 			   const struct pvgpu_launch *l)
 {
 	void *stack_args[CUDA_STACK_PARAMS];
-	void **args = stack_args;
-	const char *params;
+	void **args;
 	CUfunction f;
 	CUstream s;
-	uint32_t i;
 	int32_t rc;
 
 	if (!ex || !l)
@@ -1589,26 +1652,9 @@ static int32_t cuda_launch(struct pvgpu_exec *ex,
 	rc = to_stream(ex, l->stream, &s);
 	if (rc)
 		return rc;
-	if (l->nparams > CUDA_MAX_PARAMS ||
-	    (l->nparams && (!l->layout || !l->params)))
-		return CUDA_ERROR_INVALID_VALUE;
-
-	/* One pointer per parameter, into the packed buffer at its offset. */
-	params = l->params;
-	for (i = 0; i < l->nparams; i++) {
-		const struct pvgpu_param_info *p = &l->layout[i];
-
-		if (p->offset > l->params_size ||
-		    p->size > l->params_size - p->offset)
-			return CUDA_ERROR_INVALID_VALUE;
-	}
-	if (l->nparams > CUDA_STACK_PARAMS) {
-		args = malloc(l->nparams * sizeof(*args));
-		if (!args)
-			return CUDA_ERROR_OUT_OF_MEMORY;
-	}
-	for (i = 0; i < l->nparams; i++)
-		args[i] = (void *)(params + l->layout[i].offset);
+	rc = kernel_args(l, stack_args, &args);
+	if (rc)
+		return rc;
 
 	if (l->nattrs)
 		rc = launch_ex(ex, l, f, s, l->nparams ? args : NULL);
@@ -1981,6 +2027,221 @@ static int32_t cuda_memcpy_peer_async(struct pvgpu_exec *ex, uint64_t dst,
 	return ex->api.memcpy_peer_async(dst, d, src, s, (size_t)size, st);
 }
 
+/* ------------------------------------------------------------------ */
+/* explicit graph nodes */
+
+/* l as the driver's kernel node parameters; *args as kernel_args. */
+static int32_t kernel_node_params(struct pvgpu_exec *ex,
+				  const struct pvgpu_launch *l,
+				  void **stack_args, void ***args,
+				  CUDA_KERNEL_NODE_PARAMS *p)
+{
+	CUfunction f;
+	int32_t rc = to_function(ex, l->func, &f);
+
+	if (!rc)
+		rc = kernel_args(l, stack_args, args);
+	if (rc)
+		return rc;
+	*p = (CUDA_KERNEL_NODE_PARAMS){
+		.func = f, .gridDimX = l->grid[0], .gridDimY = l->grid[1],
+		.gridDimZ = l->grid[2], .blockDimX = l->block[0],
+		.blockDimY = l->block[1], .blockDimZ = l->block[2],
+		.sharedMemBytes = l->shared_bytes,
+		.kernelParams = l->nparams ? *args : NULL,
+	};
+	return CUDA_SUCCESS;
+}
+
+static int32_t cuda_graph_add_node(struct pvgpu_exec *ex, uint64_t graph,
+				   const struct pvgpu_graph_node *n,
+				   const uint64_t *deps, uint32_t ndeps,
+				   uint64_t *node)
+{
+	const CUgraphNode *d = (const CUgraphNode *)deps;
+	CUgraph g = (CUgraph)(uintptr_t)graph;
+	void *stack_args[CUDA_STACK_PARAMS];
+	void **args = stack_args;
+	struct cuda_ctx *c;
+	CUgraphNode out = NULL;
+	int32_t rc;
+
+	_Static_assert(sizeof(CUgraphNode) == sizeof(uint64_t),
+		       "node handles are 64-bit");
+	if (!ex || !n || !node)
+		return CUDA_ERROR_INVALID_VALUE;
+	c = ex->cur ? ctx_find(ex, ex->cur) : NULL;
+	if (!c)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	switch (n->type) {
+	case CU_GRAPH_NODE_TYPE_KERNEL: {
+		CUDA_KERNEL_NODE_PARAMS p;
+
+		if (!ex->api.graph_add_kernel_node)
+			return CUDA_ERROR_NOT_SUPPORTED;
+		rc = kernel_node_params(ex, &n->kernel, stack_args, &args, &p);
+		if (rc)
+			return rc;
+		rc = ex->api.graph_add_kernel_node(&out, g, d, ndeps, &p);
+		if (args != stack_args)
+			free(args);
+		break;
+	}
+	case CU_GRAPH_NODE_TYPE_MEMSET: {
+		CUDA_MEMSET_NODE_PARAMS p = {
+			.dst = n->dst, .pitch = n->pitch, .value = n->value,
+			.elementSize = n->elem_size, .width = n->width,
+			.height = n->height,
+		};
+
+		if (!ex->api.graph_add_memset_node)
+			return CUDA_ERROR_NOT_SUPPORTED;
+		rc = ex->api.graph_add_memset_node(&out, g, d, ndeps, &p, c->ctx);
+		break;
+	}
+	case CU_GRAPH_NODE_TYPE_MEMCPY: {
+		CUDA_MEMCPY3D p = {
+			.srcMemoryType = CU_MEMORYTYPE_DEVICE, .srcDevice = n->src,
+			.dstMemoryType = CU_MEMORYTYPE_DEVICE, .dstDevice = n->dst,
+			.WidthInBytes = n->width, .Height = 1, .Depth = 1,
+		};
+
+		if (n->host && n->to_host) {
+			p.dstMemoryType = CU_MEMORYTYPE_HOST;
+			p.dstHost = n->host;
+		} else if (n->host) {
+			p.srcMemoryType = CU_MEMORYTYPE_HOST;
+			p.srcHost = n->host;
+		}
+		if (!ex->api.graph_add_memcpy_node)
+			return CUDA_ERROR_NOT_SUPPORTED;
+		rc = ex->api.graph_add_memcpy_node(&out, g, d, ndeps, &p, c->ctx);
+		break;
+	}
+	case CU_GRAPH_NODE_TYPE_EMPTY:
+		if (!ex->api.graph_add_empty_node)
+			return CUDA_ERROR_NOT_SUPPORTED;
+		rc = ex->api.graph_add_empty_node(&out, g, d, ndeps);
+		break;
+	default:
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	*node = (uint64_t)(uintptr_t)out;
+	return rc;
+}
+
+static int32_t cuda_graph_kernel_node_set(struct pvgpu_exec *ex,
+					  uint64_t exec, uint64_t node,
+					  const struct pvgpu_launch *l)
+{
+	void *stack_args[CUDA_STACK_PARAMS];
+	void **args = stack_args;
+	CUDA_KERNEL_NODE_PARAMS p;
+	int32_t rc;
+
+	if (!ex || !l)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (exec ? !ex->api.graph_exec_kernel_node_set :
+		   !ex->api.graph_kernel_node_set)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	rc = kernel_node_params(ex, l, stack_args, &args, &p);
+	if (rc)
+		return rc;
+	if (exec)
+		rc = ex->api.graph_exec_kernel_node_set((CUgraphExec)(uintptr_t)exec,
+							(CUgraphNode)(uintptr_t)node,
+							&p);
+	else
+		rc = ex->api.graph_kernel_node_set((CUgraphNode)(uintptr_t)node, &p);
+	if (args != stack_args)
+		free(args);
+	return rc;
+}
+
+static int32_t cuda_graph_add_deps(struct pvgpu_exec *ex, uint64_t graph,
+				   const uint64_t *from, const uint64_t *to,
+				   uint32_t n)
+{
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->api.graph_add_deps)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	return ex->api.graph_add_deps((CUgraph)(uintptr_t)graph,
+				      (const CUgraphNode *)from,
+				      (const CUgraphNode *)to, NULL, n);
+}
+
+static int32_t cuda_graph_node_destroy(struct pvgpu_exec *ex, uint64_t node)
+{
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->api.graph_destroy_node)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	return ex->api.graph_destroy_node((CUgraphNode)(uintptr_t)node);
+}
+
+static int32_t cuda_graph_nodes(struct pvgpu_exec *ex, uint64_t graph,
+				uint64_t *nodes, uint32_t *types, uint32_t max,
+				uint64_t *count)
+{
+	CUgraphNode *v = NULL;
+	size_t n = 0;
+	int32_t rc;
+
+	if (!ex || !count || (max && (!nodes || !types)))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->api.graph_get_nodes || !ex->api.graph_node_get_type)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	rc = ex->api.graph_get_nodes((CUgraph)(uintptr_t)graph, NULL, &n);
+	if (rc)
+		return rc;
+	*count = n;
+	if (n > max)
+		n = max;
+	if (!n)
+		return CUDA_SUCCESS;
+	v = malloc(n * sizeof(*v));
+	if (!v)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	/* Asked for n, the driver gives the first n. */
+	rc = ex->api.graph_get_nodes((CUgraph)(uintptr_t)graph, v, &n);
+	for (size_t i = 0; !rc && i < n; i++) {
+		CUgraphNodeType t;
+
+		rc = ex->api.graph_node_get_type(v[i], &t);
+		nodes[i] = (uint64_t)(uintptr_t)v[i];
+		types[i] = (uint32_t)t;
+	}
+	free(v);
+	return rc;
+}
+
+static int32_t cuda_graph_exec_update(struct pvgpu_exec *ex, uint64_t exec,
+				      uint64_t graph, uint32_t *result,
+				      uint64_t *error_node, uint32_t *error_type)
+{
+	CUgraphExecUpdateResultInfo info = { 0 };
+	CUgraphNodeType t = CU_GRAPH_NODE_TYPE_EMPTY;
+	int32_t rc;
+
+	if (!ex || !result || !error_node || !error_type)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!ex->api.graph_exec_update || !ex->api.graph_node_get_type)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	rc = ex->api.graph_exec_update((CUgraphExec)(uintptr_t)exec,
+				       (CUgraph)(uintptr_t)graph, &info);
+	*result = (uint32_t)info.result;
+	*error_node = (uint64_t)(uintptr_t)info.errorNode;
+	if (info.errorNode)
+		ex->api.graph_node_get_type(info.errorNode, &t);
+	*error_type = (uint32_t)t;
+	return rc;
+}
+
 /* build/gen/exec_cuda_generic.c */
 int32_t pvgpu_cuda_generic_invoke(void *fp, const struct pvgpu_generic_fn *f,
 				  uint64_t *a);
@@ -2208,4 +2469,10 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.ipc_get		= cuda_ipc_get,
 	.ipc_open		= cuda_ipc_open,
 	.ipc_close		= cuda_ipc_close,
+	.graph_add_node		= cuda_graph_add_node,
+	.graph_kernel_node_set	= cuda_graph_kernel_node_set,
+	.graph_add_deps		= cuda_graph_add_deps,
+	.graph_node_destroy	= cuda_graph_node_destroy,
+	.graph_nodes		= cuda_graph_nodes,
+	.graph_exec_update	= cuda_graph_exec_update,
 };

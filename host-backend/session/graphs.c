@@ -1,0 +1,342 @@
+/*
+ * graphs.c - explicit graph nodes, backend side (ops.spec graph_*).
+ *
+ * Graphs and executable graphs are the generic driver call's handles
+ * (generic.c); a node is a handle of the session's too, remembering its
+ * graph (in `module`) and its type (in `device`), so that a node of another
+ * graph, a stale one or another session's is refused here, before the
+ * executor sees it.  Nodes the session did not add (a captured or cloned
+ * graph's) get their ids when cuGraphGetNodes or cuGraphExecUpdate first
+ * names them.  A kernel node's function and packed parameters are
+ * checked as a launch's are (modules.c); a memset or memcpy node's ranges
+ * must lie inside the session's allocations when it is made (the executor
+ * checks them again when the graph runs: memory may be freed meanwhile),
+ * a copy's host end inside the arena of its window, where its host
+ * allocations are (mapped, and so reachable, as long as the session lasts).
+ */
+#include <cuda.h>
+
+#include "log.h"
+#include "pvgpu_dispatch.h"
+#include "worker.h"
+
+/* A live node of graph (0: of any graph) made in this session. */
+static struct pvgpu_handle *node_get(struct pvgpu_worker *w, uint64_t id,
+				     uint64_t graph)
+{
+	struct pvgpu_handle *h = pvgpu_handle_get(&w->handles, id,
+						  H_GRAPH_NODE);
+
+	if (!h || (graph && h->module != graph))
+		return NULL;
+	return h;
+}
+
+static struct pvgpu_handle *graph_get(struct pvgpu_worker *w, uint64_t id)
+{
+	return pvgpu_handle_get(&w->handles, id, H_GRAPH);
+}
+
+void pvgpu_graph_forget(struct pvgpu_worker *w, uint64_t graph)
+{
+	for (uint32_t i = 0; i < w->handles.n; i++)
+		if (w->handles.v[i].kind == H_GRAPH_NODE &&
+		    w->handles.v[i].module == graph)
+			pvgpu_handle_release(&w->handles.v[i]);
+}
+
+/* Node ids -> executor node handles, all of graph, no repeats. */
+static int32_t nodes_of(struct pvgpu_worker *w, uint64_t graph,
+			const uint64_t *ids, uint32_t n, uint64_t *out)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		struct pvgpu_handle *h = node_get(w, ids[i], graph);
+
+		if (!h)
+			return CUDA_ERROR_INVALID_VALUE;
+		out[i] = h->exec_handle;
+	}
+	return CUDA_SUCCESS;
+}
+
+/* [p, p + pitch * (rows - 1) + row) inside one of the session's
+ * allocations, without overflow. */
+static int range_ok(struct pvgpu_worker *w, uint64_t p, uint64_t row,
+		    uint64_t pitch, uint64_t rows)
+{
+	uint64_t len;
+
+	if (!row || !rows || (rows > 1 && pitch < row))
+		return 0;
+	if (rows > 1 && pitch > (UINT64_MAX - row) / (rows - 1))
+		return 0;
+	len = pitch * (rows - 1) + row;
+	return p <= UINT64_MAX - len && pvgpu_alloc_range(&w->allocs, p, len);
+}
+
+#define KERNEL_FIELDS(req)						\
+	((req)->func | (req)->grid_x | (req)->grid_y | (req)->grid_z |	\
+	 (req)->block_x | (req)->block_y | (req)->block_z |		\
+	 (req)->shared_bytes | (req)->params_len)
+#define COPY_FIELDS(req)						\
+	((req)->dst | (req)->src | (req)->pitch | (req)->width |	\
+	 (req)->height | (req)->value | (req)->elem_size)
+
+#define NODE_SHAPE(req)							\
+	.grid = { (req)->grid_x, (req)->grid_y, (req)->grid_z },	\
+	.block = { (req)->block_x, (req)->block_y, (req)->block_z },	\
+	.shared_bytes = (req)->shared_bytes, .params = (req)->params,	\
+	.params_size = (req)->params_len
+
+static int32_t node_check(struct pvgpu_worker *w,
+			  const struct pvgpu_graph_add_node_req *req,
+			  struct pvgpu_graph_node *n)
+{
+	switch (req->type) {
+	case CU_GRAPH_NODE_TYPE_KERNEL:
+		if (COPY_FIELDS(req) || req->host)
+			return CUDA_ERROR_INVALID_VALUE;
+		n->kernel = (struct pvgpu_launch){ NODE_SHAPE(req) };
+		return pvgpu_kernel_prepare(w, &n->kernel, req->func);
+	case CU_GRAPH_NODE_TYPE_MEMSET:
+		if (KERNEL_FIELDS(req) || req->src || req->host)
+			return CUDA_ERROR_INVALID_VALUE;
+		if (req->elem_size != 1 && req->elem_size != 2 &&
+		    req->elem_size != 4)
+			return CUDA_ERROR_INVALID_VALUE;
+		if (req->elem_size < 4 && req->value >> (8 * req->elem_size))
+			return CUDA_ERROR_INVALID_VALUE;
+		if (req->width > UINT64_MAX / req->elem_size ||
+		    !range_ok(w, req->dst, req->width * req->elem_size,
+			      req->pitch, req->height))
+			return CUDA_ERROR_INVALID_VALUE;
+		break;
+	case CU_GRAPH_NODE_TYPE_MEMCPY:
+		if (KERNEL_FIELDS(req) || req->pitch || req->height ||
+		    req->value || req->elem_size || req->host > 2)
+			return CUDA_ERROR_INVALID_VALUE;
+		/* A host end: the window's arena, mapped for the session. */
+		if (req->host) {
+			n->to_host = req->host == 1;
+			n->host = pvgpu_window_host(w, n->to_host ? req->dst :
+							req->src, req->width);
+			if (!n->host)
+				return CUDA_ERROR_INVALID_VALUE;
+		}
+		if ((req->host != 1 && !range_ok(w, req->dst, req->width, 0, 1)) ||
+		    (req->host != 2 && !range_ok(w, req->src, req->width, 0, 1)))
+			return CUDA_ERROR_INVALID_VALUE;
+		break;
+	case CU_GRAPH_NODE_TYPE_EMPTY:
+		if (KERNEL_FIELDS(req) || COPY_FIELDS(req) || req->host)
+			return CUDA_ERROR_INVALID_VALUE;
+		break;
+	default:
+		log_debug("graph node type %u is not supported", req->type);
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	n->dst = req->dst;
+	n->src = req->src;
+	n->pitch = req->pitch;
+	n->width = req->width;
+	n->height = req->height;
+	n->value = req->value;
+	n->elem_size = req->elem_size;
+	return CUDA_SUCCESS;
+}
+
+int32_t pvgpu_handle_graph_add_node(struct pvgpu_worker *w,
+				    const struct pvgpu_graph_add_node_req *req,
+				    struct pvgpu_graph_add_node_rep *rep)
+{
+	struct pvgpu_graph_node n = { .type = req->type };
+	uint64_t deps[sizeof(req->deps) / sizeof(req->deps[0])];
+	struct pvgpu_handle *g;
+	uint64_t node = 0;
+	int32_t st;
+
+	if (!w->cur_ctx)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	g = graph_get(w, req->graph);
+	if (!g)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (!w->ex_ops->graph_add_node)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	st = nodes_of(w, req->graph, req->deps, req->deps_count, deps);
+	if (st)
+		return st;
+	for (uint32_t i = 0; i < req->deps_count; i++)
+		for (uint32_t j = 0; j < i; j++)
+			if (req->deps[i] == req->deps[j])
+				return CUDA_ERROR_INVALID_VALUE;
+	st = node_check(w, req, &n);
+	if (st)
+		return st;
+	st = w->ex_ops->graph_add_node(w->ex, g->exec_handle, &n, deps,
+				       req->deps_count, &node);
+	if (st)
+		return st;
+	rep->node = pvgpu_handle_add(&w->handles, H_GRAPH_NODE, node,
+				     w->cur_ctx, (int32_t)req->type);
+	if (!rep->node) {
+		w->ex_ops->graph_node_destroy(w->ex, node);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	pvgpu_handle_get(&w->handles, rep->node, H_GRAPH_NODE)->module =
+		req->graph;
+	return CUDA_SUCCESS;
+}
+
+int32_t pvgpu_handle_graph_kernel_node_set(struct pvgpu_worker *w,
+					   const struct pvgpu_graph_kernel_node_set_req *req)
+{
+	struct pvgpu_launch l = { NODE_SHAPE(req) };
+	struct pvgpu_handle *n = node_get(w, req->node, 0), *x = NULL;
+	int32_t st;
+
+	if (!w->cur_ctx)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!n || (req->exec &&
+		   !(x = pvgpu_handle_get(&w->handles, req->exec, H_GRAPH_EXEC))))
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (n->device != CU_GRAPH_NODE_TYPE_KERNEL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!w->ex_ops->graph_kernel_node_set)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	st = pvgpu_kernel_prepare(w, &l, req->func);
+	if (st)
+		return st;
+	return w->ex_ops->graph_kernel_node_set(w->ex, x ? x->exec_handle : 0,
+						n->exec_handle, &l);
+}
+
+int32_t pvgpu_handle_graph_node_get_type(struct pvgpu_worker *w,
+					 const struct pvgpu_graph_node_get_type_req *req,
+					 struct pvgpu_graph_node_get_type_rep *rep)
+{
+	struct pvgpu_handle *n = node_get(w, req->node, 0);
+
+	if (!n)
+		return CUDA_ERROR_INVALID_HANDLE;
+	rep->type = (uint32_t)n->device;
+	return CUDA_SUCCESS;
+}
+
+int32_t pvgpu_handle_graph_node_destroy(struct pvgpu_worker *w,
+					const struct pvgpu_graph_node_destroy_req *req)
+{
+	struct pvgpu_handle *n = node_get(w, req->node, 0);
+	int32_t st;
+
+	if (!w->cur_ctx)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!n)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (!w->ex_ops->graph_node_destroy)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	st = w->ex_ops->graph_node_destroy(w->ex, n->exec_handle);
+	if (!st)
+		pvgpu_handle_del(&w->handles, req->node);
+	return st;
+}
+
+int32_t pvgpu_handle_graph_add_deps(struct pvgpu_worker *w,
+				    const struct pvgpu_graph_add_deps_req *req)
+{
+	uint64_t from[sizeof(req->from) / sizeof(req->from[0])];
+	uint64_t to[sizeof(req->to) / sizeof(req->to[0])];
+	struct pvgpu_handle *g;
+	int32_t st;
+
+	if (!w->cur_ctx)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	g = graph_get(w, req->graph);
+	if (!g)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (req->from_count != req->to_count)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!w->ex_ops->graph_add_deps)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	st = nodes_of(w, req->graph, req->from, req->from_count, from);
+	if (!st)
+		st = nodes_of(w, req->graph, req->to, req->to_count, to);
+	for (uint32_t i = 0; !st && i < req->from_count; i++)
+		if (from[i] == to[i])
+			st = CUDA_ERROR_INVALID_VALUE;
+	if (st)
+		return st;
+	return w->ex_ops->graph_add_deps(w->ex, g->exec_handle, from, to,
+					 req->from_count);
+}
+
+/* The session's id for an executor node of graph, made on first sight
+ * (a captured or cloned graph's nodes); 0 when out of memory. */
+static uint64_t node_id(struct pvgpu_worker *w, uint64_t graph, uint64_t node,
+			uint32_t type)
+{
+	struct pvgpu_handle *h;
+	uint64_t id;
+
+	for (uint32_t i = 0; i < w->handles.n; i++) {
+		h = &w->handles.v[i];
+		if (h->kind == H_GRAPH_NODE && h->module == graph &&
+		    h->exec_handle == node)
+			return pvgpu_handle_id(&w->handles, h);
+	}
+	id = pvgpu_handle_add(&w->handles, H_GRAPH_NODE, node, w->cur_ctx,
+			      (int32_t)type);
+	if (id)
+		pvgpu_handle_get(&w->handles, id, H_GRAPH_NODE)->module = graph;
+	return id;
+}
+
+int32_t pvgpu_handle_graph_get_nodes(struct pvgpu_worker *w,
+				     const struct pvgpu_graph_get_nodes_req *req,
+				     struct pvgpu_graph_get_nodes_rep *rep)
+{
+	const uint32_t max = sizeof(rep->nodes) / sizeof(rep->nodes[0]);
+	uint32_t types[sizeof(rep->nodes) / sizeof(rep->nodes[0])];
+	struct pvgpu_handle *g = graph_get(w, req->graph);
+	int32_t st;
+
+	if (!w->cur_ctx)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!g)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (!w->ex_ops->graph_nodes)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	st = w->ex_ops->graph_nodes(w->ex, g->exec_handle, rep->nodes, types,
+				    max, &rep->count);
+	if (st)
+		return st;
+	rep->nodes_count = rep->count < max ? (uint32_t)rep->count : max;
+	for (uint32_t i = 0; i < rep->nodes_count; i++) {
+		rep->nodes[i] = node_id(w, req->graph, rep->nodes[i], types[i]);
+		if (!rep->nodes[i])
+			return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	return CUDA_SUCCESS;
+}
+
+int32_t pvgpu_handle_graph_exec_update(struct pvgpu_worker *w,
+				       const struct pvgpu_graph_exec_update_req *req,
+				       struct pvgpu_graph_exec_update_rep *rep)
+{
+	struct pvgpu_handle *g = graph_get(w, req->graph);
+	struct pvgpu_handle *x = pvgpu_handle_get(&w->handles, req->exec,
+						  H_GRAPH_EXEC);
+	uint64_t node = 0;
+	uint32_t type = 0;
+	int32_t st;
+
+	if (!w->cur_ctx)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!g || !x)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (!w->ex_ops->graph_exec_update)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	st = w->ex_ops->graph_exec_update(w->ex, x->exec_handle, g->exec_handle,
+					  &rep->result, &node, &type);
+	rep->error_node = node ? node_id(w, req->graph, node, type) : 0;
+	return st;
+}

@@ -1,0 +1,180 @@
+"""Explicit graph nodes on the wire (ops.spec graph_*), spoken directly
+(tests/lib/pvgpu_wire.py) against `pvgpud --executor sim`: a graph of
+memset and memcpy nodes built, instantiated and launched computes what its
+nodes say; every node id, graph id, range and field a guest sends is
+checked by the worker, and a bad one is a CUDA error for that session
+only (it goes on working).  The driver API's view, with kernel nodes, is
+test_graph_nodes.py.
+"""
+import os
+import struct
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+import pvgpu_wire as W  # noqa: E402
+
+CUDA_SUCCESS = 0
+CUDA_ERROR_INVALID_VALUE = 1
+CUDA_ERROR_INVALID_HANDLE = 400
+CUDA_ERROR_NOT_SUPPORTED = 801
+KERNEL, MEMCPY, MEMSET, HOST, EMPTY = 0, 1, 2, 3, 5
+GRAPH_CREATE, INSTANTIATE, LAUNCH, EXEC_DESTROY, GRAPH_DESTROY = 19, 14, 15, 17, 18
+NONE = dict(func=0, grid_x=0, grid_y=0, grid_z=0, block_x=0, block_y=0, block_z=0,
+            shared_bytes=0, params=b"", dst=0, src=0, pitch=0, width=0, height=0,
+            value=0, elem_size=0, host=0)
+
+
+@pytest.fixture
+def daemon(start_pvgpud):
+    return start_pvgpud("sim")
+
+
+def session(daemon):
+    s = W.Session(daemon.unix)
+    s.hello()
+    s.open_context()
+    return s
+
+
+@pytest.fixture
+def s(daemon):
+    return session(daemon)
+
+
+def driver(s, fn, *args):
+    st, _, out, _ = s.call("driver_call", fn=fn, args=list(args))
+    return st, out.get("results", [])
+
+
+def graph(s):
+    st, res = driver(s, GRAPH_CREATE, 1, 0)
+    assert st == CUDA_SUCCESS and res[0]
+    return res[0]
+
+
+def add(s, g, type_, deps=(), **fields):
+    st, _, out, _ = s.call("graph_add_node", graph=g, type=type_, deps=list(deps),
+                           **dict(NONE, **fields))
+    return st, out.get("node", 0)
+
+
+def alloc(s, size):
+    st, _, out, _ = s.call("mem_alloc", size=size)
+    assert st == CUDA_SUCCESS
+    return out["dptr"]
+
+
+def node_type(s, node):
+    st, _, out, _ = s.call("graph_node_get_type", node=node)
+    return st, out.get("type")
+
+
+def test_memset_then_memcpy(s):
+    """Two rows set, then copied after them, on every launch."""
+    g = graph(s)
+    buf = alloc(s, 4096)
+    st, m = add(s, g, MEMSET, dst=buf, pitch=64, value=0x01020304, elem_size=4,
+                width=4, height=2)
+    assert st == CUDA_SUCCESS
+    st, c = add(s, g, MEMCPY, deps=[m], dst=buf + 1024, src=buf, width=80)
+    assert st == CUDA_SUCCESS
+    st, e = add(s, g, EMPTY, deps=[m, c])
+    assert st == CUDA_SUCCESS
+    assert [node_type(s, n) for n in (m, c, e)] == [(0, MEMSET), (0, MEMCPY), (0, EMPTY)]
+    st, _, out, _ = s.call("graph_get_nodes", graph=g)
+    assert st == CUDA_SUCCESS and out["count"] == 3 and sorted(out["nodes"]) == sorted([m, c, e])
+    st, res = driver(s, INSTANTIATE, 1, g, 0)
+    assert st == CUDA_SUCCESS
+    x = res[0]
+    for _ in range(2):
+        s.send(W.batch(W.message("driver_call_async", 0, fn=LAUNCH, args=[x, 0])))
+        assert s.call("ctx_synchronize")[0] == CUDA_SUCCESS
+        st, _, _, back = s.call("memcpy_dtoh", src=buf + 1024, size=80, stream=0)
+        assert st == CUDA_SUCCESS
+        words = struct.unpack("<20I", back)
+        assert words[:4] == (0x01020304,) * 4 and words[4:16] == (0,) * 12
+        assert words[16:] == (0x01020304,) * 4
+        assert s.call("memcpy_htod", data_in=b"\0" * 80,
+                      dst=buf + 1024, size=80, stream=0)[0] == CUDA_SUCCESS
+    assert driver(s, EXEC_DESTROY, x)[0] == CUDA_SUCCESS
+    assert driver(s, GRAPH_DESTROY, g)[0] == CUDA_SUCCESS
+    # The graph's nodes went with it.
+    assert node_type(s, m)[0] == CUDA_ERROR_INVALID_HANDLE
+
+
+def test_hostile_nodes(daemon, s):
+    g, other = graph(s), graph(s)
+    buf = alloc(s, 4096)
+    ok, m = add(s, g, MEMSET, dst=buf, value=1, elem_size=1, width=16, height=1)
+    assert ok == CUDA_SUCCESS
+    _, o = add(s, other, EMPTY)
+    bad = [
+        add(s, 0x12345, EMPTY),                                   # no such graph
+        add(s, m, EMPTY),                                         # a node, not a graph
+        add(s, g, EMPTY, deps=[o]),                               # another graph's node
+        add(s, g, EMPTY, deps=[m, m]),                            # repeated
+        add(s, g, EMPTY, deps=[0x7777] * 512),                    # made up, many
+        add(s, g, 99),                                            # no such type
+        add(s, g, HOST),                                          # not carried
+        add(s, g, EMPTY, dst=buf),                                # stray field
+        add(s, g, MEMSET, dst=buf, elem_size=3, width=1, height=1),
+        add(s, g, MEMSET, dst=buf, value=0x100, elem_size=1, width=1, height=1),
+        add(s, g, MEMSET, dst=buf, elem_size=4, width=1 << 62, height=1),
+        add(s, g, MEMSET, dst=buf, elem_size=4, width=1024, height=2, pitch=4096),
+        add(s, g, MEMSET, dst=buf, elem_size=4, width=4, height=2, pitch=8),
+        add(s, g, MEMSET, dst=buf, elem_size=4, width=1, height=1 << 40, pitch=1 << 40),
+        add(s, g, MEMSET, dst=buf, elem_size=4, width=1, height=0),
+        add(s, g, MEMSET, dst=buf, elem_size=4, width=1, height=1, func=1),
+        add(s, g, MEMCPY, dst=buf, src=buf + 4000, width=200),   # past the end
+        add(s, g, MEMCPY, dst=0xdead0000, src=buf, width=8),      # not the session's
+        add(s, g, MEMCPY, dst=buf, src=buf, width=8, pitch=8),
+        add(s, g, MEMCPY, dst=buf, src=buf, width=8, host=3),
+        add(s, g, MEMCPY, dst=8192, src=buf, width=8, host=1),  # no window here
+        add(s, g, MEMSET, dst=buf, elem_size=4, width=1, height=1, host=1),
+        add(s, g, KERNEL, func=0x5555, grid_x=1, grid_y=1, grid_z=1, block_x=1,
+            block_y=1, block_z=1),                                # no such function
+    ]
+    assert [st for st, _ in bad] == [
+        CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_HANDLE] + [CUDA_ERROR_INVALID_VALUE] * 3 + [
+        CUDA_ERROR_NOT_SUPPORTED, CUDA_ERROR_NOT_SUPPORTED] + [CUDA_ERROR_INVALID_VALUE] * 15 + [
+        CUDA_ERROR_INVALID_HANDLE]
+    assert not any(n for _, n in bad)
+    edges = lambda f, t: s.call("graph_add_deps", graph=g, **{"from": f, "to": t})[0]  # noqa: E731
+    assert edges([m], [m]) == CUDA_ERROR_INVALID_VALUE            # onto itself
+    assert edges([m], [o]) == CUDA_ERROR_INVALID_VALUE            # across graphs
+    assert edges([m, m], [m]) == CUDA_ERROR_INVALID_VALUE         # counts differ
+    kset = dict(grid_x=1, grid_y=1, grid_z=1, block_x=1, block_y=1, block_z=1,
+                shared_bytes=0, params=b"", func=0x5555)
+    assert s.call("graph_kernel_node_set", exec=0, node=m, **kset)[0] == CUDA_ERROR_INVALID_VALUE
+    assert s.call("graph_kernel_node_set", exec=0x999, node=m,
+                  **kset)[0] == CUDA_ERROR_INVALID_HANDLE
+    assert node_type(s, g)[0] == CUDA_ERROR_INVALID_HANDLE        # a graph, not a node
+    assert s.call("graph_get_nodes", graph=m)[0] == CUDA_ERROR_INVALID_HANDLE
+    # Another session cannot name this one's nodes or graphs.
+    t = session(daemon)
+    assert node_type(t, m)[0] == CUDA_ERROR_INVALID_HANDLE
+    assert add(t, g, EMPTY)[0] == CUDA_ERROR_INVALID_HANDLE
+    assert t.call("graph_node_destroy", node=m)[0] == CUDA_ERROR_INVALID_HANDLE
+    t.close()
+    assert s.call("graph_node_destroy", node=o)[0] == CUDA_SUCCESS
+    assert s.call("graph_node_destroy", node=o)[0] == CUDA_ERROR_INVALID_HANDLE
+    # After all that, the session still works.
+    assert node_type(s, m) == (CUDA_SUCCESS, MEMSET)
+    st, res = driver(s, INSTANTIATE, 1, g, 0)
+    assert st == CUDA_SUCCESS
+    s.send(W.batch(W.message("driver_call_async", 0, fn=LAUNCH, args=[res[0], 0])))
+    assert s.call("ctx_synchronize")[0] == CUDA_SUCCESS
+    st, _, _, back = s.call("memcpy_dtoh", src=buf, size=16, stream=0)
+    assert st == CUDA_SUCCESS and back == b"\x01" * 16
+
+
+def test_a_cycle_is_refused_at_instantiate(s):
+    g = graph(s)
+    _, a = add(s, g, EMPTY)
+    _, b = add(s, g, EMPTY, deps=[a])
+    assert s.call("graph_add_deps", graph=g, **{"from": [b], "to": [a]})[0] == CUDA_SUCCESS
+    assert s.call("graph_add_deps", graph=g, **{"from": [b], "to": [a]})[0] == \
+        CUDA_ERROR_INVALID_VALUE                                  # already there
+    assert driver(s, INSTANTIATE, 1, g, 0)[0] == CUDA_ERROR_INVALID_VALUE
