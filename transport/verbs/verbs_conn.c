@@ -335,11 +335,18 @@ int verbs_conn_sendv(struct verbs_conn *c, struct iovec *iov, int iovcnt)
 	return c->broken;
 }
 
-int verbs_conn_recv(struct verbs_conn *c, void *buf, size_t len)
+/*
+ * Up to len bytes from the ring: at least one unless nonblock (then
+ * -EAGAIN while nothing has arrived); stops at the first slot not there
+ * yet once it has some.  -errno once the connection failed.
+ */
+ssize_t verbs_conn_read(struct verbs_conn *c, void *buf, size_t len,
+			int nonblock)
 {
 	uint8_t *out = buf;
+	size_t got = 0;
 
-	while (len && !c->broken) {
+	while (got < len && !c->broken) {
 		uint8_t *slot = c->rx + (size_t)(c->rx_used % c->nslots) * c->slot_size;
 
 		if (!c->rx_have) {
@@ -349,6 +356,11 @@ int verbs_conn_recv(struct verbs_conn *c, void *buf, size_t len)
 			while (c->rx_seq == c->rx_used && !c->broken) {
 				if (poll_recv(c) || c->rx_seq > c->rx_used)
 					break;
+				if (got || nonblock) {
+					if (poll_cm(c))
+						break;
+					return got ? (ssize_t)got : -EAGAIN;
+				}
 				if (now_ns() > spin_until && block(c, 1000))
 					break;
 				/* Our credit writes complete there too. */
@@ -367,11 +379,10 @@ int verbs_conn_recv(struct verbs_conn *c, void *buf, size_t len)
 		if (c->rx_off < c->rx_len) {
 			size_t n = c->rx_len - c->rx_off;
 
-			if (n > len)
-				n = len;
-			memcpy(out, slot + PVGPU_VERBS_SLOT_HDR + c->rx_off, n);
-			out += n;
-			len -= n;
+			if (n > len - got)
+				n = len - got;
+			memcpy(out + got, slot + PVGPU_VERBS_SLOT_HDR + c->rx_off, n);
+			got += n;
 			c->rx_off += (uint32_t)n;
 		}
 		if (c->rx_off == c->rx_len) {
@@ -381,7 +392,36 @@ int verbs_conn_recv(struct verbs_conn *c, void *buf, size_t len)
 				break;
 		}
 	}
-	return c->broken;
+	/* What arrived before a failure is still the caller's. */
+	return got ? (ssize_t)got : c->broken ? c->broken : -EIO;
+}
+
+int verbs_conn_recv(struct verbs_conn *c, void *buf, size_t len)
+{
+	uint8_t *out = buf;
+
+	while (len) {
+		ssize_t n = verbs_conn_read(c, out, len, 0);
+
+		if (n < 0)
+			return (int)n;
+		out += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/* Something to read (1), nothing within ms (0; -1: no limit), or -errno. */
+int verbs_conn_wait(struct verbs_conn *c, int ms)
+{
+	int rc = verbs_conn_poll(c);
+
+	if (rc)
+		return rc;
+	rc = block(c, ms);
+	if (rc)
+		return rc;
+	return verbs_conn_poll(c);
 }
 
 int verbs_conn_poll(struct verbs_conn *c)

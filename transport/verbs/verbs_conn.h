@@ -7,6 +7,7 @@
 #define PVGPU_VERBS_CONN_H
 
 #include <stdint.h>
+#include <sys/types.h>
 #include <sys/uio.h>
 
 #include <infiniband/verbs.h>
@@ -57,7 +58,13 @@ int verbs_conn_post_receives(struct verbs_conn *c, char *err, size_t errlen);
 void verbs_conn_local_ring(struct verbs_conn *c, struct pvgpu_verbs_ring *r);
 
 int verbs_conn_sendv(struct verbs_conn *c, struct iovec *iov, int iovcnt);
+/* Exactly len bytes; 0 or -errno. */
 int verbs_conn_recv(struct verbs_conn *c, void *buf, size_t len);
+/* Up to len bytes, at least one (nonblock: -EAGAIN when none); -errno. */
+ssize_t verbs_conn_read(struct verbs_conn *c, void *buf, size_t len,
+			int nonblock);
+/* Something to read (1), nothing within ms (0; -1: no limit), or -errno. */
+int verbs_conn_wait(struct verbs_conn *c, int ms);
 /* Something to read (1), nothing yet (0), or -errno. */
 int verbs_conn_poll(struct verbs_conn *c);
 /* The fd that becomes readable on receive completions (after arming). */

@@ -207,15 +207,13 @@ static const struct pvgpu_transport_ops verbs_guest_ops = {
 	.sendv_fd = NULL,
 };
 
-/*
- * What transport.c finds in transport-verbs.so.  The host half is not
- * bound to pvgpud's host ops yet (transport/verbs/verbs_host.h has it as
- * functions): pvgpud --listen verbs:// says so.
- */
+/* What transport.c finds in transport-verbs.so: both halves. */
+extern const struct pvgpu_host_ops pvgpu_host_verbs;
+
 __attribute__((visibility("default")))
 const struct pvgpu_transport_module pvgpu_transport_module = {
 	.abi = PVGPU_TRANSPORT_ABI,
 	.scheme = "verbs",
 	.guest = &verbs_guest_ops,
-	.host = NULL,
+	.host = &pvgpu_host_verbs,
 };
