@@ -20,3 +20,21 @@ endif
 # The private-data and slot-header checks need no rdma-core: a unit test
 # links verbs_wire.c alone.
 $(BUILD)/tests/unit/verbs_wire_test: $(OBJ_DIR)/transport/verbs/verbs_wire.o
+
+# tests/rdma's misbehaving guest (bad private data, garbage on the QP).
+ifneq ($(VERBS_LIBS),)
+VERBS_PEER = $(BUILD)/tests/rdma/verbs-peer
+$(OBJ_DIR)/tests/rdma/%.o: CFLAGS += -Itransport/verbs
+$(VERBS_PEER): $(call objs,tests/rdma/verbs_peer.c transport/verbs/verbs_wire.c)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(VERBS_LIBS)
+all: $(VERBS_PEER)
+endif
+
+# libFuzzer, with `make fuzz`: the private data and slot headers a peer
+# sends (no rdma-core needed).
+fuzz: $(BUILD)/fuzz/fuzz_verbs_wire
+$(BUILD)/fuzz/fuzz_verbs_wire: tests/rdma/fuzz_verbs_wire.c transport/verbs/verbs_wire.c transport/verbs/verbs_wire.h
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -g -O1 -fsanitize=fuzzer,address,undefined -std=c11 -D_GNU_SOURCE \
+		-Itransport/verbs -o $@ tests/rdma/fuzz_verbs_wire.c transport/verbs/verbs_wire.c

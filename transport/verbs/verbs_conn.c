@@ -272,6 +272,71 @@ static int give_credit(struct verbs_conn *c)
 	return 0;
 }
 
+/* The current slot's header, checked: 0, or the connection fails. */
+static int open_slot(struct verbs_conn *c, const uint8_t *slot)
+{
+	uint8_t hdr[PVGPU_VERBS_SLOT_HDR];
+
+	/* Read the header once: the peer may write again. */
+	memcpy(hdr, slot, sizeof(hdr));
+	if (pvgpu_verbs_slot_check(hdr, (uint32_t)c->rx_used, c->slot_size,
+				   &c->rx_len))
+		return fail(c, -EPROTO, "%s", "garbage in a ring slot");
+	c->rx_off = 0;
+	c->rx_have = 1;
+	return 0;
+}
+
+/* The current slot is read: hand it back. */
+static int close_slot(struct verbs_conn *c)
+{
+	c->rx_have = 0;
+	c->rx_used++;
+	if (post_receive(c))
+		return c->broken;
+	return give_credit(c);
+}
+
+/*
+ * While we wait for credit, move what has arrived into the stash, so the
+ * peer (perhaps waiting for credit from us) can go on.
+ */
+static int drain(struct verbs_conn *c)
+{
+	if (poll_recv(c))
+		return c->broken;
+	while (c->rx_have || c->rx_seq > c->rx_used) {
+		uint8_t *slot = c->rx + (size_t)(c->rx_used % c->nslots) * c->slot_size;
+		size_t n;
+
+		if (!c->rx_have && open_slot(c, slot))
+			return c->broken;
+		n = c->rx_len - c->rx_off;
+		if (c->stash_off && c->stash_off == c->stash_len)
+			c->stash_off = c->stash_len = 0;
+		if (c->stash_len + n > c->stash_cap) {
+			size_t cap = c->stash_cap ? c->stash_cap : 1u << 20;
+			uint8_t *p;
+
+			while (cap < c->stash_len + n)
+				cap *= 2;
+			if (cap > VERBS_STASH_MAX)
+				return fail(c, -ENOBUFS, "%s",
+					    "peer sends without ever reading: gave up");
+			p = realloc(c->stash, cap);
+			if (!p)
+				return fail(c, -ENOMEM, "%s", "out of memory for the stash");
+			c->stash = p;
+			c->stash_cap = cap;
+		}
+		memcpy(c->stash + c->stash_len, slot + PVGPU_VERBS_SLOT_HDR + c->rx_off, n);
+		c->stash_len += n;
+		if (close_slot(c))
+			return c->broken;
+	}
+	return 0;
+}
+
 int verbs_conn_sendv(struct verbs_conn *c, struct iovec *iov, int iovcnt)
 {
 	uint32_t room = (c->slot_size < c->peer.slot_size ? c->slot_size :
@@ -289,7 +354,7 @@ int verbs_conn_sendv(struct verbs_conn *c, struct iovec *iov, int iovcnt)
 		while (!c->broken &&
 		       (c->tx_seq - c->tx_done >= c->nslots ||
 			c->tx_seq - le64toh(*credit_word(c)) >= c->peer.nslots)) {
-			if (poll_send(c) || poll_cm(c))
+			if (poll_send(c) || poll_cm(c) || drain(c))
 				break;
 			if (now_ns() > spin_until) {
 				struct timespec ts = { 0, 20000 };
@@ -346,12 +411,19 @@ ssize_t verbs_conn_read(struct verbs_conn *c, void *buf, size_t len,
 	uint8_t *out = buf;
 	size_t got = 0;
 
+	if (c->stash_off < c->stash_len) {
+		got = c->stash_len - c->stash_off;
+		if (got > len)
+			got = len;
+		memcpy(out, c->stash + c->stash_off, got);
+		c->stash_off += got;
+		return (ssize_t)got;
+	}
 	while (got < len && !c->broken) {
 		uint8_t *slot = c->rx + (size_t)(c->rx_used % c->nslots) * c->slot_size;
 
 		if (!c->rx_have) {
 			uint64_t spin_until = now_ns() + c->poll_ns;
-			uint8_t hdr[PVGPU_VERBS_SLOT_HDR];
 
 			while (c->rx_seq == c->rx_used && !c->broken) {
 				if (poll_recv(c) || c->rx_seq > c->rx_used)
@@ -366,15 +438,8 @@ ssize_t verbs_conn_read(struct verbs_conn *c, void *buf, size_t len,
 				/* Our credit writes complete there too. */
 				poll_send(c);
 			}
-			if (c->broken)
+			if (c->broken || open_slot(c, slot))
 				break;
-			/* Read the header once: the peer may write again. */
-			memcpy(hdr, slot, sizeof(hdr));
-			if (pvgpu_verbs_slot_check(hdr, (uint32_t)c->rx_used,
-						   c->slot_size, &c->rx_len))
-				return fail(c, -EPROTO, "%s", "garbage in a ring slot");
-			c->rx_off = 0;
-			c->rx_have = 1;
 		}
 		if (c->rx_off < c->rx_len) {
 			size_t n = c->rx_len - c->rx_off;
@@ -385,12 +450,8 @@ ssize_t verbs_conn_read(struct verbs_conn *c, void *buf, size_t len,
 			got += n;
 			c->rx_off += (uint32_t)n;
 		}
-		if (c->rx_off == c->rx_len) {
-			c->rx_have = 0;
-			c->rx_used++;
-			if (post_receive(c) || give_credit(c))
-				break;
-		}
+		if (c->rx_off == c->rx_len && close_slot(c))
+			break;
 	}
 	/* What arrived before a failure is still the caller's. */
 	return got ? (ssize_t)got : c->broken ? c->broken : -EIO;
@@ -426,6 +487,8 @@ int verbs_conn_wait(struct verbs_conn *c, int ms)
 
 int verbs_conn_poll(struct verbs_conn *c)
 {
+	if (c->stash_off < c->stash_len)
+		return 1;
 	if (c->broken)
 		return c->broken;
 	if (c->rx_have || c->rx_seq > c->rx_used)
@@ -472,5 +535,6 @@ void verbs_conn_close(struct verbs_conn *c)
 		rdma_destroy_event_channel(c->ch);
 	free(c->rx);
 	free(c->tx);
+	free(c->stash);
 	free(c);
 }

@@ -18,6 +18,8 @@
 #define VERBS_SLOTS		16
 #define VERBS_SLOT_SIZE		(256u << 10)
 #define VERBS_CM_TIMEOUT_MS	5000
+/* A peer that keeps sending while never reading: the connection ends. */
+#define VERBS_STASH_MAX		(256u << 20)
 
 struct verbs_conn {
 	struct rdma_event_channel *ch;	/* this connection's own */
@@ -43,6 +45,13 @@ struct verbs_conn {
 	uint64_t rx_used;		/* slots consumed */
 	uint64_t credit_sent;		/* rx_used as last told to the peer */
 	uint32_t rx_off, rx_len;	/* the current slot's unread bytes */
+	/*
+	 * What arrived while we waited to send (both sides sending, both
+	 * rings full): taken out of the ring so that the peer gets credit
+	 * and can finish its send, read before the ring.
+	 */
+	uint8_t *stash;
+	size_t stash_off, stash_len, stash_cap;
 	int rx_have;			/* a slot is being read */
 	int credit_pending;		/* a credit write still reads its word */
 	int outstanding;		/* signalled sends not yet completed */

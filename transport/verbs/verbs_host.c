@@ -12,11 +12,12 @@
  *                then rdma_accept), then recv / sendv / wait, close.
  *
  * The supervisor moves each request's rdma_cm id to an event channel of
- * its own before the fork, so that only the worker reads its events.  It
- * then drops its copy of that channel's descriptor (release): the worker
- * keeps the connection alive, and a request never handed to a worker (the
- * policy refused it) dies with the last descriptor, which the kernel
- * answers with a reject.  It never calls rdma_destroy_id on an id a worker
+ * its own before the fork, and the worker moves it again to one it opens
+ * itself (the kernel takes rdma_cm commands only on a descriptor the
+ * calling process opened).  The supervisor then drops its copy of the
+ * request's channel (release): the worker keeps the connection alive, and
+ * a request never handed to a worker (the policy refused it) dies with the
+ * last descriptor, which the kernel answers with a reject.  It never calls rdma_destroy_id on an id a worker
  * may use: that would be heard by the kernel as the worker's, and it
  * would wait for the worker's events.  So the supervisor leaves
  * librdmacm's small record of each such id allocated (a few hundred bytes
@@ -275,12 +276,28 @@ static int verbs_open(struct pvgpu_conn *base, char *err, size_t errlen)
 	c->slot_size = VERBS_SLOT_SIZE;
 	c->poll_ns = hc->poll_ns;
 	c->peer = hc->hello.ring;
-	/* The connection owns id and channel now (verbs_conn_close). */
-	c->ch = hc->ch;
-	c->id = hc->id;
-	hc->ch = NULL;
-	hc->id = NULL;
 	hc->c = c;
+	/*
+	 * The kernel takes rdma_cm commands only on a descriptor this process
+	 * opened (ib_safe_file_access: the opener's credentials, and fork()
+	 * gives the worker new ones), so the id moves once more, to a channel
+	 * of the worker's own; the command is written there.
+	 */
+	c->ch = rdma_create_event_channel();
+	if (!c->ch || rdma_migrate_id(hc->id, c->ch)) {
+		rc = errno ? -errno : -EIO;
+		snprintf(err, errlen, "rdma_migrate_id: %s", strerror(-rc));
+		if (c->ch)
+			rdma_destroy_event_channel(c->ch);
+		c->ch = NULL;
+		goto err_conn;
+	}
+	/* The connection owns the id now (verbs_conn_close). */
+	c->id = hc->id;
+	hc->id = NULL;
+	close(hc->ch->fd);
+	free(hc->ch);
+	hc->ch = NULL;
 	/* This process's own device context: nothing made before fork() is used. */
 	c->ctx = ibv_open_device(c->id->verbs->device);
 	if (!c->ctx) {
