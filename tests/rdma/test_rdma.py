@@ -97,9 +97,11 @@ echo "case direct-alive rc=0 alive=$(alive $PID_direct)"
 # Measurements on this link (functional figures).
 ib_write_bw -R -s 4194304 -n 50 -F > /tmp/wbw-srv.log 2>&1 & s=$!; sleep 1
 ib_write_bw -R -s 4194304 -n 50 -F $A > /tmp/wbw.log 2>&1; echo "case ib_write_bw rc=$?"; wait $s
+tail -n 8 /tmp/wbw-srv.log /tmp/wbw.log
 grep -E '^ *4194304' /tmp/wbw.log | sed 's/^/ib_write_bw: /'
 ib_send_lat -R -s 8 -n 500 -F > /tmp/slat-srv.log 2>&1 & s=$!; sleep 1
 ib_send_lat -R -s 8 -n 500 -F $A > /tmp/slat.log 2>&1; echo "case ib_send_lat rc=$?"; wait $s
+tail -n 8 /tmp/slat-srv.log /tmp/slat.log
 grep -E '^ *8 ' /tmp/slat.log | sed 's/^/ib_send_lat: /'
 run_case bw-direct verbs://$A:7471 tok-direct pvgpu-bandwidth --json --sizes 4M --reps 8
 sed 's/^/bw-direct-json: /' /tmp/bw-direct.out | tr -d '\n'; echo

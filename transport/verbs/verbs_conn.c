@@ -114,6 +114,48 @@ err_verbs:
 	return errno ? -errno : -EIO;
 }
 
+int verbs_conn_qp(struct verbs_conn *c, char *err, size_t errlen)
+{
+	struct ibv_qp_init_attr qa;
+
+	memset(&qa, 0, sizeof(qa));
+	qa.send_cq = c->scq;
+	qa.recv_cq = c->rcq;
+	qa.qp_type = IBV_QPT_RC;
+	qa.cap.max_send_wr = c->nslots + 4;
+	qa.cap.max_recv_wr = c->nslots + 2;
+	qa.cap.max_send_sge = 1;
+	qa.cap.max_recv_sge = 1;
+	c->qp = ibv_create_qp(c->pd, &qa);
+	if (!c->qp) {
+		snprintf(err, errlen, "ibv_create_qp: %s", strerror(errno));
+		return errno ? -errno : -EIO;
+	}
+	c->own_qp = 1;
+	return 0;
+}
+
+int verbs_conn_qp_state(struct verbs_conn *c, enum ibv_qp_state s, char *err,
+			size_t errlen)
+{
+	struct ibv_qp_attr attr;
+	int mask = 0;
+
+	memset(&attr, 0, sizeof(attr));
+	attr.qp_state = s;
+	if (rdma_init_qp_attr(c->id, &attr, &mask)) {
+		snprintf(err, errlen, "rdma_init_qp_attr(%d): %s", s, strerror(errno));
+		return errno ? -errno : -EIO;
+	}
+	if (s == IBV_QPS_INIT)
+		attr.qp_access_flags |= IBV_ACCESS_REMOTE_WRITE;
+	if (ibv_modify_qp(c->qp, &attr, mask)) {
+		snprintf(err, errlen, "ibv_modify_qp(%d): %s", s, strerror(errno));
+		return errno ? -errno : -EIO;
+	}
+	return 0;
+}
+
 void verbs_conn_local_ring(struct verbs_conn *c, struct pvgpu_verbs_ring *r)
 {
 	r->addr = (uint64_t)(uintptr_t)c->rx;

@@ -62,6 +62,14 @@ struct verbs_conn {
 
 /* Memory, PD, CQs (on ctx); 0 or -errno with err. */
 int verbs_conn_resources(struct verbs_conn *c, char *err, size_t errlen);
+/*
+ * The QP, on this process's own context (ibv_create_qp: never through
+ * librdmacm's contexts, which may have been opened before a fork()).
+ */
+int verbs_conn_qp(struct verbs_conn *c, char *err, size_t errlen);
+/* Move the QP to s with what rdma_cm says of the connection. */
+int verbs_conn_qp_state(struct verbs_conn *c, enum ibv_qp_state s, char *err,
+			size_t errlen);
 /* Post the ring's receives. */
 int verbs_conn_post_receives(struct verbs_conn *c, char *err, size_t errlen);
 void verbs_conn_local_ring(struct verbs_conn *c, struct pvgpu_verbs_ring *r);

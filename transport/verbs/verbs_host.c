@@ -55,10 +55,20 @@ static const struct pvgpu_conn_ops verbs_conn_ops;
 
 static void say(const char *fmt, const char *a, const char *b)
 {
-	/* pvgpud's log format; this object links nothing of pvgpud. */
-	fprintf(stderr, "pvgpud: warn: ");
-	fprintf(stderr, fmt, a, b);
-	fputc('\n', stderr);
+	char line[400];
+	int n;
+
+	/*
+	 * pvgpud's log format; this object links nothing of pvgpud.  One
+	 * write, unbuffered: a worker ends with _exit().
+	 */
+	n = snprintf(line, sizeof(line), "pvgpud: warn: ");
+	n += snprintf(line + n, sizeof(line) - (size_t)n, fmt, a, b);
+	if (n > (int)sizeof(line) - 2)
+		n = (int)sizeof(line) - 2;
+	line[n++] = '\n';
+	if (write(STDERR_FILENO, line, (size_t)n) < 0)
+		return;
 }
 
 static int verbs_listen(struct pvgpu_listener *l, const char *addr,
@@ -233,34 +243,12 @@ static void verbs_close_listener(struct pvgpu_listener *l)
 	l->priv = NULL;
 }
 
-static int to_state(struct verbs_conn *c, enum ibv_qp_state s, char *err,
-		    size_t errlen)
-{
-	struct ibv_qp_attr attr;
-	int mask = 0;
-
-	memset(&attr, 0, sizeof(attr));
-	attr.qp_state = s;
-	if (rdma_init_qp_attr(c->id, &attr, &mask)) {
-		snprintf(err, errlen, "rdma_init_qp_attr(%d): %s", s, strerror(errno));
-		return errno ? -errno : -EIO;
-	}
-	if (s == IBV_QPS_INIT)
-		attr.qp_access_flags |= IBV_ACCESS_REMOTE_WRITE;
-	if (ibv_modify_qp(c->qp, &attr, mask)) {
-		snprintf(err, errlen, "ibv_modify_qp(%d): %s", s, strerror(errno));
-		return errno ? -errno : -EIO;
-	}
-	return 0;
-}
-
 /* In the worker, after fork(): everything verbs, then accept. */
 static int verbs_open(struct pvgpu_conn *base, char *err, size_t errlen)
 {
 	struct verbs_host_conn *hc = (struct verbs_host_conn *)base;
 	struct rdma_conn_param param;
 	struct pvgpu_verbs_ring ring;
-	struct ibv_qp_init_attr qa;
 	struct rdma_cm_event *ev;
 	struct verbs_conn *c;
 	uint8_t pd[PVGPU_VERBS_ACCEPT_PD];
@@ -309,25 +297,13 @@ static int verbs_open(struct pvgpu_conn *base, char *err, size_t errlen)
 	rc = verbs_conn_resources(c, err, errlen);
 	if (rc)
 		goto err_conn;
-	memset(&qa, 0, sizeof(qa));
-	qa.send_cq = c->scq;
-	qa.recv_cq = c->rcq;
-	qa.qp_type = IBV_QPT_RC;
-	qa.cap.max_send_wr = c->nslots + 4;
-	qa.cap.max_recv_wr = c->nslots + 2;
-	qa.cap.max_send_sge = 1;
-	qa.cap.max_recv_sge = 1;
-	c->qp = ibv_create_qp(c->pd, &qa);
-	if (!c->qp) {
-		rc = errno ? -errno : -EIO;
-		snprintf(err, errlen, "ibv_create_qp: %s", strerror(-rc));
+	rc = verbs_conn_qp(c, err, errlen);
+	if (rc)
 		goto err_conn;
-	}
-	c->own_qp = 1;
-	if ((rc = to_state(c, IBV_QPS_INIT, err, errlen)) ||
+	if ((rc = verbs_conn_qp_state(c, IBV_QPS_INIT, err, errlen)) ||
 	    (rc = verbs_conn_post_receives(c, err, errlen)) ||
-	    (rc = to_state(c, IBV_QPS_RTR, err, errlen)) ||
-	    (rc = to_state(c, IBV_QPS_RTS, err, errlen)))
+	    (rc = verbs_conn_qp_state(c, IBV_QPS_RTR, err, errlen)) ||
+	    (rc = verbs_conn_qp_state(c, IBV_QPS_RTS, err, errlen)))
 		goto err_conn;
 	verbs_conn_local_ring(c, &ring);
 	memset(&param, 0, sizeof(param));
