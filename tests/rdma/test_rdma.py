@@ -29,6 +29,8 @@ BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
 BOOT_TIMEOUT = 900.0
 ADDR = "10.77.0.1"
 PROGRAMS = ["devices", "memory", "memset", "copies", "streams"]
+# memory moves 1.2 GB: twice over Soft-RoCE under TCG is minutes.
+REMOTE_PROGRAMS = ["devices", "memset", "copies", "streams"]
 KERNEL_PROGRAMS = ["vecadd"]
 RDMA_MODULES = ["crc32_generic", "veth", "rdma_rxe", "rdma_ucm"]
 RXE_PROVIDER = "/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so"
@@ -57,9 +59,12 @@ ip link add va type veth peer name vb || { echo "SKIP: no veth pair"; exit 77; }
 ip addr add $A/24 dev va
 ip link set va up; ip link set vb up
 grep -q rdma_rxe /proc/modules || { echo "SKIP: rdma_rxe did not load"; exit 77; }
-rdma link add rxe0 type rxe netdev va || { echo "SKIP: rdma link add failed"; exit 77; }
-rdma link show
 sleep 1
+rdma link add rxe0 type rxe netdev va || { echo "SKIP: rdma link add failed"; exit 77; }
+# The port follows the carrier; perftest refuses a port that is not ACTIVE.
+i=0; while ! rdma link show rxe0/1 | grep -q "state ACTIVE" && [ $i -lt 10 ]; do
+    ip link set va down; ip link set va up; sleep 1; i=$((i+1)); done
+rdma link show
 
 pvgpud_start() {  # NAME ARGS...
     n=$1; shift
@@ -79,9 +84,9 @@ pvgpud_start nodeb --listen verbs://$A:7472 --executor sim --tcp-token tok-b
 pvgpud_start front --listen verbs://$A:7473 --executor remote --remote verbs://$A:7472 --remote-token tok-b
 sleep 2
 for p in __PROGRAMS__; do run_case direct-$p verbs://$A:7471 tok-direct /pvgpu/bin/$p; done
-run_case direct-synth verbs://$A:7471 tok-direct pvgpu-synth --quick --size 1M-2M --dir both
-for p in __PROGRAMS__; do run_case remote-$p verbs://$A:7473 "" /pvgpu/bin/$p; done
-run_case remote-synth verbs://$A:7473 "" pvgpu-synth --quick --size 1M-2M --dir both
+run_case direct-synth verbs://$A:7471 tok-direct pvgpu-synth --plan /pvgpu/synth.plan
+for p in __REMOTE_PROGRAMS__; do run_case remote-$p verbs://$A:7473 "" /pvgpu/bin/$p; done
+run_case remote-synth verbs://$A:7473 "" pvgpu-synth --plan /pvgpu/synth.plan
 
 run_case wrong-token verbs://$A:7471 not-the-token /pvgpu/bin/devices
 timeout -s KILL 60 verbs-peer baddata $A 7471; echo "case bad-private-data rc=$?"
@@ -115,7 +120,7 @@ tail -n 3 /tmp/bkill.err
 echo "case front-alive rc=0 alive=$(alive $PID_front)"
 run_case direct-after-nodeb verbs://$A:7471 tok-direct /pvgpu/bin/devices
 
-for n in direct nodeb front; do sed "s/^/log-$n: /" /tmp/$n.log | tail -n 40; done
+for n in direct nodeb front; do sed "s/^/log-$n: /" /tmp/$n.log; done
 kill $PID_direct $PID_front 2>/dev/null
 exit 0
 """
@@ -123,7 +128,9 @@ exit 0
 
 def guest_script():
     progs = " ".join(PROGRAMS + KERNEL_PROGRAMS)
-    return SCRIPT.replace("__ADDR__", ADDR).replace("__PROGRAMS__", progs)
+    remote = " ".join(REMOTE_PROGRAMS + KERNEL_PROGRAMS)
+    return (SCRIPT.replace("__ADDR__", ADDR).replace("__PROGRAMS__", progs)
+            .replace("__REMOTE_PROGRAMS__", remote))
 
 
 def guest_files():
@@ -150,6 +157,8 @@ def guest_files():
     files = [(str(b), f"/pvgpu/bin/{b.name}") for b in bins]
     files += [(t, f"/pvgpu/bin/{Path(t).name}") for t in tools]
     files += [(str(h), g) for h, g in libs.items()]
+    # A plan calibrated elsewhere: no calibration of the kernel under TCG.
+    files.append((str(Path(__file__).parent / "synth-rdma.plan"), "/pvgpu/synth.plan"))
     deps = {}
     for b in bins + [Path(t) for t in tools] + list(libs)[:-1]:
         deps.update({g: h for h, g in vm.guest_libraries(b)})
@@ -195,7 +204,7 @@ def log(out, name):
 
 @pytest.mark.parametrize("how", ["direct", "remote"])
 def test_programs_and_synth_over_verbs(console, how):
-    for p in PROGRAMS + KERNEL_PROGRAMS:
+    for p in (PROGRAMS if how == "direct" else REMOTE_PROGRAMS) + KERNEL_PROGRAMS:
         code, line = rc(console, f"{how}-{p}")
         assert code == 0 and line.endswith("last=PASS"), f"{line}\n{console[-6000:]}"
     code, line = rc(console, f"{how}-synth")
@@ -213,7 +222,9 @@ def test_wrong_token_is_refused(console):
 def test_bad_private_data_and_garbage_end_only_that_caller(console):
     assert rc(console, "bad-private-data")[0] == 0, console[-6000:]
     assert rc(console, "garbage")[0] == 0, console[-6000:]
-    assert "garbage in a ring slot" in log(console, "direct"), log(console, "direct")
+    direct = log(console, "direct")
+    assert "private data without the pvgpu magic" in direct, direct
+    assert "connection closed by the guest (read error: Protocol error)" in direct, direct
     assert "alive=yes" in cases(console)["direct-alive"]
 
 

@@ -60,7 +60,8 @@ static void say(const char *fmt, const char *a, const char *b)
 
 	/*
 	 * pvgpud's log format; this object links nothing of pvgpud.  One
-	 * write, unbuffered: a worker ends with _exit().
+	 * write, as pvgpud's log does.  The supervisor's only: in a worker,
+	 * stderr is the guest's.
 	 */
 	n = snprintf(line, sizeof(line), "pvgpud: warn: ");
 	n += snprintf(line + n, sizeof(line) - (size_t)n, fmt, a, b);
@@ -340,9 +341,11 @@ static ssize_t verbs_recv(struct pvgpu_conn *base, void *buf, size_t len,
 
 	if (!hc->c)
 		return -ENOTCONN;
+	/*
+	 * No word of why here: a worker's stderr is the guest's (device
+	 * printf); the session's log says "read error: Protocol error".
+	 */
 	n = verbs_conn_read(hc->c, buf, len, nonblock);
-	if (n < 0 && n != -EAGAIN && n != -ECONNRESET)
-		say("%s: %s", "verbs channel", hc->c->why);
 	return n == -ECONNRESET ? 0 : n;	/* hung up */
 }
 
