@@ -239,9 +239,11 @@ PYTEST = python3 -m pytest
 test: deps
 	$(MAKE) all fuzz guest-driver build-minimal cross-arm64
 	$(MAKE) test-deploy-start
+	$(MAKE) test-rdma-start
 	$(MAKE) BUILD=build-asan SANITIZE=1 all
 	$(PYTEST) -q
 	PVGPU_BUILD=build-asan $(PYTEST) -q tests/unit tests/integration
+	$(MAKE) test-rdma-wait
 	$(MAKE) test-deploy-wait
 
 test-gpu:

@@ -556,6 +556,22 @@ static void start_session(struct pvgpu_supervisor *sv, struct pvgpu_listener *l)
 			 peer.identity, l->uri, l->vm);
 		goto err_conn;
 	}
+	/*
+	 * A channel that carries the caller's token itself (verbs: the
+	 * connect request) is checked against --tcp-token here, before any
+	 * session exists; with a policy, admission below looks the token up.
+	 */
+	if (peer.id.kind == PVGPU_ID_TOKEN && !sv->policy &&
+	    sv->wcfg.required_token) {
+		struct pvgpu_identity want;
+
+		if (pvgpu_identity_set(&want, PVGPU_ID_TOKEN, sv->wcfg.required_token) ||
+		    !pvgpu_identity_equal(&want, &peer.id)) {
+			log_warn("refused %s via %s: wrong or missing token",
+				 peer.identity, l->uri);
+			goto err_conn;
+		}
+	}
 	slot = pvgpu_accounting_claim(sv->acct);
 	if (!slot) {
 		log_warn("refused %s: all %u session slots are in use",

@@ -20,3 +20,48 @@ endif
 # The private-data and slot-header checks need no rdma-core: a unit test
 # links verbs_wire.c alone.
 $(BUILD)/tests/unit/verbs_wire_test: $(OBJ_DIR)/transport/verbs/verbs_wire.o
+
+# tests/rdma's misbehaving guest (bad private data, garbage on the QP).
+ifneq ($(VERBS_LIBS),)
+VERBS_PEER = $(BUILD)/tests/rdma/verbs-peer
+$(OBJ_DIR)/tests/rdma/%.o: CFLAGS += -Itransport/verbs
+$(VERBS_PEER): $(call objs,tests/rdma/verbs_peer.c transport/verbs/verbs_wire.c)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(VERBS_LIBS)
+all: $(VERBS_PEER)
+endif
+
+# libFuzzer, with `make fuzz`: the private data and slot headers a peer
+# sends (no rdma-core needed).
+fuzz: $(BUILD)/fuzz/fuzz_verbs_wire
+$(BUILD)/fuzz/fuzz_verbs_wire: tests/rdma/fuzz_verbs_wire.c transport/verbs/verbs_wire.c transport/verbs/verbs_wire.h
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -g -O1 -fsanitize=fuzzer,address,undefined -std=c11 -D_GNU_SOURCE \
+		-Itransport/verbs -o $@ tests/rdma/fuzz_verbs_wire.c transport/verbs/verbs_wire.c
+
+# tests/rdma/test_rdma.py boots one QEMU guest with Soft-RoCE (about 5
+# minutes under TCG), so make test runs it in a process of its own beside
+# the rest, as tests/deploy:
+#   make test-rdma         in the foreground
+#   make test-rdma-start   in the background; log in $(RDMA_LOG)
+#   make test-rdma-wait    wait for it, print its log, fail if it did
+RDMA_LOG = $(BUILD)/tests/rdma/test-rdma.log
+RDMA_RC  = $(BUILD)/tests/rdma/test-rdma.rc
+
+.PHONY: test-rdma test-rdma-start test-rdma-wait
+test-rdma:
+	PVGPU_RDMA_TESTS=1 PVGPU_BUILD=$(abspath $(BUILD)) \
+		python3 -m pytest -q -s -p no:cacheprovider tests/rdma/test_rdma.py
+
+test-rdma-start:
+	@mkdir -p $(dir $(RDMA_LOG))
+	@rm -f $(RDMA_RC)
+	@( $(MAKE) --no-print-directory test-rdma >$(RDMA_LOG) 2>&1; \
+	   echo $$? >$(RDMA_RC) ) </dev/null >/dev/null 2>&1 &
+	@echo "test-rdma: started in the background, log: $(RDMA_LOG)"
+
+test-rdma-wait:
+	@while [ ! -f $(RDMA_RC) ]; do sleep 5; done
+	@echo "==== make test-rdma (log: $(RDMA_LOG)) ===="
+	@cat $(RDMA_LOG)
+	@exit $$(cat $(RDMA_RC))

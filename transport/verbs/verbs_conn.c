@@ -114,6 +114,48 @@ err_verbs:
 	return errno ? -errno : -EIO;
 }
 
+int verbs_conn_qp(struct verbs_conn *c, char *err, size_t errlen)
+{
+	struct ibv_qp_init_attr qa;
+
+	memset(&qa, 0, sizeof(qa));
+	qa.send_cq = c->scq;
+	qa.recv_cq = c->rcq;
+	qa.qp_type = IBV_QPT_RC;
+	qa.cap.max_send_wr = c->nslots + 4;
+	qa.cap.max_recv_wr = c->nslots + 2;
+	qa.cap.max_send_sge = 1;
+	qa.cap.max_recv_sge = 1;
+	c->qp = ibv_create_qp(c->pd, &qa);
+	if (!c->qp) {
+		snprintf(err, errlen, "ibv_create_qp: %s", strerror(errno));
+		return errno ? -errno : -EIO;
+	}
+	c->own_qp = 1;
+	return 0;
+}
+
+int verbs_conn_qp_state(struct verbs_conn *c, enum ibv_qp_state s, char *err,
+			size_t errlen)
+{
+	struct ibv_qp_attr attr;
+	int mask = 0;
+
+	memset(&attr, 0, sizeof(attr));
+	attr.qp_state = s;
+	if (rdma_init_qp_attr(c->id, &attr, &mask)) {
+		snprintf(err, errlen, "rdma_init_qp_attr(%d): %s", s, strerror(errno));
+		return errno ? -errno : -EIO;
+	}
+	if (s == IBV_QPS_INIT)
+		attr.qp_access_flags |= IBV_ACCESS_REMOTE_WRITE;
+	if (ibv_modify_qp(c->qp, &attr, mask)) {
+		snprintf(err, errlen, "ibv_modify_qp(%d): %s", s, strerror(errno));
+		return errno ? -errno : -EIO;
+	}
+	return 0;
+}
+
 void verbs_conn_local_ring(struct verbs_conn *c, struct pvgpu_verbs_ring *r)
 {
 	r->addr = (uint64_t)(uintptr_t)c->rx;
@@ -272,6 +314,71 @@ static int give_credit(struct verbs_conn *c)
 	return 0;
 }
 
+/* The current slot's header, checked: 0, or the connection fails. */
+static int open_slot(struct verbs_conn *c, const uint8_t *slot)
+{
+	uint8_t hdr[PVGPU_VERBS_SLOT_HDR];
+
+	/* Read the header once: the peer may write again. */
+	memcpy(hdr, slot, sizeof(hdr));
+	if (pvgpu_verbs_slot_check(hdr, (uint32_t)c->rx_used, c->slot_size,
+				   &c->rx_len))
+		return fail(c, -EPROTO, "%s", "garbage in a ring slot");
+	c->rx_off = 0;
+	c->rx_have = 1;
+	return 0;
+}
+
+/* The current slot is read: hand it back. */
+static int close_slot(struct verbs_conn *c)
+{
+	c->rx_have = 0;
+	c->rx_used++;
+	if (post_receive(c))
+		return c->broken;
+	return give_credit(c);
+}
+
+/*
+ * While we wait for credit, move what has arrived into the stash, so the
+ * peer (perhaps waiting for credit from us) can go on.
+ */
+static int drain(struct verbs_conn *c)
+{
+	if (poll_recv(c))
+		return c->broken;
+	while (c->rx_have || c->rx_seq > c->rx_used) {
+		uint8_t *slot = c->rx + (size_t)(c->rx_used % c->nslots) * c->slot_size;
+		size_t n;
+
+		if (!c->rx_have && open_slot(c, slot))
+			return c->broken;
+		n = c->rx_len - c->rx_off;
+		if (c->stash_off && c->stash_off == c->stash_len)
+			c->stash_off = c->stash_len = 0;
+		if (c->stash_len + n > c->stash_cap) {
+			size_t cap = c->stash_cap ? c->stash_cap : 1u << 20;
+			uint8_t *p;
+
+			while (cap < c->stash_len + n)
+				cap *= 2;
+			if (cap > VERBS_STASH_MAX)
+				return fail(c, -ENOBUFS, "%s",
+					    "peer sends without ever reading: gave up");
+			p = realloc(c->stash, cap);
+			if (!p)
+				return fail(c, -ENOMEM, "%s", "out of memory for the stash");
+			c->stash = p;
+			c->stash_cap = cap;
+		}
+		memcpy(c->stash + c->stash_len, slot + PVGPU_VERBS_SLOT_HDR + c->rx_off, n);
+		c->stash_len += n;
+		if (close_slot(c))
+			return c->broken;
+	}
+	return 0;
+}
+
 int verbs_conn_sendv(struct verbs_conn *c, struct iovec *iov, int iovcnt)
 {
 	uint32_t room = (c->slot_size < c->peer.slot_size ? c->slot_size :
@@ -289,7 +396,7 @@ int verbs_conn_sendv(struct verbs_conn *c, struct iovec *iov, int iovcnt)
 		while (!c->broken &&
 		       (c->tx_seq - c->tx_done >= c->nslots ||
 			c->tx_seq - le64toh(*credit_word(c)) >= c->peer.nslots)) {
-			if (poll_send(c) || poll_cm(c))
+			if (poll_send(c) || poll_cm(c) || drain(c))
 				break;
 			if (now_ns() > spin_until) {
 				struct timespec ts = { 0, 20000 };
@@ -335,57 +442,95 @@ int verbs_conn_sendv(struct verbs_conn *c, struct iovec *iov, int iovcnt)
 	return c->broken;
 }
 
-int verbs_conn_recv(struct verbs_conn *c, void *buf, size_t len)
+/*
+ * Up to len bytes from the ring: at least one unless nonblock (then
+ * -EAGAIN while nothing has arrived); stops at the first slot not there
+ * yet once it has some.  -errno once the connection failed.
+ */
+ssize_t verbs_conn_read(struct verbs_conn *c, void *buf, size_t len,
+			int nonblock)
 {
 	uint8_t *out = buf;
+	size_t got = 0;
 
-	while (len && !c->broken) {
+	if (c->stash_off < c->stash_len) {
+		got = c->stash_len - c->stash_off;
+		if (got > len)
+			got = len;
+		memcpy(out, c->stash + c->stash_off, got);
+		c->stash_off += got;
+		return (ssize_t)got;
+	}
+	while (got < len && !c->broken) {
 		uint8_t *slot = c->rx + (size_t)(c->rx_used % c->nslots) * c->slot_size;
 
 		if (!c->rx_have) {
 			uint64_t spin_until = now_ns() + c->poll_ns;
-			uint8_t hdr[PVGPU_VERBS_SLOT_HDR];
 
 			while (c->rx_seq == c->rx_used && !c->broken) {
 				if (poll_recv(c) || c->rx_seq > c->rx_used)
 					break;
+				if (got || nonblock) {
+					if (poll_cm(c))
+						break;
+					return got ? (ssize_t)got : -EAGAIN;
+				}
 				if (now_ns() > spin_until && block(c, 1000))
 					break;
 				/* Our credit writes complete there too. */
 				poll_send(c);
 			}
-			if (c->broken)
+			if (c->broken || open_slot(c, slot))
 				break;
-			/* Read the header once: the peer may write again. */
-			memcpy(hdr, slot, sizeof(hdr));
-			if (pvgpu_verbs_slot_check(hdr, (uint32_t)c->rx_used,
-						   c->slot_size, &c->rx_len))
-				return fail(c, -EPROTO, "%s", "garbage in a ring slot");
-			c->rx_off = 0;
-			c->rx_have = 1;
 		}
 		if (c->rx_off < c->rx_len) {
 			size_t n = c->rx_len - c->rx_off;
 
-			if (n > len)
-				n = len;
-			memcpy(out, slot + PVGPU_VERBS_SLOT_HDR + c->rx_off, n);
-			out += n;
-			len -= n;
+			if (n > len - got)
+				n = len - got;
+			memcpy(out + got, slot + PVGPU_VERBS_SLOT_HDR + c->rx_off, n);
+			got += n;
 			c->rx_off += (uint32_t)n;
 		}
-		if (c->rx_off == c->rx_len) {
-			c->rx_have = 0;
-			c->rx_used++;
-			if (post_receive(c) || give_credit(c))
-				break;
-		}
+		if (c->rx_off == c->rx_len && close_slot(c))
+			break;
 	}
-	return c->broken;
+	/* What arrived before a failure is still the caller's. */
+	return got ? (ssize_t)got : c->broken ? c->broken : -EIO;
+}
+
+int verbs_conn_recv(struct verbs_conn *c, void *buf, size_t len)
+{
+	uint8_t *out = buf;
+
+	while (len) {
+		ssize_t n = verbs_conn_read(c, out, len, 0);
+
+		if (n < 0)
+			return (int)n;
+		out += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/* Something to read (1), nothing within ms (0; -1: no limit), or -errno. */
+int verbs_conn_wait(struct verbs_conn *c, int ms)
+{
+	int rc = verbs_conn_poll(c);
+
+	if (rc)
+		return rc;
+	rc = block(c, ms);
+	if (rc)
+		return rc;
+	return verbs_conn_poll(c);
 }
 
 int verbs_conn_poll(struct verbs_conn *c)
 {
+	if (c->stash_off < c->stash_len)
+		return 1;
 	if (c->broken)
 		return c->broken;
 	if (c->rx_have || c->rx_seq > c->rx_used)
@@ -432,5 +577,6 @@ void verbs_conn_close(struct verbs_conn *c)
 		rdma_destroy_event_channel(c->ch);
 	free(c->rx);
 	free(c->tx);
+	free(c->stash);
 	free(c);
 }

@@ -7,6 +7,7 @@
 #define PVGPU_VERBS_CONN_H
 
 #include <stdint.h>
+#include <sys/types.h>
 #include <sys/uio.h>
 
 #include <infiniband/verbs.h>
@@ -17,6 +18,8 @@
 #define VERBS_SLOTS		16
 #define VERBS_SLOT_SIZE		(256u << 10)
 #define VERBS_CM_TIMEOUT_MS	5000
+/* A peer that keeps sending while never reading: the connection ends. */
+#define VERBS_STASH_MAX		(256u << 20)
 
 struct verbs_conn {
 	struct rdma_event_channel *ch;	/* this connection's own */
@@ -42,6 +45,13 @@ struct verbs_conn {
 	uint64_t rx_used;		/* slots consumed */
 	uint64_t credit_sent;		/* rx_used as last told to the peer */
 	uint32_t rx_off, rx_len;	/* the current slot's unread bytes */
+	/*
+	 * What arrived while we waited to send (both sides sending, both
+	 * rings full): taken out of the ring so that the peer gets credit
+	 * and can finish its send, read before the ring.
+	 */
+	uint8_t *stash;
+	size_t stash_off, stash_len, stash_cap;
 	int rx_have;			/* a slot is being read */
 	int credit_pending;		/* a credit write still reads its word */
 	int outstanding;		/* signalled sends not yet completed */
@@ -52,12 +62,26 @@ struct verbs_conn {
 
 /* Memory, PD, CQs (on ctx); 0 or -errno with err. */
 int verbs_conn_resources(struct verbs_conn *c, char *err, size_t errlen);
+/*
+ * The QP, on this process's own context (ibv_create_qp: never through
+ * librdmacm's contexts, which may have been opened before a fork()).
+ */
+int verbs_conn_qp(struct verbs_conn *c, char *err, size_t errlen);
+/* Move the QP to s with what rdma_cm says of the connection. */
+int verbs_conn_qp_state(struct verbs_conn *c, enum ibv_qp_state s, char *err,
+			size_t errlen);
 /* Post the ring's receives. */
 int verbs_conn_post_receives(struct verbs_conn *c, char *err, size_t errlen);
 void verbs_conn_local_ring(struct verbs_conn *c, struct pvgpu_verbs_ring *r);
 
 int verbs_conn_sendv(struct verbs_conn *c, struct iovec *iov, int iovcnt);
+/* Exactly len bytes; 0 or -errno. */
 int verbs_conn_recv(struct verbs_conn *c, void *buf, size_t len);
+/* Up to len bytes, at least one (nonblock: -EAGAIN when none); -errno. */
+ssize_t verbs_conn_read(struct verbs_conn *c, void *buf, size_t len,
+			int nonblock);
+/* Something to read (1), nothing within ms (0; -1: no limit), or -errno. */
+int verbs_conn_wait(struct verbs_conn *c, int ms);
 /* Something to read (1), nothing yet (0), or -errno. */
 int verbs_conn_poll(struct verbs_conn *c);
 /* The fd that becomes readable on receive completions (after arming). */

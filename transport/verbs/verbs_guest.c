@@ -59,7 +59,6 @@ static int verbs_connect(struct pvgpu_transport *t, const char *addr,
 {
 	struct rdma_conn_param param;
 	struct pvgpu_verbs_hello hello;
-	struct ibv_qp_init_attr qa;
 	struct rdma_cm_event *ev;
 	struct addrinfo *ai = NULL;
 	struct verbs_conn *c;
@@ -115,28 +114,27 @@ static int verbs_connect(struct pvgpu_transport *t, const char *addr,
 		goto err_conn;
 	}
 	rdma_ack_cm_event(ev);
-	c->ctx = c->id->verbs;
-	rc = verbs_conn_resources(c, err, errlen);
-	if (rc)
-		goto err_conn;
-	memset(&qa, 0, sizeof(qa));
-	qa.send_cq = c->scq;
-	qa.recv_cq = c->rcq;
-	qa.qp_type = IBV_QPT_RC;
-	qa.cap.max_send_wr = c->nslots + 4;
-	qa.cap.max_recv_wr = c->nslots + 2;
-	qa.cap.max_send_sge = 1;
-	qa.cap.max_recv_sge = 1;
-	if (rdma_create_qp(c->id, c->pd, &qa)) {
-		rc = -errno;
-		snprintf(err, errlen, "rdma_create_qp: %s", strerror(errno));
+	/*
+	 * A context of our own: librdmacm's may have been opened by the
+	 * process we were forked from (a front pvgpud's worker), and the
+	 * kernel refuses commands on those.
+	 */
+	c->ctx = ibv_open_device(c->id->verbs->device);
+	if (!c->ctx) {
+		rc = errno ? -errno : -EIO;
+		snprintf(err, errlen, "ibv_open_device: %s", strerror(-rc));
 		goto err_conn;
 	}
-	c->qp = c->id->qp;
-	rc = verbs_conn_post_receives(c, err, errlen);
+	c->own_ctx = 1;
+	rc = verbs_conn_resources(c, err, errlen);
+	if (!rc)
+		rc = verbs_conn_qp(c, err, errlen);
+	if (!rc)
+		rc = verbs_conn_qp_state(c, IBV_QPS_INIT, err, errlen);
+	if (!rc)
+		rc = verbs_conn_post_receives(c, err, errlen);
 	if (rc)
 		goto err_conn;
-
 	memset(&hello, 0, sizeof(hello));
 	verbs_conn_local_ring(c, &hello.ring);
 	if (t->token)
@@ -148,12 +146,14 @@ static int verbs_connect(struct pvgpu_transport *t, const char *addr,
 	param.initiator_depth = 1;
 	param.retry_count = 7;
 	param.rnr_retry_count = 7;
+	param.qp_num = c->qp->qp_num;
 	if (rdma_connect(c->id, &param)) {
 		rc = -errno;
 		snprintf(err, errlen, "rdma_connect: %s", strerror(errno));
 		goto err_conn;
 	}
-	rc = verbs_cm_wait(c->ch, RDMA_CM_EVENT_ESTABLISHED, VERBS_CM_TIMEOUT_MS,
+	/* A QP rdma_cm did not make: the reply comes as CONNECT_RESPONSE. */
+	rc = verbs_cm_wait(c->ch, RDMA_CM_EVENT_CONNECT_RESPONSE, VERBS_CM_TIMEOUT_MS,
 			   &ev, why, sizeof(why));
 	if (rc) {
 		snprintf(err, errlen, "%s: %s", addr,
@@ -167,6 +167,16 @@ static int verbs_connect(struct pvgpu_transport *t, const char *addr,
 	if (rc) {
 		snprintf(err, errlen, "%s: %s", addr, why);
 		rc = -EPROTO;
+		goto err_conn;
+	}
+	rc = verbs_conn_qp_state(c, IBV_QPS_RTR, err, errlen);
+	if (!rc)
+		rc = verbs_conn_qp_state(c, IBV_QPS_RTS, err, errlen);
+	if (rc)
+		goto err_conn;
+	if (rdma_establish(c->id)) {
+		rc = errno ? -errno : -EIO;
+		snprintf(err, errlen, "rdma_establish: %s", strerror(-rc));
 		goto err_conn;
 	}
 	freeaddrinfo(ai);
@@ -207,15 +217,13 @@ static const struct pvgpu_transport_ops verbs_guest_ops = {
 	.sendv_fd = NULL,
 };
 
-/*
- * What transport.c finds in transport-verbs.so.  The host half is not
- * bound to pvgpud's host ops yet (transport/verbs/verbs_host.h has it as
- * functions): pvgpud --listen verbs:// says so.
- */
+/* What transport.c finds in transport-verbs.so: both halves. */
+extern const struct pvgpu_host_ops pvgpu_host_verbs;
+
 __attribute__((visibility("default")))
 const struct pvgpu_transport_module pvgpu_transport_module = {
 	.abi = PVGPU_TRANSPORT_ABI,
 	.scheme = "verbs",
 	.guest = &verbs_guest_ops,
-	.host = NULL,
+	.host = &pvgpu_host_verbs,
 };

@@ -1,12 +1,27 @@
 /*
- * verbs_host.c - the host half of verbs:// (verbs_host.h).
+ * verbs_host.c - the host half of verbs:// (pvgpud --listen
+ * verbs://ADDR:PORT), bound to pvgpud's host ops (transport/host.h).
  *
- * The supervisor only ever holds rdma_cm ids: the listening one and, for a
- * moment, each connect request, whose private data it checks.  The worker
- * it forks moves the request's id to an event channel of its own, opens its
- * own device context and makes everything else (PD, CQs, QP, rings), brings
- * the QP to RTS by rdma_init_qp_attr and accepts with that QP's number:
- * no verbs object crosses fork().
+ *   supervisor:  listen -> (poll the listening event channel) -> accept: a
+ *                connect request whose private data was checked; the
+ *                caller is the per-VM token in it (PVGPU_ID_TOKEN, from
+ *                the channel: never the message).  Bad private data is
+ *                rejected there and then; only that caller hears of it.
+ *   worker:      open (after fork(): its own device context, PD, CQs, QP
+ *                and rings; the QP brought to RTS with rdma_init_qp_attr,
+ *                then rdma_accept), then recv / sendv / wait, close.
+ *
+ * The supervisor moves each request's rdma_cm id to an event channel of
+ * its own before the fork, and the worker moves it again to one it opens
+ * itself (the kernel takes rdma_cm commands only on a descriptor the
+ * calling process opened).  The supervisor then drops its copy of the
+ * request's channel (release): the worker keeps the connection alive, and
+ * a request never handed to a worker (the policy refused it) dies with the
+ * last descriptor, which the kernel answers with a reject.  It never calls rdma_destroy_id on an id a worker
+ * may use: that would be heard by the kernel as the worker's, and it
+ * would wait for the worker's events.  So the supervisor leaves
+ * librdmacm's small record of each such id allocated (a few hundred bytes
+ * per session).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -15,37 +30,61 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <arpa/inet.h>
 
+#include "host.h"
 #include "verbs_conn.h"
-#include "verbs_host.h"
 
-struct pvgpu_verbs_listener {
+struct verbs_listener {
 	struct rdma_event_channel *ch;
 	struct rdma_cm_id *id;
 };
 
-struct pvgpu_verbs_pending {
-	struct rdma_cm_id *id;
+/* One caller: a checked request in the supervisor, a connection in the worker. */
+struct verbs_host_conn {
+	struct pvgpu_conn base;
 	struct pvgpu_verbs_hello hello;
+	struct rdma_cm_id *id;		/* on ch, its own event channel */
+	struct rdma_event_channel *ch;
+	struct verbs_conn *c;		/* in the worker, after open */
+	uint64_t poll_ns;
 };
 
-struct pvgpu_verbs_conn {
-	struct verbs_conn c;		/* first: verbs_conn_close frees it */
-};
+static const struct pvgpu_conn_ops verbs_conn_ops;
 
-static int host_listen(const char *addr, struct pvgpu_verbs_listener **out,
-		       char *err, size_t errlen)
+static void say(const char *fmt, const char *a, const char *b)
+{
+	char line[400];
+	int n;
+
+	/*
+	 * pvgpud's log format; this object links nothing of pvgpud.  One
+	 * write, as pvgpud's log does.  The supervisor's only: in a worker,
+	 * stderr is the guest's.
+	 */
+	n = snprintf(line, sizeof(line), "pvgpud: warn: ");
+	n += snprintf(line + n, sizeof(line) - (size_t)n, fmt, a, b);
+	if (n > (int)sizeof(line) - 2)
+		n = (int)sizeof(line) - 2;
+	line[n++] = '\n';
+	if (write(STDERR_FILENO, line, (size_t)n) < 0)
+		return;
+}
+
+static int verbs_listen(struct pvgpu_listener *l, const char *addr,
+			char *err, size_t errlen)
 {
 	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE };
-	struct pvgpu_verbs_listener *l;
+	struct verbs_listener *vl;
 	struct addrinfo *ai = NULL;
 	char host[256];
 	const char *port = strrchr(addr, ':');
 	size_t hl;
 	int rc, flags;
 
-	if (!port || port == addr || (hl = (size_t)(port - addr)) >= sizeof(host)) {
+	if (!port || port == addr || !port[1] ||
+	    (hl = (size_t)(port - addr)) >= sizeof(host)) {
 		snprintf(err, errlen, "verbs address \"%s\": expected ADDR:PORT", addr);
 		return -EINVAL;
 	}
@@ -60,40 +99,46 @@ static int host_listen(const char *addr, struct pvgpu_verbs_listener **out,
 		snprintf(err, errlen, "%s: %s", host, gai_strerror(rc));
 		return -EINVAL;
 	}
-	l = calloc(1, sizeof(*l));
-	if (!l) {
+	vl = calloc(1, sizeof(*vl));
+	if (!vl) {
 		rc = -ENOMEM;
+		snprintf(err, errlen, "out of memory");
 		goto err_ai;
 	}
-	l->ch = rdma_create_event_channel();
-	if (!l->ch || rdma_create_id(l->ch, &l->id, l, RDMA_PS_TCP))
+	errno = 0;
+	vl->ch = rdma_create_event_channel();
+	if (!vl->ch || rdma_create_id(vl->ch, &vl->id, vl, RDMA_PS_TCP))
 		goto err_cm;
-	if (rdma_bind_addr(l->id, ai->ai_addr) || rdma_listen(l->id, 64))
+	if (rdma_bind_addr(vl->id, ai->ai_addr) || rdma_listen(vl->id, 64))
 		goto err_cm;
-	flags = fcntl(l->ch->fd, F_GETFL);
-	if (flags < 0 || fcntl(l->ch->fd, F_SETFL, flags | O_NONBLOCK))
+	flags = fcntl(vl->ch->fd, F_GETFL);
+	if (flags < 0 || fcntl(vl->ch->fd, F_SETFL, flags | O_NONBLOCK))
 		goto err_cm;
 	freeaddrinfo(ai);
-	*out = l;
+	l->priv = vl;
+	l->fd = -1;
+	l->features = 0;	/* who: the token in the connect request */
 	return 0;
 
 err_cm:
 	rc = errno ? -errno : -EIO;
-	snprintf(err, errlen, "verbs://%s: %s (an RDMA device on that address? rdma link)",
+	snprintf(err, errlen, "verbs://%s: %s (an RDMA device with that address? see `rdma link`)",
 		 addr, strerror(-rc));
-	if (l->id)
-		rdma_destroy_id(l->id);
-	if (l->ch)
-		rdma_destroy_event_channel(l->ch);
-	free(l);
+	if (vl->id)
+		rdma_destroy_id(vl->id);
+	if (vl->ch)
+		rdma_destroy_event_channel(vl->ch);
+	free(vl);
 err_ai:
 	freeaddrinfo(ai);
 	return rc;
 }
 
-static int host_listener_fd(struct pvgpu_verbs_listener *l)
+static int verbs_poll_fd(const struct pvgpu_listener *l)
 {
-	return l->ch->fd;
+	const struct verbs_listener *vl = l->priv;
+
+	return vl->ch->fd;
 }
 
 static void peer_name(struct rdma_cm_id *id, char *out, size_t len)
@@ -116,141 +161,150 @@ static void peer_name(struct rdma_cm_id *id, char *out, size_t len)
 	snprintf(out, len, "verbs:%s:%u", a, port);
 }
 
-static int host_accept(struct pvgpu_verbs_listener *l,
-		       struct pvgpu_verbs_pending **out,
-		       struct pvgpu_verbs_identity *id, char *err, size_t errlen)
+static int verbs_accept(struct pvgpu_listener *l, struct pvgpu_peer *peer,
+			struct pvgpu_conn **conn)
 {
-	struct pvgpu_verbs_pending *p;
+	struct verbs_listener *vl = l->priv;
+	struct verbs_host_conn *hc;
 	struct rdma_cm_event *e;
+	struct rdma_cm_id *id;
 	char why[160];
+	int rc;
 
-	if (rdma_get_cm_event(l->ch, &e))
+	if (rdma_get_cm_event(vl->ch, &e))
 		return errno == EAGAIN ? -EAGAIN : -errno;
 	if (e->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
-		/* Events of ids that moved to a worker never come here. */
+		/* Ids moved to a channel of their own report there, not here. */
 		rdma_ack_cm_event(e);
 		return -EAGAIN;
 	}
-	memset(id, 0, sizeof(*id));
-	peer_name(e->id, id->peer, sizeof(id->peer));
-	p = calloc(1, sizeof(*p));
-	if (!p) {
-		rdma_reject(e->id, NULL, 0);
-		rdma_destroy_id(e->id);
-		rdma_ack_cm_event(e);
-		return -ENOMEM;
+	id = e->id;
+	peer_name(id, peer->identity, sizeof(peer->identity));
+	hc = calloc(1, sizeof(*hc));
+	if (!hc) {
+		rc = -ENOMEM;
+		goto err_reject;
 	}
 	if (pvgpu_verbs_hello_decode(e->param.conn.private_data,
-				     e->param.conn.private_data_len, &p->hello,
+				     e->param.conn.private_data_len, &hc->hello,
 				     why, sizeof(why))) {
-		snprintf(err, errlen, "%s: refused: %s", id->peer, why);
-		rdma_reject(e->id, NULL, 0);
-		rdma_ack_cm_event(e);
-		rdma_destroy_id(e->id);
-		free(p);
-		return -EPROTO;
+		say("%s: refused: %s", peer->identity, why);
+		rc = -EAGAIN;		/* said: nothing more for the supervisor */
+		goto err_reject;
 	}
-	p->id = e->id;
-	snprintf(id->token, sizeof(id->token), "%s", p->hello.token);
 	rdma_ack_cm_event(e);
-	*out = p;
+	e = NULL;
+	/* Its events go to the worker alone, on a channel of its own. */
+	hc->ch = rdma_create_event_channel();
+	if (!hc->ch || rdma_migrate_id(id, hc->ch)) {
+		rc = errno ? -errno : -EIO;
+		say("%s: %s", peer->identity, "rdma_migrate_id failed");
+		goto err_reject;
+	}
+	hc->id = id;
+	hc->poll_ns = 200000;	/* spin this long for ring credit, then nap */
+	hc->base.ops = &verbs_conn_ops;
+	hc->base.fd = hc->ch->fd;	/* kept by the worker */
+	peer->id.kind = PVGPU_ID_TOKEN;
+	snprintf(peer->id.value, sizeof(peer->id.value), "%s", hc->hello.token);
+	*conn = &hc->base;
 	return 0;
+
+err_reject:
+	rdma_reject(id, NULL, 0);
+	if (e)
+		rdma_ack_cm_event(e);
+	rdma_destroy_id(id);
+	if (hc && hc->ch)
+		rdma_destroy_event_channel(hc->ch);
+	free(hc);
+	return rc;
 }
 
-static void host_reject(struct pvgpu_verbs_pending *p)
+/* In a worker: the listening id is the supervisor's; drop our descriptor only. */
+static void verbs_forget(struct pvgpu_listener *l)
 {
-	if (!p)
+	struct verbs_listener *vl = l->priv;
+
+	if (vl && vl->ch)
+		close(vl->ch->fd);
+	l->priv = NULL;
+	l->ops = NULL;
+}
+
+static void verbs_close_listener(struct pvgpu_listener *l)
+{
+	struct verbs_listener *vl = l->priv;
+
+	if (!vl)
 		return;
-	rdma_reject(p->id, NULL, 0);
-	rdma_destroy_id(p->id);
-	free(p);
+	rdma_destroy_id(vl->id);
+	rdma_destroy_event_channel(vl->ch);
+	free(vl);
+	l->priv = NULL;
 }
 
-static int to_state(struct verbs_conn *c, enum ibv_qp_state s, char *err,
-		    size_t errlen)
+/* In the worker, after fork(): everything verbs, then accept. */
+static int verbs_open(struct pvgpu_conn *base, char *err, size_t errlen)
 {
-	struct ibv_qp_attr attr;
-	int mask = 0;
-
-	memset(&attr, 0, sizeof(attr));
-	attr.qp_state = s;
-	if (rdma_init_qp_attr(c->id, &attr, &mask)) {
-		snprintf(err, errlen, "rdma_init_qp_attr(%d): %s", s, strerror(errno));
-		return -errno;
-	}
-	if (s == IBV_QPS_INIT)
-		attr.qp_access_flags |= IBV_ACCESS_REMOTE_WRITE;
-	if (ibv_modify_qp(c->qp, &attr, mask)) {
-		snprintf(err, errlen, "ibv_modify_qp(%d): %s", s, strerror(errno));
-		return -errno;
-	}
-	return 0;
-}
-
-static int host_establish(struct pvgpu_verbs_pending *p, uint64_t poll_ns,
-			  struct pvgpu_verbs_conn **out, char *err,
-			  size_t errlen)
-{
-	struct pvgpu_verbs_conn *vc;
-	struct verbs_conn *c;
+	struct verbs_host_conn *hc = (struct verbs_host_conn *)base;
 	struct rdma_conn_param param;
 	struct pvgpu_verbs_ring ring;
-	struct ibv_qp_init_attr qa;
 	struct rdma_cm_event *ev;
+	struct verbs_conn *c;
 	uint8_t pd[PVGPU_VERBS_ACCEPT_PD];
 	char why[160];
 	int rc;
 
-	vc = calloc(1, sizeof(*vc));
-	if (!vc) {
-		host_reject(p);
+	c = calloc(1, sizeof(*c));
+	if (!c) {
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
-	c = &vc->c;
 	c->nslots = VERBS_SLOTS;
 	c->slot_size = VERBS_SLOT_SIZE;
-	c->poll_ns = poll_ns;
-	c->peer = p->hello.ring;
+	c->poll_ns = hc->poll_ns;
+	c->peer = hc->hello.ring;
+	hc->c = c;
+	/*
+	 * The kernel takes rdma_cm commands only on a descriptor this process
+	 * opened (ib_safe_file_access: the opener's credentials, and fork()
+	 * gives the worker new ones), so the id moves once more, to a channel
+	 * of the worker's own; the command is written there.
+	 */
 	c->ch = rdma_create_event_channel();
-	if (!c->ch || rdma_migrate_id(p->id, c->ch)) {
-		rc = -errno;
-		snprintf(err, errlen, "rdma_migrate_id: %s", strerror(errno));
-		goto err_reject;
+	if (!c->ch || rdma_migrate_id(hc->id, c->ch)) {
+		rc = errno ? -errno : -EIO;
+		snprintf(err, errlen, "rdma_migrate_id: %s", strerror(-rc));
+		if (c->ch)
+			rdma_destroy_event_channel(c->ch);
+		c->ch = NULL;
+		goto err_conn;
 	}
-	c->id = p->id;
-	free(p);
-	p = NULL;
+	/* The connection owns the id now (verbs_conn_close). */
+	c->id = hc->id;
+	hc->id = NULL;
+	close(hc->ch->fd);
+	free(hc->ch);
+	hc->ch = NULL;
 	/* This process's own device context: nothing made before fork() is used. */
 	c->ctx = ibv_open_device(c->id->verbs->device);
 	if (!c->ctx) {
-		rc = -errno;
-		snprintf(err, errlen, "ibv_open_device: %s", strerror(errno));
+		rc = errno ? -errno : -EIO;
+		snprintf(err, errlen, "ibv_open_device: %s", strerror(-rc));
 		goto err_conn;
 	}
 	c->own_ctx = 1;
 	rc = verbs_conn_resources(c, err, errlen);
 	if (rc)
 		goto err_conn;
-	memset(&qa, 0, sizeof(qa));
-	qa.send_cq = c->scq;
-	qa.recv_cq = c->rcq;
-	qa.qp_type = IBV_QPT_RC;
-	qa.cap.max_send_wr = c->nslots + 4;
-	qa.cap.max_recv_wr = c->nslots + 2;
-	qa.cap.max_send_sge = 1;
-	qa.cap.max_recv_sge = 1;
-	c->qp = ibv_create_qp(c->pd, &qa);
-	if (!c->qp) {
-		rc = -errno;
-		snprintf(err, errlen, "ibv_create_qp: %s", strerror(errno));
+	rc = verbs_conn_qp(c, err, errlen);
+	if (rc)
 		goto err_conn;
-	}
-	c->own_qp = 1;
-	if ((rc = to_state(c, IBV_QPS_INIT, err, errlen)) ||
+	if ((rc = verbs_conn_qp_state(c, IBV_QPS_INIT, err, errlen)) ||
 	    (rc = verbs_conn_post_receives(c, err, errlen)) ||
-	    (rc = to_state(c, IBV_QPS_RTR, err, errlen)) ||
-	    (rc = to_state(c, IBV_QPS_RTS, err, errlen)))
+	    (rc = verbs_conn_qp_state(c, IBV_QPS_RTR, err, errlen)) ||
+	    (rc = verbs_conn_qp_state(c, IBV_QPS_RTS, err, errlen)))
 		goto err_conn;
 	verbs_conn_local_ring(c, &ring);
 	memset(&param, 0, sizeof(param));
@@ -261,8 +315,8 @@ static int host_establish(struct pvgpu_verbs_pending *p, uint64_t poll_ns,
 	param.rnr_retry_count = 7;
 	param.qp_num = c->qp->qp_num;
 	if (rdma_accept(c->id, &param)) {
-		rc = -errno;
-		snprintf(err, errlen, "rdma_accept: %s", strerror(errno));
+		rc = errno ? -errno : -EIO;
+		snprintf(err, errlen, "rdma_accept: %s", strerror(-rc));
 		goto err_conn;
 	}
 	rc = verbs_cm_wait(c->ch, RDMA_CM_EVENT_ESTABLISHED, VERBS_CM_TIMEOUT_MS,
@@ -272,85 +326,98 @@ static int host_establish(struct pvgpu_verbs_pending *p, uint64_t poll_ns,
 		goto err_conn;
 	}
 	rdma_ack_cm_event(ev);
-	*out = vc;
 	return 0;
 
-err_reject:
-	if (c->ch)
-		rdma_destroy_event_channel(c->ch);
-	c->ch = NULL;
-	host_reject(p);
-	free(vc);
-	return rc ? rc : -EIO;
 err_conn:
 	c->broken = rc ? rc : -EIO;	/* no disconnect for what never connected */
-	verbs_conn_close(c);		/* frees vc too: c is its first member */
-	return rc ? rc : -EIO;
+	return c->broken;
 }
 
-static int host_sendv(struct pvgpu_verbs_conn *c, struct iovec *iov, int n)
+static ssize_t verbs_recv(struct pvgpu_conn *base, void *buf, size_t len,
+			  int nonblock)
 {
-	return verbs_conn_sendv(&c->c, iov, n);
+	struct verbs_host_conn *hc = (struct verbs_host_conn *)base;
+	ssize_t n;
+
+	if (!hc->c)
+		return -ENOTCONN;
+	/*
+	 * No word of why here: a worker's stderr is the guest's (device
+	 * printf); the session's log says "read error: Protocol error".
+	 */
+	n = verbs_conn_read(hc->c, buf, len, nonblock);
+	return n == -ECONNRESET ? 0 : n;	/* hung up */
 }
 
-static int host_recv(struct pvgpu_verbs_conn *c, void *buf, size_t len)
+static int verbs_sendv(struct pvgpu_conn *base, struct iovec *iov, int iovcnt)
 {
-	return verbs_conn_recv(&c->c, buf, len);
+	struct verbs_host_conn *hc = (struct verbs_host_conn *)base;
+
+	return hc->c ? verbs_conn_sendv(hc->c, iov, iovcnt) : -ENOTCONN;
 }
 
-static int host_wait(struct pvgpu_verbs_conn *c, int timeout_ms)
+static int verbs_wait(struct pvgpu_conn *base, int64_t timeout_ns)
 {
-	struct pollfd pfd[2];
-	struct ibv_cq *cq;
-	void *ctx;
-	int rc = verbs_conn_poll(&c->c);
+	struct verbs_host_conn *hc = (struct verbs_host_conn *)base;
+	int ms = timeout_ns < 0 ? -1 :
+		 (int)((timeout_ns + 999999) / 1000000 > 3600000 ? 3600000 :
+		       (timeout_ns + 999999) / 1000000);
+	int rc;
 
-	if (rc)
-		return rc;
-	if (ibv_req_notify_cq(c->c.rcq, 0))
-		return -EIO;
-	rc = verbs_conn_poll(&c->c);
-	if (rc)
-		return rc;
-	pfd[0] = (struct pollfd){ verbs_conn_fd(&c->c), POLLIN, 0 };
-	pfd[1] = (struct pollfd){ c->c.ch->fd, POLLIN, 0 };
-	if (poll(pfd, 2, timeout_ms) <= 0)
-		return 0;
-	if ((pfd[0].revents & POLLIN) && !ibv_get_cq_event(c->c.comp, &cq, &ctx))
-		ibv_ack_cq_events(cq, 1);
-	return verbs_conn_poll(&c->c);
+	if (!hc->c)
+		return -ENOTCONN;
+	rc = verbs_conn_wait(hc->c, ms);
+	return rc < 0 ? 1 : rc;		/* gone: recv says how */
 }
 
-static const char *host_error(struct pvgpu_verbs_conn *c)
+static int verbs_hung_up(struct pvgpu_conn *base)
 {
-	return c->c.why[0] ? c->c.why : "no error";
+	struct verbs_host_conn *hc = (struct verbs_host_conn *)base;
+
+	return !hc->c || verbs_conn_poll(hc->c) < 0;
 }
 
-static void host_close(struct pvgpu_verbs_conn *c)
+/*
+ * The supervisor's copy after fork(), or a request refused: drop our
+ * descriptor of the request's channel (see the head of this file).
+ */
+static void verbs_release(struct pvgpu_conn *base)
 {
-	if (c)
-		verbs_conn_close(&c->c);
+	struct verbs_host_conn *hc = (struct verbs_host_conn *)base;
+
+	if (hc->ch) {
+		close(hc->ch->fd);
+		free(hc->ch);
+	}
+	free(hc);
 }
 
-static void host_listener_close(struct pvgpu_verbs_listener *l)
+static void verbs_close(struct pvgpu_conn *base)
 {
-	if (!l)
-		return;
-	rdma_destroy_id(l->id);
-	rdma_destroy_event_channel(l->ch);
-	free(l);
+	struct verbs_host_conn *hc = (struct verbs_host_conn *)base;
+
+	if (hc->c) {
+		verbs_conn_close(hc->c);
+		hc->c = NULL;
+	}
+	verbs_release(base);
 }
 
-const struct pvgpu_verbs_host_ops pvgpu_verbs_host = {
-	.listen = host_listen,
-	.listener_fd = host_listener_fd,
-	.accept = host_accept,
-	.reject = host_reject,
-	.establish = host_establish,
-	.sendv = host_sendv,
-	.recv = host_recv,
-	.wait = host_wait,
-	.error = host_error,
-	.close = host_close,
-	.listener_close = host_listener_close,
+static const struct pvgpu_conn_ops verbs_conn_ops = {
+	.open = verbs_open,
+	.recv = verbs_recv,
+	.sendv = verbs_sendv,
+	.wait = verbs_wait,
+	.hung_up = verbs_hung_up,
+	.release = verbs_release,
+	.close = verbs_close,
+};
+
+const struct pvgpu_host_ops pvgpu_host_verbs = {
+	.scheme = "verbs",
+	.listen = verbs_listen,
+	.poll_fd = verbs_poll_fd,
+	.accept = verbs_accept,
+	.forget = verbs_forget,
+	.close = verbs_close_listener,
 };
