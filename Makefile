@@ -236,11 +236,9 @@ PYTEST = python3 -m pytest
 test: deps
 	$(MAKE) all fuzz guest-driver build-minimal cross-arm64
 	$(MAKE) test-deploy-start
-	$(MAKE) test-xen-e2e-start
 	$(MAKE) BUILD=build-asan SANITIZE=1 all
 	$(PYTEST) -q
 	PVGPU_BUILD=build-asan $(PYTEST) -q tests/unit tests/integration
-	$(MAKE) test-xen-e2e-wait
 	$(MAKE) test-deploy-wait
 
 test-gpu:

@@ -69,9 +69,10 @@ xen-vchan-skipped:
 endif
 
 # The end-to-end suite (tests/xen/test_xen_pvgpud.py): one Xen boot with
-# pvgpud in dom0 and two domUs, 3-6 minutes on 2 shared cores under TCG, so
-# make test runs it in a process of its own beside the rest, as
-# tests/deploy/deploy.mk does:
+# pvgpud in dom0 and two domUs, 3-6 minutes on 2 shared cores under TCG, in
+# a process of its own beside the rest as tests/deploy/deploy.mk does.  Not
+# yet called from make test: a domU's later sessions wedge (open bug, see
+# the test's skip reason).
 #
 #   make test-xen-e2e        in the foreground
 #   make test-xen-e2e-start  in the background; log in $(XEN_E2E_LOG)

@@ -39,13 +39,16 @@ TIMEOUT = float(os.environ.get("PVGPU_XEN_TIMEOUT", "600"))
 PVGPU_VM = REPO / "qemu-device" / "pvgpu-vm"
 
 pytestmark = [pytest.mark.xen]
-# One Xen boot of several minutes under TCG: make test runs it in a process
-# of its own beside the rest (make test-xen-e2e-start/-wait, xen-vchan/xen.mk),
-# so the main pytest run leaves it to that.
+# One Xen boot of 3-6 minutes under TCG, run by hand with make test-xen-e2e
+# (which can run beside the rest: make test-xen-e2e-start/-wait).  Not in
+# make test yet: every case but the programs passes, but after 3-8
+# sessions of domu1 one forked worker hangs before its channel is offered
+# (its wchan 0, no "session N start" line) and domu1 wedges with it (not
+# even busybox timeout answers); make test would fail on it.
 if os.environ.get("PVGPU_XEN_E2E") != "1":
     pytestmark.append(pytest.mark.skip(
-        reason="the Xen end-to-end boot runs beside the rest: make test-xen-e2e "
-               "(or PVGPU_XEN_E2E=1 python3 -m pytest tests/xen/test_xen_pvgpud.py)"))
+        reason="open bug (issue 16): a domU's later sessions over vchan wedge with a "
+               "worker that never offers its channel; run by hand: make test-xen-e2e"))
 
 
 def _load():
@@ -60,8 +63,7 @@ xenvm = _load()
 
 # Programs whose host and device memory fit a small domU and its quota
 # (memory.cu wants 2 x 64 MiB on the device, 256 MiB in the guest).
-PROGRAMS = ["devices", "memset", "copies", "streams", "kernels/vecadd",
-            "kernels/reduce"]
+PROGRAMS = ["devices", "memset", "streams", "kernels/vecadd", "kernels/reduce"]
 QUOTA = {"domu1": 64, "domu2": 16}     # MiB
 LIBDIR = "/usr/lib/x86_64-linux-gnu"   # where the guest package puts them
 
@@ -81,7 +83,7 @@ xs_wait() {   # xs_wait PATH SECONDS: until the xenstore node reads 1
     done
 }
 PVGPU_SIM_TWINS=/usr/lib/pvgpu/libtest-twins.so:/usr/lib/pvgpu/libbench-twins.so \
-    pvgpud --listen vchan://pvgpu --executor sim --config /etc/pvgpu/pvgpud.conf \
+    PVGPU_VCHAN_DEBUG=1 pvgpud --listen vchan://pvgpu --executor sim --config /etc/pvgpu/pvgpud.conf \
     --module-cache /tmp/modules --metrics 127.0.0.1:9400 --log-level info \
     > /tmp/pvgpud.log 2>&1 &
 pv=$!
@@ -97,6 +99,9 @@ metrics baseline
         echo "xen-dom0: tick $(cut -d' ' -f1 /proc/uptime) s: pvgpud waits in" \
              "$(cat /proc/$pv/wchan 2>/dev/null), channels:" \
              "$(xenstore-list /local/domain/0/data/pvgpu 2>/dev/null | tr '\n' ' ')"
+        for p in $(pidof pvgpud); do
+            echo "xen-dom0: pvgpud $p (parent $(cut -d' ' -f4 /proc/$p/stat)) waits in $(cat /proc/$p/wchan)"
+        done
     done
 ) &
 for d in domu1 domu2; do
@@ -128,7 +133,11 @@ n=0
 while ! grep -q "end: xen domid=$id2 " /tmp/pvgpud.log && [ $n -lt 150 ]; do sleep 0.2; n=$((n+1)); done
 sleep 1
 metrics destroyed
-domu_wait domu1 300 || echo "xen-dom0: domu1 still running"
+n=0
+while ! grep -q "xen-test: domu1 checks done" /var/log/xen/console/guest-domu1.log 2>/dev/null && [ $n -lt 1500 ]; do
+    sleep 0.2; n=$((n+1))
+done
+domu_wait domu1 60 || { echo "xen-dom0: domu1 still running after its last program: destroyed"; xl destroy domu1; }
 echo "xen-dom0: domUs done at $(cut -d' ' -f1 /proc/uptime) s"
 sleep 1
 metrics end
@@ -138,6 +147,7 @@ echo "xen-dom0: pvgpud exit $?"
 # The whole consoles again: what the live copies had not shown when a
 # domain was destroyed.
 for d in domu1 domu2; do show_domu_console $d; done
+sed 's/^/[pvgpud-log] /' /tmp/pvgpud.log
 sleep 1
 exit 0
 """
@@ -172,7 +182,7 @@ vchan-echo steal /local/domain/0/data/pvgpu/$other; echo "xen-test: steal exit $
 """ + DOMU_GO + """
 cd /usr/lib/pvgpu/tests
 """ + "".join(
-    f"./{p} > /tmp/out 2>&1; rc=$?; echo \"xen-test: {p} exit $rc\"; "
+    f"timeout 120 ./{p} > /tmp/out 2>&1; rc=$?; echo \"xen-test: {p} exit $rc\"; "
     f"[ $rc = 0 ] || tail -5 /tmp/out\n" for p in PROGRAMS) + """
 pvgpu-synth --quick --size 64K-256K --dir both --memory both > /tmp/out 2>&1
 rc=$?; echo "xen-test: pvgpu-synth exit $rc"; [ $rc = 0 ] || tail -5 /tmp/out
@@ -181,6 +191,7 @@ pvgpu-latency --tests copy,sync --sizes 1 --iters 200 --memory pageable > /tmp/o
 rc=$?; sed 's/^/xen-figures: /' /tmp/out; echo "xen-test: pvgpu-latency exit $rc"
 pvgpu-bandwidth --sizes 64K,1M,4M --reps 4 > /tmp/out 2>&1
 rc=$?; sed 's/^/xen-figures: /' /tmp/out; echo "xen-test: pvgpu-bandwidth exit $rc"
+echo "xen-test: domu1 checks done"
 """
 
 DOMU2 = DOMU_COMMON + DOMU_HELD + DOMU_GO + """
