@@ -99,6 +99,8 @@ metrics baseline
         echo "xen-dom0: tick $(cut -d' ' -f1 /proc/uptime) s: pvgpud waits in" \
              "$(cat /proc/$pv/wchan 2>/dev/null), channels:" \
              "$(xenstore-list /local/domain/0/data/pvgpu 2>/dev/null | tr '\n' ' ')"
+        echo "xen-dom0: xenconsoled $(pidof xenconsoled || echo GONE), domu1 console $(wc -c < /var/log/xen/console/guest-domu1.log) bytes"
+        xl list 2>/dev/null | sed -n 's/^\(domu1 .*\)/xen-dom0: xl list: \1/p'
         for p in $(pidof pvgpud); do
             echo "xen-dom0: pvgpud $p (parent $(cut -d' ' -f4 /proc/$p/stat)) waits in $(cat /proc/$p/wchan)"
         done
@@ -134,7 +136,7 @@ while ! grep -q "end: xen domid=$id2 " /tmp/pvgpud.log && [ $n -lt 150 ]; do sle
 sleep 1
 metrics destroyed
 n=0
-while ! grep -q "xen-test: domu1 checks done" /var/log/xen/console/guest-domu1.log 2>/dev/null && [ $n -lt 1500 ]; do
+while ! grep -q "xen-test: domu1 checks done" /var/log/xen/console/guest-domu1.log 2>/dev/null && [ $n -lt 900 ]; do
     sleep 0.2; n=$((n+1))
 done
 domu_wait domu1 60 || { echo "xen-dom0: domu1 still running after its last program: destroyed"; xl destroy domu1; }
