@@ -39,6 +39,7 @@ struct pvgpu_vchan_listener {
 	struct vchan_domain *doms;
 	size_t ndoms;
 	int dirty;		/* a watch fired: scan again */
+	int debug;		/* PVGPU_VCHAN_DEBUG: trace offers on stderr */
 };
 
 struct pvgpu_vchan_chan {
@@ -142,6 +143,13 @@ static int scan(struct pvgpu_vchan_listener *l)
 			i++;
 	}
 	l->dirty = 0;
+	if (l->debug) {
+		fprintf(stderr, "vchan: scan: %zu domain(s):", l->ndoms);
+		for (size_t i = 0; i < l->ndoms; i++)
+			fprintf(stderr, " %u%s", l->doms[i].domid,
+				l->doms[i].busy ? "(busy)" : "");
+		fputc('\n', stderr);
+	}
 	return 0;
 }
 
@@ -157,6 +165,7 @@ int pvgpu_vchan_host_listen(const char *base, pvgpu_vchan_filter filter,
 	snprintf(l->base, sizeof(l->base), "%s", base ? base : PVGPU_VCHAN_DEFAULT_BASE);
 	l->filter = filter;
 	l->arg = arg;
+	l->debug = getenv("PVGPU_VCHAN_DEBUG") != NULL;
 	l->doms = calloc(MAX_DOMAINS, sizeof(*l->doms));
 	if (!l->doms) {
 		rc = -ENOMEM;
@@ -251,14 +260,19 @@ int pvgpu_vchan_host_accept(struct pvgpu_vchan_listener *l,
 			    struct pvgpu_vchan_peer *peer)
 {
 	drain(l);
-	if (l->dirty && scan(l) < 0)
+	if (l->dirty && scan(l) < 0) {
+		if (l->debug)
+			fprintf(stderr, "vchan: accept: scan failed: %s\n", strerror(errno));
 		return -EIO;
+	}
 	for (size_t i = 0; i < l->ndoms; i++) {
 		struct vchan_domain *d = &l->doms[i];
 
 		if (d->busy)
 			continue;
 		d->busy = 1;
+		if (l->debug)
+			fprintf(stderr, "vchan: accept %u\n", d->domid);
 		memset(peer, 0, sizeof(*peer));
 		peer->domid = d->domid;
 		snprintf(peer->kind, sizeof(peer->kind), "xen");
@@ -273,6 +287,9 @@ void pvgpu_vchan_host_done(struct pvgpu_vchan_listener *l, unsigned int domid)
 {
 	struct vchan_domain *d = find(l, domid);
 
+	if (l->debug)
+		fprintf(stderr, "vchan: done %u (%s)\n", domid,
+			d ? (d->busy ? "offered again" : "was not busy") : "gone");
 	if (d)
 		d->busy = 0;
 }

@@ -67,3 +67,37 @@ all: xen-vchan-skipped
 xen-vchan-skipped:
 	@echo "xen-vchan: left out (no libxen-dev: pkg-config xenvchan not found)"
 endif
+
+# The end-to-end suite (tests/xen/test_xen_pvgpud.py): one Xen boot with
+# pvgpud in dom0 and two domUs, 3-6 minutes on 2 shared cores under TCG, in
+# a process of its own beside the rest as tests/deploy/deploy.mk does.  Not
+# yet called from make test: a domU's later sessions wedge (open bug, see
+# the test's skip reason).
+#
+#   make test-xen-e2e        in the foreground
+#   make test-xen-e2e-start  in the background; log in $(XEN_E2E_LOG)
+#   make test-xen-e2e-wait   wait for it, print its log, fail if it did
+#
+# Where Xen cannot be booted (no qemu, kernel or Xen packages) or vchan was
+# left out, the suite skips saying why.
+XEN_E2E_DIR = $(BUILD)/xen/e2e
+XEN_E2E_LOG = $(XEN_E2E_DIR)/test-xen-e2e.log
+XEN_E2E_RC  = $(XEN_E2E_DIR)/test-xen-e2e.rc
+
+.PHONY: test-xen-e2e test-xen-e2e-start test-xen-e2e-wait
+test-xen-e2e:
+	PVGPU_XEN_E2E=1 PVGPU_XEN_TIMEOUT=$${PVGPU_XEN_TIMEOUT:-900} \
+		python3 -m pytest -q -s -p no:cacheprovider tests/xen/test_xen_pvgpud.py
+
+test-xen-e2e-start:
+	@mkdir -p $(XEN_E2E_DIR)
+	@rm -f $(XEN_E2E_RC)
+	@( $(MAKE) --no-print-directory test-xen-e2e >$(XEN_E2E_LOG) 2>&1; \
+	   echo $$? >$(XEN_E2E_RC) ) </dev/null >/dev/null 2>&1 &
+	@echo "test-xen-e2e: started in the background, log: $(XEN_E2E_LOG)"
+
+test-xen-e2e-wait:
+	@while [ ! -f $(XEN_E2E_RC) ]; do sleep 5; done
+	@echo "==== make test-xen-e2e (log: $(XEN_E2E_LOG)) ===="
+	@cat $(XEN_E2E_LOG)
+	@exit $$(cat $(XEN_E2E_RC))

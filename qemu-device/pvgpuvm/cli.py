@@ -7,6 +7,8 @@
     pvgpu-vm supervise NAME
     pvgpu-vm prepare NAME
     pvgpu-vm release NAME
+    pvgpu-vm xen attach DOMAIN [--memory 8G] [--gpu 0] [--guest-conf FILE]
+    pvgpu-vm xen detach DOMAIN
 
 `pvgpuctl attach` executes this program, so this command line is an
 interface: add to it, do not change it.  Exit status 0 on success, 1 when
@@ -19,7 +21,7 @@ import os
 import shlex
 import sys
 
-from . import domain, generate, registry as registry_mod, supervise, window
+from . import domain, generate, registry as registry_mod, supervise, window, xen
 from .errors import Failure, UsageError
 from .spec import (DEFAULT_PORT, DEFAULT_RUN_DIR, SHM_DIR,
                    VSOCK_KERNEL, VSOCK_VHOST_USER, VgpuSpec, VsockSpec,
@@ -97,6 +99,8 @@ def build_parser():
     rel = sub.add_parser("release", help="forget a VM started without libvirt: stop its "
                          "supervisor, remove its window and registry entry")
     rel.add_argument("name")
+
+    xen.add_parser(sub, Parser)
     return p
 
 
@@ -274,7 +278,7 @@ def cmd_release(args):
 COMMANDS = {
     "attach": cmd_attach, "detach": cmd_detach, "xml": cmd_xml,
     "qemu-args": cmd_qemu_args, "supervise": cmd_supervise,
-    "prepare": cmd_prepare, "release": cmd_release,
+    "prepare": cmd_prepare, "release": cmd_release, "xen": xen.run,
 }
 
 

@@ -1,25 +1,33 @@
-"""pvgpud over vchan:// under real Xen (issue 16, bound to the transport
-interface of issue 12): Debian's Xen 4.17 booted under QEMU TCG
-(tests/xen/xenvm.py), pvgpud --executor sim in dom0 listening on
-vchan://pvgpu with a policy naming the domUs by their xl names, and four
-PV domUs at once:
+"""pvgpud over vchan:// under real Xen (issue 16): Debian's Xen 4.17 booted
+under QEMU TCG (tests/xen/xenvm.py), pvgpud --executor sim in dom0
+listening on vchan://pvgpu, and two PV domUs at once.  One boot serves
+every case below (module-scoped fixture).
 
-  domu1  (quota 64M)  CUDA test programs through the runtime shim, the
-                      driver API through libcuda.so.1, pvgpu-synth, and
-                      its quota (cuMemGetInfo, allocation until OOM)
-  domu2  (quota 16M)  its own quota, while domu1 holds its own
-  domu3               garbage ring indexes into its channel (loses only
-                      its session), then tries to open domu1's channel
-                      (refused by xenstore/grant permissions)
-  domu4               4 MiB copies in a loop, destroyed by dom0 mid-copy:
-                      only its session ends
+The operator flow is what an operator runs: `pvgpu-vm xen attach` (run
+here, on the test host) writes dom0's policy (a [vm NAME] section per
+domU, by its xl name) and each domU's /etc/pvgpu/guest.conf; the domUs
+carry the guest package's layout (libraries in the multiarch directory,
+transport-vchan.so in its pvgpu/ beside them) and no PVGPU_* or
+LD_LIBRARY_PATH variable, so they find pvgpud through guest.conf alone.
 
-One boot, about 2-4 minutes on 2 shared cores under TCG.  Skipped, saying
-why, where Xen cannot be booted or vchan was left out of the build.
+  both    xen-cuda quota hold: each allocates until its own quota (64M /
+          16M) is reached and holds it while dom0 reads pvgpud's metrics
+          (both VMs at their quota at once); meanwhile domu1 tries to open
+          domu2's live channel (xenstore refuses it)
+  domu1   the CUDA test programs (runtime shim), pvgpu-synth, over vchan://
+  domu2   garbage ring indexes into its own channel (loses only that
+          session; domu1's programs go on), then 4 MiB copies in a loop
+          until dom0 destroys it mid-copy: only its session ends, and its
+          memory in pvgpud returns to 0
+
+About 3-5 minutes on 2 shared cores under TCG; `make test` runs it beside
+the rest (tests/xen/xen.mk, like tests/deploy).  Skipped, saying why,
+where Xen cannot be booted or vchan was left out of the build.
 """
 import importlib.util
 import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -27,18 +35,20 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent.parent
 # The sanitizer build would need libasan in dom0 and every domU.
 BUILD = REPO / "build"
-TIMEOUT = float(os.environ.get("PVGPU_XEN_TIMEOUT", "420"))
+TIMEOUT = float(os.environ.get("PVGPU_XEN_TIMEOUT", "600"))
+PVGPU_VM = REPO / "qemu-device" / "pvgpu-vm"
 
 pytestmark = [pytest.mark.xen]
-# Not part of make test yet (issue 16 is open): on 2 cores under TCG, with
-# the deploy suite's VM beside it, each `xl create` took 60-130 s and the
-# suite never finished within its budget, so it has not yet been seen to
-# pass.  It stays runnable by hand.
-if not os.environ.get("PVGPU_XEN_E2E"):
+# One Xen boot of 3-6 minutes under TCG, run by hand with make test-xen-e2e
+# (which can run beside the rest: make test-xen-e2e-start/-wait).  Not in
+# make test yet: every case but the programs passes, but after 3-8
+# sessions of domu1 one forked worker hangs before its channel is offered
+# (its wchan 0, no "session N start" line) and domu1 wedges with it (not
+# even busybox timeout answers); make test would fail on it.
+if os.environ.get("PVGPU_XEN_E2E") != "1":
     pytestmark.append(pytest.mark.skip(
-        reason="pvgpud in dom0 serving four domUs has not yet passed under TCG "
-               "within a CI budget (xl create took 60-130 s each on 2 shared "
-               "cores); run it by hand with PVGPU_XEN_E2E=1 [PVGPU_XEN_TIMEOUT=s]"))
+        reason="open bug (issue 16): a domU's later sessions over vchan wedge with a "
+               "worker that never offers its channel; run by hand: make test-xen-e2e"))
 
 
 def _load():
@@ -51,114 +61,201 @@ def _load():
 
 xenvm = _load()
 
-POLICY = """
-[default]
-policy = refuse
-
-[vm domu1]
-memory = 64M
-
-[vm domu2]
-memory = 16M
-
-[vm domu3]
-memory = 16M
-
-[vm domu4]
-memory = 64M
-"""
-
-PROGRAMS = ["devices", "memory", "memset", "streams", "kernels/vecadd",
-            "kernels/reduce"]
+# Programs whose host and device memory fit a small domU and its quota
+# (memory.cu wants 2 x 64 MiB on the device, 256 MiB in the guest).
+PROGRAMS = ["devices", "memset", "streams", "kernels/vecadd", "kernels/reduce"]
+QUOTA = {"domu1": 64, "domu2": 16}     # MiB
+LIBDIR = "/usr/lib/x86_64-linux-gnu"   # where the guest package puts them
 
 DOM0 = r"""
-mkdir -p /etc/pvgpu /tmp/modules
-cat > /etc/pvgpu/pvgpud.conf <<'EOF'
-""" + POLICY + r"""EOF
-PVGPU_SIM_TWINS=/usr/lib/pvgpu/libtest-twins.so \
-    pvgpud --listen vchan://pvgpu --executor sim --config /etc/pvgpu/pvgpud.conf \
-    --module-cache /tmp/modules --log-level info > /tmp/pvgpud.log 2>&1 &
+ip link set lo up
+mkdir -p -m 0700 /tmp/modules   # pvgpud wants it private
+metrics() {   # metrics WHEN: pvgpud's per-VM memory and sessions, prefixed
+    wget -q -O - http://127.0.0.1:9400/metrics 2>/dev/null |
+        grep -E '^pvgpu_(vm_memory_used_bytes|vm_sessions|gpu_memory_used_bytes)' |
+        sed "s/^/xen-metrics $1: /"
+}
+xs_wait() {   # xs_wait PATH SECONDS: until the xenstore node reads 1
+    n=0
+    while [ "$(xenstore-read $1 2>/dev/null)" != 1 ]; do
+        [ $n -ge $(($2 * 5)) ] && return 1
+        sleep 0.2; n=$((n+1))
+    done
+}
+PVGPU_SIM_TWINS=/usr/lib/pvgpu/libtest-twins.so:/usr/lib/pvgpu/libbench-twins.so \
+    PVGPU_VCHAN_DEBUG=1 pvgpud --listen vchan://pvgpu --executor sim --config /etc/pvgpu/pvgpud.conf \
+    --module-cache /tmp/modules --metrics 127.0.0.1:9400 --log-level info \
+    > /tmp/pvgpud.log 2>&1 &
 pv=$!
-for d in domu1 domu2 domu3 domu4; do
-    xl create /etc/xen/$d.cfg >/dev/null || { echo "xen-dom0: xl create $d failed"; exit 93; }
-    echo "xen-dom0: $d is domain $(xl domid $d), created at $(cut -d' ' -f1 /proc/uptime) s"
-done
-# domu4: destroyed while its copies run
+tail -n +1 -f /tmp/pvgpud.log | sed 's/^/[pvgpud] /' &
 n=0
-while ! grep -q "xen-cuda: copying" /var/log/xen/console/guest-domu4.log 2>/dev/null && [ $n -lt 1800 ]; do
+while ! grep -q "pvgpud started" /tmp/pvgpud.log; do
+    kill -0 $pv 2>/dev/null && [ $n -lt 300 ] || { echo "xen-dom0: pvgpud did not start"; sleep 1; exit 94; }
     sleep 0.1; n=$((n+1))
 done
-sleep 2
-xl destroy domu4 && echo "xen-dom0: destroyed domu4 mid-copy at $(cut -d' ' -f1 /proc/uptime) s"
-domu_wait domu2 240; domu_wait domu3 240; domu_wait domu1 300
+metrics baseline
+(   # every 30 s: where pvgpud's supervisor waits, and the offered channels
+    while sleep 30; do
+        echo "xen-dom0: tick $(cut -d' ' -f1 /proc/uptime) s: pvgpud waits in" \
+             "$(cat /proc/$pv/wchan 2>/dev/null), channels:" \
+             "$(xenstore-list /local/domain/0/data/pvgpu 2>/dev/null | tr '\n' ' ')"
+        echo "xen-dom0: xenconsoled $(pidof xenconsoled || echo GONE), domu1 console $(wc -c < /var/log/xen/console/guest-domu1.log) bytes"
+        xl list 2>/dev/null | sed -n 's/^\(domu1 .*\)/xen-dom0: xl list: \1/p'
+        for p in $(pidof pvgpud); do
+            echo "xen-dom0: pvgpud $p (parent $(cut -d' ' -f4 /proc/$p/stat)) waits in $(cat /proc/$p/wchan)"
+        done
+    done
+) &
+for d in domu1 domu2; do
+    xl create /etc/xen/$d.cfg >/dev/null || { echo "xen-dom0: xl create $d failed"; exit 93; }
+    follow_domu_console $d
+    echo "xen-dom0: $d is domain $(xl domid $d), created at $(cut -d' ' -f1 /proc/uptime) s"
+done
+id1=$(xl domid domu1); id2=$(xl domid domu2)
+# Both at their quota at once, then let them go on.
+xs_wait /local/domain/$id1/data/pvgpu-held 240 && xs_wait /local/domain/$id2/data/pvgpu-held 240 ||
+    echo "xen-dom0: the domUs did not both hold their quota"
+metrics held
+# domu1 tries domu2's channel while domu2's session holds it
+xenstore-ls -p /local/domain/0/data/pvgpu/$id2 | sed 's/^/xen-dom0: channel of domu2: /' | head -3
+xenstore-write /local/domain/$id1/data/pvgpu-other $id2
+n=0
+while ! grep -q "xen-test: steal exit" /var/log/xen/console/guest-domu1.log 2>/dev/null && [ $n -lt 300 ]; do
+    sleep 0.2; n=$((n+1))
+done
+xenstore-write /local/domain/$id1/data/pvgpu-go 1 /local/domain/$id2/data/pvgpu-go 1
+# domu2: destroyed while its copies run
+n=0
+while ! grep -q "xen-cuda: copying" /var/log/xen/console/guest-domu2.log 2>/dev/null && [ $n -lt 1200 ]; do
+    sleep 0.2; n=$((n+1))
+done
+metrics copying
+xl destroy domu2 && echo "xen-dom0: destroyed domu2 mid-copy at $(cut -d' ' -f1 /proc/uptime) s"
+n=0
+while ! grep -q "end: xen domid=$id2 " /tmp/pvgpud.log && [ $n -lt 150 ]; do sleep 0.2; n=$((n+1)); done
+sleep 1
+metrics destroyed
+n=0
+while ! grep -q "xen-test: domu1 checks done" /var/log/xen/console/guest-domu1.log 2>/dev/null && [ $n -lt 900 ]; do
+    sleep 0.2; n=$((n+1))
+done
+domu_wait domu1 60 || { echo "xen-dom0: domu1 still running after its last program: destroyed"; xl destroy domu1; }
 echo "xen-dom0: domUs done at $(cut -d' ' -f1 /proc/uptime) s"
-sleep 2
+sleep 1
+metrics end
 kill -0 $pv 2>/dev/null && echo "xen-dom0: pvgpud still running"
 kill $pv; wait $pv
 echo "xen-dom0: pvgpud exit $?"
-sed 's/^/[pvgpud] /' /tmp/pvgpud.log
-for d in domu1 domu2 domu3 domu4; do show_domu_console $d; done
+# The whole consoles again: what the live copies had not shown when a
+# domain was destroyed.
+for d in domu1 domu2; do show_domu_console $d; done
+sed 's/^/[pvgpud-log] /' /tmp/pvgpud.log
+sleep 1
 exit 0
 """
 
-GUEST_ENV = """
-export PVGPU_DEVICES=vchan://0/pvgpu
+# Both domUs: quota held until dom0 says go (xenstore data/, theirs to
+# read and write).  Relative xenstore paths are under /local/domain/SELF.
+DOMU_COMMON = """
+unset LD_LIBRARY_PATH PVGPU_DEVICES
+echo "xen-test: guest.conf $(grep -v '^#' /etc/pvgpu/guest.conf)"
+mkfifo /tmp/hold
+xen-cuda quota hold < /tmp/hold > /tmp/quota 2>&1 &
+q=$!
+exec 3> /tmp/hold
+n=0; while ! grep -q "then" /tmp/quota && [ $n -lt 1200 ]; do sleep 0.2; n=$((n+1)); done
+cat /tmp/quota
+"""
+
+DOMU_HELD = """
+xenstore-write data/pvgpu-held 1
+"""
+
+DOMU_GO = """
+n=0; while [ "$(xenstore-read data/pvgpu-go 2>/dev/null)" != 1 ] && [ $n -lt 1500 ]; do sleep 0.2; n=$((n+1)); done
+exec 3>&-
+wait $q; rc=$?; cat /tmp/quota | grep held; echo "xen-test: quota exit $rc"
+"""
+
+DOMU1 = DOMU_COMMON + DOMU_HELD + """
+n=0; while ! other=$(xenstore-read data/pvgpu-other 2>/dev/null) && [ $n -lt 1500 ]; do sleep 0.2; n=$((n+1)); done
+echo "xen-test: read domain $other's ring-ref: $(xenstore-read /local/domain/0/data/pvgpu/$other/ring-ref 2>&1)"
+vchan-echo steal /local/domain/0/data/pvgpu/$other; echo "xen-test: steal exit $?"
+""" + DOMU_GO + """
 cd /usr/lib/pvgpu/tests
-"""
-
-DOMU1 = GUEST_ENV + "".join(
-    f"./{p} > /tmp/out 2>&1; rc=$?; echo \"xen-test: {p} exit $rc\"; "
+""" + "".join(
+    f"timeout 120 ./{p} > /tmp/out 2>&1; rc=$?; echo \"xen-test: {p} exit $rc\"; "
     f"[ $rc = 0 ] || tail -5 /tmp/out\n" for p in PROGRAMS) + """
-/usr/lib/pvgpu/pvgpu-synth --quick --size 64K-256K --dir both --memory both --json > /tmp/out 2>&1
+pvgpu-synth --quick --size 64K-256K --dir both --memory both > /tmp/out 2>&1
 rc=$?; echo "xen-test: pvgpu-synth exit $rc"; [ $rc = 0 ] || tail -5 /tmp/out
-/usr/lib/pvgpu/xen-cuda quota; echo "xen-test: quota exit $?"
+# Figures under TCG, for what they are (function, not speed)
+pvgpu-latency --tests copy,sync --sizes 1 --iters 200 --memory pageable > /tmp/out 2>&1
+rc=$?; sed 's/^/xen-figures: /' /tmp/out; echo "xen-test: pvgpu-latency exit $rc"
+pvgpu-bandwidth --sizes 64K,1M,4M --reps 4 > /tmp/out 2>&1
+rc=$?; sed 's/^/xen-figures: /' /tmp/out; echo "xen-test: pvgpu-bandwidth exit $rc"
+echo "xen-test: domu1 checks done"
 """
 
-DOMU2 = GUEST_ENV + """
-/usr/lib/pvgpu/xen-cuda quota; echo "xen-test: quota exit $?"
-"""
-
-DOMU3 = """
-self=$(xenstore-read domid)
-vchan-echo corrupt /local/domain/0/data/pvgpu/$self; echo "xen-test: corrupt exit $?"
-vchan-echo steal /local/domain/0/data/pvgpu/1; echo "xen-test: steal exit $?"
-"""
-
-DOMU4 = GUEST_ENV + """
-/usr/lib/pvgpu/xen-cuda copyloop
+DOMU2 = DOMU_COMMON + DOMU_HELD + DOMU_GO + """
+vchan-echo corrupt /local/domain/0/data/pvgpu/$(xenstore-read domid); echo "xen-test: corrupt exit $?"
+xen-cuda copyloop
 """
 
 
-def build(workdir):
+def attach(work):
+    """The operator flow: pvgpu-vm xen attach per domU, into a policy that
+    refuses unknown callers.  Returns (policy, {domU: guest.conf})."""
+    policy = work / "pvgpud.conf"
+    policy.write_text("[default]\npolicy = refuse\n")
+    confs = {}
+    for name, mib in QUOTA.items():
+        confs[name] = work / f"{name}-guest.conf"
+        proc = subprocess.run([str(PVGPU_VM), "xen", "attach", name, "--memory", f"{mib}M",
+                               "--config", str(policy), "--guest-conf", str(confs[name])],
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+    return policy, confs
+
+
+def build(work):
     lib = BUILD / "lib"
     so = lib / "pvgpu" / "transport-vchan.so"
     echo = BUILD / "xen" / "vchan-echo"
     cuda = BUILD / "xen" / "xen-cuda"
     need = [so, echo, cuda, BUILD / "bin" / "pvgpud", lib / "pvgpud" / "exec-sim.so",
             lib / "libcudart.so.13", lib / "libcuda.so.1",
-            BUILD / "bench" / "pvgpu-synth",
-            BUILD / "tests" / "sim-twins" / "libtest-twins.so"]
+            BUILD / "bench" / "pvgpu-synth", BUILD / "bench" / "pvgpu-latency",
+            BUILD / "bench" / "pvgpu-bandwidth",
+            BUILD / "tests" / "sim-twins" / "libtest-twins.so",
+            BUILD / "tests" / "sim-twins" / "libbench-twins.so"]
     need += [BUILD / "tests" / p for p in PROGRAMS]
     missing = [str(p) for p in need if not p.exists()]
     if missing:
         pytest.skip(f"not built: {', '.join(missing)} (no libxen-dev: vchan left out?)")
-    guest = [(lib / "libcudart.so.13", "/usr/lib/pvgpu/libcudart.so.13"),
-             (lib / "libcuda.so.1", "/usr/lib/pvgpu/libcuda.so.1"),
-             (so, "/usr/lib/pvgpu/pvgpu/transport-vchan.so"),
-             (cuda, "/usr/lib/pvgpu/xen-cuda")]
-    domu1 = guest + [(BUILD / "tests" / p, f"/usr/lib/pvgpu/tests/{p}") for p in PROGRAMS] + \
-        [(BUILD / "bench" / "pvgpu-synth", "/usr/lib/pvgpu/pvgpu-synth")]
+    policy, confs = attach(work)
+    # The guest package's layout (debian/rules): no variable needed.
+    guest = [(lib / "libcudart.so.13", f"{LIBDIR}/libcudart.so.13"),
+             (lib / "libcuda.so.1", f"{LIBDIR}/libcuda.so.1"),
+             (so, f"{LIBDIR}/pvgpu/transport-vchan.so"),
+             (cuda, "/usr/bin/xen-cuda"), (echo, "/usr/bin/vchan-echo")]
+    domu1 = guest + [(confs["domu1"], "/etc/pvgpu/guest.conf"),
+                     (BUILD / "bench" / "pvgpu-synth", "/usr/bin/pvgpu-synth"),
+                     (BUILD / "bench" / "pvgpu-latency", "/usr/bin/pvgpu-latency"),
+                     (BUILD / "bench" / "pvgpu-bandwidth", "/usr/bin/pvgpu-bandwidth")] + \
+        [(BUILD / "tests" / p, f"/usr/lib/pvgpu/tests/{p}") for p in PROGRAMS]
+    domu2 = guest + [(confs["domu2"], "/etc/pvgpu/guest.conf")]
     dom0 = [(BUILD / "bin" / "pvgpud", "/usr/bin/pvgpud"),
             (lib / "pvgpud" / "exec-sim.so", "/usr/lib/pvgpud/exec-sim.so"),
             (so, "/usr/lib/pvgpu/transport-vchan.so"),
             (BUILD / "tests" / "sim-twins" / "libtest-twins.so",
-             "/usr/lib/pvgpu/libtest-twins.so")]
-    return xenvm.build_scenario(workdir, DOM0, {
-        "domu1": (DOMU1, domu1),
-        "domu2": (DOMU2, guest),
-        "domu3": (DOMU3, [(echo, "/usr/bin/vchan-echo")]),
-        "domu4": (DOMU4, guest),
-    }, dom0_files=dom0)
+             "/usr/lib/pvgpu/libtest-twins.so"),
+            (BUILD / "tests" / "sim-twins" / "libbench-twins.so",
+             "/usr/lib/pvgpu/libbench-twins.so"),
+            (policy, "/etc/pvgpu/pvgpud.conf")]
+    # MiB of RAM: the kernel takes about 60, the programs' buffers the rest.
+    return xenvm.build_scenario(work, DOM0, {"domu1": (DOMU1, domu1, 256),
+                                             "domu2": (DOMU2, domu2, 128)},
+                                dom0_files=dom0)
 
 
 @pytest.fixture(scope="module")
@@ -172,9 +269,21 @@ def xen_run(tmp_path_factory):
         xenvm.qemu_command(rd, kdir, kver), timeout=TIMEOUT,
         log=work / "console.log")
     lines = [l for l in console.splitlines()
-             if l.startswith(("[pvgpud]", "[domu", "xen-dom0"))]
-    print(f"xen pvgpud scenario: status {status} after {secs:.1f} s")
+             if l.startswith(("[pvgpud]", "[domu", "xen-dom0", "xen-metrics"))
+             and "] [ " not in l]
+    figures = [l for l in lines if "xen-figures:" in l]
+    print("\n".join(dict.fromkeys(figures)))   # shown live and replayed
+    print(f"xen pvgpud scenario: status {status} after {secs:.1f} s "
+          f"(console in {work / 'console.log'})")
     return status, console, "\n".join(lines)[-6000:]
+
+
+def metric(console, when, name, vm=None):
+    """A value dom0 read from pvgpud's metrics at `when`, or None."""
+    label = f'{{vm="{vm}"}}' if vm else r'\{gpu="0"\}'
+    m = re.search(rf"xen-metrics {when}: {name}{re.escape(label) if vm else label} (\d+)",
+                  console)
+    return int(m.group(1)) if m else None
 
 
 def test_scenario_ran(xen_run):
@@ -183,7 +292,17 @@ def test_scenario_ran(xen_run):
     assert "xen-dom0: pvgpud exit" in console, tail
 
 
-@pytest.mark.parametrize("prog", PROGRAMS + ["pvgpu-synth"])
+def test_operator_flow_guest_conf_only(xen_run):
+    """pvgpu-vm xen attach's files are all the domUs had."""
+    _, console, tail = xen_run
+    for d in QUOTA:
+        assert f"[{d}] xen-test: guest.conf vchan://0/pvgpu" in console, tail
+    assert re.search(r"policy /etc/pvgpu/pvgpud.conf: 2 VM\(s\), unknown callers refused",
+                     console), tail
+
+
+@pytest.mark.parametrize("prog", PROGRAMS + ["pvgpu-synth", "pvgpu-latency",
+                                             "pvgpu-bandwidth"])
 def test_domu_runs_programs_over_vchan(xen_run, prog):
     _, console, tail = xen_run
     assert f"[domu1] xen-test: {prog} exit 0" in console, tail
@@ -191,39 +310,51 @@ def test_domu_runs_programs_over_vchan(xen_run, prog):
 
 def test_identity_from_the_channel(xen_run):
     _, console, tail = xen_run
-    assert re.search(r"session \d+ start: xen domid=1 \(domu1\) via vchan://pvgpu, vm domu1",
-                     console), tail
+    for d in QUOTA:
+        assert re.search(rf"session \d+ start: xen domid=\d+ \({d}\) via vchan://pvgpu, vm {d}",
+                         console), tail
 
 
 def test_two_domus_each_held_to_its_quota(xen_run):
     _, console, tail = xen_run
-    assert "[domu1] xen-cuda: total 64 MiB" in console, tail
-    assert "[domu2] xen-cuda: total 16 MiB" in console, tail
-    m1 = re.search(r"\[domu1\] xen-cuda: allocated (\d+) MiB, then out of memory", console)
-    m2 = re.search(r"\[domu2\] xen-cuda: allocated (\d+) MiB, then out of memory", console)
-    assert m1 and m2, tail
-    assert 48 <= int(m1.group(1)) <= 64 and 8 <= int(m2.group(1)) <= 16, tail
-    assert "[domu1] xen-test: quota exit 0" in console, tail
-    assert "[domu2] xen-test: quota exit 0" in console, tail
+    for d, mib in QUOTA.items():
+        assert f"[{d}] xen-cuda: total {mib} MiB" in console, tail
+        m = re.search(rf"\[{d}\] xen-cuda: allocated (\d+) MiB, then out of memory", console)
+        assert m and mib * 3 // 4 <= int(m.group(1)) <= mib, tail
+        assert f"[{d}] xen-test: quota exit 0" in console, tail
+        # at the same moment, pvgpud charged each VM its own quota
+        used = metric(console, "held", "pvgpu_vm_memory_used_bytes", d)
+        assert used is not None and mib * 3 // 4 <= used >> 20 <= mib, tail
 
 
 def test_destroyed_domu_ends_only_its_session(xen_run):
     _, console, tail = xen_run
-    assert "[domu4] xen-cuda: copying (data ok)" in console, tail
-    assert "xen-dom0: destroyed domu4 mid-copy" in console, tail
-    assert re.search(r"session \d+ end: xen domid=4 \(domu4\)", console), tail
-    # domu1 went on with its programs meanwhile and after
-    assert "[domu1] xen-test: quota exit 0" in console, tail
+    assert "[domu2] xen-cuda: copying (data ok)" in console, tail
+    assert "xen-dom0: destroyed domu2 mid-copy" in console, tail
+    assert re.search(r"session \d+ end: xen domid=\d+ \(domu2\)", console), tail
+    assert metric(console, "copying", "pvgpu_vm_memory_used_bytes", "domu2") >= 4 << 20, tail
+    assert metric(console, "destroyed", "pvgpu_vm_memory_used_bytes", "domu2") == 0, tail
+    assert metric(console, "destroyed", "pvgpu_vm_sessions", "domu2") == 0, tail
+    # domu1 went on meanwhile; at the end pvgpud holds nothing
+    assert f"[domu1] xen-test: {PROGRAMS[-1]} exit 0" in console, tail
+    assert metric(console, "baseline", "pvgpu_gpu_memory_used_bytes") == 0, tail
+    assert metric(console, "end", "pvgpu_gpu_memory_used_bytes") == 0, tail
 
 
 def test_garbage_in_the_ring_loses_only_that_session(xen_run):
     _, console, tail = xen_run
-    assert "[domu3] vchan-echo: corrupter wrote garbage ring indexes" in console, tail
-    assert re.search(r"\[pvgpud\] .*session \d+.*(Protocol error|protocol error)", console), tail
-    assert re.search(r"session \d+ end: xen domid=3 \(domu3\)", console), tail
+    assert "[domu2] vchan-echo: corrupter wrote garbage ring indexes" in console, tail
+    assert re.search(r"\[pvgpud\] .*(Protocol error|protocol error|EPROTO)", console), tail
+    assert "[domu2] xen-test: corrupt exit 0" in console, tail
+    # domu2's next session (the copies) and domu1's programs were served
+    assert "[domu2] xen-cuda: copying (data ok)" in console, tail
+    assert "[domu1] xen-test: pvgpu-synth exit 0" in console, tail
 
 
 def test_domu_cannot_open_another_domains_channel(xen_run):
     _, console, tail = xen_run
-    assert "[domu3] vchan-echo: steal /local/domain/0/data/pvgpu/1: refused" in console, tail
-    assert "[domu3] xen-test: steal exit 0" in console, tail
+    # the channel was there (dom0 saw it), domu1 could not even read it
+    assert re.search(r"xen-dom0: channel of domu2: .*ring-ref", console), tail
+    m = re.search(r"\[domu1\] vchan-echo: steal (\S+): (\w+) \((.*)\)", console)
+    assert m and m.group(2) == "refused" and m.group(3) == "Permission denied", tail
+    assert "[domu1] xen-test: steal exit 0" in console, tail

@@ -4,6 +4,8 @@
  *
  *   xen-cuda quota      the device memory cuMemGetInfo reports (the VM's
  *                       quota), then 1 MiB allocations until one fails
+ *   xen-cuda quota hold the same, then holds the allocations until its
+ *                       stdin ends (dom0 looks at both VMs' usage meanwhile)
  *   xen-cuda copyloop   4 MiB host-to-device copies, checked, forever
  *                       (dom0 destroys the domain meanwhile)
  */
@@ -25,7 +27,7 @@ static int check(CUresult r, const char *what)
 	return 0;
 }
 
-static int quota(void)
+static int quota(int hold)
 {
 	size_t free_b = 0, total_b = 0;
 	CUdeviceptr p;
@@ -38,6 +40,15 @@ static int quota(void)
 		n++;
 	printf("xen-cuda: allocated %d MiB, then %s\n", n,
 	       r == CUDA_ERROR_OUT_OF_MEMORY ? "out of memory" : "another error");
+	fflush(stdout);
+	if (hold) {
+		while (getchar() != EOF)
+			;
+		/* Still ours after the wait: the session lived through it. */
+		check(cuMemGetInfo(&free_b, &total_b), "cuMemGetInfo after holding");
+		printf("xen-cuda: held %d MiB, %zu MiB free\n", n,
+		       (size_t)(free_b / MiB));
+	}
 	return r == CUDA_ERROR_OUT_OF_MEMORY ? 0 : 1;
 }
 
@@ -69,8 +80,8 @@ int main(int argc, char **argv)
 	CUdevice dev;
 	CUcontext ctx;
 
-	if (argc != 2) {
-		fprintf(stderr, "usage: xen-cuda quota|copyloop\n");
+	if (argc < 2 || argc > 3 || (argc == 3 && strcmp(argv[2], "hold"))) {
+		fprintf(stderr, "usage: xen-cuda quota [hold] | copyloop\n");
 		return 2;
 	}
 	check(cuInit(0), "cuInit");
@@ -78,7 +89,7 @@ int main(int argc, char **argv)
 	check(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
 	check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
 	if (!strcmp(argv[1], "quota"))
-		return quota();
+		return quota(argc == 3);
 	if (!strcmp(argv[1], "copyloop"))
 		return copyloop();
 	return 2;

@@ -182,8 +182,15 @@ xen-init-dom0 >/dev/null || { echo "xen-dom0: xen-init-dom0 failed"; exit 91; }
 xenconsoled --log=guest --log-dir=/var/log/xen/console || { echo "xen-dom0: xenconsoled failed"; exit 92; }
 echo "xen-dom0: toolstack up at $(cut -d' ' -f1 /proc/uptime) s"
 
+# A domU's own "pvgpu-guest: exit N" must not read as dom0's status.
 show_domu_console() {   # show_domu_console NAME: its console log, prefixed
-    sed "s/^/[$1] /" /var/log/xen/console/guest-$1.log 2>/dev/null
+    tr -d '\r' < /var/log/xen/console/guest-$1.log 2>/dev/null |
+        sed -e "s/pvgpu-guest: exit/pvgpu-guest exited/" -e "s/^/[$1] /"
+}
+# follow_domu_console NAME: its console on dom0's as it comes (background)
+follow_domu_console() {
+    tail -n +1 -F /var/log/xen/console/guest-$1.log 2>/dev/null | tr -d '\r' |
+        sed -e "s/pvgpu-guest: exit/pvgpu-guest exited/" -e "s/^/[$1] /" &
 }
 # domu_wait NAME SECONDS: until the domain is gone (0) or the time is up (1)
 domu_wait() {
@@ -288,7 +295,31 @@ def run(cmd, timeout=600.0, log=None, echo=False):
     return (125 if status is None else status), console, time.monotonic() - t0
 
 
-def domu_config(name, kernel, ramdisk, memory=192, extra=""):
+def domu_kernel(kdir, kver):
+    """Debian's kernel for the PV domUs, as the plain ELF inside its
+    bzImage: xl's domain builder would otherwise xz-decompress 66 MB in
+    dom0 for every domU, which under TCG is most of an `xl create`
+    (10-30 s).  Extracted once into .deps/xen/ with Python's lzma."""
+    import lzma
+    out = DEPS_XEN / f"vmlinux-{kver}"
+    src = Path(kdir) / "boot" / f"vmlinuz-{kver}"
+    if out.exists() and out.stat().st_mtime >= src.stat().st_mtime:
+        return out
+    data = src.read_bytes()
+    at = data.find(b"\xfd7zXZ\x00")
+    if at < 0:
+        return src          # not xz: let xl's builder decompress it
+    elf = lzma.LZMADecompressor().decompress(data[at:])
+    if elf[:4] != b"\x7fELF":
+        return src
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_bytes(elf)
+    tmp.rename(out)
+    return out
+
+
+def domu_config(name, kernel, ramdisk, memory=128, extra=""):
     """An xl config for a PV domU with no disk and no network."""
     return (f'name = "{name}"\ntype = "pv"\nkernel = "{kernel}"\n'
             f'ramdisk = "{ramdisk}"\n'
@@ -335,7 +366,7 @@ def build_probe(workdir, probe, nbytes=1 << 20):
     dom0_rd = workdir / "dom0.cpio"
     dom0_initramfs(dom0_rd, dom0_script, files=[
         (probe, "/usr/bin/vchan-probe"),
-        (Path(kdir) / "boot" / f"vmlinuz-{kver}", "/domu/vmlinuz"),
+        (domu_kernel(kdir, kver), "/domu/vmlinuz"),
         (domu_rd, "/domu/initrd"),
         (cfg, "/etc/xen/domu1.cfg")], kdir=kdir, kver=kver)
     return dom0_rd, kdir, kver
@@ -343,16 +374,17 @@ def build_probe(workdir, probe, nbytes=1 << 20):
 
 def build_scenario(workdir, dom0_script, domus, dom0_files=()):
     """dom0 initramfs carrying one initramfs and xl config per domU.
-    domus: {name: (script, [(host, guest)])}; the config is
-    /etc/xen/NAME.cfg.  Returns (initramfs, kdir, kver)."""
+    domus: {name: (script, [(host, guest)][, memory MiB])}; the config
+    is /etc/xen/NAME.cfg.  Returns (initramfs, kdir, kver)."""
     kdir, kver = vm.kernel_dir()
     workdir = Path(workdir)
-    files = [(Path(kdir) / "boot" / f"vmlinuz-{kver}", "/domu/vmlinuz")]
-    for name, (script, domu_files) in domus.items():
+    files = [(domu_kernel(kdir, kver), "/domu/vmlinuz")]
+    for name, (script, domu_files, *memory) in domus.items():
         rd = workdir / f"{name}.cpio"
         domu_initramfs(rd, script, files=domu_files, kdir=kdir, kver=kver)
         cfg = workdir / f"{name}.cfg"
-        cfg.write_text(domu_config(name, "/domu/vmlinuz", f"/domu/{name}.cpio"))
+        cfg.write_text(domu_config(name, "/domu/vmlinuz", f"/domu/{name}.cpio",
+                                   *memory))
         files += [(rd, f"/domu/{name}.cpio"), (cfg, f"/etc/xen/{name}.cfg")]
     dom0_rd = workdir / "dom0.cpio"
     dom0_initramfs(dom0_rd, dom0_script, files=files + list(dom0_files),
