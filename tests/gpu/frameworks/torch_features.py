@@ -74,8 +74,9 @@ def run(code):
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=300, env=os.environ)
     if res.returncode:
-        tail = (res.stderr or res.stdout).strip().splitlines()[-1:] or ["no output"]
-        return f"error: rc {res.returncode}: {tail[0][:200]}"
+        lines = (res.stderr or res.stdout).strip().splitlines() or ["no output"]
+        named = [line for line in lines if "Error" in line and ":" in line]
+        return f"error: rc {res.returncode}: {(named or lines)[-1][:300]}"
     return res.stdout.strip()
 
 
