@@ -244,6 +244,7 @@ int cu_host_find(const void *ptr, struct cu_host *out);
 CUresult cu_module_load_jit(CUmodule *module, const void *image, unsigned int n,
 			    CUjit_option *options, void **values);
 CUresult cu_library_load(const void *image, CUlibrary *out);
+CUresult cu_read_file(const char *path, uint8_t **buf, size_t *size);
 CUresult cu_module_functions(CUmodule hmod, CUfunction *fs, unsigned int max,
 			     unsigned int *count);
 

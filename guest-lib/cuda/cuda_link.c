@@ -123,42 +123,60 @@ CUresult CUDAAPI cuLinkAddData(CUlinkState h, CUjitInputType type, void *data, s
 	return cuLinkAddData_v2(h, type, data, size, name, n, options, values);
 }
 
-CUresult CUDAAPI cuLinkAddFile_v2(CUlinkState h, CUjitInputType type, const char *path,
-				  unsigned int n, CUjit_option *options, void **values)
+/*
+ * A whole file read into a NUL-terminated buffer (cuLinkAddFile,
+ * cuModuleLoad): *buf to free, *size without the NUL.
+ */
+CUresult cu_read_file(const char *path, uint8_t **buf, size_t *size)
 {
-	struct cu_link *l = link_check(h);
 	CUresult r = CUDA_SUCCESS;
-	uint8_t *buf = NULL;
+	uint8_t *b = NULL;
 	FILE *f;
-	long size;
+	long n;
 
-	if (!l)
-		return CUDA_ERROR_INVALID_HANDLE;
-	if (!path)
+	if (!path || !buf || !size)
 		return CUDA_ERROR_INVALID_VALUE;
 	f = fopen(path, "rb");
 	if (!f)
 		return CUDA_ERROR_FILE_NOT_FOUND;
-	if (fseek(f, 0, SEEK_END) || (size = ftell(f)) <= 0 || fseek(f, 0, SEEK_SET)) {
+	if (fseek(f, 0, SEEK_END) || (n = ftell(f)) <= 0 || fseek(f, 0, SEEK_SET)) {
 		r = CUDA_ERROR_INVALID_IMAGE;
 		goto out;
 	}
-	buf = malloc((size_t)size + 1);
-	if (!buf) {
+	b = malloc((size_t)n + 1);
+	if (!b) {
 		r = CUDA_ERROR_OUT_OF_MEMORY;
 		goto out;
 	}
-	if (fread(buf, 1, (size_t)size, f) != (size_t)size) {
+	if (fread(b, 1, (size_t)n, f) != (size_t)n) {
+		free(b);
 		r = CUDA_ERROR_FILE_NOT_FOUND;
 		goto out;
 	}
-	buf[size] = 0;
-	/* PTX goes to the linker with its terminating NUL, as a string. */
-	r = cuLinkAddData_v2(h, type, buf, (size_t)size + (type == CU_JIT_INPUT_PTX),
-			     path, n, options, values);
+	b[n] = 0;
+	*buf = b;
+	*size = (size_t)n;
 out:
-	free(buf);
 	fclose(f);
+	return r;
+}
+
+CUresult CUDAAPI cuLinkAddFile_v2(CUlinkState h, CUjitInputType type, const char *path,
+				  unsigned int n, CUjit_option *options, void **values)
+{
+	uint8_t *buf = NULL;
+	size_t size = 0;
+	CUresult r;
+
+	if (!link_check(h))
+		return CUDA_ERROR_INVALID_HANDLE;
+	r = cu_read_file(path, &buf, &size);
+	if (r)
+		return r;
+	/* PTX goes to the linker with its terminating NUL, as a string. */
+	r = cuLinkAddData_v2(h, type, buf, size + (type == CU_JIT_INPUT_PTX), path, n,
+			     options, values);
+	free(buf);
 	return r;
 }
 

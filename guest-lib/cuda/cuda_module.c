@@ -155,6 +155,24 @@ CUresult CUDAAPI cuModuleLoadData(CUmodule *module, const void *image)
 	return r;
 }
 
+/* The file is read in the guest; only its image crosses (Triton loads its
+ * cubins this way). */
+CUresult CUDAAPI cuModuleLoad(CUmodule *module, const char *fname)
+{
+	uint8_t *image = NULL;
+	size_t size = 0;
+	CUresult r;
+
+	if (!module || !fname)
+		return CUDA_ERROR_INVALID_VALUE;
+	r = cu_read_file(fname, &image, &size);
+	if (r)
+		return r;
+	r = cuModuleLoadData(module, image);
+	free(image);
+	return r;
+}
+
 CUresult CUDAAPI cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int n,
 				    CUjit_option *options, void **values)
 {

@@ -1099,3 +1099,32 @@ def test_array_linear_copies(twins_daemon, libdir, tmp_path):
     assert "cuMemcpyHtoA on an array with rows" in err
     assert "past the end 1" in out
     assert "destroy 0 400" in out
+
+
+MODULE_LOAD_FILE = r"""
+import ctypes, sys
+cu = ctypes.CDLL(sys.argv[1])
+vp = ctypes.c_void_p
+assert cu.cuInit(0) == 0
+ctx, mod, fn = vp(), vp(), vp()
+assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
+assert cu.cuCtxSetCurrent(ctx) == 0
+loaded = [cu.cuModuleLoad(ctypes.byref(mod), p.encode()) for p in sys.argv[2:4]]
+found = cu.cuModuleGetFunction(ctypes.byref(fn), mod, b"vec_add")
+print(loaded, found, cu.cuModuleLoad(ctypes.byref(mod), b"/nonexistent.cubin"))
+"""
+
+
+def test_module_load_from_file(start_pvgpud):
+    """cuModuleLoad (Triton loads its cubins so) reads the file in the
+    guest: a cubin and PTX load, a missing file is FILE_NOT_FOUND."""
+    if asan_runtime(LIBCUDA):
+        pytest.skip("the ASan build cannot be loaded by a plain Python")
+    images = BUILD / "tests" / "kernels" / "images"
+    d = start_pvgpud("sim")
+    env = dict(os.environ, PVGPU_DEVICES=d.unix)
+    res = subprocess.run([sys.executable, "-c", MODULE_LOAD_FILE, str(LIBCUDA),
+                          str(images / "vecadd.cubin"), str(images / "vecadd.ptx")],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.split("\n")[0] == "[0, 0] 0 301", res.stdout
