@@ -195,7 +195,7 @@ def test_jit_link(daemon, libdir):
                  "linked: c[10] = 10.25, c[999] = 999.25",
                  "from a file: c[10] = 10.25, c[999] = 999.25",
                  "missing file: 301",            # CUDA_ERROR_FILE_NOT_FOUND
-                 "load with options: wall time positive 1",
+                 "load with options: wall time not negative 1",
                  "loaded with options: c[10] = 10.25, c[999] = 999.25",
                  "bad ptx: 218"):                          # CUDA_ERROR_INVALID_PTX
         assert line in out, out

@@ -95,7 +95,8 @@ int main(int argc, char **argv)
 	vals[4] = (void *)(uintptr_t)sizeof(error);
 	DRV(cuModuleLoadDataEx(&mod, ptx, 6, opts, vals));
 	memcpy(&wall, &vals[0], sizeof(wall));
-	printf("load with options: wall time positive %d\n", wall > 0.0f);
+	/* A load can take under the timer's resolution: only its sign. */
+	printf("load with options: wall time not negative %d\n", wall >= 0.0f);
 	run(mod, "loaded with options");
 	DRV(cuModuleUnload(mod));
 
