@@ -21,32 +21,16 @@
 
 #define SIZE_OF(n)	((void *)(uintptr_t)(sizeof(void *) * (n)))
 
-/* Makes ctx current for one call (NULL: the calling thread's stays). */
-static CUresult ctx_enter(CUcontext ctx)
-{
-	return ctx ? cuCtxPushCurrent(ctx) : CUDA_SUCCESS;
-}
-
-static CUresult ctx_leave(CUcontext ctx, CUresult r)
-{
-	CUcontext old = NULL;
-	CUresult e = ctx ? cuCtxPopCurrent(&old) : CUDA_SUCCESS;
-
-	return r ? r : e;
-}
-
-#define WITH_CTX(ctx, call)	(ctx_enter(ctx) ?: ctx_leave((ctx), (call)))
-
 /* ---- tools context ---------------------------------------------------- */
 
 static CUresult tc_stream_sync(CUcontext ctx, CUstream s)
 {
-	return WITH_CTX(ctx, cuStreamSynchronize(s));
+	return CU_WITH_CTX(ctx, cuStreamSynchronize(s));
 }
 
 static CUresult tc_stream_query(CUcontext ctx, CUstream s)
 {
-	return WITH_CTX(ctx, cuStreamQuery(s));
+	return CU_WITH_CTX(ctx, cuStreamQuery(s));
 }
 
 static CUresult tc_ctx_device(CUcontext c, uint32_t *dev)
@@ -66,24 +50,24 @@ static CUresult tc_stream_id(CUcontext ctx, CUstream s, uint64_t *id)
 
 	if (!id)
 		return CUDA_ERROR_INVALID_VALUE;
-	r = WITH_CTX(ctx, cuStreamGetId(s, &v));
+	r = CU_WITH_CTX(ctx, cuStreamGetId(s, &v));
 	*id = v;
 	return r;
 }
 
 static CUresult tc_ctx_sync(CUcontext ctx)
 {
-	return WITH_CTX(ctx, cuCtxSynchronize());
+	return CU_WITH_CTX(ctx, cuCtxSynchronize());
 }
 
 static CUresult tc_set_limit(CUcontext ctx, CUlimit limit, size_t value)
 {
-	return WITH_CTX(ctx, cuCtxSetLimit(limit, value));
+	return CU_WITH_CTX(ctx, cuCtxSetLimit(limit, value));
 }
 
 static CUresult tc_get_limit(CUcontext ctx, CUlimit limit, size_t *value)
 {
-	return WITH_CTX(ctx, cuCtxGetLimit(value, limit));
+	return CU_WITH_CTX(ctx, cuCtxGetLimit(value, limit));
 }
 
 static CUresult tc_null_stream(CUcontext ctx, CUstream *s)
@@ -160,7 +144,7 @@ static CUresult tc_stream_non_blocking(CUstream s, uint8_t *yes)
 
 static CUresult tc_priority_range(CUcontext ctx, int32_t *least, int32_t *greatest)
 {
-	return WITH_CTX(ctx, cuCtxGetStreamPriorityRange(least, greatest));
+	return CU_WITH_CTX(ctx, cuCtxGetStreamPriorityRange(least, greatest));
 }
 
 static CUresult tc_stream_priority(CUstream s, int32_t *requested, int32_t *clamped,

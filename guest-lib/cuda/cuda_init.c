@@ -411,6 +411,19 @@ void cu_set_current(struct cu_ctx *ctx)
 	ctx_stack[ctx_depth - 1] = ctx;
 }
 
+CUresult cu_ctx_enter(CUcontext ctx)
+{
+	return ctx ? cuCtxPushCurrent(ctx) : CUDA_SUCCESS;
+}
+
+CUresult cu_ctx_leave(CUcontext ctx, CUresult r)
+{
+	CUcontext old = NULL;
+	CUresult e = ctx ? cuCtxPopCurrent(&old) : CUDA_SUCCESS;
+
+	return r ? r : e;
+}
+
 struct cu_ctx *cu_ctx_check(CUcontext c)
 {
 	struct cu_ctx *ctx = (struct cu_ctx *)c;

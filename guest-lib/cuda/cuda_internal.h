@@ -197,6 +197,11 @@ CUresult cu_status(int32_t st);
 struct cu_ctx *cu_current(void);
 void cu_set_current(struct cu_ctx *ctx);
 struct cu_ctx *cu_ctx_check(CUcontext c);
+/* ctx current for one call, then the previous one again (NULL: the
+ * calling thread's stays); the call's error first, else the pop's. */
+CUresult cu_ctx_enter(CUcontext ctx);
+CUresult cu_ctx_leave(CUcontext ctx, CUresult r);
+#define CU_WITH_CTX(ctx, call)	(cu_ctx_enter(ctx) ?: cu_ctx_leave((ctx), (call)))
 struct cu_ctx *cu_primary(int device);
 
 /* A device operation: the backend locked, ctx created and current. */

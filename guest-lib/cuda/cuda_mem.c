@@ -662,30 +662,6 @@ CUresult CUDAAPI cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dst, CUdeviceptr src, siz
 
 /* ---- cuMemcpyPeer ---------------------------------------------------------- */
 
-/* A context current for one step of a peer copy. */
-static CUresult in_ctx(CUcontext c, CUresult (*fn)(void *, const void *, size_t),
-		       void *dst, const void *src, size_t n)
-{
-	CUcontext old;
-	CUresult r = cuCtxPushCurrent(c), e;
-
-	if (r)
-		return r;
-	r = fn(dst, src, n);
-	e = cuCtxPopCurrent(&old);
-	return r ? r : e;
-}
-
-static CUresult step_dtoh(void *dst, const void *src, size_t n)
-{
-	return cuMemcpyDtoH_v2(dst, (CUdeviceptr)(uintptr_t)src, n);
-}
-
-static CUresult step_htod(void *dst, const void *src, size_t n)
-{
-	return cuMemcpyHtoD_v2((CUdeviceptr)(uintptr_t)dst, src, n);
-}
-
 /*
  * Within one device: a device-to-device copy on s in the destination's
  * context.  Between devices (pvgpu's libcuda.so.1 offers no peer access):
@@ -696,22 +672,15 @@ static CUresult peer(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext
 {
 	enum { CHUNK = 4 << 20 };
 	struct cu_ctx *d = cu_ctx_check(dctx), *sc = cu_ctx_check(sctx);
-	CUcontext old;
-	CUresult r, e;
+	CUresult r;
 	void *buf;
 
 	if (!d || !sc)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	if (!n)
 		return CUDA_SUCCESS;
-	if (d->device == sc->device) {
-		r = cuCtxPushCurrent(dctx);
-		if (r)
-			return r;
-		r = dtod(dst, src, n, s);
-		e = cuCtxPopCurrent(&old);
-		return r ? r : e;
-	}
+	if (d->device == sc->device)
+		return CU_WITH_CTX(dctx, dtod(dst, src, n, s));
 	pvgpu_debug("cuMemcpyPeer: device %d to device %d staged through the guest",
 		    sc->device, d->device);
 	if (s && s != CU_STREAM_PER_THREAD && (r = cuStreamSynchronize(s)))
@@ -723,9 +692,9 @@ static CUresult peer(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext
 	for (size_t off = 0; !r && off < n; off += CHUNK) {
 		size_t len = n - off < CHUNK ? n - off : CHUNK;
 
-		r = in_ctx(sctx, step_dtoh, buf, (const void *)(uintptr_t)(src + off), len);
+		r = CU_WITH_CTX(sctx, cuMemcpyDtoH_v2(buf, src + off, len));
 		if (!r)
-			r = in_ctx(dctx, step_htod, (void *)(uintptr_t)(dst + off), buf, len);
+			r = CU_WITH_CTX(dctx, cuMemcpyHtoD_v2(dst + off, buf, len));
 	}
 	free(buf);
 	return r;
