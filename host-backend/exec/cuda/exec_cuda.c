@@ -376,6 +376,15 @@ static struct cuda_handle *handle_find(struct pvgpu_exec *ex, uint64_t h,
 	return NULL;
 }
 
+/* A handle of this kind that belongs to the current context, or NULL. */
+static struct cuda_handle *handle_here(struct pvgpu_exec *ex, uint64_t h,
+				       enum cuda_kind kind)
+{
+	struct cuda_handle *e = handle_find(ex, h, kind);
+
+	return e && e->ctx == ex->cur ? e : NULL;
+}
+
 static int handle_add(struct pvgpu_exec *ex, uint64_t h, enum cuda_kind kind,
 		      uint64_t ctx, uint64_t module)
 {
@@ -448,8 +457,8 @@ static int32_t to_stream(struct pvgpu_exec *ex, uint64_t stream, CUstream *s)
 		*s = NULL;
 		return CUDA_SUCCESS;
 	}
-	e = handle_find(ex, stream, CUDA_STREAM);
-	if (!e || e->ctx != ex->cur)
+	e = handle_here(ex, stream, CUDA_STREAM);
+	if (!e)
 		return CUDA_ERROR_INVALID_HANDLE;
 	*s = (CUstream)(uintptr_t)stream;
 	return CUDA_SUCCESS;
@@ -1098,8 +1107,8 @@ static int32_t cuda_stream_destroy(struct pvgpu_exec *ex, uint64_t stream)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!ex->cur)
 		return CUDA_ERROR_INVALID_CONTEXT;
-	e = handle_find(ex, stream, CUDA_STREAM);
-	if (!e || e->ctx != ex->cur)
+	e = handle_here(ex, stream, CUDA_STREAM);
+	if (!e)
 		return CUDA_ERROR_INVALID_HANDLE;
 	rc = ex->api.stream_destroy((CUstream)(uintptr_t)stream);
 	if (rc == CUDA_SUCCESS)
@@ -1202,8 +1211,8 @@ static int32_t cuda_event_record(struct pvgpu_exec *ex, uint64_t event,
 	rc = to_stream(ex, stream, &s);
 	if (rc)
 		return rc;
-	e = handle_find(ex, event, CUDA_EVENT);
-	if (!e || e->ctx != ex->cur)
+	e = handle_here(ex, event, CUDA_EVENT);
+	if (!e)
 		return CUDA_ERROR_INVALID_HANDLE;
 	return ex->api.event_record(to_event(event), s);
 }
@@ -1274,8 +1283,8 @@ static int32_t cuda_module_unload(struct pvgpu_exec *ex, uint64_t module)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!ex->cur)
 		return CUDA_ERROR_INVALID_CONTEXT;
-	e = handle_find(ex, module, CUDA_MODULE);
-	if (!e || e->ctx != ex->cur)
+	e = handle_here(ex, module, CUDA_MODULE);
+	if (!e)
 		return CUDA_ERROR_INVALID_HANDLE;
 	rc = ex->api.module_unload((CUmodule)(uintptr_t)module);
 	if (rc)
@@ -1296,8 +1305,8 @@ static int32_t cuda_module_function(struct pvgpu_exec *ex, uint64_t module,
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!ex->cur)
 		return CUDA_ERROR_INVALID_CONTEXT;
-	e = handle_find(ex, module, CUDA_MODULE);
-	if (!e || e->ctx != ex->cur)
+	e = handle_here(ex, module, CUDA_MODULE);
+	if (!e)
 		return CUDA_ERROR_INVALID_HANDLE;
 	rc = ex->api.module_get_function(&f, (CUmodule)(uintptr_t)module, name);
 	if (rc)
@@ -1327,8 +1336,8 @@ static int32_t cuda_module_function_names(struct pvgpu_exec *ex, uint64_t module
 		return CUDA_ERROR_NOT_SUPPORTED;
 	if (!ex->cur)
 		return CUDA_ERROR_INVALID_CONTEXT;
-	e = handle_find(ex, module, CUDA_MODULE);
-	if (!e || e->ctx != ex->cur)
+	e = handle_here(ex, module, CUDA_MODULE);
+	if (!e)
 		return CUDA_ERROR_INVALID_HANDLE;
 	rc = ex->api.module_function_count(&n, mod);
 	if (rc)
@@ -1371,8 +1380,8 @@ static int32_t cuda_module_global(struct pvgpu_exec *ex, uint64_t module,
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!ex->cur)
 		return CUDA_ERROR_INVALID_CONTEXT;
-	e = handle_find(ex, module, CUDA_MODULE);
-	if (!e || e->ctx != ex->cur)
+	e = handle_here(ex, module, CUDA_MODULE);
+	if (!e)
 		return CUDA_ERROR_INVALID_HANDLE;
 	rc = ex->api.module_get_global(&p, &bytes, (CUmodule)(uintptr_t)module,
 				       name);
@@ -1392,8 +1401,8 @@ static int32_t to_function(struct pvgpu_exec *ex, uint64_t func,
 
 	if (!ex->cur)
 		return CUDA_ERROR_INVALID_CONTEXT;
-	e = handle_find(ex, func, CUDA_FUNCTION);
-	if (!e || e->ctx != ex->cur)
+	e = handle_here(ex, func, CUDA_FUNCTION);
+	if (!e)
 		return CUDA_ERROR_INVALID_HANDLE;
 	*f = (CUfunction)(uintptr_t)func;
 	return CUDA_SUCCESS;
@@ -1707,8 +1716,8 @@ static int32_t cuda_array_destroy(struct pvgpu_exec *ex, uint64_t array)
 
 	if (!ex)
 		return CUDA_ERROR_INVALID_VALUE;
-	e = handle_find(ex, array, CUDA_ARRAY);
-	if (!e || e->ctx != ex->cur || !ex->api.array_destroy)
+	e = handle_here(ex, array, CUDA_ARRAY);
+	if (!e || !ex->api.array_destroy)
 		return CUDA_ERROR_INVALID_HANDLE;
 	rc = ex->api.array_destroy((CUarray)(uintptr_t)array);
 	if (rc == CUDA_SUCCESS)
@@ -1726,8 +1735,8 @@ static int32_t cuda_array_copy(struct pvgpu_exec *ex,
 
 	if (!ex || !c)
 		return CUDA_ERROR_INVALID_VALUE;
-	e = handle_find(ex, c->array, CUDA_ARRAY);
-	if (!e || e->ctx != ex->cur || !ex->api.memcpy_3d_async)
+	e = handle_here(ex, c->array, CUDA_ARRAY);
+	if (!e || !ex->api.memcpy_3d_async)
 		return CUDA_ERROR_INVALID_HANDLE;
 	rc = to_stream(ex, c->stream, &s);
 	if (rc)
