@@ -100,6 +100,14 @@ struct cu_func {
 	uint32_t params_bytes;
 	int32_t max_threads;		/* the kernel's bound; 0 unknown */
 	int32_t max_dyn_smem;		/* its dynamic shared memory limit; -1 unknown */
+	/*
+	 * Attributes read from the backend (cuFuncGetAttribute): bit i of
+	 * attr_known says attr[i] holds CUfunction_attribute i.  Libraries
+	 * (CUB, cuSPARSE) read all of them before each launch; they change
+	 * only by cuFuncSetAttribute, which forgets them.  Both atomic.
+	 */
+	uint32_t attr_known;
+	int32_t attr[CU_FUNC_ATTRIBUTE_MAX];
 };
 
 /* A module: a library's image loaded into one context. */

@@ -697,11 +697,19 @@ CUresult CUDAAPI cuFuncLoad(CUfunction h)
 	return func_resolve(h, -1, &f);
 }
 
+_Static_assert(CU_FUNC_ATTRIBUTE_MAX <= 32, "attr_known holds one bit per attribute");
+
 static CUresult func_attr(struct cu_func *f, int attr, int *get, int set)
 {
 	struct cu_op op;
-	CUresult r = cu_op_begin(&op, f->mod->ctx);
+	CUresult r;
 
+	if (get && attr >= 0 && attr < CU_FUNC_ATTRIBUTE_MAX &&
+	    (__atomic_load_n(&f->attr_known, __ATOMIC_ACQUIRE) & (1u << attr))) {
+		*get = __atomic_load_n(&f->attr[attr], __ATOMIC_RELAXED);
+		return CUDA_SUCCESS;
+	}
+	r = cu_op_begin(&op, f->mod->ctx);
 	if (r)
 		return r;
 	if (get) {
@@ -709,15 +717,22 @@ static CUresult func_attr(struct cu_func *f, int attr, int *get, int set)
 		struct pvgpu_func_get_attribute_rep rep = { 0 };
 
 		r = cu_status(pvgpu_call_func_get_attribute(op.client, &req, &rep));
-		if (!r)
+		if (!r) {
 			*get = rep.value;
+			if (attr >= 0 && attr < CU_FUNC_ATTRIBUTE_MAX) {
+				__atomic_store_n(&f->attr[attr], rep.value, __ATOMIC_RELAXED);
+				__atomic_fetch_or(&f->attr_known, 1u << attr, __ATOMIC_RELEASE);
+			}
+		}
 	} else {
 		struct pvgpu_func_set_attribute_req req = { f->remote, attr, set };
 		struct pvgpu_func_set_attribute_rep rep;
 
+		__atomic_store_n(&f->attr_known, 0, __ATOMIC_RELEASE);
 		r = cu_status(pvgpu_call_func_set_attribute(op.client, &req, &rep));
 		if (!r && attr == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
 			f->max_dyn_smem = set;
+		__atomic_store_n(&f->attr_known, 0, __ATOMIC_RELEASE);
 	}
 	cu_op_end(&op);
 	return r;

@@ -1110,3 +1110,55 @@ def test_module_load_from_file(start_pvgpud, libdir, tmp_path):
     out, _ = run_script(start_pvgpud("sim"), libdir, tmp_path, MODULE_LOAD_FILE,
                         images / "vecadd.cubin", images / "vecadd.ptx")
     assert out[0] == "[0, 0] 0 301", out
+
+
+# A kernel's attributes cross the wire once: libraries (CUB, cuSPARSE)
+# read all of them before every launch.  Setting one forgets them.
+FUNC_ATTR_SCRIPT = r'''
+import ctypes, sys
+cu = ctypes.CDLL(sys.argv[1])
+image = open(sys.argv[2], "rb").read()
+vp, c_int = ctypes.c_void_p, ctypes.c_int
+def must(name, *args):
+    r = getattr(cu, name)(*args)
+    if r:
+        sys.exit("%s -> %d" % (name, r))
+stats = (ctypes.c_ulonglong * 5)()
+def round_trips():
+    assert cu.pvgpu_wire_stats(stats) >= 1
+    return stats[1]
+must("cuInit", 0)
+dev, ctx, mod, fn = c_int(), vp(), vp(), vp()
+must("cuDeviceGet", ctypes.byref(dev), 0)
+must("cuCtxCreate_v2", ctypes.byref(ctx), 0, dev)
+must("cuModuleLoadData", ctypes.byref(mod), image)
+must("cuModuleGetFunction", ctypes.byref(fn), mod, b"vec_add")
+def attrs():
+    v = c_int()
+    out = []
+    for a in (0, 1, 8):  # max threads, static shared, max dynamic shared
+        must("cuFuncGetAttribute", ctypes.byref(v), a, fn)
+        out.append(v.value)
+    return out
+t = round_trips()
+first = attrs()
+print("first", *first, round_trips() - t)
+t = round_trips()
+again = [attrs() for _ in range(10)][-1]
+print("again", *again, round_trips() - t)
+must("cuFuncSetAttribute", fn, 8, 4096)
+t = round_trips()
+print("after set", *attrs(), round_trips() - t)
+print("PASS")
+'''
+
+
+def test_function_attributes_read_once(sim_daemon, libdir, tmp_path):
+    image = BUILD / "tests" / "kernels" / "images" / "vecadd.fatbin"
+    out, _ = run_script(sim_daemon, libdir, tmp_path, FUNC_ATTR_SCRIPT, image)
+    first = out[0].split()
+    again = out[1].split()
+    after = out[2].split()
+    assert first[0] == "first" and first[4] == "3", out     # one each
+    assert again[1:4] == first[1:4] and again[4] == "0", out
+    assert after[4] == "4096" and after[5] == "3", out
