@@ -121,6 +121,8 @@ static void serve_message(struct pvgpu_worker *w, const struct pvgpu_hdr *h,
 		return;
 	}
 	w->req_id = h->id;
+	if (h->opcode < PVGPU_SYNC_OPS)
+		w->sync_ops[h->opcode]++;
 	pvgpu_watchdog_begin(w->slot, h->opcode);
 	st = pvgpu_dispatch(w, h->opcode, payload, h->length, rep, &rep_len);
 	pvgpu_watchdog_end(w->slot);
@@ -192,8 +194,47 @@ static int worker_init(struct pvgpu_worker *w, struct pvgpu_conn *conn,
 	return 0;
 }
 
+/* "name×count ..." of the eight requests made most, most first. */
+static void log_sync_ops(const struct pvgpu_worker *w)
+{
+	char line[512];
+	uint32_t taken[8] = { 0 };
+	size_t n = 0;
+	int len = 0;
+
+	if (!pvgpu_log_enabled(LOG_DEBUG))
+		return;
+	for (int k = 0; k < 8; k++) {
+		uint32_t best = 0, op = 0;
+
+		for (uint32_t i = 0; i < PVGPU_SYNC_OPS; i++) {
+			int seen = 0;
+
+			for (int j = 0; j < k; j++)
+				seen |= taken[j] == i;
+			if (!seen && w->sync_ops[i] > best) {
+				best = w->sync_ops[i];
+				op = i;
+			}
+		}
+		if (!best)
+			break;
+		taken[k] = op;
+		const struct pvgpu_op_info *info = pvgpu_op_info((uint16_t)op);
+
+		len += snprintf(line + len, sizeof(line) - (size_t)len, " %s×%u",
+				info ? info->name : "?", best);
+		if (len >= (int)sizeof(line))
+			break;
+		n++;
+	}
+	if (n)
+		log_debug("requests waited for most:%s", line);
+}
+
 static void worker_fini(struct pvgpu_worker *w)
 {
+	log_sync_ops(w);
 	pvgpu_staging_release(w);
 	w->ring_on = 0;			/* it lives in the window */
 	pvgpu_window_detach(w);

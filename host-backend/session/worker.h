@@ -65,6 +65,8 @@ struct pvgpu_worker_config {
 	const char *remote_token;
 };
 
+#define PVGPU_SYNC_OPS 512	/* opcodes counted by sync_ops: all of ops.spec's */
+
 struct pvgpu_worker {
 	struct pvgpu_conn *conn;	/* the channel: only through its ops */
 	struct pvgpu_peer peer;
@@ -116,6 +118,10 @@ struct pvgpu_worker {
 	 */
 	unsigned int capturing;
 	uint64_t output_dropped;	/* bytes of it not delivered */
+	/* Requests that waited for a reply, by opcode: at debug level, the
+	 * session's end names the ones a program made most (a front-end that
+	 * should answer something locally shows up here). */
+	uint32_t sync_ops[PVGPU_SYNC_OPS];
 };
 
 /*
