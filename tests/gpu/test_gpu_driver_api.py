@@ -103,7 +103,12 @@ def test_program_over_libcuda(programs, native_libdir, cuda_daemon, libdir,
 
 
 def framework(script, env):
-    res = run([sys.executable, str(FRAMEWORKS / script)], env, timeout=600)
+    return framework_args([script], env)
+
+
+def framework_args(args, env):
+    script = args[0]
+    res = run([sys.executable, str(FRAMEWORKS / script)] + args[1:], env, timeout=600)
     lines = [line for line in res.stdout.splitlines() if line.startswith("{")]
     assert res.returncode == 0 and lines, \
         f"{script} rc {res.returncode}\n{res.stdout[-3000:]}\n{res.stderr[-5000:]}"
@@ -143,6 +148,30 @@ def test_framework_over_libcuda(cuda_daemon, libdir, script, module):
     remote = framework(script, pvgpu_env(libdir, shm(cuda_daemon)))
     assert sessions(cuda_daemon) > before, "pvgpud saw no session:\n" + cuda_daemon.log()
     record(module, native, remote)
+    wrong = compare(native, remote)
+    assert not wrong, "\n".join(wrong)
+
+
+LIBRARY_MODULE = {"cublaslt": "torch", "cudnn": "torch"}
+
+
+@pytest.mark.parametrize("library", ["cublas", "cublaslt", "cufft", "curand",
+                                     "cusparse", "cusolver", "cudnn", "nccl"])
+def test_library_over_libcuda(cuda_daemon, libdir, library):
+    """One NVIDIA library at a time (issue 14), reached as Python users reach
+    it (CuPy or PyTorch), natively and through pvgpu's libcuda.so.1: the
+    same figures, and pvgpud served the session."""
+    module = LIBRARY_MODULE.get(library, "cupy")
+    if subprocess.run([sys.executable, "-c", f"import {module}"],
+                      capture_output=True).returncode:
+        pytest.skip(f"{module} is not installed in {sys.executable}")
+    native = framework_args(["libs_check.py", library], clean_env())
+    assert "error" not in native, f"{library} fails natively: {native['error']}"
+    before = sessions(cuda_daemon)
+    remote = framework_args(["libs_check.py", library],
+                            pvgpu_env(libdir, shm(cuda_daemon)))
+    assert sessions(cuda_daemon) > before, "pvgpud saw no session:\n" + cuda_daemon.log()
+    record("lib-" + library, native, remote)
     wrong = compare(native, remote)
     assert not wrong, "\n".join(wrong)
 

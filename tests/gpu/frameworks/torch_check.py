@@ -38,12 +38,29 @@ model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(),
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 X = torch.randn(256, 64, device=dev)
 Y = torch.randint(0, 10, (256,), device=dev)
-for _ in range(20):
-    opt.zero_grad()
-    loss = torch.nn.functional.cross_entropy(model(X), Y)
-    loss.backward()
-    opt.step()
+
+
+def train(net, optim, inputs, labels, steps):
+    for _ in range(steps):
+        optim.zero_grad()
+        loss = torch.nn.functional.cross_entropy(net(inputs), labels)
+        loss.backward()
+        optim.step()
+    return loss
+
+
+def timed(fn, *args):
+    """Wall time of fn(*args) once warm, the device synchronized around it."""
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    r = fn(*args)
+    torch.cuda.synchronize()
+    return r, time.perf_counter() - t
+
+
+loss = train(model, opt, X, Y, 20)
 out["mlp_loss"] = float(loss)
+loss, out["mlp_train_s"] = timed(train, model, opt, X, Y, 200)
 print("step mlp_loss", file=sys.stderr, flush=True)
 
 cnn = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
@@ -52,12 +69,9 @@ cnn = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
 opt = torch.optim.SGD(cnn.parameters(), lr=0.01)
 Xc = torch.randn(32, 3, 32, 32, device=dev)
 Yc = torch.randint(0, 10, (32,), device=dev)
-for _ in range(10):
-    opt.zero_grad()
-    loss = torch.nn.functional.cross_entropy(cnn(Xc), Yc)
-    loss.backward()
-    opt.step()
+loss = train(cnn, opt, Xc, Yc, 10)
 out["cnn_loss"] = float(loss)
+loss, out["cnn_train_s"] = timed(train, cnn, opt, Xc, Yc, 100)
 print("step cnn_loss", file=sys.stderr, flush=True)
 
 free, total = torch.cuda.mem_get_info()
@@ -82,4 +96,11 @@ for _ in range(10):
 torch.cuda.synchronize()
 out["matmul4096_s"] = time.perf_counter() - t
 print("step matmul4096_s", file=sys.stderr, flush=True)
+stack = torch.nn.Sequential(*[m for _ in range(4) for m in (
+    torch.nn.Conv2d(32, 32, 3, padding=1), torch.nn.ReLU())]).to(dev)
+xs = torch.randn(16, 32, 64, 64, device=dev)
+with torch.no_grad():
+    out["conv_stack"] = float(stack(xs).double().sum())
+    _, out["conv_stack_s"] = timed(lambda: [stack(xs) for _ in range(50)])
+print("step conv_stack_s", file=sys.stderr, flush=True)
 print(json.dumps(out))
