@@ -108,6 +108,16 @@ struct cu_func {
 	 */
 	uint32_t attr_known;
 	int32_t attr[CU_FUNC_ATTRIBUTE_MAX];
+	/*
+	 * Occupancy answers (cuda_module.c): the same for the same question
+	 * until an attribute is set.  PyTorch asks before many launches.
+	 */
+	struct cu_answer {
+		uint64_t key[6];	/* key[0]: which query, 0 an empty slot */
+		int64_t value;
+	} answers[8];
+	unsigned int next_answer;
+	char answers_busy;		/* the lock of the three above */
 };
 
 /* A module: a library's image loaded into one context. */

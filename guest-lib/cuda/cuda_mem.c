@@ -295,7 +295,9 @@ CUresult CUDAAPI cuMemFreeHost(void *p)
 {
 	struct cu_host h;
 
-	if (!p || !host_remove(p, &h) || h.registered)
+	if (!p)
+		return CUDA_SUCCESS;	/* free(NULL), as the driver does */
+	if (!host_remove(p, &h) || h.registered)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (h.win) {
 		struct pvgpu_window_unregister_req req;

@@ -697,6 +697,54 @@ CUresult CUDAAPI cuFuncLoad(CUfunction h)
 	return func_resolve(h, -1, &f);
 }
 
+/* ---- occupancy: asked of the backend once per question ------------------ */
+
+enum { ASK_BLOCKS = 1, ASK_CLUSTERS, ASK_DYNAMIC_SMEM };
+
+static void answers_lock(struct cu_func *f)
+{
+	while (__atomic_test_and_set(&f->answers_busy, __ATOMIC_ACQUIRE))
+		;
+}
+
+static void answers_unlock(struct cu_func *f)
+{
+	__atomic_clear(&f->answers_busy, __ATOMIC_RELEASE);
+}
+
+static int answer_find(struct cu_func *f, const uint64_t key[6], int64_t *value)
+{
+	int found = 0;
+
+	answers_lock(f);
+	for (size_t i = 0; i < sizeof(f->answers) / sizeof(f->answers[0]) && !found; i++)
+		if (!memcmp(f->answers[i].key, key, sizeof(f->answers[i].key))) {
+			*value = f->answers[i].value;
+			found = 1;
+		}
+	answers_unlock(f);
+	return found;
+}
+
+static void answer_keep(struct cu_func *f, const uint64_t key[6], int64_t value)
+{
+	struct cu_answer *a;
+
+	answers_lock(f);
+	a = &f->answers[f->next_answer++ % (sizeof(f->answers) / sizeof(f->answers[0]))];
+	memcpy(a->key, key, sizeof(a->key));
+	a->value = value;
+	answers_unlock(f);
+}
+
+/* A set attribute (dynamic shared memory, carveout) changes the answers. */
+static void answers_forget(struct cu_func *f)
+{
+	answers_lock(f);
+	memset(f->answers, 0, sizeof(f->answers));
+	answers_unlock(f);
+}
+
 _Static_assert(CU_FUNC_ATTRIBUTE_MAX <= 32, "attr_known holds one bit per attribute");
 
 static CUresult func_attr(struct cu_func *f, int attr, int *get, int set)
@@ -729,10 +777,12 @@ static CUresult func_attr(struct cu_func *f, int attr, int *get, int set)
 		struct pvgpu_func_set_attribute_rep rep;
 
 		__atomic_store_n(&f->attr_known, 0, __ATOMIC_RELEASE);
+		answers_forget(f);
 		r = cu_status(pvgpu_call_func_set_attribute(op.client, &req, &rep));
 		if (!r && attr == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
 			f->max_dyn_smem = set;
 		__atomic_store_n(&f->attr_known, 0, __ATOMIC_RELEASE);
+		answers_forget(f);
 	}
 	cu_op_end(&op);
 	return r;
@@ -789,91 +839,115 @@ CUresult CUDAAPI cuKernelSetCacheConfig(CUkernel k, CUfunc_cache config, CUdevic
 	return func_check((CUfunction)k) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 
+/*
+ * One occupancy question about h: key[0] says which (ASK_*), the rest its
+ * arguments; cl the cluster query's launch as the wire carries it.
+ */
+static CUresult func_ask(CUfunction h, const uint64_t key[6], const uint32_t *cl,
+			 int64_t *value)
+{
+	struct cu_func *f;
+	struct cu_op op;
+	CUresult r = func_resolve(h, -1, &f);
+
+	if (r)
+		return r;
+	if (answer_find(f, key, value))
+		return CUDA_SUCCESS;
+	r = cu_op_begin(&op, f->mod->ctx);
+	if (r)
+		return r;
+	if (key[0] == ASK_BLOCKS) {
+		struct pvgpu_func_occupancy_req req = {
+			f->remote, (int32_t)key[1], key[2], (uint32_t)key[3] };
+		struct pvgpu_func_occupancy_rep rep = { 0 };
+
+		r = cu_status(pvgpu_call_func_occupancy(op.client, &req, &rep));
+		*value = rep.blocks;
+	} else if (key[0] == ASK_CLUSTERS) {
+		struct pvgpu_func_max_clusters_req req = {
+			.func = f->remote,
+			.grid_x = cl[0], .grid_y = cl[1], .grid_z = cl[2],
+			.block_x = cl[3], .block_y = cl[4], .block_z = cl[5],
+			.shared_bytes = cl[6],
+			.cluster_x = cl[7], .cluster_y = cl[8], .cluster_z = cl[9] };
+		struct pvgpu_func_max_clusters_rep rep = { 0 };
+
+		r = cu_status(pvgpu_call_func_max_clusters(op.client, &req, &rep));
+		*value = rep.clusters;
+	} else {
+		struct pvgpu_func_dynamic_smem_req req = {
+			f->remote, (int32_t)key[1], (int32_t)key[2] };
+		struct pvgpu_func_dynamic_smem_rep rep = { 0 };
+
+		r = cu_status(pvgpu_call_func_dynamic_smem(op.client, &req, &rep));
+		*value = (int64_t)rep.bytes;
+	}
+	cu_op_end(&op);
+	if (!r)
+		answer_keep(f, key, *value);
+	return r;
+}
+
 CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *num, CUfunction h,
 								      int blockSize, size_t smem,
 								      unsigned int flags)
 {
-	struct pvgpu_func_occupancy_req req = { 0, blockSize, smem, flags };
-	struct pvgpu_func_occupancy_rep rep = { 0 };
-	struct cu_func *f;
-	struct cu_op op;
+	uint64_t key[6] = { ASK_BLOCKS, (uint32_t)blockSize, smem, flags };
+	int64_t v;
 	CUresult r;
 
 	if (!num)
 		return CUDA_ERROR_INVALID_VALUE;
-	r = func_resolve(h, -1, &f);
-	if (r)
-		return r;
-	req.func = f->remote;
-	r = cu_op_begin(&op, f->mod->ctx);
-	if (r)
-		return r;
-	r = cu_status(pvgpu_call_func_occupancy(op.client, &req, &rep));
-	cu_op_end(&op);
+	r = func_ask(h, key, NULL, &v);
 	if (!r)
-		*num = rep.blocks;
+		*num = (int)v;
 	return r;
 }
 
 CUresult CUDAAPI cuOccupancyMaxActiveClusters(int *num, CUfunction h, const CUlaunchConfig *c)
 {
-	struct pvgpu_func_max_clusters_req req = { 0 };
-	struct pvgpu_func_max_clusters_rep rep = { 0 };
-	struct cu_func *f;
-	struct cu_op op;
+	uint32_t cl[10] = { 0 };
+	uint64_t key[6] = { ASK_CLUSTERS };
+	int64_t v;
 	CUresult r;
 
 	if (!num || !c)
 		return CUDA_ERROR_INVALID_VALUE;
-	r = func_resolve(h, -1, &f);
-	if (r)
-		return r;
-	req.func = f->remote;
-	req.grid_x = c->gridDimX;
-	req.grid_y = c->gridDimY;
-	req.grid_z = c->gridDimZ;
-	req.block_x = c->blockDimX;
-	req.block_y = c->blockDimY;
-	req.block_z = c->blockDimZ;
-	req.shared_bytes = c->sharedMemBytes;
+	cl[0] = c->gridDimX;
+	cl[1] = c->gridDimY;
+	cl[2] = c->gridDimZ;
+	cl[3] = c->blockDimX;
+	cl[4] = c->blockDimY;
+	cl[5] = c->blockDimZ;
+	cl[6] = c->sharedMemBytes;
 	for (unsigned int i = 0; c->attrs && i < c->numAttrs; i++)
 		if (c->attrs[i].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) {
-			req.cluster_x = c->attrs[i].value.clusterDim.x;
-			req.cluster_y = c->attrs[i].value.clusterDim.y;
-			req.cluster_z = c->attrs[i].value.clusterDim.z;
+			cl[7] = c->attrs[i].value.clusterDim.x;
+			cl[8] = c->attrs[i].value.clusterDim.y;
+			cl[9] = c->attrs[i].value.clusterDim.z;
 		}
-	r = cu_op_begin(&op, f->mod->ctx);
-	if (r)
-		return r;
-	r = cu_status(pvgpu_call_func_max_clusters(op.client, &req, &rep));
-	cu_op_end(&op);
+	/* The ten words, two to a key word: the whole launch shape. */
+	for (int i = 0; i < 10; i += 2)
+		key[1 + i / 2] = (uint64_t)cl[i] << 32 | cl[i + 1];
+	r = func_ask(h, key, cl, &v);
 	if (!r)
-		*num = rep.clusters;
+		*num = (int)v;
 	return r;
 }
 
 CUresult CUDAAPI cuOccupancyAvailableDynamicSMemPerBlock(size_t *bytes, CUfunction h,
 							 int numBlocks, int blockSize)
 {
-	struct pvgpu_func_dynamic_smem_req req = { 0, numBlocks, blockSize };
-	struct pvgpu_func_dynamic_smem_rep rep = { 0 };
-	struct cu_func *f;
-	struct cu_op op;
+	uint64_t key[6] = { ASK_DYNAMIC_SMEM, (uint32_t)numBlocks, (uint32_t)blockSize };
+	int64_t v;
 	CUresult r;
 
 	if (!bytes)
 		return CUDA_ERROR_INVALID_VALUE;
-	r = func_resolve(h, -1, &f);
-	if (r)
-		return r;
-	req.func = f->remote;
-	r = cu_op_begin(&op, f->mod->ctx);
-	if (r)
-		return r;
-	r = cu_status(pvgpu_call_func_dynamic_smem(op.client, &req, &rep));
-	cu_op_end(&op);
+	r = func_ask(h, key, NULL, &v);
 	if (!r)
-		*bytes = (size_t)rep.bytes;
+		*bytes = (size_t)v;
 	return r;
 }
 

@@ -349,7 +349,9 @@ static CUresult free_async(CUdeviceptr dptr, CUstream s)
 	struct cu_alloc a;
 	CUresult r;
 
-	if (!dptr || !cu_alloc_find(dptr, &a) || a.base != dptr)
+	if (!dptr)
+		return CUDA_SUCCESS;	/* as cuMemFree(0): cuSPARSE frees so */
+	if (!cu_alloc_find(dptr, &a) || a.base != dptr)
 		return CUDA_ERROR_INVALID_VALUE;
 	r = cuStreamSynchronize(s);
 	if (r)

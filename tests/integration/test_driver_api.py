@@ -481,6 +481,9 @@ must("cuMemAllocAsync", ctypes.byref(ad), c_size(4096), s)
 must("cuMemsetD32Async", ad, 5, c_size(1024), s)
 must("cuMemFreeAsync", ad, s)
 print("free twice", call("cuMemFreeAsync", ad, s))
+# NULL is free(NULL) for the driver's frees (cuSPARSE's destroy calls rely on it).
+print("free null", call("cuMemFreeAsync", c_u64(0), s), call("cuMemFreeHost", None),
+      call("cuMemFree_v2", c_u64(0)))
 print("PASS")
 '''
 
@@ -520,6 +523,7 @@ def check_generic_driver_call(daemon, libdir, tmp_path):
     assert "rows 7 7 0 7 7 [4, 3, 2, 1]" in out, out
     assert "2d past the end 1" in out
     assert "free twice 1" in out
+    assert "free null 0 0 0" in out, out
 
 
 GRAPH_SCRIPT = r'''
@@ -1112,8 +1116,9 @@ def test_module_load_from_file(start_pvgpud, libdir, tmp_path):
     assert out[0] == "[0, 0] 0 301", out
 
 
-# A kernel's attributes cross the wire once: libraries (CUB, cuSPARSE)
-# read all of them before every launch.  Setting one forgets them.
+# A kernel's attributes and occupancy answers cross the wire once:
+# libraries (CUB, cuSPARSE) read all attributes before every launch and
+# PyTorch asks the occupancy of many.  Setting an attribute forgets both.
 FUNC_ATTR_SCRIPT = r'''
 import ctypes, sys
 cu = ctypes.CDLL(sys.argv[1])
@@ -1146,9 +1151,24 @@ print("first", *first, round_trips() - t)
 t = round_trips()
 again = [attrs() for _ in range(10)][-1]
 print("again", *again, round_trips() - t)
+def occupancy():
+    v = c_int()
+    out = []
+    for block in (128, 256, 128):
+        must("cuOccupancyMaxActiveBlocksPerMultiprocessor", ctypes.byref(v), fn, block,
+             ctypes.c_size_t(0))
+        out.append(v.value)
+    return out
+t = round_trips()
+occ = occupancy()
+print("occupancy", *occ, round_trips() - t)          # two questions, one asked twice
+t = round_trips()
+print("occupancy again", *occupancy(), round_trips() - t)
 must("cuFuncSetAttribute", fn, 8, 4096)
 t = round_trips()
 print("after set", *attrs(), round_trips() - t)
+t = round_trips()
+print("occupancy after set", *occupancy(), round_trips() - t)
 print("PASS")
 '''
 
@@ -1158,7 +1178,11 @@ def test_function_attributes_read_once(sim_daemon, libdir, tmp_path):
     out, _ = run_script(sim_daemon, libdir, tmp_path, FUNC_ATTR_SCRIPT, image)
     first = out[0].split()
     again = out[1].split()
-    after = out[2].split()
+    after = out[4].split()
     assert first[0] == "first" and first[4] == "3", out     # one each
     assert again[1:4] == first[1:4] and again[4] == "0", out
     assert after[4] == "4096" and after[5] == "3", out
+    occ = out[2].split()
+    assert occ[0] == "occupancy" and occ[1] == occ[3] and occ[4] == "2", out
+    assert out[3].split()[2:] == occ[1:4] + ["0"], out
+    assert out[5].split()[3:] == occ[1:4] + ["2"], out
