@@ -110,7 +110,14 @@ static int32_t tex_resource(struct pvgpu_worker *w,
 		    __builtin_add_overflow(span, row, &span))
 			return CUDA_ERROR_INVALID_VALUE;
 	}
-	if (!pvgpu_alloc_range(&w->allocs, r->handle, span))
+	/*
+	 * The texture starts in one of the session's allocations; it may run
+	 * past its end, as NVIDIA's driver allows (NVIDIA's convolutionFFT2D
+	 * sample does).  What lies there is this worker's own address space
+	 * or nothing: the GPU gives each process (each session) its own, so a
+	 * fetch there reads the session's own memory or faults its context.
+	 */
+	if (!span || !pvgpu_alloc_range(&w->allocs, r->handle, 1))
 		return CUDA_ERROR_INVALID_VALUE;
 	d->dptr = r->handle;
 	d->format = r->format;

@@ -108,13 +108,10 @@ def test_bad_texture_descriptors(s, kw, want):
 @pytest.mark.parametrize("kw", [
     dict(res_type=RES_LINEAR, size=0),
     dict(res_type=RES_LINEAR, size=4098),                      # not whole elements
-    dict(res_type=RES_LINEAR, size=8192),                      # past the allocation
-    dict(res_type=RES_LINEAR, size=64, offset=4090),           # runs off its end
     dict(res_type=RES_LINEAR, size=64, channels=3),
     dict(res_type=RES_LINEAR, size=64, format=0x77),
     dict(res_type=RES_LINEAR, size=64, width=4),               # a pitch2D field
     dict(res_type=RES_PITCH2D, width=16, height=8, pitch=32),  # pitch under a row
-    dict(res_type=RES_PITCH2D, width=16, height=9, pitch=512),  # past the allocation
     dict(res_type=RES_PITCH2D, width=0, height=8, pitch=512),
     dict(res_type=RES_PITCH2D, width=1 << 40, height=1 << 40, pitch=1 << 62),  # wraps
     dict(res_type=RES_PITCH2D, width=16, height=1 << 30, pitch=1 << 40),  # wraps
@@ -127,6 +124,28 @@ def test_bad_device_resources(s, kw):
     f = dict(format=FLOAT, channels=1)
     f.update(kw)
     assert tex(s, handle=ptr, **f)[0] == CUDA_ERROR_INVALID_VALUE
+
+
+@pytest.mark.parametrize("kw", [
+    dict(res_type=RES_LINEAR, size=8192),                      # past the allocation
+    dict(res_type=RES_LINEAR, size=64, offset=4090 - 2),       # runs off its end
+    dict(res_type=RES_PITCH2D, width=16, height=9, pitch=512),  # rows past its end
+])
+def test_texture_may_run_past_its_allocation(s, kw):
+    """As NVIDIA's driver allows (its convolutionFFT2D sample relies on it):
+    the base must be the session's memory, the span may run past the end,
+    where only this session's own address space lies (one per worker)."""
+    d = alloc(s, 4096)
+    kw = dict(kw)
+    ptr = d + kw.pop("offset", 0)
+    f = dict(format=FLOAT, channels=1)
+    f.update(kw)
+    st, t = tex(s, handle=ptr, **f)
+    assert st == CUDA_SUCCESS and t
+    assert s.call("tex_destroy", obj=t)[0] == CUDA_SUCCESS
+    # Past the end of the allocation, the base itself: not the session's.
+    f["handle"] = d + 4096 + 4096
+    assert tex(s, **f)[0] == CUDA_ERROR_INVALID_VALUE
 
 
 def test_forged_and_foreign_values(s):

@@ -2899,9 +2899,11 @@ static int32_t sim_tex_create(struct pvgpu_exec *ex,
 		if (!a || a->ctx != ex->cur)
 			return CUDA_ERROR_INVALID_HANDLE;
 	} else {
+		/* As the driver: the base must be device memory; the span may
+		 * run past its allocation. */
 		span = d->res_type == CU_RESOURCE_TYPE_LINEAR ? d->size :
 		       (d->height - 1) * d->pitch + d->width;
-		if (!dev_bytes(ex, d->dptr, span))
+		if (!span || !dev_bytes(ex, d->dptr, 1))
 			return CUDA_ERROR_INVALID_VALUE;
 	}
 	o = obj_new(ex, SIM_TEX, ex->cur);
