@@ -154,6 +154,13 @@ struct cu_host {
 	int registered;			/* cuMemHostRegister: not ours to free */
 	struct pvgpu_window_map *win;	/* inside this window; NULL: own */
 	struct pvgpu_client *client;
+	/*
+	 * Registered memory moved into the window (cuda_hostreg.c): the
+	 * pages [alias_start, +alias_len) are also the window's at alias.
+	 */
+	uint8_t *alias;
+	uintptr_t alias_start;
+	size_t alias_len;
 };
 
 /* A CUDA array: the backend's (ops.spec array_*); the guest keeps its
@@ -260,6 +267,16 @@ void cu_alloc_add(uint64_t base, uint64_t size, int device);
 int cu_alloc_remove(uint64_t base);
 int cu_alloc_find(uint64_t ptr, struct cu_alloc *out);
 int cu_host_find(const void *ptr, struct cu_host *out);
+/* Pin window memory [ptr, +size) for the GPU / forget the pin. */
+void cu_window_pin(struct cu_ctx *ctx, struct pvgpu_window_map *win, void *ptr,
+		   uint64_t size);
+void cu_window_unpin(struct pvgpu_client *client, struct pvgpu_window_map *win,
+		     void *ptr, uint64_t size);
+/* cuda_hostreg.c: registered memory made window memory, and back. */
+int cu_hostreg_alias(struct cu_host *h, struct cu_ctx *ctx);
+void cu_hostreg_unalias(struct cu_host *h);
+/* Where the window holds p of h (itself, or inside h's alias). */
+void *cu_host_window_ptr(const struct cu_host *h, const void *p);
 
 /* Module/kernel layer. */
 /* cuModuleLoadDataEx: PTX with JIT options through the backend's linker

@@ -235,6 +235,44 @@ CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUde
 
 /* ---- host memory ------------------------------------------------------ */
 
+void cu_window_pin(struct cu_ctx *ctx, struct pvgpu_window_map *win, void *ptr,
+		   uint64_t size)
+{
+	struct pvgpu_window_register_req req;
+	struct pvgpu_window_register_rep rep;
+	uint64_t off;
+	struct cu_op op;
+
+	if (!pvgpu_window_holds(win, ptr, size, &off))
+		return;
+	req.offset = off;
+	/* The window's allocations are whole pages; so are pins. */
+	req.size = (size + 4095) & ~(uint64_t)4095;
+	if (!cu_op_begin(&op, ctx)) {
+		pvgpu_call_window_register(op.client, &req, &rep);
+		cu_op_end(&op);
+	}
+}
+
+void cu_window_unpin(struct pvgpu_client *client, struct pvgpu_window_map *win,
+		     void *ptr, uint64_t size)
+{
+	struct pvgpu_window_unregister_req req;
+	struct pvgpu_window_unregister_rep rep;
+	uint64_t off;
+
+	if (!pvgpu_window_holds(win, ptr, size, &off))
+		return;
+	req.offset = off;
+	for (int i = 0; i < cu.ndevices; i++)
+		if (cu.devices[i].be->client == client) {
+			pthread_mutex_lock(&cu.devices[i].be->lock);
+			pvgpu_call_window_unregister(client, &req, &rep);
+			pthread_mutex_unlock(&cu.devices[i].be->lock);
+			break;
+		}
+}
+
 CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned int flags)
 {
 	struct cu_ctx *ctx = cu_current();
@@ -250,19 +288,7 @@ CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned int flags)
 	if (h.win) {
 		h.ptr = pvgpu_window_alloc(h.win, bytesize);
 		if (h.ptr) {
-			struct pvgpu_window_register_req req;
-			struct pvgpu_window_register_rep rep;
-			uint64_t off;
-			struct cu_op op;
-
-			pvgpu_window_holds(h.win, h.ptr, bytesize, &off);
-			req.offset = off;
-			/* The window's allocations are whole pages; so are pins. */
-			req.size = (bytesize + 4095) & ~(uint64_t)4095;
-			if (!cu_op_begin(&op, ctx)) {
-				pvgpu_call_window_register(op.client, &req, &rep);
-				cu_op_end(&op);
-			}
+			cu_window_pin(ctx, h.win, h.ptr, bytesize);
 			h.client = c;
 		} else {
 			h.win = NULL;
@@ -300,20 +326,7 @@ CUresult CUDAAPI cuMemFreeHost(void *p)
 	if (!host_remove(p, &h) || h.registered)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (h.win) {
-		struct pvgpu_window_unregister_req req;
-		struct pvgpu_window_unregister_rep rep;
-		uint64_t off;
-
-		if (pvgpu_window_holds(h.win, h.ptr, h.size, &off)) {
-			req.offset = off;
-			for (int i = 0; i < cu.ndevices; i++)
-				if (cu.devices[i].be->client == h.client) {
-					pthread_mutex_lock(&cu.devices[i].be->lock);
-					pvgpu_call_window_unregister(h.client, &req, &rep);
-					pthread_mutex_unlock(&cu.devices[i].be->lock);
-					break;
-				}
-		}
+		cu_window_unpin(h.client, h.win, h.ptr, h.size);
 		unmap_host(h.ptr);
 		pvgpu_window_free(h.win, h.ptr);
 	} else {
@@ -322,7 +335,12 @@ CUresult CUDAAPI cuMemFreeHost(void *p)
 	return CUDA_SUCCESS;
 }
 
-/* Registered memory is remembered (pointer attributes); copies stay pageable. */
+/*
+ * Registered memory is remembered (pointer attributes); over a shared
+ * window it is also moved into the window where it fits (cuda_hostreg.c),
+ * so that a kernel can reach it (cuMemHostGetDevicePointer: NPP does).
+ * Elsewhere its copies stay pageable.
+ */
 CUresult CUDAAPI cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int flags)
 {
 	struct cu_host h = { .ptr = p, .size = bytesize, .flags = flags, .registered = 1 };
@@ -332,7 +350,13 @@ CUresult CUDAAPI cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int fla
 		return CUDA_ERROR_INVALID_VALUE;
 	if (cu_host_find(p, &old))
 		return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
-	return host_add(&h) ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+	if (cu_current())
+		(void)cu_hostreg_alias(&h, cu_current());
+	if (host_add(&h)) {
+		cu_hostreg_unalias(&h);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuMemHostRegister(void *p, size_t bytesize, unsigned int flags)
@@ -347,6 +371,10 @@ CUresult CUDAAPI cuMemHostUnregister(void *p)
 	if (!cu_host_find(p, &h) || !h.registered || h.ptr != p)
 		return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
 	host_remove(p, &h);
+	if (h.alias) {
+		unmap_host(h.ptr);
+		cu_hostreg_unalias(&h);
+	}
 	return CUDA_SUCCESS;
 }
 
@@ -402,7 +430,8 @@ CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsig
 		return CUDA_ERROR_INVALID_VALUE;
 	/* Only memory in a shared window can be the GPU's as well: host
 	 * memory of the guest's own, or over a socket, cannot. */
-	if (!h.win || h.registered || !pvgpu_window_holds(h.win, p, 1, &off))
+	if (!h.win || !cu_host_window_ptr(&h, p) ||
+	    !pvgpu_window_holds(h.win, cu_host_window_ptr(&h, p), 1, &off))
 		return pvgpu_cuda_unsupported("cuMemHostGetDevicePointer_v2 (memory outside a shared window)");
 	req.offset = off;
 	r = cu_op_begin(&op, ctx);
@@ -417,7 +446,7 @@ CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsig
 	if (!cu_alloc_find(rep.dptr, &a)) {
 		uint64_t base_off, base;
 
-		pvgpu_window_holds(h.win, h.ptr, h.size, &base_off);
+		pvgpu_window_holds(h.win, cu_host_window_ptr(&h, h.ptr), h.size, &base_off);
 		base = rep.dptr - (off - base_off);
 		pthread_mutex_lock(&cu.table_lock);
 		if (nmapped < MAX_MAPPED)

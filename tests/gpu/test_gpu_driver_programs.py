@@ -22,7 +22,7 @@ PTX = BUILD / "tests" / "kernels" / "images" / "vecadd.ptx"
 DRIVER_PROGRAMS = sorted(p.stem for p in (REPO / "tests" / "programs" / "driver").glob("*.c"))
 # Mapped host memory needs a window both sides see: over unix:// the
 # program says "not supported", which a native run never does.
-NEEDS_WINDOW = {"zerocopy"}
+NEEDS_WINDOW = {"zerocopy", "hostreg"}
 
 
 @pytest.fixture(scope="module")

@@ -279,6 +279,74 @@ def test_zero_copy_over_a_window(daemon, libdir):
     assert "flags refused: 1" in out
 
 
+def test_registered_memory_over_a_window(daemon, libdir):
+    """Over shm:// memory the program registers (the heap, not page-aligned)
+    is moved into the window: same addresses and bytes for the program,
+    a device address for kernels, and the program's again after
+    cuMemHostUnregister."""
+    out = passed(run_driver("hostreg", libdir, "shm://" + daemon.unix[len("unix://"):]), daemon)
+    assert "kept by registration: 10.0 2.0 -1.0" in out, out
+    assert "registered twice: 712" in out       # HOST_MEMORY_ALREADY_REGISTERED
+    assert "the program's write, read by the device: 100.0" in out
+    assert "written by the kernel into registered memory: 102.0 12.0 4097.0" in out
+    assert "unregistered twice: 713" in out     # HOST_MEMORY_NOT_REGISTERED
+    assert "the program's again: 100.0 7.0 12.0" in out
+
+
+def test_registered_memory_without_a_window(daemon, libdir):
+    """Over a plain socket registration is remembered, but no kernel can
+    reach the memory: a clear NOT_SUPPORTED for its device pointer."""
+    out = passed(run_driver("hostreg", libdir, daemon.unix), daemon)
+    assert "kept by registration: 10.0 2.0 -1.0" in out, out
+    assert "mapped host memory: not supported over this transport" in out
+
+
+FILE_REGISTER = r"""
+import ctypes, mmap, os, sys, tempfile
+cu = ctypes.CDLL(sys.argv[1])
+def must(name, *args):
+    r = getattr(cu, name)(*args)
+    if r:
+        sys.exit("%s -> %d" % (name, r))
+must("cuInit", 0)
+dev, ctx = ctypes.c_int(), ctypes.c_void_p()
+must("cuDeviceGet", ctypes.byref(dev), 0)
+must("cuCtxCreate_v2", ctypes.byref(ctx), 0, dev)
+fd, path = tempfile.mkstemp()
+os.write(fd, b"x" * 8192)
+m = mmap.mmap(fd, 8192)
+buf = (ctypes.c_char * 8192).from_buffer(m)
+must("cuMemHostRegister_v2", buf, ctypes.c_size_t(8192), 2)
+m[0:5] = b"hello"
+d = ctypes.c_uint64()
+print("device pointer", cu.cuMemHostGetDevicePointer_v2(ctypes.byref(d), buf, 0))
+must("cuMemHostUnregister", buf)
+del buf
+m.close()
+print("file", open(path, "rb").read(5))
+os.unlink(path)
+print("PASS")
+"""
+
+
+def test_registered_file_pages_stay_the_files(daemon, libdir, tmp_path):
+    """A file's mapped pages are never moved into the window (writes must
+    reach the file): registration is remembered only."""
+    script = tmp_path / "reg.py"
+    script.write_text(FILE_REGISTER)
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH",)}
+    env.update(LD_LIBRARY_PATH=str(libdir),
+               PVGPU_DEVICES="shm://" + daemon.unix[len("unix://"):])
+    asan = asan_runtime()
+    if asan:
+        env.update(LD_PRELOAD=asan, ASAN_OPTIONS="detect_leaks=0")
+    res = subprocess.run([sys.executable, str(script), str(libdir / "libcuda.so.1")],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and "PASS" in res.stdout, res.stdout + res.stderr
+    assert "device pointer 801" in res.stdout, res.stdout
+    assert "file b'hello'" in res.stdout, res.stdout
+
+
 def test_zero_copy_without_a_window(daemon, libdir):
     """Over a plain socket there is no memory both sides see: a clear
     CUDA_ERROR_NOT_SUPPORTED, with a debug line naming the call."""
