@@ -34,6 +34,9 @@
 
 #define HOSTREG_MAX	(256ull << 20)
 
+/* Registrations moved into a window now: copies look for them only then. */
+static unsigned int aliases;
+
 /* Is any page of [start, +len) moved for a registration already? */
 static int pages_taken(uintptr_t start, size_t len)
 {
@@ -106,6 +109,7 @@ int cu_hostreg_alias(struct cu_host *h, struct cu_ctx *ctx)
 	h->alias_start = start;
 	h->alias_len = end - start;
 	cu_window_pin(ctx, win, w, h->alias_len);
+	__atomic_add_fetch(&aliases, 1, __ATOMIC_RELAXED);
 	return 0;
 }
 
@@ -130,6 +134,7 @@ void cu_hostreg_unalias(struct cu_host *h)
 	cu_window_unpin(h->client, h->win, h->alias, h->alias_len);
 	pvgpu_window_free(h->win, h->alias);
 	h->alias = NULL;
+	__atomic_sub_fetch(&aliases, 1, __ATOMIC_RELAXED);
 }
 
 void *cu_host_window_ptr(const struct cu_host *h, const void *p)
@@ -141,4 +146,20 @@ void *cu_host_window_ptr(const struct cu_host *h, const void *p)
 	if (!h->alias || (uintptr_t)p - h->alias_start >= h->alias_len)
 		return NULL;
 	return h->alias + ((uintptr_t)p - h->alias_start);
+}
+
+int cu_window_offset(struct pvgpu_window_map *win, const void *p, uint64_t n,
+		     uint64_t *off)
+{
+	struct cu_host h;
+	const uint8_t *w;
+
+	if (pvgpu_window_holds(win, p, n, off))
+		return 1;
+	if (!__atomic_load_n(&aliases, __ATOMIC_RELAXED) || !cu_host_find(p, &h) ||
+	    h.win != win || !h.alias)
+		return 0;
+	w = cu_host_window_ptr(&h, p);
+	return w && (uintptr_t)p + n <= h.alias_start + h.alias_len &&
+	       pvgpu_window_holds(win, w, n, off);
 }

@@ -277,6 +277,10 @@ int cu_hostreg_alias(struct cu_host *h, struct cu_ctx *ctx);
 void cu_hostreg_unalias(struct cu_host *h);
 /* Where the window holds p of h (itself, or inside h's alias). */
 void *cu_host_window_ptr(const struct cu_host *h, const void *p);
+/* Whether win holds [p, +n), by its own address or a registration's
+ * alias; *off is then its offset in the window (copies go zero-copy). */
+int cu_window_offset(struct pvgpu_window_map *win, const void *p, uint64_t n,
+		     uint64_t *off);
 
 /* Module/kernel layer. */
 /* cuModuleLoadDataEx: PTX with JIT options through the backend's linker

@@ -504,7 +504,7 @@ static CUresult htod(CUdeviceptr dst, const void *src, size_t n, CUstream s, int
 	if (r)
 		return r;
 	win = pvgpu_client_window(op.client);
-	if (win && pvgpu_window_holds(win, src, n, &off)) {
+	if (win && cu_window_offset(win, src, n, &off)) {
 		struct pvgpu_memcpy_htod_window_req req = { dst, off, n, stream };
 		struct pvgpu_memcpy_htod_window_async_req areq = { dst, off, n, stream };
 		struct pvgpu_memcpy_htod_window_rep rep;
@@ -548,7 +548,7 @@ static CUresult dtoh(void *dst, CUdeviceptr src, size_t n, CUstream s, int async
 	if (r)
 		return r;
 	win = pvgpu_client_window(op.client);
-	if (win && pvgpu_window_holds(win, dst, n, &off)) {
+	if (win && cu_window_offset(win, dst, n, &off)) {
 		struct pvgpu_memcpy_dtoh_window_req req = { src, off, n, stream };
 		struct pvgpu_memcpy_dtoh_window_async_req areq = { src, off, n, stream };
 		struct pvgpu_memcpy_dtoh_window_rep rep;

@@ -289,6 +289,7 @@ def test_registered_memory_over_a_window(daemon, libdir):
     assert "registered twice: 712" in out       # HOST_MEMORY_ALREADY_REGISTERED
     assert "the program's write, read by the device: 100.0" in out
     assert "written by the kernel into registered memory: 102.0 12.0 4097.0" in out
+    assert "copied through the device: 2.0 3.0 1002.0" in out
     assert "unregistered twice: 713" in out     # HOST_MEMORY_NOT_REGISTERED
     assert "the program's again: 100.0 7.0 12.0" in out
 

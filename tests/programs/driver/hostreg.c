@@ -71,6 +71,16 @@ int main(int argc, char **argv)
 	printf("written by the kernel into registered memory: %.1f %.1f %.1f\n",
 	       c[0], c[10], c[N - 1]);
 	DRV_EXPECT(c[0] == 102.0f && c[10] == 12.0f && c[N - 1] == (float)(N + 1));
+	/* Copies between registered memory and device memory, interior and
+	 * unaligned (through pvgpu: from the window, zero-copy). */
+	CUdeviceptr tmp;
+
+	DRV(cuMemAlloc(&tmp, N * sizeof(float)));
+	DRV(cuMemcpyHtoD(tmp, a + 3, 1000 * sizeof(float)));
+	DRV(cuMemcpyDtoH(b + 5, tmp, 1000 * sizeof(float)));
+	printf("copied through the device: %.1f %.1f %.1f\n", b[4], b[5], b[1004]);
+	DRV_EXPECT(b[4] == 2.0f && b[5] == 3.0f && b[1004] == 1002.0f);
+	DRV(cuMemFree(tmp));
 	DRV(cuMemHostUnregister(a));
 	DRV(cuMemHostUnregister(b));
 	DRV(cuMemHostUnregister(c));
