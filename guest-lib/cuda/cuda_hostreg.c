@@ -18,7 +18,10 @@
  * from the channel (Xen grants), a range larger than HOSTREG_MAX or than
  * the window's free room, pages already moved for another registration,
  * pages that are not private anonymous read-write memory (a file's pages
- * must stay the file's; the heap, the stack and anonymous mappings move).
+ * must stay the file's; the heap and anonymous mappings move), pages near
+ * the calling thread's stack pointer (NPP registers a buffer on its
+ * stack): whatever this thread writes there between the copy and the
+ * remap (a call's return address, a signal's frame) would be lost.
  * Between the copy and the remap another thread's write to the range
  * would be lost: registering memory that is being written at that moment
  * is not something a correct program does.  After fork() the pages are
@@ -51,6 +54,20 @@ static int pages_taken(uintptr_t start, size_t len)
 	}
 	pthread_mutex_unlock(&cu.table_lock);
 	return taken;
+}
+
+/*
+ * Does [start, end) come near the stack this thread is running on: from
+ * 64 KiB below the stack pointer (the frames of memcpy and mremap, or a
+ * signal's) to two pages above it (this function's own frame)?
+ */
+static int near_stack(uintptr_t start, uintptr_t end, long page)
+{
+	/* The frame, not a local's address: a sanitizer may keep locals
+	 * on a stack of its own. */
+	uintptr_t sp = (uintptr_t)__builtin_frame_address(0) & ~((uintptr_t)page - 1);
+
+	return start < sp + 2 * (uintptr_t)page && end + (64u << 10) > sp;
 }
 
 /* Are all of [start, end) private anonymous read-write pages? */
@@ -92,7 +109,7 @@ int cu_hostreg_alias(struct cu_host *h, struct cu_ctx *ctx)
 	start = (uintptr_t)h->ptr & ~((uintptr_t)page - 1);
 	end = ((uintptr_t)h->ptr + h->size + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
 	if (end <= start || end - start > HOSTREG_MAX || pages_taken(start, end - start) ||
-	    !private_anonymous(start, end))
+	    near_stack(start, end, page) || !private_anonymous(start, end))
 		return -1;
 	w = pvgpu_window_alloc(win, end - start);
 	if (!w)
@@ -117,8 +134,9 @@ void cu_hostreg_unalias(struct cu_host *h)
 {
 	void *tmp, *m;
 
-	if (!h->alias)
-		return;
+	if (!h->alias || near_stack(h->alias_start, h->alias_start + h->alias_len,
+				    sysconf(_SC_PAGESIZE)))
+		return;		/* the program keeps the window's pages */
 	/* Private pages with the bytes, moved over the window's mapping. */
 	tmp = mmap(NULL, h->alias_len, PROT_READ | PROT_WRITE,
 		   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

@@ -292,6 +292,7 @@ def test_registered_memory_over_a_window(daemon, libdir):
     assert "copied through the device: 2.0 3.0 1002.0" in out
     assert "unregistered twice: 713" in out     # HOST_MEMORY_NOT_REGISTERED
     assert "the program's again: 100.0 7.0 12.0" in out
+    assert "stack buffer kept: 50.0 63.0" in out
 
 
 def test_registered_memory_without_a_window(daemon, libdir):

@@ -91,6 +91,17 @@ int main(int argc, char **argv)
 	free(a);
 	free(b);
 	free(raw);
+	/* A buffer on this thread's stack (NPP registers one): its bytes
+	 * and the stack around it stay intact. */
+	volatile float st[64];
+
+	for (int i = 0; i < 64; i++)
+		st[i] = (float)i;
+	DRV(cuMemHostRegister((void *)st, sizeof(st), CU_MEMHOSTREGISTER_DEVICEMAP));
+	st[1] = 50.0f;
+	DRV(cuMemHostUnregister((void *)st));
+	printf("stack buffer kept: %.1f %.1f\n", st[1], st[63]);
+	DRV_EXPECT(st[1] == 50.0f && st[63] == 63.0f);
 	DRV(cuModuleUnload(mod));
 	free(image);
 	drv_pass();
