@@ -29,6 +29,54 @@ int cu_captures_active(void)
 	return atomic_load(&captures) > 0;
 }
 
+/*
+ * Virtual memory management needs no current context in NVIDIA's driver
+ * (XLA asks the allocation granularity on a thread that has none): these
+ * go through the primary context of the device the allocation properties
+ * name, else of device 0, without making it current.
+ */
+static int context_free(uint32_t id)
+{
+	switch (id) {
+	case PVGPU_GENERIC_cuMemGetAllocationGranularity:
+	case PVGPU_GENERIC_cuMemCreate:
+	case PVGPU_GENERIC_cuMemRelease:
+	case PVGPU_GENERIC_cuMemAddressReserve:
+	case PVGPU_GENERIC_cuMemAddressFree:
+	case PVGPU_GENERIC_cuMemMap:
+	case PVGPU_GENERIC_cuMemUnmap:
+	case PVGPU_GENERIC_cuMemSetAccess:
+	case PVGPU_GENERIC_cuMemGetAccess:
+	case PVGPU_GENERIC_cuMemRetainAllocationHandle:
+	case PVGPU_GENERIC_cuMemGetAllocationPropertiesFromHandle:
+		return 1;
+	}
+	return 0;
+}
+
+/* The operation's context: ctx, the current one, or for a context-free
+ * call (prop: its allocation properties, if any) a primary context. */
+static CUresult generic_begin(struct cu_op *op, uint32_t id, struct cu_ctx *ctx,
+			      const void *in, uint32_t nin)
+{
+	struct cu_ctx *cur = cu_current();
+	int dev = 0;
+
+	if (ctx || (cur && cur->alive) || !context_free(id) || !cu.initialized)
+		return ctx ? cu_op_begin(op, ctx) : cu_op_current(op);
+	if ((id == PVGPU_GENERIC_cuMemGetAllocationGranularity ||
+	     id == PVGPU_GENERIC_cuMemCreate) && nin >= sizeof(CUmemAllocationProp)) {
+		const CUmemAllocationProp *prop = in;
+
+		if (prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE &&
+		    prop->location.id >= 0 && prop->location.id < cu.ndevices)
+			dev = prop->location.id;
+	}
+	if (dev >= cu.ndevices)
+		return CUDA_ERROR_NO_DEVICE;
+	return cu_op_begin(op, cu_primary(dev));
+}
+
 CUresult cu_generic_stream(CUstream s, int ptsz, struct cu_ctx **ctx,
 			   uint64_t *remote)
 {
@@ -46,7 +94,7 @@ CUresult cu_generic_call(uint32_t id, const char *name, int async,
 
 	if (n > 8)		/* ops.spec: args max=8 */
 		return CUDA_ERROR_INVALID_VALUE;
-	r = ctx ? cu_op_begin(&op, ctx) : cu_op_current(&op);
+	r = generic_begin(&op, id, ctx, NULL, 0);
 	if (r)
 		return r;
 	if (async) {
@@ -96,7 +144,7 @@ CUresult cu_generic_call_data(uint32_t id, const char *name, struct cu_ctx *ctx,
 	rep = calloc(1, sizeof(*rep));
 	if (!rep)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	r = ctx ? cu_op_begin(&op, ctx) : cu_op_current(&op);
+	r = generic_begin(&op, id, ctx, in, nin);
 	if (r) {
 		free(rep);
 		return r;

@@ -370,6 +370,7 @@ def test_virtual_memory_management(daemon, libdir):
     tables; mapped addresses are valid for copies and kernels until
     unmapped."""
     out = passed(run_driver("vmm", libdir, daemon.unix), daemon)
+    assert "the same without a context: 1" in out, out
     for line in ("granularity a power of two of at least 64 KiB: 1",
                  "access: 3",
                  "map twice: 1",

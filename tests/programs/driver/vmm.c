@@ -33,6 +33,16 @@ int main(int argc, char **argv)
 		printf("FAIL: usage: vmm vecadd.fatbin\n");
 		return 2;
 	}
+	/* No context is current yet: NVIDIA's driver answers this without
+	 * one (XLA asks so). */
+	size_t early = 0;
+
+	DRV(cuInit(0));
+	memset(&prop, 0, sizeof(prop));
+	prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+	prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	prop.location.id = 0;
+	DRV(cuMemGetAllocationGranularity(&early, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
 	drv_context();
 	DRV(cuCtxGetDevice(&dev));
 	image = drv_read(argv[1], &size);
@@ -46,6 +56,7 @@ int main(int argc, char **argv)
 	DRV(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
 	printf("granularity a power of two of at least 64 KiB: %d\n",
 	       gran >= 65536 && !(gran & (gran - 1)));
+	printf("the same without a context: %d\n", early == gran);
 	DRV(cuMemCreate(&h1, gran, &prop, 0));
 	DRV(cuMemCreate(&h2, gran, &prop, 0));
 	DRV(cuMemAddressReserve(&va, 4 * gran, 0, 0, 0));
