@@ -154,6 +154,19 @@ struct pvgpu_link {
 	char error_log[PVGPU_LINK_LOG];
 };
 
+/* What a TMA descriptor describes (ops.spec tensor_map_encode). */
+struct pvgpu_tensor_map {
+	int im2col;
+	uint32_t dtype, rank;
+	uint64_t address;
+	uint64_t dims[5], strides[4];	/* rank, rank - 1 entries */
+	uint32_t box[5];		/* tiled: rank entries */
+	int32_t lower[3], upper[3];	/* im2col: rank - 2 entries each */
+	uint32_t channels, pixels;	/* im2col */
+	uint32_t elem_strides[5];
+	uint32_t interleave, swizzle, l2, oob;
+};
+
 struct pvgpu_executor_ops {
 	const char *name;
 
@@ -331,6 +344,14 @@ struct pvgpu_executor_ops {
 	int32_t (*surf_create)(struct pvgpu_exec *ex, uint64_t array,
 			       uint64_t *obj);
 	int32_t (*surf_destroy)(struct pvgpu_exec *ex, uint64_t obj);
+
+	/*
+	 * A TMA descriptor (cuTensorMapEncodeTiled/Im2col), checked by the
+	 * worker: its 128 bytes in desc (NULL: not supported).
+	 */
+	int32_t (*tensor_map_encode)(struct pvgpu_exec *ex,
+				     const struct pvgpu_tensor_map *m,
+				     uint64_t desc[16]);
 
 	int32_t (*driver_call)(struct pvgpu_exec *ex,
 			       const struct pvgpu_generic_fn *f, uint64_t *a);

@@ -202,8 +202,19 @@ def seeds():
                                                                    z=11, width=32, height=8))
                 + W.message("array_create", 60, width=64, height=0, depth=3, format=0x20,
                             channels=1, flags=0x01))
+    tmap = dict(dtype=7, rank=2, dims=[64, 32], strides=[256], box=[16, 8], lower=[],
+                upper=[], channels=0, pixels=0, elem_strides=[1, 1], interleave=0,
+                swizzle=0, l2=0, oob=0)
+    tensor_maps = (W.message("tensor_map_encode", 70, im2col=0, address=base, **tmap)
+                   + W.message("tensor_map_encode", 71, im2col=1, address=base,
+                               **dict(tmap, rank=3, dims=[8, 8, 8], strides=[32, 256],
+                                      box=[], lower=[0], upper=[0], channels=8, pixels=8,
+                                      elem_strides=[1, 1, 1]))
+                   + W.message("tensor_map_encode", 72, im2col=0, address=base,
+                               **dict(tmap, rank=4)))
     return {
         **modules,
+        "tensor_maps": session + tensor_maps + free,
         "textures": session + textures + free,
         "arrays": session + arrays + free,
         "hello": hello,

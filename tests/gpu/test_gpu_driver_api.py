@@ -223,3 +223,71 @@ def test_torch_features_over_libcuda(cuda_daemon, libdir):
     assert not broken_natively, broken_natively
     wrong = {k: (native[k], remote.get(k)) for k in native if remote.get(k) != native[k]}
     assert not wrong, json.dumps(wrong, indent=1)
+
+
+# ---- TMA descriptors: the backend's driver encodes them -------------------
+
+TENSOR_MAPS = r"""
+import ctypes, sys
+pv = ctypes.CDLL(sys.argv[1])
+nv = ctypes.CDLL(sys.argv[2])          # NVIDIA's, by its path: host-side encoding only
+u64, u32 = ctypes.c_uint64, ctypes.c_uint32
+def must(lib, name, *args):
+    r = getattr(lib, name)(*args)
+    if r:
+        sys.exit("%s -> %d" % (name, r))
+for lib in (pv, nv):
+    must(lib, "cuInit", 0)
+ctx = ctypes.c_void_p()
+must(pv, "cuDevicePrimaryCtxRetain", ctypes.byref(ctx), 0)
+must(pv, "cuCtxSetCurrent", ctx)
+d = u64()
+must(pv, "cuMemAlloc_v2", ctypes.byref(d), ctypes.c_size_t(1 << 20))
+nctx = ctypes.c_void_p()
+must(nv, "cuDevicePrimaryCtxRetain", ctypes.byref(nctx), 0)
+must(nv, "cuCtxSetCurrent", nctx)
+def tiled(lib, swizzle):
+    m = (u64 * 16)()
+    r = lib.cuTensorMapEncodeTiled(m, 7, 2, ctypes.c_void_p(d.value), (u64 * 2)(128, 64),
+                                   (u64 * 1)(512), (u32 * 2)(32, 16), (u32 * 2)(1, 1),
+                                   0, swizzle, 2, 0)
+    return r, list(m)
+def im2col(lib):
+    m = (u64 * 16)()
+    r = lib.cuTensorMapEncodeIm2col(m, 6, 4, ctypes.c_void_p(d.value),
+                                    (u64 * 4)(16, 8, 8, 2), (u64 * 3)(32, 256, 2048),
+                                    (ctypes.c_int * 2)(-1, -1), (ctypes.c_int * 2)(1, 1),
+                                    16, 32, (u32 * 4)(1, 1, 1, 1), 0, 0, 2, 0)
+    return r, list(m)
+for name, f in (("tiled none", lambda l: tiled(l, 0)), ("tiled 128B", lambda l: tiled(l, 3)),
+                ("im2col", im2col)):
+    a, b = f(pv), f(nv)
+    print(name, a[0], b[0], a == b)
+print("PASS")
+"""
+
+
+def nvidia_libcuda():
+    out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        if line.strip().startswith("libcuda.so.1 ") and "=>" in line:
+            return line.split("=>")[1].strip()
+    return None
+
+
+def test_tensor_maps_are_nvidias(cuda_daemon, libdir, tmp_path):
+    """cuTensorMapEncodeTiled/Im2col through pvgpu give the same 128 bytes
+    as NVIDIA's driver in this process for the same memory (the address is
+    the backend's, which the guest shares)."""
+    nv = nvidia_libcuda()
+    if not nv:
+        pytest.skip("ldconfig knows no libcuda.so.1 of NVIDIA's to compare with")
+    script = tmp_path / "tmaps.py"
+    script.write_text(TENSOR_MAPS)
+    before = sessions(cuda_daemon)
+    res = run([sys.executable, str(script), str(LIBCUDA), nv],
+              pvgpu_env(libdir, shm(cuda_daemon)))
+    out = res.stdout.splitlines()
+    assert res.returncode == 0 and out[-1:] == ["PASS"], res.stdout + res.stderr
+    assert sessions(cuda_daemon) > before, "pvgpud saw no session:\n" + cuda_daemon.log()
+    assert out[:3] == ["tiled none 0 0 True", "tiled 128B 0 0 True", "im2col 0 0 True"], out

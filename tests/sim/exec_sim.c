@@ -2913,6 +2913,39 @@ static int32_t sim_tex_create(struct pvgpu_exec *ex,
 	return CUDA_SUCCESS;
 }
 
+/*
+ * A TMA descriptor: the driver's encoding is its own, so the sim's is
+ * a plain one of its own (the address, then the fields), enough for the
+ * tests to see every field arrive.
+ */
+static int32_t sim_tensor_map_encode(struct pvgpu_exec *ex,
+				     const struct pvgpu_tensor_map *m, uint64_t desc[16])
+{
+	int32_t rc;
+
+	if (!ex || !m || !desc)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = ctx_check(ex);
+	if (rc)
+		return rc;
+	if (m->dtype > CU_TENSOR_MAP_DATA_TYPE_TFLOAT32_FTZ || (m->address & 15) ||
+	    !dev_bytes(ex, m->address, 1))
+		return CUDA_ERROR_INVALID_VALUE;
+	memset(desc, 0, 16 * sizeof(uint64_t));
+	desc[0] = m->address;
+	desc[1] = (uint64_t)m->dtype | (uint64_t)m->rank << 8 | (uint64_t)m->im2col << 16 |
+		  (uint64_t)m->swizzle << 24 | (uint64_t)m->interleave << 32 |
+		  (uint64_t)m->l2 << 40 | (uint64_t)m->oob << 48;
+	for (uint32_t i = 0; i < m->rank; i++) {
+		desc[2 + i] = m->dims[i];
+		desc[7 + i] = (uint64_t)(m->im2col ? m->elem_strides[i] : m->box[i]) << 32 |
+			      m->elem_strides[i];
+	}
+	for (uint32_t i = 0; i + 1 < m->rank; i++)
+		desc[12 + i] = m->strides[i];
+	return CUDA_SUCCESS;
+}
+
 static int32_t sim_surf_create(struct pvgpu_exec *ex, uint64_t array,
 			       uint64_t *obj)
 {
@@ -3982,6 +4015,7 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.array_destroy		= sim_array_destroy,
 	.array_copy		= sim_array_copy,
 	.tex_create		= sim_tex_create,
+	.tensor_map_encode	= sim_tensor_map_encode,
 	.tex_destroy		= sim_tex_destroy,
 	.surf_create		= sim_surf_create,
 	.surf_destroy		= sim_surf_destroy,

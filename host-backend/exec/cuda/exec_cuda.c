@@ -112,6 +112,17 @@ struct cuda_api {
 	CUresult (CUDAAPI *tex_destroy)(CUtexObject);
 	CUresult (CUDAAPI *surf_create)(CUsurfObject *, const CUDA_RESOURCE_DESC *);
 	CUresult (CUDAAPI *surf_destroy)(CUsurfObject);
+	CUresult (CUDAAPI *tensor_map_tiled)(CUtensorMap *, CUtensorMapDataType, cuuint32_t,
+					     void *, const cuuint64_t *, const cuuint64_t *,
+					     const cuuint32_t *, const cuuint32_t *,
+					     CUtensorMapInterleave, CUtensorMapSwizzle,
+					     CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+	CUresult (CUDAAPI *tensor_map_im2col)(CUtensorMap *, CUtensorMapDataType, cuuint32_t,
+					      void *, const cuuint64_t *, const cuuint64_t *,
+					      const int *, const int *, cuuint32_t, cuuint32_t,
+					      const cuuint32_t *, CUtensorMapInterleave,
+					      CUtensorMapSwizzle, CUtensorMapL2promotion,
+					      CUtensorMapFloatOOBfill);
 	CUresult (CUDAAPI *available_dynamic_smem)(size_t *, CUfunction, int, int);
 	CUresult (CUDAAPI *max_active_clusters)(int *, CUfunction, const CUlaunchConfig *);
 	CUresult (CUDAAPI *occupancy_max_blocks)(int *, CUfunction, int, size_t,
@@ -223,6 +234,8 @@ static const struct cuda_sym cuda_syms[] = {
 	SYM(tex_destroy, "cuTexObjectDestroy", 5000, "cuTexObjectDestroy", NULL, true),
 	SYM(surf_create, "cuSurfObjectCreate", 5000, "cuSurfObjectCreate", NULL, true),
 	SYM(surf_destroy, "cuSurfObjectDestroy", 5000, "cuSurfObjectDestroy", NULL, true),
+	SYM(tensor_map_tiled, "cuTensorMapEncodeTiled", 12000, "cuTensorMapEncodeTiled", NULL, true),
+	SYM(tensor_map_im2col, "cuTensorMapEncodeIm2col", 12000, "cuTensorMapEncodeIm2col", NULL, true),
 	SYM(max_active_clusters, "cuOccupancyMaxActiveClusters", 11070,
 	    "cuOccupancyMaxActiveClusters", NULL, true),
 	SYM(available_dynamic_smem, "cuOccupancyAvailableDynamicSMemPerBlock", 10020,
@@ -1860,6 +1873,42 @@ static int32_t cuda_tex_create(struct pvgpu_exec *ex,
 	return obj_keep(ex, *obj, false);
 }
 
+static int32_t cuda_tensor_map_encode(struct pvgpu_exec *ex,
+				      const struct pvgpu_tensor_map *m, uint64_t desc[16])
+{
+	CUtensorMap map;
+	CUresult rc;
+
+	_Static_assert(sizeof(map) == 16 * sizeof(uint64_t), "a TMA descriptor is 128 bytes");
+	if (!ex || !m || !desc)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (m->im2col ? !ex->api.tensor_map_im2col : !ex->api.tensor_map_tiled)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	memset(&map, 0, sizeof(map));
+	if (m->im2col)
+		rc = ex->api.tensor_map_im2col(&map, (CUtensorMapDataType)m->dtype, m->rank,
+					       (void *)(uintptr_t)m->address, m->dims,
+					       m->strides, m->lower, m->upper, m->channels,
+					       m->pixels, m->elem_strides,
+					       (CUtensorMapInterleave)m->interleave,
+					       (CUtensorMapSwizzle)m->swizzle,
+					       (CUtensorMapL2promotion)m->l2,
+					       (CUtensorMapFloatOOBfill)m->oob);
+	else
+		rc = ex->api.tensor_map_tiled(&map, (CUtensorMapDataType)m->dtype, m->rank,
+					      (void *)(uintptr_t)m->address, m->dims,
+					      m->strides, m->box, m->elem_strides,
+					      (CUtensorMapInterleave)m->interleave,
+					      (CUtensorMapSwizzle)m->swizzle,
+					      (CUtensorMapL2promotion)m->l2,
+					      (CUtensorMapFloatOOBfill)m->oob);
+	if (!rc)
+		memcpy(desc, &map, sizeof(map));
+	return rc;
+}
+
 static int32_t obj_destroy(struct pvgpu_exec *ex, uint64_t obj, bool surf)
 {
 	struct cuda_obj *o;
@@ -2469,6 +2518,7 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.array_destroy		= cuda_array_destroy,
 	.array_copy		= cuda_array_copy,
 	.tex_create		= cuda_tex_create,
+	.tensor_map_encode	= cuda_tensor_map_encode,
 	.tex_destroy		= cuda_tex_destroy,
 	.surf_create		= cuda_surf_create,
 	.surf_destroy		= cuda_surf_destroy,
