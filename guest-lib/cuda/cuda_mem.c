@@ -144,13 +144,27 @@ static int host_remove(const void *ptr, struct cu_host *out)
  * pointers are fine).  Pointers pvgpu does not know pass: the backend
  * checks them against what it allocated.
  */
+/*
+ * n bytes from ptr stay in the program's memory: in its allocation, or
+ * on through allocations that follow it without a gap (virtual memory
+ * mapped piece by piece into one range, as XLA's allocator does).  A
+ * pointer of no known allocation is the backend's to judge.
+ */
 static int range_ok(uint64_t ptr, size_t n)
 {
 	struct cu_alloc a;
+	uint64_t end;
 
 	if (!cu_alloc_find(ptr, &a))
 		return 1;
-	return n <= a.size - (ptr - a.base);
+	if (n <= a.size - (ptr - a.base))
+		return 1;
+	if (ptr + n < ptr)
+		return 0;
+	for (end = a.base + a.size; end < ptr + n; end = a.base + a.size)
+		if (!cu_alloc_find(end, &a) || a.base != end)
+			return 0;
+	return 1;
 }
 
 /* ---- device memory -------------------------------------------------------- */

@@ -141,9 +141,26 @@ struct pvgpu_alloc *pvgpu_alloc_range(struct pvgpu_allocs *t, uint64_t ptr,
 		return NULL;
 	a = &t->v[at - 1];
 	/* ptr >= a->base here; written to avoid overflow on hostile values. */
-	if (ptr - a->base >= a->size || len > a->size - (ptr - a->base))
+	if (ptr - a->base >= a->size)
 		return NULL;
-	return a;
+	if (len <= a->size - (ptr - a->base))
+		return a;
+	/*
+	 * Past a's end: on through allocations that follow without a gap
+	 * (virtual memory mapped piece by piece into one reserved range, as
+	 * XLA's allocator does), all of them the session's.
+	 */
+	len -= a->size - (ptr - a->base);
+	for (size_t i = at; i < t->n; i++) {
+		const struct pvgpu_alloc *b = &t->v[i], *prev = &t->v[i - 1];
+
+		if (b->base != prev->base + prev->size)
+			return NULL;
+		if (len <= b->size)
+			return a;
+		len -= b->size;
+	}
+	return NULL;
 }
 
 void pvgpu_alloc_del(struct pvgpu_allocs *t, struct pvgpu_alloc *a)

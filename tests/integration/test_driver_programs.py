@@ -371,6 +371,8 @@ def test_virtual_memory_management(daemon, libdir):
     unmapped."""
     out = passed(run_driver("vmm", libdir, daemon.unix), daemon)
     assert "the same without a context: 1" in out, out
+    assert "across the seam: 0.0 1.0 2.0 3.0" in out, out
+    assert "past the mapped range: 1" in out, out
     for line in ("granularity a power of two of at least 64 KiB: 1",
                  "access: 3",
                  "map twice: 1",

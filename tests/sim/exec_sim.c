@@ -649,6 +649,43 @@ static unsigned char *dev_bytes(struct pvgpu_exec *ex, uint64_t ptr,
 	return a ? a->data + (ptr - a->addr) : NULL;
 }
 
+/*
+ * Bytes that run on from one allocation into the ones that follow it
+ * without a gap (virtual memory mapped piece by piece into one range): as
+ * the driver, the sim copies across them.  span_io moves size bytes
+ * between buf and the span from ptr (to_dev: into it); -1 where the span
+ * breaks.  Each piece's data is its own buffer, so piece by piece.
+ */
+static int span_io(struct pvgpu_exec *ex, uint64_t ptr, void *buf, uint64_t size,
+		   int to_dev)
+{
+	unsigned char *b = buf;
+
+	if (ptr + size < ptr)
+		return -1;
+	while (size) {
+		size_t i = alloc_upper_bound(ex, ptr);
+		struct sim_alloc *a = i ? &ex->allocs[i - 1] : NULL;
+		uint64_t n;
+
+		if (!a || ptr - a->addr >= a->size)
+			return -1;
+		n = a->size - (ptr - a->addr);
+		if (n > size)
+			n = size;
+		if (buf) {
+			if (to_dev)
+				memcpy(a->data + (ptr - a->addr), b, (size_t)n);
+			else
+				memcpy(b, a->data + (ptr - a->addr), (size_t)n);
+			b += n;
+		}
+		ptr += n;
+		size -= n;
+	}
+	return 0;
+}
+
 static uint64_t dev_used(struct pvgpu_exec *ex, int32_t dev)
 {
 	uint64_t used = ex->own_used[dev];
@@ -1535,8 +1572,11 @@ static int32_t sim_memcpy_htod_async(struct pvgpu_exec *ex, uint64_t dst,
 	if (!size)
 		return CUDA_SUCCESS;
 	d = dev_bytes(ex, dst, size);
-	if (!d || !host)
+	if (!host)
 		return CUDA_ERROR_INVALID_VALUE;
+	if (!d)
+		return span_io(ex, dst, (void *)host, size, 1) ? CUDA_ERROR_INVALID_VALUE :
+								 CUDA_SUCCESS;
 	memcpy(d, host, (size_t)size);
 	return CUDA_SUCCESS;
 }
@@ -1558,8 +1598,11 @@ static int32_t sim_memcpy_dtoh_async(struct pvgpu_exec *ex, void *host,
 	if (!size)
 		return CUDA_SUCCESS;
 	s = dev_bytes(ex, src, size);
-	if (!s || !host)
+	if (!host)
 		return CUDA_ERROR_INVALID_VALUE;
+	if (!s)
+		return span_io(ex, src, host, size, 0) ? CUDA_ERROR_INVALID_VALUE :
+							 CUDA_SUCCESS;
 	memcpy(host, s, (size_t)size);
 	return CUDA_SUCCESS;
 }
@@ -1580,8 +1623,17 @@ static int32_t sim_memcpy_dtod_async(struct pvgpu_exec *ex, uint64_t dst,
 		return CUDA_SUCCESS;
 	d = dev_bytes(ex, dst, size);
 	s = dev_bytes(ex, src, size);
-	if (!d || !s)
-		return CUDA_ERROR_INVALID_VALUE;
+	if (!d || !s) {
+		void *tmp;
+
+		if (span_io(ex, dst, NULL, size, 1) || span_io(ex, src, NULL, size, 0) ||
+		    size > SIZE_MAX || !(tmp = malloc((size_t)size)))
+			return CUDA_ERROR_INVALID_VALUE;
+		span_io(ex, src, tmp, size, 0);
+		span_io(ex, dst, tmp, size, 1);
+		free(tmp);
+		return CUDA_SUCCESS;
+	}
 	memmove(d, s, (size_t)size);
 	return CUDA_SUCCESS;
 }

@@ -83,6 +83,15 @@ int main(int argc, char **argv)
 	printf("computed in mapped memory: %.1f %.1f\n", host[1], host[N - 1]);
 	DRV_EXPECT(host[1] == 3.0f && host[N - 1] == (float)(N + 1));
 
+	/* One copy across the seam of the two pieces (XLA's allocator maps
+	 * its pool piece by piece and copies across them). */
+	DRV(cuMemcpyDtoD(va + gran - 2 * sizeof(float), a, 4 * sizeof(float)));
+	DRV(cuMemcpyDtoH(host, va + gran - 2 * sizeof(float), 4 * sizeof(float)));
+	printf("across the seam: %.1f %.1f %.1f %.1f\n", host[0], host[1], host[2], host[3]);
+	DRV_EXPECT(host[0] == 0.0f && host[3] == 3.0f);
+	printf("past the mapped range: %d\n",
+	       (int)cuMemcpyDtoH(host, va + 2 * gran - sizeof(float), 2 * sizeof(float)));
+
 	DRV(cuMemRetainAllocationHandle(&again, (void *)(uintptr_t)(c + 64)));
 	memset(&got, 0, sizeof(got));
 	DRV(cuMemGetAllocationPropertiesFromHandle(&got, again));
