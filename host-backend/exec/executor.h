@@ -385,6 +385,22 @@ struct pvgpu_executor_ops {
 	int32_t (*graph_exec_update)(struct pvgpu_exec *ex, uint64_t exec,
 				     uint64_t graph, uint32_t *result,
 				     uint64_t *error_node, uint32_t *error_type);
+	/*
+	 * Stream capture queries (NULL: not supported).  capture_info: the
+	 * CUstreamCaptureStatus of stream; while a capture is under way its
+	 * id, the executor's graph being built, and the nodes the next
+	 * captured work depends on with their types and edge data (a
+	 * CUgraphEdgeData as a little-endian u64), the first max of them
+	 * (*count: all).  capture_deps: add to (flags 0) or replace (1)
+	 * that set; edges NULL: default edges.
+	 */
+	int32_t (*capture_info)(struct pvgpu_exec *ex, uint64_t stream,
+				uint32_t *status, uint64_t *id, uint64_t *graph,
+				uint64_t *nodes, uint32_t *types, uint64_t *edges,
+				uint32_t max, uint64_t *count);
+	int32_t (*capture_deps)(struct pvgpu_exec *ex, uint64_t stream,
+				const uint64_t *nodes, const uint64_t *edges,
+				uint32_t n, uint32_t flags);
 };
 
 extern const struct pvgpu_executor_ops pvgpu_exec_cuda;

@@ -37,8 +37,21 @@ static struct pvgpu_handle *graph_get(struct pvgpu_worker *w, uint64_t id)
 	return pvgpu_handle_get(&w->handles, id, H_GRAPH);
 }
 
+/* The session's id for an executor graph of the current context, made on
+ * first sight (the graph a capture builds); 0 when out of memory. */
+uint64_t pvgpu_graph_id(struct pvgpu_worker *w, uint64_t graph)
+{
+	for (uint32_t i = 0; i < w->handles.n; i++)
+		if (w->handles.v[i].kind == H_GRAPH &&
+		    w->handles.v[i].exec_handle == graph &&
+		    w->handles.v[i].ctx == w->cur_ctx)
+			return pvgpu_handle_id(&w->handles, &w->handles.v[i]);
+	return pvgpu_handle_add(&w->handles, H_GRAPH, graph, w->cur_ctx, 0);
+}
+
 void pvgpu_graph_forget(struct pvgpu_worker *w, uint64_t graph)
 {
+	pvgpu_staged_unref(w, graph, 0);
 	for (uint32_t i = 0; i < w->handles.n; i++)
 		if (w->handles.v[i].kind == H_GRAPH_NODE &&
 		    w->handles.v[i].module == graph)
@@ -235,8 +248,10 @@ int32_t pvgpu_handle_graph_node_destroy(struct pvgpu_worker *w,
 	if (!w->ex_ops->graph_node_destroy)
 		return CUDA_ERROR_NOT_SUPPORTED;
 	st = w->ex_ops->graph_node_destroy(w->ex, n->exec_handle);
-	if (!st)
+	if (!st) {
+		pvgpu_staged_unref(w, 0, req->node);
 		pvgpu_handle_del(&w->handles, req->node);
+	}
 	return st;
 }
 
@@ -271,8 +286,8 @@ int32_t pvgpu_handle_graph_add_deps(struct pvgpu_worker *w,
 
 /* The session's id for an executor node of graph, made on first sight
  * (a captured or cloned graph's nodes); 0 when out of memory. */
-static uint64_t node_id(struct pvgpu_worker *w, uint64_t graph, uint64_t node,
-			uint32_t type)
+uint64_t pvgpu_graph_node_id(struct pvgpu_worker *w, uint64_t graph,
+			     uint64_t node, uint32_t type)
 {
 	struct pvgpu_handle *h;
 	uint64_t id;
@@ -311,7 +326,7 @@ int32_t pvgpu_handle_graph_get_nodes(struct pvgpu_worker *w,
 		return st;
 	rep->nodes_count = rep->count < max ? (uint32_t)rep->count : max;
 	for (uint32_t i = 0; i < rep->nodes_count; i++) {
-		rep->nodes[i] = node_id(w, req->graph, rep->nodes[i], types[i]);
+		rep->nodes[i] = pvgpu_graph_node_id(w, req->graph, rep->nodes[i], types[i]);
 		if (!rep->nodes[i])
 			return CUDA_ERROR_OUT_OF_MEMORY;
 	}
@@ -337,6 +352,9 @@ int32_t pvgpu_handle_graph_exec_update(struct pvgpu_worker *w,
 		return CUDA_ERROR_NOT_SUPPORTED;
 	st = w->ex_ops->graph_exec_update(w->ex, x->exec_handle, g->exec_handle,
 					  &rep->result, &node, &type);
-	rep->error_node = node ? node_id(w, req->graph, node, type) : 0;
+	rep->error_node = node ? pvgpu_graph_node_id(w, req->graph, node, type) : 0;
+	/* Its copy nodes now name the graph's staging buffers. */
+	if (!st && rep->result == CU_GRAPH_EXEC_UPDATE_SUCCESS)
+		st = pvgpu_staged_instantiated(w, req->exec, req->graph);
 	return st;
 }

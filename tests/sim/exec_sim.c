@@ -82,6 +82,8 @@ enum sim_kind {
 	SIM_GRAPH_NODE,		/* not an object: a handle inside a graph */
 };
 
+#define SIM_CAP_DEPS	64	/* a capture's dependency set, at most */
+
 /*
  * A graph as the sim records it: the launches captured from a stream, or
  * the nodes added one by one (cuGraphAdd*Node), each with the nodes before
@@ -132,6 +134,9 @@ struct sim_obj {
 			uint32_t flags;
 			int32_t priority;
 			struct sim_obj *capture;	/* graph being captured */
+			/* What the next captured node depends on. */
+			uint64_t cap_deps[SIM_CAP_DEPS];
+			size_t ncap;
 			CUaccessPolicyWindow window;	/* cuStreamSetAttribute */
 			uint32_t sync_policy;
 		} stream;
@@ -585,19 +590,68 @@ static uint64_t node_new(struct pvgpu_exec *ex)
 	return ((uint64_t)SIM_GRAPH_NODE << SIM_HANDLE_KIND_SHIFT) | ++ex->serial;
 }
 
-/* A captured launch: a kernel node of its own. */
-static int32_t graph_capture(struct pvgpu_exec *ex, struct sim_obj *g,
-			     const struct pvgpu_launch *l)
+/*
+ * Captured work on stream s: a node of its own (a launch l, else the copy
+ * c), after the capture's dependency set, which is then that node alone.
+ */
+static int32_t graph_capture(struct pvgpu_exec *ex, struct sim_obj *s,
+			     const struct pvgpu_launch *l,
+			     const struct pvgpu_graph_node *c)
 {
+	struct pvgpu_launch empty = { 0 };
+	struct sim_obj *g = s->u.stream.capture;
+	struct sim_graph_launch *e;
 	uint64_t node = node_new(ex);
 	int32_t rc;
 
 	if (!node)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	rc = graph_add(g, l);
-	if (!rc)
-		g->u.graph.v[g->u.graph.n - 1].node = node;
-	return rc;
+	rc = graph_add(g, l ? l : &empty);
+	if (rc)
+		return rc;
+	e = &g->u.graph.v[g->u.graph.n - 1];
+	e->node = node;
+	if (c) {
+		e->type = c->type;
+		e->n = *c;
+	}
+	if (s->u.stream.ncap) {
+		e->deps = malloc(s->u.stream.ncap * sizeof(*e->deps));
+		if (!e->deps) {
+			free(e->params);
+			g->u.graph.n--;
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+		memcpy(e->deps, s->u.stream.cap_deps,
+		       s->u.stream.ncap * sizeof(*e->deps));
+		e->ndeps = s->u.stream.ncap;
+	}
+	s->u.stream.cap_deps[0] = node;
+	s->u.stream.ncap = 1;
+	return CUDA_SUCCESS;
+}
+
+static unsigned char *dev_bytes(struct pvgpu_exec *ex, uint64_t ptr,
+				uint64_t len);
+
+/* A host copy on a capturing stream: a copy node (host stays valid: the
+ * worker's staging buffer); 1 when stream is not capturing. */
+static int32_t capture_copy(struct pvgpu_exec *ex, uint64_t stream,
+			    uint64_t dst, uint64_t src, void *host, int to_host,
+			    uint64_t size)
+{
+	struct sim_obj *s = stream && !ctx_check(ex) ?
+			    obj_find(ex, stream, SIM_STREAM) : NULL;
+	struct pvgpu_graph_node c = {
+		.type = CU_GRAPH_NODE_TYPE_MEMCPY, .dst = dst, .src = src,
+		.width = size, .host = host, .to_host = to_host,
+	};
+
+	if (!s || s->ctx != ex->cur || !s->u.stream.capture)
+		return 1;
+	if (!size || !host || !dev_bytes(ex, to_host ? src : dst, size))
+		return CUDA_ERROR_INVALID_VALUE;
+	return graph_capture(ex, s, NULL, &c);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1529,6 +1583,9 @@ static int32_t sim_memcpy_htod_async(struct pvgpu_exec *ex, uint64_t dst,
 
 	if (!ex)
 		return CUDA_ERROR_INVALID_VALUE;
+	rc = capture_copy(ex, stream, dst, 0, (void *)(uintptr_t)host, 0, size);
+	if (rc != 1)
+		return rc;
 	rc = check_stream(ex, stream);
 	if (rc)
 		return rc;
@@ -1550,6 +1607,9 @@ static int32_t sim_memcpy_dtoh_async(struct pvgpu_exec *ex, void *host,
 
 	if (!ex)
 		return CUDA_ERROR_INVALID_VALUE;
+	rc = capture_copy(ex, stream, 0, src, host, 1, size);
+	if (rc != 1)
+		return rc;
 	/* The sim copies at once: it waits for the kernels before it. */
 	sim_output_flush(ex);
 	rc = check_stream(ex, stream);
@@ -2706,7 +2766,8 @@ static int32_t sim_launch(struct pvgpu_exec *ex,
 		rc = launch_check(launch, f);
 		if (!rc)
 			rc = sim_launch_attrs(ex, launch, &cluster, &coop);
-		return rc ? rc : graph_capture(ex, capturing(ex, launch->stream), launch);
+		return rc ? rc : graph_capture(ex, obj_find(ex, launch->stream, SIM_STREAM),
+					       launch, NULL);
 	}
 	rc = check_stream(ex, launch->stream);
 	if (rc)
@@ -3017,6 +3078,7 @@ static int32_t sim_capture_call(struct pvgpu_exec *ex,
 		if (!g)
 			return CUDA_ERROR_OUT_OF_MEMORY;
 		s->u.stream.capture = g;
+		s->u.stream.ncap = 0;
 		return CUDA_SUCCESS;
 	case PVGPU_GENERIC_cuStreamEndCapture:
 		if (!s->u.stream.capture)
@@ -3033,6 +3095,92 @@ static int32_t sim_capture_call(struct pvgpu_exec *ex,
 					     CU_STREAM_CAPTURE_STATUS_NONE;
 		return CUDA_SUCCESS;
 	}
+}
+
+/* cuStreamGetCaptureInfo: the graph's handle doubles as the capture id. */
+static int32_t sim_capture_info(struct pvgpu_exec *ex, uint64_t stream,
+				uint32_t *status, uint64_t *id, uint64_t *graph,
+				uint64_t *nodes, uint32_t *types, uint64_t *edges,
+				uint32_t max, uint64_t *count)
+{
+	struct sim_obj *s, *g;
+	int32_t rc;
+
+	if (!ex || !status || !id || !graph || !count ||
+	    (max && (!nodes || !types || !edges)))
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = ctx_check(ex);
+	if (rc)
+		return rc;
+	*status = CU_STREAM_CAPTURE_STATUS_NONE;
+	*id = *graph = *count = 0;
+	if (!stream)			/* the legacy stream is never captured */
+		return CUDA_SUCCESS;
+	s = obj_find(ex, stream, SIM_STREAM);
+	if (!s || s->ctx != ex->cur)
+		return CUDA_ERROR_INVALID_HANDLE;
+	g = s->u.stream.capture;
+	if (!g)
+		return CUDA_SUCCESS;
+	*status = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+	*id = *graph = g->handle;
+	*count = s->u.stream.ncap;
+	for (size_t i = 0; i < s->u.stream.ncap && i < max; i++) {
+		const struct sim_graph_launch *e = NULL;
+
+		for (size_t k = 0; k < g->u.graph.n && !e; k++)
+			if (g->u.graph.v[k].node == s->u.stream.cap_deps[i])
+				e = &g->u.graph.v[k];
+		nodes[i] = s->u.stream.cap_deps[i];
+		types[i] = e ? e->type : CU_GRAPH_NODE_TYPE_EMPTY;
+		edges[i] = 0;
+	}
+	return CUDA_SUCCESS;
+}
+
+/* cuStreamUpdateCaptureDependencies: default edges only. */
+static int32_t sim_capture_deps(struct pvgpu_exec *ex, uint64_t stream,
+				const uint64_t *nodes, const uint64_t *edges,
+				uint32_t n, uint32_t flags)
+{
+	struct sim_obj *s, *g;
+	size_t base;
+	int32_t rc;
+
+	if (!ex || (n && !nodes) || flags > 1)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = ctx_check(ex);
+	if (rc)
+		return rc;
+	s = stream ? obj_find(ex, stream, SIM_STREAM) : NULL;
+	if (!s || s->ctx != ex->cur)
+		return stream ? CUDA_ERROR_INVALID_HANDLE : CUDA_ERROR_ILLEGAL_STATE;
+	g = s->u.stream.capture;
+	if (!g)
+		return CUDA_ERROR_ILLEGAL_STATE;
+	for (uint32_t i = 0; edges && i < n; i++)
+		if (edges[i]) {
+			sim_diag(ex, "edge data in capture dependencies: not "
+				 "supported by the sim");
+			return CUDA_ERROR_NOT_SUPPORTED;
+		}
+	base = flags ? 0 : s->u.stream.ncap;
+	if (n > SIM_CAP_DEPS - base) {
+		sim_diag(ex, "more than %d capture dependencies: not supported "
+			 "by the sim", SIM_CAP_DEPS);
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		bool known = false;
+
+		for (size_t k = 0; k < g->u.graph.n && !known; k++)
+			known = g->u.graph.v[k].node == nodes[i];
+		if (!known)
+			return CUDA_ERROR_INVALID_VALUE;
+	}
+	memcpy(s->u.stream.cap_deps + base, nodes, n * sizeof(*nodes));
+	s->u.stream.ncap = base + n;
+	return CUDA_SUCCESS;
 }
 
 /* The entry of graph g with this node handle, or NULL. */
@@ -3995,6 +4143,8 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.graph_node_destroy	= sim_graph_node_destroy,
 	.graph_nodes		= sim_graph_nodes,
 	.graph_exec_update	= sim_graph_exec_update,
+	.capture_info		= sim_capture_info,
+	.capture_deps		= sim_capture_deps,
 };
 
 /* How pvgpud finds this fixture: build/lib/pvgpud/exec-sim.so. */

@@ -150,6 +150,13 @@ struct cuda_api {
 	CUresult (CUDAAPI *graph_node_get_type)(CUgraphNode, CUgraphNodeType *);
 	CUresult (CUDAAPI *graph_exec_update)(CUgraphExec, CUgraph,
 					      CUgraphExecUpdateResultInfo *);
+	CUresult (CUDAAPI *stream_capture_info)(CUstream, CUstreamCaptureStatus *,
+						cuuint64_t *, CUgraph *,
+						const CUgraphNode **,
+						const CUgraphEdgeData **, size_t *);
+	CUresult (CUDAAPI *stream_capture_deps)(CUstream, CUgraphNode *,
+						const CUgraphEdgeData *, size_t,
+						unsigned int);
 };
 
 struct cuda_sym {
@@ -246,6 +253,8 @@ static const struct cuda_sym cuda_syms[] = {
 	SYM(graph_get_nodes, "cuGraphGetNodes", 10000, "cuGraphGetNodes", NULL, true),
 	SYM(graph_node_get_type, "cuGraphNodeGetType", 10000, "cuGraphNodeGetType", NULL, true),
 	SYM(graph_exec_update, "cuGraphExecUpdate", 12000, "cuGraphExecUpdate_v2", NULL, true),
+	SYM(stream_capture_info, "cuStreamGetCaptureInfo", 12030, "cuStreamGetCaptureInfo_v3", NULL, true),
+	SYM(stream_capture_deps, "cuStreamUpdateCaptureDependencies", 12030, "cuStreamUpdateCaptureDependencies_v2", NULL, true),
 };
 
 typedef CUresult (CUDAAPI *get_proc_address_fn)(const char *, void **, int,
@@ -2251,6 +2260,75 @@ static int32_t cuda_graph_exec_update(struct pvgpu_exec *ex, uint64_t exec,
 	return rc;
 }
 
+static int32_t cuda_capture_info(struct pvgpu_exec *ex, uint64_t stream,
+				 uint32_t *status, uint64_t *id, uint64_t *graph,
+				 uint64_t *nodes, uint32_t *types, uint64_t *edges,
+				 uint32_t max, uint64_t *count)
+{
+	CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
+	const CUgraphEdgeData *e = NULL;
+	const CUgraphNode *d = NULL;
+	CUgraph g = NULL;
+	cuuint64_t cid = 0;
+	size_t n = 0;
+	int32_t rc;
+
+	_Static_assert(sizeof(CUgraphEdgeData) == sizeof(uint64_t),
+		       "an edge's data is 8 bytes");
+	if (!ex || !status || !id || !graph || !count ||
+	    (max && (!nodes || !types || !edges)))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!ex->api.stream_capture_info || !ex->api.graph_node_get_type)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	rc = ex->api.stream_capture_info((CUstream)(uintptr_t)stream, &cs, &cid,
+					 &g, &d, &e, &n);
+	if (rc)
+		return rc;
+	*status = (uint32_t)cs;
+	*id = cid;
+	*graph = (uint64_t)(uintptr_t)g;
+	*count = cs == CU_STREAM_CAPTURE_STATUS_NONE ? 0 : n;
+	for (size_t i = 0; i < *count && i < max && !rc; i++) {
+		CUgraphNodeType t;
+
+		nodes[i] = (uint64_t)(uintptr_t)d[i];
+		edges[i] = 0;
+		if (e)
+			memcpy(&edges[i], &e[i], sizeof(edges[i]));
+		rc = ex->api.graph_node_get_type(d[i], &t);
+		types[i] = (uint32_t)t;
+	}
+	return rc;
+}
+
+static int32_t cuda_capture_deps(struct pvgpu_exec *ex, uint64_t stream,
+				 const uint64_t *nodes, const uint64_t *edges,
+				 uint32_t n, uint32_t flags)
+{
+	CUgraphEdgeData *e = NULL;
+	int32_t rc;
+
+	if (!ex || (n && !nodes))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!ex->api.stream_capture_deps)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	if (edges && n) {
+		e = malloc(n * sizeof(*e));
+		if (!e)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		memcpy(e, edges, n * sizeof(*e));
+	}
+	rc = ex->api.stream_capture_deps((CUstream)(uintptr_t)stream,
+					 (CUgraphNode *)(uintptr_t)nodes, e, n,
+					 flags);
+	free(e);
+	return rc;
+}
+
 /* build/gen/exec_cuda_generic.c */
 int32_t pvgpu_cuda_generic_invoke(void *fp, const struct pvgpu_generic_fn *f,
 				  uint64_t *a);
@@ -2484,4 +2562,6 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.graph_node_destroy	= cuda_graph_node_destroy,
 	.graph_nodes		= cuda_graph_nodes,
 	.graph_exec_update	= cuda_graph_exec_update,
+	.capture_info		= cuda_capture_info,
+	.capture_deps		= cuda_capture_deps,
 };
