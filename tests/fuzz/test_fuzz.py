@@ -202,8 +202,36 @@ def seeds():
                                                                    z=11, width=32, height=8))
                 + W.message("array_create", 60, width=64, height=0, depth=3, format=0x20,
                             channels=1, flags=0x01))
+    # Staged graph copies and capture queries (capture.c): a graph with a
+    # host-to-device and a device-to-host staged node (buffers 1, 2), its
+    # executable graph fed, launched and read back; a capture queried, a
+    # staged copy captured, its dependencies replaced.
+    h = lambda i: (1 << 24) | i  # noqa: E731
+    staged = (W.message("stream_create", 90, flags=1, priority=0)
+              + W.message("driver_call", 91, fn=19, args=[1, 0])
+              + W.message("graph_staged_copy", 92, graph=h(3), deps=[], stream=0,
+                          dptr=base, size=64, to_host=0)
+              + W.message("graph_staged_copy", 93, graph=h(3), deps=[h(4)], stream=0,
+                          dptr=base + 64, size=64, to_host=1)
+              + W.message("driver_call", 94, fn=14, args=[1, h(3), 0])
+              + W.message("graph_staged_put", 95, staging=[1], size=64)
+              + W.data_frames(b"y" * 64, 95)
+              + W.batch(W.message("driver_call_async", 0, fn=15, args=[h(6), h(2)]))
+              + W.message("stream_synchronize", 96, stream=h(2))
+              + W.message("graph_staged_get", 97, staging=[2], size=64)
+              + W.message("driver_call", 98, fn=11, args=[h(2), 0])
+              + W.message("stream_capture_info", 99, stream=h(2))
+              + W.message("graph_staged_copy", 100, graph=0, deps=[], stream=h(2),
+                          dptr=base, size=16, to_host=1)
+              + W.message("stream_capture_info", 101, stream=h(2))
+              + W.message("stream_capture_deps", 102, stream=h(2), deps=[h(8)], edges=[],
+                          flags=1)
+              + W.message("driver_call", 103, fn=12, args=[h(2), 1])
+              + W.message("driver_call", 104, fn=17, args=[h(6)])
+              + W.message("driver_call", 105, fn=18, args=[h(3)]))
     return {
         **modules,
+        "staged": session + staged + free,
         "textures": session + textures + free,
         "arrays": session + arrays + free,
         "hello": hello,
