@@ -572,9 +572,13 @@ static CUresult add_any(CUgraphNode *out, CUgraph g, const CUgraphNode *deps,
 
 		return cuGraphAddHostNode(out, g, deps, ndeps, &h);
 	}
+	case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
+	case CU_GRAPH_NODE_TYPE_MEM_FREE:
+		return cu_graph_add_mem_node(out, g, deps, ndeps, p);
 	default:
 		pvgpu_debug("cuGraphAddNode: node type %d is not supported "
-			    "(pvgpu takes kernel, memcpy, memset, empty and host nodes)",
+			    "(pvgpu takes kernel, memcpy, memset, empty, host and "
+			    "memory nodes)",
 			    (int)p->type);
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}

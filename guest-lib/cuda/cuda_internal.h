@@ -254,6 +254,13 @@ CUresult cu_staged_launch(struct cu_ctx *ctx, uint64_t exec, void **pending);
 void cu_staged_launched(void *pending, uint64_t stream, CUresult r);
 uint64_t cu_staged_seq(void);
 CUresult cu_staged_sync(struct cu_ctx *ctx, uint64_t stream, int all, uint64_t seq);
+
+/* Graph memory (cuda_graphmem.c): cuGraphAddNode's allocation and free
+ * nodes; cuMemAllocAsync (size) / cuMemFreeAsync (*dptr) on a stream
+ * being captured, made a node of the capture (0: s is not capturing). */
+CUresult cu_graph_add_mem_node(CUgraphNode *out, CUgraph g, const CUgraphNode *deps,
+			       size_t ndeps, CUgraphNodeParams *p);
+int cu_graph_mem_captured(CUstream s, size_t size, CUdeviceptr *dptr, CUresult *r);
 /* The same with structures: in (nin bytes) sent, out (nout bytes) wanted
  * back (gen_generic.py's const_T* and out_T*). */
 CUresult cu_generic_call_data(uint32_t id, const char *name, struct cu_ctx *ctx,

@@ -74,6 +74,9 @@ struct pvgpu_graph_node {
 	uint32_t value, elem_size;
 	void *host;
 	int to_host;
+	/* MEM_ALLOC: width bytes on the current context's device, the
+	 * address written to *alloc; MEM_FREE: of dst. */
+	uint64_t *alloc;
 };
 
 /* A CUDA array (cuArray3DCreate); height 0: 1D, depth 0: not 3D. */
@@ -401,6 +404,17 @@ struct pvgpu_executor_ops {
 	int32_t (*capture_deps)(struct pvgpu_exec *ex, uint64_t stream,
 				const uint64_t *nodes, const uint64_t *edges,
 				uint32_t n, uint32_t flags);
+	/*
+	 * Graph memory (NULL: not supported).  mem_async: cuMemAllocAsync
+	 * of size bytes (size 0: cuMemFreeAsync of dptr) on a capturing
+	 * stream, *dptr the address.  graph_mem_attr: a CUgraphMem_attribute
+	 * of the current context's device read (*value) or set, or (attr
+	 * UINT32_MAX) cuDeviceGraphMemTrim.
+	 */
+	int32_t (*mem_async)(struct pvgpu_exec *ex, uint64_t stream,
+			     uint64_t size, uint64_t *dptr);
+	int32_t (*graph_mem_attr)(struct pvgpu_exec *ex, uint32_t attr,
+				  int set, uint64_t *value);
 };
 
 extern const struct pvgpu_executor_ops pvgpu_exec_cuda;

@@ -24,6 +24,14 @@
  * graphs made with it (an executable graph's handle lists the buffers it
  * uses in its data).  What the session holds in buffers is bounded
  * (PVGPU_STAGED_MAX); all of them go with the session.
+ *
+ * Graph memory.  An allocation node (explicit, or cuMemAllocAsync
+ * captured) reserves its address when it is made; the session may use
+ * that range in its graphs from then on (it is one of its allocations,
+ * marked PVGPU_ALLOC_GRAPH so that cuMemFree refuses it), a free node may
+ * name only such an address, and the bytes count against the VM's quota
+ * until the context goes (whether a launch has the memory mapped or not:
+ * the conservative count).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -456,4 +464,160 @@ int32_t pvgpu_handle_graph_staged_get(struct pvgpu_worker *w,
 		}
 	}
 	return CUDA_SUCCESS;
+}
+
+/* ---- graph memory ------------------------------------------------------- */
+
+/* The range an allocation node reserved (st: how making it went): the
+ * session's from now on, its charge (pending until now) committed. */
+static int32_t graph_alloc_add(struct pvgpu_worker *w, int32_t st,
+			       uint64_t dptr, uint64_t size, int32_t device)
+{
+	struct pvgpu_alloc a = {
+		.base = dptr, .size = size, .ctx = w->cur_ctx,
+		.module = PVGPU_ALLOC_GRAPH, .device = device,
+	};
+
+	/* Known already: the driver gave a second node the same range. */
+	if (st || !dptr || pvgpu_alloc_range(&w->allocs, dptr, 1)) {
+		pvgpu_accounting_uncharge(w->slot, size);
+		return st;
+	}
+	if (pvgpu_alloc_add(&w->allocs, &a)) {
+		pvgpu_accounting_uncharge(w->slot, size);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	pvgpu_accounting_commit(w->slot, device, size);
+	return CUDA_SUCCESS;
+}
+
+/* A free node's address: one an allocation node of the session gave. */
+static int graph_alloc_ok(struct pvgpu_worker *w, uint64_t dptr)
+{
+	struct pvgpu_alloc *a = pvgpu_alloc_find(&w->allocs, dptr);
+
+	return a && a->module == PVGPU_ALLOC_GRAPH;
+}
+
+static int32_t ctx_device(struct pvgpu_worker *w)
+{
+	struct pvgpu_handle *c = pvgpu_handle_get(&w->handles, w->cur_ctx, H_CTX);
+
+	return c ? c->device : 0;
+}
+
+int32_t pvgpu_handle_graph_mem_node(struct pvgpu_worker *w,
+				    const struct pvgpu_graph_mem_node_req *req,
+				    struct pvgpu_graph_mem_node_rep *rep)
+{
+	struct pvgpu_graph_mem_node_req r = *req;
+	struct pvgpu_graph_node n = {
+		.type = req->size ? CU_GRAPH_NODE_TYPE_MEM_ALLOC :
+				    CU_GRAPH_NODE_TYPE_MEM_FREE,
+		.width = req->size, .dst = req->dptr, .alloc = &rep->dptr,
+	};
+	struct pvgpu_handle *g;
+	uint64_t deps[MAX_DEPS], node = 0;
+	int32_t st;
+
+	if (!w->ex)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!w->cur_ctx)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	g = pvgpu_handle_get(&w->handles, r.graph, H_GRAPH);
+	if (!g)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if ((req->size && req->dptr) || (!req->size && !graph_alloc_ok(w, req->dptr)))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!w->ex_ops->graph_add_node)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	for (uint32_t i = 0; i < req->deps_count; i++) {
+		struct pvgpu_handle *h = pvgpu_handle_get(&w->handles, req->deps[i],
+							  H_GRAPH_NODE);
+
+		if (!h || h->module != req->graph)
+			return CUDA_ERROR_INVALID_VALUE;
+		for (uint32_t j = 0; j < i; j++)
+			if (req->deps[j] == req->deps[i])
+				return CUDA_ERROR_INVALID_VALUE;
+		deps[i] = h->exec_handle;
+	}
+	if (req->size && pvgpu_accounting_charge(w->acct, w->slot, req->size))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	st = w->ex_ops->graph_add_node(w->ex, g->exec_handle, &n, deps,
+				       req->deps_count, &node);
+	if (req->size)
+		st = graph_alloc_add(w, st, rep->dptr, req->size, ctx_device(w));
+	if (st)
+		return st;	/* a node made stays in the graph: the driver's */
+	rep->node = pvgpu_handle_add(&w->handles, H_GRAPH_NODE, node, w->cur_ctx,
+				     (int32_t)n.type);
+	if (!rep->node)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pvgpu_handle_get(&w->handles, rep->node, H_GRAPH_NODE)->module = req->graph;
+	if (!req->size)
+		rep->dptr = req->dptr;
+	return CUDA_SUCCESS;
+}
+
+int32_t pvgpu_handle_stream_mem_async(struct pvgpu_worker *w,
+				      const struct pvgpu_stream_mem_async_req *req,
+				      struct pvgpu_stream_mem_async_rep *rep)
+{
+	uint64_t stream = 0, graph = 0, id, count = 0, edge, node = 0;
+	uint32_t status, type;
+	int32_t st;
+
+	if (!w->ex)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!w->cur_ctx)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if ((req->size && req->dptr) || (!req->size && !graph_alloc_ok(w, req->dptr)))
+		return CUDA_ERROR_INVALID_VALUE;
+	st = pvgpu_lookup_stream(w, req->stream, &stream);
+	if (st)
+		return st;
+	if (!w->ex_ops->mem_async || !w->ex_ops->capture_info)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	st = capture_graph(w, stream, &graph);
+	if (st)
+		return st;
+	if (req->size && pvgpu_accounting_charge(w->acct, w->slot, req->size))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	rep->dptr = req->dptr;
+	st = w->ex_ops->mem_async(w->ex, stream, req->size, &rep->dptr);
+	if (req->size)
+		st = graph_alloc_add(w, st, rep->dptr, req->size, ctx_device(w));
+	/* The node the capture now depends on is the one just made. */
+	if (!st)
+		st = w->ex_ops->capture_info(w->ex, stream, &status, &id, &graph,
+					     &node, &type, &edge, 1, &count);
+	if (!st && count == 1) {
+		rep->node = pvgpu_graph_node_id(w, pvgpu_graph_id(w, graph), node,
+						type);
+		if (!rep->node)
+			st = CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	return st;
+}
+
+int32_t pvgpu_handle_graph_mem_attr(struct pvgpu_worker *w,
+				    const struct pvgpu_graph_mem_attr_req *req,
+				    struct pvgpu_graph_mem_attr_rep *rep)
+{
+	if (!w->ex)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!w->cur_ctx)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (req->set > 1 || (req->set && req->value))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (req->attr != UINT32_MAX && req->attr > CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (req->set && req->attr != CU_GRAPH_MEM_ATTR_USED_MEM_HIGH &&
+	    req->attr != CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!w->ex_ops->graph_mem_attr)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	rep->value = 0;
+	return w->ex_ops->graph_mem_attr(w->ex, req->attr, (int)req->set, &rep->value);
 }

@@ -198,3 +198,113 @@ def test_staged_copy_nodes_and_capture_queries(twins_daemon, libdir, tmp_path):
     # CU_GRAPH_EXEC_UPDATE_SUCCESS; the new buffers, not the old ones.
     assert "updated launch 0 (301.0, 556.0) (0.0,)" in out, out
     assert " start: " in twins_daemon.log()
+
+
+MEM_SCRIPT = PRELUDE + r'''
+n = 256
+N = 4 * n
+a, b, plain = c_u64(), c_u64(), c_u64()
+for p in (a, b, plain):
+    must("cuMemAlloc_v2", ctypes.byref(p), c_size(N))
+must("cuMemcpyHtoD_v2", a, struct.pack("%df" % n, *[float(i) for i in range(n)]), c_size(N))
+must("cuMemcpyHtoD_v2", b, struct.pack("%df" % n, *([2.0] * n)), c_size(N))
+s = vp()
+must("cuStreamCreate", ctypes.byref(s), 1)
+cnt = c_int(n)
+def floats(buf, *idx):
+    return tuple(ctypes.c_float.from_buffer(buf, 4 * i).value for i in idx)
+
+# CUDA_MEM_ALLOC_NODE_PARAMS: pool properties (88 bytes: pinned, device 0),
+# access descriptors, their count, bytesize, dptr (written back).
+params = ctypes.create_string_buffer(120)
+struct.pack_into("<iiii", params, 0, 1, 0, 1, 0)
+struct.pack_into("<QQQQ", params, 88, 0, 0, N, 0)
+g, al, k, cp, fr = vp(), vp(), vp(), vp(), vp()
+must("cuGraphCreate", ctypes.byref(g), 0)
+must("cuGraphAddMemAllocNode", ctypes.byref(al), g, None, c_size(0), params)
+dptr = c_u64(struct.unpack_from("<Q", params, 112)[0])
+print("alloc node address", dptr.value != 0)
+args = (vp * 4)(ctypes.addressof(a), ctypes.addressof(b), ctypes.addressof(dptr),
+                ctypes.addressof(cnt))
+kp = KernelParams(func=fn.value, gx=1, gy=1, gz=1, bx=256, by=1, bz=1, smem=0,
+                  kernelParams=ctypes.cast(args, vp).value)
+must("cuGraphAddKernelNode_v2", ctypes.byref(k), g, (vp * 1)(al), c_size(1), ctypes.byref(kp))
+out = ctypes.create_string_buffer(N)
+c3 = Memcpy3D(srcMemoryType=DEVICE, srcDevice=dptr.value, dstMemoryType=HOST,
+              dstHost=ctypes.addressof(out), WidthInBytes=N, Height=1, Depth=1)
+must("cuGraphAddMemcpyNode", ctypes.byref(cp), g, (vp * 1)(k), c_size(1), ctypes.byref(c3), ctx)
+must("cuGraphAddMemFreeNode", ctypes.byref(fr), g, (vp * 1)(cp), c_size(1), dptr)
+got = ctypes.create_string_buffer(120)
+must("cuGraphMemAllocNodeGetParams", al, got)
+fd = c_u64()
+must("cuGraphMemFreeNodeGetParams", fr, ctypes.byref(fd))
+print("params", struct.unpack_from("<Q", got, 104)[0] == N,
+      struct.unpack_from("<Q", got, 112)[0] == dptr.value, fd.value == dptr.value)
+t = c_int(-1)
+must("cuGraphNodeGetType", al, ctypes.byref(t))
+kinds = [t.value]
+must("cuGraphNodeGetType", fr, ctypes.byref(t))
+print("node types", kinds + [t.value])
+bad = vp()
+print("free node of other memory", call("cuGraphAddMemFreeNode", ctypes.byref(bad), g, None,
+                                        c_size(0), plain))
+print("free node of a made-up address", call("cuGraphAddMemFreeNode", ctypes.byref(bad), g,
+                                             None, c_size(0), c_u64(0xdead0000)))
+exe = vp()
+must("cuGraphInstantiateWithFlags", ctypes.byref(exe), g, c_u64(1))  # AUTO_FREE_ON_LAUNCH
+must("cuGraphLaunch", exe, s)
+must("cuStreamSynchronize", s)
+print("explicit", floats(out, 0, 255))
+used = c_u64()
+must("cuDeviceGetGraphMemAttribute", 0, 0, ctypes.byref(used))   # USED_MEM_CURRENT
+print("graph memory used", used.value >= N)
+zero = c_u64(0)
+must("cuDeviceSetGraphMemAttribute", 0, 1, ctypes.byref(zero))    # USED_MEM_HIGH
+print("set current", call("cuDeviceSetGraphMemAttribute", 0, 0, ctypes.byref(zero)))
+must("cuDeviceGraphMemTrim", 0)
+
+# cuMemAllocAsync / cuMemFreeAsync captured, as graphMemoryNodes does.
+must("cuStreamBeginCapture_v2", s, 0)
+tmp = c_u64()
+must("cuMemAllocAsync", ctypes.byref(tmp), c_size(N), s)
+args2 = (vp * 4)(ctypes.addressof(a), ctypes.addressof(a), ctypes.addressof(tmp),
+                 ctypes.addressof(cnt))
+must("cuLaunchKernel", fn, 1, 1, 1, 256, 1, 1, 0, s, args2, None)
+out2 = ctypes.create_string_buffer(N)
+must("cuMemcpyDtoHAsync_v2", out2, tmp, c_size(N), s)
+must("cuMemFreeAsync", tmp, s)
+cap = vp()
+must("cuStreamEndCapture", s, ctypes.byref(cap))
+count = c_size(0)
+must("cuGraphGetNodes", cap, None, ctypes.byref(count))
+print("captured nodes", count.value)
+cexe = vp()
+must("cuGraphInstantiateWithFlags", ctypes.byref(cexe), cap, c_u64(0))
+must("cuGraphLaunch", cexe, s)
+must("cuStreamSynchronize", s)
+print("captured", floats(out2, 0, 255))
+for x in (exe, cexe):
+    must("cuGraphExecDestroy", x)
+must("cuGraphDestroy", g)
+must("cuGraphDestroy", cap)
+print("PASS")
+'''
+
+
+def test_graph_memory_nodes(twins_daemon, libdir, tmp_path):
+    """graphMemoryNodes / graphMemoryFootprint's calls: allocation and free
+    nodes, explicit and captured; the address an allocation node gives is
+    the session's to use in its graphs, and only such an address may be
+    freed by a free node."""
+    image = BUILD / "tests" / "kernels" / "images" / "vecadd.fatbin"
+    out, _ = run_script(twins_daemon, libdir, tmp_path, MEM_SCRIPT, image)
+    assert "alloc node address True" in out, out
+    assert "params True True True" in out, out
+    assert "node types [10, 11]" in out, out        # MEM_ALLOC, MEM_FREE
+    assert "free node of other memory 1" in out, out  # CUDA_ERROR_INVALID_VALUE
+    assert "free node of a made-up address 1" in out, out
+    assert "explicit (2.0, 257.0)" in out, out        # a + 2
+    assert "graph memory used True" in out, out
+    assert "set current 1" in out, out
+    assert "captured nodes 4" in out, out             # alloc, kernel, copy, free
+    assert "captured (0.0, 510.0)" in out, out        # a + a

@@ -211,6 +211,8 @@ struct pvgpu_exec {
 	/* PVGPU_SIM_NO_PEER: pairs of devices without peer access. */
 	bool no_peer[SIM_MAX_DEVICES][SIM_MAX_DEVICES];
 	uint32_t node;			/* PVGPU_SIM_NODE */
+	/* Graph memory: allocation nodes' bytes (made at once, kept). */
+	uint64_t graph_mem, graph_mem_high;
 	uint64_t addr_base;		/* where this node's device windows start */
 
 	/* Live objects, sorted by handle. */
@@ -3097,6 +3099,79 @@ static int32_t sim_capture_call(struct pvgpu_exec *ex,
 	}
 }
 
+/* Graph memory: the sim makes an allocation node's memory at once and
+ * keeps it (a graph may run any number of times). */
+static int32_t graph_mem_alloc(struct pvgpu_exec *ex, uint64_t size,
+			       uint64_t *dptr)
+{
+	int32_t rc = size ? sim_mem_alloc(ex, size, dptr) : CUDA_ERROR_INVALID_VALUE;
+
+	if (rc)
+		return rc;
+	ex->graph_mem += size;
+	if (ex->graph_mem > ex->graph_mem_high)
+		ex->graph_mem_high = ex->graph_mem;
+	return CUDA_SUCCESS;
+}
+
+static int32_t sim_mem_async(struct pvgpu_exec *ex, uint64_t stream,
+			     uint64_t size, uint64_t *dptr)
+{
+	struct sim_obj *s;
+	struct pvgpu_graph_node c = { .type = CU_GRAPH_NODE_TYPE_MEM_FREE };
+	int32_t rc;
+
+	if (!ex || !dptr)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = ctx_check(ex);
+	if (rc)
+		return rc;
+	s = stream ? obj_find(ex, stream, SIM_STREAM) : NULL;
+	if (!s || s->ctx != ex->cur || !s->u.stream.capture) {
+		sim_diag(ex, "stream-ordered graph memory outside a capture: not "
+			 "modelled by the sim");
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	if (size) {
+		rc = graph_mem_alloc(ex, size, dptr);
+		if (rc)
+			return rc;
+		c.type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
+		c.width = size;
+	} else {
+		c.dst = *dptr;
+	}
+	return graph_capture(ex, s, NULL, &c);
+}
+
+static int32_t sim_graph_mem_attr(struct pvgpu_exec *ex, uint32_t attr,
+				  int set, uint64_t *value)
+{
+	int32_t rc;
+
+	if (!ex || !value)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = ctx_check(ex);
+	if (rc)
+		return rc;
+	switch (attr) {
+	case UINT32_MAX:			/* trim: nothing unused is kept */
+		return CUDA_SUCCESS;
+	case CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT:
+	case CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT:
+		*value = ex->graph_mem;
+		return set ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+	case CU_GRAPH_MEM_ATTR_USED_MEM_HIGH:
+	case CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH:
+		if (set)
+			ex->graph_mem_high = ex->graph_mem;
+		*value = ex->graph_mem_high;
+		return CUDA_SUCCESS;
+	default:
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+}
+
 /* cuStreamGetCaptureInfo: the graph's handle doubles as the capture id. */
 static int32_t sim_capture_info(struct pvgpu_exec *ex, uint64_t stream,
 				uint32_t *status, uint64_t *id, uint64_t *graph,
@@ -3320,12 +3395,22 @@ static int32_t sim_graph_add_node(struct pvgpu_exec *ex, uint64_t graph,
 	case CU_GRAPH_NODE_TYPE_MEMSET:
 	case CU_GRAPH_NODE_TYPE_MEMCPY:
 	case CU_GRAPH_NODE_TYPE_EMPTY:
+	case CU_GRAPH_NODE_TYPE_MEM_FREE:
+		break;
+	case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
+		if (!n->alloc)
+			return CUDA_ERROR_INVALID_VALUE;
 		break;
 	default:
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
 	if (ex->serial >= SIM_HANDLE_SERIAL_MASK)
 		return CUDA_ERROR_OUT_OF_MEMORY;
+	if (n->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
+		rc = graph_mem_alloc(ex, n->width, n->alloc);
+		if (rc)
+			return rc;
+	}
 	rc = graph_add(g, n->type == CU_GRAPH_NODE_TYPE_KERNEL ? &n->kernel : &empty);
 	if (rc)
 		return rc;
@@ -3343,6 +3428,7 @@ static int32_t sim_graph_add_node(struct pvgpu_exec *ex, uint64_t graph,
 	e->type = n->type;
 	e->n = *n;
 	e->n.kernel = (struct pvgpu_launch){ 0 };
+	e->n.alloc = NULL;
 	e->node = node_new(ex);
 	*node = e->node;
 	return CUDA_SUCCESS;
@@ -4145,6 +4231,8 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.graph_exec_update	= sim_graph_exec_update,
 	.capture_info		= sim_capture_info,
 	.capture_deps		= sim_capture_deps,
+	.mem_async		= sim_mem_async,
+	.graph_mem_attr		= sim_graph_mem_attr,
 };
 
 /* How pvgpud finds this fixture: build/lib/pvgpud/exec-sim.so. */

@@ -157,6 +157,17 @@ struct cuda_api {
 	CUresult (CUDAAPI *stream_capture_deps)(CUstream, CUgraphNode *,
 						const CUgraphEdgeData *, size_t,
 						unsigned int);
+	CUresult (CUDAAPI *graph_add_mem_alloc_node)(CUgraphNode *, CUgraph,
+						     const CUgraphNode *, size_t,
+						     CUDA_MEM_ALLOC_NODE_PARAMS *);
+	CUresult (CUDAAPI *graph_add_mem_free_node)(CUgraphNode *, CUgraph,
+						    const CUgraphNode *, size_t,
+						    CUdeviceptr);
+	CUresult (CUDAAPI *mem_alloc_async)(CUdeviceptr *, size_t, CUstream);
+	CUresult (CUDAAPI *mem_free_async)(CUdeviceptr, CUstream);
+	CUresult (CUDAAPI *device_graph_mem_trim)(CUdevice);
+	CUresult (CUDAAPI *device_get_graph_mem_attr)(CUdevice, CUgraphMem_attribute, void *);
+	CUresult (CUDAAPI *device_set_graph_mem_attr)(CUdevice, CUgraphMem_attribute, void *);
 };
 
 struct cuda_sym {
@@ -255,6 +266,13 @@ static const struct cuda_sym cuda_syms[] = {
 	SYM(graph_exec_update, "cuGraphExecUpdate", 12000, "cuGraphExecUpdate_v2", NULL, true),
 	SYM(stream_capture_info, "cuStreamGetCaptureInfo", 12030, "cuStreamGetCaptureInfo_v3", NULL, true),
 	SYM(stream_capture_deps, "cuStreamUpdateCaptureDependencies", 12030, "cuStreamUpdateCaptureDependencies_v2", NULL, true),
+	SYM(graph_add_mem_alloc_node, "cuGraphAddMemAllocNode", 11040, "cuGraphAddMemAllocNode", NULL, true),
+	SYM(graph_add_mem_free_node, "cuGraphAddMemFreeNode", 11040, "cuGraphAddMemFreeNode", NULL, true),
+	SYM(mem_alloc_async, "cuMemAllocAsync", 11020, "cuMemAllocAsync", NULL, true),
+	SYM(mem_free_async, "cuMemFreeAsync", 11020, "cuMemFreeAsync", NULL, true),
+	SYM(device_graph_mem_trim, "cuDeviceGraphMemTrim", 11040, "cuDeviceGraphMemTrim", NULL, true),
+	SYM(device_get_graph_mem_attr, "cuDeviceGetGraphMemAttribute", 11040, "cuDeviceGetGraphMemAttribute", NULL, true),
+	SYM(device_set_graph_mem_attr, "cuDeviceSetGraphMemAttribute", 11040, "cuDeviceSetGraphMemAttribute", NULL, true),
 };
 
 typedef CUresult (CUDAAPI *get_proc_address_fn)(const char *, void **, int,
@@ -2141,6 +2159,26 @@ static int32_t cuda_graph_add_node(struct pvgpu_exec *ex, uint64_t graph,
 			return CUDA_ERROR_NOT_SUPPORTED;
 		rc = ex->api.graph_add_empty_node(&out, g, d, ndeps);
 		break;
+	case CU_GRAPH_NODE_TYPE_MEM_ALLOC: {
+		CUDA_MEM_ALLOC_NODE_PARAMS p = {
+			.poolProps = {
+				.allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
+				.location = { CU_MEM_LOCATION_TYPE_DEVICE, c->dev },
+			},
+			.bytesize = n->width,
+		};
+
+		if (!ex->api.graph_add_mem_alloc_node || !n->alloc)
+			return CUDA_ERROR_NOT_SUPPORTED;
+		rc = ex->api.graph_add_mem_alloc_node(&out, g, d, ndeps, &p);
+		*n->alloc = rc ? 0 : p.dptr;
+		break;
+	}
+	case CU_GRAPH_NODE_TYPE_MEM_FREE:
+		if (!ex->api.graph_add_mem_free_node)
+			return CUDA_ERROR_NOT_SUPPORTED;
+		rc = ex->api.graph_add_mem_free_node(&out, g, d, ndeps, n->dst);
+		break;
 	default:
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
@@ -2326,6 +2364,51 @@ static int32_t cuda_capture_deps(struct pvgpu_exec *ex, uint64_t stream,
 					 (CUgraphNode *)(uintptr_t)nodes, e, n,
 					 flags);
 	free(e);
+	return rc;
+}
+
+static int32_t cuda_mem_async(struct pvgpu_exec *ex, uint64_t stream,
+			      uint64_t size, uint64_t *dptr)
+{
+	CUdeviceptr p = 0;
+	int32_t rc;
+
+	if (!ex || !dptr)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!ex->api.mem_alloc_async || !ex->api.mem_free_async)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	if (!size)
+		return ex->api.mem_free_async((CUdeviceptr)*dptr,
+					      (CUstream)(uintptr_t)stream);
+	rc = ex->api.mem_alloc_async(&p, size, (CUstream)(uintptr_t)stream);
+	*dptr = rc ? 0 : (uint64_t)p;
+	return rc;
+}
+
+static int32_t cuda_graph_mem_attr(struct pvgpu_exec *ex, uint32_t attr,
+				   int set, uint64_t *value)
+{
+	struct cuda_ctx *c;
+	cuuint64_t v = 0;
+	int32_t rc;
+
+	if (!ex || !value)
+		return CUDA_ERROR_INVALID_VALUE;
+	c = ex->cur ? ctx_find(ex, ex->cur) : NULL;
+	if (!c)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!ex->api.device_graph_mem_trim || !ex->api.device_get_graph_mem_attr ||
+	    !ex->api.device_set_graph_mem_attr)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	if (attr == UINT32_MAX)
+		return ex->api.device_graph_mem_trim(c->dev);
+	if (set)
+		return ex->api.device_set_graph_mem_attr(c->dev,
+							 (CUgraphMem_attribute)attr, &v);
+	rc = ex->api.device_get_graph_mem_attr(c->dev, (CUgraphMem_attribute)attr, &v);
+	*value = v;
 	return rc;
 }
 
@@ -2564,4 +2647,6 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.graph_exec_update	= cuda_graph_exec_update,
 	.capture_info		= cuda_capture_info,
 	.capture_deps		= cuda_capture_deps,
+	.mem_async		= cuda_mem_async,
+	.graph_mem_attr		= cuda_graph_mem_attr,
 };
