@@ -229,9 +229,25 @@ def seeds():
               + W.message("driver_call", 103, fn=12, args=[h(2), 1])
               + W.message("driver_call", 104, fn=17, args=[h(6)])
               + W.message("driver_call", 105, fn=18, args=[h(3)]))
+    # Graph memory: an allocation node, a free node of its address and one
+    # of other memory, the attributes and a trim; the same captured.
+    graph_mem = (W.message("stream_create", 110, flags=1, priority=0)
+                 + W.message("driver_call", 111, fn=19, args=[1, 0])
+                 + W.message("graph_mem_node", 112, graph=h(3), deps=[], size=4096, dptr=0)
+                 + W.message("graph_mem_node", 113, graph=h(3), deps=[h(4)], size=0,
+                             dptr=base + (1 << 20))
+                 + W.message("graph_mem_node", 114, graph=h(3), deps=[], size=0, dptr=base)
+                 + W.message("graph_mem_attr", 115, attr=0, set=0, value=0)
+                 + W.message("graph_mem_attr", 116, attr=1, set=1, value=0)
+                 + W.message("graph_mem_attr", 117, attr=0xFFFFFFFF, set=0, value=0)
+                 + W.message("driver_call", 118, fn=11, args=[h(2), 0])
+                 + W.message("stream_mem_async", 119, stream=h(2), size=256, dptr=0)
+                 + W.message("stream_mem_async", 120, stream=h(2), size=0, dptr=base)
+                 + W.message("driver_call", 121, fn=12, args=[h(2), 1]))
     return {
         **modules,
         "staged": session + staged + free,
+        "graph_mem": session + graph_mem + free,
         "textures": session + textures + free,
         "arrays": session + arrays + free,
         "hello": hello,
