@@ -227,6 +227,7 @@ CUresult CUDAAPI cuGraphDestroy(CUgraph g)
 	pthread_mutex_unlock(&nodes_lock);
 	host_nodes_drop(ID(g), 0);
 	cu_staged_forget(ID(g), 0);
+	cu_graph_cond_forget(ID(g), 0);
 	return CUDA_SUCCESS;
 }
 
@@ -575,10 +576,12 @@ static CUresult add_any(CUgraphNode *out, CUgraph g, const CUgraphNode *deps,
 	case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
 	case CU_GRAPH_NODE_TYPE_MEM_FREE:
 		return cu_graph_add_mem_node(out, g, deps, ndeps, p);
+	case CU_GRAPH_NODE_TYPE_CONDITIONAL:
+		return cu_graph_add_cond_node(out, g, deps, ndeps, p);
 	default:
 		pvgpu_debug("cuGraphAddNode: node type %d is not supported "
-			    "(pvgpu takes kernel, memcpy, memset, empty, host and "
-			    "memory nodes)",
+			    "(pvgpu takes kernel, memcpy, memset, empty, host, "
+			    "memory and conditional nodes)",
 			    (int)p->type);
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
@@ -823,6 +826,7 @@ CUresult CUDAAPI cuGraphDestroyNode(CUgraphNode node)
 		kernel_node_keep(ID(node), 0, NULL, NULL);
 		host_nodes_drop(0, ID(node));
 		cu_staged_forget(0, ID(node));
+		cu_graph_cond_forget(0, ID(node));
 	}
 	return r;
 }

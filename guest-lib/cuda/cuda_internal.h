@@ -261,6 +261,11 @@ CUresult cu_staged_sync(struct cu_ctx *ctx, uint64_t stream, int all, uint64_t s
 CUresult cu_graph_add_mem_node(CUgraphNode *out, CUgraph g, const CUgraphNode *deps,
 			       size_t ndeps, CUgraphNodeParams *p);
 int cu_graph_mem_captured(CUstream s, size_t size, CUdeviceptr *dptr, CUresult *r);
+/* Conditional nodes (cuda_graphcond.c): cuGraphAddNode's, and their body
+ * arrays forgotten with their graph (or node). */
+CUresult cu_graph_add_cond_node(CUgraphNode *out, CUgraph g, const CUgraphNode *deps,
+				size_t ndeps, CUgraphNodeParams *p);
+void cu_graph_cond_forget(uint64_t graph, uint64_t node);
 /* The same with structures: in (nin bytes) sent, out (nout bytes) wanted
  * back (gen_generic.py's const_T* and out_T*). */
 CUresult cu_generic_call_data(uint32_t id, const char *name, struct cu_ctx *ctx,

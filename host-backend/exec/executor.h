@@ -77,6 +77,11 @@ struct pvgpu_graph_node {
 	/* MEM_ALLOC: width bytes on the current context's device, the
 	 * address written to *alloc; MEM_FREE: of dst. */
 	uint64_t *alloc;
+	/* CONDITIONAL: on handle cond, cond_type, cond_size body graphs,
+	 * the executor's handles for them written to bodies[]. */
+	uint64_t cond;
+	uint32_t cond_type, cond_size;
+	uint64_t *bodies;
 };
 
 /* A CUDA array (cuArray3DCreate); height 0: 1D, depth 0: not 3D. */
@@ -415,6 +420,11 @@ struct pvgpu_executor_ops {
 			     uint64_t size, uint64_t *dptr);
 	int32_t (*graph_mem_attr)(struct pvgpu_exec *ex, uint32_t attr,
 				  int set, uint64_t *value);
+	/* cuGraphConditionalHandleCreate in graph for the current context
+	 * (NULL: not supported); *handle the driver's value. */
+	int32_t (*cond_handle)(struct pvgpu_exec *ex, uint64_t graph,
+			       uint32_t default_value, uint32_t flags,
+			       uint64_t *handle);
 };
 
 extern const struct pvgpu_executor_ops pvgpu_exec_cuda;

@@ -15,7 +15,8 @@ enum pvgpu_handle_kind { H_FREE, H_CTX, H_STREAM, H_EVENT, H_MODULE, H_FUNC,
 			H_GRAPH, H_GRAPH_EXEC, H_ARRAY, H_TEX, H_SURF, H_GRAPH_NODE,
 			H_LINK,		/* a linked image (data, ndata bytes) */
 			H_MEM,		/* physical memory (vmm.c): charged bytes */
-			H_VARANGE	/* reserved addresses: base, size in charged */ };
+			H_VARANGE,	/* reserved addresses: base, size in charged */
+			H_COND		/* a conditional handle: module its graph */ };
 
 struct pvgpu_handle {
 	enum pvgpu_handle_kind kind;

@@ -93,6 +93,7 @@ cuStreamUpdateCaptureDependencies cuStreamUpdateCaptureDependencies_ptsz
 cuStreamUpdateCaptureDependencies_v2 cuStreamUpdateCaptureDependencies_v2_ptsz
 cuGraphAddMemAllocNode cuGraphAddMemFreeNode cuDeviceGraphMemTrim
 cuDeviceGetGraphMemAttribute cuDeviceSetGraphMemAttribute
+cuGraphConditionalHandleCreate
 """
 
 LOCAL = """

@@ -308,3 +308,73 @@ def test_graph_memory_nodes(twins_daemon, libdir, tmp_path):
     assert "set current 1" in out, out
     assert "captured nodes 4" in out, out             # alloc, kernel, copy, free
     assert "captured (0.0, 510.0)" in out, out        # a + a
+
+
+COND_SCRIPT = PRELUDE + r'''
+n = 256
+d = c_u64()
+must("cuMemAlloc_v2", ctypes.byref(d), c_size(4 * n))
+g, g2 = vp(), vp()
+must("cuGraphCreate", ctypes.byref(g), 0)
+must("cuGraphCreate", ctypes.byref(g2), 0)
+h, h2 = c_u64(), c_u64()
+must("cuGraphConditionalHandleCreate", ctypes.byref(h), g, ctx, 1, 1)  # ASSIGN_DEFAULT
+must("cuGraphConditionalHandleCreate", ctypes.byref(h2), g2, ctx, 0, 0)
+print("handles", h.value != 0, h.value != h2.value)
+def cond(handle, kind, size):
+    """CUgraphNodeParams of a conditional node (type 13)."""
+    p = ctypes.create_string_buffer(256)
+    struct.pack_into("<i", p, 0, 13)
+    struct.pack_into("<QiIQQ", p, 16, handle.value, kind, size, 0, ctx.value)
+    return p
+p = cond(h, 0, 2)                                  # IF with an ELSE body
+node = vp()
+must("cuGraphAddNode_v2", ctypes.byref(node), g, None, None, c_size(0), p)
+bodies_at = struct.unpack_from("<Q", p, 32)[0]
+bodies = [vp(x) for x in (vp * 2).from_address(bodies_at)]
+print("bodies", len(set(b.value for b in bodies)), all(b.value for b in bodies))
+t = c_int(-1)
+must("cuGraphNodeGetType", node, ctypes.byref(t))
+print("conditional type", t.value)
+# The bodies are graphs the program fills.
+ms = MemsetParams(dst=d.value, pitch=0, value=5, elementSize=4, width=n, height=1)
+inner = vp()
+must("cuGraphAddMemsetNode", ctypes.byref(inner), bodies[0], None, c_size(0),
+     ctypes.byref(ms), ctx)
+count = c_size(0)
+must("cuGraphGetNodes", bodies[0], None, ctypes.byref(count))
+print("body nodes", count.value)
+print("handle of another graph", call("cuGraphAddNode_v2", ctypes.byref(vp()), g, None,
+                                      None, c_size(0), cond(h2, 1, 1)))
+print("made-up handle", call("cuGraphAddNode_v2", ctypes.byref(vp()), g, None, None,
+                             c_size(0), cond(c_u64(0x5eed), 1, 1)))
+print("WHILE with two bodies", call("cuGraphAddNode_v2", ctypes.byref(vp()), g, None, None,
+                                     c_size(0), cond(h, 1, 2)))
+sw = cond(h, 2, 4)                                 # SWITCH of four
+must("cuGraphAddNode_v2", ctypes.byref(vp()), g, (vp * 1)(node), None, c_size(1), sw)
+print("switch bodies", len(set((vp * 4).from_address(struct.unpack_from("<Q", sw, 32)[0]))))
+must("cuGraphDestroy", g)
+print("body after its graph", call("cuGraphGetNodes", bodies[0], None, ctypes.byref(count)))
+must("cuGraphDestroy", g2)
+print("PASS")
+'''
+
+
+def test_conditional_nodes(twins_daemon, libdir, tmp_path):
+    """graphConditionalNodes' structure: handles per graph, IF/WHILE/SWITCH
+    nodes whose body graphs come back as graphs the program adds nodes to;
+    a node may only use a handle of its own graph.  What a conditional
+    node does when launched depends on kernels setting the handle on the
+    GPU, which the sim does not model (no test here launches one; NVIDIA's
+    graphConditionalNodes sample on the GPU machine does)."""
+    image = BUILD / "tests" / "kernels" / "images" / "vecadd.fatbin"
+    out, _ = run_script(twins_daemon, libdir, tmp_path, COND_SCRIPT, image)
+    assert "handles True True" in out, out
+    assert "bodies 2 True" in out, out
+    assert "conditional type 13" in out, out
+    assert "body nodes 1" in out, out
+    assert "handle of another graph 1" in out, out   # CUDA_ERROR_INVALID_VALUE
+    assert "made-up handle 1" in out, out
+    assert "WHILE with two bodies 1" in out, out
+    assert "switch bodies 4" in out, out
+    assert "body after its graph 400" in out, out    # CUDA_ERROR_INVALID_HANDLE

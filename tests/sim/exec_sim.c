@@ -3172,6 +3172,26 @@ static int32_t sim_graph_mem_attr(struct pvgpu_exec *ex, uint32_t attr,
 	}
 }
 
+/* cuGraphConditionalHandleCreate: a value of the sim's own. */
+static int32_t sim_cond_handle(struct pvgpu_exec *ex, uint64_t graph,
+			       uint32_t default_value, uint32_t flags,
+			       uint64_t *handle)
+{
+	int32_t rc;
+
+	(void)default_value;
+	(void)flags;
+	if (!ex || !handle)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = ctx_check(ex);
+	if (rc)
+		return rc;
+	if (!obj_find(ex, graph, SIM_GRAPH))
+		return CUDA_ERROR_INVALID_HANDLE;
+	*handle = ++ex->serial;
+	return CUDA_SUCCESS;
+}
+
 /* cuStreamGetCaptureInfo: the graph's handle doubles as the capture id. */
 static int32_t sim_capture_info(struct pvgpu_exec *ex, uint64_t stream,
 				uint32_t *status, uint64_t *id, uint64_t *graph,
@@ -3357,8 +3377,13 @@ static int32_t graph_node_run(struct pvgpu_exec *ex,
 						     e->n.width, stream);
 		return sim_memcpy_dtod_async(ex, e->n.dst, e->n.src,
 					     e->n.width, stream);
+	case CU_GRAPH_NODE_TYPE_CONDITIONAL:
+		/* Its condition is set by kernels the sim does not run on a
+		 * GPU: which body would run is not modelled. */
+		sim_diag(ex, "a conditional graph node: not run by the sim");
+		return CUDA_ERROR_NOT_SUPPORTED;
 	default:
-		return CUDA_SUCCESS;		/* empty */
+		return CUDA_SUCCESS;		/* empty, memory nodes */
 	}
 }
 
@@ -3401,6 +3426,18 @@ static int32_t sim_graph_add_node(struct pvgpu_exec *ex, uint64_t graph,
 		if (!n->alloc)
 			return CUDA_ERROR_INVALID_VALUE;
 		break;
+	case CU_GRAPH_NODE_TYPE_CONDITIONAL:
+		if (!n->bodies || !n->cond_size || n->cond_size > 64 || !n->cond)
+			return CUDA_ERROR_INVALID_VALUE;
+		/* The body graphs: empty graphs of the context's. */
+		for (uint32_t i = 0; i < n->cond_size; i++) {
+			struct sim_obj *b = obj_new(ex, SIM_GRAPH, ex->cur);
+
+			if (!b)
+				return CUDA_ERROR_OUT_OF_MEMORY;
+			n->bodies[i] = b->handle;
+		}
+		break;
 	default:
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
@@ -3429,6 +3466,7 @@ static int32_t sim_graph_add_node(struct pvgpu_exec *ex, uint64_t graph,
 	e->n = *n;
 	e->n.kernel = (struct pvgpu_launch){ 0 };
 	e->n.alloc = NULL;
+	e->n.bodies = NULL;
 	e->node = node_new(ex);
 	*node = e->node;
 	return CUDA_SUCCESS;
@@ -4233,6 +4271,7 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.capture_deps		= sim_capture_deps,
 	.mem_async		= sim_mem_async,
 	.graph_mem_attr		= sim_graph_mem_attr,
+	.cond_handle		= sim_cond_handle,
 };
 
 /* How pvgpud finds this fixture: build/lib/pvgpud/exec-sim.so. */

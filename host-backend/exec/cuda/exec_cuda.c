@@ -168,6 +168,11 @@ struct cuda_api {
 	CUresult (CUDAAPI *device_graph_mem_trim)(CUdevice);
 	CUresult (CUDAAPI *device_get_graph_mem_attr)(CUdevice, CUgraphMem_attribute, void *);
 	CUresult (CUDAAPI *device_set_graph_mem_attr)(CUdevice, CUgraphMem_attribute, void *);
+	CUresult (CUDAAPI *graph_cond_handle_create)(CUgraphConditionalHandle *, CUgraph,
+						     CUcontext, unsigned int, unsigned int);
+	CUresult (CUDAAPI *graph_add_node)(CUgraphNode *, CUgraph, const CUgraphNode *,
+					   const CUgraphEdgeData *, size_t,
+					   CUgraphNodeParams *);
 };
 
 struct cuda_sym {
@@ -273,6 +278,8 @@ static const struct cuda_sym cuda_syms[] = {
 	SYM(device_graph_mem_trim, "cuDeviceGraphMemTrim", 11040, "cuDeviceGraphMemTrim", NULL, true),
 	SYM(device_get_graph_mem_attr, "cuDeviceGetGraphMemAttribute", 11040, "cuDeviceGetGraphMemAttribute", NULL, true),
 	SYM(device_set_graph_mem_attr, "cuDeviceSetGraphMemAttribute", 11040, "cuDeviceSetGraphMemAttribute", NULL, true),
+	SYM(graph_cond_handle_create, "cuGraphConditionalHandleCreate", 12030, "cuGraphConditionalHandleCreate", NULL, true),
+	SYM(graph_add_node, "cuGraphAddNode", 12030, "cuGraphAddNode_v2", NULL, true),
 };
 
 typedef CUresult (CUDAAPI *get_proc_address_fn)(const char *, void **, int,
@@ -2179,6 +2186,21 @@ static int32_t cuda_graph_add_node(struct pvgpu_exec *ex, uint64_t graph,
 			return CUDA_ERROR_NOT_SUPPORTED;
 		rc = ex->api.graph_add_mem_free_node(&out, g, d, ndeps, n->dst);
 		break;
+	case CU_GRAPH_NODE_TYPE_CONDITIONAL: {
+		CUgraphNodeParams p = { .type = CU_GRAPH_NODE_TYPE_CONDITIONAL };
+
+		if (!ex->api.graph_add_node || !n->bodies)
+			return CUDA_ERROR_NOT_SUPPORTED;
+		p.conditional.handle = (CUgraphConditionalHandle)n->cond;
+		p.conditional.type = (CUgraphConditionalNodeType)n->cond_type;
+		p.conditional.size = n->cond_size;
+		p.conditional.ctx = c->ctx;
+		rc = ex->api.graph_add_node(&out, g, d, NULL, ndeps, &p);
+		for (uint32_t i = 0; !rc && i < n->cond_size; i++)
+			n->bodies[i] = p.conditional.phGraph_out ?
+				       (uint64_t)(uintptr_t)p.conditional.phGraph_out[i] : 0;
+		break;
+	}
 	default:
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
@@ -2409,6 +2431,27 @@ static int32_t cuda_graph_mem_attr(struct pvgpu_exec *ex, uint32_t attr,
 							 (CUgraphMem_attribute)attr, &v);
 	rc = ex->api.device_get_graph_mem_attr(c->dev, (CUgraphMem_attribute)attr, &v);
 	*value = v;
+	return rc;
+}
+
+static int32_t cuda_cond_handle(struct pvgpu_exec *ex, uint64_t graph,
+				uint32_t default_value, uint32_t flags,
+				uint64_t *handle)
+{
+	CUgraphConditionalHandle h = 0;
+	struct cuda_ctx *c;
+	int32_t rc;
+
+	if (!ex || !handle)
+		return CUDA_ERROR_INVALID_VALUE;
+	c = ex->cur ? ctx_find(ex, ex->cur) : NULL;
+	if (!c)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!ex->api.graph_cond_handle_create)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	rc = ex->api.graph_cond_handle_create(&h, (CUgraph)(uintptr_t)graph, c->ctx,
+					      default_value, flags);
+	*handle = h;
 	return rc;
 }
 
@@ -2649,4 +2692,5 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.capture_deps		= cuda_capture_deps,
 	.mem_async		= cuda_mem_async,
 	.graph_mem_attr		= cuda_graph_mem_attr,
+	.cond_handle		= cuda_cond_handle,
 };
