@@ -287,17 +287,8 @@ static int32_t staged_explicit(struct pvgpu_worker *w,
 		return CUDA_ERROR_INVALID_HANDLE;
 	if (!w->ex_ops->graph_add_node)
 		return CUDA_ERROR_NOT_SUPPORTED;
-	for (uint32_t i = 0; i < req->deps_count; i++) {
-		struct pvgpu_handle *h = pvgpu_handle_get(&w->handles, req->deps[i],
-							  H_GRAPH_NODE);
-
-		if (!h || h->module != req->graph)
-			return CUDA_ERROR_INVALID_VALUE;
-		for (uint32_t j = 0; j < i; j++)
-			if (req->deps[j] == req->deps[i])
-				return CUDA_ERROR_INVALID_VALUE;
-		deps[i] = h->exec_handle;
-	}
+	if (pvgpu_graph_deps(w, req->graph, req->deps, req->deps_count, deps))
+		return CUDA_ERROR_INVALID_VALUE;
 	return w->ex_ops->graph_add_node(w->ex, g->exec_handle, &n, deps,
 					 req->deps_count, node);
 }
@@ -531,17 +522,8 @@ int32_t pvgpu_handle_graph_mem_node(struct pvgpu_worker *w,
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!w->ex_ops->graph_add_node)
 		return CUDA_ERROR_NOT_SUPPORTED;
-	for (uint32_t i = 0; i < req->deps_count; i++) {
-		struct pvgpu_handle *h = pvgpu_handle_get(&w->handles, req->deps[i],
-							  H_GRAPH_NODE);
-
-		if (!h || h->module != req->graph)
-			return CUDA_ERROR_INVALID_VALUE;
-		for (uint32_t j = 0; j < i; j++)
-			if (req->deps[j] == req->deps[i])
-				return CUDA_ERROR_INVALID_VALUE;
-		deps[i] = h->exec_handle;
-	}
+	if (pvgpu_graph_deps(w, req->graph, req->deps, req->deps_count, deps))
+		return CUDA_ERROR_INVALID_VALUE;
 	if (req->size && pvgpu_accounting_charge(w->acct, w->slot, req->size))
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	st = w->ex_ops->graph_add_node(w->ex, g->exec_handle, &n, deps,

@@ -84,6 +84,20 @@ static int32_t nodes_of(struct pvgpu_worker *w, uint64_t graph,
 	return CUDA_SUCCESS;
 }
 
+/* A new node's dependencies: nodes of graph, no repeats, as executor
+ * node handles in out. */
+int32_t pvgpu_graph_deps(struct pvgpu_worker *w, uint64_t graph,
+			 const uint64_t *ids, uint32_t n, uint64_t *out)
+{
+	int32_t st = nodes_of(w, graph, ids, n, out);
+
+	for (uint32_t i = 0; !st && i < n; i++)
+		for (uint32_t j = 0; j < i; j++)
+			if (ids[i] == ids[j])
+				return CUDA_ERROR_INVALID_VALUE;
+	return st;
+}
+
 /* [p, p + pitch * (rows - 1) + row) inside one of the session's
  * allocations, without overflow. */
 static int range_ok(struct pvgpu_worker *w, uint64_t p, uint64_t row,
@@ -187,13 +201,9 @@ int32_t pvgpu_handle_graph_add_node(struct pvgpu_worker *w,
 		return CUDA_ERROR_INVALID_HANDLE;
 	if (!w->ex_ops->graph_add_node)
 		return CUDA_ERROR_NOT_SUPPORTED;
-	st = nodes_of(w, req->graph, req->deps, req->deps_count, deps);
+	st = pvgpu_graph_deps(w, req->graph, req->deps, req->deps_count, deps);
 	if (st)
 		return st;
-	for (uint32_t i = 0; i < req->deps_count; i++)
-		for (uint32_t j = 0; j < i; j++)
-			if (req->deps[i] == req->deps[j])
-				return CUDA_ERROR_INVALID_VALUE;
 	st = node_check(w, req, &n);
 	if (st)
 		return st;
@@ -439,11 +449,7 @@ int32_t pvgpu_handle_graph_cond_node(struct pvgpu_worker *w,
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!w->ex_ops->graph_add_node)
 		return CUDA_ERROR_NOT_SUPPORTED;
-	st = nodes_of(w, req->graph, req->deps, req->deps_count, deps);
-	for (uint32_t i = 0; !st && i < req->deps_count; i++)
-		for (uint32_t j = 0; j < i; j++)
-			if (req->deps[i] == req->deps[j])
-				st = CUDA_ERROR_INVALID_VALUE;
+	st = pvgpu_graph_deps(w, req->graph, req->deps, req->deps_count, deps);
 	if (!st)
 		st = w->ex_ops->graph_add_node(w->ex, g->exec_handle, &n, deps,
 					       req->deps_count, &node);

@@ -200,6 +200,10 @@ void pvgpu_graph_forget(struct pvgpu_worker *w, uint64_t graph);
 uint64_t pvgpu_graph_node_id(struct pvgpu_worker *w, uint64_t graph,
 			     uint64_t node, uint32_t type);
 uint64_t pvgpu_graph_id(struct pvgpu_worker *w, uint64_t graph);
+/* A new node's dependencies checked: nodes of graph, no repeats; out[] the
+ * executor's node handles (graphs.c). */
+int32_t pvgpu_graph_deps(struct pvgpu_worker *w, uint64_t graph,
+			 const uint64_t *ids, uint32_t n, uint64_t *out);
 
 /* Graph (0: any) or node (0: any) gives up its buffers. */
 void pvgpu_staged_unref(struct pvgpu_worker *w, uint64_t graph, uint64_t node);

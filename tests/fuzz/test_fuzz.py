@@ -244,10 +244,24 @@ def seeds():
                  + W.message("stream_mem_async", 119, stream=h(2), size=256, dptr=0)
                  + W.message("stream_mem_async", 120, stream=h(2), size=0, dptr=base)
                  + W.message("driver_call", 121, fn=12, args=[h(2), 1]))
+    # Conditional nodes: a handle of graph 3, an IF node with two bodies on
+    # it, a node on a made-up handle, one with too many bodies.
+    cond = (W.message("driver_call", 130, fn=19, args=[1, 0])
+            + W.message("graph_cond_handle", 131, graph=h(2), default_value=1, flags=1)
+            + W.message("graph_cond_node", 132, graph=h(2), deps=[], handle=1, type=0,
+                        size=2)
+            + W.message("graph_cond_node", 133, graph=h(2), deps=[], handle=0x5eed, type=1,
+                        size=1)
+            + W.message("graph_cond_node", 134, graph=h(2), deps=[], handle=1, type=2,
+                        size=65)
+            + W.message("graph_get_nodes", 135, graph=h(5))
+            + W.message("driver_call", 136, fn=18, args=[h(2)])
+            + W.message("graph_get_nodes", 137, graph=h(5)))
     return {
         **modules,
         "staged": session + staged + free,
         "graph_mem": session + graph_mem + free,
+        "cond": session + cond + free,
         "textures": session + textures + free,
         "arrays": session + arrays + free,
         "hello": hello,
