@@ -33,6 +33,7 @@
  * until the context goes (whether a launch has the memory mapped or not:
  * the conservative count).
  */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -480,6 +481,20 @@ static int32_t graph_alloc_add(struct pvgpu_worker *w, int32_t st,
 	}
 	pvgpu_accounting_commit(w->slot, device, size);
 	return CUDA_SUCCESS;
+}
+
+void pvgpu_graph_allocs_reused(struct pvgpu_worker *w, uint64_t base,
+			       uint64_t size)
+{
+	for (size_t i = w->allocs.n; i-- > 0;) {
+		struct pvgpu_alloc *a = &w->allocs.v[i];
+
+		if (a->module != PVGPU_ALLOC_GRAPH || a->base >= base + size ||
+		    base >= a->base + a->size)
+			continue;
+		atomic_fetch_sub(&w->slot->mem_used[a->device], a->size);
+		pvgpu_alloc_del(&w->allocs, a);
+	}
 }
 
 /* A free node's address: one an allocation node of the session gave. */

@@ -366,6 +366,7 @@ int32_t pvgpu_handle_mem_alloc(struct pvgpu_worker *w,
 	st = w->ex_ops->mem_alloc(w->ex, req->size, &a.base);
 	if (st)
 		goto err_uncharge;
+	pvgpu_graph_allocs_reused(w, a.base, req->size);
 	a.size = req->size;
 	a.ctx = w->cur_ctx;
 	a.module = 0;

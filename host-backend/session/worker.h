@@ -213,6 +213,10 @@ int32_t pvgpu_staged_instantiated(struct pvgpu_worker *w, uint64_t exec,
 /* Executable graph exec is being destroyed. */
 void pvgpu_staged_exec_gone(struct pvgpu_worker *w, uint64_t exec);
 void pvgpu_staged_free(struct pvgpu_worker *w);
+/* The driver gave [base, base + size) to an allocation of another kind:
+ * graph allocations there are gone (their memory trimmed) (capture.c). */
+void pvgpu_graph_allocs_reused(struct pvgpu_worker *w, uint64_t base,
+			       uint64_t size);
 
 /* May the session's VM use this device (its policy's gpus)? (ops.c) */
 int pvgpu_vm_may_use(struct pvgpu_worker *w, int32_t device);
