@@ -357,16 +357,10 @@ int32_t pvgpu_handle_graph_staged_copy(struct pvgpu_worker *w,
 			st = CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	if (!st) {
-		rep->node = req->graph ?
-			pvgpu_handle_add(&w->handles, H_GRAPH_NODE, node,
-					 w->cur_ctx, CU_GRAPH_NODE_TYPE_MEMCPY) :
-			pvgpu_graph_node_id(w, graph, node,
-					    CU_GRAPH_NODE_TYPE_MEMCPY);
+		rep->node = pvgpu_graph_node_id(w, graph, node,
+						CU_GRAPH_NODE_TYPE_MEMCPY);
 		if (!rep->node)
 			st = CUDA_ERROR_OUT_OF_MEMORY;
-		else
-			pvgpu_handle_get(&w->handles, rep->node,
-					 H_GRAPH_NODE)->module = graph;
 	}
 	if (st) {
 		/* A captured copy may be in the graph: it keeps the buffer. */
@@ -547,11 +541,9 @@ int32_t pvgpu_handle_graph_mem_node(struct pvgpu_worker *w,
 		st = graph_alloc_add(w, st, rep->dptr, req->size, ctx_device(w));
 	if (st)
 		return st;	/* a node made stays in the graph: the driver's */
-	rep->node = pvgpu_handle_add(&w->handles, H_GRAPH_NODE, node, w->cur_ctx,
-				     (int32_t)n.type);
+	rep->node = pvgpu_graph_node_id(w, req->graph, node, n.type);
 	if (!rep->node)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	pvgpu_handle_get(&w->handles, rep->node, H_GRAPH_NODE)->module = req->graph;
 	if (!req->size)
 		rep->dptr = req->dptr;
 	return CUDA_SUCCESS;

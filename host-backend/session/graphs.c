@@ -455,11 +455,10 @@ int32_t pvgpu_handle_graph_cond_node(struct pvgpu_worker *w,
 					       req->deps_count, &node);
 	if (st)
 		return st;
-	rep->node = pvgpu_handle_add(&w->handles, H_GRAPH_NODE, node, w->cur_ctx,
-				     CU_GRAPH_NODE_TYPE_CONDITIONAL);
+	rep->node = pvgpu_graph_node_id(w, req->graph, node,
+					CU_GRAPH_NODE_TYPE_CONDITIONAL);
 	if (!rep->node)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	pvgpu_handle_get(&w->handles, rep->node, H_GRAPH_NODE)->module = req->graph;
 	/* The bodies: the session's graphs, belonging to this one. */
 	rep->bodies_count = req->size;
 	for (uint32_t i = 0; i < req->size; i++) {
