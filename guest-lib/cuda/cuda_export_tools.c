@@ -174,17 +174,10 @@ static CUresult tc_parent_ctx(CUcontext ctx, CUcontext *parent)
 static CUresult tc_capturing_graph(CUstream s, CUgraph *graph)
 {
 	CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
-	CUresult r;
 
 	if (!graph)
 		return CUDA_ERROR_INVALID_VALUE;
-	r = cuStreamIsCapturing(s, &st);
-	if (r)
-		return r;
-	if (st != CU_STREAM_CAPTURE_STATUS_NONE)
-		return pvgpu_cuda_unsupported("tools context: the graph of a capturing stream");
-	*graph = NULL;
-	return CUDA_SUCCESS;
+	return cuStreamGetCaptureInfo_v3(s, &st, NULL, graph, NULL, NULL, NULL);
 }
 
 static CUresult tc_unknown(void)

@@ -9,13 +9,14 @@
  * copy of each kernel node's parameters so that cuGraphKernelNodeGetParams
  * can answer as the driver does, with pointers the guest owns.
  *
- * A copy node's host end must be memory in the backend's shared window
- * (cuMemHostAlloc over shm:// or the VM window): a graph replays
- * later, so a host pointer must stay valid and reachable by the host, and
- * only that memory is.  Not here: other host memory, pitched copies, host
- * nodes (the host function is the guest's, the graph runs on the host),
- * and node types other than kernel, memcpy, memset and empty: each is
- * CUDA_ERROR_NOT_SUPPORTED with a debug line saying why.
+ * A copy node's host end in the backend's shared window (cuMemHostAlloc
+ * over shm:// or the VM window) is reached by the worker directly, with no
+ * copy; other host memory (pageable, malloc'd) is staged: the worker's
+ * node copies from or into a buffer of its own and the guest moves the
+ * bytes at each launch and at the synchronisation after it
+ * (cuda_capture.c says how).  Not here: pitched copies, arrays, host to
+ * host, and node types other than kernel, memcpy, memset, empty and host:
+ * each is CUDA_ERROR_NOT_SUPPORTED with a debug line saying why.
  */
 #include "cuda_internal.h"	/* first: the legacy entries' own types */
 
@@ -225,6 +226,8 @@ CUresult CUDAAPI cuGraphDestroy(CUgraph g)
 	}
 	pthread_mutex_unlock(&nodes_lock);
 	host_nodes_drop(ID(g), 0);
+	cu_staged_forget(ID(g), 0);
+	cu_graph_cond_forget(ID(g), 0);
 	return CUDA_SUCCESS;
 }
 
@@ -383,13 +386,14 @@ CUresult CUDAAPI cuGraphAddMemsetNode(CUgraphNode *out, CUgraph g,
 }
 
 /*
- * One end of a copy node: a device address, or (*host set) an offset in the
- * window of ctx's backend, memory cuMemHostAlloc gave; else why not.
+ * One end of a copy node: a device address (*host 0), an offset in the
+ * window of ctx's backend, memory cuMemHostAlloc gave (*host 1), or other
+ * host memory, staged (*host 2, *hostp its address); else why not.
  */
 static CUresult copy_end(struct cu_ctx *ctx, const char *end, CUmemorytype type,
 			 CUdeviceptr dev, const void *hp, size_t x, size_t y,
 			 size_t z, size_t pitch, size_t height, size_t bytes,
-			 uint64_t *addr, int *host)
+			 uint64_t *addr, int *host, void **hostp)
 {
 	uint64_t off = x + y * pitch + z * pitch * height;
 	struct pvgpu_window_map *win;
@@ -417,12 +421,15 @@ static CUresult copy_end(struct cu_ctx *ctx, const char *end, CUmemorytype type,
 					       bytes, addr);
 		cu_op_end(&op);
 	}
+	if (type == CU_MEMORYTYPE_HOST && hp && !in_window) {
+		*hostp = (uint8_t *)(uintptr_t)hp + off;
+		*host = 2;
+		return CUDA_SUCCESS;
+	}
 	if (!in_window) {
-		pvgpu_debug("cuGraphAddMemcpyNode: the %s is %s memory; a graph "
-			    "replays later, so pvgpu takes device memory and host "
-			    "memory in the backend's shared window "
-			    "(cuMemHostAlloc over shm://, the VM window) only",
-			    end, type == CU_MEMORYTYPE_ARRAY ? "array" : "other host");
+		pvgpu_debug("cuGraphAddMemcpyNode: the %s is %s; pvgpu takes "
+			    "device memory and host memory", end,
+			    type == CU_MEMORYTYPE_ARRAY ? "an array" : "neither");
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
 	*host = 1;
@@ -436,6 +443,7 @@ static CUresult add_memcpy(CUgraphNode *out, CUgraph g, const CUgraphNode *deps,
 		.graph = ID(g), .type = CU_GRAPH_NODE_TYPE_MEMCPY,
 	};
 	int src_host, dst_host;
+	void *src_hp = NULL, *dst_hp = NULL;
 	size_t h, d, bytes;
 	struct cu_ctx *ctx;
 	CUresult r;
@@ -461,16 +469,30 @@ static CUresult add_memcpy(CUgraphNode *out, CUgraph g, const CUgraphNode *deps,
 	bytes = c->WidthInBytes * h * d;
 	r = copy_end(ctx, "source", c->srcMemoryType, c->srcDevice, c->srcHost,
 		     c->srcXInBytes, c->srcY, c->srcZ, c->srcPitch, c->srcHeight,
-		     bytes, &req.src, &src_host);
+		     bytes, &req.src, &src_host, &src_hp);
 	if (!r)
 		r = copy_end(ctx, "destination", c->dstMemoryType, c->dstDevice,
 			     c->dstHost, c->dstXInBytes, c->dstY, c->dstZ,
-			     c->dstPitch, c->dstHeight, bytes, &req.dst, &dst_host);
+			     c->dstPitch, c->dstHeight, bytes, &req.dst, &dst_host,
+			     &dst_hp);
 	if (r)
 		return r;
 	if (src_host && dst_host) {
 		pvgpu_debug("cuGraphAddMemcpyNode: host to host is not supported");
 		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	if (src_host == 2 || dst_host == 2) {
+		if (!out || (ndeps && !deps))
+			return CUDA_ERROR_INVALID_VALUE;
+		if (!bytes)
+			return CUDA_ERROR_INVALID_VALUE;
+		r = after_host("cuGraphAddMemcpyNode", deps, ndeps);
+		if (r)
+			return r;
+		return cu_staged_add(ctx, ID(g), deps, ndeps, 0,
+				     dst_host ? req.src : req.dst,
+				     dst_host ? dst_hp : src_hp, bytes,
+				     dst_host != 0, out);
 	}
 	req.host = dst_host ? 1 : src_host ? 2 : 0;
 	req.width = bytes;
@@ -551,9 +573,15 @@ static CUresult add_any(CUgraphNode *out, CUgraph g, const CUgraphNode *deps,
 
 		return cuGraphAddHostNode(out, g, deps, ndeps, &h);
 	}
+	case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
+	case CU_GRAPH_NODE_TYPE_MEM_FREE:
+		return cu_graph_add_mem_node(out, g, deps, ndeps, p);
+	case CU_GRAPH_NODE_TYPE_CONDITIONAL:
+		return cu_graph_add_cond_node(out, g, deps, ndeps, p);
 	default:
 		pvgpu_debug("cuGraphAddNode: node type %d is not supported "
-			    "(pvgpu takes kernel, memcpy, memset, empty and host nodes)",
+			    "(pvgpu takes kernel, memcpy, memset, empty, host, "
+			    "memory and conditional nodes)",
 			    (int)p->type);
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
@@ -797,6 +825,8 @@ CUresult CUDAAPI cuGraphDestroyNode(CUgraphNode node)
 	if (!r) {
 		kernel_node_keep(ID(node), 0, NULL, NULL);
 		host_nodes_drop(0, ID(node));
+		cu_staged_forget(0, ID(node));
+		cu_graph_cond_forget(0, ID(node));
 	}
 	return r;
 }
@@ -821,6 +851,9 @@ static CUresult exec_update(CUgraphExec x, CUgraph g, CUgraphNode *error_node,
 		return r;
 	r = cu_status(pvgpu_call_graph_exec_update(op.client, &req, &rep));
 	cu_op_end(&op);
+	/* It runs the graph's copy nodes now (cuda_capture.c). */
+	if (!r)
+		r = cu_staged_instantiate(ID(x), ID(g));
 	*error_node = NODE(rep.error_node);
 	*result = r && !rep.result ? CU_GRAPH_EXEC_UPDATE_ERROR :
 				     (CUgraphExecUpdateResult)rep.result;
@@ -894,6 +927,15 @@ CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *out, CUgraph g,
 	}
 	r = cu_generic_call(PVGPU_GENERIC_cuGraphInstantiateWithFlags,
 			    "cuGraphInstantiateWithFlags", 0, NULL, a, 3);
+	if (!r && a[0]) {
+		r = cu_staged_instantiate(a[0], ID(g));
+		if (r) {
+			uint64_t d[1] = { a[0] };
+
+			cu_generic_call(PVGPU_GENERIC_cuGraphExecDestroy,
+					"cuGraphExecDestroy", 0, NULL, d, 1);
+		}
+	}
 	if (r || !x) {
 		if (x)
 			free(x->v);
@@ -919,14 +961,21 @@ static CUresult graph_launch(CUgraphExec x, CUstream s, int ptsz)
 	uint64_t a[2] = { ID(x), 0 };
 	struct host_node *v = NULL;
 	struct cu_ctx *ctx = NULL;
+	void *pending = NULL;
 	size_t n = 0;
 	CUresult r;
 
 	r = cu_generic_stream(s, ptsz, &ctx, &a[1]);
+	if (!r && !ctx && !(ctx = cu_current()))
+		r = CUDA_ERROR_INVALID_CONTEXT;
+	/* Copy nodes with guest memory: their bytes go first. */
+	if (!r)
+		r = cu_staged_launch(ctx, ID(x), &pending);
 	if (r)
 		return r;
 	r = cu_generic_call(PVGPU_GENERIC_cuGraphLaunch, "cuGraphLaunch", 1,
 			    ctx, a, 2);
+	cu_staged_launched(pending, a[1], r);
 	if (r)
 		return r;
 	pthread_mutex_lock(&nodes_lock);
@@ -970,6 +1019,7 @@ CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec x)
 
 	if (r)
 		return r;
+	cu_staged_exec_gone(ID(x));
 	pthread_mutex_lock(&nodes_lock);
 	for (pp = &exec_hosts; (e = *pp); pp = &e->next) {
 		if (e->exec == ID(x)) {
@@ -988,9 +1038,10 @@ CUresult CUDAAPI cuGraphClone(CUgraph *out, CUgraph g)
 	uint64_t a[2] = { out != NULL, ID(g) };
 	CUresult r;
 
-	if (host_nodes_of(ID(g))) {
-		pvgpu_debug("cuGraphClone: a graph with host nodes cannot be "
-			    "cloned (its host nodes live in the guest)");
+	if (host_nodes_of(ID(g)) || cu_staged_count(ID(g))) {
+		pvgpu_debug("cuGraphClone: a graph with host nodes or copy nodes "
+			    "of host memory outside the shared window cannot be "
+			    "cloned (the guest keeps their host ends)");
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
 	r = cu_generic_call(PVGPU_GENERIC_cuGraphClone, "cuGraphClone", 0,

@@ -760,16 +760,18 @@ CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext c)
 {
 	struct cu_ctx *ctx = ctx_or_current(c);
 	struct cu_op op;
+	uint64_t seq;
 	CUresult r;
 
 	if (!ctx)
 		return CUDA_ERROR_INVALID_CONTEXT;
+	seq = cu_staged_seq();
 	r = cu_op_begin(&op, ctx);
 	if (r)
 		return r;
 	r = cu_status(pvgpu_client_wait(op.client, PVGPU_IDLE_CTX, 0, ctx->remote, 0));
 	cu_op_end(&op);
-	return r;
+	return r ? r : cu_staged_sync(ctx, 0, 1, seq);
 }
 
 CUresult CUDAAPI cuCtxSynchronize(void)
@@ -857,14 +859,6 @@ CUresult CUDAAPI cuCtxDisablePeerAccess(CUcontext peer)
 {
 	(void)peer;
 	return CUDA_ERROR_PEER_ACCESS_NOT_ENABLED;
-}
-
-CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
-{
-	if (!mode)
-		return CUDA_ERROR_INVALID_VALUE;
-	*mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
-	return CUDA_SUCCESS;
 }
 
 /* ---- errors: generated names (cuda_surface.c) -------------------------- */

@@ -84,6 +84,9 @@ struct cu_event {
 	struct cu_ctx *ctx;
 	uint64_t remote;
 	unsigned flags;
+	/* Last recorded on (the backend's stream) after launch number
+	 * rec_seq (cuda_capture.c's staged copies). */
+	uint64_t rec_stream, rec_seq;
 };
 
 struct cu_module;
@@ -252,6 +255,42 @@ CUresult cu_generic_call(uint32_t id, const char *name, int async,
 			 struct cu_ctx *ctx, uint64_t *a, uint32_t n);
 /* Stream captures begun and not yet ended by this process. */
 int cu_captures_active(void);
+
+/*
+ * Copy nodes whose host end is guest memory the worker cannot see
+ * (cuda_capture.c).  cu_staged_add: an explicit node of graph after deps,
+ * or (graph 0) the copy captured on stream (the backend's); host, size
+ * and the direction kept for the launches.  cu_staged_instantiate: exec
+ * runs graph's staged nodes (at instantiation and after an update).
+ * cu_staged_launch before a launch (sends the host-to-device bytes),
+ * cu_staged_launched after it; cu_staged_sync after a synchronisation
+ * of stream (all: of ctx) covering launches up to number seq
+ * (cu_staged_seq: the latest), fetching their device-to-host bytes.
+ */
+CUresult cu_staged_add(struct cu_ctx *ctx, uint64_t graph,
+		       const CUgraphNode *deps, size_t ndeps, uint64_t stream,
+		       CUdeviceptr dptr, void *host, size_t size, int to_host,
+		       CUgraphNode *out);
+void cu_staged_forget(uint64_t graph, uint64_t node);
+size_t cu_staged_count(uint64_t graph);
+CUresult cu_staged_instantiate(uint64_t exec, uint64_t graph);
+void cu_staged_exec_gone(uint64_t exec);
+CUresult cu_staged_launch(struct cu_ctx *ctx, uint64_t exec, void **pending);
+void cu_staged_launched(void *pending, uint64_t stream, CUresult r);
+uint64_t cu_staged_seq(void);
+CUresult cu_staged_sync(struct cu_ctx *ctx, uint64_t stream, int all, uint64_t seq);
+
+/* Graph memory (cuda_graphmem.c): cuGraphAddNode's allocation and free
+ * nodes; cuMemAllocAsync (size) / cuMemFreeAsync (*dptr) on a stream
+ * being captured, made a node of the capture (0: s is not capturing). */
+CUresult cu_graph_add_mem_node(CUgraphNode *out, CUgraph g, const CUgraphNode *deps,
+			       size_t ndeps, CUgraphNodeParams *p);
+int cu_graph_mem_captured(CUstream s, size_t size, CUdeviceptr *dptr, CUresult *r);
+/* Conditional nodes (cuda_graphcond.c): cuGraphAddNode's, and their body
+ * arrays forgotten with their graph (or node). */
+CUresult cu_graph_add_cond_node(CUgraphNode *out, CUgraph g, const CUgraphNode *deps,
+				size_t ndeps, CUgraphNodeParams *p);
+void cu_graph_cond_forget(uint64_t graph, uint64_t node);
 /* The same with structures: in (nin bytes) sent, out (nout bytes) wanted
  * back (gen_generic.py's const_T* and out_T*). */
 CUresult cu_generic_call_data(uint32_t id, const char *name, struct cu_ctx *ctx,

@@ -502,6 +502,39 @@ static CUresult begin_on(struct cu_op *op, CUstream s, uint64_t *remote)
 	return cu_op_begin(op, ctx);
 }
 
+/*
+ * A copy on a stream being captured, with its host end outside the shared
+ * window: a staged copy node of the capture (cuda_capture.c), *r how that
+ * went; 0 when it is not that case.
+ */
+static int capture_staged(CUdeviceptr dptr, const void *host, size_t n,
+			  CUstream s, int to_host, CUresult *r)
+{
+	CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+	struct pvgpu_window_map *win;
+	struct cu_ctx *ctx;
+	uint64_t remote, off;
+	struct cu_op op;
+	int in_window;
+
+	if (!cu_captures_active() || cuStreamIsCapturing(s, &st) ||
+	    st != CU_STREAM_CAPTURE_STATUS_ACTIVE)
+		return 0;
+	*r = cu_stream_resolve(s, &ctx, &remote);
+	if (!*r)
+		*r = cu_op_begin(&op, ctx);
+	if (*r)
+		return 1;
+	win = pvgpu_client_window(op.client);
+	in_window = win && pvgpu_window_holds(win, host, n, &off);
+	cu_op_end(&op);
+	if (in_window)
+		return 0;	/* zero-copy: the worker reaches it */
+	*r = cu_staged_add(ctx, 0, NULL, 0, remote, dptr, (void *)(uintptr_t)host,
+			   n, to_host, NULL);
+	return 1;
+}
+
 static CUresult htod(CUdeviceptr dst, const void *src, size_t n, CUstream s, int async)
 {
 	struct pvgpu_window_map *win;
@@ -514,6 +547,8 @@ static CUresult htod(CUdeviceptr dst, const void *src, size_t n, CUstream s, int
 		return CUDA_SUCCESS;
 	if (!src || !dst || !range_ok(dst, n))
 		return CUDA_ERROR_INVALID_VALUE;
+	if (async && capture_staged(dst, src, n, s, 0, &r))
+		return r;
 	r = begin_on(&op, s, &stream);
 	if (r)
 		return r;
@@ -558,6 +593,8 @@ static CUresult dtoh(void *dst, CUdeviceptr src, size_t n, CUstream s, int async
 		return CUDA_SUCCESS;
 	if (!src || !dst || !range_ok(src, n))
 		return CUDA_ERROR_INVALID_VALUE;
+	if (async && capture_staged(src, dst, n, s, 1, &r))
+		return r;
 	r = begin_on(&op, s, &stream);
 	if (r)
 		return r;

@@ -303,6 +303,9 @@ static CUresult alloc_from(CUdeviceptr *dptr, size_t size, struct cu_pool *p, CU
 
 	if (!dptr)
 		return CUDA_ERROR_INVALID_VALUE;
+	/* In a capture: an allocation node of the graph (cuda_graphmem.c). */
+	if (!p && size && cu_graph_mem_captured(s, size, dptr, &r))
+		return r;
 	r = cu_stream_resolve(s, &ctx, &remote);
 	if (r)
 		return r;
@@ -353,6 +356,9 @@ static CUresult free_async(CUdeviceptr dptr, CUstream s)
 		return CUDA_SUCCESS;	/* as cuMemFree(0): cuSPARSE frees so */
 	if (!cu_alloc_find(dptr, &a) || a.base != dptr)
 		return CUDA_ERROR_INVALID_VALUE;
+	/* In a capture: a free node of the graph (cuda_graphmem.c). */
+	if (cu_graph_mem_captured(s, 0, &dptr, &r))
+		return r;
 	r = cuStreamSynchronize(s);
 	if (r)
 		return r;

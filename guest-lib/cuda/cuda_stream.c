@@ -109,20 +109,22 @@ CUresult CUDAAPI cuStreamDestroy(CUstream s)
 static CUresult stream_sync(CUstream s, int query)
 {
 	struct cu_ctx *ctx;
-	uint64_t remote;
+	uint64_t remote, seq;
 	struct cu_op op;
 	CUresult r;
 
 	r = cu_stream_resolve(s, &ctx, &remote);
 	if (r)
 		return r;
+	seq = cu_staged_seq();
 	r = cu_op_begin(&op, ctx);
 	if (r)
 		return r;
 	r = cu_status(pvgpu_client_wait(op.client, PVGPU_IDLE_STREAM, query,
 					ctx->remote, remote));
 	cu_op_end(&op);
-	return r;
+	/* Graph copies into guest memory it has seen finish. */
+	return r ? r : cu_staged_sync(ctx, remote, 0, seq);
 }
 
 CUresult CUDAAPI cuStreamSynchronize(CUstream s) { return stream_sync(s, 0); }
@@ -244,68 +246,6 @@ CUresult CUDAAPI cuStreamIsCapturing_ptsz(CUstream s, CUstreamCaptureStatus *sta
 	return is_capturing(s, 1, status);
 }
 
-/*
- * Capture info: with nothing ever capturing, every version answers "none"
- * (cuBLAS asks before each launch; PyTorch and CuPy through it).
- */
-CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream s, CUstreamCaptureStatus *status,
-					   cuuint64_t *id, CUgraph *graph,
-					   const CUgraphNode **deps,
-					   const CUgraphEdgeData **edges,
-					   size_t *ndeps)
-{
-	CUresult r = cuStreamIsCapturing(s, status);
-
-	if (r)
-		return r;
-	if (id)
-		*id = 0;
-	if (graph)
-		*graph = NULL;
-	if (deps)
-		*deps = NULL;
-	if (edges)
-		*edges = NULL;
-	if (ndeps)
-		*ndeps = 0;
-	return CUDA_SUCCESS;
-}
-
-CUresult CUDAAPI cuStreamGetCaptureInfo_v3_ptsz(CUstream s, CUstreamCaptureStatus *status,
-						cuuint64_t *id, CUgraph *graph,
-						const CUgraphNode **deps,
-						const CUgraphEdgeData **edges,
-						size_t *ndeps)
-{
-	return cuStreamGetCaptureInfo_v3(s, status, id, graph, deps, edges, ndeps);
-}
-
-CUresult CUDAAPI cuStreamGetCaptureInfo_v2(CUstream s, CUstreamCaptureStatus *status,
-					   cuuint64_t *id, CUgraph *graph,
-					   const CUgraphNode **deps, size_t *ndeps)
-{
-	return cuStreamGetCaptureInfo_v3(s, status, id, graph, deps, NULL, ndeps);
-}
-
-CUresult CUDAAPI cuStreamGetCaptureInfo_v2_ptsz(CUstream s, CUstreamCaptureStatus *status,
-						cuuint64_t *id, CUgraph *graph,
-						const CUgraphNode **deps, size_t *ndeps)
-{
-	return cuStreamGetCaptureInfo_v3(s, status, id, graph, deps, NULL, ndeps);
-}
-
-CUresult CUDAAPI cuStreamGetCaptureInfo(CUstream s, CUstreamCaptureStatus *status,
-					cuuint64_t *id)
-{
-	return cuStreamGetCaptureInfo_v3(s, status, id, NULL, NULL, NULL, NULL);
-}
-
-CUresult CUDAAPI cuStreamGetCaptureInfo_ptsz(CUstream s, CUstreamCaptureStatus *status,
-					     cuuint64_t *id)
-{
-	return cuStreamGetCaptureInfo_v3(s, status, id, NULL, NULL, NULL, NULL);
-}
-
 /* Host functions: wait for the stream's work, then run it here. */
 CUresult CUDAAPI cuLaunchHostFunc(CUstream s, CUhostFn fn, void *data)
 {
@@ -418,6 +358,10 @@ static CUresult event_record(CUevent e, CUstream s)
 		return r;
 	r = cu_status(pvgpu_call_event_record(op.client, &req));
 	cu_op_end(&op);
+	if (!r) {
+		ev->rec_stream = req.stream;
+		ev->rec_seq = cu_staged_seq();
+	}
 	return r;
 }
 
@@ -443,7 +387,7 @@ static CUresult event_wait(CUevent e, int query)
 	r = cu_status(pvgpu_client_wait(op.client, PVGPU_IDLE_EVENT, query,
 					ev->ctx->remote, ev->remote));
 	cu_op_end(&op);
-	return r;
+	return r ? r : cu_staged_sync(ev->ctx, ev->rec_stream, 0, ev->rec_seq);
 }
 
 CUresult CUDAAPI cuEventSynchronize(CUevent e) { return event_wait(e, 0); }

@@ -74,6 +74,14 @@ struct pvgpu_graph_node {
 	uint32_t value, elem_size;
 	void *host;
 	int to_host;
+	/* MEM_ALLOC: width bytes on the current context's device, the
+	 * address written to *alloc; MEM_FREE: of dst. */
+	uint64_t *alloc;
+	/* CONDITIONAL: on handle cond, cond_type, cond_size body graphs,
+	 * the executor's handles for them written to bodies[]. */
+	uint64_t cond;
+	uint32_t cond_type, cond_size;
+	uint64_t *bodies;
 };
 
 /* A CUDA array (cuArray3DCreate); height 0: 1D, depth 0: not 3D. */
@@ -406,6 +414,38 @@ struct pvgpu_executor_ops {
 	int32_t (*graph_exec_update)(struct pvgpu_exec *ex, uint64_t exec,
 				     uint64_t graph, uint32_t *result,
 				     uint64_t *error_node, uint32_t *error_type);
+	/*
+	 * Stream capture queries (NULL: not supported).  capture_info: the
+	 * CUstreamCaptureStatus of stream; while a capture is under way its
+	 * id, the executor's graph being built, and the nodes the next
+	 * captured work depends on with their types and edge data (a
+	 * CUgraphEdgeData as a little-endian u64), the first max of them
+	 * (*count: all).  capture_deps: add to (flags 0) or replace (1)
+	 * that set; edges NULL: default edges.
+	 */
+	int32_t (*capture_info)(struct pvgpu_exec *ex, uint64_t stream,
+				uint32_t *status, uint64_t *id, uint64_t *graph,
+				uint64_t *nodes, uint32_t *types, uint64_t *edges,
+				uint32_t max, uint64_t *count);
+	int32_t (*capture_deps)(struct pvgpu_exec *ex, uint64_t stream,
+				const uint64_t *nodes, const uint64_t *edges,
+				uint32_t n, uint32_t flags);
+	/*
+	 * Graph memory (NULL: not supported).  mem_async: cuMemAllocAsync
+	 * of size bytes (size 0: cuMemFreeAsync of dptr) on a capturing
+	 * stream, *dptr the address.  graph_mem_attr: a CUgraphMem_attribute
+	 * of the current context's device read (*value) or set, or (attr
+	 * UINT32_MAX) cuDeviceGraphMemTrim.
+	 */
+	int32_t (*mem_async)(struct pvgpu_exec *ex, uint64_t stream,
+			     uint64_t size, uint64_t *dptr);
+	int32_t (*graph_mem_attr)(struct pvgpu_exec *ex, uint32_t attr,
+				  int set, uint64_t *value);
+	/* cuGraphConditionalHandleCreate in graph for the current context
+	 * (NULL: not supported); *handle the driver's value. */
+	int32_t (*cond_handle)(struct pvgpu_exec *ex, uint64_t graph,
+			       uint32_t default_value, uint32_t flags,
+			       uint64_t *handle);
 };
 
 extern const struct pvgpu_executor_ops pvgpu_exec_cuda;

@@ -193,13 +193,20 @@ static int32_t generic_call(struct pvgpu_worker *w, uint32_t fn,
 		if (g->kind == PVGPU_GA_OUT && !st)
 			v = a[i];
 		if (g->kind == PVGPU_GA_HNEW && !st && a[i]) {
-			/* The guest sees our id, never the executor's value. */
-			v = pvgpu_handle_add(&w->handles, handle_kind(g->size),
+			/* The guest sees our id, never the executor's value;
+			 * a captured graph keeps the id capture info gave. */
+			v = g->size == PVGPU_GH_GRAPH ? pvgpu_graph_id(w, a[i]) :
+			    pvgpu_handle_add(&w->handles, handle_kind(g->size),
 					     a[i], w->cur_ctx, 0);
 			if (!v)
 				st = CUDA_ERROR_OUT_OF_MEMORY;
+			/* Its copy nodes' staging buffers (capture.c). */
+			if (v && f->id == PVGPU_GENERIC_cuGraphInstantiateWithFlags)
+				st = pvgpu_staged_instantiated(w, v, ids[1]);
 		}
 		if (g->kind == PVGPU_GA_HDEL && !st) {
+			if (g->size == PVGPU_GH_GRAPH_EXEC)
+				pvgpu_staged_exec_gone(w, ids[i]);
 			pvgpu_handle_del(&w->handles, ids[i]);
 			if (g->size == PVGPU_GH_GRAPH)
 				pvgpu_graph_forget(w, ids[i]);

@@ -37,12 +37,37 @@ static struct pvgpu_handle *graph_get(struct pvgpu_worker *w, uint64_t id)
 	return pvgpu_handle_get(&w->handles, id, H_GRAPH);
 }
 
-void pvgpu_graph_forget(struct pvgpu_worker *w, uint64_t graph)
+/* The session's id for an executor graph of the current context, made on
+ * first sight (the graph a capture builds); 0 when out of memory. */
+uint64_t pvgpu_graph_id(struct pvgpu_worker *w, uint64_t graph)
 {
 	for (uint32_t i = 0; i < w->handles.n; i++)
-		if (w->handles.v[i].kind == H_GRAPH_NODE &&
-		    w->handles.v[i].module == graph)
-			pvgpu_handle_release(&w->handles.v[i]);
+		if (w->handles.v[i].kind == H_GRAPH &&
+		    w->handles.v[i].exec_handle == graph &&
+		    w->handles.v[i].ctx == w->cur_ctx)
+			return pvgpu_handle_id(&w->handles, &w->handles.v[i]);
+	return pvgpu_handle_add(&w->handles, H_GRAPH, graph, w->cur_ctx, 0);
+}
+
+/* With graph go its nodes, its conditional handles and the body graphs of
+ * its conditional nodes (the driver's, destroyed with it), theirs too. */
+void pvgpu_graph_forget(struct pvgpu_worker *w, uint64_t graph)
+{
+	pvgpu_staged_unref(w, graph, 0);
+	for (uint32_t i = 0; i < w->handles.n; i++) {
+		struct pvgpu_handle *h = &w->handles.v[i];
+		uint64_t body;
+
+		if (h->module != graph)
+			continue;
+		if (h->kind == H_GRAPH_NODE || h->kind == H_COND) {
+			pvgpu_handle_release(h);
+		} else if (h->kind == H_GRAPH) {
+			body = pvgpu_handle_id(&w->handles, h);
+			pvgpu_handle_del(&w->handles, body);
+			pvgpu_graph_forget(w, body);
+		}
+	}
 }
 
 /* Node ids -> executor node handles, all of graph, no repeats. */
@@ -57,6 +82,20 @@ static int32_t nodes_of(struct pvgpu_worker *w, uint64_t graph,
 		out[i] = h->exec_handle;
 	}
 	return CUDA_SUCCESS;
+}
+
+/* A new node's dependencies: nodes of graph, no repeats, as executor
+ * node handles in out. */
+int32_t pvgpu_graph_deps(struct pvgpu_worker *w, uint64_t graph,
+			 const uint64_t *ids, uint32_t n, uint64_t *out)
+{
+	int32_t st = nodes_of(w, graph, ids, n, out);
+
+	for (uint32_t i = 0; !st && i < n; i++)
+		for (uint32_t j = 0; j < i; j++)
+			if (ids[i] == ids[j])
+				return CUDA_ERROR_INVALID_VALUE;
+	return st;
 }
 
 /* [p, p + pitch * (rows - 1) + row) inside one of the session's
@@ -162,13 +201,9 @@ int32_t pvgpu_handle_graph_add_node(struct pvgpu_worker *w,
 		return CUDA_ERROR_INVALID_HANDLE;
 	if (!w->ex_ops->graph_add_node)
 		return CUDA_ERROR_NOT_SUPPORTED;
-	st = nodes_of(w, req->graph, req->deps, req->deps_count, deps);
+	st = pvgpu_graph_deps(w, req->graph, req->deps, req->deps_count, deps);
 	if (st)
 		return st;
-	for (uint32_t i = 0; i < req->deps_count; i++)
-		for (uint32_t j = 0; j < i; j++)
-			if (req->deps[i] == req->deps[j])
-				return CUDA_ERROR_INVALID_VALUE;
 	st = node_check(w, req, &n);
 	if (st)
 		return st;
@@ -235,8 +270,10 @@ int32_t pvgpu_handle_graph_node_destroy(struct pvgpu_worker *w,
 	if (!w->ex_ops->graph_node_destroy)
 		return CUDA_ERROR_NOT_SUPPORTED;
 	st = w->ex_ops->graph_node_destroy(w->ex, n->exec_handle);
-	if (!st)
+	if (!st) {
+		pvgpu_staged_unref(w, 0, req->node);
 		pvgpu_handle_del(&w->handles, req->node);
+	}
 	return st;
 }
 
@@ -271,8 +308,8 @@ int32_t pvgpu_handle_graph_add_deps(struct pvgpu_worker *w,
 
 /* The session's id for an executor node of graph, made on first sight
  * (a captured or cloned graph's nodes); 0 when out of memory. */
-static uint64_t node_id(struct pvgpu_worker *w, uint64_t graph, uint64_t node,
-			uint32_t type)
+uint64_t pvgpu_graph_node_id(struct pvgpu_worker *w, uint64_t graph,
+			     uint64_t node, uint32_t type)
 {
 	struct pvgpu_handle *h;
 	uint64_t id;
@@ -311,7 +348,7 @@ int32_t pvgpu_handle_graph_get_nodes(struct pvgpu_worker *w,
 		return st;
 	rep->nodes_count = rep->count < max ? (uint32_t)rep->count : max;
 	for (uint32_t i = 0; i < rep->nodes_count; i++) {
-		rep->nodes[i] = node_id(w, req->graph, rep->nodes[i], types[i]);
+		rep->nodes[i] = pvgpu_graph_node_id(w, req->graph, rep->nodes[i], types[i]);
 		if (!rep->nodes[i])
 			return CUDA_ERROR_OUT_OF_MEMORY;
 	}
@@ -337,6 +374,99 @@ int32_t pvgpu_handle_graph_exec_update(struct pvgpu_worker *w,
 		return CUDA_ERROR_NOT_SUPPORTED;
 	st = w->ex_ops->graph_exec_update(w->ex, x->exec_handle, g->exec_handle,
 					  &rep->result, &node, &type);
-	rep->error_node = node ? node_id(w, req->graph, node, type) : 0;
+	rep->error_node = node ? pvgpu_graph_node_id(w, req->graph, node, type) : 0;
+	/* Its copy nodes now name the graph's staging buffers. */
+	if (!st && rep->result == CU_GRAPH_EXEC_UPDATE_SUCCESS)
+		st = pvgpu_staged_instantiated(w, req->exec, req->graph);
 	return st;
+}
+
+/* ---- conditional nodes -------------------------------------------------- */
+
+int32_t pvgpu_handle_graph_cond_handle(struct pvgpu_worker *w,
+				       const struct pvgpu_graph_cond_handle_req *req,
+				       struct pvgpu_graph_cond_handle_rep *rep)
+{
+	struct pvgpu_handle *g;
+	uint64_t id;
+	int32_t st;
+
+	if (!w->cur_ctx)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	g = graph_get(w, req->graph);
+	if (!g)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (req->flags > CU_GRAPH_COND_ASSIGN_DEFAULT)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!w->ex_ops->cond_handle)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	st = w->ex_ops->cond_handle(w->ex, g->exec_handle, req->default_value,
+				    req->flags, &rep->handle);
+	if (st)
+		return st;
+	id = pvgpu_handle_add(&w->handles, H_COND, rep->handle, w->cur_ctx, 0);
+	if (!id)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pvgpu_handle_get(&w->handles, id, H_COND)->module = req->graph;
+	return CUDA_SUCCESS;
+}
+
+/* A conditional handle graph made, by the driver's value. */
+static int cond_of(struct pvgpu_worker *w, uint64_t graph, uint64_t value)
+{
+	for (uint32_t i = 0; i < w->handles.n; i++)
+		if (w->handles.v[i].kind == H_COND &&
+		    w->handles.v[i].module == graph &&
+		    w->handles.v[i].exec_handle == value)
+			return 1;
+	return 0;
+}
+
+int32_t pvgpu_handle_graph_cond_node(struct pvgpu_worker *w,
+				     const struct pvgpu_graph_cond_node_req *req,
+				     struct pvgpu_graph_cond_node_rep *rep)
+{
+	const uint32_t max = sizeof(rep->bodies) / sizeof(rep->bodies[0]);
+	uint64_t deps[sizeof(req->deps) / sizeof(req->deps[0])];
+	uint64_t bodies[sizeof(rep->bodies) / sizeof(rep->bodies[0])] = { 0 };
+	struct pvgpu_graph_node n = {
+		.type = CU_GRAPH_NODE_TYPE_CONDITIONAL, .cond = req->handle,
+		.cond_type = req->type, .cond_size = req->size, .bodies = bodies,
+	};
+	struct pvgpu_handle *g;
+	uint64_t node = 0;
+	int32_t st;
+
+	if (!w->cur_ctx)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	g = graph_get(w, req->graph);
+	if (!g)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (!cond_of(w, req->graph, req->handle) ||
+	    req->type > CU_GRAPH_COND_TYPE_SWITCH || !req->size || req->size > max ||
+	    (req->type == CU_GRAPH_COND_TYPE_IF && req->size > 2) ||
+	    (req->type == CU_GRAPH_COND_TYPE_WHILE && req->size > 1))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!w->ex_ops->graph_add_node)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	st = pvgpu_graph_deps(w, req->graph, req->deps, req->deps_count, deps);
+	if (!st)
+		st = w->ex_ops->graph_add_node(w->ex, g->exec_handle, &n, deps,
+					       req->deps_count, &node);
+	if (st)
+		return st;
+	rep->node = pvgpu_graph_node_id(w, req->graph, node,
+					CU_GRAPH_NODE_TYPE_CONDITIONAL);
+	if (!rep->node)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	/* The bodies: the session's graphs, belonging to this one. */
+	rep->bodies_count = req->size;
+	for (uint32_t i = 0; i < req->size; i++) {
+		rep->bodies[i] = bodies[i] ? pvgpu_graph_id(w, bodies[i]) : 0;
+		if (!rep->bodies[i])
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		pvgpu_handle_get(&w->handles, rep->bodies[i], H_GRAPH)->module =
+			req->graph;
+	}
+	return CUDA_SUCCESS;
 }

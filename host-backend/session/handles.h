@@ -15,7 +15,8 @@ enum pvgpu_handle_kind { H_FREE, H_CTX, H_STREAM, H_EVENT, H_MODULE, H_FUNC,
 			H_GRAPH, H_GRAPH_EXEC, H_ARRAY, H_TEX, H_SURF, H_GRAPH_NODE,
 			H_LINK,		/* a linked image (data, ndata bytes) */
 			H_MEM,		/* physical memory (vmm.c): charged bytes */
-			H_VARANGE	/* reserved addresses: base, size in charged */ };
+			H_VARANGE,	/* reserved addresses: base, size in charged */
+			H_COND		/* a conditional handle: module its graph */ };
 
 struct pvgpu_handle {
 	enum pvgpu_handle_kind kind;
@@ -57,6 +58,7 @@ struct pvgpu_alloc {
 #define PVGPU_ALLOC_HOSTMAP UINT64_MAX	/* module: mapped window memory (hostmap.c) */
 #define PVGPU_ALLOC_VMM (UINT64_MAX - 1) /* module: a cuMemMap mapping (vmm.c) */
 #define PVGPU_ALLOC_IPC (UINT64_MAX - 2) /* module: another session's, opened (ipc.c) */
+#define PVGPU_ALLOC_GRAPH (UINT64_MAX - 3) /* module: a graph allocation node's (capture.c) */
 	int32_t device;
 };
 

@@ -286,7 +286,7 @@ int32_t pvgpu_handle_ctx_destroy(struct pvgpu_worker *w,
 		struct pvgpu_alloc *a = &w->allocs.v[i];
 
 		if (a->ctx == req->ctx) {
-			if (!a->module)
+			if (!a->module || a->module == PVGPU_ALLOC_GRAPH)
 				atomic_fetch_sub(&w->slot->mem_used[a->device],
 						 a->size);
 			pvgpu_alloc_del(&w->allocs, a);
@@ -366,6 +366,7 @@ int32_t pvgpu_handle_mem_alloc(struct pvgpu_worker *w,
 	st = w->ex_ops->mem_alloc(w->ex, req->size, &a.base);
 	if (st)
 		goto err_uncharge;
+	pvgpu_graph_allocs_reused(w, a.base, req->size);
 	a.size = req->size;
 	a.ctx = w->cur_ctx;
 	a.module = 0;

@@ -244,6 +244,7 @@ static void worker_fini(struct pvgpu_worker *w)
 	for (int d = 0; d < PVGPU_MAX_DEVICES; d++)
 		atomic_store(&w->slot->mem_used[d], 0);
 	pvgpu_handles_free(&w->handles);
+	pvgpu_staged_free(w);
 	pvgpu_allocs_free(&w->allocs);
 	free(w->rx);
 	w->conn->ops->close(w->conn);

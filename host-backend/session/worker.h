@@ -50,6 +50,27 @@ struct pvgpu_window {
 	unsigned int npins;
 };
 
+/*
+ * Staging buffers of copy nodes whose host end is guest memory the worker
+ * cannot see (capture.c).  A buffer lives while its graph holds the node
+ * or an executable graph made from that graph does.
+ */
+struct pvgpu_staged {
+	uint64_t id;			/* the guest's name for it */
+	uint8_t *buf;
+	uint64_t size;
+	uint64_t graph, node;		/* its node's ids; 0: gone */
+	uint32_t execs;			/* executable graphs using it */
+	int to_host;
+};
+struct pvgpu_staged_set {
+	struct pvgpu_staged *v;
+	size_t n, cap;
+	uint64_t bytes;			/* in all, at most PVGPU_STAGED_MAX */
+	uint64_t serial;
+};
+#define PVGPU_STAGED_MAX	(1ull << 30)
+
 struct pvgpu_worker_config {
 	const struct pvgpu_executor_ops *exec;
 	uint32_t block;			/* bulk block (DATA frame) size */
@@ -117,6 +138,7 @@ struct pvgpu_worker {
 	 * records no events of its own, which would land in the guest's graph.
 	 */
 	unsigned int capturing;
+	struct pvgpu_staged_set staged;	/* capture.c */
 	uint64_t output_dropped;	/* bytes of it not delivered */
 	/* Requests that waited for a reply, by opcode: at debug level, the
 	 * session's end names the ones a program made most (a front-end that
@@ -179,6 +201,28 @@ void *pvgpu_window_host(struct pvgpu_worker *w, uint64_t offset,
 
 /* A graph's node handles dropped with it (graphs.c). */
 void pvgpu_graph_forget(struct pvgpu_worker *w, uint64_t graph);
+/* The session's id for an executor node of graph / an executor graph of
+ * the current context, made on first sight; 0: out of memory (graphs.c). */
+uint64_t pvgpu_graph_node_id(struct pvgpu_worker *w, uint64_t graph,
+			     uint64_t node, uint32_t type);
+uint64_t pvgpu_graph_id(struct pvgpu_worker *w, uint64_t graph);
+/* A new node's dependencies checked: nodes of graph, no repeats; out[] the
+ * executor's node handles (graphs.c). */
+int32_t pvgpu_graph_deps(struct pvgpu_worker *w, uint64_t graph,
+			 const uint64_t *ids, uint32_t n, uint64_t *out);
+
+/* Graph (0: any) or node (0: any) gives up its buffers. */
+void pvgpu_staged_unref(struct pvgpu_worker *w, uint64_t graph, uint64_t node);
+/* Executable graph exec now uses graph's buffers (instead of any before). */
+int32_t pvgpu_staged_instantiated(struct pvgpu_worker *w, uint64_t exec,
+				  uint64_t graph);
+/* Executable graph exec is being destroyed. */
+void pvgpu_staged_exec_gone(struct pvgpu_worker *w, uint64_t exec);
+void pvgpu_staged_free(struct pvgpu_worker *w);
+/* The driver gave [base, base + size) to an allocation of another kind:
+ * graph allocations there are gone (their memory trimmed) (capture.c). */
+void pvgpu_graph_allocs_reused(struct pvgpu_worker *w, uint64_t base,
+			       uint64_t size);
 
 /* May the session's VM use this device (its policy's gpus)? (ops.c) */
 int pvgpu_vm_may_use(struct pvgpu_worker *w, int32_t device);

@@ -212,9 +212,67 @@ def seeds():
                                       elem_strides=[1, 1, 1]))
                    + W.message("tensor_map_encode", 72, im2col=0, address=base,
                                **dict(tmap, rank=4)))
+    # Staged graph copies and capture queries (capture.c): a graph with a
+    # host-to-device and a device-to-host staged node (buffers 1, 2), its
+    # executable graph fed, launched and read back; a capture queried, a
+    # staged copy captured, its dependencies replaced.
+    h = lambda i: (1 << 24) | i  # noqa: E731
+    staged = (W.message("stream_create", 90, flags=1, priority=0)
+              + W.message("driver_call", 91, fn=19, args=[1, 0])
+              + W.message("graph_staged_copy", 92, graph=h(3), deps=[], stream=0,
+                          dptr=base, size=64, to_host=0)
+              + W.message("graph_staged_copy", 93, graph=h(3), deps=[h(4)], stream=0,
+                          dptr=base + 64, size=64, to_host=1)
+              + W.message("driver_call", 94, fn=14, args=[1, h(3), 0])
+              + W.message("graph_staged_put", 95, staging=[1], size=64)
+              + W.data_frames(b"y" * 64, 95)
+              + W.batch(W.message("driver_call_async", 0, fn=15, args=[h(6), h(2)]))
+              + W.message("stream_synchronize", 96, stream=h(2))
+              + W.message("graph_staged_get", 97, staging=[2], size=64)
+              + W.message("driver_call", 98, fn=11, args=[h(2), 0])
+              + W.message("stream_capture_info", 99, stream=h(2))
+              + W.message("graph_staged_copy", 100, graph=0, deps=[], stream=h(2),
+                          dptr=base, size=16, to_host=1)
+              + W.message("stream_capture_info", 101, stream=h(2))
+              + W.message("stream_capture_deps", 102, stream=h(2), deps=[h(8)], edges=[],
+                          flags=1)
+              + W.message("driver_call", 103, fn=12, args=[h(2), 1])
+              + W.message("driver_call", 104, fn=17, args=[h(6)])
+              + W.message("driver_call", 105, fn=18, args=[h(3)]))
+    # Graph memory: an allocation node, a free node of its address and one
+    # of other memory, the attributes and a trim; the same captured.
+    graph_mem = (W.message("stream_create", 110, flags=1, priority=0)
+                 + W.message("driver_call", 111, fn=19, args=[1, 0])
+                 + W.message("graph_mem_node", 112, graph=h(3), deps=[], size=4096, dptr=0)
+                 + W.message("graph_mem_node", 113, graph=h(3), deps=[h(4)], size=0,
+                             dptr=base + (1 << 20))
+                 + W.message("graph_mem_node", 114, graph=h(3), deps=[], size=0, dptr=base)
+                 + W.message("graph_mem_attr", 115, attr=0, set=0, value=0)
+                 + W.message("graph_mem_attr", 116, attr=1, set=1, value=0)
+                 + W.message("graph_mem_attr", 117, attr=0xFFFFFFFF, set=0, value=0)
+                 + W.message("driver_call", 118, fn=11, args=[h(2), 0])
+                 + W.message("stream_mem_async", 119, stream=h(2), size=256, dptr=0)
+                 + W.message("stream_mem_async", 120, stream=h(2), size=0, dptr=base)
+                 + W.message("driver_call", 121, fn=12, args=[h(2), 1]))
+    # Conditional nodes: a handle of graph 3, an IF node with two bodies on
+    # it, a node on a made-up handle, one with too many bodies.
+    cond = (W.message("driver_call", 130, fn=19, args=[1, 0])
+            + W.message("graph_cond_handle", 131, graph=h(2), default_value=1, flags=1)
+            + W.message("graph_cond_node", 132, graph=h(2), deps=[], handle=1, type=0,
+                        size=2)
+            + W.message("graph_cond_node", 133, graph=h(2), deps=[], handle=0x5eed, type=1,
+                        size=1)
+            + W.message("graph_cond_node", 134, graph=h(2), deps=[], handle=1, type=2,
+                        size=65)
+            + W.message("graph_get_nodes", 135, graph=h(5))
+            + W.message("driver_call", 136, fn=18, args=[h(2)])
+            + W.message("graph_get_nodes", 137, graph=h(5)))
     return {
         **modules,
         "tensor_maps": session + tensor_maps + free,
+        "staged": session + staged + free,
+        "graph_mem": session + graph_mem + free,
+        "cond": session + cond + free,
         "textures": session + textures + free,
         "arrays": session + arrays + free,
         "hello": hello,

@@ -178,3 +178,67 @@ def test_a_cycle_is_refused_at_instantiate(s):
     assert s.call("graph_add_deps", graph=g, **{"from": [b], "to": [a]})[0] == \
         CUDA_ERROR_INVALID_VALUE                                  # already there
     assert driver(s, INSTANTIATE, 1, g, 0)[0] == CUDA_ERROR_INVALID_VALUE
+
+
+def put(s, staging, data):
+    """graph_staged_put, queued as the guest queues it before a launch."""
+    msg_id = s.next_id
+    s.next_id += 1
+    s.send(W.message("graph_staged_put", msg_id, staging=staging, size=len(data))
+           + W.data_frames(data, msg_id))
+
+
+def test_staged_copy_buffers_are_checked(s):
+    """Copy nodes whose host end the worker cannot see (capture.c): the
+    bytes a guest puts before a launch come out of the device-to-host node
+    after it; a buffer of the wrong direction, size or a made-up one is
+    CUDA_ERROR_INVALID_VALUE for that call (the session goes on); a buffer
+    lives while an executable graph made with it does."""
+    g = graph(s)
+    buf = alloc(s, 4096)
+    st, _, up, _ = s.call("graph_staged_copy", graph=g, deps=[], stream=0, dptr=buf,
+                          size=64, to_host=0)
+    assert st == CUDA_SUCCESS and up["staging"], st
+    st, _, down, _ = s.call("graph_staged_copy", graph=g, deps=[up["node"]], stream=0,
+                            dptr=buf, size=64, to_host=1)
+    assert st == CUDA_SUCCESS, st
+    assert node_type(s, down["node"]) == (CUDA_SUCCESS, MEMCPY)
+    # Past the allocation, a made-up graph, a repeated or foreign dependency.
+    bad = dict(stream=0, size=64, to_host=0)
+    assert s.call("graph_staged_copy", graph=g, deps=[], dptr=buf + 4090,
+                  **bad)[0] == CUDA_ERROR_INVALID_VALUE
+    assert s.call("graph_staged_copy", graph=g + 77, deps=[], dptr=buf,
+                  **bad)[0] == CUDA_ERROR_INVALID_HANDLE
+    assert s.call("graph_staged_copy", graph=g, deps=[up["node"], up["node"]], dptr=buf,
+                  **bad)[0] == CUDA_ERROR_INVALID_VALUE
+    g2 = graph(s)
+    assert s.call("graph_staged_copy", graph=g2, deps=[up["node"]], dptr=buf,
+                  **bad)[0] == CUDA_ERROR_INVALID_VALUE
+    # Not capturing: no captured copy either.
+    assert s.call("graph_staged_copy", graph=0, deps=[], dptr=buf,
+                  **bad)[0] != CUDA_SUCCESS
+    st, res = driver(s, INSTANTIATE, 1, g, 0)
+    assert st == CUDA_SUCCESS
+    x = res[0]
+    put(s, [up["staging"]], b"q" * 64)
+    s.queue("driver_call_async", fn=LAUNCH, args=[x, 0])
+    st, deferred, _, data = s.call("graph_staged_get", staging=[down["staging"]], size=64)
+    assert (st, deferred, data) == (CUDA_SUCCESS, CUDA_SUCCESS, b"q" * 64)
+    # Into a device-to-host buffer: refused when it comes (deferred).
+    put(s, [down["staging"]], b"x" * 64)
+    st, deferred, _, data = s.call("graph_staged_get", staging=[down["staging"]], size=64)
+    assert (st, deferred, data) == (CUDA_SUCCESS, CUDA_ERROR_INVALID_VALUE, b"q" * 64)
+    put(s, [up["staging"]], b"x" * 65)                  # more than the buffer
+    put(s, [12345], b"x" * 64)                          # made up
+    for staging, size in (([up["staging"]], 64), ([down["staging"]], 65),
+                          ([12345], 64), ([down["staging"], down["staging"]], 128)):
+        st, *_ = s.call("graph_staged_get", staging=staging, size=size)
+        assert st == CUDA_ERROR_INVALID_VALUE, (staging, size, st)
+    # The graph gone, its executable graph still holds the buffers.
+    assert driver(s, GRAPH_DESTROY, g)[0] == CUDA_SUCCESS
+    st, _, _, data = s.call("graph_staged_get", staging=[down["staging"]], size=64)
+    assert (st, data) == (CUDA_SUCCESS, b"q" * 64)
+    assert driver(s, EXEC_DESTROY, x)[0] == CUDA_SUCCESS
+    st, *_ = s.call("graph_staged_get", staging=[down["staging"]], size=64)
+    assert st == CUDA_ERROR_INVALID_VALUE
+    assert s.call("mem_free", dptr=buf)[0] == CUDA_SUCCESS

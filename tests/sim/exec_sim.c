@@ -82,6 +82,8 @@ enum sim_kind {
 	SIM_GRAPH_NODE,		/* not an object: a handle inside a graph */
 };
 
+#define SIM_CAP_DEPS	64	/* a capture's dependency set, at most */
+
 /*
  * A graph as the sim records it: the launches captured from a stream, or
  * the nodes added one by one (cuGraphAdd*Node), each with the nodes before
@@ -132,6 +134,9 @@ struct sim_obj {
 			uint32_t flags;
 			int32_t priority;
 			struct sim_obj *capture;	/* graph being captured */
+			/* What the next captured node depends on. */
+			uint64_t cap_deps[SIM_CAP_DEPS];
+			size_t ncap;
 			CUaccessPolicyWindow window;	/* cuStreamSetAttribute */
 			uint32_t sync_policy;
 		} stream;
@@ -206,6 +211,8 @@ struct pvgpu_exec {
 	/* PVGPU_SIM_NO_PEER: pairs of devices without peer access. */
 	bool no_peer[SIM_MAX_DEVICES][SIM_MAX_DEVICES];
 	uint32_t node;			/* PVGPU_SIM_NODE */
+	/* Graph memory: allocation nodes' bytes (made at once, kept). */
+	uint64_t graph_mem, graph_mem_high;
 	uint64_t addr_base;		/* where this node's device windows start */
 
 	/* Live objects, sorted by handle. */
@@ -585,19 +592,68 @@ static uint64_t node_new(struct pvgpu_exec *ex)
 	return ((uint64_t)SIM_GRAPH_NODE << SIM_HANDLE_KIND_SHIFT) | ++ex->serial;
 }
 
-/* A captured launch: a kernel node of its own. */
-static int32_t graph_capture(struct pvgpu_exec *ex, struct sim_obj *g,
-			     const struct pvgpu_launch *l)
+/*
+ * Captured work on stream s: a node of its own (a launch l, else the copy
+ * c), after the capture's dependency set, which is then that node alone.
+ */
+static int32_t graph_capture(struct pvgpu_exec *ex, struct sim_obj *s,
+			     const struct pvgpu_launch *l,
+			     const struct pvgpu_graph_node *c)
 {
+	struct pvgpu_launch empty = { 0 };
+	struct sim_obj *g = s->u.stream.capture;
+	struct sim_graph_launch *e;
 	uint64_t node = node_new(ex);
 	int32_t rc;
 
 	if (!node)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	rc = graph_add(g, l);
-	if (!rc)
-		g->u.graph.v[g->u.graph.n - 1].node = node;
-	return rc;
+	rc = graph_add(g, l ? l : &empty);
+	if (rc)
+		return rc;
+	e = &g->u.graph.v[g->u.graph.n - 1];
+	e->node = node;
+	if (c) {
+		e->type = c->type;
+		e->n = *c;
+	}
+	if (s->u.stream.ncap) {
+		e->deps = malloc(s->u.stream.ncap * sizeof(*e->deps));
+		if (!e->deps) {
+			free(e->params);
+			g->u.graph.n--;
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+		memcpy(e->deps, s->u.stream.cap_deps,
+		       s->u.stream.ncap * sizeof(*e->deps));
+		e->ndeps = s->u.stream.ncap;
+	}
+	s->u.stream.cap_deps[0] = node;
+	s->u.stream.ncap = 1;
+	return CUDA_SUCCESS;
+}
+
+static unsigned char *dev_bytes(struct pvgpu_exec *ex, uint64_t ptr,
+				uint64_t len);
+
+/* A host copy on a capturing stream: a copy node (host stays valid: the
+ * worker's staging buffer); 1 when stream is not capturing. */
+static int32_t capture_copy(struct pvgpu_exec *ex, uint64_t stream,
+			    uint64_t dst, uint64_t src, void *host, int to_host,
+			    uint64_t size)
+{
+	struct sim_obj *s = stream && !ctx_check(ex) ?
+			    obj_find(ex, stream, SIM_STREAM) : NULL;
+	struct pvgpu_graph_node c = {
+		.type = CU_GRAPH_NODE_TYPE_MEMCPY, .dst = dst, .src = src,
+		.width = size, .host = host, .to_host = to_host,
+	};
+
+	if (!s || s->ctx != ex->cur || !s->u.stream.capture)
+		return 1;
+	if (!size || !host || !dev_bytes(ex, to_host ? src : dst, size))
+		return CUDA_ERROR_INVALID_VALUE;
+	return graph_capture(ex, s, NULL, &c);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1566,6 +1622,9 @@ static int32_t sim_memcpy_htod_async(struct pvgpu_exec *ex, uint64_t dst,
 
 	if (!ex)
 		return CUDA_ERROR_INVALID_VALUE;
+	rc = capture_copy(ex, stream, dst, 0, (void *)(uintptr_t)host, 0, size);
+	if (rc != 1)
+		return rc;
 	rc = check_stream(ex, stream);
 	if (rc)
 		return rc;
@@ -1590,6 +1649,9 @@ static int32_t sim_memcpy_dtoh_async(struct pvgpu_exec *ex, void *host,
 
 	if (!ex)
 		return CUDA_ERROR_INVALID_VALUE;
+	rc = capture_copy(ex, stream, 0, src, host, 1, size);
+	if (rc != 1)
+		return rc;
 	/* The sim copies at once: it waits for the kernels before it. */
 	sim_output_flush(ex);
 	rc = check_stream(ex, stream);
@@ -2758,7 +2820,8 @@ static int32_t sim_launch(struct pvgpu_exec *ex,
 		rc = launch_check(launch, f);
 		if (!rc)
 			rc = sim_launch_attrs(ex, launch, &cluster, &coop);
-		return rc ? rc : graph_capture(ex, capturing(ex, launch->stream), launch);
+		return rc ? rc : graph_capture(ex, obj_find(ex, launch->stream, SIM_STREAM),
+					       launch, NULL);
 	}
 	rc = check_stream(ex, launch->stream);
 	if (rc)
@@ -3104,6 +3167,7 @@ static int32_t sim_capture_call(struct pvgpu_exec *ex,
 		if (!g)
 			return CUDA_ERROR_OUT_OF_MEMORY;
 		s->u.stream.capture = g;
+		s->u.stream.ncap = 0;
 		return CUDA_SUCCESS;
 	case PVGPU_GENERIC_cuStreamEndCapture:
 		if (!s->u.stream.capture)
@@ -3120,6 +3184,185 @@ static int32_t sim_capture_call(struct pvgpu_exec *ex,
 					     CU_STREAM_CAPTURE_STATUS_NONE;
 		return CUDA_SUCCESS;
 	}
+}
+
+/* Graph memory: the sim makes an allocation node's memory at once and
+ * keeps it (a graph may run any number of times). */
+static int32_t graph_mem_alloc(struct pvgpu_exec *ex, uint64_t size,
+			       uint64_t *dptr)
+{
+	int32_t rc = size ? sim_mem_alloc(ex, size, dptr) : CUDA_ERROR_INVALID_VALUE;
+
+	if (rc)
+		return rc;
+	ex->graph_mem += size;
+	if (ex->graph_mem > ex->graph_mem_high)
+		ex->graph_mem_high = ex->graph_mem;
+	return CUDA_SUCCESS;
+}
+
+static int32_t sim_mem_async(struct pvgpu_exec *ex, uint64_t stream,
+			     uint64_t size, uint64_t *dptr)
+{
+	struct sim_obj *s;
+	struct pvgpu_graph_node c = { .type = CU_GRAPH_NODE_TYPE_MEM_FREE };
+	int32_t rc;
+
+	if (!ex || !dptr)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = ctx_check(ex);
+	if (rc)
+		return rc;
+	s = stream ? obj_find(ex, stream, SIM_STREAM) : NULL;
+	if (!s || s->ctx != ex->cur || !s->u.stream.capture) {
+		sim_diag(ex, "stream-ordered graph memory outside a capture: not "
+			 "modelled by the sim");
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	if (size) {
+		rc = graph_mem_alloc(ex, size, dptr);
+		if (rc)
+			return rc;
+		c.type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
+		c.width = size;
+	} else {
+		c.dst = *dptr;
+	}
+	return graph_capture(ex, s, NULL, &c);
+}
+
+static int32_t sim_graph_mem_attr(struct pvgpu_exec *ex, uint32_t attr,
+				  int set, uint64_t *value)
+{
+	int32_t rc;
+
+	if (!ex || !value)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = ctx_check(ex);
+	if (rc)
+		return rc;
+	switch (attr) {
+	case UINT32_MAX:			/* trim: nothing unused is kept */
+		return CUDA_SUCCESS;
+	case CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT:
+	case CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT:
+		*value = ex->graph_mem;
+		return set ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+	case CU_GRAPH_MEM_ATTR_USED_MEM_HIGH:
+	case CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH:
+		if (set)
+			ex->graph_mem_high = ex->graph_mem;
+		*value = ex->graph_mem_high;
+		return CUDA_SUCCESS;
+	default:
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+}
+
+/* cuGraphConditionalHandleCreate: a value of the sim's own. */
+static int32_t sim_cond_handle(struct pvgpu_exec *ex, uint64_t graph,
+			       uint32_t default_value, uint32_t flags,
+			       uint64_t *handle)
+{
+	int32_t rc;
+
+	(void)default_value;
+	(void)flags;
+	if (!ex || !handle)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = ctx_check(ex);
+	if (rc)
+		return rc;
+	if (!obj_find(ex, graph, SIM_GRAPH))
+		return CUDA_ERROR_INVALID_HANDLE;
+	*handle = ++ex->serial;
+	return CUDA_SUCCESS;
+}
+
+/* cuStreamGetCaptureInfo: the graph's handle doubles as the capture id. */
+static int32_t sim_capture_info(struct pvgpu_exec *ex, uint64_t stream,
+				uint32_t *status, uint64_t *id, uint64_t *graph,
+				uint64_t *nodes, uint32_t *types, uint64_t *edges,
+				uint32_t max, uint64_t *count)
+{
+	struct sim_obj *s, *g;
+	int32_t rc;
+
+	if (!ex || !status || !id || !graph || !count ||
+	    (max && (!nodes || !types || !edges)))
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = ctx_check(ex);
+	if (rc)
+		return rc;
+	*status = CU_STREAM_CAPTURE_STATUS_NONE;
+	*id = *graph = *count = 0;
+	if (!stream)			/* the legacy stream is never captured */
+		return CUDA_SUCCESS;
+	s = obj_find(ex, stream, SIM_STREAM);
+	if (!s || s->ctx != ex->cur)
+		return CUDA_ERROR_INVALID_HANDLE;
+	g = s->u.stream.capture;
+	if (!g)
+		return CUDA_SUCCESS;
+	*status = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+	*id = *graph = g->handle;
+	*count = s->u.stream.ncap;
+	for (size_t i = 0; i < s->u.stream.ncap && i < max; i++) {
+		const struct sim_graph_launch *e = NULL;
+
+		for (size_t k = 0; k < g->u.graph.n && !e; k++)
+			if (g->u.graph.v[k].node == s->u.stream.cap_deps[i])
+				e = &g->u.graph.v[k];
+		nodes[i] = s->u.stream.cap_deps[i];
+		types[i] = e ? e->type : CU_GRAPH_NODE_TYPE_EMPTY;
+		edges[i] = 0;
+	}
+	return CUDA_SUCCESS;
+}
+
+/* cuStreamUpdateCaptureDependencies: default edges only. */
+static int32_t sim_capture_deps(struct pvgpu_exec *ex, uint64_t stream,
+				const uint64_t *nodes, const uint64_t *edges,
+				uint32_t n, uint32_t flags)
+{
+	struct sim_obj *s, *g;
+	size_t base;
+	int32_t rc;
+
+	if (!ex || (n && !nodes) || flags > 1)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = ctx_check(ex);
+	if (rc)
+		return rc;
+	s = stream ? obj_find(ex, stream, SIM_STREAM) : NULL;
+	if (!s || s->ctx != ex->cur)
+		return stream ? CUDA_ERROR_INVALID_HANDLE : CUDA_ERROR_ILLEGAL_STATE;
+	g = s->u.stream.capture;
+	if (!g)
+		return CUDA_ERROR_ILLEGAL_STATE;
+	for (uint32_t i = 0; edges && i < n; i++)
+		if (edges[i]) {
+			sim_diag(ex, "edge data in capture dependencies: not "
+				 "supported by the sim");
+			return CUDA_ERROR_NOT_SUPPORTED;
+		}
+	base = flags ? 0 : s->u.stream.ncap;
+	if (n > SIM_CAP_DEPS - base) {
+		sim_diag(ex, "more than %d capture dependencies: not supported "
+			 "by the sim", SIM_CAP_DEPS);
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		bool known = false;
+
+		for (size_t k = 0; k < g->u.graph.n && !known; k++)
+			known = g->u.graph.v[k].node == nodes[i];
+		if (!known)
+			return CUDA_ERROR_INVALID_VALUE;
+	}
+	memcpy(s->u.stream.cap_deps + base, nodes, n * sizeof(*nodes));
+	s->u.stream.ncap = base + n;
+	return CUDA_SUCCESS;
 }
 
 /* The entry of graph g with this node handle, or NULL. */
@@ -3221,8 +3464,13 @@ static int32_t graph_node_run(struct pvgpu_exec *ex,
 						     e->n.width, stream);
 		return sim_memcpy_dtod_async(ex, e->n.dst, e->n.src,
 					     e->n.width, stream);
+	case CU_GRAPH_NODE_TYPE_CONDITIONAL:
+		/* Its condition is set by kernels the sim does not run on a
+		 * GPU: which body would run is not modelled. */
+		sim_diag(ex, "a conditional graph node: not run by the sim");
+		return CUDA_ERROR_NOT_SUPPORTED;
 	default:
-		return CUDA_SUCCESS;		/* empty */
+		return CUDA_SUCCESS;		/* empty, memory nodes */
 	}
 }
 
@@ -3259,12 +3507,34 @@ static int32_t sim_graph_add_node(struct pvgpu_exec *ex, uint64_t graph,
 	case CU_GRAPH_NODE_TYPE_MEMSET:
 	case CU_GRAPH_NODE_TYPE_MEMCPY:
 	case CU_GRAPH_NODE_TYPE_EMPTY:
+	case CU_GRAPH_NODE_TYPE_MEM_FREE:
+		break;
+	case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
+		if (!n->alloc)
+			return CUDA_ERROR_INVALID_VALUE;
+		break;
+	case CU_GRAPH_NODE_TYPE_CONDITIONAL:
+		if (!n->bodies || !n->cond_size || n->cond_size > 64 || !n->cond)
+			return CUDA_ERROR_INVALID_VALUE;
+		/* The body graphs: empty graphs of the context's. */
+		for (uint32_t i = 0; i < n->cond_size; i++) {
+			struct sim_obj *b = obj_new(ex, SIM_GRAPH, ex->cur);
+
+			if (!b)
+				return CUDA_ERROR_OUT_OF_MEMORY;
+			n->bodies[i] = b->handle;
+		}
 		break;
 	default:
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
 	if (ex->serial >= SIM_HANDLE_SERIAL_MASK)
 		return CUDA_ERROR_OUT_OF_MEMORY;
+	if (n->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
+		rc = graph_mem_alloc(ex, n->width, n->alloc);
+		if (rc)
+			return rc;
+	}
 	rc = graph_add(g, n->type == CU_GRAPH_NODE_TYPE_KERNEL ? &n->kernel : &empty);
 	if (rc)
 		return rc;
@@ -3282,6 +3552,8 @@ static int32_t sim_graph_add_node(struct pvgpu_exec *ex, uint64_t graph,
 	e->type = n->type;
 	e->n = *n;
 	e->n.kernel = (struct pvgpu_launch){ 0 };
+	e->n.alloc = NULL;
+	e->n.bodies = NULL;
 	e->node = node_new(ex);
 	*node = e->node;
 	return CUDA_SUCCESS;
@@ -4083,6 +4355,11 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.graph_node_destroy	= sim_graph_node_destroy,
 	.graph_nodes		= sim_graph_nodes,
 	.graph_exec_update	= sim_graph_exec_update,
+	.capture_info		= sim_capture_info,
+	.capture_deps		= sim_capture_deps,
+	.mem_async		= sim_mem_async,
+	.graph_mem_attr		= sim_graph_mem_attr,
+	.cond_handle		= sim_cond_handle,
 };
 
 /* How pvgpud finds this fixture: build/lib/pvgpud/exec-sim.so. */

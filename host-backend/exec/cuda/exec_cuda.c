@@ -161,6 +161,29 @@ struct cuda_api {
 	CUresult (CUDAAPI *graph_node_get_type)(CUgraphNode, CUgraphNodeType *);
 	CUresult (CUDAAPI *graph_exec_update)(CUgraphExec, CUgraph,
 					      CUgraphExecUpdateResultInfo *);
+	CUresult (CUDAAPI *stream_capture_info)(CUstream, CUstreamCaptureStatus *,
+						cuuint64_t *, CUgraph *,
+						const CUgraphNode **,
+						const CUgraphEdgeData **, size_t *);
+	CUresult (CUDAAPI *stream_capture_deps)(CUstream, CUgraphNode *,
+						const CUgraphEdgeData *, size_t,
+						unsigned int);
+	CUresult (CUDAAPI *graph_add_mem_alloc_node)(CUgraphNode *, CUgraph,
+						     const CUgraphNode *, size_t,
+						     CUDA_MEM_ALLOC_NODE_PARAMS *);
+	CUresult (CUDAAPI *graph_add_mem_free_node)(CUgraphNode *, CUgraph,
+						    const CUgraphNode *, size_t,
+						    CUdeviceptr);
+	CUresult (CUDAAPI *mem_alloc_async)(CUdeviceptr *, size_t, CUstream);
+	CUresult (CUDAAPI *mem_free_async)(CUdeviceptr, CUstream);
+	CUresult (CUDAAPI *device_graph_mem_trim)(CUdevice);
+	CUresult (CUDAAPI *device_get_graph_mem_attr)(CUdevice, CUgraphMem_attribute, void *);
+	CUresult (CUDAAPI *device_set_graph_mem_attr)(CUdevice, CUgraphMem_attribute, void *);
+	CUresult (CUDAAPI *graph_cond_handle_create)(CUgraphConditionalHandle *, CUgraph,
+						     CUcontext, unsigned int, unsigned int);
+	CUresult (CUDAAPI *graph_add_node)(CUgraphNode *, CUgraph, const CUgraphNode *,
+					   const CUgraphEdgeData *, size_t,
+					   CUgraphNodeParams *);
 };
 
 struct cuda_sym {
@@ -259,6 +282,17 @@ static const struct cuda_sym cuda_syms[] = {
 	SYM(graph_get_nodes, "cuGraphGetNodes", 10000, "cuGraphGetNodes", NULL, true),
 	SYM(graph_node_get_type, "cuGraphNodeGetType", 10000, "cuGraphNodeGetType", NULL, true),
 	SYM(graph_exec_update, "cuGraphExecUpdate", 12000, "cuGraphExecUpdate_v2", NULL, true),
+	SYM(stream_capture_info, "cuStreamGetCaptureInfo", 12030, "cuStreamGetCaptureInfo_v3", NULL, true),
+	SYM(stream_capture_deps, "cuStreamUpdateCaptureDependencies", 12030, "cuStreamUpdateCaptureDependencies_v2", NULL, true),
+	SYM(graph_add_mem_alloc_node, "cuGraphAddMemAllocNode", 11040, "cuGraphAddMemAllocNode", NULL, true),
+	SYM(graph_add_mem_free_node, "cuGraphAddMemFreeNode", 11040, "cuGraphAddMemFreeNode", NULL, true),
+	SYM(mem_alloc_async, "cuMemAllocAsync", 11020, "cuMemAllocAsync", NULL, true),
+	SYM(mem_free_async, "cuMemFreeAsync", 11020, "cuMemFreeAsync", NULL, true),
+	SYM(device_graph_mem_trim, "cuDeviceGraphMemTrim", 11040, "cuDeviceGraphMemTrim", NULL, true),
+	SYM(device_get_graph_mem_attr, "cuDeviceGetGraphMemAttribute", 11040, "cuDeviceGetGraphMemAttribute", NULL, true),
+	SYM(device_set_graph_mem_attr, "cuDeviceSetGraphMemAttribute", 11040, "cuDeviceSetGraphMemAttribute", NULL, true),
+	SYM(graph_cond_handle_create, "cuGraphConditionalHandleCreate", 12030, "cuGraphConditionalHandleCreate", NULL, true),
+	SYM(graph_add_node, "cuGraphAddNode", 12030, "cuGraphAddNode_v2", NULL, true),
 };
 
 typedef CUresult (CUDAAPI *get_proc_address_fn)(const char *, void **, int,
@@ -2181,6 +2215,41 @@ static int32_t cuda_graph_add_node(struct pvgpu_exec *ex, uint64_t graph,
 			return CUDA_ERROR_NOT_SUPPORTED;
 		rc = ex->api.graph_add_empty_node(&out, g, d, ndeps);
 		break;
+	case CU_GRAPH_NODE_TYPE_MEM_ALLOC: {
+		CUDA_MEM_ALLOC_NODE_PARAMS p = {
+			.poolProps = {
+				.allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
+				.location = { CU_MEM_LOCATION_TYPE_DEVICE, c->dev },
+			},
+			.bytesize = n->width,
+		};
+
+		if (!ex->api.graph_add_mem_alloc_node || !n->alloc)
+			return CUDA_ERROR_NOT_SUPPORTED;
+		rc = ex->api.graph_add_mem_alloc_node(&out, g, d, ndeps, &p);
+		*n->alloc = rc ? 0 : p.dptr;
+		break;
+	}
+	case CU_GRAPH_NODE_TYPE_MEM_FREE:
+		if (!ex->api.graph_add_mem_free_node)
+			return CUDA_ERROR_NOT_SUPPORTED;
+		rc = ex->api.graph_add_mem_free_node(&out, g, d, ndeps, n->dst);
+		break;
+	case CU_GRAPH_NODE_TYPE_CONDITIONAL: {
+		CUgraphNodeParams p = { .type = CU_GRAPH_NODE_TYPE_CONDITIONAL };
+
+		if (!ex->api.graph_add_node || !n->bodies)
+			return CUDA_ERROR_NOT_SUPPORTED;
+		p.conditional.handle = (CUgraphConditionalHandle)n->cond;
+		p.conditional.type = (CUgraphConditionalNodeType)n->cond_type;
+		p.conditional.size = n->cond_size;
+		p.conditional.ctx = c->ctx;
+		rc = ex->api.graph_add_node(&out, g, d, NULL, ndeps, &p);
+		for (uint32_t i = 0; !rc && i < n->cond_size; i++)
+			n->bodies[i] = p.conditional.phGraph_out ?
+				       (uint64_t)(uintptr_t)p.conditional.phGraph_out[i] : 0;
+		break;
+	}
 	default:
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
@@ -2297,6 +2366,141 @@ static int32_t cuda_graph_exec_update(struct pvgpu_exec *ex, uint64_t exec,
 	if (info.errorNode)
 		ex->api.graph_node_get_type(info.errorNode, &t);
 	*error_type = (uint32_t)t;
+	return rc;
+}
+
+static int32_t cuda_capture_info(struct pvgpu_exec *ex, uint64_t stream,
+				 uint32_t *status, uint64_t *id, uint64_t *graph,
+				 uint64_t *nodes, uint32_t *types, uint64_t *edges,
+				 uint32_t max, uint64_t *count)
+{
+	CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
+	const CUgraphEdgeData *e = NULL;
+	const CUgraphNode *d = NULL;
+	CUgraph g = NULL;
+	cuuint64_t cid = 0;
+	size_t n = 0;
+	int32_t rc;
+
+	_Static_assert(sizeof(CUgraphEdgeData) == sizeof(uint64_t),
+		       "an edge's data is 8 bytes");
+	if (!ex || !status || !id || !graph || !count ||
+	    (max && (!nodes || !types || !edges)))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!ex->api.stream_capture_info || !ex->api.graph_node_get_type)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	rc = ex->api.stream_capture_info((CUstream)(uintptr_t)stream, &cs, &cid,
+					 &g, &d, &e, &n);
+	if (rc)
+		return rc;
+	*status = (uint32_t)cs;
+	*id = cid;
+	*graph = (uint64_t)(uintptr_t)g;
+	*count = cs == CU_STREAM_CAPTURE_STATUS_NONE ? 0 : n;
+	for (size_t i = 0; i < *count && i < max && !rc; i++) {
+		CUgraphNodeType t;
+
+		nodes[i] = (uint64_t)(uintptr_t)d[i];
+		edges[i] = 0;
+		if (e)
+			memcpy(&edges[i], &e[i], sizeof(edges[i]));
+		rc = ex->api.graph_node_get_type(d[i], &t);
+		types[i] = (uint32_t)t;
+	}
+	return rc;
+}
+
+static int32_t cuda_capture_deps(struct pvgpu_exec *ex, uint64_t stream,
+				 const uint64_t *nodes, const uint64_t *edges,
+				 uint32_t n, uint32_t flags)
+{
+	CUgraphEdgeData *e = NULL;
+	int32_t rc;
+
+	if (!ex || (n && !nodes))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!ex->api.stream_capture_deps)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	if (edges && n) {
+		e = malloc(n * sizeof(*e));
+		if (!e)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		memcpy(e, edges, n * sizeof(*e));
+	}
+	rc = ex->api.stream_capture_deps((CUstream)(uintptr_t)stream,
+					 (CUgraphNode *)(uintptr_t)nodes, e, n,
+					 flags);
+	free(e);
+	return rc;
+}
+
+static int32_t cuda_mem_async(struct pvgpu_exec *ex, uint64_t stream,
+			      uint64_t size, uint64_t *dptr)
+{
+	CUdeviceptr p = 0;
+	int32_t rc;
+
+	if (!ex || !dptr)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!ex->api.mem_alloc_async || !ex->api.mem_free_async)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	if (!size)
+		return ex->api.mem_free_async((CUdeviceptr)*dptr,
+					      (CUstream)(uintptr_t)stream);
+	rc = ex->api.mem_alloc_async(&p, size, (CUstream)(uintptr_t)stream);
+	*dptr = rc ? 0 : (uint64_t)p;
+	return rc;
+}
+
+static int32_t cuda_graph_mem_attr(struct pvgpu_exec *ex, uint32_t attr,
+				   int set, uint64_t *value)
+{
+	struct cuda_ctx *c;
+	cuuint64_t v = 0;
+	int32_t rc;
+
+	if (!ex || !value)
+		return CUDA_ERROR_INVALID_VALUE;
+	c = ex->cur ? ctx_find(ex, ex->cur) : NULL;
+	if (!c)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!ex->api.device_graph_mem_trim || !ex->api.device_get_graph_mem_attr ||
+	    !ex->api.device_set_graph_mem_attr)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	if (attr == UINT32_MAX)
+		return ex->api.device_graph_mem_trim(c->dev);
+	if (set)
+		return ex->api.device_set_graph_mem_attr(c->dev,
+							 (CUgraphMem_attribute)attr, &v);
+	rc = ex->api.device_get_graph_mem_attr(c->dev, (CUgraphMem_attribute)attr, &v);
+	*value = v;
+	return rc;
+}
+
+static int32_t cuda_cond_handle(struct pvgpu_exec *ex, uint64_t graph,
+				uint32_t default_value, uint32_t flags,
+				uint64_t *handle)
+{
+	CUgraphConditionalHandle h = 0;
+	struct cuda_ctx *c;
+	int32_t rc;
+
+	if (!ex || !handle)
+		return CUDA_ERROR_INVALID_VALUE;
+	c = ex->cur ? ctx_find(ex, ex->cur) : NULL;
+	if (!c)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!ex->api.graph_cond_handle_create)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	rc = ex->api.graph_cond_handle_create(&h, (CUgraph)(uintptr_t)graph, c->ctx,
+					      default_value, flags);
+	*handle = h;
 	return rc;
 }
 
@@ -2534,4 +2738,9 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.graph_node_destroy	= cuda_graph_node_destroy,
 	.graph_nodes		= cuda_graph_nodes,
 	.graph_exec_update	= cuda_graph_exec_update,
+	.capture_info		= cuda_capture_info,
+	.capture_deps		= cuda_capture_deps,
+	.mem_async		= cuda_mem_async,
+	.graph_mem_attr		= cuda_graph_mem_attr,
+	.cond_handle		= cuda_cond_handle,
 };
