@@ -57,6 +57,7 @@ struct pvgpu_alloc {
 #define PVGPU_ALLOC_HOSTMAP UINT64_MAX	/* module: mapped window memory (hostmap.c) */
 #define PVGPU_ALLOC_VMM (UINT64_MAX - 1) /* module: a cuMemMap mapping (vmm.c) */
 #define PVGPU_ALLOC_IPC (UINT64_MAX - 2) /* module: another session's, opened (ipc.c) */
+#define PVGPU_ALLOC_MANAGED (UINT64_MAX - 3) /* module: managed memory in the window (managed.c), charged */
 	int32_t device;
 };
 

@@ -87,6 +87,7 @@ cuGraphKernelNodeGetParams cuGraphKernelNodeGetParams_v2
 cuGraphKernelNodeSetParams cuGraphKernelNodeSetParams_v2
 cuGraphExecKernelNodeSetParams cuGraphExecKernelNodeSetParams_v2
 cuGraphExecUpdate cuGraphExecUpdate_v2 cuGraphAddHostNode
+cuMemAllocManaged
 """
 
 LOCAL = """
@@ -127,6 +128,9 @@ cuThreadExchangeStreamCaptureMode
 cuOccupancyMaxPotentialBlockSize cuOccupancyMaxPotentialBlockSizeWithFlags
 cuDeviceSetMemPool cuMemPoolCreate cuMemPoolDestroy cuMemPoolSetAttribute
 cuMemPoolGetAttribute cuMemPoolTrimTo cuMemPoolSetAccess cuMemPoolGetAccess
+cuMemPrefetchAsync cuMemPrefetchAsync_ptsz cuMemPrefetchAsync_v2 cuMemPrefetchAsync_v2_ptsz
+cuMemAdvise cuMemAdvise_v2 cuMemRangeGetAttribute cuMemRangeGetAttributes
+cuStreamAttachMemAsync cuStreamAttachMemAsync_ptsz
 """
 
 # Forwarded by the generic driver call (protocol/api/gen_generic.py): one
