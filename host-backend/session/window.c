@@ -97,17 +97,21 @@ static int open_vm_window(struct pvgpu_worker *w,
 
 /*
  * Map the window's file where the guest has it mapped (guest_base, when
- * page-aligned and free in this process: MAP_FIXED_NOREPLACE never takes
- * a mapping of ours away), so that an address in the window means the same
- * bytes to the guest, to us and to the GPU (managed.c); else anywhere.
- * *same says which.
+ * page-aligned, above the lowest 16 MiB, which stay unmapped so that a
+ * stray small pointer in the worker still faults, and free in this
+ * process: MAP_FIXED_NOREPLACE never takes a mapping of ours away), so
+ * that an address in the window means the same bytes to the guest, to us
+ * and to the GPU (managed.c); else anywhere.  *same says which.
  */
+#define LOW_FLOOR	(16ull << 20)
+
 static void *map_window(int fd, uint64_t size, uint64_t guest_base, int *same)
 {
 	void *want = (void *)(uintptr_t)guest_base, *base = MAP_FAILED;
 
 	*same = 0;
-	if (guest_base && !(guest_base & 4095) && guest_base <= UINTPTR_MAX - size) {
+	if (guest_base >= LOW_FLOOR && !(guest_base & 4095) &&
+	    guest_base <= UINTPTR_MAX - size) {
 		base = mmap(want, size, PROT_READ | PROT_WRITE,
 			    MAP_SHARED | MAP_FIXED_NOREPLACE, fd, 0);
 		/* A kernel without MAP_FIXED_NOREPLACE takes it as a hint. */
@@ -121,6 +125,9 @@ static void *map_window(int fd, uint64_t size, uint64_t guest_base, int *same)
 				  (unsigned long long)guest_base, strerror(errno));
 		else
 			*same = 1;
+	} else if (guest_base) {
+		log_debug("window: the guest's address 0x%llx is not one to map at: no managed memory for this session",
+			  (unsigned long long)guest_base);
 	}
 	if (base == MAP_FAILED)
 		base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
