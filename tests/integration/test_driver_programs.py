@@ -270,6 +270,21 @@ def test_link_inputs_checked_by_the_worker(daemon):
     s.close()
 
 
+def run_debug(name, libdir, uri):
+    """A driver program with PVGPU_DEBUG=1 (its debug lines on stderr); it
+    must pass."""
+    path = BUILD / "tests" / "driver" / name
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH",)}
+    env.update(LD_LIBRARY_PATH=str(libdir), PVGPU_DEVICES=uri, PVGPU_DEBUG="1")
+    asan = asan_runtime()
+    if asan:
+        env.update(LD_PRELOAD=asan, ASAN_OPTIONS="detect_leaks=0")
+    res = subprocess.run([str(path), str(IMAGE)], env=env, capture_output=True, text=True,
+                         timeout=60, cwd=REPO)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return res
+
+
 def test_zero_copy_over_a_window(daemon, libdir):
     """Over shm:// the window's pinned memory is the GPU's too: the kernel
     writes into the program's host memory, which it reads directly."""
@@ -282,15 +297,7 @@ def test_zero_copy_over_a_window(daemon, libdir):
 def test_zero_copy_without_a_window(daemon, libdir):
     """Over a plain socket there is no memory both sides see: a clear
     CUDA_ERROR_NOT_SUPPORTED, with a debug line naming the call."""
-    path = BUILD / "tests" / "driver" / "zerocopy"
-    env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH",)}
-    env.update(LD_LIBRARY_PATH=str(libdir), PVGPU_DEVICES=daemon.unix, PVGPU_DEBUG="1")
-    asan = asan_runtime()
-    if asan:
-        env.update(LD_PRELOAD=asan, ASAN_OPTIONS="detect_leaks=0")
-    res = subprocess.run([str(path), str(IMAGE)], env=env, capture_output=True, text=True,
-                         timeout=60, cwd=REPO)
-    assert res.returncode == 0, res.stdout + res.stderr
+    res = run_debug("zerocopy", libdir, daemon.unix)
     assert "mapped host memory: not supported over this transport" in res.stdout
     assert "cuMemHostGetDevicePointer_v2" in res.stderr, res.stderr
 
@@ -319,15 +326,7 @@ def test_managed_memory_over_a_window(daemon, libdir):
 def test_managed_memory_without_a_window(daemon, libdir):
     """Over a plain socket the device has no managed memory, and
     cuMemAllocManaged says CUDA_ERROR_NOT_SUPPORTED naming itself."""
-    path = BUILD / "tests" / "driver" / "managed"
-    env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH",)}
-    env.update(LD_LIBRARY_PATH=str(libdir), PVGPU_DEVICES=daemon.unix, PVGPU_DEBUG="1")
-    asan = asan_runtime()
-    if asan:
-        env.update(LD_PRELOAD=asan, ASAN_OPTIONS="detect_leaks=0")
-    res = subprocess.run([str(path), str(IMAGE)], env=env, capture_output=True, text=True,
-                         timeout=60, cwd=REPO)
-    assert res.returncode == 0, res.stdout + res.stderr
+    res = run_debug("managed", libdir, daemon.unix)
     assert "managed memory: not supported over this transport (801)" in res.stdout
     assert "cuMemAllocManaged" in res.stderr, res.stderr
 
