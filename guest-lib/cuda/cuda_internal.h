@@ -264,6 +264,13 @@ int cu_alloc_insert(const struct cu_alloc *a);
 CUresult cu_managed_free(const struct cu_alloc *a);
 /* Can device's backend hold managed memory (a window at our address)? */
 int cu_managed_window(int device);
+/*
+ * Does a launch's packed parameter block name memory of c's window that
+ * the GPU reaches at our address (managed, cuMemHostAlloc'd)?  Such a
+ * launch is sent at once rather than batched: the program may wait in a
+ * loop on what the kernel writes there, or the kernel on what it writes.
+ */
+int cu_params_reach_window(struct pvgpu_client *c, const void *params, size_t len);
 /* Is [ptr, ptr + n) managed memory? (n 0: ptr alone) */
 int cu_managed_holds(uint64_t ptr, uint64_t n);
 int cu_alloc_remove(uint64_t base);

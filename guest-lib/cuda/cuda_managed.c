@@ -43,6 +43,23 @@ int cu_managed_window(int device)
 	return win && win->same_address;
 }
 
+int cu_params_reach_window(struct pvgpu_client *c, const void *params, size_t len)
+{
+	struct pvgpu_window_map *win = pvgpu_client_window(c);
+	uint64_t base, v;
+
+	if (!win || !win->same_address)
+		return 0;
+	base = (uint64_t)(uintptr_t)win->base;
+	/* Pointers sit 8-byte aligned in the block. */
+	for (size_t off = 0; off + 8 <= len; off += 8) {
+		memcpy(&v, (const uint8_t *)params + off, 8);
+		if (v - base < win->size)
+			return 1;
+	}
+	return 0;
+}
+
 /* The record holding [ptr, ptr + n) (n 0: ptr alone); under table_lock. */
 static struct cu_managed *find_locked(uint64_t ptr, uint64_t n)
 {

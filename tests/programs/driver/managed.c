@@ -6,7 +6,8 @@
  * prefetches, advice and range attributes; stream attachment; copies and
  * memsets in and out of managed memory; and a kernel spinning on a flag in
  * cuMemHostAlloc'd memory (by its host pointer) until another thread of
- * the program sets it.  Through pvgpu managed memory needs a shared window
+ * the program sets it, while the program polls for the kernel's answer
+ * there without calling CUDA.  Through pvgpu managed memory needs a shared window
  * (shm://, the VM window device); over a plain socket the device says it
  * has none and cuMemAllocManaged is CUDA_ERROR_NOT_SUPPORTED.
  * argv[1]: vecadd.fatbin (managed_kernels.fatbin is beside it).
@@ -153,6 +154,17 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	DRV(cuLaunchKernel(wait, 1, 1, 1, 1, 1, 1, 0, stream, wargs, NULL));
+	/* The kernel's answer, read in a loop with no CUDA call, as a
+	 * program polling a flag a kernel sets does. */
+	{
+		struct timespec t0, t;
+
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		do
+			clock_gettime(CLOCK_MONOTONIC, &t);
+		while (!__atomic_load_n(&flag[1], __ATOMIC_ACQUIRE) && t.tv_sec - t0.tv_sec < 30);
+	}
+	printf("the program saw the kernel's answer before synchronizing: %d\n", flag[1] != 0);
 	DRV(cuStreamSynchronize(stream));
 	pthread_join(th, NULL);
 	printf("the kernel saw the host's flag: %d\n", flag[1] == 2);
