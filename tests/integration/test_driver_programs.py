@@ -318,7 +318,7 @@ def test_managed_memory_over_a_window(daemon, libdir):
                  "after a launch on its stream: 9",
                  "after a memset: 7 7",
                  "copied back from device memory: 102",
-                 "freed, is managed: 1",
+                 "freed, its attributes refused: 1",
                  "the program saw the kernel's answer before synchronizing: 1",
                  "the kernel saw the host's flag: 1"):
         assert line in out, out

@@ -134,14 +134,16 @@ int main(int argc, char **argv)
 	DRV(cuMemAlloc(&d, N * sizeof(int)));
 	DRV(cuMemcpy(d, m, N * sizeof(int)));
 	DRV(cuMemsetD32(m, 7, N));
+	DRV(cuCtxSynchronize());	/* the driver's may still be running */
 	printf("after a memset: %d %d\n", host[0], host[N - 1]);
 	DRV_EXPECT(host[0] == 7 && host[N - 1] == 7);
 	DRV(cuMemcpyDtoD(m, d, N * sizeof(int)));
+	DRV(cuCtxSynchronize());
 	printf("copied back from device memory: %d\n", host[100]);
 	DRV_EXPECT(all_equal(host, 2));
 	DRV(cuMemFree(d));
 	DRV(cuMemFree(m));
-	printf("freed, is managed: %d\n",
+	printf("freed, its attributes refused: %d\n",
 	       (int)cuPointerGetAttribute(&v, CU_POINTER_ATTRIBUTE_IS_MANAGED, m) != 0);
 
 	/* A kernel spinning on host memory by its host pointer. */
