@@ -752,6 +752,15 @@ CUresult CUDAAPI cuMemcpyPeerAsync_ptsz(CUdeviceptr dst, CUcontext dctx, CUdevic
 
 /* ---- memset --------------------------------------------------------------- */
 
+/* Pinned memory of a window at our address, named by its own pointer. */
+static int window_host(uint64_t ptr)
+{
+	struct cu_host h;
+
+	return cu_host_find((const void *)(uintptr_t)ptr, &h) && h.win &&
+	       h.win->same_address && !h.registered;
+}
+
 static CUresult memset_any(CUdeviceptr dst, uint32_t value, uint32_t elem,
 			   size_t count, CUstream s, int sync)
 {
@@ -769,7 +778,8 @@ static CUresult memset_any(CUdeviceptr dst, uint32_t value, uint32_t elem,
 	if (r)
 		return r;
 	r = cu_status(pvgpu_call_memset_async(op.client, &req));
-	if (!r && sync && (mapped_host_range(dst) || cu_managed_holds(dst, 0))) {
+	if (!r && sync && (mapped_host_range(dst) || cu_managed_holds(dst, 0) ||
+			   window_host(dst))) {
 		/* Synchronous for pinned host memory: the program reads it next. */
 		struct pvgpu_ctx_synchronize_req sq;
 		struct pvgpu_ctx_synchronize_rep sp;

@@ -319,6 +319,7 @@ def test_managed_memory_over_a_window(daemon, libdir):
                  "after a memset: 7 7",
                  "copied back from device memory: 102",
                  "freed, its attributes refused: 1",
+                 "memset by its host pointer: 5 5",
                  "the program saw the kernel's answer before synchronizing: 1",
                  "the kernel saw the host's flag: 1"):
         assert line in out, out

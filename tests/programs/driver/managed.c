@@ -148,6 +148,10 @@ int main(int argc, char **argv)
 
 	/* A kernel spinning on host memory by its host pointer. */
 	DRV(cuMemHostAlloc((void **)&flag, 2 * sizeof(int), CU_MEMHOSTALLOC_PORTABLE));
+	/* Pinned memory is the device's at its own pointer (unified
+	 * addressing); a memset there is synchronous. */
+	DRV(cuMemsetD32((CUdeviceptr)(uintptr_t)flag, 5, 2));
+	printf("memset by its host pointer: %d %d\n", flag[0], flag[1]);
 	flag[0] = 0;
 	flag[1] = 0;
 	void *wargs[] = { &flag, &timeout };
