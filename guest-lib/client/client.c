@@ -671,6 +671,7 @@ static void attach_window(struct pvgpu_client *c, enum window_kind kind)
 	}
 	req.size = c->win->size;
 	req.window_id = c->win->window_id;
+	req.guest_base = (uint64_t)(uintptr_t)c->win->base;
 	/* The control ring: a region of the arena, like pinned memory. */
 	if (c->cfg.ring && (c->info.features & PVGPU_FEATURE_RING) &&
 	    c->tr.ops->kick && c->tr.ops->wait_kick) {
@@ -703,6 +704,8 @@ static void attach_window(struct pvgpu_client *c, enum window_kind kind)
 				    sizeof(rep), &rep_len);
 	if (!st && pvgpu_window_attach_rep_decode(rep, rep_len, &arep))
 		st = break_locked(c, "bad window_attach reply", 0);
+	if (!st)
+		c->win->same_address = arep.same_address == 1;
 	/* From the next message on, the backend reads and writes the ring. */
 	if (!st && arep.ring && c->ring_mem) {
 		struct pvgpu_ring_waiter wt = {
@@ -718,10 +721,11 @@ static void attach_window(struct pvgpu_client *c, enum window_kind kind)
 	}
 	pthread_mutex_unlock(&c->lock);
 	if (!st)
-		pvgpu_debug("%s: shared window %s%llu MiB%s", c->uri,
+		pvgpu_debug("%s: shared window %s%llu MiB%s%s", c->uri,
 			    device ? "of the pvgpu device, " : "",
 			    (unsigned long long)(c->win->size >> 20),
-			    c->ring_on ? ", control ring" : "");
+			    c->ring_on ? ", control ring" : "",
+			    c->win->same_address ? ", at one address on both sides" : "");
 	if (!st && c->ring_mem && !c->ring_on) {
 		pvgpu_window_free(c->win, c->ring_mem);
 		c->ring_mem = NULL;

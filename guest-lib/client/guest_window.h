@@ -23,6 +23,12 @@ struct pvgpu_window_map {
 	uint64_t window_id;		/* 0: our own memfd (shm://) */
 	int dev_fd;			/* /dev/pvgpuN, held (and locked) while mapped */
 	int borrowed;			/* the channel's memory (Xen grants): not ours to unmap */
+	/*
+	 * The backend maps the window at our address too (window_attach's
+	 * same_address): the GPU reaches its pinned parts by our pointers,
+	 * and managed memory can live here.
+	 */
+	int same_address;
 	struct pvgpu_window_header *hdr;
 	uint64_t staging_offset;
 	uint32_t slot_size, nslots;

@@ -230,6 +230,37 @@ static struct pvgpu_window_map *map_new(uint8_t *base, uint64_t size,
 	return w;
 }
 
+/*
+ * Map a window where processes rarely have anything (from 32 TiB up:
+ * above ASan's shadow, far below the kernel's mmap area), so that the
+ * backend's worker, which maps it at our address for managed memory
+ * (window_attach's guest_base), finds that address free in its own
+ * process too, whatever its libraries and the CUDA driver took; anywhere
+ * when none of those places is free (or the address space is smaller).
+ */
+#define WINDOW_HINT_BASE	0x200000000000ull
+#define WINDOW_HINT_STEP	0x004000000000ull	/* 256 GiB */
+#define WINDOW_HINT_TRIES	16
+
+static void *map_shared(int fd, uint64_t size)
+{
+	for (uint64_t k = 0; k < WINDOW_HINT_TRIES; k++) {
+		void *want = (void *)(uintptr_t)(WINDOW_HINT_BASE + k * WINDOW_HINT_STEP);
+		void *p = mmap(want, size, PROT_READ | PROT_WRITE,
+			       MAP_SHARED | MAP_FIXED_NOREPLACE, fd, 0);
+
+		if (p == want)
+			return p;
+		if (p != MAP_FAILED) {	/* a kernel that took it as a hint */
+			munmap(p, size);
+			break;
+		}
+		if (errno != EEXIST)
+			break;
+	}
+	return mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+}
+
 /* v when it is within [min, max], else dflt: a bad setting is no setting. */
 static uint64_t in_range(uint64_t v, uint64_t dflt, uint64_t min, uint64_t max)
 {
@@ -260,7 +291,7 @@ struct pvgpu_window_map *pvgpu_window_create(const struct pvgpu_client_config *c
 		snprintf(err, errlen, "memfd for the window: %s", strerror(errno));
 		goto err_fd;
 	}
-	base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	base = map_shared(fd, size);
 	if (base == MAP_FAILED) {
 		snprintf(err, errlen, "mapping the window: %s", strerror(errno));
 		goto err_fd;
@@ -313,7 +344,7 @@ static struct pvgpu_window_map *map_device(const char *path,
 		snprintf(err, errlen, "%s: no window behind it", path);
 		goto err_close;
 	}
-	base = mmap(NULL, info.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	base = map_shared(fd, info.size);
 	if (base == MAP_FAILED) {
 		snprintf(err, errlen, "mapping %s: %s", path, strerror(errno));
 		goto err_close;

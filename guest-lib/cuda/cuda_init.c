@@ -66,6 +66,26 @@ static int backend_of(const char *uri)
 	return cu.nbackends++;
 }
 
+/*
+ * What the program may do with host memory and managed memory is what
+ * pvgpu gives it (cuda_managed.c), not what the host's driver does: managed
+ * memory and GPU access to host memory by its own pointer only in a window
+ * the backend maps at our address, where the CPU and the GPU may always
+ * touch it at once; never pageable memory of ours.
+ */
+static void managed_attributes(struct cu_device *d)
+{
+	int win = cu_managed_window((int)(d - cu.devices)) &&
+		  d->attr[CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM];
+
+	d->attr[CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY] = win;
+	d->attr[CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS] = win;
+	d->attr[CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM] = win;
+	d->attr[CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS] = 0;
+	d->attr[CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES] = 0;
+	d->attr[CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST] = 0;
+}
+
 /* Everything about a device that cannot change, in a few calls. */
 static void fetch_device(struct cu_device *d)
 {
@@ -98,6 +118,7 @@ static void fetch_device(struct cu_device *d)
 				d->attr[a] = arep.values[0];
 		}
 	}
+	managed_attributes(d);
 	memset(&nrep, 0, sizeof(nrep));
 	if (!pvgpu_call_device_get_name(c, &nreq, &nrep))
 		snprintf(d->name, sizeof(d->name), "%.*s", (int)nrep.name_len,

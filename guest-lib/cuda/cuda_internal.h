@@ -147,6 +147,23 @@ struct cu_library {
 struct cu_alloc {
 	uint64_t base, size;
 	int device;
+	int managed;			/* cuMemAllocManaged's (cuda_managed.c) */
+};
+
+/*
+ * Managed memory (cuda_managed.c): a part of the window the backend maps
+ * at our address, its advice and prefetches remembered (they move
+ * nothing: it is host memory the GPU reaches), under cu.table_lock.
+ */
+struct cu_managed {
+	uint64_t base, size;		/* size: as asked; the pin is whole pages */
+	int device;
+	int read_mostly;
+	int preferred;			/* CU_DEVICE_CPU, a device, CU_DEVICE_INVALID */
+	int last_prefetch;		/* the same */
+	uint64_t accessed_by;		/* bit d: device d; bit 63: the CPU */
+	struct pvgpu_window_map *win;
+	struct pvgpu_client *client;
 };
 
 /* One host allocation (cuMemAllocHost/cuMemHostAlloc) or registration. */
@@ -210,6 +227,8 @@ struct cu_state {
 	size_t nhosts, hosts_cap;
 	struct cu_texobj *texobjs;	/* under table_lock */
 	size_t ntexobjs, texobjs_cap;
+	struct cu_managed *managed;	/* under table_lock */
+	size_t nmanaged, managed_cap;
 };
 
 extern struct cu_state cu;
@@ -303,6 +322,21 @@ CUresult cu_generic_stream(CUstream s, int ptsz, struct cu_ctx **ctx,
 
 /* Allocation tracking. */
 void cu_alloc_add(uint64_t base, uint64_t size, int device);
+/* The same for any entry; -1 when out of memory. */
+int cu_alloc_insert(const struct cu_alloc *a);
+/* cuMemFree of managed memory (cuda_managed.c). */
+CUresult cu_managed_free(const struct cu_alloc *a);
+/* Can device's backend hold managed memory (a window at our address)? */
+int cu_managed_window(int device);
+/*
+ * Does a launch's packed parameter block name memory of c's window that
+ * the GPU reaches at our address (managed, cuMemHostAlloc'd)?  Such a
+ * launch is sent at once rather than batched: the program may wait in a
+ * loop on what the kernel writes there, or the kernel on what it writes.
+ */
+int cu_params_reach_window(struct pvgpu_client *c, const void *params, size_t len);
+/* Is [ptr, ptr + n) managed memory? (n 0: ptr alone) */
+int cu_managed_holds(uint64_t ptr, uint64_t n);
 int cu_alloc_remove(uint64_t base);
 int cu_alloc_find(uint64_t ptr, struct cu_alloc *out);
 int cu_host_find(const void *ptr, struct cu_host *out);

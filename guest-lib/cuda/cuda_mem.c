@@ -17,7 +17,7 @@
 
 /* ---- tracking ----------------------------------------------------------- */
 
-void cu_alloc_add(uint64_t base, uint64_t size, int device)
+int cu_alloc_insert(const struct cu_alloc *n)
 {
 	size_t i;
 
@@ -28,16 +28,22 @@ void cu_alloc_add(uint64_t base, uint64_t size, int device)
 
 		if (!a) {
 			pthread_mutex_unlock(&cu.table_lock);
-			return;
+			return -1;
 		}
 		cu.allocs = a;
 		cu.allocs_cap = cap;
 	}
-	for (i = cu.nallocs; i > 0 && cu.allocs[i - 1].base > base; i--)
+	for (i = cu.nallocs; i > 0 && cu.allocs[i - 1].base > n->base; i--)
 		cu.allocs[i] = cu.allocs[i - 1];
-	cu.allocs[i] = (struct cu_alloc){ base, size, device };
+	cu.allocs[i] = *n;
 	cu.nallocs++;
 	pthread_mutex_unlock(&cu.table_lock);
+	return 0;
+}
+
+void cu_alloc_add(uint64_t base, uint64_t size, int device)
+{
+	cu_alloc_insert(&(struct cu_alloc){ base, size, device, 0 });
 }
 
 int cu_alloc_remove(uint64_t base)
@@ -202,6 +208,8 @@ CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
 		return CUDA_SUCCESS;
 	if (!cu_alloc_find(dptr, &a) || a.base != dptr)
 		return CUDA_ERROR_INVALID_VALUE;
+	if (a.managed)
+		return cu_managed_free(&a);
 	r = cu_op_begin(&op, cu_current() && cu_current()->device == a.device ?
 			cu_current() : cu_primary(a.device));
 	if (r)
@@ -466,7 +474,10 @@ CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsig
 		if (nmapped < MAX_MAPPED)
 			mapped[nmapped++] = (struct mapped_host){ h.ptr, base, h.size };
 		pthread_mutex_unlock(&cu.table_lock);
-		cu_alloc_add(base, (h.size + 4095) & ~(uint64_t)4095, ctx->device);
+		/* At an address of its own, it is a device range too; at
+		 * ours (same_address), it stays host memory to us. */
+		if (base != (uint64_t)(uintptr_t)h.ptr)
+			cu_alloc_add(base, (h.size + 4095) & ~(uint64_t)4095, ctx->device);
 	}
 	*pdptr = rep.dptr;
 	return CUDA_SUCCESS;
@@ -642,6 +653,21 @@ static CUresult dtod(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
 	return r;
 }
 
+/*
+ * A synchronous copy into managed memory is there for the program to read
+ * when the call returns, as with the driver: device-to-device copies are
+ * queued, so wait for this one.
+ */
+static CUresult dtod_settled(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s,
+			     int async)
+{
+	CUresult r = dtod(dst, src, n, s);
+
+	if (!r && !async && cu_managed_holds(dst, n))
+		r = cuStreamSynchronize(s);
+	return r;
+}
+
 /* cuMemcpy / cuMemcpyAsync: the direction from what the pointers are. */
 static CUresult unified(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s, int async)
 {
@@ -651,7 +677,7 @@ static CUresult unified(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s, 
 	if (!n)
 		return CUDA_SUCCESS;
 	if (ddev && sdev)
-		return dtod(dst, src, n, s);
+		return dtod_settled(dst, src, n, s, async);
 	if (ddev)
 		return htod(dst, (const void *)(uintptr_t)src, n, s, async);
 	if (sdev)
@@ -704,12 +730,12 @@ CUresult CUDAAPI cuMemcpyDtoH_v2_ptds(void *dst, CUdeviceptr src, size_t n)
 
 CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n)
 {
-	return dtod(dst, src, n, NULL);
+	return dtod_settled(dst, src, n, NULL, 0);
 }
 
 CUresult CUDAAPI cuMemcpyDtoD_v2_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n)
 {
-	return dtod(dst, src, n, CU_STREAM_PER_THREAD);
+	return dtod_settled(dst, src, n, CU_STREAM_PER_THREAD, 0);
 }
 
 CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s)
@@ -808,6 +834,15 @@ CUresult CUDAAPI cuMemcpyPeerAsync_ptsz(CUdeviceptr dst, CUcontext dctx, CUdevic
 
 /* ---- memset --------------------------------------------------------------- */
 
+/* Pinned memory of a window at our address, named by its own pointer. */
+static int window_host(uint64_t ptr)
+{
+	struct cu_host h;
+
+	return cu_host_find((const void *)(uintptr_t)ptr, &h) && h.win &&
+	       h.win->same_address && !h.registered;
+}
+
 static CUresult memset_any(CUdeviceptr dst, uint32_t value, uint32_t elem,
 			   size_t count, CUstream s, int sync)
 {
@@ -825,7 +860,8 @@ static CUresult memset_any(CUdeviceptr dst, uint32_t value, uint32_t elem,
 	if (r)
 		return r;
 	r = cu_status(pvgpu_call_memset_async(op.client, &req));
-	if (!r && sync && mapped_host_range(dst)) {
+	if (!r && sync && (mapped_host_range(dst) || cu_managed_holds(dst, 0) ||
+			   window_host(dst))) {
 		/* Synchronous for pinned host memory: the program reads it next. */
 		struct pvgpu_ctx_synchronize_req sq;
 		struct pvgpu_ctx_synchronize_rep sp;
@@ -857,8 +893,8 @@ MEMSET_FNS(32, unsigned int, v)
 
 static CUresult ptr_attr(void *data, CUpointer_attribute attr, CUdeviceptr ptr)
 {
-	struct cu_alloc a;
-	struct cu_host h;
+	struct cu_alloc a = { 0 };
+	struct cu_host h = { 0 };
 	int dev = cu_alloc_find(ptr, &a);
 	int host = !dev && cu_host_find((const void *)(uintptr_t)ptr, &h);
 
@@ -874,18 +910,22 @@ static CUresult ptr_attr(void *data, CUpointer_attribute attr, CUdeviceptr ptr)
 		*(unsigned *)data = dev ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
 		return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
-		if (!dev)
+		/* Window memory the backend maps at our address: the GPU's
+		 * address for it is ours (managed, cuMemHostAlloc). */
+		if (!dev && !(h.win && h.win->same_address && !h.registered))
 			return CUDA_ERROR_INVALID_VALUE;
 		*(CUdeviceptr *)data = ptr;
 		return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_HOST_POINTER:
-		if (dev)
+		if (dev && !a.managed)
 			return CUDA_ERROR_INVALID_VALUE;
 		*(void **)data = (void *)(uintptr_t)ptr;
 		return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+		*(int *)data = dev && a.managed;
+		return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_MAPPED:
-		*(int *)data = attr == CU_POINTER_ATTRIBUTE_MAPPED;
+		*(int *)data = 1;
 		return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
 		*(int *)data = dev ? a.device : 0;

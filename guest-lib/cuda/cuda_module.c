@@ -1190,6 +1190,8 @@ static CUresult launch(CUfunction h, unsigned gx, unsigned gy, unsigned gz,
 		r = cu_status(send_launch_ex(op.client, &req, la));
 	else
 		r = cu_status(pvgpu_call_launch_kernel(op.client, &req));
+	if (!r && cu_params_reach_window(op.client, k.params, k.params_len))
+		r = cu_status(pvgpu_client_flush(op.client));
 	cu_op_end(&op);
 	return r;
 }

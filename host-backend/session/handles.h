@@ -59,6 +59,7 @@ struct pvgpu_alloc {
 #define PVGPU_ALLOC_VMM (UINT64_MAX - 1) /* module: a cuMemMap mapping (vmm.c) */
 #define PVGPU_ALLOC_IPC (UINT64_MAX - 2) /* module: another session's, opened (ipc.c) */
 #define PVGPU_ALLOC_GRAPH (UINT64_MAX - 3) /* module: a graph allocation node's (capture.c) */
+#define PVGPU_ALLOC_MANAGED (UINT64_MAX - 4) /* module: managed memory in the window (managed.c), charged */
 	int32_t device;
 };
 

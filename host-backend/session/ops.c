@@ -286,7 +286,8 @@ int32_t pvgpu_handle_ctx_destroy(struct pvgpu_worker *w,
 		struct pvgpu_alloc *a = &w->allocs.v[i];
 
 		if (a->ctx == req->ctx) {
-			if (!a->module || a->module == PVGPU_ALLOC_GRAPH)
+			if (!a->module || a->module == PVGPU_ALLOC_GRAPH ||
+			    a->module == PVGPU_ALLOC_MANAGED)
 				atomic_fetch_sub(&w->slot->mem_used[a->device],
 						 a->size);
 			pvgpu_alloc_del(&w->allocs, a);

@@ -95,6 +95,45 @@ static int open_vm_window(struct pvgpu_worker *w,
 	return fd;
 }
 
+/*
+ * Map the window's file where the guest has it mapped (guest_base, when
+ * page-aligned, above the lowest 16 MiB, which stay unmapped so that a
+ * stray small pointer in the worker still faults, and free in this
+ * process: MAP_FIXED_NOREPLACE never takes a mapping of ours away), so
+ * that an address in the window means the same bytes to the guest, to us
+ * and to the GPU (managed.c); else anywhere.  *same says which.
+ */
+#define LOW_FLOOR	(16ull << 20)
+
+static void *map_window(int fd, uint64_t size, uint64_t guest_base, int *same)
+{
+	void *want = (void *)(uintptr_t)guest_base, *base = MAP_FAILED;
+
+	*same = 0;
+	if (guest_base >= LOW_FLOOR && !(guest_base & 4095) &&
+	    guest_base <= UINTPTR_MAX - size) {
+		base = mmap(want, size, PROT_READ | PROT_WRITE,
+			    MAP_SHARED | MAP_FIXED_NOREPLACE, fd, 0);
+		/* A kernel without MAP_FIXED_NOREPLACE takes it as a hint. */
+		if (base != MAP_FAILED && base != want) {
+			munmap(base, size);
+			base = MAP_FAILED;
+			errno = EEXIST;
+		}
+		if (base == MAP_FAILED)
+			log_debug("window: the guest's address 0x%llx is not free here (%s): no managed memory for this session",
+				  (unsigned long long)guest_base, strerror(errno));
+		else
+			*same = 1;
+	} else if (guest_base) {
+		log_debug("window: the guest's address 0x%llx is not one to map at: no managed memory for this session",
+			  (unsigned long long)guest_base);
+	}
+	if (base == MAP_FAILED)
+		base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	return base;
+}
+
 int32_t pvgpu_handle_window_attach(struct pvgpu_worker *w,
 				   const struct pvgpu_window_attach_req *req,
 				   struct pvgpu_window_attach_rep *rep)
@@ -104,7 +143,7 @@ int32_t pvgpu_handle_window_attach(struct pvgpu_worker *w,
 	int fd = w->conn->ops->take_fd ? w->conn->ops->take_fd(w->conn) : -1;
 	void *chan_base = NULL;
 	uint64_t chan_size = 0, staging_end;
-	int borrowed = 0;
+	int borrowed = 0, same = 0;
 	struct stat st;
 	void *base;
 
@@ -142,7 +181,7 @@ int32_t pvgpu_handle_window_attach(struct pvgpu_worker *w,
 			close(fd);
 			return CUDA_ERROR_INVALID_VALUE;
 		}
-		base = mmap(NULL, req->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		base = map_window(fd, req->size, req->guest_base, &same);
 		close(fd);
 		if (base == MAP_FAILED) {
 			log_warn("cannot map a %llu-byte window: %s",
@@ -191,6 +230,8 @@ int32_t pvgpu_handle_window_attach(struct pvgpu_worker *w,
 	}
 	win->base = base;
 	win->borrowed = borrowed;
+	win->same_address = same;
+	rep->same_address = (uint32_t)same;
 	win->size = req->size;
 	win->hdr = base;
 	win->staging_offset = hdr.staging_offset;
@@ -237,8 +278,8 @@ static int32_t staging_pinned(struct pvgpu_worker *w)
 	return CUDA_SUCCESS;
 }
 
-int32_t pvgpu_handle_window_register(struct pvgpu_worker *w,
-				     const struct pvgpu_window_register_req *req)
+int32_t pvgpu_window_pin(struct pvgpu_worker *w, uint64_t offset,
+			 uint64_t size, struct pvgpu_window_pin **pin)
 {
 	struct pvgpu_window *win = &w->win;
 	uint64_t staging_end = win->staging_offset +
@@ -248,25 +289,39 @@ int32_t pvgpu_handle_window_register(struct pvgpu_worker *w,
 	if (st)
 		return st;
 	/* Page-aligned, inside the arena, and overlapping no other pin. */
-	if (req->size == 0 || (req->offset | req->size) & 4095 ||
-	    req->offset < staging_end || req->offset > win->size ||
-	    req->size > win->size - req->offset)
+	if (size == 0 || (offset | size) & 4095 ||
+	    offset < staging_end || offset > win->size ||
+	    size > win->size - offset)
 		return CUDA_ERROR_INVALID_VALUE;
 	for (unsigned int i = 0; i < win->npins; i++) {
 		const struct pvgpu_window_pin *p = &win->pins[i];
 
-		if (req->offset < p->offset + p->size &&
-		    p->offset < req->offset + req->size)
+		if (offset < p->offset + p->size && p->offset < offset + size)
 			return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
 	}
 	if (win->npins == PVGPU_WINDOW_PINS)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	st = w->ex_ops->host_register(w->ex, win->base + req->offset, req->size);
+	st = w->ex_ops->host_register(w->ex, win->base + offset, size);
 	if (st)
 		return st;
-	win->pins[win->npins++] = (struct pvgpu_window_pin){
-		req->offset, req->size, w->cur_ctx, 0 };
+	*pin = &win->pins[win->npins++];
+	**pin = (struct pvgpu_window_pin){ offset, size, w->cur_ctx, 0, 0 };
 	return CUDA_SUCCESS;
+}
+
+int32_t pvgpu_handle_window_register(struct pvgpu_worker *w,
+				     const struct pvgpu_window_register_req *req)
+{
+	struct pvgpu_window_pin *pin;
+	struct pvgpu_handle *ctx;
+	int32_t st = pvgpu_window_pin(w, req->offset, req->size, &pin);
+
+	/* At the guest's address, its pointer is the GPU's too: kernels
+	 * given it (cuMemHostAlloc'd flags, buffers) and copies reach it. */
+	ctx = st ? NULL : pvgpu_handle_get(&w->handles, w->cur_ctx, H_CTX);
+	if (ctx && w->win.same_address)
+		pvgpu_window_pin_same(w, pin, PVGPU_ALLOC_HOSTMAP, ctx->device);
+	return st;
 }
 
 int32_t pvgpu_handle_window_unregister(struct pvgpu_worker *w,
@@ -283,7 +338,11 @@ int32_t pvgpu_handle_window_unregister(struct pvgpu_worker *w,
 		if (p->dptr) {
 			struct pvgpu_alloc *a = pvgpu_alloc_find(&w->allocs, p->dptr);
 
-			if (a && a->module == PVGPU_ALLOC_HOSTMAP)
+			/* Managed memory's bytes were the VM's (managed.c). */
+			if (a && a->module == PVGPU_ALLOC_MANAGED)
+				atomic_fetch_sub(&w->slot->mem_used[a->device], a->size);
+			if (a && (a->module == PVGPU_ALLOC_HOSTMAP ||
+				  a->module == PVGPU_ALLOC_MANAGED))
 				pvgpu_alloc_del(&w->allocs, a);
 		}
 		if (p->ctx)

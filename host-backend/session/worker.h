@@ -37,6 +37,7 @@ struct pvgpu_window {
 	uint8_t *base;			/* NULL: no window */
 	uint64_t size;
 	int borrowed;			/* the channel's memory (Xen grants): not ours to unmap */
+	int same_address;		/* mapped where the guest has it (managed.c) */
 	struct pvgpu_window_header *hdr;
 	uint64_t staging_offset;
 	uint32_t slot_size, nslots;
@@ -46,6 +47,7 @@ struct pvgpu_window {
 		uint64_t offset, size;
 		uint64_t ctx;		/* 0: its context was destroyed */
 		uint64_t dptr;		/* its device address, once asked (hostmap.c) */
+		int managed;		/* cuMemAllocManaged's (managed.c) */
 	} pins[PVGPU_WINDOW_PINS];	/* the guest's pinned allocations */
 	unsigned int npins;
 };
@@ -274,6 +276,21 @@ int32_t pvgpu_vmm_after(struct pvgpu_worker *w, const struct pvgpu_generic_fn *f
 
 /* Shared window (window.c). */
 void pvgpu_window_forget_ctx(struct pvgpu_worker *w, uint64_t ctx);
+/*
+ * Pin [offset, offset + size) of the window for the GPU in the current
+ * context (page-aligned, in the arena, overlapping no other pin); *pin is
+ * its entry (window.c).
+ */
+int32_t pvgpu_window_pin(struct pvgpu_worker *w, uint64_t offset,
+			 uint64_t size, struct pvgpu_window_pin **pin);
+/*
+ * Where the window is at the guest's address (same_address) and the GPU
+ * reaches the pinned part at that same address: the part becomes a device
+ * range of the session (alloc module `kind`) and pin->dptr its address;
+ * else CUDA_ERROR_NOT_SUPPORTED (managed.c).
+ */
+int32_t pvgpu_window_pin_same(struct pvgpu_worker *w, struct pvgpu_window_pin *pin,
+			      uint64_t kind, int32_t device);
 void pvgpu_window_detach(struct pvgpu_worker *w);
 
 #endif /* PVGPU_WORKER_H */

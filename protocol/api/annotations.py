@@ -95,6 +95,7 @@ cuStreamUpdateCaptureDependencies_v2 cuStreamUpdateCaptureDependencies_v2_ptsz
 cuGraphAddMemAllocNode cuGraphAddMemFreeNode cuDeviceGraphMemTrim
 cuDeviceGetGraphMemAttribute cuDeviceSetGraphMemAttribute
 cuGraphConditionalHandleCreate
+cuMemAllocManaged
 """
 
 LOCAL = """
@@ -134,6 +135,9 @@ cuThreadExchangeStreamCaptureMode
 cuOccupancyMaxPotentialBlockSize cuOccupancyMaxPotentialBlockSizeWithFlags
 cuDeviceSetMemPool cuMemPoolCreate cuMemPoolDestroy cuMemPoolSetAttribute
 cuMemPoolGetAttribute cuMemPoolTrimTo cuMemPoolSetAccess cuMemPoolGetAccess
+cuMemPrefetchAsync cuMemPrefetchAsync_ptsz cuMemPrefetchAsync_v2 cuMemPrefetchAsync_v2_ptsz
+cuMemAdvise cuMemAdvise_v2 cuMemRangeGetAttribute cuMemRangeGetAttributes
+cuStreamAttachMemAsync cuStreamAttachMemAsync_ptsz
 """
 
 # Forwarded by the generic driver call (protocol/api/gen_generic.py): one

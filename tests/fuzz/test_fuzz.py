@@ -267,12 +267,22 @@ def seeds():
             + W.message("graph_get_nodes", 135, graph=h(5))
             + W.message("driver_call", 136, fn=18, args=[h(2)])
             + W.message("graph_get_nodes", 137, graph=h(5)))
+    # Managed memory: a window named at the guest's address (no file
+    # descriptor comes with a fuzzed session, so it is refused), managed
+    # parts good and bad, one given back.
+    managed = (W.message("window_attach", 61, size=64 << 20, window_id=0,
+                         ring_offset=0, ring_size=0, guest_base=0x7F0000000000)
+               + W.message("managed_alloc", 62, offset=8 << 20, size=1 << 20, flags=1)
+               + W.message("managed_alloc", 63, offset=(64 << 20) - 4096, size=8192, flags=2)
+               + W.message("managed_alloc", 64, offset=1, size=1 << 63, flags=7)
+               + W.message("window_unregister", 65, offset=8 << 20))
     return {
         **modules,
         "tensor_maps": session + tensor_maps + free,
         "staged": session + staged + free,
         "graph_mem": session + graph_mem + free,
         "cond": session + cond + free,
+        "managed": session + managed + free,
         "textures": session + textures + free,
         "arrays": session + arrays + free,
         "hello": hello,

@@ -20,9 +20,10 @@ LIBCUDA = BUILD / "lib" / "libcuda.so.1"
 IMAGE = BUILD / "tests" / "kernels" / "images" / "vecadd.fatbin"
 PTX = BUILD / "tests" / "kernels" / "images" / "vecadd.ptx"
 DRIVER_PROGRAMS = sorted(p.stem for p in (REPO / "tests" / "programs" / "driver").glob("*.c"))
-# Mapped host memory needs a window both sides see: over unix:// the
-# program says "not supported", which a native run never does.
-NEEDS_WINDOW = {"zerocopy", "hostreg"}
+# Mapped host memory and managed memory need a window both sides see:
+# over unix:// the program says "not supported", which a native run never
+# does.
+NEEDS_WINDOW = {"zerocopy", "hostreg", "managed"}
 
 
 @pytest.fixture(scope="module")

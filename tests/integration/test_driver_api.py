@@ -134,10 +134,18 @@ def test_nvidia_runtime_over_libcuda(programs, twins_daemon, libdir, name, way):
     assert sessions(twins_daemon) > before, twins_daemon.log()
     if name in NOT_THROUGH_SHIM:
         return
-    # The same results as through pvgpu's runtime shim.
+    # The same results as through pvgpu's runtime shim, but for managed
+    # memory: the shim reports the host's answer whatever the transport,
+    # libcuda.so.1 what it offers (only in a window at the program's own
+    # address, so not over unix://), on purpose.
     ref = programs.run(name, programs.pvgpu_env(twins_daemon.unix))
     programs.assert_passed(ref, twins_daemon)
-    assert results(res.stdout) == results(ref.stdout)
+    assert without_managed(results(res.stdout)) == without_managed(results(ref.stdout))
+
+
+def without_managed(lines):
+    return [line for line in lines
+            if not line.startswith(("  managed memory:", "  attribute ManagedMemory:"))]
 
 
 @pytest.mark.parametrize("name", ["kernels/vecadd", "memory"])

@@ -270,6 +270,21 @@ def test_link_inputs_checked_by_the_worker(daemon):
     s.close()
 
 
+def run_debug(name, libdir, uri):
+    """A driver program with PVGPU_DEBUG=1 (its debug lines on stderr); it
+    must pass."""
+    path = BUILD / "tests" / "driver" / name
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH",)}
+    env.update(LD_LIBRARY_PATH=str(libdir), PVGPU_DEVICES=uri, PVGPU_DEBUG="1")
+    asan = asan_runtime()
+    if asan:
+        env.update(LD_PRELOAD=asan, ASAN_OPTIONS="detect_leaks=0")
+    res = subprocess.run([str(path), str(IMAGE)], env=env, capture_output=True, text=True,
+                         timeout=60, cwd=REPO)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return res
+
+
 def test_zero_copy_over_a_window(daemon, libdir):
     """Over shm:// the window's pinned memory is the GPU's too: the kernel
     writes into the program's host memory, which it reads directly."""
@@ -352,17 +367,40 @@ def test_registered_file_pages_stay_the_files(daemon, libdir, tmp_path):
 def test_zero_copy_without_a_window(daemon, libdir):
     """Over a plain socket there is no memory both sides see: a clear
     CUDA_ERROR_NOT_SUPPORTED, with a debug line naming the call."""
-    path = BUILD / "tests" / "driver" / "zerocopy"
-    env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH",)}
-    env.update(LD_LIBRARY_PATH=str(libdir), PVGPU_DEVICES=daemon.unix, PVGPU_DEBUG="1")
-    asan = asan_runtime()
-    if asan:
-        env.update(LD_PRELOAD=asan, ASAN_OPTIONS="detect_leaks=0")
-    res = subprocess.run([str(path), str(IMAGE)], env=env, capture_output=True, text=True,
-                         timeout=60, cwd=REPO)
-    assert res.returncode == 0, res.stdout + res.stderr
+    res = run_debug("zerocopy", libdir, daemon.unix)
     assert "mapped host memory: not supported over this transport" in res.stdout
     assert "cuMemHostGetDevicePointer_v2" in res.stderr, res.stderr
+
+
+def test_managed_memory_over_a_window(daemon, libdir):
+    """Over shm:// managed memory is the window's, at one address for the
+    program and the device: the kernel increments what the program wrote,
+    hints are remembered, and a kernel spinning on cuMemHostAlloc'd memory
+    by its host pointer sees another thread's store."""
+    out = passed(run_driver("managed", libdir, "shm://" + daemon.unix[len("unix://"):]), daemon)
+    for line in ("managed memory: 1, concurrent access: 1",
+                 "flags 0: 1, size 0: 1",
+                 "is managed: 1, memory type: 2, host pointer is the pointer: 1",
+                 "incremented by the kernel: 11 65536",
+                 "read mostly: 1", "read mostly after unset: 0",
+                 "preferred location is the device: 1",
+                 "last prefetch is the device: 1",
+                 "after a launch on its stream: 9",
+                 "after a memset: 7 7",
+                 "copied back from device memory: 102",
+                 "freed, its attributes refused: 1",
+                 "memset by its host pointer: 5 5",
+                 "the program saw the kernel's answer before synchronizing: 1",
+                 "the kernel saw the host's flag: 1"):
+        assert line in out, out
+
+
+def test_managed_memory_without_a_window(daemon, libdir):
+    """Over a plain socket the device has no managed memory, and
+    cuMemAllocManaged says CUDA_ERROR_NOT_SUPPORTED naming itself."""
+    res = run_debug("managed", libdir, daemon.unix)
+    assert "managed memory: not supported over this transport (801)" in res.stdout
+    assert "cuMemAllocManaged" in res.stderr, res.stderr
 
 
 def test_virtual_memory_management(daemon, libdir):

@@ -8,10 +8,12 @@
  *
  * Integer arithmetic that may wrap is done in unsigned, as the GPU does it.
  */
+#define _GNU_SOURCE	/* clock_gettime */
 #include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "sim_twins.h"
 #include "twin_util.h"
@@ -626,6 +628,52 @@ static void scale3d_twin(const struct pvgpu_sim_launch *l)
 
 const uint32_t pvgpu_sim_twin_abi = PVGPU_SIM_TWIN_ABI;
 
+/* ---- driver/managed_kernels.cu ---------------------------------------------
+ * The memory they reach is the guest's own (the window the worker maps at
+ * the guest's address): flag_wait sees the guest's store while it spins. */
+
+/* managed_inc: p[i] += 1 */
+static void managed_inc_twin(const struct pvgpu_sim_launch *l)
+{
+	uint64_t p = pvgpu_sim_arg_ptr(l, 0);
+	int32_t n;
+
+	if (ARG(l, 1, n) || l->faulted(l))
+		return;
+	uint64_t cnt = twin_count_1d(l, n);
+	int32_t *hp = twin_map(l, p, cnt, 4);
+	if (!hp)
+		return;
+	for (uint64_t i = 0; i < cnt; i++)
+		hp[i] = (int32_t)((uint32_t)hp[i] + 1u);
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* flag_wait: spin on flag[0] (up to timeout_ns), then flag[1] = 2 or 1 */
+static void flag_wait_twin(const struct pvgpu_sim_launch *l)
+{
+	uint64_t f = pvgpu_sim_arg_ptr(l, 0), timeout, t0;
+
+	if (ARG(l, 1, timeout) || l->faulted(l) || !twin_has_threads(l))
+		return;
+	int32_t *flag = twin_map(l, f, 2, 4);
+	if (!flag)
+		return;
+	t0 = now_ns();
+	while (!__atomic_load_n(&flag[0], __ATOMIC_ACQUIRE) && now_ns() - t0 < timeout)
+		;
+	__atomic_store_n(&flag[1], __atomic_load_n(&flag[0], __ATOMIC_ACQUIRE) ? 2 : 1,
+			 __ATOMIC_RELEASE);
+}
+
+
 const struct pvgpu_sim_twin pvgpu_sim_twins[] = {
 	{ "vec_add", vecadd_twin },
 	{ "peer_add", peer_add_twin },
@@ -653,5 +701,7 @@ const struct pvgpu_sim_twin pvgpu_sim_twins[] = {
 	{ "coop_sum", coop_sum_twin },
 	{ "times7", times7_twin },
 	{ "scale3d", scale3d_twin },
+	{ "managed_inc", managed_inc_twin },
+	{ "flag_wait", flag_wait_twin },
 	{ NULL, NULL },
 };

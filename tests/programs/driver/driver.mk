@@ -19,3 +19,11 @@ $(DRIVER_PROGRAMS): $(BUILD)/tests/driver/%: tests/programs/driver/%.c tests/pro
 	@mkdir -p $(@D)
 	$(CC) -O2 -g -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -I$(CUDA_INCLUDE) \
 		-o $@ $< $(DRIVER_LINK) -lpthread
+
+# The managed-memory program's kernels (managed.c loads them from beside
+# vecadd.fatbin).
+DRIVER_IMAGES := $(BUILD)/tests/kernels/images/managed_kernels.fatbin
+test-programs: $(DRIVER_IMAGES)
+$(BUILD)/tests/kernels/images/managed_kernels.fatbin: tests/programs/driver/managed_kernels.cu
+	@mkdir -p $(@D)
+	$(NVCC) -fatbin -arch=sm_90 -o $@ $<
