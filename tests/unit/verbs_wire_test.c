@@ -78,6 +78,27 @@ int main(void)
 	slot[12] = 1;
 	CHECK(pvgpu_verbs_slot_check(slot, 7, 4096, &len) < 0);
 
+	/* verbs://HOST:PORT?timeout=N: the bound on a peer that stops answering. */
+	{
+		char hp[64];
+		uint32_t ms = 7;
+
+		CHECK(pvgpu_verbs_addr_options("10.0.0.1:7471", hp, sizeof(hp), &ms, err, sizeof(err)) == 0);
+		CHECK(!strcmp(hp, "10.0.0.1:7471") && ms == 7);
+		CHECK(pvgpu_verbs_addr_options("[fd00::1]:7471?timeout=3", hp, sizeof(hp), &ms, err, sizeof(err)) == 0);
+		CHECK(!strcmp(hp, "[fd00::1]:7471") && ms == 3000);
+		CHECK(pvgpu_verbs_addr_options("h:1?timeout=250ms", hp, sizeof(hp), &ms, err, sizeof(err)) == 0 && ms == 250);
+		CHECK(pvgpu_verbs_addr_options("h:1?timeout=0", hp, sizeof(hp), &ms, err, sizeof(err)) < 0);
+		CHECK(pvgpu_verbs_addr_options("h:1?timeout=-1", hp, sizeof(hp), &ms, err, sizeof(err)) < 0);
+		CHECK(pvgpu_verbs_addr_options("h:1?timeout=3601", hp, sizeof(hp), &ms, err, sizeof(err)) < 0);
+		CHECK(pvgpu_verbs_addr_options("h:1?timeout=99999999999999999999", hp, sizeof(hp), &ms, err, sizeof(err)) < 0);
+		CHECK(pvgpu_verbs_addr_options("h:1?timeout=3x", hp, sizeof(hp), &ms, err, sizeof(err)) < 0);
+		CHECK(pvgpu_verbs_addr_options("h:1?speed=3", hp, sizeof(hp), &ms, err, sizeof(err)) < 0);
+		CHECK(strstr(err, "timeout=SECONDS") != NULL);
+		CHECK(pvgpu_verbs_addr_options("a-very-long-host-name-that-does-not-fit-in-sixty-four-bytes:7471",
+					       hp, sizeof(hp), &ms, err, sizeof(err)) < 0);
+	}
+
 	printf("%d passed, %d failed\n", passed, failed);
 	return failed != 0;
 }

@@ -282,6 +282,23 @@ static int block(struct verbs_conn *c, int ms)
 	return poll_cm(c);
 }
 
+/*
+ * A peer that neither hands credit back nor completes our writes by
+ * give_up, yet never disconnected (frozen, or its host gone quietly):
+ * the connection ends, saying so.
+ */
+static int stalled(struct verbs_conn *c, uint64_t give_up)
+{
+	char what[96];
+
+	if (now_ns() < give_up)
+		return 0;
+	snprintf(what, sizeof(what), "%u ms", c->timeout_ms);
+	return fail(c, -ETIMEDOUT,
+		    "no credit or completion from the peer within %s (frozen, or gone without a disconnect)",
+		    what);
+}
+
 /* Hand consumed slots back when a quarter of the ring has been read. */
 static int give_credit(struct verbs_conn *c)
 {
@@ -289,11 +306,13 @@ static int give_credit(struct verbs_conn *c)
 	struct ibv_send_wr wr, *bad;
 	uint64_t *word = (uint64_t *)(c->tx + (size_t)c->nslots * c->slot_size);
 	uint32_t step = c->nslots / 4 ? c->nslots / 4 : 1;
+	uint64_t give_up;
 
 	if (c->rx_used - c->credit_sent < step)
 		return 0;
+	give_up = now_ns() + (uint64_t)c->timeout_ms * 1000000u;
 	while (c->credit_pending)		/* its source word is still being read */
-		if (poll_send(c) || poll_cm(c))
+		if (poll_send(c) || poll_cm(c) || stalled(c, give_up))
 			return c->broken;
 	*word = htole64(c->rx_used);
 	sge = (struct ibv_sge){ (uintptr_t)word, 8, c->tx_mr->lkey };
@@ -387,6 +406,7 @@ int verbs_conn_sendv(struct verbs_conn *c, struct iovec *iov, int iovcnt)
 
 	while (i < iovcnt && !c->broken) {
 		uint64_t spin_until = now_ns() + c->poll_ns;
+		uint64_t give_up = spin_until + (uint64_t)c->timeout_ms * 1000000u;
 		uint8_t *slot;
 		uint32_t len = 0;
 		struct ibv_sge sge;
@@ -396,7 +416,8 @@ int verbs_conn_sendv(struct verbs_conn *c, struct iovec *iov, int iovcnt)
 		while (!c->broken &&
 		       (c->tx_seq - c->tx_done >= c->nslots ||
 			c->tx_seq - le64toh(*credit_word(c)) >= c->peer.nslots)) {
-			if (poll_send(c) || poll_cm(c) || drain(c))
+			if (poll_send(c) || poll_cm(c) || drain(c) ||
+			    stalled(c, give_up))
 				break;
 			if (now_ns() > spin_until) {
 				struct timespec ts = { 0, 20000 };

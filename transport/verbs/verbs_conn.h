@@ -57,6 +57,7 @@ struct verbs_conn {
 	int outstanding;		/* signalled sends not yet completed */
 	int broken;			/* -errno once the connection failed */
 	uint64_t poll_ns;
+	uint32_t timeout_ms;		/* for credit and completions (verbs_wire.h) */
 	char why[160];			/* first failure, for the log */
 };
 

@@ -63,7 +63,8 @@ static int verbs_connect(struct pvgpu_transport *t, const char *addr,
 	struct addrinfo *ai = NULL;
 	struct verbs_conn *c;
 	uint8_t pd[PVGPU_VERBS_CONNECT_PD];
-	char why[160];
+	char why[160], hostport[300];
+	uint32_t timeout_ms = PVGPU_VERBS_TIMEOUT_MS;
 	int rc;
 
 	if (t->token && strlen(t->token) > PVGPU_VERBS_TOKEN_MAX) {
@@ -71,7 +72,10 @@ static int verbs_connect(struct pvgpu_transport *t, const char *addr,
 			 PVGPU_VERBS_TOKEN_MAX);
 		return -EINVAL;
 	}
-	rc = resolve(addr, &ai, err, errlen);
+	if (pvgpu_verbs_addr_options(addr, hostport, sizeof(hostport), &timeout_ms,
+				     err, errlen))
+		return -EINVAL;
+	rc = resolve(hostport, &ai, err, errlen);
 	if (rc)
 		return rc;
 	c = calloc(1, sizeof(*c));
@@ -83,6 +87,7 @@ static int verbs_connect(struct pvgpu_transport *t, const char *addr,
 	c->nslots = VERBS_SLOTS;
 	c->slot_size = VERBS_SLOT_SIZE;
 	c->poll_ns = t->poll_ns;
+	c->timeout_ms = timeout_ms;
 	c->ch = rdma_create_event_channel();
 	if (!c->ch || rdma_create_id(c->ch, &c->id, NULL, RDMA_PS_TCP)) {
 		rc = -errno;

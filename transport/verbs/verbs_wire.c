@@ -1,5 +1,7 @@
 /* verbs_wire.c - encode and check what verbs:// peers exchange (verbs_wire.h). */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "verbs_wire.h"
@@ -156,4 +158,43 @@ int pvgpu_verbs_slot_check(const uint8_t in[PVGPU_VERBS_SLOT_HDR],
 		return -1;
 	*len = l;
 	return 0;
+}
+
+int pvgpu_verbs_addr_options(const char *addr, char *hostport, size_t len,
+			     uint32_t *timeout_ms, char *err, size_t errlen)
+{
+	const char *q = strchr(addr, '?');
+	size_t hl = q ? (size_t)(q - addr) : strlen(addr);
+	unsigned long v;
+	char *end;
+
+	if (hl >= len) {
+		snprintf(err, errlen, "verbs address too long");
+		return -1;
+	}
+	memcpy(hostport, addr, hl);
+	hostport[hl] = '\0';
+	if (!q)
+		return 0;
+	if (strncmp(q + 1, "timeout=", 8))
+		goto err_option;
+	errno = 0;
+	v = strtoul(q + 9, &end, 10);
+	if (end == q + 9 || errno || q[9] == '-')
+		goto err_option;
+	if (!strcmp(end, "ms"))
+		;
+	else if (!*end || !strcmp(end, "s"))
+		v = v > PVGPU_VERBS_TIMEOUT_MAX_MS ? v : v * 1000;
+	else
+		goto err_option;
+	if (!v || v > PVGPU_VERBS_TIMEOUT_MAX_MS)
+		goto err_option;
+	*timeout_ms = (uint32_t)v;
+	return 0;
+
+err_option:
+	snprintf(err, errlen, "verbs address option \"%s\": want timeout=SECONDS (1..3600) or timeout=Nms",
+		 q + 1);
+	return -1;
 }

@@ -78,4 +78,20 @@ void pvgpu_verbs_slot_encode(uint8_t out[PVGPU_VERBS_SLOT_HDR], uint32_t seq,
 int pvgpu_verbs_slot_check(const uint8_t in[PVGPU_VERBS_SLOT_HDR],
 			   uint32_t seq, uint32_t slot_size, uint32_t *len);
 
+/*
+ * A peer that stops handing credit back (or completing our writes)
+ * without a disconnect -- frozen, or its host gone quietly -- ends the
+ * connection after this long.  verbs://HOST:PORT?timeout=SECONDS sets it.
+ */
+#define PVGPU_VERBS_TIMEOUT_MS		10000
+#define PVGPU_VERBS_TIMEOUT_MAX_MS	(3600u * 1000)
+
+/*
+ * "HOST:PORT" or "HOST:PORT?timeout=N" (seconds, or Nms): the address
+ * part into hostport, the timeout into *timeout_ms (left alone when not
+ * given).  0, or -1 with one line in err.
+ */
+int pvgpu_verbs_addr_options(const char *addr, char *hostport, size_t len,
+			     uint32_t *timeout_ms, char *err, size_t errlen);
+
 #endif /* PVGPU_VERBS_WIRE_H */
