@@ -289,13 +289,13 @@ static int block(struct verbs_conn *c, int ms)
  */
 static int stalled(struct verbs_conn *c, uint64_t give_up)
 {
-	char what[96];
+	char what[16];
 
 	if (now_ns() < give_up)
 		return 0;
-	snprintf(what, sizeof(what), "%u ms", c->timeout_ms);
+	snprintf(what, sizeof(what), "%u", c->timeout_ms);
 	return fail(c, -ETIMEDOUT,
-		    "no credit or completion from the peer within %s (frozen, or gone without a disconnect)",
+		    "peer silent for %s ms: no credit or completion, no disconnect",
 		    what);
 }
 
