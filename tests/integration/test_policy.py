@@ -249,3 +249,28 @@ def test_sighup_with_a_broken_file_keeps_the_policy(start_pvgpud, tmp_path):
     a = unix_session(daemon)
     assert mem_info(a) == (4 * MiB, 4 * MiB)
     a.close()
+
+
+def test_token_bound_to_the_vms_addresses(start_pvgpud, tmp_path):
+    """[vm] addresses = : a token holds only from the source addresses its
+    VM lists (tcp here; verbs:// in tests/rdma); a refusal is that
+    caller's alone."""
+    daemon = policy_daemon(start_pvgpud, tmp_path, f"""
+        [default]
+        policy = refuse
+
+        [vm bob]
+        token = {BOB_TOKEN}
+        addresses = 10.9.9.9, 127.0.0.1
+
+        [vm carol]
+        token = carol-secret
+        addresses = 10.9.9.9, fd00::9
+        """)
+    s, st = tcp_hello(daemon, "carol-secret", "carol")
+    assert st == CUDA_ERROR_NOT_PERMITTED, st
+    assert closed_by_backend(s)
+    assert "source address 127.0.0.1 is not one of vm carol's addresses" in daemon.log()
+    b = tcp_session(daemon, BOB_TOKEN)
+    assert mem_info(b)[1] > 0
+    b.close()

@@ -86,6 +86,20 @@ pvgpud_start nodeb --listen verbs://$A:7472 --executor sim --tcp-token tok-b
 pvgpud_start front --listen verbs://$A:7473 --executor remote --remote verbs://$A:7472 --remote-token tok-b
 pvgpud_start nodec --listen verbs://$A:7474 --executor sim --tcp-token tok-b
 pvgpud_start front2 --listen verbs://$A:7475 --executor remote --remote verbs://$A:7472 --remote verbs://$A:7474 --remote-token tok-b
+# Tokens bound to addresses: vm here's from this guest's, vm elsewhere's not.
+cat > /tmp/bound.conf <<EOF
+[default]
+policy = refuse
+[vm here]
+token = tok-here
+addresses = $A
+[vm elsewhere]
+token = tok-elsewhere
+addresses = 10.77.0.9, fd00::9
+EOF
+pvgpud_start bound --listen verbs://$A:7476 --executor sim --config /tmp/bound.conf
+# A short bound on a peer that stops answering (verbs://...?timeout=).
+pvgpud_start frozen --listen "verbs://$A:7477?timeout=3" --executor sim --tcp-token tok-f
 sleep 2
 for p in __PROGRAMS__; do run_case direct-$p verbs://$A:7471 tok-direct /pvgpu/bin/$p; done
 run_case direct-synth verbs://$A:7471 tok-direct pvgpu-synth --plan /pvgpu/synth.plan
@@ -99,6 +113,29 @@ echo "case two-nodes-count rc=0 $(grep '^device count:' /tmp/two-nodes.out | tr 
 run_case wrong-token verbs://$A:7471 not-the-token /pvgpu/bin/devices
 timeout -s KILL 60 verbs-peer baddata $A 7471; echo "case bad-private-data rc=$?"
 timeout -s KILL 60 verbs-peer garbage $A 7471 tok-direct; echo "case garbage rc=$?"
+
+run_case bound-own-address verbs://$A:7476 tok-here /pvgpu/bin/devices
+run_case bound-other-address verbs://$A:7476 tok-elsewhere /pvgpu/bin/devices
+run_case bound-after verbs://$A:7476 tok-here /pvgpu/bin/devices
+
+# A peer frozen (SIGSTOP) without a disconnect.  The guest stops reading
+# its D2H copies: the worker, out of credit, ends the session after 3 s.
+worker_of() { cat /proc/$1/task/$1/children 2>/dev/null | awk '{print $1}'; }
+PVGPU_DEVICES=verbs://$A:7477 PVGPU_TOKEN=tok-f pvgpu-bandwidth --sizes 64M --reps 200 --dir d2h --memory pinned > /dev/null 2>&1 &
+bw=$!; sleep 5; kill -STOP $bw; t0=$(date +%s)
+i=0; while [ -n "$(worker_of $PID_frozen)" ] && [ $i -lt 30 ]; do sleep 1; i=$((i+1)); done
+echo "case frozen-guest rc=0 worker_gone_after=$(( $(date +%s) - t0 ))s"
+kill -9 $bw; wait $bw 2>/dev/null
+# pvgpud's worker frozen mid-H2D: the guest, out of credit, gives up after 3 s.
+PVGPU_DEVICES="verbs://$A:7477?timeout=3" PVGPU_TOKEN=tok-f pvgpu-bandwidth --sizes 64M --reps 200 --dir h2d --memory pinned > /dev/null 2>/tmp/frozen-host.err &
+bw=$!; sleep 5; w=$(worker_of $PID_frozen); kill -STOP $w; t0=$(date +%s)
+i=0; while kill -0 $bw 2>/dev/null && [ $i -lt 30 ]; do sleep 1; i=$((i+1)); done
+kill -0 $bw 2>/dev/null && kill -9 $bw; wait $bw; rc=$?
+echo "case frozen-host rc=$rc gave_up_after=$(( $(date +%s) - t0 ))s"
+tail -n 2 /tmp/frozen-host.err
+kill -9 $w 2>/dev/null; sleep 1
+run_case after-frozen verbs://$A:7477 tok-f /pvgpu/bin/devices
+echo "case frozen-alive rc=0 alive=$(alive $PID_frozen)"
 
 # A guest killed mid-copy: its session ends, pvgpud serves the next.
 PVGPU_DEVICES=verbs://$A:7471 PVGPU_TOKEN=tok-direct pvgpu-bandwidth --sizes 64M --reps 50 --memory pinned > /dev/null 2>&1 &
@@ -136,8 +173,8 @@ tail -n 3 /tmp/bkill.err
 echo "case front-alive rc=0 alive=$(alive $PID_front)"
 run_case direct-after-nodeb verbs://$A:7471 tok-direct /pvgpu/bin/devices
 
-for n in direct nodeb front nodec front2; do sed "s/^/log-$n: /" /tmp/$n.log; done
-kill $PID_direct $PID_front $PID_nodec $PID_front2 2>/dev/null
+for n in direct nodeb front nodec front2 bound frozen; do sed "s/^/log-$n: /" /tmp/$n.log; done
+kill $PID_direct $PID_front $PID_nodec $PID_front2 $PID_bound $PID_frozen 2>/dev/null
 exit 0
 """
 
@@ -252,6 +289,35 @@ def test_bad_private_data_and_garbage_end_only_that_caller(console):
     assert "private data without the pvgpu magic" in direct, direct
     assert "connection closed by the guest (read error: Protocol error)" in direct, direct
     assert "alive=yes" in cases(console)["direct-alive"]
+
+
+def test_token_bound_to_the_vms_addresses(console):
+    """[vm] addresses = : the token holds from those source addresses only,
+    and a refusal ends that caller alone."""
+    code, line = rc(console, "bound-own-address")
+    assert code == 0 and line.endswith("last=PASS"), f"{line}\n{log(console, 'bound')}"
+    code, line = rc(console, "bound-other-address")
+    assert code != 0, f"a token used from an address its VM does not list was admitted: {line}"
+    assert f"source address {ADDR} is not one of vm elsewhere's addresses" in log(console, "bound"), \
+        log(console, "bound")
+    code, line = rc(console, "bound-after")
+    assert code == 0 and line.endswith("last=PASS"), line
+
+
+def test_frozen_peer_ends_its_session_after_the_timeout(console):
+    """SIGSTOP, no disconnect: whoever waits for credit gives up after
+    ?timeout=3 with a clear error; pvgpud serves the next program."""
+    frozen = log(console, "frozen")
+    line = cases(console)["frozen-guest"]
+    after = int(re.search(r"worker_gone_after=(\d+)s", line).group(1))
+    assert 2 <= after <= 20, f"{line}\n{frozen}"
+    assert "connection lost while sending" in frozen and "Connection timed out" in frozen, frozen
+    code, line = rc(console, "frozen-host")
+    after = int(re.search(r"gave_up_after=(\d+)s", line).group(1))
+    assert code not in (0, 137) and 2 <= after <= 20, f"{line}\n{console[-3000:]}"
+    code, line = rc(console, "after-frozen")
+    assert code == 0 and line.endswith("last=PASS"), line
+    assert "alive=yes" in cases(console)["frozen-alive"], frozen
 
 
 def test_guest_killed_mid_copy(console):
