@@ -109,6 +109,8 @@ run_case remote-synth verbs://$A:7473 "" pvgpu-synth --plan /pvgpu/synth.plan
 # One program, the GPUs of two nodes through one front.
 run_case two-nodes verbs://$A:7475 "" /pvgpu/bin/devices
 echo "case two-nodes-count rc=0 $(grep '^device count:' /tmp/two-nodes.out | tr -d ' ')"
+# Peer copies between them (alike nodes: the same device addresses).
+run_case two-nodes-peer verbs://$A:7475 "" /pvgpu/bin/peer
 
 run_case wrong-token verbs://$A:7471 not-the-token /pvgpu/bin/devices
 timeout -s KILL 60 verbs-peer baddata $A 7471; echo "case bad-private-data rc=$?"
@@ -190,7 +192,7 @@ def guest_files():
     """(host, guest) pairs: pvgpu's pieces in build/'s layout under /pvgpu,
     rdma-core's tools and rxe provider, and every library they load."""
     bins = [BUILD / "bin" / "pvgpud", BUILD / "tests" / "rdma" / "verbs-peer"]
-    bins += [BUILD / "tests" / p for p in PROGRAMS]
+    bins += [BUILD / "tests" / p for p in PROGRAMS + ["peer"]]
     bins += [BUILD / "tests" / "kernels" / p for p in KERNEL_PROGRAMS]
     bins += [BUILD / "bench" / b for b in ("pvgpu-synth", "pvgpu-bandwidth", "pvgpu-latency")]
     tools = [shutil.which(t) for t in ("ib_write_bw", "ib_send_lat", "rdma", "ip")]
@@ -274,6 +276,15 @@ def test_one_program_sees_the_gpus_of_two_nodes(console):
     assert code == 0 and line.endswith("last=PASS"), f"{line}\n{log(console, 'front2')}"
     assert "devicecount:2" in cases(console)["two-nodes-count"], cases(console)["two-nodes-count"]
     assert "via verbs://" in log(console, "nodec"), log(console, "nodec")
+
+
+def test_peer_copy_between_gpus_of_two_nodes(console):
+    """cudaMemcpyPeer between node B's and node C's GPU, bytes checked by
+    the program: staged by the front, node to node, never through the
+    guest."""
+    code, line = rc(console, "two-nodes-peer")
+    assert code == 0 and line.endswith("last=PASS"), f"{line}\n{log(console, 'front2')}"
+    assert "staged through this node" in log(console, "front2"), log(console, "front2")
 
 
 def test_wrong_token_is_refused(console):
