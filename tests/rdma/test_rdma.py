@@ -112,9 +112,14 @@ echo "case two-nodes-count rc=0 $(grep '^device count:' /tmp/two-nodes.out | tr 
 # Peer copies between them (alike nodes: the same device addresses).
 run_case two-nodes-peer verbs://$A:7475 "" /pvgpu/bin/peer
 
+# Pinned memory moved in place (REF slots, RDMA READ), registered once.
+run_case pinned verbs://$A:7471 tok-direct pinned-copies 12
+sed -n 's/^mr: /pinned-mr: /p; s/^mrs /pinned-mrs /p' /tmp/pinned.out
+
 run_case wrong-token verbs://$A:7471 not-the-token /pvgpu/bin/devices
 timeout -s KILL 60 verbs-peer baddata $A 7471; echo "case bad-private-data rc=$?"
 timeout -s KILL 60 verbs-peer garbage $A 7471 tok-direct; echo "case garbage rc=$?"
+timeout -s KILL 60 verbs-peer badref $A 7471 tok-direct; echo "case badref rc=$?"
 
 run_case bound-own-address verbs://$A:7476 tok-here /pvgpu/bin/devices
 run_case bound-other-address verbs://$A:7476 tok-elsewhere /pvgpu/bin/devices
@@ -122,8 +127,11 @@ run_case bound-after verbs://$A:7476 tok-here /pvgpu/bin/devices
 
 # A peer frozen (SIGSTOP) without a disconnect.  The guest stops reading
 # its D2H copies: the worker, out of credit, ends the session after 3 s.
+# (Small copies, many: it is stopped inside one, not halfway through
+# sending a request, which leaves the worker waiting for the rest of a
+# message as for any idle guest.)
 worker_of() { cat /proc/$1/task/$1/children 2>/dev/null | awk '{print $1}'; }
-PVGPU_DEVICES=verbs://$A:7477 PVGPU_TOKEN=tok-f pvgpu-bandwidth --sizes 64M --reps 200 --dir d2h --memory pinned > /dev/null 2>&1 &
+PVGPU_DEVICES=verbs://$A:7477 PVGPU_TOKEN=tok-f pvgpu-bandwidth --sizes 16M --reps 400 --dir d2h --memory pinned > /dev/null 2>&1 &
 bw=$!; sleep 5; kill -STOP $bw; t0=$(date +%s)
 i=0; while [ -n "$(worker_of $PID_frozen)" ] && [ $i -lt 30 ]; do sleep 1; i=$((i+1)); done
 echo "case frozen-guest rc=0 worker_gone_after=$(( $(date +%s) - t0 ))s"
@@ -191,7 +199,8 @@ def guest_script():
 def guest_files():
     """(host, guest) pairs: pvgpu's pieces in build/'s layout under /pvgpu,
     rdma-core's tools and rxe provider, and every library they load."""
-    bins = [BUILD / "bin" / "pvgpud", BUILD / "tests" / "rdma" / "verbs-peer"]
+    bins = [BUILD / "bin" / "pvgpud", BUILD / "tests" / "rdma" / "verbs-peer",
+            BUILD / "tests" / "rdma" / "pinned-copies"]
     bins += [BUILD / "tests" / p for p in PROGRAMS + ["peer"]]
     bins += [BUILD / "tests" / "kernels" / p for p in KERNEL_PROGRAMS]
     bins += [BUILD / "bench" / b for b in ("pvgpu-synth", "pvgpu-bandwidth", "pvgpu-latency")]
@@ -287,6 +296,27 @@ def test_peer_copy_between_gpus_of_two_nodes(console):
     assert "staged through this node" in log(console, "front2"), log(console, "front2")
 
 
+def test_pinned_memory_moves_in_place_registered_once(console):
+    """cuMemHostAlloc memory over verbs://: 12 rounds of 8 MiB there and
+    back, every byte checked by the program; its two buffers are each one
+    memory registration of their own size, the same ones before the first
+    copy and after the last (`rdma resource show mr`: never per copy)."""
+    code, line = rc(console, "pinned")
+    assert code == 0 and line.endswith("last=PASS"), f"{line}\n{console[-4000:]}"
+    mrs = {"before": [], "after": []}
+    when = None
+    for ln in console.splitlines():
+        if ln.startswith("pinned-mrs "):
+            when = ln.split()[1].rstrip(":")
+        elif ln.startswith("pinned-mr: ") and when in mrs:
+            m = re.search(r"mrn (\d+) .*mrlen (\d+)", ln)
+            if m:
+                mrs[when].append((int(m.group(1)), int(m.group(2))))
+    pinned = {w: sorted(mrn for mrn, size in v if size == 8 << 20) for w, v in mrs.items()}
+    assert len(pinned["before"]) == 2, mrs
+    assert pinned["before"] == pinned["after"] and len(mrs["before"]) == len(mrs["after"]), mrs
+
+
 def test_wrong_token_is_refused(console):
     code, line = rc(console, "wrong-token")
     assert code != 0, line
@@ -296,9 +326,11 @@ def test_wrong_token_is_refused(console):
 def test_bad_private_data_and_garbage_end_only_that_caller(console):
     assert rc(console, "bad-private-data")[0] == 0, console[-6000:]
     assert rc(console, "garbage")[0] == 0, console[-6000:]
+    assert rc(console, "badref")[0] == 0, console[-6000:]
     direct = log(console, "direct")
     assert "private data without the pvgpu magic" in direct, direct
-    assert "connection closed by the guest (read error: Protocol error)" in direct, direct
+    # garbage, then a REF slot whose key is not the caller's (the RDMA READ fails)
+    assert direct.count("connection closed by the guest (read error: Protocol error)") >= 2, direct
     assert "alive=yes" in cases(console)["direct-alive"]
 
 

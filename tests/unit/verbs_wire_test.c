@@ -78,6 +78,34 @@ int main(void)
 	slot[12] = 1;
 	CHECK(pvgpu_verbs_slot_check(slot, 7, 4096, &len) < 0);
 
+	/* REF slots: where the bytes are, for the receiver's RDMA READ. */
+	{
+		uint8_t rs[PVGPU_VERBS_SLOT_HDR + PVGPU_VERBS_REF_LEN];
+		struct pvgpu_verbs_ref ref = { 0x7f0000001000ull, 0x1234, 8u << 20 }, got;
+
+		pvgpu_verbs_ref_encode(rs, 9, &ref);
+		CHECK(pvgpu_verbs_slot_check(rs, 9, 4096, &len) == PVGPU_VERBS_SLOT_REF &&
+		      len == PVGPU_VERBS_REF_LEN);
+		CHECK(pvgpu_verbs_ref_decode(rs + PVGPU_VERBS_SLOT_HDR, len, &got) == 0);
+		CHECK(got.addr == ref.addr && got.rkey == ref.rkey && got.len == ref.len);
+		CHECK(pvgpu_verbs_ref_decode(rs + PVGPU_VERBS_SLOT_HDR, 15, &got) < 0);
+		ref.len = 0;
+		pvgpu_verbs_ref_encode(rs, 9, &ref);
+		CHECK(pvgpu_verbs_ref_decode(rs + PVGPU_VERBS_SLOT_HDR, 16, &got) < 0);
+		ref.len = PVGPU_VERBS_REF_MAX + 1;
+		pvgpu_verbs_ref_encode(rs, 9, &ref);
+		CHECK(pvgpu_verbs_ref_decode(rs + PVGPU_VERBS_SLOT_HDR, 16, &got) < 0);
+		rs[12] = 2;		/* no such kind */
+		CHECK(pvgpu_verbs_slot_check(rs, 9, 4096, &len) < 0);
+		/* Features: known bits pass, unknown ones are refused. */
+		h.ring.features = PVGPU_VERBS_F_REF;
+		pvgpu_verbs_ring_encode(pd, &h.ring);
+		CHECK(pvgpu_verbs_ring_decode(pd, PVGPU_VERBS_ACCEPT_PD, &r, err, sizeof(err)) == 0 &&
+		      r.features == PVGPU_VERBS_F_REF);
+		pd[5] = 0x80;
+		CHECK(pvgpu_verbs_ring_decode(pd, PVGPU_VERBS_ACCEPT_PD, &r, err, sizeof(err)) < 0);
+	}
+
 	/* verbs://HOST:PORT?timeout=N: the bound on a peer that stops answering. */
 	{
 		char hp[64];

@@ -147,8 +147,8 @@ static int verbs_connect(struct pvgpu_transport *t, const char *addr,
 	memset(&param, 0, sizeof(param));
 	param.private_data = pd;
 	param.private_data_len = (uint8_t)pvgpu_verbs_hello_encode(pd, &hello);
-	param.responder_resources = 1;
-	param.initiator_depth = 1;
+	param.responder_resources = VERBS_RD_CHUNKS;
+	param.initiator_depth = VERBS_RD_CHUNKS;
 	param.retry_count = 7;
 	param.rnr_retry_count = 7;
 	param.qp_num = c->qp->qp_num;
@@ -206,6 +206,17 @@ static int verbs_recv(struct pvgpu_transport *t, void *buf, size_t len)
 	return t->priv ? verbs_conn_recv(t->priv, buf, len) : -ENOTCONN;
 }
 
+static int verbs_pin(struct pvgpu_transport *t, void *p, size_t size)
+{
+	return t->priv ? verbs_conn_pin(t->priv, p, size) : -ENOTCONN;
+}
+
+static void verbs_unpin(struct pvgpu_transport *t, void *p)
+{
+	if (t->priv)
+		verbs_conn_unpin(t->priv, p);
+}
+
 static void verbs_close(struct pvgpu_transport *t)
 {
 	verbs_conn_close(t->priv);
@@ -220,6 +231,8 @@ static const struct pvgpu_transport_ops verbs_guest_ops = {
 	.recv = verbs_recv,
 	.close = verbs_close,
 	.sendv_fd = NULL,
+	.pin = verbs_pin,
+	.unpin = verbs_unpin,
 };
 
 /* What transport.c finds in transport-verbs.so: both halves. */

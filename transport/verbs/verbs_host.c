@@ -324,8 +324,8 @@ static int verbs_open(struct pvgpu_conn *base, char *err, size_t errlen)
 	memset(&param, 0, sizeof(param));
 	param.private_data = pd;
 	param.private_data_len = (uint8_t)pvgpu_verbs_ring_encode(pd, &ring);
-	param.responder_resources = 1;
-	param.initiator_depth = 1;
+	param.responder_resources = VERBS_RD_CHUNKS;
+	param.initiator_depth = VERBS_RD_CHUNKS;
 	param.rnr_retry_count = 7;
 	param.qp_num = c->qp->qp_num;
 	if (rdma_accept(c->id, &param)) {
