@@ -137,10 +137,14 @@ static int parse_addresses(struct pvgpu_vm_policy *vm, const char *s)
 	strcpy(buf, s);
 	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
 		unsigned char bin[sizeof(struct in6_addr)];
+		size_t n;
 		int af;
 
 		tok += strspn(tok, " \t");
-		tok[strcspn(tok, " \t")] = '\0';
+		n = strcspn(tok, " \t");
+		if (tok[n + strspn(tok + n, " \t")])
+			return -1;	/* two words, no comma */
+		tok[n] = '\0';
 		af = strchr(tok, ':') ? AF_INET6 : AF_INET;
 		if (vm->naddrs == PVGPU_POLICY_MAX_IDS || inet_pton(af, tok, bin) != 1 ||
 		    !inet_ntop(af, bin, vm->addrs[vm->naddrs], sizeof(vm->addrs[0])))

@@ -8,9 +8,13 @@ the wire protocol directly (tests/lib/pvgpu_wire.py).
 import os
 import re
 import signal
+import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
+
+import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import pvgpu_wire as W  # noqa: E402
@@ -21,6 +25,7 @@ CUDA_ERROR_INVALID_DEVICE = 101
 CUDA_ERROR_NOT_PERMITTED = 800
 
 MiB = 1 << 20
+BUILD = Path(__file__).resolve().parent.parent.parent / os.environ.get("PVGPU_BUILD", "build")
 BOB_TOKEN = "bob-secret-7f3a"
 
 
@@ -274,3 +279,17 @@ def test_token_bound_to_the_vms_addresses(start_pvgpud, tmp_path):
     b = tcp_session(daemon, BOB_TOKEN)
     assert mem_info(b)[1] > 0
     b.close()
+
+
+@pytest.mark.parametrize("value", ["10.0.0.300", "fd00::zz", ",", "", "10.0.0.1 10.0.0.2",
+                                   ", ".join(f"10.0.0.{i}" for i in range(17)),
+                                   "10.0.0.1\naddresses = 10.0.0.2"])
+def test_bad_addresses_are_refused(tmp_path, value):
+    path = tmp_path / "pvgpud.conf"
+    path.write_text(f"[vm alice]\ntoken = t\naddresses = {value}\n")
+    res = subprocess.run(
+        [str(BUILD / "bin" / "pvgpud"), "--listen", f"unix://{tmp_path}/s.sock",
+         "--executor", "sim", "--config", str(path)],
+        capture_output=True, text=True, timeout=30)
+    assert res.returncode == 1, res.stderr
+    assert "want up to 16 IPv4 or IPv6 addresses" in res.stderr, res.stderr
