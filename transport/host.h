@@ -88,6 +88,12 @@ struct pvgpu_peer {
 	struct pvgpu_identity id;
 	char identity[128];	/* "uid=1000,pid=42", "tcp:127.0.0.1:5000", "cid=4" */
 	/*
+	 * The caller's network address, where the channel has one (tcp,
+	 * verbs; "" otherwise), as inet_ntop writes it: admission holds a
+	 * token to the [vm]'s addresses = (policy.h).
+	 */
+	char addr[46];
+	/*
 	 * The registered VM the channel belongs to (vm.name "" if none): the
 	 * VM whose vhost-user socket accepted it, or whose CID it has.
 	 */

@@ -70,6 +70,15 @@ struct pvgpu_transport_ops {
 	 */
 	int (*kick)(struct pvgpu_transport *t);
 	int (*wait_kick)(struct pvgpu_transport *t);
+	/*
+	 * Pinned memory the program got (cuMemHostAlloc) where there is no
+	 * window: a transport that can let the backend read it in place
+	 * (verbs: registered once, fetched by RDMA READ) takes note; 0, or
+	 * -errno (its copies are then staged like any other).  unpin comes
+	 * before the memory is freed.  NULL: nothing of the kind.
+	 */
+	int (*pin)(struct pvgpu_transport *t, void *p, size_t size);
+	void (*unpin)(struct pvgpu_transport *t, void *p);
 };
 
 struct pvgpu_transport {

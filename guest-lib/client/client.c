@@ -618,6 +618,25 @@ out:
 	return st;
 }
 
+int pvgpu_client_pin(struct pvgpu_client *c, void *p, size_t size)
+{
+	int rc = -ENOTSUP;
+
+	pthread_mutex_lock(&c->lock);
+	if (!c->broken && c->tr.ops->pin)
+		rc = c->tr.ops->pin(&c->tr, p, size);
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
+void pvgpu_client_unpin(struct pvgpu_client *c, void *p)
+{
+	pthread_mutex_lock(&c->lock);
+	if (!c->broken && c->tr.ops->unpin)
+		c->tr.ops->unpin(&c->tr, p);
+	pthread_mutex_unlock(&c->lock);
+}
+
 struct pvgpu_window_map *pvgpu_client_window(struct pvgpu_client *c)
 {
 	return c->win;

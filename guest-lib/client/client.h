@@ -175,6 +175,10 @@ int32_t pvgpu_client_wait(struct pvgpu_client *c, enum pvgpu_idle_kind kind,
 
 struct pvgpu_window_map;
 
+/* Pinned memory without a window (transport.h pin/unpin); 0 or -errno. */
+int pvgpu_client_pin(struct pvgpu_client *c, void *p, size_t size);
+void pvgpu_client_unpin(struct pvgpu_client *c, void *p);
+
 /* The connection's shared window, or NULL (socket only). */
 struct pvgpu_window_map *pvgpu_client_window(struct pvgpu_client *c);
 

@@ -320,11 +320,16 @@ CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned int flags)
 		h.ptr = aligned_alloc(4096, (bytesize + 4095) & ~(size_t)4095);
 		if (!h.ptr)
 			return CUDA_ERROR_OUT_OF_MEMORY;
+		/* verbs://: registered once, read in place by the backend. */
+		if (c && !pvgpu_client_pin(c, h.ptr, (bytesize + 4095) & ~(size_t)4095))
+			h.client = c;
 	}
 	if (host_add(&h)) {
 		if (h.win)
 			pvgpu_window_free(h.win, h.ptr);
-		else
+		else if (h.client)
+			pvgpu_client_unpin(h.client, h.ptr);
+		if (!h.win)
 			free(h.ptr);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
@@ -352,6 +357,8 @@ CUresult CUDAAPI cuMemFreeHost(void *p)
 		unmap_host(h.ptr);
 		pvgpu_window_free(h.win, h.ptr);
 	} else {
+		if (h.client)
+			pvgpu_client_unpin(h.client, h.ptr);
 		free(h.ptr);
 	}
 	return CUDA_SUCCESS;

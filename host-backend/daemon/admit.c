@@ -120,6 +120,12 @@ int pvgpu_admit(const struct pvgpu_policy *p, struct pvgpu_accounting *acct,
 		e = vm->entry;
 		name = vm->name;
 	}
+	/* A token holds only from the VM's own addresses, where it lists any. */
+	if (vm && peer->addr[0] && !pvgpu_policy_addr_ok(vm, peer->addr)) {
+		snprintf(why, whylen, "source address %s is not one of vm %s's addresses",
+			 peer->addr, name);
+		return -1;
+	}
 	/* Count and take under the lock: two callers must not both get the last session. */
 	pvgpu_accounting_vm_lock(acct, e);
 	max = atomic_load(&acct->vms[e].max_sessions);

@@ -1,5 +1,6 @@
 /* policy.c - reading the per-VM policy file (see policy.h). */
 #include <errno.h>
+#include <arpa/inet.h>
 #ifndef PVGPU_NO_INIH
 #include <ini.h>
 #endif
@@ -126,6 +127,43 @@ static int add_cid(struct pvgpu_vm_policy *vm, uint32_t v)
 	return add_numeric_id(vm, PVGPU_ID_CID, v);
 }
 
+/* "10.0.0.5, fd00::5": each kept as inet_ntop writes it; 0 or -1. */
+static int parse_addresses(struct pvgpu_vm_policy *vm, const char *s)
+{
+	char buf[1024], *tok, *save;
+
+	if (strlen(s) >= sizeof(buf))
+		return -1;
+	strcpy(buf, s);
+	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		unsigned char bin[sizeof(struct in6_addr)];
+		size_t n;
+		int af;
+
+		tok += strspn(tok, " \t");
+		n = strcspn(tok, " \t");
+		if (tok[n + strspn(tok + n, " \t")])
+			return -1;	/* two words, no comma */
+		tok[n] = '\0';
+		af = strchr(tok, ':') ? AF_INET6 : AF_INET;
+		if (vm->naddrs == PVGPU_POLICY_MAX_IDS || inet_pton(af, tok, bin) != 1 ||
+		    !inet_ntop(af, bin, vm->addrs[vm->naddrs], sizeof(vm->addrs[0])))
+			return -1;
+		vm->naddrs++;
+	}
+	return vm->naddrs ? 0 : -1;
+}
+
+int pvgpu_policy_addr_ok(const struct pvgpu_vm_policy *vm, const char *addr)
+{
+	if (!vm->naddrs)
+		return 1;
+	for (unsigned int i = 0; i < vm->naddrs; i++)
+		if (addr && *addr && !strcmp(vm->addrs[i], addr))
+			return 1;
+	return 0;
+}
+
 static int add_gpu(struct pvgpu_vm_policy *vm, uint32_t v)
 {
 	vm->gpus |= 1u << v;
@@ -226,6 +264,10 @@ static int vm_key(struct parse_state *st, struct pvgpu_vm_policy *vm,
 				return fail(st, "token given twice");
 		if (add_id(vm, PVGPU_ID_TOKEN, value))
 			return fail(st, "too many identities for one [vm]");
+	} else if (!strcmp(key, "addresses")) {
+		if (vm->naddrs || parse_addresses(vm, value))
+			return fail(st, "addresses = %s: want up to %d IPv4 or IPv6 addresses, comma-separated, given once",
+				    value, PVGPU_POLICY_MAX_IDS);
 	} else if (!strcmp(key, "gpus")) {
 		if (parse_list(value, PVGPU_MAX_DEVICES - 1, add_gpu, vm))
 			return fail(st, "gpus = %s: want device indices 0..%d",

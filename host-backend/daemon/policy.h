@@ -15,6 +15,7 @@
  *   uid = 1000, 1001         ; Unix callers with these uids (SO_PEERCRED)
  *   cid = 5                  ; vsock peers with these CIDs
  *   token = s3cret           ; TCP callers presenting this token in hello
+ *   addresses = 10.0.0.5     ; ... and only from these source addresses
  *   memory = 8G              ; device-memory quota across all its sessions
  *   max_sessions = 4         ; concurrent sessions
  *   pinned = 64M             ; host pinned memory (staging) across its sessions
@@ -29,7 +30,9 @@
  * limit; missing gpus means every device.  Identities come from the channel
  * only: uid and cid are what the kernel says about the peer, and a token is
  * the one thing a TCP caller can prove.  A uid, cid or token may name one
- * VM only.
+ * VM only.  addresses (IPv4 or IPv6, up to 16) binds the VM's token to
+ * the source addresses a network channel (tcp://, verbs://) reports: a
+ * caller presenting the token from any other address is refused.
  *
  * memory counts device allocations and, for each loaded module, its image
  * size: the driver does not say what a module takes, and the image bounds
@@ -91,6 +94,9 @@ struct pvgpu_vm_policy {
 	 */
 	struct pvgpu_identity ids[2 * PVGPU_POLICY_MAX_IDS + 1];
 	unsigned int nids;
+	/* addresses = ..., as inet_ntop writes them; none: any address. */
+	char addrs[PVGPU_POLICY_MAX_IDS][46];
+	unsigned int naddrs;
 	uint64_t memory;		/* bytes; 0: no quota */
 	uint32_t max_sessions;		/* 0: no limit */
 	uint32_t gpus;			/* bit per device index; 0: all */
@@ -122,6 +128,8 @@ int pvgpu_policy_load(const char *path, struct pvgpu_policy *p,
 /* The [vm] that names this identity, or NULL. */
 const struct pvgpu_vm_policy *pvgpu_policy_lookup(const struct pvgpu_policy *p,
 						  const struct pvgpu_identity *id);
+/* Non-zero when vm lists no addresses or lists addr ("" never matches). */
+int pvgpu_policy_addr_ok(const struct pvgpu_vm_policy *vm, const char *addr);
 const struct pvgpu_vm_policy *pvgpu_policy_by_name(const struct pvgpu_policy *p,
 						   const char *name);
 

@@ -8,9 +8,13 @@ the wire protocol directly (tests/lib/pvgpu_wire.py).
 import os
 import re
 import signal
+import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
+
+import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import pvgpu_wire as W  # noqa: E402
@@ -21,6 +25,7 @@ CUDA_ERROR_INVALID_DEVICE = 101
 CUDA_ERROR_NOT_PERMITTED = 800
 
 MiB = 1 << 20
+BUILD = Path(__file__).resolve().parent.parent.parent / os.environ.get("PVGPU_BUILD", "build")
 BOB_TOKEN = "bob-secret-7f3a"
 
 
@@ -249,3 +254,42 @@ def test_sighup_with_a_broken_file_keeps_the_policy(start_pvgpud, tmp_path):
     a = unix_session(daemon)
     assert mem_info(a) == (4 * MiB, 4 * MiB)
     a.close()
+
+
+def test_token_bound_to_the_vms_addresses(start_pvgpud, tmp_path):
+    """[vm] addresses = : a token holds only from the source addresses its
+    VM lists (tcp here; verbs:// in tests/rdma); a refusal is that
+    caller's alone."""
+    daemon = policy_daemon(start_pvgpud, tmp_path, f"""
+        [default]
+        policy = refuse
+
+        [vm bob]
+        token = {BOB_TOKEN}
+        addresses = 10.9.9.9, 127.0.0.1
+
+        [vm carol]
+        token = carol-secret
+        addresses = 10.9.9.9, fd00::9
+        """)
+    s, st = tcp_hello(daemon, "carol-secret", "carol")
+    assert st == CUDA_ERROR_NOT_PERMITTED, st
+    assert closed_by_backend(s)
+    assert "source address 127.0.0.1 is not one of vm carol's addresses" in daemon.log()
+    b = tcp_session(daemon, BOB_TOKEN)
+    assert mem_info(b)[1] > 0
+    b.close()
+
+
+@pytest.mark.parametrize("value", ["10.0.0.300", "fd00::zz", ",", "", "10.0.0.1 10.0.0.2",
+                                   ", ".join(f"10.0.0.{i}" for i in range(17)),
+                                   "10.0.0.1\naddresses = 10.0.0.2"])
+def test_bad_addresses_are_refused(tmp_path, value):
+    path = tmp_path / "pvgpud.conf"
+    path.write_text(f"[vm alice]\ntoken = t\naddresses = {value}\n")
+    res = subprocess.run(
+        [str(BUILD / "bin" / "pvgpud"), "--listen", f"unix://{tmp_path}/s.sock",
+         "--executor", "sim", "--config", str(path)],
+        capture_output=True, text=True, timeout=30)
+    assert res.returncode == 1, res.stderr
+    assert "want up to 16 IPv4 or IPv6 addresses" in res.stderr, res.stderr

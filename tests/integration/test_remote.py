@@ -229,11 +229,15 @@ def test_remote_without_nodes_is_bad_usage(short_tmp):
     assert "--remote" in out.stderr
 
 
-def test_peer_copy_between_nodes(programs, start_pvgpud):
+@pytest.mark.parametrize("alike", [False, True])
+def test_peer_copy_between_nodes(programs, start_pvgpud, alike):
     """GPUs of two nodes are not peers, and a copy between them is staged
-    node to node through the front pvgpud, never through the guest."""
-    backs = [start_pvgpud("sim", env={"PVGPU_SIM_NODE": str(i),
-                                      "PVGPU_SIM_TWINS": str(TWINS)})
+    node to node through the front pvgpud, never through the guest.
+    alike: two nodes whose drivers hand out the same addresses (no
+    PVGPU_SIM_NODE; two alike machines with real GPUs do): the front still
+    shows the program one address space."""
+    backs = [start_pvgpud("sim", env={"PVGPU_SIM_TWINS": str(TWINS),
+                                      **({} if alike else {"PVGPU_SIM_NODE": str(i)})})
              for i in (1, 2)]
     front = front_for(start_pvgpud, *backs)
     res = programs.run("peer", programs.pvgpu_env(front.unix))

@@ -27,7 +27,7 @@ static void check_ring(const struct pvgpu_verbs_ring *r)
 static int same_ring(const struct pvgpu_verbs_ring *a, const struct pvgpu_verbs_ring *b)
 {
 	return a->addr == b->addr && a->rkey == b->rkey && a->nslots == b->nslots &&
-	       a->slot_size == b->slot_size;
+	       a->slot_size == b->slot_size && a->features == b->features;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -74,8 +74,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 		memcpy(&seq, copy + PVGPU_VERBS_SLOT_HDR, 4);
 		memcpy(&slot, copy + PVGPU_VERBS_SLOT_HDR + 4, 4);
-		if (!pvgpu_verbs_slot_check(copy, seq, slot, &len) &&
+		int kind = pvgpu_verbs_slot_check(copy, seq, slot, &len);
+		struct pvgpu_verbs_ref ref;
+
+		if (kind >= 0 &&
 		    (slot < PVGPU_VERBS_SLOT_HDR || len > slot - PVGPU_VERBS_SLOT_HDR))
+			abort();
+		if (kind == PVGPU_VERBS_SLOT_REF && len != PVGPU_VERBS_REF_LEN)
+			abort();
+		/* A reference from the bytes after the header: never empty or huge. */
+		if (!pvgpu_verbs_ref_decode(copy + PVGPU_VERBS_SLOT_HDR,
+					    (uint32_t)(size - PVGPU_VERBS_SLOT_HDR), &ref) &&
+		    (!ref.len || ref.len > PVGPU_VERBS_REF_MAX))
 			abort();
 	}
 	free(copy);

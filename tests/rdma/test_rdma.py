@@ -86,6 +86,20 @@ pvgpud_start nodeb --listen verbs://$A:7472 --executor sim --tcp-token tok-b
 pvgpud_start front --listen verbs://$A:7473 --executor remote --remote verbs://$A:7472 --remote-token tok-b
 pvgpud_start nodec --listen verbs://$A:7474 --executor sim --tcp-token tok-b
 pvgpud_start front2 --listen verbs://$A:7475 --executor remote --remote verbs://$A:7472 --remote verbs://$A:7474 --remote-token tok-b
+# Tokens bound to addresses: vm here's from this guest's, vm elsewhere's not.
+cat > /tmp/bound.conf <<EOF
+[default]
+policy = refuse
+[vm here]
+token = tok-here
+addresses = $A
+[vm elsewhere]
+token = tok-elsewhere
+addresses = 10.77.0.9, fd00::9
+EOF
+pvgpud_start bound --listen verbs://$A:7476 --executor sim --config /tmp/bound.conf
+# A short bound on a peer that stops answering (verbs://...?timeout=).
+pvgpud_start frozen --listen "verbs://$A:7477?timeout=3" --executor sim --tcp-token tok-f
 sleep 2
 for p in __PROGRAMS__; do run_case direct-$p verbs://$A:7471 tok-direct /pvgpu/bin/$p; done
 run_case direct-synth verbs://$A:7471 tok-direct pvgpu-synth --plan /pvgpu/synth.plan
@@ -95,10 +109,43 @@ run_case remote-synth verbs://$A:7473 "" pvgpu-synth --plan /pvgpu/synth.plan
 # One program, the GPUs of two nodes through one front.
 run_case two-nodes verbs://$A:7475 "" /pvgpu/bin/devices
 echo "case two-nodes-count rc=0 $(grep '^device count:' /tmp/two-nodes.out | tr -d ' ')"
+# Peer copies between them (alike nodes: the same device addresses).
+run_case two-nodes-peer verbs://$A:7475 "" /pvgpu/bin/peer
+
+# Pinned memory moved in place (REF slots, RDMA READ), registered once.
+run_case pinned verbs://$A:7471 tok-direct pinned-copies 12
+sed -n 's/^mr: /pinned-mr: /p; s/^mrs /pinned-mrs /p' /tmp/pinned.out
 
 run_case wrong-token verbs://$A:7471 not-the-token /pvgpu/bin/devices
 timeout -s KILL 60 verbs-peer baddata $A 7471; echo "case bad-private-data rc=$?"
 timeout -s KILL 60 verbs-peer garbage $A 7471 tok-direct; echo "case garbage rc=$?"
+timeout -s KILL 60 verbs-peer badref $A 7471 tok-direct; echo "case badref rc=$?"
+
+run_case bound-own-address verbs://$A:7476 tok-here /pvgpu/bin/devices
+run_case bound-other-address verbs://$A:7476 tok-elsewhere /pvgpu/bin/devices
+run_case bound-after verbs://$A:7476 tok-here /pvgpu/bin/devices
+
+# A peer frozen (SIGSTOP) without a disconnect.  The guest stops reading
+# its D2H copies: the worker, out of credit, ends the session after 3 s.
+# (Small copies, many: it is stopped inside one, not halfway through
+# sending a request, which leaves the worker waiting for the rest of a
+# message as for any idle guest.)
+worker_of() { cat /proc/$1/task/$1/children 2>/dev/null | awk '{print $1}'; }
+PVGPU_DEVICES=verbs://$A:7477 PVGPU_TOKEN=tok-f pvgpu-bandwidth --sizes 16M --reps 400 --dir d2h --memory pinned > /dev/null 2>&1 &
+bw=$!; sleep 5; kill -STOP $bw; t0=$(date +%s)
+i=0; while [ -n "$(worker_of $PID_frozen)" ] && [ $i -lt 30 ]; do sleep 1; i=$((i+1)); done
+echo "case frozen-guest rc=0 worker_gone_after=$(( $(date +%s) - t0 ))s"
+kill -9 $bw; wait $bw 2>/dev/null
+# pvgpud's worker frozen mid-H2D: the guest, out of credit, gives up after 3 s.
+PVGPU_DEVICES="verbs://$A:7477?timeout=3" PVGPU_TOKEN=tok-f pvgpu-bandwidth --sizes 64M --reps 200 --dir h2d --memory pinned > /dev/null 2>/tmp/frozen-host.err &
+bw=$!; sleep 5; w=$(worker_of $PID_frozen); kill -STOP $w; t0=$(date +%s)
+i=0; while kill -0 $bw 2>/dev/null && [ $i -lt 30 ]; do sleep 1; i=$((i+1)); done
+kill -0 $bw 2>/dev/null && kill -9 $bw; wait $bw; rc=$?
+echo "case frozen-host rc=$rc gave_up_after=$(( $(date +%s) - t0 ))s"
+tail -n 2 /tmp/frozen-host.err
+kill -9 $w 2>/dev/null; sleep 1
+run_case after-frozen verbs://$A:7477 tok-f /pvgpu/bin/devices
+echo "case frozen-alive rc=0 alive=$(alive $PID_frozen)"
 
 # A guest killed mid-copy: its session ends, pvgpud serves the next.
 PVGPU_DEVICES=verbs://$A:7471 PVGPU_TOKEN=tok-direct pvgpu-bandwidth --sizes 64M --reps 50 --memory pinned > /dev/null 2>&1 &
@@ -136,8 +183,8 @@ tail -n 3 /tmp/bkill.err
 echo "case front-alive rc=0 alive=$(alive $PID_front)"
 run_case direct-after-nodeb verbs://$A:7471 tok-direct /pvgpu/bin/devices
 
-for n in direct nodeb front nodec front2; do sed "s/^/log-$n: /" /tmp/$n.log; done
-kill $PID_direct $PID_front $PID_nodec $PID_front2 2>/dev/null
+for n in direct nodeb front nodec front2 bound frozen; do sed "s/^/log-$n: /" /tmp/$n.log; done
+kill $PID_direct $PID_front $PID_nodec $PID_front2 $PID_bound $PID_frozen 2>/dev/null
 exit 0
 """
 
@@ -152,8 +199,9 @@ def guest_script():
 def guest_files():
     """(host, guest) pairs: pvgpu's pieces in build/'s layout under /pvgpu,
     rdma-core's tools and rxe provider, and every library they load."""
-    bins = [BUILD / "bin" / "pvgpud", BUILD / "tests" / "rdma" / "verbs-peer"]
-    bins += [BUILD / "tests" / p for p in PROGRAMS]
+    bins = [BUILD / "bin" / "pvgpud", BUILD / "tests" / "rdma" / "verbs-peer",
+            BUILD / "tests" / "rdma" / "pinned-copies"]
+    bins += [BUILD / "tests" / p for p in PROGRAMS + ["peer"]]
     bins += [BUILD / "tests" / "kernels" / p for p in KERNEL_PROGRAMS]
     bins += [BUILD / "bench" / b for b in ("pvgpu-synth", "pvgpu-bandwidth", "pvgpu-latency")]
     tools = [shutil.which(t) for t in ("ib_write_bw", "ib_send_lat", "rdma", "ip")]
@@ -239,6 +287,36 @@ def test_one_program_sees_the_gpus_of_two_nodes(console):
     assert "via verbs://" in log(console, "nodec"), log(console, "nodec")
 
 
+def test_peer_copy_between_gpus_of_two_nodes(console):
+    """cudaMemcpyPeer between node B's and node C's GPU, bytes checked by
+    the program: staged by the front, node to node, never through the
+    guest."""
+    code, line = rc(console, "two-nodes-peer")
+    assert code == 0 and line.endswith("last=PASS"), f"{line}\n{log(console, 'front2')}"
+    assert "staged through this node" in log(console, "front2"), log(console, "front2")
+
+
+def test_pinned_memory_moves_in_place_registered_once(console):
+    """cuMemHostAlloc memory over verbs://: 12 rounds of 8 MiB there and
+    back, every byte checked by the program; its two buffers are each one
+    memory registration of their own size, the same ones before the first
+    copy and after the last (`rdma resource show mr`: never per copy)."""
+    code, line = rc(console, "pinned")
+    assert code == 0 and line.endswith("last=PASS"), f"{line}\n{console[-4000:]}"
+    mrs = {"before": [], "after": []}
+    when = None
+    for ln in console.splitlines():
+        if ln.startswith("pinned-mrs "):
+            when = ln.split()[1].rstrip(":")
+        elif ln.startswith("pinned-mr: ") and when in mrs:
+            m = re.search(r"mrn (\d+) .*mrlen (\d+)", ln)
+            if m:
+                mrs[when].append((int(m.group(1)), int(m.group(2))))
+    pinned = {w: sorted(mrn for mrn, size in v if size == 8 << 20) for w, v in mrs.items()}
+    assert len(pinned["before"]) == 2, mrs
+    assert pinned["before"] == pinned["after"] and len(mrs["before"]) == len(mrs["after"]), mrs
+
+
 def test_wrong_token_is_refused(console):
     code, line = rc(console, "wrong-token")
     assert code != 0, line
@@ -248,10 +326,41 @@ def test_wrong_token_is_refused(console):
 def test_bad_private_data_and_garbage_end_only_that_caller(console):
     assert rc(console, "bad-private-data")[0] == 0, console[-6000:]
     assert rc(console, "garbage")[0] == 0, console[-6000:]
+    assert rc(console, "badref")[0] == 0, console[-6000:]
     direct = log(console, "direct")
     assert "private data without the pvgpu magic" in direct, direct
-    assert "connection closed by the guest (read error: Protocol error)" in direct, direct
+    # garbage, then a REF slot whose key is not the caller's (the RDMA READ fails)
+    assert direct.count("connection closed by the guest (read error: Protocol error)") >= 2, direct
     assert "alive=yes" in cases(console)["direct-alive"]
+
+
+def test_token_bound_to_the_vms_addresses(console):
+    """[vm] addresses = : the token holds from those source addresses only,
+    and a refusal ends that caller alone."""
+    code, line = rc(console, "bound-own-address")
+    assert code == 0 and line.endswith("last=PASS"), f"{line}\n{log(console, 'bound')}"
+    code, line = rc(console, "bound-other-address")
+    assert code != 0, f"a token used from an address its VM does not list was admitted: {line}"
+    assert f"source address {ADDR} is not one of vm elsewhere's addresses" in log(console, "bound"), \
+        log(console, "bound")
+    code, line = rc(console, "bound-after")
+    assert code == 0 and line.endswith("last=PASS"), line
+
+
+def test_frozen_peer_ends_its_session_after_the_timeout(console):
+    """SIGSTOP, no disconnect: whoever waits for credit gives up after
+    ?timeout=3 with a clear error; pvgpud serves the next program."""
+    frozen = log(console, "frozen")
+    line = cases(console)["frozen-guest"]
+    after = int(re.search(r"worker_gone_after=(\d+)s", line).group(1))
+    assert 2 <= after <= 20, f"{line}\n{frozen}"
+    assert "connection lost while sending" in frozen and "Connection timed out" in frozen, frozen
+    code, line = rc(console, "frozen-host")
+    after = int(re.search(r"gave_up_after=(\d+)s", line).group(1))
+    assert code not in (0, 137) and 2 <= after <= 20, f"{line}\n{console[-3000:]}"
+    code, line = rc(console, "after-frozen")
+    assert code == 0 and line.endswith("last=PASS"), line
+    assert "alive=yes" in cases(console)["frozen-alive"], frozen
 
 
 def test_guest_killed_mid_copy(console):

@@ -1,6 +1,6 @@
 """The verbs:// wire decoders (transport/verbs/verbs_wire.c) under libFuzzer
 for a bounded time: rdma_cm private data of the connect request and the
-accept, and ring slot headers, all from an untrusted peer
+accept, ring slot headers and REF slots' references, all from an untrusted peer
 (tests/rdma/fuzz_verbs_wire.c says what must hold)."""
 import os
 import subprocess
@@ -17,7 +17,9 @@ def seeds():
     ring = struct.pack("<IBBBBQI", 0x76677670, 1, 0, 18, 15, 0x7f0000001000, 0x1234)
     hello = ring + bytes([5]) + b"tok-a" + bytes(56 - len(ring) - 6)
     slot = struct.pack("<IIII", 7, 100, 0x76677670, 0) + struct.pack("<II", 7, 4096)
-    return {"hello": hello, "accept": ring + bytes(4), "slot": slot}
+    # A REF slot: where pinned bytes are, for the receiver's RDMA READ.
+    ref = struct.pack("<IIII", 7, 16, 0x76677670, 1) + struct.pack("<QII", 0x7f0000001000, 0x1234, 1 << 20)
+    return {"hello": hello, "accept": ring + bytes(4), "slot": slot, "ref": ref}
 
 
 @pytest.mark.skipif(not FUZZER.exists(),

@@ -7,6 +7,10 @@
  *   verbs-peer garbage HOST PORT TOKEN   connect properly, then write a ring
  *                                        slot with a bad header: exit 0 when
  *                                        pvgpud drops the connection
+ *   verbs-peer badref HOST PORT TOKEN    connect properly, then send a REF
+ *                                        slot naming memory with a key that
+ *                                        is not ours: exit 0 when pvgpud
+ *                                        drops the connection
  */
 #include <errno.h>
 #include <netdb.h>
@@ -69,14 +73,16 @@ int main(int argc, char **argv)
 	uint8_t priv[PVGPU_VERBS_CONNECT_PD];
 	static uint8_t ring[2 * 4096 + 64];
 	char why[160];
-	int garbage;
+	int garbage, badref;
 
-	if (argc < 4 || (strcmp(argv[1], "baddata") && strcmp(argv[1], "garbage")) ||
-	    (!strcmp(argv[1], "garbage") && argc < 5)) {
-		fprintf(stderr, "usage: verbs-peer baddata|garbage HOST PORT [TOKEN]\n");
+	if (argc < 4 || (strcmp(argv[1], "baddata") && strcmp(argv[1], "garbage") &&
+			 strcmp(argv[1], "badref")) ||
+	    (strcmp(argv[1], "baddata") && argc < 5)) {
+		fprintf(stderr, "usage: verbs-peer baddata|garbage|badref HOST PORT [TOKEN]\n");
 		return 2;
 	}
-	garbage = !strcmp(argv[1], "garbage");
+	badref = !strcmp(argv[1], "badref");
+	garbage = badref || !strcmp(argv[1], "garbage");
 	if (getaddrinfo(argv[2], argv[3], &hints, &ai)) {
 		fprintf(stderr, "verbs-peer: cannot resolve %s\n", argv[2]);
 		return 1;
@@ -104,7 +110,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	memset(&hello, 0, sizeof(hello));
-	hello.ring = (struct pvgpu_verbs_ring){ (uintptr_t)ring, mr->rkey, 2, 4096 };
+	hello.ring = (struct pvgpu_verbs_ring){ (uintptr_t)ring, mr->rkey, 2, 4096, 0 };
 	if (garbage)
 		snprintf(hello.token, sizeof(hello.token), "%s", argv[4]);
 	pvgpu_verbs_hello_encode(priv, &hello);
@@ -140,6 +146,13 @@ int main(int argc, char **argv)
 		struct ibv_send_wr wr, *bad;
 
 		memset(ring, 0xa5, 64);
+		if (badref) {
+			/* A well-formed REF slot 0, but the key is not our memory's. */
+			struct pvgpu_verbs_ref r = { (uintptr_t)ring, mr->rkey ^ 0x5a5a00u, 1u << 20 };
+
+			pvgpu_verbs_ref_encode(ring, 0, &r);
+			sge.length = PVGPU_VERBS_SLOT_HDR + PVGPU_VERBS_REF_LEN;
+		}
 		memset(&wr, 0, sizeof(wr));
 		wr.sg_list = &sge;
 		wr.num_sge = 1;
@@ -154,6 +167,7 @@ int main(int argc, char **argv)
 	}
 	if (expect(ch, RDMA_CM_EVENT_DISCONNECTED, NULL))
 		return 1;
-	printf("verbs-peer: garbage on the QP: pvgpud disconnected\n");
+	printf("verbs-peer: %s: pvgpud disconnected\n",
+	       badref ? "a REF slot with a foreign key" : "garbage on the QP");
 	return 0;
 }

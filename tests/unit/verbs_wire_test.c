@@ -78,6 +78,55 @@ int main(void)
 	slot[12] = 1;
 	CHECK(pvgpu_verbs_slot_check(slot, 7, 4096, &len) < 0);
 
+	/* REF slots: where the bytes are, for the receiver's RDMA READ. */
+	{
+		uint8_t rs[PVGPU_VERBS_SLOT_HDR + PVGPU_VERBS_REF_LEN];
+		struct pvgpu_verbs_ref ref = { 0x7f0000001000ull, 0x1234, 8u << 20 }, got;
+
+		pvgpu_verbs_ref_encode(rs, 9, &ref);
+		CHECK(pvgpu_verbs_slot_check(rs, 9, 4096, &len) == PVGPU_VERBS_SLOT_REF &&
+		      len == PVGPU_VERBS_REF_LEN);
+		CHECK(pvgpu_verbs_ref_decode(rs + PVGPU_VERBS_SLOT_HDR, len, &got) == 0);
+		CHECK(got.addr == ref.addr && got.rkey == ref.rkey && got.len == ref.len);
+		CHECK(pvgpu_verbs_ref_decode(rs + PVGPU_VERBS_SLOT_HDR, 15, &got) < 0);
+		ref.len = 0;
+		pvgpu_verbs_ref_encode(rs, 9, &ref);
+		CHECK(pvgpu_verbs_ref_decode(rs + PVGPU_VERBS_SLOT_HDR, 16, &got) < 0);
+		ref.len = PVGPU_VERBS_REF_MAX + 1;
+		pvgpu_verbs_ref_encode(rs, 9, &ref);
+		CHECK(pvgpu_verbs_ref_decode(rs + PVGPU_VERBS_SLOT_HDR, 16, &got) < 0);
+		rs[12] = 2;		/* no such kind */
+		CHECK(pvgpu_verbs_slot_check(rs, 9, 4096, &len) < 0);
+		/* Features: known bits pass, unknown ones are refused. */
+		h.ring.features = PVGPU_VERBS_F_REF;
+		pvgpu_verbs_ring_encode(pd, &h.ring);
+		CHECK(pvgpu_verbs_ring_decode(pd, PVGPU_VERBS_ACCEPT_PD, &r, err, sizeof(err)) == 0 &&
+		      r.features == PVGPU_VERBS_F_REF);
+		pd[5] = 0x80;
+		CHECK(pvgpu_verbs_ring_decode(pd, PVGPU_VERBS_ACCEPT_PD, &r, err, sizeof(err)) < 0);
+	}
+
+	/* verbs://HOST:PORT?timeout=N: the bound on a peer that stops answering. */
+	{
+		char hp[64];
+		uint32_t ms = 7;
+
+		CHECK(pvgpu_verbs_addr_options("10.0.0.1:7471", hp, sizeof(hp), &ms, err, sizeof(err)) == 0);
+		CHECK(!strcmp(hp, "10.0.0.1:7471") && ms == 7);
+		CHECK(pvgpu_verbs_addr_options("[fd00::1]:7471?timeout=3", hp, sizeof(hp), &ms, err, sizeof(err)) == 0);
+		CHECK(!strcmp(hp, "[fd00::1]:7471") && ms == 3000);
+		CHECK(pvgpu_verbs_addr_options("h:1?timeout=250ms", hp, sizeof(hp), &ms, err, sizeof(err)) == 0 && ms == 250);
+		CHECK(pvgpu_verbs_addr_options("h:1?timeout=0", hp, sizeof(hp), &ms, err, sizeof(err)) < 0);
+		CHECK(pvgpu_verbs_addr_options("h:1?timeout=-1", hp, sizeof(hp), &ms, err, sizeof(err)) < 0);
+		CHECK(pvgpu_verbs_addr_options("h:1?timeout=3601", hp, sizeof(hp), &ms, err, sizeof(err)) < 0);
+		CHECK(pvgpu_verbs_addr_options("h:1?timeout=99999999999999999999", hp, sizeof(hp), &ms, err, sizeof(err)) < 0);
+		CHECK(pvgpu_verbs_addr_options("h:1?timeout=3x", hp, sizeof(hp), &ms, err, sizeof(err)) < 0);
+		CHECK(pvgpu_verbs_addr_options("h:1?speed=3", hp, sizeof(hp), &ms, err, sizeof(err)) < 0);
+		CHECK(strstr(err, "timeout=SECONDS") != NULL);
+		CHECK(pvgpu_verbs_addr_options("a-very-long-host-name-that-does-not-fit-in-sixty-four-bytes:7471",
+					       hp, sizeof(hp), &ms, err, sizeof(err)) < 0);
+	}
+
 	printf("%d passed, %d failed\n", passed, failed);
 	return failed != 0;
 }

@@ -73,6 +73,7 @@ static int tcp_accept(struct pvgpu_listener *l, struct pvgpu_peer *peer,
 	/* Small replies must not wait for Nagle. */
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	snprintf(peer->identity, sizeof(peer->identity), "tcp:%s:%d", host, port);
+	snprintf(peer->addr, sizeof(peer->addr), "%s", host);
 	*conn = pvgpu_stream_conn_new(fd, l->features);
 	if (!*conn) {
 		close(fd);

@@ -65,3 +65,10 @@ test-rdma-wait:
 	@echo "==== make test-rdma (log: $(RDMA_LOG)) ===="
 	@cat $(RDMA_LOG)
 	@exit $$(cat $(RDMA_RC))
+
+# tests/rdma's pinned-memory program (zero-copy over verbs://).
+PINNED_COPIES = $(BUILD)/tests/rdma/pinned-copies
+$(PINNED_COPIES): $(call objs,tests/rdma/pinned_copies.c) $(BUILD)/lib/libcuda.so.1
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $< -L$(BUILD)/lib -l:libcuda.so.1
+all: $(PINNED_COPIES)

@@ -18,6 +18,7 @@
 
 #define WR_DATA		1
 #define WR_CREDIT	2
+#define WR_READ		3
 
 static uint64_t now_ns(void)
 {
@@ -91,7 +92,8 @@ int verbs_conn_resources(struct verbs_conn *c, char *err, size_t errlen)
 	flags = fcntl(c->comp->fd, F_GETFL);
 	if (flags < 0 || fcntl(c->comp->fd, F_SETFL, flags | O_NONBLOCK))
 		goto err_verbs;
-	c->scq = ibv_create_cq(c->ctx, (int)c->nslots + 8, NULL, NULL, 0);
+	c->scq = ibv_create_cq(c->ctx, (int)c->nslots + 8 + VERBS_RD_CHUNKS,
+			       NULL, NULL, 0);
 	c->rcq = ibv_create_cq(c->ctx, (int)c->nslots + 8, NULL, c->comp, 0);
 	if (!c->scq || !c->rcq)
 		goto err_verbs;
@@ -122,7 +124,7 @@ int verbs_conn_qp(struct verbs_conn *c, char *err, size_t errlen)
 	qa.send_cq = c->scq;
 	qa.recv_cq = c->rcq;
 	qa.qp_type = IBV_QPT_RC;
-	qa.cap.max_send_wr = c->nslots + 4;
+	qa.cap.max_send_wr = c->nslots + 4 + VERBS_RD_CHUNKS;
 	qa.cap.max_recv_wr = c->nslots + 2;
 	qa.cap.max_send_sge = 1;
 	qa.cap.max_recv_sge = 1;
@@ -148,7 +150,8 @@ int verbs_conn_qp_state(struct verbs_conn *c, enum ibv_qp_state s, char *err,
 		return errno ? -errno : -EIO;
 	}
 	if (s == IBV_QPS_INIT)
-		attr.qp_access_flags |= IBV_ACCESS_REMOTE_WRITE;
+		attr.qp_access_flags |= IBV_ACCESS_REMOTE_WRITE |
+					IBV_ACCESS_REMOTE_READ;
 	if (ibv_modify_qp(c->qp, &attr, mask)) {
 		snprintf(err, errlen, "ibv_modify_qp(%d): %s", s, strerror(errno));
 		return errno ? -errno : -EIO;
@@ -162,6 +165,7 @@ void verbs_conn_local_ring(struct verbs_conn *c, struct pvgpu_verbs_ring *r)
 	r->rkey = c->rx_mr->rkey;
 	r->nslots = c->nslots;
 	r->slot_size = c->slot_size;
+	r->features = PVGPU_VERBS_F_REF;
 }
 
 static int post_receive(struct verbs_conn *c)
@@ -198,14 +202,22 @@ static int poll_send(struct verbs_conn *c)
 
 	while ((n = ibv_poll_cq(c->scq, 16, wc)) > 0) {
 		for (int i = 0; i < n; i++) {
+			if (wc[i].status != IBV_WC_SUCCESS && wc[i].wr_id == WR_READ)
+				return fail(c, -EPROTO, "RDMA READ of the peer's memory failed: %s",
+					    ibv_wc_status_str(wc[i].status));
 			if (wc[i].status != IBV_WC_SUCCESS)
 				return fail(c, -ECONNRESET, "send failed: %s (peer gone?)",
 					    ibv_wc_status_str(wc[i].status));
 			c->outstanding--;
-			if (wc[i].wr_id == WR_DATA)
+			if (wc[i].wr_id == WR_DATA) {
 				c->tx_done++;
-			else
+			} else if (wc[i].wr_id == WR_READ) {
+				/* In order, a chunk each (the last one short). */
+				c->rd_done = c->ref.len - c->rd_done < VERBS_RD_CHUNK ?
+					     c->ref.len : c->rd_done + VERBS_RD_CHUNK;
+			} else {
 				c->credit_pending = 0;
+			}
 		}
 	}
 	if (n < 0)
@@ -282,33 +294,71 @@ static int block(struct verbs_conn *c, int ms)
 	return poll_cm(c);
 }
 
-/* Hand consumed slots back when a quarter of the ring has been read. */
-static int give_credit(struct verbs_conn *c)
+/*
+ * A peer that neither hands credit back nor completes our writes by
+ * give_up, yet never disconnected (frozen, or its host gone quietly):
+ * the connection ends, saying so.
+ */
+static int stalled(struct verbs_conn *c, uint64_t give_up)
 {
-	struct ibv_sge sge;
-	struct ibv_send_wr wr, *bad;
-	uint64_t *word = (uint64_t *)(c->tx + (size_t)c->nslots * c->slot_size);
-	uint32_t step = c->nslots / 4 ? c->nslots / 4 : 1;
+	char what[16];
 
-	if (c->rx_used - c->credit_sent < step)
+	if (now_ns() < give_up)
 		return 0;
-	while (c->credit_pending)		/* its source word is still being read */
-		if (poll_send(c) || poll_cm(c))
-			return c->broken;
-	*word = htole64(c->rx_used);
-	sge = (struct ibv_sge){ (uintptr_t)word, 8, c->tx_mr->lkey };
+	snprintf(what, sizeof(what), "%u", c->timeout_ms);
+	return fail(c, -ETIMEDOUT,
+		    "peer silent for %s ms: no credit or completion, no disconnect",
+		    what);
+}
+
+/*
+ * One signalled RDMA operation of len bytes at local (key lkey) and
+ * raddr (key rkey) of the peer: 0, or the connection fails.
+ */
+static int post_rdma(struct verbs_conn *c, uint64_t wr_id,
+		     enum ibv_wr_opcode op, void *local, uint32_t len,
+		     uint32_t lkey, uint64_t raddr, uint32_t rkey, uint32_t imm)
+{
+	struct ibv_sge sge = { (uintptr_t)local, len, lkey };
+	struct ibv_send_wr wr, *bad;
+
 	memset(&wr, 0, sizeof(wr));
-	wr.wr_id = WR_CREDIT;
+	wr.wr_id = wr_id;
 	wr.sg_list = &sge;
 	wr.num_sge = 1;
-	wr.opcode = IBV_WR_RDMA_WRITE;
+	wr.opcode = op;
 	wr.send_flags = IBV_SEND_SIGNALED;
-	wr.wr.rdma.remote_addr = c->peer.addr +
-				 (uint64_t)c->peer.nslots * c->peer.slot_size;
-	wr.wr.rdma.rkey = c->peer.rkey;
+	wr.imm_data = htonl(imm);
+	wr.wr.rdma.remote_addr = raddr;
+	wr.wr.rdma.rkey = rkey;
 	if (ibv_post_send(c->qp, &wr, &bad))
 		return fail(c, -EIO, "ibv_post_send: %s", strerror(errno));
 	c->outstanding++;
+	return 0;
+}
+
+/*
+ * Hand consumed slots back when a quarter of the ring has been read, or at
+ * once (force: a REF slot, whose memory its sender waits to have back).
+ */
+static int give_credit(struct verbs_conn *c, int force)
+{
+	uint64_t *word = (uint64_t *)(c->tx + (size_t)c->nslots * c->slot_size);
+	uint32_t step = c->nslots / 4 ? c->nslots / 4 : 1;
+	uint64_t give_up;
+
+	if (c->rx_used == c->credit_sent ||
+	    (!force && c->rx_used - c->credit_sent < step))
+		return 0;
+	give_up = now_ns() + (uint64_t)c->timeout_ms * 1000000u;
+	while (c->credit_pending)		/* its source word is still being read */
+		if (poll_send(c) || poll_cm(c) || stalled(c, give_up))
+			return c->broken;
+	*word = htole64(c->rx_used);
+	if (post_rdma(c, WR_CREDIT, IBV_WR_RDMA_WRITE, word, 8, c->tx_mr->lkey,
+		      c->peer.addr + (uint64_t)c->peer.nslots * c->peer.slot_size,
+		      c->peer.rkey, 0))
+		return c->broken;
 	c->credit_pending = 1;
 	c->credit_sent = c->rx_used;
 	return 0;
@@ -319,11 +369,35 @@ static int open_slot(struct verbs_conn *c, const uint8_t *slot)
 {
 	uint8_t hdr[PVGPU_VERBS_SLOT_HDR];
 
+	uint8_t ref[PVGPU_VERBS_REF_LEN];
+	int kind;
+
 	/* Read the header once: the peer may write again. */
 	memcpy(hdr, slot, sizeof(hdr));
-	if (pvgpu_verbs_slot_check(hdr, (uint32_t)c->rx_used, c->slot_size,
-				   &c->rx_len))
+	kind = pvgpu_verbs_slot_check(hdr, (uint32_t)c->rx_used, c->slot_size,
+				      &c->rx_len);
+	if (kind < 0)
 		return fail(c, -EPROTO, "%s", "garbage in a ring slot");
+	c->rx_ref = 0;
+	if (kind == PVGPU_VERBS_SLOT_REF) {
+		memcpy(ref, slot + PVGPU_VERBS_SLOT_HDR, sizeof(ref));
+		if (pvgpu_verbs_ref_decode(ref, c->rx_len, &c->ref))
+			return fail(c, -EPROTO, "%s", "a bad reference in a ring slot");
+		if (!c->rd) {
+			/* Registered once, at the first reference. */
+			c->rd = ring_alloc((size_t)VERBS_RD_CHUNK * VERBS_RD_CHUNKS);
+			if (!c->rd)
+				return fail(c, -ENOMEM, "%s", "out of memory for RDMA READ");
+			c->rd_mr = ibv_reg_mr(c->pd, c->rd,
+					      (size_t)VERBS_RD_CHUNK * VERBS_RD_CHUNKS,
+					      IBV_ACCESS_LOCAL_WRITE);
+			if (!c->rd_mr)
+				return fail(c, -EIO, "ibv_reg_mr: %s", strerror(errno));
+		}
+		c->rx_ref = 1;
+		c->rx_len = c->ref.len;	/* the bytes of the stream it stands for */
+		c->rd_posted = c->rd_done = 0;
+	}
 	c->rx_off = 0;
 	c->rx_have = 1;
 	return 0;
@@ -332,11 +406,54 @@ static int open_slot(struct verbs_conn *c, const uint8_t *slot)
 /* The current slot is read: hand it back. */
 static int close_slot(struct verbs_conn *c)
 {
+	int ref = c->rx_ref;
+
 	c->rx_have = 0;
+	c->rx_ref = 0;
 	c->rx_used++;
 	if (post_receive(c))
 		return c->broken;
-	return give_credit(c);
+	return give_credit(c, ref);
+}
+
+/* RDMA READs of the current REF slot's bytes, as far as rd has room. */
+static int ref_post(struct verbs_conn *c)
+{
+	while (c->rd_posted < c->ref.len &&
+	       c->rd_posted / VERBS_RD_CHUNK < c->rx_off / VERBS_RD_CHUNK + VERBS_RD_CHUNKS) {
+		uint32_t n = c->ref.len - c->rd_posted < VERBS_RD_CHUNK ?
+			     c->ref.len - c->rd_posted : VERBS_RD_CHUNK;
+		uint8_t *to = c->rd + (size_t)(c->rd_posted / VERBS_RD_CHUNK %
+					      VERBS_RD_CHUNKS) * VERBS_RD_CHUNK;
+
+		if (post_rdma(c, WR_READ, IBV_WR_RDMA_READ, to, n, c->rd_mr->lkey,
+			      c->ref.addr + c->rd_posted, c->ref.rkey, 0))
+			return c->broken;
+		c->rd_posted += n;
+	}
+	return 0;
+}
+
+/* Up to n bytes of the current REF slot, as its reads arrive: > 0 or -errno. */
+static ssize_t ref_take(struct verbs_conn *c, uint8_t *out, size_t n)
+{
+	uint64_t give_up = now_ns() + (uint64_t)c->timeout_ms * 1000000u;
+	uint32_t at, avail;
+
+	if (ref_post(c))
+		return c->broken;
+	while (c->rd_done == c->rx_off)
+		if (poll_send(c) || poll_cm(c) || stalled(c, give_up))
+			return c->broken;
+	at = c->rx_off % VERBS_RD_CHUNK;
+	avail = c->rd_done - c->rx_off;
+	if (avail > VERBS_RD_CHUNK - at)
+		avail = VERBS_RD_CHUNK - at;
+	if (avail > n)
+		avail = (uint32_t)n;
+	memcpy(out, c->rd + (size_t)(c->rx_off / VERBS_RD_CHUNK % VERBS_RD_CHUNKS) *
+		    VERBS_RD_CHUNK + at, avail);
+	return avail;
 }
 
 /*
@@ -353,6 +470,8 @@ static int drain(struct verbs_conn *c)
 
 		if (!c->rx_have && open_slot(c, slot))
 			return c->broken;
+		if (c->rx_ref)
+			return 0;	/* read in order, by its reader */
 		n = c->rx_len - c->rx_off;
 		if (c->stash_off && c->stash_off == c->stash_len)
 			c->stash_off = c->stash_len = 0;
@@ -379,6 +498,45 @@ static int drain(struct verbs_conn *c)
 	return 0;
 }
 
+/* The pinned region holding [p, p+len), where len is worth a REF slot. */
+static struct verbs_pin *pinned(struct verbs_conn *c, const void *p, size_t len)
+{
+	const uint8_t *b = p;
+
+	if (len < VERBS_REF_MIN || !(c->peer.features & PVGPU_VERBS_F_REF))
+		return NULL;
+	for (size_t i = 0; i < c->npins; i++)
+		if (b >= c->pins[i].base && len <= c->pins[i].size &&
+		    (size_t)(b - c->pins[i].base) <= c->pins[i].size - len)
+			return &c->pins[i];
+	return NULL;
+}
+
+/* Until the peer has read (and handed back) every REF slot we sent. */
+static int wait_refs(struct verbs_conn *c)
+{
+	uint64_t spin_until = now_ns() + c->poll_ns;
+	uint64_t give_up = spin_until + (uint64_t)c->timeout_ms * 1000000u;
+
+	while (!c->broken && le64toh(*credit_word(c)) < c->ref_wait) {
+		if (poll_send(c) || poll_cm(c) || drain(c) || stalled(c, give_up))
+			break;
+		if (now_ns() > spin_until) {
+			struct timespec ts = { 0, 20000 };
+
+			nanosleep(&ts, NULL);
+		}
+	}
+	if (!c->broken)
+		c->ref_wait = 0;
+	return c->broken;
+}
+
+/*
+ * Every byte of iov: through the ring, or, for a piece of pinned memory,
+ * as a REF slot the peer reads in place (and then we wait for it to have
+ * done so: the caller may change the memory once we return).
+ */
 int verbs_conn_sendv(struct verbs_conn *c, struct iovec *iov, int iovcnt)
 {
 	uint32_t room = (c->slot_size < c->peer.slot_size ? c->slot_size :
@@ -387,16 +545,17 @@ int verbs_conn_sendv(struct verbs_conn *c, struct iovec *iov, int iovcnt)
 
 	while (i < iovcnt && !c->broken) {
 		uint64_t spin_until = now_ns() + c->poll_ns;
+		uint64_t give_up = spin_until + (uint64_t)c->timeout_ms * 1000000u;
+		struct verbs_pin *pin;
 		uint8_t *slot;
 		uint32_t len = 0;
-		struct ibv_sge sge;
-		struct ibv_send_wr wr, *bad;
 
 		/* A free slot here (its last write done) and there (credit). */
 		while (!c->broken &&
 		       (c->tx_seq - c->tx_done >= c->nslots ||
 			c->tx_seq - le64toh(*credit_word(c)) >= c->peer.nslots)) {
-			if (poll_send(c) || poll_cm(c) || drain(c))
+			if (poll_send(c) || poll_cm(c) || drain(c) ||
+			    stalled(c, give_up))
 				break;
 			if (now_ns() > spin_until) {
 				struct timespec ts = { 0, 20000 };
@@ -407,9 +566,27 @@ int verbs_conn_sendv(struct verbs_conn *c, struct iovec *iov, int iovcnt)
 		if (c->broken)
 			break;
 		slot = c->tx + (size_t)(c->tx_seq % c->nslots) * c->slot_size;
-		while (i < iovcnt && len < room) {
+		pin = pinned(c, iov[i].iov_base, iov[i].iov_len);
+		if (pin) {
+			struct pvgpu_verbs_ref r = {
+				(uintptr_t)iov[i].iov_base, pin->mr->rkey,
+				iov[i].iov_len > PVGPU_VERBS_REF_MAX ?
+				PVGPU_VERBS_REF_MAX : (uint32_t)iov[i].iov_len,
+			};
+
+			pvgpu_verbs_ref_encode(slot, (uint32_t)c->tx_seq, &r);
+			len = PVGPU_VERBS_REF_LEN;
+			iov[i].iov_base = (uint8_t *)iov[i].iov_base + r.len;
+			iov[i].iov_len -= r.len;
+			if (!iov[i].iov_len)
+				i++;
+			c->ref_wait = c->tx_seq + 1;
+		}
+		while (!pin && i < iovcnt && len < room) {
 			size_t n = iov[i].iov_len;
 
+			if (len && pinned(c, iov[i].iov_base, n))
+				break;		/* its own REF slot, next */
 			if (n > room - len)
 				n = room - len;
 			memcpy(slot + PVGPU_VERBS_SLOT_HDR + len, iov[i].iov_base, n);
@@ -421,25 +598,51 @@ int verbs_conn_sendv(struct verbs_conn *c, struct iovec *iov, int iovcnt)
 		}
 		if (!len)
 			continue;
-		pvgpu_verbs_slot_encode(slot, (uint32_t)c->tx_seq, len);
-		sge = (struct ibv_sge){ (uintptr_t)slot,
-					PVGPU_VERBS_SLOT_HDR + len, c->tx_mr->lkey };
-		memset(&wr, 0, sizeof(wr));
-		wr.wr_id = WR_DATA;
-		wr.sg_list = &sge;
-		wr.num_sge = 1;
-		wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-		wr.send_flags = IBV_SEND_SIGNALED;
-		wr.imm_data = htonl((uint32_t)c->tx_seq);
-		wr.wr.rdma.remote_addr = c->peer.addr +
-			(c->tx_seq % c->peer.nslots) * c->peer.slot_size;
-		wr.wr.rdma.rkey = c->peer.rkey;
-		if (ibv_post_send(c->qp, &wr, &bad))
-			return fail(c, -EIO, "ibv_post_send: %s", strerror(errno));
-		c->outstanding++;
+		if (!pin)
+			pvgpu_verbs_slot_encode(slot, (uint32_t)c->tx_seq, len);
+		if (post_rdma(c, WR_DATA, IBV_WR_RDMA_WRITE_WITH_IMM, slot,
+			      PVGPU_VERBS_SLOT_HDR + len, c->tx_mr->lkey,
+			      c->peer.addr + (c->tx_seq % c->peer.nslots) * c->peer.slot_size,
+			      c->peer.rkey, (uint32_t)c->tx_seq))
+			return c->broken;
 		c->tx_seq++;
 	}
+	if (c->ref_wait && !c->broken)
+		wait_refs(c);
 	return c->broken;
+}
+
+int verbs_conn_pin(struct verbs_conn *c, void *p, size_t size)
+{
+	struct ibv_mr *mr;
+
+	if (c->broken)
+		return c->broken;
+	if (c->npins == c->cappins) {
+		size_t cap = c->cappins ? 2 * c->cappins : 16;
+		struct verbs_pin *v = realloc(c->pins, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		c->pins = v;
+		c->cappins = cap;
+	}
+	/* Once for the memory's life: never per copy. */
+	mr = ibv_reg_mr(c->pd, p, size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+	if (!mr)
+		return errno ? -errno : -EIO;
+	c->pins[c->npins++] = (struct verbs_pin){ p, size, mr };
+	return 0;
+}
+
+void verbs_conn_unpin(struct verbs_conn *c, void *p)
+{
+	for (size_t i = 0; i < c->npins; i++)
+		if (c->pins[i].base == p) {
+			ibv_dereg_mr(c->pins[i].mr);
+			c->pins[i] = c->pins[--c->npins];
+			return;
+		}
 }
 
 /*
@@ -488,7 +691,15 @@ ssize_t verbs_conn_read(struct verbs_conn *c, void *buf, size_t len,
 
 			if (n > len - got)
 				n = len - got;
-			memcpy(out + got, slot + PVGPU_VERBS_SLOT_HDR + c->rx_off, n);
+			if (c->rx_ref) {
+				ssize_t m = ref_take(c, out + got, n);
+
+				if (m < 0)
+					break;
+				n = (size_t)m;
+			} else {
+				memcpy(out + got, slot + PVGPU_VERBS_SLOT_HDR + c->rx_off, n);
+			}
 			got += n;
 			c->rx_off += (uint32_t)n;
 		}
@@ -557,6 +768,10 @@ void verbs_conn_close(struct verbs_conn *c)
 		else
 			rdma_destroy_qp(c->id);
 	}
+	for (size_t i = 0; i < c->npins; i++)
+		ibv_dereg_mr(c->pins[i].mr);
+	if (c->rd_mr)
+		ibv_dereg_mr(c->rd_mr);
 	if (c->rx_mr)
 		ibv_dereg_mr(c->rx_mr);
 	if (c->tx_mr)
@@ -578,5 +793,7 @@ void verbs_conn_close(struct verbs_conn *c)
 	free(c->rx);
 	free(c->tx);
 	free(c->stash);
+	free(c->pins);
+	free(c->rd);
 	free(c);
 }

@@ -20,6 +20,21 @@
 #define VERBS_CM_TIMEOUT_MS	5000
 /* A peer that keeps sending while never reading: the connection ends. */
 #define VERBS_STASH_MAX		(256u << 20)
+/*
+ * Pinned memory of the program's (cuMemHostAlloc), registered once: a
+ * piece of at least VERBS_REF_MIN bytes goes as a REF slot (verbs_wire.h)
+ * and the peer fetches it by RDMA READ, VERBS_RD_CHUNKS reads of
+ * VERBS_RD_CHUNK bytes in flight, into memory it registered once.
+ */
+#define VERBS_REF_MIN		(64u << 10)
+#define VERBS_RD_CHUNK		(1u << 20)
+#define VERBS_RD_CHUNKS		4
+
+struct verbs_pin {
+	uint8_t *base;
+	size_t size;
+	struct ibv_mr *mr;
+};
 
 struct verbs_conn {
 	struct rdma_event_channel *ch;	/* this connection's own */
@@ -53,10 +68,21 @@ struct verbs_conn {
 	uint8_t *stash;
 	size_t stash_off, stash_len, stash_cap;
 	int rx_have;			/* a slot is being read */
+	/* Pinned memory (the guest half), and the last REF slot sent. */
+	struct verbs_pin *pins;
+	size_t npins, cappins;
+	uint64_t ref_wait;		/* credit that hands back our REF slots */
+	/* The current slot is a REF: its bytes come by RDMA READ into rd. */
+	int rx_ref;
+	struct pvgpu_verbs_ref ref;
+	uint32_t rd_posted, rd_done;	/* bytes of ref asked for, arrived */
+	uint8_t *rd;			/* VERBS_RD_CHUNKS chunks, registered once */
+	struct ibv_mr *rd_mr;
 	int credit_pending;		/* a credit write still reads its word */
 	int outstanding;		/* signalled sends not yet completed */
 	int broken;			/* -errno once the connection failed */
 	uint64_t poll_ns;
+	uint32_t timeout_ms;		/* for credit and completions (verbs_wire.h) */
 	char why[160];			/* first failure, for the log */
 };
 
@@ -87,6 +113,10 @@ int verbs_conn_poll(struct verbs_conn *c);
 /* The fd that becomes readable on receive completions (after arming). */
 int verbs_conn_fd(struct verbs_conn *c);
 void verbs_conn_close(struct verbs_conn *c);
+/* Register [p, p+size) once, for the peer to read in place; 0 or -errno. */
+int verbs_conn_pin(struct verbs_conn *c, void *p, size_t size);
+/* Before p (a pinned base) is freed. */
+void verbs_conn_unpin(struct verbs_conn *c, void *p);
 
 /* Wait for one rdma_cm event of type want on ch; 0 or -errno with err. */
 int verbs_cm_wait(struct rdma_event_channel *ch, enum rdma_cm_event_type want,

@@ -63,7 +63,8 @@ static int verbs_connect(struct pvgpu_transport *t, const char *addr,
 	struct addrinfo *ai = NULL;
 	struct verbs_conn *c;
 	uint8_t pd[PVGPU_VERBS_CONNECT_PD];
-	char why[160];
+	char why[160], hostport[300];
+	uint32_t timeout_ms = PVGPU_VERBS_TIMEOUT_MS;
 	int rc;
 
 	if (t->token && strlen(t->token) > PVGPU_VERBS_TOKEN_MAX) {
@@ -71,7 +72,10 @@ static int verbs_connect(struct pvgpu_transport *t, const char *addr,
 			 PVGPU_VERBS_TOKEN_MAX);
 		return -EINVAL;
 	}
-	rc = resolve(addr, &ai, err, errlen);
+	if (pvgpu_verbs_addr_options(addr, hostport, sizeof(hostport), &timeout_ms,
+				     err, errlen))
+		return -EINVAL;
+	rc = resolve(hostport, &ai, err, errlen);
 	if (rc)
 		return rc;
 	c = calloc(1, sizeof(*c));
@@ -83,6 +87,7 @@ static int verbs_connect(struct pvgpu_transport *t, const char *addr,
 	c->nslots = VERBS_SLOTS;
 	c->slot_size = VERBS_SLOT_SIZE;
 	c->poll_ns = t->poll_ns;
+	c->timeout_ms = timeout_ms;
 	c->ch = rdma_create_event_channel();
 	if (!c->ch || rdma_create_id(c->ch, &c->id, NULL, RDMA_PS_TCP)) {
 		rc = -errno;
@@ -142,8 +147,8 @@ static int verbs_connect(struct pvgpu_transport *t, const char *addr,
 	memset(&param, 0, sizeof(param));
 	param.private_data = pd;
 	param.private_data_len = (uint8_t)pvgpu_verbs_hello_encode(pd, &hello);
-	param.responder_resources = 1;
-	param.initiator_depth = 1;
+	param.responder_resources = VERBS_RD_CHUNKS;
+	param.initiator_depth = VERBS_RD_CHUNKS;
 	param.retry_count = 7;
 	param.rnr_retry_count = 7;
 	param.qp_num = c->qp->qp_num;
@@ -201,6 +206,17 @@ static int verbs_recv(struct pvgpu_transport *t, void *buf, size_t len)
 	return t->priv ? verbs_conn_recv(t->priv, buf, len) : -ENOTCONN;
 }
 
+static int verbs_pin(struct pvgpu_transport *t, void *p, size_t size)
+{
+	return t->priv ? verbs_conn_pin(t->priv, p, size) : -ENOTCONN;
+}
+
+static void verbs_unpin(struct pvgpu_transport *t, void *p)
+{
+	if (t->priv)
+		verbs_conn_unpin(t->priv, p);
+}
+
 static void verbs_close(struct pvgpu_transport *t)
 {
 	verbs_conn_close(t->priv);
@@ -215,6 +231,8 @@ static const struct pvgpu_transport_ops verbs_guest_ops = {
 	.recv = verbs_recv,
 	.close = verbs_close,
 	.sendv_fd = NULL,
+	.pin = verbs_pin,
+	.unpin = verbs_unpin,
 };
 
 /* What transport.c finds in transport-verbs.so: both halves. */

@@ -39,6 +39,7 @@
 struct verbs_listener {
 	struct rdma_event_channel *ch;
 	struct rdma_cm_id *id;
+	uint32_t timeout_ms;		/* ?timeout=, for each connection */
 };
 
 /* One caller: a checked request in the supervisor, a connection in the worker. */
@@ -49,6 +50,7 @@ struct verbs_host_conn {
 	struct rdma_event_channel *ch;
 	struct verbs_conn *c;		/* in the worker, after open */
 	uint64_t poll_ns;
+	uint32_t timeout_ms;
 };
 
 static const struct pvgpu_conn_ops verbs_conn_ops;
@@ -78,11 +80,17 @@ static int verbs_listen(struct pvgpu_listener *l, const char *addr,
 	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE };
 	struct verbs_listener *vl;
 	struct addrinfo *ai = NULL;
-	char host[256];
-	const char *port = strrchr(addr, ':');
+	char host[256], hostport[300];
+	uint32_t timeout_ms = PVGPU_VERBS_TIMEOUT_MS;
+	const char *port;
 	size_t hl;
 	int rc, flags;
 
+	if (pvgpu_verbs_addr_options(addr, hostport, sizeof(hostport), &timeout_ms,
+				     err, errlen))
+		return -EINVAL;
+	addr = hostport;
+	port = strrchr(addr, ':');
 	if (!port || port == addr || !port[1] ||
 	    (hl = (size_t)(port - addr)) >= sizeof(host)) {
 		snprintf(err, errlen, "verbs address \"%s\": expected ADDR:PORT", addr);
@@ -105,6 +113,7 @@ static int verbs_listen(struct pvgpu_listener *l, const char *addr,
 		snprintf(err, errlen, "out of memory");
 		goto err_ai;
 	}
+	vl->timeout_ms = timeout_ms;
 	errno = 0;
 	vl->ch = rdma_create_event_channel();
 	if (!vl->ch || rdma_create_id(vl->ch, &vl->id, vl, RDMA_PS_TCP))
@@ -141,7 +150,8 @@ static int verbs_poll_fd(const struct pvgpu_listener *l)
 	return vl->ch->fd;
 }
 
-static void peer_name(struct rdma_cm_id *id, char *out, size_t len)
+/* "verbs:ADDR:PORT" for the log, ADDR for admission (peer->addr). */
+static void peer_name(struct rdma_cm_id *id, struct pvgpu_peer *peer)
 {
 	struct sockaddr *sa = rdma_get_peer_addr(id);
 	char a[INET6_ADDRSTRLEN] = "?";
@@ -158,7 +168,9 @@ static void peer_name(struct rdma_cm_id *id, char *out, size_t len)
 		inet_ntop(AF_INET6, &in6->sin6_addr, a, sizeof(a));
 		port = ntohs(in6->sin6_port);
 	}
-	snprintf(out, len, "verbs:%s:%u", a, port);
+	snprintf(peer->identity, sizeof(peer->identity), "verbs:%s:%u", a, port);
+	if (port)
+		snprintf(peer->addr, sizeof(peer->addr), "%s", a);
 }
 
 static int verbs_accept(struct pvgpu_listener *l, struct pvgpu_peer *peer,
@@ -179,7 +191,7 @@ static int verbs_accept(struct pvgpu_listener *l, struct pvgpu_peer *peer,
 		return -EAGAIN;
 	}
 	id = e->id;
-	peer_name(id, peer->identity, sizeof(peer->identity));
+	peer_name(id, peer);
 	hc = calloc(1, sizeof(*hc));
 	if (!hc) {
 		rc = -ENOMEM;
@@ -203,6 +215,7 @@ static int verbs_accept(struct pvgpu_listener *l, struct pvgpu_peer *peer,
 	}
 	hc->id = id;
 	hc->poll_ns = 200000;	/* spin this long for ring credit, then nap */
+	hc->timeout_ms = vl->timeout_ms;
 	hc->base.ops = &verbs_conn_ops;
 	hc->base.fd = hc->ch->fd;	/* kept by the worker */
 	peer->id.kind = PVGPU_ID_TOKEN;
@@ -264,6 +277,7 @@ static int verbs_open(struct pvgpu_conn *base, char *err, size_t errlen)
 	c->nslots = VERBS_SLOTS;
 	c->slot_size = VERBS_SLOT_SIZE;
 	c->poll_ns = hc->poll_ns;
+	c->timeout_ms = hc->timeout_ms;
 	c->peer = hc->hello.ring;
 	hc->c = c;
 	/*
@@ -310,8 +324,8 @@ static int verbs_open(struct pvgpu_conn *base, char *err, size_t errlen)
 	memset(&param, 0, sizeof(param));
 	param.private_data = pd;
 	param.private_data_len = (uint8_t)pvgpu_verbs_ring_encode(pd, &ring);
-	param.responder_resources = 1;
-	param.initiator_depth = 1;
+	param.responder_resources = VERBS_RD_CHUNKS;
+	param.initiator_depth = VERBS_RD_CHUNKS;
 	param.rnr_retry_count = 7;
 	param.qp_num = c->qp->qp_num;
 	if (rdma_accept(c->id, &param)) {

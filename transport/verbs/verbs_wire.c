@@ -1,5 +1,7 @@
 /* verbs_wire.c - encode and check what verbs:// peers exchange (verbs_wire.h). */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "verbs_wire.h"
@@ -39,7 +41,7 @@ static void ring_put(uint8_t *out, const struct pvgpu_verbs_ring *r)
 		lg++;
 	put32(out, PVGPU_VERBS_MAGIC);
 	out[4] = PVGPU_VERBS_VERSION;
-	out[5] = 0;
+	out[5] = (uint8_t)r->features;
 	out[6] = (uint8_t)lg;
 	out[7] = (uint8_t)(r->nslots - 1);
 	put64(out + 8, r->addr);
@@ -60,11 +62,12 @@ static int ring_get(const uint8_t *p, size_t len, struct pvgpu_verbs_ring *r,
 			 get32(p));
 		return -1;
 	}
-	if (p[4] != PVGPU_VERBS_VERSION || p[5]) {
-		snprintf(err, errlen, "verbs channel version %u.%u, this end speaks %u",
-			 p[4], p[5], PVGPU_VERBS_VERSION);
+	if (p[4] != PVGPU_VERBS_VERSION || (p[5] & ~PVGPU_VERBS_FEATURES)) {
+		snprintf(err, errlen, "verbs channel version %u (features 0x%x), this end speaks %u (0x%x)",
+			 p[4], p[5], PVGPU_VERBS_VERSION, PVGPU_VERBS_FEATURES);
 		return -1;
 	}
+	r->features = p[5];
 	lg = p[6];
 	r->nslots = (uint32_t)p[7] + 1;
 	if (lg > 31 || (1u << lg) < PVGPU_VERBS_MIN_SLOT ||
@@ -145,15 +148,78 @@ void pvgpu_verbs_slot_encode(uint8_t out[PVGPU_VERBS_SLOT_HDR], uint32_t seq,
 	put32(out + 12, 0);
 }
 
+void pvgpu_verbs_ref_encode(uint8_t *out, uint32_t seq,
+			    const struct pvgpu_verbs_ref *r)
+{
+	pvgpu_verbs_slot_encode(out, seq, PVGPU_VERBS_REF_LEN);
+	put32(out + 12, PVGPU_VERBS_SLOT_REF);
+	put64(out + PVGPU_VERBS_SLOT_HDR, r->addr);
+	put32(out + PVGPU_VERBS_SLOT_HDR + 8, r->rkey);
+	put32(out + PVGPU_VERBS_SLOT_HDR + 12, r->len);
+}
+
+int pvgpu_verbs_ref_decode(const uint8_t *payload, uint32_t plen,
+			   struct pvgpu_verbs_ref *r)
+{
+	if (plen != PVGPU_VERBS_REF_LEN)
+		return -1;
+	r->addr = get64(payload);
+	r->rkey = get32(payload + 8);
+	r->len = get32(payload + 12);
+	return r->len && r->len <= PVGPU_VERBS_REF_MAX ? 0 : -1;
+}
+
 int pvgpu_verbs_slot_check(const uint8_t in[PVGPU_VERBS_SLOT_HDR],
 			   uint32_t seq, uint32_t slot_size, uint32_t *len)
 {
 	uint32_t l = get32(in + 4);
 
+	uint32_t kind = get32(in + 12);
+
 	if (get32(in) != seq || get32(in + 8) != PVGPU_VERBS_MAGIC ||
-	    get32(in + 12) || slot_size < PVGPU_VERBS_SLOT_HDR ||
-	    l > slot_size - PVGPU_VERBS_SLOT_HDR)
+	    kind > PVGPU_VERBS_SLOT_REF || slot_size < PVGPU_VERBS_SLOT_HDR ||
+	    l > slot_size - PVGPU_VERBS_SLOT_HDR ||
+	    (kind == PVGPU_VERBS_SLOT_REF && l != PVGPU_VERBS_REF_LEN))
 		return -1;
 	*len = l;
+	return (int)kind;
+}
+
+int pvgpu_verbs_addr_options(const char *addr, char *hostport, size_t len,
+			     uint32_t *timeout_ms, char *err, size_t errlen)
+{
+	const char *q = strchr(addr, '?');
+	size_t hl = q ? (size_t)(q - addr) : strlen(addr);
+	unsigned long v;
+	char *end;
+
+	if (hl >= len) {
+		snprintf(err, errlen, "verbs address too long");
+		return -1;
+	}
+	memcpy(hostport, addr, hl);
+	hostport[hl] = '\0';
+	if (!q)
+		return 0;
+	if (strncmp(q + 1, "timeout=", 8))
+		goto err_option;
+	errno = 0;
+	v = strtoul(q + 9, &end, 10);
+	if (end == q + 9 || errno || q[9] == '-')
+		goto err_option;
+	if (!strcmp(end, "ms"))
+		;
+	else if (!*end || !strcmp(end, "s"))
+		v = v > PVGPU_VERBS_TIMEOUT_MAX_MS ? v : v * 1000;
+	else
+		goto err_option;
+	if (!v || v > PVGPU_VERBS_TIMEOUT_MAX_MS)
+		goto err_option;
+	*timeout_ms = (uint32_t)v;
 	return 0;
+
+err_option:
+	snprintf(err, errlen, "verbs address option \"%s\": want timeout=SECONDS (1..3600) or timeout=Nms",
+		 q + 1);
+	return -1;
 }

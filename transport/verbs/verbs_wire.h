@@ -38,12 +38,17 @@
 #define PVGPU_VERBS_MAX_SLOT	(4u << 20)
 #define PVGPU_VERBS_SLOT_HDR	16
 
+/* What an end can do, in the private data (byte 5). */
+#define PVGPU_VERBS_F_REF	1u	/* reads REF slots (RDMA READ) */
+#define PVGPU_VERBS_FEATURES	PVGPU_VERBS_F_REF
+
 /* A ring as its owner describes it to the peer. */
 struct pvgpu_verbs_ring {
 	uint64_t addr;			/* slot 0; the credit word after the last */
 	uint32_t rkey;
 	uint32_t nslots;
 	uint32_t slot_size;		/* header included */
+	uint32_t features;		/* PVGPU_VERBS_F_* of the ring's owner */
 };
 
 /* What the active side (guest, front node) sends with its connect request. */
@@ -74,8 +79,53 @@ struct pvgpu_verbs_slot {
 
 void pvgpu_verbs_slot_encode(uint8_t out[PVGPU_VERBS_SLOT_HDR], uint32_t seq,
 			     uint32_t len);
-/* 0 when the header is the one expected at seq in a slot of slot_size. */
+
+/*
+ * A REF slot (the header's last word PVGPU_VERBS_SLOT_REF) carries no
+ * bytes of the stream but says where they are: len bytes of the sender's
+ * registered memory, for the receiver to fetch by RDMA READ (pinned
+ * memory moved in place, never copied into the ring).  The sender keeps
+ * the memory as it is until the receiver hands the slot back.
+ */
+#define PVGPU_VERBS_SLOT_REF	1u
+#define PVGPU_VERBS_REF_LEN	16	/* the payload: addr, rkey, len */
+#define PVGPU_VERBS_REF_MAX	(1u << 30)
+
+struct pvgpu_verbs_ref {
+	uint64_t addr;
+	uint32_t rkey;
+	uint32_t len;
+};
+
+/* Header and payload of a REF slot: PVGPU_VERBS_SLOT_HDR + REF_LEN bytes. */
+void pvgpu_verbs_ref_encode(uint8_t *out, uint32_t seq,
+			    const struct pvgpu_verbs_ref *r);
+/* 0 and *r when payload (plen bytes) is a sound reference; -1 otherwise. */
+int pvgpu_verbs_ref_decode(const uint8_t *payload, uint32_t plen,
+			   struct pvgpu_verbs_ref *r);
+
+/*
+ * The header expected at seq in a slot of slot_size: 0 (bytes of the
+ * stream, *len of them), PVGPU_VERBS_SLOT_REF (a reference, *len bytes of
+ * payload), or -1.
+ */
 int pvgpu_verbs_slot_check(const uint8_t in[PVGPU_VERBS_SLOT_HDR],
 			   uint32_t seq, uint32_t slot_size, uint32_t *len);
+
+/*
+ * A peer that stops handing credit back (or completing our writes)
+ * without a disconnect -- frozen, or its host gone quietly -- ends the
+ * connection after this long.  verbs://HOST:PORT?timeout=SECONDS sets it.
+ */
+#define PVGPU_VERBS_TIMEOUT_MS		10000
+#define PVGPU_VERBS_TIMEOUT_MAX_MS	(3600u * 1000)
+
+/*
+ * "HOST:PORT" or "HOST:PORT?timeout=N" (seconds, or Nms): the address
+ * part into hostport, the timeout into *timeout_ms (left alone when not
+ * given).  0, or -1 with one line in err.
+ */
+int pvgpu_verbs_addr_options(const char *addr, char *hostport, size_t len,
+			     uint32_t *timeout_ms, char *err, size_t errlen);
 
 #endif /* PVGPU_VERBS_WIRE_H */

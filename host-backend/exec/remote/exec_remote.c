@@ -10,6 +10,16 @@
  * the node that owns its object; the worker in front has already applied
  * this node's policy and quotas, and the node behind applies its own.
  *
+ * Device pointers of two nodes.  Each node's driver hands out addresses
+ * in its own space, and two nodes alike (the same driver, the same GPU,
+ * the sim) hand out the same ones; but one program sees one address space
+ * (unified addressing: a pointer says its device), and the worker's
+ * allocation table is keyed by address.  So an allocation a node returns
+ * inside another node's memory is kept aside and asked for again (the
+ * node then gives other addresses), up to ALLOC_TRIES times; the spares
+ * are freed once a clean one came.  Each allocation remembers its node:
+ * a free goes there, whatever context is current.
+ *
  * Handles.  A node's handles (its worker's ids, at most 56 bits) come back
  * with the node's index + 1 in the top byte, so an operation on a stream,
  * event, module or function goes to the node that made it.  Operations
@@ -55,6 +65,14 @@ struct remote_node {
 	int staged;			/* a peer copy staged from here: said */
 };
 
+/* A device allocation and the node it is on. */
+struct remote_range {
+	uint64_t base, size;
+	unsigned int node;
+};
+
+#define ALLOC_TRIES	8
+
 /* Parameter layouts of the functions resolved so far (function_params). */
 struct remote_func {
 	uint64_t handle;
@@ -69,6 +87,8 @@ struct pvgpu_exec {
 	int cur;			/* node of the current context; -1: none */
 	struct remote_func *funcs;
 	size_t nfuncs, capfuncs;
+	struct remote_range *ranges;	/* device allocations, any order */
+	size_t nranges, capranges;
 	/* Device attributes never change: one round trip per (dev, attr). */
 	int32_t attr[REMOTE_MAX_DEVICES][ATTR_CACHE];
 	uint8_t attr_known[REMOTE_MAX_DEVICES][ATTR_CACHE];
@@ -245,6 +265,7 @@ static void remote_close(struct pvgpu_exec *ex)
 	for (size_t i = 0; i < ex->nfuncs; i++)
 		free(ex->funcs[i].layout);
 	free(ex->funcs);
+	free(ex->ranges);
 	free(ex);
 }
 
@@ -441,33 +462,109 @@ static int32_t remote_ctx_synchronize(struct pvgpu_exec *ex)
 /* ------------------------------------------------------------------ */
 /* memory */
 
+/* The allocation holding ptr, or NULL. */
+static struct remote_range *range_at(struct pvgpu_exec *ex, uint64_t ptr)
+{
+	for (size_t i = 0; i < ex->nranges; i++)
+		if (ptr - ex->ranges[i].base < ex->ranges[i].size)
+			return &ex->ranges[i];
+	return NULL;
+}
+
+/* [base, base+size) overlaps memory of a node other than node. */
+static int range_clash(const struct pvgpu_exec *ex, unsigned int node,
+		       uint64_t base, uint64_t size)
+{
+	for (size_t i = 0; i < ex->nranges; i++) {
+		const struct remote_range *r = &ex->ranges[i];
+
+		if (r->node != node && base < r->base + r->size &&
+		    r->base < base + size)
+			return 1;
+	}
+	return 0;
+}
+
+static int range_add(struct pvgpu_exec *ex, unsigned int node, uint64_t base,
+		     uint64_t size)
+{
+	if (ex->nranges == ex->capranges) {
+		size_t cap = ex->capranges ? 2 * ex->capranges : 64;
+		struct remote_range *v = realloc(ex->ranges, cap * sizeof(*v));
+
+		if (!v)
+			return -1;
+		ex->ranges = v;
+		ex->capranges = cap;
+	}
+	ex->ranges[ex->nranges++] = (struct remote_range){ base, size, node };
+	return 0;
+}
+
+static void node_free(struct remote_node *n, uint64_t dptr)
+{
+	struct pvgpu_mem_free_req q = { .dptr = dptr };
+	struct pvgpu_mem_free_rep r;
+
+	(void)cu(n, pvgpu_call_mem_free(n->c, &q, &r));
+}
+
 static int32_t remote_mem_alloc(struct pvgpu_exec *ex, uint64_t size,
 				uint64_t *dptr)
 {
 	struct pvgpu_mem_alloc_req q = { .size = size };
 	struct pvgpu_mem_alloc_rep r;
 	struct remote_node *n = cur_node(ex);
+	uint64_t spare[ALLOC_TRIES];
+	unsigned int node, nspare = 0;
 	int32_t st;
 
 	if (!n)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	if (!dptr)
 		return CUDA_ERROR_INVALID_VALUE;
-	st = cu(n, pvgpu_call_mem_alloc(n->c, &q, &r));
-	if (!st)
-		*dptr = r.dptr;
-	return st;
+	node = (unsigned int)(n - ex->nodes);
+	for (;;) {
+		st = cu(n, pvgpu_call_mem_alloc(n->c, &q, &r));
+		if (st)
+			break;
+		if (!range_clash(ex, node, r.dptr, size ? size : 1))
+			break;
+		if (nspare == ALLOC_TRIES) {
+			say("%s: %u allocations in a row inside another node's memory: refused",
+			    n->uri, ALLOC_TRIES + 1);
+			node_free(n, r.dptr);
+			st = CUDA_ERROR_OUT_OF_MEMORY;
+			break;
+		}
+		spare[nspare++] = r.dptr;	/* held, so the next differs */
+	}
+	while (nspare)
+		node_free(n, spare[--nspare]);
+	if (st)
+		return st;
+	if (range_add(ex, node, r.dptr, size ? size : 1)) {
+		node_free(n, r.dptr);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	*dptr = r.dptr;
+	return CUDA_SUCCESS;
 }
 
 static int32_t remote_mem_free(struct pvgpu_exec *ex, uint64_t dptr)
 {
 	struct pvgpu_mem_free_req q = { .dptr = dptr };
 	struct pvgpu_mem_free_rep r;
-	struct remote_node *n = cur_node(ex);
+	struct remote_range *a = ex ? range_at(ex, dptr) : NULL;
+	struct remote_node *n = a ? &ex->nodes[a->node] : cur_node(ex);
+	int32_t st;
 
 	if (!n)
 		return CUDA_ERROR_INVALID_CONTEXT;
-	return cu(n, pvgpu_call_mem_free(n->c, &q, &r));
+	st = cu(n, pvgpu_call_mem_free(n->c, &q, &r));
+	if (!st && a && a->base == dptr)
+		*a = ex->ranges[--ex->nranges];
+	return st;
 }
 
 static int32_t remote_mem_get_info(struct pvgpu_exec *ex, uint64_t *free_bytes,
