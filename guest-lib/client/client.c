@@ -21,6 +21,7 @@
 #include "pvgpu_proto.h"
 #include "transport.h"
 #include "shm/ring.h"
+#include "trace.h"
 #include "wire.h"
 
 /* DATA frames per sendmsg: 2 iovecs each, well under IOV_MAX. */
@@ -459,6 +460,7 @@ static int32_t read_reply_locked(struct pvgpu_client *c, uint16_t opcode,
 		rc = wire_recv(c, raw, sizeof(raw));
 		if (rc)
 			return break_locked(c, "receive", -rc);
+		pvgpu_trace_mark(id, PVGPU_TR_G_HDR);
 		if (pvgpu_hdr_decode(raw, &h))
 			return break_locked(c, "bad magic from backend", 0);
 		if (!(h.flags & PVGPU_F_REPLY) || h.id != id)
@@ -536,6 +538,8 @@ int32_t pvgpu_client_call(struct pvgpu_client *c, uint16_t opcode,
 	}
 	queued = take_queue_locked(c, &queue);
 	id = take_id(c);
+	pvgpu_trace_mark(id, PVGPU_TR_G_ENTER);
+	pvgpu_trace_mark(id, PVGPU_TR_OPCODE + opcode);
 	c->stats.calls++;
 	note_work_locked(c, opcode);
 	st = send_request_locked(c, queued ? &queue : NULL, opcode, id, req,
@@ -543,8 +547,10 @@ int32_t pvgpu_client_call(struct pvgpu_client *c, uint16_t opcode,
 				 data_in ? data_len : 0);
 	if (st)
 		goto out;
+	pvgpu_trace_mark(id, PVGPU_TR_G_SENT);
 	st = await_reply_locked(c, opcode, id, data_out, data_out ? data_len : 0,
 				rep, rep_cap, rep_len);
+	pvgpu_trace_mark(id, PVGPU_TR_G_RETURN);
 out:
 	pthread_mutex_unlock(&c->lock);
 	return st;
