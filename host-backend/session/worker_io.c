@@ -288,7 +288,7 @@ int pvgpu_worker_send_reply(struct pvgpu_worker *w, uint16_t opcode,
 	int rc;
 
 	/* Device printf the driver wrote while serving it goes first. */
-	if (pvgpu_output_deliver(w))
+	if (pvgpu_output_deliver(w, opcode, status))
 		return -1;
 	pvgpu_trace_mark(w->req_id, PVGPU_TR_W_OUTPUT);
 
