@@ -329,6 +329,32 @@ static int32_t check_copy(struct pvgpu_worker *w, uint64_t dptr,
 	return pvgpu_lookup_stream(w, stream_id, stream);
 }
 
+/*
+ * The end of a synchronous copy on a stream of the guest's: look at the
+ * stream for a short while first (a copy of up to a MiB or so ends within
+ * tens of microseconds), then wait as the context's flags say.  A blocking
+ * wait's wake-up would cost more than the copy itself.
+ */
+#define COPY_SPIN_NS	(100u * 1000)
+
+static int32_t copy_done(struct pvgpu_worker *w, uint64_t stream)
+{
+	struct pvgpu_poll poll = { 0 };
+	int32_t st;
+
+	while ((st = w->ex_ops->stream_query(w->ex, stream)) == CUDA_ERROR_NOT_READY &&
+	       pvgpu_poll_again(&poll, COPY_SPIN_NS))
+		;
+	return st == CUDA_ERROR_NOT_READY ?
+	       w->ex_ops->stream_synchronize(w->ex, stream) : st;
+}
+
+/*
+ * Straight between the window and the device: one message, one DMA from
+ * (or into) the guest's own pinned pages, nothing staged.  A synchronous
+ * copy on the default stream is the program's own synchronous driver call
+ * where the executor has it.
+ */
 static int32_t htod_window(struct pvgpu_worker *w, uint64_t dst,
 			   uint64_t offset, uint64_t size, uint64_t stream_id,
 			   int sync)
@@ -339,11 +365,12 @@ static int32_t htod_window(struct pvgpu_worker *w, uint64_t dst,
 	if (size == 0)
 		return CUDA_SUCCESS;
 	st = check_copy(w, dst, offset, size, stream_id, &stream);
-	if (!st)
-		st = w->ex_ops->memcpy_htod_async(w->ex, dst, w->win.base + offset,
-						  size, stream);
-	if (!st && sync)
-		st = w->ex_ops->stream_synchronize(w->ex, stream);
+	if (!st && sync && !stream && w->ex_ops->memcpy_htod)
+		st = w->ex_ops->memcpy_htod(w->ex, dst, w->win.base + offset, size);
+	else if (!st && (st = w->ex_ops->memcpy_htod_async(w->ex, dst,
+							   w->win.base + offset,
+							   size, stream)) == 0 && sync)
+		st = copy_done(w, stream);
 	if (!st)
 		atomic_fetch_add(&w->slot->bytes_h2d, size);
 	return st;
@@ -359,11 +386,11 @@ static int32_t dtoh_window(struct pvgpu_worker *w, uint64_t src,
 	if (size == 0)
 		return CUDA_SUCCESS;
 	st = check_copy(w, src, offset, size, stream_id, &stream);
-	if (!st)
-		st = w->ex_ops->memcpy_dtoh_async(w->ex, w->win.base + offset, src,
-						  size, stream);
-	if (!st && sync)
-		st = w->ex_ops->stream_synchronize(w->ex, stream);
+	if (!st && sync && !stream && w->ex_ops->memcpy_dtoh)
+		st = w->ex_ops->memcpy_dtoh(w->ex, w->win.base + offset, src, size);
+	else if (!st && (st = w->ex_ops->memcpy_dtoh_async(w->ex, w->win.base + offset,
+							   src, size, stream)) == 0 && sync)
+		st = copy_done(w, stream);
 	if (!st)
 		atomic_fetch_add(&w->slot->bytes_d2h, size);
 	return st;
