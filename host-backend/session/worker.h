@@ -25,6 +25,7 @@
 #define PVGPU_STAGING_BUFFERS	4
 #define PVGPU_NOTED_ERRORS	32
 #define PVGPU_WINDOW_PINS	256
+#define PVGPU_WINDOW_MAX_SLOTS	64	/* staging slots a window may have */
 
 struct pvgpu_staging {
 	void *buf;			/* pinned, `block` bytes */
@@ -41,6 +42,8 @@ struct pvgpu_window {
 	uint64_t staging_offset;
 	uint32_t slot_size, nslots;
 	uint64_t staging_ctx;		/* context the staging slots are pinned in */
+	uint64_t slot_ev_ctx;		/* context of slot_ev; 0: none made */
+	uint64_t slot_ev[PVGPU_WINDOW_MAX_SLOTS];	/* one executor event per slot */
 	uint64_t h2d_seq, d2h_seq;	/* blocks through the ring so far */
 	struct pvgpu_window_pin {
 		uint64_t offset, size;
