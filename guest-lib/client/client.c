@@ -151,16 +151,6 @@ static void note_work_locked(struct pvgpu_client *c, uint16_t opcode)
 		c->work_seq++;
 }
 
-static uint64_t work_mark(struct pvgpu_client *c)
-{
-	uint64_t m;
-
-	pthread_mutex_lock(&c->lock);
-	m = c->work_seq;
-	pthread_mutex_unlock(&c->lock);
-	return m;
-}
-
 static void note_idle(struct pvgpu_client *c, uint64_t mark,
 		      enum pvgpu_idle_kind kind, uint64_t ctx, uint64_t handle)
 {
@@ -191,16 +181,18 @@ out:
 
 /*
  * Noted idle (or its context noted idle) with nothing forwarded since and
- * no error held back.
+ * no error held back.  *mark: the work count as of this look (one lock
+ * for both: a synchronize takes it often enough).
  */
 static int known_idle(struct pvgpu_client *c, enum pvgpu_idle_kind kind,
-		      uint64_t ctx, uint64_t handle)
+		      uint64_t ctx, uint64_t handle, uint64_t *mark)
 {
 	int known = 0;
 
 	if (kind == PVGPU_IDLE_CTX)
 		handle = 0;
 	pthread_mutex_lock(&c->lock);
+	*mark = c->work_seq;
 	if (c->broken || c->deferred_kept || c->idle_seq != c->work_seq)
 		goto out;
 	for (unsigned int i = 0; i < c->nidle && !known; i++)
@@ -227,9 +219,8 @@ int32_t pvgpu_client_wait(struct pvgpu_client *c, enum pvgpu_idle_kind kind,
 	uint64_t mark;
 	int32_t st;
 
-	if (known_idle(c, kind, ctx, handle))
+	if (known_idle(c, kind, ctx, handle, &mark))
 		return 0;
-	mark = work_mark(c);
 	switch (kind) {
 	case PVGPU_IDLE_CTX: {
 		struct pvgpu_ctx_synchronize_req req = { 0 };
