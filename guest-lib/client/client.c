@@ -101,27 +101,6 @@ static int op_leaves_no_work(uint16_t opcode)
 	}
 }
 
-/* Does a call's reply wait for the device: a synchronize, a copy? */
-static int op_waits_on_device(uint16_t opcode)
-{
-	switch (opcode) {
-	case PVGPU_OP_CTX_SYNCHRONIZE:
-	case PVGPU_OP_STREAM_SYNCHRONIZE:
-	case PVGPU_OP_EVENT_SYNCHRONIZE:
-	case PVGPU_OP_MEMCPY_HTOD:
-	case PVGPU_OP_MEMCPY_DTOH:
-	case PVGPU_OP_MEMCPY_DTOD:
-	case PVGPU_OP_MEMCPY_HTOD_WINDOW:
-	case PVGPU_OP_MEMCPY_DTOH_WINDOW:
-	case PVGPU_OP_MEMCPY_HTOD_STAGED:
-	case PVGPU_OP_MEMCPY_DTOH_STAGED:
-	case PVGPU_OP_MEMCPY_PEER:
-		return 1;
-	default:
-		return 0;
-	}
-}
-
 /* Read the reply to (opcode, id), spinning long for one that waits on the device. */
 static int32_t read_reply_locked(struct pvgpu_client *c, uint16_t opcode,
 				 uint64_t id, uint8_t *data_out,
@@ -135,7 +114,7 @@ static int32_t await_reply_locked(struct pvgpu_client *c, uint16_t opcode,
 {
 	int32_t st;
 
-	if (!c->ring_on || !op_waits_on_device(opcode))
+	if (!c->ring_on || !pvgpu_op_waits_on_device(opcode))
 		return read_reply_locked(c, opcode, id, data_out, data_len, rep,
 					 rep_cap, rep_len);
 	pvgpu_ring_expect_wait(&c->ring, c->cfg.wait_spin_ns);

@@ -96,18 +96,9 @@ static uint64_t pending(int fd)
  */
 static int output_may_come(uint16_t opcode)
 {
+	if (pvgpu_op_waits_on_device(opcode))
+		return 1;
 	switch (opcode) {
-	case PVGPU_OP_CTX_SYNCHRONIZE:
-	case PVGPU_OP_STREAM_SYNCHRONIZE:
-	case PVGPU_OP_EVENT_SYNCHRONIZE:
-	case PVGPU_OP_MEMCPY_HTOD:
-	case PVGPU_OP_MEMCPY_DTOH:
-	case PVGPU_OP_MEMCPY_DTOD:
-	case PVGPU_OP_MEMCPY_HTOD_WINDOW:
-	case PVGPU_OP_MEMCPY_DTOH_WINDOW:
-	case PVGPU_OP_MEMCPY_HTOD_STAGED:
-	case PVGPU_OP_MEMCPY_DTOH_STAGED:
-	case PVGPU_OP_MEMCPY_PEER:
 	case PVGPU_OP_ARRAY_COPY:
 	case PVGPU_OP_MODULE_LOAD:
 	case PVGPU_OP_MODULE_UNLOAD:
