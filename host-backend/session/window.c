@@ -371,12 +371,16 @@ static int32_t htod_window(struct pvgpu_worker *w, uint64_t dst,
 	if (size == 0)
 		return CUDA_SUCCESS;
 	st = check_copy(w, dst, offset, size, stream_id, &stream);
-	if (!st && sync && !stream && w->ex_ops->memcpy_htod)
+	if (st)
+		return st;
+	if (sync && !stream && w->ex_ops->memcpy_htod) {
 		st = w->ex_ops->memcpy_htod(w->ex, dst, w->win.base + offset, size);
-	else if (!st && (st = w->ex_ops->memcpy_htod_async(w->ex, dst,
-							   w->win.base + offset,
-							   size, stream)) == 0 && sync)
-		st = copy_done(w, stream);
+	} else {
+		st = w->ex_ops->memcpy_htod_async(w->ex, dst, w->win.base + offset,
+						  size, stream);
+		if (!st && sync)
+			st = copy_done(w, stream);
+	}
 	if (!st)
 		atomic_fetch_add(&w->slot->bytes_h2d, size);
 	return st;
@@ -392,11 +396,16 @@ static int32_t dtoh_window(struct pvgpu_worker *w, uint64_t src,
 	if (size == 0)
 		return CUDA_SUCCESS;
 	st = check_copy(w, src, offset, size, stream_id, &stream);
-	if (!st && sync && !stream && w->ex_ops->memcpy_dtoh)
+	if (st)
+		return st;
+	if (sync && !stream && w->ex_ops->memcpy_dtoh) {
 		st = w->ex_ops->memcpy_dtoh(w->ex, w->win.base + offset, src, size);
-	else if (!st && (st = w->ex_ops->memcpy_dtoh_async(w->ex, w->win.base + offset,
-							   src, size, stream)) == 0 && sync)
-		st = copy_done(w, stream);
+	} else {
+		st = w->ex_ops->memcpy_dtoh_async(w->ex, w->win.base + offset, src,
+						  size, stream);
+		if (!st && sync)
+			st = copy_done(w, stream);
+	}
 	if (!st)
 		atomic_fetch_add(&w->slot->bytes_d2h, size);
 	return st;
