@@ -60,6 +60,13 @@ struct pvgpu_hdr {
 	uint64_t id;
 };
 
+/*
+ * Does the reply to this opcode wait for the device: a synchronize, a
+ * synchronous copy?  (The guest spins longer for it; the worker looks
+ * for device output before it.)
+ */
+int pvgpu_op_waits_on_device(uint16_t opcode);
+
 static inline void pvgpu_put_u16(uint8_t *p, uint16_t v)
 {
 	p[0] = (uint8_t)v;

@@ -21,6 +21,7 @@
 #include "pvgpu_proto.h"
 #include "transport.h"
 #include "shm/ring.h"
+#include "trace.h"
 #include "wire.h"
 
 /* DATA frames per sendmsg: 2 iovecs each, well under IOV_MAX. */
@@ -100,27 +101,6 @@ static int op_leaves_no_work(uint16_t opcode)
 	}
 }
 
-/* Does a call's reply wait for the device: a synchronize, a copy? */
-static int op_waits_on_device(uint16_t opcode)
-{
-	switch (opcode) {
-	case PVGPU_OP_CTX_SYNCHRONIZE:
-	case PVGPU_OP_STREAM_SYNCHRONIZE:
-	case PVGPU_OP_EVENT_SYNCHRONIZE:
-	case PVGPU_OP_MEMCPY_HTOD:
-	case PVGPU_OP_MEMCPY_DTOH:
-	case PVGPU_OP_MEMCPY_DTOD:
-	case PVGPU_OP_MEMCPY_HTOD_WINDOW:
-	case PVGPU_OP_MEMCPY_DTOH_WINDOW:
-	case PVGPU_OP_MEMCPY_HTOD_STAGED:
-	case PVGPU_OP_MEMCPY_DTOH_STAGED:
-	case PVGPU_OP_MEMCPY_PEER:
-		return 1;
-	default:
-		return 0;
-	}
-}
-
 /* Read the reply to (opcode, id), spinning long for one that waits on the device. */
 static int32_t read_reply_locked(struct pvgpu_client *c, uint16_t opcode,
 				 uint64_t id, uint8_t *data_out,
@@ -134,7 +114,7 @@ static int32_t await_reply_locked(struct pvgpu_client *c, uint16_t opcode,
 {
 	int32_t st;
 
-	if (!c->ring_on || !op_waits_on_device(opcode))
+	if (!c->ring_on || !pvgpu_op_waits_on_device(opcode))
 		return read_reply_locked(c, opcode, id, data_out, data_len, rep,
 					 rep_cap, rep_len);
 	pvgpu_ring_expect_wait(&c->ring, c->cfg.wait_spin_ns);
@@ -148,16 +128,6 @@ static void note_work_locked(struct pvgpu_client *c, uint16_t opcode)
 {
 	if (!op_leaves_no_work(opcode))
 		c->work_seq++;
-}
-
-static uint64_t work_mark(struct pvgpu_client *c)
-{
-	uint64_t m;
-
-	pthread_mutex_lock(&c->lock);
-	m = c->work_seq;
-	pthread_mutex_unlock(&c->lock);
-	return m;
 }
 
 static void note_idle(struct pvgpu_client *c, uint64_t mark,
@@ -190,16 +160,18 @@ out:
 
 /*
  * Noted idle (or its context noted idle) with nothing forwarded since and
- * no error held back.
+ * no error held back.  *mark: the work count as of this look (one lock
+ * for both: a synchronize takes it often enough).
  */
 static int known_idle(struct pvgpu_client *c, enum pvgpu_idle_kind kind,
-		      uint64_t ctx, uint64_t handle)
+		      uint64_t ctx, uint64_t handle, uint64_t *mark)
 {
 	int known = 0;
 
 	if (kind == PVGPU_IDLE_CTX)
 		handle = 0;
 	pthread_mutex_lock(&c->lock);
+	*mark = c->work_seq;
 	if (c->broken || c->deferred_kept || c->idle_seq != c->work_seq)
 		goto out;
 	for (unsigned int i = 0; i < c->nidle && !known; i++)
@@ -226,9 +198,8 @@ int32_t pvgpu_client_wait(struct pvgpu_client *c, enum pvgpu_idle_kind kind,
 	uint64_t mark;
 	int32_t st;
 
-	if (known_idle(c, kind, ctx, handle))
+	if (known_idle(c, kind, ctx, handle, &mark))
 		return 0;
-	mark = work_mark(c);
 	switch (kind) {
 	case PVGPU_IDLE_CTX: {
 		struct pvgpu_ctx_synchronize_req req = { 0 };
@@ -459,6 +430,7 @@ static int32_t read_reply_locked(struct pvgpu_client *c, uint16_t opcode,
 		rc = wire_recv(c, raw, sizeof(raw));
 		if (rc)
 			return break_locked(c, "receive", -rc);
+		pvgpu_trace_mark(id, PVGPU_TR_G_HDR);
 		if (pvgpu_hdr_decode(raw, &h))
 			return break_locked(c, "bad magic from backend", 0);
 		if (!(h.flags & PVGPU_F_REPLY) || h.id != id)
@@ -536,6 +508,8 @@ int32_t pvgpu_client_call(struct pvgpu_client *c, uint16_t opcode,
 	}
 	queued = take_queue_locked(c, &queue);
 	id = take_id(c);
+	pvgpu_trace_mark(id, PVGPU_TR_G_ENTER);
+	pvgpu_trace_mark(id, PVGPU_TR_OPCODE + opcode);
 	c->stats.calls++;
 	note_work_locked(c, opcode);
 	st = send_request_locked(c, queued ? &queue : NULL, opcode, id, req,
@@ -543,8 +517,10 @@ int32_t pvgpu_client_call(struct pvgpu_client *c, uint16_t opcode,
 				 data_in ? data_len : 0);
 	if (st)
 		goto out;
+	pvgpu_trace_mark(id, PVGPU_TR_G_SENT);
 	st = await_reply_locked(c, opcode, id, data_out, data_out ? data_len : 0,
 				rep, rep_cap, rep_len);
+	pvgpu_trace_mark(id, PVGPU_TR_G_RETURN);
 out:
 	pthread_mutex_unlock(&c->lock);
 	return st;
@@ -894,6 +870,19 @@ static int say_hello(struct pvgpu_client *c, char *err, size_t errlen)
 	return 0;
 }
 
+/*
+ * Threads copying a pageable copy through the window by default: one
+ * core's memcpy moves ~10 GB/s, two ~15-20 (BENCHMARKS.md), and beating
+ * NVIDIA's 8-16 GB/s twice over in every run takes more than 30; the DMA
+ * behind them does ~55.  A quarter of the cores, two to four.
+ */
+static unsigned int default_copy_threads(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN) / 4;
+
+	return n < 2 ? 2 : n > 4 ? 4 : (unsigned int)n;
+}
+
 void pvgpu_client_config_init(struct pvgpu_client_config *cfg)
 {
 	memset(cfg, 0, sizeof(*cfg));
@@ -902,7 +891,7 @@ void pvgpu_client_config_init(struct pvgpu_client_config *cfg)
 	cfg->poll_ns = 50 * 1000;
 	cfg->wait_spin_ns = 2000 * 1000;
 	cfg->window = 1;
-	cfg->copy_threads = 2;
+	cfg->copy_threads = default_copy_threads();
 	cfg->window_size = 1ull << 30;
 	cfg->staging_slot = 4u << 20;
 	cfg->staging_slots = 8;

@@ -60,7 +60,10 @@ struct pvgpu_client_config {
 	 * sleep costs a wake-up of several microseconds at the end.
 	 */
 	uint64_t wait_spin_ns;
-	/* PVGPU_COPY_THREADS: threads copying through the window (1 to 8). */
+	/*
+	 * PVGPU_COPY_THREADS: threads copying through the window (1 to 8);
+	 * by default a quarter of the online CPUs, 2 to 4.
+	 */
 	unsigned int copy_threads;
 	/* Use a shared window where the transport has one (1, the default). */
 	int window;

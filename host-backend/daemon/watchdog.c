@@ -15,15 +15,21 @@
 
 /* --- worker side ----------------------------------------------------------- */
 
+/*
+ * Once per call, batched launches included: the coarse clock (limits are
+ * seconds; it errs by a tick, towards a longer call) and plain release
+ * stores, which the supervisor's timer reads whenever it likes.
+ */
 void pvgpu_watchdog_begin(struct pvgpu_slot *slot, uint16_t opcode)
 {
-	atomic_store(&slot->call_opcode, opcode);
-	atomic_store(&slot->call_started_ns, pvgpu_now_ns());
+	atomic_store_explicit(&slot->call_opcode, opcode, memory_order_relaxed);
+	atomic_store_explicit(&slot->call_started_ns, pvgpu_now_coarse_ns(),
+			      memory_order_release);
 }
 
 void pvgpu_watchdog_end(struct pvgpu_slot *slot)
 {
-	atomic_store(&slot->call_started_ns, 0);
+	atomic_store_explicit(&slot->call_started_ns, 0, memory_order_release);
 }
 
 uint64_t pvgpu_watchdog_pause(struct pvgpu_slot *slot)

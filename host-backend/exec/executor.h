@@ -234,6 +234,16 @@ struct pvgpu_executor_ops {
 	int32_t (*memcpy_dtod_async)(struct pvgpu_exec *ex, uint64_t dst,
 				     uint64_t src, uint64_t size,
 				     uint64_t stream);
+	/*
+	 * Synchronous copies on the current context's default stream, as a
+	 * program's cuMemcpyHtoD/DtoH: one driver call where the _async form
+	 * and a stream synchronize are two.  Optional (NULL: the worker does
+	 * just that).
+	 */
+	int32_t (*memcpy_htod)(struct pvgpu_exec *ex, uint64_t dst,
+			       const void *host, uint64_t size);
+	int32_t (*memcpy_dtoh)(struct pvgpu_exec *ex, void *host, uint64_t src,
+			       uint64_t size);
 	/* elem_size is 1, 2 or 4; count is in elements. */
 	int32_t (*memset_async)(struct pvgpu_exec *ex, uint64_t dst,
 				uint32_t value, uint32_t elem_size,

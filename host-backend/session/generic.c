@@ -181,7 +181,7 @@ static int32_t generic_call(struct pvgpu_worker *w, uint32_t fn,
 		pvgpu_sched_admit(w, h ? h->device : -1);
 		st = w->ex_ops->driver_call(w->ex, f, a);
 		pvgpu_sched_launched(w, a[1], st);
-		w->output_armed = 1;	/* its kernels may print (output.c) */
+		pvgpu_output_arm(w);	/* its kernels may print (output.c) */
 	} else {
 		st = w->ex_ops->driver_call(w->ex, f, a);
 	}

@@ -375,7 +375,7 @@ static int32_t launch(struct pvgpu_worker *w, struct pvgpu_launch *l,
 	ctx = pvgpu_handle_get(&w->handles, w->cur_ctx, H_CTX);
 	pvgpu_sched_admit(w, ctx ? ctx->device : -1);
 	st = w->ex_ops->launch(w->ex, l);
-	w->output_armed = 1;		/* a kernel may print (output.c) */
+	pvgpu_output_arm(w);		/* a kernel may print (output.c) */
 	pvgpu_sched_launched(w, l->stream, st);
 	return st;
 }

@@ -6,8 +6,10 @@
  * one process per session, so its fd 1 and 2 hold exactly this session's
  * device output: at start both become memfds (append-only, never blocking
  * the driver, unlike a pipe that fills), the log moves to a copy of the
- * daemon's stderr, and before every reply what appeared since the last one
- * goes to the guest as OUTPUT frames (opcode PVGPU_OP_OUTPUT, the request's
+ * daemon's stderr, and before the reply to a call where CUDA delivers it (a
+ * synchronize, a synchronous copy, a module load or unload, a context's
+ * end, the session's end; output_may_come) what appeared since the last
+ * one goes to the guest as OUTPUT frames (opcode PVGPU_OP_OUTPUT, the request's
  * id, payload: u32 stream 1 or 2, then the bytes).  A guest that did not
  * agree to the `output` feature gets nothing; the bytes are dropped and
  * counted, never written to the host's log.
@@ -17,7 +19,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -74,14 +75,51 @@ int pvgpu_output_open(struct pvgpu_worker *w)
 	return 0;
 }
 
-/* Bytes waiting in fd (1 or 2); 0 when it is not a memfd. */
+/*
+ * Bytes waiting in fd (1 or 2); 0 when it is not a memfd.  The end of
+ * the file, not fstat(): one system call either way, but lseek copies
+ * nothing out (a third of fstat's cost where system calls are dear); the
+ * position it moves is nobody's (O_APPEND writes, pread reads).
+ */
 static uint64_t pending(int fd)
 {
-	struct stat st;
+	off_t end = lseek(fd, 0, SEEK_END);
 
-	if (fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_size <= 0)
+	return end > 0 ? (uint64_t)end : 0;
+}
+
+/*
+ * Where CUDA writes what kernels printed (the CUDA programming guide's
+ * list): synchronizes, blocking copies, module load and unload, the end
+ * of a context; and the session's end.  A generic driver call may be any
+ * of them.  Other replies never look: two system calls each otherwise.
+ */
+static int output_may_come(uint16_t opcode)
+{
+	if (pvgpu_op_waits_on_device(opcode))
+		return 1;
+	switch (opcode) {
+	case PVGPU_OP_ARRAY_COPY:
+	case PVGPU_OP_MODULE_LOAD:
+	case PVGPU_OP_MODULE_UNLOAD:
+	case PVGPU_OP_CTX_DESTROY:
+	case PVGPU_OP_DRIVER_CALL:
+	case PVGPU_OP_DRIVER_CALL_DATA:
+	case PVGPU_OP_BYE:
+		return 1;
+	default:
 		return 0;
-	return (uint64_t)st.st_size;
+	}
+}
+
+void pvgpu_output_arm(struct pvgpu_worker *w)
+{
+	/* Kernels of two contexts: only the session's end disarms. */
+	if (!w->output_armed)
+		w->output_armed_ctx = w->cur_ctx;
+	else if (w->output_armed_ctx != w->cur_ctx)
+		w->output_armed_ctx = 0;
+	w->output_armed = 1;
 }
 
 static int deliver_fd(struct pvgpu_worker *w, int fd, uint64_t size)
@@ -117,12 +155,16 @@ static int deliver_fd(struct pvgpu_worker *w, int fd, uint64_t size)
 	return rc;
 }
 
-int pvgpu_output_deliver(struct pvgpu_worker *w)
+int pvgpu_output_deliver(struct pvgpu_worker *w, uint16_t opcode,
+			  int32_t status)
 {
 	int rc = 0;
 
-	/* Until a kernel runs nothing prints: no system call per reply. */
-	if (!w->output_ok || !w->output_armed)
+	/*
+	 * Until a kernel runs nothing prints, and then only where CUDA
+	 * delivers it: no system call on any other reply.
+	 */
+	if (!w->output_ok || !w->output_armed || !output_may_come(opcode))
 		return 0;
 	/* A sim twin (or anything else) printing through stdio. */
 	fflush(stdout);
@@ -133,5 +175,12 @@ int pvgpu_output_deliver(struct pvgpu_worker *w)
 		if (size)
 			rc = deliver_fd(w, fd, size);
 	}
+	/*
+	 * A context synchronized without error after kernels of that context
+	 * alone: they are done and the driver has written all they printed.
+	 */
+	if (opcode == PVGPU_OP_CTX_SYNCHRONIZE && !status && !rc &&
+	    w->output_armed_ctx && w->output_armed_ctx == w->cur_ctx)
+		w->output_armed = 0;
 	return rc;
 }

@@ -25,10 +25,12 @@
 #include "watchdog.h"
 #include "worker.h"
 
-#define MAX_SLOTS		64
+#define MAX_SLOTS		PVGPU_WINDOW_MAX_SLOTS
 #define MIN_SLOT		(64u * 1024)
 #define MAX_SLOT		(64u * 1024 * 1024)
 #define GUEST_TIMEOUT_NS	(30ull * 1000000000u)
+
+static void drop_slot_events(struct pvgpu_worker *w);
 
 void pvgpu_window_detach(struct pvgpu_worker *w)
 {
@@ -36,6 +38,7 @@ void pvgpu_window_detach(struct pvgpu_worker *w)
 
 	if (!win->base)
 		return;
+	drop_slot_events(w);
 	if (w->ex) {
 		if (win->staging_ctx)
 			w->ex_ops->host_unregister(w->ex, win->base +
@@ -54,6 +57,9 @@ void pvgpu_window_forget_ctx(struct pvgpu_worker *w, uint64_t ctx)
 {
 	struct pvgpu_window *win = &w->win;
 
+	/* Before the context goes: its events go with it. */
+	if (win->slot_ev_ctx == ctx)
+		drop_slot_events(w);
 	/* The executor unpinned what was pinned in that context. */
 	if (win->staging_ctx == ctx)
 		win->staging_ctx = 0;
@@ -388,6 +394,32 @@ static int32_t check_copy(struct pvgpu_worker *w, uint64_t dptr,
 	return pvgpu_lookup_stream(w, stream_id, stream);
 }
 
+/*
+ * The end of a synchronous copy on a stream of the guest's: look at the
+ * stream for a short while first (a copy of up to a MiB or so ends within
+ * tens of microseconds), then wait as the context's flags say.  A blocking
+ * wait's wake-up would cost more than the copy itself.
+ */
+#define COPY_SPIN_NS	(100u * 1000)
+
+static int32_t copy_done(struct pvgpu_worker *w, uint64_t stream)
+{
+	struct pvgpu_poll poll = { 0 };
+	int32_t st;
+
+	while ((st = w->ex_ops->stream_query(w->ex, stream)) == CUDA_ERROR_NOT_READY &&
+	       pvgpu_poll_again(&poll, COPY_SPIN_NS))
+		;
+	return st == CUDA_ERROR_NOT_READY ?
+	       w->ex_ops->stream_synchronize(w->ex, stream) : st;
+}
+
+/*
+ * Straight between the window and the device: one message, one DMA from
+ * (or into) the guest's own pinned pages, nothing staged.  A synchronous
+ * copy on the default stream is the program's own synchronous driver call
+ * where the executor has it.
+ */
 static int32_t htod_window(struct pvgpu_worker *w, uint64_t dst,
 			   uint64_t offset, uint64_t size, uint64_t stream_id,
 			   int sync)
@@ -398,11 +430,16 @@ static int32_t htod_window(struct pvgpu_worker *w, uint64_t dst,
 	if (size == 0)
 		return CUDA_SUCCESS;
 	st = check_copy(w, dst, offset, size, stream_id, &stream);
-	if (!st)
+	if (st)
+		return st;
+	if (sync && !stream && w->ex_ops->memcpy_htod) {
+		st = w->ex_ops->memcpy_htod(w->ex, dst, w->win.base + offset, size);
+	} else {
 		st = w->ex_ops->memcpy_htod_async(w->ex, dst, w->win.base + offset,
 						  size, stream);
-	if (!st && sync)
-		st = w->ex_ops->stream_synchronize(w->ex, stream);
+		if (!st && sync)
+			st = copy_done(w, stream);
+	}
 	if (!st)
 		atomic_fetch_add(&w->slot->bytes_h2d, size);
 	return st;
@@ -418,11 +455,16 @@ static int32_t dtoh_window(struct pvgpu_worker *w, uint64_t src,
 	if (size == 0)
 		return CUDA_SUCCESS;
 	st = check_copy(w, src, offset, size, stream_id, &stream);
-	if (!st)
+	if (st)
+		return st;
+	if (sync && !stream && w->ex_ops->memcpy_dtoh) {
+		st = w->ex_ops->memcpy_dtoh(w->ex, w->win.base + offset, src, size);
+	} else {
 		st = w->ex_ops->memcpy_dtoh_async(w->ex, w->win.base + offset, src,
 						  size, stream);
-	if (!st && sync)
-		st = w->ex_ops->stream_synchronize(w->ex, stream);
+		if (!st && sync)
+			st = copy_done(w, stream);
+	}
 	if (!st)
 		atomic_fetch_add(&w->slot->bytes_d2h, size);
 	return st;
@@ -532,10 +574,36 @@ static int32_t create_slot_events(struct pvgpu_worker *w, uint64_t *ev)
 	return CUDA_SUCCESS;
 }
 
-static void destroy_slot_events(struct pvgpu_worker *w, uint64_t *ev)
+/*
+ * The staging slots' events, made once per context at its first staged
+ * copy (a create and a destroy per slot and copy cost the driver more
+ * than a small block's DMA), and dropped with the window, the context, or
+ * a copy given up half-way.
+ */
+static void drop_slot_events(struct pvgpu_worker *w)
 {
-	for (uint32_t i = 0; i < w->win.nslots; i++)
-		w->ex_ops->event_destroy(w->ex, ev[i]);
+	struct pvgpu_window *win = &w->win;
+
+	if (win->slot_ev_ctx && w->ex)
+		for (uint32_t i = 0; i < win->nslots; i++)
+			w->ex_ops->event_destroy(w->ex, win->slot_ev[i]);
+	win->slot_ev_ctx = 0;
+}
+
+static int32_t slot_events(struct pvgpu_worker *w, const uint64_t **ev)
+{
+	struct pvgpu_window *win = &w->win;
+	int32_t st;
+
+	if (win->slot_ev_ctx != w->cur_ctx) {
+		drop_slot_events(w);
+		st = create_slot_events(w, win->slot_ev);
+		if (st)
+			return st;
+		win->slot_ev_ctx = w->cur_ctx;
+	}
+	*ev = win->slot_ev;
+	return CUDA_SUCCESS;
 }
 
 /*
@@ -568,7 +636,8 @@ static int32_t htod_staged(struct pvgpu_worker *w,
 			   const struct pvgpu_memcpy_htod_staged_req *req)
 {
 	struct pvgpu_window *win = &w->win;
-	uint64_t ev[MAX_SLOTS], stream, blocks, filled, issued = 0, done = 0;
+	const uint64_t *ev;
+	uint64_t stream, blocks, filled, issued = 0, done = 0;
 	uint64_t seq0 = win->h2d_seq;
 	int32_t st, err = 0;
 
@@ -582,7 +651,7 @@ static int32_t htod_staged(struct pvgpu_worker *w,
 	/* Refused before the guest touched the ring: it sees the reply and stops. */
 	if (st)
 		return st;
-	st = create_slot_events(w, ev);
+	st = slot_events(w, &ev);
 	if (st)
 		return st;
 	blocks = (req->size + win->slot_size - 1) / win->slot_size;
@@ -630,12 +699,11 @@ static int32_t htod_staged(struct pvgpu_worker *w,
 	if (done < blocks) {
 		/* Abandoned half-way: the ring is out of step, stop using it. */
 		w->ex_ops->ctx_synchronize(w->ex);
-		destroy_slot_events(w, ev);
+		drop_slot_events(w);
 		staging_abandoned(w);
 		return err ? err : CUDA_ERROR_TIMEOUT;
 	}
 	win->h2d_seq += blocks;
-	destroy_slot_events(w, ev);
 	atomic_fetch_add(&w->slot->bytes_h2d, req->size);
 	return err;
 }
@@ -649,7 +717,8 @@ static int32_t dtoh_staged(struct pvgpu_worker *w,
 			   const struct pvgpu_memcpy_dtoh_staged_req *req)
 {
 	struct pvgpu_window *win = &w->win;
-	uint64_t ev[MAX_SLOTS], stream, blocks, taken = 0, issued = 0, ready = 0;
+	const uint64_t *ev;
+	uint64_t stream, blocks, taken = 0, issued = 0, ready = 0;
 	uint64_t seq0 = win->d2h_seq;
 	int32_t st, err = 0;
 
@@ -662,7 +731,7 @@ static int32_t dtoh_staged(struct pvgpu_worker *w,
 		st = staging_pinned(w);
 	if (st)
 		return st;
-	st = create_slot_events(w, ev);
+	st = slot_events(w, &ev);
 	if (st)
 		return st;
 	blocks = (req->size + win->slot_size - 1) / win->slot_size;
@@ -707,12 +776,11 @@ static int32_t dtoh_staged(struct pvgpu_worker *w,
 	}
 	if (ready < blocks) {
 		w->ex_ops->ctx_synchronize(w->ex);
-		destroy_slot_events(w, ev);
+		drop_slot_events(w);
 		staging_abandoned(w);
 		return err ? err : CUDA_ERROR_TIMEOUT;
 	}
 	win->d2h_seq += blocks;
-	destroy_slot_events(w, ev);
 	atomic_fetch_add(&w->slot->bytes_d2h, req->size);
 	return err;
 }

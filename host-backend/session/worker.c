@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "trace.h"
 #include "pvgpu_dispatch.h"
 #include "watchdog.h"
 #include "worker.h"
@@ -126,6 +127,7 @@ static void serve_message(struct pvgpu_worker *w, const struct pvgpu_hdr *h,
 	pvgpu_watchdog_begin(w->slot, h->opcode);
 	st = pvgpu_dispatch(w, h->opcode, payload, h->length, rep, &rep_len);
 	pvgpu_watchdog_end(w->slot);
+	pvgpu_trace_mark(h->id, PVGPU_TR_W_DONE);
 	if (w->fatal)
 		return;
 	if (st == PVGPU_DISPATCH_EOPCODE) {
@@ -248,6 +250,7 @@ static void worker_fini(struct pvgpu_worker *w)
 	pvgpu_allocs_free(&w->allocs);
 	free(w->rx);
 	w->conn->ops->close(w->conn);
+	pvgpu_trace_dump();		/* the worker ends with _exit() */
 }
 
 int pvgpu_worker_run(struct pvgpu_conn *conn, const struct pvgpu_peer *peer,
@@ -292,8 +295,10 @@ int pvgpu_worker_run(struct pvgpu_conn *conn, const struct pvgpu_peer *peer,
 				 h.opcode, h.length);
 			break;
 		}
+		pvgpu_trace_mark(h.id, PVGPU_TR_W_HDR);
 		if (pvgpu_worker_read(&w, w.rx, h.length))
 			break;
+		pvgpu_trace_mark(h.id, PVGPU_TR_W_PAYLOAD);
 		serve_message(&w, &h, w.rx);
 		if (w.said_hello < 0)		/* bye, or a refused hello */
 			break;

@@ -25,6 +25,7 @@
 #define PVGPU_STAGING_BUFFERS	4
 #define PVGPU_NOTED_ERRORS	32
 #define PVGPU_WINDOW_PINS	256
+#define PVGPU_WINDOW_MAX_SLOTS	64	/* staging slots a window may have */
 
 struct pvgpu_staging {
 	void *buf;			/* pinned, `block` bytes */
@@ -42,6 +43,8 @@ struct pvgpu_window {
 	uint64_t staging_offset;
 	uint32_t slot_size, nslots;
 	uint64_t staging_ctx;		/* context the staging slots are pinned in */
+	uint64_t slot_ev_ctx;		/* context of slot_ev; 0: none made */
+	uint64_t slot_ev[PVGPU_WINDOW_MAX_SLOTS];	/* one executor event per slot */
 	uint64_t h2d_seq, d2h_seq;	/* blocks through the ring so far */
 	struct pvgpu_window_pin {
 		uint64_t offset, size;
@@ -135,6 +138,7 @@ struct pvgpu_worker {
 
 	int output_ok;			/* fd 1/2 hold device output (output.c) */
 	int output_armed;		/* a kernel has been launched: look */
+	uint64_t output_armed_ctx;	/* the context of all of them; 0: several */
 	/*
 	 * Streams in stream capture (generic.c): while any is, the scheduler
 	 * records no events of its own, which would land in the guest's graph.
@@ -150,10 +154,14 @@ struct pvgpu_worker {
 
 /*
  * Device printf/assert output (output.c): take over fd 1 and 2 at start;
- * before each reply, send what the driver wrote there to the guest.
+ * arm at each launch; before the reply (opcode, status) to a call where
+ * CUDA delivers device output, send what the driver wrote there to the
+ * guest.
  */
 int pvgpu_output_open(struct pvgpu_worker *w);
-int pvgpu_output_deliver(struct pvgpu_worker *w);
+void pvgpu_output_arm(struct pvgpu_worker *w);
+int pvgpu_output_deliver(struct pvgpu_worker *w, uint16_t opcode,
+			 int32_t status);
 /* One OUTPUT frame with the current request's id (worker_io.c). */
 int pvgpu_worker_send_output(struct pvgpu_worker *w, const void *payload,
 			     uint32_t len);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "trace.h"
 #include "pvgpu_proto.h"
 #include "wait.h"
 #include "watchdog.h"
@@ -284,17 +285,21 @@ int pvgpu_worker_send_reply(struct pvgpu_worker *w, uint16_t opcode,
 		{ raw, sizeof(raw) },
 		{ (void *)fields, len },
 	};
+	int rc;
 
 	/* Device printf the driver wrote while serving it goes first. */
-	if (pvgpu_output_deliver(w))
+	if (pvgpu_output_deliver(w, opcode, status))
 		return -1;
+	pvgpu_trace_mark(w->req_id, PVGPU_TR_W_OUTPUT);
 
 	fill_hdr(w, raw, opcode, PVGPU_F_REPLY,
 		 (uint32_t)(PVGPU_REPLY_PREFIX + len));
 	pvgpu_put_u32(raw + PVGPU_HDR_SIZE, (uint32_t)status);
 	pvgpu_put_u32(raw + PVGPU_HDR_SIZE + 4, (uint32_t)w->deferred);
 	w->deferred = 0;
-	return write_all(w, iov, len ? 2 : 1);
+	rc = write_all(w, iov, len ? 2 : 1);
+	pvgpu_trace_mark(w->req_id, PVGPU_TR_W_SENT);
+	return rc;
 }
 
 int pvgpu_worker_recv_data(struct pvgpu_worker *w, uint8_t *buf, uint64_t size)

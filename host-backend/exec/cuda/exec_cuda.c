@@ -57,6 +57,8 @@ struct cuda_api {
 	CUresult (CUDAAPI *mem_free_host)(void *);
 	CUresult (CUDAAPI *mem_host_register)(void *, size_t, unsigned int);
 	CUresult (CUDAAPI *mem_host_unregister)(void *);
+	CUresult (CUDAAPI *memcpy_htod)(CUdeviceptr, const void *, size_t);
+	CUresult (CUDAAPI *memcpy_dtoh)(void *, CUdeviceptr, size_t);
 	CUresult (CUDAAPI *memcpy_htod_async)(CUdeviceptr, const void *, size_t,
 					      CUstream);
 	CUresult (CUDAAPI *memcpy_dtoh_async)(void *, CUdeviceptr, size_t,
@@ -221,6 +223,8 @@ static const struct cuda_sym cuda_syms[] = {
 	SYM(mem_free_host, "cuMemFreeHost", 2000, "cuMemFreeHost", NULL, false),
 	SYM(mem_host_register, "cuMemHostRegister", 6050, "cuMemHostRegister_v2", "cuMemHostRegister", false),
 	SYM(mem_host_unregister, "cuMemHostUnregister", 4000, "cuMemHostUnregister", NULL, false),
+	SYM(memcpy_htod, "cuMemcpyHtoD", 3020, "cuMemcpyHtoD_v2", NULL, true),
+	SYM(memcpy_dtoh, "cuMemcpyDtoH", 3020, "cuMemcpyDtoH_v2", NULL, true),
 	SYM(memcpy_htod_async, "cuMemcpyHtoDAsync", 3020, "cuMemcpyHtoDAsync_v2", NULL, false),
 	SYM(memcpy_dtoh_async, "cuMemcpyDtoHAsync", 3020, "cuMemcpyDtoHAsync_v2", NULL, false),
 	SYM(memcpy_dtod_async, "cuMemcpyDtoDAsync", 3020, "cuMemcpyDtoDAsync_v2", NULL, false),
@@ -1074,6 +1078,40 @@ static int32_t cuda_memcpy_dtoh_async(struct pvgpu_exec *ex, void *host,
 	if (size > SIZE_MAX || (size && !host))
 		return CUDA_ERROR_INVALID_VALUE;
 	return ex->api.memcpy_dtoh_async(host, src, (size_t)size, s);
+}
+
+/*
+ * The synchronous forms, on the legacy default stream as a program's own
+ * cuMemcpyHtoD/DtoH: one driver call, not an _async and a synchronize.
+ */
+static int32_t cuda_memcpy_htod(struct pvgpu_exec *ex, uint64_t dst,
+				const void *host, uint64_t size)
+{
+	int32_t rc;
+
+	if (!ex || size > SIZE_MAX || (size && !host))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (ex->api.memcpy_htod)
+		return ex->api.memcpy_htod(dst, host, (size_t)size);
+	rc = ex->api.memcpy_htod_async(dst, host, (size_t)size, NULL);
+	return rc ? rc : (int32_t)ex->api.stream_synchronize(NULL);
+}
+
+static int32_t cuda_memcpy_dtoh(struct pvgpu_exec *ex, void *host,
+				uint64_t src, uint64_t size)
+{
+	int32_t rc;
+
+	if (!ex || size > SIZE_MAX || (size && !host))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (ex->api.memcpy_dtoh)
+		return ex->api.memcpy_dtoh(host, src, (size_t)size);
+	rc = ex->api.memcpy_dtoh_async(host, src, (size_t)size, NULL);
+	return rc ? rc : (int32_t)ex->api.stream_synchronize(NULL);
 }
 
 static int32_t cuda_memcpy_dtod_async(struct pvgpu_exec *ex, uint64_t dst,
@@ -2685,6 +2723,8 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.host_free		= cuda_host_free,
 	.host_register		= cuda_host_register,
 	.host_unregister	= cuda_host_unregister,
+	.memcpy_htod		= cuda_memcpy_htod,
+	.memcpy_dtoh		= cuda_memcpy_dtoh,
 	.memcpy_htod_async	= cuda_memcpy_htod_async,
 	.memcpy_dtoh_async	= cuda_memcpy_dtoh_async,
 	.memcpy_dtod_async	= cuda_memcpy_dtod_async,
