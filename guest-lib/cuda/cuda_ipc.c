@@ -1,10 +1,11 @@
 /*
- * cuda_ipc.c - CUDA IPC of device memory between processes of one VM,
- * over the backend (host-backend/session/ipc.c): a CUipcMemHandle here is
- * a token the backend gave, never the driver's handle, and it opens only
+ * cuda_ipc.c - CUDA IPC of device memory and events between processes of
+ * one VM, over the backend (host-backend/session/ipc.c): a CUipcMemHandle
+ * (CUipcEventHandle) here is a token the backend gave, never the driver's handle, and it opens only
  * in a session of the same VM.  An opened allocation is device memory of
  * this process (for the guest's range checks) until it is closed.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda_internal.h"	/* cuda.h, as the driver is built */
@@ -77,4 +78,68 @@ CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr)
 	if (!r)
 		cu_alloc_remove(dptr);
 	return r;
+}
+
+/*
+ * Events shared between processes of one VM: the handle is a token of the
+ * backend's registry, as for memory.  The event must be this process's,
+ * made with CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING (the driver
+ * checks); the opened one is an event of the current context.
+ */
+CUresult CUDAAPI cuIpcGetEventHandle(CUipcEventHandle *handle, CUevent event)
+{
+	struct cu_event *ev = (struct cu_event *)event;
+	struct pvgpu_ipc_get_event_handle_req req = { 0 };
+	struct pvgpu_ipc_get_event_handle_rep rep = { 0 };
+	struct cu_op op;
+	CUresult r;
+
+	if (!handle)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ev || ev->magic != CU_MAGIC_EVENT || !ev->alive)
+		return CUDA_ERROR_INVALID_HANDLE;
+	req.event = ev->remote;
+	r = cu_op_begin(&op, ev->ctx);
+	if (r)
+		return r;
+	r = cu_status(pvgpu_call_ipc_get_event_handle(op.client, &req, &rep));
+	cu_op_end(&op);
+	if (!r && rep.handle_len != sizeof(handle->reserved))
+		r = CUDA_ERROR_UNKNOWN;
+	if (!r)
+		memcpy(handle->reserved, rep.handle, sizeof(handle->reserved));
+	return r;
+}
+
+CUresult CUDAAPI cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)
+{
+	struct pvgpu_ipc_open_event_handle_req req = {
+		.handle = (const uint8_t *)handle.reserved,
+		.handle_len = sizeof(handle.reserved) };
+	struct pvgpu_ipc_open_event_handle_rep rep = { 0 };
+	struct cu_event *ev;
+	struct cu_op op;
+	CUresult r;
+
+	if (!phEvent)
+		return CUDA_ERROR_INVALID_VALUE;
+	ev = calloc(1, sizeof(*ev));
+	if (!ev)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	r = cu_op_current(&op);
+	if (!r) {
+		r = cu_status(pvgpu_call_ipc_open_event_handle(op.client, &req, &rep));
+		cu_op_end(&op);
+	}
+	if (r) {
+		free(ev);
+		return r;
+	}
+	ev->magic = CU_MAGIC_EVENT;
+	ev->alive = 1;
+	ev->ctx = op.ctx;
+	ev->remote = rep.event;
+	ev->flags = CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING;
+	*phEvent = (CUevent)ev;
+	return CUDA_SUCCESS;
 }

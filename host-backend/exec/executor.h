@@ -356,6 +356,12 @@ struct pvgpu_executor_ops {
 	int32_t (*ipc_open)(struct pvgpu_exec *ex, const uint8_t handle[64],
 			    uint32_t flags, uint64_t *dptr);
 	int32_t (*ipc_close)(struct pvgpu_exec *ex, uint64_t dptr);
+	/* CUDA IPC of events: the driver's 64-byte handle of an event made
+	 * with CU_EVENT_INTERPROCESS; the event behind one, opened in the
+	 * current context (event_destroy frees it).  NULL: not supported. */
+	int32_t (*ipc_event_get)(struct pvgpu_exec *ex, uint64_t event, uint8_t handle[64]);
+	int32_t (*ipc_event_open)(struct pvgpu_exec *ex, const uint8_t handle[64],
+				  uint64_t *event);
 
 	/*
 	 * Explicit graph nodes (NULL: not supported).  graph and exec are

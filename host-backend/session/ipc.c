@@ -1,6 +1,7 @@
 /*
- * ipc.c - CUDA IPC of device memory between sessions of one VM
- * (cuIpcGetMemHandle, cuIpcOpenMemHandle, cuIpcCloseMemHandle).
+ * ipc.c - CUDA IPC of device memory and events between sessions of one
+ * VM (cuIpcGetMemHandle, cuIpcOpenMemHandle, cuIpcCloseMemHandle,
+ * cuIpcGetEventHandle, cuIpcOpenEventHandle).
  *
  * The guest gets a token for an allocation of its own; the driver's handle
  * goes into the supervisor's registry (ipc_registry.c) with the VM and
@@ -35,7 +36,7 @@ int32_t pvgpu_handle_ipc_get_mem_handle(struct pvgpu_worker *w,
 	if (st)
 		return st;
 	memset(rep->handle, 0, sizeof(rep->handle));
-	if (pvgpu_ipc_put(w->acct, w->slot, handle, a->size, rep->handle))
+	if (pvgpu_ipc_put(w->acct, w->slot, PVGPU_IPC_MEM, handle, a->size, rep->handle))
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	rep->handle_len = 64;
 	return CUDA_SUCCESS;
@@ -54,7 +55,7 @@ int32_t pvgpu_handle_ipc_open_mem_handle(struct pvgpu_worker *w,
 		return CUDA_ERROR_INVALID_CONTEXT;
 	if (req->handle_len != 64)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (pvgpu_ipc_get(w->acct, w->slot, req->handle, handle, &size)) {
+	if (pvgpu_ipc_get(w->acct, w->slot, PVGPU_IPC_MEM, req->handle, handle, &size)) {
 		log_debug("ipc_open_mem_handle: no handle of this VM's by that token");
 		return CUDA_ERROR_INVALID_VALUE;
 	}
@@ -87,4 +88,60 @@ int32_t pvgpu_handle_ipc_close_mem_handle(struct pvgpu_worker *w,
 	if (!st)
 		pvgpu_alloc_del(&w->allocs, a);
 	return st;
+}
+
+int32_t pvgpu_handle_ipc_get_event_handle(struct pvgpu_worker *w,
+					  const struct pvgpu_ipc_get_event_handle_req *req,
+					  struct pvgpu_ipc_get_event_handle_rep *rep)
+{
+	struct pvgpu_handle *h = pvgpu_handle_get(&w->handles, req->event, H_EVENT);
+	uint8_t handle[64];
+	int32_t st;
+
+	if (!w->ex)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!h)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (!w->ex_ops->ipc_event_get)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	st = w->ex_ops->ipc_event_get(w->ex, h->exec_handle, handle);
+	if (st)
+		return st;
+	memset(rep->handle, 0, sizeof(rep->handle));
+	if (pvgpu_ipc_put(w->acct, w->slot, PVGPU_IPC_EVENT, handle, 0, rep->handle))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	rep->handle_len = 64;
+	return CUDA_SUCCESS;
+}
+
+int32_t pvgpu_handle_ipc_open_event_handle(struct pvgpu_worker *w,
+					   const struct pvgpu_ipc_open_event_handle_req *req,
+					   struct pvgpu_ipc_open_event_handle_rep *rep)
+{
+	uint8_t handle[64];
+	uint64_t size = 0, event = 0, id;
+	int32_t st;
+
+	if (!w->ex)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!w->cur_ctx)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (req->handle_len != 64)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (pvgpu_ipc_get(w->acct, w->slot, PVGPU_IPC_EVENT, req->handle, handle, &size)) {
+		log_debug("ipc_open_event_handle: no event of this VM's by that token");
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	if (!w->ex_ops->ipc_event_open)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	st = w->ex_ops->ipc_event_open(w->ex, handle, &event);
+	if (st)
+		return st;
+	id = pvgpu_handle_add(&w->handles, H_EVENT, event, w->cur_ctx, 0);
+	if (!id) {
+		w->ex_ops->event_destroy(w->ex, event);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	rep->event = id;
+	return CUDA_SUCCESS;
 }

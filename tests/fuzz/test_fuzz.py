@@ -173,10 +173,15 @@ def seeds():
            + W.message("driver_call", 45, fn=206, args=[(1 << 24) | 3])
            + W.message("driver_call", 46, fn=208, args=[va, 4 * G]))
     # CUDA IPC: a handle for the allocation, opened (in this same session),
-    # closed; a forged one.
+    # closed; a forged one.  An interprocess event (handle 2) exported, a
+    # forged event token and a short one.
     ipc = (W.message("ipc_get_mem_handle", 50, dptr=base)
            + W.message("ipc_open_mem_handle", 51, handle=bytes(64), flags=1)
-           + W.message("ipc_close_mem_handle", 52, dptr=base))
+           + W.message("ipc_close_mem_handle", 52, dptr=base)
+           + W.message("event_create", 53, flags=6)
+           + W.message("ipc_get_event_handle", 54, event=(1 << 24) | 2)
+           + W.message("ipc_open_event_handle", 55, handle=bytes(64))
+           + W.message("ipc_open_event_handle", 56, handle=b"tok"))
     # Texture and surface objects: on a load/store array, on linear and
     # pitched memory, destroyed by the sim's value (kind 9 << 48 | serial)
     # and by forged ones; a cubemap and a layered array with a face copy.

@@ -450,3 +450,98 @@ def test_ipc_within_a_vm_and_not_across(start_pvgpud, libdir, short_tmp):
         exporter.stdin.write("\n")
         exporter.stdin.close()
         exporter.wait(timeout=30)
+
+
+IPC_EVENT_EXPORT = r'''
+import ctypes, sys
+cu = ctypes.CDLL(sys.argv[1])
+vp = ctypes.c_void_p
+dev, ctx, e, plain = ctypes.c_int(), vp(), vp(), vp()
+assert cu.cuInit(0) == 0 and cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
+assert cu.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev) == 0
+h = (ctypes.c_ubyte * 64)()
+# CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING; a plain event has no handle.
+assert cu.cuEventCreate(ctypes.byref(plain), 0) == 0
+assert cu.cuIpcGetEventHandle(h, plain) == 1
+assert cu.cuEventCreate(ctypes.byref(e), 6) == 0
+assert cu.cuEventRecord(e, None) == 0
+assert cu.cuIpcGetEventHandle(h, e) == 0
+print(bytes(h).hex(), flush=True)
+sys.stdin.readline()
+'''
+
+IPC_EVENT_IMPORT = r'''
+import ctypes, sys
+cu = ctypes.CDLL(sys.argv[1])
+vp = ctypes.c_void_p
+dev, ctx, e = ctypes.c_int(), vp(), vp()
+assert cu.cuInit(0) == 0 and cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
+assert cu.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev) == 0
+class H(ctypes.Structure):
+    _fields_ = [("reserved", ctypes.c_ubyte * 64)]
+def open_(raw):
+    h = H()
+    ctypes.memmove(h.reserved, raw, 64)
+    return cu.cuIpcOpenEventHandle(ctypes.byref(e), h)
+r = open_(bytes.fromhex(sys.argv[2]))
+out = [r]
+if r == 0:
+    ms = ctypes.c_float()
+    out.append(cu.cuStreamWaitEvent(None, e, 0))
+    out.append(cu.cuEventSynchronize(e))
+    out.append(cu.cuEventQuery(e))
+    out.append(cu.cuEventElapsedTime(ctypes.byref(ms), e, e))   # no timing
+    out.append(cu.cuEventDestroy_v2(e))
+forged = bytearray(bytes.fromhex(sys.argv[2]))
+forged[3] ^= 1
+out.append(open_(bytes(forged)))
+print(*out)
+'''
+
+
+def test_ipc_event_within_a_vm_and_not_across(start_pvgpud, libdir, short_tmp):
+    """An interprocess event exported by one process of a VM opens in
+    another process of the same VM (waited on, synchronised, destroyed;
+    no timing, as its flags say); another VM's session or a forged token
+    opens nothing, and an event made without CU_EVENT_INTERPROCESS has no
+    handle."""
+    policy = short_tmp / "policy.ini"
+    policy.write_text(f"[default]\npolicy = refuse\n\n[vm alice]\nuid = {os.getuid()}\n\n"
+                      f"[vm bob]\ntoken = {BOB_TOKEN}\n")
+    d = start_pvgpud("sim", extra_args=("--config", str(policy)))
+    (short_tmp / "export.py").write_text(IPC_EVENT_EXPORT)
+    (short_tmp / "import.py").write_text(IPC_EVENT_IMPORT)
+
+    def env(uri, token=None):
+        e = {k: v for k, v in os.environ.items()
+             if k not in ("PVGPU_DEVICES", "LD_LIBRARY_PATH", "PVGPU_TOKEN")}
+        e.update(LD_LIBRARY_PATH=str(libdir), PVGPU_DEVICES=uri)
+        if token:
+            e["PVGPU_TOKEN"] = token
+        asan = asan_runtime()
+        if asan:
+            e.update(LD_PRELOAD=asan, ASAN_OPTIONS="detect_leaks=0")
+        return e
+
+    exporter = subprocess.Popen(["python3", str(short_tmp / "export.py"), str(LIBCUDA)],
+                                env=env(d.unix), stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
+    try:
+        handle = exporter.stdout.readline().strip()
+        assert len(handle) == 128, handle + d.log()[-2000:]
+
+        def importer(uri, token=None):
+            res = subprocess.run(["python3", str(short_tmp / "import.py"), str(LIBCUDA), handle],
+                                 env=env(uri, token), capture_output=True, text=True, timeout=60)
+            assert res.returncode == 0, res.stdout + res.stderr + d.log()[-2000:]
+            return res.stdout.split()
+
+        # Alice's second process: opened, usable, no timing, destroyed.
+        assert importer(d.unix) == ["0", "0", "0", "0", "400", "0", "1"]
+        # Bob's session with Alice's token, and a forged token: nothing.
+        assert importer(d.tcp, BOB_TOKEN) == ["1", "1"]
+        assert "vm bob" in d.log()
+    finally:
+        exporter.stdin.write("\n")
+        exporter.stdin.close()
+        exporter.wait(timeout=30)

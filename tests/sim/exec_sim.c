@@ -3812,6 +3812,43 @@ static int32_t sim_ipc_close(struct pvgpu_exec *ex, uint64_t dptr)
 	return CUDA_SUCCESS;
 }
 
+/*
+ * CUDA IPC of events: the sim's work is done when it is issued, so an
+ * event is complete wherever it is opened; the handle names the exporting
+ * process and event (it opens only as an interprocess, timing-less event).
+ */
+#define SIM_IPC_EVENT	"pvgpu-sim-event"
+static int32_t sim_ipc_event_get(struct pvgpu_exec *ex, uint64_t event, uint8_t handle[64])
+{
+	struct sim_obj *e = ex ? obj_find(ex, event, SIM_EVENT) : NULL;
+
+	if (!e)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (!(e->u.event.flags & CU_EVENT_INTERPROCESS))
+		return CUDA_ERROR_INVALID_VALUE;
+	memset(handle, 0, 64);
+	snprintf((char *)handle, 64, SIM_IPC_EVENT " %d %llu", (int)getpid(),
+		 (unsigned long long)event);
+	return CUDA_SUCCESS;
+}
+
+static int32_t sim_ipc_event_open(struct pvgpu_exec *ex, const uint8_t handle[64],
+				  uint64_t *event)
+{
+	struct sim_obj *e;
+
+	if (!ex || ctx_check(ex))
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (memcmp(handle, SIM_IPC_EVENT " ", sizeof(SIM_IPC_EVENT)) || handle[63])
+		return CUDA_ERROR_INVALID_VALUE;
+	e = obj_new(ex, SIM_EVENT, ex->cur);
+	if (!e)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	e->u.event.flags = CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING;
+	*event = e->handle;
+	return CUDA_SUCCESS;
+}
+
 /* Generic calls numbered from 200 (issue 13's second half). */
 static int32_t sim_driver_call_more(struct pvgpu_exec *ex,
 				    const struct pvgpu_generic_fn *f, uint64_t *a)
@@ -3989,6 +4026,8 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.ipc_get		= sim_ipc_get,
 	.ipc_open		= sim_ipc_open,
 	.ipc_close		= sim_ipc_close,
+	.ipc_event_get		= sim_ipc_event_get,
+	.ipc_event_open		= sim_ipc_event_open,
 	.graph_add_node		= sim_graph_add_node,
 	.graph_kernel_node_set	= sim_graph_kernel_node_set,
 	.graph_add_deps		= sim_graph_add_deps,

@@ -2411,6 +2411,51 @@ static int32_t cuda_ipc_close(struct pvgpu_exec *ex, uint64_t dptr)
 	return close_ ? close_((CUdeviceptr)dptr) : CUDA_ERROR_NOT_SUPPORTED;
 }
 
+/* CUDA IPC of events: an event of this executor's, made interprocess. */
+static int32_t cuda_ipc_event_get(struct pvgpu_exec *ex, uint64_t event, uint8_t handle[64])
+{
+	CUresult (*get)(CUipcEventHandle *, CUevent);
+	CUipcEventHandle h;
+	CUresult r;
+
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!handle_find(ex, event, CUDA_EVENT))
+		return CUDA_ERROR_INVALID_HANDLE;
+	*(void **)&get = dlsym(ex->lib, "cuIpcGetEventHandle");
+	if (!get)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	r = get(&h, to_event(event));
+	if (!r)
+		memcpy(handle, h.reserved, 64);
+	return r;
+}
+
+static int32_t cuda_ipc_event_open(struct pvgpu_exec *ex, const uint8_t handle[64],
+				   uint64_t *event)
+{
+	CUresult (*open)(CUevent *, CUipcEventHandle);
+	CUipcEventHandle h;
+	CUevent e = NULL;
+	CUresult r;
+
+	if (!ex || !ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	*(void **)&open = dlsym(ex->lib, "cuIpcOpenEventHandle");
+	if (!open)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	memcpy(h.reserved, handle, 64);
+	r = open(&e, h);
+	if (r)
+		return r;
+	if (handle_add(ex, (uint64_t)(uintptr_t)e, CUDA_EVENT, ex->cur, 0)) {
+		ex->api.event_destroy(e);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	*event = (uint64_t)(uintptr_t)e;
+	return CUDA_SUCCESS;
+}
+
 const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.name			= "cuda",
 	.open			= cuda_open,
@@ -2478,6 +2523,8 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.ipc_get		= cuda_ipc_get,
 	.ipc_open		= cuda_ipc_open,
 	.ipc_close		= cuda_ipc_close,
+	.ipc_event_get		= cuda_ipc_event_get,
+	.ipc_event_open		= cuda_ipc_event_open,
 	.graph_add_node		= cuda_graph_add_node,
 	.graph_kernel_node_set	= cuda_graph_kernel_node_set,
 	.graph_add_deps		= cuda_graph_add_deps,
