@@ -9,6 +9,7 @@
  * function.
  */
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,46 @@ CUresult cu_generic_stream(CUstream s, int ptsz, struct cu_ctx **ctx,
 	return cu_stream_resolve(s, ctx, remote);
 }
 
+/*
+ * Virtual memory calls that NVIDIA's driver takes without a current
+ * context (NVIDIA's memMapIPCDrv makes and releases its allocations after
+ * destroying its contexts): without one they go through the device's
+ * primary context on the backend (every context of a device is one there),
+ * the device being the allocation properties' where they name one.
+ */
+static int ctxless(uint32_t id)
+{
+	switch (id) {
+	case PVGPU_GENERIC_cuMemGetAllocationGranularity:
+	case PVGPU_GENERIC_cuMemCreate:
+	case PVGPU_GENERIC_cuMemRelease:
+	case PVGPU_GENERIC_cuMemGetAllocationPropertiesFromHandle:
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+CUresult cu_op_device(struct cu_op *op, int device)
+{
+	struct cu_ctx *cur = cu_current();
+
+	if (cur && cur->alive)
+		return cu_op_begin(op, cur);
+	if (!cu.initialized)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!cu.ndevices)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (device < 0 || device >= cu.ndevices)
+		device = 0;
+	return cu_op_begin(op, cu_primary(device));
+}
+
+static CUresult cu_op_ctxless(struct cu_op *op, uint32_t id, int device)
+{
+	return ctxless(id) ? cu_op_device(op, device) : cu_op_current(op);
+}
+
 CUresult cu_generic_call(uint32_t id, const char *name, int async,
 			 struct cu_ctx *ctx, uint64_t *a, uint32_t n)
 {
@@ -46,7 +87,7 @@ CUresult cu_generic_call(uint32_t id, const char *name, int async,
 
 	if (n > 8)		/* ops.spec: args max=8 */
 		return CUDA_ERROR_INVALID_VALUE;
-	r = ctx ? cu_op_begin(&op, ctx) : cu_op_current(&op);
+	r = ctx ? cu_op_begin(&op, ctx) : cu_op_ctxless(&op, id, 0);
 	if (r)
 		return r;
 	if (async) {
@@ -88,6 +129,7 @@ CUresult cu_generic_call_data(uint32_t id, const char *name, struct cu_ctx *ctx,
 						  .input = in, .input_len = nin };
 	struct pvgpu_driver_call_data_rep *rep;
 	struct cu_op op;
+	int dev = 0;
 	CUresult r;
 	int32_t st;
 
@@ -96,7 +138,12 @@ CUresult cu_generic_call_data(uint32_t id, const char *name, struct cu_ctx *ctx,
 	rep = calloc(1, sizeof(*rep));
 	if (!rep)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	r = ctx ? cu_op_begin(&op, ctx) : cu_op_current(&op);
+	/* A CUmemAllocationProp (the only structure of the calls that may
+	 * come without a context) names its device in location.id. */
+	if (!ctx && nin >= offsetof(CUmemAllocationProp, location) + sizeof(CUmemLocation))
+		memcpy(&dev, (const uint8_t *)in + offsetof(CUmemAllocationProp, location.id),
+		       sizeof(dev));
+	r = ctx ? cu_op_begin(&op, ctx) : cu_op_ctxless(&op, id, dev);
 	if (r) {
 		free(rep);
 		return r;

@@ -5,8 +5,11 @@
  * in a session of the same VM.  An opened allocation is device memory of
  * this process (for the guest's range checks) until it is closed.
  */
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "cuda_internal.h"	/* cuda.h, as the driver is built */
 #include "pvgpu_guest.h"
@@ -141,5 +144,48 @@ CUresult CUDAAPI cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)
 	ev->remote = rep.event;
 	ev->flags = CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING;
 	*phEvent = (CUevent)ev;
+	return CUDA_SUCCESS;
+}
+
+/*
+ * Shareable handles (POSIX file descriptors) of VMM memory and memory
+ * pools: a sealed memfd holding a header and the token, so the program can
+ * pass it to another process (SCM_RIGHTS, fork) as it would the driver's.
+ * Holding the descriptor grants nothing by itself: the backend honours
+ * the token only for a session of the exporter's VM.
+ */
+#define SHAREABLE_MAGIC	"pvgpu-shareable"
+struct shareable {
+	char magic[16];
+	uint32_t kind;
+	uint32_t zero;
+	uint8_t token[CU_SHAREABLE_TOKEN];
+};
+
+int cu_shareable_fd(uint32_t kind, const uint8_t token[CU_SHAREABLE_TOKEN])
+{
+	struct shareable s = { .kind = kind };
+	int fd = memfd_create("pvgpu-shareable", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+	if (fd < 0)
+		return -1;
+	memcpy(s.magic, SHAREABLE_MAGIC, sizeof(SHAREABLE_MAGIC));
+	memcpy(s.token, token, sizeof(s.token));
+	if (pwrite(fd, &s, sizeof(s), 0) != (ssize_t)sizeof(s) ||
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL)) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+CUresult cu_shareable_read(int fd, uint32_t kind, uint8_t token[CU_SHAREABLE_TOKEN])
+{
+	struct shareable s;
+
+	if (fd < 0 || pread(fd, &s, sizeof(s), 0) != (ssize_t)sizeof(s) ||
+	    memcmp(s.magic, SHAREABLE_MAGIC, sizeof(SHAREABLE_MAGIC)) || s.kind != kind)
+		return CUDA_ERROR_INVALID_VALUE;
+	memcpy(token, s.token, CU_SHAREABLE_TOKEN);
 	return CUDA_SUCCESS;
 }

@@ -90,14 +90,15 @@ struct pvgpu_slot {
 };
 
 /*
- * One allocation exported with cuIpcGetMemHandle, or event with
- * cuIpcGetEventHandle (ipc_registry.c): the driver's handle, the VM and
+ * One allocation exported with cuIpcGetMemHandle, event with
+ * cuIpcGetEventHandle or physical memory with cuMemExportToShareableHandle
+ * (ipc_registry.c): the driver's handle, the VM and
  * session that exported it, and the token the guest was given instead.
  * An entry whose session has ended is free.
  */
 #define PVGPU_MAX_IPC		256
 #define PVGPU_IPC_TOKEN		16
-enum pvgpu_ipc_kind { PVGPU_IPC_MEM = 1, PVGPU_IPC_EVENT = 2 };
+enum pvgpu_ipc_kind { PVGPU_IPC_MEM = 1, PVGPU_IPC_EVENT = 2, PVGPU_IPC_VMM = 3 };
 struct pvgpu_ipc_entry {
 	uint64_t session_id;		/* 0: unused */
 	int32_t vm;

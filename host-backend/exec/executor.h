@@ -362,6 +362,13 @@ struct pvgpu_executor_ops {
 	int32_t (*ipc_event_get)(struct pvgpu_exec *ex, uint64_t event, uint8_t handle[64]);
 	int32_t (*ipc_event_open)(struct pvgpu_exec *ex, const uint8_t handle[64],
 				  uint64_t *event);
+	/* VMM shareable handles: 64 bytes by which another worker of the
+	 * host reaches physical memory (a cuMemCreate handle of this
+	 * executor's); a handle of this executor's to the memory behind them
+	 * and its size (cuMemRelease frees it).  NULL: not supported. */
+	int32_t (*vmm_export)(struct pvgpu_exec *ex, uint64_t mem, uint8_t handle[64]);
+	int32_t (*vmm_import)(struct pvgpu_exec *ex, const uint8_t handle[64],
+			      uint64_t *mem, uint64_t *size);
 
 	/*
 	 * Explicit graph nodes (NULL: not supported).  graph and exec are

@@ -545,3 +545,28 @@ def test_ipc_event_within_a_vm_and_not_across(start_pvgpud, libdir, short_tmp):
         exporter.stdin.write("\n")
         exporter.stdin.close()
         exporter.wait(timeout=30)
+
+
+def test_vmm_shareable_fd_within_a_vm_and_not_across(start_pvgpud, libdir, short_tmp):
+    """As NVIDIA's memMapIPCDrv: physical memory made and exported with no
+    context current, its POSIX descriptor passed with SCM_RIGHTS; a process
+    of the same VM imports, maps and sees the exporter's bytes, and the
+    exporter sees what it wrote; a process of another VM imports nothing,
+    nor does a descriptor that is not a shareable handle."""
+    policy = short_tmp / "policy.ini"
+    policy.write_text(f"[default]\npolicy = refuse\n\n[vm alice]\nuid = {os.getuid()}\n\n"
+                      f"[vm bob]\ntoken = {BOB_TOKEN}\n")
+    d = start_pvgpud("sim", extra_args=("--config", str(policy)))
+    e = {k: v for k, v in os.environ.items()
+         if k not in ("PVGPU_DEVICES", "LD_LIBRARY_PATH", "PVGPU_TOKEN")}
+    e.update(LD_LIBRARY_PATH=str(libdir), PVGPU_DEVICES=d.unix)
+    asan = asan_runtime()
+    if asan:
+        e.update(LD_PRELOAD=asan, ASAN_OPTIONS="detect_leaks=0")
+    res = subprocess.run(["python3", str(REPO / "tests" / "integration" / "share_vmm.py"),
+                          str(LIBCUDA), "parent", d.unix, d.tcp, BOB_TOKEN],
+                         env=e, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr + d.log()[-2000:]
+    assert res.stdout.split("|") == ["0 0x5678 0", "1", "0xabcd", "1", "0\n"], \
+        res.stdout + d.log()[-2000:]
+    assert "vm bob" in d.log()

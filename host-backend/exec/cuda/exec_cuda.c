@@ -15,15 +15,20 @@
  * handles, and a stale or forged one must fail, not crash the worker.
  */
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cuda.h>
 
 #include "executor.h"
+#include "log.h"
 #include "pvgpu_generic.h"
 
 #define CUDA_LIB		"libcuda.so.1"
@@ -2456,6 +2461,76 @@ static int32_t cuda_ipc_event_open(struct pvgpu_exec *ex, const uint8_t handle[6
 	return CUDA_SUCCESS;
 }
 
+/*
+ * VMM shareable handles between workers: the driver's POSIX file
+ * descriptor stays open in the exporting worker (until it exits), and the
+ * handle names the worker and descriptor; an importing worker (of the same
+ * VM: the registry sees to it) takes a copy with pidfd_getfd(2).  That
+ * needs ptrace access to the exporter, which Yama's ptrace_scope 1 grants
+ * only to ancestors and named tracers: the exporter names pvgpud, so
+ * pvgpud's workers (its descendants) may, and no other process.
+ */
+#define CUDA_VMM_HANDLE	"pvgpu-cuda-vmm"
+static int32_t cuda_vmm_export(struct pvgpu_exec *ex, uint64_t mem, uint8_t handle[64])
+{
+	CUresult (*export_)(void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType,
+			    unsigned long long);
+	int fd = -1;
+	CUresult r;
+
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	*(void **)&export_ = dlsym(ex->lib, "cuMemExportToShareableHandle");
+	if (!export_)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	r = export_(&fd, (CUmemGenericAllocationHandle)mem,
+		    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+	if (r)
+		return r;
+	if (prctl(PR_SET_PTRACER, (unsigned long)getppid(), 0, 0, 0) && errno != EINVAL)
+		log_debug("vmm export: PR_SET_PTRACER: %s", strerror(errno));
+	memset(handle, 0, 64);
+	snprintf((char *)handle, 64, CUDA_VMM_HANDLE " %d %d", (int)getpid(), fd);
+	return CUDA_SUCCESS;
+}
+
+static int32_t cuda_vmm_import(struct pvgpu_exec *ex, const uint8_t handle[64],
+			       uint64_t *mem, uint64_t *size)
+{
+	CUresult (*import_)(CUmemGenericAllocationHandle *, void *, CUmemAllocationHandleType);
+	CUmemGenericAllocationHandle h = 0;
+	char text[64];
+	int pid, fd, pidfd, copy;
+	CUresult r;
+
+	if (!ex || !ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	memcpy(text, handle, sizeof(text));
+	text[63] = '\0';
+	if (sscanf(text, CUDA_VMM_HANDLE " %d %d", &pid, &fd) != 2)
+		return CUDA_ERROR_INVALID_VALUE;
+	*(void **)&import_ = dlsym(ex->lib, "cuMemImportFromShareableHandle");
+	if (!import_)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	copy = pidfd < 0 ? -1 : (int)syscall(SYS_pidfd_getfd, pidfd, fd, 0);
+	if (copy < 0) {
+		log_warn("vmm import: cannot take the exporting worker's descriptor: %s",
+			 strerror(errno));
+		if (pidfd >= 0)
+			close(pidfd);
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	close(pidfd);
+	r = import_(&h, (void *)(uintptr_t)copy, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	close(copy);
+	if (r)
+		return r;
+	*mem = (uint64_t)h;
+	*size = 0;	/* the registry's (the exporter's cuMemCreate size) */
+	return CUDA_SUCCESS;
+}
+
 const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.name			= "cuda",
 	.open			= cuda_open,
@@ -2525,6 +2600,8 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.ipc_close		= cuda_ipc_close,
 	.ipc_event_get		= cuda_ipc_event_get,
 	.ipc_event_open		= cuda_ipc_event_open,
+	.vmm_export		= cuda_vmm_export,
+	.vmm_import		= cuda_vmm_import,
 	.graph_add_node		= cuda_graph_add_node,
 	.graph_kernel_node_set	= cuda_graph_kernel_node_set,
 	.graph_add_deps		= cuda_graph_add_deps,
