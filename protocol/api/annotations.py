@@ -81,6 +81,7 @@ cuLinkAddFile_v2 cuLinkComplete cuLinkDestroy
 cuIpcGetMemHandle cuIpcOpenMemHandle cuIpcOpenMemHandle_v2 cuIpcCloseMemHandle
 cuIpcGetEventHandle cuIpcOpenEventHandle
 cuMemExportToShareableHandle cuMemImportFromShareableHandle
+cuMemPoolExportPointer cuMemPoolImportPointer
 cuGraphAddKernelNode cuGraphAddKernelNode_v2 cuGraphAddMemcpyNode cuGraphAddMemsetNode
 cuGraphAddEmptyNode cuGraphAddNode cuGraphAddNode_v2
 cuGraphAddDependencies cuGraphAddDependencies_v2
@@ -129,6 +130,7 @@ cuThreadExchangeStreamCaptureMode
 cuOccupancyMaxPotentialBlockSize cuOccupancyMaxPotentialBlockSizeWithFlags
 cuDeviceSetMemPool cuMemPoolCreate cuMemPoolDestroy cuMemPoolSetAttribute
 cuMemPoolGetAttribute cuMemPoolTrimTo cuMemPoolSetAccess cuMemPoolGetAccess
+cuMemPoolExportToShareableHandle cuMemPoolImportFromShareableHandle
 """
 
 # Forwarded by the generic driver call (protocol/api/gen_generic.py): one

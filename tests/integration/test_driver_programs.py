@@ -547,12 +547,10 @@ def test_ipc_event_within_a_vm_and_not_across(start_pvgpud, libdir, short_tmp):
         exporter.wait(timeout=30)
 
 
-def test_vmm_shareable_fd_within_a_vm_and_not_across(start_pvgpud, libdir, short_tmp):
-    """As NVIDIA's memMapIPCDrv: physical memory made and exported with no
-    context current, its POSIX descriptor passed with SCM_RIGHTS; a process
-    of the same VM imports, maps and sees the exporter's bytes, and the
-    exporter sees what it wrote; a process of another VM imports nothing,
-    nor does a descriptor that is not a shareable handle."""
+def share(start_pvgpud, libdir, short_tmp, script):
+    """Run a share_*.py script as Alice (unix socket) whose children are
+    one process of Alice's VM and one of Bob's (tcp, token); its output
+    split at "|"."""
     policy = short_tmp / "policy.ini"
     policy.write_text(f"[default]\npolicy = refuse\n\n[vm alice]\nuid = {os.getuid()}\n\n"
                       f"[vm bob]\ntoken = {BOB_TOKEN}\n")
@@ -563,10 +561,30 @@ def test_vmm_shareable_fd_within_a_vm_and_not_across(start_pvgpud, libdir, short
     asan = asan_runtime()
     if asan:
         e.update(LD_PRELOAD=asan, ASAN_OPTIONS="detect_leaks=0")
-    res = subprocess.run(["python3", str(REPO / "tests" / "integration" / "share_vmm.py"),
+    res = subprocess.run(["python3", str(REPO / "tests" / "integration" / script),
                           str(LIBCUDA), "parent", d.unix, d.tcp, BOB_TOKEN],
                          env=e, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stdout + res.stderr + d.log()[-2000:]
-    assert res.stdout.split("|") == ["0 0x5678 0", "1", "0xabcd", "1", "0\n"], \
-        res.stdout + d.log()[-2000:]
     assert "vm bob" in d.log()
+    return res.stdout.strip().split("|")
+
+
+def test_vmm_shareable_fd_within_a_vm_and_not_across(start_pvgpud, libdir, short_tmp):
+    """As NVIDIA's memMapIPCDrv: physical memory made and exported with no
+    context current, its POSIX descriptor passed with SCM_RIGHTS; a process
+    of the same VM imports, maps and sees the exporter's bytes, and the
+    exporter sees what it wrote; a process of another VM imports nothing,
+    nor does a descriptor that is not a shareable handle."""
+    assert share(start_pvgpud, libdir, short_tmp, "share_vmm.py") == \
+        ["0 0x5678 0", "1", "0xabcd", "1", "0"]
+
+
+def test_pool_shareable_fd_within_a_vm_and_not_across(start_pvgpud, libdir, short_tmp):
+    """As NVIDIA's streamOrderedAllocationIPC: a pool made with POSIX
+    descriptor handles is exported (one without handle types is not), its
+    descriptor passed with SCM_RIGHTS and a pointer's export data with it;
+    a process of the same VM imports both, sees and changes the bytes and
+    frees the pointer once; another VM's process imports the pool but not
+    the pointer."""
+    assert share(start_pvgpud, libdir, short_tmp, "share_pool.py") == \
+        ["1", "0 0 0x9abc 0 1", "0 1", "0x1111", "0", "0"]
