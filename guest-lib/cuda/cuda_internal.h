@@ -256,6 +256,8 @@ int cu_host_find(const void *ptr, struct cu_host *out);
 /* Module/kernel layer. */
 /* cuModuleLoadDataEx: PTX with JIT options through the backend's linker
  * (cuda_link.c), anything else as cuModuleLoadData. */
+/* A module of ctx that the backend loaded as remote (cuda_module.c). */
+CUresult cu_module_adopt(struct cu_ctx *ctx, uint64_t remote, CUmodule *out);
 CUresult cu_module_load_jit(CUmodule *module, const void *image, unsigned int n,
 			    CUjit_option *options, void **values);
 CUresult cu_library_load(const void *image, CUlibrary *out);

@@ -342,6 +342,14 @@ struct pvgpu_executor_ops {
 	 * on failure too.  NULL: not supported.
 	 */
 	int32_t (*link)(struct pvgpu_exec *ex, struct pvgpu_link *l);
+	/*
+	 * cuModuleLoadDataEx of PTX in the current context: the image is
+	 * l->data (one input of l->input_size[0] bytes, NUL-terminated), the
+	 * options, logs and results as for link; a module as module_load's.
+	 * NULL: not supported.
+	 */
+	int32_t (*module_load_jit)(struct pvgpu_exec *ex, struct pvgpu_link *l,
+				   uint64_t *module);
 
 	/* The device address of registered host memory p (host_register).
 	 * NULL: not supported. */

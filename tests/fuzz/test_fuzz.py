@@ -157,7 +157,10 @@ def seeds():
     link = (W.message("link_complete", 33, opt_key=[2, 3, 4], opt_value=[0, 1, 256],
                       input_type=[1], input_size=[len(ptx)], size=len(ptx))
             + W.data_frames(ptx, 33)
-            + W.message("link_fetch", 34, link=(1 << 24) | 3, size=len(ptx)))
+            + W.message("link_fetch", 34, link=(1 << 24) | 3, size=len(ptx))
+            + W.message("module_load_jit", 35, opt_key=[2, 3, 4, 0], opt_value=[0, 1, 64, 32],
+                        size=len(ptx))
+            + W.data_frames(ptx, 35))
     # Virtual memory: a range reserved, physical memory made (its
     # CUmemAllocationProp: pinned, device 0), mapped, given access,
     # unmapped, released, the range freed.

@@ -270,6 +270,31 @@ def test_link_inputs_checked_by_the_worker(daemon):
     s.close()
 
 
+def test_module_load_jit_checked_by_the_worker(daemon):
+    """cuModuleLoadDataEx's op: PTX with options loads as a module (the
+    driver's own load, logs and results back); an option whose value would
+    be a pointer, PTX whose NUL is not where the guest said, or a size
+    past the limit, are refused and the session goes on."""
+    s = raw_session(daemon)
+    ptx = PTX.read_bytes() + b"\0"
+    # CU_JIT_WALL_TIME, INFO_LOG_BUFFER(_SIZE_BYTES) and MAX_REGISTERS.
+    good = dict(opt_key=[2, 3, 4, 0], opt_value=[0, 1, 64, 32], size=len(ptx))
+    st, _, out, _ = s.call("module_load_jit", data_in=ptx, **good)
+    assert st == 0 and out["module"], out
+    assert out["info_log"].startswith(b"sim link") and len(out["info_log"]) < 64
+    assert out["opt_result"][2] == len(out["info_log"]) + 1 and out["opt_result"][3] == 32
+    assert s.call("module_get_function", module=out["module"], name="vec_add")[0] == 0
+    assert s.call("module_unload", module=out["module"])[0] == 0
+    for bad, data in ((dict(good, opt_key=[17], opt_value=[0x41414141]), ptx),
+                      (dict(good, opt_key=[2, 3]), ptx),
+                      (dict(good), ptx[:-1] + b"x"),
+                      (dict(good, size=len(ptx) + 1), ptx + b"\0")):
+        assert s.call("module_load_jit", data_in=data, **bad)[0] in (1, 200), bad
+    st, _, out, _ = s.call("module_load_jit", data_in=ptx, **good)
+    assert st == 0 and out["module"]
+    s.close()
+
+
 def test_zero_copy_over_a_window(daemon, libdir):
     """Over shm:// the window's pinned memory is the GPU's too: the kernel
     writes into the program's host memory, which it reads directly."""

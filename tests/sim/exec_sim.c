@@ -3947,6 +3947,20 @@ static int32_t sim_vmm_import(struct pvgpu_exec *ex, const uint8_t handle[64],
 	return CUDA_SUCCESS;
 }
 
+/* cuModuleLoadDataEx of PTX with options: the sim's linker gives the
+ * logs and results, its module loader the module. */
+static int32_t sim_module_load_jit(struct pvgpu_exec *ex, struct pvgpu_link *l,
+				   uint64_t *module)
+{
+	int32_t rc = pvgpu_sim_link(ex, l);
+
+	if (!rc)
+		rc = sim_module_load(ex, l->image, l->image_size, module);
+	free(l->image);
+	l->image = NULL;
+	return rc;
+}
+
 /* Generic calls numbered from 200 (issue 13's second half). */
 static int32_t sim_driver_call_more(struct pvgpu_exec *ex,
 				    const struct pvgpu_generic_fn *f, uint64_t *a)
@@ -4120,6 +4134,7 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.surf_destroy		= sim_surf_destroy,
 	.driver_call		= sim_driver_call,
 	.link			= pvgpu_sim_link,
+	.module_load_jit	= sim_module_load_jit,
 	.host_device_pointer	= sim_host_device_pointer,
 	.ipc_get		= sim_ipc_get,
 	.ipc_open		= sim_ipc_open,

@@ -2288,6 +2288,30 @@ static int32_t cuda_driver_call(struct pvgpu_exec *ex,
 	return pvgpu_cuda_generic_invoke(ex->generic_fp[f->id], f, a);
 }
 
+/* The driver's JIT options from the checked ones in l: the log buffers are
+ * l's own. */
+static void jit_options(struct pvgpu_link *l, CUjit_option *keys, void **vals)
+{
+	for (uint32_t i = 0; i < l->nopts; i++) {
+		keys[i] = (CUjit_option)l->opt_key[i];
+		vals[i] = keys[i] == CU_JIT_INFO_LOG_BUFFER ? (void *)l->info_log :
+			  keys[i] == CU_JIT_ERROR_LOG_BUFFER ? (void *)l->error_log :
+			  (void *)(uintptr_t)l->opt_value[i];
+	}
+}
+
+/* Results: what the driver wrote over the values (a float's bits for the
+ * wall time, sizes for the logs). */
+static void jit_results(struct pvgpu_link *l, const CUjit_option *keys, void *const *vals)
+{
+	for (uint32_t i = 0; i < l->nopts; i++) {
+		if (keys[i] == CU_JIT_INFO_LOG_BUFFER || keys[i] == CU_JIT_ERROR_LOG_BUFFER)
+			l->opt_value[i] = 0;
+		else
+			l->opt_value[i] = (uint64_t)(uintptr_t)vals[i];
+	}
+}
+
 /* JIT linking: NVIDIA's linker in the current context, the worker having
  * checked every option (session/link.c); the log buffers are ours. */
 static int32_t cuda_link(struct pvgpu_exec *ex, struct pvgpu_link *l)
@@ -2315,12 +2339,7 @@ static int32_t cuda_link(struct pvgpu_exec *ex, struct pvgpu_link *l)
 	*(void **)&destroy = dlsym(ex->lib, "cuLinkDestroy");
 	if (!create || !add || !complete || !destroy)
 		return CUDA_ERROR_NOT_SUPPORTED;
-	for (uint32_t i = 0; i < l->nopts; i++) {
-		keys[i] = (CUjit_option)l->opt_key[i];
-		vals[i] = keys[i] == CU_JIT_INFO_LOG_BUFFER ? (void *)l->info_log :
-			  keys[i] == CU_JIT_ERROR_LOG_BUFFER ? (void *)l->error_log :
-			  (void *)(uintptr_t)l->opt_value[i];
-	}
+	jit_options(l, keys, vals);
 	r = create(l->nopts, keys, vals, &state);
 	if (r)
 		return r;
@@ -2339,15 +2358,39 @@ static int32_t cuda_link(struct pvgpu_exec *ex, struct pvgpu_link *l)
 		l->image_size = l->image ? size : 0;
 		r = l->image ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	/* Results: what the linker wrote over the values. */
-	for (uint32_t i = 0; i < l->nopts; i++) {
-		if (keys[i] == CU_JIT_INFO_LOG_BUFFER || keys[i] == CU_JIT_ERROR_LOG_BUFFER)
-			l->opt_value[i] = 0;
-		else
-			l->opt_value[i] = (uint64_t)(uintptr_t)vals[i];
-	}
+	jit_results(l, keys, vals);
 	destroy(state);
 	return r;
+}
+
+/* cuModuleLoadDataEx of PTX, with the options as the guest gave them. */
+static int32_t cuda_module_load_jit(struct pvgpu_exec *ex, struct pvgpu_link *l,
+				    uint64_t *module)
+{
+	CUresult (*load)(CUmodule *, const void *, unsigned int, CUjit_option *, void **);
+	CUjit_option keys[PVGPU_LINK_MAX_OPTS];
+	void *vals[PVGPU_LINK_MAX_OPTS];
+	CUmodule m;
+	CUresult r;
+
+	if (!ex || !l || l->nopts > PVGPU_LINK_MAX_OPTS || l->ninputs != 1 || !module)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	*(void **)&load = dlsym(ex->lib, "cuModuleLoadDataEx");
+	if (!load)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	jit_options(l, keys, vals);
+	r = load(&m, l->data, l->nopts, keys, vals);
+	jit_results(l, keys, vals);
+	if (r)
+		return r;
+	if (handle_add(ex, (uint64_t)(uintptr_t)m, CUDA_MODULE, ex->cur, 0)) {
+		ex->api.module_unload(m);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	*module = (uint64_t)(uintptr_t)m;
+	return CUDA_SUCCESS;
 }
 
 /* Registered host memory's device address (UVA: usually the same). */
@@ -2594,6 +2637,7 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.surf_destroy		= cuda_surf_destroy,
 	.driver_call		= cuda_driver_call,
 	.link			= cuda_link,
+	.module_load_jit	= cuda_module_load_jit,
 	.host_device_pointer	= cuda_host_device_pointer,
 	.ipc_get		= cuda_ipc_get,
 	.ipc_open		= cuda_ipc_open,
