@@ -270,6 +270,18 @@ def test_link_inputs_checked_by_the_worker(daemon):
     s.close()
 
 
+def test_ipc_between_two_processes(daemon, libdir):
+    """The driver-API program of the GPU tests for CUDA IPC, over the sim:
+    a forked child opens the parent's interprocess event, device memory,
+    VMM memory (descriptor over SCM_RIGHTS, made with no context current)
+    and pool allocation, reads them and writes back what the parent sees."""
+    out = passed(run_driver("ipcshare", libdir, daemon.unix), daemon)
+    assert out[1:] == ["child: event opened, memory 0x1234", "child: vmm memory 0x5678",
+                       "child: pool memory 0x9abc", "child: done",
+                       "parent: memory 0xabcd, vmm memory 0xbcde, pool memory 0xcdef",
+                       "PASS"], out
+
+
 def test_module_load_jit_checked_by_the_worker(daemon):
     """cuModuleLoadDataEx's op: PTX with options loads as a module (the
     driver's own load, logs and results back); an option whose value would

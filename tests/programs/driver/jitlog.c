@@ -13,14 +13,14 @@
 static const char old_ptx[] =
 	"\t.version 1.4\n"
 	"\t.target sm_10, map_f64_to_f32\n"
-	"\t.entry fill (\n"
-	"\t\t.param .u64 __cudaparm_fill_p,\n"
-	"\t\t.param .u32 __cudaparm_fill_v)\n"
+	"\t.entry jit_fill (\n"
+	"\t\t.param .u64 __cudaparm_jit_fill_p,\n"
+	"\t\t.param .u32 __cudaparm_jit_fill_v)\n"
 	"\t{\n"
 	"\t.reg .u32 %r<4>;\n"
 	"\t.reg .u64 %rd<5>;\n"
-	"\tld.param.u64 \t%rd1, [__cudaparm_fill_p];\n"
-	"\tld.param.u32 \t%r1, [__cudaparm_fill_v];\n"
+	"\tld.param.u64 \t%rd1, [__cudaparm_jit_fill_p];\n"
+	"\tld.param.u32 \t%r1, [__cudaparm_jit_fill_v];\n"
 	"\tmov.u32 \t%r2, %tid.x;\n"
 	"\tcvt.u64.u32 \t%rd2, %r2;\n"
 	"\tmul.lo.u64 \t%rd3, %rd2, 4;\n"
@@ -73,7 +73,7 @@ int main(int argc, char **argv)
 		       (int)r, memchr(info, 0, 1024) != NULL, (size_t)vals[0] <= 1024);
 		DRV_EXPECT(r == CUDA_SUCCESS);
 	}
-	DRV(cuModuleGetFunction(&f, mod, "fill"));
+	DRV(cuModuleGetFunction(&f, mod, "jit_fill"));
 	DRV(cuMemAlloc(&d, sizeof(out)));
 	{
 		void *args[] = { &d, &v };
@@ -81,7 +81,7 @@ int main(int argc, char **argv)
 		DRV(cuLaunchKernel(f, 1, 1, 1, 64, 1, 1, 0, NULL, args, NULL));
 	}
 	DRV(cuMemcpyDtoH(out, d, sizeof(out)));
-	printf("fill: out[0] = %u, out[63] = %u\n", out[0], out[63]);
+	printf("jit_fill: out[0] = %u, out[63] = %u\n", out[0], out[63]);
 	DRV_EXPECT(out[0] == 100 && out[63] == 163);
 	DRV(cuModuleUnload(mod));
 
