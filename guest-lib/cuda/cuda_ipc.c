@@ -15,6 +15,16 @@
 #include "pvgpu_guest.h"
 #include "pvgpu_proto.h"
 
+/* The backend's token, whole, into a handle's 64 bytes. */
+static CUresult take_handle(CUresult r, const uint8_t *token, uint32_t len, char out[64])
+{
+	if (!r && len != 64)
+		r = CUDA_ERROR_UNKNOWN;
+	if (!r)
+		memcpy(out, token, 64);
+	return r;
+}
+
 CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr dptr)
 {
 	struct pvgpu_ipc_get_mem_handle_req req = { .dptr = dptr };
@@ -29,11 +39,7 @@ CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr dptr)
 		return r;
 	r = cu_status(pvgpu_call_ipc_get_mem_handle(op.client, &req, &rep));
 	cu_op_end(&op);
-	if (!r && rep.handle_len != sizeof(handle->reserved))
-		r = CUDA_ERROR_UNKNOWN;
-	if (!r)
-		memcpy(handle->reserved, rep.handle, sizeof(handle->reserved));
-	return r;
+	return take_handle(r, rep.handle, rep.handle_len, handle->reserved);
 }
 
 CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle,
@@ -107,11 +113,7 @@ CUresult CUDAAPI cuIpcGetEventHandle(CUipcEventHandle *handle, CUevent event)
 		return r;
 	r = cu_status(pvgpu_call_ipc_get_event_handle(op.client, &req, &rep));
 	cu_op_end(&op);
-	if (!r && rep.handle_len != sizeof(handle->reserved))
-		r = CUDA_ERROR_UNKNOWN;
-	if (!r)
-		memcpy(handle->reserved, rep.handle, sizeof(handle->reserved));
-	return r;
+	return take_handle(r, rep.handle, rep.handle_len, handle->reserved);
 }
 
 CUresult CUDAAPI cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)

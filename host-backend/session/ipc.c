@@ -121,7 +121,7 @@ int32_t pvgpu_handle_ipc_open_event_handle(struct pvgpu_worker *w,
 					   struct pvgpu_ipc_open_event_handle_rep *rep)
 {
 	uint8_t handle[64];
-	uint64_t size = 0, event = 0, id;
+	uint64_t size = 0, event = 0;
 	int32_t st;
 
 	if (!w->ex)
@@ -137,15 +137,7 @@ int32_t pvgpu_handle_ipc_open_event_handle(struct pvgpu_worker *w,
 	if (!w->ex_ops->ipc_event_open)
 		return CUDA_ERROR_NOT_SUPPORTED;
 	st = w->ex_ops->ipc_event_open(w->ex, handle, &event);
-	if (st)
-		return st;
-	id = pvgpu_handle_add(&w->handles, H_EVENT, event, w->cur_ctx, 0);
-	if (!id) {
-		w->ex_ops->event_destroy(w->ex, event);
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	}
-	rep->event = id;
-	return CUDA_SUCCESS;
+	return st ? st : pvgpu_event_keep(w, event, &rep->event);
 }
 
 int32_t pvgpu_handle_vmm_export(struct pvgpu_worker *w,

@@ -3,21 +3,18 @@ a memory pool's shareable descriptor (SCM_RIGHTS) and an exported pointer
 go from one process to another of the same VM, which imports, reads, writes
 and frees them; a process of another VM imports the pool but not the
 pointer: python3 share_pool.py LIBCUDA parent URI OTHER_URI OTHER_TOKEN."""
-import ctypes, os, socket, subprocess, sys
+import ctypes, sys
+
+import share_util
+from share_util import check, from_parent, to_children
 cu = ctypes.CDLL(sys.argv[1])
 vp, u64, sz = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t
 class Props(ctypes.Structure):
     _fields_ = [("alloc_type", ctypes.c_uint), ("handle_types", ctypes.c_uint),
                 ("ltype", ctypes.c_uint), ("lid", ctypes.c_int), ("security", vp),
                 ("max_size", sz), ("usage", ctypes.c_ushort), ("reserved", ctypes.c_ubyte * 54)]
-def check(r, what):
-    if r != 0:
-        print("FAIL", what, r, flush=True)
-        sys.exit(1)
 def word(p, off):
-    buf = (ctypes.c_uint * 1)()
-    check(cu.cuMemcpyDtoH_v2(buf, u64(p.value + off), sz(4)), "dtoh")
-    return hex(buf[0])
+    return share_util.word(cu, p, off)
 dev, ctx = ctypes.c_int(), vp()
 check(cu.cuInit(0), "init")
 check(cu.cuDeviceGet(ctypes.byref(dev), 0), "device")
@@ -35,27 +32,15 @@ if sys.argv[2] == "parent":
     check(cu.cuMemPoolExportToShareableHandle(ctypes.byref(fd), pool, 1, ctypes.c_ulonglong(0)), "export")
     data = (ctypes.c_ubyte * 64)()
     check(cu.cuMemPoolExportPointer(data, ptr), "export pointer")
-    for uri, token in ((sys.argv[3], ""), (sys.argv[4], sys.argv[5])):
-        mine, theirs = socket.socketpair()
-        env = dict(os.environ, PVGPU_DEVICES=uri)
-        env.pop("PVGPU_TOKEN", None)
-        if token:
-            env["PVGPU_TOKEN"] = token
-        child = subprocess.Popen([sys.executable, __file__, sys.argv[1], "child", str(theirs.fileno())],
-                                 pass_fds=[theirs.fileno()], env=env, stdout=subprocess.PIPE, text=True)
-        theirs.close()
-        socket.send_fds(mine, [bytes(data)], [fd.value])
-        out, _ = child.communicate(timeout=60)
-        outs.append(out.strip())
+    outs += to_children(__file__, sys.argv, bytes(data), fd.value)
     outs.append(word(ptr, 128))
     outs.append(str(cu.cuMemFreeAsync(ptr, None)))
     outs.append(str(cu.cuMemPoolDestroy(pool)))
     print("|".join(outs))
 else:
-    sock = socket.socket(fileno=int(sys.argv[3]))
-    msg, fds, _, _ = socket.recv_fds(sock, 64, 1)
+    msg, pool_fd = from_parent(int(sys.argv[3]), 64)
     pool, ptr = vp(), u64()
-    out = [str(cu.cuMemPoolImportFromShareableHandle(ctypes.byref(pool), vp(fds[0]), 1,
+    out = [str(cu.cuMemPoolImportFromShareableHandle(ctypes.byref(pool), vp(pool_fd), 1,
                                                      ctypes.c_ulonglong(0)))]
     data = (ctypes.c_ubyte * 64).from_buffer_copy(msg)
     r = cu.cuMemPoolImportPointer(ctypes.byref(ptr), pool, data)

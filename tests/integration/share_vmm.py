@@ -1,7 +1,10 @@
 """Run by test_driver_programs.py: VMM memory shared through a shareable
 file descriptor (SCM_RIGHTS) between processes of one VM, and refused to
 another VM: python3 share_vmm.py LIBCUDA parent URI OTHER_URI OTHER_TOKEN."""
-import ctypes, os, socket, subprocess, sys
+import ctypes, os, sys
+
+import share_util
+from share_util import check, from_parent, to_children
 cu = ctypes.CDLL(sys.argv[1])
 vp, u64, sz = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t
 class Prop(ctypes.Structure):
@@ -9,10 +12,6 @@ class Prop(ctypes.Structure):
                 ("lid", ctypes.c_int), ("meta", vp), ("flags", ctypes.c_ubyte * 8)]
 class Access(ctypes.Structure):
     _fields_ = [("ltype", ctypes.c_uint), ("lid", ctypes.c_int), ("flags", ctypes.c_uint)]
-def check(r, what):
-    if r != 0:
-        print("FAIL", what, r, flush=True)
-        sys.exit(1)
 dev, ctx = ctypes.c_int(), vp()
 check(cu.cuInit(0), "init")
 check(cu.cuDeviceGet(ctypes.byref(dev), 0), "device")
@@ -26,9 +25,7 @@ def mapped(h, size):
     return va
 
 def word(va, off):
-    buf = (ctypes.c_uint * 1)()
-    check(cu.cuMemcpyDtoH_v2(buf, u64(va.value + off), sz(4)), "dtoh")
-    return hex(buf[0])
+    return share_util.word(cu, va, off)
 
 if sys.argv[2] == "parent":
     # As NVIDIA's memMapIPCDrv: the memory is made and exported with no
@@ -46,19 +43,7 @@ if sys.argv[2] == "parent":
     va = mapped(h, size)
     check(cu.cuMemsetD32_v2(va, ctypes.c_uint(0x5678), sz(size // 4)), "memset")
     check(cu.cuCtxSynchronize(), "sync")
-    outs = []
-    for env_uri, token in ((sys.argv[3], ""), (sys.argv[4], sys.argv[5])):
-        mine, theirs = socket.socketpair()
-        env = dict(os.environ, PVGPU_DEVICES=env_uri)
-        env.pop("PVGPU_TOKEN", None)
-        if token:
-            env["PVGPU_TOKEN"] = token
-        child = subprocess.Popen([sys.executable, __file__, sys.argv[1], "child", str(theirs.fileno())],
-                                 pass_fds=[theirs.fileno()], env=env, stdout=subprocess.PIPE, text=True)
-        theirs.close()
-        socket.send_fds(mine, [b"h"], [fd.value])
-        out, _ = child.communicate(timeout=60)
-        outs.append(out.strip())
+    outs = to_children(__file__, sys.argv, b"h", fd.value)
     outs.append(word(va, 64))
     # A descriptor that is not a shareable handle imports nothing.
     h2 = u64()
@@ -69,11 +54,10 @@ if sys.argv[2] == "parent":
     outs.append(str(cu.cuMemRelease(h)))
     print("|".join(outs))
 else:
-    sock = socket.socket(fileno=int(sys.argv[3]))
-    _, fds, _, _ = socket.recv_fds(sock, 16, 1)
+    _, vmm_fd = from_parent(int(sys.argv[3]), 16)
     check(cu.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev), "child ctx")
     h = u64()
-    r = cu.cuMemImportFromShareableHandle(ctypes.byref(h), vp(fds[0]), 1)
+    r = cu.cuMemImportFromShareableHandle(ctypes.byref(h), vp(vmm_fd), 1)
     out = [str(r)]
     if r == 0:
         prop = Prop(1, 1, 1, 0)

@@ -442,22 +442,23 @@ print(*out)
 BOB_TOKEN = "bob-secret-token-0123456789"
 
 
-def test_ipc_within_a_vm_and_not_across(start_pvgpud, libdir, short_tmp):
-    """An allocation exported by one process of a VM opens in another
-    process of the same VM, sharing its bytes; the same token sent by a
-    session of another VM, or a forged one, opens nothing."""
+def ipc_exported(start_pvgpud, short_tmp, export_src, import_src):
+    """pvgpud (sim) with Alice's VM (uid) and Bob's (token); a process of
+    Alice's running export_src, which prints a handle and waits; returns
+    (daemon, importer, exporter) where importer(uri, token) runs
+    import_src with the handle as a process of that VM: its output words."""
     policy = short_tmp / "policy.ini"
     policy.write_text(f"[default]\npolicy = refuse\n\n[vm alice]\nuid = {os.getuid()}\n\n"
                       f"[vm bob]\ntoken = {BOB_TOKEN}\n")
     d = start_pvgpud("sim", extra_args=("--config", str(policy)),
                      env={"PVGPU_SIM_TWINS": str(TWINS)})
-    (short_tmp / "export.py").write_text(IPC_EXPORT)
-    (short_tmp / "import.py").write_text(IPC_IMPORT)
+    (short_tmp / "export.py").write_text(export_src)
+    (short_tmp / "import.py").write_text(import_src)
 
     def env(uri, token=None):
         e = {k: v for k, v in os.environ.items()
              if k not in ("PVGPU_DEVICES", "LD_LIBRARY_PATH", "PVGPU_TOKEN")}
-        e.update(LD_LIBRARY_PATH=str(libdir), PVGPU_DEVICES=uri)
+        e.update(LD_LIBRARY_PATH=str(LIBCUDA.parent), PVGPU_DEVICES=uri)
         if token:
             e["PVGPU_TOKEN"] = token
         asan = asan_runtime()
@@ -468,25 +469,38 @@ def test_ipc_within_a_vm_and_not_across(start_pvgpud, libdir, short_tmp):
     exporter = subprocess.Popen(["python3", str(short_tmp / "export.py"), str(LIBCUDA)],
                                 env=env(d.unix), stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, text=True)
+    handle = exporter.stdout.readline().strip()
+    if len(handle) != 128:
+        exporter.kill()
+        pytest.fail("no handle: " + handle + d.log()[-2000:])
+
+    def importer(uri, token=None):
+        res = subprocess.run(["python3", str(short_tmp / "import.py"), str(LIBCUDA), handle],
+                             env=env(uri, token), capture_output=True, text=True, timeout=60)
+        assert res.returncode == 0, res.stdout + res.stderr + d.log()[-2000:]
+        return res.stdout.split()
+    return d, importer, exporter
+
+
+def done(exporter):
+    exporter.stdin.write("\n")
+    exporter.stdin.close()
+    exporter.wait(timeout=30)
+
+
+def test_ipc_within_a_vm_and_not_across(start_pvgpud, short_tmp):
+    """An allocation exported by one process of a VM opens in another
+    process of the same VM, sharing its bytes; the same token sent by a
+    session of another VM, or a forged one, opens nothing."""
+    d, importer, exporter = ipc_exported(start_pvgpud, short_tmp, IPC_EXPORT, IPC_IMPORT)
     try:
-        handle = exporter.stdout.readline().strip()
-        assert len(handle) == 128, handle + d.log()[-2000:]
-
-        def importer(uri, token=None):
-            res = subprocess.run(["python3", str(short_tmp / "import.py"), str(LIBCUDA), handle],
-                                 env=env(uri, token), capture_output=True, text=True, timeout=60)
-            assert res.returncode == 0, res.stdout + res.stderr + d.log()[-2000:]
-            return res.stdout.split()
-
         # Alice's second process: opened, the exporter's bytes, closed once.
         assert importer(d.unix) == ["0", "0", "0x1234", "0", "1", "1"]
         # Bob's session with Alice's token, and a forged token: nothing.
         assert importer(d.tcp, BOB_TOKEN) == ["1", "1"]
         assert "vm bob" in d.log()
     finally:
-        exporter.stdin.write("\n")
-        exporter.stdin.close()
-        exporter.wait(timeout=30)
+        done(exporter)
 
 
 IPC_EVENT_EXPORT = r'''
@@ -536,52 +550,22 @@ print(*out)
 '''
 
 
-def test_ipc_event_within_a_vm_and_not_across(start_pvgpud, libdir, short_tmp):
+def test_ipc_event_within_a_vm_and_not_across(start_pvgpud, short_tmp):
     """An interprocess event exported by one process of a VM opens in
     another process of the same VM (waited on, synchronised, destroyed;
     no timing, as its flags say); another VM's session or a forged token
     opens nothing, and an event made without CU_EVENT_INTERPROCESS has no
     handle."""
-    policy = short_tmp / "policy.ini"
-    policy.write_text(f"[default]\npolicy = refuse\n\n[vm alice]\nuid = {os.getuid()}\n\n"
-                      f"[vm bob]\ntoken = {BOB_TOKEN}\n")
-    d = start_pvgpud("sim", extra_args=("--config", str(policy)))
-    (short_tmp / "export.py").write_text(IPC_EVENT_EXPORT)
-    (short_tmp / "import.py").write_text(IPC_EVENT_IMPORT)
-
-    def env(uri, token=None):
-        e = {k: v for k, v in os.environ.items()
-             if k not in ("PVGPU_DEVICES", "LD_LIBRARY_PATH", "PVGPU_TOKEN")}
-        e.update(LD_LIBRARY_PATH=str(libdir), PVGPU_DEVICES=uri)
-        if token:
-            e["PVGPU_TOKEN"] = token
-        asan = asan_runtime()
-        if asan:
-            e.update(LD_PRELOAD=asan, ASAN_OPTIONS="detect_leaks=0")
-        return e
-
-    exporter = subprocess.Popen(["python3", str(short_tmp / "export.py"), str(LIBCUDA)],
-                                env=env(d.unix), stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, text=True)
+    d, importer, exporter = ipc_exported(start_pvgpud, short_tmp, IPC_EVENT_EXPORT,
+                                         IPC_EVENT_IMPORT)
     try:
-        handle = exporter.stdout.readline().strip()
-        assert len(handle) == 128, handle + d.log()[-2000:]
-
-        def importer(uri, token=None):
-            res = subprocess.run(["python3", str(short_tmp / "import.py"), str(LIBCUDA), handle],
-                                 env=env(uri, token), capture_output=True, text=True, timeout=60)
-            assert res.returncode == 0, res.stdout + res.stderr + d.log()[-2000:]
-            return res.stdout.split()
-
         # Alice's second process: opened, usable, no timing, destroyed.
         assert importer(d.unix) == ["0", "0", "0", "0", "400", "0", "1"]
         # Bob's session with Alice's token, and a forged token: nothing.
         assert importer(d.tcp, BOB_TOKEN) == ["1", "1"]
         assert "vm bob" in d.log()
     finally:
-        exporter.stdin.write("\n")
-        exporter.stdin.close()
-        exporter.wait(timeout=30)
+        done(exporter)
 
 
 def share(start_pvgpud, libdir, short_tmp, script):

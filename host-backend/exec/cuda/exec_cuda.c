@@ -1167,6 +1167,17 @@ static int32_t cuda_stream_wait_event(struct pvgpu_exec *ex, uint64_t stream,
 /* ------------------------------------------------------------------ */
 /* events */
 
+/* A new event of the current context in the table, or destroyed again. */
+static int32_t event_keep(struct pvgpu_exec *ex, CUevent e, uint64_t *event)
+{
+	if (handle_add(ex, (uint64_t)(uintptr_t)e, CUDA_EVENT, ex->cur, 0)) {
+		ex->api.event_destroy(e);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	*event = (uint64_t)(uintptr_t)e;
+	return CUDA_SUCCESS;
+}
+
 static int32_t cuda_event_create(struct pvgpu_exec *ex, uint32_t flags,
 				 uint64_t *event)
 {
@@ -1178,14 +1189,7 @@ static int32_t cuda_event_create(struct pvgpu_exec *ex, uint32_t flags,
 	if (!ex->cur)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	rc = ex->api.event_create(&e, flags);
-	if (rc)
-		return rc;
-	if (handle_add(ex, (uint64_t)(uintptr_t)e, CUDA_EVENT, ex->cur, 0)) {
-		ex->api.event_destroy(e);
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	}
-	*event = (uint64_t)(uintptr_t)e;
-	return CUDA_SUCCESS;
+	return rc ? (int32_t)rc : event_keep(ex, e, event);
 }
 
 static int32_t cuda_event_destroy(struct pvgpu_exec *ex, uint64_t event)
@@ -1254,6 +1258,18 @@ static int32_t cuda_event_elapsed(struct pvgpu_exec *ex, uint64_t start,
 /* ------------------------------------------------------------------ */
 /* modules and kernels */
 
+/* A module just loaded in the current context, in the table, or unloaded
+ * again. */
+static int32_t module_keep(struct pvgpu_exec *ex, CUmodule m, uint64_t *module)
+{
+	if (handle_add(ex, (uint64_t)(uintptr_t)m, CUDA_MODULE, ex->cur, 0)) {
+		ex->api.module_unload(m);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	*module = (uint64_t)(uintptr_t)m;
+	return CUDA_SUCCESS;
+}
+
 static int32_t cuda_module_load(struct pvgpu_exec *ex, const void *image,
 				size_t size, uint64_t *module)
 {
@@ -1269,14 +1285,7 @@ static int32_t cuda_module_load(struct pvgpu_exec *ex, const void *image,
 	 * The worker must have checked those against `size`.
 	 */
 	rc = ex->api.module_load_data(&m, image);
-	if (rc)
-		return rc;
-	if (handle_add(ex, (uint64_t)(uintptr_t)m, CUDA_MODULE, ex->cur, 0)) {
-		ex->api.module_unload(m);
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	}
-	*module = (uint64_t)(uintptr_t)m;
-	return CUDA_SUCCESS;
+	return rc ? (int32_t)rc : module_keep(ex, m, module);
 }
 
 static int32_t cuda_module_unload(struct pvgpu_exec *ex, uint64_t module)
@@ -2383,14 +2392,7 @@ static int32_t cuda_module_load_jit(struct pvgpu_exec *ex, struct pvgpu_link *l,
 	jit_options(l, keys, vals);
 	r = load(&m, l->data, l->nopts, keys, vals);
 	jit_results(l, keys, vals);
-	if (r)
-		return r;
-	if (handle_add(ex, (uint64_t)(uintptr_t)m, CUDA_MODULE, ex->cur, 0)) {
-		ex->api.module_unload(m);
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	}
-	*module = (uint64_t)(uintptr_t)m;
-	return CUDA_SUCCESS;
+	return r ? (int32_t)r : module_keep(ex, m, module);
 }
 
 /* Registered host memory's device address (UVA: usually the same). */
@@ -2494,14 +2496,7 @@ static int32_t cuda_ipc_event_open(struct pvgpu_exec *ex, const uint8_t handle[6
 		return CUDA_ERROR_NOT_SUPPORTED;
 	memcpy(h.reserved, handle, 64);
 	r = open(&e, h);
-	if (r)
-		return r;
-	if (handle_add(ex, (uint64_t)(uintptr_t)e, CUDA_EVENT, ex->cur, 0)) {
-		ex->api.event_destroy(e);
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	}
-	*event = (uint64_t)(uintptr_t)e;
-	return CUDA_SUCCESS;
+	return r ? (int32_t)r : event_keep(ex, e, event);
 }
 
 /*
