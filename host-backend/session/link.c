@@ -43,6 +43,14 @@ static int option_ok(uint32_t key)
 	case CU_JIT_MIN_CTA_PER_SM:
 	case CU_JIT_MAX_THREADS_PER_BLOCK:
 	case CU_JIT_OVERRIDE_DIRECTIVE_VALUES:
+	case CU_JIT_FAST_COMPILE:
+	case CU_JIT_LTO:			/* the deprecated scalar flags */
+	case CU_JIT_FTZ:
+	case CU_JIT_PREC_DIV:
+	case CU_JIT_PREC_SQRT:
+	case CU_JIT_FMA:
+	case CU_JIT_OPTIMIZE_UNUSED_DEVICE_VARIABLES:
+	case CU_JIT_SPLIT_COMPILE:
 		return 1;
 	default:
 		return 0;
