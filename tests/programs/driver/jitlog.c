@@ -5,12 +5,18 @@
  * size before the log buffer and a register limit; the same with a
  * verbose log, whose ptxas lines ("Used N registers") must be there as
  * natively; and a verbose cuLinkCreate/cuLinkAddData of vecadd.ptx.  Only
- * what is the same in every run is printed (no times, no sizes).
+ * what is the same in every run is printed (no times, no sizes).  Each
+ * PTX gets a comment unique to the run, so that the driver's JIT cache
+ * (~/.nv/ComputeCache) never answers instead of ptxas: a cached result
+ * has no ptxas lines in its log, natively or not.
  * argv[2]: vecadd.ptx.
  */
+#include <time.h>
+#include <unistd.h>
+
 #include "drv.h"
 
-static const char old_ptx[] =
+static const char old_ptx_text[] =
 	"\t.version 1.4\n"
 	"\t.target sm_10, map_f64_to_f32\n"
 	"\t.entry jit_fill (\n"
@@ -29,6 +35,20 @@ static const char old_ptx[] =
 	"\tst.global.u32 \t[%rd4+0], %r3;\n"
 	"\texit;\n"
 	"\t}\n";
+
+/* PTX text with a comment naming this run appended: a copy to free. */
+static char *unique(const char *ptx, size_t len)
+{
+	char *p = malloc(len + 64);
+
+	if (!p) {
+		printf("FAIL: out of memory\n");
+		exit(1);
+	}
+	memcpy(p, ptx, len);
+	snprintf(p + len, 64, "\n// run %d %ld\n", (int)getpid(), (long)time(NULL));
+	return p;
+}
 
 /* Lines of a log that say how many registers a kernel uses. */
 static int used_lines(const char *log)
@@ -50,7 +70,7 @@ int main(int argc, char **argv)
 	CUlinkState link;
 	size_t size, ptx_size;
 	void *cubin;
-	char *ptx;
+	char *ptx, *old_ptx;
 	int v = 100;
 	CUresult r;
 
@@ -60,6 +80,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	drv_context();
+	old_ptx = unique(old_ptx_text, strlen(old_ptx_text));
 
 	/* matrixMulDynlinkJIT's options, in its order. */
 	{
@@ -106,7 +127,10 @@ int main(int argc, char **argv)
 	}
 
 	/* ptxjit itself: a verbose link of current PTX. */
-	ptx = drv_read(argv[2], &ptx_size);
+	cubin = drv_read(argv[2], &ptx_size);
+	ptx = unique(cubin, ptx_size);
+	free(cubin);
+	ptx_size = strlen(ptx);
 	{
 		CUjit_option opts[] = { CU_JIT_WALL_TIME, CU_JIT_INFO_LOG_BUFFER,
 					CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES, CU_JIT_ERROR_LOG_BUFFER,
@@ -124,12 +148,13 @@ int main(int argc, char **argv)
 	}
 	/* The linker refuses sm_10 PTX, as the driver's does. */
 	DRV(cuLinkCreate(0, NULL, NULL, &link));
-	r = cuLinkAddData(link, CU_JIT_INPUT_PTX, (void *)old_ptx, sizeof(old_ptx), 0, 0, 0, 0);
+	r = cuLinkAddData(link, CU_JIT_INPUT_PTX, old_ptx, strlen(old_ptx) + 1, 0, 0, 0, 0);
 	if (!r)
 		r = cuLinkComplete(link, &cubin, &size);
 	printf("sm_10 PTX linked: %s\n", r ? "refused" : "accepted");
 	cuLinkDestroy(link);
 	free(ptx);
+	free(old_ptx);
 	cuMemFree(d);
 	drv_pass();
 }
