@@ -173,6 +173,9 @@ def seeds():
            + W.message("driver_call_data", 43, fn=211, args=[va, G, 1, 1],
                        input=bytes([1, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0]))
            + W.message("driver_call", 44, fn=210, args=[va, G])
+           + W.message("vmm_export", 47, handle=(1 << 24) | 3, type=1)
+           + W.message("vmm_import", 48, token=bytes(16), type=1)
+           + W.message("vmm_import", 49, token=b"short", type=2)
            + W.message("driver_call", 45, fn=206, args=[(1 << 24) | 3])
            + W.message("driver_call", 46, fn=208, args=[va, 4 * G]))
     # CUDA IPC: a handle for the allocation, opened (in this same session),

@@ -546,6 +546,10 @@ if r == 0:
 forged = bytearray(bytes.fromhex(sys.argv[2]))
 forged[3] ^= 1
 out.append(open_(bytes(forged)))
+# An event's token is no memory's.
+h, d = H(), ctypes.c_uint64()
+ctypes.memmove(h.reserved, bytes.fromhex(sys.argv[2]), 64)
+out.append(cu.cuIpcOpenMemHandle_v2(ctypes.byref(d), h, 1))
 print(*out)
 '''
 
@@ -560,9 +564,9 @@ def test_ipc_event_within_a_vm_and_not_across(start_pvgpud, short_tmp):
                                          IPC_EVENT_IMPORT)
     try:
         # Alice's second process: opened, usable, no timing, destroyed.
-        assert importer(d.unix) == ["0", "0", "0", "0", "400", "0", "1"]
+        assert importer(d.unix) == ["0", "0", "0", "0", "400", "0", "1", "1"]
         # Bob's session with Alice's token, and a forged token: nothing.
-        assert importer(d.tcp, BOB_TOKEN) == ["1", "1"]
+        assert importer(d.tcp, BOB_TOKEN) == ["1", "1", "1"]
         assert "vm bob" in d.log()
     finally:
         done(exporter)
