@@ -294,6 +294,7 @@ struct cuda_host {
 	bool registered;		/* host_register, not host_alloc */
 };
 
+#define CUDA_MAX_VMM_EXPORTS	256
 struct pvgpu_exec {
 	void *lib;
 	struct cuda_api api;
@@ -316,6 +317,11 @@ struct pvgpu_exec {
 	/* The generic driver call's entry points, looked up on first use. */
 	void *generic_fp[PVGPU_GENERIC_MAX_ID + 1];
 	bool generic_tried[PVGPU_GENERIC_MAX_ID + 1];
+
+	/* Physical memory exported (cuda_vmm_export): the driver's
+	 * descriptor of each, open for importers until the worker ends. */
+	struct { uint64_t mem; int fd; } vmm_fds[CUDA_MAX_VMM_EXPORTS];
+	unsigned int nvmm_fds;
 };
 
 /* ------------------------------------------------------------------ */
@@ -669,6 +675,8 @@ static void cuda_close(struct pvgpu_exec *ex)
 	free(ex->handles);
 	free(ex->hosts);
 	free(ex->objs);
+	for (unsigned int i = 0; i < ex->nvmm_fds; i++)
+		close(ex->vmm_fds[i].fd);
 	dlclose(ex->lib);
 	free(ex);
 }
@@ -2501,8 +2509,9 @@ static int32_t cuda_ipc_event_open(struct pvgpu_exec *ex, const uint8_t handle[6
 
 /*
  * VMM shareable handles between workers: the driver's POSIX file
- * descriptor stays open in the exporting worker (until it exits), and the
- * handle names the worker and descriptor; an importing worker (of the same
+ * descriptor stays open in the exporting worker (until it ends; one per
+ * physical memory, at most CUDA_MAX_VMM_EXPORTS), and the handle names the
+ * worker and descriptor; an importing worker (of the same
  * VM: the registry sees to it) takes a copy with pidfd_getfd(2).  That
  * needs ptrace access to the exporter, which Yama's ptrace_scope 1 grants
  * only to ancestors and named tracers: the exporter names pvgpud, so
@@ -2513,11 +2522,21 @@ static int32_t cuda_vmm_export(struct pvgpu_exec *ex, uint64_t mem, uint8_t hand
 {
 	CUresult (*export_)(void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType,
 			    unsigned long long);
+	unsigned int i;
 	int fd = -1;
 	CUresult r;
 
 	if (!ex)
 		return CUDA_ERROR_INVALID_VALUE;
+	/* Exported before: the same descriptor. */
+	for (i = 0; i < ex->nvmm_fds && ex->vmm_fds[i].mem != mem; i++)
+		;
+	if (i < ex->nvmm_fds) {
+		fd = ex->vmm_fds[i].fd;
+		goto out;
+	}
+	if (ex->nvmm_fds == CUDA_MAX_VMM_EXPORTS)
+		return CUDA_ERROR_OUT_OF_MEMORY;
 	*(void **)&export_ = dlsym(ex->lib, "cuMemExportToShareableHandle");
 	if (!export_)
 		return CUDA_ERROR_NOT_SUPPORTED;
@@ -2525,8 +2544,11 @@ static int32_t cuda_vmm_export(struct pvgpu_exec *ex, uint64_t mem, uint8_t hand
 		    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
 	if (r)
 		return r;
+	ex->vmm_fds[ex->nvmm_fds].mem = mem;
+	ex->vmm_fds[ex->nvmm_fds++].fd = fd;
 	if (prctl(PR_SET_PTRACER, (unsigned long)getppid(), 0, 0, 0) && errno != EINVAL)
 		log_debug("vmm export: PR_SET_PTRACER: %s", strerror(errno));
+out:
 	memset(handle, 0, 64);
 	snprintf((char *)handle, 64, CUDA_VMM_HANDLE " %d %d", (int)getpid(), fd);
 	return CUDA_SUCCESS;
