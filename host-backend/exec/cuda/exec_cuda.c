@@ -2302,6 +2302,17 @@ static int32_t cuda_driver_call(struct pvgpu_exec *ex,
 	}
 	if (!ex->generic_fp[f->id])
 		return CUDA_ERROR_NOT_SUPPORTED;
+	if (f->id == PVGPU_GENERIC_cuMemRelease) {
+		uint64_t mem = a[0];
+		int32_t rc = pvgpu_cuda_generic_invoke(ex->generic_fp[f->id], f, a);
+
+		/* An exported descriptor outlives the handle (importers may
+		 * still come), but no later handle of that value is it. */
+		for (unsigned int i = 0; !rc && i < ex->nvmm_fds; i++)
+			if (ex->vmm_fds[i].mem == mem)
+				ex->vmm_fds[i].mem = 0;
+		return rc;
+	}
 	return pvgpu_cuda_generic_invoke(ex->generic_fp[f->id], f, a);
 }
 
