@@ -9,6 +9,7 @@
  * function.
  */
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,18 +30,29 @@ int cu_captures_active(void)
 	return atomic_load(&captures) > 0;
 }
 
+CUresult cu_generic_stream(CUstream s, int ptsz, struct cu_ctx **ctx,
+			   uint64_t *remote)
+{
+	if (ptsz && !s)
+		s = CU_STREAM_PER_THREAD;
+	return cu_stream_resolve(s, ctx, remote);
+}
+
 /*
- * Virtual memory management needs no current context in NVIDIA's driver
- * (XLA asks the allocation granularity on a thread that has none): these
- * go through the primary context of the device the allocation properties
- * name, else of device 0, without making it current.
+ * Virtual memory calls that NVIDIA's driver takes without a current
+ * context (NVIDIA's memMapIPCDrv makes and releases its allocations after
+ * destroying its contexts): without one they go through the device's
+ * primary context on the backend (every context of a device is one there),
+ * the device being the allocation properties' where they name one.
  */
-static int context_free(uint32_t id)
+static int ctxless(uint32_t id)
 {
 	switch (id) {
 	case PVGPU_GENERIC_cuMemGetAllocationGranularity:
 	case PVGPU_GENERIC_cuMemCreate:
 	case PVGPU_GENERIC_cuMemRelease:
+	case PVGPU_GENERIC_cuMemGetAllocationPropertiesFromHandle:
+	/* XLA reserves and maps on threads with no context current too. */
 	case PVGPU_GENERIC_cuMemAddressReserve:
 	case PVGPU_GENERIC_cuMemAddressFree:
 	case PVGPU_GENERIC_cuMemMap:
@@ -48,41 +60,30 @@ static int context_free(uint32_t id)
 	case PVGPU_GENERIC_cuMemSetAccess:
 	case PVGPU_GENERIC_cuMemGetAccess:
 	case PVGPU_GENERIC_cuMemRetainAllocationHandle:
-	case PVGPU_GENERIC_cuMemGetAllocationPropertiesFromHandle:
 		return 1;
+	default:
+		return 0;
 	}
-	return 0;
 }
 
-/* The operation's context: ctx, the current one, or for a context-free
- * call (prop: its allocation properties, if any) a primary context. */
-static CUresult generic_begin(struct cu_op *op, uint32_t id, struct cu_ctx *ctx,
-			      const void *in, uint32_t nin)
+CUresult cu_op_device(struct cu_op *op, int device)
 {
 	struct cu_ctx *cur = cu_current();
-	int dev = 0;
 
-	if (ctx || (cur && cur->alive) || !context_free(id) || !cu.initialized)
-		return ctx ? cu_op_begin(op, ctx) : cu_op_current(op);
-	if ((id == PVGPU_GENERIC_cuMemGetAllocationGranularity ||
-	     id == PVGPU_GENERIC_cuMemCreate) && nin >= sizeof(CUmemAllocationProp)) {
-		const CUmemAllocationProp *prop = in;
-
-		if (prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE &&
-		    prop->location.id >= 0 && prop->location.id < cu.ndevices)
-			dev = prop->location.id;
-	}
-	if (dev >= cu.ndevices)
-		return CUDA_ERROR_NO_DEVICE;
-	return cu_op_begin(op, cu_primary(dev));
+	if (cur && cur->alive)
+		return cu_op_begin(op, cur);
+	if (!cu.initialized)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!cu.ndevices)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (device < 0 || device >= cu.ndevices)
+		device = 0;
+	return cu_op_begin(op, cu_primary(device));
 }
 
-CUresult cu_generic_stream(CUstream s, int ptsz, struct cu_ctx **ctx,
-			   uint64_t *remote)
+static CUresult cu_op_ctxless(struct cu_op *op, uint32_t id, int device)
 {
-	if (ptsz && !s)
-		s = CU_STREAM_PER_THREAD;
-	return cu_stream_resolve(s, ctx, remote);
+	return ctxless(id) ? cu_op_device(op, device) : cu_op_current(op);
 }
 
 CUresult cu_generic_call(uint32_t id, const char *name, int async,
@@ -94,7 +95,7 @@ CUresult cu_generic_call(uint32_t id, const char *name, int async,
 
 	if (n > 8)		/* ops.spec: args max=8 */
 		return CUDA_ERROR_INVALID_VALUE;
-	r = generic_begin(&op, id, ctx, NULL, 0);
+	r = ctx ? cu_op_begin(&op, ctx) : cu_op_ctxless(&op, id, 0);
 	if (r)
 		return r;
 	if (async) {
@@ -136,6 +137,7 @@ CUresult cu_generic_call_data(uint32_t id, const char *name, struct cu_ctx *ctx,
 						  .input = in, .input_len = nin };
 	struct pvgpu_driver_call_data_rep *rep;
 	struct cu_op op;
+	int dev = 0;
 	CUresult r;
 	int32_t st;
 
@@ -144,7 +146,15 @@ CUresult cu_generic_call_data(uint32_t id, const char *name, struct cu_ctx *ctx,
 	rep = calloc(1, sizeof(*rep));
 	if (!rep)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	r = generic_begin(&op, id, ctx, in, nin);
+	/* A CUmemAllocationProp (granularity, create) names its device in
+	 * location.id; an access descriptor's location is the device given
+	 * access, not the one asked. */
+	if (!ctx && (id == PVGPU_GENERIC_cuMemGetAllocationGranularity ||
+		     id == PVGPU_GENERIC_cuMemCreate) &&
+	    nin >= offsetof(CUmemAllocationProp, location) + sizeof(CUmemLocation))
+		memcpy(&dev, (const uint8_t *)in + offsetof(CUmemAllocationProp, location.id),
+		       sizeof(dev));
+	r = ctx ? cu_op_begin(&op, ctx) : cu_op_ctxless(&op, id, dev);
 	if (r) {
 		free(rep);
 		return r;

@@ -261,6 +261,16 @@ CUresult cu_op_begin(struct cu_op *op, struct cu_ctx *ctx);
 /* Same, in the current context (CUDA_ERROR_INVALID_CONTEXT without one). */
 CUresult cu_op_current(struct cu_op *op);
 void cu_op_end(struct cu_op *op);
+/* For a call NVIDIA's driver takes without a context (cuMemCreate ...:
+ * cuda_generic.c): the current context, else the primary one of device. */
+CUresult cu_op_device(struct cu_op *op, int device);
+/* Shareable handles of IPC (cuda_ipc.c): a file descriptor holding a token
+ * of one kind, which the program may pass to another process of its VM
+ * (SCM_RIGHTS); the token read back from one. */
+#define CU_SHAREABLE_TOKEN	16
+enum cu_shareable_kind { CU_SHAREABLE_VMM = 1, CU_SHAREABLE_POOL = 2 };
+int cu_shareable_fd(uint32_t kind, const uint8_t token[CU_SHAREABLE_TOKEN]);
+CUresult cu_shareable_read(int fd, uint32_t kind, uint8_t token[CU_SHAREABLE_TOKEN]);
 
 /* CUstream -> backend stream, and its context (NULL stream: current). */
 CUresult cu_stream_resolve(CUstream s, struct cu_ctx **ctx, uint64_t *remote);
@@ -358,6 +368,8 @@ int cu_window_offset(struct pvgpu_window_map *win, const void *p, uint64_t n,
 /* Module/kernel layer. */
 /* cuModuleLoadDataEx: PTX with JIT options through the backend's linker
  * (cuda_link.c), anything else as cuModuleLoadData. */
+/* A module of ctx that the backend loaded as remote (cuda_module.c). */
+CUresult cu_module_adopt(struct cu_ctx *ctx, uint64_t remote, CUmodule *out);
 CUresult cu_module_load_jit(CUmodule *module, const void *image, unsigned int n,
 			    CUjit_option *options, void **values);
 CUresult cu_library_load(const void *image, CUlibrary *out);

@@ -9,7 +9,9 @@
  * options' results travel back too: the info and error logs into the
  * program's own buffers (at most 4 KiB of each), their sizes, the wall
  * time, threads per block.  The backend takes only options with scalar
- * values; anything else is CUDA_ERROR_INVALID_VALUE.
+ * values; anything else is CUDA_ERROR_INVALID_VALUE.  cuModuleLoadDataEx
+ * of PTX is the driver's own on the backend (module_load_jit), options and
+ * logs carried the same way.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -187,10 +189,16 @@ CUresult CUDAAPI cuLinkAddFile(CUlinkState h, CUjitInputType type, const char *p
 }
 
 /* Copy what the backend's linker gave into the program's option values. */
+struct jit_results {
+	uint32_t count;
+	const uint64_t *result;
+	const char *info_log, *error_log;
+};
+
 static void write_back(unsigned int n, const CUjit_option *keys, void **values,
-		       const struct pvgpu_link_complete_rep *rep, const uint64_t *sent)
+		       const struct jit_results *rep, const uint64_t *sent)
 {
-	for (unsigned int i = 0; i < n && i < rep->opt_result_count; i++) {
+	for (unsigned int i = 0; i < n && i < rep->count; i++) {
 		const char *log = NULL;
 		uint64_t room = 0;
 
@@ -212,11 +220,28 @@ static void write_back(unsigned int n, const CUjit_option *keys, void **values,
 		case CU_JIT_THREADS_PER_BLOCK:
 		case CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES:
 		case CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES:
-			memcpy(&values[i], &rep->opt_result[i], sizeof(values[i]));
+			memcpy(&values[i], &rep->result[i], sizeof(values[i]));
 			break;
 		default:
 			break;
 		}
+	}
+}
+
+/*
+ * The options as they cross: a value that is a pointer of the program's
+ * (a log buffer) goes as "wanted or not", the wall time (a result) as 0,
+ * the rest as the scalars they are.
+ */
+static void jit_options(unsigned int n, const CUjit_option *keys, void **values,
+			uint32_t *key, uint64_t *value)
+{
+	for (unsigned int i = 0; i < n; i++) {
+		key[i] = keys[i];
+		value[i] = keys[i] == CU_JIT_INFO_LOG_BUFFER ||
+			   keys[i] == CU_JIT_ERROR_LOG_BUFFER ? values[i] != NULL :
+			   keys[i] == CU_JIT_WALL_TIME ? 0 :
+			   (uint64_t)(uintptr_t)values[i];
 	}
 }
 
@@ -239,13 +264,7 @@ static CUresult link_remote(unsigned int nopts, const CUjit_option *keys, void *
 	if (!rep)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	req.opt_key_count = req.opt_value_count = nopts;
-	for (unsigned int i = 0; i < nopts; i++) {
-		req.opt_key[i] = keys[i];
-		req.opt_value[i] = keys[i] == CU_JIT_INFO_LOG_BUFFER ||
-				   keys[i] == CU_JIT_ERROR_LOG_BUFFER ? values[i] != NULL :
-				   keys[i] == CU_JIT_WALL_TIME ? 0 :
-				   (uint64_t)(uintptr_t)values[i];
-	}
+	jit_options(nopts, keys, values, req.opt_key, req.opt_value);
 	req.input_type_count = req.input_size_count = ninputs;
 	memcpy(req.input_type, type, ninputs * sizeof(*type));
 	memcpy(req.input_size, size, ninputs * sizeof(*size));
@@ -264,7 +283,8 @@ static CUresult link_remote(unsigned int nopts, const CUjit_option *keys, void *
 			  CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	cu_op_end(&op);
-	write_back(nopts, keys, values, rep, req.opt_value);
+	write_back(nopts, keys, values, &(struct jit_results){ rep->opt_result_count,
+		   rep->opt_result, rep->info_log, rep->error_log }, req.opt_value);
 	if (!r) {
 		*image = img;
 		*image_size = rep->image_size;
@@ -325,22 +345,36 @@ static int is_ptx(const void *image)
 CUresult cu_module_load_jit(CUmodule *module, const void *image, unsigned int n,
 			    CUjit_option *options, void **values)
 {
-	uint32_t type = CU_JIT_INPUT_PTX;
-	uint64_t len;
-	size_t out_size = 0;
-	void *out = NULL;
+	struct pvgpu_module_load_jit_req req = { 0 };
+	struct pvgpu_module_load_jit_rep *rep;
+	struct cu_op op;
 	CUresult r;
 
 	if (!module || !image || (n && (!options || !values)))
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!n || !is_ptx(image))
 		return cuModuleLoadData(module, image);
-	/* PTX with options: JIT through the linker, options and logs both ways. */
-	len = strlen(image) + 1;
-	r = link_remote(n, options, values, 1, &type, &len, image, len, &out, &out_size);
-	if (r)
+	/* PTX with options: the driver's cuModuleLoadDataEx on the backend,
+	 * options and logs both ways. */
+	if (n > LINK_MAX_OPTS)
+		return CUDA_ERROR_INVALID_VALUE;
+	rep = calloc(1, sizeof(*rep));
+	if (!rep)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	req.size = strlen(image) + 1;
+	req.opt_key_count = req.opt_value_count = n;
+	jit_options(n, options, values, req.opt_key, req.opt_value);
+	r = cu_op_current(&op);
+	if (r) {
+		free(rep);
 		return r;
-	r = cuModuleLoadData(module, out);
-	free(out);
+	}
+	r = cu_status(pvgpu_call_module_load_jit(op.client, &req, rep, image));
+	cu_op_end(&op);
+	write_back(n, options, values, &(struct jit_results){ rep->opt_result_count,
+		   rep->opt_result, rep->info_log, rep->error_log }, req.opt_value);
+	if (!r)
+		r = cu_module_adopt(op.ctx, rep->module, module);
+	free(rep);
 	return r;
 }

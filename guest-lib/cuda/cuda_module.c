@@ -118,6 +118,16 @@ static CUresult module_load(struct cu_ctx *ctx, const void *image, struct cu_mod
 	return *out ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
+CUresult cu_module_adopt(struct cu_ctx *ctx, uint64_t remote, CUmodule *out)
+{
+	struct cu_module *m = module_new(ctx, remote);
+
+	if (!m)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*out = (CUmodule)m;
+	return CUDA_SUCCESS;
+}
+
 static struct cu_module *mod_check(CUmodule h)
 {
 	struct cu_module *m = (struct cu_module *)h;

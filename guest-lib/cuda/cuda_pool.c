@@ -10,12 +10,18 @@
  * tell only by asking for RESERVED_MEM_* after a free.  Allocation is
  * made at once (usable earlier than the stream would make it, which no
  * correct program can tell); a free waits for the stream's work before it.
- * Pools shared between processes (handleTypes other than NONE) are not
- * supported.
+ * Pools shared between processes of one VM (handleTypes POSIX file
+ * descriptor): the pool's shareable handle is a descriptor of the guest's
+ * (cuda_ipc.c) naming the pool; each exported pointer travels as an IPC
+ * memory token (cuIpcGetMemHandle, the backend's registry seeing that
+ * only a process of the same VM opens it), and an imported pointer is
+ * closed again by cuMemFreeAsync.
  */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
 
 #include "cuda_internal.h"	/* cuda.h, as the driver is built */
 #include "cuda_surface.h"
@@ -31,11 +37,15 @@ struct cu_pool {
 	uint64_t threshold;		/* CU_MEMPOOL_ATTR_RELEASE_THRESHOLD */
 	int reuse[3];			/* the three REUSE_* attributes */
 	uint64_t used, used_high;
+	unsigned int handle_types;	/* CUmemAllocationHandleType bits */
+	int imported;			/* cuMemPoolImportFromShareableHandle */
+	uint8_t id[CU_SHAREABLE_TOKEN];	/* its shareable handle's content */
 };
 
 struct pool_alloc {
 	uint64_t base, size;
 	struct cu_pool *pool;
+	int imported;			/* cuMemPoolImportPointer: IPC-opened */
 };
 
 static struct {
@@ -145,13 +155,21 @@ CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props
 	r = device_ok(props->location.id);
 	if (r)
 		return r == CUDA_ERROR_INVALID_DEVICE ? CUDA_ERROR_INVALID_VALUE : r;
-	if (props->handleTypes != CU_MEM_HANDLE_TYPE_NONE)
-		return pvgpu_cuda_unsupported("cuMemPoolCreate (shareable handles)");
+	if (props->handleTypes & ~(unsigned)CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+		return pvgpu_cuda_unsupported("cuMemPoolCreate (shareable handles but POSIX file descriptors)");
 	p = malloc(sizeof(*p));		/* never freed: a stale handle stays readable */
 	if (!p)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	pool_init(p, props->location.id, 0);
 	p->max_size = props->maxSize;
+	p->handle_types = props->handleTypes;
+	/* Its name in a shareable handle: random, then the device. */
+	if (p->handle_types &&
+	    getrandom(p->id, sizeof(p->id) - 4, 0) != (ssize_t)sizeof(p->id) - 4) {
+		free(p);
+		return CUDA_ERROR_OPERATING_SYSTEM;
+	}
+	memcpy(p->id + sizeof(p->id) - 4, &p->device, 4);
 	*pool = (CUmemoryPool)p;
 	return CUDA_SUCCESS;
 }
@@ -294,9 +312,33 @@ CUresult CUDAAPI cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPool h,
 
 /* ---- stream-ordered allocation ------------------------------------------ */
 
-static CUresult alloc_from(CUdeviceptr *dptr, size_t size, struct cu_pool *p, CUstream s)
+/* An allocation of pool p from now on (counted in its use). */
+static CUresult record(CUdeviceptr dptr, size_t size, struct cu_pool *p, int imported)
 {
 	struct pool_alloc *v;
+
+	pthread_mutex_lock(&pools.lock);
+	if (pools.n == pools.cap) {
+		size_t cap = pools.cap ? pools.cap * 2 : 64;
+
+		v = realloc(pools.v, cap * sizeof(*v));
+		if (!v) {
+			pthread_mutex_unlock(&pools.lock);
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+		pools.v = v;
+		pools.cap = cap;
+	}
+	pools.v[pools.n++] = (struct pool_alloc){ dptr, size, p, imported };
+	p->used += size;
+	if (p->used > p->used_high)
+		p->used_high = p->used;
+	pthread_mutex_unlock(&pools.lock);
+	return CUDA_SUCCESS;
+}
+
+static CUresult alloc_from(CUdeviceptr *dptr, size_t size, struct cu_pool *p, CUstream s)
+{
 	struct cu_ctx *ctx;
 	uint64_t remote;
 	CUresult r;
@@ -313,8 +355,8 @@ static CUresult alloc_from(CUdeviceptr *dptr, size_t size, struct cu_pool *p, CU
 	if (!p)
 		p = pools.current[ctx->device] ? pools.current[ctx->device] :
 						 default_pool(ctx->device);
-	else if (!pool_check((CUmemoryPool)p))
-		r = CUDA_ERROR_INVALID_VALUE;
+	else if (!pool_check((CUmemoryPool)p) || p->imported)
+		r = CUDA_ERROR_INVALID_VALUE;	/* an imported pool only maps pointers */
 	else if (p->max_size && (size > p->max_size || p->used > p->max_size - size))
 		r = CUDA_ERROR_OUT_OF_MEMORY;
 	pthread_mutex_unlock(&pools.lock);
@@ -326,30 +368,16 @@ static CUresult alloc_from(CUdeviceptr *dptr, size_t size, struct cu_pool *p, CU
 	r = cuMemAlloc_v2(dptr, size);
 	if (r)
 		return r;
-	pthread_mutex_lock(&pools.lock);
-	if (pools.n == pools.cap) {
-		size_t cap = pools.cap ? pools.cap * 2 : 64;
-
-		v = realloc(pools.v, cap * sizeof(*v));
-		if (!v) {
-			pthread_mutex_unlock(&pools.lock);
-			cuMemFree_v2(*dptr);
-			return CUDA_ERROR_OUT_OF_MEMORY;
-		}
-		pools.v = v;
-		pools.cap = cap;
-	}
-	pools.v[pools.n++] = (struct pool_alloc){ *dptr, size, p };
-	p->used += size;
-	if (p->used > p->used_high)
-		p->used_high = p->used;
-	pthread_mutex_unlock(&pools.lock);
-	return CUDA_SUCCESS;
+	r = record(*dptr, size, p, 0);
+	if (r)
+		cuMemFree_v2(*dptr);
+	return r;
 }
 
 static CUresult free_async(CUdeviceptr dptr, CUstream s)
 {
 	struct cu_alloc a;
+	int imported = 0;
 	CUresult r;
 
 	if (!dptr)
@@ -362,7 +390,13 @@ static CUresult free_async(CUdeviceptr dptr, CUstream s)
 	r = cuStreamSynchronize(s);
 	if (r)
 		return r;
-	r = cuMemFree_v2(dptr);
+	pthread_mutex_lock(&pools.lock);
+	for (size_t i = 0; i < pools.n; i++)
+		if (pools.v[i].base == dptr)
+			imported = pools.v[i].imported;
+	pthread_mutex_unlock(&pools.lock);
+	/* Another process's, imported: closed, as the driver does. */
+	r = imported ? cuIpcCloseMemHandle(dptr) : cuMemFree_v2(dptr);
 	if (r)
 		return r;
 	pthread_mutex_lock(&pools.lock);
@@ -394,3 +428,95 @@ CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream s)
 { return free_async(dptr, s); }
 CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s)
 { return free_async(dptr, s ? s : CU_STREAM_PER_THREAD); }
+
+/* ---- pools shared between processes of one VM --------------------------- */
+
+CUresult CUDAAPI cuMemPoolExportToShareableHandle(void *handle_out, CUmemoryPool h,
+						  CUmemAllocationHandleType type,
+						  unsigned long long flags)
+{
+	struct cu_pool *p = pool_check(h);
+	int fd;
+
+	if (!p || !handle_out || flags || p->imported)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || !(p->handle_types & type))
+		return CUDA_ERROR_INVALID_VALUE;
+	fd = cu_shareable_fd(CU_SHAREABLE_POOL, p->id);
+	if (fd < 0)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*(int *)handle_out = fd;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemPoolImportFromShareableHandle(CUmemoryPool *pool_out, void *handle,
+						    CUmemAllocationHandleType type,
+						    unsigned long long flags)
+{
+	uint8_t id[CU_SHAREABLE_TOKEN];
+	struct cu_pool *p;
+	int dev;
+	CUresult r;
+
+	if (!pool_out || flags || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+		return CUDA_ERROR_INVALID_VALUE;
+	r = cu_shareable_read((int)(intptr_t)handle, CU_SHAREABLE_POOL, id);
+	if (r)
+		return r;
+	memcpy(&dev, id + sizeof(id) - 4, 4);
+	r = device_ok(dev);
+	if (r)
+		return r == CUDA_ERROR_INVALID_DEVICE ? CUDA_ERROR_INVALID_VALUE : r;
+	p = malloc(sizeof(*p));		/* never freed, as cuMemPoolCreate's */
+	if (!p)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pool_init(p, dev, 0);
+	p->handle_types = type;
+	p->imported = 1;
+	memcpy(p->id, id, sizeof(id));
+	*pool_out = (CUmemoryPool)p;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemPoolExportPointer(CUmemPoolPtrExportData *out, CUdeviceptr ptr)
+{
+	struct cu_pool *p = NULL;
+	CUipcMemHandle h;
+	CUresult r;
+
+	if (!out || !ptr)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&pools.lock);
+	for (size_t i = 0; i < pools.n; i++)
+		if (pools.v[i].base == ptr && !pools.v[i].imported)
+			p = pools.v[i].pool;
+	pthread_mutex_unlock(&pools.lock);
+	if (!p || !p->handle_types)
+		return CUDA_ERROR_INVALID_VALUE;	/* not of an exportable pool */
+	r = cuIpcGetMemHandle(&h, ptr);
+	if (!r)
+		memcpy(out->reserved, h.reserved, sizeof(out->reserved));
+	return r;
+}
+
+CUresult CUDAAPI cuMemPoolImportPointer(CUdeviceptr *ptr, CUmemoryPool h,
+					CUmemPoolPtrExportData *data)
+{
+	struct cu_pool *p = pool_check(h);
+	CUipcMemHandle ipc;
+	struct cu_alloc a;
+	CUresult r;
+
+	if (!ptr || !data || !p || !p->imported)
+		return CUDA_ERROR_INVALID_VALUE;
+	memcpy(ipc.reserved, data->reserved, sizeof(ipc.reserved));
+	r = cuIpcOpenMemHandle_v2(ptr, ipc, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+	if (r)
+		return r;
+	if (!cu_alloc_find(*ptr, &a))
+		a.size = 0;
+	r = record(*ptr, a.size, p, 1);
+	if (r)
+		cuIpcCloseMemHandle(*ptr);
+	return r;
+}

@@ -12,7 +12,10 @@
 #include <string.h>
 
 #include "cuda_internal.h"	/* cuda.h, as the driver is built */
+#include "cuda_surface.h"
 #include "pvgpu_generic.h"
+#include "pvgpu_guest.h"
+#include "pvgpu_proto.h"
 
 CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
 				size_t count)
@@ -61,5 +64,68 @@ CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size)
 			break;
 		cu_alloc_remove(base);
 	}
+	return r;
+}
+
+/*
+ * Shareable handles of physical memory, for processes of one VM: the
+ * descriptor is the guest's own (cuda_ipc.c), holding the backend's token
+ * (host-backend/session/ipc.c); only CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR.
+ */
+CUresult CUDAAPI cuMemExportToShareableHandle(void *shareable, CUmemGenericAllocationHandle h,
+					      CUmemAllocationHandleType type,
+					      unsigned long long flags)
+{
+	struct pvgpu_vmm_export_req req = { .handle = (uint64_t)h, .type = type };
+	struct pvgpu_vmm_export_rep rep = { 0 };
+	struct cu_op op;
+	CUresult r;
+	int fd;
+
+	if (!shareable || flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+		return pvgpu_cuda_unsupported("cuMemExportToShareableHandle (handle types but POSIX file descriptors)");
+	r = cu_op_device(&op, 0);
+	if (r)
+		return r;
+	r = cu_status(pvgpu_call_vmm_export(op.client, &req, &rep));
+	cu_op_end(&op);
+	if (!r && rep.token_len != CU_SHAREABLE_TOKEN)
+		r = CUDA_ERROR_UNKNOWN;
+	if (r)
+		return r;
+	fd = cu_shareable_fd(CU_SHAREABLE_VMM, rep.token);
+	if (fd < 0)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*(int *)shareable = fd;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h, void *os_handle,
+						CUmemAllocationHandleType type)
+{
+	struct pvgpu_vmm_import_req req = { .type = type };
+	struct pvgpu_vmm_import_rep rep = { 0 };
+	uint8_t token[CU_SHAREABLE_TOKEN];
+	struct cu_op op;
+	CUresult r;
+
+	if (!h)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+		return pvgpu_cuda_unsupported("cuMemImportFromShareableHandle (handle types but POSIX file descriptors)");
+	r = cu_shareable_read((int)(intptr_t)os_handle, CU_SHAREABLE_VMM, token);
+	if (r)
+		return r;
+	req.token = token;
+	req.token_len = sizeof(token);
+	r = cu_op_current(&op);
+	if (r)
+		return r;
+	r = cu_status(pvgpu_call_vmm_import(op.client, &req, &rep));
+	cu_op_end(&op);
+	if (!r)
+		*h = (CUmemGenericAllocationHandle)rep.handle;
 	return r;
 }

@@ -90,15 +90,19 @@ struct pvgpu_slot {
 };
 
 /*
- * One allocation exported with cuIpcGetMemHandle (ipc_registry.c): the
- * driver's handle, the VM and session that exported it, and the token the
- * guest was given instead.  An entry whose session has ended is free.
+ * One allocation exported with cuIpcGetMemHandle, event with
+ * cuIpcGetEventHandle or physical memory with cuMemExportToShareableHandle
+ * (ipc_registry.c): the driver's handle, the VM and
+ * session that exported it, and the token the guest was given instead.
+ * An entry whose session has ended is free.
  */
 #define PVGPU_MAX_IPC		256
 #define PVGPU_IPC_TOKEN		16
+enum pvgpu_ipc_kind { PVGPU_IPC_MEM = 1, PVGPU_IPC_EVENT = 2, PVGPU_IPC_VMM = 3 };
 struct pvgpu_ipc_entry {
 	uint64_t session_id;		/* 0: unused */
 	int32_t vm;
+	uint32_t kind;			/* enum pvgpu_ipc_kind */
 	uint8_t token[PVGPU_IPC_TOKEN];
 	uint8_t handle[64];
 	uint64_t size;
@@ -118,15 +122,16 @@ struct pvgpu_accounting {
 struct pvgpu_accounting *pvgpu_accounting_create(uint32_t nslots);
 
 /* The IPC registry (ipc_registry.c).  put: enter the driver's handle of an
- * allocation of size bytes exported by slot's session; the token for the
- * guest in token.  get: the handle and size behind a token exported by a
- * live session of the same VM as slot's.  0, or -1 (full / not found). */
+ * allocation of size bytes (or an event: size 0) exported by slot's
+ * session; the token for the guest in token.  get: the handle and size
+ * behind a token of that kind exported by a live session of the same VM
+ * as slot's.  0, or -1 (full / not found). */
 int pvgpu_ipc_put(struct pvgpu_accounting *acct, struct pvgpu_slot *slot,
-		  const uint8_t handle[64], uint64_t size,
+		  enum pvgpu_ipc_kind kind, const uint8_t handle[64], uint64_t size,
 		  uint8_t token[PVGPU_IPC_TOKEN]);
 int pvgpu_ipc_get(struct pvgpu_accounting *acct, struct pvgpu_slot *slot,
-		  const uint8_t token[PVGPU_IPC_TOKEN], uint8_t handle[64],
-		  uint64_t *size);
+		  enum pvgpu_ipc_kind kind, const uint8_t token[PVGPU_IPC_TOKEN],
+		  uint8_t handle[64], uint64_t *size);
 void pvgpu_accounting_destroy(struct pvgpu_accounting *acct);
 
 /* A free slot, or NULL when every slot is taken. */

@@ -1,6 +1,7 @@
 /*
- * ipc_registry.c - allocations exported with cuIpcGetMemHandle, shared by
- * every worker through the supervisor's table (accounting.h).
+ * ipc_registry.c - allocations exported with cuIpcGetMemHandle and events
+ * with cuIpcGetEventHandle, shared by every worker through the
+ * supervisor's table (accounting.h).
  *
  * A guest never holds the driver's IPC handle: any process on the host
  * could open that, whichever VM it serves.  It holds a random token, and
@@ -29,7 +30,7 @@ static int session_live(struct pvgpu_accounting *acct, uint64_t id)
 }
 
 int pvgpu_ipc_put(struct pvgpu_accounting *acct, struct pvgpu_slot *slot,
-		  const uint8_t handle[64], uint64_t size,
+		  enum pvgpu_ipc_kind kind, const uint8_t handle[64], uint64_t size,
 		  uint8_t token[PVGPU_IPC_TOKEN])
 {
 	int rc = -1;
@@ -44,6 +45,7 @@ int pvgpu_ipc_put(struct pvgpu_accounting *acct, struct pvgpu_slot *slot,
 			continue;
 		e->session_id = slot->session_id;
 		e->vm = atomic_load(&slot->vm);
+		e->kind = kind;
 		memcpy(e->token, token, PVGPU_IPC_TOKEN);
 		memcpy(e->handle, handle, 64);
 		e->size = size;
@@ -55,8 +57,8 @@ int pvgpu_ipc_put(struct pvgpu_accounting *acct, struct pvgpu_slot *slot,
 }
 
 int pvgpu_ipc_get(struct pvgpu_accounting *acct, struct pvgpu_slot *slot,
-		  const uint8_t token[PVGPU_IPC_TOKEN], uint8_t handle[64],
-		  uint64_t *size)
+		  enum pvgpu_ipc_kind kind, const uint8_t token[PVGPU_IPC_TOKEN],
+		  uint8_t handle[64], uint64_t *size)
 {
 	int32_t vm = atomic_load(&slot->vm);
 	int rc = -1;
@@ -65,7 +67,7 @@ int pvgpu_ipc_get(struct pvgpu_accounting *acct, struct pvgpu_slot *slot,
 	for (int i = 0; i < PVGPU_MAX_IPC; i++) {
 		struct pvgpu_ipc_entry *e = &acct->ipc[i];
 
-		if (!e->session_id || e->vm != vm ||
+		if (!e->session_id || e->vm != vm || e->kind != kind ||
 		    memcmp(e->token, token, PVGPU_IPC_TOKEN) ||
 		    !session_live(acct, e->session_id))
 			continue;

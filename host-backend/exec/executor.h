@@ -381,6 +381,14 @@ struct pvgpu_executor_ops {
 	 * on failure too.  NULL: not supported.
 	 */
 	int32_t (*link)(struct pvgpu_exec *ex, struct pvgpu_link *l);
+	/*
+	 * cuModuleLoadDataEx of PTX in the current context: the image is
+	 * l->data (one input of l->input_size[0] bytes, NUL-terminated), the
+	 * options, logs and results as for link; a module as module_load's.
+	 * NULL: not supported.
+	 */
+	int32_t (*module_load_jit)(struct pvgpu_exec *ex, struct pvgpu_link *l,
+				   uint64_t *module);
 
 	/* The device address of registered host memory p (host_register).
 	 * NULL: not supported. */
@@ -395,6 +403,19 @@ struct pvgpu_executor_ops {
 	int32_t (*ipc_open)(struct pvgpu_exec *ex, const uint8_t handle[64],
 			    uint32_t flags, uint64_t *dptr);
 	int32_t (*ipc_close)(struct pvgpu_exec *ex, uint64_t dptr);
+	/* CUDA IPC of events: the driver's 64-byte handle of an event made
+	 * with CU_EVENT_INTERPROCESS; the event behind one, opened in the
+	 * current context (event_destroy frees it).  NULL: not supported. */
+	int32_t (*ipc_event_get)(struct pvgpu_exec *ex, uint64_t event, uint8_t handle[64]);
+	int32_t (*ipc_event_open)(struct pvgpu_exec *ex, const uint8_t handle[64],
+				  uint64_t *event);
+	/* VMM shareable handles: 64 bytes by which another worker of the
+	 * host reaches physical memory (a cuMemCreate handle of this
+	 * executor's); a handle of this executor's to the memory behind them
+	 * and its size (cuMemRelease frees it).  NULL: not supported. */
+	int32_t (*vmm_export)(struct pvgpu_exec *ex, uint64_t mem, uint8_t handle[64]);
+	int32_t (*vmm_import)(struct pvgpu_exec *ex, const uint8_t handle[64],
+			      uint64_t *mem, uint64_t *size);
 
 	/*
 	 * Explicit graph nodes (NULL: not supported).  graph and exec are

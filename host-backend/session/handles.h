@@ -24,7 +24,10 @@ struct pvgpu_handle {
 	uint64_t exec_handle;		/* the executor's own value */
 	uint64_t ctx;			/* owning context's id (all but contexts) */
 	uint64_t module;		/* owning module's id (functions); a
-					 * graph node's graph id */
+					 * graph node's graph id; H_MEM:
+					 * PVGPU_MEM_IMPORTED (ipc.c) */
+#define PVGPU_MEM_IMPORTED 1		/* another session's memory: its size in
+					 * charged, but charged to the exporter */
 	int32_t device;			/* contexts, modules; a graph
 					 * node's CUgraphNodeType */
 	uint64_t charged;		/* modules: bytes charged to the VM */

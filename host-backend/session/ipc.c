@@ -1,6 +1,8 @@
 /*
- * ipc.c - CUDA IPC of device memory between sessions of one VM
- * (cuIpcGetMemHandle, cuIpcOpenMemHandle, cuIpcCloseMemHandle).
+ * ipc.c - CUDA IPC of device memory and events between sessions of one
+ * VM (cuIpcGetMemHandle, cuIpcOpenMemHandle, cuIpcCloseMemHandle,
+ * cuIpcGetEventHandle, cuIpcOpenEventHandle; cuMemExportToShareableHandle
+ * and cuMemImportFromShareableHandle of physical memory).
  *
  * The guest gets a token for an allocation of its own; the driver's handle
  * goes into the supervisor's registry (ipc_registry.c) with the VM and
@@ -15,6 +17,7 @@
 #include "accounting.h"
 #include "log.h"
 #include "pvgpu_dispatch.h"
+#include "pvgpu_generic.h"
 #include "worker.h"
 
 int32_t pvgpu_handle_ipc_get_mem_handle(struct pvgpu_worker *w,
@@ -35,7 +38,7 @@ int32_t pvgpu_handle_ipc_get_mem_handle(struct pvgpu_worker *w,
 	if (st)
 		return st;
 	memset(rep->handle, 0, sizeof(rep->handle));
-	if (pvgpu_ipc_put(w->acct, w->slot, handle, a->size, rep->handle))
+	if (pvgpu_ipc_put(w->acct, w->slot, PVGPU_IPC_MEM, handle, a->size, rep->handle))
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	rep->handle_len = 64;
 	return CUDA_SUCCESS;
@@ -54,7 +57,7 @@ int32_t pvgpu_handle_ipc_open_mem_handle(struct pvgpu_worker *w,
 		return CUDA_ERROR_INVALID_CONTEXT;
 	if (req->handle_len != 64)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (pvgpu_ipc_get(w->acct, w->slot, req->handle, handle, &size)) {
+	if (pvgpu_ipc_get(w->acct, w->slot, PVGPU_IPC_MEM, req->handle, handle, &size)) {
 		log_debug("ipc_open_mem_handle: no handle of this VM's by that token");
 		return CUDA_ERROR_INVALID_VALUE;
 	}
@@ -87,4 +90,118 @@ int32_t pvgpu_handle_ipc_close_mem_handle(struct pvgpu_worker *w,
 	if (!st)
 		pvgpu_alloc_del(&w->allocs, a);
 	return st;
+}
+
+int32_t pvgpu_handle_ipc_get_event_handle(struct pvgpu_worker *w,
+					  const struct pvgpu_ipc_get_event_handle_req *req,
+					  struct pvgpu_ipc_get_event_handle_rep *rep)
+{
+	struct pvgpu_handle *h = pvgpu_handle_get(&w->handles, req->event, H_EVENT);
+	uint8_t handle[64];
+	int32_t st;
+
+	if (!w->ex)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!h)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (!w->ex_ops->ipc_event_get)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	st = w->ex_ops->ipc_event_get(w->ex, h->exec_handle, handle);
+	if (st)
+		return st;
+	memset(rep->handle, 0, sizeof(rep->handle));
+	if (pvgpu_ipc_put(w->acct, w->slot, PVGPU_IPC_EVENT, handle, 0, rep->handle))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	rep->handle_len = 64;
+	return CUDA_SUCCESS;
+}
+
+int32_t pvgpu_handle_ipc_open_event_handle(struct pvgpu_worker *w,
+					   const struct pvgpu_ipc_open_event_handle_req *req,
+					   struct pvgpu_ipc_open_event_handle_rep *rep)
+{
+	uint8_t handle[64];
+	uint64_t size = 0, event = 0;
+	int32_t st;
+
+	if (!w->ex)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!w->cur_ctx)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (req->handle_len != 64)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (pvgpu_ipc_get(w->acct, w->slot, PVGPU_IPC_EVENT, req->handle, handle, &size)) {
+		log_debug("ipc_open_event_handle: no event of this VM's by that token");
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	if (!w->ex_ops->ipc_event_open)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	st = w->ex_ops->ipc_event_open(w->ex, handle, &event);
+	return st ? st : pvgpu_event_keep(w, event, &rep->event);
+}
+
+int32_t pvgpu_handle_vmm_export(struct pvgpu_worker *w,
+				const struct pvgpu_vmm_export_req *req,
+				struct pvgpu_vmm_export_rep *rep)
+{
+	struct pvgpu_handle *h = pvgpu_handle_get(&w->handles, req->handle, H_MEM);
+	uint8_t handle[64];
+	int32_t st;
+
+	if (!w->ex)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!h)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (req->type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || !w->ex_ops->vmm_export)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	st = w->ex_ops->vmm_export(w->ex, h->exec_handle, handle);
+	if (st)
+		return st;
+	if (pvgpu_ipc_put(w->acct, w->slot, PVGPU_IPC_VMM, handle, h->charged, rep->token))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	rep->token_len = PVGPU_IPC_TOKEN;
+	return CUDA_SUCCESS;
+}
+
+int32_t pvgpu_handle_vmm_import(struct pvgpu_worker *w,
+				const struct pvgpu_vmm_import_req *req,
+				struct pvgpu_vmm_import_rep *rep)
+{
+	struct pvgpu_handle *h, *ctx;
+	uint64_t size = 0, mem = 0, got = 0;
+	uint8_t handle[64];
+	int32_t st;
+
+	if (!w->ex)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!w->cur_ctx)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (req->type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	if (req->token_len != PVGPU_IPC_TOKEN ||
+	    pvgpu_ipc_get(w->acct, w->slot, PVGPU_IPC_VMM, req->token, handle, &size)) {
+		log_debug("vmm_import: no memory of this VM's by that token");
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	if (!w->ex_ops->vmm_import)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	st = w->ex_ops->vmm_import(w->ex, handle, &mem, &got);
+	if (st)
+		return st;
+	ctx = pvgpu_handle_get(&w->handles, w->cur_ctx, H_CTX);
+	rep->handle = pvgpu_handle_add(&w->handles, H_MEM, mem, w->cur_ctx,
+				       ctx ? ctx->device : 0);
+	h = rep->handle ? pvgpu_handle_get(&w->handles, rep->handle, H_MEM) : NULL;
+	if (!h) {
+		const struct pvgpu_generic_fn *rel = pvgpu_generic_find(PVGPU_GENERIC_cuMemRelease);
+		uint64_t a[1] = { mem };
+
+		if (rel && w->ex_ops->driver_call)
+			w->ex_ops->driver_call(w->ex, rel, a);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	h->module = PVGPU_MEM_IMPORTED;
+	h->charged = size;
+	rep->size = size;
+	return CUDA_SUCCESS;
 }

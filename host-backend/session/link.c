@@ -43,10 +43,40 @@ static int option_ok(uint32_t key)
 	case CU_JIT_MIN_CTA_PER_SM:
 	case CU_JIT_MAX_THREADS_PER_BLOCK:
 	case CU_JIT_OVERRIDE_DIRECTIVE_VALUES:
+	case CU_JIT_FAST_COMPILE:
+	case CU_JIT_LTO:			/* the deprecated scalar flags */
+	case CU_JIT_FTZ:
+	case CU_JIT_PREC_DIV:
+	case CU_JIT_PREC_SQRT:
+	case CU_JIT_FMA:
+	case CU_JIT_OPTIMIZE_UNUSED_DEVICE_VARIABLES:
+	case CU_JIT_SPLIT_COMPILE:
 		return 1;
 	default:
 		return 0;
 	}
+}
+
+int pvgpu_link_options(struct pvgpu_link *l, const uint32_t *key, uint32_t nkey,
+		       const uint64_t *value, uint32_t nvalue)
+{
+	if (nkey != nvalue || nkey > PVGPU_LINK_MAX_OPTS)
+		return -1;
+	for (uint32_t i = 0; i < nkey; i++)
+		if (!option_ok(key[i]))
+			return -1;
+	if (!l)
+		return 0;
+	l->nopts = nkey;
+	for (uint32_t i = 0; i < nkey; i++) {
+		l->opt_key[i] = key[i];
+		l->opt_value[i] = value[i];
+		if ((key[i] == CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES ||
+		     key[i] == CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES) &&
+		    l->opt_value[i] > PVGPU_LINK_LOG)
+			l->opt_value[i] = PVGPU_LINK_LOG;
+	}
+	return 0;
 }
 
 static uint32_t held_links(struct pvgpu_worker *w)
@@ -79,9 +109,9 @@ int32_t pvgpu_handle_link_complete(struct pvgpu_worker *w,
 	}
 	if (!st && total != req->size)
 		st = CUDA_ERROR_INVALID_VALUE;
-	for (uint32_t i = 0; !st && i < req->opt_key_count; i++)
-		if (!option_ok(req->opt_key[i]))
-			st = CUDA_ERROR_INVALID_VALUE;
+	if (!st && pvgpu_link_options(NULL, req->opt_key, req->opt_key_count,
+				      req->opt_value, req->opt_value_count))
+		st = CUDA_ERROR_INVALID_VALUE;
 	if (st) {
 		/* The inputs follow all the same: keep the stream in step. */
 		pvgpu_copy_refuse_htod(w, req->size <= LINK_MAX_INPUT ? req->size : 0);
@@ -110,27 +140,14 @@ int32_t pvgpu_handle_link_complete(struct pvgpu_worker *w,
 		st = CUDA_ERROR_OUT_OF_MEMORY;
 	if (st)
 		goto out;
-	l->nopts = req->opt_key_count;
-	for (uint32_t i = 0; i < l->nopts; i++) {
-		l->opt_key[i] = req->opt_key[i];
-		l->opt_value[i] = req->opt_value[i];
-		if ((l->opt_key[i] == CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES ||
-		     l->opt_key[i] == CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES) &&
-		    l->opt_value[i] > PVGPU_LINK_LOG)
-			l->opt_value[i] = PVGPU_LINK_LOG;
-	}
+	pvgpu_link_options(l, req->opt_key, req->opt_key_count, req->opt_value,
+			   req->opt_value_count);
 	l->ninputs = req->input_type_count;
 	l->input_type = req->input_type;
 	l->input_size = req->input_size;
 	l->data = data;
 	st = w->ex_ops->link(w->ex, l);
-	l->info_log[PVGPU_LINK_LOG - 1] = l->error_log[PVGPU_LINK_LOG - 1] = '\0';
-	rep->info_log_len = strlen(l->info_log);
-	memcpy(rep->info_log, l->info_log, rep->info_log_len + 1);
-	rep->error_log_len = strlen(l->error_log);
-	memcpy(rep->error_log, l->error_log, rep->error_log_len + 1);
-	rep->opt_result_count = l->nopts;
-	memcpy(rep->opt_result, l->opt_value, l->nopts * sizeof(uint64_t));
+	PVGPU_LINK_RESULTS(rep, l);
 	if (!st && (!l->image || !l->image_size || l->image_size > UINT32_MAX))
 		st = CUDA_ERROR_INVALID_IMAGE;
 	if (!st) {

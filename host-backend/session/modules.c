@@ -27,7 +27,7 @@
  * (policy.h says what this misses).
  */
 static int32_t load_image(struct pvgpu_worker *w, const uint8_t *image,
-			  size_t len, uint64_t *id)
+			  size_t len, struct pvgpu_link *jit, uint64_t *id)
 {
 	struct pvgpu_handle *ctx;
 	uint64_t module;
@@ -43,7 +43,8 @@ static int32_t load_image(struct pvgpu_worker *w, const uint8_t *image,
 			  w->acct->vms[atomic_load(&w->slot->vm)].name);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	st = w->ex_ops->module_load(w->ex, image, len, &module);
+	st = jit ? w->ex_ops->module_load_jit(w->ex, jit, &module) :
+		   w->ex_ops->module_load(w->ex, image, len, &module);
 	if (st)
 		goto err_uncharge;
 	*id = pvgpu_handle_add(&w->handles, H_MODULE, module, w->cur_ctx,
@@ -95,7 +96,7 @@ int32_t pvgpu_handle_module_load(struct pvgpu_worker *w,
 		free(image);
 		return CUDA_ERROR_INVALID_IMAGE;
 	}
-	st = load_image(w, image, req->size, &rep->module);
+	st = load_image(w, image, req->size, NULL, &rep->module);
 	if (st == CUDA_SUCCESS && w->cfg->module_cache &&
 	    pvgpu_sha256(image, req->size, rep->hash) == 0) {
 		rep->hash_len = PVGPU_HASH_SIZE;
@@ -103,6 +104,63 @@ int32_t pvgpu_handle_module_load(struct pvgpu_worker *w,
 				       req->size))
 			log_warn("cannot store a module in %s", w->cfg->module_cache);
 	}
+	free(image);
+	return st;
+}
+
+/*
+ * PTX with JIT options (cuModuleLoadDataEx): loaded by the driver's own
+ * cuModuleLoadDataEx, never through the module cache, so that its logs
+ * are the ones this compilation gave.
+ */
+int32_t pvgpu_handle_module_load_jit(struct pvgpu_worker *w,
+				     const struct pvgpu_module_load_jit_req *req,
+				     struct pvgpu_module_load_jit_rep *rep)
+{
+	struct pvgpu_link *l;
+	uint8_t *image;
+	int32_t st;
+
+	if (req->size < 2 || req->size > MAX_IMAGE ||
+	    pvgpu_link_options(NULL, req->opt_key, req->opt_key_count, req->opt_value,
+			       req->opt_value_count)) {
+		pvgpu_copy_refuse_htod(w, req->size <= MAX_IMAGE ? req->size : 0);
+		if (req->size > MAX_IMAGE)
+			w->fatal = 1;	/* more than we will read: out of step */
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	image = malloc(req->size);
+	l = calloc(1, sizeof(*l));
+	if (!image || !l) {
+		free(image);
+		free(l);
+		pvgpu_copy_refuse_htod(w, req->size);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	if (pvgpu_worker_recv_data(w, image, req->size)) {
+		st = CUDA_ERROR_INVALID_VALUE;	/* session is over anyway */
+		goto out;
+	}
+	/* PTX text, NUL-terminated where the guest said it ends. */
+	if (image[req->size - 1] || strlen((char *)image) != req->size - 1 ||
+	    pvgpu_image_check(image, req->size)) {
+		st = CUDA_ERROR_INVALID_IMAGE;
+		goto out;
+	}
+	if (!w->ex_ops->module_load_jit) {
+		st = CUDA_ERROR_NOT_SUPPORTED;
+		goto out;
+	}
+	pvgpu_link_options(l, req->opt_key, req->opt_key_count, req->opt_value,
+			   req->opt_value_count);
+	l->ninputs = 1;
+	l->input_type = &(uint32_t){ CU_JIT_INPUT_PTX };
+	l->input_size = &req->size;
+	l->data = image;
+	st = load_image(w, image, req->size, l, &rep->module);
+	PVGPU_LINK_RESULTS(rep, l);
+out:
+	free(l);
 	free(image);
 	return st;
 }
@@ -121,7 +179,7 @@ int32_t pvgpu_handle_module_lookup(struct pvgpu_worker *w,
 	if (!image)
 		return CUDA_ERROR_NOT_FOUND;
 	st = pvgpu_image_check(image, len) ? CUDA_ERROR_INVALID_IMAGE :
-		load_image(w, image, len, &rep->module);
+		load_image(w, image, len, NULL, &rep->module);
 	free(image);
 	return st;
 }

@@ -611,20 +611,22 @@ int32_t pvgpu_handle_event_create(struct pvgpu_worker *w,
 				  const struct pvgpu_event_create_req *req,
 				  struct pvgpu_event_create_rep *rep)
 {
-	uint64_t event, id;
+	uint64_t event;
 	int32_t st = need_context(w);
 
 	if (st)
 		return st;
 	st = w->ex_ops->event_create(w->ex, req->flags, &event);
-	if (st)
-		return st;
-	id = pvgpu_handle_add(&w->handles, H_EVENT, event, w->cur_ctx, 0);
-	if (!id) {
+	return st ? st : pvgpu_event_keep(w, event, &rep->event);
+}
+
+int32_t pvgpu_event_keep(struct pvgpu_worker *w, uint64_t event, uint64_t *id)
+{
+	*id = pvgpu_handle_add(&w->handles, H_EVENT, event, w->cur_ctx, 0);
+	if (!*id) {
 		w->ex_ops->event_destroy(w->ex, event);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	rep->event = id;
 	return CUDA_SUCCESS;
 }
 

@@ -101,7 +101,7 @@ int32_t pvgpu_vmm_before(struct pvgpu_worker *w, const struct pvgpu_generic_fn *
 		return CUDA_SUCCESS;
 	case PVGPU_GENERIC_cuMemRelease:
 		h = pvgpu_handle_get(&w->handles, ids[0], H_MEM);
-		if (h) {
+		if (h && h->module != PVGPU_MEM_IMPORTED) {
 			c->uncharge = h->charged;
 			c->device = h->device;
 		}

@@ -264,6 +264,25 @@ struct pvgpu_handle *pvgpu_lookup_array(struct pvgpu_worker *w, uint64_t id,
 
 /* A module's charge to the VM's quota, given back (modules.c). */
 void pvgpu_module_uncharge(struct pvgpu_worker *w, struct pvgpu_handle *h);
+/* An event the executor made for the session's current context, in the
+ * handle table as *id (ops.c), or destroyed again. */
+int32_t pvgpu_event_keep(struct pvgpu_worker *w, uint64_t event, uint64_t *id);
+/* JIT options from the guest (link.c): -1 unless every key is one the
+ * executor may take as it is (a scalar value; the log buffers being the
+ * executor's own); copied into l (log sizes bounded) unless l is NULL. */
+int pvgpu_link_options(struct pvgpu_link *l, const uint32_t *key, uint32_t nkey,
+		       const uint64_t *value, uint32_t nvalue);
+/* The logs and option results of l into a reply with link_complete's
+ * fields (link_complete, module_load_jit). */
+#define PVGPU_LINK_RESULTS(rep, l) do {						\
+	(l)->info_log[PVGPU_LINK_LOG - 1] = (l)->error_log[PVGPU_LINK_LOG - 1] = '\0'; \
+	(rep)->info_log_len = strlen((l)->info_log);				\
+	memcpy((rep)->info_log, (l)->info_log, (rep)->info_log_len + 1);	\
+	(rep)->error_log_len = strlen((l)->error_log);				\
+	memcpy((rep)->error_log, (l)->error_log, (rep)->error_log_len + 1);	\
+	(rep)->opt_result_count = (l)->nopts;					\
+	memcpy((rep)->opt_result, (l)->opt_value, (l)->nopts * sizeof(uint64_t)); \
+} while (0)
 
 /* How the worker sleeps on and wakes the guest over the control ring. */
 void pvgpu_worker_ring_waiter(struct pvgpu_worker *w,

@@ -157,7 +157,10 @@ def seeds():
     link = (W.message("link_complete", 33, opt_key=[2, 3, 4], opt_value=[0, 1, 256],
                       input_type=[1], input_size=[len(ptx)], size=len(ptx))
             + W.data_frames(ptx, 33)
-            + W.message("link_fetch", 34, link=(1 << 24) | 3, size=len(ptx)))
+            + W.message("link_fetch", 34, link=(1 << 24) | 3, size=len(ptx))
+            + W.message("module_load_jit", 35, opt_key=[2, 3, 4, 0], opt_value=[0, 1, 64, 32],
+                        size=len(ptx))
+            + W.data_frames(ptx, 35))
     # Virtual memory: a range reserved, physical memory made (its
     # CUmemAllocationProp: pinned, device 0), mapped, given access,
     # unmapped, released, the range freed.
@@ -170,13 +173,21 @@ def seeds():
            + W.message("driver_call_data", 43, fn=211, args=[va, G, 1, 1],
                        input=bytes([1, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0]))
            + W.message("driver_call", 44, fn=210, args=[va, G])
+           + W.message("vmm_export", 47, handle=(1 << 24) | 3, type=1)
+           + W.message("vmm_import", 48, token=bytes(16), type=1)
+           + W.message("vmm_import", 49, token=b"short", type=2)
            + W.message("driver_call", 45, fn=206, args=[(1 << 24) | 3])
            + W.message("driver_call", 46, fn=208, args=[va, 4 * G]))
     # CUDA IPC: a handle for the allocation, opened (in this same session),
-    # closed; a forged one.
+    # closed; a forged one.  An interprocess event (handle 2) exported, a
+    # forged event token and a short one.
     ipc = (W.message("ipc_get_mem_handle", 50, dptr=base)
            + W.message("ipc_open_mem_handle", 51, handle=bytes(64), flags=1)
-           + W.message("ipc_close_mem_handle", 52, dptr=base))
+           + W.message("ipc_close_mem_handle", 52, dptr=base)
+           + W.message("event_create", 53, flags=6)
+           + W.message("ipc_get_event_handle", 54, event=(1 << 24) | 2)
+           + W.message("ipc_open_event_handle", 55, handle=bytes(64))
+           + W.message("ipc_open_event_handle", 56, handle=b"tok"))
     # Texture and surface objects: on a load/store array, on linear and
     # pitched memory, destroyed by the sim's value (kind 9 << 48 | serial)
     # and by forged ones; a cubemap and a layered array with a face copy.

@@ -285,6 +285,43 @@ def run_debug(name, libdir, uri):
     return res
 
 
+def test_ipc_between_two_processes(daemon, libdir):
+    """The driver-API program of the GPU tests for CUDA IPC, over the sim:
+    a forked child opens the parent's interprocess event, device memory,
+    VMM memory (descriptor over SCM_RIGHTS, made with no context current)
+    and pool allocation, reads them and writes back what the parent sees."""
+    out = passed(run_driver("ipcshare", libdir, daemon.unix), daemon)
+    assert out[1:] == ["child: event opened, memory 0x1234", "child: vmm memory 0x5678",
+                       "child: pool memory 0x9abc", "child: done",
+                       "parent: memory 0xabcd, vmm memory 0xbcde, pool memory 0xcdef",
+                       "PASS"], out
+
+
+def test_module_load_jit_checked_by_the_worker(daemon):
+    """cuModuleLoadDataEx's op: PTX with options loads as a module (the
+    driver's own load, logs and results back); an option whose value would
+    be a pointer, PTX whose NUL is not where the guest said, or a size
+    past the limit, are refused and the session goes on."""
+    s = raw_session(daemon)
+    ptx = PTX.read_bytes() + b"\0"
+    # CU_JIT_WALL_TIME, INFO_LOG_BUFFER(_SIZE_BYTES) and MAX_REGISTERS.
+    good = dict(opt_key=[2, 3, 4, 0], opt_value=[0, 1, 64, 32], size=len(ptx))
+    st, _, out, _ = s.call("module_load_jit", data_in=ptx, **good)
+    assert st == 0 and out["module"], out
+    assert out["info_log"].startswith(b"sim link") and len(out["info_log"]) < 64
+    assert out["opt_result"][2] == len(out["info_log"]) + 1 and out["opt_result"][3] == 32
+    assert s.call("module_get_function", module=out["module"], name="vec_add")[0] == 0
+    assert s.call("module_unload", module=out["module"])[0] == 0
+    for bad, data in ((dict(good, opt_key=[17], opt_value=[0x41414141]), ptx),
+                      (dict(good, opt_key=[2, 3]), ptx),
+                      (dict(good), ptx[:-1] + b"x"),
+                      (dict(good, size=len(ptx) + 1), ptx + b"\0")):
+        assert s.call("module_load_jit", data_in=data, **bad)[0] in (1, 200), bad
+    st, _, out, _ = s.call("module_load_jit", data_in=ptx, **good)
+    assert st == 0 and out["module"]
+    s.close()
+
+
 def test_zero_copy_over_a_window(daemon, libdir):
     """Over shm:// the window's pinned memory is the GPU's too: the kernel
     writes into the program's host memory, which it reads directly."""
@@ -516,22 +553,23 @@ print(*out)
 BOB_TOKEN = "bob-secret-token-0123456789"
 
 
-def test_ipc_within_a_vm_and_not_across(start_pvgpud, libdir, short_tmp):
-    """An allocation exported by one process of a VM opens in another
-    process of the same VM, sharing its bytes; the same token sent by a
-    session of another VM, or a forged one, opens nothing."""
+def ipc_exported(start_pvgpud, short_tmp, export_src, import_src):
+    """pvgpud (sim) with Alice's VM (uid) and Bob's (token); a process of
+    Alice's running export_src, which prints a handle and waits; returns
+    (daemon, importer, exporter) where importer(uri, token) runs
+    import_src with the handle as a process of that VM: its output words."""
     policy = short_tmp / "policy.ini"
     policy.write_text(f"[default]\npolicy = refuse\n\n[vm alice]\nuid = {os.getuid()}\n\n"
                       f"[vm bob]\ntoken = {BOB_TOKEN}\n")
     d = start_pvgpud("sim", extra_args=("--config", str(policy)),
                      env={"PVGPU_SIM_TWINS": str(TWINS)})
-    (short_tmp / "export.py").write_text(IPC_EXPORT)
-    (short_tmp / "import.py").write_text(IPC_IMPORT)
+    (short_tmp / "export.py").write_text(export_src)
+    (short_tmp / "import.py").write_text(import_src)
 
     def env(uri, token=None):
         e = {k: v for k, v in os.environ.items()
              if k not in ("PVGPU_DEVICES", "LD_LIBRARY_PATH", "PVGPU_TOKEN")}
-        e.update(LD_LIBRARY_PATH=str(libdir), PVGPU_DEVICES=uri)
+        e.update(LD_LIBRARY_PATH=str(LIBCUDA.parent), PVGPU_DEVICES=uri)
         if token:
             e["PVGPU_TOKEN"] = token
         asan = asan_runtime()
@@ -542,22 +580,147 @@ def test_ipc_within_a_vm_and_not_across(start_pvgpud, libdir, short_tmp):
     exporter = subprocess.Popen(["python3", str(short_tmp / "export.py"), str(LIBCUDA)],
                                 env=env(d.unix), stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, text=True)
+    handle = exporter.stdout.readline().strip()
+    if len(handle) != 128:
+        exporter.kill()
+        pytest.fail("no handle: " + handle + d.log()[-2000:])
+
+    def importer(uri, token=None):
+        res = subprocess.run(["python3", str(short_tmp / "import.py"), str(LIBCUDA), handle],
+                             env=env(uri, token), capture_output=True, text=True, timeout=60)
+        assert res.returncode == 0, res.stdout + res.stderr + d.log()[-2000:]
+        return res.stdout.split()
+    return d, importer, exporter
+
+
+def done(exporter):
+    exporter.stdin.write("\n")
+    exporter.stdin.close()
+    exporter.wait(timeout=30)
+
+
+def test_ipc_within_a_vm_and_not_across(start_pvgpud, short_tmp):
+    """An allocation exported by one process of a VM opens in another
+    process of the same VM, sharing its bytes; the same token sent by a
+    session of another VM, or a forged one, opens nothing."""
+    d, importer, exporter = ipc_exported(start_pvgpud, short_tmp, IPC_EXPORT, IPC_IMPORT)
     try:
-        handle = exporter.stdout.readline().strip()
-        assert len(handle) == 128, handle + d.log()[-2000:]
-
-        def importer(uri, token=None):
-            res = subprocess.run(["python3", str(short_tmp / "import.py"), str(LIBCUDA), handle],
-                                 env=env(uri, token), capture_output=True, text=True, timeout=60)
-            assert res.returncode == 0, res.stdout + res.stderr + d.log()[-2000:]
-            return res.stdout.split()
-
         # Alice's second process: opened, the exporter's bytes, closed once.
         assert importer(d.unix) == ["0", "0", "0x1234", "0", "1", "1"]
         # Bob's session with Alice's token, and a forged token: nothing.
         assert importer(d.tcp, BOB_TOKEN) == ["1", "1"]
         assert "vm bob" in d.log()
     finally:
-        exporter.stdin.write("\n")
-        exporter.stdin.close()
-        exporter.wait(timeout=30)
+        done(exporter)
+
+
+IPC_EVENT_EXPORT = r'''
+import ctypes, sys
+cu = ctypes.CDLL(sys.argv[1])
+vp = ctypes.c_void_p
+dev, ctx, e, plain = ctypes.c_int(), vp(), vp(), vp()
+assert cu.cuInit(0) == 0 and cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
+assert cu.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev) == 0
+h = (ctypes.c_ubyte * 64)()
+# CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING; a plain event has no handle.
+assert cu.cuEventCreate(ctypes.byref(plain), 0) == 0
+assert cu.cuIpcGetEventHandle(h, plain) == 1
+assert cu.cuEventCreate(ctypes.byref(e), 6) == 0
+assert cu.cuEventRecord(e, None) == 0
+assert cu.cuIpcGetEventHandle(h, e) == 0
+print(bytes(h).hex(), flush=True)
+sys.stdin.readline()
+'''
+
+IPC_EVENT_IMPORT = r'''
+import ctypes, sys
+cu = ctypes.CDLL(sys.argv[1])
+vp = ctypes.c_void_p
+dev, ctx, e = ctypes.c_int(), vp(), vp()
+assert cu.cuInit(0) == 0 and cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
+assert cu.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev) == 0
+class H(ctypes.Structure):
+    _fields_ = [("reserved", ctypes.c_ubyte * 64)]
+def open_(raw):
+    h = H()
+    ctypes.memmove(h.reserved, raw, 64)
+    return cu.cuIpcOpenEventHandle(ctypes.byref(e), h)
+r = open_(bytes.fromhex(sys.argv[2]))
+out = [r]
+if r == 0:
+    ms = ctypes.c_float()
+    out.append(cu.cuStreamWaitEvent(None, e, 0))
+    out.append(cu.cuEventSynchronize(e))
+    out.append(cu.cuEventQuery(e))
+    out.append(cu.cuEventElapsedTime(ctypes.byref(ms), e, e))   # no timing
+    out.append(cu.cuEventDestroy_v2(e))
+forged = bytearray(bytes.fromhex(sys.argv[2]))
+forged[3] ^= 1
+out.append(open_(bytes(forged)))
+# An event's token is no memory's.
+h, d = H(), ctypes.c_uint64()
+ctypes.memmove(h.reserved, bytes.fromhex(sys.argv[2]), 64)
+out.append(cu.cuIpcOpenMemHandle_v2(ctypes.byref(d), h, 1))
+print(*out)
+'''
+
+
+def test_ipc_event_within_a_vm_and_not_across(start_pvgpud, short_tmp):
+    """An interprocess event exported by one process of a VM opens in
+    another process of the same VM (waited on, synchronised, destroyed;
+    no timing, as its flags say); another VM's session or a forged token
+    opens nothing, and an event made without CU_EVENT_INTERPROCESS has no
+    handle."""
+    d, importer, exporter = ipc_exported(start_pvgpud, short_tmp, IPC_EVENT_EXPORT,
+                                         IPC_EVENT_IMPORT)
+    try:
+        # Alice's second process: opened, usable, no timing, destroyed.
+        assert importer(d.unix) == ["0", "0", "0", "0", "400", "0", "1", "1"]
+        # Bob's session with Alice's token, and a forged token: nothing.
+        assert importer(d.tcp, BOB_TOKEN) == ["1", "1", "1"]
+        assert "vm bob" in d.log()
+    finally:
+        done(exporter)
+
+
+def share(start_pvgpud, libdir, short_tmp, script):
+    """Run a share_*.py script as Alice (unix socket) whose children are
+    one process of Alice's VM and one of Bob's (tcp, token); its output
+    split at "|"."""
+    policy = short_tmp / "policy.ini"
+    policy.write_text(f"[default]\npolicy = refuse\n\n[vm alice]\nuid = {os.getuid()}\n\n"
+                      f"[vm bob]\ntoken = {BOB_TOKEN}\n")
+    d = start_pvgpud("sim", extra_args=("--config", str(policy)))
+    e = {k: v for k, v in os.environ.items()
+         if k not in ("PVGPU_DEVICES", "LD_LIBRARY_PATH", "PVGPU_TOKEN")}
+    e.update(LD_LIBRARY_PATH=str(libdir), PVGPU_DEVICES=d.unix)
+    asan = asan_runtime()
+    if asan:
+        e.update(LD_PRELOAD=asan, ASAN_OPTIONS="detect_leaks=0")
+    res = subprocess.run(["python3", str(REPO / "tests" / "integration" / script),
+                          str(LIBCUDA), "parent", d.unix, d.tcp, BOB_TOKEN],
+                         env=e, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr + d.log()[-2000:]
+    assert "vm bob" in d.log()
+    return res.stdout.strip().split("|")
+
+
+def test_vmm_shareable_fd_within_a_vm_and_not_across(start_pvgpud, libdir, short_tmp):
+    """As NVIDIA's memMapIPCDrv: physical memory made and exported with no
+    context current, its POSIX descriptor passed with SCM_RIGHTS; a process
+    of the same VM imports, maps and sees the exporter's bytes, and the
+    exporter sees what it wrote; a process of another VM imports nothing,
+    nor does a descriptor that is not a shareable handle."""
+    assert share(start_pvgpud, libdir, short_tmp, "share_vmm.py") == \
+        ["0 0x5678 0", "1", "0xabcd", "1", "0"]
+
+
+def test_pool_shareable_fd_within_a_vm_and_not_across(start_pvgpud, libdir, short_tmp):
+    """As NVIDIA's streamOrderedAllocationIPC: a pool made with POSIX
+    descriptor handles is exported (one without handle types is not), its
+    descriptor passed with SCM_RIGHTS and a pointer's export data with it;
+    a process of the same VM imports both, sees and changes the bytes and
+    frees the pointer once; another VM's process imports the pool but not
+    the pointer."""
+    assert share(start_pvgpud, libdir, short_tmp, "share_pool.py") == \
+        ["1", "0 0 0x9abc 0 1", "0 1", "0x1111", "0", "0"]

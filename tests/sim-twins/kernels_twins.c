@@ -288,6 +288,22 @@ static void fill_twin(const struct pvgpu_sim_launch *l)
 		hp[i] = (uint32_t)v + (uint32_t)i;
 }
 
+/* tests/programs/driver/jitlog.c's sm_10 PTX: p[i] = v + i, one block. */
+static void jit_fill_twin(const struct pvgpu_sim_launch *l)
+{
+	uint64_t p = pvgpu_sim_arg_ptr(l, 0);
+	int32_t v;
+
+	if (ARG(l, 1, v) || l->faulted(l))
+		return;
+	uint64_t cnt = twin_count_1d(l, INT32_MAX);
+	uint32_t *hp = twin_map(l, p, cnt, 4);
+	if (!hp)
+		return;
+	for (uint64_t i = 0; i < cnt; i++)
+		hp[i] = (uint32_t)v + (uint32_t)i;
+}
+
 /* p[i] = p[i] * m + a */
 static void scale_add_twin(const struct pvgpu_sim_launch *l)
 {
@@ -686,6 +702,7 @@ const struct pvgpu_sim_twin pvgpu_sim_twins[] = {
 	{ "write_results", write_results_twin },
 	{ "twice", twice_twin },
 	{ "fill", fill_twin },
+	{ "jit_fill", jit_fill_twin },
 	{ "scale_add", scale_add_twin },
 	{ "increment", increment_twin },
 	{ "bounded", bounded_twin },

@@ -177,9 +177,11 @@ struct sim_alloc {
 struct sim_phys {
 	uint64_t handle;
 	uint64_t size;
-	unsigned char *data;
+	unsigned char *data;		/* malloc'd, or mmap'd where shared */
 	int32_t dev;
 	unsigned int refs, maps;	/* handles held, mappings made */
+	bool shared;			/* data in a memfd (sim_vmm_export/import) */
+	int fd;				/* exported: the memfd, else -1 */
 };
 
 struct sim_range {
@@ -807,13 +809,24 @@ static struct sim_phys *phys_find(struct pvgpu_exec *ex, uint64_t handle)
 	return NULL;
 }
 
+static void phys_free_data(struct sim_phys *p)
+{
+	if (p->shared)
+		munmap(p->data, p->size);
+	else
+		free(p->data);
+	if (p->fd >= 0)
+		close(p->fd);
+}
+
 /* Free physical memory no handle and no mapping holds any more. */
 static void phys_put(struct pvgpu_exec *ex, struct sim_phys *p)
 {
 	if (p->refs || p->maps)
 		return;
-	ex->own_used[p->dev] -= p->size;
-	free(p->data);
+	if (!p->shared || p->fd >= 0)	/* an import is the exporter's */
+		ex->own_used[p->dev] -= p->size;
+	phys_free_data(p);
 	*p = ex->phys[--ex->nphys];
 }
 
@@ -996,7 +1009,7 @@ static void sim_close(struct pvgpu_exec *ex)
 		if (!ex->allocs[i].phys)
 			free(ex->allocs[i].data);
 	for (i = 0; i < ex->nphys; i++)
-		free(ex->phys[i].data);
+		phys_free_data(&ex->phys[i]);
 	free(ex->phys);
 	free(ex->ranges);
 	for (i = 0; i < ex->nhosts; i++)
@@ -3985,6 +3998,8 @@ static int32_t sim_vmm_call(struct pvgpu_exec *ex, const struct pvgpu_generic_fn
 		p->dev = prop->location.id;
 		p->refs = 1;
 		p->maps = 0;
+		p->shared = false;
+		p->fd = -1;
 		ex->own_used[p->dev] += a[1];
 		a[0] = p->handle;
 		return CUDA_SUCCESS;
@@ -4171,6 +4186,140 @@ static int32_t sim_ipc_close(struct pvgpu_exec *ex, uint64_t dptr)
 	return CUDA_SUCCESS;
 }
 
+/*
+ * CUDA IPC of events: the sim's work is done when it is issued, so an
+ * event is complete wherever it is opened; the handle names the exporting
+ * process and event (it opens only as an interprocess, timing-less event).
+ */
+#define SIM_IPC_EVENT	"pvgpu-sim-event"
+static int32_t sim_ipc_event_get(struct pvgpu_exec *ex, uint64_t event, uint8_t handle[64])
+{
+	struct sim_obj *e = ex ? obj_find(ex, event, SIM_EVENT) : NULL;
+
+	if (!e)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (!(e->u.event.flags & CU_EVENT_INTERPROCESS))
+		return CUDA_ERROR_INVALID_VALUE;
+	memset(handle, 0, 64);
+	snprintf((char *)handle, 64, SIM_IPC_EVENT " %d %llu", (int)getpid(),
+		 (unsigned long long)event);
+	return CUDA_SUCCESS;
+}
+
+static int32_t sim_ipc_event_open(struct pvgpu_exec *ex, const uint8_t handle[64],
+				  uint64_t *event)
+{
+	struct sim_obj *e;
+
+	if (!ex || ctx_check(ex))
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (memcmp(handle, SIM_IPC_EVENT " ", sizeof(SIM_IPC_EVENT)) || handle[63])
+		return CUDA_ERROR_INVALID_VALUE;
+	e = obj_new(ex, SIM_EVENT, ex->cur);
+	if (!e)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	e->u.event.flags = CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING;
+	*event = e->handle;
+	return CUDA_SUCCESS;
+}
+
+/*
+ * VMM shareable handles between worker processes: exported physical
+ * memory moves into a memfd (its mappings follow it), and the handle
+ * names the exporting process and descriptor, which another worker of
+ * the same user opens through /proc.
+ */
+#define SIM_VMM_HANDLE	"pvgpu-sim-vmm"
+static int32_t sim_vmm_export(struct pvgpu_exec *ex, uint64_t mem, uint8_t handle[64])
+{
+	struct sim_phys *p = ex ? phys_find(ex, mem) : NULL;
+	unsigned char *map;
+	int fd;
+
+	if (!p || !p->refs)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!p->shared) {
+		fd = memfd_create("pvgpu-sim-vmm", MFD_CLOEXEC);
+		if (fd < 0)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		if (ftruncate(fd, (off_t)p->size) ||
+		    (map = mmap(NULL, p->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+			close(fd);
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+		memcpy(map, p->data, p->size);
+		for (size_t i = 0; i < ex->nallocs; i++)
+			if (ex->allocs[i].phys == p->handle)
+				ex->allocs[i].data = map + (ex->allocs[i].data - p->data);
+		free(p->data);
+		p->data = map;
+		p->shared = true;
+		p->fd = fd;
+	}
+	if (p->fd < 0)
+		return CUDA_ERROR_NOT_SUPPORTED;	/* an import: export the original */
+	memset(handle, 0, 64);
+	snprintf((char *)handle, 64, SIM_VMM_HANDLE " %d %d %llu %d", (int)getpid(), p->fd,
+		 (unsigned long long)p->size, (int)p->dev);
+	return CUDA_SUCCESS;
+}
+
+static int32_t sim_vmm_import(struct pvgpu_exec *ex, const uint8_t handle[64],
+			      uint64_t *mem, uint64_t *size)
+{
+	char text[64], path[64];
+	unsigned long long bytes;
+	struct sim_phys *p;
+	struct stat st;
+	int pid, fd, dev;
+	void *map;
+
+	if (!ex || ctx_check(ex))
+		return CUDA_ERROR_INVALID_CONTEXT;
+	memcpy(text, handle, sizeof(text));
+	text[63] = '\0';
+	if (sscanf(text, SIM_VMM_HANDLE " %d %d %llu %d", &pid, &fd, &bytes, &dev) != 4 ||
+	    dev < 0 || dev >= ex->ndev || !bytes || bytes % SIM_VMM_GRAIN)
+		return CUDA_ERROR_INVALID_VALUE;
+	snprintf(path, sizeof(path), "/proc/%d/fd/%d", pid, fd);
+	fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (fstat(fd, &st) || (uint64_t)st.st_size != bytes ||
+	    grow((void **)&ex->phys, &ex->phys_cap, ex->nphys + 1, sizeof(*ex->phys)) ||
+	    (map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+		close(fd);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	close(fd);
+	p = &ex->phys[ex->nphys++];
+	memset(p, 0, sizeof(*p));
+	p->handle = (0x50ull << 56) | ++ex->next_phys;
+	p->size = bytes;
+	p->data = map;
+	p->dev = dev;
+	p->refs = 1;
+	p->shared = true;
+	p->fd = -1;
+	*mem = p->handle;
+	*size = bytes;
+	return CUDA_SUCCESS;
+}
+
+/* cuModuleLoadDataEx of PTX with options: the sim's linker gives the
+ * logs and results, its module loader the module. */
+static int32_t sim_module_load_jit(struct pvgpu_exec *ex, struct pvgpu_link *l,
+				   uint64_t *module)
+{
+	int32_t rc = pvgpu_sim_link(ex, l);
+
+	if (!rc)
+		rc = sim_module_load(ex, l->image, l->image_size, module);
+	free(l->image);
+	l->image = NULL;
+	return rc;
+}
+
 /* Generic calls numbered from 200 (issue 13's second half). */
 static int32_t sim_driver_call_more(struct pvgpu_exec *ex,
 				    const struct pvgpu_generic_fn *f, uint64_t *a)
@@ -4345,10 +4494,15 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.surf_destroy		= sim_surf_destroy,
 	.driver_call		= sim_driver_call,
 	.link			= pvgpu_sim_link,
+	.module_load_jit	= sim_module_load_jit,
 	.host_device_pointer	= sim_host_device_pointer,
 	.ipc_get		= sim_ipc_get,
 	.ipc_open		= sim_ipc_open,
 	.ipc_close		= sim_ipc_close,
+	.ipc_event_get		= sim_ipc_event_get,
+	.ipc_event_open		= sim_ipc_event_open,
+	.vmm_export		= sim_vmm_export,
+	.vmm_import		= sim_vmm_import,
 	.graph_add_node		= sim_graph_add_node,
 	.graph_kernel_node_set	= sim_graph_kernel_node_set,
 	.graph_add_deps		= sim_graph_add_deps,

@@ -15,15 +15,20 @@
  * handles, and a stale or forged one must fail, not crash the worker.
  */
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cuda.h>
 
 #include "executor.h"
+#include "log.h"
 #include "pvgpu_generic.h"
 
 #define CUDA_LIB		"libcuda.so.1"
@@ -340,6 +345,7 @@ struct cuda_host {
 	bool registered;		/* host_register, not host_alloc */
 };
 
+#define CUDA_MAX_VMM_EXPORTS	256
 struct pvgpu_exec {
 	void *lib;
 	struct cuda_api api;
@@ -362,6 +368,11 @@ struct pvgpu_exec {
 	/* The generic driver call's entry points, looked up on first use. */
 	void *generic_fp[PVGPU_GENERIC_MAX_ID + 1];
 	bool generic_tried[PVGPU_GENERIC_MAX_ID + 1];
+
+	/* Physical memory exported (cuda_vmm_export): the driver's
+	 * descriptor of each, open for importers until the worker ends. */
+	struct { uint64_t mem; int fd; } vmm_fds[CUDA_MAX_VMM_EXPORTS];
+	unsigned int nvmm_fds;
 };
 
 /* ------------------------------------------------------------------ */
@@ -715,6 +726,8 @@ static void cuda_close(struct pvgpu_exec *ex)
 	free(ex->handles);
 	free(ex->hosts);
 	free(ex->objs);
+	for (unsigned int i = 0; i < ex->nvmm_fds; i++)
+		close(ex->vmm_fds[i].fd);
 	dlclose(ex->lib);
 	free(ex);
 }
@@ -1247,6 +1260,17 @@ static int32_t cuda_stream_wait_event(struct pvgpu_exec *ex, uint64_t stream,
 /* ------------------------------------------------------------------ */
 /* events */
 
+/* A new event of the current context in the table, or destroyed again. */
+static int32_t event_keep(struct pvgpu_exec *ex, CUevent e, uint64_t *event)
+{
+	if (handle_add(ex, (uint64_t)(uintptr_t)e, CUDA_EVENT, ex->cur, 0)) {
+		ex->api.event_destroy(e);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	*event = (uint64_t)(uintptr_t)e;
+	return CUDA_SUCCESS;
+}
+
 static int32_t cuda_event_create(struct pvgpu_exec *ex, uint32_t flags,
 				 uint64_t *event)
 {
@@ -1258,14 +1282,7 @@ static int32_t cuda_event_create(struct pvgpu_exec *ex, uint32_t flags,
 	if (!ex->cur)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	rc = ex->api.event_create(&e, flags);
-	if (rc)
-		return rc;
-	if (handle_add(ex, (uint64_t)(uintptr_t)e, CUDA_EVENT, ex->cur, 0)) {
-		ex->api.event_destroy(e);
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	}
-	*event = (uint64_t)(uintptr_t)e;
-	return CUDA_SUCCESS;
+	return rc ? (int32_t)rc : event_keep(ex, e, event);
 }
 
 static int32_t cuda_event_destroy(struct pvgpu_exec *ex, uint64_t event)
@@ -1334,6 +1351,18 @@ static int32_t cuda_event_elapsed(struct pvgpu_exec *ex, uint64_t start,
 /* ------------------------------------------------------------------ */
 /* modules and kernels */
 
+/* A module just loaded in the current context, in the table, or unloaded
+ * again. */
+static int32_t module_keep(struct pvgpu_exec *ex, CUmodule m, uint64_t *module)
+{
+	if (handle_add(ex, (uint64_t)(uintptr_t)m, CUDA_MODULE, ex->cur, 0)) {
+		ex->api.module_unload(m);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	*module = (uint64_t)(uintptr_t)m;
+	return CUDA_SUCCESS;
+}
+
 static int32_t cuda_module_load(struct pvgpu_exec *ex, const void *image,
 				size_t size, uint64_t *module)
 {
@@ -1349,14 +1378,7 @@ static int32_t cuda_module_load(struct pvgpu_exec *ex, const void *image,
 	 * The worker must have checked those against `size`.
 	 */
 	rc = ex->api.module_load_data(&m, image);
-	if (rc)
-		return rc;
-	if (handle_add(ex, (uint64_t)(uintptr_t)m, CUDA_MODULE, ex->cur, 0)) {
-		ex->api.module_unload(m);
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	}
-	*module = (uint64_t)(uintptr_t)m;
-	return CUDA_SUCCESS;
+	return rc ? (int32_t)rc : module_keep(ex, m, module);
 }
 
 static int32_t cuda_module_unload(struct pvgpu_exec *ex, uint64_t module)
@@ -2571,7 +2593,42 @@ static int32_t cuda_driver_call(struct pvgpu_exec *ex,
 	}
 	if (!ex->generic_fp[f->id])
 		return CUDA_ERROR_NOT_SUPPORTED;
+	if (f->id == PVGPU_GENERIC_cuMemRelease) {
+		uint64_t mem = a[0];
+		int32_t rc = pvgpu_cuda_generic_invoke(ex->generic_fp[f->id], f, a);
+
+		/* An exported descriptor outlives the handle (importers may
+		 * still come), but no later handle of that value is it. */
+		for (unsigned int i = 0; !rc && i < ex->nvmm_fds; i++)
+			if (ex->vmm_fds[i].mem == mem)
+				ex->vmm_fds[i].mem = 0;
+		return rc;
+	}
 	return pvgpu_cuda_generic_invoke(ex->generic_fp[f->id], f, a);
+}
+
+/* The driver's JIT options from the checked ones in l: the log buffers are
+ * l's own. */
+static void jit_options(struct pvgpu_link *l, CUjit_option *keys, void **vals)
+{
+	for (uint32_t i = 0; i < l->nopts; i++) {
+		keys[i] = (CUjit_option)l->opt_key[i];
+		vals[i] = keys[i] == CU_JIT_INFO_LOG_BUFFER ? (void *)l->info_log :
+			  keys[i] == CU_JIT_ERROR_LOG_BUFFER ? (void *)l->error_log :
+			  (void *)(uintptr_t)l->opt_value[i];
+	}
+}
+
+/* Results: what the driver wrote over the values (a float's bits for the
+ * wall time, sizes for the logs). */
+static void jit_results(struct pvgpu_link *l, const CUjit_option *keys, void *const *vals)
+{
+	for (uint32_t i = 0; i < l->nopts; i++) {
+		if (keys[i] == CU_JIT_INFO_LOG_BUFFER || keys[i] == CU_JIT_ERROR_LOG_BUFFER)
+			l->opt_value[i] = 0;
+		else
+			l->opt_value[i] = (uint64_t)(uintptr_t)vals[i];
+	}
 }
 
 /* JIT linking: NVIDIA's linker in the current context, the worker having
@@ -2601,12 +2658,7 @@ static int32_t cuda_link(struct pvgpu_exec *ex, struct pvgpu_link *l)
 	*(void **)&destroy = dlsym(ex->lib, "cuLinkDestroy");
 	if (!create || !add || !complete || !destroy)
 		return CUDA_ERROR_NOT_SUPPORTED;
-	for (uint32_t i = 0; i < l->nopts; i++) {
-		keys[i] = (CUjit_option)l->opt_key[i];
-		vals[i] = keys[i] == CU_JIT_INFO_LOG_BUFFER ? (void *)l->info_log :
-			  keys[i] == CU_JIT_ERROR_LOG_BUFFER ? (void *)l->error_log :
-			  (void *)(uintptr_t)l->opt_value[i];
-	}
+	jit_options(l, keys, vals);
 	r = create(l->nopts, keys, vals, &state);
 	if (r)
 		return r;
@@ -2625,15 +2677,32 @@ static int32_t cuda_link(struct pvgpu_exec *ex, struct pvgpu_link *l)
 		l->image_size = l->image ? size : 0;
 		r = l->image ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	/* Results: what the linker wrote over the values. */
-	for (uint32_t i = 0; i < l->nopts; i++) {
-		if (keys[i] == CU_JIT_INFO_LOG_BUFFER || keys[i] == CU_JIT_ERROR_LOG_BUFFER)
-			l->opt_value[i] = 0;
-		else
-			l->opt_value[i] = (uint64_t)(uintptr_t)vals[i];
-	}
+	jit_results(l, keys, vals);
 	destroy(state);
 	return r;
+}
+
+/* cuModuleLoadDataEx of PTX, with the options as the guest gave them. */
+static int32_t cuda_module_load_jit(struct pvgpu_exec *ex, struct pvgpu_link *l,
+				    uint64_t *module)
+{
+	CUresult (*load)(CUmodule *, const void *, unsigned int, CUjit_option *, void **);
+	CUjit_option keys[PVGPU_LINK_MAX_OPTS];
+	void *vals[PVGPU_LINK_MAX_OPTS];
+	CUmodule m;
+	CUresult r;
+
+	if (!ex || !l || l->nopts > PVGPU_LINK_MAX_OPTS || l->ninputs != 1 || !module)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	*(void **)&load = dlsym(ex->lib, "cuModuleLoadDataEx");
+	if (!load)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	jit_options(l, keys, vals);
+	r = load(&m, l->data, l->nopts, keys, vals);
+	jit_results(l, keys, vals);
+	return r ? (int32_t)r : module_keep(ex, m, module);
 }
 
 /* Registered host memory's device address (UVA: usually the same). */
@@ -2702,6 +2771,128 @@ static int32_t cuda_ipc_close(struct pvgpu_exec *ex, uint64_t dptr)
 	return close_ ? close_((CUdeviceptr)dptr) : CUDA_ERROR_NOT_SUPPORTED;
 }
 
+/* CUDA IPC of events: an event of this executor's, made interprocess. */
+static int32_t cuda_ipc_event_get(struct pvgpu_exec *ex, uint64_t event, uint8_t handle[64])
+{
+	CUresult (*get)(CUipcEventHandle *, CUevent);
+	CUipcEventHandle h;
+	CUresult r;
+
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!handle_find(ex, event, CUDA_EVENT))
+		return CUDA_ERROR_INVALID_HANDLE;
+	*(void **)&get = dlsym(ex->lib, "cuIpcGetEventHandle");
+	if (!get)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	r = get(&h, to_event(event));
+	if (!r)
+		memcpy(handle, h.reserved, 64);
+	return r;
+}
+
+static int32_t cuda_ipc_event_open(struct pvgpu_exec *ex, const uint8_t handle[64],
+				   uint64_t *event)
+{
+	CUresult (*open)(CUevent *, CUipcEventHandle);
+	CUipcEventHandle h;
+	CUevent e = NULL;
+	CUresult r;
+
+	if (!ex || !ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	*(void **)&open = dlsym(ex->lib, "cuIpcOpenEventHandle");
+	if (!open)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	memcpy(h.reserved, handle, 64);
+	r = open(&e, h);
+	return r ? (int32_t)r : event_keep(ex, e, event);
+}
+
+/*
+ * VMM shareable handles between workers: the driver's POSIX file
+ * descriptor stays open in the exporting worker (until it ends; one per
+ * physical memory, at most CUDA_MAX_VMM_EXPORTS), and the handle names the
+ * worker and descriptor; an importing worker (of the same
+ * VM: the registry sees to it) takes a copy with pidfd_getfd(2).  That
+ * needs ptrace access to the exporter, which Yama's ptrace_scope 1 grants
+ * only to ancestors and named tracers: the exporter names pvgpud, so
+ * pvgpud's workers (its descendants) may, and no other process.
+ */
+#define CUDA_VMM_HANDLE	"pvgpu-cuda-vmm"
+static int32_t cuda_vmm_export(struct pvgpu_exec *ex, uint64_t mem, uint8_t handle[64])
+{
+	CUresult (*export_)(void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType,
+			    unsigned long long);
+	unsigned int i;
+	int fd = -1;
+	CUresult r;
+
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	/* Exported before: the same descriptor. */
+	for (i = 0; i < ex->nvmm_fds && ex->vmm_fds[i].mem != mem; i++)
+		;
+	if (i < ex->nvmm_fds) {
+		fd = ex->vmm_fds[i].fd;
+		goto out;
+	}
+	if (ex->nvmm_fds == CUDA_MAX_VMM_EXPORTS)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*(void **)&export_ = dlsym(ex->lib, "cuMemExportToShareableHandle");
+	if (!export_)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	r = export_(&fd, (CUmemGenericAllocationHandle)mem,
+		    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+	if (r)
+		return r;
+	ex->vmm_fds[ex->nvmm_fds].mem = mem;
+	ex->vmm_fds[ex->nvmm_fds++].fd = fd;
+	if (prctl(PR_SET_PTRACER, (unsigned long)getppid(), 0, 0, 0) && errno != EINVAL)
+		log_debug("vmm export: PR_SET_PTRACER: %s", strerror(errno));
+out:
+	memset(handle, 0, 64);
+	snprintf((char *)handle, 64, CUDA_VMM_HANDLE " %d %d", (int)getpid(), fd);
+	return CUDA_SUCCESS;
+}
+
+static int32_t cuda_vmm_import(struct pvgpu_exec *ex, const uint8_t handle[64],
+			       uint64_t *mem, uint64_t *size)
+{
+	CUresult (*import_)(CUmemGenericAllocationHandle *, void *, CUmemAllocationHandleType);
+	CUmemGenericAllocationHandle h = 0;
+	char text[64];
+	int pid, fd, pidfd, copy;
+	CUresult r;
+
+	if (!ex || !ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	memcpy(text, handle, sizeof(text));
+	text[63] = '\0';
+	if (sscanf(text, CUDA_VMM_HANDLE " %d %d", &pid, &fd) != 2)
+		return CUDA_ERROR_INVALID_VALUE;
+	*(void **)&import_ = dlsym(ex->lib, "cuMemImportFromShareableHandle");
+	if (!import_)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	copy = pidfd < 0 ? -1 : (int)syscall(SYS_pidfd_getfd, pidfd, fd, 0);
+	if (copy < 0) {
+		log_warn("vmm import: cannot take the exporting worker's descriptor: %s",
+			 strerror(errno));
+		if (pidfd >= 0)
+			close(pidfd);
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	close(pidfd);
+	r = import_(&h, (void *)(uintptr_t)copy, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	close(copy);
+	if (r)
+		return r;
+	*mem = (uint64_t)h;
+	*size = 0;	/* the registry's (the exporter's cuMemCreate size) */
+	return CUDA_SUCCESS;
+}
+
 const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.name			= "cuda",
 	.open			= cuda_open,
@@ -2768,10 +2959,15 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.surf_destroy		= cuda_surf_destroy,
 	.driver_call		= cuda_driver_call,
 	.link			= cuda_link,
+	.module_load_jit	= cuda_module_load_jit,
 	.host_device_pointer	= cuda_host_device_pointer,
 	.ipc_get		= cuda_ipc_get,
 	.ipc_open		= cuda_ipc_open,
 	.ipc_close		= cuda_ipc_close,
+	.ipc_event_get		= cuda_ipc_event_get,
+	.ipc_event_open		= cuda_ipc_event_open,
+	.vmm_export		= cuda_vmm_export,
+	.vmm_import		= cuda_vmm_import,
 	.graph_add_node		= cuda_graph_add_node,
 	.graph_kernel_node_set	= cuda_graph_kernel_node_set,
 	.graph_add_deps		= cuda_graph_add_deps,
