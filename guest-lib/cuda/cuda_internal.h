@@ -148,6 +148,7 @@ struct cu_alloc {
 	uint64_t base, size;
 	int device;
 	int managed;			/* cuMemAllocManaged's (cuda_managed.c) */
+	int mapped;			/* a cuMemMap mapping (cuda_vmm.c) */
 };
 
 /*

@@ -185,7 +185,8 @@ CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned 
 		r = CUDA_ERROR_OUT_OF_MEMORY;
 		goto err_unpin;
 	}
-	if (cu_alloc_insert(&(struct cu_alloc){ rep.dptr, bytesize, ctx->device, 1 })) {
+	if (cu_alloc_insert(&(struct cu_alloc){ .base = rep.dptr, .size = bytesize,
+						.device = ctx->device, .managed = 1 })) {
 		struct cu_managed m;
 
 		record_take(rep.dptr, &m);

@@ -43,7 +43,7 @@ int cu_alloc_insert(const struct cu_alloc *n)
 
 void cu_alloc_add(uint64_t base, uint64_t size, int device)
 {
-	cu_alloc_insert(&(struct cu_alloc){ base, size, device, 0 });
+	cu_alloc_insert(&(struct cu_alloc){ .base = base, .size = size, .device = device });
 }
 
 int cu_alloc_remove(uint64_t base)
@@ -151,10 +151,12 @@ static int host_remove(const void *ptr, struct cu_host *out)
  * checks them against what it allocated.
  */
 /*
- * n bytes from ptr stay in the program's memory: in its allocation, or
- * on through allocations that follow it without a gap (virtual memory
- * mapped piece by piece into one range, as XLA's allocator does).  A
- * pointer of no known allocation is the backend's to judge.
+ * n bytes from ptr stay in the program's memory: in its allocation, or,
+ * for virtual memory mapped piece by piece into one range (XLA's
+ * allocator), on through the mappings that follow without a gap.  Two
+ * cuMemAlloc allocations side by side are two: NVIDIA's driver refuses a
+ * copy across them.  A pointer of no known allocation is the backend's to
+ * judge.
  */
 static int range_ok(uint64_t ptr, size_t n)
 {
@@ -167,8 +169,10 @@ static int range_ok(uint64_t ptr, size_t n)
 		return 1;
 	if (ptr + n < ptr)
 		return 0;
+	if (!a.mapped)
+		return 0;
 	for (end = a.base + a.size; end < ptr + n; end = a.base + a.size)
-		if (!cu_alloc_find(end, &a) || a.base != end)
+		if (!cu_alloc_find(end, &a) || a.base != end || !a.mapped)
 			return 0;
 	return 1;
 }

@@ -41,7 +41,9 @@ CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
 	CUresult r = cu_generic_call(PVGPU_GENERIC_cuMemMap, "cuMemMap", 0, NULL, a, 5);
 
 	if (!r)
-		cu_alloc_add(ptr, size, ctx ? ctx->device : 0);
+		cu_alloc_insert(&(struct cu_alloc){ .base = ptr, .size = size,
+						    .device = ctx ? ctx->device : 0,
+						    .mapped = 1 });
 	return r;
 }
 

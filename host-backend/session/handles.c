@@ -146,15 +146,18 @@ struct pvgpu_alloc *pvgpu_alloc_range(struct pvgpu_allocs *t, uint64_t ptr,
 	if (len <= a->size - (ptr - a->base))
 		return a;
 	/*
-	 * Past a's end: on through allocations that follow without a gap
-	 * (virtual memory mapped piece by piece into one reserved range, as
-	 * XLA's allocator does), all of them the session's.
+	 * Past a's end: only for virtual memory mapped piece by piece into
+	 * one reserved range (XLA's allocator), on through the mappings that
+	 * follow without a gap.  Two allocations side by side are two: the
+	 * driver refuses a copy across them.
 	 */
+	if (a->module != PVGPU_ALLOC_VMM)
+		return NULL;
 	len -= a->size - (ptr - a->base);
 	for (size_t i = at; i < t->n; i++) {
 		const struct pvgpu_alloc *b = &t->v[i], *prev = &t->v[i - 1];
 
-		if (b->base != prev->base + prev->size)
+		if (b->base != prev->base + prev->size || b->module != PVGPU_ALLOC_VMM)
 			return NULL;
 		if (len <= b->size)
 			return a;

@@ -75,7 +75,8 @@ struct pvgpu_allocs {
 int pvgpu_alloc_add(struct pvgpu_allocs *t, const struct pvgpu_alloc *a);
 /* The allocation that starts exactly at base, or NULL. */
 struct pvgpu_alloc *pvgpu_alloc_find(struct pvgpu_allocs *t, uint64_t base);
-/* The allocation holding all of [ptr, ptr+len) (len >= 1), or NULL. */
+/* The allocation holding all of [ptr, ptr+len) (len >= 1), or NULL; for
+ * cuMemMap mappings, the first of those that hold it without a gap. */
 struct pvgpu_alloc *pvgpu_alloc_range(struct pvgpu_allocs *t, uint64_t ptr,
 				      uint64_t len);
 void pvgpu_alloc_del(struct pvgpu_allocs *t, struct pvgpu_alloc *a);

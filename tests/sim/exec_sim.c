@@ -708,9 +708,9 @@ static unsigned char *dev_bytes(struct pvgpu_exec *ex, uint64_t ptr,
 }
 
 /*
- * Bytes that run on from one allocation into the ones that follow it
- * without a gap (virtual memory mapped piece by piece into one range): as
- * the driver, the sim copies across them.  span_io moves size bytes
+ * Bytes that run on from one cuMemMap mapping into the ones that follow
+ * it without a gap (virtual memory mapped piece by piece into one range):
+ * as the driver, the sim copies across them, never across allocations.  span_io moves size bytes
  * between buf and the span from ptr (to_dev: into it); -1 where the span
  * breaks.  Each piece's data is its own buffer, so piece by piece.
  */
@@ -726,8 +726,8 @@ static int span_io(struct pvgpu_exec *ex, uint64_t ptr, void *buf, uint64_t size
 		struct sim_alloc *a = i ? &ex->allocs[i - 1] : NULL;
 		uint64_t n;
 
-		if (!a || ptr - a->addr >= a->size)
-			return -1;
+		if (!a || ptr - a->addr >= a->size || !a->phys)
+			return -1;	/* only cuMemMap mappings run on */
 		n = a->size - (ptr - a->addr);
 		if (n > size)
 			n = size;
