@@ -138,7 +138,8 @@ def record(name, native, remote):
 
 
 @pytest.mark.parametrize("script,module", [("torch_check.py", "torch"),
-                                           ("cupy_check.py", "cupy")])
+                                           ("cupy_check.py", "cupy"),
+                                           ("jax_check.py", "jax")])
 def test_framework_over_libcuda(cuda_daemon, libdir, script, module):
     if subprocess.run([sys.executable, "-c", f"import {module}"],
                       capture_output=True).returncode:
