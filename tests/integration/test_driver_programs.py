@@ -270,15 +270,22 @@ def test_link_inputs_checked_by_the_worker(daemon):
     s.close()
 
 
+def guest_env(libdir, uri, **extra):
+    """The environment of a program over pvgpu's libcuda.so.1 at uri (with
+    ASan's runtime first where the build is sanitized)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH",)}
+    env.update(LD_LIBRARY_PATH=str(libdir), PVGPU_DEVICES=uri, **extra)
+    asan = asan_runtime()
+    if asan:
+        env.update(LD_PRELOAD=asan, ASAN_OPTIONS="detect_leaks=0")
+    return env
+
+
 def run_debug(name, libdir, uri):
     """A driver program with PVGPU_DEBUG=1 (its debug lines on stderr); it
     must pass."""
     path = BUILD / "tests" / "driver" / name
-    env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH",)}
-    env.update(LD_LIBRARY_PATH=str(libdir), PVGPU_DEVICES=uri, PVGPU_DEBUG="1")
-    asan = asan_runtime()
-    if asan:
-        env.update(LD_PRELOAD=asan, ASAN_OPTIONS="detect_leaks=0")
+    env = guest_env(libdir, uri, PVGPU_DEBUG="1")
     res = subprocess.run([str(path), str(IMAGE)], env=env, capture_output=True, text=True,
                          timeout=60, cwd=REPO)
     assert res.returncode == 0, res.stdout + res.stderr
@@ -388,12 +395,7 @@ def test_registered_file_pages_stay_the_files(daemon, libdir, tmp_path):
     reach the file): registration is remembered only."""
     script = tmp_path / "reg.py"
     script.write_text(FILE_REGISTER)
-    env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH",)}
-    env.update(LD_LIBRARY_PATH=str(libdir),
-               PVGPU_DEVICES="shm://" + daemon.unix[len("unix://"):])
-    asan = asan_runtime()
-    if asan:
-        env.update(LD_PRELOAD=asan, ASAN_OPTIONS="detect_leaks=0")
+    env = guest_env(libdir, "shm://" + daemon.unix[len("unix://"):])
     res = subprocess.run([sys.executable, str(script), str(libdir / "libcuda.so.1")],
                          env=env, capture_output=True, text=True, timeout=60)
     assert res.returncode == 0 and "PASS" in res.stdout, res.stdout + res.stderr
