@@ -9,6 +9,8 @@
 #   $(BUILD)/xen/vchan-probe          the bare libxenvchan pair
 #   $(BUILD)/xen/vchan-echo           the .so end to end (tests/xen)
 #   $(BUILD)/xen/vchan-fuzz           randomized decoder test (no libxen)
+#   $(BUILD)/xen/stack-sample         where a stuck pvgpud is (tests/xen's
+#                                     stall report; static: dom0 has no libc6-dev)
 XEN_PKGS    = xenvchan xengnttab xenstore xenevtchn
 XEN_LIBS   := $(shell pkg-config --libs $(XEN_PKGS) 2>/dev/null)
 XEN_CFLAGS := $(shell pkg-config --cflags $(XEN_PKGS) 2>/dev/null)
@@ -18,6 +20,7 @@ XEN_CUDA    = $(BUILD)/xen/xen-cuda
 VCHAN_PROBE = $(BUILD)/xen/vchan-probe
 VCHAN_ECHO  = $(BUILD)/xen/vchan-echo
 VCHAN_FUZZ  = $(BUILD)/xen/vchan-fuzz
+STACK_SAMPLE = $(BUILD)/xen/stack-sample
 VCHAN_SRC   = xen-vchan/vchan_io.c xen-vchan/vchan_proto.c \
               xen-vchan/vchan_guest.c xen-vchan/vchan_host.c
 
@@ -43,7 +46,11 @@ $(BUILD)/fuzz/fuzz_vchan: tests/xen/vchan_fuzz.c xen-vchan/vchan_proto.c xen-vch
 ifneq ($(XEN_LIBS),)
 all: xen-vchan
 .PHONY: xen-vchan
-xen-vchan: $(VCHAN_SO) $(VCHAN_PROBE) $(VCHAN_ECHO) $(XEN_CUDA)
+xen-vchan: $(VCHAN_SO) $(VCHAN_PROBE) $(VCHAN_ECHO) $(XEN_CUDA) $(STACK_SAMPLE)
+
+$(STACK_SAMPLE): tests/xen/stack_sample.c
+	@mkdir -p $(dir $@)
+	$(CC) -O1 -g -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -static -o $@ $<
 
 $(VCHAN_SO): $(call objs,$(VCHAN_SRC) xen-vchan/vchan_parse.c xen-vchan/vchan_module.c)
 	@mkdir -p $(dir $@)

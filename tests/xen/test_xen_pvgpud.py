@@ -114,6 +114,9 @@ metrics baseline
                 sed 's/^/xen-dom0:    /' $t/stack
             done
             ls -l /proc/$p/fd | sed 's/^/xen-dom0:  fd /'
+            # FILE+0xOFFSET: addr2line -f -e build/... OFFSET on the build machine
+            grep -q "State:.R" /proc/$p/status && stack-sample $p 2 2>&1 |
+                grep -v ' map ' | sed 's/^/xen-dom0: /'
         done
         dmesg | tail -20 | sed 's/^/xen-dom0: dmesg /'
         tail -40 /tmp/pvgpud.log | sed 's/^/xen-dom0: log /'
@@ -246,7 +249,8 @@ def build(work):
     so = lib / "pvgpu" / "transport-vchan.so"
     echo = BUILD / "xen" / "vchan-echo"
     cuda = BUILD / "xen" / "xen-cuda"
-    need = [so, echo, cuda, BUILD / "bin" / "pvgpud", lib / "pvgpud" / "exec-sim.so",
+    need = [so, echo, cuda, BUILD / "xen" / "stack-sample",
+            BUILD / "bin" / "pvgpud", lib / "pvgpud" / "exec-sim.so",
             lib / "libcudart.so.13", lib / "libcuda.so.1",
             BUILD / "bench" / "pvgpu-synth", BUILD / "bench" / "pvgpu-latency",
             BUILD / "bench" / "pvgpu-bandwidth",
@@ -276,7 +280,8 @@ def build(work):
              "/usr/lib/pvgpu/libtest-twins.so"),
             (BUILD / "tests" / "sim-twins" / "libbench-twins.so",
              "/usr/lib/pvgpu/libbench-twins.so"),
-            (policy, "/etc/pvgpu/pvgpud.conf")]
+            (policy, "/etc/pvgpu/pvgpud.conf"),
+            (BUILD / "xen" / "stack-sample", "/usr/bin/stack-sample")]
     # MiB of RAM: the kernel takes about 60, the programs' buffers the rest.
     return xenvm.build_scenario(work, DOM0, {"domu1": (DOMU1, domu1, 256),
                                              "domu2": (DOMU2, domu2, 128)},
