@@ -98,9 +98,11 @@ XEN_PYTEST   = PVGPU_XEN_TESTS=1 PVGPU_XEN_TIMEOUT=$${PVGPU_XEN_TIMEOUT:-900} \
 
 .PHONY: test-xen test-xen-start test-xen-wait test-xen-e2e
 test-xen:
+	@mkdir -p $(XEN_TEST_DIR)
 	$(XEN_PYTEST) tests/xen/test_xen_boot.py tests/xen/test_xen_pvgpud.py
 
 test-xen-e2e:
+	@mkdir -p $(XEN_TEST_DIR)
 	$(XEN_PYTEST) tests/xen/test_xen_pvgpud.py
 
 test-xen-start:

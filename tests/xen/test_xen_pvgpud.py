@@ -95,8 +95,8 @@ while ! grep -q "pvgpud started" /tmp/pvgpud.log; do
     sleep 0.1; n=$((n+1))
 done
 metrics baseline
-(   # every 30 s: where pvgpud waits; once domu1's console has been still
-    # for 60 s while it lives, everything a stall would be read from
+(   # once domu1's console has been still for 40 s while it lives and a
+    # pvgpud process runs: everything a stall would be read from
     last=0; still=0; said=0
     while sleep 10; do
         sz=$(wc -c < /var/log/xen/console/guest-domu1.log 2>/dev/null || echo 0)
@@ -118,9 +118,7 @@ metrics baseline
             grep -q "State:.R" /proc/$p/status && stack-sample $p 2 2>&1 |
                 grep -v ' map ' | sed 's/^/xen-dom0: /'
         done
-        dmesg | tail -20 | sed 's/^/xen-dom0: dmesg /'
         tail -40 /tmp/pvgpud.log | sed 's/^/xen-dom0: log /'
-        xl sysrq domu1 w; sleep 5; xl sysrq domu1 l
     done
 ) &
 for d in domu1 domu2; do
@@ -400,6 +398,7 @@ def test_many_sessions_one_after_another(xen_run):
     for i in range(1, SEQUENTIAL + 1):
         assert f"[domu1] xen-cuda: session {i} ok" in console, tail
         assert f"[domu1] xen-test: once {i} exit 0" in console, tail
-    ended = re.findall(r"session \d+ end: xen domid=\d+ \(domu1\), vm domu1, .*, ok$",
-                       console, re.M)
+    # (the console's lines may end in \r: no `$`)
+    ended = re.findall(r"session \d+ end: xen domid=\d+ \(domu1\), vm domu1, [^\n]*, ok\b",
+                       console)
     assert len(ended) >= SEQUENTIAL + len(PROGRAMS), tail
