@@ -130,6 +130,7 @@ id1=$(xl domid domu1); id2=$(xl domid domu2)
 # Both at their quota at once, then let them go on.
 xs_wait /local/domain/$id1/data/pvgpu-held 240 && xs_wait /local/domain/$id2/data/pvgpu-held 240 ||
     echo "xen-dom0: the domUs did not both hold their quota"
+sleep 2   # pvgpud's metrics are a snapshot taken each second (PVGPU_STATS_TICK_MS)
 metrics held
 # domu1 tries domu2's channel while domu2's session holds it
 xenstore-ls -p /local/domain/0/data/pvgpu/$id2 | sed 's/^/xen-dom0: channel of domu2: /' | head -3
@@ -144,6 +145,7 @@ n=0
 while ! grep -q "xen-cuda: copying" /var/log/xen/console/guest-domu2.log 2>/dev/null && [ $n -lt 1200 ]; do
     sleep 0.2; n=$((n+1))
 done
+sleep 2
 metrics copying
 xl destroy domu2 && echo "xen-dom0: destroyed domu2 mid-copy at $(cut -d' ' -f1 /proc/uptime) s"
 n=0
