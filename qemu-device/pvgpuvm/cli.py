@@ -38,8 +38,11 @@ if os.path.isfile(os.path.join(_TREE_XEN, "pvgpu_xen.py")) and _TREE_XEN not in 
     sys.path.append(_TREE_XEN)
 try:
     import pvgpu_xen as xen
-except ImportError:
+except ModuleNotFoundError as e:
+    if e.name != "pvgpu_xen":
+        raise
     xen = None
+
 MAX_UNIX_PATH = 107   # sizeof(sun_path) - 1
 
 
