@@ -240,10 +240,12 @@ test: deps
 	$(MAKE) all fuzz guest-driver build-minimal cross-arm64
 	$(MAKE) test-deploy-start
 	$(MAKE) test-rdma-start
+	$(MAKE) test-xen-start
 	$(MAKE) BUILD=build-asan SANITIZE=1 all
 	$(PYTEST) -q
 	PVGPU_BUILD=build-asan $(PYTEST) -q tests/unit tests/integration
 	$(MAKE) test-rdma-wait
+	$(MAKE) test-xen-wait
 	$(MAKE) test-deploy-wait
 
 test-gpu:

@@ -1,7 +1,8 @@
 # debian/deb.mk - `make deb`: pvgpu's Debian packages (included by the
 # top-level Makefile).
 #
-#   make deb                  pvgpu-host, pvgpu-sim, pvgpu-guest, pvgpu-dkms
+#   make deb                  pvgpu-host, pvgpu-sim, pvgpu-guest, pvgpu-dkms,
+#                             pvgpu-xen
 #                             into $(DEB_DIR), then lintian (errors fail)
 #   make deb PVGPU_DEB_VERSION=V DEB_DIR=D   another version elsewhere
 #

@@ -21,7 +21,7 @@ import os
 import shlex
 import sys
 
-from . import domain, generate, registry as registry_mod, supervise, window, xen
+from . import domain, generate, registry as registry_mod, supervise, window
 from .errors import Failure, UsageError
 from .spec import (DEFAULT_PORT, DEFAULT_RUN_DIR, SHM_DIR,
                    VSOCK_KERNEL, VSOCK_VHOST_USER, VgpuSpec, VsockSpec,
@@ -29,6 +29,20 @@ from .spec import (DEFAULT_PORT, DEFAULT_RUN_DIR, SHM_DIR,
                    default_vsock_kind, parse_size, vhost_user_paths, window_name)
 
 PROG = "pvgpu-vm"
+
+# `pvgpu-vm xen` is the Xen channel's xl glue: xen-vchan/pvgpu_xen.py, in the
+# source tree beside qemu-device/, installed beside pvgpuvm/ by pvgpu-xen.
+_TREE_XEN = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.realpath(__file__)))), "xen-vchan")
+if os.path.isfile(os.path.join(_TREE_XEN, "pvgpu_xen.py")) and _TREE_XEN not in sys.path:
+    sys.path.append(_TREE_XEN)
+try:
+    import pvgpu_xen as xen
+except ModuleNotFoundError as e:
+    if e.name != "pvgpu_xen":
+        raise
+    xen = None
+
 MAX_UNIX_PATH = 107   # sizeof(sun_path) - 1
 
 
@@ -100,7 +114,11 @@ def build_parser():
                          "supervisor, remove its window and registry entry")
     rel.add_argument("name")
 
-    xen.add_parser(sub, Parser)
+    if xen:
+        xen.add_parser(sub, Parser)
+    else:
+        x = sub.add_parser("xen", help="give a Xen domain a vGPU (needs pvgpu-xen)")
+        x.add_argument("rest", nargs=argparse.REMAINDER)
     return p
 
 
@@ -278,13 +296,16 @@ def cmd_release(args):
 COMMANDS = {
     "attach": cmd_attach, "detach": cmd_detach, "xml": cmd_xml,
     "qemu-args": cmd_qemu_args, "supervise": cmd_supervise,
-    "prepare": cmd_prepare, "release": cmd_release, "xen": xen.run,
+    "prepare": cmd_prepare, "release": cmd_release,
+    "xen": xen.run if xen else None,
 }
 
 
 def main(argv=None):
     try:
         args = build_parser().parse_args(argv)
+        if not COMMANDS[args.command]:
+            raise Failure("pvgpu-vm xen: the Xen glue is not installed (apt install pvgpu-xen)")
         return COMMANDS[args.command](args)
     except UsageError as e:
         print(f"{PROG}: {e}", file=sys.stderr)

@@ -1,10 +1,12 @@
-"""`pvgpu-vm xen attach|detach` (qemu-device/pvgpuvm/xen.py) without Xen:
+"""`pvgpu-vm xen attach|detach` (xen-vchan/pvgpu_xen.py, loaded by
+qemu-device/pvgpu-vm) without Xen:
 the policy it writes is one pvgpud loads (a [vm NAME] section per domain,
 the rest of the file kept), re-attaching replaces the section, detach
 removes it, the guest.conf names vchan://BACKEND/CHANNEL, and bad input is
 refused with exit status 2.  The same command's files drive the domUs of
 test_xen_pvgpud.py under Xen."""
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -83,3 +85,36 @@ def test_bad_input_is_refused(tmp_path):
         assert r.returncode == 2, (args, r.stdout, r.stderr)
         assert r.stderr.startswith("pvgpu-vm: ") and r.stderr.count("\n") == 1, r.stderr
     assert not conf.exists()
+
+
+def _installed(tmp_path, with_xen):
+    """pvgpu-vm laid out as the packages install it: /usr/lib/pvgpu/pvgpu-vm
+    and pvgpuvm/ (pvgpu-host), pvgpu_xen.py beside them (pvgpu-xen)."""
+    lib = tmp_path / "usr" / "lib" / "pvgpu"
+    shutil.copytree(REPO / "qemu-device" / "pvgpuvm", lib / "pvgpuvm",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(REPO / "qemu-device" / "pvgpu-vm", lib / "pvgpu-vm")
+    if with_xen:
+        shutil.copy2(REPO / "xen-vchan" / "pvgpu_xen.py", lib / "pvgpu_xen.py")
+    return lib / "pvgpu-vm"
+
+
+def test_installed_layout_finds_the_xen_glue(tmp_path):
+    conf = tmp_path / "pvgpud.conf"
+    tool = _installed(tmp_path, with_xen=True)
+    r = subprocess.run([str(tool), "xen", "attach", "web1", "--memory", "1G",
+                        "--config", str(conf)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "[vm web1]" in conf.read_text() and "vchan://0/pvgpu" in r.stdout
+
+
+def test_without_pvgpu_xen_says_what_to_install(tmp_path):
+    tool = _installed(tmp_path, with_xen=False)
+    r = subprocess.run([str(tool), "xen", "attach", "web1", "--config",
+                        str(tmp_path / "pvgpud.conf")], capture_output=True, text=True)
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert "pvgpu-xen" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert not (tmp_path / "pvgpud.conf").exists()
+    # the rest of pvgpu-vm works without it
+    r = subprocess.run([str(tool), "--help"], capture_output=True, text=True)
+    assert r.returncode == 0 and "xen" in r.stdout

@@ -7,6 +7,8 @@ Skipped, saying why, where Xen cannot be booted here: no qemu, no Debian
 kernel, no Xen packages (fetched into .deps/xen with apt-get download),
 no libxen libraries for xl (libxen-dev), or vchan left out of the build.
 One boot takes about 30 s on 2 cores under TCG; every Xen test boots once.
+Run by `make test-xen` (PVGPU_XEN_TESTS=1), which `make test` starts beside
+the rest; skipped, saying so, in the plain pytest run.
 """
 import importlib.util
 import os
@@ -18,7 +20,13 @@ REPO = Path(__file__).resolve().parent.parent.parent
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
 TIMEOUT = float(os.environ.get("PVGPU_XEN_TIMEOUT", "420"))
 
-pytestmark = pytest.mark.xen
+pytestmark = [pytest.mark.xen]
+# Booting Xen under TCG takes minutes of both cores: make test runs these in
+# a process of their own beside the rest (make test-xen, xen-vchan/xen.mk).
+if os.environ.get("PVGPU_XEN_TESTS") != "1":
+    pytestmark.append(pytest.mark.skip(
+        reason="boots Xen: runs in a process of its own, make test-xen "
+               "(make test runs it beside the rest)"))
 
 
 def _load():

@@ -21,7 +21,7 @@ LD_LIBRARY_PATH variable, so they find pvgpud through guest.conf alone.
           memory in pvgpud returns to 0
 
 About 3-5 minutes on 2 shared cores under TCG; `make test` runs it beside
-the rest (tests/xen/xen.mk, like tests/deploy).  Skipped, saying why,
+the rest (make test-xen, xen-vchan/xen.mk, like tests/deploy).  Skipped, saying why,
 where Xen cannot be booted or vchan was left out of the build.
 """
 import importlib.util
@@ -39,16 +39,12 @@ TIMEOUT = float(os.environ.get("PVGPU_XEN_TIMEOUT", "600"))
 PVGPU_VM = REPO / "qemu-device" / "pvgpu-vm"
 
 pytestmark = [pytest.mark.xen]
-# One Xen boot of 3-6 minutes under TCG, run by hand with make test-xen-e2e
-# (which can run beside the rest: make test-xen-e2e-start/-wait).  Not in
-# make test yet: every case but the programs passes, but after 3-8
-# sessions of domu1 one forked worker hangs before its channel is offered
-# (its wchan 0, no "session N start" line) and domu1 wedges with it (not
-# even busybox timeout answers); make test would fail on it.
-if os.environ.get("PVGPU_XEN_E2E") != "1":
+# One Xen boot of minutes under TCG: make test runs it in a process of its
+# own beside the rest (make test-xen, xen-vchan/xen.mk).
+if os.environ.get("PVGPU_XEN_TESTS") != "1":
     pytestmark.append(pytest.mark.skip(
-        reason="open bug (issue 16): a domU's later sessions over vchan wedge with a "
-               "worker that never offers its channel; run by hand: make test-xen-e2e"))
+        reason="boots Xen: runs in a process of its own, make test-xen "
+               "(make test runs it beside the rest)"))
 
 
 def _load():
@@ -62,8 +58,13 @@ def _load():
 xenvm = _load()
 
 # Programs whose host and device memory fit a small domU and its quota
-# (memory.cu wants 2 x 64 MiB on the device, 256 MiB in the guest).
-PROGRAMS = ["devices", "memset", "streams", "kernels/vecadd", "kernels/reduce"]
+# (memory.cu wants 2 x 64 MiB on the device, 256 MiB in the guest), and
+# whose kernels' CPU twins take seconds, not minutes, in dom0 under TCG
+# (reduce's 3M-element sums take 1-2 minutes there: left to tests/integration).
+PROGRAMS = ["devices", "memset", "streams", "kernels/vecadd"]
+# Sessions one after another from one domU (each a process of its own):
+# more than the 3-8 after which the earlier suite saw a domU stall.
+SEQUENTIAL = 20
 QUOTA = {"domu1": 64, "domu2": 16}     # MiB
 LIBDIR = "/usr/lib/x86_64-linux-gnu"   # where the guest package puts them
 
@@ -94,16 +95,30 @@ while ! grep -q "pvgpud started" /tmp/pvgpud.log; do
     sleep 0.1; n=$((n+1))
 done
 metrics baseline
-(   # every 30 s: where pvgpud's supervisor waits, and the offered channels
-    while sleep 30; do
-        echo "xen-dom0: tick $(cut -d' ' -f1 /proc/uptime) s: pvgpud waits in" \
-             "$(cat /proc/$pv/wchan 2>/dev/null), channels:" \
-             "$(xenstore-list /local/domain/0/data/pvgpu 2>/dev/null | tr '\n' ' ')"
-        echo "xen-dom0: xenconsoled $(pidof xenconsoled || echo GONE), domu1 console $(wc -c < /var/log/xen/console/guest-domu1.log) bytes"
-        xl list 2>/dev/null | sed -n 's/^\(domu1 .*\)/xen-dom0: xl list: \1/p'
+(   # once domu1's console has been still for 40 s while it lives and a
+    # pvgpud process runs: everything a stall would be read from
+    last=0; still=0; said=0
+    while sleep 10; do
+        sz=$(wc -c < /var/log/xen/console/guest-domu1.log 2>/dev/null || echo 0)
+        if [ "$sz" = "$last" ]; then still=$((still+10)); else still=0; said=0; last=$sz; fi
+        [ $still -ge 40 ] && [ $said = 0 ] && xl domid domu1 >/dev/null 2>&1 &&
+            grep -q "State:.R" $(for p in $(pidof pvgpud); do echo /proc/$p/status; done) || continue
+        said=1
+        echo "xen-dom0: STALL: domu1's console still for 40 s at $(cut -d' ' -f1 /proc/uptime) s"
+        xenstore-ls -f /local/domain/0/data 2>&1 | sed 's/^/xen-dom0: xs /'
+        xl list | sed 's/^/xen-dom0: xl list: /'
         for p in $(pidof pvgpud); do
-            echo "xen-dom0: pvgpud $p (parent $(cut -d' ' -f4 /proc/$p/stat)) waits in $(cat /proc/$p/wchan)"
+            echo "xen-dom0: pvgpud $p (parent $(cut -d' ' -f4 /proc/$p/stat)) $(grep State /proc/$p/status) syscall $(cat /proc/$p/syscall)"
+            for t in /proc/$p/task/*; do
+                echo "xen-dom0:  task ${t##*/} $(cut -d' ' -f3 $t/stat) wchan $(cat $t/wchan)"
+                sed 's/^/xen-dom0:    /' $t/stack
+            done
+            ls -l /proc/$p/fd | sed 's/^/xen-dom0:  fd /'
+            # FILE+0xOFFSET: addr2line -f -e build/... OFFSET on the build machine
+            grep -q "State:.R" /proc/$p/status && stack-sample $p 2 2>&1 |
+                grep -v ' map ' | sed 's/^/xen-dom0: /'
         done
+        tail -40 /tmp/pvgpud.log | sed 's/^/xen-dom0: log /'
     done
 ) &
 for d in domu1 domu2; do
@@ -115,6 +130,7 @@ id1=$(xl domid domu1); id2=$(xl domid domu2)
 # Both at their quota at once, then let them go on.
 xs_wait /local/domain/$id1/data/pvgpu-held 240 && xs_wait /local/domain/$id2/data/pvgpu-held 240 ||
     echo "xen-dom0: the domUs did not both hold their quota"
+sleep 2   # pvgpud's metrics are a snapshot taken each second (PVGPU_STATS_TICK_MS)
 metrics held
 # domu1 tries domu2's channel while domu2's session holds it
 xenstore-ls -p /local/domain/0/data/pvgpu/$id2 | sed 's/^/xen-dom0: channel of domu2: /' | head -3
@@ -129,6 +145,7 @@ n=0
 while ! grep -q "xen-cuda: copying" /var/log/xen/console/guest-domu2.log 2>/dev/null && [ $n -lt 1200 ]; do
     sleep 0.2; n=$((n+1))
 done
+sleep 2
 metrics copying
 xl destroy domu2 && echo "xen-dom0: destroyed domu2 mid-copy at $(cut -d' ' -f1 /proc/uptime) s"
 n=0
@@ -136,7 +153,7 @@ while ! grep -q "end: xen domid=$id2 " /tmp/pvgpud.log && [ $n -lt 150 ]; do sle
 sleep 1
 metrics destroyed
 n=0
-while ! grep -q "xen-test: domu1 checks done" /var/log/xen/console/guest-domu1.log 2>/dev/null && [ $n -lt 900 ]; do
+while ! grep -q "xen-test: domu1 checks done" /var/log/xen/console/guest-domu1.log 2>/dev/null && [ $n -lt 3000 ]; do
     sleep 0.2; n=$((n+1))
 done
 domu_wait domu1 60 || { echo "xen-dom0: domu1 still running after its last program: destroyed"; xl destroy domu1; }
@@ -186,13 +203,23 @@ cd /usr/lib/pvgpu/tests
 """ + "".join(
     f"timeout 120 ./{p} > /tmp/out 2>&1; rc=$?; echo \"xen-test: {p} exit $rc\"; "
     f"[ $rc = 0 ] || tail -5 /tmp/out\n" for p in PROGRAMS) + """
-pvgpu-synth --quick --size 64K-256K --dir both --memory both > /tmp/out 2>&1
+# pvgpu-synth replays a plan made natively (tests/xen/synth-plan.json:
+# `pvgpu-synth --quick --ratio 90/10 --dir both --memory pageable --size
+# 1M-2M --seconds 0.01 --plan-out` against pvgpud --executor sim): its own
+# calibration starts at 1024 x 1M fmaf per launch, which the kernel's CPU
+# twin in dom0 (software fmaf on TCG's qemu64, no FMA) takes hours to run.
+timeout 300 pvgpu-synth --plan /usr/lib/pvgpu/tests/synth-plan.json > /tmp/out 2>&1
 rc=$?; echo "xen-test: pvgpu-synth exit $rc"; [ $rc = 0 ] || tail -5 /tmp/out
 # Figures under TCG, for what they are (function, not speed)
-pvgpu-latency --tests copy,sync --sizes 1 --iters 200 --memory pageable > /tmp/out 2>&1
+timeout 180 pvgpu-latency --tests copy,sync --sizes 1 --iters 200 --memory pageable > /tmp/out 2>&1
 rc=$?; sed 's/^/xen-figures: /' /tmp/out; echo "xen-test: pvgpu-latency exit $rc"
-pvgpu-bandwidth --sizes 64K,1M,4M --reps 4 > /tmp/out 2>&1
+timeout 180 pvgpu-bandwidth --sizes 64K,1M,4M --reps 4 > /tmp/out 2>&1
 rc=$?; sed 's/^/xen-figures: /' /tmp/out; echo "xen-test: pvgpu-bandwidth exit $rc"
+i=1
+while [ $i -le """ + str(SEQUENTIAL) + """ ]; do
+    timeout 120 xen-cuda once $i; echo "xen-test: once $i exit $?"
+    i=$((i+1))
+done
 echo "xen-test: domu1 checks done"
 """
 
@@ -222,7 +249,8 @@ def build(work):
     so = lib / "pvgpu" / "transport-vchan.so"
     echo = BUILD / "xen" / "vchan-echo"
     cuda = BUILD / "xen" / "xen-cuda"
-    need = [so, echo, cuda, BUILD / "bin" / "pvgpud", lib / "pvgpud" / "exec-sim.so",
+    need = [so, echo, cuda, BUILD / "xen" / "stack-sample",
+            BUILD / "bin" / "pvgpud", lib / "pvgpud" / "exec-sim.so",
             lib / "libcudart.so.13", lib / "libcuda.so.1",
             BUILD / "bench" / "pvgpu-synth", BUILD / "bench" / "pvgpu-latency",
             BUILD / "bench" / "pvgpu-bandwidth",
@@ -242,7 +270,8 @@ def build(work):
                      (BUILD / "bench" / "pvgpu-synth", "/usr/bin/pvgpu-synth"),
                      (BUILD / "bench" / "pvgpu-latency", "/usr/bin/pvgpu-latency"),
                      (BUILD / "bench" / "pvgpu-bandwidth", "/usr/bin/pvgpu-bandwidth")] + \
-        [(BUILD / "tests" / p, f"/usr/lib/pvgpu/tests/{p}") for p in PROGRAMS]
+        [(BUILD / "tests" / p, f"/usr/lib/pvgpu/tests/{p}") for p in PROGRAMS] + \
+        [(REPO / "tests" / "xen" / "synth-plan.json", "/usr/lib/pvgpu/tests/synth-plan.json")]
     domu2 = guest + [(confs["domu2"], "/etc/pvgpu/guest.conf")]
     dom0 = [(BUILD / "bin" / "pvgpud", "/usr/bin/pvgpud"),
             (lib / "pvgpud" / "exec-sim.so", "/usr/lib/pvgpud/exec-sim.so"),
@@ -251,7 +280,8 @@ def build(work):
              "/usr/lib/pvgpu/libtest-twins.so"),
             (BUILD / "tests" / "sim-twins" / "libbench-twins.so",
              "/usr/lib/pvgpu/libbench-twins.so"),
-            (policy, "/etc/pvgpu/pvgpud.conf")]
+            (policy, "/etc/pvgpu/pvgpud.conf"),
+            (BUILD / "xen" / "stack-sample", "/usr/bin/stack-sample")]
     # MiB of RAM: the kernel takes about 60, the programs' buffers the rest.
     return xenvm.build_scenario(work, DOM0, {"domu1": (DOMU1, domu1, 256),
                                              "domu2": (DOMU2, domu2, 128)},
@@ -358,3 +388,19 @@ def test_domu_cannot_open_another_domains_channel(xen_run):
     m = re.search(r"\[domu1\] vchan-echo: steal (\S+): (\w+) \((.*)\)", console)
     assert m and m.group(2) == "refused" and m.group(3) == "Permission denied", tail
     assert "[domu1] xen-test: steal exit 0" in console, tail
+
+
+def test_many_sessions_one_after_another(xen_run):
+    """One domU opens a session, moves 1 MiB there and back through the
+    granted window and ends it, SEQUENTIAL times: each is a new channel
+    offered by a new worker, and every grant, event channel and xenstore
+    node of the last one is gone (else the domU's gntalloc limit of 1024
+    pages, or dom0's, would refuse the next window or ring)."""
+    _, console, tail = xen_run
+    for i in range(1, SEQUENTIAL + 1):
+        assert f"[domu1] xen-cuda: session {i} ok" in console, tail
+        assert f"[domu1] xen-test: once {i} exit 0" in console, tail
+    # (the console's lines may end in \r: no `$`)
+    ended = re.findall(r"session \d+ end: xen domid=\d+ \(domu1\), vm domu1, [^\n]*, ok\b",
+                       console)
+    assert len(ended) >= SEQUENTIAL + len(PROGRAMS), tail

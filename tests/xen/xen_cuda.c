@@ -8,6 +8,8 @@
  *                       stdin ends (dom0 looks at both VMs' usage meanwhile)
  *   xen-cuda copyloop   4 MiB host-to-device copies, checked, forever
  *                       (dom0 destroys the domain meanwhile)
+ *   xen-cuda once N     one session: 1 MiB there and back through the
+ *                       window, checked; prints "session N ok"
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,13 +77,37 @@ static int copyloop(void)
 	return 0;
 }
 
+static int once(const char *tag)
+{
+	size_t len = MiB;
+	unsigned char *h = malloc(len), *back = malloc(len);
+	CUdeviceptr d;
+	int ok;
+
+	if (!h || !back)
+		return 1;
+	for (size_t i = 0; i < len; i++)
+		h[i] = (unsigned char)(i * 13 + (unsigned char)tag[0]);
+	check(cuMemAlloc(&d, len), "cuMemAlloc");
+	check(cuMemcpyHtoD(d, h, len), "cuMemcpyHtoD");
+	check(cuMemcpyDtoH(back, d, len), "cuMemcpyDtoH");
+	check(cuMemFree(d), "cuMemFree");
+	ok = !memcmp(h, back, len);
+	printf("xen-cuda: session %s %s\n", tag, ok ? "ok" : "WRONG DATA");
+	free(h);
+	free(back);
+	return ok ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
 	CUdevice dev;
 	CUcontext ctx;
 
-	if (argc < 2 || argc > 3 || (argc == 3 && strcmp(argv[2], "hold"))) {
-		fprintf(stderr, "usage: xen-cuda quota [hold] | copyloop\n");
+	if (argc < 2 || argc > 3 ||
+	    (argc == 3 && strcmp(argv[1], "once") && strcmp(argv[2], "hold")) ||
+	    (argc == 2 && !strcmp(argv[1], "once"))) {
+		fprintf(stderr, "usage: xen-cuda quota [hold] | copyloop | once N\n");
 		return 2;
 	}
 	check(cuInit(0), "cuInit");
@@ -92,5 +118,7 @@ int main(int argc, char **argv)
 		return quota(argc == 3);
 	if (!strcmp(argv[1], "copyloop"))
 		return copyloop();
+	if (!strcmp(argv[1], "once"))
+		return once(argv[2]);
 	return 2;
 }

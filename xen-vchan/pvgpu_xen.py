@@ -1,4 +1,9 @@
-"""pvgpu-vm xen: give a Xen domain a vGPU.
+"""pvgpu-vm xen: give a Xen domain a vGPU (the xl glue of the Xen channel).
+
+It lives here, with both halves of vchan:// (DESIGN §1), and is loaded by
+qemu-device's pvgpu-vm as the module `pvgpu_xen`: from this folder in the
+source tree, or from /usr/lib/pvgpu/ (beside pvgpuvm/) where the pvgpu-xen
+package installs it.
 
 A Xen domU needs no device in its xl config: pvgpud (in the driver domain,
 listening on vchan://NAME) offers a channel through xenstore to every
@@ -19,8 +24,8 @@ before `xl create` and the channel is offered as the domain appears.
 import os
 import re
 
-from .errors import Failure, UsageError
-from .spec import check_vm_name, parse_size
+from pvgpuvm.errors import Failure, UsageError
+from pvgpuvm.spec import check_vm_name, parse_size
 
 DEFAULT_CONFIG = "/etc/pvgpu/pvgpud.conf"
 DEFAULT_CHANNEL = "pvgpu"
