@@ -29,6 +29,11 @@ int cu_captures_active(void)
 	return atomic_load(&captures) > 0;
 }
 
+void cu_capture_begun(void)
+{
+	atomic_fetch_add(&captures, 1);
+}
+
 /*
  * Virtual memory management needs no current context in NVIDIA's driver
  * (XLA asks the allocation granularity on a thread that has none): these
