@@ -182,7 +182,7 @@ def test_staged_copy_nodes_and_capture_queries(twins_daemon, libdir, tmp_path):
     assert "explicit launch 1 (11.0, 266.0)" in out, out
     assert "explicit launch 2 (101.0, 356.0)" in out, out
     assert "explicit launch 3 (1001.0, 1256.0)" in out, out
-    assert "clone with staged nodes 801" in out, out  # CUDA_ERROR_NOT_SUPPORTED
+    assert "clone with staged nodes 0" in out, out    # test_graph_clone.py runs one
     assert "after the graph is gone (6.0, 261.0)" in out, out
     assert "idle capture info 0 0 0 0" in out, out
     # GLOBAL (0) was the thread's mode; RELAXED (2) came back.

@@ -1,0 +1,202 @@
+"""cuGraphClone of graphs the guest keeps something of, capture into an
+existing graph, and graph memory freed outside any graph, over pvgpu's
+libcuda.so.1 against `pvgpud --executor sim` (issue 13 item 5: NVIDIA's
+simpleCudaGraphs, graphConditionalNodes, graphMemoryFootprint).
+
+What a user checks: a clone of a graph with staged copy nodes (pageable
+host memory at either end) and a host node runs as the original does --
+each launch reads the host buffer as it is then, writes the result into
+host memory, calls the host function after the device work -- even after
+the original graph is gone, and the clone's copies do not share the
+original's staging buffers; cuGraphNodeFindInClone names the clone's node.
+cuStreamBeginCaptureToGraph captures after a given node into a graph the
+program made, and cuStreamEndCapture returns that graph; a graph or node
+that is not the session's is refused.  Memory a graph allocation node made
+is freed by cuMemFree / cuMemFreeAsync once, and copies on it worked before.
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+from test_driver_api import BUILD, libdir, run_script, twins_daemon  # noqa: E402,F401
+from test_graph_nodes import PRELUDE  # noqa: E402
+
+SCRIPT = PRELUDE + r'''
+n = 256
+N = 4 * n
+a, b, c = c_u64(), c_u64(), c_u64()
+for p in (a, b, c):
+    must("cuMemAlloc_v2", ctypes.byref(p), c_size(N))
+must("cuMemcpyHtoD_v2", b, struct.pack("%df" % n, *([1.0] * n)), c_size(N))
+s = vp()
+must("cuStreamCreate", ctypes.byref(s), 1)
+cnt = c_int(n)
+args = (vp * 4)(ctypes.addressof(a), ctypes.addressof(b), ctypes.addressof(c),
+                ctypes.addressof(cnt))
+def floats(buf, *idx):
+    return tuple(ctypes.c_float.from_buffer(buf, 4 * i).value for i in idx)
+def fill(buf, base):
+    struct.pack_into("%df" % n, buf, 0, *[base + i for i in range(n)])
+
+# --- hin -> a, c = a + b, c -> hout, host node: sums hout -----------------
+hin = ctypes.create_string_buffer(N)
+hout = ctypes.create_string_buffer(N)
+sums = []
+HOSTFN = ctypes.CFUNCTYPE(None, vp)
+@HOSTFN
+def host_sum(data):
+    sums.append((data or 0, sum(floats(hout, *range(n)))))
+class HostParams(ctypes.Structure):     # CUDA_HOST_NODE_PARAMS
+    _fields_ = [("fn", HOSTFN), ("userData", vp)]
+g = vp()
+must("cuGraphCreate", ctypes.byref(g), 0)
+up, k, down, h = vp(), vp(), vp(), vp()
+cp_in = Memcpy3D(srcMemoryType=HOST, srcHost=ctypes.addressof(hin),
+                 dstMemoryType=DEVICE, dstDevice=a.value, WidthInBytes=N,
+                 Height=1, Depth=1)
+must("cuGraphAddMemcpyNode", ctypes.byref(up), g, None, c_size(0), ctypes.byref(cp_in), ctx)
+kp = KernelParams(func=fn.value, gx=1, gy=1, gz=1, bx=256, by=1, bz=1, smem=0,
+                  kernelParams=ctypes.cast(args, vp).value)
+must("cuGraphAddKernelNode_v2", ctypes.byref(k), g, (vp * 1)(up), c_size(1), ctypes.byref(kp))
+cp_out = Memcpy3D(srcMemoryType=DEVICE, srcDevice=c.value, dstMemoryType=HOST,
+                  dstHost=ctypes.addressof(hout), WidthInBytes=N, Height=1, Depth=1)
+must("cuGraphAddMemcpyNode", ctypes.byref(down), g, (vp * 1)(k), c_size(1),
+     ctypes.byref(cp_out), ctx)
+hp = HostParams(fn=host_sum, userData=7)
+must("cuGraphAddHostNode", ctypes.byref(h), g, (vp * 1)(down), c_size(1), ctypes.byref(hp))
+
+cl = vp()
+must("cuGraphClone", ctypes.byref(cl), g)
+t = c_int(-1)
+found = []
+for node in (up, k, down, h):
+    cn = vp()
+    must("cuGraphNodeFindInClone", ctypes.byref(cn), node, cl)
+    must("cuGraphNodeGetType", cn, ctypes.byref(t))
+    found.append((cn.value not in (None, node.value), t.value))
+print("found in clone", found)
+cn = vp()
+print("find in the original", call("cuGraphNodeFindInClone", ctypes.byref(cn), up, g))
+print("find a stranger", call("cuGraphNodeFindInClone", ctypes.byref(cn), vp(0xdead0000), cl))
+# The clone's kernel node answers GetParams as the original's does.
+must("cuGraphNodeFindInClone", ctypes.byref(cn), k, cl)
+got = KernelParams()
+must("cuGraphKernelNodeGetParams_v2", cn, ctypes.byref(got))
+print("cloned kernel params", got.func == fn.value, got.bx,
+      ctypes.cast(got.kernelParams, ctypes.POINTER(vp))[3] is not None)
+
+ex_g, ex_c = vp(), vp()
+must("cuGraphInstantiateWithFlags", ctypes.byref(ex_g), g, c_u64(0))
+must("cuGraphInstantiateWithFlags", ctypes.byref(ex_c), cl, c_u64(0))
+fill(hin, 10.0)
+must("cuGraphLaunch", ex_c, s)
+must("cuStreamSynchronize", s)
+print("clone launch 1", floats(hout, 0, 255), sums[-1])
+fill(hin, 100.0)
+must("cuGraphLaunch", ex_g, s)
+fill(hin, 1000.0)                           # the clone reads it as it is now
+must("cuGraphLaunch", ex_c, s)
+must("cuCtxSynchronize")
+print("original then clone", floats(hout, 0, 255), len(sums))
+# The clone outlives its original, with buffers of its own.
+must("cuGraphExecDestroy", ex_g)
+must("cuGraphDestroy", g)
+ex2 = vp()
+must("cuGraphInstantiateWithFlags", ctypes.byref(ex2), cl, c_u64(0))
+fill(hin, 5.0)
+must("cuGraphLaunch", ex2, s)
+must("cuStreamSynchronize", s)
+print("clone alone", floats(hout, 0, 255), sums[-1])
+must("cuGraphExecDestroy", ex2)
+must("cuGraphExecDestroy", ex_c)
+must("cuGraphDestroy", cl)
+
+# --- cuStreamBeginCaptureToGraph: a graph with an empty node, then the
+# kernel captured after it ---------------------------------------------------
+must("cuMemcpyHtoD_v2", a, struct.pack("%df" % n, *[float(i) for i in range(n)]), c_size(N))
+g2, first = vp(), vp()
+must("cuGraphCreate", ctypes.byref(g2), 0)
+must("cuGraphAddEmptyNode", ctypes.byref(first), g2, None, c_size(0))
+other_g, other = vp(), vp()
+must("cuGraphCreate", ctypes.byref(other_g), 0)
+must("cuGraphAddEmptyNode", ctypes.byref(other), other_g, None, c_size(0))
+print("node of another graph", call("cuStreamBeginCaptureToGraph", s, g2, (vp * 1)(other),
+                                    None, c_size(1), 0))
+print("not a graph", call("cuStreamBeginCaptureToGraph", s, vp(0xdead0000), None, None,
+                          c_size(0), 0))
+must("cuStreamBeginCaptureToGraph", s, g2, (vp * 1)(first), None, c_size(1), 0)
+st = c_int(-1)
+must("cuStreamIsCapturing", s, ctypes.byref(st))
+must("cuLaunchKernel", fn, 1, 1, 1, 256, 1, 1, 0, s, args, None)
+out = vp()
+must("cuStreamEndCapture", s, ctypes.byref(out))
+count = c_size(0)
+must("cuGraphGetNodes", g2, None, ctypes.byref(count))
+print("captured into", st.value, out.value == g2.value, count.value)
+must("cuMemsetD32_v2", c, 0, c_size(n))
+ex3 = vp()
+must("cuGraphInstantiateWithFlags", ctypes.byref(ex3), g2, c_u64(0))
+must("cuGraphLaunch", ex3, s)
+must("cuStreamSynchronize", s)
+res = (ctypes.c_float * n)()
+must("cuMemcpyDtoH_v2", res, c, c_size(N))
+print("capture-to-graph launch", res[0], res[255])
+must("cuGraphExecDestroy", ex3)
+must("cuGraphDestroy", g2)
+must("cuGraphDestroy", other_g)
+
+# --- graph memory freed outside any graph -----------------------------------
+params = ctypes.create_string_buffer(120)
+struct.pack_into("<iiii", params, 0, 1, 0, 1, 0)
+struct.pack_into("<QQQQ", params, 88, 0, 0, N, 0)
+freed = []
+for how in ("cuMemFree_v2", "cuMemFreeAsync"):
+    gm, al = vp(), vp()
+    must("cuGraphCreate", ctypes.byref(gm), 0)
+    struct.pack_into("<Q", params, 112, 0)
+    must("cuGraphAddMemAllocNode", ctypes.byref(al), gm, None, c_size(0), params)
+    dptr = c_u64(struct.unpack_from("<Q", params, 112)[0])
+    exm = vp()
+    must("cuGraphInstantiateWithFlags", ctypes.byref(exm), gm, c_u64(0))
+    must("cuGraphLaunch", exm, s)
+    must("cuStreamSynchronize", s)
+    must("cuMemsetD32_v2", dptr, 0x3f800000, c_size(n))
+    must("cuMemcpyDtoD_v2", c, dptr, c_size(N))
+    must("cuMemcpyDtoH_v2", res, c, c_size(N))
+    interior = call(how, c_u64(dptr.value + 4), *([s] if how == "cuMemFreeAsync" else []))
+    r = call(how, dptr, *([s] if how == "cuMemFreeAsync" else []))
+    again = call("cuMemFree_v2", dptr)
+    freed.append((res[255], interior, r, again))
+    must("cuGraphExecDestroy", exm)
+    must("cuGraphDestroy", gm)
+print("graph memory freed", freed)
+print("PASS")
+'''
+
+
+def test_clone_capture_to_graph_and_graph_memory_free(twins_daemon, libdir, tmp_path):
+    image = BUILD / "tests" / "kernels" / "images" / "vecadd.fatbin"
+    out, err = run_script(twins_daemon, libdir, tmp_path, SCRIPT, image, debug=True)
+    # MEMCPY 1, KERNEL 0, MEMCPY 1, HOST 3: each the clone's own node.
+    assert "found in clone [(True, 1), (True, 0), (True, 1), (True, 3)]" in out, out
+    # A node looked up in a graph that is not its clone, a node that is
+    # nobody's: CUDA_ERROR_INVALID_HANDLE (400).
+    assert "find in the original 400" in out, out
+    assert "find a stranger 400" in out, out
+    assert "cloned kernel params True 256 True" in out, out
+    # c = a + 1 into hout; the host function ran after it, with its data.
+    total = sum(11.0 + i for i in range(256))
+    assert "clone launch 1 (11.0, 266.0) (7, %r)" % total in out, out
+    # Both launches ran (two host calls more); the clone's result last.
+    assert "original then clone (1001.0, 1256.0) 3" in out, out
+    total = sum(6.0 + i for i in range(256))
+    assert "clone alone (6.0, 261.0) (7, %r)" % total in out, out
+    assert "node of another graph 1" in out, out     # CUDA_ERROR_INVALID_VALUE
+    assert "not a graph 400" in out, out             # CUDA_ERROR_INVALID_HANDLE
+    # ACTIVE while capturing; EndCapture gave g2; empty node + kernel.
+    assert "captured into 1 True 2" in out, out
+    assert "capture-to-graph launch 1.0 256.0" in out, out
+    # The copy read 1.0f; an interior pointer refused (1); freed (0); a
+    # second free refused (1).
+    assert "graph memory freed [(1.0, 1, 0, 1), (1.0, 1, 0, 1)]" in out, out
