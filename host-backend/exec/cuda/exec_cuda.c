@@ -2431,26 +2431,40 @@ static int32_t cuda_capture_info(struct pvgpu_exec *ex, uint64_t stream,
 	return rc;
 }
 
+/* A capture call's dependencies checked (have: the driver has the call)
+ * and their edge data copied into *e (NULL: default edges; freed by the
+ * caller). */
+static int32_t capture_args(struct pvgpu_exec *ex, int have,
+			    const uint64_t *nodes, const uint64_t *edges,
+			    uint32_t n, CUgraphEdgeData **e)
+{
+	*e = NULL;
+	if (!ex || (n && !nodes))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!have)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	if (edges && n) {
+		*e = malloc(n * sizeof(**e));
+		if (!*e)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		memcpy(*e, edges, n * sizeof(**e));
+	}
+	return CUDA_SUCCESS;
+}
+
 static int32_t cuda_capture_to_graph(struct pvgpu_exec *ex, uint64_t stream,
 				     uint64_t graph, const uint64_t *nodes,
 				     const uint64_t *edges, uint32_t n,
 				     uint32_t mode)
 {
-	CUgraphEdgeData *e = NULL;
-	int32_t rc;
+	CUgraphEdgeData *e;
+	int32_t rc = capture_args(ex, ex && ex->api.stream_capture_to_graph,
+				  nodes, edges, n, &e);
 
-	if (!ex || (n && !nodes))
-		return CUDA_ERROR_INVALID_VALUE;
-	if (!ex->cur)
-		return CUDA_ERROR_INVALID_CONTEXT;
-	if (!ex->api.stream_capture_to_graph)
-		return CUDA_ERROR_NOT_SUPPORTED;
-	if (edges && n) {
-		e = malloc(n * sizeof(*e));
-		if (!e)
-			return CUDA_ERROR_OUT_OF_MEMORY;
-		memcpy(e, edges, n * sizeof(*e));
-	}
+	if (rc)
+		return rc;
 	rc = ex->api.stream_capture_to_graph((CUstream)(uintptr_t)stream,
 					     (CUgraph)(uintptr_t)graph,
 					     (const CUgraphNode *)(uintptr_t)nodes,
@@ -2488,21 +2502,12 @@ static int32_t cuda_capture_deps(struct pvgpu_exec *ex, uint64_t stream,
 				 const uint64_t *nodes, const uint64_t *edges,
 				 uint32_t n, uint32_t flags)
 {
-	CUgraphEdgeData *e = NULL;
-	int32_t rc;
+	CUgraphEdgeData *e;
+	int32_t rc = capture_args(ex, ex && ex->api.stream_capture_deps, nodes,
+				  edges, n, &e);
 
-	if (!ex || (n && !nodes))
-		return CUDA_ERROR_INVALID_VALUE;
-	if (!ex->cur)
-		return CUDA_ERROR_INVALID_CONTEXT;
-	if (!ex->api.stream_capture_deps)
-		return CUDA_ERROR_NOT_SUPPORTED;
-	if (edges && n) {
-		e = malloc(n * sizeof(*e));
-		if (!e)
-			return CUDA_ERROR_OUT_OF_MEMORY;
-		memcpy(e, edges, n * sizeof(*e));
-	}
+	if (rc)
+		return rc;
 	rc = ex->api.stream_capture_deps((CUstream)(uintptr_t)stream,
 					 (CUgraphNode *)(uintptr_t)nodes, e, n,
 					 flags);
