@@ -14,7 +14,11 @@
  * copy; other host memory (pageable, malloc'd) is staged: the worker's
  * node copies from or into a buffer of its own and the guest moves the
  * bytes at each launch and at the synchronisation after it
- * (cuda_capture.c says how).  Not here: pitched copies, arrays, host to
+ * (cuda_capture.c says how).  cuGraphClone clones on the backend, then
+ * asks the worker which of the clone's nodes each kept node became
+ * (graph_clone_node, as cuGraphNodeFindInClone) and keeps the same for
+ * it: host functions, kernel parameters, staged copies (each with a
+ * staging buffer of its own).  Not here: pitched copies, arrays, host to
  * host, and node types other than kernel, memcpy, memset, empty and host:
  * each is CUDA_ERROR_NOT_SUPPORTED with a debug line saying why.
  */
@@ -1092,7 +1096,8 @@ static CUresult nodes_clone(uint64_t graph, uint64_t clone)
 	pthread_mutex_unlock(&nodes_lock);
 	if (!hv || !kv)
 		r = CUDA_ERROR_OUT_OF_MEMORY;
-	for (i = 0; !r && i < nh; i++) {
+	/* Oldest first: the clone's list in the original's order. */
+	for (i = nh; !r && i-- > 0;) {
 		h = malloc(sizeof(*h));
 		r = h ? cu_graph_clone_node(clone, hv[i].id, &id, &staging) :
 			CUDA_ERROR_OUT_OF_MEMORY;
