@@ -200,3 +200,36 @@ def test_clone_capture_to_graph_and_graph_memory_free(twins_daemon, libdir, tmp_
     # The copy read 1.0f; an interior pointer refused (1); freed (0); a
     # second free refused (1).
     assert "graph memory freed [(1.0, 1, 0, 1), (1.0, 1, 0, 1)]" in out, out
+
+
+QUOTA_SCRIPT = r'''
+import ctypes, struct, sys
+cu = ctypes.CDLL(sys.argv[1])
+vp, c_u64, c_size = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t
+assert cu.cuInit(0) == 0
+dev, ctx, g, al, x, p = ctypes.c_int(), vp(), vp(), vp(), vp(), c_u64()
+assert cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
+assert cu.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev) == 0
+params = ctypes.create_string_buffer(120)      # CUDA_MEM_ALLOC_NODE_PARAMS
+struct.pack_into("<iiii", params, 0, 1, 0, 1, 0)
+struct.pack_into("<QQQQ", params, 88, 0, 0, 12 << 20, 0)
+assert cu.cuGraphCreate(ctypes.byref(g), 0) == 0
+assert cu.cuGraphAddMemAllocNode(ctypes.byref(al), g, None, c_size(0), params) == 0
+mem = c_u64(struct.unpack_from("<Q", params, 112)[0])
+assert cu.cuGraphInstantiateWithFlags(ctypes.byref(x), g, c_u64(0)) == 0
+assert cu.cuGraphLaunch(x, None) == 0
+assert cu.cuCtxSynchronize() == 0
+r1 = cu.cuMemAlloc_v2(ctypes.byref(p), c_size(12 << 20))
+r2 = cu.cuMemFree_v2(mem)
+r3 = cu.cuMemAlloc_v2(ctypes.byref(p), c_size(12 << 20))
+print(r1, r2, r3)
+'''
+
+
+def test_graph_memory_freed_leaves_the_quota(start_pvgpud, libdir, short_tmp):
+    """Graph memory counts against the VM's quota until cuMemFree frees it:
+    12 MiB of a 16 MiB quota held by an allocation node leave no room for
+    12 MiB more (out of memory) until it is freed, then there is."""
+    from test_driver_programs import script_with_quota
+    res = script_with_quota(start_pvgpud, libdir, short_tmp, QUOTA_SCRIPT, "16M")
+    assert res.stdout.split() == ["2", "0", "0"], res.stdout
