@@ -137,6 +137,7 @@ struct sim_obj {
 			/* What the next captured node depends on. */
 			uint64_t cap_deps[SIM_CAP_DEPS];
 			size_t ncap;
+			bool to_graph;	/* cuStreamBeginCaptureToGraph's */
 			CUaccessPolicyWindow window;	/* cuStreamSetAttribute */
 			uint32_t sync_policy;
 		} stream;
@@ -3169,14 +3170,18 @@ static int32_t sim_capture_call(struct pvgpu_exec *ex,
 			return CUDA_ERROR_OUT_OF_MEMORY;
 		s->u.stream.capture = g;
 		s->u.stream.ncap = 0;
+		s->u.stream.to_graph = false;
 		return CUDA_SUCCESS;
 	case PVGPU_GENERIC_cuStreamEndCapture:
 		if (!s->u.stream.capture)
 			return CUDA_ERROR_ILLEGAL_STATE;
-		if (!a[1])
+		/* A capture into a graph the program has may end without
+		 * asking for it (graphConditionalNodes does). */
+		if (!a[1] && !s->u.stream.to_graph)
 			return CUDA_ERROR_INVALID_VALUE;
 		a[1] = s->u.stream.capture->handle;
 		s->u.stream.capture = NULL;
+		s->u.stream.to_graph = false;
 		return CUDA_SUCCESS;
 	default:			/* cuStreamIsCapturing */
 		if (!a[1])
@@ -3351,6 +3356,7 @@ static int32_t sim_capture_to_graph(struct pvgpu_exec *ex, uint64_t stream,
 	rc = sim_capture_deps(ex, stream, nodes, edges, n, 1);
 	if (rc)
 		s->u.stream.capture = NULL;
+	s->u.stream.to_graph = !rc;
 	return rc;
 }
 
