@@ -246,6 +246,43 @@ static CUresult capture_deps(CUstream s, int ptsz, CUgraphNode *deps,
 	return r;
 }
 
+/*
+ * cuLaunchHostFunc on a capturing stream: a host node of the capture's
+ * graph after what the capture depends on, made the capture's only
+ * dependency (cuda_graph.c runs host nodes at each launch, after the
+ * graph's device work).  1: s was capturing, *r says how it went; 0: it
+ * was not (the function runs now).
+ */
+int cu_capture_host(CUstream s, CUhostFn fn, void *data, CUresult *r)
+{
+	CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+	CUDA_HOST_NODE_PARAMS p = { .fn = fn, .userData = data };
+	const CUgraphNode *deps = NULL;
+	CUgraphNode node = NULL, *v = NULL;
+	CUgraph g = NULL;
+	size_t n = 0;
+
+	if (!cu_captures_active())
+		return 0;
+	*r = capture_info_v2(s, 0, &st, NULL, &g, &deps, &n);
+	if (!*r && st == CU_STREAM_CAPTURE_STATUS_NONE)
+		return 0;
+	if (!*r && st != CU_STREAM_CAPTURE_STATUS_ACTIVE)
+		*r = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+	/* deps is this thread's, and the next query's: copy it. */
+	if (!*r && n && !(v = malloc(n * sizeof(*v))))
+		*r = CUDA_ERROR_OUT_OF_MEMORY;
+	if (!*r && n)
+		memcpy(v, deps, n * sizeof(*v));
+	if (!*r)
+		*r = cuGraphAddHostNode(&node, g, v, n, &p);
+	free(v);
+	if (!*r)
+		*r = capture_deps(s, 0, &node, NULL, 1,
+				  CU_STREAM_SET_CAPTURE_DEPENDENCIES);
+	return 1;
+}
+
 /* cuStreamBeginCaptureToGraph: a capture into g, which the worker checks
  * is the session's, as are deps (nodes of g). */
 static CUresult capture_to_graph(CUstream s, int ptsz, CUgraph g,

@@ -257,6 +257,8 @@ CUresult cu_generic_call(uint32_t id, const char *name, int async,
  * cu_capture_begun: one more (cuStreamBeginCaptureToGraph). */
 int cu_captures_active(void);
 void cu_capture_begun(void);
+/* cuLaunchHostFunc on a capturing stream: a host node (cuda_capture.c). */
+int cu_capture_host(CUstream s, CUhostFn fn, void *data, CUresult *r);
 
 /*
  * Copy nodes whose host end is guest memory the worker cannot see

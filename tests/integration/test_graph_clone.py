@@ -1,5 +1,5 @@
-"""cuGraphClone of graphs the guest keeps something of, capture into an
-existing graph, and graph memory freed outside any graph, over pvgpu's
+"""cuGraphClone of graphs the guest keeps something of, host functions
+launched in a capture, capture into an existing graph, and graph memory freed outside any graph, over pvgpu's
 libcuda.so.1 against `pvgpud --executor sim` (issue 13 item 5: NVIDIA's
 simpleCudaGraphs, graphConditionalNodes, graphMemoryFootprint).
 
@@ -9,6 +9,8 @@ each launch reads the host buffer as it is then, writes the result into
 host memory, calls the host function after the device work -- even after
 the original graph is gone, and the clone's copies do not share the
 original's staging buffers; cuGraphNodeFindInClone names the clone's node.
+cuLaunchHostFunc on a capturing stream becomes a host node of the graph,
+run by each launch (of the graph and of its clone), not at capture.
 cuStreamBeginCaptureToGraph captures after a given node into a graph the
 program made, and cuStreamEndCapture returns that graph; a graph or node
 that is not the session's is refused.  Memory a graph allocation node made
@@ -112,6 +114,39 @@ must("cuGraphExecDestroy", ex2)
 must("cuGraphExecDestroy", ex_c)
 must("cuGraphDestroy", cl)
 
+# --- captured, as simpleCudaGraphs does: copies of pageable memory, the
+# kernel, cuLaunchHostFunc last; the graph and its clone launched ---------
+must("cuStreamBeginCapture_v2", s, 0)
+must("cuMemcpyHtoDAsync_v2", a, hin, c_size(N), s)
+must("cuLaunchKernel", fn, 1, 1, 1, 256, 1, 1, 0, s, args, None)
+must("cuMemcpyDtoHAsync_v2", hout, c, c_size(N), s)
+before = len(sums)
+must("cuLaunchHostFunc", s, host_sum, vp(9))
+ran_at_capture = len(sums) - before
+cap = vp()
+must("cuStreamEndCapture", s, ctypes.byref(cap))
+count = c_size(0)
+must("cuGraphGetNodes", cap, None, ctypes.byref(count))
+capc = vp()
+must("cuGraphClone", ctypes.byref(capc), cap)
+xs = []
+for graph in (cap, capc):
+    x = vp()
+    must("cuGraphInstantiateWithFlags", ctypes.byref(x), graph, c_u64(0))
+    xs.append(x)
+fill(hin, 20.0)
+must("cuGraphLaunch", xs[0], s)
+must("cuStreamSynchronize", s)
+first = sums[-1]
+fill(hin, 30.0)
+must("cuGraphLaunch", xs[1], s)
+must("cuStreamSynchronize", s)
+print("captured host function", ran_at_capture, count.value, first, sums[-1])
+for x in xs:
+    must("cuGraphExecDestroy", x)
+must("cuGraphDestroy", capc)
+must("cuGraphDestroy", cap)
+
 # --- cuStreamBeginCaptureToGraph: a graph with an empty node, then the
 # kernel captured after it ---------------------------------------------------
 must("cuMemcpyHtoD_v2", a, struct.pack("%df" % n, *[float(i) for i in range(n)]), c_size(N))
@@ -192,6 +227,11 @@ def test_clone_capture_to_graph_and_graph_memory_free(twins_daemon, libdir, tmp_
     assert "original then clone (1001.0, 1256.0) 3" in out, out
     total = sum(6.0 + i for i in range(256))
     assert "clone alone (6.0, 261.0) (7, %r)" % total in out, out
+    # cuLaunchHostFunc in a capture: not run then, a host node of the
+    # graph (copy, kernel, copy, host), run by each launch of the graph
+    # and of its clone after the copy back, with its data.
+    assert "captured host function 0 4 (9, %r) (9, %r)" % (
+        sum(21.0 + i for i in range(256)), sum(31.0 + i for i in range(256))) in out, out
     assert "node of another graph 1" in out, out     # CUDA_ERROR_INVALID_VALUE
     assert "not a graph 400" in out, out             # CUDA_ERROR_INVALID_HANDLE
     # ACTIVE while capturing; EndCapture gave g2; empty node + kernel.

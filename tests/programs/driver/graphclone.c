@@ -2,7 +2,8 @@
  * What three of NVIDIA's samples do with graphs.  simpleCudaGraphs: a
  * graph with copies from and into malloc'd host memory, a kernel and a
  * host node summing the result, cloned (cuGraphClone) and the clone
- * launched, after the original is gone too.  graphConditionalNodes: work
+ * launched, after the original is gone too; the same captured, the host
+ * function by cuLaunchHostFunc.  graphConditionalNodes: work
  * captured (cuStreamBeginCaptureToGraph) into a conditional node's body
  * graph and into a graph after one of its nodes; cuStreamEndCapture gives
  * that graph back.  graphMemoryFootprint: memory an allocation node made,
@@ -113,6 +114,25 @@ int main(int argc, char **argv)
 	DRV_EXPECT(calls == 2);
 	DRV(cuGraphExecDestroy(x));
 	DRV(cuGraphDestroy(clone));
+
+	/* Captured, cuLaunchHostFunc last (simpleCudaGraphs' second half). */
+	DRV(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+	DRV(cuMemcpyHtoDAsync(a, hin, N * sizeof(float), s));
+	DRV(cuLaunchKernel(vec_add, N / 256, 1, 1, 256, 1, 1, 0, s, args, NULL));
+	DRV(cuMemcpyDtoHAsync(hout, c, N * sizeof(float), s));
+	DRV(cuLaunchHostFunc(s, host_sum, &calls));
+	DRV_EXPECT(calls == 2);			/* not run at capture */
+	DRV(cuStreamEndCapture(s, &g));
+	DRV(cuGraphClone(&clone, g));
+	DRV(cuGraphInstantiate(&x, clone, 0));
+	fill(hin, 40.0f);
+	DRV(cuGraphLaunch(x, s));
+	DRV(cuStreamSynchronize(s));
+	printf("captured host function: calls %d, host sum %.1f\n", calls, sum);
+	DRV_EXPECT(calls == 3 && sum == expect(40.0f));
+	DRV(cuGraphExecDestroy(x));
+	DRV(cuGraphDestroy(clone));
+	DRV(cuGraphDestroy(g));
 
 	/* Captured into a graph after its node, and into a body graph. */
 	fill(hin, 0.0f);
