@@ -22,24 +22,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 from test_driver_api import BUILD, libdir, run_script, twins_daemon  # noqa: E402,F401
-from test_graph_nodes import PRELUDE  # noqa: E402
+from test_graph_staged import SETUP  # noqa: E402
 
-SCRIPT = PRELUDE + r'''
-n = 256
-N = 4 * n
-a, b, c = c_u64(), c_u64(), c_u64()
-for p in (a, b, c):
-    must("cuMemAlloc_v2", ctypes.byref(p), c_size(N))
-must("cuMemcpyHtoD_v2", b, struct.pack("%df" % n, *([1.0] * n)), c_size(N))
-s = vp()
-must("cuStreamCreate", ctypes.byref(s), 1)
-cnt = c_int(n)
-args = (vp * 4)(ctypes.addressof(a), ctypes.addressof(b), ctypes.addressof(c),
-                ctypes.addressof(cnt))
-def floats(buf, *idx):
-    return tuple(ctypes.c_float.from_buffer(buf, 4 * i).value for i in idx)
-def fill(buf, base):
-    struct.pack_into("%df" % n, buf, 0, *[base + i for i in range(n)])
+SCRIPT = SETUP + r'''
 
 # --- hin -> a, c = a + b, c -> hout, host node: sums hout -----------------
 hin = ctypes.create_string_buffer(N)

@@ -23,7 +23,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 from test_driver_api import BUILD, libdir, run_script, twins_daemon  # noqa: E402,F401
 from test_graph_nodes import PRELUDE  # noqa: E402
 
-SCRIPT = PRELUDE + r'''
+# a, b, c of n floats (b all 1.0f), stream s, vec_add's args (c = a + b).
+SETUP = PRELUDE + r'''
 n = 256
 N = 4 * n
 a, b, c = c_u64(), c_u64(), c_u64()
@@ -40,6 +41,9 @@ def floats(buf, *idx):
     return tuple(ctypes.c_float.from_buffer(buf, 4 * i).value for i in idx)
 def fill(buf, base):
     struct.pack_into("%df" % n, buf, 0, *[base + i for i in range(n)])
+'''
+
+SCRIPT = SETUP + r'''
 
 # --- explicit nodes: host in -> a, c = a + b, c -> host out ---------------
 hin = ctypes.create_string_buffer(N)       # plain malloc'd memory
