@@ -246,6 +246,109 @@ static CUresult capture_deps(CUstream s, int ptsz, CUgraphNode *deps,
 	return r;
 }
 
+/*
+ * cuLaunchHostFunc on a capturing stream: a host node of the capture's
+ * graph after what the capture depends on, made the capture's only
+ * dependency (cuda_graph.c runs host nodes at each launch, after the
+ * graph's device work).  1: s was capturing, *r says how it went; 0: it
+ * was not (the function runs now).
+ */
+int cu_capture_host(CUstream s, CUhostFn fn, void *data, CUresult *r)
+{
+	CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+	CUDA_HOST_NODE_PARAMS p = { .fn = fn, .userData = data };
+	const CUgraphNode *deps = NULL;
+	CUgraphNode node = NULL, *v = NULL;
+	CUgraph g = NULL;
+	size_t n = 0;
+
+	if (!cu_captures_active())
+		return 0;
+	*r = capture_info_v2(s, 0, &st, NULL, &g, &deps, &n);
+	if (!*r && st == CU_STREAM_CAPTURE_STATUS_NONE)
+		return 0;
+	if (!*r && st != CU_STREAM_CAPTURE_STATUS_ACTIVE)
+		*r = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+	/* deps is this thread's, and the next query's: copy it. */
+	if (!*r && n && !(v = malloc(n * sizeof(*v))))
+		*r = CUDA_ERROR_OUT_OF_MEMORY;
+	if (!*r && n)
+		memcpy(v, deps, n * sizeof(*v));
+	if (!*r)
+		*r = cuGraphAddHostNode(&node, g, v, n, &p);
+	free(v);
+	if (!*r)
+		*r = capture_deps(s, 0, &node, NULL, 1,
+				  CU_STREAM_SET_CAPTURE_DEPENDENCIES);
+	return 1;
+}
+
+/* cuStreamBeginCaptureToGraph: a capture into g, which the worker checks
+ * is the session's, as are deps (nodes of g). */
+static CUresult capture_to_graph(CUstream s, int ptsz, CUgraph g,
+				 const CUgraphNode *deps,
+				 const CUgraphEdgeData *edges, size_t n,
+				 CUstreamCaptureMode mode)
+{
+	struct pvgpu_stream_capture_to_graph_req *req;
+	struct pvgpu_stream_capture_to_graph_rep rep;
+	struct cu_ctx *ctx = NULL;
+	struct cu_op op;
+	CUresult r;
+
+	if (!g || (n && !deps) || mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (n > MAX_DEPS) {
+		pvgpu_debug("cuStreamBeginCaptureToGraph: %zu dependencies, "
+			    "pvgpu takes %d", n, MAX_DEPS);
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	req = calloc(1, sizeof(*req));
+	if (!req)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	r = cu_generic_stream(s, ptsz, &ctx, &req->stream);
+	if (!r && !req->stream)
+		r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;	/* legacy stream */
+	for (size_t i = 0; !r && i < n; i++) {
+		req->deps[i] = ID(deps[i]);
+		if (edges)
+			memcpy(&req->edges[i], &edges[i], sizeof(req->edges[i]));
+	}
+	req->graph = ID(g);
+	req->deps_count = (uint32_t)n;
+	req->edges_count = edges ? (uint32_t)n : 0;
+	req->mode = (uint32_t)mode;
+	if (!r)
+		r = ctx ? cu_op_begin(&op, ctx) : cu_op_current(&op);
+	if (!r) {
+		r = cu_status(pvgpu_call_stream_capture_to_graph(op.client, req,
+								 &rep));
+		cu_op_end(&op);
+	}
+	free(req);
+	if (!r)
+		cu_capture_begun();
+	if (r == CUDA_ERROR_NOT_SUPPORTED)
+		pvgpu_cuda_unsupported("cuStreamBeginCaptureToGraph");
+	return r;
+}
+
+CUresult CUDAAPI cuStreamBeginCaptureToGraph(CUstream s, CUgraph g,
+					     const CUgraphNode *deps,
+					     const CUgraphEdgeData *edges, size_t n,
+					     CUstreamCaptureMode mode)
+{
+	return capture_to_graph(s, 0, g, deps, edges, n, mode);
+}
+
+CUresult CUDAAPI cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph g,
+						  const CUgraphNode *deps,
+						  const CUgraphEdgeData *edges,
+						  size_t n, CUstreamCaptureMode mode)
+{
+	return capture_to_graph(s, 1, g, deps, edges, n, mode);
+}
+
 CUresult CUDAAPI cuStreamUpdateCaptureDependencies(CUstream s, CUgraphNode *deps,
 						   size_t n, unsigned int flags)
 {
@@ -398,6 +501,47 @@ CUresult cu_staged_add(struct cu_ctx *ctx, uint64_t graph,
 	if (out)
 		*out = (CUgraphNode)(uintptr_t)rep.node;
 	return CUDA_SUCCESS;
+}
+
+/* After cuGraphClone: clone's copies of graph's staged nodes, each with
+ * a buffer of its own on the worker and the same guest memory. */
+CUresult cu_staged_clone(uint64_t graph, uint64_t clone)
+{
+	size_t n = 0, k = 0;
+	struct staged_node *v = NULL;
+	CUresult r = CUDA_SUCCESS;
+
+	pthread_mutex_lock(&staged_lock);
+	for (struct staged_node *s = staged_nodes; s; s = s->next)
+		n += s->graph == graph;
+	if (n && !(v = calloc(n, sizeof(*v))))
+		r = CUDA_ERROR_OUT_OF_MEMORY;
+	for (struct staged_node *s = staged_nodes; v && s; s = s->next)
+		if (s->graph == graph)
+			v[k++] = *s;
+	pthread_mutex_unlock(&staged_lock);
+	for (size_t i = 0; !r && i < n; i++) {
+		struct staged_node *c = calloc(1, sizeof(*c));
+		uint64_t node = 0, staging = 0;
+
+		r = c ? cu_graph_clone_node(clone, v[i].node, &node, &staging) :
+			CUDA_ERROR_OUT_OF_MEMORY;
+		if (!r && !staging)
+			r = CUDA_ERROR_UNKNOWN;	/* the worker lost it */
+		if (r) {
+			free(c);
+			break;
+		}
+		*c = (struct staged_node){ .node = node, .graph = clone,
+					   .ref = v[i].ref };
+		c->ref.staging = staging;
+		pthread_mutex_lock(&staged_lock);
+		c->next = staged_nodes;
+		staged_nodes = c;
+		pthread_mutex_unlock(&staged_lock);
+	}
+	free(v);
+	return r;
 }
 
 /* Drop exec's list (from lists *head). */

@@ -30,6 +30,11 @@ int cu_captures_active(void)
 	return atomic_load(&captures) > 0;
 }
 
+void cu_capture_begun(void)
+{
+	atomic_fetch_add(&captures, 1);
+}
+
 CUresult cu_generic_stream(CUstream s, int ptsz, struct cu_ctx **ctx,
 			   uint64_t *remote)
 {

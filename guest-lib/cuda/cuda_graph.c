@@ -14,7 +14,11 @@
  * copy; other host memory (pageable, malloc'd) is staged: the worker's
  * node copies from or into a buffer of its own and the guest moves the
  * bytes at each launch and at the synchronisation after it
- * (cuda_capture.c says how).  Not here: pitched copies, arrays, host to
+ * (cuda_capture.c says how).  cuGraphClone clones on the backend, then
+ * asks the worker which of the clone's nodes each kept node became
+ * (graph_clone_node, as cuGraphNodeFindInClone) and keeps the same for
+ * it: host functions, kernel parameters, staged copies (each with a
+ * staging buffer of its own).  Not here: pitched copies, arrays, host to
  * host, and node types other than kernel, memcpy, memset, empty and host:
  * each is CUDA_ERROR_NOT_SUPPORTED with a debug line saying why.
  */
@@ -1033,20 +1037,115 @@ CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec x)
 	return CUDA_SUCCESS;
 }
 
+CUresult cu_graph_clone_node(uint64_t clone, uint64_t node, uint64_t *out,
+			     uint64_t *staging)
+{
+	struct pvgpu_graph_clone_node_req req = { .clone = clone, .node = node };
+	struct pvgpu_graph_clone_node_rep rep = { 0 };
+	struct cu_op op;
+	CUresult r = cu_op_current(&op);
+
+	if (r)
+		return r;
+	r = cu_status(pvgpu_call_graph_clone_node(op.client, &req, &rep));
+	cu_op_end(&op);
+	if (r == CUDA_ERROR_NOT_SUPPORTED)
+		pvgpu_cuda_unsupported("cuGraphNodeFindInClone");
+	*out = r ? 0 : rep.node;
+	*staging = r ? 0 : rep.staging;
+	return r;
+}
+
+CUresult CUDAAPI cuGraphNodeFindInClone(CUgraphNode *out, CUgraphNode node,
+					CUgraph clone)
+{
+	uint64_t id, staging;
+	CUresult r;
+
+	if (!out || !node || !clone)
+		return CUDA_ERROR_INVALID_VALUE;
+	r = cu_graph_clone_node(ID(clone), ID(node), &id, &staging);
+	if (!r)
+		*out = NODE(id);
+	return r;
+}
+
+/* The guest's records of graph's host and kernel nodes, for clone's. */
+static CUresult nodes_clone(uint64_t graph, uint64_t clone)
+{
+	struct host_node *hv = NULL, *h;
+	struct kernel_node *kv = NULL, *k;
+	size_t nh = 0, nk = 0, i;
+	uint64_t id, staging;
+	CUresult r = CUDA_SUCCESS;
+
+	pthread_mutex_lock(&nodes_lock);
+	for (h = host_nodes; h; h = h->next)
+		nh += h->graph == graph;
+	for (k = kernel_nodes; k; k = k->next)
+		nk += k->graph == graph;
+	hv = calloc(nh ? nh : 1, sizeof(*hv));
+	kv = calloc(nk ? nk : 1, sizeof(*kv));
+	nh = nk = 0;
+	for (h = host_nodes; hv && h; h = h->next)
+		if (h->graph == graph)
+			hv[nh++] = *h;
+	for (k = kernel_nodes; kv && k; k = k->next)
+		if (k->graph == graph)
+			kv[nk++] = *k;	/* only id and p are read */
+	pthread_mutex_unlock(&nodes_lock);
+	if (!hv || !kv)
+		r = CUDA_ERROR_OUT_OF_MEMORY;
+	/* Oldest first: the clone's list in the original's order. */
+	for (i = nh; !r && i-- > 0;) {
+		h = malloc(sizeof(*h));
+		r = h ? cu_graph_clone_node(clone, hv[i].id, &id, &staging) :
+			CUDA_ERROR_OUT_OF_MEMORY;
+		if (r) {
+			free(h);
+			break;
+		}
+		*h = hv[i];
+		h->id = id;
+		h->graph = clone;
+		pthread_mutex_lock(&nodes_lock);
+		h->next = host_nodes;
+		host_nodes = h;
+		pthread_mutex_unlock(&nodes_lock);
+	}
+	free(hv);
+	/* Kernel nodes: their parameters as last set, for GetParams. */
+	for (i = 0; !r && i < nk; i++) {
+		struct cu_kernel_args a = { 0 };
+		uint8_t *buf = NULL;
+		struct cu_ctx *ctx;
+
+		r = cu_graph_clone_node(clone, kv[i].id, &id, &staging);
+		if (!r && kernel_pack(&kv[i].p, &ctx, &buf, &a) == CUDA_SUCCESS)
+			kernel_node_keep(id, clone, &kv[i].p, &a);
+		free(buf);
+	}
+	free(kv);
+	return r;
+}
+
 CUresult CUDAAPI cuGraphClone(CUgraph *out, CUgraph g)
 {
 	uint64_t a[2] = { out != NULL, ID(g) };
 	CUresult r;
 
-	if (host_nodes_of(ID(g)) || cu_staged_count(ID(g))) {
-		pvgpu_debug("cuGraphClone: a graph with host nodes or copy nodes "
-			    "of host memory outside the shared window cannot be "
-			    "cloned (the guest keeps their host ends)");
-		return CUDA_ERROR_NOT_SUPPORTED;
-	}
 	r = cu_generic_call(PVGPU_GENERIC_cuGraphClone, "cuGraphClone", 0,
 			    NULL, a, 2);
-	if (!r && out)
-		*out = (CUgraph)(uintptr_t)a[0];
-	return r;
+	if (r || !out)
+		return r;
+	/* The nodes the guest keeps something of: the clone's too. */
+	r = nodes_clone(ID(g), a[0]);
+	if (!r)
+		r = cu_staged_clone(ID(g), a[0]);
+	if (r) {
+		cuGraphDestroy((CUgraph)(uintptr_t)a[0]);
+		return r;
+	}
+	*out = (CUgraph)(uintptr_t)a[0];
+	return CUDA_SUCCESS;
 }

@@ -283,8 +283,12 @@ CUresult cu_stream_resolve(CUstream s, struct cu_ctx **ctx, uint64_t *remote);
  */
 CUresult cu_generic_call(uint32_t id, const char *name, int async,
 			 struct cu_ctx *ctx, uint64_t *a, uint32_t n);
-/* Stream captures begun and not yet ended by this process. */
+/* Stream captures begun and not yet ended by this process;
+ * cu_capture_begun: one more (cuStreamBeginCaptureToGraph). */
 int cu_captures_active(void);
+void cu_capture_begun(void);
+/* cuLaunchHostFunc on a capturing stream: a host node (cuda_capture.c). */
+int cu_capture_host(CUstream s, CUhostFn fn, void *data, CUresult *r);
 
 /*
  * Copy nodes whose host end is guest memory the worker cannot see
@@ -302,6 +306,11 @@ CUresult cu_staged_add(struct cu_ctx *ctx, uint64_t graph,
 		       CUdeviceptr dptr, void *host, size_t size, int to_host,
 		       CUgraphNode *out);
 void cu_staged_forget(uint64_t graph, uint64_t node);
+CUresult cu_staged_clone(uint64_t graph, uint64_t clone);
+/* The node of clone that is node in it (graph_clone_node); *staging: its
+ * own staging buffer when node is a staged copy, else 0 (cuda_graph.c). */
+CUresult cu_graph_clone_node(uint64_t clone, uint64_t node, uint64_t *out,
+			     uint64_t *staging);
 size_t cu_staged_count(uint64_t graph);
 CUresult cu_staged_instantiate(uint64_t exec, uint64_t graph);
 void cu_staged_exec_gone(uint64_t exec);

@@ -246,13 +246,17 @@ CUresult CUDAAPI cuStreamIsCapturing_ptsz(CUstream s, CUstreamCaptureStatus *sta
 	return is_capturing(s, 1, status);
 }
 
-/* Host functions: wait for the stream's work, then run it here. */
+/* Host functions: wait for the stream's work, then run it here (in a
+ * capture: a host node, cuda_capture.c). */
 CUresult CUDAAPI cuLaunchHostFunc(CUstream s, CUhostFn fn, void *data)
 {
 	CUresult r;
 
 	if (!fn)
 		return CUDA_ERROR_INVALID_VALUE;
+	/* In a capture: a host node of the graph. */
+	if (cu_capture_host(s, fn, data, &r))
+		return r;
 	r = stream_sync(s, 0);
 	if (r)
 		return r;

@@ -462,6 +462,21 @@ struct pvgpu_executor_ops {
 				const uint64_t *nodes, const uint64_t *edges,
 				uint32_t n, uint32_t flags);
 	/*
+	 * capture_to_graph: cuStreamBeginCaptureToGraph of stream into the
+	 * executor's graph, after nodes (edges NULL: default edges), mode a
+	 * CUstreamCaptureMode.  clone_node: the node of clone that is node
+	 * (of the graph clone was cloned from), as cuGraphNodeFindInClone;
+	 * with n, a copy node whose host end becomes n's (a staged copy's
+	 * own buffer).  NULL: not supported.
+	 */
+	int32_t (*capture_to_graph)(struct pvgpu_exec *ex, uint64_t stream,
+				    uint64_t graph, const uint64_t *nodes,
+				    const uint64_t *edges, uint32_t n,
+				    uint32_t mode);
+	int32_t (*clone_node)(struct pvgpu_exec *ex, uint64_t clone,
+			      uint64_t node, const struct pvgpu_graph_node *n,
+			      uint64_t *out);
+	/*
 	 * Graph memory (NULL: not supported).  mem_async: cuMemAllocAsync
 	 * of size bytes (size 0: cuMemFreeAsync of dptr) on a capturing
 	 * stream, *dptr the address.  graph_mem_attr: a CUgraphMem_attribute

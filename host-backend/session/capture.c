@@ -28,10 +28,12 @@
  * Graph memory.  An allocation node (explicit, or cuMemAllocAsync
  * captured) reserves its address when it is made; the session may use
  * that range in its graphs from then on (it is one of its allocations,
- * marked PVGPU_ALLOC_GRAPH so that cuMemFree refuses it), a free node may
- * name only such an address, and the bytes count against the VM's quota
- * until the context goes (whether a launch has the memory mapped or not:
- * the conservative count).
+ * marked PVGPU_ALLOC_GRAPH), a free node may name only such an address,
+ * and the bytes count against the VM's quota until the context goes
+ * (whether a launch has the memory mapped or not: the conservative count)
+ * or until cuMemFree / cuMemFreeAsync frees it outside any graph, as
+ * NVIDIA's driver lets a program do (ops.c mem_free: the record and the
+ * charge go).
  */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -373,6 +375,7 @@ int32_t pvgpu_handle_graph_staged_copy(struct pvgpu_worker *w,
 	s = &w->staged.v[w->staged.n - 1];
 	s->graph = graph;
 	s->node = rep->node;
+	s->dptr = req->dptr;
 	rep->in_graph = graph;
 	rep->staging = s->id;
 	return CUDA_SUCCESS;
@@ -609,4 +612,114 @@ int32_t pvgpu_handle_graph_mem_attr(struct pvgpu_worker *w,
 		return CUDA_ERROR_NOT_SUPPORTED;
 	rep->value = 0;
 	return w->ex_ops->graph_mem_attr(w->ex, req->attr, (int)req->set, &rep->value);
+}
+
+/* ---- capture into an existing graph ------------------------------------- */
+
+/* Begun relaxed whatever the mode, as generic.c begins every capture. */
+int32_t pvgpu_handle_stream_capture_to_graph(struct pvgpu_worker *w,
+					     const struct pvgpu_stream_capture_to_graph_req *req)
+{
+	uint64_t nodes[MAX_DEPS], stream = 0;
+	struct pvgpu_handle *g;
+	int32_t st;
+
+	if (!w->ex)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!w->cur_ctx)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (req->mode > CU_STREAM_CAPTURE_MODE_RELAXED ||
+	    (req->edges_count && req->edges_count != req->deps_count))
+		return CUDA_ERROR_INVALID_VALUE;
+	g = pvgpu_handle_get(&w->handles, req->graph, H_GRAPH);
+	if (!g || g->ctx != w->cur_ctx)
+		return CUDA_ERROR_INVALID_HANDLE;
+	st = pvgpu_lookup_stream(w, req->stream, &stream);
+	if (st)
+		return st;
+	if (!stream)
+		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+	if (!w->ex_ops->capture_to_graph)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	st = pvgpu_graph_deps(w, req->graph, req->deps, req->deps_count, nodes);
+	if (st)
+		return st;
+	st = w->ex_ops->capture_to_graph(w->ex, stream, g->exec_handle, nodes,
+					 req->edges_count ? req->edges : NULL,
+					 req->deps_count,
+					 CU_STREAM_CAPTURE_MODE_RELAXED);
+	if (!st)
+		w->capturing++;
+	return st;
+}
+
+/* ---- cloned graphs ------------------------------------------------------- */
+
+/*
+ * The clone's node for node of the graph clone was made from.  A staged
+ * copy node gets a buffer of its own there, once, as its node's host end
+ * (the driver's clone still names the original's buffer, which goes with
+ * the original graph); asked again, the clone's buffer is named.
+ */
+int32_t pvgpu_handle_graph_clone_node(struct pvgpu_worker *w,
+				      const struct pvgpu_graph_clone_node_req *req,
+				      struct pvgpu_graph_clone_node_rep *rep)
+{
+	struct pvgpu_graph_node copy = { .type = CU_GRAPH_NODE_TYPE_MEMCPY };
+	struct pvgpu_staged *orig = NULL, *s;
+	struct pvgpu_handle *c, *n;
+	uint64_t node = 0, size, dptr;
+	int32_t st, to_host;
+
+	if (!w->ex)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!w->cur_ctx)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	c = pvgpu_handle_get(&w->handles, req->clone, H_GRAPH);
+	n = pvgpu_handle_get(&w->handles, req->node, H_GRAPH_NODE);
+	if (!c || !n || n->module == req->clone)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (!w->ex_ops->clone_node)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	st = w->ex_ops->clone_node(w->ex, c->exec_handle, n->exec_handle, NULL,
+				   &node);
+	if (st)
+		return st;
+	rep->node = pvgpu_graph_node_id(w, req->clone, node, (uint32_t)n->device);
+	if (!rep->node)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	for (size_t i = 0; i < w->staged.n; i++) {
+		s = &w->staged.v[i];
+		if (s->node == rep->node && s->graph == req->clone) {
+			rep->staging = s->id;
+			return CUDA_SUCCESS;
+		}
+		if (s->node == req->node)
+			orig = s;
+	}
+	if (!orig)
+		return CUDA_SUCCESS;
+	size = orig->size;
+	dptr = orig->dptr;
+	to_host = orig->to_host;
+	s = staged_new(w, size, to_host);	/* may move orig */
+	if (!s)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	copy.width = size;
+	copy.host = s->buf;
+	copy.to_host = to_host;
+	copy.dst = to_host ? 0 : dptr;
+	copy.src = to_host ? dptr : 0;
+	st = w->ex_ops->clone_node(w->ex, c->exec_handle, n->exec_handle, &copy,
+				   &node);
+	if (st) {
+		staged_drop_last(w);
+		return st;
+	}
+	s = &w->staged.v[w->staged.n - 1];
+	s->dptr = dptr;
+	s->graph = req->clone;
+	s->node = rep->node;
+	rep->staging = s->id;
+	return CUDA_SUCCESS;
 }

@@ -395,7 +395,10 @@ int32_t pvgpu_handle_mem_free(struct pvgpu_worker *w,
 	if (st)
 		return st;
 	a = pvgpu_alloc_find(&w->allocs, req->dptr);
-	if (!a || a->module)
+	/* Graph memory too, by its start, as NVIDIA's driver frees it
+	 * outside any graph (capture.c). */
+	if (!a || (a->module && a->module != PVGPU_ALLOC_GRAPH) ||
+	    (a->module == PVGPU_ALLOC_GRAPH && a->base != req->dptr))
 		return CUDA_ERROR_INVALID_VALUE;
 	st = w->ex_ops->mem_free(w->ex, a->base);
 	if (st)

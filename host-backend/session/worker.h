@@ -64,6 +64,7 @@ struct pvgpu_staged {
 	uint64_t id;			/* the guest's name for it */
 	uint8_t *buf;
 	uint64_t size;
+	uint64_t dptr;			/* its node's device end */
 	uint64_t graph, node;		/* its node's ids; 0: gone */
 	uint32_t execs;			/* executable graphs using it */
 	int to_host;

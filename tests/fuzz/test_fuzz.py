@@ -287,8 +287,30 @@ def seeds():
                + W.message("managed_alloc", 63, offset=(64 << 20) - 4096, size=8192, flags=2)
                + W.message("managed_alloc", 64, offset=1, size=1 << 63, flags=7)
                + W.message("window_unregister", 65, offset=8 << 20))
+    # Clones and capture into a graph: a graph with a staged copy node,
+    # cloned, the node found in the clone (twice: one buffer), a made-up
+    # one; a capture into the graph after the node, ended; one into a
+    # made-up graph, one with edges not matching its deps.
+    clone = (W.message("stream_create", 140, flags=1, priority=0)
+             + W.message("driver_call", 141, fn=19, args=[1, 0])
+             + W.message("graph_staged_copy", 142, graph=h(3), deps=[], stream=0,
+                         dptr=base, size=64, to_host=1)
+             + W.message("driver_call", 143, fn=20, args=[1, h(3)])
+             + W.message("graph_clone_node", 144, clone=h(5), node=h(4))
+             + W.message("graph_clone_node", 145, clone=h(5), node=h(4))
+             + W.message("graph_clone_node", 146, clone=h(5), node=0x5eed)
+             + W.message("stream_capture_to_graph", 147, stream=h(2), graph=h(3),
+                         deps=[h(4)], edges=[], mode=0)
+             + W.message("driver_call", 148, fn=12, args=[h(2), 1])
+             + W.message("stream_capture_to_graph", 149, stream=h(2), graph=0x5eed,
+                         deps=[], edges=[], mode=2)
+             + W.message("stream_capture_to_graph", 150, stream=h(2), graph=h(3),
+                         deps=[h(4)], edges=[0, 0], mode=7)
+             + W.message("driver_call", 151, fn=18, args=[h(3)])
+             + W.message("driver_call", 152, fn=18, args=[h(5)]))
     return {
         **modules,
+        "clone": session + clone + free,
         "tensor_maps": session + tensor_maps + free,
         "staged": session + staged + free,
         "graph_mem": session + graph_mem + free,

@@ -242,3 +242,79 @@ def test_staged_copy_buffers_are_checked(s):
     st, *_ = s.call("graph_staged_get", staging=[down["staging"]], size=64)
     assert st == CUDA_ERROR_INVALID_VALUE
     assert s.call("mem_free", dptr=buf)[0] == CUDA_SUCCESS
+
+
+CLONE, END_CAPTURE = 20, 12
+
+
+def test_clone_nodes_and_capture_into_a_graph_are_checked(daemon, s):
+    """graph_clone_node (capture.c): the clone's node for a node of the
+    graph it was cloned from, a staged copy's with a buffer of its own,
+    made once (asked again, the same); the original graph, a made-up node
+    or another session's are refused.  stream_capture_to_graph: only the
+    session's graph, nodes of that graph, one edge per dependency, a
+    capture mode; cuStreamEndCapture then gives that graph."""
+    g = graph(s)
+    buf = alloc(s, 4096)
+    st, _, up, _ = s.call("graph_staged_copy", graph=g, deps=[], stream=0, dptr=buf,
+                          size=64, to_host=0)
+    assert st == CUDA_SUCCESS
+    st, _, down, _ = s.call("graph_staged_copy", graph=g, deps=[up["node"]], stream=0,
+                            dptr=buf, size=64, to_host=1)
+    assert st == CUDA_SUCCESS
+    _, e = add(s, g, EMPTY, deps=[down["node"]])
+    st, res = driver(s, CLONE, 1, g)
+    assert st == CUDA_SUCCESS and res[0] and res[0] != g
+    cl = res[0]
+
+    def find(node, clone=cl, sess=s):
+        st, _, out, _ = sess.call("graph_clone_node", clone=clone, node=node)
+        return st, out.get("node", 0), out.get("staging", 0)
+
+    st, cup, s_up = find(up["node"])
+    assert st == CUDA_SUCCESS and cup not in (0, up["node"])
+    assert s_up and s_up not in (up["staging"], down["staging"])
+    assert find(up["node"]) == (CUDA_SUCCESS, cup, s_up)      # one buffer
+    st, cdown, s_down = find(down["node"])
+    assert st == CUDA_SUCCESS and s_down not in (0, s_up, down["staging"])
+    st, ce, s_e = find(e)
+    assert st == CUDA_SUCCESS and s_e == 0 and node_type(s, ce) == (CUDA_SUCCESS, EMPTY)
+    assert find(up["node"], clone=g)[0] == CUDA_ERROR_INVALID_HANDLE   # not a clone of g
+    assert find(0x7777)[0] == CUDA_ERROR_INVALID_HANDLE
+    assert find(up["node"], clone=up["node"])[0] == CUDA_ERROR_INVALID_HANDLE
+    t = session(daemon)
+    assert find(up["node"], sess=t)[0] == CUDA_ERROR_INVALID_HANDLE
+    t.close()
+    # The clone runs with its own buffers: the original's stay as they were.
+    st, res = driver(s, INSTANTIATE, 1, cl, 0)
+    assert st == CUDA_SUCCESS
+    put(s, [s_up], b"c" * 64)
+    s.queue("driver_call_async", fn=LAUNCH, args=[res[0], 0])
+    st, deferred, _, data = s.call("graph_staged_get", staging=[s_down], size=64)
+    assert (st, deferred, data) == (CUDA_SUCCESS, CUDA_SUCCESS, b"c" * 64)
+    st, _, _, data = s.call("graph_staged_get", staging=[down["staging"]], size=64)
+    assert (st, data) == (CUDA_SUCCESS, b"\0" * 64)
+
+    st, _, out, _ = s.call("stream_create", flags=1, priority=0)
+    assert st == CUDA_SUCCESS
+    stream = out["stream"]
+    g2 = graph(s)
+    _, first = add(s, g2, EMPTY)
+
+    def to_graph(**kw):
+        req = dict(stream=stream, graph=g2, deps=[first], edges=[], mode=0)
+        return s.call("stream_capture_to_graph", **dict(req, **kw))[0]
+
+    assert to_graph(graph=0x7777) == CUDA_ERROR_INVALID_HANDLE
+    assert to_graph(graph=first) == CUDA_ERROR_INVALID_HANDLE          # a node
+    assert to_graph(deps=[e]) == CUDA_ERROR_INVALID_VALUE              # g's node
+    assert to_graph(deps=[first, first]) == CUDA_ERROR_INVALID_VALUE
+    assert to_graph(edges=[0, 0]) == CUDA_ERROR_INVALID_VALUE          # 2 edges, 1 dep
+    assert to_graph(mode=7) == CUDA_ERROR_INVALID_VALUE
+    assert to_graph(stream=0x7777) != CUDA_SUCCESS
+    assert to_graph() == CUDA_SUCCESS
+    st, _, info, _ = s.call("stream_capture_info", stream=stream)
+    assert (st, info["status"], info["graph"], info["deps"]) == (CUDA_SUCCESS, 1, g2, [first])
+    assert to_graph() != CUDA_SUCCESS                                  # already capturing
+    st, res = driver(s, END_CAPTURE, stream, 1)
+    assert (st, res[1]) == (CUDA_SUCCESS, g2)

@@ -137,12 +137,14 @@ struct sim_obj {
 			/* What the next captured node depends on. */
 			uint64_t cap_deps[SIM_CAP_DEPS];
 			size_t ncap;
+			bool to_graph;	/* cuStreamBeginCaptureToGraph's */
 			CUaccessPolicyWindow window;	/* cuStreamSetAttribute */
 			uint32_t sync_policy;
 		} stream;
 		struct {
 			struct sim_graph_launch *v;
 			size_t n, cap;
+			uint64_t origin;	/* cloned from (cuGraphClone) */
 		} graph;			/* SIM_GRAPH and SIM_GRAPH_EXEC */
 		struct {
 			unsigned char *data;
@@ -3181,14 +3183,18 @@ static int32_t sim_capture_call(struct pvgpu_exec *ex,
 			return CUDA_ERROR_OUT_OF_MEMORY;
 		s->u.stream.capture = g;
 		s->u.stream.ncap = 0;
+		s->u.stream.to_graph = false;
 		return CUDA_SUCCESS;
 	case PVGPU_GENERIC_cuStreamEndCapture:
 		if (!s->u.stream.capture)
 			return CUDA_ERROR_ILLEGAL_STATE;
-		if (!a[1])
+		/* A capture into a graph the program has may end without
+		 * asking for it (graphConditionalNodes does). */
+		if (!a[1] && !s->u.stream.to_graph)
 			return CUDA_ERROR_INVALID_VALUE;
 		a[1] = s->u.stream.capture->handle;
 		s->u.stream.capture = NULL;
+		s->u.stream.to_graph = false;
 		return CUDA_SUCCESS;
 	default:			/* cuStreamIsCapturing */
 		if (!a[1])
@@ -3331,6 +3337,40 @@ static int32_t sim_capture_info(struct pvgpu_exec *ex, uint64_t stream,
 		edges[i] = 0;
 	}
 	return CUDA_SUCCESS;
+}
+
+static int32_t sim_capture_deps(struct pvgpu_exec *ex, uint64_t stream,
+				const uint64_t *nodes, const uint64_t *edges,
+				uint32_t n, uint32_t flags);
+
+/* cuStreamBeginCaptureToGraph: the capture's nodes go into graph. */
+static int32_t sim_capture_to_graph(struct pvgpu_exec *ex, uint64_t stream,
+				    uint64_t graph, const uint64_t *nodes,
+				    const uint64_t *edges, uint32_t n,
+				    uint32_t mode)
+{
+	struct sim_obj *s, *g;
+	int32_t rc;
+
+	(void)mode;
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = ctx_check(ex);
+	if (rc)
+		return rc;
+	s = stream ? obj_find(ex, stream, SIM_STREAM) : NULL;
+	g = obj_find(ex, graph, SIM_GRAPH);
+	if (!s || s->ctx != ex->cur || !g)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (s->u.stream.capture)
+		return CUDA_ERROR_ILLEGAL_STATE;
+	s->u.stream.capture = g;
+	s->u.stream.ncap = 0;
+	rc = sim_capture_deps(ex, stream, nodes, edges, n, 1);
+	if (rc)
+		s->u.stream.capture = NULL;
+	s->u.stream.to_graph = !rc;
+	return rc;
 }
 
 /* cuStreamUpdateCaptureDependencies: default edges only. */
@@ -3785,7 +3825,42 @@ static int32_t graph_clone(struct pvgpu_exec *ex, struct sim_obj *g,
 		obj_free(ex, c);
 		return rc;
 	}
+	c->u.graph.origin = g->handle;
 	*out = c->handle;
+	return CUDA_SUCCESS;
+}
+
+/* cuGraphNodeFindInClone (and, with n, a copy node's host end reset):
+ * the clone's entries are its origin's, in the same order. */
+static int32_t sim_clone_node(struct pvgpu_exec *ex, uint64_t clone,
+			      uint64_t node, const struct pvgpu_graph_node *n,
+			      uint64_t *out)
+{
+	struct sim_obj *c, *g;
+	struct sim_graph_launch *e, *d;
+	int32_t rc;
+
+	if (!ex || !out)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = ctx_check(ex);
+	if (rc)
+		return rc;
+	c = obj_find(ex, clone, SIM_GRAPH);
+	g = c ? obj_find(ex, c->u.graph.origin, SIM_GRAPH) : NULL;
+	e = g ? graph_entry(g, node) : NULL;
+	if (!e || (size_t)(e - g->u.graph.v) >= c->u.graph.n)
+		return CUDA_ERROR_INVALID_VALUE;
+	d = &c->u.graph.v[e - g->u.graph.v];
+	if (n) {
+		if (d->type != CU_GRAPH_NODE_TYPE_MEMCPY || !n->host)
+			return CUDA_ERROR_INVALID_VALUE;
+		d->n.host = n->host;
+		d->n.to_host = n->to_host;
+		d->n.width = n->width;
+		d->n.dst = n->dst;
+		d->n.src = n->src;
+	}
+	*out = d->node;
 	return CUDA_SUCCESS;
 }
 
@@ -4511,6 +4586,8 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.graph_exec_update	= sim_graph_exec_update,
 	.capture_info		= sim_capture_info,
 	.capture_deps		= sim_capture_deps,
+	.capture_to_graph	= sim_capture_to_graph,
+	.clone_node		= sim_clone_node,
 	.mem_async		= sim_mem_async,
 	.graph_mem_attr		= sim_graph_mem_attr,
 	.cond_handle		= sim_cond_handle,

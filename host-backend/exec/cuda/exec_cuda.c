@@ -191,6 +191,14 @@ struct cuda_api {
 	CUresult (CUDAAPI *graph_add_node)(CUgraphNode *, CUgraph, const CUgraphNode *,
 					   const CUgraphEdgeData *, size_t,
 					   CUgraphNodeParams *);
+	CUresult (CUDAAPI *stream_capture_to_graph)(CUstream, CUgraph,
+						    const CUgraphNode *,
+						    const CUgraphEdgeData *,
+						    size_t, CUstreamCaptureMode);
+	CUresult (CUDAAPI *graph_node_find_in_clone)(CUgraphNode *, CUgraphNode,
+						     CUgraph);
+	CUresult (CUDAAPI *graph_memcpy_node_set)(CUgraphNode,
+						  const CUDA_MEMCPY3D *);
 };
 
 struct cuda_sym {
@@ -302,6 +310,9 @@ static const struct cuda_sym cuda_syms[] = {
 	SYM(device_set_graph_mem_attr, "cuDeviceSetGraphMemAttribute", 11040, "cuDeviceSetGraphMemAttribute", NULL, true),
 	SYM(graph_cond_handle_create, "cuGraphConditionalHandleCreate", 12030, "cuGraphConditionalHandleCreate", NULL, true),
 	SYM(graph_add_node, "cuGraphAddNode", 12030, "cuGraphAddNode_v2", NULL, true),
+	SYM(stream_capture_to_graph, "cuStreamBeginCaptureToGraph", 12030, "cuStreamBeginCaptureToGraph", NULL, true),
+	SYM(graph_node_find_in_clone, "cuGraphNodeFindInClone", 10000, "cuGraphNodeFindInClone", NULL, true),
+	SYM(graph_memcpy_node_set, "cuGraphMemcpyNodeSetParams", 10000, "cuGraphMemcpyNodeSetParams", NULL, true),
 };
 
 typedef CUresult (CUDAAPI *get_proc_address_fn)(const char *, void **, int,
@@ -2205,6 +2216,24 @@ static int32_t kernel_node_params(struct pvgpu_exec *ex,
 	return CUDA_SUCCESS;
 }
 
+/* A copy node's parameters: one run of bytes, either end host memory. */
+static void memcpy_node_params(const struct pvgpu_graph_node *n,
+			       CUDA_MEMCPY3D *p)
+{
+	*p = (CUDA_MEMCPY3D){
+		.srcMemoryType = CU_MEMORYTYPE_DEVICE, .srcDevice = n->src,
+		.dstMemoryType = CU_MEMORYTYPE_DEVICE, .dstDevice = n->dst,
+		.WidthInBytes = n->width, .Height = 1, .Depth = 1,
+	};
+	if (n->host && n->to_host) {
+		p->dstMemoryType = CU_MEMORYTYPE_HOST;
+		p->dstHost = n->host;
+	} else if (n->host) {
+		p->srcMemoryType = CU_MEMORYTYPE_HOST;
+		p->srcHost = n->host;
+	}
+}
+
 static int32_t cuda_graph_add_node(struct pvgpu_exec *ex, uint64_t graph,
 				   const struct pvgpu_graph_node *n,
 				   const uint64_t *deps, uint32_t ndeps,
@@ -2252,19 +2281,9 @@ static int32_t cuda_graph_add_node(struct pvgpu_exec *ex, uint64_t graph,
 		break;
 	}
 	case CU_GRAPH_NODE_TYPE_MEMCPY: {
-		CUDA_MEMCPY3D p = {
-			.srcMemoryType = CU_MEMORYTYPE_DEVICE, .srcDevice = n->src,
-			.dstMemoryType = CU_MEMORYTYPE_DEVICE, .dstDevice = n->dst,
-			.WidthInBytes = n->width, .Height = 1, .Depth = 1,
-		};
+		CUDA_MEMCPY3D p;
 
-		if (n->host && n->to_host) {
-			p.dstMemoryType = CU_MEMORYTYPE_HOST;
-			p.dstHost = n->host;
-		} else if (n->host) {
-			p.srcMemoryType = CU_MEMORYTYPE_HOST;
-			p.srcHost = n->host;
-		}
+		memcpy_node_params(n, &p);
 		if (!ex->api.graph_add_memcpy_node)
 			return CUDA_ERROR_NOT_SUPPORTED;
 		rc = ex->api.graph_add_memcpy_node(&out, g, d, ndeps, &p, c->ctx);
@@ -2472,25 +2491,83 @@ static int32_t cuda_capture_info(struct pvgpu_exec *ex, uint64_t stream,
 	return rc;
 }
 
-static int32_t cuda_capture_deps(struct pvgpu_exec *ex, uint64_t stream,
-				 const uint64_t *nodes, const uint64_t *edges,
-				 uint32_t n, uint32_t flags)
+/* A capture call's dependencies checked (have: the driver has the call)
+ * and their edge data copied into *e (NULL: default edges; freed by the
+ * caller). */
+static int32_t capture_args(struct pvgpu_exec *ex, int have,
+			    const uint64_t *nodes, const uint64_t *edges,
+			    uint32_t n, CUgraphEdgeData **e)
 {
-	CUgraphEdgeData *e = NULL;
-	int32_t rc;
-
+	*e = NULL;
 	if (!ex || (n && !nodes))
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!ex->cur)
 		return CUDA_ERROR_INVALID_CONTEXT;
-	if (!ex->api.stream_capture_deps)
+	if (!have)
 		return CUDA_ERROR_NOT_SUPPORTED;
 	if (edges && n) {
-		e = malloc(n * sizeof(*e));
-		if (!e)
+		*e = malloc(n * sizeof(**e));
+		if (!*e)
 			return CUDA_ERROR_OUT_OF_MEMORY;
-		memcpy(e, edges, n * sizeof(*e));
+		memcpy(*e, edges, n * sizeof(**e));
 	}
+	return CUDA_SUCCESS;
+}
+
+static int32_t cuda_capture_to_graph(struct pvgpu_exec *ex, uint64_t stream,
+				     uint64_t graph, const uint64_t *nodes,
+				     const uint64_t *edges, uint32_t n,
+				     uint32_t mode)
+{
+	CUgraphEdgeData *e;
+	int32_t rc = capture_args(ex, ex && ex->api.stream_capture_to_graph,
+				  nodes, edges, n, &e);
+
+	if (rc)
+		return rc;
+	rc = ex->api.stream_capture_to_graph((CUstream)(uintptr_t)stream,
+					     (CUgraph)(uintptr_t)graph,
+					     (const CUgraphNode *)(uintptr_t)nodes,
+					     e, n, (CUstreamCaptureMode)mode);
+	free(e);
+	return rc;
+}
+
+static int32_t cuda_clone_node(struct pvgpu_exec *ex, uint64_t clone,
+			       uint64_t node, const struct pvgpu_graph_node *n,
+			       uint64_t *out)
+{
+	CUgraphNode found = NULL;
+	CUDA_MEMCPY3D p;
+	int32_t rc;
+
+	if (!ex || !out)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!ex->api.graph_node_find_in_clone ||
+	    (n && !ex->api.graph_memcpy_node_set))
+		return CUDA_ERROR_NOT_SUPPORTED;
+	rc = ex->api.graph_node_find_in_clone(&found, (CUgraphNode)(uintptr_t)node,
+					      (CUgraph)(uintptr_t)clone);
+	if (!rc && n) {
+		memcpy_node_params(n, &p);
+		rc = ex->api.graph_memcpy_node_set(found, &p);
+	}
+	*out = rc ? 0 : (uint64_t)(uintptr_t)found;
+	return rc;
+}
+
+static int32_t cuda_capture_deps(struct pvgpu_exec *ex, uint64_t stream,
+				 const uint64_t *nodes, const uint64_t *edges,
+				 uint32_t n, uint32_t flags)
+{
+	CUgraphEdgeData *e;
+	int32_t rc = capture_args(ex, ex && ex->api.stream_capture_deps, nodes,
+				  edges, n, &e);
+
+	if (rc)
+		return rc;
 	rc = ex->api.stream_capture_deps((CUstream)(uintptr_t)stream,
 					 (CUgraphNode *)(uintptr_t)nodes, e, n,
 					 flags);
@@ -2976,6 +3053,8 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.graph_exec_update	= cuda_graph_exec_update,
 	.capture_info		= cuda_capture_info,
 	.capture_deps		= cuda_capture_deps,
+	.capture_to_graph	= cuda_capture_to_graph,
+	.clone_node		= cuda_clone_node,
 	.mem_async		= cuda_mem_async,
 	.graph_mem_attr		= cuda_graph_mem_attr,
 	.cond_handle		= cuda_cond_handle,
