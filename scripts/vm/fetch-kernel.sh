@@ -44,6 +44,16 @@ command -v apt-get >/dev/null 2>&1 || { log "apt-get not found"; exit 1; }
 command -v dpkg-deb >/dev/null 2>&1 || { log "dpkg-deb not found"; exit 1; }
 mkdir -p "$repo_root/.deps"
 
+# One fetch at a time: make test starts the VM suites (deploy, Soft-RoCE,
+# Xen) side by side, and two unpacking into one folder break each other's
+# depmod.  The one that waited finds the kernel there.
+exec 9>"$repo_root/.deps/vm-fetch.lock"
+flock 9
+if [ -f "$dest/boot/vmlinuz-$kver" ] && [ -f "$dest/lib/modules/$kver/modules.dep" ]; then
+    echo "$dest"
+    exit 0
+fi
+
 pkg="linux-image-$kver"
 tmp=$(mktemp -d "$repo_root/.deps/vm-fetch.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
