@@ -3,11 +3,14 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 #include <linux/vm_sockets.h>
 
 #include "addr.h"
 #include "stream.h"
+
+#define VSOCK_CONNECT_TIMEOUT_S 20
 
 /*
  * vsock://CID:PORT, from inside a VM: the host is CID 2.  Who we are comes
@@ -25,6 +28,16 @@ static int vsock_connect(struct pvgpu_transport *t, const char *addr,
 		return -EINVAL;
 	}
 	fd = socket(AF_VSOCK, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	/*
+	 * The kernel gives up on a connect after 2 s; a busy host (many guests
+	 * booting, the backend forking a worker) can take longer to answer.
+	 * A host with no listener still refuses at once.
+	 */
+	if (fd >= 0) {
+		struct timeval tv = { .tv_sec = VSOCK_CONNECT_TIMEOUT_S };
+
+		(void)setsockopt(fd, AF_VSOCK, SO_VM_SOCKETS_CONNECT_TIMEOUT, &tv, sizeof(tv));
+	}
 	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
 		int e = errno;
 
