@@ -31,6 +31,9 @@ struct pvgpu_handle {
 	int32_t device;			/* contexts, modules; a graph
 					 * node's CUgraphNodeType */
 	uint64_t charged;		/* modules: bytes charged to the VM */
+	uint32_t flags;			/* PVGPU_H_* */
+#define PVGPU_H_QUIET 1u		/* modules and their functions: no
+					 * kernel of it prints (output.c) */
 	void *data;			/* owned extra state, freed with the handle */
 	uint32_t ndata;			/* entries in data */
 };

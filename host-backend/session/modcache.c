@@ -177,3 +177,115 @@ int pvgpu_image_check(const uint8_t *p, size_t len)
 		return 0;
 	return -1;
 }
+
+/*
+ * What device output needs from a kernel: vprintf for printf, __assertfail
+ * (or __assert_fail) for assert.  Looked for as "printf" and "assert", so
+ * that anything of the kind counts.
+ */
+static int names_output(const uint8_t *p, size_t len)
+{
+	return memmem(p, len, "printf", 6) || memmem(p, len, "assert", 6);
+}
+
+/*
+ * A fatbinary entry: kind u16, u16, header size u32, payload size u64,
+ * ..., the architecture u32 at 28 (90: sm_90), flags u64 at 40 (0x2000,
+ * 0x8000: compressed); its payload follows its header.
+ */
+#define FATBIN_ENTRY_MIN	16u
+#define FATBIN_ENTRY_ARCH	28u
+#define FATBIN_ENTRY_FLAGS	40u
+#define FATBIN_COMPRESSED	(0x2000u | 0x8000u)
+#define FATBIN_KIND_PTX		1u
+#define FATBIN_KIND_ELF		2u
+
+/* Only NUL bytes (padding). */
+static int all_zero(const uint8_t *p, size_t len)
+{
+	return len == 0 || (!p[0] && !memcmp(p, p + 1, len - 1));
+}
+
+/* Whether an entry's payload can be read as it is: an ELF, or PTX text
+ * (perhaps NUL-padded); a compressed one cannot. */
+static int entry_readable(uint16_t kind, uint64_t flags, const uint8_t *p,
+			  uint64_t size)
+{
+	uint64_t i;
+
+	if (flags & FATBIN_COMPRESSED)
+		return 0;
+	if (kind == FATBIN_KIND_ELF)
+		return size >= 4 && !memcmp(p, "\177ELF", 4);
+	if (kind != FATBIN_KIND_PTX || !size)
+		return 0;
+	for (i = 0; i < size && p[i]; i++)
+		if (p[i] >= 0x7f || (p[i] < 0x20 && !strchr("\t\n\r", p[i])))
+			return 0;
+	return all_zero(p + i, size - i);
+}
+
+/*
+ * A fatbinary may print when an entry it holds names printf or assert,
+ * or when it holds an entry that cannot be read (nvcc compresses the PTX
+ * by default) and no readable cubin the driver would run on a device of
+ * compute capability arch (same major, not newer) instead.
+ */
+static int fatbin_may_print(const uint8_t *p, size_t len, uint32_t arch)
+{
+	int unreadable = 0, runs = 0;
+	size_t off = 0;
+
+	/* One or more fatbinaries back to back, each a list of entries. */
+	while (off + 16 <= len && pvgpu_get_u32(p + off) == FATBIN_MAGIC) {
+		uint16_t header_size = pvgpu_get_u16(p + off + 6);
+		uint64_t fat_size = pvgpu_get_u64(p + off + 8);
+		size_t e, end;
+
+		if (header_size < 16 || header_size > len - off ||
+		    fat_size > len - off - header_size)
+			return 1;
+		e = off + header_size;
+		end = e + fat_size;
+		while (e < end) {
+			uint16_t kind;
+			uint32_t hdr, a;
+			uint64_t size, flags;
+
+			if (end - e < FATBIN_ENTRY_MIN)
+				return 1;
+			kind = pvgpu_get_u16(p + e);
+			hdr = pvgpu_get_u32(p + e + 4);
+			size = pvgpu_get_u64(p + e + 8);
+			if (hdr < FATBIN_ENTRY_MIN || hdr > end - e ||
+			    size > end - e - hdr)
+				return 1;
+			a = hdr >= FATBIN_ENTRY_ARCH + 4 ?
+			    pvgpu_get_u32(p + e + FATBIN_ENTRY_ARCH) : 0;
+			flags = hdr >= FATBIN_ENTRY_FLAGS + 8 ?
+				pvgpu_get_u64(p + e + FATBIN_ENTRY_FLAGS) : 0;
+			if (!entry_readable(kind, flags, p + e + hdr, size))
+				unreadable = 1;
+			else if (names_output(p + e + hdr, size))
+				return 1;
+			else if (kind == FATBIN_KIND_ELF && arch &&
+				 a / 10 == arch / 10 && a <= arch)
+				runs = 1;
+			e += hdr + size;
+		}
+		off = end;
+		while (off < len && off % 8 && !p[off])
+			off++;
+	}
+	if (!all_zero(p + off, len - off))
+		return 1;
+	return unreadable && !runs;
+}
+
+int pvgpu_image_may_print(const uint8_t *p, size_t len, uint32_t arch)
+{
+	if (len >= 16 && pvgpu_get_u32(p) == FATBIN_MAGIC)
+		return fatbin_may_print(p, len, arch);
+	/* A cubin, or PTX text. */
+	return names_output(p, len);
+}

@@ -36,4 +36,13 @@ void *pvgpu_modcache_get(const char *dir, const uint8_t hash[PVGPU_HASH_SIZE],
  */
 int pvgpu_image_check(const uint8_t *image, size_t len);
 
+/*
+ * Whether a kernel of this (checked) image may print on a device of
+ * compute capability arch (90: 9.0; 0: unknown): 0 only when no cubin or
+ * PTX text in it names device printf or assert, and what cannot be read
+ * (a compressed entry) is not what the driver would run there.  The
+ * worker looks for device output only after kernels that may print.
+ */
+int pvgpu_image_may_print(const uint8_t *image, size_t len, uint32_t arch);
+
 #endif /* PVGPU_MODCACHE_H */

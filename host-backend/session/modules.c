@@ -26,10 +26,25 @@
  * what a module takes, and the image bounds its code and initialised data
  * (policy.h says what this misses).
  */
+/* The device's compute capability as a fatbinary names it (90), 0 unknown. */
+static uint32_t device_arch(struct pvgpu_worker *w, int32_t device)
+{
+	int32_t major = 0, minor = 0;
+
+	if (!w->ex_ops->device_attribute ||
+	    w->ex_ops->device_attribute(w->ex, device,
+					CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, &major) ||
+	    w->ex_ops->device_attribute(w->ex, device,
+					CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, &minor) ||
+	    major <= 0 || minor < 0 || minor > 9)
+		return 0;
+	return (uint32_t)(major * 10 + minor);
+}
+
 static int32_t load_image(struct pvgpu_worker *w, const uint8_t *image,
 			  size_t len, struct pvgpu_link *jit, uint64_t *id)
 {
-	struct pvgpu_handle *ctx;
+	struct pvgpu_handle *ctx, *h;
 	uint64_t module;
 	int32_t st;
 
@@ -54,7 +69,10 @@ static int32_t load_image(struct pvgpu_worker *w, const uint8_t *image,
 		st = CUDA_ERROR_OUT_OF_MEMORY;
 		goto err_uncharge;
 	}
-	pvgpu_handle_get(&w->handles, *id, H_MODULE)->charged = len;
+	h = pvgpu_handle_get(&w->handles, *id, H_MODULE);
+	h->charged = len;
+	if (!pvgpu_image_may_print(image, len, device_arch(w, ctx->device)))
+		h->flags |= PVGPU_H_QUIET;
 	pvgpu_accounting_commit(w->slot, ctx->device, len);
 	return CUDA_SUCCESS;
 
@@ -253,6 +271,7 @@ int32_t pvgpu_handle_module_get_function(struct pvgpu_worker *w,
 	/* Look it up again: pvgpu_handle_add may have moved the table. */
 	fh = pvgpu_handle_get(&w->handles, id, H_FUNC);
 	fh->module = req->module;
+	fh->flags = mod->flags & PVGPU_H_QUIET;
 	fh->data = layout;
 	fh->ndata = count;
 	for (uint32_t i = 0; i < count; i++) {
@@ -421,11 +440,12 @@ int32_t pvgpu_kernel_prepare(struct pvgpu_worker *w, struct pvgpu_launch *l,
 static int32_t launch(struct pvgpu_worker *w, struct pvgpu_launch *l,
 		      uint64_t func, uint64_t guest_stream)
 {
-	struct pvgpu_handle *ctx;
+	struct pvgpu_handle *ctx, *f;
 	int32_t st = pvgpu_kernel_prepare(w, l, func);
 
 	if (st)
 		return st;
+	f = lookup_function(w, func);
 	st = pvgpu_lookup_stream(w, guest_stream, &l->stream);
 	if (st)
 		return st;
@@ -433,7 +453,8 @@ static int32_t launch(struct pvgpu_worker *w, struct pvgpu_launch *l,
 	ctx = pvgpu_handle_get(&w->handles, w->cur_ctx, H_CTX);
 	pvgpu_sched_admit(w, ctx ? ctx->device : -1);
 	st = w->ex_ops->launch(w->ex, l);
-	pvgpu_output_arm(w);		/* a kernel may print (output.c) */
+	if (!(f->flags & PVGPU_H_QUIET))
+		pvgpu_output_arm(w);	/* it may print (output.c) */
 	pvgpu_sched_launched(w, l->stream, st);
 	return st;
 }
