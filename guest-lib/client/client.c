@@ -771,8 +771,14 @@ int32_t pvgpu_client_queue(struct pvgpu_client *c, uint16_t opcode,
 	memcpy(slot + PVGPU_HDR_SIZE, req, req_len);
 	c->batch_len += need;
 	c->batch_count++;
-	/* A backend that takes no BATCH gets each operation on its own. */
-	if (!(c->info.features & PVGPU_FEATURE_BATCH))
+	/*
+	 * A backend that takes no BATCH gets each operation on its own; so
+	 * does one on the control ring, where a send is a store and no system
+	 * call: the worker starts on it (a launch: the driver's few
+	 * microseconds) while the program goes on to its next call.
+	 */
+	if (!(c->info.features & PVGPU_FEATURE_BATCH) ||
+	    (c->ring_on && !c->cfg.ring_batch))
 		st = flush_locked(c);
 out:
 	pthread_mutex_unlock(&c->lock);

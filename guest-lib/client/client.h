@@ -74,9 +74,12 @@ struct pvgpu_client_config {
 	uint32_t staging_slot, staging_slots;
 	/*
 	 * PVGPU_RING=0 turns the control ring off (messages then take the
-	 * socket); ring_cap is bytes each way, a power of two.
+	 * socket); PVGPU_RING_BATCH=1 batches async messages on it as on a
+	 * socket, instead of sending each at once; ring_cap is bytes each
+	 * way, a power of two.
 	 */
 	int ring;
+	int ring_batch;
 	uint64_t ring_cap;
 	/* Feature bits (PVGPU_FEATURE_*) this front-end cannot do without. */
 	uint64_t required_features;

@@ -104,6 +104,10 @@ void pvgpu_config_from_env(struct pvgpu_client_config *cfg)
 	if (s)
 		cfg->ring = strcmp(s, "0") != 0;
 
+	s = env("PVGPU_RING_BATCH");
+	if (s)
+		cfg->ring_batch = strcmp(s, "0") != 0;
+
 	s = env("PVGPU_COPY_THREADS");
 	if (s) {
 		char *end;
