@@ -2,7 +2,9 @@
 each in its own process so that one failing cannot hide the others:
 CUDA graphs (capture and replay), streams and events, the caching
 allocator with expandable segments (virtual memory management),
-torch.compile with Triton, memory statistics. Prints one JSON line:
+torch.compile with Triton, memory statistics, a transformer trained with
+mixed precision (bf16 autocast, GradScaler, AdamW), scaled dot-product
+attention in fp16 (the flash-attention kernels). Prints one JSON line:
 {feature: result} where a result is a number/list to compare with the
 native run, or "error: ..." naming what failed."""
 import json
@@ -66,6 +68,30 @@ x = torch.ones(1 << 20, device="cuda")
 st = torch.cuda.memory_stats()
 free, total = torch.cuda.mem_get_info()
 print(st["allocated_bytes.all.current"] >= 4 << 20, free <= total)
+""",
+    "transformer_amp": r"""
+import torch
+torch.manual_seed(0)
+layer = torch.nn.TransformerEncoderLayer(128, 4, 256, batch_first=True)
+m = torch.nn.TransformerEncoder(layer, 2).cuda()
+opt = torch.optim.AdamW(m.parameters(), 1e-3)
+scaler = torch.amp.GradScaler()
+x = torch.randn(16, 32, 128, device="cuda")
+for _ in range(20):
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = m(x).float().pow(2).mean()
+    opt.zero_grad()
+    scaler.scale(loss).backward()
+    scaler.step(opt)
+    scaler.update()
+print(round(loss.item(), 4))
+""",
+    "sdpa": r"""
+import torch
+torch.manual_seed(0)
+q = torch.randn(4, 8, 256, 64, device="cuda", dtype=torch.float16)
+o = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+print(round(o.float().abs().sum().item(), 1))
 """,
 }
 
