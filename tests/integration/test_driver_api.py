@@ -22,6 +22,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 from pvgpu_asan import asan_runtime  # noqa: E402
+from pvgpu_guest import guest_env, run_guest_script  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
@@ -77,21 +78,6 @@ def twins_daemon(start_pvgpud):
     return start_pvgpud("sim", env={"PVGPU_SIM_TWINS": str(TWINS)})
 
 
-def env_for(libdir, uri):
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PVGPU_DEVICES", "PVGPU_TOKEN", "LD_LIBRARY_PATH")}
-    env["LD_LIBRARY_PATH"] = str(libdir)
-    env["PVGPU_DEVICES"] = uri
-    asan = asan_runtime(LIBCUDA)
-    if asan:
-        env["LD_PRELOAD"] = asan
-        # A CUDA program may ask for more host memory than exists (the
-        # errors program does): the driver answers out of memory, and so
-        # must ASan's allocator rather than abort.
-        env["ASAN_OPTIONS"] = "detect_leaks=0:allocator_may_return_null=1"
-    return env
-
-
 def binary(name, way):
     return BUILD / "tests" / ("static/" + name if way == "static" else name)
 
@@ -122,14 +108,14 @@ def test_nvidia_runtime_over_libcuda(programs, twins_daemon, libdir, name, way):
         # Linked against libcudart.so.13, not pvgpu's libcuda: only the
         # library path decides which runtime it gets.
         deps = subprocess.run(["ldd", str(path)], capture_output=True,
-                              text=True, env=env_for(libdir, "")).stdout
+                              text=True, env=guest_env(libdir, "")).stdout
         assert str(libdir) in deps, deps
     else:
         deps = subprocess.run(["ldd", str(path)], capture_output=True,
                               text=True).stdout
         assert "libcudart" not in deps, deps
     before = sessions(twins_daemon)
-    res = run(path, env_for(libdir, twins_daemon.unix))
+    res = run(path, guest_env(libdir, twins_daemon.unix))
     programs.assert_passed(res, twins_daemon)
     assert sessions(twins_daemon) > before, twins_daemon.log()
     if name in NOT_THROUGH_SHIM:
@@ -151,7 +137,7 @@ def without_managed(lines):
 @pytest.mark.parametrize("name", ["kernels/vecadd", "memory"])
 def test_nvidia_runtime_over_shm(programs, twins_daemon, libdir, name):
     uri = "shm://" + twins_daemon.unix[len("unix://"):]
-    res = run(binary(name, "shared"), env_for(libdir, uri))
+    res = run(binary(name, "shared"), guest_env(libdir, uri))
     programs.assert_passed(res, twins_daemon)
 
 
@@ -384,9 +370,9 @@ def test_device_output_goes_to_its_own_program(programs, twins_daemon,
         (101, "shim unix", programs.path(PRINTF), shim_env),
         (202, "shim shm", programs.path(PRINTF), programs.pvgpu_env(shm_uri)),
         (303, "libcuda shared", binary(PRINTF, "shared"),
-         env_for(libdir, twins_daemon.unix)),
+         guest_env(libdir, twins_daemon.unix)),
         (404, "libcuda static", binary(PRINTF, "static"),
-         env_for(libdir, shm_uri)),
+         guest_env(libdir, shm_uri)),
     ]
     for _, _, path, _ in runs:
         if not path.exists():
@@ -506,16 +492,8 @@ def test_generic_driver_call(twins_daemon, libdir, tmp_path):
 def run_script(daemon, libdir, tmp_path, text, *args, debug=False):
     """A ctypes script over pvgpu's libcuda.so.1 (argv[1]) and args: its
     stdout lines and stderr, once it has ended with PASS."""
-    script = tmp_path / "script.py"
-    script.write_text(text)
-    env = env_for(libdir, daemon.unix)
-    if debug:
-        env["PVGPU_DEBUG"] = "1"
-    res = subprocess.run([sys.executable, str(script), str(LIBCUDA)] + [str(a) for a in args],
-                         env=env, capture_output=True, text=True, timeout=60)
-    out = res.stdout.splitlines()
-    assert res.returncode == 0 and out[-1:] == ["PASS"], res.stdout + res.stderr
-    return out, res.stderr
+    env = guest_env(libdir, daemon.unix, **({"PVGPU_DEBUG": "1"} if debug else {}))
+    return run_guest_script(tmp_path, text, LIBCUDA, env, *args)
 
 
 def check_generic_driver_call(daemon, libdir, tmp_path):
@@ -864,7 +842,7 @@ def test_driver_calls_through_remote(start_pvgpud, libdir, tmp_path):
     check_stream_capture_and_graphs(front, libdir, tmp_path)
     check_launch_attributes(front, libdir, tmp_path)
     # CUDA arrays, handles tagged by the front.
-    res = run(binary("kernels/arrays", "shared"), env_for(libdir, front.unix))
+    res = run(binary("kernels/arrays", "shared"), guest_env(libdir, front.unix))
     assert res.returncode == 0 and res.stdout.splitlines()[-1:] == ["PASS"], \
         res.stdout + res.stderr + front.log()[-2000:]
     assert " start: " in back.log(), back.log()[-3000:]

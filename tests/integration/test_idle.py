@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
-from pvgpu_asan import preload_for  # noqa: E402
+from pvgpu_guest import guest_env  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
@@ -84,16 +84,12 @@ def test_32_idle_sessions_use_under_one_percent_of_a_core(sim_daemon, tmp_path):
         pytest.fail(f"{LIBCUDA} is not built (run `make`)")
     script = tmp_path / "guest.py"
     script.write_text(GUEST)
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PVGPU_DEVICES", "PVGPU_TOKEN", "LD_LIBRARY_PATH")}
-    env["PVGPU_DEVICES"] = "shm://" + sim_daemon.unix[len("unix://"):]
     # A small window each: 32 of the default 1 GiB would be 32 GiB of memfd
-    # (touched only where used, but counted against the memfd limits).
-    env["PVGPU_WINDOW_SIZE"] = "64M"
-    env["PVGPU_STAGING_SLOT"] = "1M"
-    env["PVGPU_STAGING_SLOTS"] = "4"
-    env["PVGPU_DEBUG"] = "1"            # says whether the ring was taken
-    preload_for(LIBCUDA, env)
+    # (touched only where used, but counted against the memfd limits);
+    # PVGPU_DEBUG says whether the ring was taken.
+    env = guest_env(LIBCUDA.parent, "shm://" + sim_daemon.unix[len("unix://"):],
+                    PVGPU_WINDOW_SIZE="64M", PVGPU_STAGING_SLOT="1M",
+                    PVGPU_STAGING_SLOTS="4", PVGPU_DEBUG="1")
     guests = []
     try:
         for _ in range(SESSIONS):

@@ -9,14 +9,13 @@ the runtime shim, over shm:// (the control ring) and unix://.
 """
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
-from pvgpu_asan import preload_for  # noqa: E402
+from pvgpu_guest import guest_env, run_guest_script  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
@@ -155,17 +154,7 @@ SHIM_SCRIPT = COMMON + RUNTIME_API + STEPS + 'print("PASS")\n'
 def run_script(tmp_path, script, lib, uri):
     if not lib.exists():
         pytest.fail(f"{lib} is not built (run `make`)")
-    path = tmp_path / "script.py"
-    path.write_text(script)
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PVGPU_DEVICES", "PVGPU_TOKEN", "LD_LIBRARY_PATH")}
-    env["LD_LIBRARY_PATH"] = str(lib.parent)
-    env["PVGPU_DEVICES"] = uri
-    preload_for(lib, env)
-    res = subprocess.run([sys.executable, str(path), str(lib)], env=env,
-                         capture_output=True, text=True, timeout=60)
-    out = res.stdout.splitlines()
-    assert res.returncode == 0 and out[-1:] == ["PASS"], res.stdout + res.stderr
+    out, _ = run_guest_script(tmp_path, script, lib, guest_env(lib.parent, uri, lib=lib))
     return {line.split()[0]: line.split()[1:] for line in out
             if line.split()[0] not in ("crossed",)}, out
 

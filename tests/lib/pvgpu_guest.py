@@ -1,0 +1,35 @@
+"""A guest process over pvgpu's libcuda.so.1, as the integration tests run
+one: its environment, and a ctypes script that must end with PASS."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from pvgpu_asan import preload_for
+
+
+def guest_env(libdir, uri, token=None, lib=None, **extra):
+    """The environment of a process whose libraries come from libdir alone,
+    talking to pvgpud at uri (with token, if given: none of the caller's
+    device list or token goes through), with extra variables; ASan's runtime
+    comes first where lib (libdir's libcuda.so.1 unless named) is
+    sanitized."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PVGPU_DEVICES", "PVGPU_TOKEN", "LD_LIBRARY_PATH")}
+    env.update(LD_LIBRARY_PATH=str(libdir), PVGPU_DEVICES=uri, **extra)
+    if token:
+        env["PVGPU_TOKEN"] = token
+    return preload_for(lib or Path(libdir) / "libcuda.so.1", env)
+
+
+def run_guest_script(tmp_path, text, lib, env, *args, name="script.py", timeout=60):
+    """Write text to tmp_path/name and run it with Python, lib (argv[1])
+    and args after it, in env; it must exit 0 with PASS as its last line.
+    Its stdout lines and its stderr."""
+    script = Path(tmp_path) / name
+    script.write_text(text)
+    res = subprocess.run([sys.executable, str(script), str(lib)] + [str(a) for a in args],
+                         env=env, capture_output=True, text=True, timeout=timeout)
+    out = res.stdout.splitlines()
+    assert res.returncode == 0 and out[-1:] == ["PASS"], res.stdout + res.stderr
+    return out, res.stderr
