@@ -18,6 +18,7 @@
 #include "handles.h"
 #include "host.h"
 #include "policy.h"
+#include "pvgpu_proto.h"
 #include "gpusched.h"
 #include "window.h"
 #include "shm/ring.h"
@@ -92,7 +93,8 @@ struct pvgpu_worker_config {
 	const char *remote_token;
 };
 
-#define PVGPU_SYNC_OPS 512	/* opcodes counted by sync_ops: all of ops.spec's */
+/* Opcodes counted by sync_ops: every one ops.spec declares. */
+#define PVGPU_SYNC_OPS (PVGPU_OP_MAX + 1)
 
 struct pvgpu_worker {
 	struct pvgpu_conn *conn;	/* the channel: only through its ops */
