@@ -256,6 +256,10 @@ int32_t pvgpu_copy_dtoh(struct pvgpu_worker *w, uint64_t src, uint64_t size,
 			uint64_t stream);
 /* Read and drop the DATA frames of a refused host-to-device copy. */
 void pvgpu_copy_refuse_htod(struct pvgpu_worker *w, uint64_t size);
+/* The same for an input of the request's own, read up to max bytes: more
+ * is more than a worker reads, and the session is out of step (it ends). */
+void pvgpu_copy_refuse_upto(struct pvgpu_worker *w, uint64_t size,
+			    uint64_t max);
 void pvgpu_staging_release(struct pvgpu_worker *w);
 
 /* Bytes per channel of a CUarray_format; 0: not one pvgpu takes (arrays.c). */
