@@ -526,20 +526,47 @@ static int32_t ctx_check(struct pvgpu_exec *ex)
 	return CUDA_SUCCESS;
 }
 
+/*
+ * What a call on one object checks first, in this order: the executor and
+ * the call's own arguments (bad: they are not fine), the current context,
+ * then the object get finds for handle.  NULL, with *rc saying why, when
+ * one of them fails.
+ */
+static struct sim_obj *ctx_obj(struct pvgpu_exec *ex, bool bad, uint64_t handle,
+			       struct sim_obj *(*get)(struct pvgpu_exec *,
+						      uint64_t),
+			       int32_t *rc)
+{
+	struct sim_obj *o;
+
+	*rc = bad ? CUDA_ERROR_INVALID_VALUE : ctx_check(ex);
+	if (*rc)
+		return NULL;
+	o = get(ex, handle);
+	if (!o)
+		*rc = CUDA_ERROR_INVALID_HANDLE;
+	return o;
+}
+
+/* A stream of the current context; NULL if the handle is not one. */
+static struct sim_obj *stream_get(struct pvgpu_exec *ex, uint64_t stream)
+{
+	struct sim_obj *s = obj_find(ex, stream, SIM_STREAM);
+
+	return s && s->ctx == ex->cur ? s : NULL;
+}
+
 /* A stream argument: 0 is the current context's default stream. */
 static int32_t check_stream(struct pvgpu_exec *ex, uint64_t stream)
 {
 	struct sim_obj *s;
 	int32_t rc;
 
-	rc = ctx_check(ex);
-	if (rc)
-		return rc;
 	if (!stream)
-		return CUDA_SUCCESS;
-	s = obj_find(ex, stream, SIM_STREAM);
-	if (!s || s->ctx != ex->cur)
-		return CUDA_ERROR_INVALID_HANDLE;
+		return ctx_check(ex);
+	s = ctx_obj(ex, false, stream, stream_get, &rc);
+	if (!s)
+		return rc;
 	/* The sim records launches only; anything else cannot be captured. */
 	if (s->u.stream.capture)
 		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
@@ -1789,15 +1816,11 @@ static int32_t sim_stream_create(struct pvgpu_exec *ex, uint32_t flags,
 
 static int32_t sim_stream_destroy(struct pvgpu_exec *ex, uint64_t stream)
 {
-	struct sim_obj *s;
 	int32_t rc;
+	struct sim_obj *s = ctx_obj(ex, false, stream, stream_get, &rc);
 
-	rc = ctx_check(ex);
-	if (rc)
+	if (!s)
 		return rc;
-	s = obj_find(ex, stream, SIM_STREAM);
-	if (!s || s->ctx != ex->cur)
-		return CUDA_ERROR_INVALID_HANDLE;
 	obj_free(ex, s);
 	return CUDA_SUCCESS;
 }
@@ -1861,16 +1884,25 @@ static int32_t sim_event_create(struct pvgpu_exec *ex, uint32_t flags,
 	return CUDA_SUCCESS;
 }
 
-/* Events outlive a change of current context, as in CUDA. */
+/* An event of any context (events outlive a change of current context, as
+ * in CUDA); NULL, with *rc saying why, when there is none. */
+static struct sim_obj *event_of(struct pvgpu_exec *ex, uint64_t event,
+				int32_t *rc)
+{
+	struct sim_obj *e = ex ? obj_find(ex, event, SIM_EVENT) : NULL;
+
+	*rc = !ex ? CUDA_ERROR_INVALID_VALUE :
+	      !e ? CUDA_ERROR_INVALID_HANDLE : CUDA_SUCCESS;
+	return e;
+}
+
 static int32_t sim_event_destroy(struct pvgpu_exec *ex, uint64_t event)
 {
-	struct sim_obj *e;
+	int32_t rc;
+	struct sim_obj *e = event_of(ex, event, &rc);
 
-	if (!ex)
-		return CUDA_ERROR_INVALID_VALUE;
-	e = obj_find(ex, event, SIM_EVENT);
 	if (!e)
-		return CUDA_ERROR_INVALID_HANDLE;
+		return rc;
 	obj_free(ex, e);
 	return CUDA_SUCCESS;
 }
@@ -1895,13 +1927,11 @@ static int32_t sim_event_record(struct pvgpu_exec *ex, uint64_t event,
 /* Never-recorded events count as complete, as in CUDA. */
 static int32_t sim_event_synchronize(struct pvgpu_exec *ex, uint64_t event)
 {
-	struct sim_obj *e;
+	int32_t rc;
+	struct sim_obj *e = event_of(ex, event, &rc);
 
-	if (!ex)
-		return CUDA_ERROR_INVALID_VALUE;
-	e = obj_find(ex, event, SIM_EVENT);
 	if (!e)
-		return CUDA_ERROR_INVALID_HANDLE;
+		return rc;
 	/* Waiting on a faulted context reports its fault. */
 	sim_output_flush(ex);
 	return e->ctx->u.ctx.poisoned ? e->ctx->u.ctx.fault : CUDA_SUCCESS;
@@ -1953,28 +1983,6 @@ static struct sim_obj *func_get(struct pvgpu_exec *ex, uint64_t func)
 static struct sim_obj *graph_get(struct pvgpu_exec *ex, uint64_t graph)
 {
 	return obj_find(ex, graph, SIM_GRAPH);
-}
-
-/*
- * What a call on one object checks first, in this order: the executor and
- * the call's own arguments (bad: they are not fine), the current context,
- * then the object get finds for handle.  NULL, with *rc saying why, when
- * one of them fails.
- */
-static struct sim_obj *ctx_obj(struct pvgpu_exec *ex, bool bad, uint64_t handle,
-			       struct sim_obj *(*get)(struct pvgpu_exec *,
-						      uint64_t),
-			       int32_t *rc)
-{
-	struct sim_obj *o;
-
-	*rc = bad ? CUDA_ERROR_INVALID_VALUE : ctx_check(ex);
-	if (*rc)
-		return NULL;
-	o = get(ex, handle);
-	if (!o)
-		*rc = CUDA_ERROR_INVALID_HANDLE;
-	return o;
 }
 
 /* Give back the device memory of a module's variables. */
