@@ -22,7 +22,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 from pvgpu_asan import asan_runtime  # noqa: E402
-from pvgpu_guest import guest_env, run_guest_script  # noqa: E402
+from pvgpu_guest import SCRIPT_PRELUDE, guest_env, run_guest_script  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
@@ -412,20 +412,8 @@ def test_old_guest_gets_no_output_frames(programs, twins_daemon):
 
 # ---- the generic driver call (protocol/api/annotations.py GENERIC) -------
 
-GENERIC_SCRIPT = r'''
-import ctypes, sys
-cu = ctypes.CDLL(sys.argv[1])
-c_u64, c_int, c_size = ctypes.c_uint64, ctypes.c_int, ctypes.c_size_t
-def call(name, *args):
-    return getattr(cu, name)(*args)
-def must(name, *args):
-    r = call(name, *args)
-    if r:
-        sys.exit("%s -> %d" % (name, r))
-must("cuInit", 0)
-dev, ctx = c_int(), ctypes.c_void_p()
-must("cuDeviceGet", ctypes.byref(dev), 0)
-must("cuCtxCreate_v2", ctypes.byref(ctx), 0, dev)
+GENERIC_SCRIPT = SCRIPT_PRELUDE + r'''
+dev, ctx = context()
 # Limits and cache config live on the backend, per context.
 v = c_size(0)
 must("cuCtxGetLimit", ctypes.byref(v), 0x01)           # printf FIFO
@@ -512,21 +500,10 @@ def check_generic_driver_call(daemon, libdir, tmp_path):
     assert "free null 0 0 0" in out, out
 
 
-GRAPH_SCRIPT = r'''
-import ctypes, struct, sys
-cu = ctypes.CDLL(sys.argv[1])
+GRAPH_SCRIPT = SCRIPT_PRELUDE + r'''
 image = open(sys.argv[2], "rb").read()
-c_u64, c_int, c_size, vp = ctypes.c_uint64, ctypes.c_int, ctypes.c_size_t, ctypes.c_void_p
-def call(name, *args):
-    return getattr(cu, name)(*args)
-def must(name, *args):
-    r = call(name, *args)
-    if r:
-        sys.exit("%s -> %d" % (name, r))
-must("cuInit", 0)
-dev, ctx, mod, fn = c_int(), vp(), vp(), vp()
-must("cuDeviceGet", ctypes.byref(dev), 0)
-must("cuCtxCreate_v2", ctypes.byref(ctx), 0, dev)
+dev, ctx = context()
+mod, fn = vp(), vp()
 must("cuModuleLoadData", ctypes.byref(mod), image)
 must("cuModuleGetFunction", ctypes.byref(fn), mod, b"vec_add")
 n = 1000
@@ -741,15 +718,8 @@ def test_memcpy_peer(start_pvgpud, libdir, tmp_path):
     assert out[0].split() == ["True", "201"], out  # INVALID_CONTEXT
 
 
-LAUNCH_EX_SCRIPT = r'''
-import ctypes, struct, sys
-cu = ctypes.CDLL(sys.argv[1])
+LAUNCH_EX_SCRIPT = SCRIPT_PRELUDE + r'''
 image = open(sys.argv[2], "rb").read()
-c_size, vp, c_uint = ctypes.c_size_t, ctypes.c_void_p, ctypes.c_uint
-def must(name, *args):
-    r = getattr(cu, name)(*args)
-    if r:
-        sys.exit("%s -> %d" % (name, r))
 class Attr(ctypes.Structure):
     _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4),
                 ("value", ctypes.c_uint * 16)]
@@ -759,10 +729,8 @@ class Config(ctypes.Structure):
 class Params(ctypes.Structure):
     _fields_ = [("function", vp), ("grid", c_uint * 3), ("block", c_uint * 3),
                 ("smem", c_uint), ("stream", vp), ("params", vp)]
-must("cuInit", 0)
-dev, ctx, mod, fn = ctypes.c_int(), vp(), vp(), vp()
-must("cuDeviceGet", ctypes.byref(dev), 0)
-must("cuCtxCreate_v2", ctypes.byref(ctx), 0, dev)
+dev, ctx = context()
+mod, fn = vp(), vp()
 must("cuModuleLoadData", ctypes.byref(mod), image)
 must("cuModuleGetFunction", ctypes.byref(fn), mod, b"vec_add")
 n = 1024
@@ -848,14 +816,7 @@ def test_driver_calls_through_remote(start_pvgpud, libdir, tmp_path):
     assert " start: " in back.log(), back.log()[-3000:]
 
 
-COPY3D_SCRIPT = r'''
-import ctypes, sys
-cu = ctypes.CDLL(sys.argv[1])
-vp, sz = ctypes.c_void_p, ctypes.c_size_t
-def must(name, *args):
-    r = getattr(cu, name)(*args)
-    if r:
-        sys.exit("%s -> %d" % (name, r))
+COPY3D_SCRIPT = SCRIPT_PRELUDE + r'''
 side = [("XInBytes", sz), ("Y", sz), ("Z", sz), ("LOD", sz), ("MemoryType", ctypes.c_int),
         ("Host", vp), ("Device", ctypes.c_uint64), ("Array", vp), ("reserved", vp),
         ("Pitch", sz), ("Height", sz)]
@@ -863,10 +824,7 @@ class Copy3D(ctypes.Structure):
     _fields_ = ([("src" + n, t) for n, t in side] + [("dst" + n, t) for n, t in side]
                 + [("WidthInBytes", sz), ("Height", sz), ("Depth", sz)])
 HOST, DEVICE, ARRAY = 1, 2, 3
-must("cuInit", 0)
-dev, ctx = ctypes.c_int(), vp()
-must("cuDeviceGet", ctypes.byref(dev), 0)
-must("cuCtxCreate_v2", ctypes.byref(ctx), 0, dev)
+dev, ctx = context()
 d = ctypes.c_uint64()
 must("cuMemAlloc_v2", ctypes.byref(d), sz(4096))
 src = (ctypes.c_ubyte * 4096)(*[i % 251 for i in range(4096)])
@@ -913,24 +871,14 @@ def test_memcpy3d(twins_daemon, libdir, tmp_path):
     assert "empty 0" in out
 
 
-ARRAY_SCRIPT = r'''
-import ctypes, struct, sys
-cu = ctypes.CDLL(sys.argv[1])
-vp, sz = ctypes.c_void_p, ctypes.c_size_t
-def must(name, *args):
-    r = getattr(cu, name)(*args)
-    if r:
-        sys.exit("%s -> %d" % (name, r))
+ARRAY_SCRIPT = SCRIPT_PRELUDE + r'''
 class Desc(ctypes.Structure):
     _fields_ = [("Width", sz), ("Height", sz), ("Format", ctypes.c_int), ("NumChannels", ctypes.c_uint)]
 class Desc3(ctypes.Structure):
     _fields_ = [("Width", sz), ("Height", sz), ("Depth", sz), ("Format", ctypes.c_int),
                 ("NumChannels", ctypes.c_uint), ("Flags", ctypes.c_uint)]
 FLOAT = 0x20
-must("cuInit", 0)
-dev, ctx = ctypes.c_int(), vp()
-must("cuDeviceGet", ctypes.byref(dev), 0)
-must("cuCtxCreate_v2", ctypes.byref(ctx), 0, dev)
+dev, ctx = context()
 a, b, c2 = vp(), vp(), vp()
 must("cuArrayCreate_v2", ctypes.byref(a), ctypes.byref(Desc(64, 0, FLOAT, 1)))
 must("cuArrayCreate_v2", ctypes.byref(b), ctypes.byref(Desc(64, 0, FLOAT, 1)))
@@ -958,14 +906,7 @@ print("PASS")
 '''
 
 
-TEX_SCRIPT = r'''
-import ctypes, struct, sys
-cu = ctypes.CDLL(sys.argv[1])
-vp, sz, u64 = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint64
-def must(name, *args):
-    r = getattr(cu, name)(*args)
-    if r:
-        sys.exit("%s -> %d" % (name, r))
+TEX_SCRIPT = SCRIPT_PRELUDE + r'''
 class Desc3(ctypes.Structure):
     _fields_ = [("Width", sz), ("Height", sz), ("Depth", sz), ("Format", ctypes.c_int),
                 ("NumChannels", ctypes.c_uint), ("Flags", ctypes.c_uint)]
@@ -978,10 +919,7 @@ class Tex(ctypes.Structure):          # CUDA_TEXTURE_DESC: 104 bytes
                 ("borderColor", ctypes.c_float * 4), ("reserved", ctypes.c_int * 12)]
 assert ctypes.sizeof(Res) == 144 and ctypes.sizeof(Tex) == 104
 FLOAT, LAYERED, SURFACE, CUBEMAP, SPARSE = 0x20, 1, 2, 4, 0x40
-must("cuInit", 0)
-dev, ctx = ctypes.c_int(), vp()
-must("cuDeviceGet", ctypes.byref(dev), 0)
-must("cuCtxCreate_v2", ctypes.byref(ctx), 0, dev)
+dev, ctx = context()
 arrays = {}
 for name, d in [("layered", Desc3(16, 8, 3, FLOAT, 1, LAYERED | SURFACE)),
                 ("cubemap", Desc3(8, 8, 6, FLOAT, 4, CUBEMAP)),
@@ -1105,23 +1043,14 @@ def test_module_load_from_file(start_pvgpud, libdir, tmp_path):
 # A kernel's attributes and occupancy answers cross the wire once:
 # libraries (CUB, cuSPARSE) read all attributes before every launch and
 # PyTorch asks the occupancy of many.  Setting an attribute forgets both.
-FUNC_ATTR_SCRIPT = r'''
-import ctypes, sys
-cu = ctypes.CDLL(sys.argv[1])
+FUNC_ATTR_SCRIPT = SCRIPT_PRELUDE + r'''
 image = open(sys.argv[2], "rb").read()
-vp, c_int = ctypes.c_void_p, ctypes.c_int
-def must(name, *args):
-    r = getattr(cu, name)(*args)
-    if r:
-        sys.exit("%s -> %d" % (name, r))
 stats = (ctypes.c_ulonglong * 5)()
 def round_trips():
     assert cu.pvgpu_wire_stats(stats) >= 1
     return stats[1]
-must("cuInit", 0)
-dev, ctx, mod, fn = c_int(), vp(), vp(), vp()
-must("cuDeviceGet", ctypes.byref(dev), 0)
-must("cuCtxCreate_v2", ctypes.byref(ctx), 0, dev)
+dev, ctx = context()
+mod, fn = vp(), vp()
 must("cuModuleLoadData", ctypes.byref(mod), image)
 must("cuModuleGetFunction", ctypes.byref(fn), mod, b"vec_add")
 def attrs():

@@ -20,7 +20,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "lib"))
 import pvgpu_wire as W  # noqa: E402
-from pvgpu_guest import guest_env, run_guest_script  # noqa: E402
+from pvgpu_guest import SCRIPT_PRELUDE, guest_env, run_guest_script  # noqa: E402
 
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
 LIBCUDA = BUILD / "lib" / "libcuda.so.1"
@@ -153,14 +153,9 @@ def test_pool_memory_counts_against_quota(start_pvgpud, libdir, short_tmp):
     assert res.stdout.split() == ["0", "2", "0"], res.stdout
 
 
-QUOTA_SCRIPT = r'''
-import ctypes, sys
-cu = ctypes.CDLL(sys.argv[1])
-vp, c_u64 = ctypes.c_void_p, ctypes.c_uint64
-assert cu.cuInit(0) == 0
-dev, ctx, pool, p, q = ctypes.c_int(), vp(), vp(), c_u64(), c_u64()
-assert cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
-assert cu.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev) == 0
+QUOTA_SCRIPT = SCRIPT_PRELUDE + r'''
+dev, ctx = context()
+pool, p, q = vp(), c_u64(), c_u64()
 assert cu.cuDeviceGetDefaultMemPool(ctypes.byref(pool), dev) == 0
 r1 = cu.cuMemAllocFromPoolAsync(ctypes.byref(p), ctypes.c_size_t(12 << 20), pool, None)
 r2 = cu.cuMemAllocFromPoolAsync(ctypes.byref(q), ctypes.c_size_t(12 << 20), pool, None)
@@ -329,17 +324,9 @@ def test_registered_memory_without_a_window(daemon, libdir):
     assert "mapped host memory: not supported over this transport" in out
 
 
-FILE_REGISTER = r"""
-import ctypes, mmap, os, sys, tempfile
-cu = ctypes.CDLL(sys.argv[1])
-def must(name, *args):
-    r = getattr(cu, name)(*args)
-    if r:
-        sys.exit("%s -> %d" % (name, r))
-must("cuInit", 0)
-dev, ctx = ctypes.c_int(), ctypes.c_void_p()
-must("cuDeviceGet", ctypes.byref(dev), 0)
-must("cuCtxCreate_v2", ctypes.byref(ctx), 0, dev)
+FILE_REGISTER = SCRIPT_PRELUDE + r"""
+import mmap, os, tempfile
+dev, ctx = context()
 fd, path = tempfile.mkstemp()
 os.write(fd, b"x" * 8192)
 m = mmap.mmap(fd, 8192)
@@ -421,14 +408,8 @@ def test_virtual_memory_management(daemon, libdir):
         assert line in out, out
 
 
-VMM_SCRIPT = r'''
-import ctypes, sys
-cu = ctypes.CDLL(sys.argv[1])
-vp, u64, sz = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t
-assert cu.cuInit(0) == 0
-dev, ctx = ctypes.c_int(), vp()
-assert cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
-assert cu.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev) == 0
+VMM_SCRIPT = SCRIPT_PRELUDE + r'''
+dev, ctx = context()
 class Loc(ctypes.Structure):
     _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
 class Prop(ctypes.Structure):
@@ -474,13 +455,8 @@ def test_vmm_checked_by_the_worker(start_pvgpud, libdir, short_tmp):
 
 
 # What both sides of an IPC test start with: a context of their own.
-IPC_PRELUDE = r'''
-import ctypes, sys
-cu = ctypes.CDLL(sys.argv[1])
-vp, u64, sz = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t
-dev, ctx = ctypes.c_int(), vp()
-assert cu.cuInit(0) == 0 and cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
-assert cu.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev) == 0
+IPC_PRELUDE = SCRIPT_PRELUDE + r'''
+dev, ctx = context()
 '''
 
 # An exporter ends by printing its handle h and waiting to be told to go.

@@ -12,21 +12,11 @@ import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 from test_driver_api import BUILD, LIBCUDA, libdir, run_script, twins_daemon  # noqa: E402,F401
-from pvgpu_guest import guest_env, run_guest_script  # noqa: E402
+from pvgpu_guest import SCRIPT_PRELUDE, guest_env, run_guest_script  # noqa: E402
 
 # What both scripts start with: the driver's structs, a context, vec_add.
-PRELUDE = r'''
-import ctypes, struct, sys
-cu = ctypes.CDLL(sys.argv[1])
+PRELUDE = SCRIPT_PRELUDE + r'''
 image = open(sys.argv[2], "rb").read()
-c_u64, c_int, c_uint, c_size, vp = (ctypes.c_uint64, ctypes.c_int, ctypes.c_uint,
-                                    ctypes.c_size_t, ctypes.c_void_p)
-def call(name, *args):
-    return getattr(cu, name)(*args)
-def must(name, *args):
-    r = call(name, *args)
-    if r:
-        sys.exit("%s -> %d" % (name, r))
 
 class KernelParams(ctypes.Structure):   # CUDA_KERNEL_NODE_PARAMS (v2)
     _fields_ = [("func", vp)] + [(f, c_uint) for f in (
@@ -45,10 +35,8 @@ class Memcpy3D(ctypes.Structure):       # CUDA_MEMCPY3D
                                           ("Height", c_size), ("Depth", c_size)]
 DEVICE, HOST = 2, 1                     # CUmemorytype
 
-must("cuInit", 0)
-dev, ctx, mod, fn = c_int(), vp(), vp(), vp()
-must("cuDeviceGet", ctypes.byref(dev), 0)
-must("cuCtxCreate_v2", ctypes.byref(ctx), 0, dev)
+dev, ctx = context()
+mod, fn = vp(), vp()
 must("cuModuleLoadData", ctypes.byref(mod), image)
 must("cuModuleGetFunction", ctypes.byref(fn), mod, b"vec_add")
 '''

@@ -15,23 +15,16 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
-from pvgpu_guest import guest_env, run_guest_script  # noqa: E402
+from pvgpu_guest import SCRIPT_PRELUDE, guest_env, run_guest_script  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
 LIBCUDA = BUILD / "lib" / "libcuda.so.1"
 SHIM = BUILD / "lib" / "libcudart.so.13"
 
-COMMON = r'''
-import ctypes, sys
-lib = ctypes.CDLL(sys.argv[1])
-c_u64, c_int, c_size, vp = ctypes.c_uint64, ctypes.c_int, ctypes.c_size_t, ctypes.c_void_p
-def call(name, *args):
-    return getattr(lib, name)(*args)
-def must(name, *args):
-    r = call(name, *args)
-    if r:
-        sys.exit("%s -> %d" % (name, r))
+# The library (libcuda.so.1 or the runtime shim) is cu, alias lib.
+COMMON = SCRIPT_PRELUDE + r'''
+lib = cu
 stats = (ctypes.c_ulonglong * 5)()
 def rt():
     assert lib.pvgpu_wire_stats(stats) >= 1
@@ -46,10 +39,7 @@ def step(label, *results):
 
 # Each front-end's words for the same steps.
 DRIVER_API = r"""
-must("cuInit", 0)
-dev, ctx = c_int(), vp()
-must("cuDeviceGet", ctypes.byref(dev), 0)
-must("cuCtxCreate_v2", ctypes.byref(ctx), 0, dev)
+dev, ctx = context()
 d = c_u64()
 must("cuMemAlloc_v2", ctypes.byref(d), c_size(64))
 ctx_sync = lambda: call("cuCtxSynchronize")

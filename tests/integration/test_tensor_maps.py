@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import pvgpu_wire as W  # noqa: E402
-from pvgpu_guest import guest_env, run_guest_script  # noqa: E402
+from pvgpu_guest import SCRIPT_PRELUDE, guest_env, run_guest_script  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
@@ -85,14 +85,7 @@ def test_base_must_be_the_sessions(s, start_pvgpud):
     assert encode(s, address=d, dims=[4096, 32])[0] == CUDA_SUCCESS
 
 
-ENCODE = r"""
-import ctypes, sys
-cu = ctypes.CDLL(sys.argv[1])
-u64, u32 = ctypes.c_uint64, ctypes.c_uint32
-def must(name, *args):
-    r = getattr(cu, name)(*args)
-    if r:
-        sys.exit("%s -> %d" % (name, r))
+ENCODE = SCRIPT_PRELUDE + r"""
 must("cuInit", 0)
 ctx = ctypes.c_void_p()
 must("cuDevicePrimaryCtxRetain", ctypes.byref(ctx), 0)

@@ -33,3 +33,28 @@ def run_guest_script(tmp_path, text, lib, env, *args, name="script.py", timeout=
     out = res.stdout.splitlines()
     assert res.returncode == 0 and out[-1:] == ["PASS"], res.stdout + res.stderr
     return out, res.stderr
+
+
+# What a ctypes script run by run_guest_script starts with: the library
+# (argv[1]) as cu, short names of ctypes' types, must() (a call that has to
+# succeed, else the script exits saying which) and context().
+SCRIPT_PRELUDE = r'''
+import ctypes, struct, sys
+cu = ctypes.CDLL(sys.argv[1])
+c_u64, c_int, c_uint, c_size, vp = (ctypes.c_uint64, ctypes.c_int, ctypes.c_uint,
+                                    ctypes.c_size_t, ctypes.c_void_p)
+u64, u32, sz = c_u64, ctypes.c_uint32, c_size
+def call(name, *args):
+    return getattr(cu, name)(*args)
+def must(name, *args):
+    r = call(name, *args)
+    if r:
+        sys.exit("%s -> %d" % (name, r))
+def context():
+    """cuInit, then a new context on device 0, current: (device, context)."""
+    must("cuInit", 0)
+    dev, ctx = c_int(), vp()
+    must("cuDeviceGet", ctypes.byref(dev), 0)
+    must("cuCtxCreate_v2", ctypes.byref(ctx), 0, dev)
+    return dev, ctx
+'''
