@@ -103,17 +103,14 @@ def test_same_binary_twice_gives_the_same_transcript(programs, twin_daemon):
     assert first.stdout == second.stdout
 
 
-def test_kernel_programs_concurrently(programs, twin_daemon):
-    """Every CI kernel program at once, each a session of its own: modules,
-    globals and launches of one session never leak into another."""
+def all_pass_at_once(programs, twin_daemon, names):
+    """Run the kernel programs names all at once, each a session of its own
+    on twin_daemon; every one must pass."""
     env = programs.pvgpu_env(twin_daemon.unix)
-    runs = []
-    for name in CI_PROGRAMS:
-        proc = subprocess.Popen(
-            [str(programs.path(kernel_program(name)))], env=env,
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True, errors="replace")
-        runs.append((name, proc))
+    runs = [(name, subprocess.Popen(
+        [str(programs.path(kernel_program(name)))], env=env,
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, errors="replace")) for name in names]
     deadline = time.monotonic() + programs.timeout
     failed = []
     for name, proc in runs:
@@ -129,6 +126,12 @@ def test_kernel_programs_concurrently(programs, twin_daemon):
     assert not failed, "\n\n".join(
         f"=== {n}\n{programs.describe(r)}{explain(r)}" for n, r in failed) + \
         f"\n--- pvgpud log (tail) ---\n{twin_daemon.log()[-8000:]}"
+
+
+def test_kernel_programs_concurrently(programs, twin_daemon):
+    """Every CI kernel program at once, each a session of its own: modules,
+    globals and launches of one session never leak into another."""
+    all_pass_at_once(programs, twin_daemon, CI_PROGRAMS)
 
 
 def test_launch_loop_is_batched(programs, twin_daemon):
@@ -178,25 +181,7 @@ def test_fault_poisons_only_its_own_session(programs, twin_daemon):
 def test_fault_beside_a_concurrent_session(programs, twin_daemon):
     """While one session faults, others running at the same time on the
     same daemon (and so the same simulated device) get correct results."""
-    env = programs.pvgpu_env(twin_daemon.unix)
-    names = ["matmul", "fault", "reduce", "fault", "vecadd"]
-    procs = [(n, subprocess.Popen(
-        [str(programs.path(kernel_program(n)))], env=env,
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, errors="replace")) for n in names]
-    failed = []
-    for name, proc in procs:
-        try:
-            out, err = proc.communicate(timeout=programs.timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, err = proc.communicate()
-        res = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-        if res.returncode != 0 or res.stdout.splitlines()[-1:] != ["PASS"]:
-            failed.append((name, res))
-    assert not failed, "\n\n".join(
-        f"=== {n}\n{programs.describe(r)}{explain(r)}" for n, r in failed) + \
-        f"\n--- pvgpud log (tail) ---\n{twin_daemon.log()[-8000:]}"
+    all_pass_at_once(programs, twin_daemon, ["matmul", "fault", "reduce", "fault", "vecadd"])
 
 
 def test_kernel_without_a_twin_fails_clearly(programs, start_pvgpud):
