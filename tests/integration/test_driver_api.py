@@ -15,14 +15,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 from pvgpu_asan import asan_runtime  # noqa: E402
-from pvgpu_guest import SCRIPT_PRELUDE, guest_env, run_guest_script  # noqa: E402
+from pvgpu_guest import SCRIPT_PRELUDE, finish_all, guest_env, run_guest_script  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
@@ -378,16 +377,9 @@ def test_device_output_goes_to_its_own_program(programs, twins_daemon,
         if not path.exists():
             pytest.fail(f"{path} is not built (run `make test-programs`)")
     procs = [(tag, how, start_tagged(path, env, tag)) for tag, how, path, env in runs]
-    deadline = time.monotonic() + programs.timeout
     tags = [tag for tag, _, _ in procs]
-    for tag, how, proc in procs:
-        try:
-            out, err = proc.communicate(
-                timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, err = proc.communicate()
-        check_one(tag, out, err, proc.returncode, tags, how)
+    for (tag, how, _), res in zip(procs, finish_all([p for _, _, p in procs], programs.timeout)):
+        check_one(tag, res.stdout, res.stderr, res.returncode, tags, how)
     log = twins_daemon.log()
     assert "device: tag" not in log, log[-4000:]
     assert ASSERT_LINE not in log, log[-4000:]

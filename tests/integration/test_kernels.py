@@ -10,10 +10,14 @@ misordered callback or a constant never uploaded shows up as a FAIL.
 import os
 import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+from pvgpu_guest import finish_all  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent.parent
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
@@ -111,18 +115,9 @@ def all_pass_at_once(programs, twin_daemon, names):
         [str(programs.path(kernel_program(name)))], env=env,
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True, errors="replace")) for name in names]
-    deadline = time.monotonic() + programs.timeout
-    failed = []
-    for name, proc in runs:
-        try:
-            out, err = proc.communicate(
-                timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, err = proc.communicate()
-        res = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-        if res.returncode != 0 or res.stdout.splitlines()[-1:] != ["PASS"]:
-            failed.append((name, res))
+    failed = [(name, res) for (name, _), res in
+              zip(runs, finish_all([p for _, p in runs], programs.timeout))
+              if res.returncode != 0 or res.stdout.splitlines()[-1:] != ["PASS"]]
     assert not failed, "\n\n".join(
         f"=== {n}\n{programs.describe(r)}{explain(r)}" for n, r in failed) + \
         f"\n--- pvgpud log (tail) ---\n{twin_daemon.log()[-8000:]}"

@@ -3,6 +3,7 @@ one: its environment, and a ctypes script that must end with PASS."""
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from pvgpu_asan import preload_for
@@ -33,6 +34,22 @@ def run_guest_script(tmp_path, text, lib, env, *args, name="script.py", timeout=
     out = res.stdout.splitlines()
     assert res.returncode == 0 and out[-1:] == ["PASS"], res.stdout + res.stderr
     return out, res.stderr
+
+
+def finish_all(procs, timeout):
+    """Wait for the started processes procs, all within timeout seconds from
+    now (one still running then is killed): a CompletedProcess each, in
+    order."""
+    deadline = time.monotonic() + timeout
+    done = []
+    for proc in procs:
+        try:
+            out, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        done.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+    return done
 
 
 # What a ctypes script run by run_guest_script starts with: the library
