@@ -33,6 +33,15 @@ def tcp_session(daemon, token):
     return s
 
 
+def closed_by_backend(s, timeout=5.0):
+    """Whether pvgpud closes session s (within timeout seconds)."""
+    s.sock.settimeout(timeout)
+    try:
+        return s.sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
 def wait_live(daemon, live=0, timeout=10.0):
     """Wait until the log shows exactly `live` sessions started and not yet
     ended (the fixture's readiness probes are sessions too, and count
