@@ -70,13 +70,6 @@ def libdir():
     shutil.rmtree(d, ignore_errors=True)
 
 
-@pytest.fixture
-def twins_daemon(start_pvgpud):
-    if not TWINS.exists():
-        pytest.fail(f"{TWINS} is not built (run `make test-programs`)")
-    return start_pvgpud("sim", env={"PVGPU_SIM_TWINS": str(TWINS)})
-
-
 def binary(name, way):
     return BUILD / "tests" / ("static/" + name if way == "static" else name)
 

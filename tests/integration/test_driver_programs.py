@@ -41,10 +41,9 @@ def libdir():
 
 
 @pytest.fixture
-def daemon(start_pvgpud):
-    if not TWINS.exists():
-        pytest.fail(f"{TWINS} is not built (run `make test-programs`)")
-    return start_pvgpud("sim", env={"PVGPU_SIM_TWINS": str(TWINS)})
+def daemon(twins_daemon):
+    """This file's daemon: the conftest's, with the programs' twins."""
+    return twins_daemon
 
 
 def run_driver(name, libdir, uri, **extra):

@@ -21,7 +21,6 @@ from pvgpu_guest import finish_all  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent.parent
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
-TWINS = BUILD / "tests" / "sim-twins" / "libtest-twins.so"
 
 # The acceptance list for CI.
 CI_PROGRAMS = ["vecadd", "matmul", "reduce", "constant", "devglobal",
@@ -44,14 +43,6 @@ STATS_RE = re.compile(r"sent (\d+) messages: (\d+) calls, (\d+) async ops "
 
 def kernel_program(name):
     return f"kernels/{name}"
-
-
-@pytest.fixture
-def twin_daemon(start_pvgpud):
-    """pvgpud --executor sim with the test programs' CPU twins."""
-    if not TWINS.exists():
-        pytest.fail(f"{TWINS} is not built (run `make test-programs`)")
-    return start_pvgpud("sim", env={"PVGPU_SIM_TWINS": str(TWINS)})
 
 
 def explain(res):
@@ -77,40 +68,40 @@ def assert_kernel_program_passed(programs, res, daemon):
 
 
 @pytest.mark.parametrize("name", CI_PROGRAMS)
-def test_kernel_program(programs, twin_daemon, name):
+def test_kernel_program(programs, twins_daemon, name):
     res = run_kernel_program(programs, name,
-                             programs.pvgpu_env(twin_daemon.unix))
-    assert_kernel_program_passed(programs, res, twin_daemon)
+                             programs.pvgpu_env(twins_daemon.unix))
+    assert_kernel_program_passed(programs, res, twins_daemon)
 
 
 @pytest.mark.parametrize("name", SIM_EXTRA_PROGRAMS)
-def test_gpu_program_on_sim(programs, twin_daemon, name):
+def test_gpu_program_on_sim(programs, twins_daemon, name):
     res = run_kernel_program(programs, name,
-                             programs.pvgpu_env(twin_daemon.unix))
-    assert_kernel_program_passed(programs, res, twin_daemon)
+                             programs.pvgpu_env(twins_daemon.unix))
+    assert_kernel_program_passed(programs, res, twins_daemon)
 
 
-def test_kernel_program_over_tcp(programs, twin_daemon):
+def test_kernel_program_over_tcp(programs, twins_daemon):
     res = run_kernel_program(programs, "matmul",
-                             programs.pvgpu_env(twin_daemon.tcp))
-    assert_kernel_program_passed(programs, res, twin_daemon)
+                             programs.pvgpu_env(twins_daemon.tcp))
+    assert_kernel_program_passed(programs, res, twins_daemon)
 
 
-def test_same_binary_twice_gives_the_same_transcript(programs, twin_daemon):
+def test_same_binary_twice_gives_the_same_transcript(programs, twins_daemon):
     """The second session finds the module in the backend's cache (same
     content hash) and must behave exactly like the first."""
-    env = programs.pvgpu_env(twin_daemon.unix)
+    env = programs.pvgpu_env(twins_daemon.unix)
     first = run_kernel_program(programs, "constant", env)
-    assert_kernel_program_passed(programs, first, twin_daemon)
+    assert_kernel_program_passed(programs, first, twins_daemon)
     second = run_kernel_program(programs, "constant", env)
-    assert_kernel_program_passed(programs, second, twin_daemon)
+    assert_kernel_program_passed(programs, second, twins_daemon)
     assert first.stdout == second.stdout
 
 
-def all_pass_at_once(programs, twin_daemon, names):
+def all_pass_at_once(programs, twins_daemon, names):
     """Run the kernel programs names all at once, each a session of its own
-    on twin_daemon; every one must pass."""
-    env = programs.pvgpu_env(twin_daemon.unix)
+    on twins_daemon; every one must pass."""
+    env = programs.pvgpu_env(twins_daemon.unix)
     runs = [(name, subprocess.Popen(
         [str(programs.path(kernel_program(name)))], env=env,
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -120,28 +111,28 @@ def all_pass_at_once(programs, twin_daemon, names):
               if res.returncode != 0 or res.stdout.splitlines()[-1:] != ["PASS"]]
     assert not failed, "\n\n".join(
         f"=== {n}\n{programs.describe(r)}{explain(r)}" for n, r in failed) + \
-        f"\n--- pvgpud log (tail) ---\n{twin_daemon.log()[-8000:]}"
+        f"\n--- pvgpud log (tail) ---\n{twins_daemon.log()[-8000:]}"
 
 
-def test_kernel_programs_concurrently(programs, twin_daemon):
+def test_kernel_programs_concurrently(programs, twins_daemon):
     """Every CI kernel program at once, each a session of its own: modules,
     globals and launches of one session never leak into another."""
-    all_pass_at_once(programs, twin_daemon, CI_PROGRAMS)
+    all_pass_at_once(programs, twins_daemon, CI_PROGRAMS)
 
 
-def test_launch_loop_is_batched(programs, twin_daemon):
+def test_launch_loop_is_batched(programs, twins_daemon):
     """11,000 fire-and-forget launches must not cost 11,000 messages: the
     shim batches them (DESIGN §3). With PVGPU_DEBUG=1 the shim reports at
     exit how many messages it sent; without that line there is nothing to
     count, and the test says so."""
-    env = programs.pvgpu_env(twin_daemon.unix)
+    env = programs.pvgpu_env(twins_daemon.unix)
     env["PVGPU_DEBUG"] = "1"
     start = time.monotonic()
     res = run_kernel_program(programs, "launchloop", env)
     wall = time.monotonic() - start
-    assert_kernel_program_passed(programs, res, twin_daemon)
+    assert_kernel_program_passed(programs, res, twins_daemon)
     assert wall < LAUNCHLOOP_WALL_S, \
-        f"launchloop took {wall:.1f} s\n{programs.describe(res, twin_daemon)}"
+        f"launchloop took {wall:.1f} s\n{programs.describe(res, twins_daemon)}"
 
     m = STATS_RE.search(res.stderr)
     if not m:
@@ -160,23 +151,23 @@ def test_launch_loop_is_batched(programs, twin_daemon):
     assert calls <= 200, m.group(0)
 
 
-def test_fault_poisons_only_its_own_session(programs, twin_daemon):
+def test_fault_poisons_only_its_own_session(programs, twins_daemon):
     """A kernel that writes through a wild pointer: the program sees
     cudaErrorIllegalAddress at the next synchronize and from every call
     after it; the daemon stays up and the next session is healthy."""
-    env = programs.pvgpu_env(twin_daemon.unix)
+    env = programs.pvgpu_env(twins_daemon.unix)
     res = run_kernel_program(programs, "fault", env)
-    assert_kernel_program_passed(programs, res, twin_daemon)
+    assert_kernel_program_passed(programs, res, twins_daemon)
     assert "cudaDeviceSynchronize after the faulting kernel: " \
            "cudaErrorIllegalAddress" in res.stdout, programs.describe(res)
     after = run_kernel_program(programs, "vecadd", env)
-    assert_kernel_program_passed(programs, after, twin_daemon)
+    assert_kernel_program_passed(programs, after, twins_daemon)
 
 
-def test_fault_beside_a_concurrent_session(programs, twin_daemon):
+def test_fault_beside_a_concurrent_session(programs, twins_daemon):
     """While one session faults, others running at the same time on the
     same daemon (and so the same simulated device) get correct results."""
-    all_pass_at_once(programs, twin_daemon, ["matmul", "fault", "reduce", "fault", "vecadd"])
+    all_pass_at_once(programs, twins_daemon, ["matmul", "fault", "reduce", "fault", "vecadd"])
 
 
 def test_kernel_without_a_twin_fails_clearly(programs, start_pvgpud):
