@@ -275,6 +275,9 @@ def gen_proto_h(version, ops, features):
     for op in ops:
         o.append(f"\tPVGPU_OP_{op.upper} = {op.opcode:#06x},")
     o += ["};", "",
+          "/* The highest opcode ops.spec declares: an array indexed by opcode",
+          " * has PVGPU_OP_MAX + 1 entries. */",
+          f"#define PVGPU_OP_MAX {max(op.opcode for op in ops):#06x}", "",
           "enum pvgpu_data_dir { PVGPU_DATA_NONE, PVGPU_DATA_IN, PVGPU_DATA_OUT };", "",
           "struct pvgpu_op_info {",
           "\tconst char *name;",

@@ -342,3 +342,13 @@ def start_pvgpud():
 def sim_daemon(start_pvgpud):
     """pvgpud --executor sim, listening on unix and tcp."""
     return start_pvgpud("sim")
+
+
+@pytest.fixture
+def twins_daemon(start_pvgpud):
+    """pvgpud --executor sim with the test programs' CPU twins, so that
+    their kernels run."""
+    twins = BUILD / "tests" / "sim-twins" / "libtest-twins.so"
+    if not twins.exists():
+        pytest.fail(f"{twins} is not built (run `make test-programs`)")
+    return start_pvgpud("sim", env={"PVGPU_SIM_TWINS": str(twins)})

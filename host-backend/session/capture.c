@@ -45,7 +45,8 @@
 #include "pvgpu_dispatch.h"
 #include "worker.h"
 
-#define MAX_DEPS 512	/* ops.spec: deps max */
+/* How many elements the array a (a message's, so ops.spec's max) holds. */
+#define LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 static struct pvgpu_staged *staged_find(struct pvgpu_worker *w, uint64_t id)
 {
@@ -179,9 +180,12 @@ int32_t pvgpu_handle_stream_capture_info(struct pvgpu_worker *w,
 					 const struct pvgpu_stream_capture_info_req *req,
 					 struct pvgpu_stream_capture_info_rep *rep)
 {
-	uint32_t types[MAX_DEPS];
+	uint32_t types[LEN(rep->deps)];
 	uint64_t stream = 0, graph = 0, count = 0;
 	int32_t st;
+
+	_Static_assert(LEN(rep->edges) == LEN(rep->deps),
+		       "ops.spec: stream_capture_info's edges as many as its deps");
 
 	if (!w->ex)
 		return CUDA_ERROR_NOT_INITIALIZED;
@@ -194,16 +198,16 @@ int32_t pvgpu_handle_stream_capture_info(struct pvgpu_worker *w,
 		return CUDA_ERROR_NOT_SUPPORTED;
 	st = w->ex_ops->capture_info(w->ex, stream, &rep->status, &rep->id,
 				     &graph, rep->deps, types, rep->edges,
-				     MAX_DEPS, &count);
+				     LEN(rep->deps), &count);
 	if (st)
 		return st;
 	if (rep->status == CU_STREAM_CAPTURE_STATUS_NONE) {
 		rep->id = 0;
 		return CUDA_SUCCESS;
 	}
-	if (count > MAX_DEPS) {
-		log_debug("capture info: %llu dependencies, pvgpu carries %d",
-			  (unsigned long long)count, MAX_DEPS);
+	if (count > LEN(rep->deps)) {
+		log_debug("capture info: %llu dependencies, pvgpu carries %zu",
+			  (unsigned long long)count, LEN(rep->deps));
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
 	rep->graph = graph ? pvgpu_graph_id(w, graph) : 0;
@@ -239,7 +243,7 @@ static int32_t capture_graph(struct pvgpu_worker *w, uint64_t stream,
 int32_t pvgpu_handle_stream_capture_deps(struct pvgpu_worker *w,
 					 const struct pvgpu_stream_capture_deps_req *req)
 {
-	uint64_t nodes[MAX_DEPS], stream = 0, graph = 0;
+	uint64_t nodes[LEN(req->deps)], stream = 0, graph = 0;
 	int32_t st;
 
 	if (!w->ex)
@@ -284,7 +288,7 @@ static int32_t staged_explicit(struct pvgpu_worker *w,
 		.dst = s->to_host ? 0 : req->dptr, .src = s->to_host ? req->dptr : 0,
 	};
 	struct pvgpu_handle *g = pvgpu_handle_get(&w->handles, req->graph, H_GRAPH);
-	uint64_t deps[MAX_DEPS];
+	uint64_t deps[LEN(req->deps)];
 
 	if (!g || req->stream)
 		return CUDA_ERROR_INVALID_HANDLE;
@@ -520,7 +524,7 @@ int32_t pvgpu_handle_graph_mem_node(struct pvgpu_worker *w,
 		.width = req->size, .dst = req->dptr, .alloc = &rep->dptr,
 	};
 	struct pvgpu_handle *g;
-	uint64_t deps[MAX_DEPS], node = 0;
+	uint64_t deps[LEN(req->deps)], node = 0;
 	int32_t st;
 
 	if (!w->ex)
@@ -620,7 +624,7 @@ int32_t pvgpu_handle_graph_mem_attr(struct pvgpu_worker *w,
 int32_t pvgpu_handle_stream_capture_to_graph(struct pvgpu_worker *w,
 					     const struct pvgpu_stream_capture_to_graph_req *req)
 {
-	uint64_t nodes[MAX_DEPS], stream = 0;
+	uint64_t nodes[LEN(req->deps)], stream = 0;
 	struct pvgpu_handle *g;
 	int32_t st;
 

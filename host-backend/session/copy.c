@@ -208,3 +208,11 @@ void pvgpu_copy_refuse_htod(struct pvgpu_worker *w, uint64_t size)
 {
 	discard_data(w, size);
 }
+
+void pvgpu_copy_refuse_upto(struct pvgpu_worker *w, uint64_t size,
+			    uint64_t max)
+{
+	discard_data(w, size <= max ? size : 0);
+	if (size > max)
+		w->fatal = 1;	/* more than we will read: out of step */
+}

@@ -37,6 +37,27 @@ static struct pvgpu_handle *graph_get(struct pvgpu_worker *w, uint64_t id)
 	return pvgpu_handle_get(&w->handles, id, H_GRAPH);
 }
 
+/*
+ * What a call on a graph checks first, in this order: a current context,
+ * the graph (one of the session's: *g), the call's own arguments (bad: the
+ * error they earn, 0 when they are fine), then an executor that can do it
+ * (can: its op is there).
+ */
+static int32_t graph_begin(struct pvgpu_worker *w, uint64_t graph, int32_t bad,
+			   int can, struct pvgpu_handle **g)
+{
+	if (!w->cur_ctx)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	*g = graph_get(w, graph);
+	if (!*g)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (bad)
+		return bad;
+	if (!can)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	return CUDA_SUCCESS;
+}
+
 /* The session's id for an executor graph of the current context, made on
  * first sight (the graph a capture builds); 0 when out of memory. */
 uint64_t pvgpu_graph_id(struct pvgpu_worker *w, uint64_t graph)
@@ -194,13 +215,9 @@ int32_t pvgpu_handle_graph_add_node(struct pvgpu_worker *w,
 	uint64_t node = 0;
 	int32_t st;
 
-	if (!w->cur_ctx)
-		return CUDA_ERROR_INVALID_CONTEXT;
-	g = graph_get(w, req->graph);
-	if (!g)
-		return CUDA_ERROR_INVALID_HANDLE;
-	if (!w->ex_ops->graph_add_node)
-		return CUDA_ERROR_NOT_SUPPORTED;
+	st = graph_begin(w, req->graph, 0, !!w->ex_ops->graph_add_node, &g);
+	if (st)
+		return st;
 	st = pvgpu_graph_deps(w, req->graph, req->deps, req->deps_count, deps);
 	if (st)
 		return st;
@@ -285,16 +302,12 @@ int32_t pvgpu_handle_graph_add_deps(struct pvgpu_worker *w,
 	struct pvgpu_handle *g;
 	int32_t st;
 
-	if (!w->cur_ctx)
-		return CUDA_ERROR_INVALID_CONTEXT;
-	g = graph_get(w, req->graph);
-	if (!g)
-		return CUDA_ERROR_INVALID_HANDLE;
-	if (req->from_count != req->to_count)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (!w->ex_ops->graph_add_deps)
-		return CUDA_ERROR_NOT_SUPPORTED;
-	st = nodes_of(w, req->graph, req->from, req->from_count, from);
+	st = graph_begin(w, req->graph,
+			 req->from_count != req->to_count ?
+			 CUDA_ERROR_INVALID_VALUE : 0,
+			 !!w->ex_ops->graph_add_deps, &g);
+	if (!st)
+		st = nodes_of(w, req->graph, req->from, req->from_count, from);
 	if (!st)
 		st = nodes_of(w, req->graph, req->to, req->to_count, to);
 	for (uint32_t i = 0; !st && i < req->from_count; i++)
@@ -333,15 +346,12 @@ int32_t pvgpu_handle_graph_get_nodes(struct pvgpu_worker *w,
 {
 	const uint32_t max = sizeof(rep->nodes) / sizeof(rep->nodes[0]);
 	uint32_t types[sizeof(rep->nodes) / sizeof(rep->nodes[0])];
-	struct pvgpu_handle *g = graph_get(w, req->graph);
+	struct pvgpu_handle *g;
 	int32_t st;
 
-	if (!w->cur_ctx)
-		return CUDA_ERROR_INVALID_CONTEXT;
-	if (!g)
-		return CUDA_ERROR_INVALID_HANDLE;
-	if (!w->ex_ops->graph_nodes)
-		return CUDA_ERROR_NOT_SUPPORTED;
+	st = graph_begin(w, req->graph, 0, !!w->ex_ops->graph_nodes, &g);
+	if (st)
+		return st;
 	st = w->ex_ops->graph_nodes(w->ex, g->exec_handle, rep->nodes, types,
 				    max, &rep->count);
 	if (st)
@@ -359,19 +369,17 @@ int32_t pvgpu_handle_graph_exec_update(struct pvgpu_worker *w,
 				       const struct pvgpu_graph_exec_update_req *req,
 				       struct pvgpu_graph_exec_update_rep *rep)
 {
-	struct pvgpu_handle *g = graph_get(w, req->graph);
+	struct pvgpu_handle *g;
 	struct pvgpu_handle *x = pvgpu_handle_get(&w->handles, req->exec,
 						  H_GRAPH_EXEC);
 	uint64_t node = 0;
 	uint32_t type = 0;
 	int32_t st;
 
-	if (!w->cur_ctx)
-		return CUDA_ERROR_INVALID_CONTEXT;
-	if (!g || !x)
-		return CUDA_ERROR_INVALID_HANDLE;
-	if (!w->ex_ops->graph_exec_update)
-		return CUDA_ERROR_NOT_SUPPORTED;
+	st = graph_begin(w, req->graph, x ? 0 : CUDA_ERROR_INVALID_HANDLE,
+			 !!w->ex_ops->graph_exec_update, &g);
+	if (st)
+		return st;
 	st = w->ex_ops->graph_exec_update(w->ex, x->exec_handle, g->exec_handle,
 					  &rep->result, &node, &type);
 	rep->error_node = node ? pvgpu_graph_node_id(w, req->graph, node, type) : 0;
@@ -391,15 +399,12 @@ int32_t pvgpu_handle_graph_cond_handle(struct pvgpu_worker *w,
 	uint64_t id;
 	int32_t st;
 
-	if (!w->cur_ctx)
-		return CUDA_ERROR_INVALID_CONTEXT;
-	g = graph_get(w, req->graph);
-	if (!g)
-		return CUDA_ERROR_INVALID_HANDLE;
-	if (req->flags > CU_GRAPH_COND_ASSIGN_DEFAULT)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (!w->ex_ops->cond_handle)
-		return CUDA_ERROR_NOT_SUPPORTED;
+	st = graph_begin(w, req->graph,
+			 req->flags > CU_GRAPH_COND_ASSIGN_DEFAULT ?
+			 CUDA_ERROR_INVALID_VALUE : 0,
+			 !!w->ex_ops->cond_handle, &g);
+	if (st)
+		return st;
 	st = w->ex_ops->cond_handle(w->ex, g->exec_handle, req->default_value,
 				    req->flags, &rep->handle);
 	if (st)
@@ -436,20 +441,16 @@ int32_t pvgpu_handle_graph_cond_node(struct pvgpu_worker *w,
 	struct pvgpu_handle *g;
 	uint64_t node = 0;
 	int32_t st;
+	int bad = !cond_of(w, req->graph, req->handle) ||
+		  req->type > CU_GRAPH_COND_TYPE_SWITCH || !req->size ||
+		  req->size > max ||
+		  (req->type == CU_GRAPH_COND_TYPE_IF && req->size > 2) ||
+		  (req->type == CU_GRAPH_COND_TYPE_WHILE && req->size > 1);
 
-	if (!w->cur_ctx)
-		return CUDA_ERROR_INVALID_CONTEXT;
-	g = graph_get(w, req->graph);
-	if (!g)
-		return CUDA_ERROR_INVALID_HANDLE;
-	if (!cond_of(w, req->graph, req->handle) ||
-	    req->type > CU_GRAPH_COND_TYPE_SWITCH || !req->size || req->size > max ||
-	    (req->type == CU_GRAPH_COND_TYPE_IF && req->size > 2) ||
-	    (req->type == CU_GRAPH_COND_TYPE_WHILE && req->size > 1))
-		return CUDA_ERROR_INVALID_VALUE;
-	if (!w->ex_ops->graph_add_node)
-		return CUDA_ERROR_NOT_SUPPORTED;
-	st = pvgpu_graph_deps(w, req->graph, req->deps, req->deps_count, deps);
+	st = graph_begin(w, req->graph, bad ? CUDA_ERROR_INVALID_VALUE : 0,
+			 !!w->ex_ops->graph_add_node, &g);
+	if (!st)
+		st = pvgpu_graph_deps(w, req->graph, req->deps, req->deps_count, deps);
 	if (!st)
 		st = w->ex_ops->graph_add_node(w->ex, g->exec_handle, &n, deps,
 					       req->deps_count, &node);

@@ -114,9 +114,7 @@ int32_t pvgpu_handle_link_complete(struct pvgpu_worker *w,
 		st = CUDA_ERROR_INVALID_VALUE;
 	if (st) {
 		/* The inputs follow all the same: keep the stream in step. */
-		pvgpu_copy_refuse_htod(w, req->size <= LINK_MAX_INPUT ? req->size : 0);
-		if (req->size > LINK_MAX_INPUT)
-			w->fatal = 1;	/* more than we will read: out of step */
+		pvgpu_copy_refuse_upto(w, req->size, LINK_MAX_INPUT);
 		return st;
 	}
 	data = malloc(req->size);

@@ -142,9 +142,7 @@ int32_t pvgpu_handle_module_load_jit(struct pvgpu_worker *w,
 	if (req->size < 2 || req->size > MAX_IMAGE ||
 	    pvgpu_link_options(NULL, req->opt_key, req->opt_key_count, req->opt_value,
 			       req->opt_value_count)) {
-		pvgpu_copy_refuse_htod(w, req->size <= MAX_IMAGE ? req->size : 0);
-		if (req->size > MAX_IMAGE)
-			w->fatal = 1;	/* more than we will read: out of step */
+		pvgpu_copy_refuse_upto(w, req->size, MAX_IMAGE);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
 	image = malloc(req->size);

@@ -572,26 +572,29 @@ int32_t pvgpu_handle_stream_destroy(struct pvgpu_worker *w,
 	return st;
 }
 
-int32_t pvgpu_handle_stream_synchronize(struct pvgpu_worker *w,
-					const struct pvgpu_stream_synchronize_req *req)
+/* An executor call on the stream the session calls id, in the current
+ * context. */
+static int32_t on_stream(struct pvgpu_worker *w, uint64_t id,
+			 int32_t (*op)(struct pvgpu_exec *ex, uint64_t stream))
 {
 	uint64_t stream;
 	int32_t st = need_context(w);
 
 	if (!st)
-		st = pvgpu_lookup_stream(w, req->stream, &stream);
-	return st ? st : w->ex_ops->stream_synchronize(w->ex, stream);
+		st = pvgpu_lookup_stream(w, id, &stream);
+	return st ? st : op(w->ex, stream);
+}
+
+int32_t pvgpu_handle_stream_synchronize(struct pvgpu_worker *w,
+					const struct pvgpu_stream_synchronize_req *req)
+{
+	return on_stream(w, req->stream, w->ex_ops->stream_synchronize);
 }
 
 int32_t pvgpu_handle_stream_query(struct pvgpu_worker *w,
 				  const struct pvgpu_stream_query_req *req)
 {
-	uint64_t stream;
-	int32_t st = need_context(w);
-
-	if (!st)
-		st = pvgpu_lookup_stream(w, req->stream, &stream);
-	return st ? st : w->ex_ops->stream_query(w->ex, stream);
+	return on_stream(w, req->stream, w->ex_ops->stream_query);
 }
 
 int32_t pvgpu_handle_stream_wait_event(struct pvgpu_worker *w,
@@ -659,22 +662,26 @@ int32_t pvgpu_handle_event_record(struct pvgpu_worker *w,
 	return st ? st : w->ex_ops->event_record(w->ex, event, stream);
 }
 
+/* An executor call on the event the session calls id. */
+static int32_t on_event(struct pvgpu_worker *w, uint64_t id,
+			int32_t (*op)(struct pvgpu_exec *ex, uint64_t event))
+{
+	uint64_t event;
+	int32_t st = lookup_event(w, id, &event);
+
+	return st ? st : op(w->ex, event);
+}
+
 int32_t pvgpu_handle_event_synchronize(struct pvgpu_worker *w,
 				       const struct pvgpu_event_synchronize_req *req)
 {
-	uint64_t event;
-	int32_t st = lookup_event(w, req->event, &event);
-
-	return st ? st : w->ex_ops->event_synchronize(w->ex, event);
+	return on_event(w, req->event, w->ex_ops->event_synchronize);
 }
 
 int32_t pvgpu_handle_event_query(struct pvgpu_worker *w,
 				 const struct pvgpu_event_query_req *req)
 {
-	uint64_t event;
-	int32_t st = lookup_event(w, req->event, &event);
-
-	return st ? st : w->ex_ops->event_query(w->ex, event);
+	return on_event(w, req->event, w->ex_ops->event_query);
 }
 
 int32_t pvgpu_handle_event_elapsed(struct pvgpu_worker *w,

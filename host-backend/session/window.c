@@ -628,6 +628,95 @@ static uint8_t *slot_ptr(struct pvgpu_window *win, uint64_t seq)
 }
 
 /*
+ * What a staged copy of size bytes at dptr checks before the guest touches
+ * the ring (refused here, it sees the reply and stops): the copy, that
+ * dptr..+size is the session's, pinned staging, the slots' events (*ev);
+ * then how many blocks it takes.
+ */
+static int32_t staged_begin(struct pvgpu_worker *w, uint64_t dptr,
+			    uint64_t size, uint64_t stream_id,
+			    uint64_t *stream, const uint64_t **ev,
+			    uint64_t *blocks)
+{
+	int32_t st = check_copy(w, dptr, PVGPU_WINDOW_HDR_SIZE, 0, stream_id,
+				stream);
+
+	if (!st && !pvgpu_alloc_range(&w->allocs, dptr, size))
+		st = CUDA_ERROR_INVALID_VALUE;
+	if (!st)
+		st = staging_pinned(w);
+	if (!st)
+		st = slot_events(w, ev);
+	if (!st)
+		*blocks = (size + w->win.slot_size - 1) / w->win.slot_size;
+	return st;
+}
+
+/*
+ * Start the DMA of block k (from seq0) of a copy of size bytes at dptr,
+ * between its slot and the device, and record the slot's event after it.
+ * Once the copy has failed (err) nothing more starts, and a slot bound for
+ * the guest is zeroed: never hand it stale bytes.
+ */
+static int32_t issue_block(struct pvgpu_worker *w, const uint64_t *ev,
+			   uint64_t seq0, uint64_t k, uint64_t dptr,
+			   uint64_t size, uint64_t stream, int to_host,
+			   int32_t err)
+{
+	struct pvgpu_window *win = &w->win;
+	uint64_t off = k * win->slot_size;
+	uint64_t len = size - off < win->slot_size ? size - off : win->slot_size;
+	uint8_t *p = slot_ptr(win, seq0 + k);
+
+	if (!err)
+		err = to_host ?
+		      w->ex_ops->memcpy_dtoh_async(w->ex, p, dptr + off, len, stream) :
+		      w->ex_ops->memcpy_htod_async(w->ex, dptr + off, p, len, stream);
+	if (!err)
+		err = w->ex_ops->event_record(w->ex, ev[(seq0 + k) % win->nslots],
+					      stream);
+	if (err && to_host)
+		memset(p, 0, len);
+	return err;
+}
+
+/*
+ * Block *k (from seq0) is through the DMA once its slot's event is: count
+ * it, and say so to the guest in counter.  An error before leaves the
+ * event alone.
+ */
+static void retire_block(struct pvgpu_worker *w, const uint64_t *ev,
+			 uint64_t seq0, uint64_t *k,
+			 struct pvgpu_window_counter *counter, int32_t *err)
+{
+	if (!*err)
+		*err = w->ex_ops->event_synchronize(w->ex,
+						    ev[(seq0 + *k) % w->win.nslots]);
+	++*k;
+	pvgpu_window_store(counter, seq0 + *k);
+}
+
+/*
+ * A staged copy's end: with all of its blocks through, the ring moves on
+ * past them (*seq) and the bytes count (*bytes); abandoned half-way, the
+ * ring is out of step and is used no more.
+ */
+static int32_t staged_end(struct pvgpu_worker *w, uint64_t through,
+			  uint64_t blocks, int32_t err, uint64_t *seq,
+			  _Atomic uint64_t *bytes, uint64_t size)
+{
+	if (through < blocks) {
+		w->ex_ops->ctx_synchronize(w->ex);
+		drop_slot_events(w);
+		staging_abandoned(w);
+		return err ? err : CUDA_ERROR_TIMEOUT;
+	}
+	*seq += blocks;
+	atomic_fetch_add(bytes, size);
+	return err;
+}
+
+/*
  * Host to device: block k (of `blocks`) is in slot (h2d_seq + k) % nslots
  * once the guest's h2d_filled passes h2d_seq + k.  We DMA each filled block
  * and tell the guest it may reuse a slot by moving h2d_done past it.
@@ -643,18 +732,10 @@ static int32_t htod_staged(struct pvgpu_worker *w,
 
 	if (req->size == 0)
 		return CUDA_SUCCESS;
-	st = check_copy(w, req->dst, PVGPU_WINDOW_HDR_SIZE, 0, req->stream, &stream);
-	if (!st && !pvgpu_alloc_range(&w->allocs, req->dst, req->size))
-		st = CUDA_ERROR_INVALID_VALUE;
-	if (!st)
-		st = staging_pinned(w);
-	/* Refused before the guest touched the ring: it sees the reply and stops. */
+	st = staged_begin(w, req->dst, req->size, req->stream, &stream, &ev,
+			  &blocks);
 	if (st)
 		return st;
-	st = slot_events(w, &ev);
-	if (st)
-		return st;
-	blocks = (req->size + win->slot_size - 1) / win->slot_size;
 	filled = 0;
 	while (done < blocks && !w->fatal) {
 		uint64_t v = pvgpu_window_load(&win->hdr->h2d_filled) - seq0;
@@ -668,27 +749,13 @@ static int32_t htod_staged(struct pvgpu_worker *w,
 		}
 		filled = v;
 		if (issued < filled) {
-			uint64_t off = issued * win->slot_size;
-			uint64_t len = req->size - off < win->slot_size ?
-				       req->size - off : win->slot_size;
-			uint64_t slot = (seq0 + issued) % win->nslots;
-
-			if (!err)
-				err = w->ex_ops->memcpy_htod_async(w->ex, req->dst + off,
-								   slot_ptr(win, seq0 + issued),
-								   len, stream);
-			if (!err)
-				err = w->ex_ops->event_record(w->ex, ev[slot], stream);
-			issued++;
+			err = issue_block(w, ev, seq0, issued++, req->dst, req->size,
+					  stream, 0, err);
 			continue;
 		}
 		if (done < issued) {
 			/* Nothing new to start: retire the oldest block. */
-			if (!err)
-				err = w->ex_ops->event_synchronize(w->ex,
-								   ev[(seq0 + done) % win->nslots]);
-			done++;
-			pvgpu_window_store(&win->hdr->h2d_done, seq0 + done);
+			retire_block(w, ev, seq0, &done, &win->hdr->h2d_done, &err);
 			continue;
 		}
 		if (wait_guest(w, &win->hdr->h2d_filled, seq0 + filled) == seq0 + filled) {
@@ -696,16 +763,8 @@ static int32_t htod_staged(struct pvgpu_worker *w,
 			break;
 		}
 	}
-	if (done < blocks) {
-		/* Abandoned half-way: the ring is out of step, stop using it. */
-		w->ex_ops->ctx_synchronize(w->ex);
-		drop_slot_events(w);
-		staging_abandoned(w);
-		return err ? err : CUDA_ERROR_TIMEOUT;
-	}
-	win->h2d_seq += blocks;
-	atomic_fetch_add(&w->slot->bytes_h2d, req->size);
-	return err;
+	return staged_end(w, done, blocks, err, &win->h2d_seq,
+			  &w->slot->bytes_h2d, req->size);
 }
 
 /*
@@ -724,17 +783,10 @@ static int32_t dtoh_staged(struct pvgpu_worker *w,
 
 	if (req->size == 0)
 		return CUDA_SUCCESS;
-	st = check_copy(w, req->src, PVGPU_WINDOW_HDR_SIZE, 0, req->stream, &stream);
-	if (!st && !pvgpu_alloc_range(&w->allocs, req->src, req->size))
-		st = CUDA_ERROR_INVALID_VALUE;
-	if (!st)
-		st = staging_pinned(w);
+	st = staged_begin(w, req->src, req->size, req->stream, &stream, &ev,
+			  &blocks);
 	if (st)
 		return st;
-	st = slot_events(w, &ev);
-	if (st)
-		return st;
-	blocks = (req->size + win->slot_size - 1) / win->slot_size;
 	while (ready < blocks && !w->fatal) {
 		uint64_t v = pvgpu_window_load(&win->hdr->d2h_taken) - seq0;
 
@@ -745,28 +797,12 @@ static int32_t dtoh_staged(struct pvgpu_worker *w,
 		}
 		taken = v;
 		if (issued < blocks && issued - taken < win->nslots) {
-			uint64_t off = issued * win->slot_size;
-			uint64_t len = req->size - off < win->slot_size ?
-				       req->size - off : win->slot_size;
-			uint64_t slot = (seq0 + issued) % win->nslots;
-
-			if (!err)
-				err = w->ex_ops->memcpy_dtoh_async(w->ex,
-								   slot_ptr(win, seq0 + issued),
-								   req->src + off, len, stream);
-			if (!err)
-				err = w->ex_ops->event_record(w->ex, ev[slot], stream);
-			if (err)	/* never hand the guest stale slot bytes */
-				memset(slot_ptr(win, seq0 + issued), 0, len);
-			issued++;
+			err = issue_block(w, ev, seq0, issued++, req->src, req->size,
+					  stream, 1, err);
 			continue;
 		}
 		if (ready < issued) {
-			if (!err)
-				err = w->ex_ops->event_synchronize(w->ex,
-								   ev[(seq0 + ready) % win->nslots]);
-			ready++;
-			pvgpu_window_store(&win->hdr->d2h_ready, seq0 + ready);
+			retire_block(w, ev, seq0, &ready, &win->hdr->d2h_ready, &err);
 			continue;
 		}
 		if (wait_guest(w, &win->hdr->d2h_taken, seq0 + taken) == seq0 + taken) {
@@ -774,15 +810,8 @@ static int32_t dtoh_staged(struct pvgpu_worker *w,
 			break;
 		}
 	}
-	if (ready < blocks) {
-		w->ex_ops->ctx_synchronize(w->ex);
-		drop_slot_events(w);
-		staging_abandoned(w);
-		return err ? err : CUDA_ERROR_TIMEOUT;
-	}
-	win->d2h_seq += blocks;
-	atomic_fetch_add(&w->slot->bytes_d2h, req->size);
-	return err;
+	return staged_end(w, ready, blocks, err, &win->d2h_seq,
+			  &w->slot->bytes_d2h, req->size);
 }
 
 int32_t pvgpu_handle_memcpy_htod_staged(struct pvgpu_worker *w,

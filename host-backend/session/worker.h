@@ -18,6 +18,7 @@
 #include "handles.h"
 #include "host.h"
 #include "policy.h"
+#include "pvgpu_proto.h"
 #include "gpusched.h"
 #include "window.h"
 #include "shm/ring.h"
@@ -92,7 +93,8 @@ struct pvgpu_worker_config {
 	const char *remote_token;
 };
 
-#define PVGPU_SYNC_OPS 512	/* opcodes counted by sync_ops: all of ops.spec's */
+/* Opcodes counted by sync_ops: every one ops.spec declares. */
+#define PVGPU_SYNC_OPS (PVGPU_OP_MAX + 1)
 
 struct pvgpu_worker {
 	struct pvgpu_conn *conn;	/* the channel: only through its ops */
@@ -254,6 +256,10 @@ int32_t pvgpu_copy_dtoh(struct pvgpu_worker *w, uint64_t src, uint64_t size,
 			uint64_t stream);
 /* Read and drop the DATA frames of a refused host-to-device copy. */
 void pvgpu_copy_refuse_htod(struct pvgpu_worker *w, uint64_t size);
+/* The same for an input of the request's own, read up to max bytes: more
+ * is more than a worker reads, and the session is out of step (it ends). */
+void pvgpu_copy_refuse_upto(struct pvgpu_worker *w, uint64_t size,
+			    uint64_t max);
 void pvgpu_staging_release(struct pvgpu_worker *w);
 
 /* Bytes per channel of a CUarray_format; 0: not one pvgpu takes (arrays.c). */

@@ -16,6 +16,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import pvgpu_wire as W  # noqa: E402
+from pvgpu_sessions import closed_by_backend  # noqa: E402
 
 CUDA_ERROR_INVALID_VALUE = 1
 CUDA_ERROR_OUT_OF_MEMORY = 2
@@ -41,14 +42,6 @@ def assert_healthy(daemon):
     st, _, _, back = s.call("memcpy_dtoh", src=out["dptr"], size=1000, stream=0)
     assert st == 0 and back == payload[:1000]
     s.close()
-
-
-def closed_by_backend(s, timeout=5.0):
-    s.sock.settimeout(timeout)
-    try:
-        return s.sock.recv(1) == b""
-    except ConnectionResetError:
-        return True
 
 
 def test_truncated_message_ends_only_that_session(sim_daemon):

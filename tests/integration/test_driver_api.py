@@ -15,13 +15,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 from pvgpu_asan import asan_runtime  # noqa: E402
+from pvgpu_guest import SCRIPT_PRELUDE, finish_all, guest_env, run_guest_script  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
@@ -70,28 +70,6 @@ def libdir():
     shutil.rmtree(d, ignore_errors=True)
 
 
-@pytest.fixture
-def twins_daemon(start_pvgpud):
-    if not TWINS.exists():
-        pytest.fail(f"{TWINS} is not built (run `make test-programs`)")
-    return start_pvgpud("sim", env={"PVGPU_SIM_TWINS": str(TWINS)})
-
-
-def env_for(libdir, uri):
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PVGPU_DEVICES", "PVGPU_TOKEN", "LD_LIBRARY_PATH")}
-    env["LD_LIBRARY_PATH"] = str(libdir)
-    env["PVGPU_DEVICES"] = uri
-    asan = asan_runtime(LIBCUDA)
-    if asan:
-        env["LD_PRELOAD"] = asan
-        # A CUDA program may ask for more host memory than exists (the
-        # errors program does): the driver answers out of memory, and so
-        # must ASan's allocator rather than abort.
-        env["ASAN_OPTIONS"] = "detect_leaks=0:allocator_may_return_null=1"
-    return env
-
-
 def binary(name, way):
     return BUILD / "tests" / ("static/" + name if way == "static" else name)
 
@@ -122,14 +100,14 @@ def test_nvidia_runtime_over_libcuda(programs, twins_daemon, libdir, name, way):
         # Linked against libcudart.so.13, not pvgpu's libcuda: only the
         # library path decides which runtime it gets.
         deps = subprocess.run(["ldd", str(path)], capture_output=True,
-                              text=True, env=env_for(libdir, "")).stdout
+                              text=True, env=guest_env(libdir, "")).stdout
         assert str(libdir) in deps, deps
     else:
         deps = subprocess.run(["ldd", str(path)], capture_output=True,
                               text=True).stdout
         assert "libcudart" not in deps, deps
     before = sessions(twins_daemon)
-    res = run(path, env_for(libdir, twins_daemon.unix))
+    res = run(path, guest_env(libdir, twins_daemon.unix))
     programs.assert_passed(res, twins_daemon)
     assert sessions(twins_daemon) > before, twins_daemon.log()
     if name in NOT_THROUGH_SHIM:
@@ -151,7 +129,7 @@ def without_managed(lines):
 @pytest.mark.parametrize("name", ["kernels/vecadd", "memory"])
 def test_nvidia_runtime_over_shm(programs, twins_daemon, libdir, name):
     uri = "shm://" + twins_daemon.unix[len("unix://"):]
-    res = run(binary(name, "shared"), env_for(libdir, uri))
+    res = run(binary(name, "shared"), guest_env(libdir, uri))
     programs.assert_passed(res, twins_daemon)
 
 
@@ -384,24 +362,17 @@ def test_device_output_goes_to_its_own_program(programs, twins_daemon,
         (101, "shim unix", programs.path(PRINTF), shim_env),
         (202, "shim shm", programs.path(PRINTF), programs.pvgpu_env(shm_uri)),
         (303, "libcuda shared", binary(PRINTF, "shared"),
-         env_for(libdir, twins_daemon.unix)),
+         guest_env(libdir, twins_daemon.unix)),
         (404, "libcuda static", binary(PRINTF, "static"),
-         env_for(libdir, shm_uri)),
+         guest_env(libdir, shm_uri)),
     ]
     for _, _, path, _ in runs:
         if not path.exists():
             pytest.fail(f"{path} is not built (run `make test-programs`)")
     procs = [(tag, how, start_tagged(path, env, tag)) for tag, how, path, env in runs]
-    deadline = time.monotonic() + programs.timeout
     tags = [tag for tag, _, _ in procs]
-    for tag, how, proc in procs:
-        try:
-            out, err = proc.communicate(
-                timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, err = proc.communicate()
-        check_one(tag, out, err, proc.returncode, tags, how)
+    for (tag, how, _), res in zip(procs, finish_all([p for _, _, p in procs], programs.timeout)):
+        check_one(tag, res.stdout, res.stderr, res.returncode, tags, how)
     log = twins_daemon.log()
     assert "device: tag" not in log, log[-4000:]
     assert ASSERT_LINE not in log, log[-4000:]
@@ -426,20 +397,8 @@ def test_old_guest_gets_no_output_frames(programs, twins_daemon):
 
 # ---- the generic driver call (protocol/api/annotations.py GENERIC) -------
 
-GENERIC_SCRIPT = r'''
-import ctypes, sys
-cu = ctypes.CDLL(sys.argv[1])
-c_u64, c_int, c_size = ctypes.c_uint64, ctypes.c_int, ctypes.c_size_t
-def call(name, *args):
-    return getattr(cu, name)(*args)
-def must(name, *args):
-    r = call(name, *args)
-    if r:
-        sys.exit("%s -> %d" % (name, r))
-must("cuInit", 0)
-dev, ctx = c_int(), ctypes.c_void_p()
-must("cuDeviceGet", ctypes.byref(dev), 0)
-must("cuCtxCreate_v2", ctypes.byref(ctx), 0, dev)
+GENERIC_SCRIPT = SCRIPT_PRELUDE + r'''
+dev, ctx = context()
 # Limits and cache config live on the backend, per context.
 v = c_size(0)
 must("cuCtxGetLimit", ctypes.byref(v), 0x01)           # printf FIFO
@@ -506,16 +465,8 @@ def test_generic_driver_call(twins_daemon, libdir, tmp_path):
 def run_script(daemon, libdir, tmp_path, text, *args, debug=False):
     """A ctypes script over pvgpu's libcuda.so.1 (argv[1]) and args: its
     stdout lines and stderr, once it has ended with PASS."""
-    script = tmp_path / "script.py"
-    script.write_text(text)
-    env = env_for(libdir, daemon.unix)
-    if debug:
-        env["PVGPU_DEBUG"] = "1"
-    res = subprocess.run([sys.executable, str(script), str(LIBCUDA)] + [str(a) for a in args],
-                         env=env, capture_output=True, text=True, timeout=60)
-    out = res.stdout.splitlines()
-    assert res.returncode == 0 and out[-1:] == ["PASS"], res.stdout + res.stderr
-    return out, res.stderr
+    env = guest_env(libdir, daemon.unix, **({"PVGPU_DEBUG": "1"} if debug else {}))
+    return run_guest_script(tmp_path, text, LIBCUDA, env, *args)
 
 
 def check_generic_driver_call(daemon, libdir, tmp_path):
@@ -534,21 +485,10 @@ def check_generic_driver_call(daemon, libdir, tmp_path):
     assert "free null 0 0 0" in out, out
 
 
-GRAPH_SCRIPT = r'''
-import ctypes, struct, sys
-cu = ctypes.CDLL(sys.argv[1])
+GRAPH_SCRIPT = SCRIPT_PRELUDE + r'''
 image = open(sys.argv[2], "rb").read()
-c_u64, c_int, c_size, vp = ctypes.c_uint64, ctypes.c_int, ctypes.c_size_t, ctypes.c_void_p
-def call(name, *args):
-    return getattr(cu, name)(*args)
-def must(name, *args):
-    r = call(name, *args)
-    if r:
-        sys.exit("%s -> %d" % (name, r))
-must("cuInit", 0)
-dev, ctx, mod, fn = c_int(), vp(), vp(), vp()
-must("cuDeviceGet", ctypes.byref(dev), 0)
-must("cuCtxCreate_v2", ctypes.byref(ctx), 0, dev)
+dev, ctx = context()
+mod, fn = vp(), vp()
 must("cuModuleLoadData", ctypes.byref(mod), image)
 must("cuModuleGetFunction", ctypes.byref(fn), mod, b"vec_add")
 n = 1000
@@ -763,15 +703,8 @@ def test_memcpy_peer(start_pvgpud, libdir, tmp_path):
     assert out[0].split() == ["True", "201"], out  # INVALID_CONTEXT
 
 
-LAUNCH_EX_SCRIPT = r'''
-import ctypes, struct, sys
-cu = ctypes.CDLL(sys.argv[1])
+LAUNCH_EX_SCRIPT = SCRIPT_PRELUDE + r'''
 image = open(sys.argv[2], "rb").read()
-c_size, vp, c_uint = ctypes.c_size_t, ctypes.c_void_p, ctypes.c_uint
-def must(name, *args):
-    r = getattr(cu, name)(*args)
-    if r:
-        sys.exit("%s -> %d" % (name, r))
 class Attr(ctypes.Structure):
     _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4),
                 ("value", ctypes.c_uint * 16)]
@@ -781,10 +714,8 @@ class Config(ctypes.Structure):
 class Params(ctypes.Structure):
     _fields_ = [("function", vp), ("grid", c_uint * 3), ("block", c_uint * 3),
                 ("smem", c_uint), ("stream", vp), ("params", vp)]
-must("cuInit", 0)
-dev, ctx, mod, fn = ctypes.c_int(), vp(), vp(), vp()
-must("cuDeviceGet", ctypes.byref(dev), 0)
-must("cuCtxCreate_v2", ctypes.byref(ctx), 0, dev)
+dev, ctx = context()
+mod, fn = vp(), vp()
 must("cuModuleLoadData", ctypes.byref(mod), image)
 must("cuModuleGetFunction", ctypes.byref(fn), mod, b"vec_add")
 n = 1024
@@ -864,20 +795,13 @@ def test_driver_calls_through_remote(start_pvgpud, libdir, tmp_path):
     check_stream_capture_and_graphs(front, libdir, tmp_path)
     check_launch_attributes(front, libdir, tmp_path)
     # CUDA arrays, handles tagged by the front.
-    res = run(binary("kernels/arrays", "shared"), env_for(libdir, front.unix))
+    res = run(binary("kernels/arrays", "shared"), guest_env(libdir, front.unix))
     assert res.returncode == 0 and res.stdout.splitlines()[-1:] == ["PASS"], \
         res.stdout + res.stderr + front.log()[-2000:]
     assert " start: " in back.log(), back.log()[-3000:]
 
 
-COPY3D_SCRIPT = r'''
-import ctypes, sys
-cu = ctypes.CDLL(sys.argv[1])
-vp, sz = ctypes.c_void_p, ctypes.c_size_t
-def must(name, *args):
-    r = getattr(cu, name)(*args)
-    if r:
-        sys.exit("%s -> %d" % (name, r))
+COPY3D_SCRIPT = SCRIPT_PRELUDE + r'''
 side = [("XInBytes", sz), ("Y", sz), ("Z", sz), ("LOD", sz), ("MemoryType", ctypes.c_int),
         ("Host", vp), ("Device", ctypes.c_uint64), ("Array", vp), ("reserved", vp),
         ("Pitch", sz), ("Height", sz)]
@@ -885,10 +809,7 @@ class Copy3D(ctypes.Structure):
     _fields_ = ([("src" + n, t) for n, t in side] + [("dst" + n, t) for n, t in side]
                 + [("WidthInBytes", sz), ("Height", sz), ("Depth", sz)])
 HOST, DEVICE, ARRAY = 1, 2, 3
-must("cuInit", 0)
-dev, ctx = ctypes.c_int(), vp()
-must("cuDeviceGet", ctypes.byref(dev), 0)
-must("cuCtxCreate_v2", ctypes.byref(ctx), 0, dev)
+dev, ctx = context()
 d = ctypes.c_uint64()
 must("cuMemAlloc_v2", ctypes.byref(d), sz(4096))
 src = (ctypes.c_ubyte * 4096)(*[i % 251 for i in range(4096)])
@@ -935,24 +856,14 @@ def test_memcpy3d(twins_daemon, libdir, tmp_path):
     assert "empty 0" in out
 
 
-ARRAY_SCRIPT = r'''
-import ctypes, struct, sys
-cu = ctypes.CDLL(sys.argv[1])
-vp, sz = ctypes.c_void_p, ctypes.c_size_t
-def must(name, *args):
-    r = getattr(cu, name)(*args)
-    if r:
-        sys.exit("%s -> %d" % (name, r))
+ARRAY_SCRIPT = SCRIPT_PRELUDE + r'''
 class Desc(ctypes.Structure):
     _fields_ = [("Width", sz), ("Height", sz), ("Format", ctypes.c_int), ("NumChannels", ctypes.c_uint)]
 class Desc3(ctypes.Structure):
     _fields_ = [("Width", sz), ("Height", sz), ("Depth", sz), ("Format", ctypes.c_int),
                 ("NumChannels", ctypes.c_uint), ("Flags", ctypes.c_uint)]
 FLOAT = 0x20
-must("cuInit", 0)
-dev, ctx = ctypes.c_int(), vp()
-must("cuDeviceGet", ctypes.byref(dev), 0)
-must("cuCtxCreate_v2", ctypes.byref(ctx), 0, dev)
+dev, ctx = context()
 a, b, c2 = vp(), vp(), vp()
 must("cuArrayCreate_v2", ctypes.byref(a), ctypes.byref(Desc(64, 0, FLOAT, 1)))
 must("cuArrayCreate_v2", ctypes.byref(b), ctypes.byref(Desc(64, 0, FLOAT, 1)))
@@ -980,14 +891,7 @@ print("PASS")
 '''
 
 
-TEX_SCRIPT = r'''
-import ctypes, struct, sys
-cu = ctypes.CDLL(sys.argv[1])
-vp, sz, u64 = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint64
-def must(name, *args):
-    r = getattr(cu, name)(*args)
-    if r:
-        sys.exit("%s -> %d" % (name, r))
+TEX_SCRIPT = SCRIPT_PRELUDE + r'''
 class Desc3(ctypes.Structure):
     _fields_ = [("Width", sz), ("Height", sz), ("Depth", sz), ("Format", ctypes.c_int),
                 ("NumChannels", ctypes.c_uint), ("Flags", ctypes.c_uint)]
@@ -1000,10 +904,7 @@ class Tex(ctypes.Structure):          # CUDA_TEXTURE_DESC: 104 bytes
                 ("borderColor", ctypes.c_float * 4), ("reserved", ctypes.c_int * 12)]
 assert ctypes.sizeof(Res) == 144 and ctypes.sizeof(Tex) == 104
 FLOAT, LAYERED, SURFACE, CUBEMAP, SPARSE = 0x20, 1, 2, 4, 0x40
-must("cuInit", 0)
-dev, ctx = ctypes.c_int(), vp()
-must("cuDeviceGet", ctypes.byref(dev), 0)
-must("cuCtxCreate_v2", ctypes.byref(ctx), 0, dev)
+dev, ctx = context()
 arrays = {}
 for name, d in [("layered", Desc3(16, 8, 3, FLOAT, 1, LAYERED | SURFACE)),
                 ("cubemap", Desc3(8, 8, 6, FLOAT, 4, CUBEMAP)),
@@ -1127,23 +1028,14 @@ def test_module_load_from_file(start_pvgpud, libdir, tmp_path):
 # A kernel's attributes and occupancy answers cross the wire once:
 # libraries (CUB, cuSPARSE) read all attributes before every launch and
 # PyTorch asks the occupancy of many.  Setting an attribute forgets both.
-FUNC_ATTR_SCRIPT = r'''
-import ctypes, sys
-cu = ctypes.CDLL(sys.argv[1])
+FUNC_ATTR_SCRIPT = SCRIPT_PRELUDE + r'''
 image = open(sys.argv[2], "rb").read()
-vp, c_int = ctypes.c_void_p, ctypes.c_int
-def must(name, *args):
-    r = getattr(cu, name)(*args)
-    if r:
-        sys.exit("%s -> %d" % (name, r))
 stats = (ctypes.c_ulonglong * 5)()
 def round_trips():
     assert cu.pvgpu_wire_stats(stats) >= 1
     return stats[1]
-must("cuInit", 0)
-dev, ctx, mod, fn = c_int(), vp(), vp(), vp()
-must("cuDeviceGet", ctypes.byref(dev), 0)
-must("cuCtxCreate_v2", ctypes.byref(ctx), 0, dev)
+dev, ctx = context()
+mod, fn = vp(), vp()
 must("cuModuleLoadData", ctypes.byref(mod), image)
 must("cuModuleGetFunction", ctypes.byref(fn), mod, b"vec_add")
 def attrs():

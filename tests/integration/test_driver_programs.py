@@ -18,6 +18,10 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "lib"))
+import pvgpu_wire as W  # noqa: E402
+from pvgpu_guest import SCRIPT_PRELUDE, guest_env, run_guest_script  # noqa: E402
+
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
 LIBCUDA = BUILD / "lib" / "libcuda.so.1"
 TWINS = BUILD / "tests" / "sim-twins" / "libtest-twins.so"
@@ -37,36 +41,20 @@ def libdir():
 
 
 @pytest.fixture
-def daemon(start_pvgpud):
-    if not TWINS.exists():
-        pytest.fail(f"{TWINS} is not built (run `make test-programs`)")
-    return start_pvgpud("sim", env={"PVGPU_SIM_TWINS": str(TWINS)})
+def daemon(twins_daemon):
+    """This file's daemon: the conftest's, with the programs' twins."""
+    return twins_daemon
 
 
-def asan_runtime():
-    res = subprocess.run(["ldd", str(LIBCUDA)], capture_output=True, text=True)
-    for line in res.stdout.splitlines():
-        parts = line.split()
-        if parts and parts[0].startswith("libasan.so") and len(parts) >= 3:
-            return parts[2]
-    return None
-
-
-def run_driver(name, libdir, uri):
+def run_driver(name, libdir, uri, **extra):
+    """A driver program over the libcuda.so.1 in libdir at uri, with extra
+    variables in its environment."""
     path = BUILD / "tests" / "driver" / name
     if not path.exists():
         pytest.fail(f"{path} is not built (run `make test-programs`)")
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PVGPU_DEVICES", "PVGPU_TOKEN", "LD_LIBRARY_PATH")}
-    env["LD_LIBRARY_PATH"] = str(libdir)
-    env["PVGPU_DEVICES"] = uri
-    asan = asan_runtime()
-    if asan:
-        env["LD_PRELOAD"] = asan
-        env["ASAN_OPTIONS"] = "detect_leaks=0"
-    return subprocess.run([str(path), str(IMAGE), str(PTX)], env=env, stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, errors="replace",
-                          timeout=120, cwd=REPO)
+    return subprocess.run([str(path), str(IMAGE), str(PTX)], env=guest_env(libdir, uri, **extra),
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          errors="replace", timeout=120, cwd=REPO)
 
 
 def sessions(daemon):
@@ -151,12 +139,7 @@ def script_with_quota(start_pvgpud, libdir, tmp, script, quota):
                      env={"PVGPU_SIM_TWINS": str(TWINS)})
     path = tmp / "script.py"
     path.write_text(script)
-    env = {k: v for k, v in os.environ.items() if k not in ("PVGPU_DEVICES", "LD_LIBRARY_PATH")}
-    env.update(LD_LIBRARY_PATH=str(libdir), PVGPU_DEVICES=d.unix)
-    asan = asan_runtime()
-    if asan:
-        env.update(LD_PRELOAD=asan, ASAN_OPTIONS="detect_leaks=0")
-    res = subprocess.run(["python3", str(path), str(LIBCUDA)], env=env,
+    res = subprocess.run([sys.executable, str(path), str(LIBCUDA)], env=guest_env(libdir, d.unix),
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stdout + res.stderr + d.log()[-2000:]
     return res
@@ -169,14 +152,9 @@ def test_pool_memory_counts_against_quota(start_pvgpud, libdir, short_tmp):
     assert res.stdout.split() == ["0", "2", "0"], res.stdout
 
 
-QUOTA_SCRIPT = r'''
-import ctypes, sys
-cu = ctypes.CDLL(sys.argv[1])
-vp, c_u64 = ctypes.c_void_p, ctypes.c_uint64
-assert cu.cuInit(0) == 0
-dev, ctx, pool, p, q = ctypes.c_int(), vp(), vp(), c_u64(), c_u64()
-assert cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
-assert cu.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev) == 0
+QUOTA_SCRIPT = SCRIPT_PRELUDE + r'''
+dev, ctx = context()
+pool, p, q = vp(), c_u64(), c_u64()
 assert cu.cuDeviceGetDefaultMemPool(ctypes.byref(pool), dev) == 0
 r1 = cu.cuMemAllocFromPoolAsync(ctypes.byref(p), ctypes.c_size_t(12 << 20), pool, None)
 r2 = cu.cuMemAllocFromPoolAsync(ctypes.byref(q), ctypes.c_size_t(12 << 20), pool, None)
@@ -202,9 +180,6 @@ def test_jit_link(daemon, libdir):
 
 
 # ---- what a hostile guest may send (the new decoders and handlers) ---------
-
-sys.path.insert(0, str(REPO / "tests" / "lib"))
-import pvgpu_wire as W  # noqa: E402
 
 SET_ATTR, GET_ATTR = 202, 203
 ATTR_BYTES = 64          # sizeof(CUstreamAttrValue)
@@ -270,24 +245,10 @@ def test_link_inputs_checked_by_the_worker(daemon):
     s.close()
 
 
-def guest_env(libdir, uri, **extra):
-    """The environment of a program over pvgpu's libcuda.so.1 at uri (with
-    ASan's runtime first where the build is sanitized)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH",)}
-    env.update(LD_LIBRARY_PATH=str(libdir), PVGPU_DEVICES=uri, **extra)
-    asan = asan_runtime()
-    if asan:
-        env.update(LD_PRELOAD=asan, ASAN_OPTIONS="detect_leaks=0")
-    return env
-
-
 def run_debug(name, libdir, uri):
     """A driver program with PVGPU_DEBUG=1 (its debug lines on stderr); it
     must pass."""
-    path = BUILD / "tests" / "driver" / name
-    env = guest_env(libdir, uri, PVGPU_DEBUG="1")
-    res = subprocess.run([str(path), str(IMAGE)], env=env, capture_output=True, text=True,
-                         timeout=60, cwd=REPO)
+    res = run_driver(name, libdir, uri, PVGPU_DEBUG="1")
     assert res.returncode == 0, res.stdout + res.stderr
     return res
 
@@ -362,17 +323,9 @@ def test_registered_memory_without_a_window(daemon, libdir):
     assert "mapped host memory: not supported over this transport" in out
 
 
-FILE_REGISTER = r"""
-import ctypes, mmap, os, sys, tempfile
-cu = ctypes.CDLL(sys.argv[1])
-def must(name, *args):
-    r = getattr(cu, name)(*args)
-    if r:
-        sys.exit("%s -> %d" % (name, r))
-must("cuInit", 0)
-dev, ctx = ctypes.c_int(), ctypes.c_void_p()
-must("cuDeviceGet", ctypes.byref(dev), 0)
-must("cuCtxCreate_v2", ctypes.byref(ctx), 0, dev)
+FILE_REGISTER = SCRIPT_PRELUDE + r"""
+import mmap, os, tempfile
+dev, ctx = context()
 fd, path = tempfile.mkstemp()
 os.write(fd, b"x" * 8192)
 m = mmap.mmap(fd, 8192)
@@ -393,14 +346,10 @@ print("PASS")
 def test_registered_file_pages_stay_the_files(daemon, libdir, tmp_path):
     """A file's mapped pages are never moved into the window (writes must
     reach the file): registration is remembered only."""
-    script = tmp_path / "reg.py"
-    script.write_text(FILE_REGISTER)
-    env = guest_env(libdir, "shm://" + daemon.unix[len("unix://"):])
-    res = subprocess.run([sys.executable, str(script), str(libdir / "libcuda.so.1")],
-                         env=env, capture_output=True, text=True, timeout=60)
-    assert res.returncode == 0 and "PASS" in res.stdout, res.stdout + res.stderr
-    assert "device pointer 801" in res.stdout, res.stdout
-    assert "file b'hello'" in res.stdout, res.stdout
+    out, _ = run_guest_script(tmp_path, FILE_REGISTER, libdir / "libcuda.so.1",
+                              guest_env(libdir, "shm://" + daemon.unix[len("unix://"):]))
+    assert "device pointer 801" in out, out
+    assert "file b'hello'" in out, out
 
 
 def test_zero_copy_without_a_window(daemon, libdir):
@@ -458,14 +407,8 @@ def test_virtual_memory_management(daemon, libdir):
         assert line in out, out
 
 
-VMM_SCRIPT = r'''
-import ctypes, sys
-cu = ctypes.CDLL(sys.argv[1])
-vp, u64, sz = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t
-assert cu.cuInit(0) == 0
-dev, ctx = ctypes.c_int(), vp()
-assert cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
-assert cu.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev) == 0
+VMM_SCRIPT = SCRIPT_PRELUDE + r'''
+dev, ctx = context()
 class Loc(ctypes.Structure):
     _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
 class Prop(ctypes.Structure):
@@ -510,35 +453,46 @@ def test_vmm_checked_by_the_worker(start_pvgpud, libdir, short_tmp):
                                   "0", "400", "0"], res.stdout
 
 
-IPC_EXPORT = r'''
-import ctypes, sys
-cu = ctypes.CDLL(sys.argv[1])
-vp, u64, sz = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t
-dev, ctx, d = ctypes.c_int(), vp(), u64()
-assert cu.cuInit(0) == 0 and cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
-assert cu.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev) == 0
-assert cu.cuMemAlloc_v2(ctypes.byref(d), sz(4096)) == 0
-assert cu.cuMemsetD32_v2(d, ctypes.c_uint(0x1234), sz(1024)) == 0
-h = (ctypes.c_ubyte * 64)()
-assert cu.cuIpcGetMemHandle(h, d) == 0
+# What both sides of an IPC test start with: a context of their own.
+IPC_PRELUDE = SCRIPT_PRELUDE + r'''
+dev, ctx = context()
+'''
+
+# An exporter ends by printing its handle h and waiting to be told to go.
+IPC_SERVE = r'''
 print(bytes(h).hex(), flush=True)
 sys.stdin.readline()
 '''
 
-IPC_IMPORT = r'''
-import ctypes, sys
-cu = ctypes.CDLL(sys.argv[1])
-vp, u64, sz = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t
-dev, ctx, d = ctypes.c_int(), vp(), u64()
-assert cu.cuInit(0) == 0 and cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
-assert cu.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev) == 0
+# An importer has the handle (argv[2]) as the driver's struct, and forged
+# copies of it (one bit of byte i turned).
+IPC_HANDLE = IPC_PRELUDE + r'''
 class H(ctypes.Structure):
     _fields_ = [("reserved", ctypes.c_ubyte * 64)]
-def open_(raw):
+raw = bytes.fromhex(sys.argv[2])
+def handle(raw):
     h = H()
     ctypes.memmove(h.reserved, raw, 64)
-    return cu.cuIpcOpenMemHandle_v2(ctypes.byref(d), h, 1)
-r = open_(bytes.fromhex(sys.argv[2]))
+    return h
+def forged(i):
+    f = bytearray(raw)
+    f[i] ^= 1
+    return bytes(f)
+'''
+
+IPC_EXPORT = IPC_PRELUDE + r'''
+d = u64()
+assert cu.cuMemAlloc_v2(ctypes.byref(d), sz(4096)) == 0
+assert cu.cuMemsetD32_v2(d, ctypes.c_uint(0x1234), sz(1024)) == 0
+h = (ctypes.c_ubyte * 64)()
+assert cu.cuIpcGetMemHandle(h, d) == 0
+''' + IPC_SERVE
+
+IPC_IMPORT = IPC_HANDLE + r'''
+d = u64()
+def open_(raw):
+    return cu.cuIpcOpenMemHandle_v2(ctypes.byref(d), handle(raw), 1)
+r = open_(raw)
 out = [r]
 if r == 0:
     buf = (ctypes.c_uint * 4)()
@@ -546,13 +500,20 @@ if r == 0:
     out.append(hex(buf[0]))
     out.append(cu.cuIpcCloseMemHandle(d))
     out.append(cu.cuIpcCloseMemHandle(d))
-forged = bytearray(bytes.fromhex(sys.argv[2]))
-forged[0] ^= 1
-out.append(open_(bytes(forged)))
+out.append(open_(forged(0)))
 print(*out)
 '''
 
 BOB_TOKEN = "bob-secret-token-0123456789"
+
+
+def alice_and_bob(start_pvgpud, short_tmp, **kw):
+    """pvgpud (sim) serving Alice's VM (this uid) and Bob's (a token),
+    refusing anyone else."""
+    policy = short_tmp / "policy.ini"
+    policy.write_text(f"[default]\npolicy = refuse\n\n[vm alice]\nuid = {os.getuid()}\n\n"
+                      f"[vm bob]\ntoken = {BOB_TOKEN}\n")
+    return start_pvgpud("sim", extra_args=("--config", str(policy)), **kw)
 
 
 def ipc_exported(start_pvgpud, short_tmp, export_src, import_src):
@@ -560,27 +521,11 @@ def ipc_exported(start_pvgpud, short_tmp, export_src, import_src):
     Alice's running export_src, which prints a handle and waits; returns
     (daemon, importer, exporter) where importer(uri, token) runs
     import_src with the handle as a process of that VM: its output words."""
-    policy = short_tmp / "policy.ini"
-    policy.write_text(f"[default]\npolicy = refuse\n\n[vm alice]\nuid = {os.getuid()}\n\n"
-                      f"[vm bob]\ntoken = {BOB_TOKEN}\n")
-    d = start_pvgpud("sim", extra_args=("--config", str(policy)),
-                     env={"PVGPU_SIM_TWINS": str(TWINS)})
+    d = alice_and_bob(start_pvgpud, short_tmp, env={"PVGPU_SIM_TWINS": str(TWINS)})
     (short_tmp / "export.py").write_text(export_src)
     (short_tmp / "import.py").write_text(import_src)
-
-    def env(uri, token=None):
-        e = {k: v for k, v in os.environ.items()
-             if k not in ("PVGPU_DEVICES", "LD_LIBRARY_PATH", "PVGPU_TOKEN")}
-        e.update(LD_LIBRARY_PATH=str(LIBCUDA.parent), PVGPU_DEVICES=uri)
-        if token:
-            e["PVGPU_TOKEN"] = token
-        asan = asan_runtime()
-        if asan:
-            e.update(LD_PRELOAD=asan, ASAN_OPTIONS="detect_leaks=0")
-        return e
-
-    exporter = subprocess.Popen(["python3", str(short_tmp / "export.py"), str(LIBCUDA)],
-                                env=env(d.unix), stdin=subprocess.PIPE,
+    exporter = subprocess.Popen([sys.executable, str(short_tmp / "export.py"), str(LIBCUDA)],
+                                env=guest_env(LIBCUDA.parent, d.unix), stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, text=True)
     handle = exporter.stdout.readline().strip()
     if len(handle) != 128:
@@ -588,8 +533,9 @@ def ipc_exported(start_pvgpud, short_tmp, export_src, import_src):
         pytest.fail("no handle: " + handle + d.log()[-2000:])
 
     def importer(uri, token=None):
-        res = subprocess.run(["python3", str(short_tmp / "import.py"), str(LIBCUDA), handle],
-                             env=env(uri, token), capture_output=True, text=True, timeout=60)
+        res = subprocess.run([sys.executable, str(short_tmp / "import.py"), str(LIBCUDA), handle],
+                             env=guest_env(LIBCUDA.parent, uri, token), capture_output=True,
+                             text=True, timeout=60)
         assert res.returncode == 0, res.stdout + res.stderr + d.log()[-2000:]
         return res.stdout.split()
     return d, importer, exporter
@@ -616,13 +562,8 @@ def test_ipc_within_a_vm_and_not_across(start_pvgpud, short_tmp):
         done(exporter)
 
 
-IPC_EVENT_EXPORT = r'''
-import ctypes, sys
-cu = ctypes.CDLL(sys.argv[1])
-vp = ctypes.c_void_p
-dev, ctx, e, plain = ctypes.c_int(), vp(), vp(), vp()
-assert cu.cuInit(0) == 0 and cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
-assert cu.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev) == 0
+IPC_EVENT_EXPORT = IPC_PRELUDE + r'''
+e, plain = vp(), vp()
 h = (ctypes.c_ubyte * 64)()
 # CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING; a plain event has no handle.
 assert cu.cuEventCreate(ctypes.byref(plain), 0) == 0
@@ -630,24 +571,13 @@ assert cu.cuIpcGetEventHandle(h, plain) == 1
 assert cu.cuEventCreate(ctypes.byref(e), 6) == 0
 assert cu.cuEventRecord(e, None) == 0
 assert cu.cuIpcGetEventHandle(h, e) == 0
-print(bytes(h).hex(), flush=True)
-sys.stdin.readline()
-'''
+''' + IPC_SERVE
 
-IPC_EVENT_IMPORT = r'''
-import ctypes, sys
-cu = ctypes.CDLL(sys.argv[1])
-vp = ctypes.c_void_p
-dev, ctx, e = ctypes.c_int(), vp(), vp()
-assert cu.cuInit(0) == 0 and cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
-assert cu.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev) == 0
-class H(ctypes.Structure):
-    _fields_ = [("reserved", ctypes.c_ubyte * 64)]
+IPC_EVENT_IMPORT = IPC_HANDLE + r'''
+e = vp()
 def open_(raw):
-    h = H()
-    ctypes.memmove(h.reserved, raw, 64)
-    return cu.cuIpcOpenEventHandle(ctypes.byref(e), h)
-r = open_(bytes.fromhex(sys.argv[2]))
+    return cu.cuIpcOpenEventHandle(ctypes.byref(e), handle(raw))
+r = open_(raw)
 out = [r]
 if r == 0:
     ms = ctypes.c_float()
@@ -656,13 +586,10 @@ if r == 0:
     out.append(cu.cuEventQuery(e))
     out.append(cu.cuEventElapsedTime(ctypes.byref(ms), e, e))   # no timing
     out.append(cu.cuEventDestroy_v2(e))
-forged = bytearray(bytes.fromhex(sys.argv[2]))
-forged[3] ^= 1
-out.append(open_(bytes(forged)))
+out.append(open_(forged(3)))
 # An event's token is no memory's.
-h, d = H(), ctypes.c_uint64()
-ctypes.memmove(h.reserved, bytes.fromhex(sys.argv[2]), 64)
-out.append(cu.cuIpcOpenMemHandle_v2(ctypes.byref(d), h, 1))
+d = u64()
+out.append(cu.cuIpcOpenMemHandle_v2(ctypes.byref(d), handle(raw), 1))
 print(*out)
 '''
 
@@ -689,19 +616,11 @@ def share(start_pvgpud, libdir, short_tmp, script):
     """Run a share_*.py script as Alice (unix socket) whose children are
     one process of Alice's VM and one of Bob's (tcp, token); its output
     split at "|"."""
-    policy = short_tmp / "policy.ini"
-    policy.write_text(f"[default]\npolicy = refuse\n\n[vm alice]\nuid = {os.getuid()}\n\n"
-                      f"[vm bob]\ntoken = {BOB_TOKEN}\n")
-    d = start_pvgpud("sim", extra_args=("--config", str(policy)))
-    e = {k: v for k, v in os.environ.items()
-         if k not in ("PVGPU_DEVICES", "LD_LIBRARY_PATH", "PVGPU_TOKEN")}
-    e.update(LD_LIBRARY_PATH=str(libdir), PVGPU_DEVICES=d.unix)
-    asan = asan_runtime()
-    if asan:
-        e.update(LD_PRELOAD=asan, ASAN_OPTIONS="detect_leaks=0")
-    res = subprocess.run(["python3", str(REPO / "tests" / "integration" / script),
+    d = alice_and_bob(start_pvgpud, short_tmp)
+    res = subprocess.run([sys.executable, str(REPO / "tests" / "integration" / script),
                           str(LIBCUDA), "parent", d.unix, d.tcp, BOB_TOKEN],
-                         env=e, capture_output=True, text=True, timeout=120)
+                         env=guest_env(libdir, d.unix), capture_output=True, text=True,
+                         timeout=120)
     assert res.returncode == 0, res.stdout + res.stderr + d.log()[-2000:]
     assert "vm bob" in d.log()
     return res.stdout.strip().split("|")

@@ -17,8 +17,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
-import pvgpu_wire as W  # noqa: E402
-from pvgpu_sessions import wait_live  # noqa: E402
+from pvgpu_sessions import hello_session as hello, wait_live  # noqa: E402
 
 CUDA_ERROR_DEVICE_UNAVAILABLE = 46
 
@@ -76,17 +75,6 @@ def start(start_pvgpud, tmp_path, text):
     daemon.config = path
     wait_live(daemon)
     return daemon
-
-
-def hello(daemon, token=None):
-    """A session that has said hello and holds no context yet."""
-    if token is None:
-        s = W.Session(daemon.unix, timeout=30)
-        s.hello()
-    else:
-        s = W.Session(daemon.tcp, timeout=30)
-        s.hello(token=token)
-    return s
 
 
 def ctx_create(s, device=0):

@@ -21,7 +21,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_driver_api import BUILD, libdir, run_script, twins_daemon  # noqa: E402,F401
+from test_driver_api import BUILD, libdir, run_script  # noqa: E402,F401
 from test_graph_staged import SETUP  # noqa: E402
 
 SCRIPT = SETUP + r'''
@@ -36,20 +36,8 @@ def host_sum(data):
     sums.append((data or 0, sum(floats(hout, *range(n)))))
 class HostParams(ctypes.Structure):     # CUDA_HOST_NODE_PARAMS
     _fields_ = [("fn", HOSTFN), ("userData", vp)]
-g = vp()
-must("cuGraphCreate", ctypes.byref(g), 0)
-up, k, down, h = vp(), vp(), vp(), vp()
-cp_in = Memcpy3D(srcMemoryType=HOST, srcHost=ctypes.addressof(hin),
-                 dstMemoryType=DEVICE, dstDevice=a.value, WidthInBytes=N,
-                 Height=1, Depth=1)
-must("cuGraphAddMemcpyNode", ctypes.byref(up), g, None, c_size(0), ctypes.byref(cp_in), ctx)
-kp = KernelParams(func=fn.value, gx=1, gy=1, gz=1, bx=256, by=1, bz=1, smem=0,
-                  kernelParams=ctypes.cast(args, vp).value)
-must("cuGraphAddKernelNode_v2", ctypes.byref(k), g, (vp * 1)(up), c_size(1), ctypes.byref(kp))
-cp_out = Memcpy3D(srcMemoryType=DEVICE, srcDevice=c.value, dstMemoryType=HOST,
-                  dstHost=ctypes.addressof(hout), WidthInBytes=N, Height=1, Depth=1)
-must("cuGraphAddMemcpyNode", ctypes.byref(down), g, (vp * 1)(k), c_size(1),
-     ctypes.byref(cp_out), ctx)
+g, up, k, down = copy_add_copy(hin, hout)
+h = vp()
 hp = HostParams(fn=host_sum, userData=7)
 must("cuGraphAddHostNode", ctypes.byref(h), g, (vp * 1)(down), c_size(1), ctypes.byref(hp))
 

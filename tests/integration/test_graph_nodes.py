@@ -8,26 +8,15 @@ CUDA_ERROR_NOT_SUPPORTED naming why.
 """
 
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_driver_api import (BUILD, LIBCUDA, env_for, libdir, run_script,  # noqa: E402,F401
-                             twins_daemon)
+from test_driver_api import BUILD, LIBCUDA, libdir, run_script  # noqa: E402,F401
+from pvgpu_guest import SCRIPT_PRELUDE, guest_env, run_guest_script  # noqa: E402
 
 # What both scripts start with: the driver's structs, a context, vec_add.
-PRELUDE = r'''
-import ctypes, struct, sys
-cu = ctypes.CDLL(sys.argv[1])
+PRELUDE = SCRIPT_PRELUDE + r'''
 image = open(sys.argv[2], "rb").read()
-c_u64, c_int, c_uint, c_size, vp = (ctypes.c_uint64, ctypes.c_int, ctypes.c_uint,
-                                    ctypes.c_size_t, ctypes.c_void_p)
-def call(name, *args):
-    return getattr(cu, name)(*args)
-def must(name, *args):
-    r = call(name, *args)
-    if r:
-        sys.exit("%s -> %d" % (name, r))
 
 class KernelParams(ctypes.Structure):   # CUDA_KERNEL_NODE_PARAMS (v2)
     _fields_ = [("func", vp)] + [(f, c_uint) for f in (
@@ -46,10 +35,8 @@ class Memcpy3D(ctypes.Structure):       # CUDA_MEMCPY3D
                                           ("Height", c_size), ("Depth", c_size)]
 DEVICE, HOST = 2, 1                     # CUmemorytype
 
-must("cuInit", 0)
-dev, ctx, mod, fn = c_int(), vp(), vp(), vp()
-must("cuDeviceGet", ctypes.byref(dev), 0)
-must("cuCtxCreate_v2", ctypes.byref(ctx), 0, dev)
+dev, ctx = context()
+mod, fn = vp(), vp()
 must("cuModuleLoadData", ctypes.byref(mod), image)
 must("cuModuleGetFunction", ctypes.byref(fn), mod, b"vec_add")
 '''
@@ -339,14 +326,8 @@ def test_copy_nodes_with_window_memory(twins_daemon, libdir, tmp_path):
     window, pinned: a graph's copy nodes read and write it on every launch,
     so what the program writes there before a launch is what the graph
     sees."""
-    script = tmp_path / "shm.py"
-    script.write_text(SHM_SCRIPT)
     image = BUILD / "tests" / "kernels" / "images" / "vecadd.fatbin"
     uri = "shm://" + twins_daemon.unix[len("unix://"):]
-    res = subprocess.run([sys.executable, str(script), str(LIBCUDA), str(image)],
-                         env=env_for(libdir, uri), capture_output=True, text=True,
-                         timeout=60)
-    out = res.stdout.splitlines()
-    assert res.returncode == 0 and out[-1:] == ["PASS"], res.stdout + res.stderr
+    out, _ = run_guest_script(tmp_path, SHM_SCRIPT, LIBCUDA, guest_env(libdir, uri), image)
     # c = a + a, from the host buffer as it was at each launch.
     assert out[:2] == ["launch 1.0 20.0 1998.0", "launch 3.0 60.0 5994.0"], out

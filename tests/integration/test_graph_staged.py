@@ -20,10 +20,11 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_driver_api import BUILD, libdir, run_script, twins_daemon  # noqa: E402,F401
+from test_driver_api import BUILD, libdir, run_script  # noqa: E402,F401
 from test_graph_nodes import PRELUDE  # noqa: E402
 
-# a, b, c of n floats (b all 1.0f), stream s, vec_add's args (c = a + b).
+# a, b, c of n floats (b all 1.0f), stream s, vec_add's args (c = a + b),
+# copy_add_copy().
 SETUP = PRELUDE + r'''
 n = 256
 N = 4 * n
@@ -41,6 +42,23 @@ def floats(buf, *idx):
     return tuple(ctypes.c_float.from_buffer(buf, 4 * i).value for i in idx)
 def fill(buf, base):
     struct.pack_into("%df" % n, buf, 0, *[base + i for i in range(n)])
+def copy_add_copy(hin, hout):
+    """A new graph of three nodes: up (hin -> a), k (c = a + b) after it,
+    down (c -> hout) after that: (g, up, k, down)."""
+    g, up, k, down = vp(), vp(), vp(), vp()
+    must("cuGraphCreate", ctypes.byref(g), 0)
+    cp_in = Memcpy3D(srcMemoryType=HOST, srcHost=ctypes.addressof(hin),
+                     dstMemoryType=DEVICE, dstDevice=a.value, WidthInBytes=N,
+                     Height=1, Depth=1)
+    must("cuGraphAddMemcpyNode", ctypes.byref(up), g, None, c_size(0), ctypes.byref(cp_in), ctx)
+    kp = KernelParams(func=fn.value, gx=1, gy=1, gz=1, bx=256, by=1, bz=1, smem=0,
+                      kernelParams=ctypes.cast(args, vp).value)
+    must("cuGraphAddKernelNode_v2", ctypes.byref(k), g, (vp * 1)(up), c_size(1), ctypes.byref(kp))
+    cp_out = Memcpy3D(srcMemoryType=DEVICE, srcDevice=c.value, dstMemoryType=HOST,
+                      dstHost=ctypes.addressof(hout), WidthInBytes=N, Height=1, Depth=1)
+    must("cuGraphAddMemcpyNode", ctypes.byref(down), g, (vp * 1)(k), c_size(1),
+         ctypes.byref(cp_out), ctx)
+    return g, up, k, down
 '''
 
 SCRIPT = SETUP + r'''
@@ -48,20 +66,7 @@ SCRIPT = SETUP + r'''
 # --- explicit nodes: host in -> a, c = a + b, c -> host out ---------------
 hin = ctypes.create_string_buffer(N)       # plain malloc'd memory
 hout = ctypes.create_string_buffer(N)
-g = vp()
-must("cuGraphCreate", ctypes.byref(g), 0)
-up, k, down = vp(), vp(), vp()
-cp_in = Memcpy3D(srcMemoryType=HOST, srcHost=ctypes.addressof(hin),
-                 dstMemoryType=DEVICE, dstDevice=a.value, WidthInBytes=N,
-                 Height=1, Depth=1)
-must("cuGraphAddMemcpyNode", ctypes.byref(up), g, None, c_size(0), ctypes.byref(cp_in), ctx)
-kp = KernelParams(func=fn.value, gx=1, gy=1, gz=1, bx=256, by=1, bz=1, smem=0,
-                  kernelParams=ctypes.cast(args, vp).value)
-must("cuGraphAddKernelNode_v2", ctypes.byref(k), g, (vp * 1)(up), c_size(1), ctypes.byref(kp))
-cp_out = Memcpy3D(srcMemoryType=DEVICE, srcDevice=c.value, dstMemoryType=HOST,
-                  dstHost=ctypes.addressof(hout), WidthInBytes=N, Height=1, Depth=1)
-must("cuGraphAddMemcpyNode", ctypes.byref(down), g, (vp * 1)(k), c_size(1),
-     ctypes.byref(cp_out), ctx)
+g, up, k, down = copy_add_copy(hin, hout)
 t = c_int(-1)
 must("cuGraphNodeGetType", up, ctypes.byref(t))
 print("staged node type", t.value)

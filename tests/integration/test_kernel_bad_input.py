@@ -23,7 +23,6 @@ import pvgpu_wire as W  # noqa: E402
 REPO = Path(__file__).resolve().parent.parent.parent
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
 IMAGES = BUILD / "tests" / "kernels" / "images"
-TWINS = BUILD / "tests" / "sim-twins" / "libtest-twins.so"
 
 CUDA_SUCCESS = 0
 CUDA_ERROR_INVALID_VALUE = 1
@@ -52,10 +51,9 @@ def image(name):
 
 
 @pytest.fixture
-def daemon(start_pvgpud):
-    if not TWINS.exists():
-        pytest.fail(f"{TWINS} is not built (run `make test-programs`)")
-    return start_pvgpud("sim", env={"PVGPU_SIM_TWINS": str(TWINS)})
+def daemon(twins_daemon):
+    """This file's daemon: the conftest's, with the programs' twins."""
+    return twins_daemon
 
 
 def session(daemon):

@@ -10,14 +10,17 @@ misordered callback or a constant never uploaded shows up as a FAIL.
 import os
 import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+from pvgpu_guest import finish_all  # noqa: E402
+
 REPO = Path(__file__).resolve().parent.parent.parent
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
-TWINS = BUILD / "tests" / "sim-twins" / "libtest-twins.so"
 
 # The acceptance list for CI.
 CI_PROGRAMS = ["vecadd", "matmul", "reduce", "constant", "devglobal",
@@ -40,14 +43,6 @@ STATS_RE = re.compile(r"sent (\d+) messages: (\d+) calls, (\d+) async ops "
 
 def kernel_program(name):
     return f"kernels/{name}"
-
-
-@pytest.fixture
-def twin_daemon(start_pvgpud):
-    """pvgpud --executor sim with the test programs' CPU twins."""
-    if not TWINS.exists():
-        pytest.fail(f"{TWINS} is not built (run `make test-programs`)")
-    return start_pvgpud("sim", env={"PVGPU_SIM_TWINS": str(TWINS)})
 
 
 def explain(res):
@@ -73,65 +68,59 @@ def assert_kernel_program_passed(programs, res, daemon):
 
 
 @pytest.mark.parametrize("name", CI_PROGRAMS)
-def test_kernel_program(programs, twin_daemon, name):
+def test_kernel_program(programs, twins_daemon, name):
     res = run_kernel_program(programs, name,
-                             programs.pvgpu_env(twin_daemon.unix))
-    assert_kernel_program_passed(programs, res, twin_daemon)
+                             programs.pvgpu_env(twins_daemon.unix))
+    assert_kernel_program_passed(programs, res, twins_daemon)
 
 
 @pytest.mark.parametrize("name", SIM_EXTRA_PROGRAMS)
-def test_gpu_program_on_sim(programs, twin_daemon, name):
+def test_gpu_program_on_sim(programs, twins_daemon, name):
     res = run_kernel_program(programs, name,
-                             programs.pvgpu_env(twin_daemon.unix))
-    assert_kernel_program_passed(programs, res, twin_daemon)
+                             programs.pvgpu_env(twins_daemon.unix))
+    assert_kernel_program_passed(programs, res, twins_daemon)
 
 
-def test_kernel_program_over_tcp(programs, twin_daemon):
+def test_kernel_program_over_tcp(programs, twins_daemon):
     res = run_kernel_program(programs, "matmul",
-                             programs.pvgpu_env(twin_daemon.tcp))
-    assert_kernel_program_passed(programs, res, twin_daemon)
+                             programs.pvgpu_env(twins_daemon.tcp))
+    assert_kernel_program_passed(programs, res, twins_daemon)
 
 
-def test_same_binary_twice_gives_the_same_transcript(programs, twin_daemon):
+def test_same_binary_twice_gives_the_same_transcript(programs, twins_daemon):
     """The second session finds the module in the backend's cache (same
     content hash) and must behave exactly like the first."""
-    env = programs.pvgpu_env(twin_daemon.unix)
+    env = programs.pvgpu_env(twins_daemon.unix)
     first = run_kernel_program(programs, "constant", env)
-    assert_kernel_program_passed(programs, first, twin_daemon)
+    assert_kernel_program_passed(programs, first, twins_daemon)
     second = run_kernel_program(programs, "constant", env)
-    assert_kernel_program_passed(programs, second, twin_daemon)
+    assert_kernel_program_passed(programs, second, twins_daemon)
     assert first.stdout == second.stdout
 
 
-def test_kernel_programs_concurrently(programs, twin_daemon):
-    """Every CI kernel program at once, each a session of its own: modules,
-    globals and launches of one session never leak into another."""
-    env = programs.pvgpu_env(twin_daemon.unix)
-    runs = []
-    for name in CI_PROGRAMS:
-        proc = subprocess.Popen(
-            [str(programs.path(kernel_program(name)))], env=env,
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True, errors="replace")
-        runs.append((name, proc))
-    deadline = time.monotonic() + programs.timeout
-    failed = []
-    for name, proc in runs:
-        try:
-            out, err = proc.communicate(
-                timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, err = proc.communicate()
-        res = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-        if res.returncode != 0 or res.stdout.splitlines()[-1:] != ["PASS"]:
-            failed.append((name, res))
+def all_pass_at_once(programs, twins_daemon, names):
+    """Run the kernel programs names all at once, each a session of its own
+    on twins_daemon; every one must pass."""
+    env = programs.pvgpu_env(twins_daemon.unix)
+    runs = [(name, subprocess.Popen(
+        [str(programs.path(kernel_program(name)))], env=env,
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, errors="replace")) for name in names]
+    failed = [(name, res) for (name, _), res in
+              zip(runs, finish_all([p for _, p in runs], programs.timeout))
+              if res.returncode != 0 or res.stdout.splitlines()[-1:] != ["PASS"]]
     assert not failed, "\n\n".join(
         f"=== {n}\n{programs.describe(r)}{explain(r)}" for n, r in failed) + \
-        f"\n--- pvgpud log (tail) ---\n{twin_daemon.log()[-8000:]}"
+        f"\n--- pvgpud log (tail) ---\n{twins_daemon.log()[-8000:]}"
 
 
-def launch_loop_stats(programs, twin_daemon, uri):
+def test_kernel_programs_concurrently(programs, twins_daemon):
+    """Every CI kernel program at once, each a session of its own: modules,
+    globals and launches of one session never leak into another."""
+    all_pass_at_once(programs, twins_daemon, CI_PROGRAMS)
+
+
+def launch_loop_stats(programs, twins_daemon, uri):
     """Run launchloop with PVGPU_DEBUG=1 through uri: (sends, calls,
     async ops, batches) from the shim's exit line, or skip without it."""
     env = programs.pvgpu_env(uri)
@@ -139,9 +128,9 @@ def launch_loop_stats(programs, twin_daemon, uri):
     start = time.monotonic()
     res = run_kernel_program(programs, "launchloop", env)
     wall = time.monotonic() - start
-    assert_kernel_program_passed(programs, res, twin_daemon)
+    assert_kernel_program_passed(programs, res, twins_daemon)
     assert wall < LAUNCHLOOP_WALL_S, \
-        f"launchloop took {wall:.1f} s\n{programs.describe(res, twin_daemon)}"
+        f"launchloop took {wall:.1f} s\n{programs.describe(res, twins_daemon)}"
 
     m = STATS_RE.search(res.stderr)
     if not m:
@@ -160,61 +149,43 @@ def launch_loop_stats(programs, twin_daemon, uri):
     return sends, async_ops, batches, m.group(0)
 
 
-def test_launch_loop_is_batched(programs, twin_daemon):
+def test_launch_loop_is_batched(programs, twins_daemon):
     """11,000 fire-and-forget launches must not cost 11,000 messages over a
     socket, where each is a system call: the shim batches them (DESIGN §3).
     With PVGPU_DEBUG=1 the shim reports at exit how many messages it sent;
     without that line there is nothing to count, and the test says so."""
-    sends, _ops, _batches, line = launch_loop_stats(programs, twin_daemon,
-                                                    twin_daemon.unix)
+    sends, _ops, _batches, line = launch_loop_stats(programs, twins_daemon,
+                                                    twins_daemon.unix)
     assert sends <= LAUNCHES // 10, line
 
 
-def test_launch_loop_streams_through_the_ring(programs, twin_daemon):
+def test_launch_loop_streams_through_the_ring(programs, twins_daemon):
     """Over shm://'s control ring a message is a store, not a system call:
     each launch goes to the worker at once, unbatched, so that the driver
     works on it while the program goes on (launch + synchronize then costs
     the ring's crossing, not the launch's time on top)."""
-    uri = "shm://" + twin_daemon.unix[len("unix://"):]
-    sends, async_ops, batches, line = launch_loop_stats(programs, twin_daemon, uri)
+    uri = "shm://" + twins_daemon.unix[len("unix://"):]
+    sends, async_ops, batches, line = launch_loop_stats(programs, twins_daemon, uri)
     assert batches == 0 and sends >= async_ops, line
 
 
-def test_fault_poisons_only_its_own_session(programs, twin_daemon):
+def test_fault_poisons_only_its_own_session(programs, twins_daemon):
     """A kernel that writes through a wild pointer: the program sees
     cudaErrorIllegalAddress at the next synchronize and from every call
     after it; the daemon stays up and the next session is healthy."""
-    env = programs.pvgpu_env(twin_daemon.unix)
+    env = programs.pvgpu_env(twins_daemon.unix)
     res = run_kernel_program(programs, "fault", env)
-    assert_kernel_program_passed(programs, res, twin_daemon)
+    assert_kernel_program_passed(programs, res, twins_daemon)
     assert "cudaDeviceSynchronize after the faulting kernel: " \
            "cudaErrorIllegalAddress" in res.stdout, programs.describe(res)
     after = run_kernel_program(programs, "vecadd", env)
-    assert_kernel_program_passed(programs, after, twin_daemon)
+    assert_kernel_program_passed(programs, after, twins_daemon)
 
 
-def test_fault_beside_a_concurrent_session(programs, twin_daemon):
+def test_fault_beside_a_concurrent_session(programs, twins_daemon):
     """While one session faults, others running at the same time on the
     same daemon (and so the same simulated device) get correct results."""
-    env = programs.pvgpu_env(twin_daemon.unix)
-    names = ["matmul", "fault", "reduce", "fault", "vecadd"]
-    procs = [(n, subprocess.Popen(
-        [str(programs.path(kernel_program(n)))], env=env,
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, errors="replace")) for n in names]
-    failed = []
-    for name, proc in procs:
-        try:
-            out, err = proc.communicate(timeout=programs.timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, err = proc.communicate()
-        res = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-        if res.returncode != 0 or res.stdout.splitlines()[-1:] != ["PASS"]:
-            failed.append((name, res))
-    assert not failed, "\n\n".join(
-        f"=== {n}\n{programs.describe(r)}{explain(r)}" for n, r in failed) + \
-        f"\n--- pvgpud log (tail) ---\n{twin_daemon.log()[-8000:]}"
+    all_pass_at_once(programs, twins_daemon, ["matmul", "fault", "reduce", "fault", "vecadd"])
 
 
 def test_kernel_without_a_twin_fails_clearly(programs, start_pvgpud):

@@ -9,30 +9,22 @@ the runtime shim, over shm:// (the control ring) and unix://.
 """
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
-from pvgpu_asan import preload_for  # noqa: E402
+from pvgpu_guest import SCRIPT_PRELUDE, guest_env, run_guest_script  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
 LIBCUDA = BUILD / "lib" / "libcuda.so.1"
 SHIM = BUILD / "lib" / "libcudart.so.13"
 
-COMMON = r'''
-import ctypes, sys
-lib = ctypes.CDLL(sys.argv[1])
-c_u64, c_int, c_size, vp = ctypes.c_uint64, ctypes.c_int, ctypes.c_size_t, ctypes.c_void_p
-def call(name, *args):
-    return getattr(lib, name)(*args)
-def must(name, *args):
-    r = call(name, *args)
-    if r:
-        sys.exit("%s -> %d" % (name, r))
+# The library (libcuda.so.1 or the runtime shim) is cu, alias lib.
+COMMON = SCRIPT_PRELUDE + r'''
+lib = cu
 stats = (ctypes.c_ulonglong * 5)()
 def rt():
     assert lib.pvgpu_wire_stats(stats) >= 1
@@ -47,10 +39,7 @@ def step(label, *results):
 
 # Each front-end's words for the same steps.
 DRIVER_API = r"""
-must("cuInit", 0)
-dev, ctx = c_int(), vp()
-must("cuDeviceGet", ctypes.byref(dev), 0)
-must("cuCtxCreate_v2", ctypes.byref(ctx), 0, dev)
+dev, ctx = context()
 d = c_u64()
 must("cuMemAlloc_v2", ctypes.byref(d), c_size(64))
 ctx_sync = lambda: call("cuCtxSynchronize")
@@ -155,17 +144,7 @@ SHIM_SCRIPT = COMMON + RUNTIME_API + STEPS + 'print("PASS")\n'
 def run_script(tmp_path, script, lib, uri):
     if not lib.exists():
         pytest.fail(f"{lib} is not built (run `make`)")
-    path = tmp_path / "script.py"
-    path.write_text(script)
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PVGPU_DEVICES", "PVGPU_TOKEN", "LD_LIBRARY_PATH")}
-    env["LD_LIBRARY_PATH"] = str(lib.parent)
-    env["PVGPU_DEVICES"] = uri
-    preload_for(lib, env)
-    res = subprocess.run([sys.executable, str(path), str(lib)], env=env,
-                         capture_output=True, text=True, timeout=60)
-    out = res.stdout.splitlines()
-    assert res.returncode == 0 and out[-1:] == ["PASS"], res.stdout + res.stderr
+    out, _ = run_guest_script(tmp_path, script, lib, guest_env(lib.parent, uri, lib=lib))
     return {line.split()[0]: line.split()[1:] for line in out
             if line.split()[0] not in ("crossed",)}, out
 

@@ -20,7 +20,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import pvgpu_wire as W  # noqa: E402
-from pvgpu_sessions import wait_live  # noqa: E402
+from pvgpu_sessions import hello_session as session, wait_live  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent.parent
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
@@ -55,16 +55,6 @@ def two_gpus(start_pvgpud, tmp_path=None, policy=None, **env):
     daemon = start_pvgpud("sim", extra_args=args, env=e)
     wait_live(daemon)
     return daemon
-
-
-def session(daemon, token=None):
-    if token is None:
-        s = W.Session(daemon.unix, timeout=30)
-        s.hello()
-    else:
-        s = W.Session(daemon.tcp, timeout=30)
-        s.hello(token=token)
-    return s
 
 
 def ctx(s, device):

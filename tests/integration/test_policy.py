@@ -18,7 +18,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import pvgpu_wire as W  # noqa: E402
-from pvgpu_sessions import tcp_session, unix_session, wait_live  # noqa: E402
+from pvgpu_sessions import closed_by_backend, tcp_session, unix_session, wait_live  # noqa: E402
 
 CUDA_ERROR_OUT_OF_MEMORY = 2
 CUDA_ERROR_INVALID_DEVICE = 101
@@ -60,14 +60,6 @@ def mem_info(s):
     st, _, out, _ = s.call("mem_get_info")
     assert st == 0, st
     return out["free"], out["total"]
-
-
-def closed_by_backend(s, timeout=5.0):
-    s.sock.settimeout(timeout)
-    try:
-        return s.sock.recv(1) == b""
-    except ConnectionResetError:
-        return True
 
 
 def two_vms(memory="4M", max_sessions=8, bob_sessions=8):

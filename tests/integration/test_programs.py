@@ -4,10 +4,14 @@
 `program` is parametrized over every tests/programs/*.cu by conftest.py.
 """
 
+import os
 import subprocess
-import time
+import sys
 
 import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+from pvgpu_guest import finish_all  # noqa: E402
 
 # meminfo compares cudaMemGetInfo before and after its own allocations, which
 # other sessions allocating at the same moment would disturb: it runs alone.
@@ -38,17 +42,8 @@ def test_programs_concurrently(programs, sim_daemon):
             runs.append((program, uri, proc))
     assert len(runs) >= 4
 
-    deadline = time.monotonic() + programs.timeout
-    results = []
-    for program, uri, proc in runs:
-        try:
-            out, err = proc.communicate(
-                timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, err = proc.communicate()
-        results.append((program, uri, subprocess.CompletedProcess(
-            proc.args, proc.returncode, out, err)))
+    results = [(program, uri, res) for (program, uri, _), res in
+               zip(runs, finish_all([p for _, _, p in runs], programs.timeout))]
 
     failed = [(p, u, r) for p, u, r in results
               if r.returncode != 0 or r.stdout.splitlines()[-1:] != ["PASS"]]

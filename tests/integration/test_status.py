@@ -19,7 +19,8 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
-from pvgpu_sessions import tcp_session, unix_session  # noqa: E402
+import pvgpu_wire as W  # noqa: E402
+from pvgpu_sessions import tcp_session, unix_session, wait_live  # noqa: E402
 
 MiB = 1 << 20
 KiB = 1 << 10
@@ -584,3 +585,19 @@ def test_metrics_port_in_use(start_pvgpud, tmp_path):
     res = run_pvgpud(tmp_path, "--metrics", daemon.metrics)
     assert res.returncode == 1, res
     assert f"--metrics {daemon.metrics}: cannot serve there" in res.stderr, res.stderr
+
+
+def test_debug_log_counts_the_highest_opcode(start_pvgpud):
+    """At a session's end pvgpud's debug log names the requests the guest
+    waited for most; its counters reach every opcode ops.spec declares, the
+    highest too (the bound comes from the generated PVGPU_OP_MAX)."""
+    d = start_pvgpud("sim")
+    sync = [op for op, v in W.P.OPS.items() if v[1] == "sync"]
+    top = max(sync, key=lambda op: W.P.OPS[op][0])
+    s = unix_session(d)
+    for _ in range(5):
+        s.call(top)              # refused or not, every request is counted
+    s.close()
+    wait_live(d, 0)
+    lines = [line for line in d.log().splitlines() if "requests waited for most:" in line]
+    assert lines and f" {top}\u00d75" in lines[-1], lines

@@ -5,7 +5,6 @@ address must be the session's memory; counts must match the rank; a bad
 request is refused for that session only."""
 import os
 import struct
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import pvgpu_wire as W  # noqa: E402
-from pvgpu_asan import preload_for  # noqa: E402
+from pvgpu_guest import SCRIPT_PRELUDE, guest_env, run_guest_script  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
@@ -86,14 +85,7 @@ def test_base_must_be_the_sessions(s, start_pvgpud):
     assert encode(s, address=d, dims=[4096, 32])[0] == CUDA_SUCCESS
 
 
-ENCODE = r"""
-import ctypes, sys
-cu = ctypes.CDLL(sys.argv[1])
-u64, u32 = ctypes.c_uint64, ctypes.c_uint32
-def must(name, *args):
-    r = getattr(cu, name)(*args)
-    if r:
-        sys.exit("%s -> %d" % (name, r))
+ENCODE = SCRIPT_PRELUDE + r"""
 must("cuInit", 0)
 ctx = ctypes.c_void_p()
 must("cuDevicePrimaryCtxRetain", ctypes.byref(ctx), 0)
@@ -117,15 +109,7 @@ def test_through_libcuda(start_pvgpud, tmp_path):
     if not LIBCUDA.exists():
         pytest.fail(f"{LIBCUDA} is not built (run `make`)")
     daemon = start_pvgpud("sim")
-    script = tmp_path / "tmap.py"
-    script.write_text(ENCODE)
-    env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH",)}
-    env.update(LD_LIBRARY_PATH=str(LIBCUDA.parent), PVGPU_DEVICES=daemon.unix)
-    preload_for(LIBCUDA, env)
-    res = subprocess.run([sys.executable, str(script), str(LIBCUDA)], env=env,
-                         capture_output=True, text=True, timeout=60)
-    out = res.stdout.splitlines()
-    assert res.returncode == 0 and out[-1:] == ["PASS"], res.stdout + res.stderr
+    out, _ = run_guest_script(tmp_path, ENCODE, LIBCUDA, guest_env(LIBCUDA.parent, daemon.unix))
     assert "tiled True 64 32" in out
     assert "no box 1" in out
     assert "replace 801" in out                 # not supported (yet), said so

@@ -19,5 +19,8 @@ def preload_for(lib, env):
     asan = asan_runtime(lib)
     if asan:
         env["LD_PRELOAD"] = asan
+        # A CUDA program may ask for more host memory than exists (the
+        # errors program does): the driver answers out of memory, and so
+        # must ASan's allocator rather than abort.
         env["ASAN_OPTIONS"] = "detect_leaks=0:allocator_may_return_null=1"
     return env

@@ -6,6 +6,17 @@ import time
 import pvgpu_wire as W
 
 
+def hello_session(daemon, token=None, timeout=30):
+    """A session that has said hello and holds no context yet: over the
+    Unix socket, or over TCP presenting token."""
+    s = W.Session(daemon.unix if token is None else daemon.tcp, timeout=timeout)
+    if token is None:
+        s.hello()
+    else:
+        s.hello(token=token)
+    return s
+
+
 def unix_session(daemon):
     """A session over the daemon's Unix socket, with a context current."""
     s = W.Session(daemon.unix)
@@ -20,6 +31,15 @@ def tcp_session(daemon, token):
     s.hello(token=token)
     s.open_context()
     return s
+
+
+def closed_by_backend(s, timeout=5.0):
+    """Whether pvgpud closes session s (within timeout seconds)."""
+    s.sock.settimeout(timeout)
+    try:
+        return s.sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
 
 
 def wait_live(daemon, live=0, timeout=10.0):

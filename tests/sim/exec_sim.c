@@ -512,9 +512,12 @@ static void obj_free(struct pvgpu_exec *ex, struct sim_obj *o)
 	free(o);
 }
 
-/* The current context, usable: CUDA_SUCCESS or why not. */
+/* The current context, usable: CUDA_SUCCESS or why not (no executor:
+ * an invalid value, as every call says). */
 static int32_t ctx_check(struct pvgpu_exec *ex)
 {
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
 	if (!ex->cur)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	/* A fault is sticky: the context is good for nothing but destroy. */
@@ -523,20 +526,47 @@ static int32_t ctx_check(struct pvgpu_exec *ex)
 	return CUDA_SUCCESS;
 }
 
+/*
+ * What a call on one object checks first, in this order: the executor and
+ * the call's own arguments (bad: they are not fine), the current context,
+ * then the object get finds for handle.  NULL, with *rc saying why, when
+ * one of them fails.
+ */
+static struct sim_obj *ctx_obj(struct pvgpu_exec *ex, bool bad, uint64_t handle,
+			       struct sim_obj *(*get)(struct pvgpu_exec *,
+						      uint64_t),
+			       int32_t *rc)
+{
+	struct sim_obj *o;
+
+	*rc = bad ? CUDA_ERROR_INVALID_VALUE : ctx_check(ex);
+	if (*rc)
+		return NULL;
+	o = get(ex, handle);
+	if (!o)
+		*rc = CUDA_ERROR_INVALID_HANDLE;
+	return o;
+}
+
+/* A stream of the current context; NULL if the handle is not one. */
+static struct sim_obj *stream_get(struct pvgpu_exec *ex, uint64_t stream)
+{
+	struct sim_obj *s = obj_find(ex, stream, SIM_STREAM);
+
+	return s && s->ctx == ex->cur ? s : NULL;
+}
+
 /* A stream argument: 0 is the current context's default stream. */
 static int32_t check_stream(struct pvgpu_exec *ex, uint64_t stream)
 {
 	struct sim_obj *s;
 	int32_t rc;
 
-	rc = ctx_check(ex);
-	if (rc)
-		return rc;
 	if (!stream)
-		return CUDA_SUCCESS;
-	s = obj_find(ex, stream, SIM_STREAM);
-	if (!s || s->ctx != ex->cur)
-		return CUDA_ERROR_INVALID_HANDLE;
+		return ctx_check(ex);
+	s = ctx_obj(ex, false, stream, stream_get, &rc);
+	if (!s)
+		return rc;
 	/* The sim records launches only; anything else cannot be captured. */
 	if (s->u.stream.capture)
 		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
@@ -1458,8 +1488,6 @@ static int32_t sim_mem_free(struct pvgpu_exec *ex, uint64_t dptr)
 	size_t i;
 	int32_t rc;
 
-	if (!ex)
-		return CUDA_ERROR_INVALID_VALUE;
 	rc = ctx_check(ex);
 	if (rc)
 		return rc;
@@ -1691,8 +1719,6 @@ static int32_t sim_memcpy_dtod_async(struct pvgpu_exec *ex, uint64_t dst,
 	unsigned char *d, *s;
 	int32_t rc;
 
-	if (!ex)
-		return CUDA_ERROR_INVALID_VALUE;
 	rc = check_stream(ex, stream);
 	if (rc)
 		return rc;
@@ -1723,8 +1749,6 @@ static int32_t sim_memset_async(struct pvgpu_exec *ex, uint64_t dst,
 	uint64_t i;
 	int32_t rc;
 
-	if (!ex)
-		return CUDA_ERROR_INVALID_VALUE;
 	rc = check_stream(ex, stream);
 	if (rc)
 		return rc;
@@ -1792,17 +1816,11 @@ static int32_t sim_stream_create(struct pvgpu_exec *ex, uint32_t flags,
 
 static int32_t sim_stream_destroy(struct pvgpu_exec *ex, uint64_t stream)
 {
-	struct sim_obj *s;
 	int32_t rc;
+	struct sim_obj *s = ctx_obj(ex, false, stream, stream_get, &rc);
 
-	if (!ex)
-		return CUDA_ERROR_INVALID_VALUE;
-	rc = ctx_check(ex);
-	if (rc)
+	if (!s)
 		return rc;
-	s = obj_find(ex, stream, SIM_STREAM);
-	if (!s || s->ctx != ex->cur)
-		return CUDA_ERROR_INVALID_HANDLE;
 	obj_free(ex, s);
 	return CUDA_SUCCESS;
 }
@@ -1827,8 +1845,6 @@ static int32_t sim_stream_wait_event(struct pvgpu_exec *ex, uint64_t stream,
 {
 	int32_t rc;
 
-	if (!ex)
-		return CUDA_ERROR_INVALID_VALUE;
 	rc = check_stream(ex, stream);
 	if (rc)
 		return rc;
@@ -1868,16 +1884,25 @@ static int32_t sim_event_create(struct pvgpu_exec *ex, uint32_t flags,
 	return CUDA_SUCCESS;
 }
 
-/* Events outlive a change of current context, as in CUDA. */
+/* An event of any context (events outlive a change of current context, as
+ * in CUDA); NULL, with *rc saying why, when there is none. */
+static struct sim_obj *event_of(struct pvgpu_exec *ex, uint64_t event,
+				int32_t *rc)
+{
+	struct sim_obj *e = ex ? obj_find(ex, event, SIM_EVENT) : NULL;
+
+	*rc = !ex ? CUDA_ERROR_INVALID_VALUE :
+	      !e ? CUDA_ERROR_INVALID_HANDLE : CUDA_SUCCESS;
+	return e;
+}
+
 static int32_t sim_event_destroy(struct pvgpu_exec *ex, uint64_t event)
 {
-	struct sim_obj *e;
+	int32_t rc;
+	struct sim_obj *e = event_of(ex, event, &rc);
 
-	if (!ex)
-		return CUDA_ERROR_INVALID_VALUE;
-	e = obj_find(ex, event, SIM_EVENT);
 	if (!e)
-		return CUDA_ERROR_INVALID_HANDLE;
+		return rc;
 	obj_free(ex, e);
 	return CUDA_SUCCESS;
 }
@@ -1888,8 +1913,6 @@ static int32_t sim_event_record(struct pvgpu_exec *ex, uint64_t event,
 	struct sim_obj *e;
 	int32_t rc;
 
-	if (!ex)
-		return CUDA_ERROR_INVALID_VALUE;
 	rc = check_stream(ex, stream);
 	if (rc)
 		return rc;
@@ -1904,13 +1927,11 @@ static int32_t sim_event_record(struct pvgpu_exec *ex, uint64_t event,
 /* Never-recorded events count as complete, as in CUDA. */
 static int32_t sim_event_synchronize(struct pvgpu_exec *ex, uint64_t event)
 {
-	struct sim_obj *e;
+	int32_t rc;
+	struct sim_obj *e = event_of(ex, event, &rc);
 
-	if (!ex)
-		return CUDA_ERROR_INVALID_VALUE;
-	e = obj_find(ex, event, SIM_EVENT);
 	if (!e)
-		return CUDA_ERROR_INVALID_HANDLE;
+		return rc;
 	/* Waiting on a faulted context reports its fault. */
 	sim_output_flush(ex);
 	return e->ctx->u.ctx.poisoned ? e->ctx->u.ctx.fault : CUDA_SUCCESS;
@@ -1957,6 +1978,11 @@ static struct sim_obj *func_get(struct pvgpu_exec *ex, uint64_t func)
 	struct sim_obj *o = obj_find(ex, func, SIM_FUNCTION);
 
 	return o && o->ctx == ex->cur ? o : NULL;
+}
+
+static struct sim_obj *graph_get(struct pvgpu_exec *ex, uint64_t graph)
+{
+	return obj_find(ex, graph, SIM_GRAPH);
 }
 
 /* Give back the device memory of a module's variables. */
@@ -2047,14 +2073,9 @@ static int32_t sim_module_unload(struct pvgpu_exec *ex, uint64_t module)
 	size_t k;
 	int32_t rc;
 
-	if (!ex)
-		return CUDA_ERROR_INVALID_VALUE;
-	rc = ctx_check(ex);
-	if (rc)
-		return rc;
-	o = module_get(ex, module);
+	o = ctx_obj(ex, false, module, module_get, &rc);
 	if (!o)
-		return CUDA_ERROR_INVALID_HANDLE;
+		return rc;
 	m = o->u.module.m;
 	/* Its functions die with it, as CUfunction handles do. */
 	for (k = 0; k < m->img->nkernels; k++) {
@@ -2076,14 +2097,9 @@ static int32_t sim_module_function_names(struct pvgpu_exec *ex, uint64_t module,
 	size_t used = 0;
 	int32_t rc;
 
-	if (!ex || !names || !len || !count)
-		return CUDA_ERROR_INVALID_VALUE;
-	rc = ctx_check(ex);
-	if (rc)
-		return rc;
-	o = module_get(ex, module);
+	o = ctx_obj(ex, !names || !len || !count, module, module_get, &rc);
 	if (!o)
-		return CUDA_ERROR_INVALID_HANDLE;
+		return rc;
 	img = o->u.module.m->img;
 	for (size_t k = 0; k < img->nkernels; k++) {
 		size_t l = strlen(img->kernels[k].name) + 1;
@@ -2107,14 +2123,9 @@ static int32_t sim_module_function(struct pvgpu_exec *ex, uint64_t module,
 	size_t idx;
 	int32_t rc;
 
-	if (!ex || !name || !func)
-		return CUDA_ERROR_INVALID_VALUE;
-	rc = ctx_check(ex);
-	if (rc)
-		return rc;
-	o = module_get(ex, module);
+	o = ctx_obj(ex, !name || !func, module, module_get, &rc);
 	if (!o)
-		return CUDA_ERROR_INVALID_HANDLE;
+		return rc;
 	m = o->u.module.m;
 	k = sim_image_kernel(m->img, name);
 	if (!k)
@@ -2149,14 +2160,9 @@ static int32_t sim_module_global(struct pvgpu_exec *ex, uint64_t module,
 	struct sim_obj *o;
 	int32_t rc;
 
-	if (!ex || !name)
-		return CUDA_ERROR_INVALID_VALUE;
-	rc = ctx_check(ex);
-	if (rc)
-		return rc;
-	o = module_get(ex, module);
+	o = ctx_obj(ex, !name, module, module_get, &rc);
 	if (!o)
-		return CUDA_ERROR_INVALID_HANDLE;
+		return rc;
 	m = o->u.module.m;
 	var = sim_image_var(m->img, name);
 	if (!var)
@@ -2178,14 +2184,9 @@ static int32_t sim_function_params(struct pvgpu_exec *ex, uint64_t func,
 	uint32_t i;
 	int32_t rc;
 
-	if (!ex || !count || (max && !layout))
-		return CUDA_ERROR_INVALID_VALUE;
-	rc = ctx_check(ex);
-	if (rc)
-		return rc;
-	f = func_get(ex, func);
+	f = ctx_obj(ex, !count || (max && !layout), func, func_get, &rc);
 	if (!f)
-		return CUDA_ERROR_INVALID_HANDLE;
+		return rc;
 	k = f->u.func.k;
 	for (i = 0; i < k->nparams && i < max; i++)
 		layout[i] = k->params[i];
@@ -2200,14 +2201,9 @@ static int32_t sim_function_attribute(struct pvgpu_exec *ex, uint64_t func,
 	struct sim_obj *f;
 	int32_t rc;
 
-	if (!ex || !value)
-		return CUDA_ERROR_INVALID_VALUE;
-	rc = ctx_check(ex);
-	if (rc)
-		return rc;
-	f = func_get(ex, func);
+	f = ctx_obj(ex, !value, func, func_get, &rc);
 	if (!f)
-		return CUDA_ERROR_INVALID_HANDLE;
+		return rc;
 	k = f->u.func.k;
 
 	/* What cuFuncGetAttribute would say of an sm_90 build of it. */
@@ -2270,14 +2266,9 @@ static int32_t sim_function_set_attribute(struct pvgpu_exec *ex,
 	struct sim_obj *f;
 	int32_t rc;
 
-	if (!ex)
-		return CUDA_ERROR_INVALID_VALUE;
-	rc = ctx_check(ex);
-	if (rc)
-		return rc;
-	f = func_get(ex, func);
+	f = ctx_obj(ex, false, func, func_get, &rc);
 	if (!f)
-		return CUDA_ERROR_INVALID_HANDLE;
+		return rc;
 	k = f->u.func.k;
 
 	switch (attr) {
@@ -2378,8 +2369,6 @@ static int32_t sim_ctx_enable_peer_access(struct pvgpu_exec *ex,
 	struct sim_obj *p;
 	int32_t rc;
 
-	if (!ex)
-		return CUDA_ERROR_INVALID_VALUE;
 	rc = ctx_check(ex);
 	if (rc)
 		return rc;
@@ -2406,8 +2395,6 @@ static int32_t sim_ctx_disable_peer_access(struct pvgpu_exec *ex,
 	struct sim_obj *p, *c;
 	int32_t rc;
 
-	if (!ex)
-		return CUDA_ERROR_INVALID_VALUE;
 	rc = ctx_check(ex);
 	if (rc)
 		return rc;
@@ -2483,8 +2470,6 @@ static int32_t sim_memcpy_peer_async(struct pvgpu_exec *ex, uint64_t dst,
 {
 	int32_t rc;
 
-	if (!ex)
-		return CUDA_ERROR_INVALID_VALUE;
 	rc = check_stream(ex, stream);
 	if (rc)
 		return rc;
@@ -2677,14 +2662,10 @@ static int32_t sim_occupancy(struct pvgpu_exec *ex, uint64_t func,
 	int32_t rc;
 
 	(void)flags;
-	if (!ex || !blocks || block_size <= 0 || block_size > 1024)
-		return CUDA_ERROR_INVALID_VALUE;
-	rc = ctx_check(ex);
-	if (rc)
-		return rc;
-	f = func_get(ex, func);
+	f = ctx_obj(ex, !blocks || block_size <= 0 || block_size > 1024,
+		    func, func_get, &rc);
 	if (!f)
-		return CUDA_ERROR_INVALID_HANDLE;
+		return rc;
 	k = f->u.func.k;
 	n = 2048 / (uint64_t)block_size;
 	if (n > 32)
@@ -2714,16 +2695,12 @@ static int32_t sim_dynamic_smem(struct pvgpu_exec *ex, uint64_t func,
 	uint64_t per_block;
 	int32_t rc;
 
-	if (!ex || !bytes || num_blocks <= 0 || num_blocks > 32 ||
-	    block_size <= 0 || block_size > 1024 ||
-	    (int64_t)num_blocks * block_size > 2048)
-		return CUDA_ERROR_INVALID_VALUE;
-	rc = ctx_check(ex);
-	if (rc)
-		return rc;
-	f = func_get(ex, func);
+	f = ctx_obj(ex, !bytes || num_blocks <= 0 || num_blocks > 32 ||
+		    block_size <= 0 || block_size > 1024 ||
+		    (int64_t)num_blocks * block_size > 2048,
+		    func, func_get, &rc);
 	if (!f)
-		return CUDA_ERROR_INVALID_HANDLE;
+		return rc;
 	k = f->u.func.k;
 	per_block = 228 * 1024 / (uint64_t)num_blocks - 1024;
 	if (per_block > 227 * 1024)
@@ -3353,8 +3330,6 @@ static int32_t sim_capture_to_graph(struct pvgpu_exec *ex, uint64_t stream,
 	int32_t rc;
 
 	(void)mode;
-	if (!ex)
-		return CUDA_ERROR_INVALID_VALUE;
 	rc = ctx_check(ex);
 	if (rc)
 		return rc;
@@ -3537,14 +3512,9 @@ static int32_t sim_graph_add_node(struct pvgpu_exec *ex, uint64_t graph,
 	struct sim_obj *g, *f;
 	int32_t rc;
 
-	if (!ex || !n || !node || (ndeps && !deps))
-		return CUDA_ERROR_INVALID_VALUE;
-	rc = ctx_check(ex);
-	if (rc)
-		return rc;
-	g = obj_find(ex, graph, SIM_GRAPH);
+	g = ctx_obj(ex, !n || !node || (ndeps && !deps), graph, graph_get, &rc);
 	if (!g)
-		return CUDA_ERROR_INVALID_HANDLE;
+		return rc;
 	for (uint32_t i = 0; i < ndeps; i++)
 		if (!graph_entry(g, deps[i]))
 			return CUDA_ERROR_INVALID_VALUE;
@@ -3662,14 +3632,9 @@ static int32_t sim_graph_add_deps(struct pvgpu_exec *ex, uint64_t graph,
 	struct sim_obj *g;
 	int32_t rc;
 
-	if (!ex || (n && (!from || !to)))
-		return CUDA_ERROR_INVALID_VALUE;
-	rc = ctx_check(ex);
-	if (rc)
-		return rc;
-	g = obj_find(ex, graph, SIM_GRAPH);
+	g = ctx_obj(ex, n && (!from || !to), graph, graph_get, &rc);
 	if (!g)
-		return CUDA_ERROR_INVALID_HANDLE;
+		return rc;
 	for (uint32_t i = 0; i < n; i++) {
 		struct sim_graph_launch *t = graph_entry(g, to[i]);
 		uint64_t *v;
