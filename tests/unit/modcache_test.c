@@ -109,10 +109,15 @@ int main(void)
 	n = elf(cubin, "_Z3addPfS_S_i");
 	len = fatbin(2, 0x2011, cubin, n);
 	CHECK(may_print(img, len) == 1);
-	len = fatbin(2, 0x11, "\x28\xb5\x2f\xfd compressed", 16);
-	CHECK(may_print(img, len) == 1);
-	len = fatbin(1, 0x11, ".version\0\x13\x37 binary", 20);
-	CHECK(may_print(img, len) == 1);
+	{
+		static const char zstd[] = "\x28\xb5\x2f\xfd compressed";
+		static const char binary[] = ".version\0\x13\x37 binary";
+
+		len = fatbin(2, 0x11, zstd, sizeof(zstd));
+		CHECK(may_print(img, len) == 1);
+		len = fatbin(1, 0x11, binary, sizeof(binary));
+		CHECK(may_print(img, len) == 1);
+	}
 	len = fatbin(2, 0x11, cubin, n);
 	pvgpu_put_u64(img + 16 + 8, 1u << 20);		/* payload past the end */
 	CHECK(may_print(img, len) == 1);
