@@ -734,6 +734,19 @@ static void attach_window(struct pvgpu_client *c, enum window_kind kind)
 	}
 }
 
+/*
+ * On the control ring a send is a store, no system call: each async op
+ * goes to the worker as it is made, so that the driver works on it (a
+ * launch: its few microseconds) while the program goes on to its next
+ * call.  Measured on the H100 against batching them as on a socket
+ * (PVGPU_RING_BATCH=1): launch + synchronize 1-2 us faster, PyTorch's
+ * small-op loops 2x faster, the async launch rate the same.
+ */
+static int ring_sends_now(const struct pvgpu_client *c)
+{
+	return c->ring_on && !c->cfg.ring_batch;
+}
+
 int32_t pvgpu_client_queue(struct pvgpu_client *c, uint16_t opcode,
 			   const uint8_t *req, size_t req_len,
 			   const void *data_in, uint64_t data_in_len)
@@ -771,14 +784,7 @@ int32_t pvgpu_client_queue(struct pvgpu_client *c, uint16_t opcode,
 	memcpy(slot + PVGPU_HDR_SIZE, req, req_len);
 	c->batch_len += need;
 	c->batch_count++;
-	/*
-	 * A backend that takes no BATCH gets each operation on its own; so
-	 * does one on the control ring, where a send is a store and no system
-	 * call: the worker starts on it (a launch: the driver's few
-	 * microseconds) while the program goes on to its next call.
-	 */
-	if (!(c->info.features & PVGPU_FEATURE_BATCH) ||
-	    (c->ring_on && !c->cfg.ring_batch))
+	if (!(c->info.features & PVGPU_FEATURE_BATCH) || ring_sends_now(c))
 		st = flush_locked(c);
 out:
 	pthread_mutex_unlock(&c->lock);

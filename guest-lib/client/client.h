@@ -75,8 +75,8 @@ struct pvgpu_client_config {
 	/*
 	 * PVGPU_RING=0 turns the control ring off (messages then take the
 	 * socket); PVGPU_RING_BATCH=1 batches async messages on it as on a
-	 * socket, instead of sending each at once; ring_cap is bytes each
-	 * way, a power of two.
+	 * socket instead of sending each at once (client.c ring_sends_now);
+	 * ring_cap is bytes each way, a power of two.
 	 */
 	int ring;
 	int ring_batch;
