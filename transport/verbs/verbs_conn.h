@@ -68,6 +68,7 @@ struct verbs_conn {
 	uint8_t *stash;
 	size_t stash_off, stash_len, stash_cap;
 	int rx_have;			/* a slot is being read */
+	int rx_more;			/* the last slot opened said more follows */
 	/* Pinned memory (the guest half), and the last REF slot sent. */
 	struct verbs_pin *pins;
 	size_t npins, cappins;
