@@ -95,6 +95,7 @@ kill) kill -9 "$(cat /tmp/$arg.pid)"; echo killed ;;
 perf) timeout -s KILL 90 "$arg" -R -F $rest < /dev/null > /tmp/$arg-srv.log 2>&1 &
       echo started ;;
 show) tail -n 12 /tmp/$arg-srv.log ;;
+stats) rdma statistic show link rxe0/1 ;;
 done) touch /tmp/done; echo bye ;;
 esac
 CTL
@@ -154,6 +155,9 @@ run_case two-nodes-peer verbs://$A:7475 "" /pvgpu/bin/peer
 # Pinned memory moved in place (REF slots, RDMA READ), registered once.
 run_case pinned verbs://$B:7471 tok-direct pinned-copies 12
 sed -n 's/^mr: /pinned-mr: /p; s/^mrs /pinned-mrs /p' /tmp/pinned.out
+echo "rxe counters, node A: $(rdma statistic show link rxe0/1)"
+echo "rxe counters, node B: $(ctl stats)"
+run_case pinned-bw verbs://$B:7471 tok-direct pvgpu-bandwidth --sizes 8M --reps 2 --dir h2d --memory pinned
 
 run_case wrong-token verbs://$B:7471 not-the-token /pvgpu/bin/devices
 timeout -s KILL 60 verbs-peer baddata $B 7471; echo "case bad-private-data rc=$?"
@@ -307,7 +311,7 @@ def console(tmp_path_factory):
         vm.build_initramfs(initrd, guest_script(node), files=files,
                            modules=RDMA_MODULES, kdir=kdir, kver=kver)
         net = [f"socket,id=n0,udp=127.0.0.1:{ports[1 - i]},localaddr=127.0.0.1:{ports[i]}",
-               f"virtio-net-pci,netdev=n0,mac=52:54:00:77:00:0{i + 1},romfile="]
+               f"virtio-net-pci,netdev=n0,mac=52:54:00:77:00:0{i + 1},romfile=,rx_queue_size=1024"]
         cmds[node] = vm.qemu_command(initrd, kernel=kdir / "boot" / f"vmlinuz-{kver}",
                                      memory="2G" if node == "A" else "1G", smp=1,
                                      extra=["-netdev", net[0], "-device", net[1]])
