@@ -24,6 +24,7 @@ import re
 import shutil
 import socket
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -154,7 +155,7 @@ run_case two-nodes-peer verbs://$A:7475 "" /pvgpu/bin/peer
 
 # Pinned memory moved in place (REF slots, RDMA READ), registered once.
 run_case pinned verbs://$B:7471 tok-direct pinned-copies 12
-sed -n 's/^mr: /pinned-mr: /p; s/^mrs /pinned-mrs /p' /tmp/pinned.out
+sed -n 's/^mr: /pinned-mr: /p; s/^mrs /pinned-mrs /p; s/^rate: /pinned-rate: /p' /tmp/pinned.out
 echo "rxe counters, node A: $(rdma statistic show link rxe0/1)"
 echo "rxe counters, node B: $(ctl stats)"
 run_case pinned-bw verbs://$B:7471 tok-direct pvgpu-bandwidth --sizes 8M --reps 2 --dir h2d --memory pinned
@@ -298,25 +299,44 @@ def console(tmp_path_factory):
     except Exception as e:  # noqa: BLE001 - any reason is the skip's reason
         pytest.skip(f"no Debian guest kernel: {e}")
     tmp = tmp_path_factory.mktemp("rdma")
+    logs = BUILD / "tests" / "rdma"
+    status, out, status_b, out_b = boot_two_nodes(
+        tmp, {n: guest_script(n) for n in "AB"}, kdir, kver, logs)
+    for st, text in ((status, out), (status_b, out_b)):
+        if st == 77:
+            reason = re.search(r"SKIP: (.*)", text)
+            pytest.skip(f"Soft-RoCE unavailable in the guest: "
+                        f"{reason.group(1) if reason else text[-500:]}")
+    assert status == 0, f"node A:\n{out[-6000:]}\nnode B:\n{out_b[-3000:]}"
+    assert status_b == 0, f"node B:\n{out_b[-6000:]}"
+    return out + "\n" + out_b
+
+
+def boot_two_nodes(tmp, scripts, kdir, kver, logs):
+    """Nodes A and B: two guests, one vCPU each, joined by one Ethernet
+    segment (a virtio-net card each on QEMU's socket netdev: TCP between
+    B listening and A connecting on 127.0.0.1), each its own kernel, rxe
+    device and address.  Debian 6.1's rdma_rxe serves RoCE in the initial
+    network namespace only, so two namespaces of one guest cannot stand
+    for two nodes (transport/verbs/README.md).  TCP, not UDP datagrams:
+    QEMU then holds a card's packets back when the other guest is behind,
+    as a lossless (PFC) RoCE fabric does, where a UDP netdev drops them
+    and rxe's retries of large RDMA READs never catch up.  Node B ends
+    when node A tells it to.  (status A, console A, status B, console B);
+    the consoles are kept in logs/console-{A,B}.log."""
     files = guest_files()
-    # Two guests, one vCPU each, joined by one Ethernet segment (QEMU's
-    # UDP socket netdev between two ports on 127.0.0.1): each its own
-    # kernel, rxe device and address.  Debian 6.1's rdma_rxe serves RoCE
-    # in the initial network namespace only, so two namespaces of one
-    # guest cannot stand for two nodes (transport/verbs/README.md).
-    ports = free_udp_ports(2)
+    port = free_tcp_port()
     cmds = {}
     for i, node in enumerate("AB"):
         initrd = tmp / f"initrd-{node}.cpio"
-        vm.build_initramfs(initrd, guest_script(node), files=files,
+        vm.build_initramfs(initrd, scripts[node], files=files,
                            modules=RDMA_MODULES, kdir=kdir, kver=kver)
-        net = [f"socket,id=n0,udp=127.0.0.1:{ports[1 - i]},localaddr=127.0.0.1:{ports[i]}",
+        way = "connect" if node == "A" else "listen"
+        net = [f"socket,id=n0,{way}=127.0.0.1:{port}",
                f"virtio-net-pci,netdev=n0,mac=52:54:00:77:00:0{i + 1},romfile=,rx_queue_size=1024"]
         cmds[node] = vm.qemu_command(initrd, kernel=kdir / "boot" / f"vmlinuz-{kver}",
                                      memory="2G" if node == "A" else "1G", smp=1,
                                      extra=["-netdev", net[0], "-device", net[1]])
-    # The consoles stay where the build is, for a look after a failure.
-    logs = BUILD / "tests" / "rdma"
     logs.mkdir(parents=True, exist_ok=True)
     stop_b = threading.Event()
     node_b = {}
@@ -328,31 +348,34 @@ def console(tmp_path_factory):
     thread = threading.Thread(target=run_b)
     thread.start()
     try:
+        deadline = time.monotonic() + 60
+        while not tcp_listening(port) and thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.2)
         status, out = vm.run(cmds["A"], BOOT_TIMEOUT, log=logs / "console-A.log", echo=False)
-        # Node B ends when node A says done (it prints its logs then).
         thread.join(120 if status == 0 else 1)
     finally:
         stop_b.set()
         thread.join()
     status_b, out_b = node_b.get("result", (125, ""))
-    for st, text in ((status, out), (status_b, out_b)):
-        if st == 77:
-            reason = re.search(r"SKIP: (.*)", text)
-            pytest.skip(f"Soft-RoCE unavailable in the guest: "
-                        f"{reason.group(1) if reason else text[-500:]}")
-    assert status == 0, f"node A:\n{out[-6000:]}\nnode B:\n{out_b[-3000:]}"
-    assert status_b == 0, f"node B:\n{out_b[-6000:]}"
-    return out + "\n" + out_b
+    return status, out, status_b, out_b
 
 
-def free_udp_ports(n):
-    socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(n)]
-    for s in socks:
+def free_tcp_port():
+    with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
+        return s.getsockname()[1]
+
+
+def tcp_listening(port):
+    """Something listens on 127.0.0.1:port (without connecting to it: QEMU
+    would take a probe for its peer)."""
+    want = f"0100007F:{port:04X}"
+    for table in ("/proc/net/tcp",):
+        for line in Path(table).read_text().splitlines()[1:]:
+            f = line.split()
+            if f[1] == want and f[3] == "0A":
+                return True
+    return False
 
 
 def cases(out):
@@ -502,5 +525,6 @@ def test_link_figures(console):
     assert rc(console, "bw-direct")[0] == 0, console[-4000:]
     assert rc(console, "lat-direct")[0] == 0, console[-4000:]
     for line in console.splitlines():
-        if line.startswith(("ib_write_bw:", "ib_send_lat:", "bw-direct-json:", "lat-direct-json:")):
+        if line.startswith(("ib_write_bw:", "ib_send_lat:", "bw-direct-json:", "lat-direct-json:",
+                            "pinned-rate:")):
             print(line)
