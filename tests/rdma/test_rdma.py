@@ -1,15 +1,20 @@
-"""verbs:// over Soft-RoCE (issue 17): one QEMU guest (Debian's kernel, TCG)
-loads rdma_rxe on a veth pair and runs, in one boot,
+"""verbs:// over Soft-RoCE (issue 17) between two nodes: two QEMU guests
+(Debian's kernel, TCG, one vCPU each) joined by one Ethernet segment,
+each with its own rdma_rxe device on its own card, run side by side:
 
-    program --verbs://--> pvgpud --executor sim                     (direct)
-    program --verbs://--> pvgpud --executor remote --verbs://--> pvgpud (sim)
+    node A (10.77.0.1)                         node B (10.77.0.2)
+    program --verbs://-----------------------> pvgpud --executor sim (direct)
+    program --> pvgpud --executor remote --verbs://--> pvgpud (sim, nodeb)
+                pvgpud (sim, node C: A's own GPU)
 
-with the CUDA test programs and pvgpu-synth through both; a wrong token, bad
-rdma_cm private data and garbage written into pvgpud's ring (each ends that
-caller alone); a guest killed mid-copy and node B killed mid-copy (pvgpud and
-the front node live on); and perftest's ib_write_bw / ib_send_lat beside
-pvgpu-bandwidth / pvgpu-latency on the same link (figures printed, not
-judged: Soft-RoCE under TCG is not speed).
+with the CUDA test programs and pvgpu-synth through both; one program
+using the GPUs of B and C, peer copies between them; a wrong token, bad
+rdma_cm private data and garbage written into pvgpud's ring (each ends
+that caller alone); frozen peers, one halfway through a message; a guest
+killed mid-copy and node B's pvgpud killed mid-copy (the front node lives
+on); and perftest's ib_write_bw / ib_send_lat beside pvgpu-bandwidth /
+pvgpu-latency / pinned-copies on the link between the nodes (figures
+printed, not judged: Soft-RoCE under TCG is not speed).
 
 It runs under `make test-rdma` (`make test` starts it in the background
 beside the rest, as it does tests/deploy), or with PVGPU_RDMA_TESTS=1.
@@ -22,7 +27,6 @@ import importlib.util
 import os
 import re
 import shutil
-import socket
 import threading
 import time
 from pathlib import Path
@@ -314,25 +318,26 @@ def console(tmp_path_factory):
 
 def boot_two_nodes(tmp, scripts, kdir, kver, logs):
     """Nodes A and B: two guests, one vCPU each, joined by one Ethernet
-    segment (a virtio-net card each on QEMU's socket netdev: TCP between
-    B listening and A connecting on 127.0.0.1), each its own kernel, rxe
-    device and address.  Debian 6.1's rdma_rxe serves RoCE in the initial
+    segment (a virtio-net card each on QEMU's stream netdev: a unix
+    socket, B listening, A connecting), each its own kernel, rxe device
+    and address.  Debian 6.1's rdma_rxe serves RoCE in the initial
     network namespace only, so two namespaces of one guest cannot stand
-    for two nodes (transport/verbs/README.md).  TCP, not UDP datagrams:
-    QEMU then holds a card's packets back when the other guest is behind,
-    as a lossless (PFC) RoCE fabric does, where a UDP netdev drops them
-    and rxe's retries of large RDMA READs never catch up.  Node B ends
+    for two nodes (transport/verbs/README.md).  A stream, not UDP
+    datagrams: QEMU then holds a card's packets back when the other guest
+    is behind, as a lossless (PFC) RoCE fabric does, where a UDP netdev
+    drops them and rxe's retries of large RDMA READs never catch up; a
+    unix one, not TCP: no Nagle delay (over TCP ib_send_lat took 15 ms).  Node B ends
     when node A tells it to.  (status A, console A, status B, console B);
     the consoles are kept in logs/console-{A,B}.log."""
     files = guest_files()
-    port = free_tcp_port()
+    link = tmp / "link.sock"
     cmds = {}
     for i, node in enumerate("AB"):
         initrd = tmp / f"initrd-{node}.cpio"
         vm.build_initramfs(initrd, scripts[node], files=files,
                            modules=RDMA_MODULES, kdir=kdir, kver=kver)
-        way = "connect" if node == "A" else "listen"
-        net = [f"socket,id=n0,{way}=127.0.0.1:{port}",
+        server = "off" if node == "A" else "on"
+        net = [f"stream,id=n0,server={server},addr.type=unix,addr.path={link}",
                f"virtio-net-pci,netdev=n0,mac=52:54:00:77:00:0{i + 1},romfile=,rx_queue_size=1024"]
         cmds[node] = vm.qemu_command(initrd, kernel=kdir / "boot" / f"vmlinuz-{kver}",
                                      memory="2G" if node == "A" else "1G", smp=1,
@@ -349,7 +354,7 @@ def boot_two_nodes(tmp, scripts, kdir, kver, logs):
     thread.start()
     try:
         deadline = time.monotonic() + 60
-        while not tcp_listening(port) and thread.is_alive() and time.monotonic() < deadline:
+        while not unix_listening(link) and thread.is_alive() and time.monotonic() < deadline:
             time.sleep(0.2)
         status, out = vm.run(cmds["A"], BOOT_TIMEOUT, log=logs / "console-A.log", echo=False)
         thread.join(120 if status == 0 else 1)
@@ -360,21 +365,13 @@ def boot_two_nodes(tmp, scripts, kdir, kver, logs):
     return status, out, status_b, out_b
 
 
-def free_tcp_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def tcp_listening(port):
-    """Something listens on 127.0.0.1:port (without connecting to it: QEMU
-    would take a probe for its peer)."""
-    want = f"0100007F:{port:04X}"
-    for table in ("/proc/net/tcp",):
-        for line in Path(table).read_text().splitlines()[1:]:
-            f = line.split()
-            if f[1] == want and f[3] == "0A":
-                return True
+def unix_listening(path):
+    """Something listens on the unix socket path (without connecting to
+    it: QEMU would take a probe for its peer)."""
+    for line in Path("/proc/net/unix").read_text().splitlines()[1:]:
+        f = line.split()
+        if len(f) >= 8 and f[-1] == str(path) and int(f[3], 16) & 0x10000:
+            return True
     return False
 
 
