@@ -606,8 +606,9 @@ def qemu_command(initrd, kernel=None, append="", windows=(), memory="1G",
             + window_args(windows) + list(extra))
 
 
-def run(cmd, timeout=120.0, log=None, echo=True):
-    """Run QEMU until it exits or `timeout` seconds pass.
+def run(cmd, timeout=120.0, log=None, echo=True, stop=None):
+    """Run QEMU until it exits or `timeout` seconds pass (or `stop`, a
+    threading.Event, is set: counted as a timeout).
 
     Returns (status, console): the guest script's exit status, 124 on a
     timeout, or 125 when the guest stopped without reporting one (a panic,
@@ -623,7 +624,7 @@ def run(cmd, timeout=120.0, log=None, echo=True):
     try:
         while True:
             left = deadline - time.monotonic()
-            if left <= 0:
+            if left <= 0 or (stop is not None and stop.is_set()):
                 timed_out = True
                 break
             ready, _, _ = select.select([proc.stdout], [], [], min(left, 1.0))

@@ -80,7 +80,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (kind >= 0 &&
 		    (slot < PVGPU_VERBS_SLOT_HDR || len > slot - PVGPU_VERBS_SLOT_HDR))
 			abort();
-		if (kind == PVGPU_VERBS_SLOT_REF && len != PVGPU_VERBS_REF_LEN)
+		if (kind >= 0 && (kind & ~(int)PVGPU_VERBS_SLOT_MORE) > (int)PVGPU_VERBS_SLOT_REF)
+			abort();
+		if (kind >= 0 && (kind & ~(int)PVGPU_VERBS_SLOT_MORE) == PVGPU_VERBS_SLOT_REF &&
+		    len != PVGPU_VERBS_REF_LEN)
 			abort();
 		/* A reference from the bytes after the header: never empty or huge. */
 		if (!pvgpu_verbs_ref_decode(copy + PVGPU_VERBS_SLOT_HDR,

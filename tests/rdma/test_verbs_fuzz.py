@@ -19,7 +19,9 @@ def seeds():
     slot = struct.pack("<IIII", 7, 100, 0x76677670, 0) + struct.pack("<II", 7, 4096)
     # A REF slot: where pinned bytes are, for the receiver's RDMA READ.
     ref = struct.pack("<IIII", 7, 16, 0x76677670, 1) + struct.pack("<QII", 0x7f0000001000, 0x1234, 1 << 20)
-    return {"hello": hello, "accept": ring + bytes(4), "slot": slot, "ref": ref}
+    # A slot whose message goes on in the next (PVGPU_VERBS_SLOT_MORE).
+    more = struct.pack("<IIII", 7, 100, 0x76677670, 0x100) + struct.pack("<II", 7, 4096)
+    return {"hello": hello, "accept": ring + bytes(4), "slot": slot, "ref": ref, "more": more}
 
 
 @pytest.mark.skipif(not FUZZER.exists(),

@@ -11,7 +11,18 @@
  *                                        slot naming memory with a key that
  *                                        is not ours: exit 0 when pvgpud
  *                                        drops the connection
+ *   verbs-peer halfway HOST PORT TOKEN   connect properly, send 8 bytes of a
+ *                                        message in a slot saying more
+ *                                        follows, then nothing (frozen):
+ *                                        exit 0 when pvgpud drops the
+ *                                        connection within 20 s, saying after
+ *                                        how long
+ *   verbs-peer idle HOST PORT TOKEN      the same 8 bytes as a whole slot,
+ *                                        then nothing (an idle guest): exit
+ *                                        0 when pvgpud keeps the connection
+ *                                        for 8 s
  */
+#include <time.h>
 #include <errno.h>
 #include <netdb.h>
 #include <poll.h>
@@ -73,16 +84,20 @@ int main(int argc, char **argv)
 	uint8_t priv[PVGPU_VERBS_CONNECT_PD];
 	static uint8_t ring[2 * 4096 + 64];
 	char why[160];
-	int garbage, badref;
+	int garbage, badref, halfway, idle;
+	struct timespec t0, t1;
 
 	if (argc < 4 || (strcmp(argv[1], "baddata") && strcmp(argv[1], "garbage") &&
-			 strcmp(argv[1], "badref")) ||
+			 strcmp(argv[1], "badref") && strcmp(argv[1], "halfway") &&
+			 strcmp(argv[1], "idle")) ||
 	    (strcmp(argv[1], "baddata") && argc < 5)) {
-		fprintf(stderr, "usage: verbs-peer baddata|garbage|badref HOST PORT [TOKEN]\n");
+		fprintf(stderr, "usage: verbs-peer baddata|garbage|badref|halfway|idle HOST PORT [TOKEN]\n");
 		return 2;
 	}
 	badref = !strcmp(argv[1], "badref");
-	garbage = badref || !strcmp(argv[1], "garbage");
+	halfway = !strcmp(argv[1], "halfway");
+	idle = !strcmp(argv[1], "idle");
+	garbage = badref || halfway || idle || !strcmp(argv[1], "garbage");
 	if (getaddrinfo(argv[2], argv[3], &hints, &ai)) {
 		fprintf(stderr, "verbs-peer: cannot resolve %s\n", argv[2]);
 		return 1;
@@ -153,6 +168,13 @@ int main(int argc, char **argv)
 			pvgpu_verbs_ref_encode(ring, 0, &r);
 			sge.length = PVGPU_VERBS_SLOT_HDR + PVGPU_VERBS_REF_LEN;
 		}
+		if (halfway || idle) {
+			/* The start of a message header, well framed. */
+			pvgpu_verbs_slot_encode(ring, 0, 8);
+			if (halfway)
+				pvgpu_verbs_slot_more(ring);
+			sge.length = PVGPU_VERBS_SLOT_HDR + 8;
+		}
 		memset(&wr, 0, sizeof(wr));
 		wr.sg_list = &sge;
 		wr.num_sge = 1;
@@ -164,6 +186,25 @@ int main(int argc, char **argv)
 			fprintf(stderr, "verbs-peer: ibv_post_send: %s\n", strerror(errno));
 			return 1;
 		}
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	if (idle || halfway) {
+		e = wait_event(ch, idle ? 8000 : 20000);
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		if (idle) {
+			printf("verbs-peer: idle: %s\n", e ? rdma_event_str(e->event) :
+			       "pvgpud kept the connection for 8 s");
+			return e ? 1 : 0;
+		}
+		if (!e || e->event != RDMA_CM_EVENT_DISCONNECTED) {
+			printf("verbs-peer: halfway: %s\n", e ? rdma_event_str(e->event) :
+			       "pvgpud kept the connection for 20 s");
+			return 1;
+		}
+		printf("verbs-peer: halfway: pvgpud disconnected after %ld ms\n",
+		       (long)((t1.tv_sec - t0.tv_sec) * 1000 +
+			      (t1.tv_nsec - t0.tv_nsec) / 1000000));
+		return 0;
 	}
 	if (expect(ch, RDMA_CM_EVENT_DISCONNECTED, NULL))
 		return 1;

@@ -77,6 +77,13 @@ int main(void)
 	slot[9] ^= 0x10;
 	slot[12] = 1;
 	CHECK(pvgpu_verbs_slot_check(slot, 7, 4096, &len) < 0);
+	/* MORE beside the kind: the sender's message goes on in the next slot. */
+	pvgpu_verbs_slot_encode(slot, 7, 10);
+	pvgpu_verbs_slot_more(slot);
+	CHECK(pvgpu_verbs_slot_check(slot, 7, 4096, &len) == (int)PVGPU_VERBS_SLOT_MORE &&
+	      len == 10);
+	slot[13] |= 0x02;	/* an unknown bit beside it */
+	CHECK(pvgpu_verbs_slot_check(slot, 7, 4096, &len) < 0);
 
 	/* REF slots: where the bytes are, for the receiver's RDMA READ. */
 	{

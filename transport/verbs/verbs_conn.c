@@ -165,7 +165,7 @@ void verbs_conn_local_ring(struct verbs_conn *c, struct pvgpu_verbs_ring *r)
 	r->rkey = c->rx_mr->rkey;
 	r->nslots = c->nslots;
 	r->slot_size = c->slot_size;
-	r->features = PVGPU_VERBS_F_REF;
+	r->features = PVGPU_VERBS_F_REF | PVGPU_VERBS_F_MORE;
 }
 
 static int post_receive(struct verbs_conn *c)
@@ -312,6 +312,23 @@ static int stalled(struct verbs_conn *c, uint64_t give_up)
 }
 
 /*
+ * Nothing more by give_up of a message whose last slot said more follows
+ * (a peer frozen halfway through sending it, or gone quietly): an idle
+ * peer never leaves a message unfinished, so this one is bounded too.
+ */
+static int halfway(struct verbs_conn *c, uint64_t give_up)
+{
+	char what[16];
+
+	if (!c->rx_more || now_ns() < give_up)
+		return 0;
+	snprintf(what, sizeof(what), "%u", c->timeout_ms);
+	return fail(c, -ETIMEDOUT,
+		    "peer stopped halfway through a message: nothing more for %s ms, no disconnect",
+		    what);
+}
+
+/*
  * One signalled RDMA operation of len bytes at local (key lkey) and
  * raddr (key rkey) of the peer: 0, or the connection fails.
  */
@@ -378,6 +395,8 @@ static int open_slot(struct verbs_conn *c, const uint8_t *slot)
 				      &c->rx_len);
 	if (kind < 0)
 		return fail(c, -EPROTO, "%s", "garbage in a ring slot");
+	c->rx_more = !!(kind & PVGPU_VERBS_SLOT_MORE);
+	kind &= ~(int)PVGPU_VERBS_SLOT_MORE;
 	c->rx_ref = 0;
 	if (kind == PVGPU_VERBS_SLOT_REF) {
 		memcpy(ref, slot + PVGPU_VERBS_SLOT_HDR, sizeof(ref));
@@ -532,6 +551,15 @@ static int wait_refs(struct verbs_conn *c)
 	return c->broken;
 }
 
+/* Bytes of iov left from entry i on: the message goes on past this slot. */
+static int more_after(const struct iovec *iov, int i, int iovcnt)
+{
+	for (; i < iovcnt; i++)
+		if (iov[i].iov_len)
+			return 1;
+	return 0;
+}
+
 /*
  * Every byte of iov: through the ring, or, for a piece of pinned memory,
  * as a REF slot the peer reads in place (and then we wait for it to have
@@ -600,6 +628,9 @@ int verbs_conn_sendv(struct verbs_conn *c, struct iovec *iov, int iovcnt)
 			continue;
 		if (!pin)
 			pvgpu_verbs_slot_encode(slot, (uint32_t)c->tx_seq, len);
+		if ((c->peer.features & PVGPU_VERBS_F_MORE) &&
+		    more_after(iov, i, iovcnt))
+			pvgpu_verbs_slot_more(slot);
 		if (post_rdma(c, WR_DATA, IBV_WR_RDMA_WRITE_WITH_IMM, slot,
 			      PVGPU_VERBS_SLOT_HDR + len, c->tx_mr->lkey,
 			      c->peer.addr + (c->tx_seq % c->peer.nslots) * c->peer.slot_size,
@@ -669,6 +700,7 @@ ssize_t verbs_conn_read(struct verbs_conn *c, void *buf, size_t len,
 
 		if (!c->rx_have) {
 			uint64_t spin_until = now_ns() + c->poll_ns;
+			uint64_t give_up = spin_until + (uint64_t)c->timeout_ms * 1000000u;
 
 			while (c->rx_seq == c->rx_used && !c->broken) {
 				if (poll_recv(c) || c->rx_seq > c->rx_used)
@@ -679,6 +711,8 @@ ssize_t verbs_conn_read(struct verbs_conn *c, void *buf, size_t len,
 					return got ? (ssize_t)got : -EAGAIN;
 				}
 				if (now_ns() > spin_until && block(c, 1000))
+					break;
+				if (halfway(c, give_up))
 					break;
 				/* Our credit writes complete there too. */
 				poll_send(c);
@@ -725,17 +759,37 @@ int verbs_conn_recv(struct verbs_conn *c, void *buf, size_t len)
 	return 0;
 }
 
-/* Something to read (1), nothing within ms (0; -1: no limit), or -errno. */
+/*
+ * Something to read (1), nothing within ms (0; -1: no limit), or -errno.
+ * Halfway through the peer's message, never longer than the timeout.
+ */
 int verbs_conn_wait(struct verbs_conn *c, int ms)
 {
+	uint64_t start = now_ns();
+	uint64_t give_up = start + (uint64_t)c->timeout_ms * 1000000u;
 	int rc = verbs_conn_poll(c);
 
-	if (rc)
-		return rc;
-	rc = block(c, ms);
-	if (rc)
-		return rc;
-	return verbs_conn_poll(c);
+	if (rc || !c->rx_more) {
+		if (rc)
+			return rc;
+		rc = block(c, ms);
+		return rc ? rc : verbs_conn_poll(c);
+	}
+	while (!(rc = verbs_conn_poll(c))) {
+		uint64_t spent_ms = (now_ns() - start) / 1000000u;
+		int step = 1000;
+
+		if (halfway(c, give_up))
+			return c->broken;
+		if (ms >= 0 && spent_ms >= (uint64_t)ms)
+			return 0;
+		if (ms >= 0 && (uint64_t)ms - spent_ms < (uint64_t)step)
+			step = (int)((uint64_t)ms - spent_ms);
+		rc = block(c, step);
+		if (rc)
+			return rc;
+	}
+	return rc;
 }
 
 int verbs_conn_poll(struct verbs_conn *c)

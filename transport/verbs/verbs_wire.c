@@ -148,6 +148,11 @@ void pvgpu_verbs_slot_encode(uint8_t out[PVGPU_VERBS_SLOT_HDR], uint32_t seq,
 	put32(out + 12, 0);
 }
 
+void pvgpu_verbs_slot_more(uint8_t out[PVGPU_VERBS_SLOT_HDR])
+{
+	put32(out + 12, get32(out + 12) | PVGPU_VERBS_SLOT_MORE);
+}
+
 void pvgpu_verbs_ref_encode(uint8_t *out, uint32_t seq,
 			    const struct pvgpu_verbs_ref *r)
 {
@@ -174,7 +179,8 @@ int pvgpu_verbs_slot_check(const uint8_t in[PVGPU_VERBS_SLOT_HDR],
 {
 	uint32_t l = get32(in + 4);
 
-	uint32_t kind = get32(in + 12);
+	uint32_t word = get32(in + 12);
+	uint32_t kind = word & ~PVGPU_VERBS_SLOT_MORE;
 
 	if (get32(in) != seq || get32(in + 8) != PVGPU_VERBS_MAGIC ||
 	    kind > PVGPU_VERBS_SLOT_REF || slot_size < PVGPU_VERBS_SLOT_HDR ||
@@ -182,7 +188,7 @@ int pvgpu_verbs_slot_check(const uint8_t in[PVGPU_VERBS_SLOT_HDR],
 	    (kind == PVGPU_VERBS_SLOT_REF && l != PVGPU_VERBS_REF_LEN))
 		return -1;
 	*len = l;
-	return (int)kind;
+	return (int)word;
 }
 
 int pvgpu_verbs_addr_options(const char *addr, char *hostport, size_t len,

@@ -40,7 +40,8 @@
 
 /* What an end can do, in the private data (byte 5). */
 #define PVGPU_VERBS_F_REF	1u	/* reads REF slots (RDMA READ) */
-#define PVGPU_VERBS_FEATURES	PVGPU_VERBS_F_REF
+#define PVGPU_VERBS_F_MORE	2u	/* reads PVGPU_VERBS_SLOT_MORE */
+#define PVGPU_VERBS_FEATURES	(PVGPU_VERBS_F_REF | PVGPU_VERBS_F_MORE)
 
 /* A ring as its owner describes it to the peer. */
 struct pvgpu_verbs_ring {
@@ -105,9 +106,18 @@ int pvgpu_verbs_ref_decode(const uint8_t *payload, uint32_t plen,
 			   struct pvgpu_verbs_ref *r);
 
 /*
+ * Beside the kind in the header's last word (to a peer that said
+ * PVGPU_VERBS_F_MORE): the sender's message goes on in the next slot.  A
+ * receiver left waiting after such a slot knows its peer stopped halfway
+ * through a message, which an idle peer never does.
+ */
+#define PVGPU_VERBS_SLOT_MORE	0x100u
+void pvgpu_verbs_slot_more(uint8_t out[PVGPU_VERBS_SLOT_HDR]);
+
+/*
  * The header expected at seq in a slot of slot_size: 0 (bytes of the
  * stream, *len of them), PVGPU_VERBS_SLOT_REF (a reference, *len bytes of
- * payload), or -1.
+ * payload), either with PVGPU_VERBS_SLOT_MORE, or -1.
  */
 int pvgpu_verbs_slot_check(const uint8_t in[PVGPU_VERBS_SLOT_HDR],
 			   uint32_t seq, uint32_t slot_size, uint32_t *len);
