@@ -20,12 +20,6 @@
 #define MAX_IMAGE	(512ull << 20)
 #define MAX_PARAMS	1024
 
-/*
- * Load an image into the current context.  The module's device memory is
- * charged to the VM's quota at its image size: the driver does not say
- * what a module takes, and the image bounds its code and initialised data
- * (policy.h says what this misses).
- */
 /* The device's compute capability as a fatbinary names it (90), 0 unknown. */
 static uint32_t device_arch(struct pvgpu_worker *w, int32_t device)
 {
@@ -41,6 +35,12 @@ static uint32_t device_arch(struct pvgpu_worker *w, int32_t device)
 	return (uint32_t)(major * 10 + minor);
 }
 
+/*
+ * Load an image into the current context.  The module's device memory is
+ * charged to the VM's quota at its image size: the driver does not say
+ * what a module takes, and the image bounds its code and initialised data
+ * (policy.h says what this misses).
+ */
 static int32_t load_image(struct pvgpu_worker *w, const uint8_t *image,
 			  size_t len, struct pvgpu_link *jit, uint64_t *id)
 {
@@ -243,11 +243,12 @@ int32_t pvgpu_handle_module_get_function(struct pvgpu_worker *w,
 	struct pvgpu_handle *mod = lookup_module(w, req->module), *fh;
 	struct pvgpu_param_info *layout;
 	uint64_t func, id;
-	uint32_t count = 0;
+	uint32_t count = 0, quiet;
 	int32_t st;
 
 	if (!mod)
 		return CUDA_ERROR_INVALID_HANDLE;
+	quiet = mod->flags & PVGPU_H_QUIET;	/* mod may move: handle_add */
 	st = w->ex_ops->module_function(w->ex, mod->exec_handle, req->name, &func);
 	if (st)
 		return st;
@@ -269,7 +270,7 @@ int32_t pvgpu_handle_module_get_function(struct pvgpu_worker *w,
 	/* Look it up again: pvgpu_handle_add may have moved the table. */
 	fh = pvgpu_handle_get(&w->handles, id, H_FUNC);
 	fh->module = req->module;
-	fh->flags = mod->flags & PVGPU_H_QUIET;
+	fh->flags = quiet;
 	fh->data = layout;
 	fh->ndata = count;
 	for (uint32_t i = 0; i < count; i++) {
@@ -438,12 +439,14 @@ int32_t pvgpu_kernel_prepare(struct pvgpu_worker *w, struct pvgpu_launch *l,
 static int32_t launch(struct pvgpu_worker *w, struct pvgpu_launch *l,
 		      uint64_t func, uint64_t guest_stream)
 {
-	struct pvgpu_handle *ctx, *f;
+	struct pvgpu_handle *ctx;
 	int32_t st = pvgpu_kernel_prepare(w, l, func);
+	int quiet;
 
 	if (st)
 		return st;
-	f = lookup_function(w, func);
+	/* Found: pvgpu_kernel_prepare looked it up. */
+	quiet = lookup_function(w, func)->flags & PVGPU_H_QUIET;
 	st = pvgpu_lookup_stream(w, guest_stream, &l->stream);
 	if (st)
 		return st;
@@ -451,7 +454,7 @@ static int32_t launch(struct pvgpu_worker *w, struct pvgpu_launch *l,
 	ctx = pvgpu_handle_get(&w->handles, w->cur_ctx, H_CTX);
 	pvgpu_sched_admit(w, ctx ? ctx->device : -1);
 	st = w->ex_ops->launch(w->ex, l);
-	if (!(f->flags & PVGPU_H_QUIET))
+	if (!quiet)
 		pvgpu_output_arm(w);	/* it may print (output.c) */
 	pvgpu_sched_launched(w, l->stream, st);
 	return st;
