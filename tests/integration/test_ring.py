@@ -58,6 +58,7 @@ class RingSession(W.Session):
         """window_attach naming a ring; returns the status (ring on if 0)."""
         fd, m = fd_m or make_window()
         self.m = m
+        self.views = {}
         size = HDR_PAGE + 2 * cap if ring_size is None else ring_size
         msg_id = self.next_id
         self.next_id += 1
@@ -76,12 +77,22 @@ class RingSession(W.Session):
             self.ring = True
         return status
 
-    # Shared words of the region.
+    # Shared words of the region, each read and written whole as the C
+    # side's atomics do: struct's "<Q" goes a byte at a time, and a worker
+    # reading the producer index halfway through such a store saw it go
+    # backwards (a flaky end of session, not the worker's fault).
+    def shared(self, fmt):
+        if fmt not in self.views:
+            self.views[fmt] = memoryview(self.m).cast({"<Q": "Q", "<I": "I"}[fmt])
+        return self.views[fmt]
+
     def word(self, d, field, fmt="<Q"):
-        return struct.unpack_from(fmt, self.m, self.base + d * CTRL + field)[0]
+        view = self.shared(fmt)
+        return view[(self.base + d * CTRL + field) // view.itemsize]
 
     def set_word(self, d, field, v, fmt="<Q"):
-        struct.pack_into(fmt, self.m, self.base + d * CTRL + field, v)
+        view = self.shared(fmt)
+        view[(self.base + d * CTRL + field) // view.itemsize] = v
 
     def put(self, data, pos, b):
         at = pos & (self.cap - 1)
