@@ -88,15 +88,18 @@ def measure(pids):
     }
 
 
-def start_guests(script, libcuda, env, sessions):
-    guests = [subprocess.Popen([sys.executable, str(script), str(libcuda)], env=env,
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
-              for _ in range(sessions)]
+def start_guests(guests, script, libcuda, env, sessions):
+    """Start `sessions` guests into the list guests (so the caller's
+    stop_guests() reaches every one started, even if one fails) and wait
+    until each says it is ready."""
+    for _ in range(sessions):
+        guests.append(subprocess.Popen([sys.executable, str(script), str(libcuda)],
+                                       env=env, stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, text=True))
     for g in guests:
         line = g.stdout.readline()
         assert line.strip() == "ready", line + g.stderr.read()
-    return guests
 
 
 def stop_guests(guests):
@@ -142,7 +145,7 @@ def idle_sessions_share(daemon, libcuda, tmp_path, sessions=SESSIONS):
                     PVGPU_STAGING_SLOTS="4", PVGPU_DEBUG="1")
     guests = []
     try:
-        guests = start_guests(script, libcuda, env, sessions)
+        start_guests(guests, script, libcuda, env, sessions)
         workers = children(daemon.proc.pid)
         assert len(workers) >= sessions, workers
         used = measure([daemon.proc.pid] + workers + [g.pid for g in guests])
@@ -166,12 +169,9 @@ def native_idle_share(tmp_path, sessions=SESSIONS):
            if k not in ("PVGPU_DEVICES", "LD_LIBRARY_PATH", "LD_PRELOAD")}
     guests = []
     try:
-        guests = start_guests(script, "libcuda.so.1", env, sessions)
+        start_guests(guests, script, "libcuda.so.1", env, sessions)
         used = measure([g.pid for g in guests])
         print(f"{sessions} idle native processes: {used['all']:.3%} of a core")
     finally:
-        for g in guests:
-            if g.poll() is None:
-                g.stdin.close()
         stop_guests(guests)
     return used
