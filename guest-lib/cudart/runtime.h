@@ -39,9 +39,7 @@ struct pvgpu_host_alloc {
 	void *ptr;
 	size_t size;
 	struct pvgpu_window_map *win;	/* inside this window; NULL: own mapping */
-	struct pvgpu_client *client;	/* the window's connection, or the one
-					 * whose transport registered it
-					 * (verbs://); NULL: neither */
+	struct pvgpu_client *client;	/* the window's connection */
 };
 
 /* One cudaMalloc'd range, or a module's __device__/__constant__ variable. */

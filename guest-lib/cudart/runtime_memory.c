@@ -299,20 +299,6 @@ static void window_host_free(struct pvgpu_client *c,
 	pvgpu_window_free(win, p);
 }
 
-/* Give back what cudaHostAlloc took: window memory, or a mapping of our
- * own (registered with client's transport where client is set). */
-static void host_free(void *p, size_t size, struct pvgpu_window_map *win,
-		      struct pvgpu_client *client)
-{
-	if (win) {
-		window_host_free(client, win, p);
-		return;
-	}
-	if (client)
-		pvgpu_client_unpin(client, p);
-	munmap(p, size);
-}
-
 cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
 {
 	const unsigned int known = cudaHostAllocPortable | cudaHostAllocMapped |
@@ -340,9 +326,6 @@ cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
 			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		if (p == MAP_FAILED)
 			return pvgpu_record(cudaErrorMemoryAllocation);
-		/* verbs://: registered once, read in place by the backend. */
-		if (client && pvgpu_client_pin(client, p, (size + 4095) & ~(size_t)4095))
-			client = NULL;
 	}
 	pthread_mutex_lock(&rt->table_lock);
 	if (rt->nhost_allocs == rt->host_allocs_cap) {
@@ -362,7 +345,10 @@ cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
 
 err_unlock:
 	pthread_mutex_unlock(&rt->table_lock);
-	host_free(p, size, win, client);
+	if (win)
+		window_host_free(client, win, p);
+	else
+		munmap(p, size);
 	return pvgpu_record(cudaErrorMemoryAllocation);
 }
 
@@ -399,6 +385,9 @@ cudaError_t cudaFreeHost(void *ptr)
 	pthread_mutex_unlock(&rt->table_lock);
 	if (!found)
 		return pvgpu_record(cudaErrorInvalidValue);
-	host_free(ptr, size, win, client);
+	if (win)
+		window_host_free(client, win, ptr);
+	else
+		munmap(ptr, size);
 	return cudaSuccess;
 }
