@@ -675,7 +675,7 @@ static void attach_window(struct pvgpu_client *c, enum window_kind kind)
 			cap = PVGPU_CLIENT_DEFAULT_RING_CAP;
 		c->ring_mem = pvgpu_window_alloc(c->win, pvgpu_ring_region_size(cap));
 		if (c->ring_mem) {
-			pvgpu_ring_init_region(c->ring_mem);
+			pvgpu_ring_init_region(c->ring_mem, cap);
 			req.ring_offset = (uint64_t)((uint8_t *)c->ring_mem - c->win->base);
 			req.ring_size = pvgpu_ring_region_size(cap);
 		} else {

@@ -26,8 +26,19 @@ HDR_PAGE = 4096
 WINDOW = 64 << 20
 SLOT, NSLOTS = 1 << 20, 4
 ARENA = HDR_PAGE + SLOT * NSLOTS
-# struct pvgpu_ring_ctrl: prod, cons, cons_sleeping, prod_sleeping, a line each.
-CTRL, PROD, CONS, CONS_SLEEPING, PROD_SLEEPING = 256, 0, 64, 128, 192
+# struct pvgpu_ring_ctrl: cons, cons_sleeping, prod_sleeping, a line each.
+CTRL, CONS, CONS_SLEEPING, PROD_SLEEPING = 192, 0, 64, 128
+# Records (ring.h): a u64 tag (position / ALIGN << 32 | length) on a line
+# of its own start, the bytes, padding to the next line.
+ALIGN, TAG = 64, 8
+
+
+def tag(pos, n):
+    return (pos // ALIGN) % (1 << 32) << 32 | n
+
+
+def record_size(n):
+    return (TAG + n + ALIGN - 1) // ALIGN * ALIGN
 
 
 def shm_uri(daemon):
@@ -73,14 +84,14 @@ class RingSession(W.Session):
         if status == 0:
             assert outs["ring"] == 1
             self.base, self.cap = ring_offset, cap
-            self.tx_pos = self.rx_pos = 0
+            self.tx_pos = self.rx_pos = self.rx_end = self.rx_next = 0
             self.ring = True
         return status
 
     # Shared words of the region, each read and written whole as the C
     # side's atomics do: struct's "<Q" goes a byte at a time, and a worker
-    # reading the producer index halfway through such a store saw it go
-    # backwards (a flaky end of session, not the worker's fault).
+    # reading an index halfway through such a store saw it go backwards
+    # (a flaky end of session, not the worker's fault).
     def shared(self, fmt):
         if fmt not in self.views:
             self.views[fmt] = memoryview(self.m).cast({"<Q": "Q", "<I": "I"}[fmt])
@@ -111,6 +122,23 @@ class RingSession(W.Session):
         except (BlockingIOError, BrokenPipeError, ConnectionResetError):
             pass        # a full socket is awake enough; a gone worker is seen later
 
+    def set_tag(self, d, pos, v):
+        view = self.shared("<Q")
+        data = self.base + HDR_PAGE + d * self.cap
+        view[(data + (pos & (self.cap - 1))) // 8] = v
+
+    def get_tag(self, d, pos):
+        view = self.shared("<Q")
+        data = self.base + HDR_PAGE + d * self.cap
+        return view[(data + (pos & (self.cap - 1))) // 8]
+
+    def published_replies(self):
+        """Where the replies the worker published and we did not read end."""
+        pos = self.rx_next
+        while (t := self.get_tag(1, pos)) != 0 and pos - self.rx_next < self.cap:
+            pos += record_size(t & 0xFFFFFFFF)
+        return pos
+
     def send(self, raw):
         if not self.ring:
             return super().send(raw)
@@ -118,16 +146,18 @@ class RingSession(W.Session):
         off = 0
         while off < len(raw):
             deadline = time.time() + 10
-            while self.cap - (self.tx_pos - self.word(0, CONS)) == 0:
+            while self.cap - (self.tx_pos - self.word(0, CONS)) < 2 * ALIGN:
                 if time.time() > deadline:
                     raise TimeoutError("the worker takes nothing from the ring")
                 self.wait_kick()
             room = self.cap - (self.tx_pos - self.word(0, CONS))
-            n = min(room, len(raw) - off)
-            self.put(data0, self.tx_pos, raw[off:off + n])
+            n = min(len(raw) - off, (room - ALIGN) // ALIGN * ALIGN - TAG)
+            nxt = self.tx_pos + record_size(n)
+            self.set_tag(0, nxt, 0)
+            self.put(data0, self.tx_pos + TAG, raw[off:off + n])
+            self.set_tag(0, self.tx_pos, tag(self.tx_pos, n))
             off += n
-            self.tx_pos += n
-            self.set_word(0, PROD, self.tx_pos)
+            self.tx_pos = nxt
             self.kick()         # always: a spurious kick is harmless
 
     def wait_kick(self):
@@ -143,18 +173,24 @@ class RingSession(W.Session):
         out = bytearray()
         deadline = time.time() + 10
         while len(out) < n:
-            avail = self.word(1, PROD) - self.rx_pos
-            if avail == 0:
-                if time.time() > deadline:
-                    raise TimeoutError("no reply in the ring")
-                self.set_word(1, CONS_SLEEPING, 1, "<I")
-                self.wait_kick()
-                continue
-            take = min(avail, n - len(out))
+            if self.rx_pos == self.rx_end:
+                t = self.get_tag(1, self.rx_next)
+                if t == 0:
+                    if time.time() > deadline:
+                        raise TimeoutError("no reply in the ring")
+                    self.set_word(1, CONS_SLEEPING, 1, "<I")
+                    self.wait_kick()
+                    continue
+                assert t >> 32 == (self.rx_next // ALIGN) % (1 << 32), hex(t)
+                self.rx_pos = self.rx_next + TAG
+                self.rx_end = self.rx_pos + (t & 0xFFFFFFFF)
+                self.rx_next += record_size(t & 0xFFFFFFFF)
+            take = min(self.rx_end - self.rx_pos, n - len(out))
             out += self.get(data1, self.rx_pos, take)
             self.rx_pos += take
-            self.set_word(1, CONS, self.rx_pos)
-            self.kick()         # the worker may wait for room
+            if self.rx_pos == self.rx_end:
+                self.set_word(1, CONS, self.rx_next)
+                self.kick()     # the worker may wait for room
         return bytes(out)
 
 
@@ -210,7 +246,7 @@ def test_raw_session_over_the_ring(sim_daemon):
     st, _d, _o, back = s.call("memcpy_dtoh", src=dptr, size=len(data), stream=0)
     assert st == 0 and back == data
     # Nothing of it went over the socket but wake-ups.
-    assert s.word(0, PROD) > 20000 and s.word(1, PROD) > 20000
+    assert s.word(0, CONS) > 20000 and s.rx_next > 20000
     assert s.call("bye")[0] == 0
     s.close()
 
@@ -283,21 +319,23 @@ def assert_daemon_serves(daemon):
     s.close()
 
 
-def test_producer_index_past_the_ring_ends_the_session(sim_daemon):
+def test_a_record_longer_than_the_ring_ends_the_session(sim_daemon):
     s = ring_session(sim_daemon)
-    s.set_word(0, PROD, s.cap + 1)
+    s.set_tag(0, 0, tag(0, s.cap))
     s.kick()
-    assert wait_for_log(sim_daemon, "past the ring's capacity")
+    assert wait_for_log(sim_daemon, "length is past the ring's capacity")
     assert_session_ended(s)
     assert_daemon_serves(sim_daemon)
 
 
-def test_producer_index_going_backwards_ends_the_session(sim_daemon):
+def test_a_tag_naming_another_position_ends_the_session(sim_daemon):
+    # A record left from an earlier lap, or a scribble: its tag names a
+    # position the worker is not at.
     s = ring_session(sim_daemon)
     s.open_context()
-    s.set_word(0, PROD, 3)
+    s.set_tag(0, s.tx_pos, tag(s.tx_pos + s.cap, 24))
     s.kick()
-    assert wait_for_log(sim_daemon, "producer index went backwards")
+    assert wait_for_log(sim_daemon, "tag names another position")
     assert_session_ended(s)
     assert_daemon_serves(sim_daemon)
 
@@ -329,7 +367,8 @@ def test_a_guest_that_never_reads_its_replies(sim_daemon):
     raw = b"".join(W.message("mem_get_info", 1000 + i) for i in range(150))
     s.send(raw)
     time.sleep(0.3)
-    assert s.word(1, PROD) - s.rx_pos == s.cap          # full, and waiting
+    end = s.published_replies()
+    assert s.cap - (end - s.rx_next) < 2 * ALIGN      # full, and waiting
     s.close()
     assert wait_for_log(sim_daemon, "connection closed by the guest")
     assert_daemon_serves(sim_daemon)

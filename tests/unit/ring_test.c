@@ -92,7 +92,7 @@ static void pair_init(struct pair *p, void *region, uint64_t cap,
 	p->region = region;
 	p->cap = cap;
 	socketpair(AF_UNIX, SOCK_STREAM, 0, p->fds);
-	pvgpu_ring_init_region(region);
+	pvgpu_ring_init_region(region, cap);
 	pvgpu_ring_attach(&p->g, region, cap, PVGPU_RING_GUEST, &gw);
 	pvgpu_ring_attach(&p->w, region, cap, PVGPU_RING_WORKER, &ww);
 }
@@ -155,51 +155,77 @@ static void test_one_thread(void)
 	munmap(region, pvgpu_ring_region_size(cap));
 }
 
+/* A tag as the producer writes it (ring.h). */
+static uint64_t tag(uint64_t pos, uint64_t len)
+{
+	return (uint64_t)(uint32_t)(pos / PVGPU_RING_ALIGN) << 32 | len;
+}
+
+static void set_tag(void *region, int dir, uint64_t cap, uint64_t pos, uint64_t v)
+{
+	uint8_t *area = (uint8_t *)region + PVGPU_RING_HDR_SIZE + (uint64_t)dir * cap;
+
+	__atomic_store_n((uint64_t *)(void *)(area + (pos & (cap - 1))), v, __ATOMIC_RELEASE);
+}
+
 /* Scribbles by the peer: each must be -EPROTO, never a bad read. */
 static void test_bad_indexes(void)
 {
-	uint64_t cap = 4096;
+	uint64_t cap = 4096, max = pvgpu_ring_max_record(cap), rec;
 	struct pvgpu_ring_shared *sh;
 	struct pair p;
 	uint8_t buf[64];
 	static uint8_t big[4096];
 	void *region = region_new(cap);
 
-	pair_init(&p, region, cap, 0);
 	sh = region;
-	/* The guest claims more bytes than the ring holds. */
-	__atomic_store_n(&sh->dir[0].prod, cap + 1, __ATOMIC_RELEASE);
+	/* A tag that names another position (a record from an old lap). */
+	pair_init(&p, region, cap, 0);
+	set_tag(region, 0, cap, 0, tag(cap, 8));
 	CHECK(pvgpu_ring_recv(&p.w, buf, 8) == -EPROTO && p.w.error);
+	CHECK(!strcmp(p.w.error, "a record's tag names another position"));
 	CHECK(pvgpu_ring_pending(&p.w) == -EPROTO);
-	/* A huge index (a length past the window, wrapped). */
-	__atomic_store_n(&sh->dir[0].prod, UINT64_MAX, __ATOMIC_RELEASE);
+	pair_fini(&p);
+	/* Every bit set: a position far away, a length past the window. */
+	pair_init(&p, region, cap, 0);
+	set_tag(region, 0, cap, 0, UINT64_MAX);
 	CHECK(pvgpu_ring_pending(&p.w) == -EPROTO);
-	/* Exactly full is fine; then the index going backwards is not. */
-	__atomic_store_n(&sh->dir[0].prod, cap, __ATOMIC_RELEASE);
-	CHECK(pvgpu_ring_pending(&p.w) == (int64_t)cap);
-	CHECK(!pvgpu_ring_recv(&p.w, buf, 16));
-	__atomic_store_n(&sh->dir[0].prod, 8, __ATOMIC_RELEASE);
+	pair_fini(&p);
+	/* A length that does not fit; the largest that does is read whole. */
+	pair_init(&p, region, cap, 0);
+	set_tag(region, 0, cap, 0, tag(0, max + 1));
 	CHECK(pvgpu_ring_pending(&p.w) == -EPROTO);
-	CHECK(!strcmp(p.w.error, "the peer's producer index went backwards"));
+	CHECK(!strcmp(p.w.error, "a record's length is past the ring's capacity"));
+	pair_fini(&p);
+	pair_init(&p, region, cap, 0);
+	set_tag(region, 0, cap, 0, tag(0, max));
+	CHECK(pvgpu_ring_pending(&p.w) == (int64_t)max);
+	CHECK(!pvgpu_ring_recv(&p.w, big, max));
+	CHECK(__atomic_load_n(&sh->dir[0].cons, __ATOMIC_ACQUIRE) == cap - PVGPU_RING_ALIGN);
+	/* After it, a tag for the right position read as garbage is refused. */
+	set_tag(region, 0, cap, cap - PVGPU_RING_ALIGN, tag(0, 8));
+	CHECK(pvgpu_ring_pending(&p.w) == -EPROTO);
 	pair_fini(&p);
 
 	/*
 	 * The guest's consumer index on the reply ring.  The worker reads it
-	 * only when what it last saw leaves less than half the ring, or less
-	 * than the message (ring.c): a scribble is found then, and harms
-	 * nothing before.
+	 * only when what it last saw leaves less than half the ring, or too
+	 * little for the message (ring.c): a scribble is found then, and
+	 * harms nothing before.
 	 */
 	pair_init(&p, region, cap, 0);
 	CHECK(!pvgpu_ring_send(&p.w, big, cap / 2 + 32));
-	__atomic_store_n(&sh->dir[1].cons, cap / 2 + 33, __ATOMIC_RELEASE);	/* past prod */
+	rec = p.w.tx_pos;
+	CHECK(rec == 2112);			/* tag + bytes, to whole lines */
+	__atomic_store_n(&sh->dir[1].cons, rec + 1, __ATOMIC_RELEASE);	/* past what was sent */
 	CHECK(pvgpu_ring_send(&p.w, buf, 8) == -EPROTO);
 	CHECK(!strcmp(p.w.error, "the peer's consumer index is past what was sent"));
 	pair_fini(&p);
 	pair_init(&p, region, cap, 0);
 	CHECK(!pvgpu_ring_send(&p.w, big, cap / 2 + 32));
 	CHECK(!pvgpu_ring_recv(&p.g, big, cap / 2 + 32));
-	CHECK(!pvgpu_ring_send(&p.w, buf, 8));		/* saw cons == cap/2 + 32 */
-	CHECK(p.w.tx_peer == cap / 2 + 32);
+	CHECK(!pvgpu_ring_send(&p.w, buf, 8));		/* saw cons == rec */
+	CHECK(p.w.tx_peer == rec);
 	__atomic_store_n(&sh->dir[1].cons, 4, __ATOMIC_RELEASE);	/* backwards */
 	CHECK(!pvgpu_ring_send(&p.w, buf, 8));		/* not looked at yet */
 	CHECK(pvgpu_ring_send(&p.w, big, cap) == -EPROTO);	/* more than it saw room for */
@@ -212,14 +238,52 @@ static void test_bad_indexes(void)
 	CHECK(!pvgpu_ring_send(&p.w, buf, 8) && p.w.tx_peer == 0);
 	pair_fini(&p);
 
-	/* The worker's own index, rewritten by the guest, is never read back. */
+	/* The worker's own words, rewritten by the guest, are never read back. */
 	pair_init(&p, region, cap, 0);
 	CHECK(!pvgpu_ring_send(&p.g, buf, 16));
 	CHECK(!pvgpu_ring_recv(&p.w, buf, 16));
 	__atomic_store_n(&sh->dir[0].cons, 12345, __ATOMIC_RELEASE);
-	__atomic_store_n(&sh->dir[1].prod, 0, __ATOMIC_RELEASE);
+	set_tag(region, 1, cap, 0, UINT64_MAX);
+	set_tag(region, 1, cap, PVGPU_RING_ALIGN, UINT64_MAX);
 	CHECK(!pvgpu_ring_send(&p.w, buf, 16));
-	CHECK(p.w.tx_pos == 16);
+	CHECK(!pvgpu_ring_send(&p.w, buf, 16));
+	CHECK(p.w.tx_pos == 2 * PVGPU_RING_ALIGN);
+	pair_fini(&p);
+	munmap(region, pvgpu_ring_region_size(cap));
+}
+
+/*
+ * Old bytes never pass for a record: with the areas full of words that
+ * are valid tags for the positions they are at, records go both ways and
+ * nothing more is there until the producer publishes it.
+ */
+static void test_stale_bytes(void)
+{
+	uint64_t cap = 4096;
+	uint8_t *area, out[200], in[200];
+	struct pair p;
+	void *region = region_new(cap);
+
+	area = (uint8_t *)region + PVGPU_RING_HDR_SIZE;
+	for (uint64_t pos = 0; pos < 2 * cap; pos += PVGPU_RING_ALIGN)
+		for (uint64_t w = 0; w < PVGPU_RING_ALIGN; w += 8) {
+			uint64_t v = tag(pos % cap, 8);
+
+			memcpy(area + pos + w, &v, 8);
+		}
+	pair_init(&p, region, cap, 0);
+	for (unsigned int k = 0; k < 100; k++) {
+		size_t n = 1 + (k * 53) % sizeof(out);
+
+		fill(out, n, k);
+		CHECK(!pvgpu_ring_send(&p.g, out, n));
+		CHECK(!pvgpu_ring_recv(&p.w, in, n));
+		CHECK(!memcmp(in, out, n));
+		CHECK(pvgpu_ring_pending(&p.w) == 0);
+		CHECK(!pvgpu_ring_send(&p.w, out, n));
+		CHECK(!pvgpu_ring_recv(&p.g, in, n));
+		CHECK(pvgpu_ring_pending(&p.g) == 0);
+	}
 	pair_fini(&p);
 	munmap(region, pvgpu_ring_region_size(cap));
 }
@@ -418,6 +482,7 @@ int main(void)
 	test_one_thread();
 	test_expect_wait();
 	test_bad_indexes();
+	test_stale_bytes();
 	test_peer_gone();
 	test_threads(0);		/* every wait sleeps */
 	test_threads(2000);		/* mixed */

@@ -37,9 +37,13 @@ uint64_t pvgpu_ring_check_region(uint64_t offset, uint64_t size,
 	return cap;
 }
 
-void pvgpu_ring_init_region(void *region)
+void pvgpu_ring_init_region(void *region, uint64_t cap)
 {
+	uint8_t *data = (uint8_t *)region + PVGPU_RING_HDR_SIZE;
+
 	memset(region, 0, sizeof(struct pvgpu_ring_shared));
+	memset(data, 0, PVGPU_RING_TAG_SIZE);
+	memset(data + cap, 0, PVGPU_RING_TAG_SIZE);
 }
 
 void pvgpu_ring_attach(struct pvgpu_ring *r, void *region, uint64_t cap,
@@ -62,21 +66,48 @@ void pvgpu_ring_attach(struct pvgpu_ring *r, void *region, uint64_t cap,
 	r->spin_ns = r->waiter.spin_max_ns;
 }
 
-/* Bytes the peer published that we have not taken; -EPROTO if impossible. */
+static uint64_t align_up(uint64_t v)
+{
+	return (v + PVGPU_RING_ALIGN - 1) & ~(uint64_t)(PVGPU_RING_ALIGN - 1);
+}
+
+/* The ring space a record of n bytes takes, tag and padding included. */
+static uint64_t record_size(uint64_t n)
+{
+	return align_up(PVGPU_RING_TAG_SIZE + n);
+}
+
+static uint64_t *tag_at(uint8_t *area, uint64_t cap, uint64_t pos)
+{
+	return (uint64_t *)(void *)(area + (pos & (cap - 1)));
+}
+
+/*
+ * Bytes of the record being read, else of the next one if its tag is
+ * published (taking it); 0 if none; -EPROTO if the tag is impossible.
+ */
 static int64_t rx_avail(struct pvgpu_ring *r)
 {
-	uint64_t p = __atomic_load_n(&r->rx_ctrl->prod, __ATOMIC_ACQUIRE);
+	uint64_t tag, len;
 
-	if (p < r->rx_peer) {
-		r->error = "the peer's producer index went backwards";
+	if (r->rx_pos != r->rx_end)
+		return (int64_t)(r->rx_end - r->rx_pos);
+	tag = __atomic_load_n(tag_at(r->rx, r->cap, r->rx_next), __ATOMIC_ACQUIRE);
+	if (!tag)
+		return 0;
+	len = tag & 0xffffffffu;
+	if ((uint32_t)(tag >> 32) != (uint32_t)(r->rx_next / PVGPU_RING_ALIGN)) {
+		r->error = "a record's tag names another position";
 		return -EPROTO;
 	}
-	if (p - r->rx_pos > r->cap) {
-		r->error = "the peer's producer index is past the ring's capacity";
+	if (!len || len > pvgpu_ring_max_record(r->cap)) {
+		r->error = "a record's length is past the ring's capacity";
 		return -EPROTO;
 	}
-	r->rx_peer = p;
-	return (int64_t)(p - r->rx_pos);
+	r->rx_pos = r->rx_next + PVGPU_RING_TAG_SIZE;
+	r->rx_end = r->rx_pos + len;
+	r->rx_next += record_size(len);
+	return (int64_t)len;
 }
 
 /* Free bytes for us to fill; -EPROTO if the peer's index is impossible. */
@@ -94,6 +125,14 @@ static int64_t tx_room(struct pvgpu_ring *r)
 	}
 	r->tx_peer = c;
 	return (int64_t)(r->cap - (r->tx_pos - c));
+}
+
+/* Room, once it holds a record of at least one byte; else 0. */
+static int64_t tx_room_for_record(struct pvgpu_ring *r)
+{
+	int64_t room = tx_room(r);
+
+	return room < 0 || room >= 2 * PVGPU_RING_ALIGN ? room : 0;
 }
 
 int64_t pvgpu_ring_pending(struct pvgpu_ring *r)
@@ -169,70 +208,105 @@ static int64_t wait_for(struct pvgpu_ring *r, int64_t (*probe)(struct pvgpu_ring
 	return n;
 }
 
-static int publish(struct pvgpu_ring *r)
+/*
+ * Room for a record of n bytes and the next record's tag (we zero it),
+ * and how many of n bytes fit if not all: the payload that fits, which may
+ * be 0.
+ */
+static uint64_t fits(uint64_t room, uint64_t n)
 {
-	__atomic_store_n(&r->tx_ctrl->prod, r->tx_pos, __ATOMIC_RELEASE);
-	r->tx_published = r->tx_pos;
-	return wake_peer(r, &r->tx_ctrl->cons_sleeping);
+	uint64_t max;
+
+	if (record_size(n) + PVGPU_RING_ALIGN <= room)
+		return n;
+	if (room < 2 * PVGPU_RING_ALIGN)
+		return 0;
+	max = room - PVGPU_RING_ALIGN;		/* whole lines for the record */
+	return (max & ~(uint64_t)(PVGPU_RING_ALIGN - 1)) - PVGPU_RING_TAG_SIZE;
+}
+
+/* Copy n bytes of iov (from element *iv, byte *ivoff on) into the ring at pos. */
+static void put_bytes(struct pvgpu_ring *r, uint64_t pos, const struct iovec *iov,
+		      int *iv, size_t *ivoff, uint64_t n)
+{
+	uint64_t mask = r->cap - 1;
+
+	while (n) {
+		const uint8_t *p = (const uint8_t *)iov[*iv].iov_base + *ivoff;
+		uint64_t k = iov[*iv].iov_len - *ivoff, off, first;
+
+		if (!k) {
+			(*iv)++;
+			*ivoff = 0;
+			continue;
+		}
+		if (k > n)
+			k = n;
+		off = pos & mask;
+		first = r->cap - off < k ? r->cap - off : k;
+		memcpy(r->tx + off, p, first);
+		memcpy(r->tx, p + first, k - first);
+		pos += k;
+		n -= k;
+		*ivoff += k;
+	}
 }
 
 int pvgpu_ring_sendv(struct pvgpu_ring *r, const struct iovec *iov, int iovcnt)
 {
-	uint64_t mask = r->cap - 1, total = 0;
-	int64_t room;
-	int rc;
+	uint64_t total = 0, room;
+	size_t ivoff = 0;
+	int iv = 0;
 
-	/*
-	 * The peer's consumer index is read only when what we last saw of it
-	 * leaves less than half the ring, or less than this message: the
-	 * peer writes that word after every read, and loading it for every
-	 * message would pull its cache line across to us and back each time
-	 * (on the critical path of both sides).  What we last saw is never
-	 * more room than there is: indexes only move forwards.
-	 */
 	for (int i = 0; i < iovcnt; i++)
 		total += iov[i].iov_len;
-	room = (int64_t)(r->cap - (r->tx_pos - r->tx_peer));
-	if ((uint64_t)room < r->cap / 2 || (uint64_t)room < total) {
-		room = tx_room(r);
-		if (room < 0)
-			return (int)room;
-	}
-	for (int i = 0; i < iovcnt; i++) {
-		const uint8_t *p = iov[i].iov_base;
-		size_t left = iov[i].iov_len;
+	/*
+	 * The peer's consumer index is read only when what we last saw of it
+	 * leaves less than half the ring, or too little for this message: the
+	 * peer writes that word after every record it reads, and loading it
+	 * for every message would pull its cache line across to us and back
+	 * each time (on the critical path of both sides).  What we last saw
+	 * is never more room than there is: indexes only move forwards.
+	 */
+	room = r->cap - (r->tx_pos - r->tx_peer);
+	while (total) {
+		uint64_t n = total < PUBLISH_CHUNK ? total : PUBLISH_CHUNK, next;
+		int64_t got;
+		int rc;
 
-		while (left) {
-			uint64_t n, off, first;
-
-			if (room == 0)
-				room = tx_room(r);
-			if (room == 0) {
-				/* The consumer may be waiting for what we hold back. */
-				if (r->tx_published != r->tx_pos && (rc = publish(r)))
-					return rc;
-				room = wait_for(r, tx_room, &r->tx_ctrl->prod_sleeping);
-			}
-			if (room < 0)
-				return (int)room;
-			n = (uint64_t)room < left ? (uint64_t)room : left;
-			if (n > PUBLISH_CHUNK)
-				n = PUBLISH_CHUNK;
-			off = r->tx_pos & mask;
-			first = r->cap - off < n ? r->cap - off : n;
-			memcpy(r->tx + off, p, first);
-			memcpy(r->tx, p + first, n - first);
-			p += n;
-			left -= n;
-			r->tx_pos += n;
-			room -= (int64_t)n;
-			/* A big send goes out in pieces; a small one at its end. */
-			if (r->tx_pos - r->tx_published >= PUBLISH_CHUNK &&
-			    (rc = publish(r)))
-				return rc;
+		if (n > pvgpu_ring_max_record(r->cap))
+			n = pvgpu_ring_max_record(r->cap);
+		if (room < r->cap / 2 || fits(room, n) < n) {
+			got = tx_room(r);
+			if (got < 0)
+				return (int)got;
+			room = (uint64_t)got;
 		}
+		if (!fits(room, n)) {
+			got = wait_for(r, tx_room_for_record, &r->tx_ctrl->prod_sleeping);
+			if (got < 0)
+				return (int)got;
+			room = (uint64_t)got;
+		}
+		n = fits(room, n);
+		next = r->tx_pos + record_size(n);
+		/*
+		 * The next record's tag first, then the bytes, then this tag:
+		 * a consumer polling this line takes it once, whole.
+		 */
+		__atomic_store_n(tag_at(r->tx, r->cap, next), 0, __ATOMIC_RELAXED);
+		put_bytes(r, r->tx_pos + PVGPU_RING_TAG_SIZE, iov, &iv, &ivoff, n);
+		__atomic_store_n(tag_at(r->tx, r->cap, r->tx_pos),
+				 (uint64_t)(uint32_t)(r->tx_pos / PVGPU_RING_ALIGN) << 32 | n,
+				 __ATOMIC_RELEASE);
+		room -= next - r->tx_pos;
+		r->tx_pos = next;
+		total -= n;
+		rc = wake_peer(r, &r->tx_ctrl->cons_sleeping);
+		if (rc)
+			return rc;
 	}
-	return r->tx_published != r->tx_pos ? publish(r) : 0;
+	return 0;
 }
 
 int pvgpu_ring_send(struct pvgpu_ring *r, const void *buf, size_t len)
@@ -248,15 +322,13 @@ int pvgpu_ring_recv(struct pvgpu_ring *r, void *buf, size_t len)
 	uint8_t *p = buf;
 
 	while (len) {
-		/* What we saw published and have not taken yet, else a look. */
-		int64_t avail = (int64_t)(r->rx_peer - r->rx_pos);
+		int64_t avail = (int64_t)(r->rx_end - r->rx_pos);
 		uint64_t n, off, first;
 		int rc;
 
-		if ((uint64_t)avail < len)
+		if (!avail)
 			avail = rx_avail(r);
-
-		if (avail == 0)
+		if (!avail)
 			avail = wait_for(r, rx_avail, &r->rx_ctrl->cons_sleeping);
 		if (avail < 0)
 			return (int)avail;
@@ -268,7 +340,10 @@ int pvgpu_ring_recv(struct pvgpu_ring *r, void *buf, size_t len)
 		p += n;
 		len -= n;
 		r->rx_pos += n;
-		__atomic_store_n(&r->rx_ctrl->cons, r->rx_pos, __ATOMIC_RELEASE);
+		if (r->rx_pos != r->rx_end)
+			continue;
+		/* The record is read: the producer may reuse its space. */
+		__atomic_store_n(&r->rx_ctrl->cons, r->rx_next, __ATOMIC_RELEASE);
 		rc = wake_peer(r, &r->rx_ctrl->prod_sleeping);
 		if (rc)
 			return rc;

@@ -4,26 +4,40 @@
  *
  * Protocol messages (header + payload, DATA frames too) flow through it
  * exactly as through a socket: sendv() and recv() of whole buffers.  What
- * changes is the cost of a round trip: a producer writes bytes and
- * publishes its index; the consumer, spinning on that index, sees it within
- * a cache-line transfer instead of a system call and a wake-up.
+ * changes is the cost of a round trip: a producer writes a record and its
+ * tag; the consumer, spinning on the tag, sees it within one cache-line
+ * transfer instead of a system call and a wake-up.
  *
  * Layout of a region (offset and size chosen by the guest inside its
  * window, announced in window_attach):
  *
  *   [0, 4096)              struct pvgpu_ring_shared: two directions'
  *                          control words, each on its own cache line
- *   [4096, 4096 + cap)     bytes guest -> worker (requests)
- *   [4096 + cap, + 2*cap)  bytes worker -> guest (replies)
+ *   [4096, 4096 + cap)     records guest -> worker (requests)
+ *   [4096 + cap, + 2*cap)  records worker -> guest (replies)
  *
- * cap is a power of two.  Indexes are free-running u64 byte counts.
+ * cap is a power of two.  Positions are free-running u64 byte counts.  A
+ * send is one or more records, each at a position that is a multiple of
+ * PVGPU_RING_ALIGN: a u64 tag, then the bytes (wrapping at the end of the
+ * area), then padding to the next multiple.  The tag is
+ *
+ *   (u32)(position / PVGPU_RING_ALIGN) << 32 | length      (length >= 1)
+ *
+ * and the word where the next record will start is 0 until that record is
+ * published: the producer zeroes it before it stores this record's tag
+ * (release), so a consumer polling the next position never takes old bytes
+ * for a tag.  A small message and its tag share one cache line: the
+ * consumer's poll brings the message with it (one transfer per crossing,
+ * not an index and then the data).  The consumer's index (cons) says how
+ * far the producer may write: never past cons + cap.
  *
  * Trust: every word in the region can be rewritten by the other side at
- * any moment.  Each side keeps its own index privately and never reads it
- * back; the peer's index is checked on every read (it may only move
- * forwards, and never further than the ring allows), and a violation is
- * -EPROTO, which ends the session.  Bytes are copied out of the ring
- * before anyone decodes them, so a peer cannot change them after a check.
+ * any moment.  Each side keeps its own positions privately and never reads
+ * them back; what it reads of the peer is checked (a tag must name the
+ * position it is at and a length that fits; cons may only move forwards,
+ * and never past what was sent), and a violation is -EPROTO, which ends
+ * the session.  Bytes are copied out of the ring before anyone decodes
+ * them, so a peer cannot change them after a check.
  *
  * Waiting: spin (bounded, adaptive), then announce "I sleep" in a flag,
  * fence, look once more, and block in the caller's wait_kick(); the other
@@ -42,17 +56,26 @@
 #define PVGPU_RING_HDR_SIZE	4096u
 #define PVGPU_RING_MIN_CAP	4096u
 #define PVGPU_RING_MAX_CAP	(16u << 20)
+#define PVGPU_RING_ALIGN	64u	/* records start on a cache line */
+#define PVGPU_RING_TAG_SIZE	8u
+
+/*
+ * The largest record payload a ring of capacity cap carries: the record,
+ * its padding and the next record's tag fit in the ring.
+ */
+static inline uint64_t pvgpu_ring_max_record(uint64_t cap)
+{
+	return cap - PVGPU_RING_ALIGN - PVGPU_RING_TAG_SIZE;
+}
 
 /* One direction's control words: one writer per cache line, mostly. */
 struct pvgpu_ring_ctrl {
-	uint64_t prod;			/* bytes published, by the producer */
-	uint8_t pad0[56];
 	uint64_t cons;			/* bytes consumed, by the consumer */
-	uint8_t pad1[56];
+	uint8_t pad0[56];
 	uint32_t cons_sleeping;		/* consumer blocked for bytes; the producer clears it */
-	uint8_t pad2[60];
+	uint8_t pad1[60];
 	uint32_t prod_sleeping;		/* producer blocked for room; the consumer clears it */
-	uint8_t pad3[60];
+	uint8_t pad2[60];
 };
 
 struct pvgpu_ring_shared {
@@ -82,11 +105,10 @@ struct pvgpu_ring {
 	struct pvgpu_ring_ctrl *tx_ctrl, *rx_ctrl;
 	uint8_t *tx, *rx;		/* data areas */
 	uint64_t cap;
-	uint64_t tx_pos;		/* our producer index: the truth */
+	uint64_t tx_pos;		/* where our next record goes: the truth */
 	uint64_t tx_peer;		/* peer's consumer index, last seen */
-	uint64_t tx_published;		/* what we last stored in prod */
-	uint64_t rx_pos;		/* our consumer index: the truth */
-	uint64_t rx_peer;		/* peer's producer index, last seen */
+	uint64_t rx_next;		/* where the peer's next record's tag is */
+	uint64_t rx_pos, rx_end;	/* bytes of the record being read */
 	uint64_t spin_ns;		/* current spin budget (adaptive) */
 	/*
 	 * The next wait for bytes spins at least this long (then 0 again),
@@ -116,8 +138,11 @@ uint64_t pvgpu_ring_check_region(uint64_t offset, uint64_t size,
 				 uint64_t window_size, uint64_t not_before,
 				 const char **why);
 
-/* The guest, before announcing the region: zero its control words. */
-void pvgpu_ring_init_region(void *region);
+/*
+ * The guest, before announcing the region: zero its control words and the
+ * first tag of each direction.
+ */
+void pvgpu_ring_init_region(void *region, uint64_t cap);
 
 /* Set up one side's end over a checked region of capacity cap. */
 void pvgpu_ring_attach(struct pvgpu_ring *r, void *region, uint64_t cap,
@@ -147,8 +172,9 @@ static inline void pvgpu_ring_expect_wait(struct pvgpu_ring *r, uint64_t ns)
 int pvgpu_ring_recv(struct pvgpu_ring *r, void *buf, size_t len);
 
 /*
- * Bytes waiting to be received, without waiting; -EPROTO when the peer's
- * index is impossible.
+ * Bytes waiting to be received without waiting (those of the record being
+ * read, or of the next one if it is published); -EPROTO when what the peer
+ * wrote is impossible.
  */
 int64_t pvgpu_ring_pending(struct pvgpu_ring *r);
 
