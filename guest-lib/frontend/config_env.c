@@ -32,22 +32,45 @@ static void env_size(const char *name, uint64_t min, uint64_t max,
 	*out = v;
 }
 
-/* Microseconds, at most max_us, into *out_ns; else a debug line. */
-static void env_us(const char *name, unsigned long max_us, uint64_t *out_ns)
+/*
+ * A decimal number within [min, max] into *out: 1; unset, 0; else a debug
+ * line and 0, *out unchanged.
+ */
+static int env_ulong(const char *name, unsigned long min, unsigned long max,
+		     unsigned long *out)
 {
 	const char *s = env(name);
 	char *end;
-	unsigned long us;
+	unsigned long n;
 
 	if (!s)
-		return;
+		return 0;
 	errno = 0;
-	us = strtoul(s, &end, 10);
-	if (errno || *end || end == s || us > max_us || *s == '-') {
-		pvgpu_debug("ignoring %s=%s", name, s);
-		return;
+	n = strtoul(s, &end, 10);
+	if (errno || *end || end == s || *s == '-' || n < min || n > max) {
+		pvgpu_debug("ignoring %s=%s (%lu to %lu)", name, s, min, max);
+		return 0;
 	}
-	*out_ns = (uint64_t)us * 1000;
+	*out = n;
+	return 1;
+}
+
+/* Microseconds, at most max_us, into *out_ns; else a debug line. */
+static void env_us(const char *name, unsigned long max_us, uint64_t *out_ns)
+{
+	unsigned long us = 0;
+
+	if (env_ulong(name, 0, max_us, &us))
+		*out_ns = (uint64_t)us * 1000;
+}
+
+/* A flag: "0" turns it off, any other value on; unset or empty, *out stays. */
+static void env_flag(const char *name, int *out)
+{
+	const char *s = env(name);
+
+	if (s)
+		*out = strcmp(s, "0") != 0;
 }
 
 static void env_string(const char *name, char *out, size_t outlen)
@@ -66,12 +89,12 @@ static void env_string(const char *name, char *out, size_t outlen)
 void pvgpu_config_from_env(struct pvgpu_client_config *cfg)
 {
 	const char *s;
+	unsigned long n;
 	uint64_t v;
 
 	pvgpu_client_config_init(cfg);
 	/* First, so that what follows may say what it ignored. */
-	s = env("PVGPU_DEBUG");
-	cfg->debug = s && strcmp(s, "0");
+	env_flag("PVGPU_DEBUG", &cfg->debug);
 	pvgpu_debug_enable(cfg->debug);
 
 	/* PVGPU_DEVICES, else the installed guest's /etc/pvgpu/guest.conf,
@@ -100,26 +123,11 @@ void pvgpu_config_from_env(struct pvgpu_client_config *cfg)
 	env_us("PVGPU_POLL_US", 100000, &cfg->poll_ns);
 	env_us("PVGPU_WAIT_SPIN_US", 1000000, &cfg->wait_spin_ns);
 
-	s = env("PVGPU_RING");
-	if (s)
-		cfg->ring = strcmp(s, "0") != 0;
+	env_flag("PVGPU_RING", &cfg->ring);
+	env_flag("PVGPU_RING_BATCH", &cfg->ring_batch);
 
-	s = env("PVGPU_RING_BATCH");
-	if (s)
-		cfg->ring_batch = strcmp(s, "0") != 0;
-
-	s = env("PVGPU_COPY_THREADS");
-	if (s) {
-		char *end;
-		unsigned long n;
-
-		errno = 0;
-		n = strtoul(s, &end, 10);
-		if (errno || *end || end == s || n < 1 || n > 8)
-			pvgpu_debug("ignoring PVGPU_COPY_THREADS=%s (1 to 8)", s);
-		else
-			cfg->copy_threads = (unsigned int)n;
-	}
+	if (env_ulong("PVGPU_COPY_THREADS", 1, 8, &n))
+		cfg->copy_threads = (unsigned int)n;
 
 	env_size("PVGPU_WINDOW_SIZE", 64ull << 20, 64ull << 30, &cfg->window_size);
 	v = cfg->staging_slot;

@@ -13,10 +13,12 @@
 /*
  * The defaults, then PVGPU_DEVICES, PVGPU_TOKEN, PVGPU_BLOCK_SIZE,
  * PVGPU_POLL_US, PVGPU_WAIT_SPIN_US, PVGPU_COPY_THREADS, PVGPU_WINDOW_DEVICE,
- * PVGPU_WINDOW_SIZE, PVGPU_STAGING_SLOT, PVGPU_STAGING_SLOTS and
- * PVGPU_DEBUG over them.  A malformed value is ignored (the default
- * stays), with a debug line: a typo must not stop a program that would
- * run without the setting.
+ * PVGPU_WINDOW_SIZE, PVGPU_STAGING_SLOT, PVGPU_STAGING_SLOTS,
+ * PVGPU_WITHHOLD_FEATURES and the flags PVGPU_RING, PVGPU_RING_BATCH and
+ * PVGPU_DEBUG ("0" off, any other value on) over them.  An empty variable
+ * counts as unset.  A malformed value is ignored (the default stays), with
+ * a debug line: a typo must not stop a program that would run without the
+ * setting.
  */
 void pvgpu_config_from_env(struct pvgpu_client_config *cfg);
 

@@ -159,17 +159,42 @@ static int elf_check(const uint8_t *p, size_t len)
 	return 0;
 }
 
+/*
+ * A fatbinary's header: the magic u32, a version u16, its own size u16 (16
+ * or more), then the size u64 of the entries that follow it.
+ */
+#define FATBIN_HEADER_MIN	16u
+
+/*
+ * The fatbinary header at p, with len bytes from p on: 0 where there is
+ * none (no whole header with the magic), -1 where it or its entries run
+ * past len, else 1 with its size in *header and its entries' in *entries.
+ */
+static int fatbin_header(const uint8_t *p, size_t len, size_t *header,
+			 size_t *entries)
+{
+	uint16_t header_size;
+	uint64_t fat_size;
+
+	if (len < FATBIN_HEADER_MIN || pvgpu_get_u32(p) != FATBIN_MAGIC)
+		return 0;
+	header_size = pvgpu_get_u16(p + 6);
+	fat_size = pvgpu_get_u64(p + 8);
+	if (header_size < FATBIN_HEADER_MIN || header_size > len ||
+	    fat_size > len - header_size)
+		return -1;
+	*header = header_size;
+	*entries = (size_t)fat_size;
+	return 1;
+}
+
 int pvgpu_image_check(const uint8_t *p, size_t len)
 {
-	if (len >= 16 && pvgpu_get_u32(p) == FATBIN_MAGIC) {
-		uint16_t header_size = pvgpu_get_u16(p + 6);
-		uint64_t fat_size = pvgpu_get_u64(p + 8);
+	size_t header, entries;
+	int fat = fatbin_header(p, len, &header, &entries);
 
-		if (header_size < 16 || header_size > len ||
-		    fat_size > len - header_size)
-			return -1;
-		return 0;
-	}
+	if (fat)
+		return fat < 0 ? -1 : 0;
 	if (len >= 4 && !memcmp(p, "\177ELF", 4))
 		return elf_check(p, len);
 	/* PTX: text, NUL-terminated within the image (image[len] is NUL). */
@@ -233,20 +258,17 @@ static int entry_readable(uint16_t kind, uint64_t flags, const uint8_t *p,
  */
 static int fatbin_may_print(const uint8_t *p, size_t len, uint32_t arch)
 {
-	int unreadable = 0, runs = 0;
-	size_t off = 0;
+	int unreadable = 0, runs = 0, fat;
+	size_t off = 0, header, entries;
 
 	/* One or more fatbinaries back to back, each a list of entries. */
-	while (off + 16 <= len && pvgpu_get_u32(p + off) == FATBIN_MAGIC) {
-		uint16_t header_size = pvgpu_get_u16(p + off + 6);
-		uint64_t fat_size = pvgpu_get_u64(p + off + 8);
+	while ((fat = fatbin_header(p + off, len - off, &header, &entries))) {
 		size_t e, end;
 
-		if (header_size < 16 || header_size > len - off ||
-		    fat_size > len - off - header_size)
+		if (fat < 0)
 			return 1;
-		e = off + header_size;
-		end = e + fat_size;
+		e = off + header;
+		end = e + entries;
 		while (e < end) {
 			uint16_t kind;
 			uint32_t hdr, a;
@@ -284,7 +306,9 @@ static int fatbin_may_print(const uint8_t *p, size_t len, uint32_t arch)
 
 int pvgpu_image_may_print(const uint8_t *p, size_t len, uint32_t arch)
 {
-	if (len >= 16 && pvgpu_get_u32(p) == FATBIN_MAGIC)
+	size_t header, entries;
+
+	if (fatbin_header(p, len, &header, &entries))
 		return fatbin_may_print(p, len, arch);
 	/* A cubin, or PTX text. */
 	return names_output(p, len);

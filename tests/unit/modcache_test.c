@@ -4,7 +4,8 @@
  * only after kernels of those, so a wrong "quiet" loses a kernel's printf
  * while a wrong "may print" only costs a system call.  Anything it cannot
  * read (compressed entries, damaged tables) counts as printing, unless a
- * readable cubin for the device is what the driver runs instead.
+ * readable cubin for the device is what the driver runs instead.  And
+ * which images may be given to a driver at all (pvgpu_image_check).
  */
 #include <stdint.h>
 #include <string.h>
@@ -163,5 +164,28 @@ int main(void)
 	CHECK(may_print(img, 2 * len) == 0);
 	memcpy(img + len + 16 + ENTRY_HDR + 64, "vprintf", 7);
 	CHECK(may_print(img, 2 * len) == 1);
+
+	/*
+	 * What a driver may be given (pvgpu_image_check): a fatbinary whose
+	 * header and entries lie inside the image, an ELF, PTX text.
+	 */
+	n = elf(cubin, "_Z3addPfS_S_i");
+	len = fatbin(2, 0x11, cubin, n);
+	CHECK(pvgpu_image_check(img, len) == 0);
+	CHECK(pvgpu_image_check(img, len - 1) == -1);	/* entries past the end */
+	CHECK(pvgpu_image_check(img, 15) == -1);	/* no whole header */
+	pvgpu_put_u16(img + 6, 8);			/* header too short */
+	CHECK(pvgpu_image_check(img, len) == -1);
+	pvgpu_put_u16(img + 6, 0xffff);			/* header past the end */
+	CHECK(pvgpu_image_check(img, len) == -1);
+	CHECK(may_print(img, len) == 1);
+	pvgpu_put_u16(img + 6, 16);
+	pvgpu_put_u64(img + 8, UINT64_MAX);		/* entries' size wraps */
+	CHECK(pvgpu_image_check(img, len) == -1);
+	CHECK(may_print(img, len) == 1);
+	CHECK(pvgpu_image_check(cubin, n) == 0);
+	CHECK(pvgpu_image_check((const uint8_t *)ptx_quiet,
+				sizeof(ptx_quiet) - 1) == 0);
+	CHECK(pvgpu_image_check((const uint8_t *)"garbage", 7) == -1);
 	return UNIT_REPORT();
 }

@@ -1070,20 +1070,47 @@ static int32_t cuda_host_unregister(struct pvgpu_exec *ex, void *p)
 /* ------------------------------------------------------------------ */
 /* copies and memsets */
 
+/*
+ * What a queued copy or memset checks: a session, a stream of its current
+ * context (to_stream) and a length the host can address.
+ */
+static int32_t queued_args(struct pvgpu_exec *ex, uint64_t stream,
+			   uint64_t len, CUstream *s)
+{
+	int32_t rc;
+
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = to_stream(ex, stream, s);
+	if (rc)
+		return rc;
+	return len > SIZE_MAX ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
+/* A host buffer of size bytes to copy from or into: named unless empty. */
+static int32_t host_args(const void *host, uint64_t size)
+{
+	return size && !host ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
+/* A queued copy between the host and the device: queued_args, host_args. */
+static int32_t queued_host_args(struct pvgpu_exec *ex, uint64_t stream,
+				const void *host, uint64_t size, CUstream *s)
+{
+	int32_t rc = queued_args(ex, stream, size, s);
+
+	return rc ? rc : host_args(host, size);
+}
+
 static int32_t cuda_memcpy_htod_async(struct pvgpu_exec *ex, uint64_t dst,
 				      const void *host, uint64_t size,
 				      uint64_t stream)
 {
 	CUstream s;
-	int32_t rc;
+	int32_t rc = queued_host_args(ex, stream, host, size, &s);
 
-	if (!ex)
-		return CUDA_ERROR_INVALID_VALUE;
-	rc = to_stream(ex, stream, &s);
 	if (rc)
 		return rc;
-	if (size > SIZE_MAX || (size && !host))
-		return CUDA_ERROR_INVALID_VALUE;
 	return ex->api.memcpy_htod_async(dst, host, (size_t)size, s);
 }
 
@@ -1092,50 +1119,62 @@ static int32_t cuda_memcpy_dtoh_async(struct pvgpu_exec *ex, void *host,
 				      uint64_t stream)
 {
 	CUstream s;
-	int32_t rc;
+	int32_t rc = queued_host_args(ex, stream, host, size, &s);
 
-	if (!ex)
-		return CUDA_ERROR_INVALID_VALUE;
-	rc = to_stream(ex, stream, &s);
 	if (rc)
 		return rc;
-	if (size > SIZE_MAX || (size && !host))
-		return CUDA_ERROR_INVALID_VALUE;
 	return ex->api.memcpy_dtoh_async(host, src, (size_t)size, s);
 }
 
 /*
  * The synchronous forms, on the legacy default stream as a program's own
  * cuMemcpyHtoD/DtoH: one driver call, not an _async and a synchronize.
+ * Their checks: a session, a host buffer (as a queued copy's) and a
+ * current context.
  */
+static int32_t sync_host_args(struct pvgpu_exec *ex, const void *host,
+			      uint64_t size)
+{
+	if (!ex || size > SIZE_MAX || host_args(host, size))
+		return CUDA_ERROR_INVALID_VALUE;
+	return ex->cur ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+/*
+ * Where the driver lacks the synchronous entry: the _async one on the NULL
+ * stream (queued: what it returned), then a synchronize of that stream.
+ */
+static int32_t sync_after(struct pvgpu_exec *ex, CUresult queued)
+{
+	if (queued)
+		return queued;
+	return ex->api.stream_synchronize(NULL);
+}
+
 static int32_t cuda_memcpy_htod(struct pvgpu_exec *ex, uint64_t dst,
 				const void *host, uint64_t size)
 {
-	int32_t rc;
+	int32_t rc = sync_host_args(ex, host, size);
 
-	if (!ex || size > SIZE_MAX || (size && !host))
-		return CUDA_ERROR_INVALID_VALUE;
-	if (!ex->cur)
-		return CUDA_ERROR_INVALID_CONTEXT;
+	if (rc)
+		return rc;
 	if (ex->api.memcpy_htod)
 		return ex->api.memcpy_htod(dst, host, (size_t)size);
-	rc = ex->api.memcpy_htod_async(dst, host, (size_t)size, NULL);
-	return rc ? rc : (int32_t)ex->api.stream_synchronize(NULL);
+	return sync_after(ex, ex->api.memcpy_htod_async(dst, host, (size_t)size,
+							NULL));
 }
 
 static int32_t cuda_memcpy_dtoh(struct pvgpu_exec *ex, void *host,
 				uint64_t src, uint64_t size)
 {
-	int32_t rc;
+	int32_t rc = sync_host_args(ex, host, size);
 
-	if (!ex || size > SIZE_MAX || (size && !host))
-		return CUDA_ERROR_INVALID_VALUE;
-	if (!ex->cur)
-		return CUDA_ERROR_INVALID_CONTEXT;
+	if (rc)
+		return rc;
 	if (ex->api.memcpy_dtoh)
 		return ex->api.memcpy_dtoh(host, src, (size_t)size);
-	rc = ex->api.memcpy_dtoh_async(host, src, (size_t)size, NULL);
-	return rc ? rc : (int32_t)ex->api.stream_synchronize(NULL);
+	return sync_after(ex, ex->api.memcpy_dtoh_async(host, src, (size_t)size,
+							NULL));
 }
 
 static int32_t cuda_memcpy_dtod_async(struct pvgpu_exec *ex, uint64_t dst,
@@ -1143,15 +1182,10 @@ static int32_t cuda_memcpy_dtod_async(struct pvgpu_exec *ex, uint64_t dst,
 				      uint64_t stream)
 {
 	CUstream s;
-	int32_t rc;
+	int32_t rc = queued_args(ex, stream, size, &s);
 
-	if (!ex)
-		return CUDA_ERROR_INVALID_VALUE;
-	rc = to_stream(ex, stream, &s);
 	if (rc)
 		return rc;
-	if (size > SIZE_MAX)
-		return CUDA_ERROR_INVALID_VALUE;
 	return ex->api.memcpy_dtod_async(dst, src, (size_t)size, s);
 }
 
@@ -1160,15 +1194,10 @@ static int32_t cuda_memset_async(struct pvgpu_exec *ex, uint64_t dst,
 				 uint64_t count, uint64_t stream)
 {
 	CUstream s;
-	int32_t rc;
+	int32_t rc = queued_args(ex, stream, count, &s);
 
-	if (!ex)
-		return CUDA_ERROR_INVALID_VALUE;
-	rc = to_stream(ex, stream, &s);
 	if (rc)
 		return rc;
-	if (count > SIZE_MAX)
-		return CUDA_ERROR_INVALID_VALUE;
 	switch (elem_size) {
 	case 1:
 		return ex->api.memset_d8_async(dst, (unsigned char)value,
