@@ -14,9 +14,14 @@
 
 /*
  * A bounded busy poll: call pvgpu_poll_again() after each attempt that
- * found nothing; it pauses the CPU and returns 0 once budget_ns have
- * passed since the first call.  The clock is read every 64th call only:
- * reading it costs more than a look at a socket or a counter.
+ * found nothing; it returns 0 once budget_ns have passed since the first
+ * call.  The clock is read every 64th call only: reading it costs more
+ * than a look at a socket or a counter.  The CPU pauses every 8th call
+ * only: on recent Xeons a PAUSE takes longer than a look at a cache line
+ * (~70 ns), and pausing after every look added it to each crossing of the
+ * control ring (a round trip 535-557 ns without, 623-656 ns with;
+ * BENCHMARKS.md); every 8th still keeps the loop from flooding the memory
+ * pipeline or starving a hyper-thread sibling.
  */
 struct pvgpu_poll {
 	unsigned int i;
@@ -33,7 +38,8 @@ static inline int pvgpu_poll_again(struct pvgpu_poll *p, uint64_t budget_ns)
 		else if (now > p->deadline)
 			return 0;
 	}
-	pvgpu_cpu_relax();
+	if ((p->i & 7) == 0)
+		pvgpu_cpu_relax();
 	return 1;
 }
 

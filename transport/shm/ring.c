@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "relax.h"
 #include "ring.h"
 #include "wait.h"
 
@@ -299,6 +300,10 @@ int pvgpu_ring_sendv(struct pvgpu_ring *r, const struct iovec *iov, int iovcnt)
 		__atomic_store_n(tag_at(r->tx, r->cap, r->tx_pos),
 				 (uint64_t)(uint32_t)(r->tx_pos / PVGPU_RING_ALIGN) << 32 | n,
 				 __ATOMIC_RELEASE);
+		/* Towards the reader: its poll of the tag then hits the shared cache. */
+		pvgpu_cache_demote(tag_at(r->tx, r->cap, r->tx_pos));
+		if (record_size(n) > PVGPU_RING_ALIGN)
+			pvgpu_cache_demote(tag_at(r->tx, r->cap, r->tx_pos + PVGPU_RING_ALIGN));
 		room -= next - r->tx_pos;
 		r->tx_pos = next;
 		total -= n;
