@@ -73,6 +73,12 @@ struct pvgpu_client_config {
 	uint64_t window_size;
 	uint32_t staging_slot, staging_slots;
 	/*
+	 * PVGPU_WINDOW_HUGEPAGES=1: make that window of the host's reserved
+	 * huge pages (memfd MFD_HUGETLB), ordinary pages when there are not
+	 * enough.  Off by default: the pool is the administrator's.
+	 */
+	int window_hugepages;
+	/*
 	 * PVGPU_RING=0 turns the control ring off (messages then take the
 	 * socket); PVGPU_RING_BATCH=1 batches async messages on it as on a
 	 * socket instead of sending each at once (client.c ring_sends_now);

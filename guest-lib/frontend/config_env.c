@@ -130,6 +130,7 @@ void pvgpu_config_from_env(struct pvgpu_client_config *cfg)
 		cfg->copy_threads = (unsigned int)n;
 
 	env_size("PVGPU_WINDOW_SIZE", 64ull << 20, 64ull << 30, &cfg->window_size);
+	env_flag("PVGPU_WINDOW_HUGEPAGES", &cfg->window_hugepages);
 	v = cfg->staging_slot;
 	env_size("PVGPU_STAGING_SLOT", 64u << 10, 64u << 20, &v);
 	cfg->staging_slot = (uint32_t)v;
