@@ -1278,12 +1278,15 @@ void compare_json(const struct cmp_field *fields, int nfields,
 	printf("]");
 }
 
-/* "lo..hi" of a spread, in a column of its own. */
+/* "lo..hi" of a spread, in a column of its own: 4 digits, whole numbers
+ * from 10000 up (MB/s, launches/s) rather than an exponent. */
 void print_spread(double lo, double hi)
 {
 	char buf[64];
 
-	snprintf(buf, sizeof(buf), "%.4g..%.4g", lo, hi);
+	snprintf(buf, sizeof(buf), fabs(lo) >= 1e4 && fabs(lo) < 1e10 &&
+		 fabs(hi) >= 1e4 && fabs(hi) < 1e10 ? "%.0f..%.0f" : "%.4g..%.4g",
+		 lo, hi);
 	printf(" %21s", buf);
 }
 
