@@ -14,8 +14,10 @@
  *   - size parsing and printing ("64M", "1 KiB");
  *   - which libcudart.so.13 this process really loaded (native or the shim);
  *   - a small JSON writer and reader (children report to --compare in JSON);
- *   - --compare: run this same executable twice, natively and through pvgpu,
- *     chosen only by LD_LIBRARY_PATH, and print one comparison table.
+ *   - --compare: run this same executable natively and through pvgpu,
+ *     chosen only by LD_LIBRARY_PATH, and print one comparison table;
+ *     --pairs N runs N children of each kind in the order ABBA... and
+ *     compares their medians.
  */
 #ifndef PVGPU_BENCH_COMMON_H
 #define PVGPU_BENCH_COMMON_H
@@ -148,6 +150,18 @@ double now_s(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/*
+ * When this process started (CLOCK_MONOTONIC, which every process on the
+ * machine shares): a --compare child reports it, with the time it reported,
+ * so the order the children really ran in can be checked from outside.
+ */
+double g_start_s;
+
+__attribute__((constructor)) void record_start_time(void)
+{
+	g_start_s = now_s();
 }
 
 int cmp_double(const void *a, const void *b)
@@ -459,6 +473,7 @@ void json_run_header(FILE *f, const struct lib_info *li,
 		     const struct dev_info *di)
 {
 	const char *devs = getenv("PVGPU_DEVICES");
+	const char *run = getenv("PVGPU_BENCH_RUN");
 
 	fputs("\"benchmark\":", f);
 	json_str(f, g_prog);
@@ -472,6 +487,13 @@ void json_run_header(FILE *f, const struct lib_info *li,
 		json_str(f, devs);
 	else
 		fputs("null", f);
+	if (run && *run) {	/* a child of --compare --pairs N (N > 1) */
+		fprintf(f, ",\"compare_run\":%d,\"started_monotonic_s\":",
+			atoi(run));
+		json_num(f, g_start_s);
+		fputs(",\"reported_monotonic_s\":", f);
+		json_num(f, now_s());
+	}
 	if (di) {
 		fprintf(f, ",\"device\":{\"index\":%d,\"name\":", di->index);
 		json_str(f, di->name);
@@ -750,6 +772,7 @@ char *read_file(const char *path)
 struct common_opts {
 	int json;		/* --json */
 	int compare;		/* --compare */
+	int pairs;		/* --pairs N; 0 if not given (one pair) */
 	int quick;		/* --quick */
 	int device;		/* --device N */
 	const char *native_libdir;	/* --native-libdir */
@@ -761,6 +784,12 @@ struct common_opts {
 "  --quick              a short run (CI); explicit options still win\n" \
 "  --device N           CUDA device index (default 0)\n" \
 "  --compare            run natively and through pvgpu, print both\n" \
+"  --pairs N            with --compare: N native and N pvgpu runs (1-50,\n" \
+"                       default 1) in the order native, pvgpu, pvgpu,\n" \
+"                       native, native, pvgpu...; each figure is the median\n" \
+"                       of its side's N runs, shown with their min-max.\n" \
+"                       On a shared machine the figures drift between runs\n" \
+"                       minutes apart, so one pair measures the drift too\n" \
 "  --native-libdir DIR  directory of the real libcudart.so.13 for\n" \
 "                       --compare (default $PVGPU_NATIVE_LIBDIR, else the\n" \
 "                       one this process loaded, else /usr/local/cuda)\n" \
@@ -791,6 +820,9 @@ int common_option(int *i, int argc, char **argv, struct common_opts *co)
 	else if (!strcmp(a, "--device"))
 		co->device = (int)parse_count(a, opt_value(i, argc, argv), 0,
 					      1024);
+	else if (!strcmp(a, "--pairs"))
+		co->pairs = (int)parse_count(a, opt_value(i, argc, argv), 1,
+					     50);
 	else if (!strcmp(a, "--native-libdir"))
 		co->native_libdir = opt_value(i, argc, argv);
 	else if (!strcmp(a, "--pvgpu-libdir"))
@@ -798,6 +830,15 @@ int common_option(int *i, int argc, char **argv, struct common_opts *co)
 	else
 		return 0;
 	return 1;
+}
+
+/* After the last option: what the common ones mean together. */
+void common_options_done(struct common_opts *co)
+{
+	if (co->pairs && !co->compare)
+		usage_error("--pairs only means something with --compare");
+	if (!co->pairs)
+		co->pairs = 1;
 }
 
 /* ------------------------------------------------------------------ */
@@ -898,7 +939,8 @@ void argv_push(struct argvec *a, const char *s)
  * The child's arguments: this program's own, less the options only the
  * parent acts on.  `drop_flags` and `drop_valued` (NULL-terminated) name the
  * benchmark's own parent-only options, without and with a value; the common
- * ones (--compare, --json, --native-libdir, --pvgpu-libdir) always go.
+ * ones (--compare, --json, --pairs, --native-libdir, --pvgpu-libdir) always
+ * go.
  * The caller appends what the child needs (--json is added here).
  */
 void child_args(struct argvec *out, int argc, char **argv,
@@ -906,7 +948,8 @@ void child_args(struct argvec *out, int argc, char **argv,
 {
 	static const char *const common_flags[] = { "--compare", "--json", NULL };
 	static const char *const common_valued[] = { "--native-libdir",
-						     "--pvgpu-libdir", NULL };
+						     "--pvgpu-libdir", "--pairs",
+						     NULL };
 	int i, k, dropped;
 
 	argv_push(out, argv[0]);
@@ -936,6 +979,7 @@ struct child_run {
 	char *text;		/* its stdout: one JSON object */
 	struct jval *json;
 	double wall_s;		/* how long the child ran */
+	int seq;		/* its place in the order of runs; -1: one pair */
 };
 
 /*
@@ -975,6 +1019,14 @@ void compare_run_child(struct child_run *cr, char **args)
 		}
 		setenv("LD_LIBRARY_PATH", path, 1);
 		setenv("PVGPU_BENCH_ROLE", cr->role, 1);
+		if (cr->seq >= 0) {
+			char seq[16];
+
+			snprintf(seq, sizeof(seq), "%d", cr->seq);
+			setenv("PVGPU_BENCH_RUN", seq, 1);
+		} else {
+			unsetenv("PVGPU_BENCH_RUN");
+		}
 		dup2(fd[1], STDOUT_FILENO);
 		close(fd[0]);
 		close(fd[1]);
@@ -1068,13 +1120,105 @@ const struct jval *find_result(const struct jval *run, const char *key)
 }
 
 /*
+ * All the children of one --compare: `pairs` of each role, kept in the order
+ * each role's children ran.
+ */
+struct compare_runs {
+	int pairs;
+	struct child_run *nat;	/* [pairs] */
+	struct child_run *pv;	/* [pairs] */
+};
+
+/*
+ * Run `pairs` native and `pairs` pvgpu children alternately, ABBA: native,
+ * pvgpu, pvgpu, native, native, pvgpu...  A steady drift of the machine
+ * (clocks, a neighbour's load) then weighs on both sides alike, where
+ * one native run followed by one pvgpu run would count it as pvgpu's.  The
+ * first native child gets `first_native_args` (pvgpu-synth: it calibrates and
+ * writes the plan), every other child `args`.  With one pair the children
+ * are started exactly as they always were.
+ */
+void compare_run_all(struct compare_runs *cs, const struct common_opts *co,
+		     char **first_native_args, char **args)
+{
+	int pairs = co->pairs > 0 ? co->pairs : 1;
+	int k, done_nat = 0, done_pv = 0;
+
+	cs->pairs = pairs;
+	cs->nat = (struct child_run *)xmalloc(pairs * sizeof(*cs->nat));
+	cs->pv = (struct child_run *)xmalloc(pairs * sizeof(*cs->pv));
+	memset(cs->nat, 0, pairs * sizeof(*cs->nat));
+	memset(cs->pv, 0, pairs * sizeof(*cs->pv));
+	for (k = 0; k < 2 * pairs; k++) {
+		/* Pair p runs native first when p is even, pvgpu first when odd. */
+		int native = (k / 2) % 2 == k % 2;
+		struct child_run *cr = native ? &cs->nat[done_nat] : &cs->pv[done_pv];
+
+		cr->role = native ? "native" : "pvgpu";
+		cr->libdir = native ? co->native_libdir : co->pvgpu_libdir;
+		cr->seq = pairs > 1 ? k : -1;
+		compare_run_child(cr, native && done_nat == 0 ? first_native_args
+							     : args);
+		if (native)
+			done_nat++;
+		else
+			done_pv++;
+	}
+}
+
+/*
+ * The median over `n` runs of `field` in the result `key` (NAN if no run has
+ * it as a number); the least and greatest go to *lo and *hi if not NULL.
+ * With an even n the median is the mean of the middle two.
+ */
+double compare_stat(const struct child_run *runs, int n, const char *key,
+		    const char *field, double *lo, double *hi)
+{
+	double *v = (double *)xmalloc(n * sizeof(*v)), med = NAN;
+	int i, m = 0;
+
+	for (i = 0; i < n; i++) {
+		double x = jnum(find_result(runs[i].json, key), field);
+
+		if (isfinite(x))
+			v[m++] = x;
+	}
+	if (m) {
+		qsort(v, m, sizeof(*v), cmp_double);
+		med = m % 2 ? v[m / 2] : (v[m / 2 - 1] + v[m / 2]) / 2;
+	}
+	if (lo)
+		*lo = m ? v[0] : NAN;
+	if (hi)
+		*hi = m ? v[m - 1] : NAN;
+	free(v);
+	return med;
+}
+
+/* The children of one role as a JSON array of their own objects. */
+void compare_json_runs(const struct child_run *runs, int n)
+{
+	int i;
+
+	printf("[");
+	for (i = 0; i < n; i++)
+		printf("%s%s", i ? "," : "", runs[i].text);
+	printf("]");
+}
+
+/*
  * Compare JSON: {"benchmark":..., "mode":"compare", "native":{...},
  * "pvgpu":{...}, "comparison":[{key, field, native, pvgpu, ratio}...]
  * written WITHOUT the closing brace, so a benchmark can add its own members.
+ * "native" and "pvgpu" are the first child of each role.  With --pairs N
+ * (N > 1) it also has "pairs":N, "native_runs" and "pvgpu_runs" (every
+ * child, in the order each role's ran), the comparison's values are the
+ * medians over each role's children, and each entry adds their min and max.
  */
 void compare_json(const struct cmp_field *fields, int nfields,
-		  const struct child_run *nat, const struct child_run *pv)
+		  const struct compare_runs *cs)
 {
+	const struct child_run *nat = &cs->nat[0], *pv = &cs->pv[0];
 	const struct jval *res = jget(nat->json, "results");
 	int i, f, first = 1;
 
@@ -1084,15 +1228,26 @@ void compare_json(const struct cmp_field *fields, int nfields,
 	json_str(stdout, nat->libdir);
 	printf(",\"pvgpu_libdir\":");
 	json_str(stdout, pv->libdir);
-	printf(",\"native\":%s,\"pvgpu\":%s,\"comparison\":[", nat->text,
-	       pv->text);
+	printf(",\"native\":%s,\"pvgpu\":%s,", nat->text, pv->text);
+	if (cs->pairs > 1) {
+		printf("\"pairs\":%d,\"order\":\"native,pvgpu,pvgpu,native,...\","
+		       "\"native_runs\":", cs->pairs);
+		compare_json_runs(cs->nat, cs->pairs);
+		printf(",\"pvgpu_runs\":");
+		compare_json_runs(cs->pv, cs->pairs);
+		printf(",");
+	}
+	printf("\"comparison\":[");
 	for (i = 0; res && res->type == J_ARR && i < res->n; i++) {
 		const char *key = jstr(&res->items[i], "key");
 		const struct jval *other = key ? find_result(pv->json, key) : NULL;
 
 		for (f = 0; other && f < nfields; f++) {
-			double a = jnum(&res->items[i], fields[f].field);
-			double b = jnum(other, fields[f].field);
+			double alo, ahi, blo, bhi;
+			double a = compare_stat(cs->nat, cs->pairs, key,
+						fields[f].field, &alo, &ahi);
+			double b = compare_stat(cs->pv, cs->pairs, key,
+						fields[f].field, &blo, &bhi);
 
 			if (isnan(a) && isnan(b))
 				continue;
@@ -1106,6 +1261,16 @@ void compare_json(const struct cmp_field *fields, int nfields,
 			json_num(stdout, b);
 			printf(",\"ratio\":");
 			json_num(stdout, b / a);
+			if (cs->pairs > 1) {
+				printf(",\"native_min\":");
+				json_num(stdout, alo);
+				printf(",\"native_max\":");
+				json_num(stdout, ahi);
+				printf(",\"pvgpu_min\":");
+				json_num(stdout, blo);
+				printf(",\"pvgpu_max\":");
+				json_num(stdout, bhi);
+			}
 			printf("}");
 			first = 0;
 		}
@@ -1113,14 +1278,36 @@ void compare_json(const struct cmp_field *fields, int nfields,
 	printf("]");
 }
 
-/* The comparison as a table: one row per (result, field). */
-void compare_table(const struct cmp_field *fields, int nfields,
-		   const struct child_run *nat, const struct child_run *pv)
+/* "lo..hi" of a spread, in a column of its own: 4 digits, whole numbers
+ * from 10000 up (MB/s, launches/s) rather than an exponent. */
+void print_spread(double lo, double hi)
 {
+	char buf[64];
+
+	snprintf(buf, sizeof(buf), fabs(lo) >= 1e4 && fabs(lo) < 1e10 &&
+		 fabs(hi) >= 1e4 && fabs(hi) < 1e10 ? "%.0f..%.0f" : "%.4g..%.4g",
+		 lo, hi);
+	printf(" %21s", buf);
+}
+
+/*
+ * The comparison as a table: one row per (result, field).  With --pairs N
+ * (N > 1) the header says the figures are medians, and each row adds the
+ * min..max of each role's N runs.
+ */
+void compare_table(const struct cmp_field *fields, int nfields,
+		   const struct compare_runs *cs)
+{
+	const struct child_run *nat = &cs->nat[0], *pv = &cs->pv[0];
 	const struct jval *res = jget(nat->json, "results");
 	int i, f, keyw = 4;
 
-	printf("%s --compare\n", g_prog);
+	if (cs->pairs > 1)
+		printf("%s --compare: medians of %d alternating runs each "
+		       "(native, pvgpu, pvgpu, native, native, pvgpu, ...)\n",
+		       g_prog, cs->pairs);
+	else
+		printf("%s --compare\n", g_prog);
 	printf("  native: %s\n", jstr(jget(nat->json, "library"), "path"));
 	printf("  pvgpu:  %s (PVGPU_DEVICES=%s)\n",
 	       jstr(jget(pv->json, "library"), "path"),
@@ -1134,20 +1321,32 @@ void compare_table(const struct cmp_field *fields, int nfields,
 		if (key && (int)strlen(key) > keyw)
 			keyw = (int)strlen(key);
 	}
-	printf("\n%-*s  %-12s %14s %14s %13s\n", keyw, "test", "metric",
+	printf("\n%-*s  %-12s %14s %14s %13s", keyw, "test", "metric",
 	       "native", "pvgpu", "pvgpu/native");
+	if (cs->pairs > 1)
+		printf(" %21s %21s", "native min..max", "pvgpu min..max");
+	printf("\n");
 	for (i = 0; res && res->type == J_ARR && i < res->n; i++) {
 		const char *key = jstr(&res->items[i], "key");
 		const struct jval *other = key ? find_result(pv->json, key) : NULL;
 
 		for (f = 0; key && f < nfields; f++) {
-			double a = jnum(&res->items[i], fields[f].field);
-			double b = other ? jnum(other, fields[f].field) : NAN;
+			double alo, ahi, blo = NAN, bhi = NAN;
+			double a = compare_stat(cs->nat, cs->pairs, key,
+						fields[f].field, &alo, &ahi);
+			double b = other ? compare_stat(cs->pv, cs->pairs, key,
+							fields[f].field, &blo,
+							&bhi)
+					 : NAN;
 
 			if (!fields[f].in_table || (isnan(a) && isnan(b)))
 				continue;
 			printf("%-*s  %-12s %14.6g %14.6g %13.3f", keyw, key,
 			       fields[f].label, a, b, b / a);
+			if (cs->pairs > 1) {
+				print_spread(alo, ahi);
+				print_spread(blo, bhi);
+			}
 			if (fields[f].lower_is_better && a > 0 && isfinite(b))
 				printf("  (%+.1f%%)", (b / a - 1.0) * 100.0);
 			printf("\n");

@@ -176,6 +176,7 @@ static void parse_args(struct options *o, int argc, char **argv)
 	if (o->socket_only && o->co.compare)
 		usage_error("--socket-only runs no CUDA, so --compare has "
 			    "nothing to compare");
+	common_options_done(&o->co);
 }
 
 /* Copies per cell: fixed by --reps, else about 1 GiB (64 MiB if --quick),
@@ -601,7 +602,7 @@ static int run_compare(struct options *o, int argc, char **argv)
 		{ "mbps_wall", "MB/s wall", 0, 0 },
 	};
 	static const char *const drop_flags[] = { "--socket-baseline", NULL };
-	struct child_run nat, pv;
+	struct compare_runs cs;
 	struct argvec args;
 	struct socket_result *sr = NULL;
 	int s, d, m;
@@ -609,21 +610,14 @@ static int run_compare(struct options *o, int argc, char **argv)
 	compare_resolve_libdirs(&o->co);
 	memset(&args, 0, sizeof(args));
 	child_args(&args, argc, argv, drop_flags, NULL);
-	memset(&nat, 0, sizeof(nat));
-	memset(&pv, 0, sizeof(pv));
-	nat.role = "native";
-	nat.libdir = o->co.native_libdir;
-	pv.role = "pvgpu";
-	pv.libdir = o->co.pvgpu_libdir;
-	compare_run_child(&nat, args.v);
-	compare_run_child(&pv, args.v);
+	compare_run_all(&cs, &o->co, args.v, args.v);
 	if (o->socket_baseline) {
 		sr = (struct socket_result *)xmalloc(o->nsizes * sizeof(*sr));
 		socket_baseline(o, sr);
 	}
 
 	if (o->co.json) {
-		compare_json(fields, 2, &nat, &pv);
+		compare_json(fields, 2, &cs);
 		if (sr) {
 			printf(",");
 			socket_json(o, sr);
@@ -632,7 +626,7 @@ static int run_compare(struct options *o, int argc, char **argv)
 		free(sr);
 		return EXIT_OK;
 	}
-	compare_table(fields, 2, &nat, &pv);
+	compare_table(fields, 2, &cs);
 	if (!sr)
 		return EXIT_OK;
 	/* pvgpu against a plain unix-socket stream, per block size. */
@@ -656,7 +650,8 @@ static int run_compare(struct options *o, int argc, char **argv)
 					continue;
 				result_key(key, sizeof(key), d, m, o->sizes[s]);
 				printf("  %13.3f",
-				       jnum(find_result(pv.json, key), "mbps") / base);
+				       compare_stat(cs.pv, cs.pairs, key, "mbps",
+						    NULL, NULL) / base);
 			}
 		printf("\n");
 	}

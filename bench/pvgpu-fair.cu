@@ -178,6 +178,7 @@ static void parse_args(struct options *o, int argc, char **argv)
 	}
 	if (o->co.quick && !seconds_given)
 		o->seconds = 1;
+	common_options_done(&o->co);
 }
 
 static void launch(const struct options *o, int iters)

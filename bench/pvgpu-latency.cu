@@ -180,6 +180,7 @@ static void parse_args(struct options *o, int argc, char **argv)
 	o->iters = iters ? iters : o->co.quick ? 200 : 10000;
 	o->launches = launches ? launches : o->co.quick ? 2000 : 100000;
 	o->rounds = rounds ? rounds : o->co.quick ? 2 : 5;
+	common_options_done(&o->co);
 }
 
 /* Summarise samples[0..n) (microseconds) into r; sorts samples. */
@@ -509,21 +510,26 @@ static int run_here(const struct options *o)
 }
 
 /* The pvgpu child's wire round trips per operation, where it counted them. */
-static void print_compare_round_trips(const struct child_run *pv)
+static void print_compare_round_trips(const struct compare_runs *cs)
 {
-	const struct jval *res = jget(pv->json, "results");
+	const struct jval *res = jget(cs->pv[0].json, "results");
 	int i, head = 0;
 
 	for (i = 0; res && res->type == J_ARR && i < res->n; i++) {
 		const char *key = jstr(&res->items[i], "key");
-		double rt = jnum(&res->items[i], "round_trips_per_op");
-		double msgs = jnum(&res->items[i], "messages_per_op");
+		double rt = key ? compare_stat(cs->pv, cs->pairs, key,
+					       "round_trips_per_op", NULL, NULL)
+				: NAN;
+		double msgs = key ? compare_stat(cs->pv, cs->pairs, key,
+						 "messages_per_op", NULL, NULL)
+				  : NAN;
 
 		if (!key || !isfinite(rt))
 			continue;
 		if (!head++)
-			printf("\n%-26s %14s %14s  (pvgpu, per operation)\n", "test",
-			       "round trips", "messages");
+			printf("\n%-26s %14s %14s  (pvgpu, per operation%s)\n",
+			       "test", "round trips", "messages",
+			       cs->pairs > 1 ? ", median of the runs" : "");
 		printf("%-26s %14.3f %14.3f\n", key, rt, msgs);
 	}
 }
@@ -536,26 +542,19 @@ static int run_compare(struct options *o, int argc, char **argv)
 		{ "launches_per_s", "launches/s", 0, 1 },
 		{ "min_us", "min us", 1, 0 },
 	};
-	struct child_run nat, pv;
+	struct compare_runs cs;
 	struct argvec args;
 
 	compare_resolve_libdirs(&o->co);
 	memset(&args, 0, sizeof(args));
 	child_args(&args, argc, argv, NULL, NULL);
-	memset(&nat, 0, sizeof(nat));
-	memset(&pv, 0, sizeof(pv));
-	nat.role = "native";
-	nat.libdir = o->co.native_libdir;
-	pv.role = "pvgpu";
-	pv.libdir = o->co.pvgpu_libdir;
-	compare_run_child(&nat, args.v);
-	compare_run_child(&pv, args.v);
+	compare_run_all(&cs, &o->co, args.v, args.v);
 	if (o->co.json) {
-		compare_json(fields, 4, &nat, &pv);
+		compare_json(fields, 4, &cs);
 		printf("}\n");
 	} else {
-		compare_table(fields, 4, &nat, &pv);
-		print_compare_round_trips(&pv);
+		compare_table(fields, 4, &cs);
+		print_compare_round_trips(&cs);
 	}
 	return EXIT_OK;
 }

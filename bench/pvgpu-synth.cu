@@ -256,6 +256,7 @@ static void parse_args(struct options *o, int argc, char **argv)
 	}
 	if (o->co.quick && !seconds_given)
 		o->seconds = 0.3;
+	common_options_done(&o->co);
 }
 
 /* ---- sizes ---------------------------------------------------------------- */
@@ -870,7 +871,7 @@ static int run_compare(struct options *o, int argc, char **argv)
 		{ "xfer_share_achieved", "xfer share", 0, 0 },
 	};
 	static const char *const drop_valued[] = { "--plan", "--plan-out", NULL };
-	struct child_run nat, pv;
+	struct compare_runs cs;
 	struct argvec nargs, pargs;
 	const char *plan = o->plan_in ? o->plan_in : o->plan_out;
 	int fd;
@@ -899,22 +900,20 @@ static int run_compare(struct options *o, int argc, char **argv)
 	argv_push(&pargs, "--plan");
 	argv_push(&pargs, plan);
 
-	memset(&nat, 0, sizeof(nat));
-	memset(&pv, 0, sizeof(pv));
-	nat.role = "native";
-	nat.libdir = o->co.native_libdir;
-	pv.role = "pvgpu";
-	pv.libdir = o->co.pvgpu_libdir;
-	compare_run_child(&nat, nargs.v);
-	compare_run_child(&pv, pargs.v);
+	/* Every later native run replays the plan too, as pvgpu's do. */
+	compare_run_all(&cs, &o->co, nargs.v, pargs.v);
 
 	if (o->co.json) {
-		compare_json(fields, 3, &nat, &pv);
+		compare_json(fields, 3, &cs);
 		printf("}\n");
 	} else {
-		compare_table(fields, 3, &nat, &pv);
-		printf("(the same plan in both runs: calibrated natively, then "
-		       "replayed through pvgpu)\n");
+		compare_table(fields, 3, &cs);
+		if (cs.pairs > 1)
+			printf("(the same plan in every run: calibrated by the "
+			       "first native run, replayed by the others)\n");
+		else
+			printf("(the same plan in both runs: calibrated natively, "
+			       "then replayed through pvgpu)\n");
 	}
 	return EXIT_OK;
 }

@@ -62,9 +62,9 @@ def test_latency_through_pvgpu(programs, bench_daemon, scheme):
     check_round_trips(out)
 
 
-def test_latency_nvidia_runtime_over_libcuda(programs, bench_daemon, tmp_path):
-    """The same benchmark with NVIDIA's libcudart.so.13 over pvgpu's
-    libcuda.so.1: the round trips are counted there too."""
+@pytest.fixture
+def nvidia_over_libcuda(tmp_path):
+    """A folder with NVIDIA's libcudart.so.13 and pvgpu's libcuda.so.1."""
     found = subprocess.run(["scripts/find-cuda.sh", "--libdir"], cwd=REPO,
                            capture_output=True, text=True)
     cudart = Path(found.stdout.strip()) / "libcudart.so.13"
@@ -75,6 +75,14 @@ def test_latency_nvidia_runtime_over_libcuda(programs, bench_daemon, tmp_path):
         pytest.skip("libcuda.so.1 was not built (no libclang)")
     (tmp_path / "libcudart.so.13").symlink_to(cudart.resolve())
     (tmp_path / "libcuda.so.1").symlink_to(libcuda.resolve())
+    return tmp_path
+
+
+def test_latency_nvidia_runtime_over_libcuda(programs, bench_daemon,
+                                             nvidia_over_libcuda):
+    """The same benchmark with NVIDIA's libcudart.so.13 over pvgpu's
+    libcuda.so.1: the round trips are counted there too."""
+    tmp_path = nvidia_over_libcuda
     env = programs.pvgpu_env("shm://" + bench_daemon.unix[len("unix://"):])
     env["LD_LIBRARY_PATH"] = str(tmp_path)
     proc = subprocess.run([str(BENCH / "pvgpu-latency"), "--json", "--quick"],
@@ -89,3 +97,138 @@ def test_latency_nvidia_runtime_over_libcuda(programs, bench_daemon, tmp_path):
 def test_synth_through_pvgpu(programs, bench_daemon):
     run_bench(programs, bench_daemon.unix, bench_daemon, "pvgpu-synth", "--quick",
               "--size", "1M-4M", "--dir", "both")
+
+
+# ---- --compare, and --pairs N (issue 15) ---------------------------------
+#
+# With no GPU here, --compare's "native" side is NVIDIA's libcudart.so.13
+# over pvgpu's libcuda.so.1, to the same sim daemon: it is not the shim, so
+# --compare takes it for the native runtime, and the runs can be told apart.
+
+COMPARE_ARGS = {
+    "pvgpu-latency": ["--quick", "--tests", "copy,sync", "--sizes", "1,64",
+                      "--iters", "50"],
+    "pvgpu-bandwidth": ["--quick", "--sizes", "4K,64K", "--reps", "2",
+                        "--memory", "pinned"],
+    # One configuration: the native child that calibrates takes ~10 s in
+    # the sim (the FMA kernel's CPU twin); the replays are quick.
+    "pvgpu-synth": ["--quick", "--size", "1M-2M", "--ratio", "10/90",
+                    "--dir", "h2d", "--seconds", "0.05"],
+}
+
+
+def run_compare(programs, daemon, native_dir, name, *args, timeout=300):
+    env = programs.pvgpu_env("shm://" + daemon.unix[len("unix://"):])
+    proc = subprocess.run([str(BENCH / name), "--compare", "--native-libdir",
+                           str(native_dir), "--pvgpu-libdir", str(BUILD / "lib"),
+                           *COMPARE_ARGS[name], *args],
+                          env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, \
+        f"{name} --compare failed:\n{proc.stdout}\n{proc.stderr}\n{daemon.log()[-3000:]}"
+    return proc.stdout
+
+
+def figure(run, key, field):
+    """The child's figure, None where it has none (JSON null or absent)."""
+    for r in run["results"]:
+        if r["key"] == key:
+            return r.get(field)
+    return None
+
+
+def median(values):
+    v = sorted(values)
+    n = len(v)
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+
+@pytest.mark.parametrize("name", sorted(COMPARE_ARGS))
+def test_compare_pairs_json(programs, bench_daemon, nvidia_over_libcuda, name):
+    """--compare --pairs 3: three native and three pvgpu children, run in the
+    order native, pvgpu, pvgpu, native, native, pvgpu (each child reports its
+    place and the times it started and reported); every figure compared is
+    the median of its side's three children, with their min and max."""
+    out = json.loads(run_compare(programs, bench_daemon, nvidia_over_libcuda,
+                                 name, "--pairs", "3", "--json"))
+    nat, pv = out["native_runs"], out["pvgpu_runs"]
+    assert out["pairs"] == 3 and len(nat) == 3 and len(pv) == 3
+    assert out["native"] == nat[0] and out["pvgpu"] == pv[0]
+    assert not any(r["library"]["pvgpu_shim"] for r in nat)
+    assert all(r["library"]["pvgpu_shim"] for r in pv)
+    assert [r["compare_run"] for r in nat] == [0, 3, 4]
+    assert [r["compare_run"] for r in pv] == [1, 2, 5]
+    ran = sorted([("native", r) for r in nat] + [("pvgpu", r) for r in pv],
+                 key=lambda x: x[1]["started_monotonic_s"])
+    assert [role for role, _ in ran] == \
+        ["native", "pvgpu", "pvgpu", "native", "native", "pvgpu"]
+    for (_, before), (_, after) in zip(ran, ran[1:]):
+        assert before["reported_monotonic_s"] < after["started_monotonic_s"]
+
+    if name == "pvgpu-synth":   # the first native run calibrates, the rest replay
+        assert [r["calibrated_here"] for r in nat + pv] == [True] + [False] * 5
+
+    assert out["comparison"]
+    for c in out["comparison"]:
+        for side, runs in (("native", nat), ("pvgpu", pv)):
+            values = [figure(r, c["key"], c["field"]) for r in runs]
+            values = [v for v in values if v is not None]
+            if not values:
+                assert c[side] is None, c
+                continue
+            assert c[side] == pytest.approx(median(values), rel=1e-8), (c, values)
+            assert c[side + "_min"] == pytest.approx(min(values), rel=1e-8), c
+            assert c[side + "_max"] == pytest.approx(max(values), rel=1e-8), c
+        if c["native"] and c["pvgpu"] is not None:
+            assert c["ratio"] == pytest.approx(c["pvgpu"] / c["native"], rel=1e-8)
+
+
+def test_compare_pairs_table(programs, bench_daemon, nvidia_over_libcuda):
+    """The table says its figures are medians of alternating runs and shows
+    each side's min..max; the round trips are the pvgpu runs' median."""
+    text = run_compare(programs, bench_daemon, nvidia_over_libcuda,
+                       "pvgpu-latency", "--pairs", "3")
+    lines = text.splitlines()
+    assert lines[0] == ("pvgpu-latency --compare: medians of 3 alternating runs "
+                        "each (native, pvgpu, pvgpu, native, native, pvgpu, ...)")
+    head = next(l for l in lines if l.startswith("test "))
+    assert "native min..max" in head and "pvgpu min..max" in head
+    rows = [l for l in lines if l.startswith("copy ") and "median us" in l]
+    assert rows and all(l.count("..") == 2 for l in rows), text
+    assert "(pvgpu, per operation, median of the runs)" in text
+
+
+def test_compare_one_pair_unchanged(programs, bench_daemon, nvidia_over_libcuda):
+    """Without --pairs, --compare is what it always was: one native child,
+    then one pvgpu child, compared figure by figure, with nothing added."""
+    out = json.loads(run_compare(programs, bench_daemon, nvidia_over_libcuda,
+                                 "pvgpu-latency", "--json"))
+    assert not {"pairs", "native_runs", "pvgpu_runs"} & out.keys()
+    for child in (out["native"], out["pvgpu"]):
+        assert not {"compare_run", "started_monotonic_s"} & child.keys()
+    for c in out["comparison"]:
+        assert set(c) == {"key", "field", "native", "pvgpu", "ratio"}
+        assert c["native"] == figure(out["native"], c["key"], c["field"])
+        assert c["pvgpu"] == figure(out["pvgpu"], c["key"], c["field"])
+    text = run_compare(programs, bench_daemon, nvidia_over_libcuda, "pvgpu-latency")
+    assert text.splitlines()[0] == "pvgpu-latency --compare"
+    assert "min..max" not in text and "median of the runs" not in text
+
+
+@pytest.mark.parametrize("args,why", [
+    (["--compare", "--pairs", "0"], "--pairs wants an integer from 1 to 50"),
+    (["--compare", "--pairs", "51"], "--pairs wants an integer from 1 to 50"),
+    (["--pairs", "3"], "--pairs only means something with --compare"),
+])
+@pytest.mark.parametrize("name", sorted(COMPARE_ARGS))
+def test_pairs_usage(programs, name, args, why):
+    """A bad --pairs is a usage error (exit 2), before any run; --help
+    documents it."""
+    env = programs.pvgpu_env("unix:///nonexistent")
+    proc = subprocess.run([str(BENCH / name), *args], env=env,
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert why in proc.stderr
+    if args == ["--pairs", "3"]:
+        usage = subprocess.run([str(BENCH / name), "--help"], env=env,
+                               capture_output=True, text=True, timeout=30)
+        assert "--pairs N" in usage.stdout and "drift" in usage.stdout
