@@ -268,6 +268,18 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("program", PROGRAMS)
 
 
+# Huge pages, as an administrator reserves them (reserved_hugepages below).
+NR_HUGEPAGES = "/proc/sys/vm/nr_hugepages"
+
+
+def free_hugepages():
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("HugePages_Free:"):
+                return int(line.split()[1])
+    return 0
+
+
 class Programs:
     """The helpers above, for test modules: they reach them through the
     `programs` fixture rather than `import conftest`, which becomes
@@ -282,6 +294,7 @@ class Programs:
     describe = staticmethod(describe)
     assert_passed = staticmethod(assert_passed)
     free_tcp_port = staticmethod(free_tcp_port)
+    free_hugepages = staticmethod(free_hugepages)
     repo = REPO
 
 
@@ -352,3 +365,23 @@ def twins_daemon(start_pvgpud):
     if not twins.exists():
         pytest.fail(f"{twins} is not built (run `make test-programs`)")
     return start_pvgpud("sim", env={"PVGPU_SIM_TWINS": str(twins)})
+
+
+@pytest.fixture
+def reserved_hugepages():
+    """64 more 2 MiB pages for one test (a 128 MiB window); skips, saying
+    why, where they cannot be had (not root, no memory)."""
+    try:
+        with open(NR_HUGEPAGES) as f:
+            old = int(f.read())
+        with open(NR_HUGEPAGES, "w") as f:
+            f.write(str(old + 64))
+    except OSError as e:
+        pytest.skip(f"cannot reserve huge pages here ({e})")
+    try:
+        if free_hugepages() < 64:
+            pytest.skip("the kernel found no memory for 64 huge pages")
+        yield 64
+    finally:
+        with open(NR_HUGEPAGES, "w") as f:
+            f.write(str(old))

@@ -9,8 +9,6 @@ import struct
 import sys
 import time
 
-import pytest
-
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import pvgpu_wire as W  # noqa: E402
 
@@ -165,36 +163,6 @@ def test_pinning_parts_of_the_window(sim_daemon):
 
 # --- a window of huge pages (PVGPU_WINDOW_HUGEPAGES) ------------------------
 
-NR_HUGEPAGES = "/proc/sys/vm/nr_hugepages"
-
-
-def free_hugepages():
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("HugePages_Free:"):
-                return int(line.split()[1])
-    return 0
-
-
-@pytest.fixture
-def reserved_hugepages():
-    """64 more 2 MiB pages for one test, as an administrator reserves them."""
-    try:
-        with open(NR_HUGEPAGES) as f:
-            old = int(f.read())
-        with open(NR_HUGEPAGES, "w") as f:
-            f.write(str(old + 64))
-    except OSError as e:
-        pytest.skip(f"cannot reserve huge pages here ({e})")
-    try:
-        if free_hugepages() < 64:
-            pytest.skip("the kernel found no memory for 64 huge pages")
-        yield 64
-    finally:
-        with open(NR_HUGEPAGES, "w") as f:
-            f.write(str(old))
-
-
 def shm_env(daemon, **kw):
     env = daemon.env("shm://" + daemon.unix[len("unix://"):])
     env.update(PVGPU_DEBUG="1", **kw)
@@ -202,6 +170,7 @@ def shm_env(daemon, **kw):
 
 
 def test_window_of_huge_pages(programs, sim_daemon, reserved_hugepages):
+    # reserved_hugepages (tests/conftest.py): 64 pages, 128 MiB.
     env = shm_env(sim_daemon, PVGPU_WINDOW_HUGEPAGES="1", PVGPU_WINDOW_SIZE="128M")
     res = programs.run("memory", env)
     programs.assert_passed(res, sim_daemon)
@@ -211,7 +180,7 @@ def test_window_of_huge_pages(programs, sim_daemon, reserved_hugepages):
 def test_window_falls_back_to_ordinary_pages(programs, sim_daemon):
     # More than the host has free (none, on most machines): the window is
     # made of ordinary pages and the program does not notice.
-    size = (free_hugepages() + 64) * 2
+    size = (programs.free_hugepages() + 64) * 2
     env = shm_env(sim_daemon, PVGPU_WINDOW_HUGEPAGES="1", PVGPU_WINDOW_SIZE=f"{size}M")
     res = programs.run("memory", env)
     programs.assert_passed(res, sim_daemon)
