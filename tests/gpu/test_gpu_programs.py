@@ -34,19 +34,19 @@ def test_native_and_pvgpu_match(programs, native_libdir, cuda_daemon,
                     f"--- pvgpu stdout ---\n{remote.stdout}")
 
 
-@pytest.mark.parametrize("program", ["memory", "streams"])
+@pytest.mark.parametrize("name", ["memory", "streams"])
 def test_pinned_copies_from_a_window_of_huge_pages(programs, native_libdir,
-                                                   cuda_daemon, program,
+                                                   cuda_daemon, name,
                                                    reserved_hugepages):
     """cudaMallocHost memory in a shm:// window of huge pages
     (PVGPU_WINDOW_HUGEPAGES): the GPU copies straight from it, and the
     program prints what it prints natively."""
-    native = programs.run(program, programs.native_env(native_libdir))
+    native = programs.run(name, programs.native_env(native_libdir))
     assert native.returncode == 0, programs.describe(native)
     env = programs.pvgpu_env("shm://" + cuda_daemon.unix[len("unix://"):])
     env.update(PVGPU_WINDOW_HUGEPAGES="1", PVGPU_WINDOW_SIZE="128M",
                PVGPU_DEBUG="1")
-    remote = programs.run(program, env)
+    remote = programs.run(name, env)
     programs.assert_passed(remote, cuda_daemon)
     assert "window: 128 MiB of huge pages" in remote.stderr, remote.stderr[-2000:]
     assert remote.stdout == native.stdout
