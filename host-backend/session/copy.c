@@ -9,9 +9,18 @@
  * Device to host: up to N blocks are put in flight at once; block k is sent
  * to the guest as soon as its DMA completes, while later ones are still
  * copying.
+ *
+ * A small synchronous copy on the legacy stream has nothing to overlap: it
+ * is one synchronous driver call.  Host to device from ordinary memory,
+ * which is what the guest's own copy from pageable memory is natively
+ * (the driver returns once the bytes are in its staging buffer; on the
+ * H100 a 1-byte copy so took 5.2-5.7 us against 7.0-8.4 us through pinned
+ * staging, an async copy, an event and a synchronize); device to host
+ * into a pinned staging buffer, then sent.
  */
 #include <cuda.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "log.h"
@@ -68,6 +77,8 @@ void pvgpu_staging_release(struct pvgpu_worker *w)
 	}
 	pvgpu_accounting_unpin(w->slot, w->staging_pinned);
 	w->staging_pinned = 0;
+	free(w->small);
+	w->small = NULL;
 }
 
 /* The next staging buffer, once no DMA uses it any more. */
@@ -109,12 +120,62 @@ static void discard_data(struct pvgpu_worker *w, uint64_t size)
 	}
 }
 
+#define PVGPU_SMALL_COPY	(64u * 1024)
+
+/* Is this a small synchronous copy, for an executor with the synchronous call? */
+static int small_copy(struct pvgpu_worker *w, uint64_t size, uint64_t stream,
+		      int sync, int have_call)
+{
+	return sync && !stream && size && size <= PVGPU_SMALL_COPY &&
+	       size <= w->cfg->block && have_call;
+}
+
+/* The whole copy's DATA frames into w->small; nonzero when the session is over. */
+static int read_small(struct pvgpu_worker *w, uint64_t size)
+{
+	uint64_t off = 0;
+
+	while (off < size && !w->fatal) {
+		uint32_t len;
+
+		if (pvgpu_worker_read_data_hdr(w, w->cfg->block, &len))
+			return 1;
+		if (len > size - off) {
+			log_warn("protocol error: DATA frames exceed the copy size; ending session");
+			w->fatal = 1;
+			return 1;
+		}
+		if (pvgpu_worker_read(w, w->small + off, len))
+			return 1;
+		off += len;
+	}
+	return w->fatal;
+}
+
+static int32_t copy_htod_small(struct pvgpu_worker *w, uint64_t dst, uint64_t size)
+{
+	int32_t st;
+
+	if (!w->small && !(w->small = malloc(PVGPU_SMALL_COPY))) {
+		discard_data(w, size);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	if (read_small(w, size))
+		return 0;		/* fatal: nobody to answer */
+	st = w->ex_ops->memcpy_htod(w->ex, dst, w->small, size);
+	if (!st)
+		atomic_fetch_add(&w->slot->bytes_h2d, size);
+	return st;
+}
+
 int32_t pvgpu_copy_htod(struct pvgpu_worker *w, uint64_t dst, uint64_t size,
 			uint64_t stream, int sync)
 {
 	uint64_t off = 0;
 	int32_t st, first_err = 0;
 
+	if (small_copy(w, size, stream, sync, w->ex_ops->memcpy_htod != NULL))
+		return copy_htod_small(w, dst, size);
 	st = staging_ready(w);
 	if (st) {
 		discard_data(w, size);
@@ -162,6 +223,19 @@ int32_t pvgpu_copy_dtoh(struct pvgpu_worker *w, uint64_t src, uint64_t size,
 	first_err = staging_ready(w);
 	if (first_err)
 		return first_err;
+	if (small_copy(w, size, stream, 1, w->ex_ops->memcpy_dtoh != NULL)) {
+		struct pvgpu_staging *s = staging_next(w, &st);
+
+		if (!st)
+			st = w->ex_ops->memcpy_dtoh(w->ex, s->buf, src, size);
+		if (st)
+			memset(s->buf, 0, size);	/* never leak stale staging bytes */
+		if (pvgpu_worker_send_data(w, s->buf, (uint32_t)size))
+			return 0;
+		if (!st)
+			atomic_fetch_add(&w->slot->bytes_d2h, size);
+		return st;
+	}
 	/* Blocks sent in order: buffer for block k is (head + k) % N. */
 	head = w->next_staging;
 	while (sent < size && !w->fatal) {

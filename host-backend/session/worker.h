@@ -124,6 +124,7 @@ struct pvgpu_worker {
 	uint64_t cur_ctx;		/* handle of the current context, 0: none */
 
 	struct pvgpu_staging staging[PVGPU_STAGING_BUFFERS];
+	uint8_t *small;			/* PVGPU_SMALL_COPY bytes of ordinary memory (copy.c) */
 	unsigned int next_staging;
 	uint64_t staging_pinned;	/* bytes of it counted in slot->host_pinned */
 	uint8_t *rx;			/* one control payload or batch */

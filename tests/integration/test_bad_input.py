@@ -119,6 +119,32 @@ def test_copies_past_the_end_are_refused_and_the_stream_stays_in_step(sim_daemon
     assert st == 0 and back == b"k" * 96
 
 
+def test_synchronous_copies_of_every_size_and_framing(sim_daemon):
+    # Small ones (at most 64 KiB) go to the executor's synchronous copy,
+    # larger ones through the pinned staging pipeline (copy.c); DATA frames
+    # may come in any lengths that add up.
+    s = session(sim_daemon)
+    st, _, out, _ = s.call("mem_alloc", size=1 << 20)
+    base = out["dptr"]
+    for size in (1, 100, 65535, 65536, 65537, 300000):
+        for frame in (1000, 1 << 20):
+            data = bytes((i * 31 + size + frame) & 0xFF for i in range(size))
+            msg_id = s.next_id
+            s.next_id += 1
+            s.send(W.message("memcpy_htod", msg_id, dst=base + 3, size=size, stream=0)
+                   + W.data_frames(data, msg_id, block=frame))
+            _op, _fl, rid, payload = s.read_message()
+            assert rid == msg_id and struct.unpack_from("<i", payload)[0] == 0, size
+            st, _, _, back = s.call("memcpy_dtoh", src=base + 3, size=size, stream=0)
+            assert st == 0 and back == data, (size, frame)
+    # A small upload to a freed allocation: refused, its frames consumed.
+    assert s.call("mem_free", dptr=base)[0] == 0
+    assert s.call("memcpy_htod", data_in=b"q" * 10, dst=base, size=10, stream=0)[0] != 0
+    assert s.call("memcpy_dtoh", src=base, size=10, stream=0)[0] != 0
+    st, _, out, _ = s.call("mem_alloc", size=64)
+    assert st == 0
+
+
 def test_async_errors_surface_at_the_next_synchronising_call(sim_daemon):
     s = session(sim_daemon)
     st, _, out, _ = s.call("mem_alloc", size=64)

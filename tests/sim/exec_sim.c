@@ -1712,6 +1712,19 @@ static int32_t sim_memcpy_dtoh_async(struct pvgpu_exec *ex, void *host,
 	return CUDA_SUCCESS;
 }
 
+/* The synchronous forms: on the legacy stream, and the sim copies at once. */
+static int32_t sim_memcpy_htod(struct pvgpu_exec *ex, uint64_t dst,
+			       const void *host, uint64_t size)
+{
+	return sim_memcpy_htod_async(ex, dst, host, size, 0);
+}
+
+static int32_t sim_memcpy_dtoh(struct pvgpu_exec *ex, void *host, uint64_t src,
+			       uint64_t size)
+{
+	return sim_memcpy_dtoh_async(ex, host, src, size, 0);
+}
+
 static int32_t sim_memcpy_dtod_async(struct pvgpu_exec *ex, uint64_t dst,
 				     uint64_t src, uint64_t size,
 				     uint64_t stream)
@@ -4493,6 +4506,8 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.host_unregister	= sim_host_unregister,
 	.memcpy_htod_async	= sim_memcpy_htod_async,
 	.memcpy_dtoh_async	= sim_memcpy_dtoh_async,
+	.memcpy_htod		= sim_memcpy_htod,
+	.memcpy_dtoh		= sim_memcpy_dtoh,
 	.memcpy_dtod_async	= sim_memcpy_dtod_async,
 	.memset_async		= sim_memset_async,
 	.stream_create		= sim_stream_create,
