@@ -901,7 +901,7 @@ void pvgpu_client_config_init(struct pvgpu_client_config *cfg)
 	snprintf(cfg->devices, sizeof(cfg->devices), "%s",
 		 PVGPU_CLIENT_DEFAULT_DEVICES);
 	cfg->poll_ns = 50 * 1000;
-	cfg->wait_spin_ns = 2000 * 1000;
+	cfg->wait_spin_ns = 200ull * 1000 * 1000;
 	cfg->window = 1;
 	cfg->copy_threads = default_copy_threads();
 	cfg->window_size = 1ull << 30;
