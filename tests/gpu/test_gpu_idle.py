@@ -15,9 +15,11 @@ from idle import SESSIONS, idle_sessions_share, native_idle_share  # noqa: E402
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
 LIBCUDA = BUILD / "lib" / "libcuda.so.1"
-# The driver's threads cost 0.06-0.08 % of a core per process from run to
-# run (H100, driver 580): room for that spread, no more.
-SPREAD = 1.25
+# The driver's event thread costs 0.06-0.10 % of a core per process from
+# run to run (H100, driver 580): 32 idle sessions measured 1.99 % against
+# 2.32 % natively in one run, 2.85 % against 2.15 % in another, pvgpu's own
+# threads 0.02 % in both.  Room for that spread, no more.
+SPREAD = 1.5
 
 
 def test_32_idle_sessions_on_the_gpu(cuda_daemon, tmp_path):
