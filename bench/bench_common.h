@@ -696,6 +696,29 @@ int jparse_value(struct jparser *jp, struct jval *v)
 }
 
 /* Parse a whole document; NULL if it is not exactly one JSON value. */
+/* What a parsed value holds (not v itself: it may be an array element). */
+void json_free_items(struct jval *v)
+{
+	for (int i = 0; i < v->n; i++) {
+		json_free_items(&v->items[i]);
+		if (v->keys)
+			free(v->keys[i]);
+	}
+	free(v->items);
+	free(v->keys);
+	free(v->str);
+	memset(v, 0, sizeof(*v));
+}
+
+/* A tree json_parse returned. */
+void json_free(struct jval *v)
+{
+	if (!v)
+		return;
+	json_free_items(v);
+	free(v);
+}
+
 struct jval *json_parse(const char *text)
 {
 	struct jparser jp;
@@ -922,6 +945,14 @@ struct argvec {
 	char **v;
 	int n, cap;
 };
+
+void argv_free(struct argvec *a)
+{
+	for (int i = 0; i < a->n; i++)
+		free(a->v[i]);
+	free(a->v);
+	memset(a, 0, sizeof(*a));
+}
 
 void argv_push(struct argvec *a, const char *s)
 {
@@ -1164,6 +1195,22 @@ void compare_run_all(struct compare_runs *cs, const struct common_opts *co,
 		else
 			done_pv++;
 	}
+}
+
+/* What compare_run_all kept of its children. */
+void compare_runs_free(struct compare_runs *cs)
+{
+	for (int k = 0; k < cs->pairs; k++) {
+		struct child_run *side[2] = { &cs->nat[k], &cs->pv[k] };
+
+		for (int s = 0; s < 2; s++) {
+			json_free(side[s]->json);
+			free(side[s]->text);
+		}
+	}
+	free(cs->nat);
+	free(cs->pv);
+	memset(cs, 0, sizeof(*cs));
 }
 
 /*

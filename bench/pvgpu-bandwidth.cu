@@ -623,12 +623,11 @@ static int run_compare(struct options *o, int argc, char **argv)
 			socket_json(o, sr);
 		}
 		printf("}\n");
-		free(sr);
-		return EXIT_OK;
+		goto out;
 	}
 	compare_table(fields, 2, &cs);
 	if (!sr)
-		return EXIT_OK;
+		goto out;
 	/* pvgpu against a plain unix-socket stream, per block size. */
 	printf("\npvgpu against a plain unix-socket stream (%llu MiB per size), "
 	       "pvgpu MB/s / socket MB/s\n", SOCKET_TOTAL >> 20);
@@ -655,7 +654,10 @@ static int run_compare(struct options *o, int argc, char **argv)
 			}
 		printf("\n");
 	}
+out:
 	free(sr);
+	compare_runs_free(&cs);
+	argv_free(&args);
 	return EXIT_OK;
 }
 

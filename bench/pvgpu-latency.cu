@@ -556,6 +556,8 @@ static int run_compare(struct options *o, int argc, char **argv)
 		compare_table(fields, 4, &cs);
 		print_compare_round_trips(&cs);
 	}
+	compare_runs_free(&cs);
+	argv_free(&args);
 	return EXIT_OK;
 }
 

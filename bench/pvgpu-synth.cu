@@ -915,6 +915,9 @@ static int run_compare(struct options *o, int argc, char **argv)
 			printf("(the same plan in both runs: calibrated natively, "
 			       "then replayed through pvgpu)\n");
 	}
+	compare_runs_free(&cs);
+	argv_free(&nargs);
+	argv_free(&pargs);
 	return EXIT_OK;
 }
 
