@@ -60,7 +60,8 @@ struct pvgpu_client_config {
 	 * default for as long as the device takes).  A sleep costs a wake-up
 	 * at the end, 50-100 us on the H100 machine: with 2 ms, a program
 	 * synchronizing on 9 ms kernels ran 1 % slower than natively; 200 ms
-	 * covers the waits of the frameworks' steps.
+	 * covers the waits of the frameworks' steps.  After the first 2 ms the
+	 * spin yields the CPU between looks (transport/shm/ring.c).
 	 */
 	uint64_t wait_spin_ns;
 	/*

@@ -448,8 +448,9 @@ static void *late_reply_thread(void *arg)
 
 /*
  * pvgpu_ring_expect_wait: the next wait for a reply spins that long before
- * sleeping (a synchronous call waiting on the device), then the bounded,
- * adaptive budget applies again, untaught by it.
+ * sleeping (a synchronous call waiting on the device), yielding the CPU
+ * between looks after the first 2 ms; then the bounded, adaptive budget
+ * applies again, untaught by it.
  */
 static void test_expect_wait(void)
 {
@@ -466,6 +467,7 @@ static void test_expect_wait(void)
 	CHECK(!pvgpu_ring_recv(&p.g, b, sizeof(b)));
 	pthread_join(t, NULL);
 	CHECK(p.g.sleeps == 0);			/* it spun through the 20 ms */
+	CHECK(p.g.yields > 0);			/* yielding the CPU after 2 ms */
 	CHECK(p.g.spin_once_ns == 0 && p.g.spin_ns == budget);
 	/* The next wait has the usual budget: it sleeps. */
 	CHECK(!pthread_create(&t, NULL, late_reply_thread, &p));

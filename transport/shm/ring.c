@@ -1,5 +1,6 @@
 /* ring.c - see ring.h. */
 #include <errno.h>
+#include <sched.h>
 #include <string.h>
 
 #include "relax.h"
@@ -153,6 +154,16 @@ static int wake_peer(struct pvgpu_ring *r, uint32_t *flag)
 }
 
 /*
+ * A wait told to spin long (a reply that waits on the device) spins hard
+ * this long, then gives the CPU to anything else runnable between looks
+ * (sched_yield returns at once when nothing else is), as NVIDIA's driver
+ * spins or yields by how busy the machine is: with cores to spare it is
+ * still a spin; where the guest shares its cores with the device's work
+ * (the sim on a 2-core machine), that work runs.
+ */
+#define YIELD_AFTER_NS	(2ull * 1000 * 1000)
+
+/*
  * Until probe() finds something (> 0) or fails (< 0): spin up to the
  * current budget, then raise *flag, fence, look again and block.  The
  * budget adapts: a wait that blocked only briefly doubles it (a little
@@ -165,8 +176,9 @@ static int64_t wait_for(struct pvgpu_ring *r, int64_t (*probe)(struct pvgpu_ring
 	struct pvgpu_poll poll = { 0 };
 	/* The one-shot budget is for a reply: waits for room keep theirs. */
 	uint64_t blocked_at = 0, once = probe == rx_avail ? r->spin_once_ns : 0;
-	uint64_t budget = once > r->spin_ns ? once : r->spin_ns;
+	uint64_t budget = once > r->spin_ns ? once : r->spin_ns, yield_at = 0;
 	int64_t n;
+	int yielding = 0;
 
 	if (probe == rx_avail)
 		r->spin_once_ns = 0;
@@ -174,8 +186,22 @@ static int64_t wait_for(struct pvgpu_ring *r, int64_t (*probe)(struct pvgpu_ring
 		n = probe(r);
 		if (n)
 			break;
-		if (!blocked_at && budget && pvgpu_poll_again(&poll, budget))
+		if (!blocked_at && budget && pvgpu_poll_again(&poll, budget)) {
+			/* poll_again just read the clock: look at it too. */
+			if (once > YIELD_AFTER_NS && !yielding && (poll.i & 63) == 1) {
+				uint64_t now = pvgpu_now_ns();
+
+				if (!yield_at)
+					yield_at = now + YIELD_AFTER_NS;
+				else if (now >= yield_at)
+					yielding = 1;
+			}
+			if (yielding) {
+				r->yields++;
+				sched_yield();
+			}
 			continue;
+		}
 		if (!blocked_at)
 			blocked_at = pvgpu_now_ns();
 		__atomic_store_n(flag, 1, __ATOMIC_RELAXED);

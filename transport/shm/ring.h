@@ -118,7 +118,7 @@ struct pvgpu_ring {
 	uint64_t spin_once_ns;
 	struct pvgpu_ring_waiter waiter;
 	/* Counters for the curious (tests, debug logs). */
-	uint64_t kicks_sent, sleeps;
+	uint64_t kicks_sent, sleeps, yields;
 	const char *error;		/* why the last -EPROTO */
 };
 
