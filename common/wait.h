@@ -25,18 +25,20 @@
  */
 struct pvgpu_poll {
 	unsigned int i;
+	uint64_t start, now;	/* the clock at the first call, and at the last read */
 	uint64_t deadline;
 };
 
 static inline int pvgpu_poll_again(struct pvgpu_poll *p, uint64_t budget_ns)
 {
 	if ((p->i++ & 63) == 0) {
-		uint64_t now = pvgpu_now_ns();
-
-		if (!p->deadline)
-			p->deadline = now + budget_ns;
-		else if (now > p->deadline)
+		p->now = pvgpu_now_ns();
+		if (!p->deadline) {
+			p->start = p->now;
+			p->deadline = p->now + budget_ns;
+		} else if (p->now > p->deadline) {
 			return 0;
+		}
 	}
 	if ((p->i & 7) == 0)
 		pvgpu_cpu_relax();

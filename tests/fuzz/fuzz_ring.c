@@ -67,9 +67,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		case 0:
 			/* Mostly the right position, sometimes one line off. */
 			at = r.rx_next + ((v >> 32) % 3 == 2 ? PVGPU_RING_ALIGN : 0);
-			memcpy(requests + (at % CAP), &(uint64_t){
-				(uint64_t)(uint32_t)(at / PVGPU_RING_ALIGN) << 32 |
-				(v & 0x1fff) }, 8);
+			memcpy(requests + (at % CAP),
+			       &(uint64_t){ pvgpu_ring_tag(at, v & 0x1fff) }, 8);
 			break;
 		case 1:
 			__atomic_store_n(&sh->dir[1].cons, v, __ATOMIC_RELEASE);

@@ -155,12 +155,6 @@ static void test_one_thread(void)
 	munmap(region, pvgpu_ring_region_size(cap));
 }
 
-/* A tag as the producer writes it (ring.h). */
-static uint64_t tag(uint64_t pos, uint64_t len)
-{
-	return (uint64_t)(uint32_t)(pos / PVGPU_RING_ALIGN) << 32 | len;
-}
-
 static void set_tag(void *region, int dir, uint64_t cap, uint64_t pos, uint64_t v)
 {
 	uint8_t *area = (uint8_t *)region + PVGPU_RING_HDR_SIZE + (uint64_t)dir * cap;
@@ -181,7 +175,7 @@ static void test_bad_indexes(void)
 	sh = region;
 	/* A tag that names another position (a record from an old lap). */
 	pair_init(&p, region, cap, 0);
-	set_tag(region, 0, cap, 0, tag(cap, 8));
+	set_tag(region, 0, cap, 0, pvgpu_ring_tag(cap, 8));
 	CHECK(pvgpu_ring_recv(&p.w, buf, 8) == -EPROTO && p.w.error);
 	CHECK(!strcmp(p.w.error, "a record's tag names another position"));
 	CHECK(pvgpu_ring_pending(&p.w) == -EPROTO);
@@ -193,17 +187,17 @@ static void test_bad_indexes(void)
 	pair_fini(&p);
 	/* A length that does not fit; the largest that does is read whole. */
 	pair_init(&p, region, cap, 0);
-	set_tag(region, 0, cap, 0, tag(0, max + 1));
+	set_tag(region, 0, cap, 0, pvgpu_ring_tag(0, max + 1));
 	CHECK(pvgpu_ring_pending(&p.w) == -EPROTO);
 	CHECK(!strcmp(p.w.error, "a record's length is past the ring's capacity"));
 	pair_fini(&p);
 	pair_init(&p, region, cap, 0);
-	set_tag(region, 0, cap, 0, tag(0, max));
+	set_tag(region, 0, cap, 0, pvgpu_ring_tag(0, max));
 	CHECK(pvgpu_ring_pending(&p.w) == (int64_t)max);
 	CHECK(!pvgpu_ring_recv(&p.w, big, max));
 	CHECK(__atomic_load_n(&sh->dir[0].cons, __ATOMIC_ACQUIRE) == cap - PVGPU_RING_ALIGN);
 	/* After it, a tag for the right position read as garbage is refused. */
-	set_tag(region, 0, cap, cap - PVGPU_RING_ALIGN, tag(0, 8));
+	set_tag(region, 0, cap, cap - PVGPU_RING_ALIGN, pvgpu_ring_tag(0, 8));
 	CHECK(pvgpu_ring_pending(&p.w) == -EPROTO);
 	pair_fini(&p);
 
@@ -267,7 +261,7 @@ static void test_stale_bytes(void)
 	area = (uint8_t *)region + PVGPU_RING_HDR_SIZE;
 	for (uint64_t pos = 0; pos < 2 * cap; pos += PVGPU_RING_ALIGN)
 		for (uint64_t w = 0; w < PVGPU_RING_ALIGN; w += 8) {
-			uint64_t v = tag(pos % cap, 8);
+			uint64_t v = pvgpu_ring_tag(pos % cap, 8);
 
 			memcpy(area + pos + w, &v, 8);
 		}

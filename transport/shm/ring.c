@@ -98,7 +98,7 @@ static int64_t rx_avail(struct pvgpu_ring *r)
 	if (!tag)
 		return 0;
 	len = tag & 0xffffffffu;
-	if ((uint32_t)(tag >> 32) != (uint32_t)(r->rx_next / PVGPU_RING_ALIGN)) {
+	if (tag != pvgpu_ring_tag(r->rx_next, len)) {
 		r->error = "a record's tag names another position";
 		return -EPROTO;
 	}
@@ -176,9 +176,8 @@ static int64_t wait_for(struct pvgpu_ring *r, int64_t (*probe)(struct pvgpu_ring
 	struct pvgpu_poll poll = { 0 };
 	/* The one-shot budget is for a reply: waits for room keep theirs. */
 	uint64_t blocked_at = 0, once = probe == rx_avail ? r->spin_once_ns : 0;
-	uint64_t budget = once > r->spin_ns ? once : r->spin_ns, yield_at = 0;
+	uint64_t budget = once > r->spin_ns ? once : r->spin_ns;
 	int64_t n;
-	int yielding = 0;
 
 	if (probe == rx_avail)
 		r->spin_once_ns = 0;
@@ -187,16 +186,8 @@ static int64_t wait_for(struct pvgpu_ring *r, int64_t (*probe)(struct pvgpu_ring
 		if (n)
 			break;
 		if (!blocked_at && budget && pvgpu_poll_again(&poll, budget)) {
-			/* poll_again just read the clock: look at it too. */
-			if (once > YIELD_AFTER_NS && !yielding && (poll.i & 63) == 1) {
-				uint64_t now = pvgpu_now_ns();
-
-				if (!yield_at)
-					yield_at = now + YIELD_AFTER_NS;
-				else if (now >= yield_at)
-					yielding = 1;
-			}
-			if (yielding) {
+			if (once > YIELD_AFTER_NS &&
+			    poll.now - poll.start >= YIELD_AFTER_NS) {
 				r->yields++;
 				sched_yield();
 			}
@@ -324,8 +315,7 @@ int pvgpu_ring_sendv(struct pvgpu_ring *r, const struct iovec *iov, int iovcnt)
 		__atomic_store_n(tag_at(r->tx, r->cap, next), 0, __ATOMIC_RELAXED);
 		put_bytes(r, r->tx_pos + PVGPU_RING_TAG_SIZE, iov, &iv, &ivoff, n);
 		__atomic_store_n(tag_at(r->tx, r->cap, r->tx_pos),
-				 (uint64_t)(uint32_t)(r->tx_pos / PVGPU_RING_ALIGN) << 32 | n,
-				 __ATOMIC_RELEASE);
+				 pvgpu_ring_tag(r->tx_pos, n), __ATOMIC_RELEASE);
 		/* Towards the reader: its poll of the tag then hits the shared cache. */
 		pvgpu_cache_demote(tag_at(r->tx, r->cap, r->tx_pos));
 		if (record_size(n) > PVGPU_RING_ALIGN)

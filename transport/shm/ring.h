@@ -68,6 +68,12 @@ static inline uint64_t pvgpu_ring_max_record(uint64_t cap)
 	return cap - PVGPU_RING_ALIGN - PVGPU_RING_TAG_SIZE;
 }
 
+/* The tag of a record of len bytes at pos (the layout above). */
+static inline uint64_t pvgpu_ring_tag(uint64_t pos, uint64_t len)
+{
+	return (uint64_t)(uint32_t)(pos / PVGPU_RING_ALIGN) << 32 | len;
+}
+
 /* One direction's control words: one writer per cache line, mostly. */
 struct pvgpu_ring_ctrl {
 	uint64_t cons;			/* bytes consumed, by the consumer */
