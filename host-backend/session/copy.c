@@ -103,13 +103,8 @@ static void discard_data(struct pvgpu_worker *w, uint64_t size)
 	while (size && !w->fatal) {
 		uint32_t len;
 
-		if (pvgpu_worker_read_data_hdr(w, PVGPU_MAX_DATA_FRAME, &len))
+		if (pvgpu_worker_next_frame(w, PVGPU_MAX_DATA_FRAME, size, &len))
 			return;
-		if (len > size) {
-			log_warn("protocol error: DATA frames exceed the copy size; ending session");
-			w->fatal = 1;
-			return;
-		}
 		size -= len;
 		while (len && !w->fatal) {
 			uint32_t n = len < sizeof(sink) ? len : (uint32_t)sizeof(sink);
@@ -130,28 +125,6 @@ static int small_copy(struct pvgpu_worker *w, uint64_t size, uint64_t stream,
 	       size <= w->cfg->block && have_call;
 }
 
-/* The whole copy's DATA frames into w->small; nonzero when the session is over. */
-static int read_small(struct pvgpu_worker *w, uint64_t size)
-{
-	uint64_t off = 0;
-
-	while (off < size && !w->fatal) {
-		uint32_t len;
-
-		if (pvgpu_worker_read_data_hdr(w, w->cfg->block, &len))
-			return 1;
-		if (len > size - off) {
-			log_warn("protocol error: DATA frames exceed the copy size; ending session");
-			w->fatal = 1;
-			return 1;
-		}
-		if (pvgpu_worker_read(w, w->small + off, len))
-			return 1;
-		off += len;
-	}
-	return w->fatal;
-}
-
 static int32_t copy_htod_small(struct pvgpu_worker *w, uint64_t dst, uint64_t size)
 {
 	int32_t st;
@@ -160,7 +133,7 @@ static int32_t copy_htod_small(struct pvgpu_worker *w, uint64_t dst, uint64_t si
 		discard_data(w, size);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	if (read_small(w, size))
+	if (pvgpu_worker_recv_data(w, w->small, size))
 		return 0;		/* fatal: nobody to answer */
 	st = w->ex_ops->memcpy_htod(w->ex, dst, w->small, size);
 	if (!st)
@@ -185,13 +158,8 @@ int32_t pvgpu_copy_htod(struct pvgpu_worker *w, uint64_t dst, uint64_t size,
 		struct pvgpu_staging *s;
 		uint32_t len;
 
-		if (pvgpu_worker_read_data_hdr(w, w->cfg->block, &len))
+		if (pvgpu_worker_next_frame(w, w->cfg->block, size - off, &len))
 			return 0;		/* fatal: nobody to answer */
-		if (len > size - off) {
-			log_warn("protocol error: DATA frames exceed the copy size; ending session");
-			w->fatal = 1;
-			return 0;
-		}
 		s = staging_next(w, &st);
 		if (pvgpu_worker_read(w, s->buf, len))
 			return 0;

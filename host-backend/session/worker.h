@@ -183,6 +183,9 @@ int pvgpu_worker_run(struct pvgpu_conn *conn, const struct pvgpu_peer *peer,
 int pvgpu_worker_read(struct pvgpu_worker *w, void *buf, size_t len);
 int pvgpu_worker_read_data_hdr(struct pvgpu_worker *w, uint32_t max,
 			       uint32_t *len);
+/* The next DATA frame of a copy with left bytes still to come: at most max, and left. */
+int pvgpu_worker_next_frame(struct pvgpu_worker *w, uint32_t max, uint64_t left,
+			    uint32_t *len);
 /* Read the DATA frames of the current request, size bytes in all. */
 int pvgpu_worker_recv_data(struct pvgpu_worker *w, uint8_t *buf, uint64_t size);
 int pvgpu_worker_send_data(struct pvgpu_worker *w, const void *buf,

@@ -302,6 +302,12 @@ int pvgpu_worker_send_reply(struct pvgpu_worker *w, uint16_t opcode,
 	return rc;
 }
 
+int pvgpu_worker_next_frame(struct pvgpu_worker *w, uint32_t max, uint64_t left,
+			    uint32_t *len)
+{
+	return pvgpu_worker_read_data_hdr(w, left < max ? (uint32_t)left : max, len);
+}
+
 int pvgpu_worker_recv_data(struct pvgpu_worker *w, uint8_t *buf, uint64_t size)
 {
 	uint64_t off = 0;
@@ -309,14 +315,8 @@ int pvgpu_worker_recv_data(struct pvgpu_worker *w, uint8_t *buf, uint64_t size)
 	while (off < size) {
 		uint32_t len;
 
-		if (pvgpu_worker_read_data_hdr(w, PVGPU_MAX_DATA_FRAME, &len))
-			return -1;
-		if (len > size - off) {
-			log_warn("protocol error: DATA frames exceed the announced size; ending session");
-			w->fatal = 1;
-			return -1;
-		}
-		if (pvgpu_worker_read(w, buf + off, len))
+		if (pvgpu_worker_next_frame(w, PVGPU_MAX_DATA_FRAME, size - off, &len) ||
+		    pvgpu_worker_read(w, buf + off, len))
 			return -1;
 		off += len;
 	}
