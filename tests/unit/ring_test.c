@@ -282,6 +282,97 @@ static void test_stale_bytes(void)
 	munmap(region, pvgpu_ring_region_size(cap));
 }
 
+/*
+ * The runway: after a send the tags of the lines ahead are 0 up to
+ * PVGPU_RING_RUNWAY bytes, never in space the consumer has not released,
+ * and records that cross it arrive whole while the ring fills and drains.
+ */
+static uint64_t tag_word(void *region, int dir, uint64_t cap, uint64_t pos)
+{
+	uint64_t v;
+
+	memcpy(&v, (uint8_t *)region + PVGPU_RING_HDR_SIZE + (uint64_t)dir * cap +
+		   (pos & (cap - 1)), 8);
+	return v;
+}
+
+static void test_runway(void)
+{
+	uint64_t cap = 4096, pos;
+	uint8_t out[300], in[300], *area;
+	struct pair p;
+	void *region = region_new(cap);
+
+	area = (uint8_t *)region + PVGPU_RING_HDR_SIZE;
+	pair_init(&p, region, cap, 0);
+	memset(area, 0xa5, 2 * cap);		/* old bytes everywhere */
+	pvgpu_ring_init_region(region, cap);
+	fill(out, sizeof(out), 1);
+	CHECK(!pvgpu_ring_send(&p.g, out, 40));		/* one line */
+	CHECK(p.g.tx_pos == 64 && p.g.tx_zeroed == 64 + PVGPU_RING_RUNWAY);
+	for (pos = 64; pos <= 64 + PVGPU_RING_RUNWAY; pos += PVGPU_RING_ALIGN)
+		CHECK(tag_word(region, 0, cap, pos) == 0);
+	CHECK(tag_word(region, 0, cap, pos) == 0xa5a5a5a5a5a5a5a5ull);
+	/* Nothing consumed: the runway stops a line short of the first record. */
+	for (unsigned int k = 0; k < 12; k++)
+		CHECK(!pvgpu_ring_send(&p.g, out, 240));	/* 4 lines each */
+	CHECK(p.g.tx_pos == 64 + 12 * 256);
+	CHECK(p.g.tx_zeroed == cap - PVGPU_RING_ALIGN);
+	CHECK(tag_word(region, 0, cap, 0) == pvgpu_ring_tag(0, 40));
+	CHECK(!pvgpu_ring_recv(&p.w, in, 40) && !memcmp(in, out, 40));
+	for (unsigned int k = 0; k < 12; k++)
+		CHECK(!pvgpu_ring_recv(&p.w, in, 240) && !memcmp(in, out, 240));
+	/* Round and round, with sizes that cross the runway's end. */
+	for (unsigned int k = 0; k < 300; k++) {
+		size_t n = 1 + (k * 97) % sizeof(out);
+
+		fill(out, n, k);
+		CHECK(!pvgpu_ring_send(&p.g, out, n));
+		CHECK(tag_word(region, 0, cap, p.g.tx_pos) == 0);
+		CHECK(!pvgpu_ring_recv(&p.w, in, n) && !memcmp(in, out, n));
+		CHECK(pvgpu_ring_pending(&p.w) == 0);
+	}
+	pair_fini(&p);
+	munmap(region, pvgpu_ring_region_size(cap));
+}
+
+/* A producer asleep for room, its flag up: a consumer waiting for bytes wakes it. */
+static void *send_late_thread(void *arg)
+{
+	struct pair *p = arg;
+	struct timespec t = { 0, 20 * 1000 * 1000 };
+	uint8_t b[8] = { 0 };
+
+	nanosleep(&t, NULL);
+	if (pvgpu_ring_send(&p->g, b, sizeof(b)))
+		fprintf(stderr, "late send: failed\n");
+	return NULL;
+}
+
+static void test_consumer_wakes_sleeping_producer(void)
+{
+	uint64_t cap = 4096;
+	struct pair p;
+	pthread_t t;
+	uint8_t b[8];
+	char k;
+	void *region = region_new(cap);
+	struct pvgpu_ring_shared *sh = region;
+
+	for (int spin = 0; spin < 2; spin++) {
+		pair_init(&p, region, cap, spin ? 100ull * 1000 * 1000 : 0);
+		__atomic_store_n(&sh->dir[0].prod_sleeping, 1, __ATOMIC_RELAXED);
+		CHECK(!pthread_create(&t, NULL, send_late_thread, &p));
+		CHECK(!pvgpu_ring_recv(&p.w, b, sizeof(b)));
+		pthread_join(t, NULL);
+		CHECK(p.w.kicks_sent == 1);
+		CHECK(__atomic_load_n(&sh->dir[0].prod_sleeping, __ATOMIC_RELAXED) == 0);
+		CHECK(recv(p.fds[0], &k, 1, MSG_DONTWAIT) == 1);	/* the kick */
+		pair_fini(&p);
+	}
+	munmap(region, pvgpu_ring_region_size(cap));
+}
+
 /* A peer that goes away while we sleep: the wait's error comes back. */
 static void test_peer_gone(void)
 {
@@ -479,6 +570,8 @@ int main(void)
 	test_expect_wait();
 	test_bad_indexes();
 	test_stale_bytes();
+	test_runway();
+	test_consumer_wakes_sleeping_producer();
 	test_peer_gone();
 	test_threads(0);		/* every wait sleeps */
 	test_threads(2000);		/* mixed */

@@ -142,15 +142,21 @@ int64_t pvgpu_ring_pending(struct pvgpu_ring *r)
 	return rx_avail(r);
 }
 
-/* After a store the peer may be asleep waiting for: wake it if it said so. */
-static int wake_peer(struct pvgpu_ring *r, uint32_t *flag)
+/* The peer said it sleeps on flag: take the flag down and wake it. */
+static int kick_if_asleep(struct pvgpu_ring *r, uint32_t *flag)
 {
-	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	if (!__atomic_load_n(flag, __ATOMIC_RELAXED) ||
 	    !__atomic_exchange_n(flag, 0, __ATOMIC_ACQ_REL))
 		return 0;
 	r->kicks_sent++;
 	return r->waiter.kick(r->waiter.arg);
+}
+
+/* After a store the peer may be asleep waiting for: wake it if it said so. */
+static int wake_peer(struct pvgpu_ring *r, uint32_t *flag)
+{
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	return kick_if_asleep(r, flag);
 }
 
 /*
@@ -185,6 +191,13 @@ static int64_t wait_for(struct pvgpu_ring *r, int64_t (*probe)(struct pvgpu_ring
 		n = probe(r);
 		if (n)
 			break;
+		/* A producer that went to sleep for room unseen (ring.h). */
+		if (probe == rx_avail) {
+			int rc = kick_if_asleep(r, &r->rx_ctrl->prod_sleeping);
+
+			if (rc)
+				return rc;
+		}
 		if (!blocked_at && budget && pvgpu_poll_again(&poll, budget)) {
 			if (once > YIELD_AFTER_NS &&
 			    poll.now - poll.start >= YIELD_AFTER_NS) {
@@ -201,6 +214,14 @@ static int64_t wait_for(struct pvgpu_ring *r, int64_t (*probe)(struct pvgpu_ring
 		if (n) {
 			__atomic_store_n(flag, 0, __ATOMIC_RELAXED);
 			break;
+		}
+		/* Past the fence: our cons is seen, and so is a sleeping producer. */
+		if (probe == rx_avail) {
+			n = kick_if_asleep(r, &r->rx_ctrl->prod_sleeping);
+			if (n) {
+				__atomic_store_n(flag, 0, __ATOMIC_RELAXED);
+				return n;
+			}
 		}
 		r->sleeps++;
 		n = r->waiter.wait_kick(r->waiter.arg);
@@ -241,6 +262,27 @@ static uint64_t fits(uint64_t room, uint64_t n)
 		return 0;
 	max = room - PVGPU_RING_ALIGN;		/* whole lines for the record */
 	return (max & ~(uint64_t)(PVGPU_RING_ALIGN - 1)) - PVGPU_RING_TAG_SIZE;
+}
+
+/*
+ * Zero the tags of the lines ahead of tx_pos, up to PVGPU_RING_RUNWAY
+ * bytes, that the consumer has released (a word at q is free once the
+ * consumer is past q - cap): a later record whose next tag falls among
+ * them is then published with one store (ring.h).
+ */
+static void extend_runway(struct pvgpu_ring *r)
+{
+	uint64_t end = r->tx_pos + PVGPU_RING_RUNWAY,
+		 free_end = r->tx_peer + r->cap - PVGPU_RING_ALIGN;
+	uint64_t z = r->tx_zeroed;
+
+	if (end > free_end)
+		end = free_end;
+	while (z + PVGPU_RING_ALIGN <= end) {
+		z += PVGPU_RING_ALIGN;
+		__atomic_store_n(tag_at(r->tx, r->cap, z), 0, __ATOMIC_RELAXED);
+	}
+	r->tx_zeroed = z;
 }
 
 /* Copy n bytes of iov (from element *iv, byte *ivoff on) into the ring at pos. */
@@ -309,10 +351,14 @@ int pvgpu_ring_sendv(struct pvgpu_ring *r, const struct iovec *iov, int iovcnt)
 		n = fits(room, n);
 		next = r->tx_pos + record_size(n);
 		/*
-		 * The next record's tag first, then the bytes, then this tag:
-		 * a consumer polling this line takes it once, whole.
+		 * The next record's tag zeroed first (by an earlier send, if
+		 * the runway reaches it), then the bytes, then this tag: a
+		 * consumer polling this line takes it once, whole.
 		 */
-		__atomic_store_n(tag_at(r->tx, r->cap, next), 0, __ATOMIC_RELAXED);
+		if (next > r->tx_zeroed) {
+			__atomic_store_n(tag_at(r->tx, r->cap, next), 0, __ATOMIC_RELAXED);
+			r->tx_zeroed = next;
+		}
 		put_bytes(r, r->tx_pos + PVGPU_RING_TAG_SIZE, iov, &iv, &ivoff, n);
 		__atomic_store_n(tag_at(r->tx, r->cap, r->tx_pos),
 				 pvgpu_ring_tag(r->tx_pos, n), __ATOMIC_RELEASE);
@@ -326,6 +372,7 @@ int pvgpu_ring_sendv(struct pvgpu_ring *r, const struct iovec *iov, int iovcnt)
 		rc = wake_peer(r, &r->tx_ctrl->cons_sleeping);
 		if (rc)
 			return rc;
+		extend_runway(r);
 	}
 	return 0;
 }
@@ -365,7 +412,7 @@ int pvgpu_ring_recv(struct pvgpu_ring *r, void *buf, size_t len)
 			continue;
 		/* The record is read: the producer may reuse its space. */
 		__atomic_store_n(&r->rx_ctrl->cons, r->rx_next, __ATOMIC_RELEASE);
-		rc = wake_peer(r, &r->rx_ctrl->prod_sleeping);
+		rc = kick_if_asleep(r, &r->rx_ctrl->prod_sleeping);	/* no fence: ring.h */
 		if (rc)
 			return rc;
 	}

@@ -26,7 +26,12 @@
  * and the word where the next record will start is 0 until that record is
  * published: the producer zeroes it before it stores this record's tag
  * (release), so a consumer polling the next position never takes old bytes
- * for a tag.  A small message and its tag share one cache line: the
+ * for a tag.  It does so ahead of time: after each send it zeroes the tag
+ * words of the lines up to PVGPU_RING_RUNWAY bytes ahead, in space the
+ * consumer has released, so that publishing a small record is one store
+ * to one line and not first a store to another line the consumer may
+ * still hold (which, stores becoming visible in order, held the record
+ * back by that line's transfer).  A small message and its tag share one cache line: the
  * consumer's poll brings the message with it (one transfer per crossing,
  * not an index and then the data).  The consumer's index (cons) says how
  * far the producer may write: never past cons + cap.
@@ -45,6 +50,14 @@
  * calls kick().  Either order of the two fences leaves one of the two
  * sides seeing the other's store: no lost wake-up.  What "block" and
  * "kick" are (a byte on a socket, a futex, a doorbell) is the caller's.
+ * A producer waiting for room is the exception: the consumer, having read
+ * a record, stores cons and looks at the producer's flag without a fence
+ * (a fence there sat on every message's path), and looks again while it
+ * waits for its next record, each time round its spin and after its
+ * fence before it blocks.  A look that passed its own store of cons can
+ * miss a producer going to sleep at that moment; the producer then sleeps
+ * until the consumer's next look, and a consumer that read everything
+ * always comes to one: a full ring never stalls.
  */
 #ifndef PVGPU_RING_H
 #define PVGPU_RING_H
@@ -58,6 +71,7 @@
 #define PVGPU_RING_MAX_CAP	(16u << 20)
 #define PVGPU_RING_ALIGN	64u	/* records start on a cache line */
 #define PVGPU_RING_TAG_SIZE	8u
+#define PVGPU_RING_RUNWAY	1024u	/* tags kept zeroed ahead of the producer */
 
 /*
  * The largest record payload a ring of capacity cap carries: the record,
@@ -112,6 +126,7 @@ struct pvgpu_ring {
 	uint8_t *tx, *rx;		/* data areas */
 	uint64_t cap;
 	uint64_t tx_pos;		/* where our next record goes: the truth */
+	uint64_t tx_zeroed;		/* tags at line starts in (tx_pos, this] are 0 */
 	uint64_t tx_peer;		/* peer's consumer index, last seen */
 	uint64_t rx_next;		/* where the peer's next record's tag is */
 	uint64_t rx_pos, rx_end;	/* bytes of the record being read */
