@@ -35,6 +35,8 @@
 #include <string.h>
 
 #include "size.h"
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -1011,6 +1013,11 @@ struct child_run {
 	struct jval *json;
 	double wall_s;		/* how long the child ran */
 	int seq;		/* its place in the order of runs; -1: one pair */
+	/* --interleave: its ends of the two turn pipes, and if it starts with the turn */
+	int turn_rfd, turn_wfd, turn_first;
+	pid_t pid;		/* while it runs */
+	int out_fd;		/* its stdout, while it runs */
+	double t0;
 };
 
 /*
@@ -1021,19 +1028,16 @@ struct child_run {
  * one line (prefixed with its role), so we exit 1 without another line.
  * Finally the child must have loaded the library its role calls for.
  */
-void compare_run_child(struct child_run *cr, char **args)
+void compare_child_start(struct child_run *cr, char **args)
 {
-	int fd[2], status;
+	int fd[2];
 	pid_t pid;
-	size_t cap = 65536, len = 0;
-	ssize_t got;
-	const char *shim;
 	char *exe = self_exe();
-	double t0 = now_s();
 
+	cr->t0 = now_s();
 	fflush(stdout);
 	fflush(stderr);
-	if (pipe(fd))
+	if (pipe2(fd, O_CLOEXEC))	/* another child must not hold it */
 		die("pipe: %s", strerror(errno));
 	pid = fork();
 	if (pid < 0)
@@ -1058,17 +1062,39 @@ void compare_run_child(struct child_run *cr, char **args)
 		} else {
 			unsetenv("PVGPU_BENCH_RUN");
 		}
+		unsetenv("PVGPU_BENCH_TURN");
+		if (cr->turn_rfd >= 0) {
+			char turn[48];
+
+			/* Its own two ends outlive the exec; the rest close. */
+			fcntl(cr->turn_rfd, F_SETFD, 0);
+			fcntl(cr->turn_wfd, F_SETFD, 0);
+			snprintf(turn, sizeof(turn), "%d,%d,%d", cr->turn_rfd,
+				 cr->turn_wfd, cr->turn_first);
+			setenv("PVGPU_BENCH_TURN", turn, 1);
+		}
 		dup2(fd[1], STDOUT_FILENO);
-		close(fd[0]);
-		close(fd[1]);
 		execv(exe, args);
 		fprintf(stderr, "%s: exec %s: %s\n", g_prog, exe,
 			strerror(errno));
 		_exit(EXIT_RUNTIME);
 	}
 	close(fd[1]);
+	free(exe);
+	cr->pid = pid;
+	cr->out_fd = fd[0];
+}
+
+/* Read what a started child reports, wait for it, check what it loaded. */
+void compare_child_finish(struct child_run *cr)
+{
+	int status;
+	size_t cap = 65536, len = 0;
+	ssize_t got;
+	const char *shim;
+
 	cr->text = (char *)xmalloc(cap);
-	while ((got = read(fd[0], cr->text + len, cap - len - 1)) != 0) {
+	while ((got = read(cr->out_fd, cr->text + len, cap - len - 1)) != 0) {
 		if (got < 0) {
 			if (errno == EINTR)
 				continue;
@@ -1084,12 +1110,11 @@ void compare_run_child(struct child_run *cr, char **args)
 		}
 	}
 	cr->text[len] = '\0';
-	close(fd[0]);
-	while (waitpid(pid, &status, 0) < 0)
+	close(cr->out_fd);
+	while (waitpid(cr->pid, &status, 0) < 0)
 		if (errno != EINTR)
 			die("waitpid: %s", strerror(errno));
-	cr->wall_s = now_s() - t0;
-	free(exe);
+	cr->wall_s = now_s() - cr->t0;
 	if (WIFSIGNALED(status))
 		die("the %s run (LD_LIBRARY_PATH=%s) was killed by signal %d",
 		    cr->role, cr->libdir, WTERMSIG(status));
@@ -1125,6 +1150,13 @@ void compare_run_child(struct child_run *cr, char **args)
 	}
 }
 
+void compare_run_child(struct child_run *cr, char **args)
+{
+	cr->turn_rfd = cr->turn_wfd = -1;
+	compare_child_start(cr, args);
+	compare_child_finish(cr);
+}
+
 /* A metric the comparison shows for every result key both runs have. */
 struct cmp_field {
 	const char *field;	/* member of each result object */
@@ -1156,6 +1188,7 @@ const struct jval *find_result(const struct jval *run, const char *key)
  */
 struct compare_runs {
 	int pairs;
+	int interleave;		/* --interleave N: the pairs ran by turns of N */
 	struct child_run *nat;	/* [pairs] */
 	struct child_run *pv;	/* [pairs] */
 };
@@ -1176,6 +1209,7 @@ void compare_run_all(struct compare_runs *cs, const struct common_opts *co,
 	int k, done_nat = 0, done_pv = 0;
 
 	cs->pairs = pairs;
+	cs->interleave = 0;
 	cs->nat = (struct child_run *)xmalloc(pairs * sizeof(*cs->nat));
 	cs->pv = (struct child_run *)xmalloc(pairs * sizeof(*cs->pv));
 	memset(cs->nat, 0, pairs * sizeof(*cs->nat));
@@ -1195,6 +1229,143 @@ void compare_run_all(struct compare_runs *cs, const struct common_opts *co,
 		else
 			done_pv++;
 	}
+}
+
+/*
+ * --interleave (pvgpu-latency): each pair's native and pvgpu children run
+ * at the same time and take turns on the GPU, a block of iterations each,
+ * handing a token to each other through two pipes (bench_turn_*() below).
+ * What the machine does from one second to the next (the host moving
+ * vCPUs, the GPU's own latency moving by a microsecond) then falls on both
+ * sides alike, where even ABBA runs seconds apart measure some of it.  The
+ * native child holds the first turn in even pairs, the pvgpu child in odd
+ * ones.
+ */
+void compare_run_interleaved(struct compare_runs *cs, const struct common_opts *co,
+			     char **args, int every)
+{
+	int pairs = co->pairs > 0 ? co->pairs : 1;
+
+	cs->pairs = pairs;
+	cs->interleave = every;
+	cs->nat = (struct child_run *)xmalloc(pairs * sizeof(*cs->nat));
+	cs->pv = (struct child_run *)xmalloc(pairs * sizeof(*cs->pv));
+	memset(cs->nat, 0, pairs * sizeof(*cs->nat));
+	memset(cs->pv, 0, pairs * sizeof(*cs->pv));
+	for (int p = 0; p < pairs; p++) {
+		struct child_run *nat = &cs->nat[p], *pv = &cs->pv[p];
+		int to_pv[2], to_nat[2];
+
+		if (pipe2(to_pv, O_CLOEXEC) || pipe2(to_nat, O_CLOEXEC))
+			die("pipe: %s", strerror(errno));
+		nat->role = "native";
+		nat->libdir = co->native_libdir;
+		nat->seq = 2 * p;
+		nat->turn_rfd = to_nat[0];
+		nat->turn_wfd = to_pv[1];
+		nat->turn_first = p % 2 == 0;
+		pv->role = "pvgpu";
+		pv->libdir = co->pvgpu_libdir;
+		pv->seq = 2 * p + 1;
+		pv->turn_rfd = to_pv[0];
+		pv->turn_wfd = to_nat[1];
+		pv->turn_first = p % 2 == 1;
+		compare_child_start(nat, args);
+		compare_child_start(pv, args);
+		close(to_pv[0]);
+		close(to_pv[1]);
+		close(to_nat[0]);
+		close(to_nat[1]);
+		compare_child_finish(nat);
+		compare_child_finish(pv);
+	}
+}
+
+/*
+ * The child's side of --interleave: PVGPU_BENCH_TURN="rfd,wfd,first".
+ * bench_turn_wait() blocks until this child holds the GPU,
+ * bench_turn_pass() hands it over; without the variable both do nothing.
+ * A peer that is gone (end of file, a broken pipe) ends the turns: the
+ * child goes on alone.  Each turn held is recorded for the JSON report.
+ */
+#define BENCH_MAX_TURNS	4096
+
+struct bench_turns {
+	int rfd, wfd, held;
+	int n;				/* turns held so far */
+	double start[BENCH_MAX_TURNS], end[BENCH_MAX_TURNS];
+};
+struct bench_turns g_turns = { -1, -1, 0, 0, { 0 }, { 0 } };
+
+int bench_turns_on(void)
+{
+	return g_turns.rfd >= 0;
+}
+
+void bench_turns_open(void)
+{
+	const char *v = getenv("PVGPU_BENCH_TURN");
+	int r, w, first;
+
+	if (!v || sscanf(v, "%d,%d,%d", &r, &w, &first) != 3 || r < 0 || w < 0)
+		return;
+	signal(SIGPIPE, SIG_IGN);
+	g_turns.rfd = r;
+	g_turns.wfd = w;
+	g_turns.held = 0;
+	if (first) {
+		g_turns.held = 1;
+		g_turns.start[g_turns.n] = now_s();
+	}
+}
+
+void bench_turns_end(void)
+{
+	if (g_turns.rfd >= 0) {
+		close(g_turns.rfd);
+		close(g_turns.wfd);
+	}
+	g_turns.rfd = g_turns.wfd = -1;
+	g_turns.held = 0;
+}
+
+void bench_turn_wait(void)
+{
+	char b;
+	ssize_t n;
+
+	if (g_turns.rfd < 0 || g_turns.held)
+		return;
+	while ((n = read(g_turns.rfd, &b, 1)) < 0 && errno == EINTR)
+		;
+	if (n != 1) {
+		bench_turns_end();	/* the other run is over */
+		return;
+	}
+	g_turns.held = 1;
+	if (g_turns.n < BENCH_MAX_TURNS)
+		g_turns.start[g_turns.n] = now_s();
+}
+
+void bench_turn_pass(void)
+{
+	if (g_turns.rfd < 0 || !g_turns.held)
+		return;
+	if (g_turns.n < BENCH_MAX_TURNS)
+		g_turns.end[g_turns.n++] = now_s();
+	g_turns.held = 0;
+	if (write(g_turns.wfd, "t", 1) != 1)
+		bench_turns_end();
+}
+
+/* The turns this child held, a JSON member and its comma: "turns":[[start,end],...], */
+void json_turns(FILE *f)
+{
+	fputs("\"turns\":[", f);
+	for (int i = 0; i < g_turns.n; i++)	/* to the nanosecond: turns can be short */
+		fprintf(f, "%s[%.9f,%.9f]", i ? "," : "", g_turns.start[i],
+			g_turns.end[i]);
+	fputs("],", f);
 }
 
 /* What compare_run_all kept of its children. */
@@ -1276,9 +1447,12 @@ void compare_json(const struct cmp_field *fields, int nfields,
 	printf(",\"pvgpu_libdir\":");
 	json_str(stdout, pv->libdir);
 	printf(",\"native\":%s,\"pvgpu\":%s,", nat->text, pv->text);
+	if (cs->interleave)
+		printf("\"interleave\":%d,", cs->interleave);
 	if (cs->pairs > 1) {
-		printf("\"pairs\":%d,\"order\":\"native,pvgpu,pvgpu,native,...\","
-		       "\"native_runs\":", cs->pairs);
+		printf("\"pairs\":%d,\"order\":\"%s\","
+		       "\"native_runs\":", cs->pairs, cs->interleave ?
+		       "each pair at once, by turns" : "native,pvgpu,pvgpu,native,...");
 		compare_json_runs(cs->nat, cs->pairs);
 		printf(",\"pvgpu_runs\":");
 		compare_json_runs(cs->pv, cs->pairs);
@@ -1349,7 +1523,12 @@ void compare_table(const struct cmp_field *fields, int nfields,
 	const struct jval *res = jget(nat->json, "results");
 	int i, f, keyw = 4;
 
-	if (cs->pairs > 1)
+	if (cs->interleave)
+		printf("%s --compare: %d pair%s of runs, each pair at once, "
+		       "taking turns on the GPU every %d iterations%s\n", g_prog,
+		       cs->pairs, cs->pairs > 1 ? "s" : "", cs->interleave,
+		       cs->pairs > 1 ? "; medians of each side's runs" : "");
+	else if (cs->pairs > 1)
 		printf("%s --compare: medians of %d alternating runs each "
 		       "(native, pvgpu, pvgpu, native, native, pvgpu, ...)\n",
 		       g_prog, cs->pairs);

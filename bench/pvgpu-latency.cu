@@ -29,6 +29,7 @@ static const char *const mem_name[NMEMS] = { "pageable", "pinned" };
 #define WARMUP 100		/* untimed iterations before each test */
 #define READBACK_EVERY 256	/* H2D copies verified by a read-back */
 #define COUNT_LAUNCHES 1000	/* launches of the counting kernel */
+#define REWARM 5		/* untimed operations after each turn (--interleave) */
 
 __global__ void empty_kernel(void)
 {
@@ -51,6 +52,7 @@ struct options {
 	int launches;
 	int rounds;
 	int round_trips;	/* through pvgpu: count and print them */
+	int interleave;		/* --interleave N: timed iterations per turn */
 };
 
 /* One row of the report. */
@@ -81,7 +83,13 @@ static void usage(void)
 "  --rounds N           async rounds, median reported (default 5)\n"
 "  --round-trips        (always on) through pvgpu: wire round trips and\n"
 "                       messages per operation, also under --compare\n"
-COMMON_OPTIONS_HELP, g_prog);
+"  --interleave N       with --compare: each pair's native and pvgpu runs\n"
+"                       go at the same time, taking turns on the GPU every\n"
+"                       N timed iterations (every round for async), with %d\n"
+"                       untimed operations after each turn; the machine's\n"
+"                       drift from second to second then falls on both\n"
+"                       sides alike\n"
+COMMON_OPTIONS_HELP, g_prog, REWARM);
 }
 
 static void parse_args(struct options *o, int argc, char **argv)
@@ -165,6 +173,9 @@ static void parse_args(struct options *o, int argc, char **argv)
 						    1, 100000000);
 		} else if (!strcmp(a, "--round-trips")) {
 			o->round_trips = 1;
+		} else if (!strcmp(a, "--interleave")) {
+			o->interleave = (int)parse_count(a, opt_value(&i, argc, argv),
+							 1, 100000000);
 		} else if (!strcmp(a, "--rounds")) {
 			rounds = (int)parse_count(a, opt_value(&i, argc, argv),
 						  1, 1000);
@@ -180,6 +191,9 @@ static void parse_args(struct options *o, int argc, char **argv)
 	o->iters = iters ? iters : o->co.quick ? 200 : 10000;
 	o->launches = launches ? launches : o->co.quick ? 2000 : 100000;
 	o->rounds = rounds ? rounds : o->co.quick ? 2 : 5;
+	/* (A child of --compare --interleave has its turn pipes.) */
+	if (o->interleave && !o->co.compare && !getenv("PVGPU_BENCH_TURN"))
+		usage_error("--interleave only means something with --compare");
 	common_options_done(&o->co);
 }
 
@@ -201,6 +215,22 @@ static void summarise(struct result *r, double *us, int n)
 }
 
 /*
+ * --interleave, in a child: before timed iteration i (every `every`th, not
+ * the first) hand the GPU to the other run and wait for it back.  Returns
+ * how many untimed operations the caller does now, to bring its path back
+ * to speed after the other run had the GPU (and, through pvgpu, the
+ * worker had gone to sleep).
+ */
+static int turn_point(int i, int every)
+{
+	if (!bench_turns_on() || i <= 0 || i % every)
+		return 0;
+	bench_turn_pass();
+	bench_turn_wait();
+	return REWARM;
+}
+
+/*
  * Synchronous copies of `size` bytes.  H2D: each iteration's source holds
  * the pattern of (size, iteration), written before the clock starts; every
  * READBACK_EVERY-th copy and the last are read back (untimed) and checked.
@@ -212,7 +242,7 @@ static void test_copy(const struct options *o, int dir, int mem,
 {
 	unsigned char *host, *check;
 	uint64_t tag = 0;
-	long long bad;
+	long long bad, extra = 0;
 	double t0;
 	int i;
 
@@ -230,6 +260,10 @@ static void test_copy(const struct options *o, int dir, int mem,
 		CK(cudaMemcpy(dev, host, size, cudaMemcpyHostToDevice));
 	}
 	for (i = -WARMUP; i < o->iters; i++) {
+		for (int w = turn_point(i, o->interleave); w > 0; w--, extra++)
+			CK(dir == DIR_H2D ?
+			   cudaMemcpy(dev, host, size, cudaMemcpyHostToDevice) :
+			   cudaMemcpy(host, dev, size, cudaMemcpyDeviceToHost));
 		if (dir == DIR_H2D) {
 			tag = pattern_tag(size, (uint64_t)(i + WARMUP));
 			pattern_fill(host, size, tag);
@@ -260,7 +294,7 @@ static void test_copy(const struct options *o, int dir, int mem,
 		}
 	}
 	summarise(r, us, o->iters);
-	r->ops = WARMUP + o->iters;	/* H2D read-backs add 1 in 256 */
+	r->ops = WARMUP + o->iters + extra;	/* H2D read-backs add 1 in 256 */
 	if (mem == MEM_PINNED)
 		CK(cudaFreeHost(host));
 	else
@@ -272,10 +306,15 @@ static void test_copy(const struct options *o, int dir, int mem,
 static void test_launch(const struct options *o, struct result *r, double *us)
 {
 	double t0;
+	long long extra = 0;
 	int i;
 
 	snprintf(r->key, sizeof(r->key), "launch+sync");
 	for (i = -WARMUP; i < o->iters; i++) {
+		for (int w = turn_point(i, o->interleave); w > 0; w--, extra++) {
+			empty_kernel<<<1, 1>>>();
+			CK(cudaDeviceSynchronize());
+		}
 		t0 = now_s();
 		empty_kernel<<<1, 1>>>();
 		CK(cudaDeviceSynchronize());
@@ -284,7 +323,7 @@ static void test_launch(const struct options *o, struct result *r, double *us)
 	}
 	CK(cudaGetLastError());
 	summarise(r, us, o->iters);
-	r->ops = WARMUP + o->iters;	/* launch + synchronize pairs */
+	r->ops = WARMUP + o->iters + extra;	/* launch + synchronize pairs */
 }
 
 /*
@@ -299,6 +338,7 @@ static void test_async(const struct options *o, struct result *r, double *us)
 	double *enq = (double *)xmalloc(o->rounds * sizeof(double));
 	unsigned int *counter, count = 0;
 	double t0, t1, t2;
+	long long extra = 0;
 	int round, i;
 
 	snprintf(r->key, sizeof(r->key), "launch async");
@@ -306,6 +346,14 @@ static void test_async(const struct options *o, struct result *r, double *us)
 		empty_kernel<<<1, 1>>>();
 	CK(cudaDeviceSynchronize());
 	for (round = 0; round < o->rounds; round++) {
+		int w = turn_point(round, 1);
+
+		if (w) {
+			for (i = 0; i < w; i++)
+				empty_kernel<<<1, 1>>>();
+			CK(cudaDeviceSynchronize());
+			extra += w;
+		}
 		t0 = now_s();
 		for (i = 0; i < o->launches; i++)
 			empty_kernel<<<1, 1>>>();
@@ -334,7 +382,8 @@ static void test_async(const struct options *o, struct result *r, double *us)
 		die("launch check: %d asynchronous launches of a counting kernel "
 		    "counted %u", COUNT_LAUNCHES, count);
 	CK(cudaFree(counter));
-	r->ops = WARMUP + (long long)o->rounds * o->launches + COUNT_LAUNCHES;
+	r->ops = WARMUP + (long long)o->rounds * o->launches + COUNT_LAUNCHES +
+		 extra;
 	free(rate);
 	free(enq);
 }
@@ -343,18 +392,21 @@ static void test_async(const struct options *o, struct result *r, double *us)
 static void test_sync(const struct options *o, struct result *r, double *us)
 {
 	double t0;
+	long long extra = 0;
 	int i;
 
 	snprintf(r->key, sizeof(r->key), "sync idle");
 	CK(cudaDeviceSynchronize());
 	for (i = -WARMUP; i < o->iters; i++) {
+		for (int w = turn_point(i, o->interleave); w > 0; w--, extra++)
+			CK(cudaDeviceSynchronize());
 		t0 = now_s();
 		CK(cudaDeviceSynchronize());
 		if (i >= 0)
 			us[i] = (now_s() - t0) * 1e6;
 	}
 	summarise(r, us, o->iters);
-	r->ops = WARMUP + o->iters + 1;
+	r->ops = WARMUP + o->iters + 1 + extra;
 }
 
 /*
@@ -387,6 +439,8 @@ static void print_json(const struct lib_info *li, const struct dev_info *di,
 
 	printf("{");
 	json_run_header(stdout, li, di);
+	if (g_turns.n)
+		json_turns(stdout);
 	printf("\"units\":\"microseconds\",\"results\":[");
 	for (i = 0; i < n; i++) {
 		printf("%s{\"key\":", i ? "," : "");
@@ -478,6 +532,8 @@ static int run_here(const struct options *o)
 	lib_identify_driver(&li);	/* the runtime has loaded it now */
 	memset(res, 0, sizeof(res));
 	CK(cudaMalloc(&dev, 1 << 20));
+	bench_turns_open();		/* --interleave: the GPU by turns */
+	bench_turn_wait();
 	if (o->tests & TEST_COPY)
 		for (d = 0; d < NDIRS; d++)
 			for (m = 0; m < NMEMS; m++)
@@ -497,6 +553,8 @@ static int run_here(const struct options *o)
 		COUNTED(o, &res[n], test_sync(o, &res[n], us));
 		n++;
 	}
+	bench_turn_pass();
+	bench_turns_end();
 	CK(cudaFree(dev));
 	free(us);
 
@@ -548,7 +606,10 @@ static int run_compare(struct options *o, int argc, char **argv)
 	compare_resolve_libdirs(&o->co);
 	memset(&args, 0, sizeof(args));
 	child_args(&args, argc, argv, NULL, NULL);
-	compare_run_all(&cs, &o->co, args.v, args.v);
+	if (o->interleave)
+		compare_run_interleaved(&cs, &o->co, args.v, o->interleave);
+	else
+		compare_run_all(&cs, &o->co, args.v, args.v);
 	if (o->co.json) {
 		compare_json(fields, 4, &cs);
 		printf("}\n");

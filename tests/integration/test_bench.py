@@ -219,6 +219,46 @@ def test_compare_one_pair_unchanged(programs, bench_daemon, nvidia_over_libcuda)
     assert "min..max" not in text and "median of the runs" not in text
 
 
+def test_compare_interleaved(programs, bench_daemon, nvidia_over_libcuda):
+    """--interleave N: each pair's native and pvgpu runs go at the same time
+    and take turns, every N timed iterations: the turns each child reports
+    never overlap, alternate between the two, number the same on both sides
+    (one at the start and one per turn point: 9 tests of 50 iterations, a
+    turn every 10), and the native run holds the first turn in the first
+    pair, the pvgpu run in the second.  The figures compared are the
+    medians as with --pairs, and the untimed operations after each turn
+    count in the round trips per operation."""
+    out = json.loads(run_compare(programs, bench_daemon, nvidia_over_libcuda,
+                                 "pvgpu-latency", "--pairs", "2",
+                                 "--interleave", "10", "--json"))
+    assert out["interleave"] == 10 and out["pairs"] == 2
+    nat, pv = out["native_runs"], out["pvgpu_runs"]
+    assert len(nat) == len(pv) == 2
+    assert not any(r["library"]["pvgpu_shim"] for r in nat)
+    assert all(r["library"]["pvgpu_shim"] for r in pv)
+    for p, first in ((0, "native"), (1, "pvgpu")):
+        turns = sorted([(s, e, "native") for s, e in nat[p]["turns"]] +
+                       [(s, e, "pvgpu") for s, e in pv[p]["turns"]])
+        assert len(nat[p]["turns"]) == len(pv[p]["turns"]) == 1 + 9 * 4
+        assert turns[0][2] == first
+        for (s0, e0, who0), (s1, e1, who1) in zip(turns, turns[1:]):
+            assert s0 <= e0 <= s1 <= e1, (p, turns)
+            assert who0 != who1, (p, turns)
+    for c in out["comparison"]:
+        values = [figure(r, c["key"], c["field"]) for r in pv]
+        values = [v for v in values if v is not None]
+        if values:
+            assert c["pvgpu"] == pytest.approx(median(values), rel=1e-8)
+    for r in pv:
+        assert figure(r, "copy h2d pinned 1B", "round_trips_per_op") == \
+            pytest.approx(1.0, abs=0.05)
+    text = run_compare(programs, bench_daemon, nvidia_over_libcuda,
+                       "pvgpu-latency", "--interleave", "25")
+    assert text.splitlines()[0] == ("pvgpu-latency --compare: 1 pair of runs, "
+                                    "each pair at once, taking turns on the GPU "
+                                    "every 25 iterations")
+
+
 @pytest.mark.parametrize("args,why", [
     (["--compare", "--pairs", "0"], "--pairs wants an integer from 1 to 50"),
     (["--compare", "--pairs", "51"], "--pairs wants an integer from 1 to 50"),
@@ -237,3 +277,16 @@ def test_pairs_usage(programs, name, args, why):
         usage = subprocess.run([str(BENCH / name), "--help"], env=env,
                                capture_output=True, text=True, timeout=30)
         assert "--pairs N" in usage.stdout and "drift" in usage.stdout
+
+
+def test_interleave_usage(programs):
+    """--interleave without --compare, or with no count, is a usage error."""
+    env = programs.pvgpu_env("unix:///nonexistent")
+    for args, why in ((["--interleave", "5"],
+                       "--interleave only means something with --compare"),
+                      (["--compare", "--interleave", "0"],
+                       "--interleave wants an integer")):
+        proc = subprocess.run([str(BENCH / "pvgpu-latency"), *args], env=env,
+                              capture_output=True, text=True, timeout=30)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert why in proc.stderr
