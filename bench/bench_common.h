@@ -1358,6 +1358,32 @@ void bench_turn_pass(void)
 		bench_turns_end();
 }
 
+/*
+ * Before timed iteration i of a loop (every `every`th, not the first):
+ * hand the GPU to the other run and wait for it back.  1 if it did: the
+ * caller then runs a few untimed operations to bring its path back to
+ * speed (the other run had the GPU; through pvgpu, the worker may have
+ * gone to sleep).  0 without --interleave.
+ */
+int bench_turn_point(long long i, long long every)
+{
+	if (g_turns.rfd < 0 || every <= 0 || i <= 0 || i % every)
+		return 0;
+	bench_turn_pass();
+	bench_turn_wait();
+	return 1;
+}
+
+/*
+ * After the options: --interleave (every > 0) means something with
+ * --compare, or in a child of one (which has its turn pipes).
+ */
+void interleave_option_done(int every, const struct common_opts *co)
+{
+	if (every && !co->compare && !getenv("PVGPU_BENCH_TURN"))
+		usage_error("--interleave only means something with --compare");
+}
+
 /* The turns this child held, a JSON member and its comma: "turns":[[start,end],...], */
 void json_turns(FILE *f)
 {

@@ -40,6 +40,7 @@ struct options {
 	int mems[NMEMS];	/* which memory kinds to run */
 	int socket_baseline;
 	int socket_only;
+	int interleave;		/* --interleave N: copies per turn */
 };
 
 struct cell {
@@ -74,6 +75,11 @@ static void usage(void)
 "                       blocks of each size, best of 3 (with --compare:\n"
 "                       done once, by the parent)\n"
 "  --socket-only        only the socket baseline (needs no GPU)\n"
+"  --interleave N       with --compare: each pair's native and pvgpu runs\n"
+"                       go at the same time, taking turns on the GPU every\n"
+"                       N copies of a cell (one untimed copy after each\n"
+"                       turn); the machine's drift from second to second\n"
+"                       then falls on both sides alike\n"
 COMMON_OPTIONS_HELP, g_prog);
 }
 
@@ -163,6 +169,9 @@ static void parse_args(struct options *o, int argc, char **argv)
 			o->socket_baseline = 1;
 		} else if (!strcmp(a, "--socket-only")) {
 			o->socket_baseline = o->socket_only = 1;
+		} else if (!strcmp(a, "--interleave")) {
+			o->interleave = (int)parse_count(a, opt_value(&i, argc, argv),
+							 1, 1000000);
 		} else {
 			usage_error("unknown option '%s'", a);
 		}
@@ -176,6 +185,7 @@ static void parse_args(struct options *o, int argc, char **argv)
 	if (o->socket_only && o->co.compare)
 		usage_error("--socket-only runs no CUDA, so --compare has "
 			    "nothing to compare");
+	interleave_option_done(o->interleave, &o->co);
 	common_options_done(&o->co);
 }
 
@@ -207,7 +217,10 @@ static void poison_samples(unsigned char *p, uint64_t size)
 /*
  * One cell of the matrix.  The host buffer holds the pattern for (size,
  * direction, memory kind); the copy is repeated `reps` times between two
- * events.  Afterwards the bytes are checked:
+ * events (with --interleave, `every` copies at a time between a pair of
+ * events each, the times added up, the GPU handed to the other run and
+ * back before each block after the first, then one untimed copy).
+ * Afterwards the bytes are checked:
  *   H2D: the host buffer is poisoned, the device copy read back (untimed),
  *        and compared with the pattern;
  *   D2H: the device is loaded with the pattern first (untimed), the host
@@ -215,15 +228,23 @@ static void poison_samples(unsigned char *p, uint64_t size)
  *        bytes before the timed copies, which must therefore have
  *        rewritten it; then it is compared with the pattern.
  */
+static void copy_once(void *host, void *dev, uint64_t size, int dir)
+{
+	if (dir == DIR_H2D)
+		CK(cudaMemcpy(dev, host, size, cudaMemcpyHostToDevice));
+	else
+		CK(cudaMemcpy(host, dev, size, cudaMemcpyDeviceToHost));
+}
+
 static void measure_cell(void *host, void *dev, uint64_t size, int dir,
-			 int mem, int reps, struct cell *c)
+			 int mem, int reps, int every, struct cell *c)
 {
 	uint64_t tag = pattern_tag(size, (uint64_t)(dir * NMEMS + mem));
 	cudaEvent_t start, stop;
 	float ms = 0;
 	double t0, t1;
 	long long bad;
-	int r;
+	int r, done, n;
 
 	CK(cudaEventCreate(&start));
 	CK(cudaEventCreate(&stop));
@@ -243,18 +264,26 @@ static void measure_cell(void *host, void *dev, uint64_t size, int dir,
 	}
 	CK(cudaDeviceSynchronize());
 
-	t0 = now_s();
-	CK(cudaEventRecord(start, 0));
-	for (r = 0; r < reps; r++) {
-		if (dir == DIR_H2D)
-			CK(cudaMemcpy(dev, host, size, cudaMemcpyHostToDevice));
-		else
-			CK(cudaMemcpy(host, dev, size, cudaMemcpyDeviceToHost));
+	c->event_s = c->wall_s = 0;
+	for (done = 0; done < reps; done += n) {
+		n = every > 0 && every < reps - done ? every : reps - done;
+		if (bench_turn_point(done, every)) {
+			copy_once(host, dev, size, dir);	/* back to speed */
+			CK(cudaDeviceSynchronize());
+			if (dir == DIR_D2H)
+				poison_samples((unsigned char *)host, size);
+		}
+		t0 = now_s();
+		CK(cudaEventRecord(start, 0));
+		for (r = 0; r < n; r++)
+			copy_once(host, dev, size, dir);
+		CK(cudaEventRecord(stop, 0));
+		CK(cudaEventSynchronize(stop));
+		t1 = now_s();
+		CK(cudaEventElapsedTime(&ms, start, stop));
+		c->event_s += ms * 1e-3;
+		c->wall_s += t1 - t0;
 	}
-	CK(cudaEventRecord(stop, 0));
-	CK(cudaEventSynchronize(stop));
-	t1 = now_s();
-	CK(cudaEventElapsedTime(&ms, start, stop));
 
 	if (dir == DIR_H2D) {
 		memset(host, 0x5a, size);
@@ -269,8 +298,6 @@ static void measure_cell(void *host, void *dev, uint64_t size, int dir,
 	CK(cudaEventDestroy(stop));
 	c->valid = 1;
 	c->reps = reps;
-	c->event_s = ms * 1e-3;
-	c->wall_s = t1 - t0;
 }
 
 static double mbps(uint64_t size, int reps, double seconds)
@@ -487,6 +514,8 @@ static void print_json(const struct options *o, const struct lib_info *li,
 
 	printf("{");
 	json_run_header(stdout, li, di);
+	if (g_turns.n)
+		json_turns(stdout);
 	printf("\"units\":\"MB/s, 1 MB = 1e6 bytes\",\"results\":[");
 	for (m = 0; cells && m < NMEMS; m++)
 		for (d = 0; d < NDIRS; d++)
@@ -560,6 +589,8 @@ static int run_here(const struct options *o)
 		if (o->sizes[s] > maxsize)
 			maxsize = o->sizes[s];
 	CK(cudaMalloc(&dev, maxsize));
+	bench_turns_open();		/* --interleave: the GPU by turns */
+	bench_turn_wait();
 
 	/* One host buffer per memory kind at a time, the largest size. */
 	for (m = 0; m < NMEMS; m++) {
@@ -574,12 +605,14 @@ static int run_here(const struct options *o)
 				if (o->dirs[d])
 					measure_cell(host, dev, o->sizes[s], d, m,
 						     reps_for(o, o->sizes[s]),
-						     &cells[s][d][m]);
+						     o->interleave, &cells[s][d][m]);
 		if (m == MEM_PINNED)
 			CK(cudaFreeHost(host));
 		else
 			free(host);
 	}
+	bench_turn_pass();
+	bench_turns_end();
 	CK(cudaFree(dev));
 
 	if (o->co.json) {
@@ -610,7 +643,10 @@ static int run_compare(struct options *o, int argc, char **argv)
 	compare_resolve_libdirs(&o->co);
 	memset(&args, 0, sizeof(args));
 	child_args(&args, argc, argv, drop_flags, NULL);
-	compare_run_all(&cs, &o->co, args.v, args.v);
+	if (o->interleave)
+		compare_run_interleaved(&cs, &o->co, args.v, o->interleave);
+	else
+		compare_run_all(&cs, &o->co, args.v, args.v);
 	if (o->socket_baseline) {
 		sr = (struct socket_result *)xmalloc(o->nsizes * sizeof(*sr));
 		socket_baseline(o, sr);

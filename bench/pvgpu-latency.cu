@@ -191,9 +191,7 @@ static void parse_args(struct options *o, int argc, char **argv)
 	o->iters = iters ? iters : o->co.quick ? 200 : 10000;
 	o->launches = launches ? launches : o->co.quick ? 2000 : 100000;
 	o->rounds = rounds ? rounds : o->co.quick ? 2 : 5;
-	/* (A child of --compare --interleave has its turn pipes.) */
-	if (o->interleave && !o->co.compare && !getenv("PVGPU_BENCH_TURN"))
-		usage_error("--interleave only means something with --compare");
+	interleave_option_done(o->interleave, &o->co);
 	common_options_done(&o->co);
 }
 
@@ -214,20 +212,10 @@ static void summarise(struct result *r, double *us, int n)
 	r->enqueue_per_s = NAN;
 }
 
-/*
- * --interleave, in a child: before timed iteration i (every `every`th, not
- * the first) hand the GPU to the other run and wait for it back.  Returns
- * how many untimed operations the caller does now, to bring its path back
- * to speed after the other run had the GPU (and, through pvgpu, the
- * worker had gone to sleep).
- */
+/* --interleave: how many untimed operations to run before iteration i. */
 static int turn_point(int i, int every)
 {
-	if (!bench_turns_on() || i <= 0 || i % every)
-		return 0;
-	bench_turn_pass();
-	bench_turn_wait();
-	return REWARM;
+	return bench_turn_point(i, every) ? REWARM : 0;
 }
 
 /*

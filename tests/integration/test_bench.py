@@ -219,19 +219,28 @@ def test_compare_one_pair_unchanged(programs, bench_daemon, nvidia_over_libcuda)
     assert "min..max" not in text and "median of the runs" not in text
 
 
-def test_compare_interleaved(programs, bench_daemon, nvidia_over_libcuda):
+# Turns each side holds: one at the start and one per turn point.  Latency:
+# 9 tests of 50 iterations, a turn every 10 (4 each).  Bandwidth: 4 cells
+# of 2 copies, a turn every copy (1 each).
+INTERLEAVED = {
+    "pvgpu-latency": (["--interleave", "10"], 1 + 9 * 4),
+    "pvgpu-bandwidth": (["--interleave", "1"], 1 + 4 * 1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INTERLEAVED))
+def test_compare_interleaved(programs, bench_daemon, nvidia_over_libcuda, name):
     """--interleave N: each pair's native and pvgpu runs go at the same time
     and take turns, every N timed iterations: the turns each child reports
-    never overlap, alternate between the two, number the same on both sides
-    (one at the start and one per turn point: 9 tests of 50 iterations, a
-    turn every 10), and the native run holds the first turn in the first
-    pair, the pvgpu run in the second.  The figures compared are the
-    medians as with --pairs, and the untimed operations after each turn
-    count in the round trips per operation."""
+    never overlap, alternate between the two, number the same on both
+    sides, and the native run holds the first turn in the first pair, the
+    pvgpu run in the second.  The figures compared are the medians as with
+    --pairs, and (latency) the untimed operations after each turn count in
+    the round trips per operation."""
+    args, turns_each = INTERLEAVED[name]
     out = json.loads(run_compare(programs, bench_daemon, nvidia_over_libcuda,
-                                 "pvgpu-latency", "--pairs", "2",
-                                 "--interleave", "10", "--json"))
-    assert out["interleave"] == 10 and out["pairs"] == 2
+                                 name, "--pairs", "2", *args, "--json"))
+    assert out["interleave"] == int(args[1]) and out["pairs"] == 2
     nat, pv = out["native_runs"], out["pvgpu_runs"]
     assert len(nat) == len(pv) == 2
     assert not any(r["library"]["pvgpu_shim"] for r in nat)
@@ -239,22 +248,24 @@ def test_compare_interleaved(programs, bench_daemon, nvidia_over_libcuda):
     for p, first in ((0, "native"), (1, "pvgpu")):
         turns = sorted([(s, e, "native") for s, e in nat[p]["turns"]] +
                        [(s, e, "pvgpu") for s, e in pv[p]["turns"]])
-        assert len(nat[p]["turns"]) == len(pv[p]["turns"]) == 1 + 9 * 4
+        assert len(nat[p]["turns"]) == len(pv[p]["turns"]) == turns_each
         assert turns[0][2] == first
         for (s0, e0, who0), (s1, e1, who1) in zip(turns, turns[1:]):
             assert s0 <= e0 <= s1 <= e1, (p, turns)
             assert who0 != who1, (p, turns)
+    assert out["comparison"]
     for c in out["comparison"]:
         values = [figure(r, c["key"], c["field"]) for r in pv]
         values = [v for v in values if v is not None]
         if values:
             assert c["pvgpu"] == pytest.approx(median(values), rel=1e-8)
-    for r in pv:
-        assert figure(r, "copy h2d pinned 1B", "round_trips_per_op") == \
-            pytest.approx(1.0, abs=0.05)
-    text = run_compare(programs, bench_daemon, nvidia_over_libcuda,
-                       "pvgpu-latency", "--interleave", "25")
-    assert text.splitlines()[0] == ("pvgpu-latency --compare: 1 pair of runs, "
+    if name == "pvgpu-latency":
+        for r in pv:
+            assert figure(r, "copy h2d pinned 1B", "round_trips_per_op") == \
+                pytest.approx(1.0, abs=0.05)
+    text = run_compare(programs, bench_daemon, nvidia_over_libcuda, name,
+                       "--interleave", "25")
+    assert text.splitlines()[0] == (f"{name} --compare: 1 pair of runs, "
                                     "each pair at once, taking turns on the GPU "
                                     "every 25 iterations")
 
@@ -279,14 +290,15 @@ def test_pairs_usage(programs, name, args, why):
         assert "--pairs N" in usage.stdout and "drift" in usage.stdout
 
 
-def test_interleave_usage(programs):
+@pytest.mark.parametrize("name", sorted(INTERLEAVED))
+def test_interleave_usage(programs, name):
     """--interleave without --compare, or with no count, is a usage error."""
     env = programs.pvgpu_env("unix:///nonexistent")
     for args, why in ((["--interleave", "5"],
                        "--interleave only means something with --compare"),
                       (["--compare", "--interleave", "0"],
                        "--interleave wants an integer")):
-        proc = subprocess.run([str(BENCH / "pvgpu-latency"), *args], env=env,
+        proc = subprocess.run([str(BENCH / name), *args], env=env,
                               capture_output=True, text=True, timeout=30)
         assert proc.returncode == 2, proc.stdout + proc.stderr
         assert why in proc.stderr
