@@ -20,9 +20,10 @@ for _ in $(seq 100); do [ -S "$workdir/s" ] && break; sleep 0.05; done
 
 export PVGPU_NATIVE_LIBDIR=$(scripts/find-cuda.sh --libdir)
 sizes=4K,64K,1M,16M,64M,256M
-# Native and pvgpu runs alternate, three of each, and each figure is the
-# median of its side's: the machine's own figures drift between runs
-# (bench/README.md, --pairs).
+# Three native and three pvgpu runs, each figure the median of its side's:
+# the machine's own figures drift between runs (bench/README.md, --pairs).
+# Latency and bandwidth pairs run at once, taking turns on the GPU
+# (--interleave), so that both sides' samples come from the same seconds.
 pairs=${PAIRS:-3}
 [ "$mode" = quick ] && sizes=1M,64M && pairs=1
 for t in unix shm tcp; do
@@ -33,11 +34,11 @@ for t in unix shm tcp; do
 	esac
 	echo "== $t"
 	PVGPU_DEVICES=$uri timeout 900 "$BUILD/bench/pvgpu-bandwidth" --compare --pairs $pairs \
-		--socket-baseline --sizes $sizes --json >"$out/bandwidth-$t.json" \
+		--interleave 50 --socket-baseline --sizes $sizes --json >"$out/bandwidth-$t.json" \
 		|| echo "bandwidth over $t failed"
 	[ $t = tcp ] && continue
 	PVGPU_DEVICES=$uri timeout 600 "$BUILD/bench/pvgpu-latency" --compare --pairs $pairs \
-		--json >"$out/latency-$t.json" || echo "latency over $t failed"
+		--interleave 500 --json >"$out/latency-$t.json" || echo "latency over $t failed"
 	PVGPU_DEVICES=$uri timeout 900 "$BUILD/bench/pvgpu-synth" --compare --pairs $pairs \
 		--memory both --size 32M-64M --ratio 10/90,90/10 \
 		--json >"$out/synth-$t.json" || echo "synth over $t failed"
