@@ -336,18 +336,19 @@ static void test_runway(void)
 	munmap(region, pvgpu_ring_region_size(cap));
 }
 
-/* A producer asleep for room, its flag up: a consumer waiting for bytes wakes it. */
-static void *send_late_thread(void *arg)
+/* 20 ms from now, 8 bytes into the ring arg (a struct pvgpu_ring end). */
+static void *late_send_thread(void *arg)
 {
-	struct pair *p = arg;
 	struct timespec t = { 0, 20 * 1000 * 1000 };
 	uint8_t b[8] = { 0 };
 
 	nanosleep(&t, NULL);
-	if (pvgpu_ring_send(&p->g, b, sizeof(b)))
+	if (pvgpu_ring_send(arg, b, sizeof(b)))
 		fprintf(stderr, "late send: failed\n");
 	return NULL;
 }
+
+/* A producer asleep for room, its flag up: a consumer waiting for bytes wakes it. */
 
 static void test_consumer_wakes_sleeping_producer(void)
 {
@@ -362,7 +363,7 @@ static void test_consumer_wakes_sleeping_producer(void)
 	for (int spin = 0; spin < 2; spin++) {
 		pair_init(&p, region, cap, spin ? 100ull * 1000 * 1000 : 0);
 		__atomic_store_n(&sh->dir[0].prod_sleeping, 1, __ATOMIC_RELAXED);
-		CHECK(!pthread_create(&t, NULL, send_late_thread, &p));
+		CHECK(!pthread_create(&t, NULL, late_send_thread, &p.g));
 		CHECK(!pvgpu_ring_recv(&p.w, b, sizeof(b)));
 		pthread_join(t, NULL);
 		CHECK(p.w.kicks_sent == 1);
@@ -518,24 +519,11 @@ static void test_processes(void)
 	close(mfd);
 }
 
-/* A worker that answers 20 ms late: the reply a guest told to wait for. */
-static void *late_reply_thread(void *arg)
-{
-	struct pair *p = arg;
-	struct timespec t = { 0, 20 * 1000 * 1000 };
-	uint8_t b[8] = { 0 };
-
-	nanosleep(&t, NULL);
-	if (pvgpu_ring_send(&p->w, b, sizeof(b)))
-		fprintf(stderr, "late reply: send failed\n");
-	return NULL;
-}
-
 /*
- * pvgpu_ring_expect_wait: the next wait for a reply spins that long before
- * sleeping (a synchronous call waiting on the device), yielding the CPU
- * between looks after the first 2 ms; then the bounded, adaptive budget
- * applies again, untaught by it.
+ * pvgpu_ring_expect_wait (a worker that answers 20 ms late): the next wait
+ * for a reply spins that long before sleeping (a synchronous call waiting
+ * on the device), yielding the CPU between looks after the first 2 ms;
+ * then the bounded, adaptive budget applies again, untaught by it.
  */
 static void test_expect_wait(void)
 {
@@ -548,14 +536,14 @@ static void test_expect_wait(void)
 	pair_init(&p, region, cap, 1000);	/* 1 us: sleeps at once, else */
 	budget = p.g.spin_ns;
 	pvgpu_ring_expect_wait(&p.g, 2000ull * 1000 * 1000);
-	CHECK(!pthread_create(&t, NULL, late_reply_thread, &p));
+	CHECK(!pthread_create(&t, NULL, late_send_thread, &p.w));
 	CHECK(!pvgpu_ring_recv(&p.g, b, sizeof(b)));
 	pthread_join(t, NULL);
 	CHECK(p.g.sleeps == 0);			/* it spun through the 20 ms */
 	CHECK(p.g.yields > 0);			/* yielding the CPU after 2 ms */
 	CHECK(p.g.spin_once_ns == 0 && p.g.spin_ns == budget);
 	/* The next wait has the usual budget: it sleeps. */
-	CHECK(!pthread_create(&t, NULL, late_reply_thread, &p));
+	CHECK(!pthread_create(&t, NULL, late_send_thread, &p.w));
 	CHECK(!pvgpu_ring_recv(&p.g, b, sizeof(b)));
 	pthread_join(t, NULL);
 	CHECK(p.g.sleeps == 1);
