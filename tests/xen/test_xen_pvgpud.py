@@ -148,8 +148,11 @@ done
 sleep 2
 metrics copying
 xl destroy domu2 && echo "xen-dom0: destroyed domu2 mid-copy at $(cut -d' ' -f1 /proc/uptime) s"
+# Until pvgpud has let the domain go: its session's end alone is not
+# enough, the channel may be offered to the dying domain once more (a
+# session that ends when the domain does not connect).
 n=0
-while ! grep -q "end: xen domid=$id2 " /tmp/pvgpud.log && [ $n -lt 150 ]; do sleep 0.2; n=$((n+1)); done
+while ! grep -q "vchan: done $id2 (gone)" /tmp/pvgpud.log && [ $n -lt 150 ]; do sleep 0.2; n=$((n+1)); done
 sleep 1
 metrics destroyed
 n=0
