@@ -157,7 +157,10 @@ if [ "$check_only" = 0 ] && command -v dpkg >/dev/null 2>&1; then
     need_pkg libvirt-daemon-system
     need_pkg python3-libvirt
     # `make cross-arm64`: the guest library and pvgpud for arm64.
+    # Its C library headers are only a Recommends of the compiler, which
+    # --no-install-recommends (below) leaves out.
     need_cmd aarch64-linux-gnu-gcc gcc-aarch64-linux-gnu
+    need_pkg libc6-dev-arm64-cross
     # The Xen tests (tests/xen) and the vchan transport (xen-vchan/):
     # libxenvchan and the libraries xl needs in the booted dom0.  The
     # hypervisor and xen-utils are not installed: tests/xen/xenvm.py
