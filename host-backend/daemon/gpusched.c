@@ -862,30 +862,14 @@ void pvgpu_sched_launched(struct pvgpu_worker *w, uint64_t stream, int32_t st)
 	}
 }
 
-void pvgpu_sched_poll(struct pvgpu_worker *w)
-{
-	uint64_t now;
-
-	if (!w->cfg->sched)
-		return;
-	now = pvgpu_now_ns();
-	if (w->sched.pending)
-		retire(w, now);
-	if (now >= w->sched.next_flush)
-		flush(w, now);
-}
-
-void pvgpu_sched_ctx_synced(struct pvgpu_worker *w)
+/* Every launch in context ctx is done (it synchronised): settle them. */
+static void settle_ctx(struct pvgpu_worker *w, uint64_t ctx, uint64_t now)
 {
 	struct pvgpu_sched_session *ss = &w->sched;
 	uint32_t done[PVGPU_MAX_DEVICES] = { 0 };
-	uint64_t now;
 
-	if (!w->cfg->sched || !ss->pending)
-		return;
-	now = pvgpu_now_ns();
 	for (unsigned int k = 0; k < ss->nmarks;) {
-		if (ss->marks[k].ctx != w->cur_ctx) {
+		if (ss->marks[k].ctx != ctx) {
 			k++;
 			continue;
 		}
@@ -894,7 +878,7 @@ void pvgpu_sched_ctx_synced(struct pvgpu_worker *w)
 		remove_mark(ss, k);
 	}
 	for (int d = 0; d < PVGPU_MAX_DEVICES; d++) {
-		if (ss->last_ctx[d] == w->cur_ctx) {
+		if (ss->last_ctx[d] == ctx) {
 			done[d] += ss->unmarked[d];
 			ss->unmarked[d] = 0;
 		}
@@ -903,6 +887,35 @@ void pvgpu_sched_ctx_synced(struct pvgpu_worker *w)
 			settle(w, d, done[d], now);
 		}
 	}
+}
+
+void pvgpu_sched_poll(struct pvgpu_worker *w)
+{
+	struct pvgpu_sched_session *ss = &w->sched;
+	uint64_t now;
+
+	if (!w->cfg->sched)
+		return;
+	now = pvgpu_now_ns();
+	if (ss->synced_ctx) {
+		settle_ctx(w, ss->synced_ctx, now);
+		ss->synced_ctx = 0;
+	}
+	if (ss->pending)
+		retire(w, now);
+	if (now >= ss->next_flush)
+		flush(w, now);
+}
+
+void pvgpu_sched_ctx_synced(struct pvgpu_worker *w)
+{
+	/*
+	 * Settled by the next poll, which the worker makes right after the
+	 * reply: the table's lock is not on the way back to the guest.  No
+	 * launch comes in between (the worker reads no message before it).
+	 */
+	if (w->cfg->sched && w->sched.pending)
+		w->sched.synced_ctx = w->cur_ctx;
 }
 
 void pvgpu_sched_forget_ctx(struct pvgpu_worker *w, uint64_t ctx)

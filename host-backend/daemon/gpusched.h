@@ -117,6 +117,7 @@ struct pvgpu_sched_session {
 	uint64_t last_ctx[PVGPU_MAX_DEVICES];
 	uint32_t pending;		/* launches not yet seen done, all devices */
 	int32_t admitted;		/* device of the launch being made; -1 */
+	uint64_t synced_ctx;		/* synchronised: settled at the next poll; 0 */
 	uint64_t admit_ns;		/* when it was admitted */
 	uint64_t next_poll;		/* ns: when the launch path next queries marks */
 	uint64_t next_flush;		/* ns: when gpu_ns is next brought up to date */
@@ -162,7 +163,11 @@ static inline int pvgpu_sched_pending(const struct pvgpu_sched_session *ss)
 }
 /* Learn which launches have completed (a query per outstanding mark). */
 void pvgpu_sched_poll(struct pvgpu_worker *w);
-/* The current context synchronised successfully: all its launches are done. */
+/*
+ * The current context synchronised successfully: all its launches are
+ * done.  Noted; the next pvgpu_sched_poll() settles them (the worker polls
+ * right after the reply while any are pending).
+ */
 void pvgpu_sched_ctx_synced(struct pvgpu_worker *w);
 /* Before a context is destroyed: its marks and events go with it. */
 void pvgpu_sched_forget_ctx(struct pvgpu_worker *w, uint64_t ctx);
