@@ -295,15 +295,25 @@ static int block(struct verbs_conn *c, int ms)
 }
 
 /*
+ * Longer than this since stalled() last looked, we were not running
+ * (stopped, or a paused VM): what arrived meanwhile is judged first.
+ */
+#define STALL_GAP_NS	(100u * 1000 * 1000)
+
+/*
  * A peer that neither hands credit back nor completes our writes by
  * give_up, yet never disconnected (frozen, or its host gone quietly):
- * the connection ends, saying so.
+ * the connection ends, saying so.  Only a peer silent while we watched:
+ * after a gap of our own, the caller's loop looks once more at what the
+ * completions it just reaped (or the peer's writes) changed.
  */
 static int stalled(struct verbs_conn *c, uint64_t give_up)
 {
+	uint64_t now = now_ns(), last = c->stall_look;
 	char what[16];
 
-	if (now_ns() < give_up)
+	c->stall_look = now;
+	if (now < give_up || now - last > STALL_GAP_NS)
 		return 0;
 	snprintf(what, sizeof(what), "%u", c->timeout_ms);
 	return fail(c, -ETIMEDOUT,

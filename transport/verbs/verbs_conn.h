@@ -90,6 +90,7 @@ struct verbs_conn {
 	int broken;			/* -errno once the connection failed */
 	uint64_t poll_ns;
 	uint32_t timeout_ms;		/* for credit and completions (verbs_wire.h) */
+	uint64_t stall_look;		/* when stalled() last looked, ns */
 	char why[160];			/* first failure, for the log */
 };
 
