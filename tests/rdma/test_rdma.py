@@ -194,8 +194,9 @@ kill -9 $bw; wait $bw 2>/dev/null
 # the reads, while the worker copies and the guest waits for the reply
 # (a long call may take as long as it takes: nothing times out there), is
 # let go and made again a second later, in the next copy's reads.  Giving
-# up is the program's error line (its exit may then wait on the verbs
-# teardown with the frozen peer, which the freeze's end lets finish).
+# up is the program's error line; its exit is awaited once the freeze
+# ends, so that a guest killed by the test never passes for one that
+# gave up.
 PVGPU_DEVICES="verbs://$A:7477?timeout=3" PVGPU_TOKEN=tok-f pvgpu-bandwidth --sizes 64M --reps 200 --dir h2d --memory pinned > /dev/null 2>/tmp/frozen-host.err &
 bw=$!; sleep 5; w=$(worker_of $PID_frozen)
 gave_up() { ! kill -0 $bw 2>/dev/null || grep -q '^pvgpu-bandwidth' /tmp/frozen-host.err; }
