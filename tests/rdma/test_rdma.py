@@ -175,11 +175,12 @@ run_case bound-after verbs://$A:7476 tok-here /pvgpu/bin/devices
 
 # A peer frozen (SIGSTOP) without a disconnect.  The guest stops reading
 # its D2H copies: the worker, out of credit, ends the session after 3 s.
-# A freeze that lands between copies (the guest checking the bytes it
-# read, the worker idle: an idle guest keeps its session) is let go and
-# made again a second later, as the frozen worker's below.
+# Pageable copies, whose bytes the guest itself takes out of the ring (a
+# pinned copy's may not need the guest: a freeze there left the worker
+# idle, and an idle guest keeps its session, by design); a freeze that
+# still finds the worker idle is let go and made again a second later.
 worker_of() { cat /proc/$1/task/$1/children 2>/dev/null | awk '{print $1}'; }
-PVGPU_DEVICES=verbs://$A:7477 PVGPU_TOKEN=tok-f pvgpu-bandwidth --sizes 16M --reps 400 --dir d2h --memory pinned > /dev/null 2>&1 &
+PVGPU_DEVICES=verbs://$A:7477 PVGPU_TOKEN=tok-f pvgpu-bandwidth --sizes 16M --reps 400 --dir d2h --memory pageable > /tmp/frozen-guest.err 2>&1 &
 bw=$!; sleep 5
 for try in 1 2 3; do
     kill -STOP $bw; t0=$(date +%s)
@@ -188,6 +189,7 @@ for try in 1 2 3; do
     [ $try = 3 ] || { kill -CONT $bw; sleep 1; }
 done
 echo "case frozen-guest rc=0 worker_gone_after=$(( $(date +%s) - t0 ))s freezes=$try"
+tail -n 2 /tmp/frozen-guest.err
 kill -9 $bw; wait $bw 2>/dev/null
 # pvgpud's worker frozen mid-H2D: the guest, waiting for the worker to
 # read its pinned bytes, gives up after 3 s.  A freeze that lands after
