@@ -180,15 +180,23 @@ run_case bound-after verbs://$A:7476 tok-here /pvgpu/bin/devices
 # idle, and an idle guest keeps its session, by design); a freeze that
 # still finds the worker idle is let go and made again a second later.
 worker_of() { cat /proc/$1/task/$1/children 2>/dev/null | awk '{print $1}'; }
+# freeze PID CHECK: SIGSTOP PID until CHECK holds, at most 10 s, up to three
+# times with a second's let-go between; sets try and after (s since the
+# last freeze).
+freeze() {
+    for try in 1 2 3; do
+        kill -STOP $1; t0=$(date +%s)
+        i=0; until $2 || [ $i -ge 10 ]; do sleep 1; i=$((i+1)); done
+        after=$(( $(date +%s) - t0 ))
+        $2 && break
+        [ $try = 3 ] || { kill -CONT $1; sleep 1; }
+    done
+}
 PVGPU_DEVICES=verbs://$A:7477 PVGPU_TOKEN=tok-f pvgpu-bandwidth --sizes 16M --reps 400 --dir d2h --memory pageable > /tmp/frozen-guest.err 2>&1 &
 bw=$!; sleep 5
-for try in 1 2 3; do
-    kill -STOP $bw; t0=$(date +%s)
-    i=0; while [ -n "$(worker_of $PID_frozen)" ] && [ $i -lt 10 ]; do sleep 1; i=$((i+1)); done
-    [ -n "$(worker_of $PID_frozen)" ] || break
-    [ $try = 3 ] || { kill -CONT $bw; sleep 1; }
-done
-echo "case frozen-guest rc=0 worker_gone_after=$(( $(date +%s) - t0 ))s freezes=$try"
+worker_gone() { [ -z "$(worker_of $PID_frozen)" ]; }
+freeze $bw worker_gone
+echo "case frozen-guest rc=0 worker_gone_after=${after}s freezes=$try"
 tail -n 2 /tmp/frozen-guest.err
 kill -9 $bw; wait $bw 2>/dev/null
 # pvgpud's worker frozen mid-H2D: the guest, waiting for the worker to
@@ -202,13 +210,7 @@ kill -9 $bw; wait $bw 2>/dev/null
 PVGPU_DEVICES="verbs://$A:7477?timeout=3" PVGPU_TOKEN=tok-f pvgpu-bandwidth --sizes 64M --reps 200 --dir h2d --memory pinned > /dev/null 2>/tmp/frozen-host.err &
 bw=$!; sleep 5; w=$(worker_of $PID_frozen)
 gave_up() { ! kill -0 $bw 2>/dev/null || grep -q '^pvgpu-bandwidth' /tmp/frozen-host.err; }
-for try in 1 2 3; do
-    kill -STOP $w; t0=$(date +%s)
-    i=0; until gave_up || [ $i -ge 10 ]; do sleep 1; i=$((i+1)); done
-    after=$(( $(date +%s) - t0 ))
-    gave_up && break
-    [ $try = 3 ] || { kill -CONT $w; sleep 1; }
-done
+freeze $w gave_up
 kill -CONT $w 2>/dev/null
 i=0; while kill -0 $bw 2>/dev/null && [ $i -lt 20 ]; do sleep 1; i=$((i+1)); done
 kill -0 $bw 2>/dev/null && kill -9 $bw; wait $bw; rc=$?
