@@ -288,8 +288,10 @@ static void put_hdr(struct pvgpu_client *c, uint8_t *out, uint16_t opcode,
 static int32_t break_locked(struct pvgpu_client *c, const char *why, int err)
 {
 	if (!c->broken) {
-		pvgpu_debug("%s: connection lost: %s%s%s", c->uri, why,
-			    err ? ": " : "", err ? strerror(err) : "");
+		pvgpu_debug("%s: connection lost: %s%s%s%s%s", c->uri, why,
+			    err ? ": " : "", err ? strerror(err) : "",
+			    err == EPROTO && c->ring.error ? ": " : "",
+			    err == EPROTO && c->ring.error ? c->ring.error : "");
 		c->broken = 1;
 		c->tr.ops->close(&c->tr);
 	}
