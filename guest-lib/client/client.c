@@ -64,6 +64,13 @@ struct pvgpu_client {
 	struct pvgpu_ring ring;
 	void *ring_mem;			/* in win's arena; NULL: none */
 	int ring_on;
+	/*
+	 * The device's completion word in the ring's first page (feature
+	 * signal; NULL: not in use), and the value the call being answered
+	 * waits for in it.
+	 */
+	uint32_t *signal_word;
+	uint32_t signal_value;
 	struct pvgpu_client_config cfg;
 	/*
 	 * Forwarded operations that may leave work on the device, and the
@@ -269,19 +276,52 @@ static int wire_recv(struct pvgpu_client *c, void *buf, size_t len)
 	return c->tr.ops->recv(&c->tr, buf, len);
 }
 
-static void put_hdr(struct pvgpu_client *c, uint8_t *out, uint16_t opcode,
-		    uint32_t length, uint64_t id)
+static void put_hdr_flags(struct pvgpu_client *c, uint8_t *out,
+			  uint16_t opcode, uint32_t flags, uint32_t length,
+			  uint64_t id)
 {
 	struct pvgpu_hdr h = {
 		.magic = PVGPU_MAGIC,
 		.version = c->version,
 		.opcode = opcode,
-		.flags = 0,
+		.flags = flags,
 		.length = length,
 		.id = id,
 	};
 
 	pvgpu_hdr_encode(out, &h);
+}
+
+static void put_hdr(struct pvgpu_client *c, uint8_t *out, uint16_t opcode,
+		    uint32_t length, uint64_t id)
+{
+	put_hdr_flags(c, out, opcode, 0, length, id);
+}
+
+/*
+ * Completion through the device's word (feature signal, wire.h): the
+ * synchronous calls that may end that way, and the wait for the word.
+ */
+static int signal_op(const struct pvgpu_client *c, uint16_t opcode)
+{
+	if (!c->signal_word)
+		return 0;
+	switch (opcode) {
+	case PVGPU_OP_MEMCPY_HTOD_WINDOW:
+	case PVGPU_OP_MEMCPY_DTOH_WINDOW:
+	case PVGPU_OP_CTX_SYNCHRONIZE:
+	case PVGPU_OP_STREAM_SYNCHRONIZE:
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+static int signal_seen(void *arg)
+{
+	const struct pvgpu_client *c = arg;
+
+	return __atomic_load_n(c->signal_word, __ATOMIC_ACQUIRE) == c->signal_value;
 }
 
 /* The stream is unusable (lost, or out of step): close it for good. */
@@ -348,9 +388,9 @@ static int32_t flush_locked(struct pvgpu_client *c)
  */
 static int32_t send_request_locked(struct pvgpu_client *c,
 				   const struct iovec *queue, uint16_t opcode,
-				   uint64_t id, const uint8_t *req,
-				   size_t req_len, const uint8_t *data,
-				   uint64_t data_len)
+				   uint32_t flags, uint64_t id,
+				   const uint8_t *req, size_t req_len,
+				   const uint8_t *data, uint64_t data_len)
 {
 	uint8_t hdr[PVGPU_HDR_SIZE];
 	uint8_t frame_hdr[FRAMES_PER_SEND][PVGPU_HDR_SIZE];
@@ -360,7 +400,7 @@ static int32_t send_request_locked(struct pvgpu_client *c,
 
 	if (queue)
 		iov[n++] = *queue;
-	put_hdr(c, hdr, opcode, (uint32_t)req_len, id);
+	put_hdr_flags(c, hdr, opcode, flags, (uint32_t)req_len, id);
 	c->stats.sends++;
 	iov[n++] = (struct iovec){ hdr, PVGPU_HDR_SIZE };
 	if (req_len)
@@ -428,6 +468,7 @@ static int32_t read_reply_locked(struct pvgpu_client *c, uint16_t opcode,
 	size_t fields;
 	int rc;
 
+again:
 	for (;;) {
 		rc = wire_recv(c, raw, sizeof(raw));
 		if (rc)
@@ -460,6 +501,19 @@ static int32_t read_reply_locked(struct pvgpu_client *c, uint16_t opcode,
 	rc = wire_recv(c, c->reply, h.length);
 	if (rc)
 		return break_locked(c, "receive reply", -rc);
+	if (h.flags & PVGPU_F_SIGNAL) {
+		int64_t n;
+
+		/* Queued: done when the device writes the word, failed if a reply comes. */
+		if (!signal_op(c, opcode))
+			return break_locked(c, "a signal not asked for, from backend", 0);
+		n = pvgpu_ring_wait_until(&c->ring, signal_seen, c, c->cfg.wait_spin_ns);
+		if (n < 0)
+			return break_locked(c, "wait for the device's signal", (int)-n);
+		if (n > 0)
+			goto again;
+		c->stats.signalled++;
+	}
 
 	/* The stream is in step from here on: errors are this call's only. */
 	status = (int32_t)pvgpu_get_u32(c->reply);
@@ -495,6 +549,7 @@ int32_t pvgpu_client_call(struct pvgpu_client *c, uint16_t opcode,
 			  size_t *rep_len)
 {
 	struct iovec queue;
+	uint32_t flags;
 	uint64_t id;
 	int32_t st;
 	int queued;
@@ -514,8 +569,14 @@ int32_t pvgpu_client_call(struct pvgpu_client *c, uint16_t opcode,
 	pvgpu_trace_mark(id, PVGPU_TR_OPCODE + opcode);
 	c->stats.calls++;
 	note_work_locked(c, opcode);
-	st = send_request_locked(c, queued ? &queue : NULL, opcode, id, req,
-				 req_len, data_in,
+	flags = signal_op(c, opcode) ? PVGPU_F_SIGNAL : 0;
+	if (flags) {
+		/* Cleared before the request: the device writes it after. */
+		c->signal_value = (uint32_t)id ? (uint32_t)id : 1;
+		__atomic_store_n(c->signal_word, 0, __ATOMIC_RELAXED);
+	}
+	st = send_request_locked(c, queued ? &queue : NULL, opcode, flags, id,
+				 req, req_len, data_in,
 				 data_in ? data_len : 0);
 	if (st)
 		goto out;
@@ -568,7 +629,7 @@ int32_t pvgpu_client_call_staged(struct pvgpu_client *c, uint16_t opcode,
 	id = take_id(c);
 	c->stats.calls++;
 	note_work_locked(c, opcode);
-	st = send_request_locked(c, queued ? &queue : NULL, opcode, id, req,
+	st = send_request_locked(c, queued ? &queue : NULL, opcode, 0, id, req,
 				 req_len, NULL, 0);
 	if (st)
 		goto out;
@@ -715,6 +776,9 @@ static void attach_window(struct pvgpu_client *c, enum window_kind kind)
 
 		pvgpu_ring_attach(&c->ring, c->ring_mem, cap, PVGPU_RING_GUEST, &wt);
 		c->ring_on = 1;
+		if (c->info.features & PVGPU_FEATURE_SIGNAL)
+			c->signal_word = (uint32_t *)(void *)((uint8_t *)c->ring_mem +
+							    PVGPU_RING_SIGNAL_OFFSET);
 	}
 	pthread_mutex_unlock(&c->lock);
 	if (!st)
@@ -771,7 +835,7 @@ int32_t pvgpu_client_queue(struct pvgpu_client *c, uint16_t opcode,
 	if (data_in_len) {
 		/* Data must be on the wire before the caller reuses it. */
 		queued = take_queue_locked(c, &queue);
-		st = send_request_locked(c, queued ? &queue : NULL, opcode,
+		st = send_request_locked(c, queued ? &queue : NULL, opcode, 0,
 					 take_id(c), req, req_len, data_in,
 					 data_in_len);
 		goto out;
@@ -1021,7 +1085,7 @@ void pvgpu_client_shutdown(struct pvgpu_client *c)
 		id = take_id(c);
 		c->stats.calls++;
 		if (!send_request_locked(c, queued ? &queue : NULL, PVGPU_OP_BYE,
-					 id, q, (size_t)qn,
+					 0, id, q, (size_t)qn,
 					 NULL, 0))
 			(void)read_reply_locked(c, PVGPU_OP_BYE, id, NULL, 0,
 						r, sizeof(r), &rn);

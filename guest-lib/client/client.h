@@ -131,6 +131,7 @@ struct pvgpu_client_stats {
 	uint64_t data_frames;	/* DATA frames sent */
 	uint64_t output_bytes;	/* device printf/assert output received */
 	uint64_t local_answers;	/* synchronizes/queries answered in the guest */
+	uint64_t signalled;	/* calls that ended on the device's word */
 };
 
 /* 0 and *out, or -1 when another thread holds the connection. */

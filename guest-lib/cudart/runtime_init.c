@@ -221,13 +221,15 @@ __attribute__((destructor)) static void runtime_fini(void)
 		if (!pvgpu_client_stats(c, &s))
 			pvgpu_debug("%s: sent %llu messages: %llu calls, %llu async ops "
 				    "(%llu batches), %llu data frames; %llu synchronizes "
-				    "and queries answered here",
+				    "and queries answered here; %llu calls ended on the "
+				    "device's signal",
 				    rt->backends[i].uri, (unsigned long long)s.sends,
 				    (unsigned long long)s.calls,
 				    (unsigned long long)s.async_ops,
 				    (unsigned long long)s.batches,
 				    (unsigned long long)s.data_frames,
-				    (unsigned long long)s.local_answers);
+				    (unsigned long long)s.local_answers,
+				    (unsigned long long)s.signalled);
 	}
 }
 

@@ -256,6 +256,14 @@ struct pvgpu_executor_ops {
 	int32_t (*stream_synchronize)(struct pvgpu_exec *ex, uint64_t stream);
 	/* CUDA_SUCCESS when idle, CUDA_ERROR_NOT_READY when busy. */
 	int32_t (*stream_query)(struct pvgpu_exec *ex, uint64_t stream);
+	/*
+	 * Queue on stream, after its work, the device's 32-bit write of value
+	 * at dptr (4-byte aligned: registered host memory's device address,
+	 * host_device_pointer): cuStreamWriteValue32 with its default memory
+	 * barrier.  NULL: not supported.
+	 */
+	int32_t (*stream_write_value)(struct pvgpu_exec *ex, uint64_t stream,
+				      uint64_t dptr, uint32_t value);
 	int32_t (*stream_wait_event)(struct pvgpu_exec *ex, uint64_t stream,
 				     uint64_t event, uint32_t flags);
 

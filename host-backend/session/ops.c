@@ -140,6 +140,8 @@ int32_t pvgpu_handle_hello(struct pvgpu_worker *w,
 	 */
 	w->features = (req->features ? req->features : PVGPU_FEATURES_V1) &
 		      PVGPU_FEATURES_KNOWN;
+	if (!w->ex_ops->stream_write_value)
+		w->features &= ~PVGPU_FEATURE_SIGNAL;	/* the device cannot write it */
 	rep->features = req->features ? w->features : 0;
 	log_debug("hello from '%s' (guest pid %u): protocol %u, %d device(s), features %#llx agreed (guest %#llx, backend %#llx)",
 		  req->client, req->pid, version, count,
@@ -338,6 +340,14 @@ int32_t pvgpu_handle_ctx_synchronize(struct pvgpu_worker *w,
 	(void)req;
 	if (st)
 		return st;
+	/*
+	 * The device's word after the legacy stream's work, which waits for
+	 * every blocking stream's: the whole context's, unless a stream that
+	 * does not wait for it exists.
+	 */
+	if (!w->nonblocking_streams && pvgpu_signal_wanted(w) &&
+	    pvgpu_signal_queue(w, 0, 1))
+		return CUDA_SUCCESS;
 	st = w->ex_ops->ctx_synchronize(w->ex);
 	if (st == CUDA_SUCCESS)
 		pvgpu_sched_ctx_synced(w);	/* no event needed to know */
@@ -546,6 +556,8 @@ int32_t pvgpu_handle_stream_create(struct pvgpu_worker *w,
 	st = w->ex_ops->stream_create(w->ex, req->flags, req->priority, &stream);
 	if (st)
 		return st;
+	if (req->flags & CU_STREAM_NON_BLOCKING)
+		w->nonblocking_streams = 1;	/* a context synchronize waits as before */
 	id = pvgpu_handle_add(&w->handles, H_STREAM, stream, w->cur_ctx, 0);
 	if (!id) {
 		w->ex_ops->stream_destroy(w->ex, stream);
@@ -588,7 +600,19 @@ static int32_t on_stream(struct pvgpu_worker *w, uint64_t id,
 int32_t pvgpu_handle_stream_synchronize(struct pvgpu_worker *w,
 					const struct pvgpu_stream_synchronize_req *req)
 {
-	return on_stream(w, req->stream, w->ex_ops->stream_synchronize);
+	uint64_t stream;
+	int32_t st;
+
+	if (!pvgpu_signal_wanted(w))
+		return on_stream(w, req->stream, w->ex_ops->stream_synchronize);
+	st = need_context(w);
+	if (!st)
+		st = pvgpu_lookup_stream(w, req->stream, &stream);
+	if (st)
+		return st;
+	if (pvgpu_signal_queue(w, stream, 0))
+		return CUDA_SUCCESS;
+	return w->ex_ops->stream_synchronize(w->ex, stream);
 }
 
 int32_t pvgpu_handle_stream_query(struct pvgpu_worker *w,

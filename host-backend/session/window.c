@@ -230,6 +230,9 @@ int32_t pvgpu_handle_window_attach(struct pvgpu_worker *w,
 		pvgpu_worker_ring_waiter(w, &waiter);
 		pvgpu_ring_attach(&w->ring, (uint8_t *)base + req->ring_offset,
 				  cap, PVGPU_RING_WORKER, &waiter);
+		if (w->features & PVGPU_FEATURE_SIGNAL)
+			w->signal_word = (uint32_t *)(void *)((uint8_t *)base +
+				req->ring_offset + PVGPU_RING_SIGNAL_OFFSET);
 		w->ring_pending = 1;
 		rep->ring = 1;
 		log_debug("control ring: %llu KiB each way", (unsigned long long)(cap >> 10));
@@ -432,7 +435,12 @@ static int32_t htod_window(struct pvgpu_worker *w, uint64_t dst,
 	st = check_copy(w, dst, offset, size, stream_id, &stream);
 	if (st)
 		return st;
-	if (sync && !stream && w->ex_ops->memcpy_htod) {
+	if (sync && pvgpu_signal_wanted(w)) {
+		st = w->ex_ops->memcpy_htod_async(w->ex, dst, w->win.base + offset,
+						  size, stream);
+		if (!st && !pvgpu_signal_queue(w, stream, 0))
+			st = copy_done(w, stream);
+	} else if (sync && !stream && w->ex_ops->memcpy_htod) {
 		st = w->ex_ops->memcpy_htod(w->ex, dst, w->win.base + offset, size);
 	} else {
 		st = w->ex_ops->memcpy_htod_async(w->ex, dst, w->win.base + offset,
@@ -457,7 +465,12 @@ static int32_t dtoh_window(struct pvgpu_worker *w, uint64_t src,
 	st = check_copy(w, src, offset, size, stream_id, &stream);
 	if (st)
 		return st;
-	if (sync && !stream && w->ex_ops->memcpy_dtoh) {
+	if (sync && pvgpu_signal_wanted(w)) {
+		st = w->ex_ops->memcpy_dtoh_async(w->ex, w->win.base + offset, src,
+						  size, stream);
+		if (!st && !pvgpu_signal_queue(w, stream, 0))
+			st = copy_done(w, stream);
+	} else if (sync && !stream && w->ex_ops->memcpy_dtoh) {
 		st = w->ex_ops->memcpy_dtoh(w->ex, w->win.base + offset, src, size);
 	} else {
 		st = w->ex_ops->memcpy_dtoh_async(w->ex, w->win.base + offset, src,

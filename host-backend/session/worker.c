@@ -122,14 +122,17 @@ static void serve_message(struct pvgpu_worker *w, const struct pvgpu_hdr *h,
 		return;
 	}
 	w->req_id = h->id;
+	w->req_flags = h->flags;
 	if (h->opcode < PVGPU_SYNC_OPS)
 		w->sync_ops[h->opcode]++;
 	pvgpu_watchdog_begin(w->slot, h->opcode);
 	st = pvgpu_dispatch(w, h->opcode, payload, h->length, rep, &rep_len);
 	pvgpu_watchdog_end(w->slot);
 	pvgpu_trace_mark(h->id, PVGPU_TR_W_DONE);
-	if (w->fatal)
+	if (w->fatal) {
+		w->signalled = 0;
 		return;
+	}
 	if (st == PVGPU_DISPATCH_EOPCODE) {
 		log_warn("unknown opcode %#x: answered CUDA_ERROR_NOT_SUPPORTED",
 			 h->opcode);
@@ -148,6 +151,8 @@ static void serve_message(struct pvgpu_worker *w, const struct pvgpu_hdr *h,
 		note_error(w, h->opcode, st);
 	}
 	pvgpu_worker_send_reply(w, h->opcode, st, rep, rep_len);
+	if (w->signalled)
+		pvgpu_signal_finish(w, h->opcode);	/* the work, after its reply */
 	/* The window_attach that named a ring was answered on the socket. */
 	if (w->ring_pending) {
 		w->ring_pending = 0;
@@ -232,6 +237,9 @@ static void log_sync_ops(const struct pvgpu_worker *w)
 	}
 	if (n)
 		log_debug("requests waited for most:%s", line);
+	if (w->signals)
+		log_debug("%llu of them ended on the device's signal",
+			  (unsigned long long)w->signals);
 }
 
 static void worker_fini(struct pvgpu_worker *w)

@@ -137,6 +137,20 @@ struct pvgpu_worker {
 	 */
 	struct pvgpu_ring ring;
 	int ring_pending, ring_on;
+	/*
+	 * Completion through the device's word in the ring's first page
+	 * (feature signal, signal.c): the word (NULL: not in use), its device
+	 * address and the context it was pinned in; the request's header
+	 * flags; and, for a request that ends that way, the stream to wait
+	 * for after the reply and whether it was a context synchronize.
+	 */
+	uint32_t *signal_word;
+	uint64_t signal_dptr, signal_ctx;
+	uint32_t req_flags;
+	int signalled, signal_ctx_sync;
+	uint64_t signal_stream;
+	int nonblocking_streams;	/* a CU_STREAM_NON_BLOCKING stream was made */
+	uint64_t signals;		/* requests that ended that way */
 
 	struct pvgpu_sched_session sched;	/* its launches in flight */
 
@@ -155,6 +169,18 @@ struct pvgpu_worker {
 	 * should answer something locally shows up here). */
 	uint32_t sync_ops[PVGPU_SYNC_OPS];
 };
+
+/*
+ * Completion through the device's word (signal.c).  wanted: this request
+ * may end that way (the guest asked, nothing else must come with its
+ * reply).  queue: have the device write the word after the work queued on
+ * stream; 1 when it will (the handler returns without waiting), 0 when
+ * not (the handler waits as before).  finish: after the reply, wait for
+ * the stream, and answer again only if the work failed.
+ */
+int pvgpu_signal_wanted(const struct pvgpu_worker *w);
+int pvgpu_signal_queue(struct pvgpu_worker *w, uint64_t stream, int ctx_sync);
+void pvgpu_signal_finish(struct pvgpu_worker *w, uint16_t opcode);
 
 /*
  * Device printf/assert output (output.c): take over fd 1 and 2 at start;

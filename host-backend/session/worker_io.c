@@ -292,7 +292,9 @@ int pvgpu_worker_send_reply(struct pvgpu_worker *w, uint16_t opcode,
 		return -1;
 	pvgpu_trace_mark(w->req_id, PVGPU_TR_W_OUTPUT);
 
-	fill_hdr(w, raw, opcode, PVGPU_F_REPLY,
+	/* Queued, to end through the device's word (signal.c). */
+	fill_hdr(w, raw, opcode,
+		 PVGPU_F_REPLY | (w->signalled ? PVGPU_F_SIGNAL : 0u),
 		 (uint32_t)(PVGPU_REPLY_PREFIX + len));
 	pvgpu_put_u32(raw + PVGPU_HDR_SIZE, (uint32_t)status);
 	pvgpu_put_u32(raw + PVGPU_HDR_SIZE + 4, (uint32_t)w->deferred);

@@ -1853,6 +1853,23 @@ static int32_t sim_stream_query(struct pvgpu_exec *ex, uint64_t stream)
 	return check_stream(ex, stream);
 }
 
+/* Work is done when queued: the write is made at once. */
+static int32_t sim_stream_write_value(struct pvgpu_exec *ex, uint64_t stream,
+				      uint64_t dptr, uint32_t value)
+{
+	unsigned char *d;
+	int32_t rc;
+
+	rc = check_stream(ex, stream);
+	if (rc)
+		return rc;
+	d = dptr % 4 ? NULL : dev_bytes(ex, dptr, 4);
+	if (!d)
+		return CUDA_ERROR_INVALID_VALUE;
+	__atomic_store_n((uint32_t *)(void *)d, value, __ATOMIC_RELEASE);
+	return CUDA_SUCCESS;
+}
+
 static int32_t sim_stream_wait_event(struct pvgpu_exec *ex, uint64_t stream,
 				     uint64_t event, uint32_t flags)
 {
@@ -4514,6 +4531,7 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.stream_destroy		= sim_stream_destroy,
 	.stream_synchronize	= sim_stream_synchronize,
 	.stream_query		= sim_stream_query,
+	.stream_write_value	= sim_stream_write_value,
 	.stream_wait_event	= sim_stream_wait_event,
 	.event_create		= sim_event_create,
 	.event_destroy		= sim_event_destroy,

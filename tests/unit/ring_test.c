@@ -551,11 +551,66 @@ static void test_expect_wait(void)
 	munmap(region, pvgpu_ring_region_size(cap));
 }
 
+/*
+ * pvgpu_ring_wait_until (the device's completion word): done at once; bytes
+ * first; and a guest asleep in it, woken by the worker's pvgpu_ring_wake
+ * once the word is written (20 ms later, past any spin).
+ */
+static uint32_t until_word;
+
+static int until_done(void *arg)
+{
+	return __atomic_load_n((uint32_t *)arg, __ATOMIC_ACQUIRE) == 7;
+}
+
+static void *late_word_thread(void *arg)
+{
+	struct timespec t = { 0, 20 * 1000 * 1000 };
+
+	nanosleep(&t, NULL);
+	__atomic_store_n(&until_word, 7, __ATOMIC_RELEASE);
+	if (pvgpu_ring_wake(arg))
+		fprintf(stderr, "late wake: failed\n");
+	return NULL;
+}
+
+static void test_wait_until(void)
+{
+	uint64_t cap = 4096;
+	struct pair p;
+	pthread_t t;
+	uint8_t b[8] = { 1, 2, 3 };
+	void *region = region_new(cap);
+
+	pair_init(&p, region, cap, 1000);	/* 1 us of spin: then it sleeps */
+	until_word = 7;
+	CHECK(pvgpu_ring_wait_until(&p.g, until_done, &until_word, 0) == 0);
+	until_word = 0;
+	CHECK(!pvgpu_ring_send(&p.w, b, sizeof(b)));
+	CHECK(pvgpu_ring_wait_until(&p.g, until_done, &until_word, 0) == (int64_t)sizeof(b));
+	CHECK(!pvgpu_ring_recv(&p.g, b, sizeof(b)) && b[2] == 3);
+	CHECK(!pthread_create(&t, NULL, late_word_thread, &p.w));
+	CHECK(pvgpu_ring_wait_until(&p.g, until_done, &until_word, 0) == 0);
+	pthread_join(t, NULL);
+	CHECK(p.g.sleeps == 1 && p.w.kicks_sent == 1);
+	CHECK(p.g.until == NULL);
+	/* Told to spin 2 s, it spins through the 20 ms and does not sleep. */
+	until_word = 0;
+	CHECK(!pthread_create(&t, NULL, late_word_thread, &p.w));
+	CHECK(pvgpu_ring_wait_until(&p.g, until_done, &until_word,
+				    2000ull * 1000 * 1000) == 0);
+	pthread_join(t, NULL);
+	CHECK(p.g.sleeps == 1 && p.w.kicks_sent == 1);
+	pair_fini(&p);
+	munmap(region, pvgpu_ring_region_size(cap));
+}
+
 int main(void)
 {
 	test_region();
 	test_one_thread();
 	test_expect_wait();
+	test_wait_until();
 	test_bad_indexes();
 	test_stale_bytes();
 	test_runway();

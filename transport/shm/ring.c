@@ -1,6 +1,7 @@
 /* ring.c - see ring.h. */
 #include <errno.h>
 #include <sched.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "relax.h"
@@ -142,6 +143,12 @@ int64_t pvgpu_ring_pending(struct pvgpu_ring *r)
 	return rx_avail(r);
 }
 
+/* What pvgpu_ring_wait_until() waits for: INT64_MAX once done, else bytes. */
+static int64_t until_avail(struct pvgpu_ring *r)
+{
+	return r->until(r->until_arg) ? INT64_MAX : rx_avail(r);
+}
+
 /* The peer said it sleeps on flag: take the flag down and wake it. */
 static int kick_if_asleep(struct pvgpu_ring *r, uint32_t *flag)
 {
@@ -181,18 +188,20 @@ static int64_t wait_for(struct pvgpu_ring *r, int64_t (*probe)(struct pvgpu_ring
 {
 	struct pvgpu_poll poll = { 0 };
 	/* The one-shot budget is for a reply: waits for room keep theirs. */
-	uint64_t blocked_at = 0, once = probe == rx_avail ? r->spin_once_ns : 0;
+	uint64_t blocked_at = 0, once = probe == rx_avail || probe == until_avail ?
+					r->spin_once_ns : 0;
 	uint64_t budget = once > r->spin_ns ? once : r->spin_ns;
 	int64_t n;
+	int rx = probe == rx_avail || probe == until_avail;
 
-	if (probe == rx_avail)
+	if (rx)
 		r->spin_once_ns = 0;
 	for (;;) {
 		n = probe(r);
 		if (n)
 			break;
 		/* A producer that went to sleep for room unseen (ring.h). */
-		if (probe == rx_avail) {
+		if (rx) {
 			int rc = kick_if_asleep(r, &r->rx_ctrl->prod_sleeping);
 
 			if (rc)
@@ -216,7 +225,7 @@ static int64_t wait_for(struct pvgpu_ring *r, int64_t (*probe)(struct pvgpu_ring
 			break;
 		}
 		/* Past the fence: our cons is seen, and so is a sleeping producer. */
-		if (probe == rx_avail) {
+		if (rx) {
 			n = kick_if_asleep(r, &r->rx_ctrl->prod_sleeping);
 			if (n) {
 				__atomic_store_n(flag, 0, __ATOMIC_RELAXED);
@@ -382,6 +391,26 @@ int pvgpu_ring_send(struct pvgpu_ring *r, const void *buf, size_t len)
 	struct iovec iov = { (void *)buf, len };
 
 	return pvgpu_ring_sendv(r, &iov, 1);
+}
+
+int64_t pvgpu_ring_wait_until(struct pvgpu_ring *r, int (*done)(void *arg),
+			      void *arg, uint64_t spin_ns)
+{
+	int64_t n;
+
+	r->until = done;
+	r->until_arg = arg;
+	r->spin_once_ns = spin_ns;
+	n = until_avail(r);
+	if (!n)
+		n = wait_for(r, until_avail, &r->rx_ctrl->cons_sleeping);
+	r->until = NULL;
+	return n == INT64_MAX ? 0 : n;
+}
+
+int pvgpu_ring_wake(struct pvgpu_ring *r)
+{
+	return wake_peer(r, &r->tx_ctrl->cons_sleeping);
 }
 
 int pvgpu_ring_recv(struct pvgpu_ring *r, void *buf, size_t len)

@@ -72,6 +72,13 @@
 #define PVGPU_RING_ALIGN	64u	/* records start on a cache line */
 #define PVGPU_RING_TAG_SIZE	8u
 #define PVGPU_RING_RUNWAY	1024u	/* tags kept zeroed ahead of the producer */
+/*
+ * The device's completion word (feature signal, PVGPU_F_SIGNAL in wire.h):
+ * a u32 in the region's first page, on a line of its own, that the worker
+ * has the device write when a signalled call's work is done, and the
+ * guest polls instead of waiting for a reply to cross.
+ */
+#define PVGPU_RING_SIGNAL_OFFSET	2048u
 
 /*
  * The largest record payload a ring of capacity cap carries: the record,
@@ -102,8 +109,9 @@ struct pvgpu_ring_shared {
 	struct pvgpu_ring_ctrl dir[2];	/* 0: guest -> worker, 1: worker -> guest */
 };
 
-_Static_assert(sizeof(struct pvgpu_ring_shared) <= PVGPU_RING_HDR_SIZE,
-	       "the ring's control words fit its first page");
+_Static_assert(sizeof(struct pvgpu_ring_shared) <= PVGPU_RING_SIGNAL_OFFSET &&
+	       PVGPU_RING_SIGNAL_OFFSET + 64 <= PVGPU_RING_HDR_SIZE,
+	       "the ring's control words and the completion word fit its first page");
 
 enum pvgpu_ring_role { PVGPU_RING_GUEST, PVGPU_RING_WORKER };
 
@@ -137,6 +145,8 @@ struct pvgpu_ring {
 	 * reply it knows waits on the device (pvgpu_ring_expect_wait).
 	 */
 	uint64_t spin_once_ns;
+	int (*until)(void *arg);	/* pvgpu_ring_wait_until()'s, while it waits */
+	void *until_arg;
 	struct pvgpu_ring_waiter waiter;
 	/* Counters for the curious (tests, debug logs). */
 	uint64_t kicks_sent, sleeps, yields;
@@ -188,6 +198,18 @@ static inline void pvgpu_ring_expect_wait(struct pvgpu_ring *r, uint64_t ns)
 {
 	r->spin_once_ns = ns;
 }
+
+/*
+ * Wait until done(arg) says yes (0) or the peer sent bytes (their count, > 0:
+ * the caller receives them), spinning up to spin_ns first, then sleeping as
+ * a receive does; -EPROTO or what wait_kick() returned on failure.  The
+ * peer, once whatever done() watches has happened, calls pvgpu_ring_wake().
+ */
+int64_t pvgpu_ring_wait_until(struct pvgpu_ring *r, int (*done)(void *arg),
+			      void *arg, uint64_t spin_ns);
+
+/* Wake the peer if it sleeps waiting for bytes (or in pvgpu_ring_wait_until). */
+int pvgpu_ring_wake(struct pvgpu_ring *r);
 
 /* Receive exactly len bytes; 0, -EPROTO, or what wait_kick() returned. */
 int pvgpu_ring_recv(struct pvgpu_ring *r, void *buf, size_t len);

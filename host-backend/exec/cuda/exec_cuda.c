@@ -81,6 +81,8 @@ struct cuda_api {
 	CUresult (CUDAAPI *stream_destroy)(CUstream);
 	CUresult (CUDAAPI *stream_synchronize)(CUstream);
 	CUresult (CUDAAPI *stream_query)(CUstream);
+	CUresult (CUDAAPI *stream_write_value32)(CUstream, CUdeviceptr, cuuint32_t,
+						 unsigned int);
 	CUresult (CUDAAPI *stream_wait_event)(CUstream, CUevent, unsigned int);
 	CUresult (CUDAAPI *event_create)(CUevent *, unsigned int);
 	CUresult (CUDAAPI *event_destroy)(CUevent);
@@ -248,6 +250,7 @@ static const struct cuda_sym cuda_syms[] = {
 	SYM(stream_destroy, "cuStreamDestroy", 4000, "cuStreamDestroy_v2", NULL, false),
 	SYM(stream_synchronize, "cuStreamSynchronize", 2000, "cuStreamSynchronize", NULL, false),
 	SYM(stream_query, "cuStreamQuery", 2000, "cuStreamQuery", NULL, false),
+	SYM(stream_write_value32, "cuStreamWriteValue32", 11070, "cuStreamWriteValue32_v2", "cuStreamWriteValue32", true),
 	SYM(stream_wait_event, "cuStreamWaitEvent", 3020, "cuStreamWaitEvent", NULL, false),
 	SYM(event_create, "cuEventCreate", 2000, "cuEventCreate", NULL, false),
 	SYM(event_destroy, "cuEventDestroy", 4000, "cuEventDestroy_v2", NULL, false),
@@ -1278,6 +1281,22 @@ static int32_t cuda_stream_query(struct pvgpu_exec *ex, uint64_t stream)
 	if (rc)
 		return rc;
 	return ex->api.stream_query(s);
+}
+
+static int32_t cuda_stream_write_value(struct pvgpu_exec *ex, uint64_t stream,
+				       uint64_t dptr, uint32_t value)
+{
+	CUstream s;
+	int32_t rc;
+
+	if (!ex || dptr % 4)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->api.stream_write_value32)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	rc = to_stream(ex, stream, &s);
+	if (rc)
+		return rc;
+	return ex->api.stream_write_value32(s, (CUdeviceptr)dptr, value, 0);
 }
 
 static int32_t cuda_stream_wait_event(struct pvgpu_exec *ex, uint64_t stream,
@@ -3030,6 +3049,7 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.stream_destroy		= cuda_stream_destroy,
 	.stream_synchronize	= cuda_stream_synchronize,
 	.stream_query		= cuda_stream_query,
+	.stream_write_value	= cuda_stream_write_value,
 	.stream_wait_event	= cuda_stream_wait_event,
 	.event_create		= cuda_event_create,
 	.event_destroy		= cuda_event_destroy,

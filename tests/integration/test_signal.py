@@ -1,0 +1,121 @@
+"""A synchronous call's completion written by the device itself (feature
+`signal`: PVGPU_F_SIGNAL in protocol/wire.h, host-backend/session/signal.c,
+the word in transport/shm/ring.h), against `pvgpud --executor sim` over
+shm:// (the control ring; the sim writes the word when the work it ran at
+once is queued after).
+
+Over the ring, pinned copies and synchronizes end when the word says so,
+not on a second reply: both sides count those calls (the client's debug
+line, the worker's at the session's end) and the counts agree.  What the
+program sees must not change: results, device printf before the call
+that synchronizes returns, a kernel's fault at the next synchronize.  Over
+unix:// (no ring), or from a guest that withholds the feature, no call ends
+that way.
+"""
+
+import os
+import re
+import sys
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+import pvgpu_wire as W  # noqa: E402
+
+SIGNAL = 1 << W.P.FEATURES["signal"]
+CLIENT_RE = re.compile(r"(\d+) calls ended on the device's signal")
+WORKER_RE = re.compile(r"session (\d+): (\d+) of them ended on the device's signal")
+END_RE = re.compile(r"session (\d+) end:")
+
+
+def shm_uri(daemon):
+    return "shm://" + daemon.unix[len("unix://"):]
+
+
+def client_signals(res):
+    """What the shim's debug line at exit counted (one backend)."""
+    found = CLIENT_RE.findall(res.stderr)
+    assert len(found) == 1, res.stderr[-2000:]
+    return int(found[0])
+
+
+def worker_signals(daemon, sessions_before):
+    """The worker's count for the one session that started after
+    sessions_before ended sessions; 0 when it logged none.  Waits for
+    that session's end line (the supervisor's, after the worker's own)."""
+    deadline = time.monotonic() + 10
+    while len(END_RE.findall(daemon.log())) <= sessions_before:
+        assert time.monotonic() < deadline, daemon.log()[-4000:]
+        time.sleep(0.05)
+    session = END_RE.findall(daemon.log())[sessions_before]
+    counts = [int(n) for s, n in WORKER_RE.findall(daemon.log()) if s == session]
+    return counts[0] if counts else 0
+
+
+def run(programs, daemon, name, uri, **extra):
+    env = programs.pvgpu_env(uri)
+    env.update(PVGPU_DEBUG="1", **extra)
+    before = len(END_RE.findall(daemon.log()))
+    res = programs.run(name, env)
+    programs.assert_passed(res, daemon)
+    return res, client_signals(res), worker_signals(daemon, before)
+
+
+@pytest.mark.parametrize("name", ["memory", "streams", "copies"])
+def test_copies_and_synchronizes_end_on_the_word(programs, sim_daemon, name):
+    _res, guest, worker = run(programs, sim_daemon, name, shm_uri(sim_daemon))
+    assert guest > 0
+    assert worker == guest
+
+
+# vecadd/matmul: launches, then a synchronize or a copy back; callback: host
+# functions between launches.
+@pytest.mark.parametrize("name", ["vecadd", "matmul", "callback"])
+def test_kernel_programs_end_on_the_word(programs, twins_daemon, name):
+    prog = f"kernels/{name}"
+    res, guest, worker = run(programs, twins_daemon, prog, shm_uri(twins_daemon))
+    assert guest > 0 and worker == guest
+    over_unix, none, _ = run(programs, twins_daemon, prog, twins_daemon.unix)
+    assert none == 0
+    assert res.stdout == over_unix.stdout
+
+
+def test_non_blocking_streams_keep_the_context_synchronize_a_wait(programs, twins_daemon):
+    # streams4 makes four cudaStreamNonBlocking streams, whose work the
+    # legacy stream (where the word's write would queue) does not wait
+    # for: its cudaDeviceSynchronize must wait as before.  Its other
+    # waits are on events: no call of it ends on the word.
+    res, guest, worker = run(programs, twins_daemon, "kernels/streams4",
+                             shm_uri(twins_daemon))
+    assert guest == 0 and worker == 0
+    over_unix, _none, _ = run(programs, twins_daemon, "kernels/streams4", twins_daemon.unix)
+    assert res.stdout == over_unix.stdout
+
+
+def test_device_printf_still_comes_before_the_synchronize_returns(programs, twins_daemon):
+    # Its module prints: a synchronize after its kernels waits for the
+    # device output, as before, and the transcript interleaves as natively.
+    res, _guest, _worker = run(programs, twins_daemon, "kernels/printf",
+                               shm_uri(twins_daemon))
+    over_unix, _none, _ = run(programs, twins_daemon, "kernels/printf", twins_daemon.unix)
+    assert res.stdout == over_unix.stdout
+
+
+def test_a_fault_still_surfaces_at_the_next_synchronize(programs, twins_daemon):
+    res, _guest, _worker = run(programs, twins_daemon, "kernels/fault",
+                               shm_uri(twins_daemon))
+    assert "cudaErrorIllegalAddress" in res.stdout
+    over_unix, _none, _ = run(programs, twins_daemon, "kernels/fault", twins_daemon.unix)
+    assert res.stdout == over_unix.stdout
+
+
+def test_no_word_over_a_socket(programs, sim_daemon):
+    _res, guest, worker = run(programs, sim_daemon, "memory", sim_daemon.unix)
+    assert guest == 0 and worker == 0
+
+
+def test_no_word_for_a_guest_that_withholds_the_feature(programs, sim_daemon):
+    _res, guest, worker = run(programs, sim_daemon, "memory", shm_uri(sim_daemon),
+                              PVGPU_WITHHOLD_FEATURES=str(SIGNAL))
+    assert guest == 0 and worker == 0
