@@ -10,9 +10,12 @@
  * crosses while the device works; the guest then polls the word, which
  * the device writes as soon as the work is done, so the call ends when
  * NVIDIA's driver would have seen it end, with no second crossing on its
- * path (BENCHMARKS.md).  The worker meanwhile waits for the stream as the
- * call would have, answers a second time only if the work failed, and
- * wakes a guest that went to sleep waiting.
+ * path (BENCHMARKS.md).  Before its next read the worker watches the word
+ * too (and now and then the stream): a new request, or the word, is
+ * success; a stream that failed gets a second reply with its error; a
+ * guest that went to sleep waiting is woken.  Not a synchronize of the
+ * worker's own: that one's return, later than the word's write, held up
+ * the guest's next call (BENCHMARKS.md, 2026-11-28).
  */
 #include <cuda.h>
 
@@ -79,26 +82,61 @@ int pvgpu_signal_queue(struct pvgpu_worker *w, uint64_t stream, int ctx_sync)
 	}
 	w->signalled = 1;
 	w->signals++;
+	w->signal_value = value;
+	w->signal_id = w->req_id;
 	w->signal_stream = stream;
 	w->signal_ctx_sync = ctx_sync;
 	return 1;
 }
 
-void pvgpu_signal_finish(struct pvgpu_worker *w, uint16_t opcode)
+/*
+ * Whether the signalled work has settled: the word written (the guest's
+ * own look, made here too: a plain load, no driver call), or every 256th
+ * look the stream idle or failed.
+ */
+static int settled(void *arg)
 {
+	struct pvgpu_worker *w = arg;
 	int32_t st;
 
-	w->signalled = 0;
-	pvgpu_watchdog_begin(w->slot, opcode);
-	st = w->ex_ops->stream_synchronize(w->ex, w->signal_stream);
+	if (__atomic_load_n(w->signal_word, __ATOMIC_ACQUIRE) == w->signal_value) {
+		w->signal_status = CUDA_SUCCESS;
+		return 1;
+	}
+	if (++w->signal_looks % 256)
+		return 0;
+	st = w->ex_ops->stream_query(w->ex, w->signal_stream);
+	if (st == CUDA_ERROR_NOT_READY)
+		return 0;
+	w->signal_status = st;
+	return 1;
+}
+
+void pvgpu_signal_settle(struct pvgpu_worker *w)
+{
+	int64_t n;
+
+	w->signal_pending = 0;
+	w->signal_looks = 0;
+	w->settling = 1;
+	pvgpu_watchdog_begin(w->slot, w->signal_opcode);
+	n = pvgpu_ring_wait_until(&w->ring, settled, w, w->cfg->poll_ns);
 	pvgpu_watchdog_end(w->slot);
-	if (st) {
+	w->settling = 0;
+	if (n < 0)
+		return;			/* the read that follows says why */
+	/*
+	 * A new request means the guest saw the word (it holds its connection
+	 * until then): done.  Else the word, or the stream's own answer.
+	 */
+	if (n == 0 && w->signal_status) {
 		/* The word was never written: the guest waits for this. */
-		pvgpu_worker_send_reply(w, opcode, st, NULL, 0);
+		w->req_id = w->signal_id;
+		pvgpu_worker_send_reply(w, w->signal_opcode, w->signal_status, NULL, 0);
 		return;
 	}
 	if (w->signal_ctx_sync)
 		pvgpu_sched_ctx_synced(w);	/* as a context synchronize */
-	if (w->ring_on)
+	if (n == 0)
 		(void)pvgpu_ring_wake(&w->ring);	/* a hang-up shows at the next read */
 }

@@ -151,8 +151,12 @@ static void serve_message(struct pvgpu_worker *w, const struct pvgpu_hdr *h,
 		note_error(w, h->opcode, st);
 	}
 	pvgpu_worker_send_reply(w, h->opcode, st, rep, rep_len);
-	if (w->signalled)
-		pvgpu_signal_finish(w, h->opcode);	/* the work, after its reply */
+	if (w->signalled) {
+		/* Settled before the next read (signal.c). */
+		w->signalled = 0;
+		w->signal_pending = !w->fatal;
+		w->signal_opcode = h->opcode;
+	}
 	/* The window_attach that named a ring was answered on the socket. */
 	if (w->ring_pending) {
 		w->ring_pending = 0;
@@ -287,6 +291,8 @@ int pvgpu_worker_run(struct pvgpu_conn *conn, const struct pvgpu_peer *peer,
 	while (!w.fatal) {
 		uint32_t limit;
 
+		if (w.signal_pending)
+			pvgpu_signal_settle(&w);
 		if (pvgpu_worker_read(&w, raw, sizeof(raw)))
 			break;
 		if (pvgpu_hdr_decode(raw, &h)) {

@@ -147,8 +147,11 @@ struct pvgpu_worker {
 	uint32_t *signal_word;
 	uint64_t signal_dptr, signal_ctx;
 	uint32_t req_flags;
-	int signalled, signal_ctx_sync;
-	uint64_t signal_stream;
+	int signalled, signal_pending, settling, signal_ctx_sync;
+	uint64_t signal_stream, signal_id;
+	uint32_t signal_value, signal_looks;
+	uint16_t signal_opcode;
+	int32_t signal_status;
 	int nonblocking_streams;	/* a CU_STREAM_NON_BLOCKING stream was made */
 	uint64_t signals;		/* requests that ended that way */
 
@@ -174,13 +177,14 @@ struct pvgpu_worker {
  * Completion through the device's word (signal.c).  wanted: this request
  * may end that way (the guest asked, nothing else must come with its
  * reply).  queue: have the device write the word after the work queued on
- * stream; 1 when it will (the handler returns without waiting), 0 when
- * not (the handler waits as before).  finish: after the reply, wait for
- * the stream, and answer again only if the work failed.
+ * stream; 1 when it will (the handler returns without waiting; the reply
+ * says so, and the work is pending), 0 when not (the handler waits as
+ * before).  settle: before the next read, until the work is done or the
+ * guest moves on; a second reply if the work failed.
  */
 int pvgpu_signal_wanted(const struct pvgpu_worker *w);
 int pvgpu_signal_queue(struct pvgpu_worker *w, uint64_t stream, int ctx_sync);
-void pvgpu_signal_finish(struct pvgpu_worker *w, uint16_t opcode);
+void pvgpu_signal_settle(struct pvgpu_worker *w);
 
 /*
  * Device printf/assert output (output.c): take over fd 1 and 2 at start;

@@ -93,13 +93,15 @@ static int ring_kick(void *arg)
 static int ring_wait(void *arg)
 {
 	struct pvgpu_worker *w = arg;
-	uint64_t paused = pvgpu_watchdog_pause(w->slot);
+	/* Work the guest waits on through the device's word: on the clock. */
+	int signal = w->settling;
+	uint64_t paused = signal ? 0 : pvgpu_watchdog_pause(w->slot);
 	int pending = pvgpu_sched_pending(&w->sched), rc = 0, n;
 	char buf[64];
 
 	if (pending)
 		pvgpu_sched_poll(w);
-	n = w->conn->ops->wait(w->conn, pending ? 200000 : -1);
+	n = w->conn->ops->wait(w->conn, pending || signal ? 200000 : -1);
 	if (n < 0 && n != -EINTR)
 		rc = n;
 	if (n > 0) {
@@ -116,7 +118,8 @@ static int ring_wait(void *arg)
 				close(fd);
 		}
 	}
-	pvgpu_watchdog_resume(w->slot, paused);
+	if (!signal)
+		pvgpu_watchdog_resume(w->slot, paused);
 	return rc;
 }
 
