@@ -888,7 +888,8 @@ static int say_hello(struct pvgpu_client *c, char *err, size_t errlen)
 		.version_min = 1,
 		.version_max = PVGPU_PROTO_VERSION,
 		.pid = (uint32_t)getpid(),
-		.features = PVGPU_FEATURES_KNOWN & ~c->cfg.withheld_features,
+		.features = PVGPU_FEATURES_KNOWN & ~c->cfg.withheld_features &
+			    ~(c->cfg.signal ? 0 : PVGPU_FEATURE_SIGNAL),
 		.required = c->cfg.required_features,
 	};
 	uint64_t missing;

@@ -90,6 +90,12 @@ struct pvgpu_client_config {
 	 */
 	int ring;
 	int ring_batch;
+	/*
+	 * Ask for completion written by the device (feature signal, wire.h)
+	 * over the control ring.  Off by default until measured on the GPU
+	 * in its current form (BENCHMARKS.md, 2026-11-28).
+	 */
+	int signal;
 	uint64_t ring_cap;
 	/* Feature bits (PVGPU_FEATURE_*) this front-end cannot do without. */
 	uint64_t required_features;

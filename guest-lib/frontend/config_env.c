@@ -125,6 +125,7 @@ void pvgpu_config_from_env(struct pvgpu_client_config *cfg)
 
 	env_flag("PVGPU_RING", &cfg->ring);
 	env_flag("PVGPU_RING_BATCH", &cfg->ring_batch);
+	env_flag("PVGPU_SIGNAL", &cfg->signal);
 
 	if (env_ulong("PVGPU_COPY_THREADS", 1, 8, &n))
 		cfg->copy_threads = (unsigned int)n;

@@ -9,8 +9,8 @@ not on a second reply: both sides count those calls (the client's debug
 line, the worker's at the session's end) and the counts agree.  What the
 program sees must not change: results, device printf before the call
 that synchronizes returns, a kernel's fault at the next synchronize.  Over
-unix:// (no ring), or from a guest that withholds the feature, no call ends
-that way.
+unix:// (no ring), or from a guest that withholds the feature or does not
+ask for it (PVGPU_SIGNAL=1 asks; off by default), no call ends that way.
 """
 
 import os
@@ -55,7 +55,8 @@ def worker_signals(daemon, sessions_before):
 
 def run(programs, daemon, name, uri, **extra):
     env = programs.pvgpu_env(uri)
-    env.update(PVGPU_DEBUG="1", **extra)
+    env.update(PVGPU_DEBUG="1", PVGPU_SIGNAL="1")
+    env.update(extra)
     before = len(END_RE.findall(daemon.log()))
     res = programs.run(name, env)
     programs.assert_passed(res, daemon)
@@ -108,6 +109,15 @@ def test_a_fault_still_surfaces_at_the_next_synchronize(programs, twins_daemon):
     assert "cudaErrorIllegalAddress" in res.stdout
     over_unix, _none, _ = run(programs, twins_daemon, "kernels/fault", twins_daemon.unix)
     assert res.stdout == over_unix.stdout
+
+
+def test_off_unless_the_guest_asks(programs, sim_daemon):
+    # PVGPU_SIGNAL=1 asks; by default a guest does not offer the feature.
+    _res, guest, worker = run(programs, sim_daemon, "memory", shm_uri(sim_daemon),
+                              PVGPU_SIGNAL="0")
+    assert guest == 0 and worker == 0
+    agreed = re.findall(r"features (0x[0-9a-f]+) agreed", sim_daemon.log())
+    assert agreed and not int(agreed[-1], 16) & SIGNAL, agreed
 
 
 def test_no_word_over_a_socket(programs, sim_daemon):
