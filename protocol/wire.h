@@ -29,6 +29,12 @@
  */
 #define PVGPU_F_SIGNAL		0x2u
 
+/* The value the device writes for request id (PVGPU_F_SIGNAL). */
+static inline uint32_t pvgpu_signal_value(uint64_t id)
+{
+	return (uint32_t)id ? (uint32_t)id : 1;
+}
+
 /* Opcodes outside ops.spec: the framing itself. */
 #define PVGPU_OP_DATA		0x0001	/* bulk bytes of the preceding copy */
 #define PVGPU_OP_BATCH		0x0002	/* payload is a run of async messages */

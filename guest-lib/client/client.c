@@ -572,7 +572,7 @@ int32_t pvgpu_client_call(struct pvgpu_client *c, uint16_t opcode,
 	flags = signal_op(c, opcode) ? PVGPU_F_SIGNAL : 0;
 	if (flags) {
 		/* Cleared before the request: the device writes it after. */
-		c->signal_value = (uint32_t)id ? (uint32_t)id : 1;
+		c->signal_value = pvgpu_signal_value(id);
 		__atomic_store_n(c->signal_word, 0, __ATOMIC_RELAXED);
 	}
 	st = send_request_locked(c, queued ? &queue : NULL, opcode, flags, id,
@@ -777,8 +777,7 @@ static void attach_window(struct pvgpu_client *c, enum window_kind kind)
 		pvgpu_ring_attach(&c->ring, c->ring_mem, cap, PVGPU_RING_GUEST, &wt);
 		c->ring_on = 1;
 		if (c->info.features & PVGPU_FEATURE_SIGNAL)
-			c->signal_word = (uint32_t *)(void *)((uint8_t *)c->ring_mem +
-							    PVGPU_RING_SIGNAL_OFFSET);
+			c->signal_word = pvgpu_ring_signal_word(c->ring_mem);
 	}
 	pthread_mutex_unlock(&c->lock);
 	if (!st)

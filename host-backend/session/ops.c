@@ -346,7 +346,7 @@ int32_t pvgpu_handle_ctx_synchronize(struct pvgpu_worker *w,
 	 * does not wait for it exists.
 	 */
 	if (!w->nonblocking_streams && pvgpu_signal_wanted(w) &&
-	    pvgpu_signal_queue(w, 0, 1))
+	    pvgpu_signal_queue(w, 0))
 		return CUDA_SUCCESS;
 	st = w->ex_ops->ctx_synchronize(w->ex);
 	if (st == CUDA_SUCCESS)
@@ -601,16 +601,13 @@ int32_t pvgpu_handle_stream_synchronize(struct pvgpu_worker *w,
 					const struct pvgpu_stream_synchronize_req *req)
 {
 	uint64_t stream;
-	int32_t st;
+	int32_t st = need_context(w);
 
-	if (!pvgpu_signal_wanted(w))
-		return on_stream(w, req->stream, w->ex_ops->stream_synchronize);
-	st = need_context(w);
 	if (!st)
 		st = pvgpu_lookup_stream(w, req->stream, &stream);
 	if (st)
 		return st;
-	if (pvgpu_signal_queue(w, stream, 0))
+	if (pvgpu_signal_wanted(w) && pvgpu_signal_queue(w, stream))
 		return CUDA_SUCCESS;
 	return w->ex_ops->stream_synchronize(w->ex, stream);
 }

@@ -61,13 +61,14 @@ static int word_ready(struct pvgpu_worker *w)
 	return 1;
 }
 
-int pvgpu_signal_queue(struct pvgpu_worker *w, uint64_t stream, int ctx_sync)
+int pvgpu_signal_queue(struct pvgpu_worker *w, uint64_t stream)
 {
-	uint32_t value = (uint32_t)w->req_id ? (uint32_t)w->req_id : 1;
+	uint32_t value = pvgpu_signal_value(w->req_id);
 	int32_t st;
 
-	if (!w->ex_ops->stream_write_value || !w->ex_ops->host_device_pointer ||
-	    !w->ex_ops->host_register || !word_ready(w)) {
+	/* stream_write_value: the feature is not agreed without it (hello). */
+	if (!w->ex_ops->host_device_pointer || !w->ex_ops->host_register ||
+	    !word_ready(w)) {
 		w->signal_word = NULL;		/* not for this session */
 		return 0;
 	}
@@ -83,9 +84,7 @@ int pvgpu_signal_queue(struct pvgpu_worker *w, uint64_t stream, int ctx_sync)
 	w->signalled = 1;
 	w->signals++;
 	w->signal_value = value;
-	w->signal_id = w->req_id;
 	w->signal_stream = stream;
-	w->signal_ctx_sync = ctx_sync;
 	return 1;
 }
 
@@ -130,13 +129,13 @@ void pvgpu_signal_settle(struct pvgpu_worker *w)
 	 * until then): done.  Else the word, or the stream's own answer.
 	 */
 	if (n == 0 && w->signal_status) {
-		/* The word was never written: the guest waits for this. */
-		w->req_id = w->signal_id;
+		/* The word was never written: the guest waits for this (req_id
+		 * is still the request's: nothing was read since). */
 		pvgpu_worker_send_reply(w, w->signal_opcode, w->signal_status, NULL, 0);
 		return;
 	}
-	if (w->signal_ctx_sync)
-		pvgpu_sched_ctx_synced(w);	/* as a context synchronize */
+	if (w->signal_opcode == PVGPU_OP_CTX_SYNCHRONIZE)
+		pvgpu_sched_ctx_synced(w);	/* as the synchronize would have */
 	if (n == 0)
 		(void)pvgpu_ring_wake(&w->ring);	/* a hang-up shows at the next read */
 }

@@ -231,8 +231,8 @@ int32_t pvgpu_handle_window_attach(struct pvgpu_worker *w,
 		pvgpu_ring_attach(&w->ring, (uint8_t *)base + req->ring_offset,
 				  cap, PVGPU_RING_WORKER, &waiter);
 		if (w->features & PVGPU_FEATURE_SIGNAL)
-			w->signal_word = (uint32_t *)(void *)((uint8_t *)base +
-				req->ring_offset + PVGPU_RING_SIGNAL_OFFSET);
+			w->signal_word = pvgpu_ring_signal_word((uint8_t *)base +
+								req->ring_offset);
 		w->ring_pending = 1;
 		rep->ring = 1;
 		log_debug("control ring: %llu KiB each way", (unsigned long long)(cap >> 10));
@@ -438,7 +438,7 @@ static int32_t htod_window(struct pvgpu_worker *w, uint64_t dst,
 	if (sync && pvgpu_signal_wanted(w)) {
 		st = w->ex_ops->memcpy_htod_async(w->ex, dst, w->win.base + offset,
 						  size, stream);
-		if (!st && !pvgpu_signal_queue(w, stream, 0))
+		if (!st && !pvgpu_signal_queue(w, stream))
 			st = copy_done(w, stream);
 	} else if (sync && !stream && w->ex_ops->memcpy_htod) {
 		st = w->ex_ops->memcpy_htod(w->ex, dst, w->win.base + offset, size);
@@ -468,7 +468,7 @@ static int32_t dtoh_window(struct pvgpu_worker *w, uint64_t src,
 	if (sync && pvgpu_signal_wanted(w)) {
 		st = w->ex_ops->memcpy_dtoh_async(w->ex, w->win.base + offset, src,
 						  size, stream);
-		if (!st && !pvgpu_signal_queue(w, stream, 0))
+		if (!st && !pvgpu_signal_queue(w, stream))
 			st = copy_done(w, stream);
 	} else if (sync && !stream && w->ex_ops->memcpy_dtoh) {
 		st = w->ex_ops->memcpy_dtoh(w->ex, w->win.base + offset, src, size);

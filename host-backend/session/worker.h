@@ -141,14 +141,14 @@ struct pvgpu_worker {
 	 * Completion through the device's word in the ring's first page
 	 * (feature signal, signal.c): the word (NULL: not in use), its device
 	 * address and the context it was pinned in; the request's header
-	 * flags; and, for a request that ends that way, the stream to wait
-	 * for after the reply and whether it was a context synchronize.
+	 * flags; and, for a request that ends that way, its stream, value
+	 * and opcode, and how it settled.
 	 */
 	uint32_t *signal_word;
 	uint64_t signal_dptr, signal_ctx;
 	uint32_t req_flags;
-	int signalled, signal_pending, settling, signal_ctx_sync;
-	uint64_t signal_stream, signal_id;
+	int signalled, signal_pending, settling;
+	uint64_t signal_stream;
 	uint32_t signal_value, signal_looks;
 	uint16_t signal_opcode;
 	int32_t signal_status;
@@ -183,7 +183,7 @@ struct pvgpu_worker {
  * guest moves on; a second reply if the work failed.
  */
 int pvgpu_signal_wanted(const struct pvgpu_worker *w);
-int pvgpu_signal_queue(struct pvgpu_worker *w, uint64_t stream, int ctx_sync);
+int pvgpu_signal_queue(struct pvgpu_worker *w, uint64_t stream);
 void pvgpu_signal_settle(struct pvgpu_worker *w);
 
 /*

@@ -187,12 +187,11 @@ static int64_t wait_for(struct pvgpu_ring *r, int64_t (*probe)(struct pvgpu_ring
 			uint32_t *flag)
 {
 	struct pvgpu_poll poll = { 0 };
+	int rx = probe == rx_avail || probe == until_avail;
 	/* The one-shot budget is for a reply: waits for room keep theirs. */
-	uint64_t blocked_at = 0, once = probe == rx_avail || probe == until_avail ?
-					r->spin_once_ns : 0;
+	uint64_t blocked_at = 0, once = rx ? r->spin_once_ns : 0;
 	uint64_t budget = once > r->spin_ns ? once : r->spin_ns;
 	int64_t n;
-	int rx = probe == rx_avail || probe == until_avail;
 
 	if (rx)
 		r->spin_once_ns = 0;

@@ -115,6 +115,12 @@ _Static_assert(sizeof(struct pvgpu_ring_shared) <= PVGPU_RING_SIGNAL_OFFSET &&
 
 enum pvgpu_ring_role { PVGPU_RING_GUEST, PVGPU_RING_WORKER };
 
+/* The completion word of the region at region (its first page). */
+static inline uint32_t *pvgpu_ring_signal_word(void *region)
+{
+	return (uint32_t *)(void *)((uint8_t *)region + PVGPU_RING_SIGNAL_OFFSET);
+}
+
 /*
  * How to sleep and how to wake the other side; arg is passed to both.
  * wait_kick() returns 0 after a kick, a spurious wake or a timeout (the
