@@ -26,6 +26,14 @@ static int32_t need_context(struct pvgpu_worker *w)
 	return CUDA_SUCCESS;
 }
 
+/* The executor's stream for the session's id, in the current context. */
+static int32_t stream_here(struct pvgpu_worker *w, uint64_t id, uint64_t *stream)
+{
+	int32_t st = need_context(w);
+
+	return st ? st : pvgpu_lookup_stream(w, id, stream);
+}
+
 int32_t pvgpu_lookup_stream(struct pvgpu_worker *w, uint64_t id,
 			    uint64_t *exec)
 {
@@ -571,10 +579,8 @@ int32_t pvgpu_handle_stream_destroy(struct pvgpu_worker *w,
 				    const struct pvgpu_stream_destroy_req *req)
 {
 	uint64_t stream;
-	int32_t st = need_context(w);
+	int32_t st = stream_here(w, req->stream, &stream);
 
-	if (!st)
-		st = pvgpu_lookup_stream(w, req->stream, &stream);
 	if (st)
 		return st;
 	if (req->stream == 0)
@@ -590,10 +596,8 @@ static int32_t on_stream(struct pvgpu_worker *w, uint64_t id,
 			 int32_t (*op)(struct pvgpu_exec *ex, uint64_t stream))
 {
 	uint64_t stream;
-	int32_t st = need_context(w);
+	int32_t st = stream_here(w, id, &stream);
 
-	if (!st)
-		st = pvgpu_lookup_stream(w, id, &stream);
 	return st ? st : op(w->ex, stream);
 }
 
@@ -601,10 +605,8 @@ int32_t pvgpu_handle_stream_synchronize(struct pvgpu_worker *w,
 					const struct pvgpu_stream_synchronize_req *req)
 {
 	uint64_t stream;
-	int32_t st = need_context(w);
+	int32_t st = stream_here(w, req->stream, &stream);
 
-	if (!st)
-		st = pvgpu_lookup_stream(w, req->stream, &stream);
 	if (st)
 		return st;
 	if (pvgpu_signal_wanted(w) && pvgpu_signal_queue(w, stream))
@@ -622,10 +624,8 @@ int32_t pvgpu_handle_stream_wait_event(struct pvgpu_worker *w,
 				       const struct pvgpu_stream_wait_event_req *req)
 {
 	uint64_t stream, event;
-	int32_t st = need_context(w);
+	int32_t st = stream_here(w, req->stream, &stream);
 
-	if (!st)
-		st = pvgpu_lookup_stream(w, req->stream, &stream);
 	if (!st)
 		st = lookup_event(w, req->event, &event);
 	return st ? st : w->ex_ops->stream_wait_event(w->ex, stream, event,
