@@ -974,6 +974,7 @@ void pvgpu_client_config_init(struct pvgpu_client_config *cfg)
 	cfg->staging_slot = 4u << 20;
 	cfg->staging_slots = 8;
 	cfg->ring = 1;
+	cfg->signal = 1;
 	cfg->ring_cap = PVGPU_CLIENT_DEFAULT_RING_CAP;
 }
 

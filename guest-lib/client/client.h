@@ -92,8 +92,8 @@ struct pvgpu_client_config {
 	int ring_batch;
 	/*
 	 * Ask for completion written by the device (feature signal, wire.h)
-	 * over the control ring.  Off by default until measured on the GPU
-	 * in its current form (BENCHMARKS.md, 2026-11-28).
+	 * over the control ring; PVGPU_SIGNAL=0 turns it off (then every
+	 * call ends on the backend's reply).
 	 */
 	int signal;
 	uint64_t ring_cap;

@@ -9,8 +9,9 @@ not on a second reply: both sides count those calls (the client's debug
 line, the worker's at the session's end) and the counts agree.  What the
 program sees must not change: results, device printf before the call
 that synchronizes returns, a kernel's fault at the next synchronize.  Over
-unix:// (no ring), or from a guest that withholds the feature or does not
-ask for it (PVGPU_SIGNAL=1 asks; off by default), no call ends that way.
+unix:// (no ring), or from a guest that withholds the feature or is told
+not to ask for it (PVGPU_SIGNAL=0; a guest asks by default), no call ends
+that way.
 """
 
 import os
@@ -55,7 +56,8 @@ def worker_signals(daemon, sessions_before):
 
 def run(programs, daemon, name, uri, **extra):
     env = programs.pvgpu_env(uri)
-    env.update(PVGPU_DEBUG="1", PVGPU_SIGNAL="1")
+    env.pop("PVGPU_SIGNAL", None)   # the default: a guest asks
+    env.update(PVGPU_DEBUG="1")
     env.update(extra)
     before = len(END_RE.findall(daemon.log()))
     res = programs.run(name, env)
@@ -111,13 +113,24 @@ def test_a_fault_still_surfaces_at_the_next_synchronize(programs, twins_daemon):
     assert res.stdout == over_unix.stdout
 
 
-def test_off_unless_the_guest_asks(programs, sim_daemon):
-    # PVGPU_SIGNAL=1 asks; by default a guest does not offer the feature.
+def agreed_features(daemon):
+    agreed = re.findall(r"features (0x[0-9a-f]+) agreed", daemon.log())
+    assert agreed, daemon.log()[-4000:]
+    return int(agreed[-1], 16)
+
+
+def test_on_by_default(programs, sim_daemon):
+    _res, guest, worker = run(programs, sim_daemon, "memory", shm_uri(sim_daemon))
+    assert guest > 0 and worker == guest
+    assert agreed_features(sim_daemon) & SIGNAL
+
+
+def test_off_when_the_guest_is_told_so(programs, sim_daemon):
+    # PVGPU_SIGNAL=0: the guest does not offer the feature.
     _res, guest, worker = run(programs, sim_daemon, "memory", shm_uri(sim_daemon),
                               PVGPU_SIGNAL="0")
     assert guest == 0 and worker == 0
-    agreed = re.findall(r"features (0x[0-9a-f]+) agreed", sim_daemon.log())
-    assert agreed and not int(agreed[-1], 16) & SIGNAL, agreed
+    assert not agreed_features(sim_daemon) & SIGNAL
 
 
 def test_no_word_over_a_socket(programs, sim_daemon):
