@@ -38,6 +38,21 @@ int pvgpu_signal_wanted(const struct pvgpu_worker *w)
 	       !(w->output_ok && w->output_armed);
 }
 
+/*
+ * A synchronous copy between the window and the device ends on the word
+ * up to 2 MiB.  Above, the driver's own synchronous copy (the plain
+ * reply's path) moved more: on the H200, pinned 4-64 MiB went 3-10 %
+ * slower as an async copy with the word's write after it, where 256 KiB to
+ * 2 MiB went 3-10 % faster (BENCHMARKS.md, 2026-11-28).  A crossing saved
+ * is nothing beside a copy of milliseconds.
+ */
+#define SIGNAL_COPY_MAX	(2ull << 20)
+
+int pvgpu_signal_wanted_copy(const struct pvgpu_worker *w, uint64_t size)
+{
+	return size <= SIGNAL_COPY_MAX && pvgpu_signal_wanted(w);
+}
+
 /* The word pinned and mapped for the device, in the current context. */
 static int word_ready(struct pvgpu_worker *w)
 {

@@ -176,13 +176,14 @@ struct pvgpu_worker {
 /*
  * Completion through the device's word (signal.c).  wanted: this request
  * may end that way (the guest asked, nothing else must come with its
- * reply).  queue: have the device write the word after the work queued on
+ * reply); wanted_copy: a synchronous window copy of size bytes.  queue: have the device write the word after the work queued on
  * stream; 1 when it will (the handler returns without waiting; the reply
  * says so, and the work is pending), 0 when not (the handler waits as
  * before).  settle: before the next read, until the work is done or the
  * guest moves on; a second reply if the work failed.
  */
 int pvgpu_signal_wanted(const struct pvgpu_worker *w);
+int pvgpu_signal_wanted_copy(const struct pvgpu_worker *w, uint64_t size);
 int pvgpu_signal_queue(struct pvgpu_worker *w, uint64_t stream);
 void pvgpu_signal_settle(struct pvgpu_worker *w);
 
