@@ -14,6 +14,10 @@ SANITIZE ?= 0
 
 CUDA_HOME   ?= $(shell scripts/find-cuda.sh 2>/dev/null)
 NVCC        ?= $(CUDA_HOME)/bin/nvcc
+# NVCC_REUSE=TREE (a variant build): copy the nvcc-built programs from TREE.
+ifneq ($(NVCC_REUSE),)
+NVCC := scripts/nvcc-reuse.sh $(BUILD) $(NVCC_REUSE) $(NVCC)
+endif
 CUDA_INCLUDE = $(CUDA_HOME)/include
 CUDA_LIBDIR ?= $(shell scripts/find-cuda.sh --libdir 2>/dev/null)
 
@@ -233,20 +237,25 @@ include transport/verbs/verbs.mk
 include xen-vchan/xen.mk
 include debian/deb.mk
 include tests/deploy/deploy.mk
+include tests/background.mk
 
 PYTEST = python3 -m pytest
 
 test: deps
-	$(MAKE) all fuzz guest-driver build-minimal cross-arm64
-	$(MAKE) test-deploy-start
-	$(MAKE) test-rdma-start
-	$(MAKE) test-xen-start
-	$(MAKE) BUILD=build-asan SANITIZE=1 all
-	$(PYTEST) -q
+	$(MAKE) all
+	$(MAKE) test-deploy-start test-rdma-start test-xen-start
+	$(MAKE) fuzz guest-driver build-minimal cross-arm64
+	$(MAKE) test-vm-start
+	$(MAKE) BUILD=build-asan SANITIZE=1 NVCC_REUSE=$(BUILD) all
+	$(PYTEST) -q --ignore=tests/vm
 	PVGPU_BUILD=build-asan $(PYTEST) -q tests/unit tests/integration
-	$(MAKE) test-rdma-wait
-	$(MAKE) test-xen-wait
-	$(MAKE) test-deploy-wait
+	$(MAKE) -k test-vm-wait test-rdma-wait test-xen-wait test-deploy-wait
+
+# The QEMU guest suites (tests/vm/), beside the rest of make test: after
+# guest-driver, whose build tree test_guest_driver.py shares.
+.PHONY: test-vm
+test-vm:
+	$(call BG_PYTEST,vm) tests/vm
 
 test-gpu:
 	$(MAKE) all

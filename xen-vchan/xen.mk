@@ -78,42 +78,21 @@ endif
 # The suites that boot Xen (tests/xen/test_xen_boot.py: the bare vchan pair
 # and transport-vchan.so with two domUs; tests/xen/test_xen_pvgpud.py: one
 # boot with pvgpud in dom0 and two domUs), 4-8 minutes on 2 shared cores
-# under TCG, in a process of their own beside the rest, as
-# tests/deploy/deploy.mk does; `make test` starts it once `make all` is
-# done and waits for it at the end.  The plain pytest run skips them.
+# under TCG, in a process of their own beside the rest
+# (tests/background.mk: `make test` starts test-xen once `make all` is done
+# and waits for it at the end).  The plain pytest run skips them.
 #
 #   make test-xen            in the foreground
-#   make test-xen-start      in the background; log in $(XEN_TEST_LOG)
-#   make test-xen-wait       wait for it, print its log, fail if it did
 #   make test-xen-e2e        only the pvgpud suite, in the foreground
 #
 # Where Xen cannot be booted (no qemu, kernel or Xen packages) or vchan was
-# left out, the suites skip saying why.  pytest's temporary files go to
-# $(XEN_TEST_DIR)/tmp, out of reach of the other pytest runs' clean-up.
-XEN_TEST_DIR = $(BUILD)/xen/test
-XEN_TEST_LOG = $(XEN_TEST_DIR)/test-xen.log
-XEN_TEST_RC  = $(XEN_TEST_DIR)/test-xen.rc
+# left out, the suites skip saying why.
 XEN_PYTEST   = PVGPU_XEN_TESTS=1 PVGPU_XEN_TIMEOUT=$${PVGPU_XEN_TIMEOUT:-900} \
-	python3 -m pytest -q -s -p no:cacheprovider --basetemp=$(abspath $(XEN_TEST_DIR))/tmp
+	$(call BG_PYTEST,xen)
 
-.PHONY: test-xen test-xen-start test-xen-wait test-xen-e2e
+.PHONY: test-xen test-xen-e2e
 test-xen:
-	@mkdir -p $(XEN_TEST_DIR)
 	$(XEN_PYTEST) tests/xen/test_xen_boot.py tests/xen/test_xen_pvgpud.py
 
 test-xen-e2e:
-	@mkdir -p $(XEN_TEST_DIR)
 	$(XEN_PYTEST) tests/xen/test_xen_pvgpud.py
-
-test-xen-start:
-	@mkdir -p $(XEN_TEST_DIR)
-	@rm -f $(XEN_TEST_RC)
-	@( $(MAKE) --no-print-directory test-xen >$(XEN_TEST_LOG) 2>&1; \
-	   echo $$? >$(XEN_TEST_RC) ) </dev/null >/dev/null 2>&1 &
-	@echo "test-xen: started in the background, log: $(XEN_TEST_LOG)"
-
-test-xen-wait:
-	@while [ ! -f $(XEN_TEST_RC) ]; do sleep 5; done
-	@echo "==== make test-xen (log: $(XEN_TEST_LOG)) ===="
-	@cat $(XEN_TEST_LOG)
-	@exit $$(cat $(XEN_TEST_RC))

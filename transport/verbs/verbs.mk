@@ -41,30 +41,12 @@ $(BUILD)/fuzz/fuzz_verbs_wire: tests/rdma/fuzz_verbs_wire.c transport/verbs/verb
 
 # tests/rdma/test_rdma.py boots one QEMU guest with Soft-RoCE (about 5
 # minutes under TCG), so make test runs it in a process of its own beside
-# the rest, as tests/deploy:
+# the rest (tests/background.mk: test-rdma-start, test-rdma-wait):
 #   make test-rdma         in the foreground
-#   make test-rdma-start   in the background; log in $(RDMA_LOG)
-#   make test-rdma-wait    wait for it, print its log, fail if it did
-RDMA_LOG = $(BUILD)/tests/rdma/test-rdma.log
-RDMA_RC  = $(BUILD)/tests/rdma/test-rdma.rc
-
-.PHONY: test-rdma test-rdma-start test-rdma-wait
+.PHONY: test-rdma
 test-rdma:
 	PVGPU_RDMA_TESTS=1 PVGPU_BUILD=$(abspath $(BUILD)) \
-		python3 -m pytest -q -s -p no:cacheprovider tests/rdma/test_rdma.py
-
-test-rdma-start:
-	@mkdir -p $(dir $(RDMA_LOG))
-	@rm -f $(RDMA_RC)
-	@( $(MAKE) --no-print-directory test-rdma >$(RDMA_LOG) 2>&1; \
-	   echo $$? >$(RDMA_RC) ) </dev/null >/dev/null 2>&1 &
-	@echo "test-rdma: started in the background, log: $(RDMA_LOG)"
-
-test-rdma-wait:
-	@while [ ! -f $(RDMA_RC) ]; do sleep 5; done
-	@echo "==== make test-rdma (log: $(RDMA_LOG)) ===="
-	@cat $(RDMA_LOG)
-	@exit $$(cat $(RDMA_RC))
+		$(call BG_PYTEST,rdma) tests/rdma/test_rdma.py
 
 # tests/rdma's pinned-memory program (zero-copy over verbs://).
 PINNED_COPIES = $(BUILD)/tests/rdma/pinned-copies

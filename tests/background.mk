@@ -1,0 +1,30 @@
+# tests/background.mk - the slow suites, each in a process of its own beside
+# the rest of `make test` (included by the top-level Makefile).  A suite
+# NAME is the target test-NAME, run in the foreground; here, for each:
+#
+#   make test-NAME-start   run `make test-NAME` in the background
+#   make test-NAME-wait    wait for that run, print its log, fail if it did
+#
+# `make test` starts each once what it needs is built and waits for them
+# at the end.  A suite's log and exit status are $(BG_DIR)/NAME/log and
+# rc; its pytest keeps its temporary files under $(BG_DIR)/NAME/tmp
+# (BG_PYTEST), where the pytest runs beside it do not clean up.
+
+BG_DIR = $(BUILD)/background
+# $(call BG_PYTEST,NAME): pytest for suite NAME.
+BG_PYTEST = python3 -m pytest -q -s -p no:cacheprovider \
+	--basetemp=$(abspath $(BG_DIR))/$(1)/tmp
+
+# Pattern rules (not .PHONY, which would turn the search for them off).
+test-%-start:
+	@mkdir -p $(BG_DIR)/$*
+	@rm -f $(BG_DIR)/$*/rc
+	@( $(MAKE) --no-print-directory test-$* >$(BG_DIR)/$*/log 2>&1; \
+	   echo $$? >$(BG_DIR)/$*/rc ) </dev/null >/dev/null 2>&1 &
+	@echo "test-$*: started in the background, log: $(BG_DIR)/$*/log"
+
+test-%-wait:
+	@while [ ! -f $(BG_DIR)/$*/rc ]; do sleep 5; done
+	@echo "==== make test-$* (log: $(BG_DIR)/$*/log) ===="
+	@cat $(BG_DIR)/$*/log
+	@exit $$(cat $(BG_DIR)/$*/rc)
