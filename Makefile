@@ -242,20 +242,12 @@ include tests/background.mk
 PYTEST = python3 -m pytest
 
 test: deps
-	$(MAKE) all
+	$(MAKE) all fuzz guest-driver build-minimal cross-arm64
 	$(MAKE) test-deploy-start test-rdma-start test-xen-start
-	$(MAKE) fuzz guest-driver build-minimal cross-arm64
-	$(MAKE) test-vm-start
 	$(MAKE) BUILD=build-asan SANITIZE=1 NVCC_REUSE=$(BUILD) all
-	$(PYTEST) -q --ignore=tests/vm
+	$(PYTEST) -q
 	PVGPU_BUILD=build-asan $(PYTEST) -q tests/unit tests/integration
-	$(MAKE) -k test-vm-wait test-rdma-wait test-xen-wait test-deploy-wait
-
-# The QEMU guest suites (tests/vm/), beside the rest of make test: after
-# guest-driver, whose build tree test_guest_driver.py shares.
-.PHONY: test-vm
-test-vm:
-	$(call BG_PYTEST,vm) tests/vm
+	$(MAKE) -k test-rdma-wait test-xen-wait test-deploy-wait
 
 test-gpu:
 	$(MAKE) all

@@ -137,53 +137,16 @@ class VM:
                 self.proc.wait()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def image():
-    """The Debian image, made in the background from the suite's start:
-    debootstrap (minutes) needs nothing the first tests build, so it runs
-    while they do (make deb, ansible-lint).  Yields a function that waits
-    for it."""
-    miss = missing_tools()
-    if miss or os.geteuid() != 0:
-        yield lambda: None
-        return
-    WORK.mkdir(parents=True, exist_ok=True)
-    t0 = time.time()
-    cmd = ["tests/deploy/make-image.sh", str(WORK)]
-    log("$ " + " ".join(cmd) + " (in the background)")
-    out = open(WORK / "make-image.log", "w")
-    proc = subprocess.Popen(cmd, cwd=REPO, stdin=subprocess.DEVNULL, stdout=out,
-                            stderr=subprocess.STDOUT)
-
-    def wait():
-        try:
-            rc = proc.wait(timeout=max(1, 1200 - (time.time() - t0)))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            raise AssertionError("make-image.sh took over 1200 s:\n" +
-                                 (WORK / "make-image.log").read_text()[-6000:])
-        assert rc == 0, f"make-image.sh: exit {rc}:\n" + \
-            (WORK / "make-image.log").read_text()[-6000:]
-        log(f"image ready {time.time() - t0:.0f}s after the suite began")
-
-    try:
-        yield wait
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        out.close()
-
-
 @pytest.fixture(scope="module")
-def vm(image):
+def vm():
     miss = missing_tools()
     if miss:
         pytest.skip("missing: " + ", ".join(miss) + " (scripts/install-deps.sh installs them)")
     if os.geteuid() != 0:
         pytest.skip("making the Debian image needs root (debootstrap, chroot)")
-    image()
+    t0 = time.time()
+    run(["tests/deploy/make-image.sh", str(WORK)], timeout=1200)
+    log(f"image ready in {time.time() - t0:.0f}s")
     machine = VM(WORK, WORK)
     try:
         machine.wait_ssh()
