@@ -233,11 +233,12 @@ include guest-lib/cuda/cuda.mk
 include guest-lib/nvml/nvml.mk
 include bench/bench.mk
 include host-backend/exec/remote/remote.mk
+# Before the suites that use BG_DIR in their prerequisites.
+include tests/background.mk
 include transport/verbs/verbs.mk
 include xen-vchan/xen.mk
 include debian/deb.mk
 include tests/deploy/deploy.mk
-include tests/background.mk
 
 PYTEST = python3 -m pytest
 

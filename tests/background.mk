@@ -8,16 +8,20 @@
 # `make test` starts each once what it needs is built and waits for them
 # at the end.  A suite's log and exit status are $(BG_DIR)/NAME/log and
 # rc; its pytest keeps its temporary files under $(BG_DIR)/NAME/tmp
-# (BG_PYTEST), where the pytest runs beside it do not clean up.
+# (BG_PYTEST), where the pytest runs beside it do not clean up.  Its
+# target takes the folder as an order-only prerequisite (test-NAME: |
+# $(BG_DIR)/NAME): pytest makes --basetemp, not the folders above it.
 
 BG_DIR = $(BUILD)/background
 # $(call BG_PYTEST,NAME): pytest for suite NAME.
 BG_PYTEST = python3 -m pytest -q -s -p no:cacheprovider \
 	--basetemp=$(abspath $(BG_DIR))/$(1)/tmp
 
+$(BG_DIR)/%:
+	@mkdir -p $@
+
 # Pattern rules (not .PHONY, which would turn the search for them off).
-test-%-start:
-	@mkdir -p $(BG_DIR)/$*
+test-%-start: | $(BG_DIR)/%
 	@rm -f $(BG_DIR)/$*/rc
 	@( $(MAKE) --no-print-directory test-$* >$(BG_DIR)/$*/log 2>&1; \
 	   echo $$? >$(BG_DIR)/$*/rc ) </dev/null >/dev/null 2>&1 &

@@ -91,8 +91,8 @@ XEN_PYTEST   = PVGPU_XEN_TESTS=1 PVGPU_XEN_TIMEOUT=$${PVGPU_XEN_TIMEOUT:-900} \
 	$(call BG_PYTEST,xen)
 
 .PHONY: test-xen test-xen-e2e
-test-xen:
+test-xen: | $(BG_DIR)/xen
 	$(XEN_PYTEST) tests/xen/test_xen_boot.py tests/xen/test_xen_pvgpud.py
 
-test-xen-e2e:
+test-xen-e2e: | $(BG_DIR)/xen
 	$(XEN_PYTEST) tests/xen/test_xen_pvgpud.py

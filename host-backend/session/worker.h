@@ -176,7 +176,8 @@ struct pvgpu_worker {
 /*
  * Completion through the device's word (signal.c).  wanted: this request
  * may end that way (the guest asked, nothing else must come with its
- * reply); wanted_copy: a synchronous window copy of size bytes.  queue: have the device write the word after the work queued on
+ * reply); wanted_copy: the same for a synchronous window copy of size
+ * bytes.  queue: have the device write the word after the work queued on
  * stream; 1 when it will (the handler returns without waiting; the reply
  * says so, and the work is pending), 0 when not (the handler waits as
  * before).  settle: before the next read, until the work is done or the

@@ -11,6 +11,6 @@
 # $(BUILD)/deploy.
 
 .PHONY: test-deploy
-test-deploy:
+test-deploy: | $(BG_DIR)/deploy
 	PVGPU_DEPLOY_TESTS=1 PVGPU_BUILD=$(abspath $(BUILD)) \
 		$(call BG_PYTEST,deploy) tests/deploy

@@ -60,11 +60,17 @@ def worker_signals(daemon, sessions_before):
     return counts[0] if counts else 0
 
 
-def run(programs, daemon, name, uri, **extra):
+def guest_env(programs, uri, **extra):
+    """The guest as by default (it asks for the word), with the shim's
+    debug line that counts the calls ended on it."""
     env = programs.pvgpu_env(uri)
-    env.pop("PVGPU_SIGNAL", None)   # the default: a guest asks
-    env.update(PVGPU_DEBUG="1")
-    env.update(extra)
+    env.pop("PVGPU_SIGNAL", None)
+    env.update(PVGPU_DEBUG="1", **extra)
+    return env
+
+
+def run(programs, daemon, name, uri, **extra):
+    env = guest_env(programs, uri, **extra)
     before = len(END_RE.findall(daemon.log()))
     res = programs.run(name, env)
     programs.assert_passed(res, daemon)
@@ -153,9 +159,7 @@ def test_no_word_for_a_guest_that_withholds_the_feature(programs, sim_daemon):
 def bandwidth_signals(programs, daemon, size, reps):
     """Pinned synchronous copies of one size each way, through
     pvgpu-bandwidth: the calls that ended on the word, both sides."""
-    env = programs.pvgpu_env(shm_uri(daemon))
-    env.pop("PVGPU_SIGNAL", None)
-    env["PVGPU_DEBUG"] = "1"
+    env = guest_env(programs, shm_uri(daemon))
     before = len(END_RE.findall(daemon.log()))
     res = subprocess.run([str(BENCH), "--memory", "pinned", "--sizes", size,
                           "--reps", str(reps), "--json"],

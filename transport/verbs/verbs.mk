@@ -44,7 +44,7 @@ $(BUILD)/fuzz/fuzz_verbs_wire: tests/rdma/fuzz_verbs_wire.c transport/verbs/verb
 # the rest (tests/background.mk: test-rdma-start, test-rdma-wait):
 #   make test-rdma         in the foreground
 .PHONY: test-rdma
-test-rdma:
+test-rdma: | $(BG_DIR)/rdma
 	PVGPU_RDMA_TESTS=1 PVGPU_BUILD=$(abspath $(BUILD)) \
 		$(call BG_PYTEST,rdma) tests/rdma/test_rdma.py
 
