@@ -721,8 +721,8 @@ static void bound(struct pvgpu_worker *w, int d)
 	}
 }
 
-/* Wait for vm's turn on d; returns with this launch counted in flight. */
-static void wait_turn(struct pvgpu_worker *w, int d, int vm)
+/* Wait for vm's turn on d; returns with these n launches counted in flight. */
+static void wait_turn(struct pvgpu_worker *w, int d, int vm, uint32_t n)
 {
 	struct pvgpu_sched *s = w->cfg->sched;
 	struct pvgpu_sched_session *ss = &w->sched;
@@ -743,7 +743,7 @@ static void wait_turn(struct pvgpu_worker *w, int d, int vm)
 		enlisted = 1;
 		advance(s, d, now);
 		if (atomic_load(&dv->run_vm) == vm) {
-			atomic_fetch_add(&s->slots[i].inflight[d], 1);
+			atomic_fetch_add(&s->slots[i].inflight[d], n);
 			delist(s, d, i);
 			start_turn(s, d, now);
 			dev_unlock(s, d);
@@ -779,7 +779,7 @@ void pvgpu_sched_session_init(struct pvgpu_worker *w)
 	w->sched.admitted = -1;
 }
 
-void pvgpu_sched_admit(struct pvgpu_worker *w, int d)
+void pvgpu_sched_admit(struct pvgpu_worker *w, int d, uint32_t n)
 {
 	struct pvgpu_sched *s = w->cfg->sched;
 	struct pvgpu_sched_session *ss = &w->sched;
@@ -800,10 +800,10 @@ void pvgpu_sched_admit(struct pvgpu_worker *w, int d)
 	if (gate && contended(dv, now))
 		bound(w, d);
 	/* Counted before looking, so a turn ending now waits for this launch. */
-	atomic_fetch_add(&s->slots[i].inflight[d], 1);
+	atomic_fetch_add(&s->slots[i].inflight[d], n);
 	if (gate && !may_go(dv, vm, now)) {
-		atomic_fetch_sub(&s->slots[i].inflight[d], 1);
-		wait_turn(w, d, vm);
+		atomic_fetch_sub(&s->slots[i].inflight[d], n);
+		wait_turn(w, d, vm, n);
 		now = pvgpu_now_ns();
 	}
 	if (!s->slots[i].busy[d]) {
@@ -817,7 +817,16 @@ void pvgpu_sched_admit(struct pvgpu_worker *w, int d)
 	ss->admit_ns = now;
 }
 
-void pvgpu_sched_launched(struct pvgpu_worker *w, uint64_t stream, int32_t st)
+int pvgpu_sched_shared(struct pvgpu_worker *w, int d)
+{
+	struct pvgpu_sched *s = w->cfg->sched;
+
+	return s && s->quantum_ns && d >= 0 && d < PVGPU_MAX_DEVICES &&
+	       contended(&s->dev[d], pvgpu_now_ns());
+}
+
+void pvgpu_sched_launched(struct pvgpu_worker *w, uint64_t stream, int32_t st,
+			  uint32_t count)
 {
 	struct pvgpu_sched *s = w->cfg->sched;
 	struct pvgpu_sched_session *ss = &w->sched;
@@ -837,11 +846,11 @@ void pvgpu_sched_launched(struct pvgpu_worker *w, uint64_t stream, int32_t st)
 		now = pvgpu_now_ns();
 	atomic_store(&s->slots[slot_index(s, w->slot)].last_launch[d], now);
 	if (st != CUDA_SUCCESS) {
-		settle(w, d, 1, now);	/* nothing reached the GPU */
+		settle(w, d, count, now);	/* nothing reached the GPU */
 		return;
 	}
-	ss->launches++;
-	ss->pending++;
+	ss->launches += count;
+	ss->pending += count;
 	ss->last_stream[d] = stream;
 	ss->last_ctx[d] = w->cur_ctx;
 	/*
@@ -851,10 +860,10 @@ void pvgpu_sched_launched(struct pvgpu_worker *w, uint64_t stream, int32_t st)
 	 * is unmarked, and a context synchronise needs no mark at all.
 	 */
 	if (!contended(&s->dev[d], now)) {
-		ss->unmarked[d]++;
+		ss->unmarked[d] += count;
 		return;
 	}
-	n = ss->unmarked[d] + 1;
+	n = ss->unmarked[d] + count;
 	ss->unmarked[d] = 0;
 	if (mark(w, d, stream, n, 1)) {
 		ss->pending -= n;	/* cannot tell when they finish */

@@ -148,14 +148,22 @@ void pvgpu_sched_slot_gone(struct pvgpu_sched *s, struct pvgpu_slot *slot);
 /*
  * The worker's side; each does nothing without a table (w->cfg->sched).
  *
- * Around every kernel launch on device dev:
- *	pvgpu_sched_admit(w, dev);	may wait for the VM's turn
+ * Around every kernel launch on device dev, or one driver call that makes
+ * n of them (a run, a graph counts as one):
+ *	pvgpu_sched_admit(w, dev, n);	may wait for the VM's turn
  *	st = executor launch ...;
- *	pvgpu_sched_launched(w, stream, st);
+ *	pvgpu_sched_launched(w, stream, st, n);	st: none reached the GPU
  */
 void pvgpu_sched_session_init(struct pvgpu_worker *w);
-void pvgpu_sched_admit(struct pvgpu_worker *w, int dev);
-void pvgpu_sched_launched(struct pvgpu_worker *w, uint64_t stream, int32_t st);
+void pvgpu_sched_admit(struct pvgpu_worker *w, int dev, uint32_t n);
+void pvgpu_sched_launched(struct pvgpu_worker *w, uint64_t stream, int32_t st,
+			  uint32_t n);
+/*
+ * Whether VMs take turns on device dev now (others wait, or did lately):
+ * then a turn is measured launch by launch, and launches are not run in
+ * groups (host-backend/session/runs.c), which would outlast a turn.
+ */
+int pvgpu_sched_shared(struct pvgpu_worker *w, int dev);
 /* Launches of this session not yet seen to complete? (cheap) */
 static inline int pvgpu_sched_pending(const struct pvgpu_sched_session *ss)
 {

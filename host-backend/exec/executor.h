@@ -59,6 +59,18 @@ struct pvgpu_launch {
 };
 
 /*
+ * A run: identical plain launches the guest queued back to back while the
+ * worker was behind (host-backend/session/runs.c), handed to the executor
+ * PVGPU_LAUNCH_RUN at a time (launch_run below); PVGPU_RUN_PARAMS_MAX
+ * bytes of parameters at most.  A run's launches reach the GPU in one
+ * driver call where native makes one each.
+ */
+#define PVGPU_LAUNCH_RUN	32
+#define PVGPU_RUN_PARAMS_MAX	4096
+/* An optional op's answer "not this one, do it another way" (never a CUresult). */
+#define PVGPU_EXEC_DECLINED	(-1)
+
+/*
  * One explicit graph node (cuGraphAdd*Node), checked by the worker
  * (host-backend/session/graphs.c).  type is a CUgraphNodeType: KERNEL
  * (kernel, its stream unused), MEMCPY (dst, src, width bytes: device to
@@ -304,6 +316,16 @@ struct pvgpu_executor_ops {
 					  int32_t value);
 	int32_t (*launch)(struct pvgpu_exec *ex,
 			  const struct pvgpu_launch *launch);
+	/*
+	 * PVGPU_LAUNCH_RUN identical launches of launch, one after another
+	 * on its stream, as that many calls of launch would make them, in
+	 * fewer driver calls (optional).  All of them or none: an executor
+	 * that will not take this run (not yet worth it, or it cannot)
+	 * returns PVGPU_EXEC_DECLINED having launched nothing, and the
+	 * session calls launch for each.
+	 */
+	int32_t (*launch_run)(struct pvgpu_exec *ex,
+			      const struct pvgpu_launch *launch);
 	/* Resident blocks per multiprocessor for this launch shape. */
 	/* Clusters of this launch shape resident at once (cluster 0: the
 	 * kernel's own dimensions). */

@@ -178,9 +178,9 @@ static int32_t generic_call(struct pvgpu_worker *w, uint32_t fn,
 	if (f->id == PVGPU_GENERIC_cuGraphLaunch) {
 		/* A graph's launches take the VM's turn like any other (§3). */
 		h = pvgpu_handle_get(&w->handles, w->cur_ctx, H_CTX);
-		pvgpu_sched_admit(w, h ? h->device : -1);
+		pvgpu_sched_admit(w, h ? h->device : -1, 1);
 		st = w->ex_ops->driver_call(w->ex, f, a);
-		pvgpu_sched_launched(w, a[1], st);
+		pvgpu_sched_launched(w, a[1], st, 1);
 		pvgpu_output_arm(w);	/* its kernels may print (output.c) */
 	} else {
 		st = w->ex_ops->driver_call(w->ex, f, a);

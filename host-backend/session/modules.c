@@ -436,9 +436,10 @@ int32_t pvgpu_kernel_prepare(struct pvgpu_worker *w, struct pvgpu_launch *l,
 	return CUDA_SUCCESS;
 }
 
-static int32_t launch(struct pvgpu_worker *w, struct pvgpu_launch *l,
-		      uint64_t func, uint64_t guest_stream)
+int32_t pvgpu_kernel_launch(struct pvgpu_worker *w, struct pvgpu_launch *l,
+			    uint64_t func, uint64_t guest_stream, int run)
 {
+	uint32_t n = run ? PVGPU_LAUNCH_RUN : 1;
 	struct pvgpu_handle *ctx;
 	int32_t st = pvgpu_kernel_prepare(w, l, func);
 	int quiet;
@@ -450,39 +451,36 @@ static int32_t launch(struct pvgpu_worker *w, struct pvgpu_launch *l,
 	st = pvgpu_lookup_stream(w, guest_stream, &l->stream);
 	if (st)
 		return st;
+	if (run && !w->ex_ops->launch_run)
+		return PVGPU_EXEC_DECLINED;
 	/* Its VM's turn on this GPU first (gpusched.h). */
 	ctx = pvgpu_handle_get(&w->handles, w->cur_ctx, H_CTX);
-	pvgpu_sched_admit(w, ctx ? ctx->device : -1);
-	st = w->ex_ops->launch(w->ex, l);
-	if (!quiet)
+	pvgpu_sched_admit(w, ctx ? ctx->device : -1, n);
+	st = run ? w->ex_ops->launch_run(w->ex, l) : w->ex_ops->launch(w->ex, l);
+	if (!quiet && st != PVGPU_EXEC_DECLINED)
 		pvgpu_output_arm(w);	/* it may print (output.c) */
-	pvgpu_sched_launched(w, l->stream, st);
+	pvgpu_sched_launched(w, l->stream, st, n);
 	return st;
 }
-
-/* What launch_kernel and launch_kernel_ex requests share. */
-#define LAUNCH_SHAPE(req)						\
-	.grid = { (req)->grid_x, (req)->grid_y, (req)->grid_z },	\
-	.block = { (req)->block_x, (req)->block_y, (req)->block_z },	\
-	.shared_bytes = (req)->shared_bytes, .params = (req)->params,	\
-	.params_size = (req)->params_len
 
 int32_t pvgpu_handle_launch_kernel(struct pvgpu_worker *w,
 				   const struct pvgpu_launch_kernel_req *req)
 {
-	struct pvgpu_launch l = { LAUNCH_SHAPE(req) };
+	struct pvgpu_launch l = { PVGPU_LAUNCH_SHAPE(req) };
 
-	return launch(w, &l, req->func, req->stream);
+	if (pvgpu_run_take(w, req))
+		return CUDA_SUCCESS;	/* launched with its run (runs.c) */
+	return pvgpu_kernel_launch(w, &l, req->func, req->stream, 0);
 }
 
 int32_t pvgpu_handle_launch_kernel_ex(struct pvgpu_worker *w,
 				      const struct pvgpu_launch_kernel_ex_req *req)
 {
 	struct pvgpu_launch_attr attrs[PVGPU_MAX_LAUNCH_ATTRS];
-	struct pvgpu_launch l = { LAUNCH_SHAPE(req), .attrs = attrs };
+	struct pvgpu_launch l = { PVGPU_LAUNCH_SHAPE(req), .attrs = attrs };
 	int32_t st = launch_attrs(req->attrs, req->attrs_count, attrs, &l.nattrs);
 
-	return st ? st : launch(w, &l, req->func, req->stream);
+	return st ? st : pvgpu_kernel_launch(w, &l, req->func, req->stream, 0);
 }
 
 int32_t pvgpu_handle_func_max_clusters(struct pvgpu_worker *w,

@@ -40,6 +40,16 @@ static void note_error(struct pvgpu_worker *w, uint16_t opcode, int32_t st)
 		 info ? info->name : "?", st);
 }
 
+/* Held launches (runs.c), watched as any call is. */
+static void flush_runs(struct pvgpu_worker *w)
+{
+	if (!w->run.count)
+		return;
+	pvgpu_watchdog_begin(w->slot, PVGPU_OP_LAUNCH_KERNEL);
+	pvgpu_run_flush(w);
+	pvgpu_watchdog_end(w->slot);
+}
+
 /* Run one async operation (alone or from a batch). */
 static void serve_async(struct pvgpu_worker *w, const struct pvgpu_hdr *h,
 			const uint8_t *payload)
@@ -48,7 +58,11 @@ static void serve_async(struct pvgpu_worker *w, const struct pvgpu_hdr *h,
 	size_t rep_len;
 	int32_t st;
 
+	if (h->opcode != PVGPU_OP_LAUNCH_KERNEL)
+		flush_runs(w);		/* held launches were queued first */
 	w->req_id = h->id;
+	w->req_opcode = h->opcode;
+	w->req_len = h->length;
 	/* Queued work counts too: an executor may run it now (the sim does). */
 	pvgpu_watchdog_begin(w->slot, h->opcode);
 	st = pvgpu_dispatch(w, h->opcode, payload, h->length, rep, &rep_len);
@@ -65,11 +79,34 @@ static void serve_async(struct pvgpu_worker *w, const struct pvgpu_hdr *h,
 		}
 		st = CUDA_ERROR_INVALID_VALUE;
 	}
-	if (st != 0) {
-		note_error(w, h->opcode, st);
-		if (w->deferred == 0)
-			w->deferred = st;
-	}
+	if (st != 0)
+		pvgpu_worker_async_failed(w, h->opcode, st);
+}
+
+void pvgpu_worker_async_failed(struct pvgpu_worker *w, uint16_t opcode,
+			       int32_t st)
+{
+	note_error(w, opcode, st);
+	if (w->deferred == 0)
+		w->deferred = st;
+}
+
+int pvgpu_worker_more_input(struct pvgpu_worker *w)
+{
+	return w->batch_left || (w->ring_on && pvgpu_ring_pending(&w->ring) > 0);
+}
+
+int pvgpu_worker_next_alike(struct pvgpu_worker *w)
+{
+	struct pvgpu_hdr h;
+
+	if (w->batch_left)
+		return w->batch_left >= PVGPU_HDR_SIZE &&
+		       !pvgpu_hdr_decode(w->batch_next, &h) &&
+		       h.opcode == w->req_opcode && h.length == w->req_len;
+	/* A message this small is one record (shm/ring.h). */
+	return w->ring_on &&
+	       pvgpu_ring_pending(&w->ring) == (int64_t)(PVGPU_HDR_SIZE + w->req_len);
 }
 
 static void serve_batch(struct pvgpu_worker *w, const uint8_t *p, size_t left)
@@ -91,10 +128,12 @@ static void serve_batch(struct pvgpu_worker *w, const uint8_t *p, size_t left)
 			w->fatal = 1;
 			return;
 		}
-		serve_async(w, &h, p + PVGPU_HDR_SIZE);
-		atomic_fetch_add(&w->slot->calls, 1);
 		p += PVGPU_HDR_SIZE + h.length;
 		left -= PVGPU_HDR_SIZE + h.length;
+		w->batch_next = p;
+		w->batch_left = left;
+		serve_async(w, &h, p - h.length);
+		atomic_fetch_add(&w->slot->calls, 1);
 	}
 }
 
@@ -108,6 +147,7 @@ static void serve_message(struct pvgpu_worker *w, const struct pvgpu_hdr *h,
 
 	if (h->opcode == PVGPU_OP_BATCH) {
 		serve_batch(w, payload, h->length);
+		w->batch_left = 0;
 		return;
 	}
 	if (!w->said_hello && h->opcode != PVGPU_OP_HELLO) {
@@ -121,6 +161,7 @@ static void serve_message(struct pvgpu_worker *w, const struct pvgpu_hdr *h,
 		serve_async(w, h, payload);
 		return;
 	}
+	flush_runs(w);			/* held launches were queued first */
 	w->req_id = h->id;
 	w->req_flags = h->flags;
 	if (h->opcode < PVGPU_SYNC_OPS)
@@ -244,6 +285,10 @@ static void log_sync_ops(const struct pvgpu_worker *w)
 	if (w->signals)
 		log_debug("%llu of them ended on the device's signal",
 			  (unsigned long long)w->signals);
+	if (w->runs)
+		log_debug("%llu launches went to the GPU as %llu runs of %u",
+			  (unsigned long long)w->runs * PVGPU_LAUNCH_RUN,
+			  (unsigned long long)w->runs, PVGPU_LAUNCH_RUN);
 }
 
 static void worker_fini(struct pvgpu_worker *w)
@@ -291,6 +336,9 @@ int pvgpu_worker_run(struct pvgpu_conn *conn, const struct pvgpu_peer *peer,
 	while (!w.fatal) {
 		uint32_t limit;
 
+		/* Held launches wait only while the guest is ahead (runs.c). */
+		if (w.run.count && !pvgpu_worker_more_input(&w))
+			flush_runs(&w);
 		if (w.signal_pending)
 			pvgpu_signal_settle(&w);
 		if (pvgpu_worker_read(&w, raw, sizeof(raw)))

@@ -128,6 +128,22 @@ struct pvgpu_worker {
 	unsigned int next_staging;
 	uint64_t staging_pinned;	/* bytes of it counted in slot->host_pinned */
 	uint8_t *rx;			/* one control payload or batch */
+	uint16_t req_opcode;		/* the request being served: its opcode, */
+	uint32_t req_len;		/* its payload's bytes */
+	const uint8_t *batch_next;	/* the batch's next message, */
+	size_t batch_left;		/* its bytes from there on */
+
+	/*
+	 * Identical launches held while the guest's next message already
+	 * waits (runs.c): the first one's request, its parameters copied,
+	 * and how many.
+	 */
+	struct pvgpu_run {
+		uint32_t count;
+		struct pvgpu_launch_kernel_req req;
+		uint8_t params[PVGPU_RUN_PARAMS_MAX];
+	} run;
+	uint64_t runs;			/* runs the executor took */
 
 	struct pvgpu_window win;
 	/*
@@ -231,6 +247,41 @@ int pvgpu_worker_send_reply(struct pvgpu_worker *w, uint16_t opcode,
  */
 int32_t pvgpu_lookup_stream(struct pvgpu_worker *w, uint64_t id,
 			    uint64_t *exec);
+
+/*
+ * Runs of identical launches (runs.c).  pvgpu_run_take: 1 when this launch
+ * joined the held run or began one (it is then launched with it), 0 when
+ * the caller launches it now.  pvgpu_run_flush: launch what is held; the
+ * worker calls it before serving anything else and before it waits for
+ * the guest.  pvgpu_worker_more_input: the guest's next message is
+ * already here (the rest of a batch, or a record in the ring);
+ * pvgpu_worker_next_alike: and it may be another of the request being
+ * served (the same opcode in a batch, and as many bytes).
+ * pvgpu_worker_async_failed: an async request failed (its error is the
+ * next reply's, logged once per kind).
+ */
+int pvgpu_run_take(struct pvgpu_worker *w,
+		   const struct pvgpu_launch_kernel_req *req);
+void pvgpu_run_flush(struct pvgpu_worker *w);
+int pvgpu_worker_more_input(struct pvgpu_worker *w);
+int pvgpu_worker_next_alike(struct pvgpu_worker *w);
+void pvgpu_worker_async_failed(struct pvgpu_worker *w, uint16_t opcode,
+			       int32_t st);
+/* A struct pvgpu_launch's shape and parameters from a launch_kernel or
+ * launch_kernel_ex request. */
+#define PVGPU_LAUNCH_SHAPE(req)						\
+	.grid = { (req)->grid_x, (req)->grid_y, (req)->grid_z },	\
+	.block = { (req)->block_x, (req)->block_y, (req)->block_z },	\
+	.shared_bytes = (req)->shared_bytes, .params = (req)->params,	\
+	.params_size = (req)->params_len
+
+/*
+ * A kernel launch from the guest (modules.c): checked, in its VM's turn,
+ * then the executor's launch, or with run set its launch_run
+ * (PVGPU_LAUNCH_RUN of them, or PVGPU_EXEC_DECLINED and none).
+ */
+int32_t pvgpu_kernel_launch(struct pvgpu_worker *w, struct pvgpu_launch *l,
+			    uint64_t func, uint64_t guest_stream, int run);
 
 /*
  * A launch's function id and packed params checked against the function's

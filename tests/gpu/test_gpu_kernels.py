@@ -28,9 +28,11 @@ BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
 # Every kernel program, known from the sources so that collection works
 # before anything is built, and the PTX-only build.
 # launchex needs launch attributes and cooperative launches, which pvgpu's
-# runtime shim refuses, copies3d, arrays, textures and graphnodes what it
-# lacks: they run over libcuda.so.1 in test_gpu_driver_api.py.
-NOT_THROUGH_SHIM = {"launchex", "copies3d", "arrays", "textures", "graphnodes"}
+# runtime shim refuses, copies3d, arrays, textures, graphnodes and
+# launchruns (stream capture) what it lacks: they run over libcuda.so.1 in
+# test_gpu_driver_api.py.
+NOT_THROUGH_SHIM = {"launchex", "copies3d", "arrays", "textures", "graphnodes",
+                    "launchruns"}
 KERNEL_PROGRAMS = sorted(
     p.stem for p in (REPO / "tests" / "programs" / "kernels").glob("*.cu")
     if p.stem not in NOT_THROUGH_SHIM

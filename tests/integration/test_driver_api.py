@@ -35,10 +35,11 @@ KERNELS = sorted("kernels/" + p.stem
                  if p.stem != "fault")
 # Programs pvgpu's runtime shim cannot run, so nothing to compare with: it
 # refuses launch attributes (guest-lib/cudart/runtime_launch.c) and has no
-# cooperative launch, no 3D copies, no arrays, no textures and no explicit
-# graph nodes. Each checks its own results.
+# cooperative launch, no 3D copies, no arrays, no textures, no explicit
+# graph nodes and no stream capture. Each checks its own results.
 NOT_THROUGH_SHIM = {"kernels/launchex", "kernels/copies3d", "kernels/arrays",
-                    "kernels/textures", "kernels/graphnodes"}
+                    "kernels/textures", "kernels/graphnodes",
+                    "kernels/launchruns"}
 # Programs the sim cannot run: it has no texture unit, so a kernel that
 # fetches has no CPU twin.  test_texture_objects below and
 # test_textures.py check what the sim can (the protocol, the checks, the
@@ -131,6 +132,32 @@ def test_nvidia_runtime_over_shm(programs, twins_daemon, libdir, name):
     uri = "shm://" + twins_daemon.unix[len("unix://"):]
     res = run(binary(name, "shared"), guest_env(libdir, uri))
     programs.assert_passed(res, twins_daemon)
+
+
+RUNS_RE = re.compile(r"session \d+: (\d+) launches went to the GPU as (\d+) runs of (\d+)")
+
+
+@pytest.mark.parametrize("transport", ["unix", "shm"])
+def test_identical_launches_go_as_runs(programs, twins_daemon, libdir, transport):
+    """launchruns' thousands of identical launches, between memsets, events,
+    a second stream, a capture and attribute changes: every count right
+    (the program checks), and the worker took the repeated launches as
+    runs (host-backend/session/runs.c; the sim runs a run as its
+    launches).  Over unix:// a batch holds them all, so runs always form;
+    over shm:// only while the guest is ahead of the worker, which the
+    sim's speed decides, so there the count is printed, not judged."""
+    uri = ("shm://" if transport == "shm" else "unix://") + \
+        twins_daemon.unix[len("unix://"):]
+    for way in ("shared", "static"):
+        res = run(binary("kernels/launchruns", way), guest_env(libdir, uri))
+        programs.assert_passed(res, twins_daemon)
+    twins_daemon.stop()     # the sessions' last lines are in the log
+    runs = [tuple(map(int, m.groups())) for m in RUNS_RE.finditer(twins_daemon.log())]
+    print(f"\nlaunchruns over {transport}://: launches in runs, runs, run length: {runs}")
+    if transport == "unix":
+        assert len(runs) == 2, twins_daemon.log()[-4000:]
+        for launches, n, size in runs:
+            assert size == 32 and launches == n * size and n >= 50, runs
 
 
 # ---- the surface, without a backend --------------------------------------

@@ -207,6 +207,8 @@ struct sim_host {
 
 struct pvgpu_exec {
 	struct pvgpu_exec_config cfg;
+	/* The last run of launches seen (sim_launch_run): function, stream. */
+	uint64_t run_func, run_stream;
 	bool have_cfg;
 	int32_t ndev;
 	uint64_t total_bytes;		/* per device */
@@ -2922,6 +2924,28 @@ out:
 }
 
 /*
+ * A run of identical launches (host-backend/session/runs.c): declined the
+ * first time a function's runs on a stream are seen, as the CUDA executor
+ * declines until its graph is worth making, then that many launches.
+ */
+static int32_t sim_launch_run(struct pvgpu_exec *ex,
+			      const struct pvgpu_launch *launch)
+{
+	int32_t rc = CUDA_SUCCESS;
+
+	if (!ex || !launch)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (ex->run_func != launch->func || ex->run_stream != launch->stream) {
+		ex->run_func = launch->func;
+		ex->run_stream = launch->stream;
+		return PVGPU_EXEC_DECLINED;
+	}
+	for (uint32_t i = 0; i < PVGPU_LAUNCH_RUN && !rc; i++)
+		rc = sim_launch(ex, launch);
+	return rc;
+}
+
+/*
  * CUDA arrays: a dense block of host memory, row after row, slice after
  * slice (a GPU lays them out in its own way, which no program can see).
  */
@@ -4548,6 +4572,7 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.function_attribute	= sim_function_attribute,
 	.function_set_attribute	= sim_function_set_attribute,
 	.launch			= sim_launch,
+	.launch_run		= sim_launch_run,
 	.occupancy		= sim_occupancy,
 	.dynamic_smem		= sim_dynamic_smem,
 	.max_clusters		= sim_max_clusters,

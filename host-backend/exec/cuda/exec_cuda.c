@@ -201,6 +201,13 @@ struct cuda_api {
 						     CUgraph);
 	CUresult (CUDAAPI *graph_memcpy_node_set)(CUgraphNode,
 						  const CUDA_MEMCPY3D *);
+	/* Runs of identical launches (cuda_launch_run). */
+	CUresult (CUDAAPI *graph_create)(CUgraph *, unsigned int);
+	CUresult (CUDAAPI *graph_destroy)(CUgraph);
+	CUresult (CUDAAPI *graph_instantiate)(CUgraphExec *, CUgraph,
+					      unsigned long long);
+	CUresult (CUDAAPI *graph_launch)(CUgraphExec, CUstream);
+	CUresult (CUDAAPI *graph_exec_destroy)(CUgraphExec);
 };
 
 struct cuda_sym {
@@ -270,6 +277,12 @@ static const struct cuda_sym cuda_syms[] = {
 	SYM(func_set_attribute, "cuFuncSetAttribute", 9000, "cuFuncSetAttribute", NULL, false),
 	SYM(launch_kernel, "cuLaunchKernel", 4000, "cuLaunchKernel", NULL, false),
 	SYM(launch_kernel_ex, "cuLaunchKernelEx", 11060, "cuLaunchKernelEx", NULL, true),
+	SYM(graph_create, "cuGraphCreate", 10000, "cuGraphCreate", NULL, true),
+	SYM(graph_destroy, "cuGraphDestroy", 10000, "cuGraphDestroy", NULL, true),
+	SYM(graph_instantiate, "cuGraphInstantiateWithFlags", 11040,
+	    "cuGraphInstantiateWithFlags", NULL, true),
+	SYM(graph_launch, "cuGraphLaunch", 10000, "cuGraphLaunch", NULL, true),
+	SYM(graph_exec_destroy, "cuGraphExecDestroy", 10000, "cuGraphExecDestroy", NULL, true),
 	SYM(array_create, "cuArray3DCreate", 3020, "cuArray3DCreate_v2", NULL, true),
 	SYM(array_destroy, "cuArrayDestroy", 2000, "cuArrayDestroy", NULL, true),
 	SYM(memcpy_3d_async, "cuMemcpy3DAsync", 3020, "cuMemcpy3DAsync_v2", NULL, true),
@@ -339,6 +352,13 @@ struct cuda_handle {
 };
 
 /* A retained primary context. */
+/*
+ * Executable graphs kept for runs of identical launches: a program's
+ * loops launch a few kernels over and over; each graph is
+ * PVGPU_LAUNCH_RUN kernel nodes in a chain.
+ */
+#define CUDA_RUN_GRAPHS		8
+
 struct cuda_ctx {
 	CUcontext ctx;
 	CUdevice dev;
@@ -387,10 +407,25 @@ struct pvgpu_exec {
 	 * descriptor of each, open for importers until the worker ends. */
 	struct { uint64_t mem; int fd; } vmm_fds[CUDA_MAX_VMM_EXPORTS];
 	unsigned int nvmm_fds;
+
+	/* Runs of identical launches (cuda_launch_run). */
+	struct cuda_run_graph {
+		uint64_t ctx;		/* 0: a free entry */
+		CUfunction f;
+		CUstream stream;
+		uint32_t grid[3], block[3], shared, params_size;
+		uint8_t params[PVGPU_RUN_PARAMS_MAX];
+		CUgraphExec exec;	/* NULL: seen once, not made yet */
+		bool failed;		/* not made: launched one by one */
+		uint64_t used;		/* run_clock at its last run */
+	} runs[CUDA_RUN_GRAPHS];
+	uint64_t run_clock;
 };
 
 /* ------------------------------------------------------------------ */
 /* helpers */
+
+static void run_graphs_drop(struct pvgpu_exec *ex, uint64_t ctx);
 
 static int grow(void **arr, size_t *cap, size_t need, size_t elem)
 {
@@ -693,6 +728,7 @@ static void ctx_release(struct pvgpu_exec *ex, struct cuda_ctx *c,
 		return;
 	}
 
+	run_graphs_drop(ex, h);
 	/* Work on it while it is current, then leave no context current. */
 	if (ex->api.ctx_set_current(c->ctx) == CUDA_SUCCESS) {
 		ex->api.ctx_synchronize();
@@ -1452,6 +1488,7 @@ static int32_t cuda_module_unload(struct pvgpu_exec *ex, uint64_t module)
 	e = handle_here(ex, module, CUDA_MODULE);
 	if (!e)
 		return CUDA_ERROR_INVALID_HANDLE;
+	run_graphs_drop(ex, 0);		/* their functions may be this module's */
 	rc = ex->api.module_unload((CUmodule)(uintptr_t)module);
 	if (rc)
 		return rc;
@@ -1639,6 +1676,7 @@ static int32_t cuda_function_set_attribute(struct pvgpu_exec *ex,
 	rc = to_function(ex, func, &f);
 	if (rc)
 		return rc;
+	run_graphs_drop(ex, 0);
 	return ex->api.func_set_attribute(f, (CUfunction_attribute)attr, value);
 }
 
@@ -2264,6 +2302,145 @@ static int32_t kernel_node_params(struct pvgpu_exec *ex,
 	return CUDA_SUCCESS;
 }
 
+/*
+ * Runs.  PVGPU_LAUNCH_RUN identical launches as one cuGraphLaunch of a
+ * graph of that many kernel nodes in a chain: on one stream a graph's
+ * nodes run in order after the work before it and before the work after
+ * it, which is what that many launches do, for one driver call instead of
+ * one each (an empty launch costs the driver 3-4 us of CPU on the H200;
+ * a graph's kernels start about 0.5 us apart on the GPU).  A run is made
+ * into a graph the second time it is seen (a launch pattern seen once
+ * may never come back, and making a graph costs more than a run's
+ * launches), kept among CUDA_RUN_GRAPHS by context, stream, function,
+ * shape and parameter bytes, the least recently run one making room.
+ * Kept graphs are dropped whenever something may change how their kernels
+ * run: a module unloaded, a function's attributes set, a context
+ * released, a generic call that sets function, kernel, module, library
+ * or context state.
+ */
+static bool run_graph_is(const struct cuda_run_graph *g, uint64_t ctx,
+			 CUfunction f, CUstream s, const struct pvgpu_launch *l)
+{
+	return g->ctx == ctx && g->f == f && g->stream == s &&
+	       !memcmp(g->grid, l->grid, sizeof(g->grid)) &&
+	       !memcmp(g->block, l->block, sizeof(g->block)) &&
+	       g->shared == l->shared_bytes && g->params_size == l->params_size &&
+	       !memcmp(g->params, l->params, l->params_size);
+}
+
+static void run_graph_drop(struct pvgpu_exec *ex, struct cuda_run_graph *g)
+{
+	if (g->exec)
+		ex->api.graph_exec_destroy(g->exec);
+	g->exec = NULL;
+	g->ctx = 0;
+	g->failed = false;
+}
+
+/* The kept graphs of context ctx, or (0) all of them, dropped. */
+static void run_graphs_drop(struct pvgpu_exec *ex, uint64_t ctx)
+{
+	for (unsigned int i = 0; i < CUDA_RUN_GRAPHS; i++)
+		if (ex->runs[i].ctx && (!ctx || ex->runs[i].ctx == ctx))
+			run_graph_drop(ex, &ex->runs[i]);
+}
+
+static int32_t run_graph_make(struct pvgpu_exec *ex, struct cuda_run_graph *g,
+			      const struct pvgpu_launch *l)
+{
+	void *stack_args[CUDA_STACK_PARAMS];
+	void **args = stack_args;
+	CUDA_KERNEL_NODE_PARAMS p;
+	CUgraphNode prev = NULL, node;
+	CUgraph graph = NULL;
+	int32_t rc = kernel_node_params(ex, l, stack_args, &args, &p);
+
+	if (rc)
+		return rc;
+	rc = ex->api.graph_create(&graph, 0);
+	for (unsigned int i = 0; !rc && i < PVGPU_LAUNCH_RUN; i++) {
+		rc = ex->api.graph_add_kernel_node(&node, graph, prev ? &prev : NULL,
+						   prev ? 1 : 0, &p);
+		prev = node;
+	}
+	if (!rc)
+		rc = ex->api.graph_instantiate(&g->exec, graph, 0);
+	if (graph)
+		ex->api.graph_destroy(graph);
+	if (args != stack_args)
+		free(args);
+	return rc;
+}
+
+static int32_t cuda_launch_run(struct pvgpu_exec *ex,
+			       const struct pvgpu_launch *l)
+{
+	struct cuda_run_graph *g = NULL;
+	CUfunction f;
+	CUstream s;
+
+	if (!ex || !l || l->nattrs || !ex->cur ||
+	    l->params_size > PVGPU_RUN_PARAMS_MAX || !ex->api.graph_create ||
+	    !ex->api.graph_destroy || !ex->api.graph_instantiate ||
+	    !ex->api.graph_launch || !ex->api.graph_exec_destroy ||
+	    !ex->api.graph_add_kernel_node || to_function(ex, l->func, &f) ||
+	    to_stream(ex, l->stream, &s))
+		return PVGPU_EXEC_DECLINED;
+	for (unsigned int i = 0; i < CUDA_RUN_GRAPHS && !g; i++)
+		if (run_graph_is(&ex->runs[i], ex->cur, f, s, l))
+			g = &ex->runs[i];
+	if (!g) {
+		/* Seen once: remembered in a free entry or the oldest one. */
+		g = &ex->runs[0];
+		for (unsigned int i = 1; i < CUDA_RUN_GRAPHS && g->ctx; i++)
+			if (!ex->runs[i].ctx || ex->runs[i].used < g->used)
+				g = &ex->runs[i];
+		run_graph_drop(ex, g);
+		g->ctx = ex->cur;
+		g->f = f;
+		g->stream = s;
+		memcpy(g->grid, l->grid, sizeof(g->grid));
+		memcpy(g->block, l->block, sizeof(g->block));
+		g->shared = l->shared_bytes;
+		g->params_size = l->params_size;
+		memcpy(g->params, l->params, l->params_size);
+		g->used = ++ex->run_clock;
+		return PVGPU_EXEC_DECLINED;
+	}
+	g->used = ++ex->run_clock;
+	if (g->failed)
+		return PVGPU_EXEC_DECLINED;
+	if (!g->exec && run_graph_make(ex, g, l)) {
+		g->failed = true;
+		return PVGPU_EXEC_DECLINED;
+	}
+	/* Refused (the launches alone say why, one by one): none ran. */
+	if (ex->api.graph_launch(g->exec, s)) {
+		g->failed = true;
+		return PVGPU_EXEC_DECLINED;
+	}
+	return CUDA_SUCCESS;
+}
+
+/*
+ * A generic call that may change how kept run graphs' kernels run:
+ * one that sets function, kernel, module, library or context state.
+ */
+static bool changes_kernels(const char *name)
+{
+	static const char *const setters[] = {
+		"cuFunc", "cuKernel", "cuModule", "cuLibrary", "cuCtx",
+		"cuDevicePrimaryCtx",
+	};
+
+	if (strstr(name, "Get") || strstr(name, "Synchronize"))
+		return false;
+	for (size_t i = 0; i < sizeof(setters) / sizeof(setters[0]); i++)
+		if (!strncmp(name, setters[i], strlen(setters[i])))
+			return true;
+	return false;
+}
+
 /* A copy node's parameters: one run of bytes, either end host memory. */
 static void memcpy_node_params(const struct pvgpu_graph_node *n,
 			       CUDA_MEMCPY3D *p)
@@ -2718,6 +2895,8 @@ static int32_t cuda_driver_call(struct pvgpu_exec *ex,
 	}
 	if (!ex->generic_fp[f->id])
 		return CUDA_ERROR_NOT_SUPPORTED;
+	if (changes_kernels(f->name))
+		run_graphs_drop(ex, 0);
 	if (f->id == PVGPU_GENERIC_cuMemRelease) {
 		uint64_t mem = a[0];
 		int32_t rc = pvgpu_cuda_generic_invoke(ex->generic_fp[f->id], f, a);
@@ -3066,6 +3245,7 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.function_attribute	= cuda_function_attribute,
 	.function_set_attribute	= cuda_function_set_attribute,
 	.launch			= cuda_launch,
+	.launch_run		= cuda_launch_run,
 	.occupancy		= cuda_occupancy,
 	.dynamic_smem		= cuda_dynamic_smem,
 	.max_clusters		= cuda_max_clusters,
