@@ -11,8 +11,9 @@
  * waiting, the worker holds it instead of launching it; PVGPU_LAUNCH_RUN
  * of them go to the executor as one run (launch_run: the CUDA executor
  * launches a cached graph of that many kernel nodes, one driver call).
- * Nothing is held while the guest is not ahead: a launch whose next
- * message has not arrived is launched at once, and anything other than
+ * Nothing is held while the guest is not ahead: the first launch of a run
+ * is launched at once, a launch whose next message has not arrived too,
+ * and anything other than
  * the same launch (a synchronize, a copy, another kernel) first launches
  * what is held, so the order of work on every stream is the guest's.  A
  * launch is held only when the message waiting is as long as it (a
@@ -49,25 +50,40 @@ int pvgpu_run_take(struct pvgpu_worker *w,
 		   const struct pvgpu_launch_kernel_req *req)
 {
 	struct pvgpu_run *r = &w->run;
+	/* The message before this one was this same launch. */
+	int again = r->last && r->last + 1 == w->served && same_launch(r, req);
 
-	if (r->count && same_launch(r, req)) {
+	r->last = w->served;
+	if (r->count && again) {
 		if (++r->count == PVGPU_LAUNCH_RUN || !pvgpu_worker_next_alike(w))
 			pvgpu_run_flush(w);
 		return 1;
 	}
 	pvgpu_run_flush(w);
+	if (!again) {
+		/*
+		 * Launched at once, and remembered: a run begins with the
+		 * second of its launches.  (A launch between other calls, as
+		 * in launch-and-synchronize loops, never waits for a look at
+		 * the guest's next message.)
+		 */
+		if (req->params_len > sizeof(r->params)) {
+			r->last = 0;
+			return 0;
+		}
+		r->req = *req;
+		memcpy(r->params, req->params, req->params_len);
+		r->req.params = r->params;
+		return 0;
+	}
 	/*
 	 * While a stream captures, launches become the guest's graph's
 	 * nodes, one each, as the guest made them; while VMs take turns on
 	 * the GPU, a turn ends between two launches, not after 32.
 	 */
 	if (!w->ex_ops->launch_run || w->capturing ||
-	    req->params_len > sizeof(r->params) ||
 	    !pvgpu_worker_next_alike(w) || run_shared(w))
 		return 0;
-	r->req = *req;
-	memcpy(r->params, req->params, req->params_len);
-	r->req.params = r->params;
 	r->count = 1;
 	return 1;
 }

@@ -60,6 +60,7 @@ static void serve_async(struct pvgpu_worker *w, const struct pvgpu_hdr *h,
 
 	if (h->opcode != PVGPU_OP_LAUNCH_KERNEL)
 		flush_runs(w);		/* held launches were queued first */
+	w->served++;
 	w->req_id = h->id;
 	w->req_opcode = h->opcode;
 	w->req_len = h->length;
@@ -162,6 +163,7 @@ static void serve_message(struct pvgpu_worker *w, const struct pvgpu_hdr *h,
 		return;
 	}
 	flush_runs(w);			/* held launches were queued first */
+	w->served++;
 	w->req_id = h->id;
 	w->req_flags = h->flags;
 	if (h->opcode < PVGPU_SYNC_OPS)

@@ -133,13 +133,16 @@ struct pvgpu_worker {
 	const uint8_t *batch_next;	/* the batch's next message, */
 	size_t batch_left;		/* its bytes from there on */
 
+	uint64_t served;		/* messages served, this one included */
 	/*
 	 * Identical launches held while the guest's next message already
-	 * waits (runs.c): the first one's request, its parameters copied,
-	 * and how many.
+	 * waits (runs.c): the last launch's request, its parameters copied,
+	 * the message it was (served; 0: none), and how many like it are
+	 * held.
 	 */
 	struct pvgpu_run {
 		uint32_t count;
+		uint64_t last;
 		struct pvgpu_launch_kernel_req req;
 		uint8_t params[PVGPU_RUN_PARAMS_MAX];
 	} run;
