@@ -13,11 +13,10 @@
  * launches a cached graph of that many kernel nodes, one driver call).
  * Nothing is held while the guest is not ahead: the first launch of a run
  * is launched at once, a launch whose next message has not arrived too,
- * and anything other than
- * the same launch (a synchronize, a copy, another kernel) first launches
- * what is held, so the order of work on every stream is the guest's.  A
- * launch is held only when the message waiting is as long as it (a
- * synchronize behind a launch does not hold the launch back).
+ * and anything other than the same launch (a synchronize, a copy, another
+ * kernel) first launches what is held, so the order of work on every
+ * stream is the guest's.  A launch is held only when the message waiting
+ * is as long as it (a synchronize behind a launch does not hold it back).
  * Errors are the async ones they always were: the first is the next
  * reply's.
  */
