@@ -179,9 +179,8 @@ run_case bound-after verbs://$A:7476 tok-here /pvgpu/bin/devices
 # pinned copy's may not need the guest: a freeze there left the worker
 # idle, and an idle guest keeps its session, by design); a freeze that
 # still finds the worker idle is let go and made again a second later.
-# The guest's own timeout is long (60 s): a guest resumed after a 10 s
-# freeze must not give up on a peer it was not watching, which ended its
-# session at the let-go in some runs (the worker's 3 s are the test).
+# The guest's own timeout is long (60 s): the worker's 3 s are the test
+# here (a guest stopped past its own timeout is the stopped-reader case).
 worker_of() { cat /proc/$1/task/$1/children 2>/dev/null | awk '{print $1}'; }
 # Where that worker sleeps (kernel function, state), for a failure's message.
 worker_wait() { w=$(worker_of $PID_frozen); [ -z "$w" ] || echo "$(cat /proc/$w/wchan 2>/dev/null) $(cut -d' ' -f3 /proc/$w/stat 2>/dev/null)"; }
@@ -228,6 +227,16 @@ kill -9 $w 2>/dev/null; sleep 1
 __HALFWAY__
 run_case after-frozen verbs://$A:7477 tok-f /pvgpu/bin/devices
 echo "case frozen-alive rc=0 alive=$(alive $PID_frozen)"
+
+# A guest stopped past its own timeout (2 s) while the rest of a reply
+# arrives, four times: resumed, it reads what came and goes on (node B's
+# worker, 10 s, waits for it).  Pageable D2H: the guest waits in the
+# middle of each 1 MiB frame for its next slots.
+PVGPU_DEVICES="verbs://$B:7471?timeout=2" PVGPU_TOKEN=tok-direct pvgpu-bandwidth --sizes 16M --reps 16 --dir d2h --memory pageable > /tmp/stopped-reader.out 2>&1 &
+bw=$!
+for k in 1 2 3 4; do sleep 1; kill -STOP $bw 2>/dev/null; sleep 4; kill -CONT $bw 2>/dev/null; done
+wait $bw; echo "case stopped-reader rc=$?"
+tail -n 3 /tmp/stopped-reader.out | sed 's/^/stopped-reader: /'
 
 # A guest killed mid-copy: its session ends, node B's pvgpud serves the next.
 PVGPU_DEVICES=verbs://$B:7471 PVGPU_TOKEN=tok-direct pvgpu-bandwidth --sizes 64M --reps 50 --memory pinned > /dev/null 2>&1 &
@@ -525,6 +534,15 @@ def test_frozen_peer_ends_its_session_after_the_timeout(console):
     code, line = rc(console, "after-frozen")
     assert code == 0 and line.endswith("last=PASS"), line
     assert "alive=yes" in cases(console)["frozen-alive"], frozen
+
+
+def test_guest_stopped_past_its_timeout_reads_on(console):
+    """A guest stopped (SIGSTOP, 4 s) past its own ?timeout=2 while its
+    copy's slots arrive: resumed, it looks at what came before it judges
+    the peer, and the program finishes with its bytes verified."""
+    code, line = rc(console, "stopped-reader")
+    out = "\n".join(l for l in console.splitlines() if l.startswith("stopped-reader"))
+    assert code == 0, f"{line}\n{out}"
 
 
 def test_guest_frozen_halfway_through_a_message(console):

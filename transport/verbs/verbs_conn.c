@@ -722,6 +722,13 @@ ssize_t verbs_conn_read(struct verbs_conn *c, void *buf, size_t len,
 				}
 				if (now_ns() > spin_until && block(c, 1000))
 					break;
+				/*
+				 * What came while we slept first: stopped past
+				 * give_up (a paused VM, SIGSTOP), we would
+				 * otherwise blame a peer that kept sending.
+				 */
+				if (poll_recv(c) || c->rx_seq > c->rx_used)
+					break;
 				if (halfway(c, give_up))
 					break;
 				/* Our credit writes complete there too. */
