@@ -270,6 +270,7 @@ int pvgpu_worker_more_input(struct pvgpu_worker *w);
 int pvgpu_worker_next_alike(struct pvgpu_worker *w);
 void pvgpu_worker_async_failed(struct pvgpu_worker *w, uint16_t opcode,
 			       int32_t st);
+
 /* A struct pvgpu_launch's shape and parameters from a launch_kernel or
  * launch_kernel_ex request. */
 #define PVGPU_LAUNCH_SHAPE(req)						\

@@ -351,7 +351,6 @@ struct cuda_handle {
 	uint64_t module;		/* for a function: its module */
 };
 
-/* A retained primary context. */
 /*
  * Executable graphs kept for runs of identical launches: a program's
  * loops launch a few kernels over and over; each graph is
@@ -359,6 +358,7 @@ struct cuda_handle {
  */
 #define CUDA_RUN_GRAPHS		8
 
+/* A retained primary context. */
 struct cuda_ctx {
 	CUcontext ctx;
 	CUdevice dev;
