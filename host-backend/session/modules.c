@@ -440,7 +440,6 @@ int32_t pvgpu_kernel_launch(struct pvgpu_worker *w, struct pvgpu_launch *l,
 			    uint64_t func, uint64_t guest_stream, int run)
 {
 	uint32_t n = run ? PVGPU_LAUNCH_RUN : 1;
-	struct pvgpu_handle *ctx;
 	int32_t st = pvgpu_kernel_prepare(w, l, func);
 	int quiet;
 
@@ -454,8 +453,7 @@ int32_t pvgpu_kernel_launch(struct pvgpu_worker *w, struct pvgpu_launch *l,
 	if (run && !w->ex_ops->launch_run)
 		return PVGPU_EXEC_DECLINED;
 	/* Its VM's turn on this GPU first (gpusched.h). */
-	ctx = pvgpu_handle_get(&w->handles, w->cur_ctx, H_CTX);
-	pvgpu_sched_admit(w, ctx ? ctx->device : -1, n);
+	pvgpu_sched_admit(w, pvgpu_cur_device(w), n);
 	st = run ? w->ex_ops->launch_run(w->ex, l) : w->ex_ops->launch(w->ex, l);
 	if (!quiet && st != PVGPU_EXEC_DECLINED)
 		pvgpu_output_arm(w);	/* it may print (output.c) */

@@ -38,13 +38,6 @@ static int same_launch(const struct pvgpu_run *r,
 	       !memcmp(r->params, q->params, q->params_len);
 }
 
-static int run_shared(struct pvgpu_worker *w)
-{
-	struct pvgpu_handle *ctx = pvgpu_handle_get(&w->handles, w->cur_ctx, H_CTX);
-
-	return pvgpu_sched_shared(w, ctx ? ctx->device : -1);
-}
-
 int pvgpu_run_take(struct pvgpu_worker *w,
 		   const struct pvgpu_launch_kernel_req *req)
 {
@@ -81,7 +74,8 @@ int pvgpu_run_take(struct pvgpu_worker *w,
 	 * the GPU, a turn ends between two launches, not after 32.
 	 */
 	if (!w->ex_ops->launch_run || w->capturing ||
-	    !pvgpu_worker_next_alike(w) || run_shared(w))
+	    !pvgpu_worker_next_alike(w) ||
+	    pvgpu_sched_shared(w, pvgpu_cur_device(w)))
 		return 0;
 	r->count = 1;
 	return 1;

@@ -279,6 +279,14 @@ void pvgpu_worker_async_failed(struct pvgpu_worker *w, uint16_t opcode,
 	.shared_bytes = (req)->shared_bytes, .params = (req)->params,	\
 	.params_size = (req)->params_len
 
+/* The device of the current context, -1 without one (the scheduler's d). */
+static inline int pvgpu_cur_device(struct pvgpu_worker *w)
+{
+	struct pvgpu_handle *ctx = pvgpu_handle_get(&w->handles, w->cur_ctx, H_CTX);
+
+	return ctx ? ctx->device : -1;
+}
+
 /*
  * A kernel launch from the guest (modules.c): checked, in its VM's turn,
  * then the executor's launch, or with run set its launch_run

@@ -402,6 +402,8 @@ struct pvgpu_exec {
 	/* The generic driver call's entry points, looked up on first use. */
 	void *generic_fp[PVGPU_GENERIC_MAX_ID + 1];
 	bool generic_tried[PVGPU_GENERIC_MAX_ID + 1];
+	/* Which of them may change how kept run graphs' kernels run. */
+	bool generic_sets_kernels[PVGPU_GENERIC_MAX_ID + 1];
 
 	/* Physical memory exported (cuda_vmm_export): the driver's
 	 * descriptor of each, open for importers until the worker ends. */
@@ -2891,11 +2893,12 @@ static int32_t cuda_driver_call(struct pvgpu_exec *ex,
 	if (!ex->generic_tried[f->id]) {
 		/* The exported name the annotation gives (e.g. ..._v2). */
 		ex->generic_fp[f->id] = dlsym(ex->lib, f->name);
+		ex->generic_sets_kernels[f->id] = changes_kernels(f->name);
 		ex->generic_tried[f->id] = true;
 	}
 	if (!ex->generic_fp[f->id])
 		return CUDA_ERROR_NOT_SUPPORTED;
-	if (changes_kernels(f->name))
+	if (ex->generic_sets_kernels[f->id])
 		run_graphs_drop(ex, 0);
 	if (f->id == PVGPU_GENERIC_cuMemRelease) {
 		uint64_t mem = a[0];
