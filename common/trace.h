@@ -27,7 +27,13 @@ enum pvgpu_trace_point {
 	PVGPU_TR_G_HDR,		/* guest: reply header read */
 	PVGPU_TR_G_RETURN,	/* guest: pvgpu_client_call returns */
 	PVGPU_TR_OPCODE = 0x10000,	/* + the call's opcode, marked at entry */
+	/* A staged copy's blocks, + the block's index (up to 0xffff): */
+	PVGPU_TR_G_BLOCK = 0x20000,	/* guest: block copied into/out of its slot */
+	PVGPU_TR_W_ISSUE = 0x30000,	/* worker: block's DMA issued */
+	PVGPU_TR_W_RETIRE = 0x40000,	/* worker: block's DMA done, counter moved */
 };
+
+#define PVGPU_TR_BLOCK(base, k)	((base) + (unsigned int)((k) < 0xffff ? (k) : 0xffff))
 
 #ifdef PVGPU_TRACE
 void pvgpu_trace_mark(uint64_t id, unsigned int point);

@@ -627,12 +627,15 @@ int32_t pvgpu_client_call_staged(struct pvgpu_client *c, uint16_t opcode,
 	}
 	queued = take_queue_locked(c, &queue);
 	id = take_id(c);
+	pvgpu_trace_mark(id, PVGPU_TR_G_ENTER);
+	pvgpu_trace_mark(id, PVGPU_TR_OPCODE + opcode);
 	c->stats.calls++;
 	note_work_locked(c, opcode);
 	st = send_request_locked(c, queued ? &queue : NULL, opcode, 0, id, req,
 				 req_len, NULL, 0);
 	if (st)
 		goto out;
+	pvgpu_trace_mark(id, PVGPU_TR_G_SENT);
 	/*
 	 * The ring moves the data while the backend DMAs it; the reply comes
 	 * once all of it is on the device.  A copy the backend refuses is
@@ -640,10 +643,11 @@ int32_t pvgpu_client_call_staged(struct pvgpu_client *c, uint16_t opcode,
 	 * as anything arrives, and the reply says why.
 	 */
 	if (src)
-		pvgpu_window_stage_in(c->win, src, size, transport_quiet, c);
+		pvgpu_window_stage_in(c->win, id, src, size, transport_quiet, c);
 	else
-		pvgpu_window_stage_out(c->win, dst, size, transport_quiet, c);
+		pvgpu_window_stage_out(c->win, id, dst, size, transport_quiet, c);
 	st = await_reply_locked(c, opcode, id, NULL, 0, rep, sizeof(rep), &rep_len);
+	pvgpu_trace_mark(id, PVGPU_TR_G_RETURN);
 	if (c->broken)
 		goto out;
 	if (rep_len != 8) {

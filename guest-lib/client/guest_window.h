@@ -89,11 +89,13 @@ int pvgpu_window_holds(const struct pvgpu_window_map *w, const void *p,
  * The guest's half of a staged copy, run between sending the request and
  * reading its reply.  `quiet` is polled while waiting and returns 0 once
  * anything arrived from the backend (a refusal, or a hang-up).  0, or -1
- * when the wait ended without the backend's progress.
+ * when the wait ended without the backend's progress.  `id` is the
+ * request's, for the trace build's marks (common/trace.h).
  */
-int pvgpu_window_stage_in(struct pvgpu_window_map *w, const void *src,
-			  uint64_t size, int (*quiet)(void *), void *arg);
-int pvgpu_window_stage_out(struct pvgpu_window_map *w, void *dst,
+int pvgpu_window_stage_in(struct pvgpu_window_map *w, uint64_t id,
+			  const void *src, uint64_t size,
+			  int (*quiet)(void *), void *arg);
+int pvgpu_window_stage_out(struct pvgpu_window_map *w, uint64_t id, void *dst,
 			   uint64_t size, int (*quiet)(void *), void *arg);
 
 /*

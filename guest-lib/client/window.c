@@ -20,6 +20,7 @@
 #include "guest_window.h"
 #include "pvgpu_ioctl.h"
 #include "size.h"
+#include "trace.h"
 #include "wait.h"
 
 #define ARENA_ALIGN		4096u	/* page-aligned, like cudaMallocHost */
@@ -52,6 +53,7 @@ struct pvgpu_copy_helper {
 	void *dst;
 	const void *src;
 	size_t len;
+	void (*copy)(void *, const void *, size_t);
 	unsigned int seq;		/* jobs posted; atomics only */
 	unsigned int sleeping;		/* the helper waits on `wake`; atomics */
 	int quit;			/* under lock */
@@ -83,7 +85,7 @@ static void *copy_helper_main(void *arg)
 		if (quit)
 			break;
 		seen = __atomic_load_n(&h->seq, __ATOMIC_ACQUIRE);
-		memcpy(h->dst, h->src, h->len);
+		h->copy(h->dst, h->src, h->len);
 		__atomic_store_n(&h->done, 1, __ATOMIC_RELEASE);
 	}
 	return NULL;
@@ -119,9 +121,11 @@ static void copy_helper_stop(struct pvgpu_copy_helper *h)
 }
 
 /* Hand one part to a helper; it may be spinning for it or asleep. */
-static void copy_helper_post(struct pvgpu_copy_helper *h, void *dst,
-			     const void *src, size_t len)
+static void copy_helper_post(struct pvgpu_copy_helper *h,
+			     void (*copy)(void *, const void *, size_t),
+			     void *dst, const void *src, size_t len)
 {
+	h->copy = copy;
 	h->dst = dst;
 	h->src = src;
 	h->len = len;
@@ -136,11 +140,13 @@ static void copy_helper_post(struct pvgpu_copy_helper *h, void *dst,
 }
 
 /*
- * memcpy, split between this thread and up to nhelpers helpers (parts of
- * at least PART_MIN bytes, cache-line aligned).
+ * copy (memcpy, or the streaming copy into a slot), split between this
+ * thread and up to nhelpers helpers (parts of at least PART_MIN bytes,
+ * cache-line aligned).
  */
-static void block_copy(struct pvgpu_window_map *w, void *dst, const void *src,
-		       size_t len)
+static void block_copy(struct pvgpu_window_map *w,
+		       void (*copy)(void *, const void *, size_t),
+		       void *dst, const void *src, size_t len)
 {
 	unsigned int parts = (unsigned int)(len / PART_MIN), used;
 	size_t part, off;
@@ -148,20 +154,25 @@ static void block_copy(struct pvgpu_window_map *w, void *dst, const void *src,
 	if (parts > w->nhelpers + 1)
 		parts = w->nhelpers + 1;
 	if (parts < 2) {
-		memcpy(dst, src, len);
+		copy(dst, src, len);
 		return;
 	}
 	used = parts - 1;
 	part = (len / parts) & ~(size_t)63;
 	off = 0;
 	for (unsigned int i = 0; i < used; i++, off += part)
-		copy_helper_post(w->helpers[i], (uint8_t *)dst + off,
+		copy_helper_post(w->helpers[i], copy, (uint8_t *)dst + off,
 				 (const uint8_t *)src + off, part);
 	/* Ours is the last part, the remainder included. */
-	memcpy((uint8_t *)dst + off, (const uint8_t *)src + off, len - off);
+	copy((uint8_t *)dst + off, (const uint8_t *)src + off, len - off);
 	for (unsigned int i = 0; i < used; i++)
 		while (!__atomic_load_n(&w->helpers[i]->done, __ATOMIC_ACQUIRE))
 			pvgpu_cpu_relax();
+}
+
+static void copy_plain(void *dst, const void *src, size_t len)
+{
+	memcpy(dst, src, len);
 }
 
 static void helpers_start(struct pvgpu_window_map *w, unsigned int threads)
@@ -619,8 +630,15 @@ static uint8_t *slot_ptr(struct pvgpu_window_map *w, uint64_t seq)
 	       (seq % w->nslots) * (uint64_t)w->slot_size;
 }
 
-int pvgpu_window_stage_in(struct pvgpu_window_map *w, const void *src,
-			  uint64_t size, int (*quiet)(void *), void *arg)
+/*
+ * Into the slots with streaming stores: nothing here reads a slot again,
+ * the DMA does, and without a read of each line before its store the copy
+ * outruns the DMA (4 MiB in ~75 us on the H200 machine against ~160 with
+ * memcpy; pageable 16 MiB 34.8-35.5 GB/s against 26.9-28.1, BENCHMARKS.md).
+ */
+int pvgpu_window_stage_in(struct pvgpu_window_map *w, uint64_t id,
+			  const void *src, uint64_t size,
+			  int (*quiet)(void *), void *arg)
 {
 	uint64_t blocks = (size + w->slot_size - 1) / w->slot_size;
 	uint64_t seq0 = w->h2d_seq;
@@ -634,13 +652,15 @@ int pvgpu_window_stage_in(struct pvgpu_window_map *w, const void *src,
 		    wait_counter(&w->hdr->h2d_done, seq0 + k - w->nslots + 1,
 				 quiet, arg))
 			return -1;
-		block_copy(w, slot_ptr(w, seq0 + k), (const uint8_t *)src + off, len);
+		block_copy(w, pvgpu_copy_stream, slot_ptr(w, seq0 + k),
+			   (const uint8_t *)src + off, len);
+		pvgpu_trace_mark(id, PVGPU_TR_BLOCK(PVGPU_TR_G_BLOCK, k));
 		pvgpu_window_store(&w->hdr->h2d_filled, seq0 + k + 1);
 	}
 	return 0;
 }
 
-int pvgpu_window_stage_out(struct pvgpu_window_map *w, void *dst,
+int pvgpu_window_stage_out(struct pvgpu_window_map *w, uint64_t id, void *dst,
 			   uint64_t size, int (*quiet)(void *), void *arg)
 {
 	uint64_t blocks = (size + w->slot_size - 1) / w->slot_size;
@@ -652,7 +672,9 @@ int pvgpu_window_stage_out(struct pvgpu_window_map *w, void *dst,
 
 		if (wait_counter(&w->hdr->d2h_ready, seq0 + k + 1, quiet, arg))
 			return -1;
-		block_copy(w, (uint8_t *)dst + off, slot_ptr(w, seq0 + k), len);
+		block_copy(w, copy_plain, (uint8_t *)dst + off,
+			   slot_ptr(w, seq0 + k), len);
+		pvgpu_trace_mark(id, PVGPU_TR_BLOCK(PVGPU_TR_G_BLOCK, k));
 		pvgpu_window_store(&w->hdr->d2h_taken, seq0 + k + 1);
 	}
 	return 0;

@@ -21,6 +21,7 @@
 
 #include "log.h"
 #include "pvgpu_dispatch.h"
+#include "trace.h"
 #include "wait.h"
 #include "watchdog.h"
 #include "worker.h"
@@ -688,6 +689,7 @@ static int32_t issue_block(struct pvgpu_worker *w, const uint64_t *ev,
 	if (!err)
 		err = w->ex_ops->event_record(w->ex, ev[(seq0 + k) % win->nslots],
 					      stream);
+	pvgpu_trace_mark(w->req_id, PVGPU_TR_BLOCK(PVGPU_TR_W_ISSUE, k));
 	if (err && to_host)
 		memset(p, 0, len);
 	return err;
@@ -695,18 +697,27 @@ static int32_t issue_block(struct pvgpu_worker *w, const uint64_t *ev,
 
 /*
  * Block *k (from seq0) is through the DMA once its slot's event is: count
- * it, and say so to the guest in counter.  An error before leaves the
- * event alone.
+ * it, and say so to the guest in counter.  With `wait` 0, only a look: 0
+ * while the DMA is still going.  An error before leaves the event alone.
  */
-static void retire_block(struct pvgpu_worker *w, const uint64_t *ev,
-			 uint64_t seq0, uint64_t *k,
-			 struct pvgpu_window_counter *counter, int32_t *err)
+static int retire_block(struct pvgpu_worker *w, const uint64_t *ev,
+			uint64_t seq0, uint64_t *k,
+			struct pvgpu_window_counter *counter, int32_t *err,
+			int wait)
 {
-	if (!*err)
-		*err = w->ex_ops->event_synchronize(w->ex,
-						    ev[(seq0 + *k) % w->win.nslots]);
+	if (!*err) {
+		uint64_t e = ev[(seq0 + *k) % w->win.nslots];
+		int32_t st = wait ? w->ex_ops->event_synchronize(w->ex, e) :
+				    w->ex_ops->event_query(w->ex, e);
+
+		if (st == CUDA_ERROR_NOT_READY && !wait)
+			return 0;
+		*err = st;
+	}
+	pvgpu_trace_mark(w->req_id, PVGPU_TR_BLOCK(PVGPU_TR_W_RETIRE, *k));
 	++*k;
 	pvgpu_window_store(counter, seq0 + *k);
+	return 1;
 }
 
 /*
@@ -767,8 +778,16 @@ static int32_t htod_staged(struct pvgpu_worker *w,
 			continue;
 		}
 		if (done < issued) {
-			/* Nothing new to start: retire the oldest block. */
-			retire_block(w, ev, seq0, &done, &win->hdr->h2d_done, &err);
+			/*
+			 * Nothing new to start: retire the oldest block, but
+			 * while the guest has more to fill only look, so that
+			 * the next block's DMA is queued the moment it is
+			 * filled, not when this one ends (the guest's
+			 * streaming copy-in outruns the DMA).
+			 */
+			if (!retire_block(w, ev, seq0, &done, &win->hdr->h2d_done,
+					  &err, filled == blocks))
+				pvgpu_cpu_relax();
 			continue;
 		}
 		if (wait_guest(w, &win->hdr->h2d_filled, seq0 + filled) == seq0 + filled) {
@@ -815,7 +834,8 @@ static int32_t dtoh_staged(struct pvgpu_worker *w,
 			continue;
 		}
 		if (ready < issued) {
-			retire_block(w, ev, seq0, &ready, &win->hdr->d2h_ready, &err);
+			retire_block(w, ev, seq0, &ready, &win->hdr->d2h_ready,
+				     &err, 1);
 			continue;
 		}
 		if (wait_guest(w, &win->hdr->d2h_taken, seq0 + taken) == seq0 + taken) {
