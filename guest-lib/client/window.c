@@ -53,7 +53,6 @@ struct pvgpu_copy_helper {
 	void *dst;
 	const void *src;
 	size_t len;
-	void (*copy)(void *, const void *, size_t);
 	unsigned int seq;		/* jobs posted; atomics only */
 	unsigned int sleeping;		/* the helper waits on `wake`; atomics */
 	int quit;			/* under lock */
@@ -85,7 +84,7 @@ static void *copy_helper_main(void *arg)
 		if (quit)
 			break;
 		seen = __atomic_load_n(&h->seq, __ATOMIC_ACQUIRE);
-		h->copy(h->dst, h->src, h->len);
+		pvgpu_copy_stream(h->dst, h->src, h->len);
 		__atomic_store_n(&h->done, 1, __ATOMIC_RELEASE);
 	}
 	return NULL;
@@ -121,11 +120,9 @@ static void copy_helper_stop(struct pvgpu_copy_helper *h)
 }
 
 /* Hand one part to a helper; it may be spinning for it or asleep. */
-static void copy_helper_post(struct pvgpu_copy_helper *h,
-			     void (*copy)(void *, const void *, size_t),
-			     void *dst, const void *src, size_t len)
+static void copy_helper_post(struct pvgpu_copy_helper *h, void *dst,
+			     const void *src, size_t len)
 {
-	h->copy = copy;
 	h->dst = dst;
 	h->src = src;
 	h->len = len;
@@ -140,13 +137,11 @@ static void copy_helper_post(struct pvgpu_copy_helper *h,
 }
 
 /*
- * copy (memcpy, or the streaming copy into a slot), split between this
- * thread and up to nhelpers helpers (parts of at least PART_MIN bytes,
- * cache-line aligned).
+ * The streaming copy (relax.h), split between this thread and up to
+ * nhelpers helpers (parts of at least PART_MIN bytes, cache-line aligned).
  */
-static void block_copy(struct pvgpu_window_map *w,
-		       void (*copy)(void *, const void *, size_t),
-		       void *dst, const void *src, size_t len)
+static void block_copy(struct pvgpu_window_map *w, void *dst, const void *src,
+		       size_t len)
 {
 	unsigned int parts = (unsigned int)(len / PART_MIN), used;
 	size_t part, off;
@@ -154,25 +149,21 @@ static void block_copy(struct pvgpu_window_map *w,
 	if (parts > w->nhelpers + 1)
 		parts = w->nhelpers + 1;
 	if (parts < 2) {
-		copy(dst, src, len);
+		pvgpu_copy_stream(dst, src, len);
 		return;
 	}
 	used = parts - 1;
 	part = (len / parts) & ~(size_t)63;
 	off = 0;
 	for (unsigned int i = 0; i < used; i++, off += part)
-		copy_helper_post(w->helpers[i], copy, (uint8_t *)dst + off,
+		copy_helper_post(w->helpers[i], (uint8_t *)dst + off,
 				 (const uint8_t *)src + off, part);
 	/* Ours is the last part, the remainder included. */
-	copy((uint8_t *)dst + off, (const uint8_t *)src + off, len - off);
+	pvgpu_copy_stream((uint8_t *)dst + off, (const uint8_t *)src + off,
+			  len - off);
 	for (unsigned int i = 0; i < used; i++)
 		while (!__atomic_load_n(&w->helpers[i]->done, __ATOMIC_ACQUIRE))
 			pvgpu_cpu_relax();
-}
-
-static void copy_plain(void *dst, const void *src, size_t len)
-{
-	memcpy(dst, src, len);
 }
 
 static void helpers_start(struct pvgpu_window_map *w, unsigned int threads)
@@ -631,10 +622,12 @@ static uint8_t *slot_ptr(struct pvgpu_window_map *w, uint64_t seq)
 }
 
 /*
- * Into the slots with streaming stores: nothing here reads a slot again,
- * the DMA does, and without a read of each line before its store the copy
- * outruns the DMA (4 MiB in ~75 us on the H200 machine against ~160 with
- * memcpy; pageable 16 MiB 34.8-35.5 GB/s against 26.9-28.1, BENCHMARKS.md).
+ * Both ways with streaming stores: nothing here reads the bytes again, and
+ * without a read of each line before its store the copy outruns the DMA
+ * (4 MiB in ~75 us on the H200 machine against ~160 with memcpy; pageable
+ * 16 MiB in 34.8-35.5 GB/s against 26.9-28.1, BENCHMARKS.md).  Out of the
+ * window the bytes land in the program's memory as a large memcpy leaves
+ * them (glibc streams past a share of the last-level cache too).
  */
 int pvgpu_window_stage_in(struct pvgpu_window_map *w, uint64_t id,
 			  const void *src, uint64_t size,
@@ -652,8 +645,7 @@ int pvgpu_window_stage_in(struct pvgpu_window_map *w, uint64_t id,
 		    wait_counter(&w->hdr->h2d_done, seq0 + k - w->nslots + 1,
 				 quiet, arg))
 			return -1;
-		block_copy(w, pvgpu_copy_stream, slot_ptr(w, seq0 + k),
-			   (const uint8_t *)src + off, len);
+		block_copy(w, slot_ptr(w, seq0 + k), (const uint8_t *)src + off, len);
 		pvgpu_trace_mark(id, PVGPU_TR_BLOCK(PVGPU_TR_G_BLOCK, k));
 		pvgpu_window_store(&w->hdr->h2d_filled, seq0 + k + 1);
 	}
@@ -672,8 +664,7 @@ int pvgpu_window_stage_out(struct pvgpu_window_map *w, uint64_t id, void *dst,
 
 		if (wait_counter(&w->hdr->d2h_ready, seq0 + k + 1, quiet, arg))
 			return -1;
-		block_copy(w, copy_plain, (uint8_t *)dst + off,
-			   slot_ptr(w, seq0 + k), len);
+		block_copy(w, (uint8_t *)dst + off, slot_ptr(w, seq0 + k), len);
 		pvgpu_trace_mark(id, PVGPU_TR_BLOCK(PVGPU_TR_G_BLOCK, k));
 		pvgpu_window_store(&w->hdr->d2h_taken, seq0 + k + 1);
 	}
