@@ -43,9 +43,6 @@ struct pvgpu_window_map {
 	struct pvgpu_copy_helper *helpers[PVGPU_WINDOW_MAX_COPY_THREADS];
 	unsigned int nhelpers;
 
-	pthread_mutex_t bounce_lock;	/* held while `bounce` is in use */
-	void *bounce;			/* PVGPU_WINDOW_BOUNCE of the arena */
-
 	pthread_mutex_t lock;		/* the allocator */
 	struct pvgpu_window_block *blocks;	/* arena, sorted by offset */
 	size_t nblocks, cap;
@@ -81,17 +78,6 @@ void pvgpu_window_destroy(struct pvgpu_window_map *w);
 void *pvgpu_window_alloc(struct pvgpu_window_map *w, uint64_t size);
 /* 0, or -1 if p is not an allocation of this window. */
 int pvgpu_window_free(struct pvgpu_window_map *w, void *p);
-/*
- * A block of the arena for the small copies from the device into pageable
- * memory: the device copies into it as into any pinned memory, so the copy
- * ends on the device's word, and the caller copies the bytes out, then
- * gives it back.  One thread at a time: NULL when another holds it, size
- * is over PVGPU_WINDOW_BOUNCE or the arena is full (copy as without it).
- */
-#define PVGPU_WINDOW_BOUNCE	(64u * 1024)
-void *pvgpu_window_bounce_take(struct pvgpu_window_map *w, uint64_t size,
-			       uint64_t *offset);
-void pvgpu_window_bounce_give(struct pvgpu_window_map *w);
 /*
  * Whether [p, p+len) lies inside the window's arena; *offset is then its
  * offset from the window's start.

@@ -229,7 +229,6 @@ static struct pvgpu_window_map *map_new(uint8_t *base, uint64_t size,
 	w->blocks[0] = (struct pvgpu_window_block){ arena, size - arena, 0 };
 	w->nblocks = 1;
 	pthread_mutex_init(&w->lock, NULL);
-	pthread_mutex_init(&w->bounce_lock, NULL);
 	helpers_start(w, copy_threads);
 	return w;
 }
@@ -480,30 +479,9 @@ void pvgpu_window_destroy(struct pvgpu_window_map *w)
 		munmap(w->base, w->size);
 	if (w->dev_fd >= 0)
 		close(w->dev_fd);	/* and with it the lock */
-	pthread_mutex_destroy(&w->bounce_lock);
 	pthread_mutex_destroy(&w->lock);
 	free(w->blocks);
 	free(w);
-}
-
-void *pvgpu_window_bounce_take(struct pvgpu_window_map *w, uint64_t size,
-			       uint64_t *offset)
-{
-	if (!size || size > PVGPU_WINDOW_BOUNCE ||
-	    pthread_mutex_trylock(&w->bounce_lock))
-		return NULL;
-	if (!w->bounce)
-		w->bounce = pvgpu_window_alloc(w, PVGPU_WINDOW_BOUNCE);
-	if (!w->bounce || !pvgpu_window_holds(w, w->bounce, size, offset)) {
-		pthread_mutex_unlock(&w->bounce_lock);
-		return NULL;
-	}
-	return w->bounce;
-}
-
-void pvgpu_window_bounce_give(struct pvgpu_window_map *w)
-{
-	pthread_mutex_unlock(&w->bounce_lock);
 }
 
 void *pvgpu_window_alloc(struct pvgpu_window_map *w, uint64_t size)

@@ -606,7 +606,6 @@ static CUresult htod(CUdeviceptr dst, const void *src, size_t n, CUstream s, int
 static CUresult dtoh(void *dst, CUdeviceptr src, size_t n, CUstream s, int async)
 {
 	struct pvgpu_window_map *win;
-	void *bounce;
 	uint64_t stream, off;
 	struct cu_op op;
 	int32_t st;
@@ -636,16 +635,8 @@ static CUresult dtoh(void *dst, CUdeviceptr src, size_t n, CUstream s, int async
 
 		st = pvgpu_client_call_staged(op.client, PVGPU_OP_MEMCPY_DTOH_STAGED,
 					      q, (size_t)qn, NULL, dst, n);
-	} else if (win && (bounce = pvgpu_window_bounce_take(win, n, &off))) {
-		/* Into pageable memory even an async copy completes first. */
-		struct pvgpu_memcpy_dtoh_window_req req = { src, off, n, stream };
-		struct pvgpu_memcpy_dtoh_window_rep rep;
-
-		st = pvgpu_call_memcpy_dtoh_window(op.client, &req, &rep);
-		if (!st)
-			memcpy(dst, bounce, n);
-		pvgpu_window_bounce_give(win);
 	} else {
+		/* Into pageable memory even an async copy completes first. */
 		struct pvgpu_memcpy_dtoh_req req = { src, n, stream };
 		struct pvgpu_memcpy_dtoh_rep rep;
 

@@ -179,7 +179,6 @@ static int dtoh_window(struct pvgpu_client *c, void *dst, uint64_t src,
 {
 	struct pvgpu_window_map *win = pvgpu_client_window(c);
 	uint64_t offset;
-	void *bounce;
 
 	if (!win)
 		return 0;
@@ -200,18 +199,6 @@ static int dtoh_window(struct pvgpu_client *c, void *dst, uint64_t src,
 
 		*st = pvgpu_client_call_staged(c, PVGPU_OP_MEMCPY_DTOH_STAGED, q,
 					       (size_t)qn, NULL, dst, count);
-		return 1;
-	}
-	bounce = pvgpu_window_bounce_take(win, count, &offset);
-	if (bounce) {
-		struct pvgpu_memcpy_dtoh_window_req req = { src, offset, count, stream };
-		struct pvgpu_memcpy_dtoh_window_rep rep;
-
-		/* Into pageable memory even an async copy completes first. */
-		*st = pvgpu_call_memcpy_dtoh_window(c, &req, &rep);
-		if (!*st)
-			memcpy(dst, bounce, count);
-		pvgpu_window_bounce_give(win);
 		return 1;
 	}
 	return 0;
