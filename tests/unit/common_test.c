@@ -1,11 +1,13 @@
 /*
  * common_test.c - the parsers every part shares (common/): sizes, URIs,
- * HOST:PORT with IPv6, vsock addresses, and the spin-then-block wait.
+ * HOST:PORT with IPv6, vsock addresses, the spin-then-block wait, and the
+ * streaming copy of the staging slots.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "addr.h"
+#include "relax.h"
 #include "size.h"
 #include "wait.h"
 
@@ -108,6 +110,40 @@ static void test_wait(void)
 	      PVGPU_WAIT_TIMEOUT);
 }
 
+/*
+ * pvgpu_copy_stream: every byte of [dst, dst+len) is src's, and not one
+ * byte either side is touched, for destinations and sources at every
+ * alignment within a line and lengths around its head, its 64-byte loop
+ * and its tail.
+ */
+static void test_copy_stream(void)
+{
+	static const size_t lens[] = {
+		0, 1, 15, 16, 17, 63, 64, 255, 256, 257, 271, 272, 273, 319,
+		320, 321, 4095, 4096, 65537,
+	};
+	enum { PAD = 64, MAXLEN = 65537 + 64 };
+	static unsigned char src[MAXLEN + 2 * PAD], dst[MAXLEN + 2 * PAD];
+	int bad = 0;
+
+	for (size_t i = 0; i < sizeof(src); i++)
+		src[i] = (unsigned char)(i * 131 + 7);
+	for (size_t l = 0; l < sizeof(lens) / sizeof(lens[0]); l++)
+		for (size_t doff = 0; doff < 20; doff += 3)
+			for (size_t soff = 0; soff < 20; soff += 5) {
+				size_t len = lens[l];
+
+				memset(dst, 0xee, sizeof(dst));
+				pvgpu_copy_stream(dst + PAD + doff, src + PAD + soff, len);
+				for (size_t i = 0; i < PAD + doff; i++)
+					bad += dst[i] != 0xee;
+				bad += memcmp(dst + PAD + doff, src + PAD + soff, len) != 0;
+				for (size_t i = PAD + doff + len; i < sizeof(dst); i++)
+					bad += dst[i] != 0xee;
+			}
+	CHECK(bad == 0);
+}
+
 int main(void)
 {
 	test_size();
@@ -115,6 +151,7 @@ int main(void)
 	test_host_port();
 	test_vsock();
 	test_wait();
+	test_copy_stream();
 	printf("%d passed, %d failed\n", passed, failed);
 	return failed ? 1 : 0;
 }
