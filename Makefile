@@ -243,6 +243,7 @@ include tests/deploy/deploy.mk
 PYTEST = python3 -m pytest
 
 test: deps
+	$(MAKE) test-deploy-image-start
 	$(MAKE) all fuzz guest-driver build-minimal cross-arm64
 	$(MAKE) test-deploy-start test-rdma-start test-xen-start
 	$(MAKE) BUILD=build-asan SANITIZE=1 NVCC_REUSE=$(BUILD) all

@@ -8,9 +8,17 @@
 #   make test-deploy        run it in the foreground
 #
 # Everything it caches (the debootstrap image, the packages) is under
-# $(BUILD)/deploy.
+# $(BUILD)/deploy.  The image needs nothing built and takes minutes of
+# debootstrap: `make test` starts it first (test-deploy-image-start), beside
+# the build, and the suite's own tests/deploy/make-image.sh waits for it.
 
 .PHONY: test-deploy
 test-deploy: | $(BG_DIR)/deploy
 	PVGPU_DEPLOY_TESTS=1 PVGPU_BUILD=$(abspath $(BUILD)) \
 		$(call BG_PYTEST,deploy) tests/deploy
+
+.PHONY: test-deploy-image-start
+test-deploy-image-start: | $(BG_DIR)/deploy
+	@( tests/deploy/make-image.sh $(abspath $(BUILD))/deploy \
+	   >$(BG_DIR)/deploy/image.log 2>&1 & ) </dev/null >/dev/null 2>&1
+	@echo "test-deploy: image started in the background, log: $(BG_DIR)/deploy/image.log"

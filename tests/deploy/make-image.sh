@@ -13,13 +13,20 @@
 #   DIR/vmlinuz, DIR/initrd.img   the image's own kernel and initramfs
 #   DIR/id_ed25519    the key root logs in with over SSH
 #   DIR/debs-cache/   debootstrap's download cache
-# Runs quickly when DIR/base.img is there and newer than this script.
+# Runs quickly when DIR/base.img is there and newer than this script; a
+# second run while one is under way waits for it.
 set -euo pipefail
 
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 dir=$(realpath -m "${1:-$repo_root/build/deploy}")
 mirror=${PVGPU_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 log() { echo "make-image: $*" >&2; }
+
+# One build at a time: `make test` starts one beside its own build, and the
+# suite's call then waits here for it and finds the image made.
+mkdir -p "$dir"
+exec 9>"$dir/.make-image.lock"
+flock 9
 
 if [ -f "$dir/base.img" ] && [ "$dir/base.img" -nt "${BASH_SOURCE[0]}" ] &&
    [ -f "$dir/vmlinuz" ] && [ -f "$dir/initrd.img" ] && [ -f "$dir/id_ed25519" ]; then
