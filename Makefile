@@ -128,7 +128,7 @@ PVGPUCTL = $(BUILD)/bin/pvgpuctl
 SHIM    = $(BUILD)/lib/libcudart.so.13
 SIM_EXEC = $(BUILD)/lib/pvgpud/exec-sim.so
 
-.PHONY: all test test-gpu demo fuzz clean deps unit-tests guest-driver test-asan-build \
+.PHONY: all test test-gpu demo fuzz clean deps unit-tests guest-driver \
 	c-parts build-minimal cross-arm64
 all: $(PVGPUD) $(PVGPUCTL) $(SHIM) $(SIM_EXEC) test-programs bench unit-tests
 
@@ -245,16 +245,11 @@ PYTEST = python3 -m pytest
 test: deps
 	$(MAKE) test-deploy-image-start
 	$(MAKE) all fuzz guest-driver build-minimal cross-arm64
-	$(MAKE) test-deploy-start test-rdma-start test-xen-start test-asan-build-start
+	$(MAKE) test-deploy-start test-rdma-start test-xen-start
+	$(MAKE) BUILD=build-asan SANITIZE=1 NVCC_REUSE=$(BUILD) all
 	$(PYTEST) -q
-	$(MAKE) test-asan-build-wait
 	PVGPU_BUILD=build-asan $(PYTEST) -q tests/unit tests/integration
 	$(MAKE) -k test-rdma-wait test-xen-wait test-deploy-wait
-
-# The sanitizer build, made beside the first pytest pass (background.mk)
-# and tested after it.
-test-asan-build: | $(BG_DIR)/asan-build
-	$(MAKE) BUILD=build-asan SANITIZE=1 NVCC_REUSE=$(BUILD) all
 
 test-gpu:
 	$(MAKE) all
