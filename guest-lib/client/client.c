@@ -71,6 +71,7 @@ struct pvgpu_client {
 	 */
 	uint32_t *signal_word;
 	uint32_t signal_value;
+	int32_t reply_status;		/* the last reply's own status */
 	struct pvgpu_client_config cfg;
 	/*
 	 * Forwarded operations that may leave work on the device, and the
@@ -517,6 +518,7 @@ again:
 
 	/* The stream is in step from here on: errors are this call's only. */
 	status = (int32_t)pvgpu_get_u32(c->reply);
+	c->reply_status = status;
 	deferred = (int32_t)pvgpu_get_u32(c->reply + 4);
 	fields = h.length - PVGPU_REPLY_PREFIX;
 	if (fields > rep_cap)
@@ -542,11 +544,16 @@ again:
 	return deferred;
 }
 
-int32_t pvgpu_client_call(struct pvgpu_client *c, uint16_t opcode,
-			  const uint8_t *req, size_t req_len,
-			  const void *data_in, uint64_t data_len,
-			  void *data_out, uint8_t *rep, size_t rep_cap,
-			  size_t *rep_len)
+/*
+ * A sync operation (pvgpu_client_call); with landing_dst, the landing's
+ * first landing_len bytes are copied there once the call succeeded, before
+ * any other call can land there.
+ */
+static int32_t call(struct pvgpu_client *c, uint16_t opcode,
+		    const uint8_t *req, size_t req_len,
+		    const void *data_in, uint64_t data_len,
+		    void *data_out, uint8_t *rep, size_t rep_cap,
+		    size_t *rep_len, void *landing_dst, size_t landing_len)
 {
 	struct iovec queue;
 	uint32_t flags;
@@ -583,10 +590,44 @@ int32_t pvgpu_client_call(struct pvgpu_client *c, uint16_t opcode,
 	pvgpu_trace_mark(id, PVGPU_TR_G_SENT);
 	st = await_reply_locked(c, opcode, id, data_out, data_out ? data_len : 0,
 				rep, rep_cap, rep_len);
+	if (landing_dst && !c->broken && c->reply_status == 0)
+		memcpy(landing_dst, pvgpu_ring_landing(c->ring_mem), landing_len);
 	pvgpu_trace_mark(id, PVGPU_TR_G_RETURN);
 out:
 	pthread_mutex_unlock(&c->lock);
 	return st;
+}
+
+int32_t pvgpu_client_call(struct pvgpu_client *c, uint16_t opcode,
+			  const uint8_t *req, size_t req_len,
+			  const void *data_in, uint64_t data_len,
+			  void *data_out, uint8_t *rep, size_t rep_cap,
+			  size_t *rep_len)
+{
+	return call(c, opcode, req, req_len, data_in, data_len, data_out,
+		    rep, rep_cap, rep_len, NULL, 0);
+}
+
+int pvgpu_client_dtoh_landing(struct pvgpu_client *c, void *dst,
+			      uint64_t src, uint64_t size, uint64_t stream,
+			      int32_t *st)
+{
+	struct pvgpu_memcpy_dtoh_window_req req = { src, 0, size, stream };
+	uint8_t q[PVGPU_MEMCPY_DTOH_WINDOW_REQ_MAX];
+	uint8_t rep[PVGPU_MEMCPY_DTOH_WINDOW_REP_MAX];
+	size_t rep_len;
+	long qn;
+
+	/* Pinned by the worker with the word: no landing without it. */
+	if (!c->signal_word || !size || size > PVGPU_RING_LANDING_SIZE)
+		return 0;
+	req.offset = (uint64_t)(pvgpu_ring_landing(c->ring_mem) - c->win->base);
+	qn = pvgpu_memcpy_dtoh_window_req_encode(q, &req);
+	if (qn < 0)
+		return 0;
+	*st = call(c, PVGPU_OP_MEMCPY_DTOH_WINDOW, q, (size_t)qn, NULL, 0,
+		   NULL, rep, sizeof(rep), &rep_len, dst, (size_t)size);
+	return 1;
 }
 
 /*

@@ -196,6 +196,18 @@ enum pvgpu_idle_kind {
 int32_t pvgpu_client_wait(struct pvgpu_client *c, enum pvgpu_idle_kind kind,
 			  int query, uint64_t ctx, uint64_t handle);
 
+/*
+ * A small synchronous copy from the device into pageable memory, ending on
+ * the device's word as one into pinned memory does: the device copies into
+ * the landing of the ring's first page (transport/shm/ring.h), which the
+ * worker pins with the word, and the bytes go on to dst under the call's
+ * lock if the backend's status was success.  0: not taken (no ring or no
+ * word, or size over the landing); 1, and the call's result in *st.
+ */
+int pvgpu_client_dtoh_landing(struct pvgpu_client *c, void *dst,
+			      uint64_t src, uint64_t size, uint64_t stream,
+			      int32_t *st);
+
 struct pvgpu_window_map;
 
 /* Pinned memory without a window (transport.h pin/unpin); 0 or -errno. */

@@ -201,7 +201,8 @@ static int dtoh_window(struct pvgpu_client *c, void *dst, uint64_t src,
 					       (size_t)qn, NULL, dst, count);
 		return 1;
 	}
-	return 0;
+	/* Into pageable memory even an async copy completes first. */
+	return pvgpu_client_dtoh_landing(c, dst, src, count, stream, st);
 }
 
 static cudaError_t copy_htod(int device, uint64_t stream, void *dst,

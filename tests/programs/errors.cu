@@ -59,8 +59,15 @@ static void bad_memory(void)
     CHECK(cudaMalloc((void **)&d2, 4096));
     EXPECT_ERROR("cudaMemcpy H2D past the end",
                  cudaMemcpy(d, host, 2 * 4096, cudaMemcpyHostToDevice), cudaErrorInvalidValue);
+    /* A small copy into pageable memory that fails writes nothing there, not
+     * even what the copy before it brought back (pvgpu: through the landing). */
+    unsigned char probe[200];
+    CHECK(cudaMemset(d, 0x3A, 4096));
+    CHECK(cudaMemcpy(probe, d, sizeof probe, cudaMemcpyDeviceToHost));
+    EXPECT(first_not(probe, sizeof probe, 0x3A) == sizeof probe);
     EXPECT_ERROR("cudaMemcpy D2H past the end",
                  cudaMemcpy(host, d + 4000, 200, cudaMemcpyDeviceToHost), cudaErrorInvalidValue);
+    EXPECT(first_not(host, sizeof host, 0x5C) == sizeof host);
     EXPECT_ERROR("cudaMemcpy D2D past the end",
                  cudaMemcpy(d2, d + 1, 4096, cudaMemcpyDeviceToDevice), cudaErrorInvalidValue);
     EXPECT_ERROR("cudaMemset past the end", cudaMemset(d + 1, 0, 4096), cudaErrorInvalidValue);

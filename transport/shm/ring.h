@@ -12,7 +12,9 @@
  * window, announced in window_attach):
  *
  *   [0, 4096)              struct pvgpu_ring_shared: two directions'
- *                          control words, each on its own cache line
+ *                          control words, each on its own cache line;
+ *                          the device's completion word and landing
+ *                          (below)
  *   [4096, 4096 + cap)     records guest -> worker (requests)
  *   [4096 + cap, + 2*cap)  records worker -> guest (replies)
  *
@@ -79,6 +81,14 @@
  * guest polls instead of waiting for a reply to cross.
  */
 #define PVGPU_RING_SIGNAL_OFFSET	2048u
+/*
+ * The landing: where a small synchronous copy from the device into the
+ * guest's pageable memory puts its bytes, in the page the worker pins for
+ * the word, so that copy too ends on the word and not on a reply carrying
+ * them; the guest copies them out before its next call.
+ */
+#define PVGPU_RING_LANDING_OFFSET	3072u
+#define PVGPU_RING_LANDING_SIZE		1024u
 
 /*
  * The largest record payload a ring of capacity cap carries: the record,
@@ -110,8 +120,10 @@ struct pvgpu_ring_shared {
 };
 
 _Static_assert(sizeof(struct pvgpu_ring_shared) <= PVGPU_RING_SIGNAL_OFFSET &&
-	       PVGPU_RING_SIGNAL_OFFSET + 64 <= PVGPU_RING_HDR_SIZE,
-	       "the ring's control words and the completion word fit its first page");
+	       PVGPU_RING_SIGNAL_OFFSET + 64 <= PVGPU_RING_LANDING_OFFSET &&
+	       PVGPU_RING_LANDING_OFFSET % 64 == 0 &&
+	       PVGPU_RING_LANDING_OFFSET + PVGPU_RING_LANDING_SIZE <= PVGPU_RING_HDR_SIZE,
+	       "the ring's control words, the completion word and the landing fit its first page");
 
 enum pvgpu_ring_role { PVGPU_RING_GUEST, PVGPU_RING_WORKER };
 
@@ -119,6 +131,12 @@ enum pvgpu_ring_role { PVGPU_RING_GUEST, PVGPU_RING_WORKER };
 static inline uint32_t *pvgpu_ring_signal_word(void *region)
 {
 	return (uint32_t *)(void *)((uint8_t *)region + PVGPU_RING_SIGNAL_OFFSET);
+}
+
+/* The landing of the region at region (its first page). */
+static inline uint8_t *pvgpu_ring_landing(void *region)
+{
+	return (uint8_t *)region + PVGPU_RING_LANDING_OFFSET;
 }
 
 /*
