@@ -38,21 +38,6 @@ int pvgpu_signal_wanted(const struct pvgpu_worker *w)
 	       !(w->output_ok && w->output_armed);
 }
 
-/*
- * A synchronous copy between the window and the device ends on the word
- * up to 2 MiB.  Above, the driver's own synchronous copy (the plain
- * reply's path) moved more: on the H200, pinned 4-64 MiB went 3-10 %
- * slower as an async copy with the word's write after it, where 256 KiB to
- * 2 MiB went 3-10 % faster (BENCHMARKS.md, 2026-11-28).  A crossing saved
- * is nothing beside a copy of milliseconds.
- */
-#define SIGNAL_COPY_MAX	(2ull << 20)
-
-int pvgpu_signal_wanted_copy(const struct pvgpu_worker *w, uint64_t size)
-{
-	return size <= SIGNAL_COPY_MAX && pvgpu_signal_wanted(w);
-}
-
 /* The word pinned and mapped for the device, in the current context. */
 static int word_ready(struct pvgpu_worker *w)
 {
@@ -126,6 +111,19 @@ static int settled(void *arg)
 	return 1;
 }
 
+/*
+ * How long the worker looks at the word before it sleeps: as long as the
+ * guest spins on it (its wait_spin, 200 ms by default; ring.c yields the
+ * CPU between looks after the first 2 ms, as NVIDIA's driver does in a
+ * synchronous call).  The guest is inside a synchronous call until the
+ * word: a worker asleep by then (it slept after its 50 us poll) had to be
+ * woken by the guest's next request, and every signalled call longer than
+ * that (pinned copies from ~4 MiB) ran ~10 us later -- which had looked
+ * like the word costing more than the driver's own synchronous copy
+ * there (BENCHMARKS.md, 2026-11-28, evening).
+ */
+#define SETTLE_SPIN_NS	(200ull * 1000 * 1000)
+
 void pvgpu_signal_settle(struct pvgpu_worker *w)
 {
 	int64_t n;
@@ -134,7 +132,7 @@ void pvgpu_signal_settle(struct pvgpu_worker *w)
 	w->signal_looks = 0;
 	w->settling = 1;
 	pvgpu_watchdog_begin(w->slot, w->signal_opcode);
-	n = pvgpu_ring_wait_until(&w->ring, settled, w, w->cfg->poll_ns);
+	n = pvgpu_ring_wait_until(&w->ring, settled, w, SETTLE_SPIN_NS);
 	pvgpu_watchdog_end(w->slot);
 	w->settling = 0;
 	if (n < 0)

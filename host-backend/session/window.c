@@ -436,7 +436,7 @@ static int32_t htod_window(struct pvgpu_worker *w, uint64_t dst,
 	st = check_copy(w, dst, offset, size, stream_id, &stream);
 	if (st)
 		return st;
-	if (sync && pvgpu_signal_wanted_copy(w, size)) {
+	if (sync && pvgpu_signal_wanted(w)) {
 		st = w->ex_ops->memcpy_htod_async(w->ex, dst, w->win.base + offset,
 						  size, stream);
 		if (!st && !pvgpu_signal_queue(w, stream))
@@ -466,7 +466,7 @@ static int32_t dtoh_window(struct pvgpu_worker *w, uint64_t src,
 	st = check_copy(w, src, offset, size, stream_id, &stream);
 	if (st)
 		return st;
-	if (sync && pvgpu_signal_wanted_copy(w, size)) {
+	if (sync && pvgpu_signal_wanted(w)) {
 		st = w->ex_ops->memcpy_dtoh_async(w->ex, w->win.base + offset, src,
 						  size, stream);
 		if (!st && !pvgpu_signal_queue(w, stream))

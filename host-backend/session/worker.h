@@ -203,7 +203,6 @@ struct pvgpu_worker {
  * guest moves on; a second reply if the work failed.
  */
 int pvgpu_signal_wanted(const struct pvgpu_worker *w);
-int pvgpu_signal_wanted_copy(const struct pvgpu_worker *w, uint64_t size);
 int pvgpu_signal_queue(struct pvgpu_worker *w, uint64_t stream);
 void pvgpu_signal_settle(struct pvgpu_worker *w);
 
