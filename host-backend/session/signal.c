@@ -61,7 +61,7 @@ static int word_ready(struct pvgpu_worker *w)
 	return 1;
 }
 
-int pvgpu_signal_queue(struct pvgpu_worker *w, uint64_t stream)
+int pvgpu_signal_queue(struct pvgpu_worker *w, uint64_t stream, uint64_t bytes)
 {
 	uint32_t value = pvgpu_signal_value(w->req_id);
 	int32_t st;
@@ -85,6 +85,7 @@ int pvgpu_signal_queue(struct pvgpu_worker *w, uint64_t stream)
 	w->signals++;
 	w->signal_value = value;
 	w->signal_stream = stream;
+	w->signal_bytes = bytes;
 	return 1;
 }
 
@@ -112,17 +113,22 @@ static int settled(void *arg)
 }
 
 /*
- * How long the worker looks at the word before it sleeps: as long as the
- * guest spins on it (its wait_spin, 200 ms by default; ring.c yields the
- * CPU between looks after the first 2 ms, as NVIDIA's driver does in a
- * synchronous call).  The guest is inside a synchronous call until the
- * word: a worker asleep by then (it slept after its 50 us poll) had to be
- * woken by the guest's next request, and every signalled call longer than
- * that (pinned copies from ~4 MiB) ran ~10 us later -- which had looked
- * like the word costing more than the driver's own synchronous copy
- * there (BENCHMARKS.md, 2026-11-28, evening).
+ * How long the worker looks at the word before it sleeps: its poll, or
+ * for a copy as long as the copy may take (at 10 GB/s, a fifth of what
+ * PCIe moves) on top.  The guest is inside its synchronous call until
+ * the word: a worker asleep by then had to be woken by the guest's next
+ * request, and a copy longer than the poll (pinned, from ~4 MiB) ran
+ * ~10 us later each -- which had looked like the word costing more than
+ * the driver's own synchronous copy (BENCHMARKS.md, 2026-11-28, evening).
+ * Not for a synchronize: the same long look there made launch +
+ * synchronize 15-25 us slower in some processes (same section).
  */
-#define SETTLE_SPIN_NS	(200ull * 1000 * 1000)
+#define SETTLE_BYTES_PER_NS	10u
+
+static uint64_t settle_spin_ns(const struct pvgpu_worker *w, uint64_t bytes)
+{
+	return w->cfg->poll_ns + bytes / SETTLE_BYTES_PER_NS;
+}
 
 void pvgpu_signal_settle(struct pvgpu_worker *w)
 {
@@ -132,7 +138,8 @@ void pvgpu_signal_settle(struct pvgpu_worker *w)
 	w->signal_looks = 0;
 	w->settling = 1;
 	pvgpu_watchdog_begin(w->slot, w->signal_opcode);
-	n = pvgpu_ring_wait_until(&w->ring, settled, w, SETTLE_SPIN_NS);
+	n = pvgpu_ring_wait_until(&w->ring, settled, w,
+				  settle_spin_ns(w, w->signal_bytes));
 	pvgpu_watchdog_end(w->slot);
 	w->settling = 0;
 	if (n < 0)

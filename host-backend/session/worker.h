@@ -167,7 +167,7 @@ struct pvgpu_worker {
 	uint64_t signal_dptr, signal_ctx;
 	uint32_t req_flags;
 	int signalled, signal_pending, settling;
-	uint64_t signal_stream;
+	uint64_t signal_stream, signal_bytes;
 	uint32_t signal_value, signal_looks;
 	uint16_t signal_opcode;
 	int32_t signal_status;
@@ -195,15 +195,14 @@ struct pvgpu_worker {
 /*
  * Completion through the device's word (signal.c).  wanted: this request
  * may end that way (the guest asked, nothing else must come with its
- * reply); wanted_copy: the same for a synchronous window copy of size
- * bytes.  queue: have the device write the word after the work queued on
- * stream; 1 when it will (the handler returns without waiting; the reply
+ * reply).  queue: have the device write the word after the work queued on
+ * stream (a copy of bytes, or 0: other work); 1 when it will (the handler returns without waiting; the reply
  * says so, and the work is pending), 0 when not (the handler waits as
  * before).  settle: before the next read, until the work is done or the
  * guest moves on; a second reply if the work failed.
  */
 int pvgpu_signal_wanted(const struct pvgpu_worker *w);
-int pvgpu_signal_queue(struct pvgpu_worker *w, uint64_t stream);
+int pvgpu_signal_queue(struct pvgpu_worker *w, uint64_t stream, uint64_t bytes);
 void pvgpu_signal_settle(struct pvgpu_worker *w);
 
 /*
