@@ -65,6 +65,8 @@ struct result {
 	long long ops;			/* operations run, warm-up included */
 	double rt_per_op;		/* wire round trips per operation; NAN: unknown */
 	double msgs_per_op;		/* messages sent per operation */
+	double wakes_per_op;		/* control ring: the worker woken per operation */
+	double sleeps_per_op;		/* control ring: the guest asleep per operation */
 };
 
 #define MAX_RESULTS (2 * NMEMS * MAX_SIZES + 4)
@@ -403,10 +405,15 @@ static void test_sync(const struct options *o, struct result *r, double *us)
  * trips, sends [0] messages.
  */
 typedef int (*wire_stats_fn)(unsigned long long out[5]);
+/* pvgpu_ring_wakes: over the control ring, [0] the times the guest woke its
+ * worker (asleep when a message came) and [1] the guest's own waits that
+ * slept; returns the backends with the ring.  A wake-up costs
+ * microseconds: where they are, they show. */
+typedef int (*ring_wakes_fn)(unsigned long long out[2]);
 
-static wire_stats_fn wire_stats(void)
+static void *pvgpu_export(const char *name)
 {
-	void *fn = dlsym(RTLD_DEFAULT, "pvgpu_wire_stats");
+	void *fn = dlsym(RTLD_DEFAULT, name);
 	void *h;
 
 	/*
@@ -414,10 +421,20 @@ static wire_stats_fn wire_stats(void)
 	 * pvgpu's driver front-end is found through its handle.
 	 */
 	if (!fn && (h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD))) {
-		fn = dlsym(h, "pvgpu_wire_stats");
+		fn = dlsym(h, name);
 		dlclose(h);
 	}
-	return (wire_stats_fn)fn;
+	return fn;
+}
+
+static wire_stats_fn wire_stats(void)
+{
+	return (wire_stats_fn)pvgpu_export("pvgpu_wire_stats");
+}
+
+static ring_wakes_fn ring_wakes(void)
+{
+	return (ring_wakes_fn)pvgpu_export("pvgpu_ring_wakes");
 }
 
 static void print_json(const struct lib_info *li, const struct dev_info *di,
@@ -453,6 +470,12 @@ static void print_json(const struct lib_info *li, const struct dev_info *di,
 			printf(",\"messages_per_op\":");
 			json_num(stdout, res[i].msgs_per_op);
 		}
+		if (isfinite(res[i].wakes_per_op)) {
+			printf(",\"worker_wakeups_per_op\":");
+			json_num(stdout, res[i].wakes_per_op);
+			printf(",\"guest_sleeps_per_op\":");
+			json_num(stdout, res[i].sleeps_per_op);
+		}
 		printf(",\"verified\":true}");
 	}
 	printf("]}\n");
@@ -483,24 +506,38 @@ static void print_table(const struct result *res, int n)
 		return;
 	printf("\nthrough pvgpu, per operation (one runtime call; launch: the launch and\n"
 	       "its synchronize; async: a round of launches and one synchronize):\n");
-	printf("%-26s %14s %14s\n", "test", "round trips/op", "messages/op");
-	for (i = 0; i < n; i++)
-		if (isfinite(res[i].rt_per_op))
-			printf("%-26s %14.3f %14.3f\n", res[i].key,
-			       res[i].rt_per_op, res[i].msgs_per_op);
+	printf("%-26s %14s %14s %14s %14s\n", "test", "round trips/op",
+	       "messages/op", "worker woken", "guest slept");
+	for (i = 0; i < n; i++) {
+		if (!isfinite(res[i].rt_per_op))
+			continue;
+		printf("%-26s %14.3f %14.3f", res[i].key, res[i].rt_per_op,
+		       res[i].msgs_per_op);
+		if (isfinite(res[i].wakes_per_op))
+			printf(" %14.3f %14.3f", res[i].wakes_per_op,
+			       res[i].sleeps_per_op);
+		printf("\n");
+	}
 }
 
 /* Run one test, counting what it sent over the wire when asked. */
 #define COUNTED(o, r, call) do {					\
 	wire_stats_fn ws_ = (o)->round_trips ? wire_stats() : NULL;	\
-	unsigned long long a_[5], b_[5];				\
+	ring_wakes_fn rw_ = (o)->round_trips ? ring_wakes() : NULL;	\
+	unsigned long long a_[5], b_[5], c_[2], d_[2];			\
 	int ok_ = ws_ && ws_(a_) >= 0;					\
+	int rok_ = rw_ && rw_(c_) > 0;	/* with the control ring */	\
 									\
 	call;								\
 	(r)->rt_per_op = (r)->msgs_per_op = NAN;			\
+	(r)->wakes_per_op = (r)->sleeps_per_op = NAN;			\
 	if (ok_ && ws_(b_) >= 0 && (r)->ops > 0) {			\
 		(r)->rt_per_op = (double)(b_[1] - a_[1]) / (r)->ops;	\
 		(r)->msgs_per_op = (double)(b_[0] - a_[0]) / (r)->ops;	\
+	}								\
+	if (rok_ && rw_(d_) >= 0 && (r)->ops > 0) {			\
+		(r)->wakes_per_op = (double)(d_[0] - c_[0]) / (r)->ops;	\
+		(r)->sleeps_per_op = (double)(d_[1] - c_[1]) / (r)->ops; \
 	}								\
 } while (0)
 
@@ -569,14 +606,26 @@ static void print_compare_round_trips(const struct compare_runs *cs)
 		double msgs = key ? compare_stat(cs->pv, cs->pairs, key,
 						 "messages_per_op", NULL, NULL)
 				  : NAN;
+		double wlo = NAN, whi = NAN;
+		double wakes = key ? compare_stat(cs->pv, cs->pairs, key,
+						  "worker_wakeups_per_op",
+						  &wlo, &whi)
+				   : NAN;
 
 		if (!key || !isfinite(rt))
 			continue;
 		if (!head++)
-			printf("\n%-26s %14s %14s  (pvgpu, per operation%s)\n",
+			printf("\n%-26s %14s %14s %21s  (pvgpu, per operation%s)\n",
 			       "test", "round trips", "messages",
+			       cs->pairs > 1 ? "worker woken min..max" : "worker woken",
 			       cs->pairs > 1 ? ", median of the runs" : "");
-		printf("%-26s %14.3f %14.3f\n", key, rt, msgs);
+		printf("%-26s %14.3f %14.3f", key, rt, msgs);
+		/* Over --pairs, the spread: a process that pays wake-ups shows. */
+		if (isfinite(wakes) && cs->pairs > 1)
+			print_spread(wlo, whi);
+		else if (isfinite(wakes))
+			printf(" %21.3f", wakes);
+		printf("\n");
 	}
 }
 

@@ -917,8 +917,41 @@ int pvgpu_client_stats(struct pvgpu_client *c, struct pvgpu_client_stats *out)
 	if (pthread_mutex_trylock(&c->lock))
 		return -1;
 	*out = c->stats;
+	if (c->ring_on) {
+		out->ring_kicks = c->ring.kicks_sent;
+		out->ring_sleeps = c->ring.sleeps;
+	}
 	pthread_mutex_unlock(&c->lock);
 	return 0;
+}
+
+int pvgpu_client_wire_counts(struct pvgpu_client *c,
+			     unsigned long long out[PVGPU_WIRE_COUNTS])
+{
+	struct pvgpu_client_stats s;
+
+	if (pvgpu_client_stats(c, &s))
+		return -1;
+	out[0] += s.sends;
+	out[1] += s.calls;
+	out[2] += s.async_ops;
+	out[3] += s.batches;
+	out[4] += s.data_frames;
+	out[5] += s.ring_kicks;
+	out[6] += s.ring_sleeps;
+	return c->ring_on;
+}
+
+int pvgpu_wire_export(pvgpu_wire_sum_fn sum, unsigned long long *out,
+		      int first, int n)
+{
+	unsigned long long all[PVGPU_WIRE_COUNTS];
+	int rings = 0, backends = sum(all, &rings);
+
+	memcpy(out, all + first, (size_t)n * sizeof(out[0]));
+	if (backends < 0 || first < 5)
+		return backends;
+	return rings;
 }
 
 const struct pvgpu_client_info *pvgpu_client_info(const struct pvgpu_client *c)

@@ -138,10 +138,47 @@ struct pvgpu_client_stats {
 	uint64_t output_bytes;	/* device printf/assert output received */
 	uint64_t local_answers;	/* synchronizes/queries answered in the guest */
 	uint64_t signalled;	/* calls that ended on the device's word */
+	uint64_t ring_kicks;	/* control ring: wake-ups sent to a backend asleep */
+	uint64_t ring_sleeps;	/* control ring: our waits that slept */
 };
 
 /* 0 and *out, or -1 when another thread holds the connection. */
 int pvgpu_client_stats(struct pvgpu_client *c, struct pvgpu_client_stats *out);
+
+/*
+ * For the benchmarks' exports (pvgpu_wire_stats, pvgpu_ring_wakes: both
+ * front-ends): adds c's counts to out, in this order: messages sent, sync
+ * calls (round trips), async ops, batches, DATA frames, wake-ups sent to a
+ * backend asleep on the control ring, our waits on it that slept.  1 with
+ * the control ring, 0 without (the last two are 0), -1 when another thread
+ * holds the connection.
+ */
+#define PVGPU_WIRE_COUNTS	7
+int pvgpu_client_wire_counts(struct pvgpu_client *c,
+			     unsigned long long out[PVGPU_WIRE_COUNTS]);
+/*
+ * The two exports from a front-end's sum over its backends (counts: the
+ * number of backends counted, or -1 before any, and in *rings those with
+ * the control ring): pvgpu_wire_stats is counts [0, 5) and returns the
+ * backends; pvgpu_ring_wakes [5, 7) and the backends with the ring.
+ */
+typedef int (*pvgpu_wire_sum_fn)(unsigned long long out[PVGPU_WIRE_COUNTS],
+				 int *rings);
+int pvgpu_wire_export(pvgpu_wire_sum_fn sum, unsigned long long *out,
+		      int first, int n);
+
+/* Both exports, defined in a front-end from its sum over its backends. */
+#define PVGPU_WIRE_EXPORTS(sum)						\
+	int pvgpu_wire_stats(unsigned long long out[5]);		\
+	int pvgpu_wire_stats(unsigned long long out[5])			\
+	{								\
+		return pvgpu_wire_export(sum, out, 0, 5);		\
+	}								\
+	int pvgpu_ring_wakes(unsigned long long out[2]);		\
+	int pvgpu_ring_wakes(unsigned long long out[2])			\
+	{								\
+		return pvgpu_wire_export(sum, out, 5, 2);		\
+	}
 
 /* Send the queued async operations; 0 or PVGPU_CLIENT_EIO. */
 int32_t pvgpu_client_flush(struct pvgpu_client *c);

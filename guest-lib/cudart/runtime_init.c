@@ -174,35 +174,34 @@ cudaError_t pvgpu_init(void)
 }
 
 /*
- * pvgpu's own export, for benchmarks (found with dlsym, absent natively):
- * what went over the wire so far, summed over the backends: out[0] messages
- * sent, [1] sync calls (each one round trip), [2] async ops, [3] batches,
- * [4] DATA frames.  The number of backends counted, or -1 before any.
+ * pvgpu's own exports, for benchmarks (found with dlsym, absent natively),
+ * summed over the backends (pvgpu_client_wire_counts).  pvgpu_wire_stats:
+ * messages sent, sync calls (each one round trip), async ops, batches,
+ * DATA frames: the number of backends counted, or -1 before any.
+ * pvgpu_ring_wakes: wake-ups sent to a backend asleep on the control ring,
+ * and our waits on it that slept: the number of backends with the ring, or
+ * -1 before any.
  */
-int pvgpu_wire_stats(unsigned long long out[5]);
-int pvgpu_wire_stats(unsigned long long out[5])
+static int wire_counts(unsigned long long out[PVGPU_WIRE_COUNTS], int *rings)
 {
 	struct pvgpu_runtime *rt = &pvgpu_rt;
 	int n = 0;
 
-	memset(out, 0, 5 * sizeof(out[0]));
+	*rings = 0;
+	memset(out, 0, PVGPU_WIRE_COUNTS * sizeof(out[0]));
 	if (!rt->initialized)
 		return -1;
 	for (int i = 0; i < rt->nbackends; i++) {
-		struct pvgpu_client_stats s;
+		int rc = rt->backends[i].client ?
+			 pvgpu_client_wire_counts(rt->backends[i].client, out) : -1;
 
-		if (!rt->backends[i].client ||
-		    pvgpu_client_stats(rt->backends[i].client, &s))
-			continue;
-		out[0] += s.sends;
-		out[1] += s.calls;
-		out[2] += s.async_ops;
-		out[3] += s.batches;
-		out[4] += s.data_frames;
-		n++;
+		n += rc >= 0;
+		*rings += rc > 0;
 	}
 	return n;
 }
+
+PVGPU_WIRE_EXPORTS(wire_counts)
 
 /* At exit: tell each backend goodbye so it frees the session at once. */
 __attribute__((destructor)) static void runtime_fini(void)

@@ -287,6 +287,10 @@ static void log_sync_ops(const struct pvgpu_worker *w)
 	if (w->signals)
 		log_debug("%llu of them ended on the device's signal",
 			  (unsigned long long)w->signals);
+	if (w->ring_on)
+		log_debug("control ring: slept %llu times waiting for the guest, woke it %llu times",
+			  (unsigned long long)w->ring.sleeps,
+			  (unsigned long long)w->ring.kicks_sent);
 	if (w->runs)
 		log_debug("%llu launches went to the GPU as %llu runs of %u",
 			  (unsigned long long)w->runs * PVGPU_LAUNCH_RUN,

@@ -55,11 +55,28 @@ def check_round_trips(out):
     assert copies and all(0.99 < v < 1.05 for v in copies), rt
 
 
+def check_wakeups(out, ring):
+    """Over the control ring it also counts, per operation, the times the
+    guest had to wake its worker and the times it slept itself (each costs
+    microseconds: a test that has them shows them); over a socket there is
+    no ring to count on."""
+    for r in out["results"]:
+        if not ring:
+            assert "worker_wakeups_per_op" not in r, r
+            continue
+        woken, slept = r["worker_wakeups_per_op"], r["guest_sleeps_per_op"]
+        # At most one wake-up or sleep per message sent and reply awaited
+        # (a wait for room, for a reply, for the device's word).
+        most = r["messages_per_op"] + r["round_trips_per_op"] + 1e-9
+        assert 0 <= woken <= most and 0 <= slept <= most, r
+
+
 @pytest.mark.parametrize("scheme", ["unix", "shm"])
 def test_latency_through_pvgpu(programs, bench_daemon, scheme):
     uri = scheme + "://" + bench_daemon.unix[len("unix://"):]
     out = run_bench(programs, uri, bench_daemon, "pvgpu-latency", "--quick")
     check_round_trips(out)
+    check_wakeups(out, ring=scheme == "shm")
 
 
 @pytest.fixture
