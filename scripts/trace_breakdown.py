@@ -22,6 +22,9 @@ LEGS = [
     (7, 8, "guest: read + decode reply"),
     (0, 8, "total (client call)"),
 ]
+# An async operation (a launch...) has no reply: its legs up to the worker's
+# handler returning.
+ASYNC_LEGS = LEGS[:4] + [(0, 4, "total (guest entry to handler done)")]
 OPCODE = 0x10000
 G_SENT, G_RETURN = 1, 8
 # common/trace.h: a staged copy's block k marks base + k
@@ -86,12 +89,16 @@ def main(paths):
     for i, m in marks.items():
         ops = [p - OPCODE for p in m if OPCODE <= p < 2 * OPCODE]
         if ops and all(p in m for p in range(9)):
-            by_op[ops[0]].append(m)
-    for op, ms in sorted(by_op.items()):
-        print(f"opcode {op:#06x}: {len(ms)} calls (us: median, p10)")
-        for a, b, name in LEGS:
+            by_op[(ops[0], 0)].append(m)
+        elif ops and all(p in m for p in range(5)) and 5 not in m:
+            by_op[(ops[0], 1)].append(m)
+    for (op, is_async), ms in sorted(by_op.items()):
+        kind = "async operations" if is_async else "calls"
+        print(f"opcode {op:#06x}: {len(ms)} {kind} (us: median, p10, p90)")
+        for a, b, name in ASYNC_LEGS if is_async else LEGS:
             d = sorted((m[b] - m[a]) / 1000 for m in ms)
-            print(f"  {name:40s} {statistics.median(d):7.3f} {d[len(d) // 10]:7.3f}")
+            print(f"  {name:40s} {statistics.median(d):7.3f} {d[len(d) // 10]:7.3f}"
+                  f" {d[len(d) * 9 // 10]:7.3f}")
         staged(ms)
 
 

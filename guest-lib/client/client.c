@@ -864,6 +864,7 @@ int32_t pvgpu_client_queue(struct pvgpu_client *c, uint16_t opcode,
 	size_t need = PVGPU_HDR_SIZE + req_len;
 	struct iovec queue;
 	uint8_t *slot;
+	uint64_t id;
 	int32_t st = 0;
 	int queued;
 
@@ -879,9 +880,13 @@ int32_t pvgpu_client_queue(struct pvgpu_client *c, uint16_t opcode,
 	if (data_in_len) {
 		/* Data must be on the wire before the caller reuses it. */
 		queued = take_queue_locked(c, &queue);
+		id = take_id(c);
+		pvgpu_trace_mark(id, PVGPU_TR_G_ENTER);
+		pvgpu_trace_mark(id, PVGPU_TR_OPCODE + opcode);
 		st = send_request_locked(c, queued ? &queue : NULL, opcode, 0,
-					 take_id(c), req, req_len, data_in,
+					 id, req, req_len, data_in,
 					 data_in_len);
+		pvgpu_trace_mark(id, PVGPU_TR_G_SENT);
 		goto out;
 	}
 	if (c->batch_len + need > PVGPU_MAX_BATCH) {
@@ -889,13 +894,18 @@ int32_t pvgpu_client_queue(struct pvgpu_client *c, uint16_t opcode,
 		if (st)
 			goto out;
 	}
+	id = take_id(c);
+	pvgpu_trace_mark(id, PVGPU_TR_G_ENTER);
+	pvgpu_trace_mark(id, PVGPU_TR_OPCODE + opcode);
 	slot = c->batch + PVGPU_HDR_SIZE + c->batch_len;
-	put_hdr(c, slot, opcode, (uint32_t)req_len, take_id(c));
+	put_hdr(c, slot, opcode, (uint32_t)req_len, id);
 	memcpy(slot + PVGPU_HDR_SIZE, req, req_len);
 	c->batch_len += need;
 	c->batch_count++;
-	if (!(c->info.features & PVGPU_FEATURE_BATCH) || ring_sends_now(c))
+	if (!(c->info.features & PVGPU_FEATURE_BATCH) || ring_sends_now(c)) {
 		st = flush_locked(c);
+		pvgpu_trace_mark(id, PVGPU_TR_G_SENT);	/* batched: not marked */
+	}
 out:
 	pthread_mutex_unlock(&c->lock);
 	return st;

@@ -68,6 +68,7 @@ static void serve_async(struct pvgpu_worker *w, const struct pvgpu_hdr *h,
 	pvgpu_watchdog_begin(w->slot, h->opcode);
 	st = pvgpu_dispatch(w, h->opcode, payload, h->length, rep, &rep_len);
 	pvgpu_watchdog_end(w->slot);
+	pvgpu_trace_mark(h->id, PVGPU_TR_W_DONE);
 	if (st == PVGPU_DISPATCH_EDECODE) {
 		const struct pvgpu_op_info *info = pvgpu_op_info(h->opcode);
 
