@@ -90,6 +90,16 @@ static uint64_t take_id(struct pvgpu_client *c)
 	return c->next_id++;
 }
 
+/* The id of an operation the trace build follows (common/trace.h). */
+static uint64_t take_traced_id(struct pvgpu_client *c, uint16_t opcode)
+{
+	uint64_t id = take_id(c);
+
+	pvgpu_trace_mark(id, PVGPU_TR_G_ENTER);
+	pvgpu_trace_mark(id, PVGPU_TR_OPCODE + opcode);
+	return id;
+}
+
 /*
  * Does a forwarded operation leave nothing on the device?  Only these:
  * what waits for work or asks about it, and the choice of context.
@@ -571,9 +581,7 @@ static int32_t call(struct pvgpu_client *c, uint16_t opcode,
 		goto out;
 	}
 	queued = take_queue_locked(c, &queue);
-	id = take_id(c);
-	pvgpu_trace_mark(id, PVGPU_TR_G_ENTER);
-	pvgpu_trace_mark(id, PVGPU_TR_OPCODE + opcode);
+	id = take_traced_id(c, opcode);
 	c->stats.calls++;
 	note_work_locked(c, opcode);
 	flags = signal_op(c, opcode) ? PVGPU_F_SIGNAL : 0;
@@ -667,9 +675,7 @@ int32_t pvgpu_client_call_staged(struct pvgpu_client *c, uint16_t opcode,
 		goto out;
 	}
 	queued = take_queue_locked(c, &queue);
-	id = take_id(c);
-	pvgpu_trace_mark(id, PVGPU_TR_G_ENTER);
-	pvgpu_trace_mark(id, PVGPU_TR_OPCODE + opcode);
+	id = take_traced_id(c, opcode);
 	c->stats.calls++;
 	note_work_locked(c, opcode);
 	st = send_request_locked(c, queued ? &queue : NULL, opcode, 0, id, req,
@@ -880,9 +886,7 @@ int32_t pvgpu_client_queue(struct pvgpu_client *c, uint16_t opcode,
 	if (data_in_len) {
 		/* Data must be on the wire before the caller reuses it. */
 		queued = take_queue_locked(c, &queue);
-		id = take_id(c);
-		pvgpu_trace_mark(id, PVGPU_TR_G_ENTER);
-		pvgpu_trace_mark(id, PVGPU_TR_OPCODE + opcode);
+		id = take_traced_id(c, opcode);
 		st = send_request_locked(c, queued ? &queue : NULL, opcode, 0,
 					 id, req, req_len, data_in,
 					 data_in_len);
@@ -894,9 +898,7 @@ int32_t pvgpu_client_queue(struct pvgpu_client *c, uint16_t opcode,
 		if (st)
 			goto out;
 	}
-	id = take_id(c);
-	pvgpu_trace_mark(id, PVGPU_TR_G_ENTER);
-	pvgpu_trace_mark(id, PVGPU_TR_OPCODE + opcode);
+	id = take_traced_id(c, opcode);
 	slot = c->batch + PVGPU_HDR_SIZE + c->batch_len;
 	put_hdr(c, slot, opcode, (uint32_t)req_len, id);
 	memcpy(slot + PVGPU_HDR_SIZE, req, req_len);
@@ -959,7 +961,7 @@ int pvgpu_wire_export(pvgpu_wire_sum_fn sum, unsigned long long *out,
 	int rings = 0, backends = sum(all, &rings);
 
 	memcpy(out, all + first, (size_t)n * sizeof(out[0]));
-	if (backends < 0 || first < 5)
+	if (backends < 0 || first < PVGPU_WIRE_STATS)
 		return backends;
 	return rings;
 }

@@ -154,6 +154,7 @@ int pvgpu_client_stats(struct pvgpu_client *c, struct pvgpu_client_stats *out);
  * holds the connection.
  */
 #define PVGPU_WIRE_COUNTS	7
+#define PVGPU_WIRE_STATS	5	/* of them, pvgpu_wire_stats's */
 int pvgpu_client_wire_counts(struct pvgpu_client *c,
 			     unsigned long long out[PVGPU_WIRE_COUNTS]);
 /*
@@ -169,15 +170,15 @@ int pvgpu_wire_export(pvgpu_wire_sum_fn sum, unsigned long long *out,
 
 /* Both exports, defined in a front-end from its sum over its backends. */
 #define PVGPU_WIRE_EXPORTS(sum)						\
-	int pvgpu_wire_stats(unsigned long long out[5]);		\
-	int pvgpu_wire_stats(unsigned long long out[5])			\
+	int pvgpu_wire_stats(unsigned long long out[PVGPU_WIRE_STATS]);	\
+	int pvgpu_wire_stats(unsigned long long out[PVGPU_WIRE_STATS])	\
 	{								\
-		return pvgpu_wire_export(sum, out, 0, 5);		\
+		return pvgpu_wire_export(sum, out, 0, PVGPU_WIRE_STATS); \
 	}								\
 	int pvgpu_ring_wakes(unsigned long long out[2]);		\
 	int pvgpu_ring_wakes(unsigned long long out[2])			\
 	{								\
-		return pvgpu_wire_export(sum, out, 5, 2);		\
+		return pvgpu_wire_export(sum, out, PVGPU_WIRE_STATS, 2); \
 	}
 
 /* Send the queued async operations; 0 or PVGPU_CLIENT_EIO. */

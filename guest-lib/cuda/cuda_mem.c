@@ -635,10 +635,8 @@ static CUresult dtoh(void *dst, CUdeviceptr src, size_t n, CUstream s, int async
 
 		st = pvgpu_client_call_staged(op.client, PVGPU_OP_MEMCPY_DTOH_STAGED,
 					      q, (size_t)qn, NULL, dst, n);
-	} else if (win && pvgpu_client_dtoh_landing(op.client, dst, src, n,
-						    stream, &st)) {
-		/* Into pageable memory even an async copy completes first. */
-	} else {
+	} else if (!pvgpu_client_dtoh_landing(op.client, dst, src, n, stream,
+					      &st)) {
 		/* Into pageable memory even an async copy completes first. */
 		struct pvgpu_memcpy_dtoh_req req = { src, n, stream };
 		struct pvgpu_memcpy_dtoh_rep rep;
