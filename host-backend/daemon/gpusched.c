@@ -501,41 +501,53 @@ static uint64_t wake_time(struct pvgpu_sched *s, int d, int vm, uint64_t now)
 
 /* --- one session's marks (worker memory) ----------------------------------- */
 
-static void spare_put(struct pvgpu_worker *w, uint64_t event, uint64_t ctx)
+static void spare_put(struct pvgpu_worker *w, const struct pvgpu_sched_mark *m)
 {
 	struct pvgpu_sched_session *ss = &w->sched;
 
 	if (ss->nspare == PVGPU_SCHED_MARKS) {
-		w->ex_ops->event_destroy(w->ex, event);
+		w->ex_ops->event_destroy(w->ex, m->event);
 		return;
 	}
-	ss->spare[ss->nspare].event = event;
-	ss->spare[ss->nspare].ctx = ctx;
+	ss->spare[ss->nspare].event = m->event;
+	ss->spare[ss->nspare].ctx = m->ctx;
+	ss->spare[ss->nspare].blocking = m->blocking;
 	ss->nspare++;
 }
 
-/* An event of the current context, reused where one is spare. */
-static int32_t event_get(struct pvgpu_worker *w, uint64_t *event)
+/*
+ * An event of the current context, reused where one of the kind is spare.
+ * A blocking one makes the GPU interrupt the host when it completes, so
+ * that a worker waiting for it sleeps instead of spinning: only marks that
+ * will be waited on (contended, after each launch) are blocking.  One per
+ * synchronize of a program alone on its GPU cost a thread on the CPU that
+ * takes the GPU's interrupts 15-20 us per call (BENCHMARKS.md,
+ * 2026-11-28, night).
+ */
+static int32_t event_get(struct pvgpu_worker *w, int blocking, uint64_t *event)
 {
 	struct pvgpu_sched_session *ss = &w->sched;
+	unsigned int flags = CU_EVENT_DISABLE_TIMING;
 
 	for (unsigned int k = 0; k < ss->nspare; k++) {
-		if (ss->spare[k].ctx != w->cur_ctx)
+		if (ss->spare[k].ctx != w->cur_ctx ||
+		    ss->spare[k].blocking != blocking)
 			continue;
 		*event = ss->spare[k].event;
 		ss->spare[k] = ss->spare[--ss->nspare];
 		return CUDA_SUCCESS;
 	}
-	/* Blocking: a worker waiting for its kernels sleeps, it does not spin. */
-	return w->ex_ops->event_create(w->ex, CU_EVENT_BLOCKING_SYNC |
-				       CU_EVENT_DISABLE_TIMING, event);
+	if (blocking)
+		flags |= CU_EVENT_BLOCKING_SYNC;
+	return w->ex_ops->event_create(w->ex, flags, event);
 }
 
 /*
  * Record a mark on stream covering n launches of device d; 0, or -1.
  * Failing after a launch is worth a warning (the session's work is then
  * not tracked); failing later, on a stream the guest has since destroyed,
- * is not.
+ * is not.  Marks after a launch are the contended ones, waited on by
+ * bound(): blocking.
  */
 static int mark(struct pvgpu_worker *w, int d, uint64_t stream, uint32_t n,
 		int after_launch)
@@ -550,7 +562,7 @@ static int mark(struct pvgpu_worker *w, int d, uint64_t stream, uint32_t n,
 	/* An event recorded now would become a node of the guest's graph. */
 	if (w->capturing)
 		return -1;
-	st = event_get(w, &event);
+	st = event_get(w, after_launch, &event);
 	if (!st) {
 		st = w->ex_ops->event_record(w->ex, event, stream);
 		if (st)
@@ -568,7 +580,27 @@ static int mark(struct pvgpu_worker *w, int d, uint64_t stream, uint32_t n,
 	m->ctx = w->cur_ctx;
 	m->launches = n;
 	m->dev = d;
+	m->blocking = after_launch;
+	ss->events++;
+	ss->blocking_events += (uint64_t)after_launch;
 	return 0;
+}
+
+/*
+ * Until mark m's launches are done: asleep in the driver for a blocking
+ * mark, else looking every 20 us (a mark made while the session was alone,
+ * waited on only when contention starts).
+ */
+static void mark_wait(struct pvgpu_worker *w, const struct pvgpu_sched_mark *m)
+{
+	const struct timespec nap = { 0, 20000 };
+
+	if (m->blocking) {
+		w->ex_ops->event_synchronize(w->ex, m->event);
+		return;
+	}
+	while (w->ex_ops->event_query(w->ex, m->event) == CUDA_ERROR_NOT_READY)
+		nanosleep(&nap, NULL);
 }
 
 static struct pvgpu_sched_mark *oldest_mark(struct pvgpu_sched_session *ss,
@@ -650,7 +682,7 @@ static void retire(struct pvgpu_worker *w, uint64_t now)
 			continue;
 		}
 		done[m->dev] += m->launches;
-		spare_put(w, m->event, m->ctx);
+		spare_put(w, m);
 		remove_mark(ss, k);
 	}
 	for (int d = 0; d < PVGPU_MAX_DEVICES; d++) {
@@ -714,7 +746,7 @@ static void bound(struct pvgpu_worker *w, int d)
 		struct pvgpu_sched_mark *m = oldest_mark(ss, d);
 
 		if (m)
-			w->ex_ops->event_synchronize(w->ex, m->event);
+			mark_wait(w, m);
 		retire(w, pvgpu_now_ns());	/* marks unmarked launches, if any */
 		if (!m && !oldest_mark(ss, d))
 			break;		/* nothing to wait on: counted as done */
@@ -756,7 +788,7 @@ static void wait_turn(struct pvgpu_worker *w, int d, int vm, uint32_t n)
 		/* Our own kernels of a past turn first: a drain may wait for them. */
 		m = oldest_mark(ss, d);
 		if (m) {
-			w->ex_ops->event_synchronize(w->ex, m->event);
+			mark_wait(w, m);
 			retire(w, pvgpu_now_ns());
 			continue;
 		}
@@ -883,7 +915,7 @@ static void settle_ctx(struct pvgpu_worker *w, uint64_t ctx, uint64_t now)
 			continue;
 		}
 		done[ss->marks[k].dev] += ss->marks[k].launches;
-		spare_put(w, ss->marks[k].event, ss->marks[k].ctx);
+		spare_put(w, &ss->marks[k]);
 		remove_mark(ss, k);
 	}
 	for (int d = 0; d < PVGPU_MAX_DEVICES; d++) {
@@ -977,10 +1009,12 @@ void pvgpu_sched_session_end(struct pvgpu_worker *w)
 	ss->nmarks = ss->nspare = 0;
 	pvgpu_sched_slot_gone(s, w->slot);
 	if (ss->launches)
-		log_info("scheduler: %llu launches, waited %llu times for a turn (%.1f ms in all), GPU time %.1f ms",
+		log_info("scheduler: %llu launches, waited %llu times for a turn (%.1f ms in all), GPU time %.1f ms, %llu events recorded to follow them (%llu blocking)",
 			 (unsigned long long)ss->launches,
 			 (unsigned long long)ss->waits, (double)ss->wait_ns / 1e6,
-			 (double)atomic_load(&w->slot->gpu_ns) / 1e6);
+			 (double)atomic_load(&w->slot->gpu_ns) / 1e6,
+			 (unsigned long long)ss->events,
+			 (unsigned long long)ss->blocking_events);
 }
 
 void pvgpu_sched_slot_gone(struct pvgpu_sched *s, struct pvgpu_slot *slot)

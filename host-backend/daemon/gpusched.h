@@ -57,7 +57,10 @@
  * since the last) is recorded at poll points, at most every 0.5 ms, after
  * the reply to a synchronising call or while the guest is quiet, which is
  * enough to know when the session's work has finished; and a successful
- * context synchronise says so without any event.
+ * context synchronise says so without any event (one that ends on the
+ * device's word too, once the word is seen).  Only the contended events,
+ * which the worker waits on, are blocking-sync ones: each makes the GPU
+ * interrupt the host when it completes.
  *
  * GPU time: struct pvgpu_slot.gpu_ns is the GPU time of the session under
  * processor sharing: while n sessions of a device have work in flight each
@@ -102,6 +105,7 @@ struct pvgpu_sched_mark {
 	uint64_t ctx;			/* worker handle of its context */
 	uint32_t launches;		/* launches it covers */
 	int32_t dev;
+	int blocking;			/* a blocking-sync event (gpusched.c) */
 };
 
 /* One session's own scheduling state (worker memory). */
@@ -110,6 +114,7 @@ struct pvgpu_sched_session {
 	unsigned int nmarks;
 	struct {
 		uint64_t event, ctx;
+		int blocking;
 	} spare[PVGPU_SCHED_MARKS];	/* completed events, for reuse */
 	unsigned int nspare;
 	uint32_t unmarked[PVGPU_MAX_DEVICES];	/* launched after the newest mark */
@@ -124,6 +129,7 @@ struct pvgpu_sched_session {
 	int warned;			/* a mark could not be recorded (logged once) */
 	/* For the session-end log line. */
 	uint64_t launches, waits, wait_ns;
+	uint64_t events, blocking_events;	/* marks recorded; of them blocking */
 };
 
 /*

@@ -154,8 +154,12 @@ void pvgpu_signal_settle(struct pvgpu_worker *w)
 		pvgpu_worker_send_reply(w, w->signal_opcode, w->signal_status, NULL, 0);
 		return;
 	}
-	if (w->signal_opcode == PVGPU_OP_CTX_SYNCHRONIZE)
-		pvgpu_sched_ctx_synced(w);	/* as the synchronize would have */
 	if (n == 0)
 		(void)pvgpu_ring_wake(&w->ring);	/* a hang-up shows at the next read */
+	if (w->signal_opcode == PVGPU_OP_CTX_SYNCHRONIZE) {
+		/* As the synchronize would have, and the reply's poll did not. */
+		pvgpu_sched_ctx_synced(w);
+		if (pvgpu_sched_pending(&w->sched))
+			pvgpu_sched_poll(w);
+	}
 }

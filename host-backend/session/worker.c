@@ -209,8 +209,12 @@ static void serve_message(struct pvgpu_worker *w, const struct pvgpu_hdr *h,
 	/*
 	 * A synchronising call may have seen the session's kernels finish:
 	 * tell the scheduler now, after the reply, not at the next launch.
+	 * A context synchronize answered before its work is done tells it
+	 * once settled (signal.c): a poll now would mark, with an event,
+	 * the launches it is about to see end.
 	 */
-	if (pvgpu_sched_pending(&w->sched))
+	if (pvgpu_sched_pending(&w->sched) &&
+	    !(w->signal_pending && h->opcode == PVGPU_OP_CTX_SYNCHRONIZE))
 		pvgpu_sched_poll(w);
 }
 

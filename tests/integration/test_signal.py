@@ -193,3 +193,40 @@ def test_small_copies_into_pageable_memory_land_on_the_word(programs, sim_daemon
     large, large_w = bandwidth_signals(programs, sim_daemon, "2K", reps, "pageable")
     assert small == small_w and large == large_w
     assert small - large >= reps, (small, large)
+
+
+LATENCY = BENCH.parent / "pvgpu-latency"
+SCHED_RE = re.compile(r"session (\d+): scheduler: (\d+) launches, .*, "
+                      r"(\d+) events recorded to follow them \((\d+) blocking\)")
+
+
+@pytest.fixture
+def bench_daemon(start_pvgpud):
+    """A sim daemon with CPU twins of the benchmarks' kernels."""
+    twins = BENCH.parents[1] / "tests" / "sim-twins" / "libbench-twins.so"
+    return start_pvgpud("sim", env={"PVGPU_SIM_TWINS": str(twins)})
+
+
+def test_a_synchronize_on_the_word_needs_no_event_to_follow_launches(programs, bench_daemon):
+    # Launch + synchronize: the synchronize ends on the word, and that
+    # tells the scheduler the launches before it are done; it records no
+    # event per call to learn it, and none that is blocking while the
+    # session is alone on its GPU (nothing waits on them).  On the GPU a
+    # blocking event is an interrupt when it completes: one per call made
+    # any thread on the CPU that takes the interrupts 15-20 us slower per
+    # call (BENCHMARKS.md, 2026-11-28, night).
+    iters = 2000
+    env = guest_env(programs, shm_uri(bench_daemon))
+    before = len(END_RE.findall(bench_daemon.log()))
+    res = subprocess.run([str(LATENCY), "--tests", "launch", "--iters", str(iters), "--json"],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr[-3000:]
+    assert client_signals(res) >= iters
+    worker_signals(bench_daemon, before)          # waits for the session's end
+    session = END_RE.findall(bench_daemon.log())[before]
+    lines = [m for m in SCHED_RE.findall(bench_daemon.log()) if m[0] == session]
+    assert len(lines) == 1, bench_daemon.log()[-3000:]
+    launches, events, blocking = (int(x) for x in lines[0][1:])
+    assert launches >= iters
+    assert blocking == 0, lines
+    assert events < launches / 20, lines
