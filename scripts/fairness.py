@@ -11,6 +11,7 @@ process and compares throughput.
 
     scripts/fairness.py                       # the H100 acceptance run
     scripts/fairness.py --baseline            # also with turns off (the GPU's own slicing)
+    scripts/fairness.py --baseline --rounds 3 # off and on by turns, three of each
     scripts/fairness.py --executor sim ...    # the scheduler's logic, no GPU
 
 On the sim (a CI fixture) the kernel's CPU twin sleeps for as long as the
@@ -84,6 +85,10 @@ def parse_args(argv):
     ap.add_argument("--baseline", action="store_true",
                     help="also run with turns off (--sched-quantum-us 0): "
                          "what the GPU's own time slicing gives; not judged")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="with --baseline: runs of each, by turns (turns off, "
+                         "on, off, ...), added up; a machine whose speed drifts "
+                         "then slows both alike (default 1)")
     ap.add_argument("--no-native", action="store_true",
                     help="skip the same-work reference run (no throughput figure); "
                          "on the sim that run is one session through pvgpu")
@@ -105,6 +110,8 @@ def parse_args(argv):
         die_usage(f"--weights {a.weights}: want integers like 1,1,2,4")
     if not a.weight_list or min(a.weight_list) < 1 or len(a.weight_list) > 64:
         die_usage("--weights: 1..64 weights, each at least 1")
+    if a.rounds < 1:
+        die_usage("--rounds must be at least 1")
     if a.sessions_per_vm < 1 or a.seconds <= 0 or a.queue < 1:
         die_usage("--sessions-per-vm, --seconds and --queue must be positive")
     for kv in a.guest_env:
@@ -366,14 +373,19 @@ def gpu_time_from_log(log):
     return out
 
 
-def summarize(args, results, daemon_log):
+def summarize(args, results, daemon_logs, seconds):
+    """Figures of one setting over its runs (results and daemon logs of
+    each, seconds in all)."""
     names = vm_names(args)
     total_w = sum(args.weight_list)
     kernels = {vm: 0 for vm in names}
     for r in results:
         kernels[r["vm"]] += r["kernels"]
     total = sum(kernels.values())
-    gpu = gpu_time_from_log(daemon_log)
+    gpu = {}
+    for log in daemon_logs:         # session numbers start again in each
+        for vm, t in gpu_time_from_log(log).items():
+            gpu[vm] = gpu.get(vm, 0.0) + t
     gpu_total = sum(gpu.get(vm, 0.0) for vm in names)
     vms = []
     for vm, w in zip(names, args.weight_list):
@@ -388,7 +400,7 @@ def summarize(args, results, daemon_log):
         })
     return {"total_kernels": total, "vms": vms,
             "max_error": max(v["error"] for v in vms),
-            "throughput_kernels_per_s": total / args.seconds,
+            "throughput_kernels_per_s": total / seconds, "seconds": seconds,
             "sessions": results}
 
 
@@ -401,7 +413,7 @@ def print_run(title, args, s):
         print(f"  {v['vm']:<6} {v['weight']:>6} {v['kernels']:>9} "
               f"{v['share'] * 100:>7.2f}% {v['target'] * 100:>7.2f}% "
               f"{v['error'] * 100:>6.1f}% {'' if g is None else f'{g * 100:.2f}%':>12}")
-    print(f"  {s['total_kernels']} kernels in {args.seconds:g} s: "
+    print(f"  {s['total_kernels']} kernels in {s['seconds']:g} s: "
           f"{s['throughput_kernels_per_s']:.1f} kernels/s; largest share error "
           f"{s['max_error'] * 100:.1f}%")
 
@@ -427,14 +439,22 @@ def main(argv=None):
         print(f"{len(args.weight_list)} VMs x {args.sessions_per_vm} sessions, "
               f"weights {args.weights}, {args.seconds:g} s, executor {args.executor}")
 
+        runs = {"baseline": ([], []), "weighted": ([], [])}
+        for r in range(args.rounds if args.baseline else 1):
+            for tag, quantum in (("baseline", 0), ("weighted", args.quantum_us)):
+                if tag == "baseline" and not args.baseline:
+                    continue
+                name = tag if args.rounds == 1 else f"{tag}{r + 1}"
+                res, d = run_sessions(args, workdir, name, quantum)
+                runs[tag][0].extend(res)
+                runs[tag][1].append(d.log())
+        seconds = args.seconds * (args.rounds if args.baseline else 1)
         if args.baseline:
-            res, d = run_sessions(args, workdir, "baseline", 0)
-            base = summarize(args, res, d.log())
+            base = summarize(args, *runs["baseline"], seconds)
             report["baseline"] = base
             print_run("turns off (--sched-quantum-us 0): the GPU's own time slicing", args, base)
 
-        res, d = run_sessions(args, workdir, "weighted", args.quantum_us)
-        fair = summarize(args, res, d.log())
+        fair = summarize(args, *runs["weighted"], seconds)
         report["weighted"] = fair
         print_run("turns by weight" + (f" (--sched-quantum-us {args.quantum_us})"
                                        if args.quantum_us is not None else ""), args, fair)
@@ -473,7 +493,7 @@ def main(argv=None):
             for key in ("weighted", "baseline"):
                 if key in report:
                     report[key]["device_busy"] = \
-                        report[key]["total_kernels"] * kernel_s / args.seconds
+                        report[key]["total_kernels"] * kernel_s / report[key]["seconds"]
             tp_ok = ratio >= args.min_throughput
             print(f"\n{what}, the same {total} kernels: {ref['seconds']:.3f} s, "
                   f"{ref_rate:.1f} kernels/s, {kernel_s * 1e3:.3f} ms per kernel")

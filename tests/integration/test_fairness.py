@@ -60,9 +60,11 @@ def fairness(programs, workdir, *args, timeout=180):
 
 
 def test_shares_follow_weights(programs, short_tmp):
+    # Turns off and on by turns, three 2-second runs of each: a busy
+    # machine (the VM suites beside this one) slows both alike.
     report, logs, out = fairness(programs, short_tmp, "--weights", "1,1,2,4",
-                                 "--sessions-per-vm", "2", "--seconds", "4",
-                                 "--baseline", "--no-native")
+                                 "--sessions-per-vm", "2", "--seconds", "2",
+                                 "--baseline", "--rounds", "3", "--no-native")
     # Without turns, the device's own sharing: the same for every VM.
     for v in report["baseline"]["vms"]:
         assert abs(v["share"] - 0.25) <= 0.25 * 0.25, out
@@ -76,22 +78,26 @@ def test_shares_follow_weights(programs, short_tmp):
         assert abs(v["gpu_time_share"] - v["target"]) / v["target"] <= 0.25, out
     shares = [v["share"] for v in vms]
     assert shares[3] > 1.5 * shares[2] > 1.5 * 1.5 * max(shares[0], shares[1]), out
-    assert "GPU turns between VMs: 10000 us per unit of weight" in logs["pvgpud-weighted.log"]
+    for k in (1, 2, 3):
+        assert "GPU turns between VMs: 10000 us per unit of weight" in \
+            logs[f"pvgpud-weighted{k}.log"]
+        assert "GPU turns between VMs: off" in logs[f"pvgpud-baseline{k}.log"]
 
 
 def test_single_vm_is_not_throttled(programs, short_tmp):
     """Alone on the device a VM never waits, and runs as fast as with the
     turns switched off."""
     report, logs, out = fairness(programs, short_tmp, "--weights", "3",
-                                 "--sessions-per-vm", "2", "--seconds", "2.5",
-                                 "--baseline")
+                                 "--sessions-per-vm", "2", "--seconds", "1.5",
+                                 "--baseline", "--rounds", "2")
     alone = report["weighted"]["total_kernels"]
     off = report["baseline"]["total_kernels"]
     assert alone >= 0.85 * off, out
-    lines = re.findall(r"scheduler: (\d+) launches, waited (\d+) times",
-                       logs["pvgpud-weighted.log"])
-    assert len(lines) == 2, logs["pvgpud-weighted.log"]
-    assert all(int(n) > 0 and int(waits) == 0 for n, waits in lines), lines
+    for k in (1, 2):
+        log = logs[f"pvgpud-weighted{k}.log"]
+        lines = re.findall(r"scheduler: (\d+) launches, waited (\d+) times", log)
+        assert len(lines) == 2, log
+        assert all(int(n) > 0 and int(waits) == 0 for n, waits in lines), lines
 
 
 def test_a_worker_killed_in_its_turn_does_not_wedge_the_gpu(programs, start_pvgpud, tmp_path):
