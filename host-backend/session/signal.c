@@ -120,8 +120,11 @@ static int settled(void *arg)
  * request, and a copy longer than the poll (pinned, from ~4 MiB) ran
  * ~10 us later each -- which had looked like the word costing more than
  * the driver's own synchronous copy (BENCHMARKS.md, 2026-11-28, evening).
- * Not for a synchronize: the same long look there made launch +
- * synchronize 15-25 us slower in some processes (same section).
+ * A synchronize keeps the poll alone.  (The 15-25 us slower launch +
+ * synchronize processes once blamed on a long look there were the
+ * scheduler's interrupt per call, BENCHMARKS.md, 2026-11-28, night; a
+ * synchronize behind a kernel longer than the look still ends with the
+ * worker asleep, and the guest's next call wakes it.)
  */
 #define SETTLE_BYTES_PER_NS	10u
 
