@@ -198,6 +198,7 @@ def test_small_copies_into_pageable_memory_land_on_the_word(programs, sim_daemon
 LATENCY = BENCH.parent / "pvgpu-latency"
 SCHED_RE = re.compile(r"session (\d+): scheduler: (\d+) launches, .*, "
                       r"(\d+) events recorded to follow them \((\d+) blocking\)")
+SLEPT_RE = re.compile(r"session (\d+): control ring: slept (\d+) times")
 
 
 @pytest.fixture
@@ -210,11 +211,13 @@ def bench_daemon(start_pvgpud):
 def test_a_synchronize_on_the_word_needs_no_event_to_follow_launches(programs, bench_daemon):
     # Launch + synchronize: the synchronize ends on the word, and that
     # tells the scheduler the launches before it are done; it records no
-    # event per call to learn it, and none that is blocking while the
-    # session is alone on its GPU (nothing waits on them).  On the GPU a
-    # blocking event is an interrupt when it completes: one per call made
-    # any thread on the CPU that takes the interrupts 15-20 us slower per
-    # call (BENCHMARKS.md, 2026-11-28, night).
+    # event per call to learn it -- only when the worker goes to sleep
+    # before the word (here, on a busy machine) does it mark what is on the
+    # device -- and none that is blocking while the session is alone on
+    # its GPU (nothing waits on them).  On the GPU a blocking event is an
+    # interrupt when it completes: one per call made any thread on the CPU
+    # that takes the interrupts 15-20 us slower per call (BENCHMARKS.md,
+    # 2026-11-28, night).
     iters = 2000
     env = guest_env(programs, shm_uri(bench_daemon))
     before = len(END_RE.findall(bench_daemon.log()))
@@ -227,6 +230,8 @@ def test_a_synchronize_on_the_word_needs_no_event_to_follow_launches(programs, b
     lines = [m for m in SCHED_RE.findall(bench_daemon.log()) if m[0] == session]
     assert len(lines) == 1, bench_daemon.log()[-3000:]
     launches, events, blocking = (int(x) for x in lines[0][1:])
+    slept = [int(n) for sid, n in SLEPT_RE.findall(bench_daemon.log()) if sid == session]
+    assert len(slept) == 1, bench_daemon.log()[-3000:]
     assert launches >= iters
     assert blocking == 0, lines
-    assert events < launches / 20, lines
+    assert events <= slept[0] + launches / 50, (lines, slept)
