@@ -112,6 +112,8 @@ def parse_args(argv):
         die_usage("--weights: 1..64 weights, each at least 1")
     if a.rounds < 1:
         die_usage("--rounds must be at least 1")
+    if a.rounds > 1 and not a.baseline:
+        die_usage("--rounds: runs by turns need --baseline (turns off) to take turns with")
     if a.sessions_per_vm < 1 or a.seconds <= 0 or a.queue < 1:
         die_usage("--sessions-per-vm, --seconds and --queue must be positive")
     for kv in a.guest_env:
@@ -439,16 +441,16 @@ def main(argv=None):
         print(f"{len(args.weight_list)} VMs x {args.sessions_per_vm} sessions, "
               f"weights {args.weights}, {args.seconds:g} s, executor {args.executor}")
 
-        runs = {"baseline": ([], []), "weighted": ([], [])}
-        for r in range(args.rounds if args.baseline else 1):
-            for tag, quantum in (("baseline", 0), ("weighted", args.quantum_us)):
-                if tag == "baseline" and not args.baseline:
-                    continue
+        settings = ([("baseline", 0)] if args.baseline else []) + \
+            [("weighted", args.quantum_us)]
+        runs = {tag: ([], []) for tag, _ in settings}
+        for r in range(args.rounds):
+            for tag, quantum in settings:
                 name = tag if args.rounds == 1 else f"{tag}{r + 1}"
                 res, d = run_sessions(args, workdir, name, quantum)
                 runs[tag][0].extend(res)
                 runs[tag][1].append(d.log())
-        seconds = args.seconds * (args.rounds if args.baseline else 1)
+        seconds = args.seconds * args.rounds
         if args.baseline:
             base = summarize(args, *runs["baseline"], seconds)
             report["baseline"] = base

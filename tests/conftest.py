@@ -368,6 +368,13 @@ def twins_daemon(start_pvgpud):
 
 
 @pytest.fixture
+def bench_daemon(start_pvgpud):
+    """pvgpud --executor sim with CPU twins of the benchmarks' kernels."""
+    return start_pvgpud("sim", env={
+        "PVGPU_SIM_TWINS": str(BUILD / "tests" / "sim-twins" / "libbench-twins.so")})
+
+
+@pytest.fixture
 def reserved_hugepages():
     """64 more 2 MiB pages for one test (a 128 MiB window); skips, saying
     why, where they cannot be had (not root, no memory)."""

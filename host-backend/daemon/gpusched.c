@@ -14,6 +14,7 @@
 #include "clock.h"
 #include "log.h"
 #include "gpusched.h"
+#include "wait.h"
 #include "worker.h"
 
 /*
@@ -586,21 +587,32 @@ static int mark(struct pvgpu_worker *w, int d, uint64_t stream, uint32_t n,
 	return 0;
 }
 
+struct mark_query {
+	struct pvgpu_worker *w;
+	const struct pvgpu_sched_mark *m;
+};
+
+static int mark_done(void *arg)
+{
+	const struct mark_query *q = arg;
+
+	return q->w->ex_ops->event_query(q->w->ex, q->m->event) !=
+	       CUDA_ERROR_NOT_READY;
+}
+
 /*
- * Until mark m's launches are done: asleep in the driver for a blocking
- * mark, else looking every 20 us (a mark made while the session was alone,
- * waited on only when contention starts).
+ * Until mark m's launches are done (or failed): asleep in the driver for a
+ * blocking mark, else spinning, yielding, then napping (a mark made while
+ * the session was alone, waited on only when contention starts).
  */
 static void mark_wait(struct pvgpu_worker *w, const struct pvgpu_sched_mark *m)
 {
-	const struct timespec nap = { 0, 20000 };
+	struct mark_query q = { w, m };
 
-	if (m->blocking) {
+	if (m->blocking)
 		w->ex_ops->event_synchronize(w->ex, m->event);
-		return;
-	}
-	while (w->ex_ops->event_query(w->ex, m->event) == CUDA_ERROR_NOT_READY)
-		nanosleep(&nap, NULL);
+	else
+		(void)pvgpu_spin_wait(mark_done, NULL, &q, UINT64_MAX);
 }
 
 static struct pvgpu_sched_mark *oldest_mark(struct pvgpu_sched_session *ss,

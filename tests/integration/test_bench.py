@@ -14,13 +14,6 @@ BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
 BENCH = BUILD / "bench"
 
 
-@pytest.fixture
-def bench_daemon(start_pvgpud):
-    """A sim daemon with CPU twins of the benchmarks' kernels."""
-    twins = BUILD / "tests" / "sim-twins" / "libbench-twins.so"
-    return start_pvgpud("sim", env={"PVGPU_SIM_TWINS": str(twins)})
-
-
 def run_bench(programs, uri, daemon, name, *args, timeout=180):
     proc = subprocess.run([str(BENCH / name), "--json", *args],
                           env=programs.pvgpu_env(uri),

@@ -201,13 +201,6 @@ SCHED_RE = re.compile(r"session (\d+): scheduler: (\d+) launches, .*, "
 SLEPT_RE = re.compile(r"session (\d+): control ring: slept (\d+) times")
 
 
-@pytest.fixture
-def bench_daemon(start_pvgpud):
-    """A sim daemon with CPU twins of the benchmarks' kernels."""
-    twins = BENCH.parents[1] / "tests" / "sim-twins" / "libbench-twins.so"
-    return start_pvgpud("sim", env={"PVGPU_SIM_TWINS": str(twins)})
-
-
 def test_a_synchronize_on_the_word_needs_no_event_to_follow_launches(programs, bench_daemon):
     # Launch + synchronize: the synchronize ends on the word, and that
     # tells the scheduler the launches before it are done; it records no
