@@ -13,6 +13,15 @@
 #include "relax.h"
 
 /*
+ * How long a call that waits on the device (a synchronize, a synchronous
+ * copy) is watched by spinning before the watcher sleeps, as NVIDIA's
+ * driver spins (yielding between looks after the first 2 ms): the guest's
+ * PVGPU_WAIT_SPIN_US and the worker's --wait-spin-us, by default.  A
+ * watcher asleep when the device is done costs the call a wake-up.
+ */
+#define PVGPU_WAIT_SPIN_US	200000u
+
+/*
  * A bounded busy poll: call pvgpu_poll_again() after each attempt that
  * found nothing; it returns 0 once budget_ns have passed since the first
  * call.  The clock is read every 64th call only: reading it costs more

@@ -22,6 +22,7 @@
 #include "transport.h"
 #include "shm/ring.h"
 #include "trace.h"
+#include "wait.h"
 #include "wire.h"
 
 /* DATA frames per sendmsg: 2 iovecs each, well under IOV_MAX. */
@@ -1059,7 +1060,7 @@ void pvgpu_client_config_init(struct pvgpu_client_config *cfg)
 	snprintf(cfg->devices, sizeof(cfg->devices), "%s",
 		 PVGPU_CLIENT_DEFAULT_DEVICES);
 	cfg->poll_ns = 50 * 1000;
-	cfg->wait_spin_ns = 200ull * 1000 * 1000;
+	cfg->wait_spin_ns = PVGPU_WAIT_SPIN_US * 1000ull;
 	cfg->window = 1;
 	cfg->copy_threads = default_copy_threads();
 	cfg->window_size = 1ull << 30;

@@ -4,9 +4,10 @@
  *   pvgpud --listen URI [--listen URI ...] --executor cuda|sim
  *          [--config FILE] [--log-level error|warn|info|debug]
  *          [--block-size BYTES] [--max-sessions N] [--tcp-token TOKEN]
- *          [--module-cache DIR] [--poll-us N] [--call-timeout SECONDS]
- *          [--registry DIR] [--metrics ADDR:PORT] [--sched-quantum-us N]
- *          [--executor-dir DIR] [--remote URI ...] [--remote-token TOKEN]
+ *          [--module-cache DIR] [--poll-us N] [--wait-spin-us N]
+ *          [--call-timeout SECONDS] [--registry DIR] [--metrics ADDR:PORT]
+ *          [--sched-quantum-us N] [--executor-dir DIR] [--remote URI ...]
+ *          [--remote-token TOKEN]
  *
  * --executor remote presents the GPUs of other pvgpud nodes as this one's:
  * each --remote URI (verbs://, tcp://, unix://; else `node = URI` lines of
@@ -36,6 +37,7 @@
 #include "metrics.h"
 #include "size.h"
 #include "supervisor.h"
+#include "wait.h"
 #include "pvgpu_proto.h"
 #include "wire.h"
 
@@ -43,10 +45,10 @@ static const char usage[] =
 	"usage: pvgpud --listen URI [--listen URI ...] --executor cuda|sim\n"
 	"              [--config FILE] [--log-level error|warn|info|debug]\n"
 	"              [--block-size BYTES] [--max-sessions N] [--tcp-token TOKEN]\n"
-	"              [--module-cache DIR] [--poll-us N] [--call-timeout SECONDS]\n"
-	"              [--registry DIR] [--metrics ADDR:PORT] [--sched-quantum-us N]\n"
-	"              [--executor-dir DIR] [--remote URI ...]\n"
-	"              [--remote-token TOKEN]\n"
+	"              [--module-cache DIR] [--poll-us N] [--wait-spin-us N]\n"
+	"              [--call-timeout SECONDS] [--registry DIR] [--metrics ADDR:PORT]\n"
+	"              [--sched-quantum-us N] [--executor-dir DIR]\n"
+	"              [--remote URI ...] [--remote-token TOKEN]\n"
 	"--executor help lists the executors this build has\n"
 	"URIs: unix:///PATH, tcp://HOST:PORT, vsock://any:PORT\n"
 	"--metrics: Prometheus text at http://ADDR:PORT/metrics; loopback only,\n"
@@ -101,6 +103,7 @@ int main(int argc, char **argv)
 		{ "tcp-token", required_argument, NULL, 't' },
 		{ "module-cache", required_argument, NULL, 'M' },
 		{ "poll-us", required_argument, NULL, 'P' },
+		{ "wait-spin-us", required_argument, NULL, 'W' },
 		{ "registry", required_argument, NULL, 'R' },
 		{ "call-timeout", required_argument, NULL, 'T' },
 		{ "metrics", required_argument, NULL, 'X' },
@@ -120,6 +123,7 @@ int main(int argc, char **argv)
 		.block = PVGPU_DEFAULT_BLOCK,
 		.max_sessions = 256,
 		.poll_us = 50,
+		.wait_spin_us = PVGPU_WAIT_SPIN_US,
 		.call_timeout_ms = 300 * 1000,
 		.sched_quantum_us = PVGPU_SCHED_QUANTUM_US,
 	};
@@ -188,6 +192,15 @@ int main(int argc, char **argv)
 			if (*end || end == optarg || n > 100000)
 				return bad_usage("--poll-us must be 0..100000");
 			cfg.poll_us = (uint32_t)n;
+			break;
+		}
+		case 'W': {
+			char *end;
+			unsigned long n = strtoul(optarg, &end, 10);
+
+			if (*end || end == optarg || n > 10000000)
+				return bad_usage("--wait-spin-us must be 0..10000000");
+			cfg.wait_spin_us = (uint32_t)n;
 			break;
 		}
 		case 'R':

@@ -386,6 +386,7 @@ int pvgpu_supervisor_init(struct pvgpu_supervisor *sv,
 	sv->wcfg.required_token = cfg->tcp_token;
 	sv->wcfg.module_cache = cfg->module_cache;
 	sv->wcfg.poll_ns = (uint64_t)cfg->poll_us * 1000;
+	sv->wcfg.wait_spin_ns = (uint64_t)cfg->wait_spin_us * 1000;
 	sv->wcfg.capture_output = 1;
 	sv->wcfg.remotes = cfg->remotes;
 	sv->wcfg.nremotes = cfg->nremotes;

@@ -61,6 +61,7 @@ struct pvgpu_supervisor_config {
 	const char *tcp_token;
 	const char *module_cache;	/* directory; NULL: no cross-session cache */
 	uint32_t poll_us;		/* workers' busy-poll before sleeping */
+	uint32_t wait_spin_us;		/* their watch of a call waiting on the device */
 	uint64_t call_timeout_ms;	/* watchdog limit on one call; 0: none */
 	uint32_t sched_quantum_us;	/* GPU turn per unit of weight; 0: no turns */
 	const char *config;		/* --config FILE, or NULL */

@@ -354,7 +354,7 @@ int32_t pvgpu_handle_ctx_synchronize(struct pvgpu_worker *w,
 	 * does not wait for it exists.
 	 */
 	if (!w->nonblocking_streams && pvgpu_signal_wanted(w) &&
-	    pvgpu_signal_queue(w, 0, 0))
+	    pvgpu_signal_queue(w, 0))
 		return CUDA_SUCCESS;
 	st = w->ex_ops->ctx_synchronize(w->ex);
 	if (st == CUDA_SUCCESS)
@@ -609,7 +609,7 @@ int32_t pvgpu_handle_stream_synchronize(struct pvgpu_worker *w,
 
 	if (st)
 		return st;
-	if (pvgpu_signal_wanted(w) && pvgpu_signal_queue(w, stream, 0))
+	if (pvgpu_signal_wanted(w) && pvgpu_signal_queue(w, stream))
 		return CUDA_SUCCESS;
 	return w->ex_ops->stream_synchronize(w->ex, stream);
 }

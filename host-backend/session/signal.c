@@ -61,7 +61,7 @@ static int word_ready(struct pvgpu_worker *w)
 	return 1;
 }
 
-int pvgpu_signal_queue(struct pvgpu_worker *w, uint64_t stream, uint64_t bytes)
+int pvgpu_signal_queue(struct pvgpu_worker *w, uint64_t stream)
 {
 	uint32_t value = pvgpu_signal_value(w->req_id);
 	int32_t st;
@@ -85,7 +85,6 @@ int pvgpu_signal_queue(struct pvgpu_worker *w, uint64_t stream, uint64_t bytes)
 	w->signals++;
 	w->signal_value = value;
 	w->signal_stream = stream;
-	w->signal_bytes = bytes;
 	return 1;
 }
 
@@ -113,24 +112,22 @@ static int settled(void *arg)
 }
 
 /*
- * How long the worker looks at the word before it sleeps: its poll, or
- * for a copy as long as the copy may take (at 10 GB/s, a fifth of what
- * PCIe moves) on top.  The guest is inside its synchronous call until
- * the word: a worker asleep by then had to be woken by the guest's next
- * request, and a copy longer than the poll (pinned, from ~4 MiB) ran
- * ~10 us later each -- which had looked like the word costing more than
- * the driver's own synchronous copy (BENCHMARKS.md, 2026-11-28, evening).
- * A synchronize keeps the poll alone.  (The 15-25 us slower launch +
- * synchronize processes once blamed on a long look there were the
- * scheduler's interrupt per call, BENCHMARKS.md, 2026-11-28, night; a
- * synchronize behind a kernel longer than the look still ends with the
- * worker asleep, and the guest's next call wakes it.)
+ * How long the worker looks at the word before it sleeps: as long as the
+ * guest spins on it (--wait-spin-us, by default the guest's
+ * PVGPU_WAIT_SPIN_US; wait.h), never less than its poll.  The guest is
+ * inside its synchronous call until the word: a worker asleep by then has
+ * to be woken by the guest's next request, which waits for it.  A copy
+ * longer than a 50 us look (pinned, from ~4 MiB) ran ~10 us later each
+ * (BENCHMARKS.md, 2026-11-28, evening), and a synchronous copy or a
+ * synchronize behind an 8 ms kernel paid a wake-up before every next
+ * launch, with the GPU idle meanwhile (pvgpu-synth 10/90, BENCHMARKS.md,
+ * 2026-11-29).  After 2 ms the look yields between tries (ring.c), as the
+ * guest's does.
  */
-#define SETTLE_BYTES_PER_NS	10u
-
-static uint64_t settle_spin_ns(const struct pvgpu_worker *w, uint64_t bytes)
+static uint64_t settle_spin_ns(const struct pvgpu_worker *w)
 {
-	return w->cfg->poll_ns + bytes / SETTLE_BYTES_PER_NS;
+	return w->cfg->wait_spin_ns > w->cfg->poll_ns ? w->cfg->wait_spin_ns :
+							 w->cfg->poll_ns;
 }
 
 void pvgpu_signal_settle(struct pvgpu_worker *w)
@@ -142,7 +139,7 @@ void pvgpu_signal_settle(struct pvgpu_worker *w)
 	w->settling = 1;
 	pvgpu_watchdog_begin(w->slot, w->signal_opcode);
 	n = pvgpu_ring_wait_until(&w->ring, settled, w,
-				  settle_spin_ns(w, w->signal_bytes));
+				  settle_spin_ns(w));
 	pvgpu_watchdog_end(w->slot);
 	w->settling = 0;
 	if (n < 0)

@@ -439,7 +439,7 @@ static int32_t htod_window(struct pvgpu_worker *w, uint64_t dst,
 	if (sync && pvgpu_signal_wanted(w)) {
 		st = w->ex_ops->memcpy_htod_async(w->ex, dst, w->win.base + offset,
 						  size, stream);
-		if (!st && !pvgpu_signal_queue(w, stream, size))
+		if (!st && !pvgpu_signal_queue(w, stream))
 			st = copy_done(w, stream);
 	} else if (sync && !stream && w->ex_ops->memcpy_htod) {
 		st = w->ex_ops->memcpy_htod(w->ex, dst, w->win.base + offset, size);
@@ -469,7 +469,7 @@ static int32_t dtoh_window(struct pvgpu_worker *w, uint64_t src,
 	if (sync && pvgpu_signal_wanted(w)) {
 		st = w->ex_ops->memcpy_dtoh_async(w->ex, w->win.base + offset, src,
 						  size, stream);
-		if (!st && !pvgpu_signal_queue(w, stream, size))
+		if (!st && !pvgpu_signal_queue(w, stream))
 			st = copy_done(w, stream);
 	} else if (sync && !stream && w->ex_ops->memcpy_dtoh) {
 		st = w->ex_ops->memcpy_dtoh(w->ex, w->win.base + offset, src, size);

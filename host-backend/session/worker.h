@@ -84,6 +84,7 @@ struct pvgpu_worker_config {
 	const char *required_token;	/* TCP callers must present it; NULL: any */
 	const char *module_cache;	/* directory of images by hash */
 	uint64_t poll_ns;		/* busy-poll before a blocking read */
+	uint64_t wait_spin_ns;		/* watch of a call waiting on the device */
 	const struct pvgpu_policy *policy;	/* NULL: no policy file */
 	struct pvgpu_sched *sched;	/* GPU time between VMs; NULL: none */
 	int capture_output;		/* fd 1/2 are the guest's (output.c) */
@@ -167,7 +168,7 @@ struct pvgpu_worker {
 	uint64_t signal_dptr, signal_ctx;
 	uint32_t req_flags;
 	int signalled, signal_pending, settling;
-	uint64_t signal_stream, signal_bytes;
+	uint64_t signal_stream;
 	uint32_t signal_value, signal_looks;
 	uint16_t signal_opcode;
 	int32_t signal_status;
@@ -196,13 +197,13 @@ struct pvgpu_worker {
  * Completion through the device's word (signal.c).  wanted: this request
  * may end that way (the guest asked, nothing else must come with its
  * reply).  queue: have the device write the word after the work queued on
- * stream (a copy of bytes, or 0: other work); 1 when it will (the handler returns without waiting; the reply
+ * stream; 1 when it will (the handler returns without waiting; the reply
  * says so, and the work is pending), 0 when not (the handler waits as
  * before).  settle: before the next read, until the work is done or the
  * guest moves on; a second reply if the work failed.
  */
 int pvgpu_signal_wanted(const struct pvgpu_worker *w);
-int pvgpu_signal_queue(struct pvgpu_worker *w, uint64_t stream, uint64_t bytes);
+int pvgpu_signal_queue(struct pvgpu_worker *w, uint64_t stream);
 void pvgpu_signal_settle(struct pvgpu_worker *w);
 
 /*

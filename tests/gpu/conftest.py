@@ -1,8 +1,13 @@
 """What every GPU test shares: the gpu marker, a skip (saying why) where no
-CUDA driver answers, NVIDIA's real runtime for the native runs, and a
-pvgpud on the real GPU."""
+CUDA driver answers, NVIDIA's real runtime for the native runs, pvgpu's
+libcuda.so.1 beside it for the driver front-end, and a pvgpud on the real
+GPU."""
 import ctypes
+import os
+import shutil
 import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -41,6 +46,25 @@ def native_libdir(programs):
         pytest.fail("scripts/find-cuda.sh --libdir found no CUDA toolkit "
                     "with libcudart.so.13")
     return res.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def libdir(native_libdir):
+    """pvgpu's libcuda.so.1 and NVIDIA's libcudart.so.13, nothing else."""
+    libcuda = Path(__file__).resolve().parents[2] / os.environ.get(
+        "PVGPU_BUILD", "build") / "lib" / "libcuda.so.1"
+    if not libcuda.exists():
+        if subprocess.run([sys.executable, "-c", "import clang.cindex"],
+                          capture_output=True).returncode:
+            pytest.skip("libcuda.so.1 was not built: it is generated from cuda.h "
+                        "with libclang, which this python3 lacks (make said so); "
+                        "give it the libclang wheel (pip install libclang)")
+        pytest.fail(f"{libcuda} is not built (run make)")
+    d = Path(tempfile.mkdtemp(prefix="pvgpu-cu-"))
+    os.symlink(libcuda.resolve(), d / "libcuda.so.1")
+    os.symlink(Path(native_libdir) / "libcudart.so.13", d / "libcudart.so.13")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture

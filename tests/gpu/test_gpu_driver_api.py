@@ -11,40 +11,20 @@ name), and every test checks that pvgpud served a session for the run.
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
-LIBCUDA = BUILD / "lib" / "libcuda.so.1"
 FRAMEWORKS = Path(__file__).parent / "frameworks"
 PROGRAMS = sorted(p.stem for p in (REPO / "tests" / "programs").glob("*.cu"))
 KERNELS = sorted("kernels/" + p.stem
                  for p in (REPO / "tests" / "programs" / "kernels").glob("*.cu")
                  if p.stem != "fault")
 TIMING = re.compile(r"\d+(\.\d+)? ?(ms|us|µs|s|GB/s|MiB/s)\b")
-
-
-@pytest.fixture(scope="module")
-def libdir(native_libdir):
-    """pvgpu's libcuda.so.1 and NVIDIA's libcudart.so.13, nothing else."""
-    if not LIBCUDA.exists():
-        if subprocess.run([sys.executable, "-c", "import clang.cindex"],
-                          capture_output=True).returncode:
-            pytest.skip("libcuda.so.1 was not built: it is generated from cuda.h "
-                        "with libclang, which this python3 lacks (make said so); "
-                        "give it the libclang wheel (pip install libclang)")
-        pytest.fail(f"{LIBCUDA} is not built (run make)")
-    d = Path(tempfile.mkdtemp(prefix="pvgpu-cu-"))
-    os.symlink(LIBCUDA.resolve(), d / "libcuda.so.1")
-    os.symlink(Path(native_libdir) / "libcudart.so.13", d / "libcudart.so.13")
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 def clean_env():
@@ -286,7 +266,7 @@ def test_tensor_maps_are_nvidias(cuda_daemon, libdir, tmp_path):
     script = tmp_path / "tmaps.py"
     script.write_text(TENSOR_MAPS)
     before = sessions(cuda_daemon)
-    res = run([sys.executable, str(script), str(LIBCUDA), nv],
+    res = run([sys.executable, str(script), str(libdir / "libcuda.so.1"), nv],
               pvgpu_env(libdir, shm(cuda_daemon)))
     out = res.stdout.splitlines()
     assert res.returncode == 0 and out[-1:] == ["PASS"], res.stdout + res.stderr

@@ -6,17 +6,13 @@ libcuda.so.1 is on this machine too) and each run checks that pvgpud
 served a session, so that nothing passes by reaching the GPU directly."""
 import os
 import re
-import shutil
 import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
-LIBCUDA = BUILD / "lib" / "libcuda.so.1"
 IMAGE = BUILD / "tests" / "kernels" / "images" / "vecadd.fatbin"
 PTX = BUILD / "tests" / "kernels" / "images" / "vecadd.ptx"
 DRIVER_PROGRAMS = sorted(p.stem for p in (REPO / "tests" / "programs" / "driver").glob("*.c"))
@@ -24,20 +20,6 @@ DRIVER_PROGRAMS = sorted(p.stem for p in (REPO / "tests" / "programs" / "driver"
 # over unix:// the program says "not supported", which a native run never
 # does.
 NEEDS_WINDOW = {"zerocopy", "hostreg", "managed"}
-
-
-@pytest.fixture(scope="module")
-def libdir():
-    if not LIBCUDA.exists():
-        if subprocess.run([sys.executable, "-c", "import clang.cindex"],
-                          capture_output=True).returncode:
-            pytest.skip("libcuda.so.1 was not built: it is generated from cuda.h "
-                        "with libclang, which this python3 lacks (make said so)")
-        pytest.fail(f"{LIBCUDA} is not built (run make)")
-    d = Path(tempfile.mkdtemp(prefix="pvgpu-drv-"))
-    os.symlink(LIBCUDA.resolve(), d / "libcuda.so.1")
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 def run(path, env):

@@ -689,6 +689,35 @@ static void flag_wait_twin(const struct pvgpu_sim_launch *l)
 			 __ATOMIC_RELEASE);
 }
 
+/* ---- waitstep.cu ---------------------------------------------------------- */
+
+/* thread 0: stamps[0] = now; hold ns; buf[0] = step, buf[words-1] = ~step;
+ * stamps[1] = now (the sim's clock for the GPU's) */
+static void hold_twin(const struct pvgpu_sim_launch *l)
+{
+	uint64_t stamps = pvgpu_sim_arg_ptr(l, 0), buf = pvgpu_sim_arg_ptr(l, 1), ns, t0;
+	uint32_t words, step;
+
+	if (ARG(l, 2, words) || ARG(l, 3, step) || ARG(l, 4, ns) ||
+	    l->faulted(l) || !twin_has_threads(l) || !words)
+		return;
+	uint64_t *hs = twin_map(l, stamps, 2, 8);
+	uint32_t *hb = twin_map(l, buf, words, 4);
+	if (!hs || !hb)
+		return;
+	t0 = now_ns();
+	while (now_ns() - t0 < ns) {
+		uint64_t left = ns - (now_ns() - t0);
+		struct timespec ts = { (time_t)(left / 1000000000u),
+				       (long)(left % 1000000000u) };
+
+		nanosleep(&ts, NULL);
+	}
+	hb[0] = step;
+	hb[words - 1] = ~step;
+	hs[0] = t0;
+	hs[1] = now_ns();
+}
 
 const struct pvgpu_sim_twin pvgpu_sim_twins[] = {
 	{ "vec_add", vecadd_twin },
@@ -720,5 +749,6 @@ const struct pvgpu_sim_twin pvgpu_sim_twins[] = {
 	{ "scale3d", scale3d_twin },
 	{ "managed_inc", managed_inc_twin },
 	{ "flag_wait", flag_wait_twin },
+	{ "hold", hold_twin },
 	{ NULL, NULL },
 };
