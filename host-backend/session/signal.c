@@ -121,8 +121,8 @@ static int settled(void *arg)
  * (BENCHMARKS.md, 2026-11-28, evening), and a synchronous copy or a
  * synchronize behind an 8 ms kernel paid a wake-up before every next
  * launch, with the GPU idle meanwhile (pvgpu-synth 10/90, BENCHMARKS.md,
- * 2026-11-29).  After 2 ms the look yields between tries (ring.c), as the
- * guest's does.
+ * 2026-11-28, late night).  After 2 ms the look yields between tries
+ * (ring.c), as the guest's does.
  */
 static uint64_t settle_spin_ns(const struct pvgpu_worker *w)
 {

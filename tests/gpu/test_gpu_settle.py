@@ -8,7 +8,7 @@ median idle gap between kernels.  Through pvgpu the call ends on the
 device's word, which the guest sees at once; but a worker that had stopped
 watching the word and gone to sleep had to be woken by the next launch, and
 the GPU waited for it: +40-60 us a step, pvgpu-synth 10/90 +0.5-0.8 %
-(BENCHMARKS.md, 2026-11-29).  The worker now watches as long as the guest
+(BENCHMARKS.md, 2026-11-28, late night).  The worker now watches as long as the guest
 spins (--wait-spin-us)."""
 
 import re
@@ -20,7 +20,7 @@ GAPS = re.compile(r"waitstep: copy: median gap ([\d.]+) us; synchronize: "
                   r"median gap ([\d.]+) us \((\d+) steps each\)")
 SLEPT = re.compile(r"control ring: slept (\d+) times waiting for the guest")
 # Per step over the native gap: under what a worker woken each step added
-# (+23 to +38 us, 2026-11-29), over what runs of the same code gave (+1 to
+# (+23 to +38 us, 2026-11-28), over what runs of the same code gave (+1 to
 # +15: where the two threads land on the machine's cores).
 ROOM_US = 20.0
 

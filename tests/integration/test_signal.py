@@ -195,6 +195,26 @@ def test_small_copies_into_pageable_memory_land_on_the_word(programs, sim_daemon
     assert small - large >= reps, (small, large)
 
 
+def test_a_worker_that_may_not_spin_still_ends_calls_on_the_word(programs, start_pvgpud):
+    # --wait-spin-us 0: the worker watches the word no longer than its poll,
+    # then sleeps, waking to look every 200 us; the guest, still spinning,
+    # sees the word, and the copies end on it as before, every byte right.
+    daemon = start_pvgpud("sim", ["--wait-spin-us", "0"])
+    reps = 6
+    guest, worker = bandwidth_signals(programs, daemon, "8M", reps)
+    assert guest == worker and guest >= 2 * reps, (guest, worker)
+
+
+def test_wait_spin_option_is_checked():
+    pvgpud = BENCH.parents[1] / "bin" / "pvgpud"
+    for bad in ("x", "-1", "10000001"):
+        res = subprocess.run([str(pvgpud), "--listen", "tcp://127.0.0.1:1",
+                              "--executor", "sim", "--wait-spin-us", bad],
+                             capture_output=True, text=True, timeout=10)
+        assert res.returncode == 2, (bad, res.stderr)
+        assert "--wait-spin-us must be 0..10000000" in res.stderr, res.stderr
+
+
 LATENCY = BENCH.parent / "pvgpu-latency"
 SCHED_RE = re.compile(r"session (\d+): scheduler: (\d+) launches, .*, "
                       r"(\d+) events recorded to follow them \((\d+) blocking\)")
