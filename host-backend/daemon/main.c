@@ -91,6 +91,22 @@ static int parse_block(const char *s, uint32_t *out)
 	return 0;
 }
 
+/* A whole number in [min, max], digits only: 0, or -1. */
+static int parse_uint(const char *s, unsigned long min, unsigned long max,
+		      uint32_t *out)
+{
+	char *end;
+	unsigned long n;
+
+	if (*s < '0' || *s > '9')
+		return -1;
+	n = strtoul(s, &end, 10);
+	if (*end || n < min || n > max)
+		return -1;
+	*out = (uint32_t)n;
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -170,39 +186,24 @@ int main(int argc, char **argv)
 			if (parse_block(optarg, &cfg.block))
 				return bad_usage("--block-size must be 4K..16M");
 			break;
-		case 'm': {
-			char *end;
-			unsigned long n = strtoul(optarg, &end, 10);
-
-			if (*end || n < 1 || n > 65536)
+		case 'm':
+			if (parse_uint(optarg, 1, 65536, &cfg.max_sessions))
 				return bad_usage("--max-sessions must be 1..65536");
-			cfg.max_sessions = (uint32_t)n;
 			break;
-		}
 		case 't':
 			cfg.tcp_token = optarg;
 			break;
 		case 'M':
 			cfg.module_cache = optarg;
 			break;
-		case 'P': {
-			char *end;
-			unsigned long n = strtoul(optarg, &end, 10);
-
-			if (*end || end == optarg || n > 100000)
+		case 'P':
+			if (parse_uint(optarg, 0, 100000, &cfg.poll_us))
 				return bad_usage("--poll-us must be 0..100000");
-			cfg.poll_us = (uint32_t)n;
 			break;
-		}
-		case 'W': {
-			char *end;
-			unsigned long n = strtoul(optarg, &end, 10);
-
-			if (*end || end == optarg || n > 10000000)
+		case 'W':
+			if (parse_uint(optarg, 0, 10000000, &cfg.wait_spin_us))
 				return bad_usage("--wait-spin-us must be 0..10000000");
-			cfg.wait_spin_us = (uint32_t)n;
 			break;
-		}
 		case 'R':
 			if (optarg[0] != '/')
 				return bad_usage("--registry must be an absolute directory path");
@@ -223,15 +224,10 @@ int main(int argc, char **argv)
 				return 2;
 			cfg.metrics = optarg;
 			break;
-		case 'Q': {
-			char *end;
-			unsigned long n = strtoul(optarg, &end, 10);
-
-			if (*end || end == optarg || n > 1000000)
+		case 'Q':
+			if (parse_uint(optarg, 0, 1000000, &cfg.sched_quantum_us))
 				return bad_usage("--sched-quantum-us must be 0..1000000");
-			cfg.sched_quantum_us = (uint32_t)n;
 			break;
-		}
 		case 'h':
 			fputs(usage, stdout);
 			return 0;
