@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+from generated import require_generated  # noqa: E402
+
 
 def gpu_problem():
     """None if the CUDA driver loads and initialises, else why not."""
@@ -53,13 +56,7 @@ def libdir(native_libdir):
     """pvgpu's libcuda.so.1 and NVIDIA's libcudart.so.13, nothing else."""
     libcuda = Path(__file__).resolve().parents[2] / os.environ.get(
         "PVGPU_BUILD", "build") / "lib" / "libcuda.so.1"
-    if not libcuda.exists():
-        if subprocess.run([sys.executable, "-c", "import clang.cindex"],
-                          capture_output=True).returncode:
-            pytest.skip("libcuda.so.1 was not built: it is generated from cuda.h "
-                        "with libclang, which this python3 lacks (make said so); "
-                        "give it the libclang wheel (pip install libclang)")
-        pytest.fail(f"{libcuda} is not built (run make)")
+    require_generated(libcuda, "cuda.h")
     d = Path(tempfile.mkdtemp(prefix="pvgpu-cu-"))
     os.symlink(libcuda.resolve(), d / "libcuda.so.1")
     os.symlink(Path(native_libdir) / "libcudart.so.13", d / "libcudart.so.13")

@@ -18,6 +18,9 @@ from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+from generated import require_generated  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
 LIBNVML = BUILD / "lib" / "libnvidia-ml.so.1"
@@ -31,13 +34,7 @@ def need_pynvml():
         import pynvml  # noqa: F401
     except ImportError:
         pytest.skip("pynvml (NVIDIA's nvidia-ml-py) is not installed in this python")
-    if not LIBNVML.exists():
-        if subprocess.run([sys.executable, "-c", "import clang.cindex"],
-                          capture_output=True).returncode:
-            pytest.skip("libnvidia-ml.so.1 was not built: it is generated from nvml.h "
-                        "with libclang, which this python3 lacks (make said so); "
-                        "give it the libclang wheel (pip install libclang)")
-        pytest.fail(f"{LIBNVML} is not built (make; it needs libclang and nvml.h)")
+    require_generated(LIBNVML, "nvml.h", "make; it needs libclang and nvml.h")
 
 
 def view(env):
