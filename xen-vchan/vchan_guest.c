@@ -7,7 +7,8 @@
  *   vchan://DOMID//ABS   the channel at the absolute xenstore path /ABS
  *
  * connect = libxenvchan_client_init (retried until the backend's offer
- * appears, bounded), then the setup frame (vchan_proto.h) granting the
+ * appears, or again when an offer closes before the setup is answered,
+ * bounded), then the setup frame (vchan_proto.h) granting the
  * pages of the bulk window to DOMID.  sendv and recv move the pvgpu byte
  * stream over the ring with bounded waits (vchan_io.h).
  *
@@ -177,6 +178,7 @@ static int vchan_connect(struct pvgpu_transport *t, const char *addr,
 		return -ENOMEM;
 	g->stall_ms = (int)env_long("PVGPU_VCHAN_STALL_MS", 30000, 100, 3600000);
 	t->priv = g;
+again:
 	while (!(g->ctrl = libxenvchan_client_init(NULL, (int)backend, path))) {
 		if (pvgpu_vchan_now_ms() - t0 >= connect_ms) {
 			snprintf(err, errlen, "no vchan offered at %s by domain %u: %s",
@@ -198,6 +200,21 @@ static int vchan_connect(struct pvgpu_transport *t, const char *addr,
 					  g->stall_ms);
 	if (!rc)
 		rc = pvgpu_vchan_reply_decode(rep, sizeof(rep), &status);
+	/*
+	 * Closed under us: the offer we found may be the last session's, still
+	 * in xenstore while its worker ends (a program started right after
+	 * another); the backend offers the channel again.  Look again, until
+	 * the connect deadline.
+	 */
+	if ((rc == -EPIPE || rc == -ECONNRESET) &&
+	    pvgpu_vchan_now_ms() - t0 < connect_ms) {
+		libxenvchan_close(g->ctrl);
+		g->ctrl = NULL;
+		t->fd = -1;
+		drop_window(g);
+		usleep(50000);
+		goto again;
+	}
 	if (rc) {
 		snprintf(err, errlen, "vchan setup with domain %u: %s", backend,
 			 strerror(-rc));
