@@ -79,8 +79,17 @@ TEST_TWINS := $(BUILD)/tests/sim-twins/libtest-twins.so
 BENCH_TWINS := $(BUILD)/tests/sim-twins/libbench-twins.so
 FAILURE_TWINS := $(BUILD)/tests/sim-twins/libfailure-twins.so
 
+# The twins the sim loads when PVGPU_SIM_TWINS is unset: those in
+# sim-twins/ beside exec-sim.so (as the pvgpu-sim package installs them),
+# so `pvgpud --executor sim` runs the test programs and the benchmarks
+# with nothing set.  Not the failure twins, nor the unit test's example.
+DEFAULT_TWINS := $(patsubst $(BUILD)/tests/sim-twins/%,$(BUILD)/lib/pvgpud/sim-twins/%,$(TEST_TWINS) $(BENCH_TWINS))
+$(BUILD)/lib/pvgpud/sim-twins/%.so: $(BUILD)/tests/sim-twins/%.so
+	@mkdir -p $(@D)
+	ln -sf ../../../tests/sim-twins/$*.so $@
+
 .PHONY: sim-twins
-sim-twins: $(TEST_TWINS) $(BENCH_TWINS) $(FAILURE_TWINS)
+sim-twins: $(TEST_TWINS) $(BENCH_TWINS) $(FAILURE_TWINS) $(DEFAULT_TWINS)
 
 $(TEST_TWINS): $(TEST_TWIN_SRCS) $(wildcard tests/sim-twins/*.h) tests/sim/sim_twins.h
 	@mkdir -p $(@D)

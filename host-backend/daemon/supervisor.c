@@ -54,6 +54,7 @@ static int probe_executor(const struct pvgpu_executor_ops *exec,
 		.remotes = wcfg->remotes,
 		.nremotes = wcfg->nremotes,
 		.remote_token = wcfg->remote_token,
+		.probe = true,
 	};
 	int32_t count = 0;
 	int p[2], n = -1;

@@ -17,6 +17,7 @@
 #ifndef PVGPU_EXECUTOR_H
 #define PVGPU_EXECUTOR_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -152,6 +153,12 @@ struct pvgpu_exec_config {
 	unsigned int nremotes;
 	/* Who this node is to them, where the channel cannot say (tcp, verbs). */
 	const char *remote_token;
+	/*
+	 * The supervisor's one open at start-up, to list the devices: where
+	 * an executor may say once what it serves with (a session's open
+	 * must not, or every session would repeat it).
+	 */
+	bool probe;
 };
 
 #define PVGPU_MAX_REMOTES	16

@@ -18,7 +18,9 @@
  * poisons the context as a GPU fault would: every later call in it returns
  * CUDA_ERROR_ILLEGAL_ADDRESS until it is destroyed.
  */
+#include <dirent.h>
 #include <dlfcn.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -960,14 +962,90 @@ err_nomem:
 	return -1;
 }
 
-/* Every plugin in PVGPU_SIM_TWINS (colon-separated paths). */
-static int load_twins(struct pvgpu_exec *ex, char *err, size_t errlen)
+/*
+ * The folder of twins that come with the sim: "sim-twins/" beside this
+ * plugin (build/lib/pvgpud/sim-twins, /usr/lib/pvgpud/sim-twins), so that
+ * `pvgpud --executor sim` runs the project's programs and benchmarks with
+ * nothing set.  False where the sim is linked into a test binary instead.
+ */
+static bool default_twin_dir(char *dir, size_t len)
+{
+	Dl_info info;
+	const char *slash;
+	struct stat st;
+
+	if (!dladdr((void *)default_twin_dir, &info) || !info.dli_fname)
+		return false;
+	slash = strrchr(info.dli_fname, '/');
+	if (!slash)
+		return false;
+	if (snprintf(dir, len, "%.*s/sim-twins",
+		     (int)(slash - info.dli_fname), info.dli_fname) >= (int)len)
+		return false;
+	return !stat(dir, &st) && S_ISDIR(st.st_mode);
+}
+
+static int twin_so_filter(const struct dirent *d)
+{
+	size_t n = strlen(d->d_name);
+
+	return d->d_name[0] != '.' && n > 3 && !strcmp(d->d_name + n - 3, ".so");
+}
+
+/* Every plugin of the default folder, in name order. */
+static int load_default_twins(struct pvgpu_exec *ex, const char *dir,
+			      char *err, size_t errlen)
+{
+	struct dirent **names;
+	char path[PATH_MAX];
+	int i, n, rc = 0;
+
+	n = scandir(dir, &names, twin_so_filter, alphasort);
+	if (n < 0)
+		return 0;
+	for (i = 0; i < n; i++) {
+		if (!rc && snprintf(path, sizeof(path), "%s/%s", dir,
+				    names[i]->d_name) >= (int)sizeof(path)) {
+			snprintf(err, errlen, "sim executor: a path in %s "
+				 "is too long", dir);
+			rc = -1;
+		} else if (!rc) {
+			rc = load_twin_plugin(ex, path, err, errlen);
+		}
+		free(names[i]);
+	}
+	free(names);
+	return rc;
+}
+
+/*
+ * Every plugin PVGPU_SIM_TWINS names (colon-separated paths; set and empty:
+ * none), else those of the default folder.  The supervisor's probe at
+ * start-up says in one line which were taken.
+ */
+static int load_twins(struct pvgpu_exec *ex, bool probe, char *err,
+		      size_t errlen)
 {
 	const char *list = getenv("PVGPU_SIM_TWINS");
-	char *copy, *path, *save = NULL;
+	char dir[PATH_MAX], *copy, *path, *save = NULL;
 	int rc = 0;
 
-	if (!list || !*list)
+	if (!list) {
+		if (!default_twin_dir(dir, sizeof(dir))) {
+			if (probe)
+				sim_diag(ex, "no CPU twins of kernels: kernels "
+					 "will not launch (PVGPU_SIM_TWINS "
+					 "names plugins, see tests/sim/sim_twins.h)");
+			return 0;
+		}
+		rc = load_default_twins(ex, dir, err, errlen);
+		if (!rc && probe)
+			sim_diag(ex, "CPU twins of %zu kernels from %s "
+				 "(PVGPU_SIM_TWINS names others)", ex->ntwins,
+				 dir);
+		return rc;
+	}
+	if (!*list)
 		return 0;
 	copy = strdup(list);
 	if (!copy) {
@@ -978,6 +1056,9 @@ static int load_twins(struct pvgpu_exec *ex, char *err, size_t errlen)
 	     path = strtok_r(NULL, ":", &save))
 		rc = load_twin_plugin(ex, path, err, errlen);
 	free(copy);
+	if (!rc && probe)
+		sim_diag(ex, "CPU twins of %zu kernels from PVGPU_SIM_TWINS",
+			 ex->ntwins);
 	return rc;
 }
 
@@ -1020,7 +1101,8 @@ static struct pvgpu_exec *sim_open(const struct pvgpu_exec_config *cfg,
 	for (d = 0; d < SIM_MAX_DEVICES; d++)
 		ex->next_addr[d] = ex->addr_base + (uint64_t)d * SIM_ADDR_WINDOW +
 				   SIM_GUARD_GAP;
-	if (parse_no_peer(ex, err, errlen) || load_twins(ex, err, errlen)) {
+	if (parse_no_peer(ex, err, errlen) ||
+	    load_twins(ex, cfg && cfg->probe, err, errlen)) {
 		sim_close(ex);
 		return NULL;
 	}
