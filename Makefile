@@ -242,14 +242,19 @@ include tests/deploy/deploy.mk
 
 PYTEST = python3 -m pytest
 
+# After the build every pass runs to its end, whatever the ones before it
+# did, and one summary at the end says what failed (tests/keep-going.sh).
 test: deps
 	$(MAKE) test-deploy-image-start
 	$(MAKE) all fuzz guest-driver build-minimal cross-arm64
 	$(MAKE) test-deploy-start test-rdma-start test-xen-start
-	$(MAKE) BUILD=build-asan SANITIZE=1 NVCC_REUSE=$(BUILD) all
-	$(PYTEST) -q
-	PVGPU_BUILD=build-asan $(PYTEST) -q tests/unit tests/integration
-	$(MAKE) -k test-rdma-wait test-xen-wait test-deploy-wait
+	@tests/keep-going.sh $(BUILD)/test-logs \
+		build-asan '$(MAKE) BUILD=build-asan SANITIZE=1 NVCC_REUSE=$(BUILD) all' \
+		main '$(PYTEST) -q' \
+		sanitizer 'PVGPU_BUILD=build-asan $(PYTEST) -q tests/unit tests/integration' \
+		rdma '$(MAKE) --no-print-directory test-rdma-wait' \
+		xen '$(MAKE) --no-print-directory test-xen-wait' \
+		deploy '$(MAKE) --no-print-directory test-deploy-wait'
 
 test-gpu:
 	$(MAKE) all

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Run make test's passes one after another, each to the end whatever the
+# ones before it did, and then say in one summary what failed.
+#
+#   tests/keep-going.sh LOGDIR NAME 'COMMAND' [NAME 'COMMAND' ...]
+#
+# Each COMMAND runs in bash; its output goes to the terminal and to
+# LOGDIR/NAME.log.  A pass that fails does not keep the later ones from
+# running: a failure in the main pytest pass still lets the sanitizer pass
+# run and the background suites be waited for, so one run shows
+# everything that is wrong.  The summary lists, per failed pass, the
+# FAILED and ERROR lines pytest printed (or the log's last lines when it
+# printed none).  Exit 0 when every pass succeeded, else 1.
+set -u
+
+if [ $# -lt 3 ] || [ $(( ($# - 1) % 2 )) != 0 ]; then
+    echo "usage: $0 LOGDIR NAME 'COMMAND' [NAME 'COMMAND' ...]" >&2
+    exit 2
+fi
+logs=$1
+shift
+mkdir -p "$logs" || exit 1
+
+failed=()
+while [ $# -gt 0 ]; do
+    name=$1 cmd=$2
+    shift 2
+    echo "==== make test: $name: $cmd"
+    bash -c "$cmd" 2>&1 | tee "$logs/$name.log"
+    rc=${PIPESTATUS[0]}
+    if [ "$rc" != 0 ]; then
+        failed+=("$name")
+        echo "==== make test: $name failed (exit $rc), going on"
+    fi
+done
+
+if [ ${#failed[@]} = 0 ]; then
+    echo "==== make test: every pass succeeded"
+    exit 0
+fi
+echo
+echo "==== make test: ${#failed[@]} pass(es) failed: ${failed[*]}"
+for name in "${failed[@]}"; do
+    echo "---- $name (log: $logs/$name.log)"
+    # pytest's short summary: one line per failed or erroring test.
+    if ! grep -E '^(FAILED|ERROR) ' "$logs/$name.log"; then
+        tail -n 15 "$logs/$name.log"
+    fi
+done
+exit 1
