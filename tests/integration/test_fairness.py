@@ -85,19 +85,28 @@ def test_shares_follow_weights(programs, short_tmp):
 
 
 def test_single_vm_is_not_throttled(programs, short_tmp):
-    """Alone on the device a VM never waits, and runs as fast as with the
-    turns switched off."""
+    """Alone on the device a VM never waits for a turn and none of its
+    launches is followed by a blocking event, so nothing holds it back; and
+    it runs about as fast as with the turns switched off.
+
+    The scheduler's own counts are the sharp check: they hold however busy
+    the machine is.  The throughput check compares three alternating runs
+    of each and only catches gross throttling (a VM made to wait for
+    turns it does not need would lose about half): on a 2-core machine
+    at load 15 the two sides of one run have differed by a quarter."""
     report, logs, out = fairness(programs, short_tmp, "--weights", "3",
                                  "--sessions-per-vm", "2", "--seconds", "1.5",
-                                 "--baseline", "--rounds", "2")
+                                 "--baseline", "--rounds", "3")
+    for k in (1, 2, 3):
+        log = logs[f"pvgpud-weighted{k}.log"]
+        lines = re.findall(r"scheduler: (\d+) launches, waited (\d+) times"
+                           r".*\((\d+) blocking\)", log)
+        assert len(lines) == 2, log
+        assert all(int(n) > 0 and int(waits) == 0 and int(blocking) == 0
+                   for n, waits, blocking in lines), lines
     alone = report["weighted"]["total_kernels"]
     off = report["baseline"]["total_kernels"]
-    assert alone >= 0.85 * off, out
-    for k in (1, 2):
-        log = logs[f"pvgpud-weighted{k}.log"]
-        lines = re.findall(r"scheduler: (\d+) launches, waited (\d+) times", log)
-        assert len(lines) == 2, log
-        assert all(int(n) > 0 and int(waits) == 0 for n, waits in lines), lines
+    assert alone >= 0.6 * off, out
 
 
 def test_a_worker_killed_in_its_turn_does_not_wedge_the_gpu(programs, start_pvgpud, tmp_path):

@@ -577,9 +577,16 @@ def test_node_b_killed_mid_copy_ends_only_its_sessions(console):
 
 def test_link_figures(console):
     """perftest on the same Soft-RoCE link, beside pvgpu's own benchmarks:
-    printed for the record (pytest -s), not judged."""
-    assert rc(console, "ib_write_bw")[0] == 0, console[-4000:]
-    assert rc(console, "ib_send_lat")[0] == 0, console[-4000:]
+    printed for the record (pytest -s), not judged.  perftest is not
+    pvgpu: under TCG on a busy machine it may run past its 90 s (killed,
+    137), which leaves its figure out and is no failure; any other exit
+    of it is.  pvgpu's own runs must succeed."""
+    for tool in ("ib_write_bw", "ib_send_lat"):
+        code, line = rc(console, tool)
+        if code == 137:
+            print(f"{tool}: not measured: ran past its 90 s (a busy machine)")
+        else:
+            assert code == 0, f"{line}\n{console[-4000:]}"
     assert rc(console, "bw-direct")[0] == 0, console[-4000:]
     assert rc(console, "lat-direct")[0] == 0, console[-4000:]
     for line in console.splitlines():
