@@ -50,9 +50,14 @@ else
 INIH_LIBS := $(shell pkg-config --libs inih 2>/dev/null)
 endif
 # One line per optional feature a build leaves out, once per build tree
-# (a recursive make for the same tree says nothing more).
+# (a recursive make for the same tree says nothing more).  Goals that run
+# `make deps` first (deps, test, demo) say nothing when they are parsed,
+# before deps has installed those libraries: the make they run after deps
+# to build (PVGPU_LEFT_OUT_SAID emptied) says what is really left out.
+ifeq ($(filter deps test demo,$(MAKECMDGOALS)),)
 ifneq ($(PVGPU_LEFT_OUT_SAID),$(BUILD))
 left_out = $(info pvgpu: built without $(1))
+endif
 endif
 export PVGPU_LEFT_OUT_SAID := $(BUILD)
 ifeq ($(INIH_LIBS),)
@@ -244,7 +249,7 @@ PYTEST = python3 -m pytest
 
 test: deps
 	$(MAKE) test-deploy-image-start
-	$(MAKE) all fuzz guest-driver build-minimal cross-arm64
+	PVGPU_LEFT_OUT_SAID= $(MAKE) all fuzz guest-driver build-minimal cross-arm64
 	$(MAKE) test-deploy-start test-rdma-start test-xen-start
 	$(MAKE) BUILD=build-asan SANITIZE=1 NVCC_REUSE=$(BUILD) all
 	$(PYTEST) -q
@@ -258,7 +263,7 @@ test-gpu:
 # The main job inside a guest; where no guest can be booted (exit 3: no
 # qemu or guest kernel, as on the GPU machine), the same job as a local process.
 demo: deps
-	$(MAKE) all
+	PVGPU_LEFT_OUT_SAID= $(MAKE) all
 	@scripts/demo_vm.py --build $(BUILD); rc=$$?; \
 	if [ $$rc = 3 ]; then echo "demo: running pvgpu-synth as a local process instead"; \
 		BUILD=$(BUILD) scripts/demo.sh; else exit $$rc; fi
