@@ -31,6 +31,11 @@ endif
 
 CC      ?= cc
 CFLAGS  ?= -O2 -g
+# The release version, written once: the packages' (debian/version.sh:
+# from git, else debian/changelog's top entry where the tree is no git
+# checkout), which pvgpud --version prints beside the protocol version.
+# make PVGPU_VERSION=V (or PVGPU_DEB_VERSION=V, as make deb) sets another.
+PVGPU_VERSION := $(or $(PVGPU_DEB_VERSION),$(shell debian/version.sh 2>/dev/null),0.0~unknown)
 # Each part sees the shared folders (common/, protocol/, transport/, the
 # generated code) and its own; DESIGN §1 says which folder holds what.
 SHARED_INC  = -Icommon -Iprotocol -Itransport -I$(BUILD)/gen
@@ -159,6 +164,15 @@ $(OBJ_DIR)/guest-lib/%.o $(OBJ_DIR)/gen/pvgpu_guest.o: CFLAGS += $(GUEST_INC)
 $(OBJ_DIR)/host-backend/%.o $(OBJ_DIR)/gen/pvgpu_dispatch.o $(OBJ_DIR)/transport/%.o: CFLAGS += $(BACKEND_INC)
 $(OBJ_DIR)/tests/%.o: CFLAGS += $(BACKEND_INC) -Itests/sim
 $(OBJ_DIR)/host-backend/ctl/pvgpuctl.o: CFLAGS += $(CURL_CFLAGS) $(GUEST_INC)
+# Only main.o sees the version, so a new commit recompiles that one file;
+# the stamp changes only when the version does.
+VERSION_STAMP = $(GEN_DIR)/pvgpu_version
+$(OBJ_DIR)/host-backend/daemon/main.o: CFLAGS += -DPVGPU_VERSION='"$(PVGPU_VERSION)"'
+$(OBJ_DIR)/host-backend/daemon/main.o: $(VERSION_STAMP)
+$(VERSION_STAMP): FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(PVGPU_VERSION)' | cmp -s - $@ || echo '$(PVGPU_VERSION)' > $@
+.PHONY: FORCE
 
 $(OBJ_DIR)/gen/%.o: $(GEN_DIR)/%.c $(GEN_FILES)
 	@mkdir -p $(dir $@)

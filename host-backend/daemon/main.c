@@ -41,6 +41,11 @@
 #include "pvgpu_proto.h"
 #include "wire.h"
 
+/* The release (debian/version.sh), from the Makefile's PVGPU_VERSION. */
+#ifndef PVGPU_VERSION
+#error "PVGPU_VERSION is not defined: build pvgpud with the top-level Makefile"
+#endif
+
 static const char usage[] =
 	"usage: pvgpud --listen URI [--listen URI ...] --executor cuda|sim\n"
 	"              [--config FILE] [--log-level error|warn|info|debug]\n"
@@ -232,8 +237,10 @@ int main(int argc, char **argv)
 			fputs(usage, stdout);
 			return 0;
 		case 'V':
-			printf("pvgpud protocol %u, built with:%s%s\n",
-			       PVGPU_PROTO_VERSION,
+			/* What a bug report needs: the release, the wire
+			 * it speaks, and the optional parts it has. */
+			printf("pvgpud %s (protocol %u), built with:%s%s\n",
+			       PVGPU_VERSION, PVGPU_PROTO_VERSION,
 #ifdef PVGPU_NO_INIH
 			       "",
 #else
