@@ -33,9 +33,11 @@ CC      ?= cc
 CFLAGS  ?= -O2 -g
 # The release version, written once: the packages' (debian/version.sh:
 # from git, else debian/changelog's top entry where the tree is no git
-# checkout), which pvgpud --version prints beside the protocol version.
-# make PVGPU_VERSION=V (or PVGPU_DEB_VERSION=V, as make deb) sets another.
-PVGPU_VERSION := $(or $(PVGPU_DEB_VERSION),$(shell debian/version.sh 2>/dev/null),0.0~unknown)
+# checkout), which pvgpud --version prints beside the protocol version;
+# make PVGPU_VERSION=V sets another.  (make deb PVGPU_DEB_VERSION=V, the
+# upgrade test's later version, names the packages alone: it must not
+# rebuild the tree the rest of the suite is running.)
+PVGPU_VERSION := $(or $(shell debian/version.sh 2>/dev/null),0.0~unknown)
 # Each part sees the shared folders (common/, protocol/, transport/, the
 # generated code) and its own; DESIGN §1 says which folder holds what.
 SHARED_INC  = -Icommon -Iprotocol -Itransport -I$(BUILD)/gen

@@ -7,9 +7,8 @@
 # tracked files differ from that commit.  Where the tree is not a git
 # checkout (a source tarball, a copy of the working tree on another
 # machine), the top entry of debian/changelog; with neither, 0.0~unknown.
-# PVGPU_DEB_VERSION overrides it (the upgrade test builds a later one).
+# (make deb PVGPU_DEB_VERSION=V names packages otherwise: debian/deb.mk.)
 set -eu
-if [ -n "${PVGPU_DEB_VERSION:-}" ]; then echo "$PVGPU_DEB_VERSION"; exit 0; fi
 cd "$(dirname "$0")/.."
 # Only this tree's own repository: a copy unpacked inside some other
 # checkout must not take that one's commits.
