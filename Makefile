@@ -31,6 +31,13 @@ endif
 
 CC      ?= cc
 CFLAGS  ?= -O2 -g
+# The release version, written once: the packages' (debian/version.sh:
+# from git, else debian/changelog's top entry where the tree is no git
+# checkout), which pvgpud --version prints beside the protocol version;
+# make PVGPU_VERSION=V sets another.  (make deb PVGPU_DEB_VERSION=V, the
+# upgrade test's later version, names the packages alone: it must not
+# rebuild the tree the rest of the suite is running.)
+PVGPU_VERSION := $(or $(shell debian/version.sh 2>/dev/null),0.0~unknown)
 # Each part sees the shared folders (common/, protocol/, transport/, the
 # generated code) and its own; DESIGN §1 says which folder holds what.
 SHARED_INC  = -Icommon -Iprotocol -Itransport -I$(BUILD)/gen
@@ -50,9 +57,14 @@ else
 INIH_LIBS := $(shell pkg-config --libs inih 2>/dev/null)
 endif
 # One line per optional feature a build leaves out, once per build tree
-# (a recursive make for the same tree says nothing more).
+# (a recursive make for the same tree says nothing more).  Goals that run
+# `make deps` first (deps, test, demo) say nothing when they are parsed,
+# before deps has installed those libraries: the make they run after deps
+# to build (PVGPU_LEFT_OUT_SAID emptied) says what is really left out.
+ifeq ($(filter deps test demo,$(MAKECMDGOALS)),)
 ifneq ($(PVGPU_LEFT_OUT_SAID),$(BUILD))
 left_out = $(info pvgpu: built without $(1))
+endif
 endif
 export PVGPU_LEFT_OUT_SAID := $(BUILD)
 ifeq ($(INIH_LIBS),)
@@ -154,6 +166,15 @@ $(OBJ_DIR)/guest-lib/%.o $(OBJ_DIR)/gen/pvgpu_guest.o: CFLAGS += $(GUEST_INC)
 $(OBJ_DIR)/host-backend/%.o $(OBJ_DIR)/gen/pvgpu_dispatch.o $(OBJ_DIR)/transport/%.o: CFLAGS += $(BACKEND_INC)
 $(OBJ_DIR)/tests/%.o: CFLAGS += $(BACKEND_INC) -Itests/sim
 $(OBJ_DIR)/host-backend/ctl/pvgpuctl.o: CFLAGS += $(CURL_CFLAGS) $(GUEST_INC)
+# Only main.o sees the version, so a new commit recompiles that one file;
+# the stamp changes only when the version does.
+VERSION_STAMP = $(GEN_DIR)/pvgpu_version
+$(OBJ_DIR)/host-backend/daemon/main.o: CFLAGS += -DPVGPU_VERSION='"$(PVGPU_VERSION)"'
+$(OBJ_DIR)/host-backend/daemon/main.o: $(VERSION_STAMP)
+$(VERSION_STAMP): FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(PVGPU_VERSION)' | cmp -s - $@ || echo '$(PVGPU_VERSION)' > $@
+.PHONY: FORCE
 
 $(OBJ_DIR)/gen/%.o: $(GEN_DIR)/%.c $(GEN_FILES)
 	@mkdir -p $(dir $@)
@@ -246,7 +267,7 @@ PYTEST = python3 -m pytest
 # did, and one summary at the end says what failed (tests/keep-going.sh).
 test: deps
 	$(MAKE) test-deploy-image-start
-	$(MAKE) all fuzz guest-driver build-minimal cross-arm64
+	PVGPU_LEFT_OUT_SAID= $(MAKE) all fuzz guest-driver build-minimal cross-arm64
 	$(MAKE) test-deploy-start test-rdma-start test-xen-start
 	@tests/keep-going.sh $(BUILD)/test-logs \
 		build-asan '$(MAKE) BUILD=build-asan SANITIZE=1 NVCC_REUSE=$(BUILD) all' \
@@ -263,7 +284,7 @@ test-gpu:
 # The main job inside a guest; where no guest can be booted (exit 3: no
 # qemu or guest kernel, as on the GPU machine), the same job as a local process.
 demo: deps
-	$(MAKE) all
+	PVGPU_LEFT_OUT_SAID= $(MAKE) all
 	@scripts/demo_vm.py --build $(BUILD); rc=$$?; \
 	if [ $$rc = 3 ]; then echo "demo: running pvgpu-synth as a local process instead"; \
 		BUILD=$(BUILD) scripts/demo.sh; else exit $$rc; fi

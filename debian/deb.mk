@@ -4,20 +4,22 @@
 #   make deb                  pvgpu-host, pvgpu-sim, pvgpu-guest, pvgpu-dkms,
 #                             pvgpu-xen
 #                             into $(DEB_DIR), then lintian (errors fail)
-#   make deb PVGPU_DEB_VERSION=V DEB_DIR=D   another version elsewhere
+#   make deb PVGPU_DEB_VERSION=V DEB_DIR=D   the same programs as
+#                             another version, elsewhere
 #
-# The version comes from git (debian/version.sh); debian/changelog is
-# written from it here and is not tracked.  The programs are built into
-# $(BUILD) by the rules above, so `make && make deb` compiles nothing twice.
+# The version is the Makefile's PVGPU_VERSION (debian/version.sh, from
+# git), the one pvgpud --version prints; debian/changelog is written from
+# it here and is not tracked.  The programs are built into $(BUILD) by the
+# rules above, so `make && make deb` compiles nothing twice.
 
 DEB_DIR ?= $(BUILD)/deb
-DEB_VERSION_GIT = $(or $(PVGPU_DEB_VERSION),$(shell debian/version.sh))
+DEB_VERSION = $(or $(PVGPU_DEB_VERSION),$(PVGPU_VERSION))
 
 .PHONY: deb
 deb:
 	@command -v dh >/dev/null || { echo "make deb: debhelper missing (make deps)" >&2; exit 1; }
 	dpkg-checkbuilddeps
-	debian/changelog.sh "$(DEB_VERSION_GIT)" > debian/changelog
+	debian/changelog.sh "$(DEB_VERSION)" > debian/changelog
 	rm -rf $(DEB_DIR) && mkdir -p $(DEB_DIR)
 	PVGPU_BUILD=$(BUILD) debian/rules build
 	PVGPU_BUILD=$(BUILD) PVGPU_DEB_DIR=$(abspath $(DEB_DIR)) debian/rules binary

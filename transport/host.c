@@ -18,7 +18,7 @@ static int listen_uri(const char *uri, struct pvgpu_listener *l, char *err,
 	mod = pvgpu_transport_find(uri, &addr, why, sizeof(why));
 	if (!mod || !mod->host) {
 		snprintf(err, errlen,
-			 "unsupported listen URI '%s' (%s; unix://PATH, tcp://HOST:PORT, vsock://any:PORT, vchan://BASE)",
+			 "unsupported listen URI '%s' (%s; unix://PATH, shm://PATH, tcp://HOST:PORT, vsock://any:PORT, vchan://NAME, verbs://ADDR:PORT)",
 			 uri, mod ? "no host half" : why);
 		return -1;
 	}

@@ -8,7 +8,10 @@
  *          [--call-timeout SECONDS] [--registry DIR] [--metrics ADDR:PORT]
  *          [--sched-quantum-us N] [--executor-dir DIR] [--remote URI ...]
  *          [--remote-token TOKEN]
+ *   pvgpud --executor help | --help | --version
  *
+ * The usage text below is the list of options (README's table is checked
+ * against it): an option added here goes there too.
  * --executor remote presents the GPUs of other pvgpud nodes as this one's:
  * each --remote URI (verbs://, tcp://, unix://; else `node = URI` lines of
  * the config's [remote] section) is a node, their devices in that order;
@@ -41,18 +44,29 @@
 #include "pvgpu_proto.h"
 #include "wire.h"
 
+/* The release (debian/version.sh), from the Makefile's PVGPU_VERSION. */
+#ifndef PVGPU_VERSION
+#error "PVGPU_VERSION is not defined: build pvgpud with the top-level Makefile"
+#endif
+
 static const char usage[] =
-	"usage: pvgpud --listen URI [--listen URI ...] --executor cuda|sim\n"
+	"usage: pvgpud --listen URI [--listen URI ...] --executor cuda|sim|remote\n"
 	"              [--config FILE] [--log-level error|warn|info|debug]\n"
 	"              [--block-size BYTES] [--max-sessions N] [--tcp-token TOKEN]\n"
 	"              [--module-cache DIR] [--poll-us N] [--wait-spin-us N]\n"
 	"              [--call-timeout SECONDS] [--registry DIR] [--metrics ADDR:PORT]\n"
 	"              [--sched-quantum-us N] [--executor-dir DIR]\n"
 	"              [--remote URI ...] [--remote-token TOKEN]\n"
-	"--executor help lists the executors this build has\n"
-	"URIs: unix:///PATH, tcp://HOST:PORT, vsock://any:PORT\n"
+	"       pvgpud --executor help | --help | --version\n"
+	"--executor help lists the executors this build has (from --executor-dir)\n"
+	"--listen URIs: unix:///PATH (shm:///PATH is the same socket), tcp://HOST:PORT,\n"
+	"      vsock://any:PORT; loaded where built: vchan://[NAME] (Xen),\n"
+	"      verbs://ADDR:PORT (RDMA)\n"
+	"--remote URIs (--executor remote): verbs://HOST:PORT, tcp://HOST:PORT,\n"
+	"      unix:///PATH\n"
 	"--metrics: Prometheus text at http://ADDR:PORT/metrics; loopback only,\n"
-	"           e.g. 127.0.0.1:9400 (what `pvgpuctl status` reads)\n";
+	"           e.g. 127.0.0.1:9400 (what `pvgpuctl status` reads)\n"
+	"--version: the release and protocol versions, the optional parts built in\n";
 
 static int bad_usage(const char *what)
 {
@@ -232,8 +246,10 @@ int main(int argc, char **argv)
 			fputs(usage, stdout);
 			return 0;
 		case 'V':
-			printf("pvgpud protocol %u, built with:%s%s\n",
-			       PVGPU_PROTO_VERSION,
+			/* What a bug report needs: the release, the wire
+			 * it speaks, and the optional parts it has. */
+			printf("pvgpud %s (protocol %u), built with:%s%s\n",
+			       PVGPU_VERSION, PVGPU_PROTO_VERSION,
 #ifdef PVGPU_NO_INIH
 			       "",
 #else
