@@ -1,5 +1,6 @@
 /*
- * pvgpu-fair - one session of the fairness measurement (issue 6).
+ * pvgpu-fair - one session of the fairness measurement (GPU time between
+ * VMs by weight, host-backend/daemon/gpusched.h).
  *
  * A compute-bound kernel in a loop: every launch fills the whole GPU (by
  * default one full wave, SMs x resident blocks per SM) with threads that

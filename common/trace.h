@@ -1,6 +1,6 @@
 /*
  * trace.h - timestamps on the round trip of a call, for finding where the
- * microseconds of a synchronous call go (issue 15).  Only a build made
+ * microseconds of a synchronous call go.  Only a build made
  * with -DPVGPU_TRACE records anything (e.g. `make BUILD=build-trace
  * CC="cc -DPVGPU_TRACE"`); in every other build these are empty inline
  * functions and cost nothing.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""GPU time between VMs by weight (issue 6): measure it.
+"""GPU time between VMs by weight: measure it.
 
 Starts pvgpud with a policy of one VM per weight (TCP tokens tell them
 apart), runs --sessions-per-vm sessions of build/bench/pvgpu-fair per VM at

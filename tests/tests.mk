@@ -27,7 +27,7 @@ $(TEST_PROGRAMS): $(BUILD)/tests/%: tests/programs/%.cu tests/programs/check.h
 	$(NVCC) -cudart shared -arch=sm_90 -L$(CUDA_LIBDIR) \
 		-Xcompiler -Wall,-Wextra,-Werror -o $@ $< -lpthread
 
-# Programs with kernels (tests/programs/kernels/*.cu, issue 3) ->
+# Programs with kernels (tests/programs/kernels/*.cu) ->
 # $(BUILD)/tests/kernels/NAME, built exactly like the programs above; plus
 # vecadd_ptx, the same source with PTX only (-arch=compute_90), so the
 # kernel is JIT-compiled where it runs. The .fatbin/.cubin/.ptx images of

@@ -30,8 +30,8 @@ struct copy_plan {
  * come from two different address spaces (the worker's, the guest's), so a
  * pageable buffer may well sit at an address that is also inside a device
  * allocation: classifying it would turn a valid host-to-device copy into
- * cudaErrorInvalidValue (warpAggregatedAtomicsCG, issue 13).  Only
- * cudaMemcpyDefault has to guess from the pointers, device first.
+ * cudaErrorInvalidValue (NVIDIA's warpAggregatedAtomicsCG sample hit it).
+ * Only cudaMemcpyDefault has to guess from the pointers, device first.
  */
 static enum pvgpu_ptr_kind classify_side(const void *ptr, size_t count,
 					 int host_by_kind, int *device)

@@ -1,4 +1,4 @@
-"""Deployment tests (issue 18): the Debian packages and the Ansible roles,
+"""Deployment tests: the Debian packages and the Ansible roles,
 applied to a real Debian 12 system booted with systemd.
 
 The system is a debootstrap image (tests/deploy/make-image.sh, cached in

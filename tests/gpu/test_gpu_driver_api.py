@@ -1,4 +1,4 @@
-"""On a machine with an NVIDIA GPU (issues 13 and 14): programs that talk
+"""On a machine with an NVIDIA GPU: programs that talk
 to libcuda.so.1 — the test programs built with NVIDIA's runtime (shared and
 static), PyTorch and CuPy — run through pvgpu's libcuda.so.1 against
 `pvgpud --executor cuda`, and give what they give natively.
@@ -139,7 +139,7 @@ LIBRARY_MODULE = {"cublaslt": "torch", "cudnn": "torch"}
 @pytest.mark.parametrize("library", ["cublas", "cublaslt", "cufft", "curand",
                                      "cusparse", "cusolver", "cudnn", "nccl"])
 def test_library_over_libcuda(cuda_daemon, libdir, library):
-    """One NVIDIA library at a time (issue 14), reached as Python users reach
+    """One NVIDIA library at a time, reached as Python users reach
     it (CuPy or PyTorch), natively and through pvgpu's libcuda.so.1: the
     same figures, and pvgpud served the session."""
     module = LIBRARY_MODULE.get(library, "cupy")
@@ -157,7 +157,7 @@ def test_library_over_libcuda(cuda_daemon, libdir, library):
     assert not wrong, "\n".join(wrong)
 
 
-# ---- round trips per call on the real GPU (issue 15) ---------------------
+# ---- round trips per call on the real GPU ---------------------------------
 
 LATENCY = BUILD / "bench" / "pvgpu-latency"
 

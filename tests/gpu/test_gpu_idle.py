@@ -1,4 +1,4 @@
-"""Idle costs nothing on the real GPU too (issue 15): 32 sessions over
+"""Idle costs nothing on the real GPU too: 32 sessions over
 shm://, each with a CUDA context on the GPU, once they wait: pvgpu's own
 threads (pvgpud, its workers, the guests) use under 1% of one core between
 them, and all of it together -- NVIDIA's driver runs an event thread in

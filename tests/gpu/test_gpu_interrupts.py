@@ -1,5 +1,5 @@
 """A synchronize through pvgpu asks no more of the GPU's interrupts than
-natively (issue 15).  NVIDIA's driver waits for a launch + synchronize by
+natively.  NVIDIA's driver waits for a launch + synchronize by
 spinning: natively the loop raises no interrupt.  A blocking-sync event
 recorded per call (as pvgpud's scheduler once did to follow the session's
 launches) raises one each, and the thread on the CPU that takes the GPU's

@@ -2,15 +2,14 @@
 (tests/programs/kernels/*.cu, plus vecadd_ptx, the PTX-only build JIT-compiled
 in the worker) natively (NVIDIA's libcudart.so.13) and through pvgpu (the
 shim, against `pvgpud --executor cuda` over unix). stdout must be the same
-byte for byte (issue 3, acceptance; `make test-gpu`).
+byte for byte (`make test-gpu`).
 
 `fault` writes through a wild pointer: natively and through pvgpu it must
 report cudaErrorIllegalAddress (its transcript says so, and the two must
 match), and the next session on the same pvgpud must be healthy.
 
 The launch loop's timing (stderr) and the shim's message count are printed
-(pytest -s) and written to $(BUILD)/tests/kernels/launchloop-gpu.json for the
-issue's note.
+(pytest -s) and written to $(BUILD)/tests/kernels/launchloop-gpu.json.
 """
 
 import difflib
@@ -122,8 +121,8 @@ def test_fault_beside_a_running_session(programs, cuda_daemon):
 
 def test_launch_loop_timing(programs, native_libdir, cuda_daemon):
     """The 10,000-launch loop natively and through pvgpu, with the number of
-    messages the shim sent (PVGPU_DEBUG=1): the figures for the issue's
-    note. Batching is asserted: far fewer messages than launches."""
+    messages the shim sent (PVGPU_DEBUG=1), printed and kept.  Batching is
+    asserted: far fewer messages than launches."""
     prog = kernel_program("launchloop")
     native = programs.run(prog, programs.native_env(native_libdir))
     assert passed(native), programs.describe(native)

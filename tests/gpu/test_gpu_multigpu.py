@@ -1,4 +1,4 @@
-"""On a machine with two or more NVIDIA GPUs (issue 19): tests/programs/peer.cu
+"""On a machine with two or more NVIDIA GPUs: tests/programs/peer.cu
 natively and through pvgpu (`pvgpud --executor cuda`), the same transcript
 byte for byte; peer-copy bandwidth through pvgpu against native (criterion
 >= 0.95x); and two sessions, each on its own GPU, each as fast as one alone

@@ -1,4 +1,4 @@
-"""On the GPU (issue 14, item 4): pynvml natively (NVIDIA's
+"""On the GPU: pynvml natively (NVIDIA's
 libnvidia-ml.so.1) and through pvgpu's libnvidia-ml.so.1 against
 pvgpud --executor cuda see the same GPUs: the count, names, UUIDs and PCI
 bus ids are equal, and through pvgpu a VM with a quota sees the quota as

@@ -1,7 +1,7 @@
 """On a machine with an NVIDIA GPU: every test program natively (NVIDIA's
 libcudart.so.13) and through pvgpu (the shim, against `pvgpud --executor
 cuda` over unix). The program cannot tell the difference, so its stdout
-must be the same byte for byte (issue 2, acceptance; `make test-gpu`).
+must be the same byte for byte (`make test-gpu`).
 
 `program` is parametrized over every tests/programs/*.cu by conftest.py.
 """

@@ -1,5 +1,5 @@
 """A step's synchronous call behind a long kernel costs no more GPU idle
-time through pvgpu than natively (issue 15).
+time through pvgpu than natively.
 
 tests/programs/kernels/waitstep runs 2 ms kernels, each followed by a
 synchronous copy (or a synchronize) and then the next kernel; the kernels

@@ -1,4 +1,4 @@
-"""On the GPU (issue 6, acceptance): VMs sharing one H100 through one
+"""On the GPU: VMs sharing one H100 through one
 pvgpud --config.  A VM over its quota gets out-of-memory while another VM's
 program runs to correct results; a VM whose kernel faults leaves another
 VM's results correct.  VMs are told apart by their TCP tokens, as the

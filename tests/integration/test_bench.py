@@ -37,7 +37,7 @@ def test_bandwidth_through_pvgpu(programs, bench_daemon, scheme):
 
 
 def check_round_trips(out):
-    """pvgpu-latency counts the wire round trips of each test (issue 15):
+    """pvgpu-latency counts the wire round trips of each test:
     one per synchronous copy (plus the few read-backs that verify H2D
     copies), one per launch + synchronize, none for a synchronize on an
     idle device (answered in the guest)."""
@@ -109,7 +109,7 @@ def test_synth_through_pvgpu(programs, bench_daemon):
               "--size", "1M-4M", "--dir", "both")
 
 
-# ---- --compare, and --pairs N (issue 15) ---------------------------------
+# ---- --compare, and --pairs N --------------------------------------------
 #
 # With no GPU here, --compare's "native" side is NVIDIA's libcudart.so.13
 # over pvgpu's libcuda.so.1, to the same sim daemon: it is not the shim, so

@@ -1,4 +1,4 @@
-"""What counts against a VM besides its allocations (issue 6, item 2): a
+"""What counts against a VM besides its allocations: a
 loaded module is charged to its memory quota at its image size, and the
 worker's pinned staging buffers to its host pinned quota (policy key
 `pinned`), a figure apart from device memory. Also: policy values the

@@ -1,4 +1,4 @@
-"""pvgpu's libcuda.so.1 (issue 13): NVIDIA's own runtime, shared and
+"""pvgpu's libcuda.so.1: NVIDIA's own runtime, shared and
 static, runs the test programs unmodified over it against
 `pvgpud --executor sim`; cuGetProcAddress, the export tables and the
 exported surface.
@@ -321,7 +321,7 @@ def test_nm_coverage(cuda):
                 if w.strip() and w.split()[-1].startswith("cu")}
         assert want <= names, sorted(want - names)[:20]
     # Nothing but the driver's names leaks out, and pvgpu's own exports
-    # for benchmarks (the wire round trips and wake-ups, issue 15).
+    # for benchmarks (the wire round trips and wake-ups).
     own = {"pvgpu_wire_stats", "pvgpu_ring_wakes"}
     assert all(n.startswith("cu") or n in own for n in names), \
         sorted(n for n in names if not n.startswith("cu") and n not in own)[:20]
@@ -340,7 +340,7 @@ def test_not_supported_is_clean(cuda):
     assert f(None, 0) == 801
 
 
-# ---- device printf and assert (DESIGN §3, issue 13 item 6) ----------------
+# ---- device printf and assert (DESIGN §3) ---------------------------------
 # What a session's kernels print reaches that program's stdout/stderr at the
 # synchronisation after the launch, through both front-ends; never pvgpud's
 # log, never another session.  The sim's twins print through the same path

@@ -1,6 +1,6 @@
-"""The driver-API test programs (tests/programs/driver/*.c, issue 13's
-second half): plain C over libcuda.so.1, run through pvgpu's libcuda.so.1
-against `pvgpud --executor sim`; the GPU twin of this file is
+"""The driver-API test programs (tests/programs/driver/*.c): plain C
+over libcuda.so.1, run through pvgpu's libcuda.so.1 against
+`pvgpud --executor sim`; the GPU twin of this file is
 tests/gpu/test_gpu_driver_programs.py, which compares them with a native
 run.  Only pvgpu's libcuda.so.1 is on the library path, and each test checks
 that pvgpud served the session.

@@ -1,4 +1,4 @@
-"""mode = exclusive in the policy file (issue 6, item 3): a VM in exclusive
+"""mode = exclusive in the policy file: a VM in exclusive
 mode has its GPUs alone. The unit is a context: while a session of an
 exclusive VM holds a context on a device, other VMs' context creation there
 fails with CUDA_ERROR_DEVICE_UNAVAILABLE (cudaErrorDevicesUnavailable), and

@@ -1,4 +1,4 @@
-"""Failure (issue 6, item 5): a guest process killed mid-copy, a connection
+"""Failure: a guest process killed mid-copy, a connection
 dropped mid-copy, a worker that is killed or crashes, a kernel that never
 ends (the call watchdog), pvgpud restarted under load. Every time,
 everything the session held is freed (the VM's memory use, as another

@@ -1,4 +1,4 @@
-"""GPU time between VMs follows their weights (issue 6; host-backend/daemon/gpusched.h).
+"""GPU time between VMs follows their weights (host-backend/daemon/gpusched.h).
 
 Under the sim executor, sessions of several VMs run bench/pvgpu-fair, a loop
 of launches whose CPU twin takes as long as the kernel would on a GPU,

@@ -1,7 +1,7 @@
 """cuGraphClone of graphs the guest keeps something of, host functions
 launched in a capture, capture into an existing graph, and graph memory freed outside any graph, over pvgpu's
-libcuda.so.1 against `pvgpud --executor sim` (issue 13 item 5: NVIDIA's
-simpleCudaGraphs, graphConditionalNodes, graphMemoryFootprint).
+libcuda.so.1 against `pvgpud --executor sim` (as NVIDIA's samples
+simpleCudaGraphs, graphConditionalNodes, graphMemoryFootprint use them).
 
 What a user checks: a clone of a graph with staged copy nodes (pageable
 host memory at either end) and a host node runs as the original does --

@@ -1,4 +1,4 @@
-"""Explicit CUDA graph nodes over pvgpu's libcuda.so.1 (issue 13, item 5)
+"""Explicit CUDA graph nodes over pvgpu's libcuda.so.1
 against `pvgpud --executor sim`: a graph built node by node (memset ->
 kernel -> memcpy), instantiated, launched twice, its executable kernel
 node updated; node handles checked by the worker (a node of another

@@ -1,7 +1,7 @@
 """Graph copy nodes whose host end is ordinary (pageable) guest memory, and
 stream-capture queries, over pvgpu's libcuda.so.1 against `pvgpud
---executor sim` (issue 13 item 5: NVIDIA's simpleCudaGraphs,
-jacobiCudaGraphs; issue 14: cuBLAS asks these during capture).
+--executor sim` (NVIDIA's samples simpleCudaGraphs and jacobiCudaGraphs
+build such graphs; cuBLAS asks these queries during capture).
 
 Over unix:// there is no shared window, so every host buffer here is one
 the worker cannot see: the guest sends a host-to-device node's bytes with

@@ -1,4 +1,4 @@
-"""Idle costs nothing (issue 15): 32 sessions over shm:// against pvgpud
+"""Idle costs nothing: 32 sessions over shm:// against pvgpud
 --executor sim use under 1% of one core between them (tests/lib/idle.py
 says how it is measured; tests/gpu/test_gpu_idle.py does the same on the
 real GPU)."""

@@ -1,4 +1,4 @@
-"""Bad input for kernels (issue 3, "Bad input"), spoken directly on the wire
+"""Bad input for kernels, spoken directly on the wire
 (tests/lib/pvgpu_wire.py) against `pvgpud --executor sim` with the test
 programs' CPU twins: a malformed module image, a function handle the session
 never got, a parameter buffer shorter than the layout, launch dimensions or
@@ -34,7 +34,8 @@ CUDA_ERROR_NOT_FOUND = 500
 CUDA_ERROR_ILLEGAL_ADDRESS = 700
 
 # What a malformed image may be answered with: what the driver itself says
-# for such an image, or the generic invalid value the issue allows.
+# for such an image, or the generic invalid value (also acceptable: the
+# caller learns the image was refused either way).
 BAD_IMAGE = {CUDA_ERROR_INVALID_IMAGE, CUDA_ERROR_INVALID_VALUE}
 # Random bytes are not an ELF or fatbinary, so a driver tries them as PTX
 # text; "invalid PTX" is its answer to that.

@@ -1,6 +1,6 @@
 """Programs with kernels (tests/programs/kernels/*.cu), unmodified, through
 the shim against `pvgpud --executor sim`, which runs each launch by calling
-the kernel's CPU twin from tests/sim-twins/ (issue 3, acceptance: CI).
+the kernel's CPU twin from tests/sim-twins/, so CI runs them without a GPU.
 
 Every program verifies its own results and ends with PASS; the twins do
 the kernels' real work, so a wrong parameter layout, a lost launch, a
@@ -51,7 +51,7 @@ def explain(res):
     m = re.search(r"undefined symbol: (\S+)", res.stderr)
     if m:
         return (f"\nHINT: the shim does not export {m.group(1)}: the guest "
-                f"side of kernel support (issue 3) is missing or incomplete")
+                f"side of kernel support is missing or incomplete")
     return ""
 
 

@@ -1,4 +1,4 @@
-"""NVIDIA's libraries start and stop over pvgpu's libcuda.so.1 (issue 14),
+"""NVIDIA's libraries start and stop over pvgpu's libcuda.so.1,
 against `pvgpud --executor sim`, with no NVIDIA driver anywhere on the path.
 
 Covered: each library's initialisation and teardown as a program makes

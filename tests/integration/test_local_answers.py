@@ -1,4 +1,4 @@
-"""What the guest already knows it answers itself (issue 15, DESIGN §4): a
+"""What the guest already knows it answers itself (DESIGN §4): a
 synchronize or a stream/event query with nothing forwarded since the last
 one that found its object idle does not cross the wire; one after async
 work does, and an error of that async work is still reported there.

@@ -1,7 +1,7 @@
-"""Managed memory in the shared window, from the backend's side (issue 13,
-item 5): the guest names where it has the window mapped (window_attach's
-guest_base), the worker maps it at that same address where it can, and
-managed_alloc pins a part of it whose GPU address is the guest's pointer.
+"""Managed memory in the shared window, from the backend's side: the
+guest names where it has the window mapped (window_attach's guest_base),
+the worker maps it at that same address where it can, and managed_alloc
+pins a part of it whose GPU address is the guest's pointer.
 Speaks the wire protocol directly (tests/lib/pvgpu_wire.py), as a guest
 that sends what pvgpu's library never would; the library's side is the
 driver program tests/programs/driver/managed.c (test_driver_programs.py).

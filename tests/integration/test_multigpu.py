@@ -1,4 +1,4 @@
-"""Several GPUs of one backend (issue 19), against `pvgpud --executor sim`
+"""Several GPUs of one backend, against `pvgpud --executor sim`
 with PVGPU_SIM_DEVICES=2: peer queries, peer access, peer copies (sync and
 async, the data checked), plain copies between the GPUs, and the policy per
 GPU: `gpus=` holds for peers too, the quota spans the GPUs, exclusivity and

@@ -1,4 +1,4 @@
-"""pvgpu's libnvidia-ml.so.1 (issue 14, item 4): pynvml (NVIDIA's
+"""pvgpu's libnvidia-ml.so.1: pynvml (NVIDIA's
 nvidia-ml-py, unmodified) and an nvidia-smi-style view see the virtual GPUs
 of a pvgpud running the sim executor, as the caller's VM sees them.
 

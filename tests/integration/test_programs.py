@@ -1,5 +1,5 @@
 """The CUDA test programs, unmodified, through the shim against
-`pvgpud --executor sim` over unix and tcp (issue 2, acceptance).
+`pvgpud --executor sim` over unix and tcp.
 
 `program` is parametrized over every tests/programs/*.cu by conftest.py.
 """
@@ -86,7 +86,7 @@ def test_unreachable_backend_every_program(programs, short_tmp, program):
 
 @pytest.mark.parametrize("transport", ["unix", "shm"])
 def test_copy_bugs_of_issue_13(programs, sim_daemon, transport):
-    """The two copy bugs NVIDIA's samples met (issue 13): a zero-length
+    """The two copy bugs NVIDIA's samples met: a zero-length
     device-to-device copy one past the end of its allocations (mergeSort)
     and a host-to-device copy from a host buffer whose guest address is also
     inside a device allocation (warpAggregatedAtomicsCG).  The sim's device

@@ -1,4 +1,4 @@
-"""pvgpud --registry: the VMs qemu-device attached a vGPU to (issue 5).
+"""pvgpud --registry: the VMs qemu-device attached a vGPU to.
 
 The registry entries and window files are made by the real writer,
 `pvgpu-vm qemu-args`, exactly as an operator's would be.  The test then

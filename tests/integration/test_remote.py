@@ -1,4 +1,4 @@
-"""The remote executor (host-backend/exec/remote/, issue 17) without RDMA:
+"""The remote executor (host-backend/exec/remote/) without RDMA:
 a front `pvgpud --executor remote` forwards every session to back
 `pvgpud --executor sim` nodes over tcp:// or unix://, and programs run
 through the front exactly as they do against a local daemon.

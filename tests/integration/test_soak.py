@@ -1,4 +1,4 @@
-"""Soak (issue 6, acceptance): 32 concurrent sessions from 8 configured VMs
+"""Soak: 32 concurrent sessions from 8 configured VMs
 for a bounded run, each allocating and freeing near its VM's quota, copying
 both ways and launching a kernel (vec_add, run by its CPU twin), with a
 SIGHUP reload in the middle. No call may fail except allocations the quota
@@ -7,7 +7,7 @@ every VM's memory is back to its baseline. Per-VM throughput is printed
 (pytest -s shows it).
 
 The VMs are told apart by TCP tokens. PVGPU_SOAK_SESSIONS, PVGPU_SOAK_VMS and
-PVGPU_SOAK_SECONDS scale it; the defaults are the issue's 32 x 8, for 20 s of
+PVGPU_SOAK_SECONDS scale it; the defaults are 32 x 8, for 20 s of
 load, which keeps the whole test well under a minute on a 2-core machine,
 sanitizer build included.
 """

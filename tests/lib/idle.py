@@ -1,4 +1,4 @@
-"""Idle costs nothing (issue 15): SESSIONS sessions over shm:// (the
+"""Idle costs nothing: SESSIONS sessions over shm:// (the
 control ring in a shared window) that made their calls and then wait use
 under 1% of one core between them -- pvgpud, its workers and the guest
 processes together -- measured from the kernel's per-thread run time

@@ -1,5 +1,5 @@
 /*
- * copies: the two copy bugs of issue 13, as NVIDIA's samples hit them.
+ * copies: two copy bugs pvgpu once had, as NVIDIA's samples hit them.
  *
  * - mergeSort: cudaMemcpy device to device between interior pointers of two
  *   allocations, and a zero-length one whose pointers are one past the end

@@ -1,5 +1,5 @@
 /*
- * peer: two GPUs of one program (issue 19).  Peer queries, peer copies
+ * peer: two GPUs of one program.  Peer queries, peer copies
  * synchronous and on a stream (cudaMemcpyPeer, cudaMemcpyPeerAsync), plain
  * copies between the GPUs under unified addressing (cudaMemcpyDefault and
  * DeviceToDevice), and, where the GPUs are peers, peer access enabled and a

@@ -1,4 +1,4 @@
-"""verbs:// over Soft-RoCE (issue 17) between two nodes: two QEMU guests
+"""verbs:// over Soft-RoCE between two nodes: two QEMU guests
 (Debian's kernel, TCG, one vCPU each) joined by one Ethernet segment,
 each with its own rdma_rxe device on its own card, run side by side:
 

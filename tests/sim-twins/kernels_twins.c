@@ -474,7 +474,7 @@ static void wild_write_twin(const struct pvgpu_sim_launch *l)
 		hp[t] = v;
 }
 
-/* ---- ../programs/peer.cu (issue 19) -------------------------------------- */
+/* ---- ../programs/peer.cu ------------------------------------------------- */
 
 /*
  * peer_add: out[i] = peer[i] + local[i], where `peer` lies in another

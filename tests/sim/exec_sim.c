@@ -4496,7 +4496,7 @@ static int32_t sim_module_load_jit(struct pvgpu_exec *ex, struct pvgpu_link *l,
 	return rc;
 }
 
-/* Generic calls numbered from 200 (issue 13's second half). */
+/* Generic calls numbered from 200. */
 static int32_t sim_driver_call_more(struct pvgpu_exec *ex,
 				    const struct pvgpu_generic_fn *f, uint64_t *a)
 {

@@ -1,4 +1,4 @@
-"""Inside a real VM (issue 5, acceptance): QEMU 7.2 guests (Debian's kernel,
+"""Inside a real VM: QEMU 7.2 guests (Debian's kernel,
 TCG) given a vGPU by qemu-device exactly as an operator would without
 libvirt — `pvgpu-vm qemu-args` (vhost-user vsock, an ivshmem-plain window,
 the registry entry) and `pvgpu-vm supervise` (vhost-device-vsock) — run the
@@ -124,7 +124,7 @@ def test_programs_run_unmodified_with_the_window(daemon, attach, guest_kernel, r
     assert log.count(f"start: vm {v.name} via vhost-user") == len(programs)
     assert "worker killed" not in log and "refused" not in log
     # And every one moved its messages through the control ring in the
-    # window, waking the other side over vsock (issue 15).
+    # window, waking the other side over vsock.
     assert log.count("control ring: 512 KiB each way") == len(programs), log[-3000:]
 
 

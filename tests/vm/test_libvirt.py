@@ -15,7 +15,7 @@ attached vGPU (QEMU runs with the ivshmem device, its BAR2 is the window
 file, vhost-user-vsock is connected), not a guest.
 
 If libvirtd is installed but cannot run, the test fails with the daemon's
-own words: the issue asks for the exact reason, not a quiet skip.
+own words: an operator needs the exact reason, not a quiet skip.
 """
 
 import os

@@ -1,4 +1,4 @@
-"""Under real Xen (issue 16): Debian's Xen 4.17 hypervisor booted under QEMU
+"""Under real Xen: Debian's Xen 4.17 hypervisor booted under QEMU
 TCG with a PV dom0 (tests/xen/xenvm.py), a PV domU created with `xl`, and
 bytes moving both ways between them over a libxenvchan ring (the
 vchan-probe pair: the server in dom0, the client in the domU).

@@ -1,4 +1,4 @@
-"""pvgpud over vchan:// under real Xen (issue 16): Debian's Xen 4.17 booted
+"""pvgpud over vchan:// under real Xen: Debian's Xen 4.17 booted
 under QEMU TCG (tests/xen/xenvm.py), pvgpud --executor sim in dom0
 listening on vchan://pvgpu, and two PV domUs at once.  One boot serves
 every case below (module-scoped fixture).

@@ -1,4 +1,4 @@
-"""The PyTorch features of issue 14 beyond torch_check.py, one at a time,
+"""The PyTorch features pvgpu supports beyond torch_check.py, one at a time,
 each in its own process so that one failing cannot hide the others:
 CUDA graphs (capture and replay), streams and events, the caching
 allocator with expandable segments (virtual memory management),
