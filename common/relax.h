@@ -36,7 +36,7 @@ static inline void pvgpu_cpu_relax(void)
  * RDI) so no compiler flag is needed: a processor without it executes
  * them as a NOP, as the instruction was defined to be.  Nothing elsewhere.
  * On the H100 machine's Xeon: a ring round trip 544-590 ns against
- * 623-656 ns without it (BENCHMARKS.md).
+ * 623-656 ns without it (docs/benchmarks-history.md, 2026-11-25).
  */
 static inline void pvgpu_cache_demote(const void *p)
 {

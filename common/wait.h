@@ -29,8 +29,8 @@
  * only: on recent Xeons a PAUSE takes longer than a look at a cache line
  * (~70 ns), and pausing after every look added it to each crossing of the
  * control ring (a round trip 535-557 ns without, 623-656 ns with;
- * BENCHMARKS.md); every 8th still keeps the loop from flooding the memory
- * pipeline or starving a hyper-thread sibling.
+ * docs/benchmarks-history.md, 2026-11-25); every 8th still keeps the loop
+ * from flooding the memory pipeline or starving a hyper-thread sibling.
  */
 struct pvgpu_poll {
 	unsigned int i;

@@ -1041,7 +1041,8 @@ static int say_hello(struct pvgpu_client *c, char *err, size_t errlen)
 
 /*
  * Threads copying a pageable copy through the window by default: one
- * core's memcpy moves ~10 GB/s, two ~15-20 (BENCHMARKS.md), and beating
+ * core's memcpy moves ~10 GB/s, two ~15-20 (docs/benchmarks-history.md,
+ * 2026-11-22), and beating
  * NVIDIA's 8-16 GB/s twice over in every run takes more than 30; four
  * with streaming stores move ~56 GB/s on the H200 machine, past the DMA
  * behind them (~49 GB/s in 4 MiB blocks).  A quarter of the cores, two

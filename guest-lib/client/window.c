@@ -268,7 +268,8 @@ static void *map_shared(int fd, uint64_t size)
  * The window of the host's reserved huge pages: the GPU's copies from it
  * see fewer, larger pages (on the H100 machine 64 KiB copies from a 4 KiB
  * page memfd had a p90 of 17 us against 10 from huge pages, the same as
- * cuMemAllocHost's; BENCHMARKS.md).  *sizep rounds down to whole huge
+ * cuMemAllocHost's; docs/benchmarks-history.md, 2026-11-25).  *sizep rounds
+ * down to whole huge
  * pages.  MAP_FAILED when the host has no such pages free (the mapping
  * reserves them all at once), with *fdp closed.
  */
@@ -625,7 +626,8 @@ static uint8_t *slot_ptr(struct pvgpu_window_map *w, uint64_t seq)
  * Both ways with streaming stores: nothing here reads the bytes again, and
  * without a read of each line before its store the copy outruns the DMA
  * (4 MiB in ~75 us on the H200 machine against ~160 with memcpy; pageable
- * 16 MiB in 34.8-35.5 GB/s against 26.9-28.1, BENCHMARKS.md).  Out of the
+ * 16 MiB in 34.8-35.5 GB/s against 26.9-28.1, docs/benchmarks-history.md,
+ * 2026-11-28, afternoon).  Out of the
  * window the bytes land in the program's memory as a large memcpy leaves
  * them (glibc streams past a share of the last-level cache too).
  */

@@ -522,8 +522,8 @@ static void spare_put(struct pvgpu_worker *w, const struct pvgpu_sched_mark *m)
  * that a worker waiting for it sleeps instead of spinning: only marks that
  * will be waited on (contended, after each launch) are blocking.  One per
  * synchronize of a program alone on its GPU cost a thread on the CPU that
- * takes the GPU's interrupts 15-20 us per call (BENCHMARKS.md,
- * 2026-11-28, night).
+ * takes the GPU's interrupts 15-20 us per call
+ * (docs/benchmarks-history.md, 2026-11-28, night).
  */
 static int32_t event_get(struct pvgpu_worker *w, int blocking, uint64_t *event)
 {

@@ -10,12 +10,12 @@
  * crosses while the device works; the guest then polls the word, which
  * the device writes as soon as the work is done, so the call ends when
  * NVIDIA's driver would have seen it end, with no second crossing on its
- * path (BENCHMARKS.md).  Before its next read the worker watches the word
- * too (and now and then the stream): a new request, or the word, is
- * success; a stream that failed gets a second reply with its error; a
- * guest that went to sleep waiting is woken.  Not a synchronize of the
- * worker's own: that one's return, later than the word's write, held up
- * the guest's next call (BENCHMARKS.md, 2026-11-28).
+ * path (docs/benchmarks-history.md).  Before its next read the worker
+ * watches the word too (and now and then the stream): a new request, or
+ * the word, is success; a stream that failed gets a second reply with its
+ * error; a guest that went to sleep waiting is woken.  Not a synchronize
+ * of the worker's own: that one's return, later than the word's write,
+ * held up the guest's next call (docs/benchmarks-history.md, 2026-11-28).
  */
 #include <cuda.h>
 
@@ -118,11 +118,11 @@ static int settled(void *arg)
  * inside its synchronous call until the word: a worker asleep by then has
  * to be woken by the guest's next request, which waits for it.  A copy
  * longer than a 50 us look (pinned, from ~4 MiB) ran ~10 us later each
- * (BENCHMARKS.md, 2026-11-28, evening), and a synchronous copy or a
- * synchronize behind an 8 ms kernel paid a wake-up before every next
- * launch, with the GPU idle meanwhile (pvgpu-synth 10/90, BENCHMARKS.md,
- * 2026-11-28, late night).  After 2 ms the look yields between tries
- * (ring.c), as the guest's does.
+ * (docs/benchmarks-history.md, 2026-11-28, evening), and a synchronous
+ * copy or a synchronize behind an 8 ms kernel paid a wake-up before every
+ * next launch, with the GPU idle meanwhile (pvgpu-synth 10/90,
+ * docs/benchmarks-history.md, 2026-11-28, late night).  After 2 ms the look
+ * yields between tries (ring.c), as the guest's does.
  */
 static uint64_t settle_spin_ns(const struct pvgpu_worker *w)
 {

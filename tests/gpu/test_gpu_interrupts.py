@@ -4,7 +4,7 @@ spinning: natively the loop raises no interrupt.  A blocking-sync event
 recorded per call (as pvgpud's scheduler once did to follow the session's
 launches) raises one each, and the thread on the CPU that takes the GPU's
 interrupts -- the guest's or the worker's -- then ran 15-20 us slower per
-call (BENCHMARKS.md, 2026-11-28, night)."""
+call (docs/benchmarks-history.md, 2026-11-28, night)."""
 
 import json
 import os

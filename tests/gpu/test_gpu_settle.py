@@ -8,8 +8,8 @@ median idle gap between kernels.  Through pvgpu the call ends on the
 device's word, which the guest sees at once; but a worker that had stopped
 watching the word and gone to sleep had to be woken by the next launch, and
 the GPU waited for it: +40-60 us a step, pvgpu-synth 10/90 +0.5-0.8 %
-(BENCHMARKS.md, 2026-11-28, late night).  The worker now watches as long as the guest
-spins (--wait-spin-us)."""
+(docs/benchmarks-history.md, 2026-11-28, late night).  The worker now
+watches as long as the guest spins (--wait-spin-us)."""
 
 import re
 import time

@@ -1,7 +1,7 @@
 """Every benchmark runs for a few seconds through pvgpu against the simulated
 device (with CPU twins of its kernels) and verifies the bytes it moved.  No
 figure is judged here: the sim executor says nothing about performance
-(those numbers come from the H100, see BENCHMARKS.md)."""
+(those numbers come from a real GPU, see BENCHMARKS.md)."""
 import json
 import os
 import subprocess

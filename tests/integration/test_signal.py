@@ -229,8 +229,8 @@ def test_a_synchronize_on_the_word_needs_no_event_to_follow_launches(programs, b
     # device -- and none that is blocking while the session is alone on
     # its GPU (nothing waits on them).  On the GPU a blocking event is an
     # interrupt when it completes: one per call made any thread on the CPU
-    # that takes the interrupts 15-20 us slower per call (BENCHMARKS.md,
-    # 2026-11-28, night).
+    # that takes the interrupts 15-20 us slower per call
+    # (docs/benchmarks-history.md, 2026-11-28, night).
     iters = 2000
     env = guest_env(programs, shm_uri(bench_daemon))
     before = len(END_RE.findall(bench_daemon.log()))
