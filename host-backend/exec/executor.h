@@ -297,7 +297,7 @@ struct pvgpu_executor_ops {
 	int32_t (*event_elapsed)(struct pvgpu_exec *ex, uint64_t start,
 				 uint64_t end, float *ms);
 
-	/* Modules and kernels (used from the kernels issue on). */
+	/* Modules and kernels. */
 	int32_t (*module_load)(struct pvgpu_exec *ex, const void *image,
 			       size_t size, uint64_t *module);
 	int32_t (*module_unload)(struct pvgpu_exec *ex, uint64_t module);
