@@ -85,7 +85,7 @@ def test_unreachable_backend_every_program(programs, short_tmp, program):
 
 
 @pytest.mark.parametrize("transport", ["unix", "shm"])
-def test_copy_bugs_of_issue_13(programs, sim_daemon, transport):
+def test_copy_bugs_nvidias_samples_met(programs, sim_daemon, transport):
     """The two copy bugs NVIDIA's samples met: a zero-length
     device-to-device copy one past the end of its allocations (mergeSort)
     and a host-to-device copy from a host buffer whose guest address is also

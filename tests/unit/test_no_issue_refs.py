@@ -14,7 +14,7 @@ import subprocess
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SELF = os.path.relpath(os.path.abspath(__file__), REPO)
 
-PATTERN = re.compile(r"issues? [0-9]", re.IGNORECASE)
+PATTERN = re.compile(r"issues?[ _]?[0-9]", re.IGNORECASE)
 GLOBS = ("*.c", "*.h", "*.py", "*.cu", "*.mk", "*.sh", "Makefile")
 SKIP_DIRS = (".deps", ".git")
 
