@@ -114,22 +114,44 @@ def guest_driver(kver, outdir):
 WINDOW_LINE = "shared window of the pvgpu device"
 
 
-def program_files(build, binaries, ko=None):
+def nvidia_runtime():
+    """NVIDIA's own libcudart.so.13 (scripts/find-cuda.sh --libdir: the
+    toolkit's, or the PyPI wheel's in .deps/cuda-py), or raise VmError."""
+    found = subprocess.run([str(REPO / "scripts" / "find-cuda.sh"), "--libdir"],
+                           capture_output=True, text=True)
+    lib = Path(found.stdout.strip()) / "libcudart.so.13"
+    if found.returncode or not lib.exists():
+        raise VmError("no NVIDIA libcudart.so.13 (make deps installs the CUDA "
+                      "runtime from PyPI into .deps/cuda-py)")
+    return lib.resolve()
+
+
+def program_files(build, binaries, ko=None, runtime=None):
     """(host, guest) pairs for an initramfs running CUDA programs through
-    pvgpu: the programs under /pvgpu/bin, the shim as
-    /pvgpu/lib/libcudart.so.13, every library they load as the host's
-    loader resolves it, and pvgpu.ko as /pvgpu.ko if given."""
-    shim = Path(build) / "lib" / "libcudart.so.13"
-    files = [(str(shim), "/pvgpu/lib/libcudart.so.13")]
+    pvgpu: the programs under /pvgpu/bin; in /pvgpu/lib pvgpu's runtime shim
+    as libcudart.so.13 or, given `runtime` (NVIDIA's libcudart.so.13, as
+    nvidia_runtime() finds it), pvgpu's driver front-end libcuda.so.1 with
+    NVIDIA's runtime above it, as a user's program runs; every library they
+    load as the host's loader resolves it, and pvgpu.ko as /pvgpu.ko if
+    given."""
+    lib = Path(build) / "lib"
+    if runtime:
+        guest_libs = {lib / "libcuda.so.1": "/pvgpu/lib/libcuda.so.1",
+                      Path(runtime): "/pvgpu/lib/libcudart.so.13"}
+    else:
+        guest_libs = {lib / "libcudart.so.13": "/pvgpu/lib/libcudart.so.13"}
+    files = [(str(host), guest) for host, guest in guest_libs.items()]
     if ko:
         files.append((str(ko), "/pvgpu.ko"))
     libs = {}
-    for binary in list(binaries) + [shim]:
+    for binary in list(binaries) + list(guest_libs):
         if not Path(binary).exists():
             raise VmError(f"{binary} is missing (run make)")
-        if binary != shim:
+        if Path(binary) not in guest_libs:
             files.append((str(binary), f"/pvgpu/bin/{Path(binary).name}"))
-        libs.update({guest: host for host, guest in guest_libraries(binary)})
+        # The host's libcuda.so.1, if any, is NVIDIA's: never the guest's.
+        libs.update({guest: host for host, guest in
+                     guest_libraries(binary, skip=("libcudart", "libcuda.so"))})
     return files + [(host, guest) for guest, host in sorted(libs.items())]
 
 
