@@ -342,6 +342,9 @@ struct lib_info {
 	 * none yet): under NVIDIA's runtime, pvgpu's driver front-end is
 	 * recognised by the directory it came from (--pvgpu-libdir). */
 	char driver[PATH_MAX];
+	/* 1 if that libcuda.so.1 is pvgpu's front-end: it exports the wire
+	 * counters (pvgpu_wire_stats), which NVIDIA's driver does not. */
+	int driver_pvgpu;
 };
 
 /*
@@ -394,6 +397,7 @@ void lib_identify_driver(struct lib_info *li)
 	memset(&info, 0, sizeof(info));
 	if (sym && dladdr(sym, &info) && info.dli_fname)
 		snprintf(li->driver, sizeof(li->driver), "%s", info.dli_fname);
+	li->driver_pvgpu = h && dlsym(h, "pvgpu_wire_stats") != NULL;
 	if (h)
 		dlclose(h);
 }
@@ -509,7 +513,12 @@ void json_run_header(FILE *f, const struct lib_info *li,
 void table_run_header(const struct lib_info *li, const struct dev_info *di)
 {
 	printf("%s: CUDA runtime %s (%s)\n", g_prog, li->path,
-	       li->shim ? "pvgpu shim" : "native");
+	       li->shim ? "pvgpu shim" : "NVIDIA's");
+	/* Under NVIDIA's runtime, whose driver it runs over decides where
+	 * the work went: say which, as the runtime's line does. */
+	if (!li->shim && li->driver[0])
+		printf("%s: CUDA driver %s (%s)\n", g_prog, li->driver,
+		       li->driver_pvgpu ? "pvgpu's front-end" : "NVIDIA's");
 	if (di)
 		printf("device %d: %s, runtime %d, driver %d\n", di->index,
 		       di->name, di->runtime_version, di->driver_version);
@@ -1157,6 +1166,21 @@ void compare_run_child(struct child_run *cr, char **args)
 	compare_child_finish(cr);
 }
 
+/*
+ * A run's libraries as its JSON names them: the runtime, and under
+ * NVIDIA's runtime the driver too, since both runs then load the same
+ * libcudart.so.13 and only the libcuda.so.1 beneath tells them apart.
+ */
+void print_library(const struct jval *lib)
+{
+	const struct jval *shim = jget(lib, "pvgpu_shim");
+	const char *path = jstr(lib, "path"), *drv = jstr(lib, "driver");
+
+	printf("%s", path ? path : "?");
+	if (!(shim && shim->type == J_BOOL && shim->num != 0) && drv && *drv)
+		printf(" over %s", drv);
+}
+
 /* A metric the comparison shows for every result key both runs have. */
 struct cmp_field {
 	const char *field;	/* member of each result object */
@@ -1560,9 +1584,11 @@ void compare_table(const struct cmp_field *fields, int nfields,
 		       g_prog, cs->pairs);
 	else
 		printf("%s --compare\n", g_prog);
-	printf("  native: %s\n", jstr(jget(nat->json, "library"), "path"));
-	printf("  pvgpu:  %s (PVGPU_DEVICES=%s)\n",
-	       jstr(jget(pv->json, "library"), "path"),
+	printf("  native: ");
+	print_library(jget(nat->json, "library"));
+	printf("\n  pvgpu:  ");
+	print_library(jget(pv->json, "library"));
+	printf(" (PVGPU_DEVICES=%s)\n",
 	       jstr(pv->json, "pvgpu_devices") ? jstr(pv->json, "pvgpu_devices")
 					       : "(unset)");
 	printf("  device: %s\n", jstr(jget(nat->json, "device"), "name") ?

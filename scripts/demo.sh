@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# make demo: the main job, end to end, in one command.
+# make demo where no guest can be booted: the main job as a local process.
 #
 # Starts pvgpud (the cuda executor where a GPU answers, the simulated device
 # otherwise, and says which), runs the synthetic transfer/compute benchmark
-# through it, prints the table, and shuts everything down.  Nothing is left
-# running, whatever happens.
+# through it as a user's CUDA program runs (NVIDIA's libcudart.so.13 over
+# pvgpu's driver front-end libcuda.so.1), prints the table with what its
+# columns mean and a summary of what ran where, and shuts everything down.
+# Nothing is left running, whatever happens.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -33,6 +35,24 @@ else
 	export PVGPU_SIM_TWINS=${PVGPU_SIM_TWINS:-$BUILD/tests/sim-twins/libbench-twins.so}
 fi
 
+# What the program loads, as a user's program does (DESIGN §2b): pvgpu's
+# libcuda.so.1 with NVIDIA's runtime above it, and nothing else, in one
+# folder.  A build without libcuda.so.1 (make had no libclang) falls back to
+# pvgpu's runtime shim, and says so.
+native_dir=$(scripts/find-cuda.sh --libdir 2>/dev/null || true)
+libdir=$workdir/lib
+mkdir "$libdir"
+if [ -e "$BUILD/lib/libcuda.so.1" ] && [ -e "$native_dir/libcudart.so.13" ]; then
+	ln -s "$(readlink -f "$BUILD/lib/libcuda.so.1")" "$libdir/libcuda.so.1"
+	ln -s "$native_dir/libcudart.so.13" "$libdir/libcudart.so.13"
+	frontend="NVIDIA's libcudart.so.13 over pvgpu's driver front-end libcuda.so.1"
+else
+	echo "demo: no $BUILD/lib/libcuda.so.1 or no NVIDIA libcudart.so.13:" \
+		"running through pvgpu's runtime shim instead (make deps, then make)"
+	ln -s "$(readlink -f "$BUILD/lib/libcudart.so.13")" "$libdir/libcudart.so.13"
+	frontend="pvgpu's runtime shim libcudart.so.13"
+fi
+
 sock=$workdir/pvgpu.sock
 "$BUILD/bin/pvgpud" --listen "unix://$sock" --executor "$executor" \
 	--module-cache "$workdir/modules" --log-level info 2>"$workdir/pvgpud.log" &
@@ -46,19 +66,46 @@ done
 
 # The same socket plus a shared window: the fast path for a local process.
 export PVGPU_DEVICES="shm://$sock"
-native_dir=$(scripts/find-cuda.sh --libdir 2>/dev/null || true)
+status=0
 if [ "$executor" = cuda ]; then
-	# Native and pvgpu side by side, from one plan.
-	PVGPU_NATIVE_LIBDIR=$native_dir "$BUILD/bench/pvgpu-synth" --compare \
-		--memory pinned --size 32M-64M --ratio 10/90,35/65,65/35,90/10
+	# Native and pvgpu side by side, from one plan.  Each child puts its
+	# own folder in front of the parent's LD_LIBRARY_PATH: the parent's
+	# must not hold pvgpu's libcuda.so.1, or the native run loads it too.
+	LD_LIBRARY_PATH=$native_dir PVGPU_NATIVE_LIBDIR=$native_dir "$BUILD/bench/pvgpu-synth" \
+		--compare --pvgpu-libdir "$libdir" \
+		--memory pinned --size 32M-64M --ratio 10/90,35/65,65/35,90/10 || status=$?
 else
-	LD_LIBRARY_PATH="$BUILD/lib" "$BUILD/bench/pvgpu-synth" --quick
+	LD_LIBRARY_PATH=$libdir "$BUILD/bench/pvgpu-synth" --quick || status=$?
 fi
-status=$?
-echo
-echo "demo: pvgpud log:"
+# A session ends once its worker has seen the program go and let go of what
+# it held; stopping pvgpud before that kills the worker instead.
+count() { grep -c " session [0-9]* $1: " "$workdir/pvgpud.log" || true; }
+for _ in $(seq 200); do
+	[ "$(count start)" = "$(count end)" ] && break
+	sleep 0.05
+done
 kill -TERM "$daemon_pid"
 wait "$daemon_pid" || true
 daemon_pid=
-cat "$workdir/pvgpud.log"
-exit $status
+if [ "$status" != 0 ]; then
+	echo
+	echo "demo: pvgpud's log:"
+	cat "$workdir/pvgpud.log"
+	echo "demo: pvgpu-synth failed ($status)" >&2
+	exit 1
+fi
+echo
+if [ "$executor" = cuda ]; then
+	scripts/demo_vm.py --legend cuda --compare
+else
+	scripts/demo_vm.py --legend sim
+fi
+echo
+echo "demo: summary"
+echo "  program  pvgpu-synth, a local process (no guest could be booted here),"
+echo "           $frontend"
+echo "  channel  $PVGPU_DEVICES (a Unix socket and a shared memory window)"
+echo "  host     pvgpud --executor $executor"
+# pvgpud's own lines about the session, without time stamp and pid.
+sed -n 's/^[^ ]* pvgpud\[[0-9]*\] [a-z]*: \(session [0-9]* \(start\|end\): \)/\1/p' \
+	"$workdir/pvgpud.log" | sed '1s/^/  pvgpud   /; 2,$s/^/           /'

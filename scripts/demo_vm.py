@@ -5,20 +5,26 @@ Starts pvgpud (the cuda executor where a GPU answers, the simulated device
 otherwise, and says which) reading a VM registry, gives a guest a vGPU with
 qemu-device (`pvgpu-vm qemu-args`: the shared window and the registry
 entry; `pvgpu-vm supervise`: its vhost-device-vsock), boots it (Debian's
-kernel and a busybox initramfs carrying pvgpu.ko, the guest library and
-pvgpu-synth; KVM when it works, TCG otherwise), runs pvgpu-synth inside the
-guest through pvgpu (control over virtio-vsock, bulk data through
-/dev/pvgpu0), prints its table, and shuts everything down.  Nothing is left
-running, whatever happens.
+kernel and a busybox initramfs carrying pvgpu.ko, pvgpu's driver front-end
+libcuda.so.1, NVIDIA's own libcudart.so.13 and pvgpu-synth; KVM when it
+works, TCG otherwise), runs pvgpu-synth inside the guest as a user's CUDA
+program runs there (control over virtio-vsock, bulk data through
+/dev/pvgpu0), prints its table with what the columns mean, then a summary
+of what ran where, and shuts everything down.  Nothing is left running,
+whatever happens.  The guest's console is shown as text: the escape codes
+that firmware writes for a terminal are left out (pvgpuvm.console_text).
 
     scripts/demo_vm.py [--build DIR]
-Exit codes: 0 success, 1 failure (one line on stderr says why), 3 no VM can
-be made here (no qemu, guest kernel or vhost-device-vsock): `make demo` then
-runs the same job as a local process instead (scripts/demo.sh).
+    scripts/demo_vm.py --legend sim|cuda [--compare]   (the legend alone)
+Exit codes: 0 success, 1 failure (one line on stderr says why), 2 bad
+usage, 3 no VM can be made here (no qemu, guest kernel or
+vhost-device-vsock): `make demo` then runs the same job as a local process
+instead (scripts/demo.sh).
 """
 import argparse
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -28,6 +34,95 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 PORT = 7100
+
+# What pvgpu-synth's table says, column by column (bench/pvgpu-synth.cu,
+# print_table): a newcomer otherwise reads "10.0% / 51.7%" as a failure.
+SYNTH_LEGEND = """\
+What pvgpu-synth's table says: each row is one configuration (direction,
+host memory, transfer/compute split); pvgpu-synth first calibrated how long
+a byte of copy and a loop of its kernel take, then planned each row's steps.
+  steps                 copies made, each followed by one kernel launch
+  GB moved              bytes copied in all (both ways for "both")
+  iters/launch          loop iterations in each kernel launch (the compute)
+  seconds / planned     the row's wall time / what the plan predicted
+  xfer share plan/run   share of the time meant for copies / share measured
+                        (wall time less the kernels' event-timed time)
+  xfer MB/s             bytes copied per second outside the kernels (nan
+                        when the kernels' timed time is all of it)
+"""
+COMPARE_LEGEND = """\
+What pvgpu-synth --compare's table says: the same plan, calibrated by the
+native run (NVIDIA's runtime and driver on the GPU), run again through
+pvgpu (the "pvgpu:" line names its libraries); per configuration the wall
+time of each ("seconds"), pvgpu/native (1.000: pvgpu costs nothing there)
+and pvgpu's overhead in per cent.
+"""
+SIM_NOTE = """\
+Executor sim: these are not GPU figures.  The simulated device is a test
+fixture: it copies in pvgpud's memory, runs each kernel as a CPU "twin" and
+times events with the host's clock, so speeds, shares and plan-versus-run
+say nothing about a GPU.  With the cuda executor (a host with an NVIDIA
+GPU) the same columns are the GPU's.
+"""
+CUDA_NOTE = """\
+Executor cuda: the copies and kernels ran on the host's GPU.
+"""
+TCG_NOTE = """\
+The guest ran under TCG (QEMU emulating its CPU), which slows every call
+it makes: judge pvgpu's speed from a program on the host (make test-gpu,
+BENCHMARKS.md), not from a guest here.
+"""
+
+
+def legend(executor, compare=False, accel=None):
+    """The lines printed under pvgpu-synth's table."""
+    blocks = [COMPARE_LEGEND if compare else SYNTH_LEGEND,
+              SIM_NOTE if executor == "sim" else CUDA_NOTE]
+    if accel == "tcg":
+        blocks.append(TCG_NOTE)
+    return "\n".join(blocks)
+
+
+# pvgpud's log lines start with a time stamp, its name and pid and a level.
+LOG_PREFIX = re.compile(r"^\S+ pvgpud\[\d+\] \w+: ")
+
+
+def session_lines(log):
+    """pvgpud's lines about sessions starting and ending, without the
+    time stamp and pid: what the summary shows."""
+    out = []
+    for line in log.splitlines():
+        text = LOG_PREFIX.sub("", line)
+        if re.match(r"session \d+ (start|end): ", text):
+            out.append(text)
+    return out
+
+
+def libraries_used(console):
+    """The runtime and driver lines pvgpu-synth printed (bench_common.h,
+    table_run_header): which libcudart.so.13 and libcuda.so.1 it loaded."""
+    return [line.split(": ", 1)[1] for line in console.splitlines()
+            if re.match(r"pvgpu-synth: CUDA (runtime|driver) ", line)]
+
+
+def summary(accel, kver, executor, window, console, log):
+    """What ran where, in a few lines, and pvgpud's session lines."""
+    libs = libraries_used(console) or ["(pvgpu-synth printed no library lines)"]
+    host = ("the simulated device, a test fixture (no NVIDIA GPU here)"
+            if executor == "sim" else "the host's NVIDIA GPU")
+    lines = ["demo: summary",
+             f"  guest    Debian kernel {kver} under {accel.upper()}, a busybox initramfs",
+             "  program  pvgpu-synth, unmodified, over NVIDIA's libcudart.so.13 and",
+             "           pvgpu's driver front-end libcuda.so.1; it loaded:"]
+    lines += [f"             {x}" for x in libs]
+    lines.append("  channel  virtio-vsock to pvgpud" +
+                 (", bulk data through /dev/pvgpu0 (pvgpu.ko)" if window
+                  else " (no pvgpu.ko: no shared window)"))
+    lines.append(f"  host     pvgpud --executor {executor}: {host}")
+    sessions = session_lines(log) or ["(pvgpud logged no session)"]
+    lines.append(f"  pvgpud   {sessions[0]}")
+    lines += [f"           {x}" for x in sessions[1:]]
+    return "\n".join(lines) + "\n"
 
 
 def load_pvgpuvm():
@@ -55,6 +150,19 @@ def wait_for(path, proc, what, seconds=10):
         time.sleep(0.05)
 
 
+def sessions_ended(log_path, seconds=10):
+    """Wait until pvgpud has logged an end for every session it started: a
+    session ends once its worker has seen the guest's program go, and
+    stopping pvgpud before that kills the worker instead."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        text = Path(log_path).read_text(errors="replace")
+        if len(re.findall(r" session \d+ start: ", text)) <= \
+                len(re.findall(r" session \d+ end: ", text)):
+            return
+        time.sleep(0.05)
+
+
 def kvm_boots(vm, kdir, kver, tmp):
     """Whether a guest really boots under KVM here: /dev/kvm may exist where
     nested virtualisation cannot run a guest (DESIGN §7), so try one, briefly."""
@@ -71,7 +179,15 @@ def kvm_boots(vm, kdir, kver, tmp):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build", default=os.environ.get("BUILD", "build"))
+    ap.add_argument("--legend", choices=["sim", "cuda"],
+                    help="print only the legend of pvgpu-synth's table for "
+                    "this executor (scripts/demo.sh uses it)")
+    ap.add_argument("--compare", action="store_true",
+                    help="with --legend: the legend of --compare's table")
     args = ap.parse_args()
+    if args.legend:
+        sys.stdout.write(legend(args.legend, args.compare))
+        return 0
     build = (REPO / args.build).resolve()
     vm = load_pvgpuvm()
     vhost = vm.vhost_device_vsock()
@@ -84,6 +200,18 @@ def main():
     except Exception as e:  # noqa: BLE001 - the reason is the message
         sys.stderr.write(f"demo: no guest kernel: {e}\n")
         return 3
+    # The guest runs what a user's program runs: pvgpu's libcuda.so.1 with
+    # NVIDIA's runtime above it (DESIGN §2b), not pvgpu's runtime shim.
+    if not (build / "lib" / "libcuda.so.1").exists():
+        sys.stderr.write(f"demo: {build}/lib/libcuda.so.1 is not built: make "
+                         "generates it from cuda.h with libclang (make deps "
+                         "installs it)\n")
+        return 1
+    try:
+        runtime = vm.nvidia_runtime()
+    except vm.VmError as e:
+        sys.stderr.write(f"demo: {e}\n")
+        return 1
 
     executor = "cuda" if gpu_answers() else "sim"
     if executor == "cuda":
@@ -127,7 +255,7 @@ def main():
         wait_for(f"{attached.entry['vsock.listen']}", daemon, "pvgpud's socket for the VM")
 
         synth = build / "bench" / "pvgpu-synth"
-        files = vm.program_files(build, [synth], ko)
+        files = vm.program_files(build, [synth], ko, runtime=runtime)
         quick = "--quick --size 1M-4M" if executor == "sim" else \
             "--size 32M-64M --seconds 1"
         script = f"export LD_LIBRARY_PATH=/pvgpu/lib PVGPU_DEVICES=vsock://2:{PORT}\n"
@@ -142,15 +270,19 @@ def main():
             initrd, kernel=kdir / "boot" / f"vmlinuz-{kver}", memory=attached.ram,
             accel=accel, extra=attached.qemu_args(window=ko is not None))
         print("demo: booting the guest; pvgpu-synth runs inside it:\n")
-        status, _console = vm.run(cmd, 600.0, echo=True)
-        print(f"\ndemo: guest finished with status {status}; pvgpud said:")
+        status, console = vm.run(cmd, 600.0, echo=True)
+        sessions_ended(tmp / "pvgpud.log")
         daemon.terminate()
         daemon.wait(timeout=15)
         log.close()
-        sys.stdout.write((tmp / "pvgpud.log").read_text())
+        daemon_log = (tmp / "pvgpud.log").read_text(errors="replace")
         if status != 0:
+            sys.stdout.write(f"\ndemo: pvgpud's log:\n{daemon_log}")
             sys.stderr.write(f"demo: pvgpu-synth in the guest failed ({status})\n")
             return 1
+        sys.stdout.write("\n" + legend(executor, accel=accel) + "\n")
+        sys.stdout.write(summary(accel, kver, executor, ko is not None,
+                                 console, daemon_log))
         return 0
     except Exception as e:  # one line, then the cleanup below
         sys.stderr.write(f"demo: {e}\n")

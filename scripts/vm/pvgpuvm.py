@@ -12,8 +12,9 @@ Three pieces, usable from Python (tests/vm/) or from the command line:
              runs before powering the guest off.
   run        start qemu-system-x86_64 (TCG unless told otherwise) with the
              kernel, the initramfs and ivshmem-plain windows; stream the
-             serial console to stdout and a log; stop when the guest powers
-             off or at a timeout.  The exit status is the guest script's.
+             serial console's text (no terminal escape codes) to stdout
+             and a log; stop when the guest powers off or at a timeout.
+             The exit status is the guest script's.
 
 The kernel comes from scripts/vm/fetch-kernel.sh (.deps/vm/KVER/).
 
@@ -25,6 +26,7 @@ The kernel comes from scripts/vm/fetch-kernel.sh (.deps/vm/KVER/).
 """
 
 import argparse
+import codecs
 import lzma
 import os
 import re
@@ -112,22 +114,44 @@ def guest_driver(kver, outdir):
 WINDOW_LINE = "shared window of the pvgpu device"
 
 
-def program_files(build, binaries, ko=None):
+def nvidia_runtime():
+    """NVIDIA's own libcudart.so.13 (scripts/find-cuda.sh --libdir: the
+    toolkit's, or the PyPI wheel's in .deps/cuda-py), or raise VmError."""
+    found = subprocess.run([str(REPO / "scripts" / "find-cuda.sh"), "--libdir"],
+                           capture_output=True, text=True)
+    lib = Path(found.stdout.strip()) / "libcudart.so.13"
+    if found.returncode or not lib.exists():
+        raise VmError("no NVIDIA libcudart.so.13 (make deps installs the CUDA "
+                      "runtime from PyPI into .deps/cuda-py)")
+    return lib.resolve()
+
+
+def program_files(build, binaries, ko=None, runtime=None):
     """(host, guest) pairs for an initramfs running CUDA programs through
-    pvgpu: the programs under /pvgpu/bin, the shim as
-    /pvgpu/lib/libcudart.so.13, every library they load as the host's
-    loader resolves it, and pvgpu.ko as /pvgpu.ko if given."""
-    shim = Path(build) / "lib" / "libcudart.so.13"
-    files = [(str(shim), "/pvgpu/lib/libcudart.so.13")]
+    pvgpu: the programs under /pvgpu/bin; in /pvgpu/lib pvgpu's runtime shim
+    as libcudart.so.13 or, given `runtime` (NVIDIA's libcudart.so.13, as
+    nvidia_runtime() finds it), pvgpu's driver front-end libcuda.so.1 with
+    NVIDIA's runtime above it, as a user's program runs; every library they
+    load as the host's loader resolves it, and pvgpu.ko as /pvgpu.ko if
+    given."""
+    lib = Path(build) / "lib"
+    if runtime:
+        guest_libs = {lib / "libcuda.so.1": "/pvgpu/lib/libcuda.so.1",
+                      Path(runtime): "/pvgpu/lib/libcudart.so.13"}
+    else:
+        guest_libs = {lib / "libcudart.so.13": "/pvgpu/lib/libcudart.so.13"}
+    files = [(str(host), guest) for host, guest in guest_libs.items()]
     if ko:
         files.append((str(ko), "/pvgpu.ko"))
     libs = {}
-    for binary in list(binaries) + [shim]:
+    for binary in list(binaries) + list(guest_libs):
         if not Path(binary).exists():
             raise VmError(f"{binary} is missing (run make)")
-        if binary != shim:
+        if Path(binary) not in guest_libs:
             files.append((str(binary), f"/pvgpu/bin/{Path(binary).name}"))
-        libs.update({guest: host for host, guest in guest_libraries(binary)})
+        # The host's libcuda.so.1, if any, is NVIDIA's: never the guest's.
+        libs.update({guest: host for host, guest in
+                     guest_libraries(binary, skip=("libcudart", "libcuda.so"))})
     return files + [(host, guest) for guest, host in sorted(libs.items())]
 
 
@@ -606,19 +630,75 @@ def qemu_command(initrd, kernel=None, append="", windows=(), memory="1G",
             + window_args(windows) + list(extra))
 
 
+# ---- the console's text ----------------------------------------------------------
+#
+# A serial console carries what firmware and the guest write for a terminal,
+# not for a log: SeaBIOS resets the terminal (ESC c), clears it, switches
+# auto-wrap off (ESC [?7l) and never back on, and lines end in CR LF.  Passed
+# through, that wipes the lines above it and leaves the user's shell without
+# line wrap; in a log or an assertion it is noise.  So what is shown or kept
+# is the text alone: escape sequences, CR and every other control character
+# but newline and tab removed.
+
+_ESCAPES = re.compile(
+    r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)"    # OSC ... BEL or ST: a window title
+    r"|\x1b[PX^_][^\x1b]*\x1b\\"            # DCS, SOS, PM, APC ... ST
+    r"|\x1b\[[0-?]*[ -/]*[@-~]"             # CSI: ESC [2J, ESC [?7l, colours
+    r"|\x9b[0-?]*[ -/]*[@-~]"               # CSI as one C1 character
+    r"|\x1b[ -/]*[0-OQ-WYZ\\`-~]")          # ESC c, ESC 7, ESC ( B: any final
+                                            # but those opening the above
+# What is left of a sequence cut at the end of a piece of output.
+_ESCAPE_TAIL = re.compile(
+    r"(?:\x1b(?:\][^\x07\x1b]*\x1b?|[PX^_][^\x1b]*\x1b?|\[[0-?]*[ -/]*|[ -/]*)"
+    r"|\x9b[0-?]*[ -/]*)\Z")
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def console_text(text):
+    """The console's text: `text` without terminal escape sequences (CSI,
+    OSC, ESC c and the like), CRs or other control characters; newlines and
+    tabs stay.  Of a sequence that never finishes only the ESC goes."""
+    return _CONTROLS.sub("", _ESCAPES.sub("", text))
+
+
+class ConsoleFilter:
+    """console_text() for output that arrives in pieces: feed() takes bytes
+    as they come and returns the text ready to show; a multibyte character
+    or an escape sequence cut between two pieces is held until the next
+    (up to HOLD_MAX characters of it: a longer one is taken for a sequence
+    that never finishes).  feed(b"", final=True) returns what is held."""
+
+    HOLD_MAX = 256
+
+    def __init__(self):
+        self._decode = codecs.getincrementaldecoder("utf-8")(errors="replace").decode
+        self._held = ""
+
+    def feed(self, data, final=False):
+        text = self._held + self._decode(data, final)
+        self._held = ""
+        if not final:
+            cut = _ESCAPE_TAIL.search(text)
+            if cut and len(text) - cut.start() <= self.HOLD_MAX:
+                text, self._held = text[:cut.start()], text[cut.start():]
+        return console_text(text)
+
+
 def run(cmd, timeout=120.0, log=None, echo=True, stop=None):
     """Run QEMU until it exits or `timeout` seconds pass (or `stop`, a
     threading.Event, is set: counted as a timeout).
 
     Returns (status, console): the guest script's exit status, 124 on a
     timeout, or 125 when the guest stopped without reporting one (a panic,
-    QEMU refusing its arguments).
+    QEMU refusing its arguments).  What is echoed, logged and returned is
+    the console's text (console_text()): no escape sequences, no CRs.
     """
-    logf = open(log, "w") if log else None
+    logf = open(log, "w", encoding="utf-8") if log else None
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
     chunks = []
+    text = ConsoleFilter()
     deadline = time.monotonic() + timeout
     timed_out = False
     try:
@@ -633,12 +713,13 @@ def run(cmd, timeout=120.0, log=None, echo=True, stop=None):
             data = os.read(proc.stdout.fileno(), 65536)
             if not data:
                 break
-            chunks.append(data)
+            shown = text.feed(data)
+            chunks.append(shown)
             if echo:
-                sys.stdout.buffer.write(data)
+                sys.stdout.write(shown)
                 sys.stdout.flush()
             if logf:
-                logf.write(data.decode(errors="replace"))
+                logf.write(shown)
                 logf.flush()
     finally:
         if proc.poll() is None:
@@ -649,10 +730,16 @@ def run(cmd, timeout=120.0, log=None, echo=True, stop=None):
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         proc.stdout.close()
+        rest = text.feed(b"", final=True)
+        chunks.append(rest)
+        if echo:
+            sys.stdout.write(rest)
+            sys.stdout.flush()
         if logf:
+            logf.write(rest)
             logf.close()
 
-    console = b"".join(chunks).decode(errors="replace").replace("\r\n", "\n")
+    console = "".join(chunks)
     if timed_out:
         return 124, console
     m = re.search(re.escape(EXIT_MARK) + r"(\d+)", console)

@@ -1,0 +1,96 @@
+"""make demo (scripts/demo_vm.py) as a newcomer meets it: one guest boot
+(about a minute under TCG), then what they would check by eye — the output
+is plain text a terminal shows as it is (no escape codes or CRs from the
+guest's console), the table comes with its legend, pvgpu-synth ran over
+pvgpu's driver front-end libcuda.so.1 with NVIDIA's runtime above it (not
+pvgpu's runtime shim), and pvgpud logged the guest's session.
+"""
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent.parent
+BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
+
+
+def load(path, name):
+    spec = importlib.util.spec_from_file_location(name, REPO / path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+vm = load("scripts/vm/pvgpuvm.py", "pvgpuvm")
+demo = load("scripts/demo_vm.py", "demo_vm")
+
+
+def test_guest_carries_libcuda_and_nvidia_runtime_not_the_shim():
+    """What the demo puts in the guest's /pvgpu/lib: pvgpu's libcuda.so.1
+    and NVIDIA's libcudart.so.13, as a user's guest has them."""
+    synth = BUILD / "bench" / "pvgpu-synth"
+    if not (BUILD / "lib" / "libcuda.so.1").exists() or not synth.exists():
+        pytest.skip("libcuda.so.1 or pvgpu-synth is not built (run make)")
+    try:
+        runtime = vm.nvidia_runtime()
+    except vm.VmError as e:
+        pytest.skip(str(e))
+    files = {guest: Path(host) for host, guest in
+             vm.program_files(BUILD, [synth], runtime=runtime)}
+    assert files["/pvgpu/lib/libcuda.so.1"].resolve() == \
+        (BUILD / "lib" / "libcuda.so.1").resolve()
+    cudart = files["/pvgpu/lib/libcudart.so.13"].resolve()
+    assert cudart == runtime and cudart != (BUILD / "lib" / "libcudart.so.13").resolve()
+    # pvgpu's shim is known by the one symbol only it exports.
+    symbols = subprocess.run(["nm", "-D", "--defined-only", str(cudart)],
+                             capture_output=True, text=True).stdout
+    assert "pvgpu_shim_version" not in symbols
+    assert files["/pvgpu/bin/pvgpu-synth"] == synth
+
+
+@pytest.mark.vm
+def test_demo_output_is_plain_and_says_what_ran_where():
+    if not shutil.which("qemu-system-x86_64") or not vm.vhost_device_vsock():
+        pytest.skip("no qemu-system-x86_64 or vhost-device-vsock: no guest to boot")
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "demo_vm.py"),
+                           "--build", str(BUILD)], capture_output=True, timeout=600)
+    out, err = proc.stdout, proc.stderr.decode(errors="replace")
+    text = out.decode(errors="replace")
+    if proc.returncode == 3:
+        pytest.skip(f"no guest can be booted here: {err.strip()}")
+    assert proc.returncode == 0, text[-4000:] + err
+    # A terminal shows it as it is: only printable text, newlines and tabs.
+    controls = sorted({b for b in out if (b < 0x20 and b not in b"\n\t") or b == 0x7f})
+    assert not controls, f"control bytes {controls} in\n{text[-4000:]}"
+    # The guest's console came through: its firmware and its /init.
+    assert "SeaBIOS" in text and "pvgpu-guest: exit 0" in text, text[-4000:]
+
+    # pvgpu-synth's table, then its legend, columns and executor explained.
+    table = text.index("xfer share plan/run")
+    assert text.index(demo.SYNTH_LEGEND.splitlines()[0]) > table, text[-4000:]
+    for column in ("steps", "GB moved", "iters/launch", "xfer share plan/run",
+                   "xfer MB/s"):
+        assert f"  {column} " in text[table + 1:], column
+    executor = "sim" if "executor sim" in text.splitlines()[0] else "cuda"
+    note = demo.SIM_NOTE if executor == "sim" else demo.CUDA_NOTE
+    assert note in text, text[-4000:]
+
+    # Through pvgpu's driver front-end, under NVIDIA's runtime.
+    assert "pvgpu-synth: CUDA runtime /pvgpu/lib/libcudart.so.13 (NVIDIA's)" in text, \
+        text[-4000:]
+    assert "pvgpu-synth: CUDA driver /pvgpu/lib/libcuda.so.1 (pvgpu's front-end)" in text, \
+        text[-4000:]
+    assert "pvgpu shim" not in text
+
+    # The summary, last: where it ran and pvgpud's own session lines.
+    summary = text[text.index("demo: summary"):]
+    assert re.search(r"guest +Debian kernel \S+ under (TCG|KVM)", summary), summary
+    assert f"pvgpud --executor {executor}" in summary, summary
+    assert re.search(r"pvgpud +session \d+ start: vm demo via vhost-user", summary), summary
+    assert re.search(r"session \d+ end: vm demo .*, \d+ calls, .*, ok$", summary,
+                     re.M), summary
