@@ -107,33 +107,6 @@ def test_window_shared_with_the_daemon_group(tmp_path, monkeypatch):
     assert path.stat().st_mode & 0o777 == 0o660
 
 
-def test_window_header_matches_protocol_window_h(tmp_path):
-    """The Python packing is the C struct of common/window.h, byte for byte."""
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if not cc:
-        pytest.skip("no C compiler to check common/window.h against")
-    src = tmp_path / "hdr.c"
-    src.write_text(textwrap.dedent("""\
-        #include <stdio.h>
-        #include <string.h>
-        #include "window.h"
-        int main(void) {
-            struct pvgpu_window_header h;
-            memset(&h, 0, sizeof h);
-            h.magic = PVGPU_WINDOW_MAGIC; h.layout = PVGPU_WINDOW_LAYOUT;
-            h.size = 16u << 20; h.window_id = 0x123456789ABCDEF0ull;
-            h.staging_offset = 4096; h.slot_size = 1u << 20; h.nslots = 8;
-            fwrite(&h, 1, 64, stdout);
-            return 0;
-        }
-        """))
-    exe = tmp_path / "hdr"
-    subprocess.run([cc, "-std=c11", f"-I{REPO / 'common'}", "-o", str(exe), str(src)],
-                   check=True)
-    c_bytes = subprocess.run([str(exe)], check=True, capture_output=True).stdout
-    assert window.pack_header(layout()) == c_bytes
-
-
 def test_window_wrong_header_refused(tmp_path):
     path = tmp_path / "pvgpu-w"
     path.write_bytes(b"\xff" * (16 * MIB))
