@@ -81,13 +81,14 @@ def test_window_created_with_valid_header(tmp_path, monkeypatch):
     st = path.stat()
     assert st.st_size == 16 * MIB
     assert st.st_mode & 0o777 == 0o600
-    data = path.read_bytes()[:4096]
+    data = path.read_bytes()[:window.HDR_SIZE]
     magic, version, got = window.unpack_header(data)
-    assert (magic, version) == (0x57475650, 1)
-    assert data[:4] == b"PVGW"
+    assert (magic, version) == (window.MAGIC, window.LAYOUT)
     assert got == lay
-    assert got.staging_offset == 4096 and got.nslots == 8 and got.slot_size == MIB
-    assert data[64:4096] == bytes(4096 - 64), "counters and the rest of the page start at zero"
+    assert got.staging_offset == window.HDR_SIZE and got.nslots == 8 and got.slot_size == MIB
+    counters = window.OFFSETS["h2d_filled"]
+    assert data[counters:window.HDR_SIZE] == bytes(window.HDR_SIZE - counters), \
+        "counters and the rest of the page start at zero"
     # A second time it is accepted as it is, not rewritten.
     assert window.ensure_window(str(path), lay) is False
 
@@ -150,8 +151,8 @@ def test_default_layout_is_one_the_worker_accepts(size):
     lay = spec.default_layout(size, 1)
     assert 2 <= lay.nslots <= 64
     assert 64 * 1024 <= lay.slot_size <= 64 * MIB
-    assert lay.staging_offset >= 4096
-    assert lay.staging_offset + lay.slot_size * lay.nslots <= size // 2 + 4096
+    assert lay.staging_offset >= window.HDR_SIZE
+    assert lay.staging_offset + lay.slot_size * lay.nslots <= size // 2 + window.HDR_SIZE
 
 
 @pytest.mark.parametrize("size", [0, 512 * 1024, 3 * MIB, 256 * MIB + 4096])
