@@ -18,7 +18,19 @@
 #ifndef PVGPU_WINDOW_H
 #define PVGPU_WINDOW_H
 
+/*
+ * pvgpu.ko includes this header too, so that the kernel module and user
+ * space cannot disagree about the layout: the kernel has no <stdint.h>,
+ * but its <linux/types.h> gives the same fixed-width names.  The fields are
+ * little-endian, like everything pvgpu shares with the other side: user
+ * space reads them as they are (x86-64 and arm64 are little-endian), the
+ * kernel module converts what it reads.
+ */
+#ifdef __KERNEL__
+#include <linux/types.h>
+#else
 #include <stdint.h>
+#endif
 
 #define PVGPU_WINDOW_MAGIC	0x57475650u	/* "PVGW" as bytes */
 #define PVGPU_WINDOW_LAYOUT	1

@@ -3,9 +3,9 @@
  * Guest driver for the pvgpu shared window.
  *
  * The window is an ivshmem PCI device (1af4:1110) whose BAR2 is host memory
- * starting with a pvgpu window header (common/window.h in the pvgpu
- * sources).  ivshmem devices without that header are left alone, so other
- * drivers can have them.
+ * starting with a pvgpu window header (window.h, from common/ in the pvgpu
+ * sources and beside this file in a DKMS tree).  ivshmem devices without
+ * that header are left alone, so other drivers can have them.
  *
  * Each window becomes /dev/pvgpuN: mmap of the whole window (cacheable: BAR2
  * is host RAM, and an uncached mapping makes copies crawl), PVGPU_IOC_INFO,
@@ -43,6 +43,7 @@
 #endif
 
 #include "pvgpu_ioctl.h"
+#include "window.h"
 
 #define PVGPU_PCI_VENDOR	0x1af4	/* Red Hat, Inc. (QEMU) */
 #define PVGPU_PCI_DEVICE	0x1110	/* Inter-VM shared memory */
@@ -54,22 +55,6 @@
 #define IVSHMEM_IV_POSITION	0x08
 #define IVSHMEM_DOORBELL	0x0c
 #define IVSHMEM_REG_MIN_SIZE	0x10
-
-/*
- * The start of the window header, as common/window.h lays it out
- * (little-endian).  Only these fields matter here; the rest belongs to the
- * guest library and the host worker.
- */
-#define PVGPU_WINDOW_MAGIC	0x57475650	/* "PVGW" */
-#define PVGPU_WINDOW_LAYOUT	1
-#define PVGPU_WINDOW_HDR_SIZE	4096
-
-struct pvgpu_window_hdr {
-	__le32 magic;
-	__le32 layout;
-	__le64 size;
-	__le64 window_id;
-};
 
 struct pvgpu_dev {
 	struct kref ref;
@@ -417,19 +402,26 @@ static void pvgpu_check_memtype(struct pci_dev *pdev, phys_addr_t start)
 #endif
 }
 
-/* Does this BAR2 hold a pvgpu window?  0 if so, -ENODEV if not. */
+/*
+ * Does this BAR2 hold a pvgpu window?  0 if so, -ENODEV if not.
+ *
+ * Only the first fields of the header matter here; the rest belongs to the
+ * guest library and the host worker.  The host can rewrite the header at
+ * any time, so each field is read once.  The window is little-endian
+ * whatever the guest is, while window.h declares plain integers for the
+ * sake of user space: hence the conversions.
+ */
 static int pvgpu_check_window(struct pci_dev *pdev, const void *window,
 			      resource_size_t len, u64 *window_id, u32 *layout)
 {
-	struct pvgpu_window_hdr hdr;
+	const struct pvgpu_window_header *hdr = window;
 	u32 magic;
 	u64 size;
 
-	memcpy(&hdr, window, sizeof(hdr));
-	magic = le32_to_cpu(hdr.magic);
-	*layout = le32_to_cpu(hdr.layout);
-	size = le64_to_cpu(hdr.size);
-	*window_id = le64_to_cpu(hdr.window_id);
+	magic = le32_to_cpu((__force __le32)READ_ONCE(hdr->magic));
+	*layout = le32_to_cpu((__force __le32)READ_ONCE(hdr->layout));
+	size = le64_to_cpu((__force __le64)READ_ONCE(hdr->size));
+	*window_id = le64_to_cpu((__force __le64)READ_ONCE(hdr->window_id));
 
 	if (magic != PVGPU_WINDOW_MAGIC || *layout != PVGPU_WINDOW_LAYOUT ||
 	    size != len) {

@@ -88,8 +88,11 @@ def default_layout(size, window_id):
     (the rest is for the guest's pinned allocations).  Windows are powers
     of two of at least 1 MiB, so size/16 is at least the 64 KiB slot the
     worker accepts (host-backend/session/window.c)."""
+    # Here, not at the top: window.py imports WindowLayout from this module.
+    from .window import HDR_SIZE
+
     slot = min(4 * MIB, size // 16)
-    return WindowLayout(size=size, window_id=window_id, staging_offset=4096,
+    return WindowLayout(size=size, window_id=window_id, staging_offset=HDR_SIZE,
                         slot_size=slot, nslots=8)
 
 

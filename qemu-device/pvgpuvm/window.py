@@ -19,20 +19,70 @@ import struct
 from .errors import Failure
 from .spec import WindowLayout
 
-MAGIC = 0x57475650     # "PVGW" as bytes, PVGPU_WINDOW_MAGIC
+# ---- the layout of common/window.h -------------------------------------------
+#
+# The one Python description of the window header: Python that reads or
+# writes a window header takes it from here (scripts/vm/pvgpuvm.py and the
+# tests too).  tests/unit/test_window_layout.py compiles common/window.h and
+# checks every constant, field, offset and size below against it, so that a
+# change made on one side only fails there.
+
+MAGIC = 0x57475650     # PVGPU_WINDOW_MAGIC: "PVGW" as bytes
 LAYOUT = 1             # PVGPU_WINDOW_LAYOUT
-HDR_SIZE = 4096        # PVGPU_WINDOW_HDR_SIZE
+HDR_SIZE = 4096        # PVGPU_WINDOW_HDR_SIZE: one page, before the data
 
-# struct pvgpu_window_header up to the reserved bytes (64 bytes), little
-# endian like everything pvgpu puts on a wire or in shared memory.  The four
-# ring counters that follow, one cache line each, start at zero.
-_HDR = struct.Struct("<IIQQQII24x")
-assert _HDR.size == 64
+# Each struct as (field, struct format) in order: little-endian, no padding
+# (the C structs have none).
+
+# struct pvgpu_window_counter: one ring counter alone on its cache line,
+# since the two sides write different ones.
+COUNTER_FIELDS = (
+    ("value", "Q"),
+    ("pad", "56x"),
+)
+
+# The layout fields of struct pvgpu_window_header, which whoever creates a
+# window writes.
+LAYOUT_FIELDS = (
+    ("magic", "I"),
+    ("layout", "I"),
+    ("size", "Q"),
+    ("window_id", "Q"),
+    ("staging_offset", "Q"),
+    ("slot_size", "I"),
+    ("nslots", "I"),
+    ("reserved", "24x"),
+)
+
+# The ring counters that follow them, starting at zero: h2d_filled and
+# d2h_taken written by the guest, h2d_done and d2h_ready by the worker.
+COUNTERS = ("h2d_filled", "h2d_done", "d2h_ready", "d2h_taken")
+
+HEADER_FIELDS = LAYOUT_FIELDS + tuple(
+    (name, "".join(fmt for _, fmt in COUNTER_FIELDS)) for name in COUNTERS)
 
 
-def pack_header(layout):
-    """The first 64 bytes of a window; the rest of the header page is zero."""
-    return _HDR.pack(MAGIC, LAYOUT, layout.size, layout.window_id,
+def field_offsets(fields):
+    """{field: (offset, size)} for one of the field lists above."""
+    out, at = {}, 0
+    for name, fmt in fields:
+        size = struct.calcsize("<" + fmt)
+        out[name] = (at, size)
+        at += size
+    return out
+
+
+# Where each field of the header is: a ring counter's value is at its offset.
+OFFSETS = {name: off for name, (off, _) in field_offsets(HEADER_FIELDS).items()}
+
+_HDR = struct.Struct("<" + "".join(fmt for _, fmt in LAYOUT_FIELDS))
+
+
+def pack_header(layout, magic=MAGIC, version=LAYOUT):
+    """The layout fields of a window's header, the first _HDR.size bytes
+    (the counters and the rest of the header page are zero).  magic and
+    version other than ours are for tests that need a wrong header."""
+    return _HDR.pack(magic, version, layout.size, layout.window_id,
                      layout.staging_offset, layout.slot_size, layout.nslots)
 
 

@@ -50,12 +50,26 @@ DEPS_VM = REPO / ".deps" / "vm"
 APT_PACKAGES = ["qemu-system-x86", "busybox-static", "linux-headers-amd64",
                 "kmod"]
 
-# common/window.h
-WINDOW_MAGIC = 0x57475650
-WINDOW_LAYOUT = 1
-WINDOW_HDR_SIZE = 4096
-# magic, layout, size, window_id, staging_offset, slot_size, nslots
-WINDOW_HDR_FMT = "<IIQQQII"
+
+def _qemu_device(*modules):
+    """Modules of qemu-device's pvgpuvm package, loaded by path: this file
+    is called pvgpuvm too, and is itself imported under that name."""
+    import importlib.util
+    name = "_pvgpu_qemu_device"
+    if name not in sys.modules:
+        pkg = REPO / "qemu-device" / "pvgpuvm"
+        spec = importlib.util.spec_from_file_location(
+            name, pkg / "__init__.py", submodule_search_locations=[str(pkg)])
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+    return [importlib.import_module(f"{name}.{m}") for m in modules]
+
+
+# The window header (common/window.h), as qemu-device describes it.
+_window, _spec = _qemu_device("window", "spec")
+WINDOW_MAGIC = _window.MAGIC
+WINDOW_LAYOUT = _window.LAYOUT
+WINDOW_HDR_SIZE = _window.HDR_SIZE
 
 # The line /init prints when the script is done; run() reads the status.
 EXIT_MARK = "pvgpu-guest: exit "
@@ -272,9 +286,11 @@ def make_window(path, size, window_id, magic=WINDOW_MAGIC,
     """
     if size < WINDOW_HDR_SIZE or size & (size - 1):
         raise ValueError("a window is a power of two, at least 4 KiB")
-    hdr = struct.pack(WINDOW_HDR_FMT, magic, layout,
-                      size if header_size is None else header_size,
-                      window_id, WINDOW_HDR_SIZE, 0, 0)
+    hdr = _window.pack_header(
+        _spec.WindowLayout(size=size if header_size is None else header_size,
+                           window_id=window_id, staging_offset=WINDOW_HDR_SIZE,
+                           slot_size=0, nslots=0),
+        magic, layout)
     with open(path, "wb") as f:
         f.truncate(size)
         f.write(hdr)
@@ -282,10 +298,9 @@ def make_window(path, size, window_id, magic=WINDOW_MAGIC,
 
 def read_window_header(path):
     with open(path, "rb") as f:
-        data = f.read(struct.calcsize(WINDOW_HDR_FMT))
-    keys = ("magic", "layout", "size", "window_id", "staging_offset",
-            "slot_size", "nslots")
-    return dict(zip(keys, struct.unpack(WINDOW_HDR_FMT, data)))
+        data = f.read(WINDOW_HDR_SIZE)
+    magic, layout, fields = _window.unpack_header(data)
+    return dict(magic=magic, layout=layout, **vars(fields))
 
 
 # ---- a minimal ivshmem server (ivshmem-doorbell) ---------------------------

@@ -15,17 +15,21 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "qemu-device"))
 import pvgpu_wire as W  # noqa: E402
 from idle import children  # noqa: E402
+from pvgpuvm import window  # noqa: E402  (the header, common/window.h)
+from pvgpuvm.spec import WindowLayout  # noqa: E402
 
 
 RING = 1 << W.P.FEATURES["ring"]
 KNOWN = sum(1 << bit for bit in W.P.FEATURES.values())
 CUDA_ERROR_INVALID_VALUE = 1
-HDR_PAGE = 4096
 WINDOW = 64 << 20
 SLOT, NSLOTS = 1 << 20, 4
-ARENA = HDR_PAGE + SLOT * NSLOTS
+ARENA = window.HDR_SIZE + SLOT * NSLOTS
+# The ring's own header page (PVGPU_RING_HDR_SIZE), before its two halves.
+RING_HDR = 4096
 # struct pvgpu_ring_ctrl: cons, cons_sleeping, prod_sleeping, a line each.
 CTRL, CONS, CONS_SLEEPING, PROD_SLEEPING = 192, 0, 64, 128
 # Records (ring.h): a u64 tag (position / ALIGN << 32 | length) on a line
@@ -49,7 +53,10 @@ def make_window(size=WINDOW):
     fd = os.memfd_create("test-ring-window")
     os.ftruncate(fd, size)
     m = mmap.mmap(fd, size)
-    struct.pack_into("<IIQQQII", m, 0, 0x57475650, 1, size, 0, HDR_PAGE, SLOT, NSLOTS)
+    hdr = window.pack_header(WindowLayout(size=size, window_id=0,
+                                          staging_offset=window.HDR_SIZE,
+                                          slot_size=SLOT, nslots=NSLOTS))
+    m[:len(hdr)] = hdr
     return fd, m
 
 
@@ -70,7 +77,7 @@ class RingSession(W.Session):
         fd, m = fd_m or make_window()
         self.m = m
         self.views = {}
-        size = HDR_PAGE + 2 * cap if ring_size is None else ring_size
+        size = RING_HDR + 2 * cap if ring_size is None else ring_size
         msg_id = self.next_id
         self.next_id += 1
         self.sock.sendmsg([W.message("window_attach", msg_id, size=WINDOW,
@@ -124,12 +131,12 @@ class RingSession(W.Session):
 
     def set_tag(self, d, pos, v):
         view = self.shared("<Q")
-        data = self.base + HDR_PAGE + d * self.cap
+        data = self.base + RING_HDR + d * self.cap
         view[(data + (pos & (self.cap - 1))) // 8] = v
 
     def get_tag(self, d, pos):
         view = self.shared("<Q")
-        data = self.base + HDR_PAGE + d * self.cap
+        data = self.base + RING_HDR + d * self.cap
         return view[(data + (pos & (self.cap - 1))) // 8]
 
     def published_replies(self):
@@ -142,7 +149,7 @@ class RingSession(W.Session):
     def send(self, raw):
         if not self.ring:
             return super().send(raw)
-        data0 = self.base + HDR_PAGE
+        data0 = self.base + RING_HDR
         off = 0
         while off < len(raw):
             deadline = time.time() + 10
@@ -169,7 +176,7 @@ class RingSession(W.Session):
     def recv_exact(self, n):
         if not self.ring:
             return super().recv_exact(n)
-        data1 = self.base + HDR_PAGE + self.cap
+        data1 = self.base + RING_HDR + self.cap
         out = bytearray()
         deadline = time.time() + 10
         while len(out) < n:
@@ -278,11 +285,11 @@ def test_old_guest_attaches_a_window_without_a_ring(sim_daemon):
 
 @pytest.mark.parametrize("ring_offset,cap,ring_size,why", [
     (ARENA + 8, 4096, None, "not page-aligned"),
-    (HDR_PAGE, 4096, None, "outside the window's free part"),      # on the staging slots
+    (window.HDR_SIZE, 4096, None, "outside the window's free part"),      # on the staging slots
     (WINDOW - 4096, 4096, None, "outside the window's free part"),
-    (ARENA, 4096, HDR_PAGE + 2 * 4096 + 1, "two equal halves"),
-    (ARENA, 4096, HDR_PAGE + 2 * 12288, "power of two"),
-    (ARENA, 4096, HDR_PAGE + 2 * 2048, "power of two"),
+    (ARENA, 4096, RING_HDR + 2 * 4096 + 1, "two equal halves"),
+    (ARENA, 4096, RING_HDR + 2 * 12288, "power of two"),
+    (ARENA, 4096, RING_HDR + 2 * 2048, "power of two"),
     (ARENA, 4096, (1 << 64) - 1, "outside the window's free part"),
 ])
 def test_bad_ring_regions_are_refused(sim_daemon, ring_offset, cap, ring_size, why):

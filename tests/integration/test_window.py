@@ -10,25 +10,29 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "qemu-device"))
 import pvgpu_wire as W  # noqa: E402
+from pvgpuvm import window  # noqa: E402  (the header, common/window.h)
+from pvgpuvm.spec import WindowLayout  # noqa: E402
 
 CUDA_ERROR_INVALID_VALUE = 1
-HDR_PAGE = 4096
 WINDOW = 64 << 20
 SLOT, NSLOTS = 1 << 20, 4
-STAGING = HDR_PAGE
+STAGING = window.HDR_SIZE
 ARENA = STAGING + SLOT * NSLOTS
-# Counter offsets in struct pvgpu_window_header (common/window.h).
-H2D_FILLED, H2D_DONE, D2H_READY, D2H_TAKEN = 64, 128, 192, 256
+H2D_FILLED = window.OFFSETS["h2d_filled"]
+H2D_DONE = window.OFFSETS["h2d_done"]
 
 
-def make_window(size=WINDOW, magic=0x57475650, layout=1, hdr_size=None,
-                staging=STAGING, slot=SLOT, nslots=NSLOTS):
+def make_window(size=WINDOW, magic=window.MAGIC, layout=window.LAYOUT,
+                hdr_size=None, staging=STAGING, slot=SLOT, nslots=NSLOTS):
     fd = os.memfd_create("test-window")
     os.ftruncate(fd, size)
     m = mmap.mmap(fd, size)
-    struct.pack_into("<IIQQQII", m, 0, magic, layout, hdr_size or size, 0,
-                     staging, slot, nslots)
+    hdr = window.pack_header(WindowLayout(size=hdr_size or size, window_id=0,
+                                          staging_offset=staging, slot_size=slot,
+                                          nslots=nslots), magic, layout)
+    m[:len(hdr)] = hdr
     return fd, m
 
 

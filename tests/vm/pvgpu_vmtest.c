@@ -290,7 +290,7 @@ int main(int argc, char **argv)
 	       (uint64_t)info.window_id, (uint64_t)info.size, info.layout,
 	       info.flags, info.peer_id, info.vectors);
 	check(info.window_id == want_id, "window id is the host's");
-	check(info.layout == PVGPU_WINDOW_LAYOUT, "layout is 1");
+	check(info.layout == PVGPU_WINDOW_LAYOUT, "layout is window.h's");
 	check(info.flags == 0 && info.vectors == 0, "ivshmem-plain: no doorbell");
 	if (failed || poff + len > info.size || roff + 2 * len > info.size)
 		return 1;

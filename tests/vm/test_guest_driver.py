@@ -7,7 +7,7 @@ devices, in this order on the PCI bus:
   bad-magic   a header with the wrong magic         -> ignored
   small       a valid header, 16 MiB, window 4241   -> /dev/pvgpu0
   bad-size    a header claiming twice the BAR size  -> ignored
-  bad-layout  a header with layout 2                -> ignored
+  bad-layout  a header with the next layout          -> ignored
   big         a valid header, 2 GiB, window 4242    -> /dev/pvgpu1
 
 The big BAR does not fit SeaBIOS's 32-bit PCI hole, so SeaBIOS puts every
@@ -241,7 +241,7 @@ def guest(artifacts, tmp_path_factory):
         ("bad-magic", SMALL_SIZE, 1, {"magic": 0x12345678}),
         ("small", SMALL_SIZE, SMALL_ID, {}),
         ("bad-size", SMALL_SIZE, 2, {"header_size": 2 * SMALL_SIZE}),
-        ("bad-layout", SMALL_SIZE, 3, {"layout": 2}),
+        ("bad-layout", SMALL_SIZE, 3, {"layout": vm.WINDOW_LAYOUT + 1}),
         ("big", WINDOW_SIZE, WINDOW_ID, {}),
     ])
 
@@ -284,8 +284,9 @@ def test_guest_checks_pass(guest):
 def test_info_ioctl_reports_the_windows(guest):
     info = lines(guest["console"], "info: window_id=")
     assert len(info) == 2, "want one INFO line per window"
-    assert info[0].startswith(f"{SMALL_ID} size={SMALL_SIZE} layout=1 ")
-    assert info[1].startswith(f"{WINDOW_ID} size={WINDOW_SIZE} layout=1 ")
+    layout = vm.WINDOW_LAYOUT
+    assert info[0].startswith(f"{SMALL_ID} size={SMALL_SIZE} layout={layout} ")
+    assert info[1].startswith(f"{WINDOW_ID} size={WINDOW_SIZE} layout={layout} ")
     for n, (wid, size) in enumerate([(SMALL_ID, SMALL_SIZE),
                                       (WINDOW_ID, WINDOW_SIZE)]):
         assert (f"sysfs: pvgpu{n} window_id={wid} window_size={size} "
@@ -328,7 +329,7 @@ def test_wrong_headers_are_left_alone(guest):
     assert any("magic 0x12345678" in line for line in refused)
     assert any(f"size {2 * SMALL_SIZE}, BAR2 {SMALL_SIZE}" in line
                for line in refused)
-    assert any("layout 2," in line for line in refused)
+    assert any(f"layout {vm.WINDOW_LAYOUT + 1}," in line for line in refused)
     assert "ok: no /dev/pvgpu2" in guest["console"]
 
 
