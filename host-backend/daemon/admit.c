@@ -32,6 +32,7 @@ int pvgpu_policy_apply(struct pvgpu_policy *p, struct pvgpu_accounting *acct,
 		atomic_store(&e->max_sessions, all[i]->max_sessions);
 		atomic_store(&e->gpus, all[i]->gpus);
 		atomic_store(&e->pinned_quota, all[i]->pinned);
+		atomic_store(&e->ipc_max, all[i]->ipc_handles);
 		atomic_store(&e->exclusive, all[i]->mode == VM_EXCLUSIVE);
 		atomic_store(&e->exclusive_wait_ms,
 			     all[i]->exclusive_wait_ms > 0 ?
@@ -61,6 +62,7 @@ void pvgpu_registry_apply(struct pvgpu_registry *r,
 		atomic_store(&e->quota, rec->memory);
 		atomic_store(&e->max_sessions, 0);
 		atomic_store(&e->gpus, 1u << rec->gpu);
+		atomic_store(&e->ipc_max, PVGPU_IPC_PER_VM);
 	}
 }
 

@@ -109,6 +109,7 @@ struct pvgpu_worker {
 	char ex_error[256];		/* why the executor did not open */
 
 	int said_hello;
+	int ipc_refusal_said;		/* an IPC export's refusal was logged */
 	uint32_t version;
 	uint64_t features;	/* agreed at hello: PVGPU_FEATURE_* */
 	uint64_t req_id;		/* id of the request being served */
