@@ -54,8 +54,8 @@ struct pvgpu_slot {
 
 	/*
 	 * Index into vms[], or -1 without a policy.  The supervisor sets it
-	 * before fork for Unix and vsock callers; a TCP caller's worker sets
-	 * it at hello, from the token, under the VM's lock.
+	 * before fork, under the VM's lock (admit.h): from the channel, or
+	 * for a TCP caller from the token of the hello it read.
 	 */
 	_Atomic int32_t vm;
 

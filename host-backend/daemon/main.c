@@ -152,6 +152,8 @@ int main(int argc, char **argv)
 		.remotes = remotes,
 		.block = PVGPU_DEFAULT_BLOCK,
 		.max_sessions = 256,
+		.max_unidentified = PVGPU_MAX_UNIDENTIFIED,
+		.hello_timeout_ms = PVGPU_HELLO_TIMEOUT_MS,
 		.poll_us = 50,
 		.wait_spin_us = PVGPU_WAIT_SPIN_US,
 		.call_timeout_ms = 300 * 1000,
