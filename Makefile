@@ -272,7 +272,7 @@ test: deps
 	@tests/keep-going.sh $(BUILD)/test-logs \
 		build-asan '$(MAKE) BUILD=build-asan SANITIZE=1 NVCC_REUSE=$(BUILD) all' \
 		main '$(PYTEST) -q' \
-		sanitizer 'PVGPU_BUILD=build-asan $(PYTEST) -q tests/unit tests/integration' \
+		sanitizer 'PVGPU_BUILD=build-asan $(PYTEST) -q tests/unit tests/integration tests/hostile' \
 		rdma '$(MAKE) --no-print-directory test-rdma-wait' \
 		xen '$(MAKE) --no-print-directory test-xen-wait' \
 		deploy '$(MAKE) --no-print-directory test-deploy-wait'

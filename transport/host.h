@@ -4,7 +4,8 @@
  * connection object with its ops.  Nothing outside transport/ (and a
  * loadable transport's own folder) opens, polls or reads a socket, a vchan
  * or a device: the supervisor polls the fd a listener names, the worker
- * reads and writes through the connection's ops.
+ * reads and writes through the connection's ops (and so does the
+ * supervisor, for the hello of a caller the channel does not name).
  *
  * The caller's identity always comes from the channel: SO_PEERCRED on a
  * Unix socket, the peer CID on vsock, the domid (and the name dom0 gave
@@ -27,7 +28,12 @@
  * What a channel is like, for those who must not know which channel it
  * is (admission, the supervisor, the worker): feature bits, not kinds.
  */
-#define PVGPU_TR_ID_AT_HELLO	(1u << 0)	/* who: the token in hello */
+/*
+ * Who: the token in hello.  The supervisor reads that hello before the
+ * caller costs a worker, polling conn->fd and calling recv with nonblock,
+ * so a channel with this bit has both.
+ */
+#define PVGPU_TR_ID_AT_HELLO	(1u << 0)
 #define PVGPU_TR_VM_CALLERS	(1u << 1)	/* callers are VMs, to be registered */
 #define PVGPU_TR_PASSES_FD	(1u << 2)	/* may carry a window's fd */
 
@@ -147,8 +153,10 @@ struct pvgpu_conn_ops {
 struct pvgpu_conn {
 	const struct pvgpu_conn_ops *ops;
 	/*
-	 * The descriptor it holds, -1 if none: only so that a forked worker
-	 * closing the supervisor's descriptors keeps it.  Never polled.
+	 * The descriptor it holds, -1 if none: so that a forked worker
+	 * closing the supervisor's descriptors keeps it, and what the
+	 * supervisor polls while it waits for a hello (PVGPU_TR_ID_AT_HELLO).
+	 * Nothing else polls it.
 	 */
 	int fd;
 };

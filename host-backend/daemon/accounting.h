@@ -35,6 +35,8 @@ struct pvgpu_vm_entry {
 	_Atomic uint32_t exclusive;	/* mode = exclusive (exclusive.h) */
 	_Atomic uint32_t exclusive_wait_ms;	/* how long its ctx_create waits */
 	_Atomic uint64_t pinned_quota;	/* host pinned bytes; 0: no limit */
+	/* IPC exports its live sessions may hold at once (ipc_handles). */
+	_Atomic uint32_t ipc_max;
 	/*
 	 * Serialises "count, then take" for quota charges and session
 	 * admission across worker processes.  Robust: a worker killed while
@@ -52,8 +54,8 @@ struct pvgpu_slot {
 
 	/*
 	 * Index into vms[], or -1 without a policy.  The supervisor sets it
-	 * before fork for Unix and vsock callers; a TCP caller's worker sets
-	 * it at hello, from the token, under the VM's lock.
+	 * before fork, under the VM's lock (admit.h): from the channel, or
+	 * for a TCP caller from the token of the hello it read.
 	 */
 	_Atomic int32_t vm;
 
@@ -95,12 +97,18 @@ struct pvgpu_slot {
  * (ipc_registry.c): the driver's handle, the VM and
  * session that exported it, and the token the guest was given instead.
  * An entry whose session has ended is free.
+ *
+ * The table is the whole daemon's, so each VM may hold at most its
+ * ipc_handles of it (PVGPU_IPC_PER_VM unless the policy says otherwise):
+ * the defaults of seven VMs together leave room for an eighth.
  */
 #define PVGPU_MAX_IPC		256
+#define PVGPU_IPC_PER_VM	(PVGPU_MAX_IPC / 8)
 #define PVGPU_IPC_TOKEN		16
 enum pvgpu_ipc_kind { PVGPU_IPC_MEM = 1, PVGPU_IPC_EVENT = 2, PVGPU_IPC_VMM = 3 };
 struct pvgpu_ipc_entry {
 	uint64_t session_id;		/* 0: unused */
+	uint32_t slot;			/* the exporting session's, to see it live */
 	int32_t vm;
 	uint32_t kind;			/* enum pvgpu_ipc_kind */
 	uint8_t token[PVGPU_IPC_TOKEN];
@@ -123,9 +131,11 @@ struct pvgpu_accounting *pvgpu_accounting_create(uint32_t nslots);
 
 /* The IPC registry (ipc_registry.c).  put: enter the driver's handle of an
  * allocation of size bytes (or an event: size 0) exported by slot's
- * session; the token for the guest in token.  get: the handle and size
+ * session; the token for the guest in token.  0, -EDQUOT when the VM's
+ * live sessions hold its ipc_handles already, -ENOSPC when the daemon's
+ * table is full, -EIO without randomness.  get: the handle and size
  * behind a token of that kind exported by a live session of the same VM
- * as slot's.  0, or -1 (full / not found). */
+ * as slot's.  0, or -1 (not found). */
 int pvgpu_ipc_put(struct pvgpu_accounting *acct, struct pvgpu_slot *slot,
 		  enum pvgpu_ipc_kind kind, const uint8_t handle[64], uint64_t size,
 		  uint8_t token[PVGPU_IPC_TOKEN]);

@@ -32,6 +32,7 @@ int pvgpu_policy_apply(struct pvgpu_policy *p, struct pvgpu_accounting *acct,
 		atomic_store(&e->max_sessions, all[i]->max_sessions);
 		atomic_store(&e->gpus, all[i]->gpus);
 		atomic_store(&e->pinned_quota, all[i]->pinned);
+		atomic_store(&e->ipc_max, all[i]->ipc_handles);
 		atomic_store(&e->exclusive, all[i]->mode == VM_EXCLUSIVE);
 		atomic_store(&e->exclusive_wait_ms,
 			     all[i]->exclusive_wait_ms > 0 ?
@@ -61,25 +62,13 @@ void pvgpu_registry_apply(struct pvgpu_registry *r,
 		atomic_store(&e->quota, rec->memory);
 		atomic_store(&e->max_sessions, 0);
 		atomic_store(&e->gpus, 1u << rec->gpu);
+		atomic_store(&e->ipc_max, PVGPU_IPC_PER_VM);
 	}
-}
-
-static const struct pvgpu_vm_policy *caller_vm(const struct pvgpu_policy *p,
-					       const struct pvgpu_peer *peer,
-					       const char *token)
-{
-	struct pvgpu_identity id = peer->id;
-
-	/* Where the channel cannot say, the caller's token does. */
-	if ((peer->features & PVGPU_TR_ID_AT_HELLO) &&
-	    pvgpu_identity_set(&id, PVGPU_ID_TOKEN, token ? token : ""))
-		return NULL;
-	return pvgpu_policy_lookup(p, &id);
 }
 
 int pvgpu_admit(const struct pvgpu_policy *p, struct pvgpu_accounting *acct,
 		struct pvgpu_slot *slot, const struct pvgpu_peer *peer,
-		const char *token, char *why, size_t whylen)
+		char *why, size_t whylen)
 {
 	const struct pvgpu_vm_policy *vm = NULL;
 	const char *name;
@@ -107,11 +96,11 @@ int pvgpu_admit(const struct pvgpu_policy *p, struct pvgpu_accounting *acct,
 		/* A name the channel vouches for (Xen: dom0's) names the VM. */
 		vm = peer->name[0] ? pvgpu_policy_by_name(p, peer->name) : NULL;
 		if (!vm)
-			vm = caller_vm(p, peer, token);
+			vm = pvgpu_policy_lookup(p, &peer->id);
 		if (!vm) {
 			if (!p->allow_unknown) {
 				snprintf(why, whylen, "%s names no [vm] of the policy and [default] policy = refuse",
-					 peer->features & PVGPU_TR_ID_AT_HELLO ?
+					 peer->id.kind == PVGPU_ID_TOKEN ?
 					 "its token" : "its identity");
 				return -1;
 			}

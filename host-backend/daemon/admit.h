@@ -3,9 +3,11 @@
  * may start one more session, and the limits the workers read from the
  * shared accounting table.
  *
- * Unix and vsock callers are admitted by the supervisor at accept, before
- * it forks; a TCP caller by its worker at hello, from the token.  Both go
- * through pvgpu_admit() so that the same rules hold for every channel.
+ * Every caller is admitted by the supervisor before it forks a worker:
+ * Unix, vsock, vchan and verbs callers at accept, a TCP caller once the
+ * supervisor has read its hello and put its token in peer->id
+ * (unidentified.h).  All go through pvgpu_admit() so that the same rules
+ * hold for every channel.
  */
 #ifndef PVGPU_ADMIT_H
 #define PVGPU_ADMIT_H
@@ -36,8 +38,8 @@ void pvgpu_registry_apply(struct pvgpu_registry *r,
 			  struct pvgpu_accounting *acct);
 
 /*
- * Decide the VM of peer (token: what a TCP caller sent in hello, else
- * ignored) and take one of its sessions: 0 with slot->vm set, or -1 with
+ * Decide the VM of peer (by peer->id: a TCP caller's is the token of its
+ * hello) and take one of its sessions: 0 with slot->vm set, or -1 with
  * why the caller is refused in why.  A peer the registry names
  * (peer->vm.name) is that VM.  p may be NULL (no policy file): then a
  * registered VM is admitted, a vsock peer no VM is registered for is
@@ -45,6 +47,6 @@ void pvgpu_registry_apply(struct pvgpu_registry *r,
  */
 int pvgpu_admit(const struct pvgpu_policy *p, struct pvgpu_accounting *acct,
 		struct pvgpu_slot *slot, const struct pvgpu_peer *peer,
-		const char *token, char *why, size_t whylen);
+		char *why, size_t whylen);
 
 #endif /* PVGPU_ADMIT_H */

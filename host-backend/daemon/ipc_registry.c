@@ -6,9 +6,12 @@
  * A guest never holds the driver's IPC handle: any process on the host
  * could open that, whichever VM it serves.  It holds a random token, and
  * the registry gives the handle back only to a session of the VM that
- * exported it, while the exporting session lives.
+ * exported it, while the exporting session lives.  Each VM holds at
+ * most its own share of the table (ipc_handles), so one VM's exports
+ * never make another's fail.
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <sys/random.h>
 
@@ -20,37 +23,62 @@ static void lock(struct pvgpu_accounting *acct)
 		pthread_mutex_consistent(&acct->ipc_lock);
 }
 
-/* Is a session with this id still served? */
-static int session_live(struct pvgpu_accounting *acct, uint64_t id)
+/*
+ * Is the session that made e still served?  Its slot says: a slot is
+ * reused by later sessions, a session id never.
+ */
+static int entry_live(struct pvgpu_accounting *acct,
+		      const struct pvgpu_ipc_entry *e)
 {
-	for (uint32_t i = 0; i < acct->nslots; i++)
-		if (acct->slots[i].pid && acct->slots[i].session_id == id)
-			return 1;
-	return 0;
+	const struct pvgpu_slot *s;
+
+	if (!e->session_id || e->slot >= acct->nslots)
+		return 0;
+	s = &acct->slots[e->slot];
+	return s->pid && s->session_id == e->session_id;
 }
 
 int pvgpu_ipc_put(struct pvgpu_accounting *acct, struct pvgpu_slot *slot,
 		  enum pvgpu_ipc_kind kind, const uint8_t handle[64], uint64_t size,
 		  uint8_t token[PVGPU_IPC_TOKEN])
 {
-	int rc = -1;
+	int32_t vm = atomic_load(&slot->vm);
+	uint32_t max = vm >= 0 ? atomic_load(&acct->vms[vm].ipc_max) : 0;
+	struct pvgpu_ipc_entry *e = NULL;
+	uint32_t held = 0;
+	int rc;
 
 	if (getrandom(token, PVGPU_IPC_TOKEN, 0) != PVGPU_IPC_TOKEN)
-		return -1;
+		return -EIO;
 	lock(acct);
+	/*
+	 * The VM's bound holds over all its sessions, so its live entries
+	 * are counted wherever they are, in the same pass that finds a free
+	 * one.
+	 */
 	for (int i = 0; i < PVGPU_MAX_IPC; i++) {
-		struct pvgpu_ipc_entry *e = &acct->ipc[i];
+		struct pvgpu_ipc_entry *x = &acct->ipc[i];
 
-		if (e->session_id && session_live(acct, e->session_id))
-			continue;
+		if (!entry_live(acct, x)) {
+			if (!e)
+				e = x;
+		} else if (vm >= 0 && x->vm == vm) {
+			held++;
+		}
+	}
+	if (max && held >= max) {
+		rc = -EDQUOT;
+	} else if (!e) {
+		rc = -ENOSPC;
+	} else {
 		e->session_id = slot->session_id;
-		e->vm = atomic_load(&slot->vm);
+		e->slot = (uint32_t)(slot - acct->slots);
+		e->vm = vm;
 		e->kind = kind;
 		memcpy(e->token, token, PVGPU_IPC_TOKEN);
 		memcpy(e->handle, handle, 64);
 		e->size = size;
 		rc = 0;
-		break;
 	}
 	pthread_mutex_unlock(&acct->ipc_lock);
 	return rc;
@@ -67,9 +95,8 @@ int pvgpu_ipc_get(struct pvgpu_accounting *acct, struct pvgpu_slot *slot,
 	for (int i = 0; i < PVGPU_MAX_IPC; i++) {
 		struct pvgpu_ipc_entry *e = &acct->ipc[i];
 
-		if (!e->session_id || e->vm != vm || e->kind != kind ||
-		    memcmp(e->token, token, PVGPU_IPC_TOKEN) ||
-		    !session_live(acct, e->session_id))
+		if (!entry_live(acct, e) || e->vm != vm || e->kind != kind ||
+		    memcmp(e->token, token, PVGPU_IPC_TOKEN))
 			continue;
 		memcpy(handle, e->handle, 64);
 		*size = e->size;

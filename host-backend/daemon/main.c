@@ -7,7 +7,8 @@
  *          [--module-cache DIR] [--poll-us N] [--wait-spin-us N]
  *          [--call-timeout SECONDS] [--registry DIR] [--metrics ADDR:PORT]
  *          [--sched-quantum-us N] [--executor-dir DIR] [--remote URI ...]
- *          [--remote-token TOKEN]
+ *          [--remote-token TOKEN] [--hello-timeout SECONDS]
+ *          [--max-unidentified N]
  *   pvgpud --executor help | --help | --version
  *
  * The usage text below is the list of options (README's table is checked
@@ -27,6 +28,10 @@
  * address (see metrics.h); `pvgpuctl status` reads it.  Under contention
  * each GPU is shared between VMs by their policy weights, in turns of
  * --sched-quantum-us per unit of weight (gpusched.h); 0 leaves it to the GPU.
+ * A TCP caller is known by the token in its hello, which the supervisor
+ * reads before it gives the caller a worker or a session slot: at most
+ * --max-unidentified such callers wait for that at once (a quarter of
+ * them from one address), each at most --hello-timeout (unidentified.h).
  * Exit codes: 0 success, 1 runtime failure, 2 bad usage.
  */
 #include <getopt.h>
@@ -57,6 +62,7 @@ static const char usage[] =
 	"              [--call-timeout SECONDS] [--registry DIR] [--metrics ADDR:PORT]\n"
 	"              [--sched-quantum-us N] [--executor-dir DIR]\n"
 	"              [--remote URI ...] [--remote-token TOKEN]\n"
+	"              [--hello-timeout SECONDS] [--max-unidentified N]\n"
 	"       pvgpud --executor help | --help | --version\n"
 	"--executor help lists the executors this build has (from --executor-dir)\n"
 	"--listen URIs: unix:///PATH (shm:///PATH is the same socket), tcp://HOST:PORT,\n"
@@ -141,6 +147,8 @@ int main(int argc, char **argv)
 		{ "executor-dir", required_argument, NULL, 'E' },
 		{ "remote", required_argument, NULL, 'r' },
 		{ "remote-token", required_argument, NULL, 'k' },
+		{ "hello-timeout", required_argument, NULL, 'H' },
+		{ "max-unidentified", required_argument, NULL, 'U' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -152,6 +160,8 @@ int main(int argc, char **argv)
 		.remotes = remotes,
 		.block = PVGPU_DEFAULT_BLOCK,
 		.max_sessions = 256,
+		.max_unidentified = PVGPU_MAX_UNIDENTIFIED,
+		.hello_timeout_ms = PVGPU_HELLO_TIMEOUT_MS,
 		.poll_us = 50,
 		.wait_spin_us = PVGPU_WAIT_SPIN_US,
 		.call_timeout_ms = 300 * 1000,
@@ -233,6 +243,20 @@ int main(int argc, char **argv)
 			cfg.call_timeout_ms = (uint64_t)(v * 1000 + 0.5);
 			break;
 		}
+		case 'H': {
+			char *end;
+			double v = strtod(optarg, &end);
+
+			/* Fractions are for tests; a hello is one round trip. */
+			if (*end || end == optarg || !(v >= 0.001 && v <= 3600))
+				return bad_usage("--hello-timeout must be 0.001..3600 seconds");
+			cfg.hello_timeout_ms = (uint64_t)(v * 1000 + 0.5);
+			break;
+		}
+		case 'U':
+			if (parse_uint(optarg, 1, 65536, &cfg.max_unidentified))
+				return bad_usage("--max-unidentified must be 1..65536");
+			break;
 		case 'X':
 			if (check_metrics(optarg))
 				return 2;

@@ -199,6 +199,7 @@ static struct pvgpu_vm_policy *vm_section(struct parse_state *st,
 	vm = &p->vms[p->nvms++];
 	snprintf(vm->name, sizeof(vm->name), "%s", name);
 	vm->weight = 1;
+	vm->ipc_handles = PVGPU_IPC_PER_VM;
 	vm->exclusive_wait_ms = -1;
 	vm->call_timeout_ms = -1;
 	return vm;
@@ -221,6 +222,13 @@ static int limit_key(struct parse_state *st, struct pvgpu_vm_policy *vm,
 	if (!strcmp(key, "pinned")) {
 		if (pvgpu_parse_size(value, &vm->pinned))
 			return fail(st, "pinned = %s is not a size (e.g. 64M)", value);
+		return 1;
+	}
+	if (!strcmp(key, "ipc_handles")) {
+		if (parse_u32(value, PVGPU_MAX_IPC, &vm->ipc_handles) ||
+		    !vm->ipc_handles)
+			return fail(st, "ipc_handles = %s is not 1..%d", value,
+				    PVGPU_MAX_IPC);
 		return 1;
 	}
 	if (!strcmp(key, "exclusive_wait")) {
@@ -372,6 +380,7 @@ int pvgpu_policy_load(const char *path, struct pvgpu_policy *p,
 	memset(p, 0, sizeof(*p));
 	snprintf(p->unknown.name, sizeof(p->unknown.name), "%s", PVGPU_DEFAULT_VM);
 	p->unknown.weight = 1;
+	p->unknown.ipc_handles = PVGPU_IPC_PER_VM;
 	p->unknown.exclusive_wait_ms = -1;
 	p->unknown.call_timeout_ms = -1;
 #ifdef PVGPU_NO_INIH

@@ -8,6 +8,7 @@
  *   memory = 2G              ; quota of the pool allowed unknown callers share
  *   max_sessions = 8         ; sessions of that pool at once
  *   pinned = 64M             ; host pinned memory of that pool
+ *   ipc_handles = 32         ; IPC exports that pool may hold at once
  *   exclusive_wait = 10s     ; for every VM that does not set its own
  *   call_timeout = 300s      ; for every VM that does not set its own
  *
@@ -19,6 +20,7 @@
  *   memory = 8G              ; device-memory quota across all its sessions
  *   max_sessions = 4         ; concurrent sessions
  *   pinned = 64M             ; host pinned memory (staging) across its sessions
+ *   ipc_handles = 32         ; IPC exports its sessions may hold at once
  *   gpus = 0,1               ; device indices it may create contexts on
  *   mode = shared            ; shared | exclusive
  *   exclusive_wait = 10s     ; a context refused for exclusivity waits this long
@@ -56,6 +58,12 @@
  * from then on; contexts already held are never taken away.
  *
  * call_timeout overrides pvgpud --call-timeout for the VM (watchdog.h).
+ *
+ * ipc_handles (1..256, default 32) bounds the entries of the daemon's IPC
+ * table (accounting.h) the VM's live sessions hold: cuIpcGetMemHandle,
+ * cuIpcGetEventHandle and cuMemExportToShareableHandle past it fail with
+ * CUDA_ERROR_OUT_OF_MEMORY for that VM alone.  The table has 256 entries
+ * in all, so the default leaves room for several VMs at once.
  *
  * Several GPUs: gpus holds for peers too.  A session holds contexts and
  * memory only on its VM's GPUs, every peer copy and peer-access request
@@ -101,6 +109,7 @@ struct pvgpu_vm_policy {
 	uint32_t max_sessions;		/* 0: no limit */
 	uint32_t gpus;			/* bit per device index; 0: all */
 	uint64_t pinned;		/* host pinned bytes; 0: no limit */
+	uint32_t ipc_handles;		/* IPC exports held at once, 1..PVGPU_MAX_IPC */
 	enum pvgpu_vm_mode mode;
 	int64_t exclusive_wait_ms;	/* -1: not set, no wait */
 	int64_t call_timeout_ms;	/* -1: pvgpud --call-timeout */

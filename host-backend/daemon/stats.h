@@ -11,8 +11,9 @@
  * session belongs to at that moment, and a session's last figures are added
  * when it ends, before its slot is freed.  The totals only ever grow, as
  * Prometheus counters must, count every call and byte once, and include
- * sessions long gone.  (A TCP session's VM is known only from its hello:
- * what it did before lands with the sessions of no VM, "-".)
+ * sessions long gone.  (Every session's VM is set before its worker
+ * starts; were one named later, what it did before would stay with the
+ * sessions of no VM, "-".)
  *
  * All of this runs in the supervisor, which alone reads the slots' figures;
  * the metrics server formats a copy of the snapshot it is handed.
@@ -28,9 +29,9 @@
 #include "policy.h"
 
 /*
- * The bucket of sessions that have no VM: every session when pvgpud runs
- * without --config, and with one, TCP callers until their hello names a VM.
- * Reported as vm="-", as the session log lines say "vm -".
+ * The bucket of sessions that have no VM: without --config, every session
+ * but a registered VM's.  Reported as vm="-", as the session log lines say
+ * "vm -".
  */
 #define PVGPU_STATS_NO_VM	PVGPU_MAX_VM_ENTRIES
 #define PVGPU_STATS_BUCKETS	(PVGPU_MAX_VM_ENTRIES + 1)

@@ -14,6 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cuda.h>
+
 #include "admit.h"
 #include "log.h"
 #include "modcache.h"
@@ -384,7 +386,7 @@ int pvgpu_supervisor_init(struct pvgpu_supervisor *sv,
 	sv->next_session = 1;
 	sv->wcfg.exec = cfg->exec;
 	sv->wcfg.block = cfg->block;
-	sv->wcfg.required_token = cfg->tcp_token;
+	sv->tcp_token = cfg->tcp_token;
 	sv->wcfg.module_cache = cfg->module_cache;
 	sv->wcfg.poll_ns = (uint64_t)cfg->poll_us * 1000;
 	sv->wcfg.wait_spin_ns = (uint64_t)cfg->wait_spin_us * 1000;
@@ -443,6 +445,13 @@ int pvgpu_supervisor_init(struct pvgpu_supervisor *sv,
 	}
 	for (uint32_t i = 0; i < sv->acct->nslots; i++)
 		sv->owed[i].listener = -1;
+	sv->pfd = calloc(4 + PVGPU_MAX_LISTENERS + PVGPU_REGISTRY_MAX +
+			 (size_t)cfg->max_unidentified, sizeof(*sv->pfd));
+	if (!sv->pfd ||
+	    pvgpu_unid_init(&sv->unid, cfg->max_unidentified, cfg->hello_timeout_ms)) {
+		log_error("out of memory for the connections waiting for their hello");
+		goto err;
+	}
 	for (int i = 0; i < cfg->nlisten; i++) {
 		if (pvgpu_listen(cfg->listen[i], want_caller, sv, &sv->listeners[i],
 				 err, sizeof(err))) {
@@ -475,6 +484,9 @@ void pvgpu_supervisor_fini(struct pvgpu_supervisor *sv)
 {
 	pvgpu_metrics_stop(sv->metrics);
 	sv->metrics = NULL;
+	pvgpu_unid_fini(&sv->unid);	/* they name their listeners */
+	free(sv->pfd);
+	sv->pfd = NULL;
 	for (int i = 0; i < sv->nlisteners; i++)
 		pvgpu_listener_close(&sv->listeners[i]);
 	sv->nlisteners = 0;
@@ -537,72 +549,71 @@ static int identify_vm(struct pvgpu_supervisor *sv,
 	return 0;
 }
 
-static void start_session(struct pvgpu_supervisor *sv, struct pvgpu_listener *l)
+static void say_refused(const struct pvgpu_listener *l,
+			const struct pvgpu_peer *peer,
+			const struct pvgpu_pending *hello, const char *why)
 {
-	struct pvgpu_peer peer;
-	struct pvgpu_conn *conn;
+	if (hello)
+		log_warn("%s via %s: refused at hello: %s", peer->identity,
+			 l->uri, why);
+	else
+		log_warn("refused %s via %s: %s", peer->identity, l->uri, why);
+}
+
+/*
+ * Admit a caller whose channel or hello said who it is, and fork its
+ * worker.  hello: the hello the supervisor read from it (unidentified.h),
+ * which the worker serves first; NULL where the channel named the caller
+ * at accept.  conn is the worker's or closed when this returns.
+ */
+static void start_session(struct pvgpu_supervisor *sv, struct pvgpu_listener *l,
+			  struct pvgpu_peer *peer, struct pvgpu_conn *conn,
+			  const struct pvgpu_pending *hello)
+{
 	struct pvgpu_slot *slot;
+	char why[256];
 	sigset_t mask;
 	pid_t pid, parent;
 	int rc;
 
-	rc = pvgpu_accept(l, &peer, &conn);
-	if (rc == -EAGAIN)
-		return;		/* nobody after all */
-	if (rc) {
-		log_warn("accept on %s failed: %s", l->uri, strerror(-rc));
-		return;
-	}
-	if (identify_vm(sv, l, &peer)) {
-		log_warn("refused %s via %s: vm %s is no longer registered",
-			 peer.identity, l->uri, l->vm);
-		goto err_conn;
-	}
 	/*
-	 * A channel that carries the caller's token itself (verbs: the
-	 * connect request) is checked against --tcp-token here, before any
-	 * session exists; with a policy, admission below looks the token up.
+	 * A caller's token (the hello's, or the one a channel carries itself:
+	 * verbs' connect request) is checked against --tcp-token before any
+	 * session exists; with a policy, admission below looks it up.
 	 */
-	if (peer.id.kind == PVGPU_ID_TOKEN && !sv->policy &&
-	    sv->wcfg.required_token) {
+	if (peer->id.kind == PVGPU_ID_TOKEN && !sv->policy && sv->tcp_token) {
 		struct pvgpu_identity want;
 
-		if (pvgpu_identity_set(&want, PVGPU_ID_TOKEN, sv->wcfg.required_token) ||
-		    !pvgpu_identity_equal(&want, &peer.id)) {
-			log_warn("refused %s via %s: wrong or missing token",
-				 peer.identity, l->uri);
+		if (pvgpu_identity_set(&want, PVGPU_ID_TOKEN, sv->tcp_token) ||
+		    !pvgpu_identity_equal(&want, &peer->id)) {
+			say_refused(l, peer, hello, "wrong or missing token");
 			goto err_conn;
 		}
 	}
 	slot = pvgpu_accounting_claim(sv->acct);
 	if (!slot) {
-		log_warn("refused %s: all %u session slots are in use",
-			 peer.identity, sv->acct->nslots);
+		snprintf(why, sizeof(why), "all %u session slots are in use",
+			 sv->acct->nslots);
+		say_refused(l, peer, hello, why);
 		goto err_conn;
 	}
-	/*
-	 * Unix and vsock callers are known from the channel now; a TCP
-	 * caller only at hello, by its token, so its worker admits it.
-	 */
 	if ((sv->policy || sv->registry) &&
-	    !(peer.features & PVGPU_TR_ID_AT_HELLO)) {
-		char why[256];
-
-		if (pvgpu_admit(sv->policy, sv->acct, slot, &peer, NULL, why,
-				sizeof(why))) {
-			log_warn("refused %s via %s: %s", peer.identity, l->uri,
-				 why);
-			goto err_slot;
-		}
+	    pvgpu_admit(sv->policy, sv->acct, slot, peer, why, sizeof(why))) {
+		say_refused(l, peer, hello, why);
+		goto err_slot;
 	}
 	slot->session_id = sv->next_session++;
-	snprintf(slot->identity, sizeof(slot->identity), "%s", peer.identity);
+	snprintf(slot->identity, sizeof(slot->identity), "%s", peer->identity);
 	clock_gettime(CLOCK_MONOTONIC, &slot->started);
+	if (hello && atomic_load(&slot->vm) >= 0)
+		log_info("session %llu: %s is vm %s",
+			 (unsigned long long)slot->session_id, peer->identity,
+			 vm_name(sv, slot));
 
 	parent = getpid();
 	pid = fork();
 	if (pid < 0) {
-		log_error("fork for %s failed: %s", peer.identity, strerror(errno));
+		log_error("fork for %s failed: %s", peer->identity, strerror(errno));
 		goto err_slot;
 	}
 	if (pid == 0) {
@@ -613,6 +624,7 @@ static void start_session(struct pvgpu_supervisor *sv, struct pvgpu_listener *l)
 			pvgpu_listener_forget(&sv->listeners[i]);
 		for (int i = 0; i < sv->nvm_listeners; i++)
 			pvgpu_listener_forget(&sv->vm_listeners[i]);
+		pvgpu_unid_forget(&sv->unid);
 		if (sv->inotify_fd >= 0)
 			close(sv->inotify_fd);
 		close(sv->sigfd);
@@ -633,16 +645,18 @@ static void start_session(struct pvgpu_supervisor *sv, struct pvgpu_listener *l)
 		snprintf(prefix, sizeof(prefix), "session %llu",
 			 (unsigned long long)slot->session_id);
 		pvgpu_log_set_prefix(prefix);
-		rc = pvgpu_worker_run(conn, &peer, &sv->wcfg, sv->acct, slot);
+		rc = pvgpu_worker_run(conn, peer, &sv->wcfg, sv->acct, slot,
+				      hello ? hello->msg : NULL,
+				      hello ? hello->got : 0);
 		_exit(rc);
 	}
 	slot->pid = pid;
 	conn->ops->release(conn);
 	if (l->ops->done && l >= sv->listeners && l < sv->listeners + sv->nlisteners)
 		sv->owed[slot - sv->acct->slots] = (struct pvgpu_owed){
-			(int)(l - sv->listeners), peer.cookie };
+			(int)(l - sv->listeners), peer->cookie };
 	log_info("session %llu start: %s via %s, vm %s (worker pid %d)",
-		 (unsigned long long)slot->session_id, peer.identity, l->uri,
+		 (unsigned long long)slot->session_id, peer->identity, l->uri,
 		 vm_name(sv, slot), (int)pid);
 	publish(sv);
 	return;
@@ -650,9 +664,66 @@ static void start_session(struct pvgpu_supervisor *sv, struct pvgpu_listener *l)
 err_slot:
 	pvgpu_accounting_release(slot);
 err_conn:
+	if (hello)	/* it waits for an answer: say no rather than hang up */
+		pvgpu_pending_answer(hello, CUDA_ERROR_NOT_PERMITTED);
 	conn->ops->release(conn);
 	if (l->ops->done)
-		l->ops->done(l, peer.cookie);
+		l->ops->done(l, peer->cookie);
+}
+
+/*
+ * The i-th connection waiting for its hello has something to read: once
+ * its hello is whole, the token in it is who calls, and its session can
+ * start.
+ */
+static void hello_progress(struct pvgpu_supervisor *sv, unsigned int i)
+{
+	struct pvgpu_hello_req req;
+	struct pvgpu_pending *p = pvgpu_unid_read(&sv->unid, i, &req);
+
+	if (!p)
+		return;
+	/* The decoder took at most 256 bytes: it fits. */
+	if (pvgpu_identity_set(&p->peer.id, PVGPU_ID_TOKEN, req.token))
+		p->peer.id.kind = PVGPU_ID_NONE;
+	start_session(sv, p->l, &p->peer, p->conn, p);
+	free(p);
+}
+
+/*
+ * One caller on l.  Where the channel says who it is (a uid, a CID, a
+ * domid, verbs' token), its session starts now; where only its hello will
+ * (tcp), it waits for that in the set of unidentified callers, holding
+ * no slot and no worker.
+ */
+static void accept_caller(struct pvgpu_supervisor *sv, struct pvgpu_listener *l)
+{
+	struct pvgpu_peer peer;
+	struct pvgpu_conn *conn;
+	int rc;
+
+	rc = pvgpu_accept(l, &peer, &conn);
+	if (rc == -EAGAIN)
+		return;		/* nobody after all */
+	if (rc) {
+		log_warn("accept on %s failed: %s", l->uri, strerror(-rc));
+		return;
+	}
+	if (identify_vm(sv, l, &peer)) {
+		log_warn("refused %s via %s: vm %s is no longer registered",
+			 peer.identity, l->uri, l->vm);
+		conn->ops->release(conn);
+		if (l->ops->done)
+			l->ops->done(l, peer.cookie);
+		return;
+	}
+	if (!(peer.features & PVGPU_TR_ID_AT_HELLO)) {
+		start_session(sv, l, &peer, conn, NULL);
+		return;
+	}
+	/* A hello sent with the connection is often here already. */
+	if (!pvgpu_unid_add(&sv->unid, l, &peer, conn))
+		hello_progress(sv, sv->unid.n - 1);
 }
 
 static void end_session(struct pvgpu_supervisor *sv, pid_t pid, int status)
@@ -788,14 +859,22 @@ static int ms_to_tick(struct pvgpu_supervisor *sv)
 	return ms < 0 ? 0 : ms > PVGPU_STATS_TICK_MS ? PVGPU_STATS_TICK_MS : (int)ms;
 }
 
-/* How long poll may sleep: until the next tick or the server's timeout. */
+/* The sooner of two poll timeouts (-1: none). */
+static int sooner(int a, int b)
+{
+	if (a < 0)
+		return b;
+	return b >= 0 && b < a ? b : a;
+}
+
+/*
+ * How long poll may sleep: until the next tick, the server's timeout or
+ * the first deadline of a hello.
+ */
 static int poll_timeout(struct pvgpu_supervisor *sv)
 {
-	int tick = ms_to_tick(sv), server = pvgpu_metrics_timeout_ms(sv->metrics);
-
-	if (tick < 0)
-		return server;
-	return server >= 0 && server < tick ? server : tick;
+	return sooner(sooner(ms_to_tick(sv), pvgpu_metrics_timeout_ms(sv->metrics)),
+		      pvgpu_unid_timeout_ms(&sv->unid));
 }
 
 /* Once a tick: the rates over the time since the last one. */
@@ -820,12 +899,14 @@ static void maybe_tick(struct pvgpu_supervisor *sv)
 int pvgpu_supervisor_run(struct pvgpu_supervisor *sv)
 {
 	/* signals, the watchdog's timer, the registry, the metrics server's
-	 * fd (-1: none), then the listeners and the VMs' sockets */
-	struct pollfd pfd[4 + PVGPU_MAX_LISTENERS + PVGPU_REGISTRY_MAX];
+	 * fd (-1: none), then the listeners and the VMs' sockets, then the
+	 * connections waiting for their hello */
+	struct pollfd *pfd = sv->pfd;
 	struct pvgpu_listener *owner[PVGPU_MAX_LISTENERS + PVGPU_REGISTRY_MAX];
 	const int first = 4;
 
 	while (!sv->stopping) {
+		unsigned int nu = sv->unid.n;
 		int n, nl = 0;
 
 		pfd[0] = (struct pollfd){ .fd = sv->sigfd, .events = POLLIN };
@@ -840,17 +921,29 @@ int pvgpu_supervisor_run(struct pvgpu_supervisor *sv)
 		for (int i = 0; i < nl; i++)
 			pfd[first + i] = (struct pollfd){
 				.fd = pvgpu_listener_fd(owner[i]), .events = POLLIN };
-		n = poll(pfd, (nfds_t)(first + nl), poll_timeout(sv));
+		for (unsigned int i = 0; i < nu; i++)
+			pfd[first + nl + i] = (struct pollfd){
+				.fd = pvgpu_unid_fd(&sv->unid, i), .events = POLLIN };
+		n = poll(pfd, (nfds_t)first + (nfds_t)nl + nu, poll_timeout(sv));
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
 			log_error("poll: %s", strerror(errno));
 			return 1;
 		}
-		/* Sessions first: a reload may close a listener in owner[]. */
+		/*
+		 * Hellos first, so that callers who hung up leave room in the
+		 * budget for those accepted next; from the last, as one that
+		 * leaves the set is replaced by the last, already looked at.
+		 */
+		for (unsigned int i = nu; i-- > 0 && !sv->stopping;)
+			if (pfd[first + nl + (int)i].revents)
+				hello_progress(sv, i);
+		pvgpu_unid_expire(&sv->unid);
+		/* Sessions next: a reload may close a listener in owner[]. */
 		for (int i = 0; i < nl && !sv->stopping; i++)
 			if (pfd[first + i].revents & POLLIN)
-				start_session(sv, owner[i]);
+				accept_caller(sv, owner[i]);
 		if (pfd[0].revents)
 			handle_signal(sv);
 		if (pfd[1].revents)
@@ -866,9 +959,9 @@ int pvgpu_supervisor_run(struct pvgpu_supervisor *sv)
 			       !sv->stopping) {
 				uint64_t before = sv->next_session;
 
-				start_session(sv, l);
+				accept_caller(sv, l);
 				if (sv->next_session == before)
-					break;	/* refused or failed: next round */
+					break;	/* refused, failed or waiting: next round */
 			}
 		}
 		maybe_tick(sv);

@@ -1,10 +1,13 @@
 /*
  * supervisor.h - pvgpud's parent process: listens, learns who is calling
- * from the channel, forks one worker per session, reaps them, and logs one
- * line when each session starts and ends.
+ * from the channel (or, where the channel cannot say, from the hello it
+ * reads itself: unidentified.h), forks one worker per session, reaps
+ * them, and logs one line when each session starts and ends.
  */
 #ifndef PVGPU_SUPERVISOR_H
 #define PVGPU_SUPERVISOR_H
+
+#include <poll.h>
 
 #include "accounting.h"
 #include "host.h"
@@ -13,6 +16,7 @@
 #include "registry.h"
 #include "stats.h"
 #include "gpusched.h"
+#include "unidentified.h"
 #include "worker.h"
 
 #define PVGPU_MAX_LISTENERS	16
@@ -20,6 +24,10 @@
 struct pvgpu_supervisor {
 	struct pvgpu_listener listeners[PVGPU_MAX_LISTENERS];
 	int nlisteners;
+	/* Callers who name themselves in their hello, until they have. */
+	struct pvgpu_unidentified unid;
+	struct pollfd *pfd;		/* what the event loop polls */
+	const char *tcp_token;		/* --tcp-token; NULL: any */
 	int sigfd;			/* signalfd: TERM, INT, HUP, CHLD */
 	int timerfd;			/* the call watchdog's tick; -1: none */
 	uint64_t call_timeout_ms;	/* --call-timeout; 0: no limit */
@@ -58,6 +66,8 @@ struct pvgpu_supervisor_config {
 	const struct pvgpu_executor_ops *exec;
 	uint32_t block;
 	uint32_t max_sessions;
+	uint32_t max_unidentified;	/* connections waiting for their hello */
+	uint64_t hello_timeout_ms;	/* how long each may wait */
 	const char *tcp_token;
 	const char *module_cache;	/* directory; NULL: no cross-session cache */
 	uint32_t poll_us;		/* workers' busy-poll before sleeping */

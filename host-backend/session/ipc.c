@@ -8,8 +8,11 @@
  * goes into the supervisor's registry (ipc_registry.c) with the VM and
  * session, and only a session of the same VM gets it back.  An opened
  * allocation is device memory of the opening session (copies may name
- * it) until it closes it.
+ * it) until it closes it.  The registry is the daemon's, and each VM may
+ * hold only its own share of it (the policy's ipc_handles).
  */
+#include <errno.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include <cuda.h>
@@ -19,6 +22,32 @@
 #include "pvgpu_dispatch.h"
 #include "pvgpu_generic.h"
 #include "worker.h"
+
+/*
+ * The driver's handle into the registry, the guest's token out.  A bound
+ * that refuses it is CUDA_ERROR_OUT_OF_MEMORY, as the driver says when it
+ * has no room for one more export; the log says which bound, once per
+ * session.
+ */
+static int32_t ipc_enter(struct pvgpu_worker *w, enum pvgpu_ipc_kind kind,
+			 const uint8_t handle[64], uint64_t size,
+			 uint8_t token[PVGPU_IPC_TOKEN])
+{
+	int rc = pvgpu_ipc_put(w->acct, w->slot, kind, handle, size, token);
+	int vm = atomic_load(&w->slot->vm);
+
+	if (!rc)
+		return CUDA_SUCCESS;
+	if (!w->ipc_refusal_said && rc == -EDQUOT && vm >= 0)
+		log_info("IPC export refused: vm %s holds its %u (ipc_handles)",
+			 w->acct->vms[vm].name,
+			 atomic_load(&w->acct->vms[vm].ipc_max));
+	else if (!w->ipc_refusal_said && rc == -ENOSPC)
+		log_info("IPC export refused: all %d of the daemon's IPC entries are in use",
+			 PVGPU_MAX_IPC);
+	w->ipc_refusal_said = 1;
+	return CUDA_ERROR_OUT_OF_MEMORY;
+}
 
 int32_t pvgpu_handle_ipc_get_mem_handle(struct pvgpu_worker *w,
 					const struct pvgpu_ipc_get_mem_handle_req *req,
@@ -38,8 +67,9 @@ int32_t pvgpu_handle_ipc_get_mem_handle(struct pvgpu_worker *w,
 	if (st)
 		return st;
 	memset(rep->handle, 0, sizeof(rep->handle));
-	if (pvgpu_ipc_put(w->acct, w->slot, PVGPU_IPC_MEM, handle, a->size, rep->handle))
-		return CUDA_ERROR_OUT_OF_MEMORY;
+	st = ipc_enter(w, PVGPU_IPC_MEM, handle, a->size, rep->handle);
+	if (st)
+		return st;
 	rep->handle_len = 64;
 	return CUDA_SUCCESS;
 }
@@ -110,8 +140,9 @@ int32_t pvgpu_handle_ipc_get_event_handle(struct pvgpu_worker *w,
 	if (st)
 		return st;
 	memset(rep->handle, 0, sizeof(rep->handle));
-	if (pvgpu_ipc_put(w->acct, w->slot, PVGPU_IPC_EVENT, handle, 0, rep->handle))
-		return CUDA_ERROR_OUT_OF_MEMORY;
+	st = ipc_enter(w, PVGPU_IPC_EVENT, handle, 0, rep->handle);
+	if (st)
+		return st;
 	rep->handle_len = 64;
 	return CUDA_SUCCESS;
 }
@@ -157,8 +188,9 @@ int32_t pvgpu_handle_vmm_export(struct pvgpu_worker *w,
 	st = w->ex_ops->vmm_export(w->ex, h->exec_handle, handle);
 	if (st)
 		return st;
-	if (pvgpu_ipc_put(w->acct, w->slot, PVGPU_IPC_VMM, handle, h->charged, rep->token))
-		return CUDA_ERROR_OUT_OF_MEMORY;
+	st = ipc_enter(w, PVGPU_IPC_VMM, handle, h->charged, rep->token);
+	if (st)
+		return st;
 	rep->token_len = PVGPU_IPC_TOKEN;
 	return CUDA_SUCCESS;
 }

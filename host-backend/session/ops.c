@@ -9,7 +9,6 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#include "admit.h"
 #include "exclusive.h"
 #include "log.h"
 #include "pvgpu_dispatch.h"
@@ -93,13 +92,16 @@ int32_t pvgpu_handle_hello(struct pvgpu_worker *w,
 {
 	uint32_t version = req->version_max < PVGPU_PROTO_VERSION ?
 			   req->version_max : PVGPU_PROTO_VERSION;
-	const char *want = w->cfg->required_token;
 	int32_t count = 0, st;
 
 	if (w->said_hello) {
 		log_info("hello sent twice: refused");
 		return CUDA_ERROR_INVALID_VALUE;
 	}
+	/*
+	 * Who calls was settled before this worker existed: from the channel,
+	 * or by the supervisor from the token in this very hello.
+	 */
 	w->said_hello = -1;		/* anything refused below ends the session */
 	if (version < 1 || version < req->version_min) {
 		log_warn("guest speaks protocol %u..%u, this backend %d..%d: refused",
@@ -112,21 +114,6 @@ int32_t pvgpu_handle_hello(struct pvgpu_worker *w,
 			 (unsigned long long)(req->required & ~(uint64_t)PVGPU_FEATURES_KNOWN),
 			 (unsigned long long)PVGPU_FEATURES_KNOWN);
 		return CUDA_ERROR_NOT_SUPPORTED;
-	}
-	if ((w->peer.features & PVGPU_TR_ID_AT_HELLO) && w->cfg->policy) {
-		char why[256];
-
-		if (pvgpu_admit(w->cfg->policy, w->acct, w->slot, &w->peer,
-				req->token, why, sizeof(why))) {
-			log_warn("%s: refused at hello: %s", w->peer.identity, why);
-			return CUDA_ERROR_NOT_PERMITTED;
-		}
-		log_info("%s is vm %s", w->peer.identity,
-			 w->acct->vms[atomic_load(&w->slot->vm)].name);
-	} else if ((w->peer.features & PVGPU_TR_ID_AT_HELLO) && want &&
-		   strcmp(req->token, want)) {
-		log_warn("%s: wrong or missing token: refused", w->peer.identity);
-		return CUDA_ERROR_NOT_PERMITTED;
 	}
 	if (!w->ex) {
 		log_info("no device for client '%s': %s", req->client, w->ex_error);

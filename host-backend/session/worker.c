@@ -321,15 +321,44 @@ static void worker_fini(struct pvgpu_worker *w)
 	pvgpu_trace_dump();		/* the worker ends with _exit() */
 }
 
+/*
+ * The message the supervisor read for us (the hello that said who calls),
+ * served as if it had been read here: the connection has moved past it.
+ */
+static void serve_given(struct pvgpu_worker *w, const uint8_t *msg, size_t len)
+{
+	struct pvgpu_hdr h;
+
+	if (len < PVGPU_HDR_SIZE || pvgpu_hdr_decode(msg, &h) ||
+	    h.length != len - PVGPU_HDR_SIZE || h.length > PVGPU_MAX_PAYLOAD) {
+		log_error("the supervisor handed over a broken first message; ending session");
+		w->fatal = 1;
+		return;
+	}
+	memcpy(w->rx, msg + PVGPU_HDR_SIZE, h.length);
+	serve_message(w, &h, w->rx);
+}
+
 int pvgpu_worker_run(struct pvgpu_conn *conn, const struct pvgpu_peer *peer,
 		     const struct pvgpu_worker_config *cfg,
-		     struct pvgpu_accounting *acct, struct pvgpu_slot *slot)
+		     struct pvgpu_accounting *acct, struct pvgpu_slot *slot,
+		     const uint8_t *first, size_t first_len)
 {
 	struct pvgpu_worker w;
 	uint8_t raw[PVGPU_HDR_SIZE];
 	struct pvgpu_hdr h;
 	char err[256];
 
+	/*
+	 * A caller whose channel cannot say who it is is admitted by its
+	 * hello, in the supervisor: never serve one that did not go through
+	 * that.
+	 */
+	if ((peer->features & PVGPU_TR_ID_AT_HELLO) && !first) {
+		log_error("%s reached a worker unidentified: refused", peer->identity);
+		conn->ops->close(conn);
+		return 1;
+	}
 	/*
 	 * What the channel makes after fork() (a vchan, a verbs context),
 	 * and the wait for its guest: before anything of the session.
@@ -344,7 +373,9 @@ int pvgpu_worker_run(struct pvgpu_conn *conn, const struct pvgpu_peer *peer,
 		conn->ops->close(conn);
 		return 1;
 	}
-	while (!w.fatal) {
+	if (first)
+		serve_given(&w, first, first_len);
+	while (!w.fatal && w.said_hello >= 0) {	/* < 0: bye, or a refused hello */
 		uint32_t limit;
 
 		/* Held launches wait only while the guest is ahead (runs.c). */
@@ -373,8 +404,6 @@ int pvgpu_worker_run(struct pvgpu_conn *conn, const struct pvgpu_peer *peer,
 			break;
 		pvgpu_trace_mark(h.id, PVGPU_TR_W_PAYLOAD);
 		serve_message(&w, &h, w.rx);
-		if (w.said_hello < 0)		/* bye, or a refused hello */
-			break;
 	}
 	worker_fini(&w);
 	return 0;

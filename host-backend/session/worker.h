@@ -81,7 +81,6 @@ struct pvgpu_staged_set {
 struct pvgpu_worker_config {
 	const struct pvgpu_executor_ops *exec;
 	uint32_t block;			/* bulk block (DATA frame) size */
-	const char *required_token;	/* TCP callers must present it; NULL: any */
 	const char *module_cache;	/* directory of images by hash */
 	uint64_t poll_ns;		/* busy-poll before a blocking read */
 	uint64_t wait_spin_ns;		/* watch of a call waiting on the device */
@@ -109,6 +108,7 @@ struct pvgpu_worker {
 	char ex_error[256];		/* why the executor did not open */
 
 	int said_hello;
+	int ipc_refusal_said;		/* an IPC export's refusal was logged */
 	uint32_t version;
 	uint64_t features;	/* agreed at hello: PVGPU_FEATURE_* */
 	uint64_t req_id;		/* id of the request being served */
@@ -222,11 +222,15 @@ int pvgpu_worker_send_output(struct pvgpu_worker *w, const void *payload,
 
 /*
  * Serve one session on conn until it ends (conn is closed then); returns
- * the process exit code.
+ * the process exit code.  first (first_len bytes, header and payload): the
+ * message the supervisor read from conn to learn who calls (a caller's
+ * hello, PVGPU_TR_ID_AT_HELLO), served before anything is read; NULL
+ * where the channel named the caller.
  */
 int pvgpu_worker_run(struct pvgpu_conn *conn, const struct pvgpu_peer *peer,
 		     const struct pvgpu_worker_config *cfg,
-		     struct pvgpu_accounting *acct, struct pvgpu_slot *slot);
+		     struct pvgpu_accounting *acct, struct pvgpu_slot *slot,
+		     const uint8_t *first, size_t first_len);
 
 /* Connection I/O for handlers (worker_io.c). 0 on success, -1 when the
  * connection is gone or the peer broke the framing (w->fatal is set). */

@@ -82,7 +82,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		struct pvgpu_conn *conn = pvgpu_stream_conn_new(sv[1], peer.features);
 
 		if (conn)	/* the worker closes it, sv[1] with it */
-			pvgpu_worker_run(conn, &peer, &cfg, acct, slot);
+			pvgpu_worker_run(conn, &peer, &cfg, acct, slot, NULL, 0);
 		else
 			close(sv[1]);
 	}

@@ -162,7 +162,7 @@ static void test_admit(void)
 	peer.features = PVGPU_TR_VM_CALLERS;
 	pvgpu_identity_set(&peer.id, PVGPU_ID_CID, "3");
 	peer.vm = r->vms[0];
-	CHECK(pvgpu_admit(NULL, acct, slot, &peer, NULL, why, sizeof(why)) == 0);
+	CHECK(pvgpu_admit(NULL, acct, slot, &peer, why, sizeof(why)) == 0);
 	CHECK(slot->vm == e);
 	pvgpu_accounting_release(slot);
 
@@ -171,14 +171,14 @@ static void test_admit(void)
 	memset(&peer, 0, sizeof(peer));
 	peer.features = PVGPU_TR_VM_CALLERS;
 	pvgpu_identity_set(&peer.id, PVGPU_ID_CID, "9");
-	CHECK(pvgpu_admit(NULL, acct, slot, &peer, NULL, why, sizeof(why)) < 0);
+	CHECK(pvgpu_admit(NULL, acct, slot, &peer, why, sizeof(why)) < 0);
 	CHECK(strstr(why, "cid 9 is not attached to any VM") != NULL);
 
 	/* A local Unix caller without a policy is let in, with no VM. */
 	memset(&peer, 0, sizeof(peer));
 	peer.features = PVGPU_TR_PASSES_FD;
 	atomic_store(&slot->vm, -1);
-	CHECK(pvgpu_admit(NULL, acct, slot, &peer, NULL, why, sizeof(why)) == 0);
+	CHECK(pvgpu_admit(NULL, acct, slot, &peer, why, sizeof(why)) == 0);
 	CHECK(slot->vm == -1);
 	pvgpu_accounting_release(slot);
 
@@ -198,12 +198,12 @@ static void test_admit(void)
 	memset(&peer, 0, sizeof(peer));
 	peer.features = PVGPU_TR_PASSES_FD;
 	peer.vm = r->vms[0];
-	CHECK(pvgpu_admit(p, acct, slot, &peer, NULL, why, sizeof(why)) == 0);
+	CHECK(pvgpu_admit(p, acct, slot, &peer, why, sizeof(why)) == 0);
 	CHECK(slot->vm == e);
 	{
 		struct pvgpu_slot *second = pvgpu_accounting_claim(acct);
 
-		CHECK(pvgpu_admit(p, acct, second, &peer, NULL, why,
+		CHECK(pvgpu_admit(p, acct, second, &peer, why,
 				  sizeof(why)) < 0);
 		CHECK(strstr(why, "max_sessions") != NULL);
 		pvgpu_accounting_release(second);

@@ -117,7 +117,7 @@ static void test_totals_and_share(void)
 	end(b);
 }
 
-/* A TCP session's VM is known at hello: what came before stays with "-". */
+/* A slot named a VM after a look: what came before stays with "-". */
 static void test_vm_named_late(void)
 {
 	struct pvgpu_slot *s = start(2, 10, -1);

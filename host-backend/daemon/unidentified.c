@@ -1,0 +1,252 @@
+/* unidentified.c - callers waiting to say who they are (see unidentified.h). */
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+
+#include "clock.h"
+#include "log.h"
+#include "unidentified.h"
+
+static void say(struct pvgpu_saylimit *sl, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/*
+ * One warning line, unless one like it went out less than a second ago:
+ * a caller can make these as fast as it can connect, and the log must
+ * stay readable (and its disk not fill) for everybody else's lines.
+ */
+static void say(struct pvgpu_saylimit *sl, const char *fmt, ...)
+{
+	uint64_t now = pvgpu_now_ns();
+	char line[400];
+	va_list ap;
+
+	if (now < sl->next_ns) {
+		sl->unsaid++;
+		return;
+	}
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	if (sl->unsaid)
+		log_warn("%s (and %lu more like it since the last such line)",
+			 line, sl->unsaid);
+	else
+		log_warn("%s", line);
+	sl->unsaid = 0;
+	sl->next_ns = now + 1000000000ull;
+}
+
+int pvgpu_unid_init(struct pvgpu_unidentified *u, unsigned int max,
+		    uint64_t timeout_ms)
+{
+	memset(u, 0, sizeof(*u));
+	u->v = calloc(max ? max : 1, sizeof(*u->v));
+	if (!u->v)
+		return -1;
+	u->max = max;
+	u->per_addr = max / 4 ? max / 4 : 1;
+	u->timeout_ns = timeout_ms * 1000000ull;
+	return 0;
+}
+
+/* Close the i-th connection; the last one takes its place. */
+static void drop(struct pvgpu_unidentified *u, unsigned int i)
+{
+	struct pvgpu_pending *p = u->v[i];
+
+	p->conn->ops->release(p->conn);
+	if (p->l->ops && p->l->ops->done)
+		p->l->ops->done(p->l, p->peer.cookie);
+	free(p);
+	u->v[i] = u->v[--u->n];
+	u->v[u->n] = NULL;
+}
+
+void pvgpu_unid_fini(struct pvgpu_unidentified *u)
+{
+	while (u->v && u->n)
+		drop(u, u->n - 1);
+	free(u->v);
+	u->v = NULL;
+}
+
+void pvgpu_unid_forget(struct pvgpu_unidentified *u)
+{
+	for (unsigned int i = 0; i < u->n; i++) {
+		u->v[i]->conn->ops->release(u->v[i]->conn);
+		free(u->v[i]);
+		u->v[i] = NULL;
+	}
+	u->n = 0;
+}
+
+int pvgpu_unid_add(struct pvgpu_unidentified *u, struct pvgpu_listener *l,
+		   const struct pvgpu_peer *peer, struct pvgpu_conn *conn)
+{
+	struct pvgpu_pending *p = NULL;
+	unsigned int same = 0;
+
+	for (unsigned int i = 0; i < u->n; i++)
+		same += !strcmp(u->v[i]->peer.addr, peer->addr);
+	if (u->n >= u->max)
+		say(&u->full, "closed %s via %s at once: %u connection(s) wait for their hello already (--max-unidentified)",
+		    peer->identity, l->uri, u->n);
+	else if (same >= u->per_addr)
+		say(&u->crowded, "closed %s via %s at once: %u connection(s) from %s wait for their hello already (a quarter of --max-unidentified)",
+		    peer->identity, l->uri, same, peer->addr);
+	else if (!(p = malloc(sizeof(*p))))
+		log_error("out of memory for %s's hello: closed", peer->identity);
+	if (!p)
+		goto err_conn;
+	p->conn = conn;
+	p->peer = *peer;
+	p->l = l;
+	p->deadline_ns = pvgpu_now_ns() + u->timeout_ns;
+	p->got = 0;
+	u->v[u->n++] = p;
+	return 0;
+
+err_conn:
+	conn->ops->release(conn);
+	if (l->ops->done)
+		l->ops->done(l, peer->cookie);
+	return -1;
+}
+
+/*
+ * The header is whole: is it a hello the supervisor may read?  Its
+ * length is the caller's word, so it is held to the longest hello there
+ * can be before a byte more is read.
+ */
+static int hello_header(struct pvgpu_unidentified *u, struct pvgpu_pending *p,
+			struct pvgpu_hdr *h)
+{
+	if (pvgpu_hdr_decode(p->msg, h)) {
+		say(&u->broken, "closed %s via %s: its first message has a bad magic",
+		    p->peer.identity, p->l->uri);
+		return -1;
+	}
+	if (h->opcode != PVGPU_OP_HELLO) {
+		say(&u->broken, "closed %s via %s: its first message is opcode %#x, not hello",
+		    p->peer.identity, p->l->uri, h->opcode);
+		return -1;
+	}
+	if (h->length > PVGPU_HELLO_REQ_MAX) {
+		say(&u->broken, "closed %s via %s: a hello of %u bytes, longer than any (%d)",
+		    p->peer.identity, p->l->uri, h->length, PVGPU_HELLO_REQ_MAX);
+		return -1;
+	}
+	return 0;
+}
+
+struct pvgpu_pending *pvgpu_unid_read(struct pvgpu_unidentified *u,
+				      unsigned int i,
+				      struct pvgpu_hello_req *req)
+{
+	struct pvgpu_pending *p = u->v[i];
+	struct pvgpu_hdr h = { 0 };
+	uint32_t need = PVGPU_HDR_SIZE;
+
+	if (p->got >= PVGPU_HDR_SIZE) {
+		pvgpu_hdr_decode(p->msg, &h);	/* checked when it came */
+		need += h.length;
+	}
+	while (p->got < need) {
+		ssize_t n = p->conn->ops->recv(p->conn, p->msg + p->got,
+					       need - p->got, 1);
+
+		if (n == -EAGAIN || n == -EWOULDBLOCK)
+			return NULL;
+		if (n == -EINTR)
+			continue;
+		if (n <= 0) {
+			/* A port scan or a readiness probe looks like this. */
+			log_debug("%s via %s hung up before its hello%s%s",
+				  p->peer.identity, p->l->uri, n ? ": " : "",
+				  n ? strerror((int)-n) : "");
+			goto err_drop;
+		}
+		p->got += (uint32_t)n;
+		if (p->got == PVGPU_HDR_SIZE) {
+			if (hello_header(u, p, &h))
+				goto err_drop;
+			need += h.length;
+		}
+	}
+	if (pvgpu_hello_req_decode(p->msg + PVGPU_HDR_SIZE, h.length, req)) {
+		say(&u->broken, "closed %s via %s: malformed hello",
+		    p->peer.identity, p->l->uri);
+		goto err_drop;
+	}
+	u->v[i] = u->v[--u->n];
+	u->v[u->n] = NULL;
+	return p;
+
+err_drop:
+	drop(u, i);
+	return NULL;
+}
+
+void pvgpu_pending_answer(const struct pvgpu_pending *p, int32_t status)
+{
+	uint8_t raw[PVGPU_HDR_SIZE + PVGPU_REPLY_PREFIX + PVGPU_HELLO_REP_MAX];
+	const struct pvgpu_hello_rep none = { 0 };
+	struct pvgpu_hdr req, rep;
+	struct iovec iov = { raw, 0 };
+	long len;
+
+	/* The fields too, zero, as a worker's refusal has them. */
+	len = pvgpu_hello_rep_encode(raw + PVGPU_HDR_SIZE + PVGPU_REPLY_PREFIX, &none);
+	if (len < 0)
+		return;
+	pvgpu_hdr_decode(p->msg, &req);
+	rep = (struct pvgpu_hdr){
+		.magic = PVGPU_MAGIC,
+		.version = PVGPU_PROTO_VERSION,
+		.opcode = PVGPU_OP_HELLO,
+		.flags = PVGPU_F_REPLY,
+		.length = (uint32_t)(PVGPU_REPLY_PREFIX + len),
+		.id = req.id,
+	};
+	pvgpu_hdr_encode(raw, &rep);
+	pvgpu_put_u32(raw + PVGPU_HDR_SIZE, (uint32_t)status);
+	pvgpu_put_u32(raw + PVGPU_HDR_SIZE + 4, 0);	/* deferred */
+	iov.iov_len = PVGPU_HDR_SIZE + rep.length;
+	/* The caller is refused either way: whether it heard why is its affair. */
+	(void)p->conn->ops->sendv(p->conn, &iov, 1);
+}
+
+int pvgpu_unid_timeout_ms(const struct pvgpu_unidentified *u)
+{
+	uint64_t now = pvgpu_now_ns(), first = UINT64_MAX, ms;
+
+	if (!u->n)
+		return -1;
+	for (unsigned int i = 0; i < u->n; i++)
+		if (u->v[i]->deadline_ns < first)
+			first = u->v[i]->deadline_ns;
+	if (first <= now)
+		return 0;
+	ms = (first - now + 999999) / 1000000;	/* not a moment early */
+	return ms > INT_MAX ? INT_MAX : (int)ms;
+}
+
+void pvgpu_unid_expire(struct pvgpu_unidentified *u)
+{
+	uint64_t now = pvgpu_now_ns();
+
+	for (unsigned int i = u->n; i-- > 0;) {
+		struct pvgpu_pending *p = u->v[i];
+
+		if (now < p->deadline_ns)
+			continue;
+		say(&u->late, "closed %s via %s: no whole hello within %g s (--hello-timeout)",
+		    p->peer.identity, p->l->uri, (double)u->timeout_ns / 1e9);
+		drop(u, i);
+	}
+}
