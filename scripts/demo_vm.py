@@ -250,8 +250,11 @@ def main():
         wait_for(tmp / "vms", daemon, "pvgpud")
         # The guest gets its vGPU as an operator gives one without libvirt:
         # pvgpu-vm qemu-args (window, registry entry) and supervise.
-        attached = vm.AttachedVm(tmp, "demo", memory="4G", window_size="256M",
-                                 ram="1G", log=tmp / "supervise.log")
+        # Named by the process, as its window file (/dev/shm/pvgpu-NAME) is
+        # the host's: two demos at once on one machine must not meet.
+        attached = vm.AttachedVm(tmp, f"demo{os.getpid()}", memory="4G",
+                                 window_size="256M", ram="1G",
+                                 log=tmp / "supervise.log")
         wait_for(f"{attached.entry['vsock.listen']}", daemon, "pvgpud's socket for the VM")
 
         synth = build / "bench" / "pvgpu-synth"

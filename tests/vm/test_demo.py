@@ -91,6 +91,6 @@ def test_demo_output_is_plain_and_says_what_ran_where():
     summary = text[text.index("demo: summary"):]
     assert re.search(r"guest +Debian kernel \S+ under (TCG|KVM)", summary), summary
     assert f"pvgpud --executor {executor}" in summary, summary
-    assert re.search(r"pvgpud +session \d+ start: vm demo via vhost-user", summary), summary
-    assert re.search(r"session \d+ end: vm demo .*, \d+ calls, .*, ok$", summary,
+    assert re.search(r"pvgpud +session \d+ start: vm demo\d+ via vhost-user", summary), summary
+    assert re.search(r"session \d+ end: vm demo\d+ .*, \d+ calls, .*, ok$", summary,
                      re.M), summary
