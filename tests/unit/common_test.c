@@ -1,12 +1,13 @@
 /*
  * common_test.c - the parsers every part shares (common/): sizes, URIs,
- * HOST:PORT with IPv6, vsock addresses, the spin-then-block wait, and the
- * streaming copy of the staging slots.
+ * HOST:PORT with IPv6, vsock addresses, the spin-then-block wait, the
+ * streaming copy of the staging slots, and the escape of outside text.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "addr.h"
+#include "log.h"
 #include "relax.h"
 #include "size.h"
 #include "wait.h"
@@ -144,8 +145,57 @@ static void test_copy_stream(void)
 	CHECK(bad == 0);
 }
 
+static int escaped_is(const char *in, size_t len, unsigned int flags,
+		      size_t size, const char *want)
+{
+	char out[256];
+
+	pvgpu_escape(out, size, in, len, flags);
+	if (strcmp(out, want))
+		fprintf(stderr, "escape: got \"%s\", want \"%s\"\n", out, want);
+	return !strcmp(out, want);
+}
+
+static void test_escape(void)
+{
+	const size_t all = 256;
+
+	/* What may stay, stays: printable ASCII and valid UTF-8. */
+	CHECK(escaped_is("vecadd 1.0 (pytest)", PVGPU_ESC_STR, 0, all,
+			 "vecadd 1.0 (pytest)"));
+	CHECK(escaped_is("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", PVGPU_ESC_STR,
+			 0, all, "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"));
+	/* Controls, DEL and a backslash. */
+	CHECK(escaped_is("a\nb\rc\x1b[2Jd\x7f\\e\t", PVGPU_ESC_STR, 0, all,
+			 "a\\x0ab\\x0dc\\x1b[2Jd\\x7f\\\\e\\x09"));
+	/* A NUL in the middle of counted bytes. */
+	CHECK(escaped_is("a\0b", 3, 0, all, "a\\x00b"));
+	/* Not UTF-8: a lone continuation, an overlong '/', a surrogate, a cut sequence, 0xff. */
+	CHECK(escaped_is("\x80|\xc0\xaf|\xed\xa0\x80|\xe2\x82|\xff", PVGPU_ESC_STR, 0,
+			 all, "\\x80|\\xc0\\xaf|\\xed\\xa0\\x80|\\xe2\\x82|\\xff"));
+	/* Valid, but a C1 CSI, a line separator and a right-to-left override. */
+	CHECK(escaped_is("\xc2\x9b|\xe2\x80\xa8|\xe2\x80\xae", PVGPU_ESC_STR, 0, all,
+			 "\\xc2\\x9b|\\xe2\\x80\\xa8|\\xe2\\x80\\xae"));
+	/* The log's own pass leaves backslashes alone. */
+	CHECK(escaped_is("a\\x0a\n", PVGPU_ESC_STR, PVGPU_ESC_KEEP_BACKSLASH, all,
+			 "a\\x0a\\x0a"));
+	/* A Prometheus label value: controls shown, then \ and " escaped. */
+	CHECK(escaped_is("a\"b\\c\nd", PVGPU_ESC_STR, PVGPU_ESC_LABEL, all,
+			 "a\\\"b\\\\c\\\\x0ad"));
+	/* Cut at a whole character, then "..."; exactly full needs no dots. */
+	CHECK(escaped_is("abcdefgh", PVGPU_ESC_STR, 0, 9, "abcdefgh"));
+	CHECK(escaped_is("abcdefghi", PVGPU_ESC_STR, 0, 9, "abcde..."));
+	CHECK(escaped_is("abcd\nefgh", PVGPU_ESC_STR, 0, 10, "abcd..."));
+	CHECK(escaped_is("ab\xe2\x82\xac\xe2\x82\xacx", PVGPU_ESC_STR, 0, 9,
+			 "ab\xe2\x82\xac..."));
+	CHECK(escaped_is("abc", PVGPU_ESC_STR, 0, 3, ""));
+	CHECK(escaped_is(NULL, 0, 0, all, "(null)"));
+	CHECK(!strcmp(log_esc("x\ny"), "x\\x0ay"));
+}
+
 int main(void)
 {
+	test_escape();
 	test_size();
 	test_uri();
 	test_host_port();
