@@ -108,7 +108,7 @@ int32_t pvgpu_handle_hello(struct pvgpu_worker *w,
 	}
 	if (req->required & ~(uint64_t)PVGPU_FEATURES_KNOWN) {
 		log_warn("guest '%s' needs feature bits %#llx, which this backend lacks (it knows %#llx): refused",
-			 req->client,
+			 log_esc(req->client),
 			 (unsigned long long)(req->required & ~(uint64_t)PVGPU_FEATURES_KNOWN),
 			 (unsigned long long)PVGPU_FEATURES_KNOWN);
 		return CUDA_ERROR_NOT_SUPPORTED;
@@ -129,7 +129,8 @@ int32_t pvgpu_handle_hello(struct pvgpu_worker *w,
 		return CUDA_ERROR_NOT_PERMITTED;
 	}
 	if (!w->ex) {
-		log_info("no device for client '%s': %s", req->client, w->ex_error);
+		log_info("no device for client '%s': %s", log_esc(req->client),
+			 log_esc(w->ex_error));
 		return CUDA_ERROR_NO_DEVICE;
 	}
 	st = w->ex_ops->device_count(w->ex, &count);
@@ -152,7 +153,7 @@ int32_t pvgpu_handle_hello(struct pvgpu_worker *w,
 		w->features &= ~PVGPU_FEATURE_SIGNAL;	/* the device cannot write it */
 	rep->features = req->features ? w->features : 0;
 	log_debug("hello from '%s' (guest pid %u): protocol %u, %d device(s), features %#llx agreed (guest %#llx, backend %#llx)",
-		  req->client, req->pid, version, count,
+		  log_esc(req->client), req->pid, version, count,
 		  (unsigned long long)w->features,
 		  (unsigned long long)req->features,
 		  (unsigned long long)PVGPU_FEATURES_KNOWN);

@@ -249,7 +249,7 @@ static int worker_init(struct pvgpu_worker *w, struct pvgpu_conn *conn,
 	w->ex = w->ex_ops->open(&ecfg, w->ex_error, sizeof(w->ex_error));
 	if (!w->ex)
 		log_warn("executor %s unavailable: %s", w->ex_ops->name,
-			 w->ex_error);
+			 log_esc(w->ex_error));
 	return 0;
 }
 
@@ -335,7 +335,8 @@ int pvgpu_worker_run(struct pvgpu_conn *conn, const struct pvgpu_peer *peer,
 	 * and the wait for its guest: before anything of the session.
 	 */
 	if (conn->ops->open && conn->ops->open(conn, err, sizeof(err))) {
-		log_info("channel for %s not opened: %s", peer->identity, err);
+		log_info("channel for %s not opened: %s", peer->identity,
+			 log_esc(err));
 		conn->ops->close(conn);
 		return 1;
 	}
