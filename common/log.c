@@ -164,10 +164,18 @@ int pvgpu_log_enabled(enum pvgpu_log_level level)
 
 void pvgpu_log(enum pvgpu_log_level level, const char *fmt, ...)
 {
+	va_list ap;
+
+	va_start(ap, fmt);
+	pvgpu_vlog(level, fmt, ap);
+	va_end(ap);
+}
+
+void pvgpu_vlog(enum pvgpu_log_level level, const char *fmt, va_list ap)
+{
 	char line[1024], msg[1024];
 	struct timespec now;
 	struct tm tm;
-	va_list ap;
 	int n;
 
 	if (!pvgpu_log_enabled(level))
@@ -181,9 +189,7 @@ void pvgpu_log(enum pvgpu_log_level level, const char *fmt, ...)
 		     level_names[level], log_prefix, log_prefix[0] ? ": " : "");
 	if (n < 0 || (size_t)n >= sizeof(line))
 		n = 0;
-	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
 	/*
 	 * Whatever a caller quoted unescaped, the line stays one line: a
 	 * newline or an ESC left in the message shows as \xNN.  Backslashes

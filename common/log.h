@@ -10,6 +10,7 @@
 #ifndef PVGPU_LOG_H
 #define PVGPU_LOG_H
 
+#include <stdarg.h>
 #include <stddef.h>
 
 enum pvgpu_log_level { LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG };
@@ -28,6 +29,8 @@ int pvgpu_log_fd(void);
 
 void pvgpu_log(enum pvgpu_log_level level, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+void pvgpu_vlog(enum pvgpu_log_level level, const char *fmt, va_list ap)
+	__attribute__((format(printf, 2, 0)));
 
 /*
  * The one escape for text from outside on its way to a log line, a metrics
