@@ -65,6 +65,14 @@ static void test_host_port(void)
 	CHECK(pvgpu_host_port(":1", host, sizeof(host), port, sizeof(port)));
 	CHECK(pvgpu_host_port("host", host, sizeof(host), port, sizeof(port)));
 	CHECK(pvgpu_host_port("h:123456789", host, sizeof(host), port, sizeof(port)));
+	/* Ports are decimal, 1..65535: getaddrinfo would take 99999 as 34463. */
+	CHECK(!pvgpu_host_port("h:65535", host, sizeof(host), port, sizeof(port)));
+	CHECK(pvgpu_host_port("h:65536", host, sizeof(host), port, sizeof(port)));
+	CHECK(pvgpu_host_port("h:99999", host, sizeof(host), port, sizeof(port)));
+	CHECK(pvgpu_host_port("h:0", host, sizeof(host), port, sizeof(port)));
+	CHECK(pvgpu_host_port("h:http", host, sizeof(host), port, sizeof(port)));
+	CHECK(pvgpu_host_port("h:+80", host, sizeof(host), port, sizeof(port)));
+	CHECK(pvgpu_host_port("[::1]:0x10", host, sizeof(host), port, sizeof(port)));
 }
 
 static void test_vsock(void)
