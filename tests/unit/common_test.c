@@ -35,6 +35,44 @@ static void test_size(void)
 	CHECK(pvgpu_parse_size(NULL, &v) == -1);
 }
 
+static void test_duration(void)
+{
+	static const struct { const char *s; int units; uint64_t ms; } good[] = {
+		{ "0", 0, 0 }, { "300", 0, 300000 }, { "1.5", 0, 1500 },
+		{ "0.25", 0, 250 }, { "86400", 0, 86400000 }, { "10s", 1, 10000 },
+		{ "500ms", 1, 500 }, { "2m", 1, 120000 }, { "1.5s", 1, 1500 },
+		{ "0.000", 0, 0 }, { "0ms", 1, 0 }, { "1.2345ms", 1, 1 },
+	};
+	static const char *const bad[] = {
+		"", "-1", "+1", " 1", "1 ", "0x10", "1e-9", "1e3", "inf", "nan",
+		".5", "1.", "1.5.2", "10s", "1h", "soon",
+	};
+	uint64_t ms;
+
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+		CHECK(!pvgpu_parse_duration(good[i].s, good[i].units, 0,
+					    86400000, &ms) && ms == good[i].ms);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		CHECK(pvgpu_parse_duration(bad[i], 0, 0, 86400000, &ms) ==
+		      PVGPU_DURATION_BAD);
+	CHECK(pvgpu_parse_duration("10h", 1, 0, 86400000, &ms) == PVGPU_DURATION_BAD);
+	/* Nonzero under the resolution, or rounding to nothing: refused. */
+	CHECK(pvgpu_parse_duration("0.1", 0, 250, 86400000, &ms) ==
+	      PVGPU_DURATION_SHORT);
+	CHECK(pvgpu_parse_duration("0.000000001", 0, 250, 86400000, &ms) ==
+	      PVGPU_DURATION_SHORT);
+	CHECK(pvgpu_parse_duration("0.4ms", 1, 0, 86400000, &ms) ==
+	      PVGPU_DURATION_SHORT);
+	CHECK(pvgpu_parse_duration("0.0000000001", 0, 0, 86400000, &ms) ==
+	      PVGPU_DURATION_SHORT);
+	CHECK(!pvgpu_parse_duration("0.25", 0, 250, 86400000, &ms) && ms == 250);
+	CHECK(pvgpu_parse_duration("86401", 0, 0, 86400000, &ms) ==
+	      PVGPU_DURATION_LONG);
+	CHECK(pvgpu_parse_duration("99999999999", 0, 0, 86400000, &ms) ==
+	      PVGPU_DURATION_LONG);
+	CHECK(pvgpu_parse_duration(NULL, 0, 0, 1, &ms) == PVGPU_DURATION_BAD);
+}
+
 static void test_uri(void)
 {
 	char scheme[8];
@@ -205,6 +243,7 @@ int main(void)
 {
 	test_escape();
 	test_size();
+	test_duration();
 	test_uri();
 	test_host_port();
 	test_vsock();
