@@ -22,10 +22,26 @@ int pvgpu_uri_split(const char *uri, char *scheme, size_t schemelen,
 	return 0;
 }
 
+static int parse_u32(const char *s, const char *stop, unsigned int *out)
+{
+	unsigned long v;
+	char *end;
+
+	if (*s < '0' || *s > '9')
+		return -1;
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || end != stop || v > 0xffffffffUL)
+		return -1;
+	*out = (unsigned int)v;
+	return 0;
+}
+
 int pvgpu_host_port(const char *addr, char *host, size_t hostlen,
 		    char *port, size_t portlen)
 {
 	const char *start = addr, *end, *colon;
+	unsigned int n;
 
 	if (*addr == '[') {
 		/* An IPv6 literal holds colons of its own: brackets delimit it. */
@@ -43,24 +59,11 @@ int pvgpu_host_port(const char *addr, char *host, size_t hostlen,
 	if (end == start || (size_t)(end - start) >= hostlen ||
 	    !colon[1] || strlen(colon + 1) >= portlen)
 		return -1;
+	if (parse_u32(colon + 1, colon + strlen(colon), &n) || n < 1 || n > 65535)
+		return -1;
 	memcpy(host, start, (size_t)(end - start));
 	host[end - start] = '\0';
 	strcpy(port, colon + 1);
-	return 0;
-}
-
-static int parse_u32(const char *s, const char *stop, unsigned int *out)
-{
-	unsigned long v;
-	char *end;
-
-	if (*s < '0' || *s > '9')
-		return -1;
-	errno = 0;
-	v = strtoul(s, &end, 10);
-	if (errno || end != stop || v > 0xffffffffUL)
-		return -1;
-	*out = (unsigned int)v;
 	return 0;
 }
 

@@ -3,7 +3,8 @@
  * place for pvgpud's --listen and the guest's PVGPU_DEVICES alike:
  *
  *   scheme://rest        the scheme picks the transport
- *   HOST:PORT            tcp: a name, an IPv4 address or [IPv6]:PORT
+ *   HOST:PORT            tcp, verbs: a name, an IPv4 address or [IPv6]:PORT,
+ *                        PORT in decimal, 1..65535
  *   CID:PORT, any:PORT   vsock
  */
 #ifndef PVGPU_ADDR_H
@@ -20,7 +21,9 @@ int pvgpu_uri_split(const char *uri, char *scheme, size_t schemelen,
 
 /*
  * "host:port" or "[v6addr]:port" into host (brackets removed) and port;
- * 0, or -1 when either part is empty or does not fit.
+ * 0, or -1 when either part is empty or does not fit, or port is not a
+ * decimal number 1..65535 (getaddrinfo would take 99999 as 34463, and a
+ * service name as whatever /etc/services says).
  */
 int pvgpu_host_port(const char *addr, char *host, size_t hostlen,
 		    char *port, size_t portlen);

@@ -31,6 +31,7 @@
 
 #include "client.h"
 #include "config_env.h"
+#include "log.h"
 #include "pvgpu_guest.h"
 
 #define USAGE	"usage: pvgpuctl devices [URI]\n" \
@@ -39,6 +40,18 @@
 		"                       [--vsock auto|kernel|vhost-user] [--cid N] [-c URI]\n" \
 		"       pvgpuctl detach DOMAIN [-c URI]\n"
 #define DEFAULT_METRICS	"127.0.0.1:9400"
+
+/*
+ * A name from the backend on the operator's terminal: its controls and
+ * stray bytes shown as \xNN (log.h), its backslashes as they are, as the
+ * metrics labels carry them.
+ */
+#define SHOWN_MAX	(64 * 4 + 1)
+static const char *shown(char *buf, const char *s)
+{
+	return pvgpu_escape(buf, SHOWN_MAX, s, PVGPU_ESC_STR,
+			    PVGPU_ESC_KEEP_BACKSLASH);
+}
 
 /*
  * Connect as a guest would, through the guest's own client library, so
@@ -64,6 +77,7 @@ static int cmd_devices(const char *uri)
 	printf("%s: protocol %u, %d device(s), block %u bytes\n", uri,
 	       info->version, info->device_count, info->data_block);
 	for (int32_t d = 0; d < info->device_count; d++) {
+		char name[SHOWN_MAX];
 		struct pvgpu_device_get_name_req nreq = { .device = d };
 		struct pvgpu_device_get_name_rep nrep;
 		struct pvgpu_device_total_mem_req mreq = { .device = d };
@@ -72,7 +86,7 @@ static int cmd_devices(const char *uri)
 		if (pvgpu_call_device_get_name(c, &nreq, &nrep) ||
 		    pvgpu_call_device_total_mem(c, &mreq, &mrep))
 			break;
-		printf("  device %d: %s, %llu MiB\n", d, nrep.name,
+		printf("  device %d: %s, %llu MiB\n", d, shown(name, nrep.name),
 		       (unsigned long long)(mrep.bytes >> 20));
 	}
 	pvgpu_client_close(c);
@@ -328,25 +342,29 @@ static void print_status(const struct status *st)
 	printf("%-4s %-28s %8s  %s\n", "GPU", "DEVICE", "SESSIONS", "MEMORY USED");
 	for (int i = 0; i < st->ngpus; i++) {
 		const struct gpu_row *g = &st->gpus[i];
-		char used[32], total[32];
+		char used[32], total[32], id[SHOWN_MAX], name[SHOWN_MAX];
 
 		human(g->mem_used, used, sizeof(used));
 		human(g->mem_total, total, sizeof(total));
-		printf("%-4s %-28s %8.0f  %s of %s\n", g->id,
-		       g->name[0] ? g->name : "?", g->sessions, used, total);
+		printf("%-4s %-28s %8.0f  %s of %s\n", shown(id, g->id),
+		       g->name[0] ? shown(name, g->name) : "?", g->sessions,
+		       used, total);
 	}
 	if (!st->ngpus)
 		printf("(no device: pvgpud found none at start-up)\n");
 
-	for (int i = 0; i < st->nvms; i++)
-		if ((int)strlen(st->vms[i].name) > w)
-			w = (int)strlen(st->vms[i].name);
+	for (int i = 0; i < st->nvms; i++) {
+		char name[SHOWN_MAX];
+
+		if ((int)strlen(shown(name, st->vms[i].name)) > w)
+			w = (int)strlen(name);
+	}
 	printf("\n%-*s %8s  %-24s %9s %9s %9s %9s\n", w, "VM", "SESSIONS",
 	       "MEMORY USED / QUOTA", "CALLS/S", "MB/S H2D", "MB/S D2H",
 	       "GPU TIME");
 	for (int i = 0; i < st->nvms; i++) {
 		const struct vm_row *v = &st->vms[i];
-		char used[32], quota[32], mem[72], share[16];
+		char used[32], quota[32], mem[72], share[16], name[SHOWN_MAX];
 
 		human(v->mem_used, used, sizeof(used));
 		if (v->mem_quota > 0)
@@ -358,7 +376,8 @@ static void print_status(const struct status *st)
 			snprintf(share, sizeof(share), "-");
 		else
 			snprintf(share, sizeof(share), "%.1f%%", v->share * 100);
-		printf("%-*s %8.0f  %-24s %9.1f %9.2f %9.2f %9s\n", w, v->name,
+		printf("%-*s %8.0f  %-24s %9.1f %9.2f %9.2f %9s\n", w,
+		       shown(name, v->name),
 		       v->sessions, mem, v->calls_rate, v->h2d_rate / 1e6,
 		       v->d2h_rate / 1e6, share);
 	}

@@ -7,6 +7,7 @@
 #include "exclusive.h"
 #include "host.h"
 #include "log.h"
+#include "loglimit.h"
 #include "watchdog.h"
 
 #define POLL_MS		20
@@ -71,7 +72,8 @@ static double ms_since(const struct timespec *t0)
 
 int32_t pvgpu_exclusive_take(struct pvgpu_accounting *acct,
 			     struct pvgpu_slot *slot, int dev,
-			     struct pvgpu_conn *conn)
+			     struct pvgpu_conn *conn,
+			     struct pvgpu_log_limit *lim)
 {
 	uint32_t bit = 1u << dev;
 	uint64_t paused = 0;
@@ -100,8 +102,8 @@ int32_t pvgpu_exclusive_take(struct pvgpu_accounting *acct,
 			clock_gettime(CLOCK_MONOTONIC, &t0);
 			why(acct, slot, other, dev, reason, sizeof(reason));
 			if (wait_ms > 0) {
-				log_info("ctx_create on device %d waits up to %.1f s: %s",
-					 dev, wait_ms / 1e3, reason);
+				pvgpu_session_log(lim, LOG_INFO, "ctx_create on device %d waits up to %.1f s: %s",
+						  dev, wait_ms / 1e3, reason);
 				/* A bounded wait of its own, not a hung call. */
 				paused = pvgpu_watchdog_pause(slot);
 			}
@@ -113,11 +115,11 @@ int32_t pvgpu_exclusive_take(struct pvgpu_accounting *acct,
 			pvgpu_watchdog_resume(slot, paused);
 			why(acct, slot, other, dev, reason, sizeof(reason));
 			if (wait_ms > 0)
-				log_warn("ctx_create on device %d refused after waiting %.1f s: %s (CUDA_ERROR_DEVICE_UNAVAILABLE)",
-					 dev, ms_since(&t0) / 1e3, reason);
+				pvgpu_session_log(lim, LOG_WARN, "ctx_create on device %d refused after waiting %.1f s: %s (CUDA_ERROR_DEVICE_UNAVAILABLE)",
+						  dev, ms_since(&t0) / 1e3, reason);
 			else
-				log_warn("ctx_create on device %d refused: %s (CUDA_ERROR_DEVICE_UNAVAILABLE)",
-					 dev, reason);
+				pvgpu_session_log(lim, LOG_WARN, "ctx_create on device %d refused: %s (CUDA_ERROR_DEVICE_UNAVAILABLE)",
+						  dev, reason);
 			return CUDA_ERROR_DEVICE_UNAVAILABLE;
 		}
 		{
@@ -129,8 +131,8 @@ int32_t pvgpu_exclusive_take(struct pvgpu_accounting *acct,
 	}
 	if (waiting) {
 		pvgpu_watchdog_resume(slot, paused);
-		log_info("device %d free after waiting %.1f s", dev,
-			 ms_since(&t0) / 1e3);
+		pvgpu_session_log(lim, LOG_INFO, "device %d free after waiting %.1f s", dev,
+				  ms_since(&t0) / 1e3);
 	}
 	return CUDA_SUCCESS;
 }

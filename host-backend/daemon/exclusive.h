@@ -21,16 +21,19 @@
 #include "accounting.h"
 
 struct pvgpu_conn;
+struct pvgpu_log_limit;
 
 /*
  * Before creating a context on dev: CUDA_SUCCESS with dev taken for this
  * session (in slot->gpus_held), or CUDA_ERROR_DEVICE_UNAVAILABLE after
- * logging why.  Free for a session that already holds dev.  conn is the
- * session's connection: a guest that hangs up ends the wait early.
+ * logging why (within the session's log limit, lim).  Free for a session
+ * that already holds dev.  conn is the session's connection: a guest that
+ * hangs up ends the wait early.
  */
 int32_t pvgpu_exclusive_take(struct pvgpu_accounting *acct,
 			     struct pvgpu_slot *slot, int dev,
-			     struct pvgpu_conn *conn);
+			     struct pvgpu_conn *conn,
+			     struct pvgpu_log_limit *lim);
 /* The session no longer holds any context on dev. */
 void pvgpu_exclusive_drop(struct pvgpu_slot *slot, int dev);
 

@@ -20,9 +20,10 @@
  * Runs in the foreground, logs to stderr, exits cleanly on SIGTERM; SIGHUP
  * rereads --config (the per-VM policy, see policy.h) and the registry.
  * --call-timeout is the watchdog's limit on one call of a session
- * (watchdog.h): default 300, 0 for none; a VM's call_timeout in the policy
- * overrides it.  --registry names the directory where qemu-device records
- * the VMs it gave a vGPU (registry.h; /run/pvgpu/vms on a host): pvgpud
+ * (watchdog.h): decimal seconds, default 300, 0 for none, else at least
+ * the watchdog's tick; a VM's call_timeout in the policy overrides it.
+ * --registry names the directory where qemu-device records the VMs it
+ * gave a vGPU (registry.h; /run/pvgpu/vms on a host): pvgpud
  * watches it, listens on each vhost-user VM's socket and maps each VM's
  * window.  --metrics serves GET /metrics (Prometheus text) on a loopback
  * address (see metrics.h); `pvgpuctl status` reads it.  Under contention
@@ -38,14 +39,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include "addr.h"
 #include "executor.h"
 #include "log.h"
 #include "metrics.h"
 #include "size.h"
 #include "supervisor.h"
 #include "wait.h"
+#include "watchdog.h"
 #include "pvgpu_proto.h"
 #include "wire.h"
 
@@ -78,6 +83,83 @@ static int bad_usage(const char *what)
 {
 	fprintf(stderr, "pvgpud: %s (try --help)\n", what);
 	return 2;
+}
+
+/*
+ * What --listen URIs can be told wrong before anything listens: a Unix
+ * socket's path must be absolute and, where something is there already,
+ * a socket (a stale one is replaced; a config file named by a typo must
+ * not be); a TCP port is 1..65535.  0, or -1 after saying what is wrong.
+ */
+static int check_listen(const char *uri)
+{
+	char scheme[16], host[256], port[8], why[512];
+	const char *rest;
+	struct stat st;
+
+	if (pvgpu_uri_split(uri, scheme, sizeof(scheme), &rest))
+		return 0;	/* said by the listener: it lists the schemes */
+	if (!strcmp(scheme, "unix") || !strcmp(scheme, "shm")) {
+		if (rest[0] != '/') {
+			snprintf(why, sizeof(why), "--listen %s: the socket's path must be absolute (%s:///PATH)",
+				 log_esc(uri), scheme);
+		} else if (strlen(rest) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
+			snprintf(why, sizeof(why), "--listen %s: the socket's path is longer than %zu bytes",
+				 log_esc(uri),
+				 sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
+		} else if (!lstat(rest, &st) && !S_ISSOCK(st.st_mode)) {
+			snprintf(why, sizeof(why), "--listen %s: %s exists and is not a socket; not replacing it",
+				 log_esc(uri), log_esc(rest));
+		} else {
+			return 0;
+		}
+		bad_usage(why);
+		return -1;
+	}
+	if (!strcmp(scheme, "tcp") &&
+	    pvgpu_host_port(rest, host, sizeof(host), port, sizeof(port))) {
+		snprintf(why, sizeof(why), "--listen %s: want tcp://HOST:PORT, PORT 1..65535",
+			 log_esc(uri));
+		bad_usage(why);
+		return -1;
+	}
+	return 0;
+}
+
+/* --hello-timeout SECONDS into *ms: 0, or -1 after saying what is wrong.
+ * A hello is one round trip: a millisecond at least, an hour at most. */
+static int parse_hello_timeout(const char *s, uint64_t *ms)
+{
+	char why[400];
+
+	if (!pvgpu_parse_duration(s, 0, 1, 3600 * 1000, ms) && *ms)
+		return 0;
+	snprintf(why, sizeof(why), "--hello-timeout %s: want decimal seconds 0.001..3600",
+		 log_esc(s));
+	bad_usage(why);
+	return -1;
+}
+
+/* --call-timeout SECONDS into *ms: 0, or -1 after saying what is wrong. */
+static int parse_call_timeout(const char *s, uint64_t *ms)
+{
+	char why[400];
+
+	switch (pvgpu_parse_duration(s, 0, PVGPU_WATCHDOG_TICK_MS,
+				     PVGPU_MAX_CALL_TIMEOUT_MS, ms)) {
+	case 0:
+		return 0;
+	case PVGPU_DURATION_SHORT:
+		snprintf(why, sizeof(why), "--call-timeout %s is under the watchdog's resolution of %.2f s (0: no limit)",
+			 log_esc(s), PVGPU_WATCHDOG_TICK_MS / 1e3);
+		break;
+	default:
+		snprintf(why, sizeof(why), "--call-timeout %s: want decimal seconds 0..%d (0: no limit)",
+			 log_esc(s), PVGPU_MAX_CALL_TIMEOUT_MS / 1000);
+		break;
+	}
+	bad_usage(why);
+	return -1;
 }
 
 /* --metrics ADDR:PORT: 0, or -1 after saying what is wrong with it. */
@@ -179,6 +261,8 @@ int main(int argc, char **argv)
 		case 'l':
 			if (cfg.nlisten == PVGPU_MAX_LISTENERS)
 				return bad_usage("too many --listen addresses");
+			if (check_listen(optarg))
+				return 2;
 			listen[cfg.nlisten++] = optarg;
 			break;
 		case 'e':
@@ -215,6 +299,9 @@ int main(int argc, char **argv)
 				return bad_usage("--max-sessions must be 1..65536");
 			break;
 		case 't':
+			/* Empty, it would let every TCP caller in: hello's token is "". */
+			if (!*optarg || strlen(optarg) > 256)
+				return bad_usage("--tcp-token must be 1..256 bytes");
 			cfg.tcp_token = optarg;
 			break;
 		case 'M':
@@ -233,26 +320,15 @@ int main(int argc, char **argv)
 				return bad_usage("--registry must be an absolute directory path");
 			cfg.registry = optarg;
 			break;
-		case 'T': {
-			char *end;
-			double v = strtod(optarg, &end);
-
+		case 'T':
 			/* Fractions are for tests; a day is more than any call needs. */
-			if (*end || end == optarg || !(v >= 0 && v <= 86400))
-				return bad_usage("--call-timeout must be 0..86400 seconds (0: no limit)");
-			cfg.call_timeout_ms = (uint64_t)(v * 1000 + 0.5);
+			if (parse_call_timeout(optarg, &cfg.call_timeout_ms))
+				return 2;
 			break;
-		}
-		case 'H': {
-			char *end;
-			double v = strtod(optarg, &end);
-
-			/* Fractions are for tests; a hello is one round trip. */
-			if (*end || end == optarg || !(v >= 0.001 && v <= 3600))
-				return bad_usage("--hello-timeout must be 0.001..3600 seconds");
-			cfg.hello_timeout_ms = (uint64_t)(v * 1000 + 0.5);
+		case 'H':
+			if (parse_hello_timeout(optarg, &cfg.hello_timeout_ms))
+				return 2;
 			break;
-		}
 		case 'U':
 			if (parse_uint(optarg, 1, 65536, &cfg.max_unidentified))
 				return bad_usage("--max-unidentified must be 1..65536");

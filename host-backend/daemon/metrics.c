@@ -166,7 +166,7 @@ static void mhd_message(void *cls, const char *fmt, va_list ap)
 	if (!m->started)
 		snprintf(m->why, sizeof(m->why), "%s", line);
 	else
-		log_debug("metrics: %s", line);
+		log_debug("metrics: %s", log_esc(line));
 }
 
 /* Keep each client socket's number, so a forked worker can close its copy. */

@@ -1,4 +1,5 @@
 /* policy.c - reading the per-VM policy file (see policy.h). */
+#include <ctype.h>
 #include <errno.h>
 #include <arpa/inet.h>
 #ifndef PVGPU_NO_INIH
@@ -8,51 +9,85 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "accounting.h"
 #include "policy.h"
 #include "size.h"
+#include "watchdog.h"
 
-/* What the inih callback needs: the policy being filled and why it failed. */
+/*
+ * inih keeps a section's name in a buffer of 50 bytes (MAX_SECTION in
+ * ini.c; ini.h does not say it) and cuts a longer one short without a
+ * word: two [vm NAME]s alike in their first 46 characters became one VM.
+ * The file's lines are read here (read_line) and such a name refused; the
+ * handler also compares the name it is given with the one read, should
+ * an inih be built to keep fewer.
+ */
+#define INI_SECTION_MAX		50
+#define VM_NAME_MAX		(INI_SECTION_MAX - 1 - 3)	/* "vm " NAME */
+_Static_assert(VM_NAME_MAX < PVGPU_VM_NAME_LEN, "a VM name inih keeps fits");
+#define MAX_SECTIONS		(PVGPU_POLICY_MAX_VMS + 2)	/* + [default], [remote] */
+#define STR_(x)			#x
+#define STR(x)			STR_(x)
+
+/*
+ * What the inih callback needs: the policy being filled and why it failed
+ * (the first failure, and its line); and what the line reader sees that
+ * inih does not tell: the line, the sections so far, where each began.
+ */
 struct parse_state {
 	struct pvgpu_policy *p;
 	char why[256];
+	int why_line;			/* 0: nothing failed */
+	FILE *f;
+	int line;			/* lines read */
+	int key_seen;			/* a key since the last section: indented lines continue it */
+	char section[INI_SECTION_MAX];	/* the one the lines are in */
+	struct {
+		char name[INI_SECTION_MAX];
+		int line;
+	} sections[MAX_SECTIONS];
+	unsigned int nsections;
 };
 
 static int fail(struct parse_state *st, const char *fmt, ...)
 {
 	va_list ap;
 
+	/* inih reads on after a failure: the first one is what to say. */
+	if (st->why_line)
+		return 0;
 	va_start(ap, fmt);
 	vsnprintf(st->why, sizeof(st->why), fmt, ap);
 	va_end(ap);
+	st->why_line = st->line;
 	return 0;	/* inih: stop here, report this line */
 }
 
 /*
- * "10", "10s", "1.5s", "500ms", "2m": milliseconds, at most max_ms.  A
- * bare number is seconds, as in every other duration pvgpud takes.
+ * A duration key: decimal, ms, s or m (pvgpu_parse_duration), at most
+ * max_ms, and if not 0 at least min_ms, the finest what enforces it can
+ * keep.  1 (the key was taken), or 0 after saying what is wrong.
  */
-static int parse_duration(const char *s, int64_t max_ms, int64_t *out)
+static int duration_key(struct parse_state *st, const char *key,
+			const char *value, uint64_t min_ms, const char *resolution,
+			uint64_t max_ms, const char *example, int64_t *out)
 {
-	double v, scale = 1000.0;
-	char *end;
+	uint64_t ms;
 
-	errno = 0;
-	v = strtod(s, &end);
-	if (end == s || errno || *s == '-' || v != v)
-		return -1;
-	if (!strcmp(end, "ms"))
-		scale = 1.0;
-	else if (!strcmp(end, "m"))
-		scale = 60000.0;
-	else if (*end && strcmp(end, "s"))
-		return -1;
-	v *= scale;
-	if (v < 0 || v > (double)max_ms)
-		return -1;
-	*out = (int64_t)(v + 0.5);
-	return 0;
+	switch (pvgpu_parse_duration(value, 1, min_ms, max_ms, &ms)) {
+	case 0:
+		*out = (int64_t)ms;
+		return 1;
+	case PVGPU_DURATION_SHORT:
+		return fail(st, "%s = %s is under %s (0: none)", key, value,
+			    resolution);
+	default:
+		return fail(st, "%s = %s is not a duration of 0..%llus (decimal, e.g. %s)",
+			    key, value, (unsigned long long)(max_ms / 1000),
+			    example);
+	}
 }
 
 static int parse_u32(const char *s, uint32_t max, uint32_t *out)
@@ -180,11 +215,11 @@ static struct pvgpu_vm_policy *vm_section(struct parse_state *st,
 	for (unsigned int i = 0; i < p->nvms; i++)
 		if (!strcmp(p->vms[i].name, name))
 			return &p->vms[i];
-	if (!*name || strlen(name) >= PVGPU_VM_NAME_LEN ||
+	if (!*name || strlen(name) > VM_NAME_MAX ||
 	    strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") !=
 		    strlen(name)) {
 		fail(st, "VM name '%s' must be 1..%d of [A-Za-z0-9._-]", name,
-		     PVGPU_VM_NAME_LEN - 1);
+		     VM_NAME_MAX);
 		return NULL;
 	}
 	if (!strcmp(name, PVGPU_DEFAULT_VM)) {
@@ -231,20 +266,17 @@ static int limit_key(struct parse_state *st, struct pvgpu_vm_policy *vm,
 				    PVGPU_MAX_IPC);
 		return 1;
 	}
-	if (!strcmp(key, "exclusive_wait")) {
-		if (parse_duration(value, PVGPU_MAX_EXCLUSIVE_WAIT_MS,
-				   &vm->exclusive_wait_ms))
-			return fail(st, "exclusive_wait = %s is not a duration of 0..%ds (e.g. 10s, 500ms)",
-				    value, PVGPU_MAX_EXCLUSIVE_WAIT_MS / 1000);
-		return 1;
-	}
-	if (!strcmp(key, "call_timeout")) {
-		if (parse_duration(value, PVGPU_MAX_CALL_TIMEOUT_MS,
-				   &vm->call_timeout_ms))
-			return fail(st, "call_timeout = %s is not a duration of 0..%ds (e.g. 300s, 0 for none)",
-				    value, PVGPU_MAX_CALL_TIMEOUT_MS / 1000);
-		return 1;
-	}
+	/* The wait is kept to the millisecond; the watchdog looks every tick. */
+	if (!strcmp(key, "exclusive_wait"))
+		return duration_key(st, key, value, 1, "the wait's resolution of 1ms",
+				    PVGPU_MAX_EXCLUSIVE_WAIT_MS, "10s, 500ms",
+				    &vm->exclusive_wait_ms);
+	if (!strcmp(key, "call_timeout"))
+		return duration_key(st, key, value, PVGPU_WATCHDOG_TICK_MS,
+				    "the watchdog's resolution of "
+				    STR(PVGPU_WATCHDOG_TICK_MS) "ms",
+				    PVGPU_MAX_CALL_TIMEOUT_MS, "300s, 0 for none",
+				    &vm->call_timeout_ms);
 	return -1;
 }
 
@@ -303,6 +335,10 @@ static int on_key(void *user, const char *section, const char *key,
 	struct pvgpu_vm_policy *vm;
 	int rc;
 
+	/* Not the name the line said: inih cut it (see INI_SECTION_MAX). */
+	if (strcmp(section, st->section))
+		return fail(st, "section [%s...] is longer than the INI reader keeps (%zu bytes)",
+			    section, strlen(section));
 	if (!strcmp(section, "default")) {
 		rc = limit_key(st, &st->p->unknown, key, value);
 		if (rc >= 0)
@@ -371,6 +407,111 @@ static int check_unique(const struct pvgpu_policy *p, char *err, size_t errlen)
 	return 0;
 }
 
+#ifndef PVGPU_NO_INIH
+/*
+ * A section line as inih reads it ("[name]", blanks around, a comment
+ * after): its name into st->section, once per file, and short enough for
+ * inih to keep whole.  0, or -1 after failing.
+ */
+static int section_line(struct parse_state *st, const char *p)
+{
+	const char *end = p + 1, *vm;
+	int blank = 0;
+	size_t n;
+
+	/* inih's find_chars_or_comment: "]", or a ";" after a blank. */
+	for (; *end && *end != ']' && !(blank && *end == ';'); end++)
+		blank = isspace((unsigned char)*end);
+	if (*end != ']')
+		return 0;	/* inih says: a syntax error */
+	n = (size_t)(end - p - 1);
+	if (n >= INI_SECTION_MAX) {
+		if (!strncmp(p + 1, "vm ", 3))
+			fail(st, "[%.*s...]: a VM name has at most %d characters (the INI reader keeps %d bytes of a section's name)",
+			     20, p + 1, VM_NAME_MAX, INI_SECTION_MAX - 1);
+		else
+			fail(st, "[%.*s...]: a section's name has at most %d bytes (what the INI reader keeps)",
+			     20, p + 1, INI_SECTION_MAX - 1);
+		return -1;
+	}
+	memcpy(st->section, p + 1, n);
+	st->section[n] = '\0';
+	st->key_seen = 0;
+	/* [vm  a] is [vm a] (on_key skips the blanks): one VM either way. */
+	vm = !strncmp(st->section, "vm ", 3) ? st->section + 3 + strspn(st->section + 3, " ") : NULL;
+	for (unsigned int i = 0; i < st->nsections; i++) {
+		const char *seen = st->sections[i].name;
+
+		if (vm ? (!strncmp(seen, "vm ", 3) &&
+			  !strcmp(seen + 3 + strspn(seen + 3, " "), vm)) :
+			 !strcmp(seen, st->section)) {
+			fail(st, "[%s] again (first at line %d): each section is given once",
+			     st->section, st->sections[i].line);
+			return -1;
+		}
+	}
+	if (st->nsections == MAX_SECTIONS) {
+		fail(st, "more than %d sections (%d VMs, [default] and [remote])",
+		     MAX_SECTIONS, PVGPU_POLICY_MAX_VMS);
+		return -1;
+	}
+	memcpy(st->sections[st->nsections].name, st->section, n + 1);
+	st->sections[st->nsections++].line = st->line;
+	return 0;
+}
+
+/*
+ * inih's reader (fgets' contract): one line of the file into str, num
+ * bytes at most with its NUL.  It stops inih (NULL) at the first failure,
+ * at a byte no text file has (a binary file named by mistake), at a line
+ * longer than inih reads whole (it would take the rest as a line of its
+ * own), and at a section named twice or too long for inih.
+ */
+static char *read_line(char *str, int num, void *stream)
+{
+	struct parse_state *st = stream;
+	size_t n = 0, len;
+	const char *p;
+	int c = 0;
+
+	if (st->why_line || num < 4)
+		return NULL;
+	while (n < (size_t)num - 1 && c != '\n' && (c = getc(st->f)) != EOF) {
+		if (n == 0)
+			st->line++;
+		if ((c < 0x20 && c != '\t' && c != '\r' && c != '\n') || c == 0x7f) {
+			fail(st, "byte 0x%02x: a policy file is text", c);
+			return NULL;
+		}
+		str[n++] = (char)c;
+	}
+	if (!n)
+		return NULL;
+	str[n] = '\0';
+	/* Cut short, a line ends in neither: too long as well. */
+	len = n - (str[n - 1] == '\n') - (n > 1 && str[n - 2] == '\r');
+	if (len > (size_t)num - 3) {
+		fail(st, "longer than the %d bytes a line the INI reader takes",
+		     num - 3);
+		return NULL;
+	}
+	p = str;
+	if (st->line == 1 && !strncmp(p, "\xef\xbb\xbf", 3))
+		p += 3;			/* a UTF-8 BOM, which inih skips */
+	while (isspace((unsigned char)*p))
+		p++;
+	if (p > str && st->key_seen && *p)
+		return str;		/* a value's continuation (inih's multiline) */
+	if (*p == '[') {
+		if (section_line(st, p))
+			return NULL;
+	} else if (*p && *p != ';' && *p != '#') {
+		st->key_seen = 1;
+	}
+	return str;
+}
+#endif
+
 int pvgpu_policy_load(const char *path, struct pvgpu_policy *p,
 		      char *err, size_t errlen)
 {
@@ -393,22 +534,54 @@ int pvgpu_policy_load(const char *path, struct pvgpu_policy *p,
 	(void)line;
 	(void)on_key;
 	(void)check_unique;
-	(void)parse_duration;
 	snprintf(err, errlen,
 		 "cannot read %s: this pvgpud was built without inih (libinih-dev)",
 		 path);
 	return -1;
 #else
-	line = ini_parse(path, on_key, &st);
+	struct stat sb;
+
+	st.f = fopen(path, "r");
+	if (!st.f) {
+		snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+		return -1;
+	}
+	if (fstat(fileno(st.f), &sb)) {
+		snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+		goto err_file;
+	}
+	/* A directory reads as an empty file: zero VMs, and no word said. */
+	if (!S_ISREG(sb.st_mode)) {
+		snprintf(err, errlen, "%s is %s, not a policy file", path,
+			 S_ISDIR(sb.st_mode) ? "a directory" : "not a regular file");
+		goto err_file;
+	}
+	line = ini_parse_stream(read_line, &st, on_key, &st);
+	if (ferror(st.f)) {
+		snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+		goto err_file;
+	}
+	/* The first of inih's syntax errors and our refusals. */
+	if (line > 0 && (!st.why_line || line < st.why_line)) {
+		snprintf(err, errlen, "%s:%d: syntax error (want [SECTION] or KEY = VALUE)",
+			 path, line);
+		goto err_file;
+	}
+	if (st.why_line) {
+		snprintf(err, errlen, "%s:%d: %s", path, st.why_line, st.why);
+		goto err_file;
+	}
 	if (line < 0) {
-		snprintf(err, errlen, "cannot read %s", path);
-		return -1;
+		snprintf(err, errlen, "cannot read %s: out of memory", path);
+		goto err_file;
 	}
-	if (line > 0) {
-		snprintf(err, errlen, "%s:%d: %s", path, line,
-			 st.why[0] ? st.why : "syntax error");
-		return -1;
+	/* An empty policy would refuse everyone, and say nothing of why. */
+	if (!st.nsections) {
+		snprintf(err, errlen, "%s has no sections: want [default], [remote] or [vm NAME] (policy.h)",
+			 path);
+		goto err_file;
 	}
+	fclose(st.f);
 	if (check_unique(p, err, errlen))
 		return -1;
 	/* What [default] says about waiting and call time holds for every VM that says nothing. */
@@ -419,6 +592,10 @@ int pvgpu_policy_load(const char *path, struct pvgpu_policy *p,
 			p->vms[i].call_timeout_ms = p->unknown.call_timeout_ms;
 	}
 	return 0;
+
+err_file:
+	fclose(st.f);
+	return -1;
 #endif
 }
 

@@ -27,14 +27,24 @@
  *   call_timeout = 300s      ; watchdog limit on one call (0: none)
  *   weight = 2               ; share of GPU time under contention (gpusched.h)
  *
- * Sizes take a K, M, G or T suffix (powers of 1024); durations are seconds,
- * or take ms, s or m.  A missing memory, pinned or max_sessions means no
- * limit; missing gpus means every device.  Identities come from the channel
- * only: uid and cid are what the kernel says about the peer, and a token is
- * the one thing a TCP caller can prove.  A uid, cid or token may name one
- * VM only.  addresses (IPv4 or IPv6, up to 16) binds the VM's token to
- * the source addresses a network channel (tcp://, verbs://) reports: a
- * caller presenting the token from any other address is refused.
+ * Sizes take a K, M, G or T suffix (powers of 1024); durations are decimal
+ * seconds, or take ms, s or m, and one that is not 0 is at least what
+ * keeps it: 250ms for call_timeout (the watchdog's tick), 1ms for
+ * exclusive_wait.  A missing memory, pinned or max_sessions means no
+ * limit; missing gpus means every device.
+ *
+ * The file is refused, with its line, where it cannot mean one thing: a
+ * section given twice, a VM name longer than 46 characters (the INI
+ * reader, inih, keeps 49 bytes of a section's name and would cut two
+ * names into one), a line longer than inih reads whole, a byte no text
+ * has, and a file with no section at all (empty, a directory).
+ *
+ * Identities come from the channel only: uid and cid are what the kernel
+ * says about the peer, and a token is the one thing a TCP caller can
+ * prove.  A uid, cid or token may name one VM only.  addresses (IPv4 or
+ * IPv6, up to 16) binds the VM's token to the source addresses a network
+ * channel (tcp://, verbs://) reports: a caller presenting the token from
+ * any other address is refused.
  *
  * memory counts device allocations and, for each loaded module, its image
  * size: the driver does not say what a module takes, and the image bounds

@@ -220,16 +220,17 @@ static int load_entry(const char *path, struct pvgpu_vm_record *r)
 	memset(r, 0, sizeof(*r));
 	line = ini_parse(path, on_key, &st);
 	if (line < 0) {
-		log_warn("registry: %s left out: cannot read it", path);
+		log_warn("registry: %s left out: cannot read it", log_esc(path));
 		return -1;
 	}
 	if (line > 0) {
-		log_warn("registry: %s:%d left out: %s", path, line,
-			 st.why[0] ? st.why : "syntax error");
+		log_warn("registry: %s:%d left out: %s", log_esc(path), line,
+			 st.why[0] ? log_esc(st.why) : "syntax error");
 		return -1;
 	}
 	if (!entry_complete(&st)) {
-		log_warn("registry: %s left out: %s", path, st.why);
+		log_warn("registry: %s left out: %s", log_esc(path),
+			 log_esc(st.why));
 		return -1;
 	}
 	if (!window_described(&r->window)) {
@@ -292,7 +293,7 @@ int pvgpu_registry_load(const char *dir, struct pvgpu_registry *r,
 			continue;
 		if (r->nvms == PVGPU_REGISTRY_MAX) {
 			log_warn("registry: more than %d VMs; %s and later ones left out",
-				 PVGPU_REGISTRY_MAX, de->d_name);
+				 PVGPU_REGISTRY_MAX, log_esc(de->d_name));
 			break;
 		}
 		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
@@ -303,7 +304,7 @@ int pvgpu_registry_load(const char *dir, struct pvgpu_registry *r,
 		if (pvgpu_registry_by_name(r, rec->name) ||
 		    pvgpu_registry_lookup(r, &id)) {
 			log_warn("registry: %s left out: vm %s or cid %u is already registered",
-				 path, rec->name, rec->cid);
+				 log_esc(path), rec->name, rec->cid);
 			continue;
 		}
 		r->nvms++;

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "gpusched.h"
+#include "log.h"
 #include "stats.h"
 
 int pvgpu_stats_init(struct pvgpu_stats *st, struct pvgpu_accounting *acct)
@@ -194,19 +195,19 @@ static void family(FILE *f, const char *name, const char *type,
 	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-/* A label value: backslash, double quote and newline are escaped. */
+/*
+ * A label value, as the log would show it (a device name comes from the
+ * driver or from another node): then backslash and double quote escaped
+ * for the exposition format, and no newline left to escape.
+ */
 static void label(FILE *f, const char *key, const char *value)
 {
-	fprintf(f, "%s=\"", key);
-	for (const char *p = value; *p; p++) {
-		if (*p == '\\' || *p == '"')
-			fprintf(f, "\\%c", *p);
-		else if (*p == '\n')
-			fputs("\\n", f);
-		else
-			fputc(*p, f);
-	}
-	fputc('"', f);
+	/* A name of 63 bytes, each shown as \\xNN. */
+	char esc[64 * 5 + 4];
+
+	fprintf(f, "%s=\"%s\"", key,
+		pvgpu_escape(esc, sizeof(esc), value, PVGPU_ESC_STR,
+			     PVGPU_ESC_LABEL));
 }
 
 static void real(FILE *f, double v, const char *fmt)

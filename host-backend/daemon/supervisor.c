@@ -72,7 +72,7 @@ static int probe_executor(const struct pvgpu_executor_ops *exec,
 		close(p[0]);
 		if (!ex) {
 			log_warn("executor %s: no GPU available: %s; sessions will get cudaErrorNoDevice",
-				 exec->name, err);
+				 exec->name, log_esc(err));
 			_exit(0);
 		}
 		exec->device_count(ex, &count);
@@ -89,7 +89,8 @@ static int probe_executor(const struct pvgpu_executor_ops *exec,
 			gpus[d].name[sizeof(gpus[d].name) - 1] = '\0';
 			exec->device_total_mem(ex, d, &gpus[d].mem_total);
 			human_bytes(gpus[d].mem_total, human, sizeof(human));
-			log_info("  device %d: %s, %s", d, gpus[d].name, human);
+			log_info("  device %d: %s, %s", d,
+				 log_esc(gpus[d].name), human);
 		}
 		exec->close(ex);
 		/*

@@ -86,11 +86,11 @@ int32_t pvgpu_handle_array_create(struct pvgpu_worker *w,
 	if (!w->ex_ops->array_create)
 		return CUDA_ERROR_NOT_SUPPORTED;
 	if (!fb) {
-		log_debug("array format %#x is not supported", req->format);
+		wlog_debug(w, "array format %#x is not supported", req->format);
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
 	if (req->flags & ~ARRAY_FLAGS) {
-		log_debug("array flags %#x are not supported", req->flags);
+		wlog_debug(w, "array flags %#x are not supported", req->flags);
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
 	if ((req->channels != 1 && req->channels != 2 && req->channels != 4) ||

@@ -206,8 +206,8 @@ int32_t pvgpu_handle_stream_capture_info(struct pvgpu_worker *w,
 		return CUDA_SUCCESS;
 	}
 	if (count > LEN(rep->deps)) {
-		log_debug("capture info: %llu dependencies, pvgpu carries %zu",
-			  (unsigned long long)count, LEN(rep->deps));
+		wlog_debug(w, "capture info: %llu dependencies, pvgpu carries %zu",
+			   (unsigned long long)count, LEN(rep->deps));
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
 	rep->graph = graph ? pvgpu_graph_id(w, graph) : 0;

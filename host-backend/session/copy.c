@@ -36,9 +36,9 @@ static int32_t staging_ready(struct pvgpu_worker *w)
 		return 0;
 	/* Page-locked host memory taken for this VM: its pinned figure (policy.h). */
 	if (pvgpu_accounting_pin(w->acct, w->slot, bytes)) {
-		log_info("cannot set up %d staging buffers of %u bytes: over the pinned quota of vm %s",
-			 PVGPU_STAGING_BUFFERS, w->cfg->block,
-			 w->acct->vms[atomic_load(&w->slot->vm)].name);
+		wlog_info(w, "cannot set up %d staging buffers of %u bytes: over the pinned quota of vm %s",
+			  PVGPU_STAGING_BUFFERS, w->cfg->block,
+			  w->acct->vms[atomic_load(&w->slot->vm)].name);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	w->staging_pinned = bytes;
@@ -55,8 +55,8 @@ static int32_t staging_ready(struct pvgpu_worker *w)
 	}
 	return 0;
 err:
-	log_warn("cannot set up %d pinned staging buffers of %u bytes: CUresult %d",
-		 PVGPU_STAGING_BUFFERS, w->cfg->block, st);
+	wlog_warn(w, "cannot set up %d pinned staging buffers of %u bytes: CUresult %d",
+		  PVGPU_STAGING_BUFFERS, w->cfg->block, st);
 	pvgpu_staging_release(w);
 	return st;
 }

@@ -192,7 +192,7 @@ static int32_t node_check(struct pvgpu_worker *w,
 			return CUDA_ERROR_INVALID_VALUE;
 		break;
 	default:
-		log_debug("graph node type %u is not supported", req->type);
+		wlog_debug(w, "graph node type %u is not supported", req->type);
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
 	n->dst = req->dst;

@@ -88,7 +88,7 @@ int32_t pvgpu_handle_ipc_open_mem_handle(struct pvgpu_worker *w,
 	if (req->handle_len != 64)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (pvgpu_ipc_get(w->acct, w->slot, PVGPU_IPC_MEM, req->handle, handle, &size)) {
-		log_debug("ipc_open_mem_handle: no handle of this VM's by that token");
+		wlog_debug(w, "ipc_open_mem_handle: no handle of this VM's by that token");
 		return CUDA_ERROR_INVALID_VALUE;
 	}
 	if (!w->ex_ops->ipc_open)
@@ -162,7 +162,7 @@ int32_t pvgpu_handle_ipc_open_event_handle(struct pvgpu_worker *w,
 	if (req->handle_len != 64)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (pvgpu_ipc_get(w->acct, w->slot, PVGPU_IPC_EVENT, req->handle, handle, &size)) {
-		log_debug("ipc_open_event_handle: no event of this VM's by that token");
+		wlog_debug(w, "ipc_open_event_handle: no event of this VM's by that token");
 		return CUDA_ERROR_INVALID_VALUE;
 	}
 	if (!w->ex_ops->ipc_event_open)
@@ -212,7 +212,7 @@ int32_t pvgpu_handle_vmm_import(struct pvgpu_worker *w,
 		return CUDA_ERROR_NOT_SUPPORTED;
 	if (req->token_len != PVGPU_IPC_TOKEN ||
 	    pvgpu_ipc_get(w->acct, w->slot, PVGPU_IPC_VMM, req->token, handle, &size)) {
-		log_debug("vmm_import: no memory of this VM's by that token");
+		wlog_debug(w, "vmm_import: no memory of this VM's by that token");
 		return CUDA_ERROR_INVALID_VALUE;
 	}
 	if (!w->ex_ops->vmm_import)

@@ -35,8 +35,8 @@ static int32_t host_pointer_usable(struct pvgpu_worker *w, int32_t device)
 	    w->ex_ops->device_attribute(w->ex, device,
 					CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM,
 					&v) || !v) {
-		log_debug("managed_alloc: device %d cannot use host pointers for registered memory: not supported",
-			  device);
+		wlog_debug(w, "managed_alloc: device %d cannot use host pointers for registered memory: not supported",
+			   device);
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
 	return CUDA_SUCCESS;
@@ -55,8 +55,8 @@ int32_t pvgpu_window_pin_same(struct pvgpu_worker *w, struct pvgpu_window_pin *p
 	if (st)
 		return st;
 	if (dptr != host) {
-		log_debug("window: the device's address 0x%llx for registered memory at 0x%llx differs: not supported",
-			  (unsigned long long)dptr, (unsigned long long)host);
+		wlog_debug(w, "window: the device's address 0x%llx for registered memory at 0x%llx differs: not supported",
+			   (unsigned long long)dptr, (unsigned long long)host);
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
 	if (pvgpu_alloc_add(&w->allocs, &(struct pvgpu_alloc){
@@ -77,9 +77,9 @@ int32_t pvgpu_handle_managed_alloc(struct pvgpu_worker *w,
 	int32_t st;
 
 	if (!win->base || !win->same_address) {
-		log_debug("managed_alloc: %s: not supported",
-			  win->base ? "the window is not at the guest's address here" :
-				      "no shared window");
+		wlog_debug(w, "managed_alloc: %s: not supported",
+			   win->base ? "the window is not at the guest's address here" :
+				       "no shared window");
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
 	if (!w->cur_ctx)
@@ -93,9 +93,9 @@ int32_t pvgpu_handle_managed_alloc(struct pvgpu_worker *w,
 	if (st)
 		return st;
 	if (pvgpu_accounting_charge(w->acct, w->slot, req->size)) {
-		log_debug("managed_alloc of %llu bytes: over the quota of vm %s",
-			  (unsigned long long)req->size,
-			  w->acct->vms[atomic_load(&w->slot->vm)].name);
+		wlog_debug(w, "managed_alloc of %llu bytes: over the quota of vm %s",
+			   (unsigned long long)req->size,
+			   w->acct->vms[atomic_load(&w->slot->vm)].name);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	st = pvgpu_window_pin(w, req->offset, req->size, &pin);

@@ -54,8 +54,8 @@ static int32_t load_image(struct pvgpu_worker *w, const uint8_t *image,
 	if (!ctx)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	if (pvgpu_accounting_charge(w->acct, w->slot, len)) {
-		log_debug("module of %zu bytes: over the quota of vm %s", len,
-			  w->acct->vms[atomic_load(&w->slot->vm)].name);
+		wlog_debug(w, "module of %zu bytes: over the quota of vm %s", len,
+			   w->acct->vms[atomic_load(&w->slot->vm)].name);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	st = jit ? w->ex_ops->module_load_jit(w->ex, jit, &module) :
@@ -109,8 +109,8 @@ int32_t pvgpu_handle_module_load(struct pvgpu_worker *w,
 	}
 	image[req->size] = '\0';
 	if (pvgpu_image_check(image, req->size)) {
-		log_info("module_load: image of %llu bytes is not a whole fatbinary, cubin or PTX",
-			 (unsigned long long)req->size);
+		wlog_info(w, "module_load: image of %llu bytes is not a whole fatbinary, cubin or PTX",
+			  (unsigned long long)req->size);
 		free(image);
 		return CUDA_ERROR_INVALID_IMAGE;
 	}
@@ -120,7 +120,7 @@ int32_t pvgpu_handle_module_load(struct pvgpu_worker *w,
 		rep->hash_len = PVGPU_HASH_SIZE;
 		if (pvgpu_modcache_put(w->cfg->module_cache, rep->hash, image,
 				       req->size))
-			log_warn("cannot store a module in %s", w->cfg->module_cache);
+			wlog_warn(w, "cannot store a module in %s", w->cfg->module_cache);
 	}
 	free(image);
 	return st;
@@ -388,8 +388,9 @@ static int attr_values(uint32_t id)
 
 /* The guest's attribute words, checked, into attrs (room for
  * PVGPU_MAX_LAUNCH_ATTRS). */
-static int32_t launch_attrs(const uint32_t *words, uint32_t nwords,
-			    struct pvgpu_launch_attr *attrs, uint32_t *nattrs)
+static int32_t launch_attrs(struct pvgpu_worker *w, const uint32_t *words,
+			    uint32_t nwords, struct pvgpu_launch_attr *attrs,
+			    uint32_t *nattrs)
 {
 	if (nwords % 4 || nwords / 4 > PVGPU_MAX_LAUNCH_ATTRS)
 		return CUDA_ERROR_INVALID_VALUE;
@@ -398,8 +399,8 @@ static int32_t launch_attrs(const uint32_t *words, uint32_t nwords,
 		int n = attr_values(a[0]);
 
 		if (!n) {
-			log_debug("launch attribute %u is not supported",
-				  a[0]);
+			wlog_debug(w, "launch attribute %u is not supported",
+				   a[0]);
 			return CUDA_ERROR_NOT_SUPPORTED;
 		}
 		for (int v = n; v < 3; v++)
@@ -476,7 +477,8 @@ int32_t pvgpu_handle_launch_kernel_ex(struct pvgpu_worker *w,
 {
 	struct pvgpu_launch_attr attrs[PVGPU_MAX_LAUNCH_ATTRS];
 	struct pvgpu_launch l = { PVGPU_LAUNCH_SHAPE(req), .attrs = attrs };
-	int32_t st = launch_attrs(req->attrs, req->attrs_count, attrs, &l.nattrs);
+	int32_t st = launch_attrs(w, req->attrs, req->attrs_count, attrs,
+				  &l.nattrs);
 
 	return st ? st : pvgpu_kernel_launch(w, &l, req->func, req->stream, 0);
 }

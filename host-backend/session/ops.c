@@ -95,7 +95,7 @@ int32_t pvgpu_handle_hello(struct pvgpu_worker *w,
 	int32_t count = 0, st;
 
 	if (w->said_hello) {
-		log_info("hello sent twice: refused");
+		wlog_info(w, "hello sent twice: refused");
 		return CUDA_ERROR_INVALID_VALUE;
 	}
 	/*
@@ -104,19 +104,20 @@ int32_t pvgpu_handle_hello(struct pvgpu_worker *w,
 	 */
 	w->said_hello = -1;		/* anything refused below ends the session */
 	if (version < 1 || version < req->version_min) {
-		log_warn("guest speaks protocol %u..%u, this backend %d..%d: refused",
-			 req->version_min, req->version_max, 1, PVGPU_PROTO_VERSION);
+		wlog_warn(w, "guest speaks protocol %u..%u, this backend %d..%d: refused",
+			  req->version_min, req->version_max, 1, PVGPU_PROTO_VERSION);
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
 	if (req->required & ~(uint64_t)PVGPU_FEATURES_KNOWN) {
-		log_warn("guest '%s' needs feature bits %#llx, which this backend lacks (it knows %#llx): refused",
-			 req->client,
-			 (unsigned long long)(req->required & ~(uint64_t)PVGPU_FEATURES_KNOWN),
-			 (unsigned long long)PVGPU_FEATURES_KNOWN);
+		wlog_warn(w, "guest '%s' needs feature bits %#llx, which this backend lacks (it knows %#llx): refused",
+			  log_esc(req->client),
+			  (unsigned long long)(req->required & ~(uint64_t)PVGPU_FEATURES_KNOWN),
+			  (unsigned long long)PVGPU_FEATURES_KNOWN);
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
 	if (!w->ex) {
-		log_info("no device for client '%s': %s", req->client, w->ex_error);
+		wlog_info(w, "no device for client '%s': %s", log_esc(req->client),
+			  log_esc(w->ex_error));
 		return CUDA_ERROR_NO_DEVICE;
 	}
 	st = w->ex_ops->device_count(w->ex, &count);
@@ -138,11 +139,11 @@ int32_t pvgpu_handle_hello(struct pvgpu_worker *w,
 	if (!w->ex_ops->stream_write_value)
 		w->features &= ~PVGPU_FEATURE_SIGNAL;	/* the device cannot write it */
 	rep->features = req->features ? w->features : 0;
-	log_debug("hello from '%s' (guest pid %u): protocol %u, %d device(s), features %#llx agreed (guest %#llx, backend %#llx)",
-		  req->client, req->pid, version, count,
-		  (unsigned long long)w->features,
-		  (unsigned long long)req->features,
-		  (unsigned long long)PVGPU_FEATURES_KNOWN);
+	wlog_debug(w, "hello from '%s' (guest pid %u): protocol %u, %d device(s), features %#llx agreed (guest %#llx, backend %#llx)",
+		   log_esc(req->client), req->pid, version, count,
+		   (unsigned long long)w->features,
+		   (unsigned long long)req->features,
+		   (unsigned long long)PVGPU_FEATURES_KNOWN);
 	return CUDA_SUCCESS;
 }
 
@@ -242,7 +243,8 @@ int32_t pvgpu_handle_ctx_create(struct pvgpu_worker *w,
 	if (!w->ex)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	/* Exclusive mode: the device must be ours to take before we touch it. */
-	st = pvgpu_exclusive_take(w->acct, w->slot, req->device, w->conn);
+	st = pvgpu_exclusive_take(w->acct, w->slot, req->device, w->conn,
+				  &w->loglim);
 	if (st)
 		return st;
 	st = w->ex_ops->ctx_create(w->ex, req->device, &ctx);
@@ -364,9 +366,9 @@ int32_t pvgpu_handle_mem_alloc(struct pvgpu_worker *w,
 		return CUDA_ERROR_INVALID_VALUE;
 	/* The VM's quota first: charged as pending so that no other session of it can take the same bytes. */
 	if (pvgpu_accounting_charge(w->acct, w->slot, req->size)) {
-		log_debug("mem_alloc of %llu bytes: over the quota of vm %s",
-			  (unsigned long long)req->size,
-			  w->acct->vms[atomic_load(&w->slot->vm)].name);
+		wlog_debug(w, "mem_alloc of %llu bytes: over the quota of vm %s",
+			   (unsigned long long)req->size,
+			   w->acct->vms[atomic_load(&w->slot->vm)].name);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	st = w->ex_ops->mem_alloc(w->ex, req->size, &a.base);

@@ -144,14 +144,14 @@ static int deliver_fd(struct pvgpu_worker *w, int fd, uint64_t size)
 	}
 	if (off < size) {
 		w->output_dropped += size - off;
-		log_debug("device output: %llu bytes on fd %d not delivered (%s)",
-			  (unsigned long long)(size - off), fd,
-			  w->features & PVGPU_FEATURE_OUTPUT ? "over the limit" :
-							       "guest without the output feature");
+		wlog_debug(w, "device output: %llu bytes on fd %d not delivered (%s)",
+			   (unsigned long long)(size - off), fd,
+			   w->features & PVGPU_FEATURE_OUTPUT ? "over the limit" :
+								"guest without the output feature");
 	}
 	/* Appends continue at 0; the driver writes only while we wait on it. */
 	if (ftruncate(fd, 0))
-		log_debug("device output: ftruncate: %s", strerror(errno));
+		wlog_debug(w, "device output: ftruncate: %s", strerror(errno));
 	return rc;
 }
 

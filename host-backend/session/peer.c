@@ -138,8 +138,8 @@ int32_t pvgpu_handle_ctx_enable_peer_access(struct pvgpu_worker *w,
 		return CUDA_ERROR_INVALID_VALUE;
 	st = w->ex_ops->ctx_enable_peer_access(w->ex, peer->exec_handle, 0);
 	if (!st)
-		log_debug("peer access enabled: context on device %d to device %d",
-			  own_ctx(w, w->cur_ctx)->device, peer->device);
+		wlog_debug(w, "peer access enabled: context on device %d to device %d",
+			   own_ctx(w, w->cur_ctx)->device, peer->device);
 	return st;
 }
 

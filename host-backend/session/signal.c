@@ -48,12 +48,12 @@ static int word_ready(struct pvgpu_worker *w)
 		return 1;
 	st = w->ex_ops->host_register(w->ex, page, 4096);
 	if (st && st != CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED) {
-		log_debug("signal: cannot pin the completion word: CUresult %d; replies as before", st);
+		wlog_debug(w, "signal: cannot pin the completion word: CUresult %d; replies as before", st);
 		return 0;
 	}
 	st = w->ex_ops->host_device_pointer(w->ex, w->signal_word, &w->signal_dptr);
 	if (st) {
-		log_debug("signal: no device address for the completion word: CUresult %d; replies as before", st);
+		wlog_debug(w, "signal: no device address for the completion word: CUresult %d; replies as before", st);
 		w->signal_dptr = 0;
 		return 0;
 	}
@@ -76,7 +76,7 @@ int pvgpu_signal_queue(struct pvgpu_worker *w, uint64_t stream)
 	if (st) {
 		/* The call's own wait then gives its error (a faulted context...). */
 		if (st == CUDA_ERROR_NOT_SUPPORTED || st == CUDA_ERROR_INVALID_VALUE) {
-			log_debug("signal: the device's write cannot be queued: CUresult %d; replies as before", st);
+			wlog_debug(w, "signal: the device's write cannot be queued: CUresult %d; replies as before", st);
 			w->signal_word = NULL;
 		}
 		return 0;

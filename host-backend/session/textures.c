@@ -86,7 +86,7 @@ static int32_t tex_resource(struct pvgpu_worker *w,
 	case CU_RESOURCE_TYPE_PITCH2D:
 		break;
 	case CU_RESOURCE_TYPE_MIPMAPPED_ARRAY:
-		log_debug("texture on a mipmapped array is not supported");
+		wlog_debug(w, "texture on a mipmapped array is not supported");
 		return CUDA_ERROR_NOT_SUPPORTED;
 	default:
 		return CUDA_ERROR_INVALID_VALUE;

@@ -92,8 +92,8 @@ int32_t pvgpu_vmm_before(struct pvgpu_worker *w, const struct pvgpu_generic_fn *
 		if (!a[1])
 			return CUDA_ERROR_INVALID_VALUE;
 		if (pvgpu_accounting_charge(w->acct, w->slot, a[1])) {
-			log_debug("cuMemCreate of %llu bytes: over the VM's quota",
-				  (unsigned long long)a[1]);
+			wlog_debug(w, "cuMemCreate of %llu bytes: over the VM's quota",
+				   (unsigned long long)a[1]);
 			return CUDA_ERROR_OUT_OF_MEMORY;
 		}
 		c->charge = a[1];

@@ -83,22 +83,22 @@ static int open_vm_window(struct pvgpu_worker *w,
 	int fd;
 
 	if (!vw->path[0]) {
-		log_info("window_attach: window 0x%016llx named, but %s has no registered window",
-			 (unsigned long long)req->window_id,
-			 w->peer.vm.name[0] ? w->peer.vm.name : "this caller");
+		wlog_info(w, "window_attach: window 0x%016llx named, but %s has no registered window",
+			  (unsigned long long)req->window_id,
+			  w->peer.vm.name[0] ? w->peer.vm.name : "this caller");
 		return -1;
 	}
 	if (req->window_id != vw->id || req->size != vw->size) {
-		log_warn("window_attach: the guest names window 0x%016llx of %llu bytes, vm %s has 0x%016llx of %llu bytes: refused",
-			 (unsigned long long)req->window_id,
-			 (unsigned long long)req->size, w->peer.vm.name,
-			 (unsigned long long)vw->id,
-			 (unsigned long long)vw->size);
+		wlog_warn(w, "window_attach: the guest names window 0x%016llx of %llu bytes, vm %s has 0x%016llx of %llu bytes: refused",
+			  (unsigned long long)req->window_id,
+			  (unsigned long long)req->size, w->peer.vm.name,
+			  (unsigned long long)vw->id,
+			  (unsigned long long)vw->size);
 		return -1;
 	}
 	fd = pvgpu_vm_window_open(vw, err, sizeof(err));
 	if (fd < 0)
-		log_warn("window_attach: vm %s: %s", w->peer.vm.name, err);
+		wlog_warn(w, "window_attach: vm %s: %s", w->peer.vm.name, err);
 	return fd;
 }
 
@@ -112,7 +112,8 @@ static int open_vm_window(struct pvgpu_worker *w,
  */
 #define LOW_FLOOR	(16ull << 20)
 
-static void *map_window(int fd, uint64_t size, uint64_t guest_base, int *same)
+static void *map_window(struct pvgpu_worker *w, int fd, uint64_t size,
+			uint64_t guest_base, int *same)
 {
 	void *want = (void *)(uintptr_t)guest_base, *base = MAP_FAILED;
 
@@ -128,13 +129,13 @@ static void *map_window(int fd, uint64_t size, uint64_t guest_base, int *same)
 			errno = EEXIST;
 		}
 		if (base == MAP_FAILED)
-			log_debug("window: the guest's address 0x%llx is not free here (%s): no managed memory for this session",
-				  (unsigned long long)guest_base, strerror(errno));
+			wlog_debug(w, "window: the guest's address 0x%llx is not free here (%s): no managed memory for this session",
+				   (unsigned long long)guest_base, strerror(errno));
 		else
 			*same = 1;
 	} else if (guest_base) {
-		log_debug("window: the guest's address 0x%llx is not one to map at: no managed memory for this session",
-			  (unsigned long long)guest_base);
+		wlog_debug(w, "window: the guest's address 0x%llx is not one to map at: no managed memory for this session",
+			   (unsigned long long)guest_base);
 	}
 	if (base == MAP_FAILED)
 		base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -155,7 +156,7 @@ int32_t pvgpu_handle_window_attach(struct pvgpu_worker *w,
 	void *base;
 
 	if (fd >= 0 && req->window_id) {
-		log_info("window_attach: a file descriptor and a window id; refused");
+		wlog_info(w, "window_attach: a file descriptor and a window id; refused");
 		close(fd);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
@@ -164,15 +165,15 @@ int32_t pvgpu_handle_window_attach(struct pvgpu_worker *w,
 	    !w->conn->ops->window(w->conn, &chan_base, &chan_size))
 		borrowed = 1;
 	if (fd < 0 && !req->window_id && !borrowed) {
-		log_info("window_attach without a file descriptor");
+		wlog_info(w, "window_attach without a file descriptor");
 		return CUDA_ERROR_INVALID_VALUE;
 	}
 	if (borrowed) {
 		if (win->base || req->size < PVGPU_WINDOW_HDR_SIZE ||
 		    req->size != chan_size) {
-			log_info("window_attach: %llu bytes named, the channel's window has %llu: refused",
-				 (unsigned long long)req->size,
-				 (unsigned long long)chan_size);
+			wlog_info(w, "window_attach: %llu bytes named, the channel's window has %llu: refused",
+				  (unsigned long long)req->size,
+				  (unsigned long long)chan_size);
 			return CUDA_ERROR_INVALID_VALUE;
 		}
 		base = chan_base;
@@ -188,11 +189,11 @@ int32_t pvgpu_handle_window_attach(struct pvgpu_worker *w,
 			close(fd);
 			return CUDA_ERROR_INVALID_VALUE;
 		}
-		base = map_window(fd, req->size, req->guest_base, &same);
+		base = map_window(w, fd, req->size, req->guest_base, &same);
 		close(fd);
 		if (base == MAP_FAILED) {
-			log_warn("cannot map a %llu-byte window: %s",
-				 (unsigned long long)req->size, strerror(errno));
+			wlog_warn(w, "cannot map a %llu-byte window: %s",
+				  (unsigned long long)req->size, strerror(errno));
 			return CUDA_ERROR_INVALID_VALUE;
 		}
 	}
@@ -206,8 +207,8 @@ int32_t pvgpu_handle_window_attach(struct pvgpu_worker *w,
 	    hdr.slot_size < MIN_SLOT || hdr.slot_size > MAX_SLOT ||
 	    hdr.staging_offset < PVGPU_WINDOW_HDR_SIZE ||
 	    hdr.staging_offset > req->size || staging_end > req->size) {
-		log_warn("window header is not a valid pvgpu layout %u window of %llu bytes: refused",
-			 PVGPU_WINDOW_LAYOUT, (unsigned long long)req->size);
+		wlog_warn(w, "window header is not a valid pvgpu layout %u window of %llu bytes: refused",
+			  PVGPU_WINDOW_LAYOUT, (unsigned long long)req->size);
 		if (!borrowed)
 			munmap(base, req->size);
 		return CUDA_ERROR_INVALID_VALUE;
@@ -221,9 +222,9 @@ int32_t pvgpu_handle_window_attach(struct pvgpu_worker *w,
 			cap = pvgpu_ring_check_region(req->ring_offset, req->ring_size,
 						      req->size, staging_end, &why);
 		if (!cap) {
-			log_warn("window_attach: control ring at %llu, %llu bytes: %s; refused",
-				 (unsigned long long)req->ring_offset,
-				 (unsigned long long)req->ring_size, why);
+			wlog_warn(w, "window_attach: control ring at %llu, %llu bytes: %s; refused",
+				  (unsigned long long)req->ring_offset,
+				  (unsigned long long)req->ring_size, why);
 			if (!borrowed)
 				munmap(base, req->size);
 			return CUDA_ERROR_INVALID_VALUE;
@@ -236,7 +237,7 @@ int32_t pvgpu_handle_window_attach(struct pvgpu_worker *w,
 								req->ring_offset);
 		w->ring_pending = 1;
 		rep->ring = 1;
-		log_debug("control ring: %llu KiB each way", (unsigned long long)(cap >> 10));
+		wlog_debug(w, "control ring: %llu KiB each way", (unsigned long long)(cap >> 10));
 	}
 	win->base = base;
 	win->borrowed = borrowed;
@@ -250,9 +251,9 @@ int32_t pvgpu_handle_window_attach(struct pvgpu_worker *w,
 	pvgpu_window_store(&win->hdr->h2d_done, 0);
 	pvgpu_window_store(&win->hdr->d2h_ready, 0);
 	rep->window_id = hdr.window_id;
-	log_debug("window attached: %llu MiB, %u staging slots of %u KiB",
-		  (unsigned long long)(req->size >> 20), hdr.nslots,
-		  hdr.slot_size >> 10);
+	wlog_debug(w, "window attached: %llu MiB, %u staging slots of %u KiB",
+		   (unsigned long long)(req->size >> 20), hdr.nslots,
+		   hdr.slot_size >> 10);
 	return CUDA_SUCCESS;
 }
 
@@ -281,7 +282,7 @@ static int32_t staging_pinned(struct pvgpu_worker *w)
 	st = w->ex_ops->host_register(w->ex, win->base + win->staging_offset,
 				      (uint64_t)win->slot_size * win->nslots);
 	if (st) {
-		log_warn("cannot pin the window's staging slots: CUresult %d", st);
+		wlog_warn(w, "cannot pin the window's staging slots: CUresult %d", st);
 		return st;
 	}
 	win->staging_ctx = w->cur_ctx;
@@ -547,14 +548,14 @@ static uint64_t wait_guest_for(struct pvgpu_worker *w,
 	case PVGPU_WAIT_READY:
 		return gw.now;
 	case PVGPU_WAIT_STOPPED:
-		log_info("guest went away during a staged copy");
+		wlog_info(w, "guest went away during a staged copy");
 		w->fatal = 1;
 		return seen;
 	case PVGPU_WAIT_TIMEOUT:
 		break;
 	}
-	log_warn("guest made no progress on a staged copy for %d s: giving up",
-		 (int)(GUEST_TIMEOUT_NS / 1000000000u));
+	wlog_warn(w, "guest made no progress on a staged copy for %d s: giving up",
+		  (int)(GUEST_TIMEOUT_NS / 1000000000u));
 	return seen;
 }
 
@@ -628,7 +629,7 @@ static int32_t slot_events(struct pvgpu_worker *w, const uint64_t **ev)
 static void staging_abandoned(struct pvgpu_worker *w)
 {
 	if (w->ring_on || w->ring_pending) {
-		log_warn("staged copy abandoned with the control ring in the window; ending session");
+		wlog_warn(w, "staged copy abandoned with the control ring in the window; ending session");
 		w->fatal = 1;
 		return;
 	}
@@ -765,9 +766,9 @@ static int32_t htod_staged(struct pvgpu_worker *w,
 		uint64_t v = pvgpu_window_load(&win->hdr->h2d_filled) - seq0;
 
 		if (v > blocks || v < filled || v - done > win->nslots) {
-			log_warn("guest's h2d ring counter is impossible (%llu filled of %llu blocks, %llu done): copy failed",
-				 (unsigned long long)v, (unsigned long long)blocks,
-				 (unsigned long long)done);
+			wlog_warn(w, "guest's h2d ring counter is impossible (%llu filled of %llu blocks, %llu done): copy failed",
+				  (unsigned long long)v, (unsigned long long)blocks,
+				  (unsigned long long)done);
 			err = CUDA_ERROR_INVALID_VALUE;
 			break;
 		}
@@ -823,7 +824,7 @@ static int32_t dtoh_staged(struct pvgpu_worker *w,
 		uint64_t v = pvgpu_window_load(&win->hdr->d2h_taken) - seq0;
 
 		if (v > ready || v < taken) {
-			log_warn("guest's d2h ring counter is impossible: copy failed");
+			wlog_warn(w, "guest's d2h ring counter is impossible: copy failed");
 			err = CUDA_ERROR_INVALID_VALUE;
 			break;
 		}

@@ -23,7 +23,10 @@ static uint64_t mem_used_by_all(void *arg, int32_t dev)
 	return pvgpu_accounting_mem_used(arg, dev);
 }
 
-/* Errors a guest caused are logged once per (opcode, status) pair. */
+/*
+ * Errors a guest caused are logged once per (opcode, status) pair; past
+ * the pairs remembered, as often as the session's log limit lets them.
+ */
 static void note_error(struct pvgpu_worker *w, uint16_t opcode, int32_t st)
 {
 	const struct pvgpu_op_info *info = pvgpu_op_info(opcode);
@@ -36,8 +39,8 @@ static void note_error(struct pvgpu_worker *w, uint16_t opcode, int32_t st)
 		w->noted[w->nnoted].status = st;
 		w->nnoted++;
 	}
-	log_info("%s failed with CUresult %d (further failures of this kind are not logged)",
-		 info ? info->name : "?", st);
+	wlog_info(w, "%s failed with CUresult %d (further failures of this kind are not logged)",
+		  info ? info->name : "?", st);
 }
 
 /* Held launches (runs.c), watched as any call is. */
@@ -74,8 +77,8 @@ static void serve_async(struct pvgpu_worker *w, const struct pvgpu_hdr *h,
 
 		if (info && info->data_dir != PVGPU_DATA_NONE) {
 			/* We cannot know how much data follows: out of step. */
-			log_warn("protocol error: malformed %s request; ending session",
-				 info->name);
+			wlog_warn(w, "protocol error: malformed %s request; ending session",
+				  info->name);
 			w->fatal = 1;
 			return;
 		}
@@ -119,14 +122,14 @@ static void serve_batch(struct pvgpu_worker *w, const uint8_t *p, size_t left)
 
 		if (left < PVGPU_HDR_SIZE || pvgpu_hdr_decode(p, &h) ||
 		    h.length > left - PVGPU_HDR_SIZE) {
-			log_warn("protocol error: malformed batch; ending session");
+			wlog_warn(w, "protocol error: malformed batch; ending session");
 			w->fatal = 1;
 			return;
 		}
 		info = pvgpu_op_info(h.opcode);
 		if (!info || !info->is_async || info->data_dir != PVGPU_DATA_NONE) {
-			log_warn("protocol error: opcode %#x may not be batched; ending session",
-				 h.opcode);
+			wlog_warn(w, "protocol error: opcode %#x may not be batched; ending session",
+				  h.opcode);
 			w->fatal = 1;
 			return;
 		}
@@ -153,8 +156,8 @@ static void serve_message(struct pvgpu_worker *w, const struct pvgpu_hdr *h,
 		return;
 	}
 	if (!w->said_hello && h->opcode != PVGPU_OP_HELLO) {
-		log_warn("protocol error: first message is opcode %#x, not hello; ending session",
-			 h->opcode);
+		wlog_warn(w, "protocol error: first message is opcode %#x, not hello; ending session",
+			  h->opcode);
 		w->fatal = 1;
 		return;
 	}
@@ -178,18 +181,18 @@ static void serve_message(struct pvgpu_worker *w, const struct pvgpu_hdr *h,
 		return;
 	}
 	if (st == PVGPU_DISPATCH_EOPCODE) {
-		log_warn("unknown opcode %#x: answered CUDA_ERROR_NOT_SUPPORTED",
-			 h->opcode);
+		wlog_warn(w, "unknown opcode %#x: answered CUDA_ERROR_NOT_SUPPORTED",
+			  h->opcode);
 		st = CUDA_ERROR_NOT_SUPPORTED;
 	} else if (st == PVGPU_DISPATCH_EDECODE) {
 		if (info->data_dir != PVGPU_DATA_NONE) {
-			log_warn("protocol error: malformed %s request; ending session",
-				 info->name);
+			wlog_warn(w, "protocol error: malformed %s request; ending session",
+				  info->name);
 			w->fatal = 1;
 			return;
 		}
-		log_info("malformed %s request: answered CUDA_ERROR_INVALID_VALUE",
-			 info->name);
+		wlog_info(w, "malformed %s request: answered CUDA_ERROR_INVALID_VALUE",
+			  info->name);
 		st = CUDA_ERROR_INVALID_VALUE;
 	} else if (st != 0) {
 		note_error(w, h->opcode, st);
@@ -232,6 +235,7 @@ static int worker_init(struct pvgpu_worker *w, struct pvgpu_conn *conn,
 	};
 
 	memset(w, 0, sizeof(*w));
+	pvgpu_log_limit_init(&w->loglim);
 	w->conn = conn;
 	w->peer = *peer;
 	w->cfg = cfg;
@@ -249,7 +253,7 @@ static int worker_init(struct pvgpu_worker *w, struct pvgpu_conn *conn,
 	w->ex = w->ex_ops->open(&ecfg, w->ex_error, sizeof(w->ex_error));
 	if (!w->ex)
 		log_warn("executor %s unavailable: %s", w->ex_ops->name,
-			 w->ex_error);
+			 log_esc(w->ex_error));
 	return 0;
 }
 
@@ -304,6 +308,7 @@ static void log_sync_ops(const struct pvgpu_worker *w)
 
 static void worker_fini(struct pvgpu_worker *w)
 {
+	pvgpu_log_limit_summary(&w->loglim);
 	log_sync_ops(w);
 	pvgpu_staging_release(w);
 	w->ring_on = 0;			/* it lives in the window */
@@ -364,7 +369,8 @@ int pvgpu_worker_run(struct pvgpu_conn *conn, const struct pvgpu_peer *peer,
 	 * and the wait for its guest: before anything of the session.
 	 */
 	if (conn->ops->open && conn->ops->open(conn, err, sizeof(err))) {
-		log_info("channel for %s not opened: %s", peer->identity, err);
+		log_info("channel for %s not opened: %s", peer->identity,
+			 log_esc(err));
 		conn->ops->close(conn);
 		return 1;
 	}
@@ -386,17 +392,17 @@ int pvgpu_worker_run(struct pvgpu_conn *conn, const struct pvgpu_peer *peer,
 		if (pvgpu_worker_read(&w, raw, sizeof(raw)))
 			break;
 		if (pvgpu_hdr_decode(raw, &h)) {
-			log_warn("protocol error: bad magic %#x; ending session",
-				 h.magic);
+			wlog_warn(&w, "protocol error: bad magic %#x; ending session",
+				  h.magic);
 			break;
 		}
 		limit = h.opcode == PVGPU_OP_BATCH ? PVGPU_MAX_BATCH :
 						     PVGPU_MAX_PAYLOAD;
 		if (h.length > limit || h.opcode == PVGPU_OP_DATA) {
-			log_warn("protocol error: %s (opcode %#x, %u bytes); ending session",
-				 h.opcode == PVGPU_OP_DATA ? "DATA frame outside a copy" :
-							     "message too long",
-				 h.opcode, h.length);
+			wlog_warn(&w, "protocol error: %s (opcode %#x, %u bytes); ending session",
+				  h.opcode == PVGPU_OP_DATA ? "DATA frame outside a copy" :
+							      "message too long",
+				  h.opcode, h.length);
 			break;
 		}
 		pvgpu_trace_mark(h.id, PVGPU_TR_W_HDR);

@@ -17,6 +17,7 @@
 #include "executor.h"
 #include "handles.h"
 #include "host.h"
+#include "loglimit.h"
 #include "policy.h"
 #include "pvgpu_proto.h"
 #include "gpusched.h"
@@ -119,6 +120,7 @@ struct pvgpu_worker {
 		int32_t status;
 	} noted[PVGPU_NOTED_ERRORS];	/* errors already logged once */
 	unsigned int nnoted;
+	struct pvgpu_log_limit loglim;	/* what its requests may log */
 
 	struct pvgpu_handles handles;	/* contexts, streams, events */
 	struct pvgpu_allocs allocs;	/* device memory */

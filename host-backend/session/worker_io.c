@@ -143,13 +143,13 @@ static int ring_failed(struct pvgpu_worker *w, int rc, const char *doing)
 
 		call_in_progress(w, during, sizeof(during));
 		if (rc == -EPROTO)
-			log_warn("protocol error: control ring: %s%s; ending session",
-				 w->ring.error ? w->ring.error : "?", during);
+			wlog_warn(w, "protocol error: control ring: %s%s; ending session",
+				  w->ring.error ? w->ring.error : "?", during);
 		else if (rc == -ECONNRESET || rc == -EPIPE)
-			log_info("connection closed by the guest%s", during);
+			wlog_info(w, "connection closed by the guest%s", during);
 		else
-			log_info("control ring: %s%s: %s", doing, during,
-				 strerror(-rc));
+			wlog_info(w, "control ring: %s%s: %s", doing, during,
+				  strerror(-rc));
 	}
 	w->fatal = 1;
 	return -1;
@@ -180,11 +180,11 @@ int pvgpu_worker_read(struct pvgpu_worker *w, void *buf, size_t len)
 
 			call_in_progress(w, during, sizeof(during));
 			if (n == 0 || n == -ECONNRESET)
-				log_info("connection closed by the guest%s%s",
-					 during, n < 0 ? " (read error)" : "");
+				wlog_info(w, "connection closed by the guest%s%s",
+					  during, n < 0 ? " (read error)" : "");
 			else
-				log_info("connection closed by the guest%s (read error: %s)",
-					 during, strerror((int)-n));
+				wlog_info(w, "connection closed by the guest%s (read error: %s)",
+					  during, strerror((int)-n));
 		}
 		w->fatal = 1;
 		return -1;
@@ -210,8 +210,8 @@ static int write_all(struct pvgpu_worker *w, struct iovec *iov, int iovcnt)
 			char during[64];
 
 			call_in_progress(w, during, sizeof(during));
-			log_info("connection lost while sending%s: %s",
-				 during, strerror(-rc));
+			wlog_info(w, "connection lost while sending%s: %s",
+				  during, strerror(-rc));
 		}
 		w->fatal = 1;
 		return -1;
@@ -229,9 +229,9 @@ int pvgpu_worker_read_data_hdr(struct pvgpu_worker *w, uint32_t max,
 		return -1;
 	if (pvgpu_hdr_decode(raw, &h) || h.opcode != PVGPU_OP_DATA ||
 	    h.id != w->req_id || h.length == 0 || h.length > max) {
-		log_warn("protocol error: expected a DATA frame of 1..%u bytes for request %llu, got opcode %#x id %llu length %u; ending session",
-			 max, (unsigned long long)w->req_id, h.opcode,
-			 (unsigned long long)h.id, h.length);
+		wlog_warn(w, "protocol error: expected a DATA frame of 1..%u bytes for request %llu, got opcode %#x id %llu length %u; ending session",
+			  max, (unsigned long long)w->req_id, h.opcode,
+			  (unsigned long long)h.id, h.length);
 		w->fatal = 1;
 		return -1;
 	}

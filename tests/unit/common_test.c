@@ -1,12 +1,13 @@
 /*
  * common_test.c - the parsers every part shares (common/): sizes, URIs,
- * HOST:PORT with IPv6, vsock addresses, the spin-then-block wait, and the
- * streaming copy of the staging slots.
+ * HOST:PORT with IPv6, vsock addresses, the spin-then-block wait, the
+ * streaming copy of the staging slots, and the escape of outside text.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "addr.h"
+#include "log.h"
 #include "relax.h"
 #include "size.h"
 #include "wait.h"
@@ -32,6 +33,44 @@ static void test_size(void)
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
 		CHECK(pvgpu_parse_size(bad[i], &v) == -1);
 	CHECK(pvgpu_parse_size(NULL, &v) == -1);
+}
+
+static void test_duration(void)
+{
+	static const struct { const char *s; int units; uint64_t ms; } good[] = {
+		{ "0", 0, 0 }, { "300", 0, 300000 }, { "1.5", 0, 1500 },
+		{ "0.25", 0, 250 }, { "86400", 0, 86400000 }, { "10s", 1, 10000 },
+		{ "500ms", 1, 500 }, { "2m", 1, 120000 }, { "1.5s", 1, 1500 },
+		{ "0.000", 0, 0 }, { "0ms", 1, 0 }, { "1.2345ms", 1, 1 },
+	};
+	static const char *const bad[] = {
+		"", "-1", "+1", " 1", "1 ", "0x10", "1e-9", "1e3", "inf", "nan",
+		".5", "1.", "1.5.2", "10s", "1h", "soon",
+	};
+	uint64_t ms;
+
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+		CHECK(!pvgpu_parse_duration(good[i].s, good[i].units, 0,
+					    86400000, &ms) && ms == good[i].ms);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		CHECK(pvgpu_parse_duration(bad[i], 0, 0, 86400000, &ms) ==
+		      PVGPU_DURATION_BAD);
+	CHECK(pvgpu_parse_duration("10h", 1, 0, 86400000, &ms) == PVGPU_DURATION_BAD);
+	/* Nonzero under the resolution, or rounding to nothing: refused. */
+	CHECK(pvgpu_parse_duration("0.1", 0, 250, 86400000, &ms) ==
+	      PVGPU_DURATION_SHORT);
+	CHECK(pvgpu_parse_duration("0.000000001", 0, 250, 86400000, &ms) ==
+	      PVGPU_DURATION_SHORT);
+	CHECK(pvgpu_parse_duration("0.4ms", 1, 0, 86400000, &ms) ==
+	      PVGPU_DURATION_SHORT);
+	CHECK(pvgpu_parse_duration("0.0000000001", 0, 0, 86400000, &ms) ==
+	      PVGPU_DURATION_SHORT);
+	CHECK(!pvgpu_parse_duration("0.25", 0, 250, 86400000, &ms) && ms == 250);
+	CHECK(pvgpu_parse_duration("86401", 0, 0, 86400000, &ms) ==
+	      PVGPU_DURATION_LONG);
+	CHECK(pvgpu_parse_duration("99999999999", 0, 0, 86400000, &ms) ==
+	      PVGPU_DURATION_LONG);
+	CHECK(pvgpu_parse_duration(NULL, 0, 0, 1, &ms) == PVGPU_DURATION_BAD);
 }
 
 static void test_uri(void)
@@ -64,6 +103,14 @@ static void test_host_port(void)
 	CHECK(pvgpu_host_port(":1", host, sizeof(host), port, sizeof(port)));
 	CHECK(pvgpu_host_port("host", host, sizeof(host), port, sizeof(port)));
 	CHECK(pvgpu_host_port("h:123456789", host, sizeof(host), port, sizeof(port)));
+	/* Ports are decimal, 1..65535: getaddrinfo would take 99999 as 34463. */
+	CHECK(!pvgpu_host_port("h:65535", host, sizeof(host), port, sizeof(port)));
+	CHECK(pvgpu_host_port("h:65536", host, sizeof(host), port, sizeof(port)));
+	CHECK(pvgpu_host_port("h:99999", host, sizeof(host), port, sizeof(port)));
+	CHECK(pvgpu_host_port("h:0", host, sizeof(host), port, sizeof(port)));
+	CHECK(pvgpu_host_port("h:http", host, sizeof(host), port, sizeof(port)));
+	CHECK(pvgpu_host_port("h:+80", host, sizeof(host), port, sizeof(port)));
+	CHECK(pvgpu_host_port("[::1]:0x10", host, sizeof(host), port, sizeof(port)));
 }
 
 static void test_vsock(void)
@@ -144,9 +191,59 @@ static void test_copy_stream(void)
 	CHECK(bad == 0);
 }
 
+static int escaped_is(const char *in, size_t len, unsigned int flags,
+		      size_t size, const char *want)
+{
+	char out[256];
+
+	pvgpu_escape(out, size, in, len, flags);
+	if (strcmp(out, want))
+		fprintf(stderr, "escape: got \"%s\", want \"%s\"\n", out, want);
+	return !strcmp(out, want);
+}
+
+static void test_escape(void)
+{
+	const size_t all = 256;
+
+	/* What may stay, stays: printable ASCII and valid UTF-8. */
+	CHECK(escaped_is("vecadd 1.0 (pytest)", PVGPU_ESC_STR, 0, all,
+			 "vecadd 1.0 (pytest)"));
+	CHECK(escaped_is("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", PVGPU_ESC_STR,
+			 0, all, "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"));
+	/* Controls, DEL and a backslash. */
+	CHECK(escaped_is("a\nb\rc\x1b[2Jd\x7f\\e\t", PVGPU_ESC_STR, 0, all,
+			 "a\\x0ab\\x0dc\\x1b[2Jd\\x7f\\\\e\\x09"));
+	/* A NUL in the middle of counted bytes. */
+	CHECK(escaped_is("a\0b", 3, 0, all, "a\\x00b"));
+	/* Not UTF-8: a lone continuation, an overlong '/', a surrogate, a cut sequence, 0xff. */
+	CHECK(escaped_is("\x80|\xc0\xaf|\xed\xa0\x80|\xe2\x82|\xff", PVGPU_ESC_STR, 0,
+			 all, "\\x80|\\xc0\\xaf|\\xed\\xa0\\x80|\\xe2\\x82|\\xff"));
+	/* Valid, but a C1 CSI, a line separator and a right-to-left override. */
+	CHECK(escaped_is("\xc2\x9b|\xe2\x80\xa8|\xe2\x80\xae", PVGPU_ESC_STR, 0, all,
+			 "\\xc2\\x9b|\\xe2\\x80\\xa8|\\xe2\\x80\\xae"));
+	/* The log's own pass leaves backslashes alone. */
+	CHECK(escaped_is("a\\x0a\n", PVGPU_ESC_STR, PVGPU_ESC_KEEP_BACKSLASH, all,
+			 "a\\x0a\\x0a"));
+	/* A Prometheus label value: controls shown, then \ and " escaped. */
+	CHECK(escaped_is("a\"b\\c\nd", PVGPU_ESC_STR, PVGPU_ESC_LABEL, all,
+			 "a\\\"b\\\\c\\\\x0ad"));
+	/* Cut at a whole character, then "..."; exactly full needs no dots. */
+	CHECK(escaped_is("abcdefgh", PVGPU_ESC_STR, 0, 9, "abcdefgh"));
+	CHECK(escaped_is("abcdefghi", PVGPU_ESC_STR, 0, 9, "abcde..."));
+	CHECK(escaped_is("abcd\nefgh", PVGPU_ESC_STR, 0, 10, "abcd..."));
+	CHECK(escaped_is("ab\xe2\x82\xac\xe2\x82\xacx", PVGPU_ESC_STR, 0, 9,
+			 "ab\xe2\x82\xac..."));
+	CHECK(escaped_is("abc", PVGPU_ESC_STR, 0, 3, ""));
+	CHECK(escaped_is(NULL, 0, 0, all, "(null)"));
+	CHECK(!strcmp(log_esc("x\ny"), "x\\x0ay"));
+}
+
 int main(void)
 {
+	test_escape();
 	test_size();
+	test_duration();
 	test_uri();
 	test_host_port();
 	test_vsock();

@@ -72,7 +72,8 @@ static int tcp_connect(struct pvgpu_transport *t, const char *addr,
 	int rc, fd = -1;
 
 	if (pvgpu_host_port(addr, host, sizeof(host), port, sizeof(port))) {
-		snprintf(err, errlen, "bad address '%s' (want HOST:PORT)", addr);
+		snprintf(err, errlen, "bad address '%s' (want HOST:PORT, PORT 1..65535)",
+			 addr);
 		return -EINVAL;
 	}
 	rc = getaddrinfo(host, port, &hints, &res);

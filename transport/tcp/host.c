@@ -28,7 +28,7 @@ static int tcp_listen(struct pvgpu_listener *l, const char *hostport,
 	int fd, rc;
 
 	if (pvgpu_host_port(hostport, host, sizeof(host), port, sizeof(port))) {
-		snprintf(err, errlen, "tcp address '%s' is not HOST:PORT",
+		snprintf(err, errlen, "tcp address '%s' is not HOST:PORT (PORT 1..65535)",
 			 hostport);
 		return -EINVAL;
 	}

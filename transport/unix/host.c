@@ -25,12 +25,19 @@ int pvgpu_unix_listen(struct pvgpu_listener *l, const char *path,
 	 * socket itself is open to every local user, but a VM's is ours.
 	 */
 	mode_t mode = l->vm[0] ? 0600 : 0666;
+	struct stat st;
 	int fd;
 
-	if (!*path || strlen(path) >= sizeof(sa.sun_path)) {
-		snprintf(err, errlen, "unix socket path '%s' is empty or too long",
-			 path);
+	if (path[0] != '/' || strlen(path) >= sizeof(sa.sun_path)) {
+		snprintf(err, errlen, "unix socket path '%s' is not absolute or is longer than %zu bytes",
+			 path, sizeof(sa.sun_path) - 1);
 		return -EINVAL;
+	}
+	/* Only a socket is ever replaced: a typo must not unlink a file. */
+	if (!lstat(path, &st) && !S_ISSOCK(st.st_mode)) {
+		snprintf(err, errlen, "%s exists and is not a socket; not replacing it",
+			 path);
+		return -EEXIST;
 	}
 	strcpy(sa.sun_path, path);
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);

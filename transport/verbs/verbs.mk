@@ -10,7 +10,8 @@ VERBS_LIBS := $(shell pkg-config --libs libibverbs librdmacm 2>/dev/null)
 ifeq ($(VERBS_LIBS),)
 $(call left_out,libibverbs-dev librdmacm-dev: no verbs:// transport (transport-verbs.so))
 else
-$(VERBS_SO): $(call objs,$(VERBS_SRC))
+# common/addr.c: HOST:PORT read as tcp:// reads it.
+$(VERBS_SO): $(call objs,$(VERBS_SRC) common/addr.c)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -shared -Wl,-z,defs -o $@ $^ $(VERBS_LIBS)
 

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "addr.h"
 #include "transport.h"
 #include "verbs_conn.h"
 
@@ -17,41 +18,22 @@
 static int resolve(const char *addr, struct addrinfo **ai, char *err,
 		   size_t errlen)
 {
-	char host[256];
-	const char *port, *h = addr;
-	size_t hl;
 	struct addrinfo hints = { .ai_socktype = SOCK_STREAM };
+	char host[256], port[8];
 	int rc;
 
-	if (*addr == '[') {
-		const char *end = strchr(addr, ']');
-
-		if (!end || end[1] != ':')
-			goto err_syntax;
-		h = addr + 1;
-		hl = (size_t)(end - h);
-		port = end + 2;
-	} else {
-		port = strrchr(addr, ':');
-		if (!port)
-			goto err_syntax;
-		hl = (size_t)(port - addr);
-		port++;
+	/* The parser tcp:// uses: the same ports mean the same to both ends. */
+	if (pvgpu_host_port(addr, host, sizeof(host), port, sizeof(port))) {
+		snprintf(err, errlen, "verbs address \"%s\": expected HOST:PORT, PORT 1..65535",
+			 addr);
+		return -EINVAL;
 	}
-	if (!hl || hl >= sizeof(host) || !*port)
-		goto err_syntax;
-	memcpy(host, h, hl);
-	host[hl] = '\0';
 	rc = getaddrinfo(host, port, &hints, ai);
 	if (rc) {
 		snprintf(err, errlen, "%s: %s", host, gai_strerror(rc));
 		return -EHOSTUNREACH;
 	}
 	return 0;
-
-err_syntax:
-	snprintf(err, errlen, "verbs address \"%s\": expected HOST:PORT", addr);
-	return -EINVAL;
 }
 
 static int verbs_connect(struct pvgpu_transport *t, const char *addr,

@@ -33,6 +33,7 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 
+#include "addr.h"
 #include "host.h"
 #include "verbs_conn.h"
 
@@ -80,29 +81,20 @@ static int verbs_listen(struct pvgpu_listener *l, const char *addr,
 	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE };
 	struct verbs_listener *vl;
 	struct addrinfo *ai = NULL;
-	char host[256], hostport[300];
+	char host[256], hostport[300], port[8];
 	uint32_t timeout_ms = PVGPU_VERBS_TIMEOUT_MS;
-	const char *port;
-	size_t hl;
 	int rc, flags;
 
 	if (pvgpu_verbs_addr_options(addr, hostport, sizeof(hostport), &timeout_ms,
 				     err, errlen))
 		return -EINVAL;
-	addr = hostport;
-	port = strrchr(addr, ':');
-	if (!port || port == addr || !port[1] ||
-	    (hl = (size_t)(port - addr)) >= sizeof(host)) {
-		snprintf(err, errlen, "verbs address \"%s\": expected ADDR:PORT", addr);
+	/* The parser tcp:// and the guests use: ports mean the same to all. */
+	if (pvgpu_host_port(hostport, host, sizeof(host), port, sizeof(port))) {
+		snprintf(err, errlen, "verbs address \"%s\": expected ADDR:PORT, PORT 1..65535",
+			 hostport);
 		return -EINVAL;
 	}
-	memcpy(host, addr, hl);
-	host[hl] = '\0';
-	if (host[0] == '[' && hl > 2 && host[hl - 1] == ']') {
-		memmove(host, host + 1, hl - 2);
-		host[hl - 2] = '\0';
-	}
-	rc = getaddrinfo(host, port + 1, &hints, &ai);
+	rc = getaddrinfo(host, port, &hints, &ai);
 	if (rc) {
 		snprintf(err, errlen, "%s: %s", host, gai_strerror(rc));
 		return -EINVAL;

@@ -409,6 +409,7 @@ struct pvgpu_exec {
 	 * descriptor of each, open for importers until the worker ends. */
 	struct { uint64_t mem; int fd; } vmm_fds[CUDA_MAX_VMM_EXPORTS];
 	unsigned int nvmm_fds;
+	int vmm_import_said;	/* a guest may retry: said once per session */
 
 	/* Runs of identical launches (cuda_launch_run). */
 	struct cuda_run_graph {
@@ -3184,8 +3185,10 @@ static int32_t cuda_vmm_import(struct pvgpu_exec *ex, const uint8_t handle[64],
 	pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
 	copy = pidfd < 0 ? -1 : (int)syscall(SYS_pidfd_getfd, pidfd, fd, 0);
 	if (copy < 0) {
-		log_warn("vmm import: cannot take the exporting worker's descriptor: %s",
-			 strerror(errno));
+		if (!ex->vmm_import_said)
+			log_warn("vmm import: cannot take the exporting worker's descriptor: %s (said once per session)",
+				 strerror(errno));
+		ex->vmm_import_said = 1;
 		if (pidfd >= 0)
 			close(pidfd);
 		return CUDA_ERROR_NOT_SUPPORTED;

@@ -92,6 +92,7 @@ struct pvgpu_exec {
 	/* Device attributes never change: one round trip per (dev, attr). */
 	int32_t attr[REMOTE_MAX_DEVICES][ATTR_CACHE];
 	uint8_t attr_known[REMOTE_MAX_DEVICES][ATTR_CACHE];
+	int clash_said;			/* a guest may retry: said once per session */
 };
 
 /* The daemon's log (cfg->log_fd): the worker's fd 2 is its guest's. */
@@ -531,8 +532,10 @@ static int32_t remote_mem_alloc(struct pvgpu_exec *ex, uint64_t size,
 		if (!range_clash(ex, node, r.dptr, size ? size : 1))
 			break;
 		if (nspare == ALLOC_TRIES) {
-			say("%s: %u allocations in a row inside another node's memory: refused",
-			    n->uri, ALLOC_TRIES + 1);
+			if (!ex->clash_said)
+				say("%s: %u allocations in a row inside another node's memory: refused (said once per session)",
+				    n->uri, ALLOC_TRIES + 1);
+			ex->clash_said = 1;
 			node_free(n, r.dptr);
 			st = CUDA_ERROR_OUT_OF_MEMORY;
 			break;

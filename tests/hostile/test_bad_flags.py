@@ -1,0 +1,76 @@
+"""pvgpud refuses flags it cannot mean, as an operator would mistype them:
+exit 2 (bad usage, DESIGN §8) and one line on stderr naming the flag,
+before it touches anything.  Each case would, before, have started a
+pvgpud that did something else than asked (or destroyed a file).
+"""
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+BUILD = Path(__file__).resolve().parent.parent.parent / os.environ.get("PVGPU_BUILD", "build")
+PVGPUD = BUILD / "bin" / "pvgpud"
+
+
+def run(args, cwd, seconds=5):
+    """pvgpud's exit code and stderr; None for the code if it was still
+    running after `seconds` (it took the flags and started)."""
+    proc = subprocess.Popen([str(PVGPUD), "--executor", "sim"] + args, cwd=cwd,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, errors="replace")
+    try:
+        _, err = proc.communicate(timeout=seconds)
+        return proc.returncode, err
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+        return None, err
+
+
+def assert_refused(code, err, *said):
+    assert code == 2, f"exit {code}, stderr:\n{err}"
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    for what in said:
+        assert what in lines[0], lines[0]
+
+
+def test_listen_on_a_file_that_is_not_a_socket(short_tmp):
+    conf = short_tmp / "pvgpud.conf"
+    conf.write_text("[vm alice]\nuid = 1000\n")
+    code, err = run(["--listen", f"unix://{conf}"], short_tmp)
+    assert_refused(code, err, "--listen", str(conf), "not a socket")
+    assert conf.read_text() == "[vm alice]\nuid = 1000\n"   # still there
+    # shm:// is the same socket.
+    code, err = run(["--listen", f"shm://{conf}"], short_tmp)
+    assert_refused(code, err, "--listen", "not a socket")
+    assert conf.exists()
+
+
+def test_listen_on_a_relative_path(short_tmp):
+    code, err = run(["--listen", "unix://pvgpu.sock"], short_tmp)
+    assert_refused(code, err, "--listen unix://pvgpu.sock", "absolute")
+    assert not (short_tmp / "pvgpu.sock").exists()
+
+
+@pytest.mark.parametrize("port", ["99999", "65536", "0", "http", "0x1c9c"])
+def test_listen_on_a_port_that_is_none(short_tmp, port):
+    code, err = run(["--listen", f"tcp://127.0.0.1:{port}"], short_tmp)
+    assert_refused(code, err, f"--listen tcp://127.0.0.1:{port}", "1..65535")
+
+
+def test_an_empty_tcp_token(short_tmp):
+    code, err = run(["--listen", f"unix://{short_tmp}/s.sock", "--tcp-token", ""], short_tmp)
+    assert_refused(code, err, "--tcp-token", "1..256")
+
+
+@pytest.mark.parametrize("value,said", [
+    ("1e-9", "decimal"),            # strtod: a limit that rounded to 0, no watchdog
+    ("0x10", "decimal"),            # strtod: 16 s
+    ("0.1", "resolution of 0.25 s"),  # under the watchdog's tick
+])
+def test_a_call_timeout_that_is_none(short_tmp, value, said):
+    code, err = run(["--listen", f"unix://{short_tmp}/s.sock", "--call-timeout", value],
+                    short_tmp)
+    assert_refused(code, err, f"--call-timeout {value}", said)

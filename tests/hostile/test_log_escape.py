@@ -1,0 +1,130 @@
+"""What a guest (or a backend, to pvgpuctl) says reaches the operator
+escaped: a newline in a hello's client string cannot write a line of
+pvgpud's own, terminal escapes never reach the terminal, and bytes that
+are not UTF-8 show as \\xNN (README, "Using it").
+
+Each case is what a hostile guest would send: a raw hello, spoken with
+tests/lib/pvgpu_wire.py.
+"""
+import os
+import re
+import subprocess
+import sys
+import threading
+import http.server
+from pathlib import Path
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+import pvgpu_wire as W  # noqa: E402
+from pvgpu_sessions import closed_by_backend, wait_live  # noqa: E402
+
+BUILD = Path(__file__).resolve().parent.parent.parent / os.environ.get("PVGPU_BUILD", "build")
+CUDA_ERROR_NOT_SUPPORTED = 801
+
+# A complete session-end line, as pvgpud writes them, after a newline.
+FORGED_END = ("2026-01-01T00:00:00.000Z pvgpud[1] info: session 1 end: uid=0,pid=1, "
+              "vm -, 0.01 s, 0 calls, 0 B to device, 0 B from device, ok")
+# Clear the screen, set the terminal's title, ring; then bytes that are not UTF-8.
+TERMINAL = b"\x1b[2J\x1b]0;owned\x07\r"
+NOT_UTF8 = b"\xff\xfe\xc0\xaf"
+CLIENT = b"vecadd\n" + FORGED_END.encode() + b"\n" + TERMINAL + NOT_UTF8
+
+
+def hello(daemon, **extra):
+    s = W.Session(daemon.unix)
+    fields = dict(version_min=1, version_max=W.P.VERSION, pid=os.getpid(),
+                  token="", client=CLIENT)
+    fields.update(extra)
+    st = s.call("hello", **fields)[0]
+    return s, st
+
+
+def raw_log(daemon):
+    return daemon.log_path.read_bytes()
+
+
+def assert_escaped(daemon):
+    raw = raw_log(daemon)
+    # Nothing of the client string became a line, or a control, of its own.
+    for line in raw.split(b"\n"):
+        assert not line.startswith(FORGED_END[:24].encode()), raw
+    for byte in (b"\x1b", b"\x07", b"\r", b"\xff", b"\xc0"):
+        assert byte not in raw, (byte, raw)
+    log = raw.decode()
+    assert "vecadd\\x0a" + FORGED_END + "\\x0a\\x1b[2J\\x1b]0;owned\\x07\\x0d" \
+        "\\xff\\xfe\\xc0\\xaf" in log, log
+    # The forged end is inside pvgpud's own line, not a session's end.
+    assert not re.search(r"(^|\n)\S+ pvgpud\[1\] info: session 1 end", log), log
+
+
+def test_a_refused_hello_cannot_forge_a_line_at_the_packaged_level(start_pvgpud):
+    # At info, as packaged: a hello that needs a feature the backend lacks
+    # is refused with a warning that quotes the client string.
+    daemon = start_pvgpud("sim", extra_args=["--log-level", "info"])
+    s, st = hello(daemon, features=1, required=1 << 62)
+    assert st == CUDA_ERROR_NOT_SUPPORTED
+    assert closed_by_backend(s)
+    wait_live(daemon)
+    assert "needs feature bits" in daemon.log()
+    assert daemon.log().count(" end: ") == daemon.log().count(" start: ")
+    assert_escaped(daemon)
+
+
+def test_an_accepted_hello_is_logged_escaped_at_debug(start_pvgpud):
+    daemon = start_pvgpud("sim")    # --log-level debug
+    s, st = hello(daemon)
+    assert st == 0
+    s.close()
+    wait_live(daemon)
+    assert "hello from '" in daemon.log()
+    assert_escaped(daemon)
+
+
+class FakeMetrics:
+    """An HTTP server answering GET /metrics with the given bytes: a
+    backend pvgpuctl status trusts no more than pvgpud trusts a guest."""
+
+    def __init__(self, body):
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        self.addr = f"127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.thread.join()
+        self.server.server_close()
+
+
+def test_pvgpuctl_status_shows_names_escaped():
+    # Label values may hold any byte but \, " and newline, which are escaped.
+    vm = b"evil\\n\x1b[31mred\x1b[0m\xff"
+    gpu = b"gpu\x1b]0;owned\x07"
+    body = (b'pvgpu_gpu_info{gpu="0",name="' + gpu + b'"} 1\n'
+            b'pvgpu_gpu_sessions{gpu="0"} 0\n'
+            b'pvgpu_vm_sessions{vm="' + vm + b'"} 1\n'
+            b"pvgpu_sampling_interval_seconds 1\n")
+    with FakeMetrics(body) as srv:
+        res = subprocess.run([str(BUILD / "bin" / "pvgpuctl"), "status", srv.addr],
+                             capture_output=True, timeout=30)
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    for byte in (b"\x1b", b"\x07", b"\xff"):
+        assert byte not in out, out
+    assert b"evil\\x0a\\x1b[31mred\\x1b[0m\\xff" in out, out
+    assert b"gpu\\x1b]0;owned\\x07" in out, out
+    # One line per VM: the newline in its name did not make two rows.
+    assert out.count(b"evil") == 1 and b"\nred" not in out, out
