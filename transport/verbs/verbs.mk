@@ -54,4 +54,8 @@ PINNED_COPIES = $(BUILD)/tests/rdma/pinned-copies
 $(PINNED_COPIES): $(call objs,tests/rdma/pinned_copies.c) $(BUILD)/lib/libcuda.so.1
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $< -L$(BUILD)/lib -l:libcuda.so.1
+# Over pvgpu's libcuda.so.1, so only where that is built (libclang): a GPU
+# host without libclang must still make everything else.
+ifeq ($(HAVE_LIBCLANG),1)
 all: $(PINNED_COPIES)
+endif
