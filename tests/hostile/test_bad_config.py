@@ -5,45 +5,31 @@ in force stays.  The files are an operator's likely mistakes.
 """
 import os
 import signal
-import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 from pvgpu_sessions import unix_session, wait_live  # noqa: E402
+from pvgpud_cli import PVGPUD, assert_refused as refused, run_pvgpud  # noqa: E402
 
-BUILD = Path(__file__).resolve().parent.parent.parent / os.environ.get("PVGPU_BUILD", "build")
-PVGPUD = BUILD / "bin" / "pvgpud"
 UID = os.getuid()
 # Two names alike in their first 46 characters, which inih kept of them.
 LONG = "tenant-" + "0123456789" * 4
 
 
-def start(config, tmp, seconds=5):
-    """pvgpud's exit code and stderr; None for the code if it started."""
-    proc = subprocess.Popen([str(PVGPUD), "--executor", "sim", "--listen",
-                             f"unix://{tmp}/s.sock", "--config", str(config)],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, errors="replace")
-    try:
-        _, err = proc.communicate(timeout=seconds)
-        return proc.returncode, err
-    except subprocess.TimeoutExpired:
-        proc.terminate()
-        _, err = proc.communicate()
-        return None, err
+def start(config, tmp):
+    """pvgpud with config as its policy: (exit code, stderr), or None for
+    the code if it started."""
+    return run_pvgpud(["--listen", f"unix://{tmp}/s.sock", "--config", str(config)])
 
 
 def assert_refused(code, err, *said):
-    assert code == 1, f"exit {code}, stderr:\n{err}"
-    lines = err.splitlines()
-    assert len(lines) == 1, err
-    for what in said:
-        assert what in lines[0], lines[0]
+    """A bad policy file at start-up: exit 1, as for any bad policy line,
+    and one line naming it."""
+    refused(code, err, 1, *said)
 
 
 FILES = {

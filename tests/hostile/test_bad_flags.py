@@ -4,36 +4,21 @@ before it touches anything.  Each case would, before, have started a
 pvgpud that did something else than asked (or destroyed a file).
 """
 import os
-import subprocess
-from pathlib import Path
+import sys
 
 import pytest
 
-BUILD = Path(__file__).resolve().parent.parent.parent / os.environ.get("PVGPU_BUILD", "build")
-PVGPUD = BUILD / "bin" / "pvgpud"
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+from pvgpud_cli import assert_refused as refused, run_pvgpud  # noqa: E402
 
 
-def run(args, cwd, seconds=5):
-    """pvgpud's exit code and stderr; None for the code if it was still
-    running after `seconds` (it took the flags and started)."""
-    proc = subprocess.Popen([str(PVGPUD), "--executor", "sim"] + args, cwd=cwd,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, errors="replace")
-    try:
-        _, err = proc.communicate(timeout=seconds)
-        return proc.returncode, err
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        _, err = proc.communicate()
-        return None, err
+def run(args, cwd):
+    return run_pvgpud(args, cwd=cwd)
 
 
 def assert_refused(code, err, *said):
-    assert code == 2, f"exit {code}, stderr:\n{err}"
-    lines = err.splitlines()
-    assert len(lines) == 1, err
-    for what in said:
-        assert what in lines[0], lines[0]
+    """Bad usage: exit 2 (DESIGN §8) and one line naming the flag."""
+    refused(code, err, 2, *said)
 
 
 def test_listen_on_a_file_that_is_not_a_socket(short_tmp):

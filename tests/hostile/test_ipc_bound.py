@@ -10,12 +10,12 @@ cuIpcGetMemHandle makes them.
 import os
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 from pvgpu_sessions import tcp_session, unix_session, wait_live  # noqa: E402
+from pvgpu_sessions import alice_and_bob  # noqa: E402
 
 PVGPUD = Path(__file__).resolve().parents[2] / os.environ.get("PVGPU_BUILD", "build") / "bin" / "pvgpud"
 CUDA_ERROR_OUT_OF_MEMORY = 2
@@ -23,20 +23,9 @@ TABLE = 256                     # the daemon's IPC entries
 BOB_TOKEN = "bob-ipc-5e0d"
 
 
-def policy_daemon(start_pvgpud, tmp_path, alice_extra=""):
-    path = tmp_path / "pvgpud.conf"
-    path.write_text(textwrap.dedent(f"""
-        [default]
-        policy = refuse
 
-        [vm alice]
-        uid = {os.getuid()}
-        {alice_extra}
-
-        [vm bob]
-        token = {BOB_TOKEN}
-        """))
-    daemon = start_pvgpud("sim", extra_args=["--config", str(path)])
+def policy_daemon(start_pvgpud, tmp_path, token, alice_extra=""):
+    daemon = alice_and_bob(start_pvgpud, tmp_path, token, alice_extra)
     wait_live(daemon)
     return daemon
 
@@ -56,7 +45,7 @@ def export_until_refused(s, dptr):
 
 
 def test_a_vm_exporting_without_end_does_not_starve_another(start_pvgpud, tmp_path):
-    daemon = policy_daemon(start_pvgpud, tmp_path)
+    daemon = policy_daemon(start_pvgpud, tmp_path, BOB_TOKEN)
     alice = unix_session(daemon)
     n, st = export_until_refused(alice, alice.alloc(4096))
     assert st == CUDA_ERROR_OUT_OF_MEMORY, (n, st)
@@ -83,7 +72,7 @@ def test_a_vm_exporting_without_end_does_not_starve_another(start_pvgpud, tmp_pa
 
 
 def test_ipc_handles_sets_the_share(start_pvgpud, tmp_path):
-    daemon = policy_daemon(start_pvgpud, tmp_path, "ipc_handles = 3")
+    daemon = policy_daemon(start_pvgpud, tmp_path, BOB_TOKEN, "ipc_handles = 3")
     alice = unix_session(daemon)
     ev = alice.call("event_create", flags=0x6)      # interprocess, no timing
     assert ev[0] == 0, ev

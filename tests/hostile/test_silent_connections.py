@@ -15,7 +15,6 @@ import os
 import socket
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -23,7 +22,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import pvgpu_wire as W  # noqa: E402
-from pvgpu_sessions import tcp_session, unix_session, wait_live  # noqa: E402
+from pvgpu_sessions import alice_and_bob, tcp_session, unix_session, wait_live  # noqa: E402
 
 PVGPUD = Path(__file__).resolve().parents[2] / os.environ.get("PVGPU_BUILD", "build") / "bin" / "pvgpud"
 BOB_TOKEN = "bob-hostile-7a1c"
@@ -33,18 +32,7 @@ PER_ADDRESS = DEFAULT_BUDGET // 4
 
 
 def policy_daemon(start_pvgpud, tmp_path, extra_args=()):
-    path = tmp_path / "pvgpud.conf"
-    path.write_text(textwrap.dedent(f"""
-        [default]
-        policy = refuse
-
-        [vm alice]
-        uid = {os.getuid()}
-
-        [vm bob]
-        token = {BOB_TOKEN}
-        """))
-    daemon = start_pvgpud("sim", extra_args=["--config", str(path), *extra_args])
+    daemon = alice_and_bob(start_pvgpud, tmp_path, BOB_TOKEN, extra_args=extra_args)
     wait_live(daemon)
     return daemon
 

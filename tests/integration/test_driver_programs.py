@@ -20,6 +20,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "lib"))
 import pvgpu_wire as W  # noqa: E402
+from pvgpu_sessions import alice_and_bob  # noqa: E402
 from pvgpu_guest import SCRIPT_PRELUDE, guest_env, run_guest_script  # noqa: E402
 
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
@@ -507,21 +508,12 @@ print(*out)
 BOB_TOKEN = "bob-secret-token-0123456789"
 
 
-def alice_and_bob(start_pvgpud, short_tmp, **kw):
-    """pvgpud (sim) serving Alice's VM (this uid) and Bob's (a token),
-    refusing anyone else."""
-    policy = short_tmp / "policy.ini"
-    policy.write_text(f"[default]\npolicy = refuse\n\n[vm alice]\nuid = {os.getuid()}\n\n"
-                      f"[vm bob]\ntoken = {BOB_TOKEN}\n")
-    return start_pvgpud("sim", extra_args=("--config", str(policy)), **kw)
-
-
 def ipc_exported(start_pvgpud, short_tmp, export_src, import_src):
     """pvgpud (sim) with Alice's VM (uid) and Bob's (token); a process of
     Alice's running export_src, which prints a handle and waits; returns
     (daemon, importer, exporter) where importer(uri, token) runs
     import_src with the handle as a process of that VM: its output words."""
-    d = alice_and_bob(start_pvgpud, short_tmp, env={"PVGPU_SIM_TWINS": str(TWINS)})
+    d = alice_and_bob(start_pvgpud, short_tmp, BOB_TOKEN, env={"PVGPU_SIM_TWINS": str(TWINS)})
     (short_tmp / "export.py").write_text(export_src)
     (short_tmp / "import.py").write_text(import_src)
     exporter = subprocess.Popen([sys.executable, str(short_tmp / "export.py"), str(LIBCUDA)],
@@ -616,7 +608,7 @@ def share(start_pvgpud, libdir, short_tmp, script):
     """Run a share_*.py script as Alice (unix socket) whose children are
     one process of Alice's VM and one of Bob's (tcp, token); its output
     split at "|"."""
-    d = alice_and_bob(start_pvgpud, short_tmp)
+    d = alice_and_bob(start_pvgpud, short_tmp, BOB_TOKEN)
     res = subprocess.run([sys.executable, str(REPO / "tests" / "integration" / script),
                           str(LIBCUDA), "parent", d.unix, d.tcp, BOB_TOKEN],
                          env=guest_env(libdir, d.unix), capture_output=True, text=True,

@@ -21,6 +21,7 @@ import urllib.request
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import pvgpu_wire as W  # noqa: E402
 from pvgpu_sessions import tcp_session, unix_session, wait_live  # noqa: E402
+from fake_metrics import FakeMetrics  # noqa: E402
 
 MiB = 1 << 20
 KiB = 1 << 10
@@ -348,38 +349,6 @@ def test_pvgpuctl_status_without_a_server(tmp_path):
     assert "cannot read http://127.0.0.1:" in res.stderr and "--metrics" in res.stderr
     res = pvgpuctl("status", "--bogus")
     assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
-
-
-class FakeMetrics:
-    """A local HTTP server answering GET /metrics with the given text."""
-
-    def __init__(self, text, code=200):
-        import http.server
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):
-                body = text.encode()
-                self.send_response(code if self.path == "/metrics" else 404)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
-        self.addr = f"127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.thread.join()
-        self.server.server_close()
 
 
 def test_pvgpuctl_status_reads_what_it_is_given():

@@ -1,9 +1,29 @@
 """Helpers the integration tests share around a running pvgpud (the
-conftest's start_pvgpud daemons): raw sessions with a context, and waiting
-for the daemon's log to show how many sessions are live."""
+conftest's start_pvgpud daemons): a daemon with two VMs, raw sessions with
+a context, and waiting for the daemon's log to show how many sessions are
+live."""
+import os
+import re
 import time
 
 import pvgpu_wire as W
+
+
+# "2026-...Z pvgpud[PID] info: session N start: ..." (or end).
+SESSION_LINE = re.compile(r"^\S+ pvgpud\[\d+\] info: session \d+ (start|end): ", re.M)
+
+
+def alice_and_bob(start_pvgpud, tmp_path, bob_token, alice_extra="",
+                  extra_args=(), **kw):
+    """pvgpud (sim) with a policy that refuses unknown callers: vm alice
+    is this uid (Unix callers; alice_extra adds policy lines to it), vm
+    bob presents bob_token (TCP).  kw goes to start_pvgpud (env=...)."""
+    path = tmp_path / "pvgpud.conf"
+    path.write_text(f"[default]\npolicy = refuse\n\n"
+                    f"[vm alice]\nuid = {os.getuid()}\n{alice_extra}\n\n"
+                    f"[vm bob]\ntoken = {bob_token}\n")
+    return start_pvgpud("sim", extra_args=("--config", str(path), *extra_args),
+                        **kw)
 
 
 def hello_session(daemon, token=None, timeout=30):
@@ -49,7 +69,10 @@ def wait_live(daemon, live=0, timeout=10.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         log = daemon.log()
-        if log.count(" start: ") - log.count(" end: ") == live:
+        # The supervisor's own lines, not text a guest got into another
+        # line (a client string is logged escaped, but whole).
+        said = SESSION_LINE.findall(log)
+        if said.count("start") - said.count("end") == live:
             return
         time.sleep(0.02)
     raise AssertionError(f"expected {live} live sessions:\n{daemon.log()}")
