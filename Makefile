@@ -163,7 +163,7 @@ $(GENERIC_GEN) &: protocol/api/gen_generic.py protocol/api/annotations.py
 # call its client), the backend's (and the dispatch that calls its
 # handlers), the test fixtures' (which see the backend's).
 $(OBJ_DIR)/guest-lib/%.o $(OBJ_DIR)/gen/pvgpu_guest.o: CFLAGS += $(GUEST_INC)
-$(OBJ_DIR)/host-backend/%.o $(OBJ_DIR)/gen/pvgpu_dispatch.o $(OBJ_DIR)/transport/%.o: CFLAGS += $(BACKEND_INC)
+$(OBJ_DIR)/host-backend/%.o $(OBJ_DIR)/gen/pvgpu_dispatch.o: CFLAGS += $(BACKEND_INC)
 $(OBJ_DIR)/tests/%.o: CFLAGS += $(BACKEND_INC) -Itests/sim
 $(OBJ_DIR)/host-backend/ctl/pvgpuctl.o: CFLAGS += $(CURL_CFLAGS) $(GUEST_INC)
 # Only main.o sees the version, so a new commit recompiles that one file;

@@ -21,8 +21,8 @@
 #include <sys/uio.h>
 
 #include "identity.h"
-#include "registry.h"
 #include "transport.h"
+#include "vm.h"
 
 /*
  * What a channel is like, for those who must not know which channel it

@@ -91,10 +91,10 @@
 
 #include "executor.h"		/* PVGPU_MAX_REMOTES */
 #include "identity.h"
+#include "vm.h"		/* PVGPU_VM_NAME_LEN */
 
 #define PVGPU_POLICY_MAX_VMS	64
 #define PVGPU_POLICY_MAX_IDS	16
-#define PVGPU_VM_NAME_LEN	64
 #define PVGPU_TOKEN_LEN		128
 #define PVGPU_MAX_EXCLUSIVE_WAIT_MS	(3600 * 1000)
 #define PVGPU_MAX_CALL_TIMEOUT_MS	(86400 * 1000)

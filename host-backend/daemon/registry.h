@@ -21,31 +21,9 @@
 
 #include "identity.h"
 #include "policy.h"
+#include "vm.h"
 
 #define PVGPU_REGISTRY_MAX	64
-#define PVGPU_PATH_LEN		256
-#define PVGPU_UNIX_PATH_LEN	108	/* sizeof(sockaddr_un.sun_path) */
-
-/* A VM's window as the registry describes it; path "" when it has none. */
-struct pvgpu_vm_window {
-	char path[PVGPU_PATH_LEN];
-	uint64_t size;
-	uint64_t id;
-	uint64_t staging_offset;
-	uint32_t slot_size, nslots;
-};
-
-struct pvgpu_vm_record {
-	char name[PVGPU_VM_NAME_LEN];
-	struct pvgpu_vm_window window;
-	int vhost_user;			/* 0: kernel vsock, identified by cid */
-	unsigned int cid;
-	unsigned int port;
-	char listen[PVGPU_UNIX_PATH_LEN];	/* vhost-user: where we listen */
-	unsigned int gpu;
-	uint64_t memory;		/* quota in bytes; 0: none */
-	int entry;			/* its index in the shared VM table */
-};
 
 struct pvgpu_registry {
 	struct pvgpu_vm_record vms[PVGPU_REGISTRY_MAX];

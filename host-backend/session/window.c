@@ -21,6 +21,7 @@
 
 #include "log.h"
 #include "pvgpu_dispatch.h"
+#include "registry.h"
 #include "trace.h"
 #include "wait.h"
 #include "watchdog.h"
