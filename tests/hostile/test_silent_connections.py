@@ -23,6 +23,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import pvgpu_wire as W  # noqa: E402
 from pvgpu_sessions import alice_and_bob, tcp_session, unix_session, wait_live  # noqa: E402
+from idle import children  # noqa: E402
 
 PVGPUD = Path(__file__).resolve().parents[2] / os.environ.get("PVGPU_BUILD", "build") / "bin" / "pvgpud"
 BOB_TOKEN = "bob-hostile-7a1c"
@@ -45,23 +46,6 @@ def connect(daemon, source, timeout=10.0):
     """A TCP connection to the daemon from loopback address source."""
     return socket.create_connection(("127.0.0.1", port(daemon)), timeout=timeout,
                                     source_address=(source, 0))
-
-
-def children(pid):
-    """The processes whose parent is pid (pvgpud's workers)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue            # gone meanwhile
-        # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
-        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-            found.append(int(entry))
-    return found
 
 
 def held_from(pid, sources):

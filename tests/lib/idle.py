@@ -110,7 +110,8 @@ def stop_guests(guests):
 
 
 def children(pid):
-    """pvgpud's worker processes: one per session."""
+    """The processes whose parent is pid (pvgpud's workers: one per
+    session)."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -118,8 +119,8 @@ def children(pid):
         try:
             with open(f"/proc/{entry}/stat") as f:
                 stat = f.read()
-        except (FileNotFoundError, ProcessLookupError):
-            continue
+        except OSError:
+            continue            # gone meanwhile
         # pid (comm) state ppid ...: comm may hold spaces, so after ')'.
         if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
             found.append(int(entry))
