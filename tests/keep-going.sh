@@ -22,18 +22,23 @@ shift
 mkdir -p "$logs" || exit 1
 
 failed=()
+took=()
 while [ $# -gt 0 ]; do
     name=$1 cmd=$2
     shift 2
     echo "==== make test: $name: $cmd"
+    start=$SECONDS
     bash -c "$cmd" 2>&1 | tee "$logs/$name.log"
     rc=${PIPESTATUS[0]}
+    took+=("$name $((SECONDS - start))s")
     if [ "$rc" != 0 ]; then
         failed+=("$name")
         echo "==== make test: $name failed (exit $rc), going on"
     fi
 done
 
+# What each pass took, so a run that grew slow says where.
+echo "==== make test: time per pass: $(IFS=,; echo "${took[*]}" | sed 's/,/, /g')"
 if [ ${#failed[@]} = 0 ]; then
     echo "==== make test: every pass succeeded"
     exit 0
