@@ -35,7 +35,6 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent.parent
 # The sanitizer build would need libasan in dom0 and every domU.
 BUILD = REPO / "build"
-TIMEOUT = float(os.environ.get("PVGPU_XEN_TIMEOUT", "600"))
 PVGPU_VM = REPO / "qemu-device" / "pvgpu-vm"
 
 pytestmark = [pytest.mark.xen]
@@ -156,7 +155,9 @@ while ! grep -q "vchan: done $id2 (gone)" /tmp/pvgpud.log && [ $n -lt 150 ]; do 
 sleep 1
 metrics destroyed
 n=0
-while ! grep -q "xen-test: domu1 checks done" /var/log/xen/console/guest-domu1.log 2>/dev/null && [ $n -lt 3000 ]; do
+# Long: under TCG on a busy machine domu1's programs take many minutes; a
+# real stall is caught by the test's watch on a silent console instead.
+while ! grep -q "xen-test: domu1 checks done" /var/log/xen/console/guest-domu1.log 2>/dev/null && [ $n -lt 9000 ]; do
     sleep 0.2; n=$((n+1))
 done
 domu_wait domu1 60 || { echo "xen-dom0: domu1 still running after its last program: destroyed"; xl destroy domu1; }
@@ -213,10 +214,11 @@ cd /usr/lib/pvgpu/tests
 # twin in dom0 (software fmaf on TCG's qemu64, no FMA) takes hours to run.
 timeout 300 pvgpu-synth --plan /usr/lib/pvgpu/tests/synth-plan.json > /tmp/out 2>&1
 rc=$?; echo "xen-test: pvgpu-synth exit $rc"; [ $rc = 0 ] || tail -5 /tmp/out
-# Figures under TCG, for what they are (function, not speed)
-timeout 180 pvgpu-latency --tests copy,sync --sizes 1 --iters 200 --memory pageable > /tmp/out 2>&1
+# The benchmarks run, for function, not speed: few iterations, since
+# under TCG each is a slow round trip and the figures mean nothing
+timeout 180 pvgpu-latency --tests copy,sync --sizes 1 --iters 20 --memory pageable > /tmp/out 2>&1
 rc=$?; sed 's/^/xen-figures: /' /tmp/out; echo "xen-test: pvgpu-latency exit $rc"
-timeout 180 pvgpu-bandwidth --sizes 64K,1M,4M --reps 4 > /tmp/out 2>&1
+timeout 180 pvgpu-bandwidth --sizes 64K,1M --reps 2 > /tmp/out 2>&1
 rc=$?; sed 's/^/xen-figures: /' /tmp/out; echo "xen-test: pvgpu-bandwidth exit $rc"
 i=1
 while [ $i -le """ + str(SEQUENTIAL) + """ ]; do
@@ -299,7 +301,7 @@ def xen_run(tmp_path_factory):
     work = tmp_path_factory.mktemp("xen-pvgpud")
     rd, kdir, kver = build(work)
     status, console, secs = xenvm.run(
-        xenvm.qemu_command(rd, kdir, kver), timeout=TIMEOUT,
+        xenvm.qemu_command(rd, kdir, kver),
         log=work / "console.log")
     lines = [l for l in console.splitlines()
              if l.startswith(("[pvgpud]", "[domu", "xen-dom0", "xen-metrics"))

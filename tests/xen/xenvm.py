@@ -243,13 +243,24 @@ def qemu_command(initrd, kdir, kver, smp=2, memory="2G", dom0_mem="1024M"):
                        f"max:{dom0_mem} noreboot"]
 
 
-def run(cmd, timeout=600.0, log=None, echo=False):
+# How long a boot may take in all, and how long its console may stay silent
+# (PVGPU_XEN_TIMEOUT, PVGPU_XEN_QUIET: seconds).  The first is a last
+# resort; the second is what catches a hang.
+TIMEOUT = float(os.environ.get("PVGPU_XEN_TIMEOUT", "2700"))
+QUIET = float(os.environ.get("PVGPU_XEN_QUIET", "300"))
+
+
+def run(cmd, timeout=TIMEOUT, log=None, echo=False, quiet=QUIET):
     """Run QEMU until dom0's script reports its status (then stop QEMU at
-    once: Xen's power-off path under TCG is slow) or `timeout` passes.
-    Returns (status, console, seconds): 124 on a timeout, 125 when QEMU
-    stopped without a status."""
+    once: Xen's power-off path under TCG is slow), `timeout` passes, or,
+    with `quiet`, the console has printed nothing for that many seconds.
+    The scenarios print as they go, so a stall shows as silence long before
+    a wall-clock limit that must also hold on a machine busy with other work
+    (where TCG runs several times slower).  Returns (status, console,
+    seconds): 124 on a timeout or silence, 125 when QEMU stopped without a
+    status."""
     logf = open(log, "w") if log else None
-    t0 = time.monotonic()
+    t0 = heard = time.monotonic()
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
@@ -258,8 +269,9 @@ def run(cmd, timeout=600.0, log=None, echo=False):
     tail = b""
     try:
         while True:
-            left = t0 + timeout - time.monotonic()
-            if left <= 0:
+            now = time.monotonic()
+            left = t0 + timeout - now
+            if left <= 0 or (quiet and now - heard > quiet):
                 status = 124
                 break
             ready, _, _ = select.select([proc.stdout], [], [], min(left, 1.0))
@@ -268,6 +280,7 @@ def run(cmd, timeout=600.0, log=None, echo=False):
             data = os.read(proc.stdout.fileno(), 65536)
             if not data:
                 break
+            heard = time.monotonic()
             chunks.append(data)
             if echo:
                 sys.stdout.buffer.write(data)
@@ -437,7 +450,7 @@ def main(argv=None):
     ap.add_argument("what", choices=["boot", "probe", "echo"])
     ap.add_argument("--workdir", default=str(REPO / "build" / "xen" / "run"))
     ap.add_argument("--probe", default=str(REPO / "build" / "xen" / "vchan-probe"))
-    ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--timeout", type=float, default=TIMEOUT)
     ap.add_argument("--smp", type=int, default=2)
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
