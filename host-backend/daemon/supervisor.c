@@ -736,6 +736,9 @@ static void end_session(struct pvgpu_supervisor *sv, pid_t pid, int status)
 		return;	/* the start-up probe, or not ours */
 	if (WIFSIGNALED(status) && pvgpu_watchdog_killed(sv, slot))
 		snprintf(how, sizeof(how), "worker killed by the watchdog");
+	/* A mapping whose file lost pages under it: most likely a window. */
+	else if (WIFSIGNALED(status) && WTERMSIG(status) == SIGBUS)
+		snprintf(how, sizeof(how), "worker killed by SIGBUS (a shared window shrank under it?)");
 	else if (WIFSIGNALED(status))
 		snprintf(how, sizeof(how), "worker killed by signal %d (%s)",
 			 WTERMSIG(status), strsignal(WTERMSIG(status)));
