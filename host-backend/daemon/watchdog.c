@@ -135,7 +135,7 @@ void pvgpu_watchdog_arm(struct pvgpu_supervisor *sv)
 		its.it_value = its.it_interval;
 	}
 	if (sv->timerfd >= 0 && timerfd_settime(sv->timerfd, 0, &its, NULL))
-		log_warn("timerfd_settime: %s; the call watchdog is off",
+		log_warn("timerfd_settime: %s; the watchdog is off",
 			 strerror(errno));
 }
 

@@ -70,7 +70,7 @@ def test_a_session_that_keeps_calling_is_not_idle(start_pvgpud, tmp_path):
     end = time.monotonic() + 3.0
     while time.monotonic() < end:
         assert alice.call("mem_get_info")[0] == 0
-        time.sleep(0.3)
+        time.sleep(0.2)
     assert "idle timeout" not in daemon.log()
     alice.close()
     bob.close()

@@ -182,5 +182,7 @@ int main(void)
 	close(sv[0]);
 	pvgpu_sched_slot_gone(arg.sched, arg.slot);
 	pvgpu_accounting_release(arg.slot);
+	pvgpu_sched_destroy(arg.sched);
+	pvgpu_accounting_destroy(arg.acct);
 	return UNIT_REPORT();
 }
