@@ -466,8 +466,9 @@ def gen_dispatch_h(ops):
           " * Decode the payload of `opcode`, run its handler and encode the reply",
           " * fields (after the status words) into rep, which has room for",
           " * PVGPU_MAX_REP bytes.  Returns the handler's status; a payload that does",
-          " * not decode gives PVGPU_DISPATCH_EDECODE, an undeclared opcode",
-          " * PVGPU_DISPATCH_EOPCODE.  *rep_len is set only on success.",
+          " * not decode gives PVGPU_DISPATCH_EDECODE, with the op's outputs zeroed",
+          " * in rep (protocol/README.md: a reply carries them whatever its status),",
+          " * an undeclared opcode PVGPU_DISPATCH_EOPCODE with *rep_len 0.",
           " */",
           "#define PVGPU_DISPATCH_EDECODE (-1000)",
           "#define PVGPU_DISPATCH_EOPCODE (-1001)",
@@ -488,16 +489,20 @@ def gen_dispatch_c(ops):
               f"\tstruct pvgpu_{op.name}_req req;"]
         if op.outs:
             o += [f"\tstruct pvgpu_{op.name}_rep rep;", "\tlong len;"]
-        o += ["\tint32_t st;", "",
-              f"\tif (pvgpu_{op.name}_req_decode(p, n, &req))",
-              "\t\treturn PVGPU_DISPATCH_EDECODE;"]
+        o += ["\tint32_t st;", ""]
         if op.outs:
+            # A request that does not decode still gets its outputs, zeroed.
             o += ["\tmemset(&rep, 0, sizeof(rep));",
-                  f"\tst = pvgpu_handle_{op.name}(w, &req, &rep);",
+                  f"\tif (pvgpu_{op.name}_req_decode(p, n, &req))",
+                  "\t\tst = PVGPU_DISPATCH_EDECODE;",
+                  "\telse",
+                  f"\t\tst = pvgpu_handle_{op.name}(w, &req, &rep);",
                   f"\tlen = pvgpu_{op.name}_rep_encode(out, &rep);",
                   "\t*out_len = len < 0 ? 0 : (size_t)len;"]
         else:
-            o += [f"\tst = pvgpu_handle_{op.name}(w, &req);", "\t(void)out;", "\t*out_len = 0;"]
+            o += [f"\tif (pvgpu_{op.name}_req_decode(p, n, &req))",
+                  "\t\treturn PVGPU_DISPATCH_EDECODE;",
+                  f"\tst = pvgpu_handle_{op.name}(w, &req);", "\t(void)out;", "\t*out_len = 0;"]
         o += ["\treturn st;", "}", ""]
     o += ["int32_t pvgpu_dispatch(struct pvgpu_worker *w, uint16_t opcode,",
           "\t\t       const uint8_t *payload, size_t len,",

@@ -275,18 +275,42 @@ static void *map_shared(int fd, uint64_t size)
  */
 #define HUGE_PAGE	(2ull << 20)
 
+/*
+ * The window's memfd, size bytes, sealed against shrinking: the worker
+ * maps all of it for the whole session, and a file that shrank under its
+ * mapping would kill it with SIGBUS, so it refuses a window without the
+ * seal (host-backend/session/window.c).  -1 with errno set.
+ */
+static int sealed_memfd(unsigned int flags, uint64_t size)
+{
+	int fd, err;
+
+	fd = memfd_create("pvgpu-window", MFD_CLOEXEC | MFD_ALLOW_SEALING | flags);
+	if (fd < 0)
+		return -1;
+	if (ftruncate(fd, (off_t)size) || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK)) {
+		err = errno;
+		close(fd);
+		errno = err;
+		return -1;
+	}
+	return fd;
+}
+
 static void *map_hugepages(uint64_t *sizep, int *fdp)
 {
 	uint64_t size = *sizep & ~(HUGE_PAGE - 1);
 	void *base;
 	int fd;
 
-	fd = memfd_create("pvgpu-window", MFD_CLOEXEC | MFD_HUGETLB);
+	fd = sealed_memfd(MFD_HUGETLB, size);
 	if (fd < 0) {
-		pvgpu_debug("window: no huge-page memfd (%s): ordinary pages", strerror(errno));
+		pvgpu_debug("window: no sealed huge-page memfd of %llu MiB (%s): ordinary pages",
+			    (unsigned long long)(size >> 20), strerror(errno));
 		return MAP_FAILED;
 	}
-	if (ftruncate(fd, (off_t)size) || (base = map_shared(fd, size)) == MAP_FAILED) {
+	base = map_shared(fd, size);
+	if (base == MAP_FAILED) {
 		pvgpu_debug("window: %llu MiB of huge pages not free (%s): ordinary pages",
 			    (unsigned long long)(size >> 20), strerror(errno));
 		close(fd);
@@ -327,8 +351,8 @@ struct pvgpu_window_map *pvgpu_window_create(const struct pvgpu_client_config *c
 	if (cfg->window_hugepages)
 		base = map_hugepages(&size, &fd);
 	if (base == MAP_FAILED) {
-		fd = memfd_create("pvgpu-window", MFD_CLOEXEC);
-		if (fd < 0 || ftruncate(fd, (off_t)size)) {
+		fd = sealed_memfd(0, size);
+		if (fd < 0) {
 			snprintf(err, errlen, "memfd for the window: %s", strerror(errno));
 			goto err_fd;
 		}

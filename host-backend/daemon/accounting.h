@@ -82,6 +82,12 @@ struct pvgpu_slot {
 	_Atomic uint64_t call_started_ns;
 	_Atomic uint32_t call_opcode;
 	/*
+	 * For the idle watchdog (policy idle_timeout): CLOCK_MONOTONIC ns
+	 * when the worker last heard from the guest (a request, or inside
+	 * a call the guest's data); older than started when it has not yet.
+	 */
+	_Atomic uint64_t guest_seen_ns;
+	/*
 	 * GPU time of the session's kernels, ns: the wall time it had work
 	 * in flight, shared equally with the other sessions that had work on
 	 * the device at the same moment (gpusched.h).  Any process may add to it.

@@ -237,7 +237,18 @@ static struct pvgpu_vm_policy *vm_section(struct parse_state *st,
 	vm->ipc_handles = PVGPU_IPC_PER_VM;
 	vm->exclusive_wait_ms = -1;
 	vm->call_timeout_ms = -1;
+	vm->idle_timeout_ms = -1;
 	return vm;
+}
+
+/* A limit the watchdog keeps: it looks once a tick. */
+static int watchdog_key(struct parse_state *st, const char *key,
+			const char *value, uint64_t max_ms, int64_t *out)
+{
+	return duration_key(st, key, value, PVGPU_WATCHDOG_TICK_MS,
+			    "the watchdog's resolution of "
+			    STR(PVGPU_WATCHDOG_TICK_MS) "ms",
+			    max_ms, "300s, 0 for none", out);
 }
 
 /* Keys both [default] and [vm NAME] take. */
@@ -272,11 +283,11 @@ static int limit_key(struct parse_state *st, struct pvgpu_vm_policy *vm,
 				    PVGPU_MAX_EXCLUSIVE_WAIT_MS, "10s, 500ms",
 				    &vm->exclusive_wait_ms);
 	if (!strcmp(key, "call_timeout"))
-		return duration_key(st, key, value, PVGPU_WATCHDOG_TICK_MS,
-				    "the watchdog's resolution of "
-				    STR(PVGPU_WATCHDOG_TICK_MS) "ms",
-				    PVGPU_MAX_CALL_TIMEOUT_MS, "300s, 0 for none",
+		return watchdog_key(st, key, value, PVGPU_MAX_CALL_TIMEOUT_MS,
 				    &vm->call_timeout_ms);
+	if (!strcmp(key, "idle_timeout"))
+		return watchdog_key(st, key, value, PVGPU_MAX_IDLE_TIMEOUT_MS,
+				    &vm->idle_timeout_ms);
 	return -1;
 }
 
@@ -524,6 +535,7 @@ int pvgpu_policy_load(const char *path, struct pvgpu_policy *p,
 	p->unknown.ipc_handles = PVGPU_IPC_PER_VM;
 	p->unknown.exclusive_wait_ms = -1;
 	p->unknown.call_timeout_ms = -1;
+	p->unknown.idle_timeout_ms = -1;
 #ifdef PVGPU_NO_INIH
 	/*
 	 * A GPU host with no package registry may lack libinih-dev: pvgpud
@@ -584,12 +596,14 @@ int pvgpu_policy_load(const char *path, struct pvgpu_policy *p,
 	fclose(st.f);
 	if (check_unique(p, err, errlen))
 		return -1;
-	/* What [default] says about waiting and call time holds for every VM that says nothing. */
+	/* What [default] says about waiting, call and idle time holds for every VM that says nothing. */
 	for (unsigned int i = 0; i < p->nvms; i++) {
 		if (p->vms[i].exclusive_wait_ms < 0)
 			p->vms[i].exclusive_wait_ms = p->unknown.exclusive_wait_ms;
 		if (p->vms[i].call_timeout_ms < 0)
 			p->vms[i].call_timeout_ms = p->unknown.call_timeout_ms;
+		if (p->vms[i].idle_timeout_ms < 0)
+			p->vms[i].idle_timeout_ms = p->unknown.idle_timeout_ms;
 	}
 	return 0;
 

@@ -11,6 +11,7 @@
  *   ipc_handles = 32         ; IPC exports that pool may hold at once
  *   exclusive_wait = 10s     ; for every VM that does not set its own
  *   call_timeout = 300s      ; for every VM that does not set its own
+ *   idle_timeout = 30m       ; for every VM that does not set its own
  *
  *   [vm alice]
  *   uid = 1000, 1001         ; Unix callers with these uids (SO_PEERCRED)
@@ -25,13 +26,14 @@
  *   mode = shared            ; shared | exclusive
  *   exclusive_wait = 10s     ; a context refused for exclusivity waits this long
  *   call_timeout = 300s      ; watchdog limit on one call (0: none)
+ *   idle_timeout = 30m       ; end a session silent this long (0: never)
  *   weight = 2               ; share of GPU time under contention (gpusched.h)
  *
  * Sizes take a K, M, G or T suffix (powers of 1024); durations are decimal
  * seconds, or take ms, s or m, and one that is not 0 is at least what
- * keeps it: 250ms for call_timeout (the watchdog's tick), 1ms for
- * exclusive_wait.  A missing memory, pinned or max_sessions means no
- * limit; missing gpus means every device.
+ * keeps it: 250ms for call_timeout and idle_timeout (the watchdog's
+ * tick), 1ms for exclusive_wait.  A missing memory, pinned or
+ * max_sessions means no limit; missing gpus means every device.
  *
  * The file is refused, with its line, where it cannot mean one thing: a
  * section given twice, a VM name longer than 46 characters (the INI
@@ -68,6 +70,10 @@
  * from then on; contexts already held are never taken away.
  *
  * call_timeout overrides pvgpud --call-timeout for the VM (watchdog.h).
+ * idle_timeout (default 0: never) ends a session of the VM whose guest has
+ * sent nothing for that long while no call of it runs, so that a guest
+ * that went quiet, or a stopped worker, gives its slot and quota back
+ * (watchdog.h).
  *
  * ipc_handles (1..256, default 32) bounds the entries of the daemon's IPC
  * table (accounting.h) the VM's live sessions hold: cuIpcGetMemHandle,
@@ -98,6 +104,7 @@
 #define PVGPU_TOKEN_LEN		128
 #define PVGPU_MAX_EXCLUSIVE_WAIT_MS	(3600 * 1000)
 #define PVGPU_MAX_CALL_TIMEOUT_MS	(86400 * 1000)
+#define PVGPU_MAX_IDLE_TIMEOUT_MS	(30ll * 86400 * 1000)
 
 /* The pool of allowed unknown callers is a VM by this name. */
 #define PVGPU_DEFAULT_VM	"default"
@@ -123,6 +130,7 @@ struct pvgpu_vm_policy {
 	enum pvgpu_vm_mode mode;
 	int64_t exclusive_wait_ms;	/* -1: not set, no wait */
 	int64_t call_timeout_ms;	/* -1: pvgpud --call-timeout */
+	int64_t idle_timeout_ms;	/* -1: not set, never */
 	uint32_t weight;		/* 1..1000000, default 1 */
 	int entry;			/* its index in the shared VM table */
 };

@@ -731,11 +731,16 @@ static void end_session(struct pvgpu_supervisor *sv, pid_t pid, int status)
 {
 	struct pvgpu_slot *slot = pvgpu_accounting_by_pid(sv->acct, pid);
 	char how[64], h2d[32], d2h[32];
+	const char *wd;
 
 	if (!slot)
 		return;	/* the start-up probe, or not ours */
-	if (WIFSIGNALED(status) && pvgpu_watchdog_killed(sv, slot))
-		snprintf(how, sizeof(how), "worker killed by the watchdog");
+	wd = WIFSIGNALED(status) ? pvgpu_watchdog_killed(sv, slot) : NULL;
+	if (wd)
+		snprintf(how, sizeof(how), "%s", wd);
+	/* A mapping whose file lost pages under it: most likely a window. */
+	else if (WIFSIGNALED(status) && WTERMSIG(status) == SIGBUS)
+		snprintf(how, sizeof(how), "worker killed by SIGBUS (a shared window shrank under it?)");
 	else if (WIFSIGNALED(status))
 		snprintf(how, sizeof(how), "worker killed by signal %d (%s)",
 			 WTERMSIG(status), strsignal(WTERMSIG(status)));

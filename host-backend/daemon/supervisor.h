@@ -32,6 +32,7 @@ struct pvgpu_supervisor {
 	int timerfd;			/* the call watchdog's tick; -1: none */
 	uint64_t call_timeout_ms;	/* --call-timeout; 0: no limit */
 	uint8_t *wd_killed;		/* per slot: the watchdog killed it */
+	uint64_t *wd_busy_ns;		/* per slot: a tick last saw a call run */
 	struct pvgpu_accounting *acct;
 	struct pvgpu_sched *sched;	/* shared with the workers, like acct */
 	struct pvgpu_worker_config wcfg;

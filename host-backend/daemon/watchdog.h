@@ -1,5 +1,6 @@
 /*
- * watchdog.h - a limit on how long one call of a session may run.
+ * watchdog.h - a limit on how long one call of a session may run, and
+ * on how long a session may sit idle.
  *
  * A worker that hangs (a kernel that never ends, a driver call that never
  * returns) would hold its session, its VM's quota and perhaps a GPU for
@@ -20,6 +21,17 @@
  * long it ran.  (A live session of a VM that a reload dropped from the
  * file gets --call-timeout.)  The process boundary frees the rest, as for any worker
  * that dies; the guest sees its connection close.
+ *
+ * The same tick ends sessions that hold a slot and quota doing nothing:
+ * with the VM's idle_timeout set (policy; default 0, never), a session in
+ * no call whose guest has sent nothing for that long (its worker may be
+ * blocked on a silent guest, or stopped) is SIGKILLed with one log line.
+ * The worker stamps guest_seen_ns with the clock reading it takes for the
+ * call watchdog anyway, so the stamp costs one store per request.  A call
+ * waiting on its guest (a copy's data, a staged copy's slots) counts as
+ * idle until the guest answers, as does a ctx_create waiting for an
+ * exclusive GPU: keep idle_timeout above exclusive_wait.  Work left on
+ * the GPU with no call waiting for it does not count.
  */
 #ifndef PVGPU_WATCHDOG_H
 #define PVGPU_WATCHDOG_H
@@ -48,11 +60,11 @@ int pvgpu_watchdog_init(struct pvgpu_supervisor *sv);
 void pvgpu_watchdog_fini(struct pvgpu_supervisor *sv);
 /* Tick only while some limit is set: after start-up and every reload. */
 void pvgpu_watchdog_arm(struct pvgpu_supervisor *sv);
-/* The timer fired: kill the workers past their limit. */
+/* The timer fired: kill the workers past their limits. */
 void pvgpu_watchdog_tick(struct pvgpu_supervisor *sv);
-/* For the session-end line: non-zero when the watchdog killed its worker. */
-int pvgpu_watchdog_killed(struct pvgpu_supervisor *sv,
-			  const struct pvgpu_slot *slot);
+/* For the session-end line: how the watchdog killed its worker, or NULL. */
+const char *pvgpu_watchdog_killed(struct pvgpu_supervisor *sv,
+				  const struct pvgpu_slot *slot);
 void pvgpu_watchdog_forget(struct pvgpu_supervisor *sv,
 			   const struct pvgpu_slot *slot);
 

@@ -104,6 +104,38 @@ static int open_vm_window(struct pvgpu_worker *w,
 }
 
 /*
+ * A memfd the guest passed stays the guest's: it could truncate the file
+ * under our mapping, and our next touch past the new end would kill this
+ * worker with SIGBUS.  So the file must be sealed against shrinking
+ * (F_SEAL_SHRINK, which the guest library adds when it makes the window;
+ * a seal can never be taken off) and hold at least what we map.  A guest
+ * library from before the seal is refused here and goes on over the
+ * socket alone, as after any refused window.  The window device's host
+ * file (open_vm_window) is not sealed and need not be: the guest sees a
+ * BAR of fixed size and cannot resize the file behind it; nor can a Xen
+ * guest take back pages that the channel has mapped (borrowed windows).
+ */
+static int window_fd_ok(struct pvgpu_worker *w, int fd, uint64_t size)
+{
+	int seals = fcntl(fd, F_GET_SEALS);
+	struct stat st;
+
+	if (seals < 0 || !(seals & F_SEAL_SHRINK)) {
+		wlog_warn(w, "window_attach: the guest's window file is not sealed against shrinking (F_SEAL_SHRINK%s): refused",
+			  seals < 0 ? "; not a memfd made with MFD_ALLOW_SEALING" : "");
+		return -1;
+	}
+	if (fstat(fd, &st))
+		st.st_size = 0;
+	if ((uint64_t)st.st_size < size) {
+		wlog_warn(w, "window_attach: %llu bytes named, the guest's memfd holds %lld: refused",
+			  (unsigned long long)size, (long long)st.st_size);
+		return -1;
+	}
+	return 0;
+}
+
+/*
  * Map the window's file where the guest has it mapped (guest_base, when
  * page-aligned, above the lowest 16 MiB, which stay unmapped so that a
  * stray small pointer in the worker still faults, and free in this
@@ -183,6 +215,9 @@ int32_t pvgpu_handle_window_attach(struct pvgpu_worker *w,
 			fd = open_vm_window(w, req);
 			if (fd < 0)
 				return CUDA_ERROR_INVALID_VALUE;
+		} else if (!win->base && window_fd_ok(w, fd, req->size)) {
+			close(fd);
+			return CUDA_ERROR_INVALID_VALUE;
 		}
 		if (win->base || req->size < PVGPU_WINDOW_HDR_SIZE ||
 		    fstat(fd, &st) || (uint64_t)st.st_size < req->size ||

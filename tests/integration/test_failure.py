@@ -25,7 +25,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import pvgpu_wire as W  # noqa: E402
-from pvgpu_sessions import closed_by_backend, wait_live  # noqa: E402
+from pvgpu_sessions import closed_by_backend, wait_live, worker_pid  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent.parent
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
@@ -121,13 +121,6 @@ def alloc(s, size):
     st, _, out, _ = s.call("mem_alloc", size=size)
     assert st == 0, st
     return out["dptr"]
-
-
-def worker_pid(daemon, session_id):
-    m = re.search(r"session %d start: .*\(worker pid (\d+)\)" % session_id,
-                  daemon.log())
-    assert m, daemon.log()
-    return int(m.group(1))
 
 
 def back_to_baseline(daemon, observer, baseline):

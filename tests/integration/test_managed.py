@@ -8,8 +8,6 @@ driver program tests/programs/driver/managed.c (test_driver_programs.py).
 """
 import ctypes
 import os
-import socket
-import struct
 import sys
 import textwrap
 import time
@@ -34,14 +32,7 @@ def address(m):
 
 def attach(s, fd, **fields):
     """window_attach with a file descriptor; (status, outputs)."""
-    msg_id = s.next_id
-    s.next_id += 1
-    s.sock.sendmsg([W.message("window_attach", msg_id, size=WINDOW, **fields)],
-                   [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", fd))])
-    _op, _fl, rid, payload = s.read_message()
-    assert rid == msg_id
-    status, _deferred = struct.unpack_from("<ii", payload)
-    return status, W.decode_fields(W.P.OPS["window_attach"][4], payload[8:])
+    return s.window_attach(fd, size=WINDOW, **fields)
 
 
 def session(daemon):

@@ -50,8 +50,7 @@ def shm_uri(daemon):
 
 
 def make_window(size=WINDOW):
-    fd = os.memfd_create("test-ring-window")
-    os.ftruncate(fd, size)
+    fd = W.window_memfd("test-ring-window", size)
     m = mmap.mmap(fd, size)
     hdr = window.pack_header(WindowLayout(size=size, window_id=0,
                                           staging_offset=window.HDR_SIZE,
@@ -78,16 +77,9 @@ class RingSession(W.Session):
         self.m = m
         self.views = {}
         size = RING_HDR + 2 * cap if ring_size is None else ring_size
-        msg_id = self.next_id
-        self.next_id += 1
-        self.sock.sendmsg([W.message("window_attach", msg_id, size=WINDOW,
-                                     ring_offset=ring_offset, ring_size=size)],
-                          [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", fd))])
+        status, outs = self.window_attach(fd, size=WINDOW, ring_offset=ring_offset,
+                                          ring_size=size)
         os.close(fd)
-        _op, _fl, rid, payload = self.read_message()
-        assert rid == msg_id
-        status = struct.unpack_from("<i", payload)[0]
-        outs = W.decode_fields(W.P.OPS["window_attach"][4], payload[8:])
         if status == 0:
             assert outs["ring"] == 1
             self.base, self.cap = ring_offset, cap

@@ -4,7 +4,6 @@ checked.  Speaks the wire protocol directly (tests/lib/pvgpu_wire.py)."""
 import ctypes
 import mmap
 import os
-import socket
 import struct
 import sys
 import time
@@ -26,8 +25,7 @@ H2D_DONE = window.OFFSETS["h2d_done"]
 
 def make_window(size=WINDOW, magic=window.MAGIC, layout=window.LAYOUT,
                 hdr_size=None, staging=STAGING, slot=SLOT, nslots=NSLOTS):
-    fd = os.memfd_create("test-window")
-    os.ftruncate(fd, size)
+    fd = W.window_memfd("test-window", size)
     m = mmap.mmap(fd, size)
     hdr = window.pack_header(WindowLayout(size=hdr_size or size, window_id=0,
                                           staging_offset=staging, slot_size=slot,
@@ -37,13 +35,7 @@ def make_window(size=WINDOW, magic=window.MAGIC, layout=window.LAYOUT,
 
 
 def attach(s, fd, size=WINDOW):
-    msg_id = s.next_id
-    s.next_id += 1
-    s.sock.sendmsg([W.message("window_attach", msg_id, size=size)],
-                   [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", fd))])
-    _op, _fl, rid, payload = s.read_message()
-    assert rid == msg_id
-    return struct.unpack_from("<i", payload)[0]
+    return s.window_attach(fd, size=size)[0]
 
 
 def session(daemon):

@@ -76,3 +76,12 @@ def wait_live(daemon, live=0, timeout=10.0):
             return
         time.sleep(0.02)
     raise AssertionError(f"expected {live} live sessions:\n{daemon.log()}")
+
+
+def worker_pid(daemon, session_id):
+    """The pid of the worker serving session session_id (hello's
+    session_id), from its session-start line."""
+    m = re.search(r"session %d start: .*\(worker pid (\d+)\)" % session_id,
+                  daemon.log())
+    assert m, daemon.log()
+    return int(m.group(1))

@@ -4,6 +4,7 @@ well-behaved guest library never would.
 The operation table comes from the generator's output (build/gen/pvgpu_proto.py),
 so these tests follow ops.spec instead of restating it.
 """
+import fcntl
 import importlib.util
 import os
 import socket
@@ -25,6 +26,17 @@ P = load_proto()
 FIXED = {"u8": "B", "u16": "H", "u32": "I", "u64": "Q", "i32": "i", "i64": "q", "f32": "f"}
 HDR = struct.Struct(P.HDR_FORMAT)
 OPTIONAL_NAMES = {name for _op, name in getattr(P, "OPTIONAL", [])}
+
+
+def window_memfd(name, size, sealed=True):
+    """A memfd of size bytes for a shared window (shm://), sealed against
+    shrinking as the guest library makes it (pvgpud refuses one that is
+    not) unless sealed is False."""
+    fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, size)
+    if sealed:
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
+    return fd
 
 
 def encode_fields(fields, values):
@@ -144,6 +156,18 @@ class Session:
             status, deferred = struct.unpack_from("<ii", payload)
             outs = decode_fields(P.OPS[op][4], payload[8:])
             return status, deferred, outs, data_out
+
+    def window_attach(self, fd, **values):
+        """window_attach passing fd, a window's memfd, as shm:// guests do:
+        (status, outputs)."""
+        msg_id = self.next_id
+        self.next_id += 1
+        self.sock.sendmsg([message("window_attach", msg_id, **values)],
+                          [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", fd))])
+        _op, _fl, rid, payload = self.read_message()
+        assert rid == msg_id, (rid, msg_id)
+        return struct.unpack_from("<i", payload)[0], \
+            decode_fields(P.OPS["window_attach"][4], payload[8:])
 
     def queue(self, op, **values):
         msg_id = self.next_id

@@ -171,10 +171,12 @@ struct sim_alloc {
 	bool module;			/* a module's variable: not mem_free'able */
 	uint64_t phys;			/* a cuMemMap mapping of this physical
 					 * memory (its data is the phys's); 0 none */
-	/* IPC: data is a shared mapping of /dev/shm/<shm> (exported, then
-	 * ipc_owner: ours to unlink), not malloc'd. */
-	char shm[48];
+	/* IPC: data is a shared mapping of a memfd, not malloc'd, and ipc
+	 * the handle naming it ("": none).  The exporter (ipc_owner) keeps
+	 * the memfd open in ipc_fd; sim_ipc_open says why a memfd. */
+	char ipc[48];
 	bool ipc_owner;
+	int ipc_fd;
 };
 
 /* Physical memory of cuMemCreate, and address ranges of cuMemAddressReserve. */
@@ -239,6 +241,7 @@ struct pvgpu_exec {
 	struct sim_phys *phys;
 	size_t nphys, phys_cap;
 	uint64_t next_phys;
+	unsigned int ipc_serial;	/* IPC exports made: their memfds' names */
 	struct sim_range *ranges;
 	size_t nranges, ranges_cap;
 
@@ -876,10 +879,10 @@ static void alloc_remove(struct pvgpu_exec *ex, size_t i)
 			p->maps--;
 			phys_put(ex, p);
 		}
-	} else if (a->shm[0]) {
+	} else if (a->ipc[0]) {
 		if (a->ipc_owner) {
 			ex->own_used[a->dev] -= a->size;
-			shm_unlink(a->shm);
+			close(a->ipc_fd);
 		}
 		munmap(a->data, a->size);
 	} else {
@@ -1119,7 +1122,7 @@ static void sim_close(struct pvgpu_exec *ex)
 	free(ex->out[0].buf);
 	free(ex->out[1].buf);
 	for (i = ex->nallocs; i-- > 0;)
-		if (ex->allocs[i].shm[0])
+		if (ex->allocs[i].ipc[0])
 			alloc_remove(ex, i);
 	for (i = 0; i < ex->nallocs; i++)
 		if (!ex->allocs[i].phys)
@@ -1544,8 +1547,9 @@ static int32_t dev_alloc(struct pvgpu_exec *ex, uint64_t size, bool module,
 	a->dev = dev;
 	a->module = module;
 	a->phys = 0;
-	a->shm[0] = '\0';
+	a->ipc[0] = '\0';
 	a->ipc_owner = false;
+	a->ipc_fd = -1;
 	ex->nallocs++;
 	ex->own_used[dev] += size;
 	*dptr = addr;
@@ -4267,13 +4271,21 @@ static int32_t sim_vmm_call(struct pvgpu_exec *ex, const struct pvgpu_generic_fn
 
 /*
  * CUDA IPC between worker processes: an exported allocation moves into a
- * shared memory file whose name is the handle; another process maps it.
+ * memfd, which the exporter holds open, and the handle names the
+ * exporting process, descriptor and memfd; another worker of the same
+ * user opens it through /proc, as sim_vmm_import does.  No name in
+ * /dev/shm: a worker SIGKILLed before it could unlink one would leave the
+ * file behind it, and a memfd goes with the last process that has it open
+ * or mapped.  As with the driver, a handle opens only while its exporter
+ * lives and holds the allocation: the memfd's name, unique per export,
+ * tells a descriptor number used again from the one the handle meant.
  */
+#define SIM_IPC_MEM	"pvgpu-sim-ipc"
+
 static int32_t sim_ipc_get(struct pvgpu_exec *ex, uint64_t dptr, uint8_t handle[64])
 {
 	size_t i = alloc_upper_bound(ex, dptr);
 	struct sim_alloc *a;
-	static unsigned int serial;
 	void *map;
 	int fd;
 
@@ -4283,52 +4295,62 @@ static int32_t sim_ipc_get(struct pvgpu_exec *ex, uint64_t dptr, uint8_t handle[
 	    ex->allocs[i - 1].phys)
 		return CUDA_ERROR_INVALID_VALUE;
 	a = &ex->allocs[i - 1];
-	if (!a->shm[0]) {
-		char name[48];
+	if (!a->ipc[0]) {
+		char name[32];
 
-		snprintf(name, sizeof(name), "/pvgpu-sim-ipc-%d-%u", (int)getpid(), ++serial);
-		fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+		snprintf(name, sizeof(name), SIM_IPC_MEM "-%u", ++ex->ipc_serial);
+		fd = memfd_create(name, MFD_CLOEXEC);
 		if (fd < 0)
 			return CUDA_ERROR_OUT_OF_MEMORY;
 		if (ftruncate(fd, (off_t)a->size) ||
 		    (map = mmap(NULL, a->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
 			close(fd);
-			shm_unlink(name);
 			return CUDA_ERROR_OUT_OF_MEMORY;
 		}
-		close(fd);
 		memcpy(map, a->data, a->size);
 		free(a->data);
 		a->data = map;
-		memcpy(a->shm, name, sizeof(name));
+		snprintf(a->ipc, sizeof(a->ipc), SIM_IPC_MEM " %d %d %u", (int)getpid(),
+			 fd, ex->ipc_serial);
 		a->ipc_owner = true;
+		a->ipc_fd = fd;
 	}
 	memset(handle, 0, 64);
-	memcpy(handle, a->shm, strlen(a->shm));
+	memcpy(handle, a->ipc, strlen(a->ipc));
 	return CUDA_SUCCESS;
 }
 
 static int32_t sim_ipc_open(struct pvgpu_exec *ex, const uint8_t handle[64],
 			    uint32_t flags, uint64_t *dptr)
 {
-	char name[48] = { 0 };
+	char name[48] = { 0 }, path[64], want[64], link[64];
+	unsigned int serial;
 	struct sim_alloc *a;
 	struct stat st;
 	uint64_t addr;
+	int pid, fd;
+	ssize_t n;
 	void *map;
 	size_t i;
-	int fd;
 
 	(void)flags;
 	if (!ex || ctx_check(ex))
 		return CUDA_ERROR_INVALID_CONTEXT;
 	memcpy(name, handle, sizeof(name) - 1);
-	if (strncmp(name, "/pvgpu-sim-ipc-", 15))
+	if (sscanf(name, SIM_IPC_MEM " %d %d %u", &pid, &fd, &serial) != 3 ||
+	    pid <= 0 || fd < 0)
 		return CUDA_ERROR_INVALID_VALUE;
-	fd = shm_open(name, O_RDWR, 0);
+	snprintf(path, sizeof(path), "/proc/%d/fd/%d", pid, fd);
+	fd = open(path, O_RDWR | O_CLOEXEC);
 	if (fd < 0)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (fstat(fd, &st) || st.st_size <= 0 ||
+	/* What we opened is the export's memfd, not another the number
+	 * names by now. */
+	snprintf(want, sizeof(want), "/memfd:" SIM_IPC_MEM "-%u (deleted)", serial);
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	n = readlink(path, link, sizeof(link) - 1);
+	link[n > 0 ? n : 0] = '\0';
+	if (strcmp(link, want) || fstat(fd, &st) || st.st_size <= 0 ||
 	    grow((void **)&ex->allocs, &ex->allocs_cap, ex->nallocs + 1, sizeof(*ex->allocs)) ||
 	    place_alloc(ex, ex->cur->u.ctx.dev, (uint64_t)st.st_size, &addr) ||
 	    (map = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
@@ -4345,7 +4367,8 @@ static int32_t sim_ipc_open(struct pvgpu_exec *ex, const uint8_t handle[64],
 	a->data = map;
 	a->ctx = ex->cur;
 	a->dev = ex->cur->u.ctx.dev;
-	memcpy(a->shm, name, sizeof(name));
+	memcpy(a->ipc, name, sizeof(name));
+	a->ipc_fd = -1;
 	ex->nallocs++;
 	*dptr = addr;
 	return CUDA_SUCCESS;
@@ -4355,7 +4378,7 @@ static int32_t sim_ipc_close(struct pvgpu_exec *ex, uint64_t dptr)
 {
 	size_t i = ex ? alloc_upper_bound(ex, dptr) : 0;
 
-	if (!i || ex->allocs[i - 1].addr != dptr || !ex->allocs[i - 1].shm[0] ||
+	if (!i || ex->allocs[i - 1].addr != dptr || !ex->allocs[i - 1].ipc[0] ||
 	    ex->allocs[i - 1].ipc_owner)
 		return CUDA_ERROR_INVALID_VALUE;
 	alloc_remove(ex, i - 1);
