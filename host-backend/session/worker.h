@@ -83,6 +83,7 @@ struct pvgpu_worker_config {
 	const struct pvgpu_executor_ops *exec;
 	uint32_t block;			/* bulk block (DATA frame) size */
 	const char *module_cache;	/* directory of images by hash */
+	uint64_t module_cache_max;	/* its bytes in all (modcache.h) */
 	uint64_t poll_ns;		/* busy-poll before a blocking read */
 	uint64_t wait_spin_ns;		/* watch of a call waiting on the device */
 	const struct pvgpu_policy *policy;	/* NULL: no policy file */
