@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "accounting.h"
+#include "handles.h"
 #include "modcache.h"
 #include "policy.h"
 #include "size.h"
@@ -230,6 +231,7 @@ static void policy_defaults(struct pvgpu_vm_policy *vm)
 {
 	vm->ipc_handles = PVGPU_IPC_PER_VM;
 	vm->module_cache = PVGPU_MODCACHE_PER_VM;
+	vm->handles = PVGPU_HANDLES_PER_SESSION;
 }
 
 static struct pvgpu_vm_policy *vm_section(struct parse_state *st,
@@ -285,6 +287,8 @@ static int limit_key(struct parse_state *st, struct pvgpu_vm_policy *vm,
 	if (!strcmp(key, "module_cache"))
 		return size_key(st, key, value, "256M; 0 keeps none",
 				&vm->module_cache);
+	if (!strcmp(key, "handles"))
+		return count_key(st, key, value, PVGPU_HANDLES_MAX, &vm->handles);
 	/* The wait is kept to the millisecond; the watchdog looks every tick. */
 	if (!strcmp(key, "exclusive_wait"))
 		return duration_key(st, key, value, 1, "the wait's resolution of 1ms",

@@ -82,7 +82,7 @@ void pvgpu_graph_forget(struct pvgpu_worker *w, uint64_t graph)
 		if (h->module != graph)
 			continue;
 		if (h->kind == H_GRAPH_NODE || h->kind == H_COND) {
-			pvgpu_handle_release(h);
+			pvgpu_handle_release(&w->handles, h);
 		} else if (h->kind == H_GRAPH) {
 			body = pvgpu_handle_id(&w->handles, h);
 			pvgpu_handle_del(&w->handles, body);

@@ -246,7 +246,7 @@ static void forget_module(struct pvgpu_worker *w, uint64_t id)
 		struct pvgpu_handle *h = &w->handles.v[i];
 
 		if (h->kind == H_FUNC && h->module == id)
-			pvgpu_handle_release(h);
+			pvgpu_handle_release(&w->handles, h);
 	}
 	for (size_t i = w->allocs.n; i-- > 0;)
 		if (w->allocs.v[i].module == id)

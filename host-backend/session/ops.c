@@ -242,6 +242,17 @@ int32_t pvgpu_handle_ctx_create(struct pvgpu_worker *w,
 		return CUDA_ERROR_INVALID_DEVICE;
 	if (!w->ex)
 		return CUDA_ERROR_NOT_INITIALIZED;
+	/*
+	 * A context takes device memory of its own, outside the VM's quota
+	 * (the driver does not say how much): a session holds a few per GPU.
+	 */
+	if (contexts_on(w, req->device) >= PVGPU_CTX_PER_DEVICE) {
+		wlog_info(w, "context refused: the session holds %u on device %d already",
+			  PVGPU_CTX_PER_DEVICE, req->device);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	if (pvgpu_handles_room(&w->handles, 1))
+		return CUDA_ERROR_OUT_OF_MEMORY;
 	/* Exclusive mode: the device must be ours to take before we touch it. */
 	st = pvgpu_exclusive_take(w->acct, w->slot, req->device, w->conn,
 				  &w->loglim);
@@ -299,7 +310,7 @@ int32_t pvgpu_handle_ctx_destroy(struct pvgpu_worker *w,
 			continue;
 		if (o->charged)		/* modules, arrays */
 			pvgpu_module_uncharge(w, o);
-		pvgpu_handle_release(o);
+		pvgpu_handle_release(&w->handles, o);
 	}
 	pvgpu_handle_del(&w->handles, req->ctx);
 	if (req->ctx == w->cur_ctx)

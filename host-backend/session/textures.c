@@ -197,7 +197,7 @@ static int32_t obj_destroy(struct pvgpu_worker *w, uint64_t obj,
 	if (!h || !destroy)
 		return CUDA_ERROR_INVALID_HANDLE;
 	st = destroy(w->ex, obj);
-	pvgpu_handle_release(h);
+	pvgpu_handle_release(&w->handles, h);
 	return st;
 }
 

@@ -28,6 +28,12 @@
 #define PVGPU_NOTED_ERRORS	32
 #define PVGPU_WINDOW_PINS	256
 #define PVGPU_WINDOW_MAX_SLOTS	64	/* staging slots a window may have */
+/*
+ * Contexts a session may hold on one GPU at once.  Each takes device
+ * memory the driver keeps for itself (not measured here, and not charged
+ * to the VM's memory); a program needs one per GPU, the primary.
+ */
+#define PVGPU_CTX_PER_DEVICE	4
 
 struct pvgpu_staging {
 	void *buf;			/* pinned, `block` bytes */
