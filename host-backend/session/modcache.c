@@ -274,7 +274,8 @@ static void evict(struct scan *s, const char *root, uint64_t need, uint64_t max,
 {
 	size_t live = s->n;
 
-	qsort(s->v, s->n, sizeof(s->v[0]), oldest_first);
+	if (s->n > 1)
+		qsort(s->v, s->n, sizeof(s->v[0]), oldest_first);
 	for (size_t i = 0; i < s->n; i++) {
 		char path[PVGPU_MODCACHE_PATH_LEN];
 		struct seen *e = &s->v[i];
