@@ -54,6 +54,9 @@ static int32_t load_image(struct pvgpu_worker *w, const uint8_t *image,
 	ctx = pvgpu_handle_get(&w->handles, w->cur_ctx, H_CTX);
 	if (!ctx)
 		return CUDA_ERROR_INVALID_CONTEXT;
+	st = pvgpu_room_for_handle(w);
+	if (st)
+		return st;
 	if (pvgpu_accounting_charge(w->acct, w->slot, len)) {
 		wlog_debug(w, "module of %zu bytes: over the quota of vm %s", len,
 			   w->acct->vms[atomic_load(&w->slot->vm)].name);

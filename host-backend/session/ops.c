@@ -218,6 +218,12 @@ int32_t pvgpu_handle_device_total_mem(struct pvgpu_worker *w,
 
 /* --- contexts ------------------------------------------------------------- */
 
+int32_t pvgpu_room_for_handle(struct pvgpu_worker *w)
+{
+	return pvgpu_handles_room(&w->handles, 1) ? CUDA_ERROR_OUT_OF_MEMORY :
+						    CUDA_SUCCESS;
+}
+
 /* How many of this session's contexts live on dev. */
 static unsigned int contexts_on(struct pvgpu_worker *w, int32_t dev)
 {
@@ -251,8 +257,9 @@ int32_t pvgpu_handle_ctx_create(struct pvgpu_worker *w,
 			  PVGPU_CTX_PER_DEVICE, req->device);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	if (pvgpu_handles_room(&w->handles, 1))
-		return CUDA_ERROR_OUT_OF_MEMORY;
+	st = pvgpu_room_for_handle(w);
+	if (st)
+		return st;
 	/* Exclusive mode: the device must be ours to take before we touch it. */
 	st = pvgpu_exclusive_take(w->acct, w->slot, req->device, w->conn,
 				  &w->loglim);
@@ -559,6 +566,8 @@ int32_t pvgpu_handle_stream_create(struct pvgpu_worker *w,
 	uint64_t stream, id;
 	int32_t st = need_context(w);
 
+	if (!st)
+		st = pvgpu_room_for_handle(w);
 	if (st)
 		return st;
 	st = w->ex_ops->stream_create(w->ex, req->flags, req->priority, &stream);
@@ -641,6 +650,8 @@ int32_t pvgpu_handle_event_create(struct pvgpu_worker *w,
 	uint64_t event;
 	int32_t st = need_context(w);
 
+	if (!st)
+		st = pvgpu_room_for_handle(w);
 	if (st)
 		return st;
 	st = w->ex_ops->event_create(w->ex, req->flags, &event);

@@ -53,15 +53,16 @@ static const _Atomic uint32_t handles_without_vm = PVGPU_HANDLES_PER_SESSION;
 static void tell_refusals(struct pvgpu_worker *w)
 {
 	int32_t vm = atomic_load(&w->slot->vm);
+	uint32_t max = atomic_load(w->handles.max);
 
 	if (!w->handles.refused)
 		return;
 	if (vm >= 0)
 		wlog_info(w, "handle refused: the session holds its %u (handles of vm %s)",
-			  w->handles.live, w->acct->vms[vm].name);
+			  max, w->acct->vms[vm].name);
 	else
 		wlog_info(w, "handle refused: the session holds its %u (handles)",
-			  w->handles.live);
+			  max);
 	w->handles.refused = 0;
 }
 

@@ -291,6 +291,13 @@ void pvgpu_worker_async_failed(struct pvgpu_worker *w, uint16_t opcode,
 	.shared_bytes = (req)->shared_bytes, .params = (req)->params,	\
 	.params_size = (req)->params_len
 
+/*
+ * Room for one more handle under the session's bound (handles.h), asked
+ * before the executor makes what it would name, so that a refusal makes
+ * and frees nothing: CUDA_SUCCESS or CUDA_ERROR_OUT_OF_MEMORY (ops.c).
+ */
+int32_t pvgpu_room_for_handle(struct pvgpu_worker *w);
+
 /* The device of the current context, -1 without one (the scheduler's d). */
 static inline int pvgpu_cur_device(struct pvgpu_worker *w)
 {
