@@ -37,6 +37,10 @@ struct pvgpu_vm_entry {
 	_Atomic uint64_t pinned_quota;	/* host pinned bytes; 0: no limit */
 	/* IPC exports its live sessions may hold at once (ipc_handles). */
 	_Atomic uint32_t ipc_max;
+	/* Bytes of its directory of the module cache (module_cache, modcache.h). */
+	_Atomic uint64_t modcache_max;
+	/* Live handles each of its sessions may hold (handles, handles.h). */
+	_Atomic uint32_t handles_max;
 	/*
 	 * Serialises "count, then take" for quota charges and session
 	 * admission across worker processes.  Robust: a worker killed while

@@ -2,6 +2,8 @@
 #include <stdio.h>
 
 #include "admit.h"
+#include "handles.h"
+#include "modcache.h"
 
 int pvgpu_policy_apply(struct pvgpu_policy *p, struct pvgpu_accounting *acct,
 		       char *err, size_t errlen)
@@ -33,6 +35,8 @@ int pvgpu_policy_apply(struct pvgpu_policy *p, struct pvgpu_accounting *acct,
 		atomic_store(&e->gpus, all[i]->gpus);
 		atomic_store(&e->pinned_quota, all[i]->pinned);
 		atomic_store(&e->ipc_max, all[i]->ipc_handles);
+		atomic_store(&e->modcache_max, all[i]->module_cache);
+		atomic_store(&e->handles_max, all[i]->handles);
 		atomic_store(&e->exclusive, all[i]->mode == VM_EXCLUSIVE);
 		atomic_store(&e->exclusive_wait_ms,
 			     all[i]->exclusive_wait_ms > 0 ?
@@ -63,6 +67,8 @@ void pvgpu_registry_apply(struct pvgpu_registry *r,
 		atomic_store(&e->max_sessions, 0);
 		atomic_store(&e->gpus, 1u << rec->gpu);
 		atomic_store(&e->ipc_max, PVGPU_IPC_PER_VM);
+		atomic_store(&e->modcache_max, PVGPU_MODCACHE_PER_VM);
+		atomic_store(&e->handles_max, PVGPU_HANDLES_PER_SESSION);
 	}
 }
 

@@ -4,7 +4,8 @@
  *   pvgpud --listen URI [--listen URI ...] --executor cuda|sim
  *          [--config FILE] [--log-level error|warn|info|debug]
  *          [--block-size BYTES] [--max-sessions N] [--tcp-token TOKEN]
- *          [--module-cache DIR] [--poll-us N] [--wait-spin-us N]
+ *          [--module-cache DIR] [--module-cache-max SIZE]
+ *          [--poll-us N] [--wait-spin-us N]
  *          [--call-timeout SECONDS] [--registry DIR] [--metrics ADDR:PORT]
  *          [--sched-quantum-us N] [--executor-dir DIR] [--remote URI ...]
  *          [--remote-token TOKEN] [--hello-timeout SECONDS]
@@ -25,7 +26,9 @@
  * --registry names the directory where qemu-device records the VMs it
  * gave a vGPU (registry.h; /run/pvgpu/vms on a host): pvgpud
  * watches it, listens on each vhost-user VM's socket and maps each VM's
- * window.  --metrics serves GET /metrics (Prometheus text) on a loopback
+ * window.  --module-cache-max bounds the bytes of the module cache
+ * (modcache.h), whose directory per VM each VM's module_cache bounds in
+ * turn.  --metrics serves GET /metrics (Prometheus text) on a loopback
  * address (see metrics.h); `pvgpuctl status` reads it.  Under contention
  * each GPU is shared between VMs by their policy weights, in turns of
  * --sched-quantum-us per unit of weight (gpusched.h); 0 leaves it to the GPU.
@@ -47,6 +50,7 @@
 #include "executor.h"
 #include "log.h"
 #include "metrics.h"
+#include "modcache.h"
 #include "size.h"
 #include "supervisor.h"
 #include "wait.h"
@@ -63,7 +67,8 @@ static const char usage[] =
 	"usage: pvgpud --listen URI [--listen URI ...] --executor cuda|sim|remote\n"
 	"              [--config FILE] [--log-level error|warn|info|debug]\n"
 	"              [--block-size BYTES] [--max-sessions N] [--tcp-token TOKEN]\n"
-	"              [--module-cache DIR] [--poll-us N] [--wait-spin-us N]\n"
+	"              [--module-cache DIR] [--module-cache-max SIZE]\n"
+	"              [--poll-us N] [--wait-spin-us N]\n"
 	"              [--call-timeout SECONDS] [--registry DIR] [--metrics ADDR:PORT]\n"
 	"              [--sched-quantum-us N] [--executor-dir DIR]\n"
 	"              [--remote URI ...] [--remote-token TOKEN]\n"
@@ -75,6 +80,8 @@ static const char usage[] =
 	"      verbs://ADDR:PORT (RDMA)\n"
 	"--remote URIs (--executor remote): verbs://HOST:PORT, tcp://HOST:PORT,\n"
 	"      unix:///PATH\n"
+	"--module-cache-max: the module cache's bytes in all (K/M/G/T), default 4G;\n"
+	"           each VM's are bounded by its policy's module_cache (256M)\n"
 	"--metrics: Prometheus text at http://ADDR:PORT/metrics; loopback only,\n"
 	"           e.g. 127.0.0.1:9400 (what `pvgpuctl status` reads)\n"
 	"--version: the release and protocol versions, the optional parts built in\n";
@@ -220,6 +227,7 @@ int main(int argc, char **argv)
 		{ "max-sessions", required_argument, NULL, 'm' },
 		{ "tcp-token", required_argument, NULL, 't' },
 		{ "module-cache", required_argument, NULL, 'M' },
+		{ "module-cache-max", required_argument, NULL, 'C' },
 		{ "poll-us", required_argument, NULL, 'P' },
 		{ "wait-spin-us", required_argument, NULL, 'W' },
 		{ "registry", required_argument, NULL, 'R' },
@@ -248,6 +256,7 @@ int main(int argc, char **argv)
 		.wait_spin_us = PVGPU_WAIT_SPIN_US,
 		.call_timeout_ms = 300 * 1000,
 		.sched_quantum_us = PVGPU_SCHED_QUANTUM_US,
+		.module_cache_max = PVGPU_MODCACHE_MAX,
 	};
 	struct pvgpu_supervisor sv;
 	char cache_dir[64], exec_dir[4096], err[512];
@@ -306,6 +315,10 @@ int main(int argc, char **argv)
 			break;
 		case 'M':
 			cfg.module_cache = optarg;
+			break;
+		case 'C':
+			if (pvgpu_parse_size(optarg, &cfg.module_cache_max))
+				return bad_usage("--module-cache-max must be a size (e.g. 4G; 0 keeps no image)");
 			break;
 		case 'P':
 			if (parse_uint(optarg, 0, 100000, &cfg.poll_us))

@@ -12,6 +12,8 @@
 #include <sys/stat.h>
 
 #include "accounting.h"
+#include "handles.h"
+#include "modcache.h"
 #include "policy.h"
 #include "size.h"
 #include "watchdog.h"
@@ -101,6 +103,25 @@ static int parse_u32(const char *s, uint32_t max, uint32_t *out)
 		return -1;
 	*out = (uint32_t)v;
 	return 0;
+}
+
+/* A size key (K, M, G or T): 1 (taken), or 0 after saying what is wrong. */
+static int size_key(struct parse_state *st, const char *key, const char *value,
+		    const char *example, uint64_t *out)
+{
+	if (pvgpu_parse_size(value, out))
+		return fail(st, "%s = %s is not a size (e.g. %s)", key, value,
+			    example);
+	return 1;
+}
+
+/* A count of 1..max: 1 (taken), or 0 after saying what is wrong. */
+static int count_key(struct parse_state *st, const char *key, const char *value,
+		     uint32_t max, uint32_t *out)
+{
+	if (parse_u32(value, max, out) || !*out)
+		return fail(st, "%s = %s is not 1..%u", key, value, (unsigned int)max);
+	return 1;
 }
 
 /*
@@ -205,6 +226,14 @@ static int add_gpu(struct pvgpu_vm_policy *vm, uint32_t v)
 	return 0;
 }
 
+/* The bounds a VM has where the file says nothing of them. */
+static void policy_defaults(struct pvgpu_vm_policy *vm)
+{
+	vm->ipc_handles = PVGPU_IPC_PER_VM;
+	vm->module_cache = PVGPU_MODCACHE_PER_VM;
+	vm->handles = PVGPU_HANDLES_PER_SESSION;
+}
+
 static struct pvgpu_vm_policy *vm_section(struct parse_state *st,
 					  const char *name)
 {
@@ -234,7 +263,7 @@ static struct pvgpu_vm_policy *vm_section(struct parse_state *st,
 	vm = &p->vms[p->nvms++];
 	snprintf(vm->name, sizeof(vm->name), "%s", name);
 	vm->weight = 1;
-	vm->ipc_handles = PVGPU_IPC_PER_VM;
+	policy_defaults(vm);
 	vm->exclusive_wait_ms = -1;
 	vm->call_timeout_ms = -1;
 	vm->idle_timeout_ms = -1;
@@ -255,28 +284,22 @@ static int watchdog_key(struct parse_state *st, const char *key,
 static int limit_key(struct parse_state *st, struct pvgpu_vm_policy *vm,
 		     const char *key, const char *value)
 {
-	if (!strcmp(key, "memory")) {
-		if (pvgpu_parse_size(value, &vm->memory))
-			return fail(st, "memory = %s is not a size (e.g. 8G)", value);
-		return 1;
-	}
+	if (!strcmp(key, "memory"))
+		return size_key(st, key, value, "8G", &vm->memory);
 	if (!strcmp(key, "max_sessions")) {
 		if (parse_u32(value, 65536, &vm->max_sessions))
 			return fail(st, "max_sessions = %s is not 0..65536", value);
 		return 1;
 	}
-	if (!strcmp(key, "pinned")) {
-		if (pvgpu_parse_size(value, &vm->pinned))
-			return fail(st, "pinned = %s is not a size (e.g. 64M)", value);
-		return 1;
-	}
-	if (!strcmp(key, "ipc_handles")) {
-		if (parse_u32(value, PVGPU_MAX_IPC, &vm->ipc_handles) ||
-		    !vm->ipc_handles)
-			return fail(st, "ipc_handles = %s is not 1..%d", value,
-				    PVGPU_MAX_IPC);
-		return 1;
-	}
+	if (!strcmp(key, "pinned"))
+		return size_key(st, key, value, "64M", &vm->pinned);
+	if (!strcmp(key, "ipc_handles"))
+		return count_key(st, key, value, PVGPU_MAX_IPC, &vm->ipc_handles);
+	if (!strcmp(key, "module_cache"))
+		return size_key(st, key, value, "256M; 0 keeps none",
+				&vm->module_cache);
+	if (!strcmp(key, "handles"))
+		return count_key(st, key, value, PVGPU_HANDLES_MAX, &vm->handles);
 	/* The wait is kept to the millisecond; the watchdog looks every tick. */
 	if (!strcmp(key, "exclusive_wait"))
 		return duration_key(st, key, value, 1, "the wait's resolution of 1ms",
@@ -532,7 +555,7 @@ int pvgpu_policy_load(const char *path, struct pvgpu_policy *p,
 	memset(p, 0, sizeof(*p));
 	snprintf(p->unknown.name, sizeof(p->unknown.name), "%s", PVGPU_DEFAULT_VM);
 	p->unknown.weight = 1;
-	p->unknown.ipc_handles = PVGPU_IPC_PER_VM;
+	policy_defaults(&p->unknown);
 	p->unknown.exclusive_wait_ms = -1;
 	p->unknown.call_timeout_ms = -1;
 	p->unknown.idle_timeout_ms = -1;

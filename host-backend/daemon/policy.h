@@ -9,6 +9,8 @@
  *   max_sessions = 8         ; sessions of that pool at once
  *   pinned = 64M             ; host pinned memory of that pool
  *   ipc_handles = 32         ; IPC exports that pool may hold at once
+ *   module_cache = 256M      ; module-cache bytes of that pool
+ *   handles = 65536          ; live handles each session of it may hold
  *   exclusive_wait = 10s     ; for every VM that does not set its own
  *   call_timeout = 300s      ; for every VM that does not set its own
  *   idle_timeout = 30m       ; for every VM that does not set its own
@@ -22,6 +24,8 @@
  *   max_sessions = 4         ; concurrent sessions
  *   pinned = 64M             ; host pinned memory (staging) across its sessions
  *   ipc_handles = 32         ; IPC exports its sessions may hold at once
+ *   module_cache = 256M      ; its directory of the module cache (disk)
+ *   handles = 65536          ; live handles each of its sessions may hold
  *   gpus = 0,1               ; device indices it may create contexts on
  *   mode = shared            ; shared | exclusive
  *   exclusive_wait = 10s     ; a context refused for exclusivity waits this long
@@ -81,6 +85,18 @@
  * CUDA_ERROR_OUT_OF_MEMORY for that VM alone.  The table has 256 entries
  * in all, so the default leaves room for several VMs at once.
  *
+ * module_cache (a size, default 256M; 0: none) bounds the bytes the VM's
+ * images take in the module cache (host-backend/session/modcache.h), a
+ * bound of its own: disk, not device memory, and not charged to memory.
+ *
+ * handles (1..16777215, default 65536) bounds the live handles of each
+ * session: contexts, streams, events, modules and their functions,
+ * graphs, their nodes and executable graphs, arrays, textures and
+ * surfaces, links, VMM memory and reservations.  Creation past it fails
+ * with CUDA_ERROR_OUT_OF_MEMORY in that session alone.  It is a bound
+ * per session (times max_sessions, per VM) because what a handle costs,
+ * the worker's memory and the driver's, is the session's process's.
+ *
  * Several GPUs: gpus holds for peers too.  A session holds contexts and
  * memory only on its VM's GPUs, every peer copy and peer-access request
  * names the session's own contexts and allocations, and peer queries
@@ -127,6 +143,8 @@ struct pvgpu_vm_policy {
 	uint32_t gpus;			/* bit per device index; 0: all */
 	uint64_t pinned;		/* host pinned bytes; 0: no limit */
 	uint32_t ipc_handles;		/* IPC exports held at once, 1..PVGPU_MAX_IPC */
+	uint64_t module_cache;		/* module-cache bytes; 0: none kept */
+	uint32_t handles;		/* live handles per session, 1..PVGPU_HANDLES_MAX */
 	enum pvgpu_vm_mode mode;
 	int64_t exclusive_wait_ms;	/* -1: not set, no wait */
 	int64_t call_timeout_ms;	/* -1: pvgpud --call-timeout */

@@ -389,6 +389,7 @@ int pvgpu_supervisor_init(struct pvgpu_supervisor *sv,
 	sv->wcfg.block = cfg->block;
 	sv->tcp_token = cfg->tcp_token;
 	sv->wcfg.module_cache = cfg->module_cache;
+	sv->wcfg.module_cache_max = cfg->module_cache_max;
 	sv->wcfg.poll_ns = (uint64_t)cfg->poll_us * 1000;
 	sv->wcfg.wait_spin_ns = (uint64_t)cfg->wait_spin_us * 1000;
 	sv->wcfg.capture_output = 1;

@@ -71,6 +71,7 @@ struct pvgpu_supervisor_config {
 	uint64_t hello_timeout_ms;	/* how long each may wait */
 	const char *tcp_token;
 	const char *module_cache;	/* directory; NULL: no cross-session cache */
+	uint64_t module_cache_max;	/* its bytes in all */
 	uint32_t poll_us;		/* workers' busy-poll before sleeping */
 	uint32_t wait_spin_us;		/* their watch of a call waiting on the device */
 	uint64_t call_timeout_ms;	/* watchdog limit on one call; 0: none */

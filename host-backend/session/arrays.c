@@ -98,6 +98,9 @@ int32_t pvgpu_handle_array_create(struct pvgpu_worker *w,
 	    req->height > ARRAY_MAX_DIM || req->depth > ARRAY_MAX_DIM ||
 	    !array_shape_ok(req))
 		return CUDA_ERROR_INVALID_VALUE;
+	st = pvgpu_room_for_handle(w);
+	if (st)
+		return st;
 	shape = malloc(sizeof(*shape));
 	if (!shape)
 		return CUDA_ERROR_OUT_OF_MEMORY;

@@ -114,6 +114,7 @@ static int32_t generic_call(struct pvgpu_worker *w, uint32_t fn,
 	uint64_t ids[PVGPU_GENERIC_MAX_ARGS] = { 0 };
 	struct pvgpu_vmm_call vmm;
 	struct pvgpu_handle *h;
+	uint32_t made = 0;
 	int32_t st;
 
 	if (!f)
@@ -156,6 +157,7 @@ static int32_t generic_call(struct pvgpu_worker *w, uint32_t fn,
 			break;
 		case PVGPU_GA_HNEW:
 			a[i] = in[i] != 0;
+			made++;
 			break;
 		case PVGPU_GA_INBUF:
 		case PVGPU_GA_OUTBUF:
@@ -171,6 +173,13 @@ static int32_t generic_call(struct pvgpu_worker *w, uint32_t fn,
 		return CUDA_ERROR_INVALID_VALUE;	/* bytes nobody reads */
 	if (!w->ex_ops->driver_call)
 		return CUDA_ERROR_NOT_SUPPORTED;
+	/*
+	 * The handles for what the call makes must fit before the driver
+	 * makes it: an object the session could not name would stay the
+	 * driver's, out of the session's reach, for as long as it lasts.
+	 */
+	if (made && pvgpu_handles_room(&w->handles, made))
+		return CUDA_ERROR_OUT_OF_MEMORY;
 	st = pvgpu_vmm_before(w, f, a, ids, &vmm);
 	if (st)
 		return st;

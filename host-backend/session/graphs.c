@@ -82,7 +82,7 @@ void pvgpu_graph_forget(struct pvgpu_worker *w, uint64_t graph)
 		if (h->module != graph)
 			continue;
 		if (h->kind == H_GRAPH_NODE || h->kind == H_COND) {
-			pvgpu_handle_release(h);
+			pvgpu_handle_release(&w->handles, h);
 		} else if (h->kind == H_GRAPH) {
 			body = pvgpu_handle_id(&w->handles, h);
 			pvgpu_handle_del(&w->handles, body);
@@ -222,6 +222,8 @@ int32_t pvgpu_handle_graph_add_node(struct pvgpu_worker *w,
 	if (st)
 		return st;
 	st = node_check(w, req, &n);
+	if (!st)
+		st = pvgpu_room_for_handle(w);
 	if (st)
 		return st;
 	st = w->ex_ops->graph_add_node(w->ex, g->exec_handle, &n, deps,
@@ -403,6 +405,8 @@ int32_t pvgpu_handle_graph_cond_handle(struct pvgpu_worker *w,
 			 req->flags > CU_GRAPH_COND_ASSIGN_DEFAULT ?
 			 CUDA_ERROR_INVALID_VALUE : 0,
 			 !!w->ex_ops->cond_handle, &g);
+	if (!st)
+		st = pvgpu_room_for_handle(w);
 	if (st)
 		return st;
 	st = w->ex_ops->cond_handle(w->ex, g->exec_handle, req->default_value,

@@ -8,12 +8,28 @@
 #define ID_INDEX_BITS 24
 #define ID_INDEX_MASK ((1u << ID_INDEX_BITS) - 1)
 
+int pvgpu_handles_room(struct pvgpu_handles *t, uint32_t n)
+{
+	uint32_t max = t->max ? atomic_load(t->max) : 0;
+
+	if (!max || max > PVGPU_HANDLES_MAX)
+		max = PVGPU_HANDLES_MAX;
+	if (t->live <= max && n <= max - t->live)
+		return 0;
+	t->refused++;
+	return -1;
+}
+
 uint64_t pvgpu_handle_add(struct pvgpu_handles *t, enum pvgpu_handle_kind kind,
 			  uint64_t exec_handle, uint64_t ctx, int32_t device)
 {
 	uint32_t i;
 
-	for (i = 0; i < t->n; i++)
+	if (pvgpu_handles_room(t, 1))
+		return 0;
+	/* Every entry below n is taken while none was freed: no search. */
+	i = t->live < t->n ? 0 : t->n;
+	for (; i < t->n; i++)
 		if (t->v[i].kind == H_FREE)
 			break;
 	if (i == t->n) {
@@ -40,6 +56,7 @@ uint64_t pvgpu_handle_add(struct pvgpu_handles *t, enum pvgpu_handle_kind kind,
 	t->v[i].charged = 0;
 	t->v[i].data = NULL;
 	t->v[i].ndata = 0;
+	t->live++;
 	return ((uint64_t)t->v[i].gen << ID_INDEX_BITS) | (i + 1);
 }
 
@@ -62,8 +79,10 @@ uint64_t pvgpu_handle_id(const struct pvgpu_handles *t,
 	return ((uint64_t)h->gen << ID_INDEX_BITS) | ((uint64_t)(h - t->v) + 1);
 }
 
-void pvgpu_handle_release(struct pvgpu_handle *h)
+void pvgpu_handle_release(struct pvgpu_handles *t, struct pvgpu_handle *h)
 {
+	if (h->kind != H_FREE)
+		t->live--;
 	free(h->data);
 	h->data = NULL;
 	h->ndata = 0;
@@ -75,13 +94,13 @@ void pvgpu_handle_del(struct pvgpu_handles *t, uint64_t id)
 	uint64_t index = id & ID_INDEX_MASK;
 
 	if (index && index <= t->n)
-		pvgpu_handle_release(&t->v[index - 1]);
+		pvgpu_handle_release(t, &t->v[index - 1]);
 }
 
 void pvgpu_handles_free(struct pvgpu_handles *t)
 {
 	for (uint32_t i = 0; i < t->n; i++)
-		pvgpu_handle_release(&t->v[i]);
+		pvgpu_handle_release(t, &t->v[i]);
 	free(t->v);
 	memset(t, 0, sizeof(*t));
 }

@@ -8,6 +8,7 @@
 #ifndef PVGPU_HANDLES_H
 #define PVGPU_HANDLES_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -38,12 +39,34 @@ struct pvgpu_handle {
 	uint32_t ndata;			/* entries in data */
 };
 
+/*
+ * Live handles a session may hold: the policy's handles, this by default;
+ * at most what an id can index.  Each costs the worker an entry here and
+ * the executor (the driver) what the object is.
+ */
+#define PVGPU_HANDLES_PER_SESSION	65536u
+#define PVGPU_HANDLES_MAX		((1u << 24) - 1)
+
 struct pvgpu_handles {
 	struct pvgpu_handle *v;
 	uint32_t n, cap;
+	uint32_t live;			/* entries not H_FREE */
+	/* The VM's handles (accounting.h), read at each add: a reload
+	 * applies at once.  NULL: PVGPU_HANDLES_MAX. */
+	const _Atomic uint32_t *max;
+	uint64_t refused;		/* adds refused for max, not yet told */
 };
 
-/* A new handle of kind; returns its id (never 0), or 0 when out of memory. */
+/*
+ * Room for n more handles under max: 0, else -1 (counted in refused).
+ * A handler whose driver call makes objects asks before making them,
+ * where a handle it then could not add would leave one behind.
+ */
+int pvgpu_handles_room(struct pvgpu_handles *t, uint32_t n);
+/*
+ * A new handle of kind; returns its id (never 0), or 0 when the session
+ * holds max handles already (counted in refused) or out of memory.
+ */
 uint64_t pvgpu_handle_add(struct pvgpu_handles *t, enum pvgpu_handle_kind kind,
 			  uint64_t exec_handle, uint64_t ctx, int32_t device);
 /* The live handle with this id and kind, or NULL. */
@@ -54,7 +77,7 @@ uint64_t pvgpu_handle_id(const struct pvgpu_handles *t,
 			 const struct pvgpu_handle *h);
 void pvgpu_handle_del(struct pvgpu_handles *t, uint64_t id);
 /* Free one entry found by iterating t->v. */
-void pvgpu_handle_release(struct pvgpu_handle *h);
+void pvgpu_handle_release(struct pvgpu_handles *t, struct pvgpu_handle *h);
 void pvgpu_handles_free(struct pvgpu_handles *t);
 
 struct pvgpu_alloc {

@@ -167,6 +167,9 @@ int32_t pvgpu_handle_ipc_open_event_handle(struct pvgpu_worker *w,
 	}
 	if (!w->ex_ops->ipc_event_open)
 		return CUDA_ERROR_NOT_SUPPORTED;
+	st = pvgpu_room_for_handle(w);
+	if (st)
+		return st;
 	st = w->ex_ops->ipc_event_open(w->ex, handle, &event);
 	return st ? st : pvgpu_event_keep(w, event, &rep->event);
 }
@@ -217,6 +220,9 @@ int32_t pvgpu_handle_vmm_import(struct pvgpu_worker *w,
 	}
 	if (!w->ex_ops->vmm_import)
 		return CUDA_ERROR_NOT_SUPPORTED;
+	st = pvgpu_room_for_handle(w);
+	if (st)
+		return st;
 	st = w->ex_ops->vmm_import(w->ex, handle, &mem, &got);
 	if (st)
 		return st;

@@ -136,6 +136,8 @@ int32_t pvgpu_handle_link_complete(struct pvgpu_worker *w,
 		st = CUDA_ERROR_NOT_SUPPORTED;
 	else if (held_links(w) >= LINK_MAX_HELD)
 		st = CUDA_ERROR_OUT_OF_MEMORY;
+	else
+		st = pvgpu_room_for_handle(w);
 	if (st)
 		goto out;
 	pvgpu_link_options(l, req->opt_key, req->opt_key_count, req->opt_value,

@@ -8,6 +8,7 @@
  * symbols pass the same range checks as any other device memory.
  */
 #include <cuda.h>
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +54,9 @@ static int32_t load_image(struct pvgpu_worker *w, const uint8_t *image,
 	ctx = pvgpu_handle_get(&w->handles, w->cur_ctx, H_CTX);
 	if (!ctx)
 		return CUDA_ERROR_INVALID_CONTEXT;
+	st = pvgpu_room_for_handle(w);
+	if (st)
+		return st;
 	if (pvgpu_accounting_charge(w->acct, w->slot, len)) {
 		wlog_debug(w, "module of %zu bytes: over the quota of vm %s", len,
 			   w->acct->vms[atomic_load(&w->slot->vm)].name);
@@ -87,6 +91,46 @@ void pvgpu_module_uncharge(struct pvgpu_worker *w, struct pvgpu_handle *h)
 	h->charged = 0;
 }
 
+/*
+ * The session's VM's part of the module cache (modcache.h), its bound as
+ * the policy says now; -1 without a cache.
+ */
+static int cache_of(struct pvgpu_worker *w, struct pvgpu_modcache *c)
+{
+	int32_t vm = atomic_load(&w->slot->vm);
+
+	if (!w->cfg->module_cache)
+		return -1;
+	c->root = w->cfg->module_cache;
+	c->max = w->cfg->module_cache_max;
+	c->vm_max = vm >= 0 ? atomic_load(&w->acct->vms[vm].modcache_max) :
+			      PVGPU_MODCACHE_PER_VM;
+	pvgpu_modcache_vm_dir(vm >= 0 ? w->acct->vms[vm].name : NULL, c->vm,
+			      sizeof(c->vm));
+	return 0;
+}
+
+static void cache_put(struct pvgpu_worker *w, const uint8_t *hash,
+		      const uint8_t *image, size_t len)
+{
+	struct pvgpu_modcache c;
+
+	if (cache_of(w, &c))
+		return;
+	switch (pvgpu_modcache_put(&c, hash, image, len)) {
+	case 0:
+		break;
+	case 1:
+		wlog_debug(w, "module of %zu bytes not kept: over module_cache (%llu) or --module-cache-max (%llu)",
+			   len, (unsigned long long)c.vm_max,
+			   (unsigned long long)c.max);
+		break;
+	default:
+		wlog_warn(w, "cannot store a module in %s/%s: %s", c.root,
+			  c.vm, strerror(errno));
+	}
+}
+
 int32_t pvgpu_handle_module_load(struct pvgpu_worker *w,
 				 const struct pvgpu_module_load_req *req,
 				 struct pvgpu_module_load_rep *rep)
@@ -115,12 +159,9 @@ int32_t pvgpu_handle_module_load(struct pvgpu_worker *w,
 		return CUDA_ERROR_INVALID_IMAGE;
 	}
 	st = load_image(w, image, req->size, NULL, &rep->module);
-	if (st == CUDA_SUCCESS && w->cfg->module_cache &&
-	    pvgpu_sha256(image, req->size, rep->hash) == 0) {
+	if (st == CUDA_SUCCESS && pvgpu_sha256(image, req->size, rep->hash) == 0) {
 		rep->hash_len = PVGPU_HASH_SIZE;
-		if (pvgpu_modcache_put(w->cfg->module_cache, rep->hash, image,
-				       req->size))
-			wlog_warn(w, "cannot store a module in %s", w->cfg->module_cache);
+		cache_put(w, rep->hash, image, req->size);
 	}
 	free(image);
 	return st;
@@ -185,13 +226,14 @@ int32_t pvgpu_handle_module_lookup(struct pvgpu_worker *w,
 				   const struct pvgpu_module_lookup_req *req,
 				   struct pvgpu_module_lookup_rep *rep)
 {
+	struct pvgpu_modcache c;
 	uint8_t *image;
 	size_t len;
 	int32_t st;
 
-	if (req->hash_len != PVGPU_HASH_SIZE || !w->cfg->module_cache)
+	if (req->hash_len != PVGPU_HASH_SIZE || cache_of(w, &c))
 		return CUDA_ERROR_NOT_FOUND;
-	image = pvgpu_modcache_get(w->cfg->module_cache, req->hash, &len);
+	image = pvgpu_modcache_get(&c, req->hash, &len);
 	if (!image)
 		return CUDA_ERROR_NOT_FOUND;
 	st = pvgpu_image_check(image, len) ? CUDA_ERROR_INVALID_IMAGE :
@@ -207,7 +249,7 @@ static void forget_module(struct pvgpu_worker *w, uint64_t id)
 		struct pvgpu_handle *h = &w->handles.v[i];
 
 		if (h->kind == H_FUNC && h->module == id)
-			pvgpu_handle_release(h);
+			pvgpu_handle_release(&w->handles, h);
 	}
 	for (size_t i = w->allocs.n; i-- > 0;)
 		if (w->allocs.v[i].module == id)

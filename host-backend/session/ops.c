@@ -218,6 +218,12 @@ int32_t pvgpu_handle_device_total_mem(struct pvgpu_worker *w,
 
 /* --- contexts ------------------------------------------------------------- */
 
+int32_t pvgpu_room_for_handle(struct pvgpu_worker *w)
+{
+	return pvgpu_handles_room(&w->handles, 1) ? CUDA_ERROR_OUT_OF_MEMORY :
+						    CUDA_SUCCESS;
+}
+
 /* How many of this session's contexts live on dev. */
 static unsigned int contexts_on(struct pvgpu_worker *w, int32_t dev)
 {
@@ -242,6 +248,18 @@ int32_t pvgpu_handle_ctx_create(struct pvgpu_worker *w,
 		return CUDA_ERROR_INVALID_DEVICE;
 	if (!w->ex)
 		return CUDA_ERROR_NOT_INITIALIZED;
+	/*
+	 * A context takes device memory of its own, outside the VM's quota
+	 * (the driver does not say how much): a session holds a few per GPU.
+	 */
+	if (contexts_on(w, req->device) >= PVGPU_CTX_PER_DEVICE) {
+		wlog_info(w, "context refused: the session holds %u on device %d already",
+			  PVGPU_CTX_PER_DEVICE, req->device);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	st = pvgpu_room_for_handle(w);
+	if (st)
+		return st;
 	/* Exclusive mode: the device must be ours to take before we touch it. */
 	st = pvgpu_exclusive_take(w->acct, w->slot, req->device, w->conn,
 				  &w->loglim);
@@ -299,7 +317,7 @@ int32_t pvgpu_handle_ctx_destroy(struct pvgpu_worker *w,
 			continue;
 		if (o->charged)		/* modules, arrays */
 			pvgpu_module_uncharge(w, o);
-		pvgpu_handle_release(o);
+		pvgpu_handle_release(&w->handles, o);
 	}
 	pvgpu_handle_del(&w->handles, req->ctx);
 	if (req->ctx == w->cur_ctx)
@@ -548,6 +566,8 @@ int32_t pvgpu_handle_stream_create(struct pvgpu_worker *w,
 	uint64_t stream, id;
 	int32_t st = need_context(w);
 
+	if (!st)
+		st = pvgpu_room_for_handle(w);
 	if (st)
 		return st;
 	st = w->ex_ops->stream_create(w->ex, req->flags, req->priority, &stream);
@@ -630,6 +650,8 @@ int32_t pvgpu_handle_event_create(struct pvgpu_worker *w,
 	uint64_t event;
 	int32_t st = need_context(w);
 
+	if (!st)
+		st = pvgpu_room_for_handle(w);
 	if (st)
 		return st;
 	st = w->ex_ops->event_create(w->ex, req->flags, &event);

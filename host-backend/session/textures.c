@@ -176,7 +176,9 @@ int32_t pvgpu_handle_tex_create(struct pvgpu_worker *w,
 		return st;
 	if (!w->ex_ops->tex_create || !w->ex_ops->tex_destroy)
 		return CUDA_ERROR_NOT_SUPPORTED;
-	st = tex_resource(w, req, &d);
+	st = pvgpu_room_for_handle(w);
+	if (!st)
+		st = tex_resource(w, req, &d);
 	if (!st)
 		st = tex_sampling(req, &d);
 	if (!st)
@@ -197,7 +199,7 @@ static int32_t obj_destroy(struct pvgpu_worker *w, uint64_t obj,
 	if (!h || !destroy)
 		return CUDA_ERROR_INVALID_HANDLE;
 	st = destroy(w->ex, obj);
-	pvgpu_handle_release(h);
+	pvgpu_handle_release(&w->handles, h);
 	return st;
 }
 
@@ -226,6 +228,9 @@ int32_t pvgpu_handle_surf_create(struct pvgpu_worker *w,
 		return CUDA_ERROR_INVALID_HANDLE;
 	if (!(flags & CUDA_ARRAY3D_SURFACE_LDST))	/* as the driver */
 		return CUDA_ERROR_INVALID_VALUE;
+	st = pvgpu_room_for_handle(w);
+	if (st)
+		return st;
 	st = w->ex_ops->surf_create(w->ex, a->exec_handle, &obj);
 	if (st)
 		return st;

@@ -107,7 +107,9 @@ int32_t pvgpu_vmm_before(struct pvgpu_worker *w, const struct pvgpu_generic_fn *
 		}
 		return CUDA_SUCCESS;
 	case PVGPU_GENERIC_cuMemAddressReserve:
-		if (count_kind(w, H_VARANGE) >= VMM_MAX_RANGES)
+		/* Its handle must fit before the driver reserves anything. */
+		if (count_kind(w, H_VARANGE) >= VMM_MAX_RANGES ||
+		    pvgpu_handles_room(&w->handles, 1))
 			return CUDA_ERROR_OUT_OF_MEMORY;
 		return a[1] ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 	case PVGPU_GENERIC_cuMemAddressFree:
@@ -183,7 +185,7 @@ int32_t pvgpu_vmm_after(struct pvgpu_worker *w, const struct pvgpu_generic_fn *f
 		return st;
 	case PVGPU_GENERIC_cuMemAddressFree:
 		if (!st && (h = reservation(w, a[0], a[1])))
-			pvgpu_handle_release(h);
+			pvgpu_handle_release(&w->handles, h);
 		return st;
 	case PVGPU_GENERIC_cuMemMap:
 		if (!st && pvgpu_alloc_add(&w->allocs, &(struct pvgpu_alloc){

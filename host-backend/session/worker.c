@@ -43,6 +43,29 @@ static void note_error(struct pvgpu_worker *w, uint16_t opcode, int32_t st)
 		  info ? info->name : "?", st);
 }
 
+/* Without a policy a session holds what one of the [default] pool would. */
+static const _Atomic uint32_t handles_without_vm = PVGPU_HANDLES_PER_SESSION;
+
+/*
+ * Handles a request could not add for the session's bound (handles.h):
+ * one line, kept to the session's budget of such lines (loglimit.h).
+ */
+static void tell_refusals(struct pvgpu_worker *w)
+{
+	int32_t vm = atomic_load(&w->slot->vm);
+	uint32_t max = atomic_load(w->handles.max);
+
+	if (!w->handles.refused)
+		return;
+	if (vm >= 0)
+		wlog_info(w, "handle refused: the session holds its %u (handles of vm %s)",
+			  max, w->acct->vms[vm].name);
+	else
+		wlog_info(w, "handle refused: the session holds its %u (handles)",
+			  max);
+	w->handles.refused = 0;
+}
+
 /* Held launches (runs.c), watched as any call is. */
 static void flush_runs(struct pvgpu_worker *w)
 {
@@ -71,6 +94,7 @@ static void serve_async(struct pvgpu_worker *w, const struct pvgpu_hdr *h,
 	pvgpu_watchdog_begin(w->slot, h->opcode);
 	st = pvgpu_dispatch(w, h->opcode, payload, h->length, rep, &rep_len);
 	pvgpu_watchdog_end(w->slot);
+	tell_refusals(w);
 	pvgpu_trace_mark(h->id, PVGPU_TR_W_DONE);
 	if (st == PVGPU_DISPATCH_EDECODE) {
 		const struct pvgpu_op_info *info = pvgpu_op_info(h->opcode);
@@ -175,6 +199,7 @@ static void serve_message(struct pvgpu_worker *w, const struct pvgpu_hdr *h,
 	pvgpu_watchdog_begin(w->slot, h->opcode);
 	st = pvgpu_dispatch(w, h->opcode, payload, h->length, rep, &rep_len);
 	pvgpu_watchdog_end(w->slot);
+	tell_refusals(w);
 	pvgpu_trace_mark(h->id, PVGPU_TR_W_DONE);
 	if (w->fatal) {
 		w->signalled = 0;
@@ -233,6 +258,7 @@ static int worker_init(struct pvgpu_worker *w, struct pvgpu_conn *conn,
 		.nremotes = cfg->nremotes,
 		.remote_token = cfg->remote_token,
 	};
+	int32_t vm;
 
 	memset(w, 0, sizeof(*w));
 	pvgpu_log_limit_init(&w->loglim);
@@ -242,6 +268,9 @@ static int worker_init(struct pvgpu_worker *w, struct pvgpu_conn *conn,
 	w->acct = acct;
 	w->slot = slot;
 	w->ex_ops = cfg->exec;
+	vm = atomic_load(&slot->vm);
+	w->handles.max = vm >= 0 ? &acct->vms[vm].handles_max :
+			 &handles_without_vm;
 	pvgpu_sched_session_init(w);
 	w->rx = malloc(PVGPU_MAX_BATCH);
 	if (!w->rx)

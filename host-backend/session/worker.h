@@ -28,6 +28,12 @@
 #define PVGPU_NOTED_ERRORS	32
 #define PVGPU_WINDOW_PINS	256
 #define PVGPU_WINDOW_MAX_SLOTS	64	/* staging slots a window may have */
+/*
+ * Contexts a session may hold on one GPU at once.  Each takes device
+ * memory the driver keeps for itself (not measured here, and not charged
+ * to the VM's memory); a program needs one per GPU, the primary.
+ */
+#define PVGPU_CTX_PER_DEVICE	4
 
 struct pvgpu_staging {
 	void *buf;			/* pinned, `block` bytes */
@@ -83,6 +89,7 @@ struct pvgpu_worker_config {
 	const struct pvgpu_executor_ops *exec;
 	uint32_t block;			/* bulk block (DATA frame) size */
 	const char *module_cache;	/* directory of images by hash */
+	uint64_t module_cache_max;	/* its bytes in all (modcache.h) */
 	uint64_t poll_ns;		/* busy-poll before a blocking read */
 	uint64_t wait_spin_ns;		/* watch of a call waiting on the device */
 	const struct pvgpu_policy *policy;	/* NULL: no policy file */
@@ -283,6 +290,13 @@ void pvgpu_worker_async_failed(struct pvgpu_worker *w, uint16_t opcode,
 	.block = { (req)->block_x, (req)->block_y, (req)->block_z },	\
 	.shared_bytes = (req)->shared_bytes, .params = (req)->params,	\
 	.params_size = (req)->params_len
+
+/*
+ * Room for one more handle under the session's bound (handles.h), asked
+ * before the executor makes what it would name, so that a refusal makes
+ * and frees nothing: CUDA_SUCCESS or CUDA_ERROR_OUT_OF_MEMORY (ops.c).
+ */
+int32_t pvgpu_room_for_handle(struct pvgpu_worker *w);
 
 /* The device of the current context, -1 without one (the scheduler's d). */
 static inline int pvgpu_cur_device(struct pvgpu_worker *w)

@@ -31,3 +31,14 @@ def assert_refused(code, err, want, *said):
     assert len(lines) == 1, err
     for what in said:
         assert what in lines[0], lines[0]
+
+
+def assert_vm_key_refused(tmp_path, key, values, said):
+    """pvgpud --config with a [vm] whose `key` is each of values exits 1
+    with one line saying said (formatted with the value)."""
+    path = tmp_path / "bad.conf"
+    for value in values:
+        path.write_text(f"[vm alice]\nuid = 0\n{key} = {value}\n")
+        code, err = run_pvgpud(["--listen", f"unix://{tmp_path}/s.sock",
+                                "--config", str(path)])
+        assert_refused(code, err, 1, said.format(value))
