@@ -262,15 +262,18 @@ include debian/deb.mk
 include tests/deploy/deploy.mk
 
 PYTEST = python3 -m pytest
+# make test's builds use every core: on 2 cores a serial build left one
+# idle for minutes while the suites that start after it waited.
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
 # After the build every pass runs to its end, whatever the ones before it
 # did, and one summary at the end says what failed (tests/keep-going.sh).
 test: deps
 	$(MAKE) test-deploy-image-start
-	PVGPU_LEFT_OUT_SAID= $(MAKE) all fuzz guest-driver build-minimal cross-arm64
+	PVGPU_LEFT_OUT_SAID= $(MAKE) -j$(JOBS) all fuzz guest-driver build-minimal cross-arm64
 	$(MAKE) test-deploy-start test-rdma-start test-xen-start
 	@tests/keep-going.sh $(BUILD)/test-logs \
-		build-asan '$(MAKE) BUILD=build-asan SANITIZE=1 NVCC_REUSE=$(BUILD) all' \
+		build-asan '$(MAKE) -j$(JOBS) BUILD=build-asan SANITIZE=1 NVCC_REUSE=$(BUILD) all' \
 		main '$(PYTEST) -q' \
 		sanitizer 'PVGPU_BUILD=build-asan $(PYTEST) -q tests/unit tests/integration tests/hostile' \
 		rdma '$(MAKE) --no-print-directory test-rdma-wait' \
