@@ -26,15 +26,19 @@ SLACK = 64 * MiB
 TOKEN = "ctx-quota-vm-token"
 MOST_SESSIONS = 12
 
-# One guest program: a context on device 0 (its rc printed), then on each
-# "streams N" line up to N streams until one is refused ("made rc").
+# One guest program: a context on device 0 and its cuMemGetInfo (pvgpu's
+# libcuda makes the context on the backend at its first call; the rc
+# printed), then on each "streams N" line up to N streams until one is
+# refused ("made rc").
 GUEST = textwrap.dedent("""\
     import ctypes, sys
     cu = ctypes.CDLL("libcuda.so.1")
     dev, ctx = ctypes.c_int(), ctypes.c_void_p()
+    free, total = ctypes.c_size_t(), ctypes.c_size_t()
     rc = cu.cuInit(0) or cu.cuDeviceGet(ctypes.byref(dev), 0)
     rc = rc or cu.cuCtxCreate_v4(ctypes.byref(ctx), None, 0, dev)
-    print(rc, flush=True)
+    rc = rc or cu.cuMemGetInfo_v2(ctypes.byref(free), ctypes.byref(total))
+    print(rc, free.value, flush=True)
     for line in sys.stdin:
         made, rc = 0, 0
         for _ in range(int(line.split()[1])):
@@ -103,9 +107,13 @@ def test_contexts_and_streams_stop_at_the_quota(libdir, start_pvgpud, tmp_path):
             assert line, p.stderr.read()
             held.append(p)
             peak = max(peak, nvml_used() - base)
-            if int(line):
-                refused = int(line)
-        print(f"{len(held) - 1} contexts held, {peak / MiB:.0f} MiB of the GPU")
+            st, free = map(int, line.split())
+            if st:
+                refused = st
+            else:
+                print(f"context {len(held)}: the VM has {free / MiB:.0f} MiB free")
+        print(f"{len(held) - (refused is not None)} contexts held, "
+              f"{peak / MiB:.0f} MiB of the GPU")
         assert refused == CUDA_ERROR_OUT_OF_MEMORY, (refused, daemon.log()[-3000:])
         assert len(held) >= 2, "the first context was refused"
         # What is left of the quota, in streams of the first session.

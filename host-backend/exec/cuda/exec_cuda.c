@@ -1262,12 +1262,14 @@ static int32_t cuda_memset_async(struct pvgpu_exec *ex, uint64_t dst,
 /*
  * What one more context on dev and one more stream take of its memory, as
  * the driver's free figure drops: one context made beside the primary,
- * then CUDA_MEASURE_STREAMS streams in it (their mean; the driver takes
- * stream memory in pieces larger than one).  Everything made here is
- * destroyed again; another process allocating meanwhile skews the
+ * then CUDA_MEASURE_STREAMS streams in it (their mean).  The driver takes
+ * stream memory 2 MiB at a time, a few streams to a piece, so the mean of
+ * few is short by up to a piece: 16 streams of an H200 read 512 KiB each
+ * where 2000 take 560 KiB; 128 read within 16 KiB.  Everything made here
+ * is destroyed again; another process allocating meanwhile skews the
  * figures, so a drop below zero reads as none.
  */
-#define CUDA_MEASURE_STREAMS	16
+#define CUDA_MEASURE_STREAMS	128
 
 static int32_t cuda_object_bytes(struct pvgpu_exec *ex, int32_t dev,
 				 uint64_t *ctx_bytes, uint64_t *stream_bytes)
