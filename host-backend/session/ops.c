@@ -228,7 +228,8 @@ int32_t pvgpu_room_for_handle(struct pvgpu_worker *w)
  * A context or a stream takes device memory of its own, what the start-up
  * probe measured on its device (accounting.h ctx_bytes, stream_bytes):
  * charged to the VM's quota as an allocation is, before the driver makes
- * it, and given back when it goes.  0: refused, over the quota.
+ * it, and given back when it goes.  CUDA_ERROR_OUT_OF_MEMORY (logged)
+ * when that would pass the quota.
  */
 static int32_t charge_object(struct pvgpu_worker *w, const char *what,
 			     int32_t dev, uint64_t bytes)
