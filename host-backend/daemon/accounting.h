@@ -134,6 +134,14 @@ struct pvgpu_accounting {
 	pthread_mutex_t ipc_lock;
 	struct pvgpu_ipc_entry ipc[PVGPU_MAX_IPC];
 	struct pvgpu_vm_entry vms[PVGPU_MAX_VM_ENTRIES];
+	/*
+	 * What a context and a stream take of each device's memory, as the
+	 * start-up probe measured them (executor.h object_bytes): charged to
+	 * the VM's quota for each a session makes.  Written by the supervisor
+	 * before it forks any worker, read-only afterwards.
+	 */
+	uint64_t ctx_bytes[PVGPU_MAX_DEVICES];
+	uint64_t stream_bytes[PVGPU_MAX_DEVICES];
 	struct pvgpu_slot slots[];
 };
 

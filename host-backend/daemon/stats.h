@@ -43,6 +43,8 @@
 struct pvgpu_gpu_info {
 	char name[64];
 	uint64_t mem_total;
+	/* What a context and a stream take of it (0: not measured). */
+	uint64_t ctx_bytes, stream_bytes;
 };
 
 struct pvgpu_gpu_figures {

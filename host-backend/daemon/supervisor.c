@@ -89,8 +89,20 @@ static int probe_executor(const struct pvgpu_executor_ops *exec,
 			gpus[d].name[sizeof(gpus[d].name) - 1] = '\0';
 			exec->device_total_mem(ex, d, &gpus[d].mem_total);
 			human_bytes(gpus[d].mem_total, human, sizeof(human));
-			log_info("  device %d: %s, %s", d,
-				 log_esc(gpus[d].name), human);
+			if (exec->object_bytes &&
+			    !exec->object_bytes(ex, d, &gpus[d].ctx_bytes,
+						&gpus[d].stream_bytes)) {
+				char cb[32], sb[32];
+
+				human_bytes(gpus[d].ctx_bytes, cb, sizeof(cb));
+				human_bytes(gpus[d].stream_bytes, sb, sizeof(sb));
+				log_info("  device %d: %s, %s; a context takes %s, a stream %s (charged to the VM's memory)",
+					 d, log_esc(gpus[d].name), human, cb, sb);
+			} else {
+				gpus[d].ctx_bytes = gpus[d].stream_bytes = 0;
+				log_info("  device %d: %s, %s; what a context and a stream take not measured (not charged)",
+					 d, log_esc(gpus[d].name), human);
+			}
 		}
 		exec->close(ex);
 		/*
@@ -464,6 +476,10 @@ int pvgpu_supervisor_init(struct pvgpu_supervisor *sv,
 		log_info("listening on %s", cfg->listen[i]);
 	}
 	ngpus = probe_executor(cfg->exec, &sv->wcfg, gpus);
+	for (int d = 0; d < ngpus; d++) {
+		sv->acct->ctx_bytes[d] = gpus[d].ctx_bytes;
+		sv->acct->stream_bytes[d] = gpus[d].stream_bytes;
+	}
 	pvgpu_stats_set_gpus(&sv->stats, ngpus, gpus);
 	if (cfg->metrics) {
 		sv->metrics = pvgpu_metrics_start(cfg->metrics, err, sizeof(err));

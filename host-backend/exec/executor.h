@@ -529,6 +529,16 @@ struct pvgpu_executor_ops {
 	int32_t (*cond_handle)(struct pvgpu_exec *ex, uint64_t graph,
 			       uint32_t default_value, uint32_t flags,
 			       uint64_t *handle);
+
+	/*
+	 * What one more context on dev, and one more stream in it, take of
+	 * the device's memory, measured: the worker charges them to the VM's
+	 * quota as it does allocations.  Called by the start-up probe only
+	 * (it may create and destroy objects of its own, and must leave none
+	 * behind).  NULL: they cost nothing the quota need count.
+	 */
+	int32_t (*object_bytes)(struct pvgpu_exec *ex, int32_t dev,
+				uint64_t *ctx_bytes, uint64_t *stream_bytes);
 };
 
 extern const struct pvgpu_executor_ops pvgpu_exec_cuda;

@@ -224,6 +224,42 @@ int32_t pvgpu_room_for_handle(struct pvgpu_worker *w)
 						    CUDA_SUCCESS;
 }
 
+/*
+ * A context or a stream takes device memory of its own, what the start-up
+ * probe measured on its device (accounting.h ctx_bytes, stream_bytes):
+ * charged to the VM's quota as an allocation is, before the driver makes
+ * it, and given back when it goes.  CUDA_ERROR_OUT_OF_MEMORY (logged)
+ * when that would pass the quota.
+ */
+static int32_t charge_object(struct pvgpu_worker *w, const char *what,
+			     int32_t dev, uint64_t bytes)
+{
+	int vm;
+
+	if (!bytes || !pvgpu_accounting_charge(w->acct, w->slot, bytes))
+		return CUDA_SUCCESS;
+	vm = atomic_load(&w->slot->vm);
+	wlog_info(w, "%s on device %d refused: its %llu bytes are over the memory quota of vm %s",
+		  what, dev, (unsigned long long)bytes,
+		  vm < 0 ? "-" : w->acct->vms[vm].name);
+	return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+/* The live context of this session, other than h, that is the same driver
+ * context (the cuda executor's are each device's primary), or NULL. */
+static struct pvgpu_handle *same_context(struct pvgpu_worker *w,
+					 const struct pvgpu_handle *h)
+{
+	for (uint32_t i = 0; i < w->handles.n; i++) {
+		struct pvgpu_handle *o = &w->handles.v[i];
+
+		if (o != h && o->kind == H_CTX &&
+		    o->exec_handle == h->exec_handle)
+			return o;
+	}
+	return NULL;
+}
+
 /* How many of this session's contexts live on dev. */
 static unsigned int contexts_on(struct pvgpu_worker *w, int32_t dev)
 {
@@ -239,7 +275,8 @@ int32_t pvgpu_handle_ctx_create(struct pvgpu_worker *w,
 				const struct pvgpu_ctx_create_req *req,
 				struct pvgpu_ctx_create_rep *rep)
 {
-	uint64_t ctx, id;
+	uint64_t ctx, id, bytes;
+	struct pvgpu_handle *h;
 	int32_t st;
 
 	if (req->device < 0 || req->device >= PVGPU_MAX_DEVICES)
@@ -248,23 +285,23 @@ int32_t pvgpu_handle_ctx_create(struct pvgpu_worker *w,
 		return CUDA_ERROR_INVALID_DEVICE;
 	if (!w->ex)
 		return CUDA_ERROR_NOT_INITIALIZED;
-	/*
-	 * A context takes device memory of its own, outside the VM's quota
-	 * (the driver does not say how much): a session holds a few per GPU.
-	 */
+	bytes = w->acct->ctx_bytes[req->device];
+	/* Charged or not, a session needs no more than a few per GPU. */
 	if (contexts_on(w, req->device) >= PVGPU_CTX_PER_DEVICE) {
 		wlog_info(w, "context refused: the session holds %u on device %d already",
 			  PVGPU_CTX_PER_DEVICE, req->device);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	st = pvgpu_room_for_handle(w);
+	if (!st)
+		st = charge_object(w, "context", req->device, bytes);
 	if (st)
 		return st;
 	/* Exclusive mode: the device must be ours to take before we touch it. */
 	st = pvgpu_exclusive_take(w->acct, w->slot, req->device, w->conn,
 				  &w->loglim);
 	if (st)
-		return st;
+		goto err_uncharge;
 	st = w->ex_ops->ctx_create(w->ex, req->device, &ctx);
 	if (st)
 		goto err_drop;
@@ -275,11 +312,21 @@ int32_t pvgpu_handle_ctx_create(struct pvgpu_worker *w,
 		goto err_drop;
 	}
 	rep->ctx = id;
+	h = pvgpu_handle_get(&w->handles, id, H_CTX);
+	/* One the session holds already took nothing more: charged once. */
+	if (same_context(w, h)) {
+		pvgpu_accounting_uncharge(w->slot, bytes);
+		return CUDA_SUCCESS;
+	}
+	h->charged = bytes;
+	pvgpu_accounting_commit(w->slot, req->device, bytes);
 	return CUDA_SUCCESS;
 
 err_drop:
 	if (!contexts_on(w, req->device))
 		pvgpu_exclusive_drop(w->slot, req->device);
+err_uncharge:
+	pvgpu_accounting_uncharge(w->slot, bytes);
 	return st;
 }
 
@@ -287,6 +334,7 @@ int32_t pvgpu_handle_ctx_destroy(struct pvgpu_worker *w,
 				 const struct pvgpu_ctx_destroy_req *req)
 {
 	struct pvgpu_handle *h = pvgpu_handle_get(&w->handles, req->ctx, H_CTX);
+	struct pvgpu_handle *o;
 	int32_t st, dev;
 
 	if (!h)
@@ -311,14 +359,21 @@ int32_t pvgpu_handle_ctx_destroy(struct pvgpu_worker *w,
 		}
 	}
 	for (uint32_t i = 0; i < w->handles.n; i++) {
-		struct pvgpu_handle *o = &w->handles.v[i];
+		o = &w->handles.v[i];
 
 		if (o->kind == H_FREE || o->kind == H_CTX || o->ctx != req->ctx)
 			continue;
-		if (o->charged)		/* modules, arrays */
+		if (o->charged)		/* modules, arrays, streams */
 			pvgpu_module_uncharge(w, o);
 		pvgpu_handle_release(&w->handles, o);
 	}
+	/* The driver context lives on while another of its handles does. */
+	o = same_context(w, h);
+	if (o) {
+		o->charged += h->charged;
+		h->charged = 0;
+	}
+	pvgpu_module_uncharge(w, h);
 	pvgpu_handle_del(&w->handles, req->ctx);
 	if (req->ctx == w->cur_ctx)
 		w->cur_ctx = 0;
@@ -563,25 +618,38 @@ int32_t pvgpu_handle_stream_create(struct pvgpu_worker *w,
 				   const struct pvgpu_stream_create_req *req,
 				   struct pvgpu_stream_create_rep *rep)
 {
-	uint64_t stream, id;
-	int32_t st = need_context(w);
+	uint64_t stream, id, bytes = 0;
+	int32_t dev = 0, st = need_context(w);
 
-	if (!st)
+	if (!st) {
+		dev = current_ctx(w)->device;
+		bytes = w->acct->stream_bytes[dev];
 		st = pvgpu_room_for_handle(w);
+	}
+	if (!st)
+		st = charge_object(w, "stream", dev, bytes);
 	if (st)
 		return st;
 	st = w->ex_ops->stream_create(w->ex, req->flags, req->priority, &stream);
 	if (st)
-		return st;
+		goto err_uncharge;
 	if (req->flags & CU_STREAM_NON_BLOCKING)
 		w->nonblocking_streams = 1;	/* a context synchronize waits as before */
-	id = pvgpu_handle_add(&w->handles, H_STREAM, stream, w->cur_ctx, 0);
+	/* Its device kept, for the charge to go back to (module_uncharge). */
+	id = pvgpu_handle_add(&w->handles, H_STREAM, stream, w->cur_ctx, dev);
 	if (!id) {
 		w->ex_ops->stream_destroy(w->ex, stream);
-		return CUDA_ERROR_OUT_OF_MEMORY;
+		st = CUDA_ERROR_OUT_OF_MEMORY;
+		goto err_uncharge;
 	}
+	pvgpu_handle_get(&w->handles, id, H_STREAM)->charged = bytes;
+	pvgpu_accounting_commit(w->slot, dev, bytes);
 	rep->stream = id;
 	return CUDA_SUCCESS;
+
+err_uncharge:
+	pvgpu_accounting_uncharge(w->slot, bytes);
+	return st;
 }
 
 int32_t pvgpu_handle_stream_destroy(struct pvgpu_worker *w,
@@ -595,6 +663,8 @@ int32_t pvgpu_handle_stream_destroy(struct pvgpu_worker *w,
 	if (req->stream == 0)
 		return CUDA_ERROR_INVALID_HANDLE;
 	st = w->ex_ops->stream_destroy(w->ex, stream);
+	pvgpu_module_uncharge(w, pvgpu_handle_get(&w->handles, req->stream,
+						  H_STREAM));
 	pvgpu_handle_del(&w->handles, req->stream);
 	return st;
 }

@@ -30,8 +30,9 @@
 #define PVGPU_WINDOW_MAX_SLOTS	64	/* staging slots a window may have */
 /*
  * Contexts a session may hold on one GPU at once.  Each takes device
- * memory the driver keeps for itself (not measured here, and not charged
- * to the VM's memory); a program needs one per GPU, the primary.
+ * memory the driver keeps for itself, charged to the VM's memory at what
+ * the start-up probe measured (accounting.h ctx_bytes); a program needs
+ * one per GPU, the primary.
  */
 #define PVGPU_CTX_PER_DEVICE	4
 
@@ -387,7 +388,8 @@ uint32_t pvgpu_format_bytes(uint32_t format);
 struct pvgpu_handle *pvgpu_lookup_array(struct pvgpu_worker *w, uint64_t id,
 					uint32_t *flags);
 
-/* A module's charge to the VM's quota, given back (modules.c). */
+/* A handle's charge to the VM's quota (a module's, an array's, a
+ * context's, a stream's), given back (modules.c). */
 void pvgpu_module_uncharge(struct pvgpu_worker *w, struct pvgpu_handle *h);
 /* An event the executor made for the session's current context, in the
  * handle table as *id (ops.c), or destroyed again. */

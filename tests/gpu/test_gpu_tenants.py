@@ -23,7 +23,7 @@ policy = refuse
 
 [vm small]
 token = small-vm-token
-memory = 256M
+memory = 1G
 
 [vm big]
 token = big-vm-token
@@ -61,11 +61,12 @@ def test_a_vm_over_quota_gets_oom_while_another_runs(programs, start_pvgpud, tmp
     try:
         st, _, out, _ = small.call("mem_alloc", size=200 * MiB)
         assert st == 0
-        # Past its 256 MiB: out of memory for this VM, on a GPU with 80 GB.
-        assert small.call("mem_alloc", size=100 * MiB)[0] == CUDA_ERROR_OUT_OF_MEMORY
+        # Past its 1 GiB (its context charged too): out of memory for
+        # this VM, on a GPU with 80 GB.
+        assert small.call("mem_alloc", size=900 * MiB)[0] == CUDA_ERROR_OUT_OF_MEMORY
         st, _, info, _ = small.call("mem_get_info")
-        assert st == 0 and info["total"] == 256 * MiB
-        assert info["free"] <= 56 * MiB
+        assert st == 0 and info["total"] == 1024 * MiB
+        assert info["free"] <= 824 * MiB
         # Its own memory still works.
         data = bytes(range(256)) * 4096
         assert small.call("memcpy_htod", dst=out["dptr"], size=len(data), data_in=data)[0] == 0

@@ -3,8 +3,8 @@
 Each context, stream, event, module, graph (and the rest a session names
 by handle) costs its worker and the driver memory that no quota counts, so
 a session may hold at most its VM's `handles` of them at once (policy,
-default 65536), and at most 4 contexts on one GPU (each also takes device
-memory outside the quota).  Creation past either fails with
+default 65536), and at most 4 contexts on one GPU (what each takes of the
+device is charged to the VM's memory: test_context_charge.py).  Creation past either fails with
 CUDA_ERROR_OUT_OF_MEMORY in that session alone, the log says so in a few
 lines however often it is tried, and the worker does not grow.  Raw
 protocol calls, as a guest's cuEventCreate and cuStreamCreate make them.

@@ -63,6 +63,7 @@
 #define SIM_ADDR_BASE		0x7e0000000000ULL
 #define SIM_ADDR_WINDOW		(1ULL << 38)
 #define SIM_MAX_NODES		16	/* PVGPU_SIM_NODE 0..15, below SIM_ADDR_BASE */
+#define SIM_MAX_OBJECT_BYTES	(1l << 40)	/* PVGPU_SIM_CONTEXT/STREAM_BYTES */
 #define SIM_ALLOC_ALIGN		256ULL
 #define SIM_GUARD_GAP		4096ULL
 
@@ -221,6 +222,8 @@ struct pvgpu_exec {
 	/* PVGPU_SIM_NO_PEER: pairs of devices without peer access. */
 	bool no_peer[SIM_MAX_DEVICES][SIM_MAX_DEVICES];
 	uint32_t node;			/* PVGPU_SIM_NODE */
+	/* PVGPU_SIM_CONTEXT_BYTES, PVGPU_SIM_STREAM_BYTES (object_bytes). */
+	uint64_t ctx_bytes, stream_bytes;
 	/* Graph memory: allocation nodes' bytes (made at once, kept). */
 	uint64_t graph_mem, graph_mem_high;
 	uint64_t addr_base;		/* where this node's device windows start */
@@ -1069,7 +1072,7 @@ static struct pvgpu_exec *sim_open(const struct pvgpu_exec_config *cfg,
 				   char *err, size_t errlen)
 {
 	struct pvgpu_exec *ex;
-	long ndev, mb, node;
+	long ndev, mb, node, ctx_bytes, stream_bytes;
 	int32_t d;
 
 	if (env_long("PVGPU_SIM_DEVICES", 1, 0, SIM_MAX_DEVICES, &ndev,
@@ -1086,6 +1089,17 @@ static struct pvgpu_exec *sim_open(const struct pvgpu_exec_config *cfg,
 	if (env_long("PVGPU_SIM_NODE", 0, 0, SIM_MAX_NODES - 1, &node,
 		     err, errlen))
 		return NULL;
+	/*
+	 * PVGPU_SIM_CONTEXT_BYTES, PVGPU_SIM_STREAM_BYTES: what the device
+	 * says a context and a stream take of its memory (object_bytes),
+	 * for tests of how the worker charges them; 0 unless set.  The
+	 * simulated device itself takes nothing for them.
+	 */
+	if (env_long("PVGPU_SIM_CONTEXT_BYTES", 0, 0, SIM_MAX_OBJECT_BYTES,
+		     &ctx_bytes, err, errlen) ||
+	    env_long("PVGPU_SIM_STREAM_BYTES", 0, 0, SIM_MAX_OBJECT_BYTES,
+		     &stream_bytes, err, errlen))
+		return NULL;
 
 	ex = calloc(1, sizeof(*ex));
 	if (!ex) {
@@ -1099,6 +1113,8 @@ static struct pvgpu_exec *sim_open(const struct pvgpu_exec_config *cfg,
 	ex->ndev = (int32_t)ndev;
 	ex->total_bytes = (uint64_t)mb << 20;
 	ex->node = (uint32_t)node;
+	ex->ctx_bytes = (uint64_t)ctx_bytes;
+	ex->stream_bytes = (uint64_t)stream_bytes;
 	ex->addr_base = SIM_ADDR_BASE -
 			(uint64_t)node * SIM_MAX_DEVICES * SIM_ADDR_WINDOW;
 	for (d = 0; d < SIM_MAX_DEVICES; d++)
@@ -1156,6 +1172,18 @@ static void sim_close(struct pvgpu_exec *ex)
 static bool bad_dev(struct pvgpu_exec *ex, int32_t dev)
 {
 	return dev < 0 || dev >= ex->ndev;
+}
+
+static int32_t sim_object_bytes(struct pvgpu_exec *ex, int32_t dev,
+				uint64_t *ctx_bytes, uint64_t *stream_bytes)
+{
+	if (!ex || !ctx_bytes || !stream_bytes)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (bad_dev(ex, dev))
+		return CUDA_ERROR_INVALID_DEVICE;
+	*ctx_bytes = ex->ctx_bytes;
+	*stream_bytes = ex->stream_bytes;
+	return CUDA_SUCCESS;
 }
 
 static int32_t sim_driver_version(struct pvgpu_exec *ex, int32_t *version)
@@ -4719,6 +4747,7 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.mem_async		= sim_mem_async,
 	.graph_mem_attr		= sim_graph_mem_attr,
 	.cond_handle		= sim_cond_handle,
+	.object_bytes		= sim_object_bytes,
 };
 
 /* How pvgpud finds this fixture: build/lib/pvgpud/exec-sim.so. */

@@ -71,7 +71,7 @@ static void setup(void)
 
 static void test_totals_and_share(void)
 {
-	struct pvgpu_gpu_info gpu = { "test gpu", 16u << 20 };
+	struct pvgpu_gpu_info gpu = { .name = "test gpu", .mem_total = 16u << 20 };
 	struct pvgpu_slot *a = start(0, 1, vm_a), *b = start(1, 2, vm_b);
 	struct timespec t;
 
