@@ -753,6 +753,8 @@ static void free_slot(struct pvgpu_supervisor *sv, struct pvgpu_slot *slot)
 	}
 	if (sv->gone[i])
 		return;
+	log_debug("session %llu: its slot is kept until a scheduler lock is free",
+		  (unsigned long long)slot->session_id);
 	pvgpu_accounting_release(slot);
 	slot->pid = -1;
 	sv->gone[i] = 1;
