@@ -159,7 +159,10 @@ uint64_t pvgpu_accounting_mem_used(struct pvgpu_accounting *acct, int dev);
 
 /* The entry for a VM name, made if need be: its index, or -1 when full. */
 int pvgpu_accounting_vm_get(struct pvgpu_accounting *acct, const char *name);
-/* Its live sessions, and the memory charged to it (exact under its lock). */
+/*
+ * Its live sessions (exact in the supervisor, which alone starts and ends
+ * them), and the memory charged to it (exact under its lock).
+ */
 uint32_t pvgpu_accounting_vm_sessions(struct pvgpu_accounting *acct, int vm);
 uint64_t pvgpu_accounting_vm_mem_used(struct pvgpu_accounting *acct, int vm);
 
