@@ -12,26 +12,16 @@ static size_t table_size(uint32_t nslots)
 	       (size_t)nslots * sizeof(struct pvgpu_slot);
 }
 
-/* The VM locks live in the shared mapping, so every worker takes the same one. */
+/* The locks live in the shared mapping, so every worker takes the same one. */
 static int init_locks(struct pvgpu_accounting *acct)
 {
-	pthread_mutexattr_t attr;
-	int rc = 0;
-
-	if (pthread_mutexattr_init(&attr))
+	for (int i = 0; i < PVGPU_MAX_VM_ENTRIES; i++)
+		if (pvgpu_shlock_init(&acct->vms[i].lock, "quota lock of an unnamed VM entry"))
+			return -1;
+	if (pvgpu_shlock_init(&acct->gpu_lock, "exclusive-mode lock of the GPUs") ||
+	    pvgpu_shlock_init(&acct->ipc_lock, "lock of the IPC registry"))
 		return -1;
-	if (pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED) ||
-	    pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST))
-		rc = -1;
-	for (int i = 0; !rc && i < PVGPU_MAX_VM_ENTRIES; i++)
-		if (pthread_mutex_init(&acct->vms[i].lock, &attr))
-			rc = -1;
-	if (!rc && pthread_mutex_init(&acct->gpu_lock, &attr))
-		rc = -1;
-	if (!rc && pthread_mutex_init(&acct->ipc_lock, &attr))
-		rc = -1;
-	pthread_mutexattr_destroy(&attr);
-	return rc;
+	return 0;
 }
 
 struct pvgpu_accounting *pvgpu_accounting_create(uint32_t nslots)
@@ -122,22 +112,24 @@ int pvgpu_accounting_vm_get(struct pvgpu_accounting *acct, const char *name)
 			return i;
 		if (!e->name[0]) {
 			snprintf(e->name, sizeof(e->name), "%s", name);
+			snprintf(e->lock.name, sizeof(e->lock.name),
+				 "quota lock of vm %s", e->name);
 			return i;
 		}
 	}
 	return -1;
 }
 
-void pvgpu_accounting_vm_lock(struct pvgpu_accounting *acct, int vm)
+/* Workers only: the supervisor takes no lock a worker can hold (admit.c). */
+static void vm_lock(struct pvgpu_accounting *acct, int vm)
 {
-	/* Its owner died holding it; what it guards is atomics, still sound. */
-	if (pthread_mutex_lock(&acct->vms[vm].lock) == EOWNERDEAD)
-		pthread_mutex_consistent(&acct->vms[vm].lock);
+	/* A holder that died in it leaves nothing to repair: what it guards is atomics. */
+	(void)pvgpu_shlock_take(&acct->vms[vm].lock, acct);
 }
 
-void pvgpu_accounting_vm_unlock(struct pvgpu_accounting *acct, int vm)
+static void vm_unlock(struct pvgpu_accounting *acct, int vm)
 {
-	pthread_mutex_unlock(&acct->vms[vm].lock);
+	pvgpu_shlock_give(&acct->vms[vm].lock);
 }
 
 uint32_t pvgpu_accounting_vm_sessions(struct pvgpu_accounting *acct, int vm)
@@ -176,14 +168,14 @@ int pvgpu_accounting_charge(struct pvgpu_accounting *acct,
 		atomic_fetch_add(&slot->mem_pending, size);
 		return 0;
 	}
-	pvgpu_accounting_vm_lock(acct, vm);
+	vm_lock(acct, vm);
 	quota = atomic_load(&acct->vms[vm].quota);
 	used = pvgpu_accounting_vm_mem_used(acct, vm);
 	if (quota && (used > quota || size > quota - used))
 		rc = -1;
 	else
 		atomic_fetch_add(&slot->mem_pending, size);
-	pvgpu_accounting_vm_unlock(acct, vm);
+	vm_unlock(acct, vm);
 	return rc;
 }
 
@@ -210,14 +202,14 @@ int pvgpu_accounting_pin(struct pvgpu_accounting *acct,
 		atomic_fetch_add(&slot->host_pinned, size);
 		return 0;
 	}
-	pvgpu_accounting_vm_lock(acct, vm);
+	vm_lock(acct, vm);
 	quota = atomic_load(&acct->vms[vm].pinned_quota);
 	used = pvgpu_accounting_vm_pinned(acct, vm);
 	if (quota && (used > quota || size > quota - used))
 		rc = -1;
 	else
 		atomic_fetch_add(&slot->host_pinned, size);
-	pvgpu_accounting_vm_unlock(acct, vm);
+	vm_unlock(acct, vm);
 	return rc;
 }
 

@@ -11,11 +11,12 @@
 #ifndef PVGPU_ACCOUNTING_H
 #define PVGPU_ACCOUNTING_H
 
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <sys/types.h>
 #include <time.h>
+
+#include "shlock.h"
 
 #define PVGPU_MAX_DEVICES	16
 /* The VMs of the policy file, plus the pool of allowed unknown callers. */
@@ -42,24 +43,27 @@ struct pvgpu_vm_entry {
 	/* Live handles each of its sessions may hold (handles, handles.h). */
 	_Atomic uint32_t handles_max;
 	/*
-	 * Serialises "count, then take" for quota charges and session
-	 * admission across worker processes.  Robust: a worker killed while
-	 * holding it must not wedge its VM.
+	 * Serialises "count, then take" of the quotas (memory, pinned) across
+	 * the VM's workers.  Admission needs no lock (pvgpu_admit says why).
 	 */
-	pthread_mutex_t lock;
+	struct pvgpu_shlock lock;
 };
 
 struct pvgpu_slot {
 	/* Written by the supervisor before fork, read-only afterwards. */
-	pid_t pid;			/* 0: slot is free */
+	/*
+	 * 0: free.  -1: taken with no worker: one being forked, or one
+	 * reaped whose slot the scheduler's table still names (supervisor.c).
+	 */
+	pid_t pid;
 	uint64_t session_id;
 	char identity[128];
 	struct timespec started;	/* CLOCK_MONOTONIC */
 
 	/*
 	 * Index into vms[], or -1 without a policy.  The supervisor sets it
-	 * before fork, under the VM's lock (admit.h): from the channel, or
-	 * for a TCP caller from the token of the hello it read.
+	 * before fork (admit.h): from the channel, or for a TCP caller from
+	 * the token of the hello it read.
 	 */
 	_Atomic int32_t vm;
 
@@ -128,10 +132,10 @@ struct pvgpu_ipc_entry {
 
 struct pvgpu_accounting {
 	uint32_t nslots;
-	/* Serialises "check, then take" of gpus_held across workers; robust. */
-	pthread_mutex_t gpu_lock;
-	/* The IPC registry, under ipc_lock (robust). */
-	pthread_mutex_t ipc_lock;
+	/* Serialises "check, then take" of gpus_held across workers. */
+	struct pvgpu_shlock gpu_lock;
+	/* The IPC registry, under ipc_lock. */
+	struct pvgpu_shlock ipc_lock;
 	struct pvgpu_ipc_entry ipc[PVGPU_MAX_IPC];
 	struct pvgpu_vm_entry vms[PVGPU_MAX_VM_ENTRIES];
 	/*
@@ -173,9 +177,10 @@ uint64_t pvgpu_accounting_mem_used(struct pvgpu_accounting *acct, int dev);
 
 /* The entry for a VM name, made if need be: its index, or -1 when full. */
 int pvgpu_accounting_vm_get(struct pvgpu_accounting *acct, const char *name);
-void pvgpu_accounting_vm_lock(struct pvgpu_accounting *acct, int vm);
-void pvgpu_accounting_vm_unlock(struct pvgpu_accounting *acct, int vm);
-/* Under the VM's lock: its live sessions, and the memory charged to it. */
+/*
+ * Its live sessions (exact in the supervisor, which alone starts and ends
+ * them), and the memory charged to it (exact under its lock).
+ */
 uint32_t pvgpu_accounting_vm_sessions(struct pvgpu_accounting *acct, int vm);
 uint64_t pvgpu_accounting_vm_mem_used(struct pvgpu_accounting *acct, int vm);
 
@@ -199,7 +204,7 @@ void pvgpu_accounting_uncharge(struct pvgpu_slot *slot, uint64_t size);
 int pvgpu_accounting_pin(struct pvgpu_accounting *acct,
 			 struct pvgpu_slot *slot, uint64_t size);
 void pvgpu_accounting_unpin(struct pvgpu_slot *slot, uint64_t size);
-/* Under the VM's lock: host pinned memory of all its sessions. */
+/* Host pinned memory of all its sessions (exact under its lock). */
 uint64_t pvgpu_accounting_vm_pinned(struct pvgpu_accounting *acct, int vm);
 
 #endif /* PVGPU_ACCOUNTING_H */

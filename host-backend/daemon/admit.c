@@ -121,17 +121,21 @@ int pvgpu_admit(const struct pvgpu_policy *p, struct pvgpu_accounting *acct,
 			 peer->addr, name);
 		return -1;
 	}
-	/* Count and take under the lock: two callers must not both get the last session. */
-	pvgpu_accounting_vm_lock(acct, e);
+	/*
+	 * Count, then take, with no lock: only the supervisor makes or ends
+	 * sessions (it alone writes a slot's pid and vm, in its one thread;
+	 * metrics are served from its own loop), so nothing can take the last
+	 * session between the two.  Workers only read them.  And the VM's
+	 * lock, which its workers take, is one the supervisor must never wait
+	 * on: a worker stopped while holding it would stop every admission.
+	 */
 	max = atomic_load(&acct->vms[e].max_sessions);
 	live = pvgpu_accounting_vm_sessions(acct, e);
 	if (max && live >= max) {
-		pvgpu_accounting_vm_unlock(acct, e);
 		snprintf(why, whylen, "vm %s already has %u session(s), its max_sessions",
 			 name, live);
 		return -1;
 	}
 	atomic_store(&slot->vm, e);
-	pvgpu_accounting_vm_unlock(acct, e);
 	return 0;
 }

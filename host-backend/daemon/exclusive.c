@@ -1,6 +1,5 @@
 /* exclusive.c - GPUs a VM has alone (see exclusive.h). */
 #include <cuda.h>
-#include <errno.h>
 #include <stdio.h>
 #include <time.h>
 
@@ -15,8 +14,7 @@
 static void gpu_lock(struct pvgpu_accounting *acct)
 {
 	/* A worker died holding it; what it guards is atomics, still sound. */
-	if (pthread_mutex_lock(&acct->gpu_lock) == EOWNERDEAD)
-		pthread_mutex_consistent(&acct->gpu_lock);
+	(void)pvgpu_shlock_take(&acct->gpu_lock, acct);
 }
 
 /*
@@ -91,7 +89,7 @@ int32_t pvgpu_exclusive_take(struct pvgpu_accounting *acct,
 		other = excluded_by(acct, slot, dev);
 		if (other < 0)
 			atomic_fetch_or(&slot->gpus_held, bit);
-		pthread_mutex_unlock(&acct->gpu_lock);
+		pvgpu_shlock_give(&acct->gpu_lock);
 		if (other < 0)
 			break;
 		if (!waiting) {

@@ -32,7 +32,7 @@
  * atomics are what the fast path reads without it.
  */
 struct sched_dev {
-	pthread_mutex_t lock;		/* robust, process-shared */
+	struct pvgpu_shlock lock;
 	_Atomic int32_t run_vm;		/* VM whose sessions may submit now; -1: none */
 	_Atomic uint32_t nwaiting;	/* sessions waiting for a turn here */
 	_Atomic uint64_t turn_end;	/* ns: when the holder's turn is over */
@@ -84,9 +84,7 @@ struct pvgpu_sched *pvgpu_sched_create(struct pvgpu_accounting *acct,
 {
 	size_t size = sizeof(struct pvgpu_sched) +
 		      (size_t)acct->nslots * sizeof(struct sched_slot);
-	pthread_mutexattr_t attr;
 	struct pvgpu_sched *s;
-	int rc = 0;
 
 	s = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
 		 -1, 0);
@@ -99,23 +97,16 @@ struct pvgpu_sched *pvgpu_sched_create(struct pvgpu_accounting *acct,
 		s->weight[v] = 1;
 	for (uint32_t i = 0; i < acct->nslots; i++)
 		s->slots[i].waiting = -1;
-	if (pthread_mutexattr_init(&attr)) {
-		munmap(s, size);
-		return NULL;
-	}
-	if (pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED) ||
-	    pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST))
-		rc = -1;
-	for (int d = 0; !rc && d < PVGPU_MAX_DEVICES; d++) {
+	for (int d = 0; d < PVGPU_MAX_DEVICES; d++) {
+		char name[48];
+
 		s->dev[d].run_vm = -1;
 		s->dev[d].holder = -1;
-		if (pthread_mutex_init(&s->dev[d].lock, &attr))
-			rc = -1;
-	}
-	pthread_mutexattr_destroy(&attr);
-	if (rc) {
-		munmap(s, size);
-		return NULL;
+		snprintf(name, sizeof(name), "scheduler lock of device %d", d);
+		if (pvgpu_shlock_init(&s->dev[d].lock, name)) {
+			munmap(s, size);
+			return NULL;
+		}
 	}
 	return s;
 }
@@ -166,18 +157,28 @@ static void recount(struct pvgpu_sched *s, int d)
 	s->dev[d].ps_busy = busy;
 }
 
+/* Workers' side: waits, and kills a holder stopped in it (shlock.h). */
 static void dev_lock(struct pvgpu_sched *s, int d)
 {
 	/* A worker died in here: what it was changing may be half done. */
-	if (pthread_mutex_lock(&s->dev[d].lock) == EOWNERDEAD) {
+	if (pvgpu_shlock_take(&s->dev[d].lock, s->acct) == PVGPU_SHLOCK_REPAIR)
 		recount(s, d);
-		pthread_mutex_consistent(&s->dev[d].lock);
-	}
+}
+
+/* The supervisor's side: never waits.  0, or -EBUSY. */
+static int dev_trylock(struct pvgpu_sched *s, int d,
+		       struct pvgpu_shlock_watch *w)
+{
+	int rc = pvgpu_shlock_try(&s->dev[d].lock, w, s->acct);
+
+	if (rc == PVGPU_SHLOCK_REPAIR)
+		recount(s, d);
+	return rc < 0 ? rc : 0;
 }
 
 static void dev_unlock(struct pvgpu_sched *s, int d)
 {
-	pthread_mutex_unlock(&s->dev[d].lock);
+	pvgpu_shlock_give(&s->dev[d].lock);
 }
 
 /* The word lives in memory shared between processes: no FUTEX_PRIVATE_FLAG. */
@@ -1010,41 +1011,33 @@ void pvgpu_sched_forget_ctx(struct pvgpu_worker *w, uint64_t ctx)
 	}
 }
 
-void pvgpu_sched_session_end(struct pvgpu_worker *w)
+/*
+ * Drop what slot still holds on each device.  watch NULL: a worker's own
+ * end, which waits for each lock; else the supervisor's, which only
+ * tries, watching each device's lock in watch[d]: 0 when done, -EBUSY
+ * when a device is left for another try.
+ */
+static int slot_gone(struct pvgpu_sched *s, struct pvgpu_slot *slot,
+		     struct pvgpu_shlock_watch *watch)
 {
-	struct pvgpu_sched *s = w->cfg->sched;
-	struct pvgpu_sched_session *ss = &w->sched;
+	uint32_t i = slot_index(s, slot);
+	int rc = 0;
 
-	if (!s)
-		return;
-	/* The executor is closed: its events went with it. */
-	ss->nmarks = ss->nspare = 0;
-	pvgpu_sched_slot_gone(s, w->slot);
-	if (ss->launches)
-		log_info("scheduler: %llu launches, waited %llu times for a turn (%.1f ms in all), GPU time %.1f ms, %llu events recorded to follow them (%llu blocking)",
-			 (unsigned long long)ss->launches,
-			 (unsigned long long)ss->waits, (double)ss->wait_ns / 1e6,
-			 (double)atomic_load(&w->slot->gpu_ns) / 1e6,
-			 (unsigned long long)ss->events,
-			 (unsigned long long)ss->blocking_events);
-}
-
-void pvgpu_sched_slot_gone(struct pvgpu_sched *s, struct pvgpu_slot *slot)
-{
-	uint32_t i;
-	uint64_t now = pvgpu_now_ns();
-
-	if (!s)
-		return;
-	i = slot_index(s, slot);
 	for (int d = 0; d < PVGPU_MAX_DEVICES; d++) {
 		struct sched_slot *me = &s->slots[i];
 		struct sched_dev *dv = &s->dev[d];
+		uint64_t now;
 
 		if (!me->busy[d] && !atomic_load(&me->inflight[d]) &&
 		    atomic_load(&me->waiting) != d)
 			continue;
-		dev_lock(s, d);
+		if (!watch)
+			dev_lock(s, d);
+		else if (dev_trylock(s, d, &watch[d])) {
+			rc = -EBUSY;
+			continue;
+		}
+		now = pvgpu_now_ns();
 		ps_set(s, i, d, 0, now);
 		atomic_store(&me->inflight[d], 0);
 		atomic_store(&me->last_launch[d], 0);
@@ -1054,4 +1047,30 @@ void pvgpu_sched_slot_gone(struct pvgpu_sched *s, struct pvgpu_slot *slot)
 			kick_all(s, d);
 		dev_unlock(s, d);
 	}
+	return rc;
+}
+
+void pvgpu_sched_session_end(struct pvgpu_worker *w)
+{
+	struct pvgpu_sched *s = w->cfg->sched;
+	struct pvgpu_sched_session *ss = &w->sched;
+
+	if (!s)
+		return;
+	/* The executor is closed: its events went with it. */
+	ss->nmarks = ss->nspare = 0;
+	slot_gone(s, w->slot, NULL);
+	if (ss->launches)
+		log_info("scheduler: %llu launches, waited %llu times for a turn (%.1f ms in all), GPU time %.1f ms, %llu events recorded to follow them (%llu blocking)",
+			 (unsigned long long)ss->launches,
+			 (unsigned long long)ss->waits, (double)ss->wait_ns / 1e6,
+			 (double)atomic_load(&w->slot->gpu_ns) / 1e6,
+			 (unsigned long long)ss->events,
+			 (unsigned long long)ss->blocking_events);
+}
+
+int pvgpu_sched_slot_gone(struct pvgpu_sched *s, struct pvgpu_slot *slot,
+			  struct pvgpu_shlock_watch watch[PVGPU_MAX_DEVICES])
+{
+	return s ? slot_gone(s, slot, watch) : 0;
 }

@@ -74,12 +74,12 @@
  * VM's bandwidth for nothing.
  *
  * Robustness: the table is shared by every worker (MAP_SHARED before the
- * supervisor forks); the per-device lock is a robust process-shared mutex,
- * and a worker that dies is cleaned out of it by the supervisor
- * (pvgpu_sched_slot_gone).  Waiters sleep with timeouts and every turn and
- * drain has a deadline, so a session that stops responding, or dies
- * holding the turn, delays the others by at most a turn plus
- * PVGPU_SCHED_DRAIN_MAX quanta.  Nothing a guest sends reaches this file
+ * supervisor forks); the per-device lock is one a stopped holder cannot
+ * keep (shlock.h), and a worker that dies is cleaned out of it by the
+ * supervisor (pvgpu_sched_slot_gone), which only ever tries it.  Waiters
+ * sleep with timeouts and every turn and drain has a deadline, so a
+ * session that stops responding, or dies holding the turn, delays the
+ * others by at most a turn plus PVGPU_SCHED_DRAIN_MAX quanta.  Nothing a guest sends reaches this file
  * except by launching: it can waste its own turns, not take others'.
  */
 #ifndef PVGPU_GPUSCHED_H
@@ -148,8 +148,16 @@ void pvgpu_sched_set_weight(struct pvgpu_sched *s, int vm, uint32_t weight);
  * date whenever a session's work on it starts or is seen done.
  */
 uint64_t pvgpu_sched_busy_ns(struct pvgpu_sched *s, int dev);
-/* A worker has exited, however: drop whatever its slot still held. */
-void pvgpu_sched_slot_gone(struct pvgpu_sched *s, struct pvgpu_slot *slot);
+/*
+ * A worker has exited, however: drop whatever its slot still held.  The
+ * supervisor calls this, and waits on no lock a worker can hold: it only
+ * tries each device's, watching its holder in watch[device] (zeroed
+ * before the first call, kept between calls) to kill one stopped in it
+ * past the bound (shlock.h).  0 when done; -EBUSY when a lock was busy:
+ * call again later, and keep the slot until then.
+ */
+int pvgpu_sched_slot_gone(struct pvgpu_sched *s, struct pvgpu_slot *slot,
+			  struct pvgpu_shlock_watch watch[PVGPU_MAX_DEVICES]);
 
 /*
  * The worker's side; each does nothing without a table (w->cfg->sched).

@@ -19,8 +19,9 @@
 
 static void lock(struct pvgpu_accounting *acct)
 {
-	if (pthread_mutex_lock(&acct->ipc_lock) == EOWNERDEAD)
-		pthread_mutex_consistent(&acct->ipc_lock);
+	/* A worker died holding it: an entry it was writing goes with its
+	 * session, so there is nothing to repair. */
+	(void)pvgpu_shlock_take(&acct->ipc_lock, acct);
 }
 
 /*
@@ -80,7 +81,7 @@ int pvgpu_ipc_put(struct pvgpu_accounting *acct, struct pvgpu_slot *slot,
 		e->size = size;
 		rc = 0;
 	}
-	pthread_mutex_unlock(&acct->ipc_lock);
+	pvgpu_shlock_give(&acct->ipc_lock);
 	return rc;
 }
 
@@ -103,6 +104,6 @@ int pvgpu_ipc_get(struct pvgpu_accounting *acct, struct pvgpu_slot *slot,
 		rc = 0;
 		break;
 	}
-	pthread_mutex_unlock(&acct->ipc_lock);
+	pvgpu_shlock_give(&acct->ipc_lock);
 	return rc;
 }

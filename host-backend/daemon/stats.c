@@ -133,7 +133,8 @@ void pvgpu_stats_update(struct pvgpu_stats *st)
 		struct pvgpu_vm_figures *v;
 		uint32_t devices;
 
-		if (!slot->pid)
+		/* -1: taken, with no session (gone, its slot not yet free). */
+		if (slot->pid <= 0)
 			continue;
 		look(st, i);
 		v = &snap->vms[bucket_of(slot)];

@@ -453,7 +453,8 @@ int pvgpu_supervisor_init(struct pvgpu_supervisor *sv,
 	if (pvgpu_watchdog_init(sv))
 		goto err;
 	sv->owed = malloc(sv->acct->nslots * sizeof(*sv->owed));
-	if (!sv->owed) {
+	sv->gone = calloc(sv->acct->nslots, 1);
+	if (!sv->owed || !sv->gone) {
 		log_error("out of memory for the session table");
 		goto err;
 	}
@@ -518,6 +519,9 @@ void pvgpu_supervisor_fini(struct pvgpu_supervisor *sv)
 	sv->registry = NULL;
 	free(sv->owed);
 	sv->owed = NULL;
+	free(sv->gone);
+	sv->gone = NULL;
+	sv->ngone = 0;
 	if (sv->sigfd >= 0)
 		close(sv->sigfd);
 	sv->sigfd = -1;
@@ -744,6 +748,37 @@ static void accept_caller(struct pvgpu_supervisor *sv, struct pvgpu_listener *l)
 		hello_progress(sv, sv->unid.n - 1);
 }
 
+/*
+ * A worker is gone: free its slot once the scheduler's table holds nothing
+ * of it.  The device locks are tried, never waited on (a worker may be
+ * stopped holding one): while one is busy, what the session held is freed
+ * but the slot stays taken (pid -1, no session), so that no new session
+ * inherits what the table still says of it, and the tick tries again.
+ */
+static void free_slot(struct pvgpu_supervisor *sv, struct pvgpu_slot *slot)
+{
+	uint32_t i = (uint32_t)(slot - sv->acct->slots);
+
+	if (!pvgpu_sched_slot_gone(sv->sched, slot, sv->gone_watch)) {
+		pvgpu_accounting_release(slot);
+		if (sv->gone[i]) {
+			sv->gone[i] = 0;
+			if (!--sv->ngone)
+				pvgpu_watchdog_arm(sv);	/* no tick needed for it */
+		}
+		return;
+	}
+	if (sv->gone[i])
+		return;
+	log_debug("session %llu: its slot is kept until a scheduler lock is free",
+		  (unsigned long long)slot->session_id);
+	pvgpu_accounting_release(slot);
+	slot->pid = -1;
+	sv->gone[i] = 1;
+	if (!sv->ngone++)
+		pvgpu_watchdog_arm(sv);
+}
+
 static void end_session(struct pvgpu_supervisor *sv, pid_t pid, int status)
 {
 	struct pvgpu_slot *slot = pvgpu_accounting_by_pid(sv->acct, pid);
@@ -787,9 +822,16 @@ static void end_session(struct pvgpu_supervisor *sv, pid_t pid, int status)
 							     o->cookie);
 		o->listener = -1;
 	}
-	pvgpu_sched_slot_gone(sv->sched, slot);
-	pvgpu_accounting_release(slot);
+	free_slot(sv, slot);
 	publish(sv);
+}
+
+/* The watchdog's tick: slots whose scheduler locks were busy, again. */
+static void retry_gone(struct pvgpu_supervisor *sv)
+{
+	for (uint32_t i = 0; sv->ngone && i < sv->acct->nslots; i++)
+		if (sv->gone[i])
+			free_slot(sv, &sv->acct->slots[i]);
 }
 
 static void reap_workers(struct pvgpu_supervisor *sv)
@@ -816,9 +858,13 @@ static void stop_workers(struct pvgpu_supervisor *sv)
 	struct timespec t0;
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	for (uint32_t i = 0; i < sv->acct->nslots; i++)
-		if (sv->acct->slots[i].pid > 0)
+	/* A stopped worker acts on SIGTERM only once it is continued. */
+	for (uint32_t i = 0; i < sv->acct->nslots; i++) {
+		if (sv->acct->slots[i].pid > 0) {
 			kill(sv->acct->slots[i].pid, SIGTERM);
+			kill(sv->acct->slots[i].pid, SIGCONT);
+		}
+	}
 	while (live_sessions(sv) && seconds_since(&t0) < 5.0) {
 		struct timespec tick = { 0, 20 * 1000 * 1000 };
 
@@ -969,8 +1015,10 @@ int pvgpu_supervisor_run(struct pvgpu_supervisor *sv)
 				accept_caller(sv, owner[i]);
 		if (pfd[0].revents)
 			handle_signal(sv);
-		if (pfd[1].revents)
+		if (pfd[1].revents) {
 			pvgpu_watchdog_tick(sv);
+			retry_gone(sv);
+		}
 		if (pfd[2].revents && !sv->stopping)
 			registry_changed(sv);
 		/* Callers a listener has without a new event (a domain whose

@@ -30,9 +30,20 @@ struct pvgpu_supervisor {
 	const char *tcp_token;		/* --tcp-token; NULL: any */
 	int sigfd;			/* signalfd: TERM, INT, HUP, CHLD */
 	int timerfd;			/* the call watchdog's tick; -1: none */
+	int ticking;			/* it is set to tick */
 	uint64_t call_timeout_ms;	/* --call-timeout; 0: no limit */
 	uint8_t *wd_killed;		/* per slot: the watchdog killed it */
 	uint64_t *wd_busy_ns;		/* per slot: a tick last saw a call run */
+	/*
+	 * Per slot: its worker is reaped, but a device's scheduler lock was
+	 * busy (a worker holds it, perhaps stopped in it), so the slot stays
+	 * taken, with no session in it, until a tick of the watchdog's timer
+	 * finds the lock free (pvgpu_sched_slot_gone); ngone of them, and
+	 * what the supervisor saw of each device lock's holder.
+	 */
+	uint8_t *gone;
+	unsigned int ngone;
+	struct pvgpu_shlock_watch gone_watch[PVGPU_MAX_DEVICES];
 	struct pvgpu_accounting *acct;
 	struct pvgpu_sched *sched;	/* shared with the workers, like acct */
 	struct pvgpu_worker_config wcfg;

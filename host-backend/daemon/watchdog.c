@@ -122,7 +122,8 @@ void pvgpu_watchdog_arm(struct pvgpu_supervisor *sv)
 {
 	const struct pvgpu_policy *p = sv->policy;
 	struct itimerspec its = { { 0, 0 }, { 0, 0 } };
-	int needed = sv->call_timeout_ms > 0;
+	/* Slots waiting to be freed are retried on the tick too (supervisor.c). */
+	int needed = sv->call_timeout_ms > 0 || sv->ngone;
 
 	for (unsigned int i = 0; p && !needed && i < p->nvms; i++)
 		needed = p->vms[i].call_timeout_ms > 0 ||
@@ -130,13 +131,19 @@ void pvgpu_watchdog_arm(struct pvgpu_supervisor *sv)
 	if (p && (p->unknown.call_timeout_ms > 0 ||
 		  p->unknown.idle_timeout_ms > 0))
 		needed = 1;
+	/* Set again only on a change: each setting puts the next tick off. */
+	if (sv->timerfd < 0 || needed == sv->ticking)
+		return;
 	if (needed) {
 		its.it_interval.tv_nsec = PVGPU_WATCHDOG_TICK_MS * 1000000L;
 		its.it_value = its.it_interval;
 	}
-	if (sv->timerfd >= 0 && timerfd_settime(sv->timerfd, 0, &its, NULL))
+	if (timerfd_settime(sv->timerfd, 0, &its, NULL)) {
 		log_warn("timerfd_settime: %s; the watchdog is off",
 			 strerror(errno));
+		return;
+	}
+	sv->ticking = needed;
 }
 
 enum { WD_CALL = 1, WD_IDLE = 2 };	/* wd_killed[]: why */

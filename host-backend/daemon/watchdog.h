@@ -58,7 +58,10 @@ struct pvgpu_supervisor;
 /* 0, or -1 after logging why. */
 int pvgpu_watchdog_init(struct pvgpu_supervisor *sv);
 void pvgpu_watchdog_fini(struct pvgpu_supervisor *sv);
-/* Tick only while some limit is set: after start-up and every reload. */
+/*
+ * Tick only while some limit is set, or a slot waits to be freed
+ * (supervisor.c): after start-up, every reload, and when that changes.
+ */
 void pvgpu_watchdog_arm(struct pvgpu_supervisor *sv);
 /* The timer fired: kill the workers past their limits. */
 void pvgpu_watchdog_tick(struct pvgpu_supervisor *sv);

@@ -89,7 +89,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	pthread_join(feeder, NULL);
 	pthread_join(drainer, NULL);
 	close(sv[0]);
-	pvgpu_sched_slot_gone(sched, slot);
+	{
+		/* One process, nobody else holds a lock: done at once. */
+		struct pvgpu_shlock_watch watch[PVGPU_MAX_DEVICES] = { 0 };
+
+		pvgpu_sched_slot_gone(sched, slot, watch);
+	}
 	pvgpu_accounting_release(slot);
 	return 0;
 }

@@ -6,28 +6,11 @@
  */
 #include <stdio.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "loglimit.h"
 
 #include "unit_check.h"
-
-static int fd;
-
-/* What was logged since the last look (into text), and how many lines. */
-static int lines_since(char *text, size_t size)
-{
-	ssize_t n = pread(fd, text, size - 1, 0);
-	int count = 0;
-
-	text[n < 0 ? 0 : n] = '\0';
-	for (ssize_t i = 0; i < n; i++)
-		count += text[i] == '\n';
-	if (ftruncate(fd, 0) || lseek(fd, 0, SEEK_SET) < 0)
-		return -1;
-	return count;
-}
+#include "unit_log.h"
 
 static void log_kind_a(struct pvgpu_log_limit *lim, int i)
 {
@@ -54,9 +37,7 @@ int main(void)
 	struct pvgpu_log_limit lim;
 	static char text[1 << 20];
 
-	fd = memfd_create("log", 0);
-	CHECK(fd >= 0);
-	pvgpu_log_set_fd(fd);
+	CHECK(unit_log_open() == 0);
 	pvgpu_log_set_level("info");
 	pvgpu_log_limit_init(&lim);
 
@@ -65,23 +46,23 @@ int main(void)
 		log_kind_a(&lim, i);
 	for (int i = 0; i < 3; i++)
 		log_kind_b(&lim, i);
-	CHECK(lines_since(text, sizeof(text)) == 13);
+	CHECK(unit_log_lines(text, sizeof(text)) == 13);
 	CHECK(strstr(text, "kind a 9\n") && !strstr(text, "kind a 10\n"));
 	/* Debug lines at info are not written, so not counted either. */
 	for (int i = 0; i < 50; i++)
 		pvgpu_session_log(&lim, LOG_DEBUG, "quiet %d", i);
-	CHECK(lines_since(text, sizeof(text)) == 0);
+	CHECK(unit_log_lines(text, sizeof(text)) == 0);
 
 	/* A minute on, the next line not written says how many were not. */
 	lim.last_summary_ns -= PVGPU_LOG_SUMMARY_NS;
 	log_kind_a(&lim, 25);
-	CHECK(lines_since(text, sizeof(text)) == 1);
+	CHECK(unit_log_lines(text, sizeof(text)) == 1);
 	CHECK(strstr(text, "warn: 16 more lines like \"kind a %d\" not logged"));
 	/* Counted afresh; the end sums up what is left, kinds with none silent. */
 	for (int i = 0; i < 5; i++)
 		log_kind_a(&lim, i);
 	pvgpu_log_limit_summary(&lim);
-	CHECK(lines_since(text, sizeof(text)) == 1);
+	CHECK(unit_log_lines(text, sizeof(text)) == 1);
 	CHECK(strstr(text, "5 more lines like \"kind a %d\""));
 	CHECK(!strstr(text, "quiet"));
 
@@ -89,10 +70,10 @@ int main(void)
 	for (size_t k = 0; k < sizeof(many) / sizeof(many[0]); k++)
 		for (int i = 0; i < PVGPU_LOG_BURST + 1; i++)
 			pvgpu_session_log(&lim, LOG_INFO, many[k], i);
-	CHECK(lines_since(text, sizeof(text)) ==
+	CHECK(unit_log_lines(text, sizeof(text)) ==
 	      (PVGPU_LOG_KINDS - 2) * PVGPU_LOG_BURST + PVGPU_LOG_BURST);
 	pvgpu_log_limit_summary(&lim);
-	CHECK(lines_since(text, sizeof(text)) == PVGPU_LOG_KINDS - 2 + 1);
+	CHECK(unit_log_lines(text, sizeof(text)) == PVGPU_LOG_KINDS - 2 + 1);
 	CHECK(strstr(text, "more lines like \"other kind 45 %d\""));
 	CHECK(!strstr(text, "more lines like \"other kind 46 %d\""));
 	CHECK(strstr(text, "more lines of other kinds not logged"));

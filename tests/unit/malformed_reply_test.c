@@ -180,7 +180,12 @@ int main(void)
 	shutdown(sv[0], SHUT_WR);
 	pthread_join(worker, NULL);
 	close(sv[0]);
-	pvgpu_sched_slot_gone(arg.sched, arg.slot);
+	{
+		/* The worker thread has ended: no lock is held. */
+		struct pvgpu_shlock_watch watch[PVGPU_MAX_DEVICES] = { 0 };
+
+		CHECK(pvgpu_sched_slot_gone(arg.sched, arg.slot, watch) == 0);
+	}
 	pvgpu_accounting_release(arg.slot);
 	pvgpu_sched_destroy(arg.sched);
 	pvgpu_accounting_destroy(arg.acct);
