@@ -1261,23 +1261,39 @@ static int32_t cuda_memset_async(struct pvgpu_exec *ex, uint64_t dst,
 
 /*
  * What one more context on dev and one more stream take of its memory, as
- * the driver's free figure drops: one context made beside the primary,
- * then CUDA_MEASURE_STREAMS streams in it (their mean).  The driver takes
+ * the driver's free figure drops: CUDA_MEASURE_CTXS contexts made beside
+ * the primary, one after the other, then CUDA_MEASURE_STREAMS streams in
+ * the last (their mean).  The driver takes
  * stream memory 2 MiB at a time, a few streams to a piece, so the mean of
  * few is short by up to a piece: 16 streams of an H200 read 512 KiB each
  * where 2000 take 560 KiB; 128 read within 16 KiB.  Everything made here
- * is destroyed again; another process allocating meanwhile skews the
- * figures, so a drop below zero reads as none.
+ * is destroyed again; another process allocating meanwhile skews a
+ * reading, so a drop below zero reads as none.
  */
 #define CUDA_MEASURE_STREAMS	128
+#define CUDA_MEASURE_CTXS	3	/* median3 below */
+
+/* The middle of three readings: one disturbed by another process is dropped. */
+static uint64_t median3(uint64_t a, uint64_t b, uint64_t c)
+{
+	uint64_t t;
+
+	if (a > b) {
+		t = a;
+		a = b;
+		b = t;
+	}
+	return c < a ? a : c > b ? b : c;
+}
 
 static int32_t cuda_object_bytes(struct pvgpu_exec *ex, int32_t dev,
 				 uint64_t *ctx_bytes, uint64_t *stream_bytes)
 {
 	CUstream s[CUDA_MEASURE_STREAMS];
-	size_t free0, free1, free2, total;
-	CUcontext primary, extra;
-	int n = 0;
+	size_t free[CUDA_MEASURE_CTXS + 1], free_s, total;
+	uint64_t delta[CUDA_MEASURE_CTXS];
+	CUcontext primary, extra[CUDA_MEASURE_CTXS];
+	int n = 0, c = 0;
 	CUdevice d;
 	CUresult rc;
 
@@ -1294,26 +1310,39 @@ static int32_t cuda_object_bytes(struct pvgpu_exec *ex, int32_t dev,
 		return rc;
 	rc = ex->api.ctx_set_current(primary);
 	if (!rc)
-		rc = ex->api.mem_get_info(&free0, &total);
+		rc = ex->api.mem_get_info(&free[0], &total);
 	if (rc)
 		goto err_primary;
-	rc = ex->api.ctx_create(&extra, 0, d);	/* current from here */
-	if (rc)
-		goto err_primary;
-	rc = ex->api.mem_get_info(&free1, &total);
+	/*
+	 * The device's free memory is everyone's: another process allocating
+	 * or freeing meanwhile moves one reading (a run on the H200 read
+	 * 1011.6 MiB for a context that takes 523.6 MiB), so the context's
+	 * figure is the middle of three made one after the other.
+	 */
+	for (; !rc && c < CUDA_MEASURE_CTXS; c++) {
+		rc = ex->api.ctx_create(&extra[c], 0, d);	/* current */
+		if (rc)
+			break;
+		rc = ex->api.mem_get_info(&free[c + 1], &total);
+	}
 	for (; !rc && n < CUDA_MEASURE_STREAMS; n++)
 		rc = ex->api.stream_create_with_priority(&s[n], 0, 0);
 	if (rc && n)
 		n--;			/* the failed one made nothing */
 	if (!rc)
-		rc = ex->api.mem_get_info(&free2, &total);
+		rc = ex->api.mem_get_info(&free_s, &total);
 	while (n > 0)
 		ex->api.stream_destroy(s[--n]);
-	ex->api.ctx_destroy(extra);
+	while (c > 0)
+		ex->api.ctx_destroy(extra[--c]);
 	if (!rc) {
-		*ctx_bytes = free0 > free1 ? free0 - free1 : 0;
-		*stream_bytes = free1 > free2 ?
-				(free1 - free2) / CUDA_MEASURE_STREAMS : 0;
+		for (int i = 0; i < CUDA_MEASURE_CTXS; i++)
+			delta[i] = free[i] > free[i + 1] ?
+				   free[i] - free[i + 1] : 0;
+		*ctx_bytes = median3(delta[0], delta[1], delta[2]);
+		*stream_bytes = free[CUDA_MEASURE_CTXS] > free_s ?
+				(free[CUDA_MEASURE_CTXS] - free_s) /
+				CUDA_MEASURE_STREAMS : 0;
 	}
 err_primary:
 	ex->api.ctx_set_current(NULL);
