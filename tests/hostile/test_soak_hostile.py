@@ -12,7 +12,8 @@ hello, more than --max-unidentified of them; garbage after a valid hello;
 hellos with a wrong token.  Halfway the policy is reloaded (SIGHUP).
 
 What an operator checks: every good VM is served throughout (each of its
-sessions admitted within ADMIT_BOUND_S and doing rounds); no call fails
+sessions admitted within ADMIT_BOUND_S and doing rounds, and no good VM
+without a round for that long); no call fails
 but the allocations the quota refuses; no VM ever holds more than its
 quota (the test's own account and, where built in, /metrics); a wrong
 token is refused.  Afterwards the supervisor's RSS is within RSS_SLACK of
@@ -126,7 +127,17 @@ class Stats:
         self.bad_sessions = 0
         self.stops = 0
         self.metrics_seen = 0
+        self.last_round = {}        # good VM name -> when one of its rounds last ended
+        self.worst_gap = (0.0, "")  # the longest a good VM went without one
         self.problems = []          # things that must not happen
+
+    def round_done(self, name):
+        now = time.monotonic()
+        with self.lock:
+            gap = now - self.last_round.get(name, now)
+            self.last_round[name] = now
+            if gap > self.worst_gap[0]:
+                self.worst_gap = (gap, name)
 
     def problem(self, what):
         with self.lock:
@@ -204,7 +215,9 @@ def good_loop(daemon, vm, index, image, stop, stats, rng, delay):
             for _ in range(rng.randint(*LIFE)):
                 if stop.is_set():
                     break
-                did += g.round(i)
+                if g.round(i):
+                    did += 1
+                    stats.round_done(vm.name)
                 i += 1
             if did:
                 served += 1
@@ -484,6 +497,8 @@ def test_hostile_soak(start_pvgpud, tmp_path):
         print(f"good VMs: sessions served per VM min {min(served)} / median "
               f"{sorted(served)[len(served) // 2]} / max {max(served)}, "
               f"{sum(served)} in all; rounds per VM min {min(vm.rounds for vm in good)}")
+        print(f"longest a good VM went without a round: {stats.worst_gap[0]:.2f} s "
+              f"({stats.worst_gap[1]})")
         print(f"admissions: {len(admit)}, worst wait {admit[-1]:.2f} s, "
               f"99th {admit[int(len(admit) * 0.99)]:.2f} s, {stats.retried} hello(s) repeated "
               f"for a slot not yet free")
@@ -500,6 +515,7 @@ def test_hostile_soak(start_pvgpud, tmp_path):
             "\n" + daemon.log()[-4000:]
         assert all(n > 0 for n in served), served
         assert admit[-1] <= ADMIT_BOUND_S
+        assert stats.worst_gap[0] <= ADMIT_BOUND_S, stats.worst_gap
         assert stats.stops >= 100 and stats.wrong_refused > 0 and stats.garbage > 0
         assert not url or stats.metrics_seen > 0
 

@@ -98,11 +98,12 @@ class _Daemon:
 
 
 def stop_at_random(log_path, pid, seed, vms, done, short_s=0.004, long_s=(2.5, 4.0),
-                   long_share=0.03, forever_max=3, forever_share=0.05, pause_s=0.002):
+                   long_share=0.03, forever_max=3, forever_share=0.05, pause_s=0.002,
+                   own_code=True):
     """SIGSTOP the workers of vms (names) at random, one after another,
     until done() says so: most for up to short_s, long_share of them for
     long_s (past the bound on a shared lock), and up to forever_max of
-    those caught in their own code for good, pausing pause_s after each
+    those caught in their own code (any, unless own_code) for good, pausing pause_s after each
     short stop.  Returns (stops, the pids
     left stopped for good); the others are continued."""
     rng = random.Random(seed)
@@ -126,7 +127,8 @@ def stop_at_random(log_path, pid, seed, vms, done, short_s=0.004, long_s=(2.5, 4
         signal_if_alive(workers, p, signal.SIGSTOP)
         stops += 1
         r = rng.random()
-        if r < forever_share and len(forever) < forever_max and in_own_code(p):
+        if r < forever_share and len(forever) < forever_max and \
+                (in_own_code(p) or not own_code):
             forever.append(p)
         elif r < long_share:
             resume[p] = now + rng.uniform(*long_s)
@@ -145,11 +147,13 @@ if __name__ == "__main__":
     # workers.py LOG PID SEED VM...: stop_at_random() in a process of its
     # own (a test's many threads would starve it of Python's lock) until
     # stdin closes; then one line of JSON: {"stops": N, "forever": [PID]}.
+    # Workers idle in a system call are left stopped for good too: a soak
+    # is long, and catching one in its own code is rare.
     import json
     import sys
     import threading
     closed = threading.Event()
     threading.Thread(target=lambda: (sys.stdin.read(), closed.set()), daemon=True).start()
     stops, forever = stop_at_random(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]),
-                                    sys.argv[4:], closed.is_set)
+                                    sys.argv[4:], closed.is_set, own_code=False)
     print(json.dumps({"stops": stops, "forever": forever}), flush=True)
