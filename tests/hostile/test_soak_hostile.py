@@ -48,7 +48,7 @@ import pvgpu_wire as W  # noqa: E402
 from idle import children  # noqa: E402
 from soak import (KiB, MiB, TWINS, VECADD, VM, Worker, assert_quota_back,  # noqa: E402
                   print_table, wait_idle)
-from workers import live_in_log, zombies  # noqa: E402
+from workers import KILLED, live_in_log, zombies  # noqa: E402
 from pvgpud_cli import PVGPUD  # noqa: E402
 from pvgpu_asan import asan_runtime  # noqa: E402
 
@@ -151,7 +151,7 @@ class Guest(Worker):
 
     def __init__(self, daemon, vm, index, image, source, timeout):
         super().__init__(daemon.tcp, vm, index, image, N, timeout)
-        self.port, self.source = int(daemon.tcp.rsplit(":", 1)[1]), source
+        self.source = source
 
     def open(self):
         """Connect, hello (again while the VM's slot is still taken by a
@@ -159,10 +159,7 @@ class Guest(Worker):
         tries = 0
         deadline = time.monotonic() + ADMIT_BOUND_S
         while True:
-            s = W.Session.__new__(W.Session)
-            s.sock = socket.create_connection(("127.0.0.1", self.port), timeout=self.timeout,
-                                              source_address=(self.source, 0))
-            s.next_id = 1
+            s = W.Session(self.uri, timeout=self.timeout, source=self.source)
             st, _, _, _ = s.call("hello", version_min=1, version_max=W.P.VERSION,
                                  pid=os.getpid(), token=self.vm.token, client="soak")
             if st == 0:
@@ -293,13 +290,9 @@ def noise(daemon, stop, stats, rng):
     """Hellos with a wrong token (each must be refused), and garbage after
     a valid hello of a bad VM (pvgpud ends that session; nobody else
     notices)."""
-    port = int(daemon.tcp.rsplit(":", 1)[1])
     while not stop.is_set():
         try:
-            s = W.Session.__new__(W.Session)
-            s.sock = socket.create_connection(("127.0.0.1", port), timeout=20,
-                                              source_address=(NOISE_FROM, 0))
-            s.next_id = 1
+            s = W.Session(daemon.tcp, timeout=20, source=NOISE_FROM)
             wrong = rng.random() < 0.5
             token = f"wrong-{rng.randrange(1 << 30)}" if wrong else tok(bad_name(rng.randrange(BAD)))
             st, _, _, _ = s.call("hello", version_min=1, version_max=W.P.VERSION,
@@ -518,6 +511,15 @@ def test_hostile_soak(start_pvgpud, tmp_path):
         assert stats.worst_gap[0] <= ADMIT_BOUND_S, stats.worst_gap
         assert stats.stops >= 100 and stats.wrong_refused > 0 and stats.garbage > 0
         assert not url or stats.metrics_seen > 0
+
+        # A good VM's hello was refused only while its slots were all
+        # taken (by a session whose worker had not yet been reaped).
+        refused = [line for line in daemon.log().splitlines()
+                   if " refused at hello: " in line and re.search(r"\bvm good\d+ ", line)]
+        assert all("its max_sessions" in line for line in refused), refused[:5]
+
+        print(f"{len(KILLED.findall(daemon.log()))} bad worker(s) killed for holding "
+              f"a shared lock past the bound")
 
         # The rest go on and end; those stopped for good stay.
         stopped = [p for p in forever if p in children(pid)]
