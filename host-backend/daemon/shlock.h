@@ -38,12 +38,14 @@
 
 /*
  * The longest one hold may last before a waiter kills its holder.  Holds
- * are a scan of the session table under the lock: microseconds.  A holder
- * preempted on a loaded host keeps it some milliseconds, a page fault on
- * a swapped-out page tens; 2 s is a thousand times the worst of those, so
- * a worker that is only slow is not killed, and still short enough that
- * the sessions waiting behind a stopped worker (a session start of
- * another VM, a launch) are late by seconds, not hung.
+ * are a scan of the session table under the lock: 2 us at the default 256
+ * slots, 1.6 ms at the most --max-sessions allows (65536; measured on the
+ * project's 2-core machine).  A holder preempted on a loaded host keeps it
+ * some milliseconds more, a page fault on a swapped-out page tens; 2 s is
+ * a hundred times the worst of those, so a worker that is only slow is not
+ * killed, and still short enough that the sessions waiting behind a
+ * stopped worker (a session start of another VM, a launch) are late by
+ * seconds, not hung.
  */
 #define PVGPU_SHLOCK_HOLD_MAX_MS	2000
 /* A waiter looks at the holder this often. */
