@@ -40,6 +40,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import pvgpu_wire as W  # noqa: E402
 from pvgpu_sessions import alice_and_bob, wait_live  # noqa: E402
 from idle import children  # noqa: E402
+from workers import (KILLED, Workers, live_in_log, signal_if_alive,  # noqa: E402
+                     stop_at_random, zombies)
 
 BUILD = Path(__file__).resolve().parents[2] / os.environ.get("PVGPU_BUILD", "build")
 IMAGE = BUILD / "tests" / "kernels" / "images" / "vecadd.fatbin"
@@ -60,9 +62,6 @@ BOB_BOUND_S = 10.0      # a loaded 2-core machine; a wedge is for ever
 REAP_S = 15.0
 STOP_S = 10.0           # SIGTERM to exit
 
-START = re.compile(r"session (\d+) start: .* via \S+, vm (\w+) \(worker pid (\d+)\)")
-KILLED = re.compile(r": (worker pid (\d+) \(session (\d+), vm (\w+)\)) has held it "
-                    r"[\d.]+ s, past the [\d.]+ s bound on a shared lock; killed it$", re.M)
 
 
 def pipeline(s, op, calls):
@@ -140,79 +139,6 @@ def bob_session(daemon, blob):
     return time.monotonic() - t0
 
 
-class Workers:
-    """pvgpud's workers by VM, read from its session start lines."""
-
-    def __init__(self, daemon):
-        self.daemon, self.offset, self.vm = daemon, 0, {}
-
-    def refresh(self):
-        with open(self.daemon.log_path, "rb") as f:
-            f.seek(self.offset)
-            text = f.read()
-        end = text.rfind(b"\n") + 1
-        self.offset += end
-        for m in START.finditer(text[:end].decode(errors="replace")):
-            self.vm[int(m[3])] = m[2]
-
-    def alive(self, pid):
-        """Still pvgpud's child, and not yet dead."""
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            return False
-        return int(fields[1]) == self.daemon.proc.pid and fields[0] not in "ZX"
-
-    def of(self, vm):
-        """Its workers alive now; the dead are forgotten."""
-        for pid in [p for p in self.vm if not self.alive(p)]:
-            del self.vm[pid]
-        return [p for p, v in self.vm.items() if v == vm]
-
-
-def in_own_code(pid, wait_s=0.05):
-    """Whether pid, just sent SIGSTOP, stopped running its own code rather
-    than waiting in a system call (where a debugger's breakpoint stops a
-    process, and where it holds its locks).  False when /proc does not say."""
-    deadline = time.monotonic() + wait_s
-    try:
-        while True:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "T":
-                    break
-            if time.monotonic() > deadline:
-                return False
-        with open(f"/proc/{pid}/syscall") as f:
-            return f.read().split()[0] == "-1"
-    except (OSError, IndexError):
-        return False
-
-
-def signal_if_alive(workers, pid, sig):
-    if workers.alive(pid):
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
-
-
-def zombies(pid):
-    found = []
-    for child in children(pid):
-        try:
-            with open(f"/proc/{child}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    found.append(child)
-        except OSError:
-            pass
-    return found
-
-
-def live_in_log(log):
-    return len(re.findall(r" info: session \d+ start: ", log)) - \
-        len(re.findall(r" info: session \d+ end: ", log))
-
 
 def test_stopped_workers_stop_nothing_else(start_pvgpud, tmp_path):
     for path in (IMAGE, TWINS):
@@ -225,7 +151,6 @@ def test_stopped_workers_stop_nothing_else(start_pvgpud, tmp_path):
     wait_live(daemon)
     workers = Workers(daemon)
     seed = random.randrange(1 << 30)
-    rng = random.Random(seed)
     bob_took, bob_failed, done = [], [], threading.Event()
 
     def bob():
@@ -247,38 +172,15 @@ def test_stopped_workers_stop_nothing_else(start_pvgpud, tmp_path):
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                for _ in range(TENANTS)]
     bob_thread = threading.Thread(target=bob, daemon=True)
-    stops, resume, forever = 0, {}, set()
+    forever = []
     try:
         bob_thread.start()
         t0 = time.monotonic()
-        next_look = 0.0
-        alice = []
-        while time.monotonic() - t0 < LOAD_S and bob_thread.is_alive():
-            now = time.monotonic()
-            for pid in [p for p, at in resume.items() if at <= now]:
-                signal_if_alive(workers, pid, signal.SIGCONT)
-                del resume[pid]
-            if now >= next_look:
-                workers.refresh()
-                alice = [p for p in workers.of("alice")
-                         if p not in resume and p not in forever]
-                next_look = now + 0.05
-            if not alice:
-                time.sleep(0.005)
-                continue
-            pid = rng.choice(alice)
-            signal_if_alive(workers, pid, signal.SIGSTOP)
-            stops += 1
-            r = rng.random()
-            if r < FOREVER_TRIES and len(forever) < FOREVER and in_own_code(pid):
-                forever.add(pid)
-            elif r < LONG_STOPS:
-                resume[pid] = now + rng.uniform(*LONG_STOP_S)
-            else:
-                time.sleep(rng.uniform(0, SHORT_STOP_S))
-                signal_if_alive(workers, pid, signal.SIGCONT)
-                continue
-            alice.remove(pid)
+        stops, forever = stop_at_random(
+            daemon.log_path, daemon.proc.pid, seed, ["alice"],
+            lambda: time.monotonic() - t0 >= LOAD_S or not bob_thread.is_alive(),
+            short_s=SHORT_STOP_S, long_s=LONG_STOP_S, long_share=LONG_STOPS,
+            forever_max=FOREVER, forever_share=FOREVER_TRIES, pause_s=0)
         done.set()
         bob_thread.join(timeout=BOB_BOUND_S + 5)
         print(f"seed {seed}: {stops} stops, {len(forever)} left stopped; "
@@ -294,8 +196,6 @@ def test_stopped_workers_stop_nothing_else(start_pvgpud, tmp_path):
         for t in tenants:
             t.kill()
             t.wait()
-        for pid in resume:
-            signal_if_alive(workers, pid, signal.SIGCONT)
         deadline = time.monotonic() + REAP_S
         while True:
             log = daemon.log()
@@ -330,6 +230,7 @@ def test_stopped_workers_stop_nothing_else(start_pvgpud, tmp_path):
             if t.poll() is None:
                 t.kill()
                 t.wait()
+        workers.refresh()
         for pid in list(workers.vm):
             signal_if_alive(workers, pid, signal.SIGKILL)
         if daemon.proc.poll() is None:

@@ -106,10 +106,12 @@ def batch(*messages):
 class Session:
     """A raw connection to pvgpud: send bytes, read replies."""
 
-    def __init__(self, uri, timeout=10.0):
+    def __init__(self, uri, timeout=10.0, source=None):
+        """source: the local address a TCP session connects from."""
         if uri.startswith("tcp://"):
             host, port = uri[len("tcp://"):].rsplit(":", 1)
-            self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+            self.sock = socket.create_connection((host, int(port)), timeout=timeout,
+                                                 source_address=source and (source, 0))
         else:
             assert uri.startswith("unix://"), uri
             self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
