@@ -22,6 +22,7 @@ BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
 PVGPUD = BUILD / "bin" / "pvgpud"
 README = REPO / "README.md"
 MAIN_C = REPO / "host-backend" / "daemon" / "main.c"
+POLICY_C = REPO / "host-backend" / "daemon" / "policy.c"
 
 OPTION = re.compile(r"(?<![\w-])--[a-z][a-z-]*[a-z]")
 # Never through a proxy from the environment: the endpoint is on loopback.
@@ -111,6 +112,25 @@ def served_families(url):
             time.sleep(0.05)
     return {name: kind for name, kind in
             re.findall(r"^# TYPE (\S+) (\S+)$", text, re.M)}
+
+
+def test_readme_bounds_table_has_every_limit_the_policy_takes():
+    """Every per-VM limit key policy.c parses (its limit_key, plus the
+    weight) has its row, with its default, in README's table of bounds,
+    and every daemon-wide flag that table names is one pvgpud takes."""
+    src = POLICY_C.read_text()
+    body = src[src.index("static int limit_key("):]
+    body = body[:body.index("\n}\n")]
+    keys = set(re.findall(r'strcmp\(key, "(\w+)"\)', body)) | {"weight"}
+    assert {"memory", "max_sessions", "handles"} <= keys, keys
+    rows = table(["what a tenant can take", "per VM (policy key: default)"])
+    named = set()
+    for row in rows:
+        named |= set(re.findall(r"`(\w+)`: \S", row[1]))
+    assert keys == named, (f"limit keys without a row: {sorted(keys - named)}; "
+                           f"rows without a key: {sorted(named - keys)}")
+    flags = {f for row in rows for f in OPTION.findall(row[2])}
+    assert flags and flags <= help_options(), flags - help_options()
 
 
 def test_readme_metrics_table_is_what_metrics_serves(start_pvgpud):
