@@ -271,24 +271,14 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 test: deps
 	$(MAKE) test-deploy-image-start
 	PVGPU_LEFT_OUT_SAID= $(MAKE) -j$(JOBS) all fuzz guest-driver build-minimal cross-arm64
-	$(MAKE) test-deploy-start test-rdma-start test-xen-start test-sanitizer-start
+	$(MAKE) test-deploy-start test-rdma-start test-xen-start
 	@tests/keep-going.sh $(BUILD)/test-logs \
+		build-asan '$(MAKE) -j$(JOBS) BUILD=build-asan SANITIZE=1 NVCC_REUSE=$(BUILD) all' \
 		main '$(PYTEST) -q' \
-		sanitizer '$(MAKE) --no-print-directory test-sanitizer-wait' \
+		sanitizer 'PVGPU_BUILD=build-asan $(PYTEST) -q tests/unit tests/integration tests/hostile' \
 		rdma '$(MAKE) --no-print-directory test-rdma-wait' \
 		xen '$(MAKE) --no-print-directory test-xen-wait' \
 		deploy '$(MAKE) --no-print-directory test-deploy-wait'
-
-# The sanitizer build and the tests it runs, a suite of its own beside the
-# main pass (tests/background.mk): run one after the other they were the
-# longest part of make test, while the main pass's serial pytest leaves a
-# core idle once the VM suites are done.
-.PHONY: test-sanitizer
-test-sanitizer: | $(BG_DIR)/sanitizer
-	$(MAKE) -j$(JOBS) BUILD=build-asan SANITIZE=1 NVCC_REUSE=$(BUILD) all
-	PVGPU_BUILD=build-asan $(PYTEST) -q -p no:cacheprovider \
-		--basetemp=$(abspath $(BG_DIR))/sanitizer/tmp \
-		tests/unit tests/integration tests/hostile
 
 test-gpu:
 	$(MAKE) all
