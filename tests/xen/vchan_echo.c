@@ -52,7 +52,11 @@ static int serve(const char *base, const struct pvgpu_vchan_peer *peer)
 
 	if (!buf)
 		return 1;
-	rc = pvgpu_vchan_chan_open(base, peer, 120000, &c, err, sizeof(err));
+	/*
+	 * Offered as the domain appears; the guest connects once booted, which
+	 * under TCG on a loaded machine takes minutes.
+	 */
+	rc = pvgpu_vchan_chan_open(base, peer, 480000, &c, err, sizeof(err));
 	if (rc) {
 		printf("vchan-echo: open %s: %s\n", peer->value, err);
 		free(buf);
@@ -120,7 +124,7 @@ static int host(const char *base, int nchan)
 	struct pvgpu_vchan_listener *l;
 	struct { pid_t pid; unsigned int domid; } kids[64];
 	int nkids = 0, sessions = 0, rc;
-	int64_t deadline = pvgpu_vchan_now_ms() + 170000;
+	int64_t deadline = pvgpu_vchan_now_ms() + 600000;
 	char err[256];
 
 	rc = pvgpu_vchan_host_listen(base, NULL, NULL, &l, err, sizeof(err));
