@@ -33,13 +33,6 @@ def daemon_with_costs(start_pvgpud, tmp_path):
     return daemon
 
 
-def free_memory(s):
-    """(free, total) as the session's cuMemGetInfo says them."""
-    st, _d, out, _ = s.call("mem_get_info")
-    assert st == 0, st
-    return out["free"], out["total"]
-
-
 def streams_until_refused(s, most):
     """Create streams until one is refused (at most `most`): the ids made
     and the refusal's status (0: none was refused)."""
@@ -60,24 +53,24 @@ def test_the_start_up_log_says_what_they_take(start_pvgpud, tmp_path):
 def test_contexts_are_charged_to_the_quota(start_pvgpud, tmp_path):
     daemon = daemon_with_costs(start_pvgpud, tmp_path)
     alice = unix_session(daemon)                    # its primary context
-    assert free_memory(alice) == (QUOTA - CONTEXT, QUOTA)
+    assert alice.mem_info() == (QUOTA - CONTEXT, QUOTA)
     # Contexts and allocations share the quota.
     st, _d, out, _ = alice.call("mem_alloc", size=300 * MiB)
     assert st == 0, st
-    assert free_memory(alice)[0] == QUOTA - CONTEXT - 300 * MiB
+    assert alice.mem_info()[0] == QUOTA - CONTEXT - 300 * MiB
     assert alice.call("ctx_create", device=0)[0] == CUDA_ERROR_OUT_OF_MEMORY
     assert "context on device 0 refused" in daemon.log()
     assert alice.call("mem_free", dptr=out["dptr"])[0] == 0
     st, _d, out, _ = alice.call("ctx_create", device=0)
     assert st == 0, st
     second = out["ctx"]
-    assert free_memory(alice)[0] == QUOTA - 2 * CONTEXT
+    assert alice.mem_info()[0] == QUOTA - 2 * CONTEXT
     # Another session of the VM is charged to the same quota.
     alice2 = hello_session(daemon)
     assert alice2.call("ctx_create", device=0)[0] == CUDA_ERROR_OUT_OF_MEMORY
     # Destroying gives it back.
     assert alice.call("ctx_destroy", ctx=second)[0] == 0
-    assert free_memory(alice)[0] == QUOTA - CONTEXT
+    assert alice.mem_info()[0] == QUOTA - CONTEXT
     assert alice2.call("ctx_create", device=0)[0] == 0
     # Another VM is not held to alice's quota.
     bob = tcp_session(daemon, BOB_TOKEN)
@@ -93,20 +86,20 @@ def test_streams_are_charged_to_the_quota(start_pvgpud, tmp_path):
     made, st = streams_until_refused(alice, 50)
     # 400 MiB for the context, then 100 MiB a stream: 6 fit in 1 GiB.
     assert (len(made), st) == (6, CUDA_ERROR_OUT_OF_MEMORY)
-    assert free_memory(alice)[0] == QUOTA - CONTEXT - 6 * STREAM
+    assert alice.mem_info()[0] == QUOTA - CONTEXT - 6 * STREAM
     assert "stream on device 0 refused" in daemon.log()
     assert alice.call("stream_destroy", stream=made.pop())[0] == 0
-    assert free_memory(alice)[0] == QUOTA - CONTEXT - 5 * STREAM
+    assert alice.mem_info()[0] == QUOTA - CONTEXT - 5 * STREAM
     for stream in made:
         assert alice.call("stream_destroy", stream=stream)[0] == 0
-    assert free_memory(alice)[0] == QUOTA - CONTEXT
+    assert alice.mem_info()[0] == QUOTA - CONTEXT
     # Held when the session ends, they are given back with it.
     assert len(streams_until_refused(alice, 50)[0]) == 6
     alice.close()
     wait_live(daemon)
     alice = hello_session(daemon)
     first = alice.open_context()
-    assert free_memory(alice)[0] == QUOTA - CONTEXT
+    assert alice.mem_info()[0] == QUOTA - CONTEXT
     # A context's streams go with it, and their charge.
     st, _d, out, _ = alice.call("ctx_create", device=0)
     assert st == 0, st
@@ -115,7 +108,7 @@ def test_streams_are_charged_to_the_quota(start_pvgpud, tmp_path):
     assert (len(made), st) == (2, CUDA_ERROR_OUT_OF_MEMORY)
     assert alice.call("ctx_destroy", ctx=out["ctx"])[0] == 0
     alice.queue("ctx_set", ctx=first)
-    assert free_memory(alice)[0] == QUOTA - CONTEXT
+    assert alice.mem_info()[0] == QUOTA - CONTEXT
     # Bob's streams are his own.
     bob = tcp_session(daemon, BOB_TOKEN)
     made, st = streams_until_refused(bob, 20)

@@ -111,25 +111,13 @@ def bob(daemon):
     return s
 
 
-def mem_info(s):
-    st, _, out, _ = s.call("mem_get_info")
-    assert st == 0, st
-    return out["free"], out["total"]
-
-
-def alloc(s, size):
-    st, _, out, _ = s.call("mem_alloc", size=size)
-    assert st == 0, st
-    return out["dptr"]
-
-
 def back_to_baseline(daemon, observer, baseline):
     """The observer (same VM) sees the VM's memory use return to baseline."""
     try:
         wait_for("the VM's memory use to return to its baseline",
-                 lambda: mem_info(observer) == baseline)
+                 lambda: observer.mem_info() == baseline)
     except AssertionError:
-        raise AssertionError(f"mem_get_info {mem_info(observer)}, baseline "
+        raise AssertionError(f"mem_get_info {observer.mem_info()}, baseline "
                              f"{baseline}\n{daemon.log()}") from None
 
 
@@ -140,7 +128,7 @@ class OtherVM(threading.Thread):
     def __init__(self, daemon):
         super().__init__(daemon=True)
         self.s = bob(daemon)
-        self.ptr = alloc(self.s, MiB)
+        self.ptr = self.s.alloc(MiB)
         self.data = os.urandom(MiB)
         self.stop = threading.Event()
         self.errors = []
@@ -194,7 +182,7 @@ time.sleep(600)
 
 def test_guest_process_killed_mid_copy(daemon):
     observer = alice(daemon)
-    baseline = mem_info(observer)
+    baseline = observer.mem_info()
     assert baseline == (ALICE_QUOTA, ALICE_QUOTA)
     other = OtherVM(daemon)
     other.start()
@@ -204,7 +192,7 @@ def test_guest_process_killed_mid_copy(daemon):
     try:
         session_id = int(child.stdout.readline())
         wait_for("the copy to be under way",
-                 lambda: mem_info(observer)[0] == baseline[0] - 64 * MiB)
+                 lambda: observer.mem_info()[0] == baseline[0] - 64 * MiB)
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=10)
     finally:
@@ -225,11 +213,11 @@ def test_guest_process_killed_mid_copy(daemon):
 
 def test_connection_dropped_mid_copy_from_the_device(daemon):
     observer = alice(daemon)
-    baseline = mem_info(observer)
+    baseline = observer.mem_info()
     other = OtherVM(daemon)
     other.start()
     victim = alice(daemon)
-    ptr = alloc(victim, 64 * MiB)
+    ptr = victim.alloc(64 * MiB)
     victim.send(W.message("memcpy_dtoh", 7, src=ptr, size=64 * MiB, stream=0))
     got = 0
     while got < 2 * MiB:            # a little of the 64 MiB, then hang up
@@ -266,7 +254,7 @@ def launch(s, func):
 def victim_holding_things(daemon):
     """An alice session with device memory, a module and staging buffers."""
     s = alice(daemon)
-    ptr = alloc(s, 32 * MiB)
+    ptr = s.alloc(32 * MiB)
     data = os.urandom(4 * MiB)
     assert s.call("memcpy_htod", data_in=data, dst=ptr, size=len(data), stream=0)[0] == 0
     s.funcs = load_failure_kernels(s)
@@ -275,11 +263,11 @@ def victim_holding_things(daemon):
 
 def test_worker_killed(daemon):
     observer = alice(daemon)
-    baseline = mem_info(observer)
+    baseline = observer.mem_info()
     other = OtherVM(daemon)
     other.start()
     victim = victim_holding_things(daemon)
-    assert mem_info(observer)[0] < baseline[0] - 32 * MiB   # memory and module
+    assert observer.mem_info()[0] < baseline[0] - 32 * MiB   # memory and module
     sid = victim.info["session_id"]
     os.kill(worker_pid(daemon, sid), signal.SIGKILL)
     assert closed_by_backend(victim, 30.0)
@@ -289,7 +277,7 @@ def test_worker_killed(daemon):
                      r"\(Killed\)", daemon.log()), daemon.log()
     other.finish()
     # The VM can use all of its quota again.
-    big = alloc(observer, ALICE_QUOTA)
+    big = observer.alloc(ALICE_QUOTA)
     assert observer.call("mem_free", dptr=big)[0] == 0
     victim.close()
     observer.close()
@@ -297,7 +285,7 @@ def test_worker_killed(daemon):
 
 def test_kernel_that_crashes_the_worker(daemon):
     observer = alice(daemon)
-    baseline = mem_info(observer)
+    baseline = observer.mem_info()
     other = OtherVM(daemon)
     other.start()
     victim = victim_holding_things(daemon)
@@ -319,7 +307,7 @@ def test_kernel_that_crashes_the_worker(daemon):
 
 def test_watchdog_kills_a_call_that_hangs(daemon):
     observer = alice(daemon)
-    baseline = mem_info(observer)
+    baseline = observer.mem_info()
     other = OtherVM(daemon)       # bob: no call_timeout, the daemon's 300 s
     other.start()
     victim = victim_holding_things(daemon)
@@ -347,7 +335,7 @@ def test_slow_guest_is_not_a_hung_call(daemon):
     """Time a call spends waiting on its guest is not the call's: a copy
     whose guest pauses longer than the call timeout still completes."""
     s = alice(daemon)
-    ptr = alloc(s, 4 * MiB)
+    ptr = s.alloc(4 * MiB)
     data = os.urandom(4 * MiB)
     frames = W.data_frames(data, 5)
     half = len(frames) // 2
@@ -399,7 +387,7 @@ class Load:
         s = self.sessions[i]
         data = os.urandom(256 * 1024)
         try:
-            ptr = alloc(s, len(data))
+            ptr = s.alloc(len(data))
             while True:
                 assert s.call("memcpy_htod", data_in=data, dst=ptr,
                               size=len(data), stream=0)[0] == 0
@@ -425,11 +413,11 @@ class Load:
 
 def served(daemon):
     for s in (alice(daemon), bob(daemon)):
-        ptr = alloc(s, MiB)
+        ptr = s.alloc(MiB)
         data = os.urandom(MiB)
         assert s.call("memcpy_htod", data_in=data, dst=ptr, size=MiB, stream=0)[0] == 0
         assert s.call("memcpy_dtoh", src=ptr, size=MiB, stream=0)[3] == data
-        assert mem_info(s)[0] < mem_info(s)[1]
+        assert s.mem_info()[0] < s.mem_info()[1]
         s.close()
 
 

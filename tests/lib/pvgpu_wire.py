@@ -194,6 +194,12 @@ class Session:
         assert st == 0, st
         return outs["dptr"]
 
+    def mem_info(self):
+        """(free, total) device memory as cuMemGetInfo says them."""
+        st, _d, outs, _ = self.call("mem_get_info")
+        assert st == 0, st
+        return outs["free"], outs["total"]
+
     def array(self, width, height=0, depth=0, format=0x20, channels=1, flags=0):
         """cuArray3DCreate on the wire (format: CU_AD_FORMAT_FLOAT):
         (status, array id or 0)."""
