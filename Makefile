@@ -268,14 +268,17 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
 # After the build every pass runs to its end, whatever the ones before it
 # did, and one summary at the end says what failed (tests/keep-going.sh).
+# The unit, integration and hostile tests run once, against the sanitizer
+# build; the plain pass runs the rest and what only the plain build can
+# (markers set in tests/conftest.py).
 test: deps
 	$(MAKE) test-deploy-image-start
 	PVGPU_LEFT_OUT_SAID= $(MAKE) -j$(JOBS) all fuzz guest-driver build-minimal cross-arm64
 	$(MAKE) test-deploy-start test-rdma-start test-xen-start
 	@tests/keep-going.sh $(BUILD)/test-logs \
 		build-asan '$(MAKE) -j$(JOBS) BUILD=build-asan SANITIZE=1 NVCC_REUSE=$(BUILD) all' \
-		main '$(PYTEST) -q' \
-		sanitizer 'PVGPU_BUILD=build-asan $(PYTEST) -q tests/unit tests/integration tests/hostile' \
+		main '$(PYTEST) -q -m "not sanitized or plain_build"' \
+		sanitizer 'PVGPU_BUILD=build-asan $(PYTEST) -q -m sanitized' \
 		rdma '$(MAKE) --no-print-directory test-rdma-wait' \
 		xen '$(MAKE) --no-print-directory test-xen-wait' \
 		deploy '$(MAKE) --no-print-directory test-deploy-wait'

@@ -266,6 +266,27 @@ def assert_passed(res, daemon=None):
     assert found is None, f"sanitizer report ({found})\n{describe(res, daemon)}"
 
 
+# make test runs these folders once, against the sanitizer build (its
+# "sanitizer" pass: -m sanitized); the plain pass leaves them out but for
+# what only the plain build can run (-m "not sanitized or plain_build").
+# A plain `pytest` runs everything.
+SANITIZED_FOLDERS = ("unit", "integration", "hostile")
+
+
+def pytest_collection_modifyitems(config, items):
+    sanitized_build = shim_sanitizer_runtime() is not None
+    for item in items:
+        try:
+            folder = Path(str(item.fspath)).relative_to(REPO / "tests").parts[0]
+        except ValueError:
+            continue
+        if folder in SANITIZED_FOLDERS:
+            item.add_marker(pytest.mark.sanitized)
+        plain = item.get_closest_marker("plain_build")
+        if plain and sanitized_build:
+            item.add_marker(pytest.mark.skip(reason=plain.args[0]))
+
+
 def pytest_generate_tests(metafunc):
     # A test that takes `program` runs once per test program.
     if "program" in metafunc.fixturenames:

@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
-from pvgpu_asan import asan_runtime  # noqa: E402
 from pvgpu_guest import SCRIPT_PRELUDE, finish_all, guest_env, run_guest_script  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -182,15 +181,17 @@ class Cuda:
         return rc, pfn.value, status.value
 
 
+# ctypes loads libcuda.so.1 into this Python, which the ASan build's
+# library refuses (its runtime must come first); the programs above run
+# the ASan build in processes of their own.
+in_process = pytest.mark.plain_build("loads libcuda.so.1 into the test's own Python, "
+                                     "which the ASan build cannot be")
+
+
 @pytest.fixture(scope="module")
 def cuda():
     if not LIBCUDA.exists():
         pytest.fail(f"{LIBCUDA} is not built (run `make`)")
-    if asan_runtime(LIBCUDA):
-        pytest.skip("this build of libcuda.so.1 carries ASan, which cannot be loaded "
-                    "into the test's own Python process (ASan must come first); the "
-                    "plain build runs these in-process checks, and the programs above "
-                    "run the ASan build in processes of their own")
     return Cuda()
 
 
@@ -211,6 +212,7 @@ PER_THREAD = 2  # CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
     ("cuGetProcAddress", 13000, 0, "cuGetProcAddress_v2"),
     ("cuStreamGetCaptureInfo", 13000, PER_THREAD, "cuStreamGetCaptureInfo_v3_ptsz"),
 ])
+@in_process
 def test_proc_address_versions(cuda, name, version, flags, symbol):
     rc, pfn, status = cuda.proc(name, version, flags)
     assert (rc, status) == (0, 0)
@@ -218,11 +220,13 @@ def test_proc_address_versions(cuda, name, version, flags, symbol):
 
 
 @pytest.mark.parametrize("name", ["", "cuNoSuchFunction", "cudaMalloc"])
+@in_process
 def test_proc_address_unknown(cuda, name):
     # What driver 580 answers (DESIGN §2b): success, no entry, not found.
     assert cuda.proc(name) == (0, None, 1)
 
 
+@in_process
 def test_proc_address_matches_driver_580(cuda):
     """Every (name, version, flags) measured on the H100 (procaddr.tsv):
     the same result, status and entry point (by symbol name)."""
@@ -240,6 +244,7 @@ def test_proc_address_matches_driver_580(cuda):
     assert not wrong, f"{len(wrong)} of {len(rows)} differ, e.g. {wrong[:10]}"
 
 
+@in_process
 def test_proc_address_version_too_old(cuda):
     rc, pfn, status = cuda.proc("cuMemAllocAsync", 10000)
     assert (rc, pfn, status) == (0, None, 2)  # driver 580
@@ -269,6 +274,7 @@ def export_table(cuda, uuid_hex):
 
 
 @pytest.mark.parametrize("name", sorted(EXPORT_TABLES))
+@in_process
 def test_export_table_before_init(cuda, name):
     rc, table = export_table(cuda, EXPORT_TABLES[name])
     assert rc == 0 and table
@@ -285,10 +291,12 @@ def test_export_table_before_init(cuda, name):
             assert words[0] == 8 * n
 
 
+@in_process
 def test_export_table_unknown(cuda):
     assert export_table(cuda, "00112233445566778899aabbccddeeff") == (801, None)
 
 
+@in_process
 def test_integrity_check_is_deterministic(cuda):
     rc, table = export_table(cuda, EXPORT_TABLES["integrity check"])
     assert rc == 0
@@ -309,6 +317,7 @@ def exported():
     return {line.split()[-1] for line in out.splitlines() if line.strip()}
 
 
+@in_process
 def test_nm_coverage(cuda):
     names = exported()
     cov = (REPO / "docs" / "api-coverage.md").read_text()
@@ -334,6 +343,7 @@ def test_coverage_doc_up_to_date():
         "docs/api-coverage.md is stale: cp build/gen/api-coverage.md docs/"
 
 
+@in_process
 def test_not_supported_is_clean(cuda):
     f = cuda.lib.cuGraphAddExternalSemaphoresSignalNode
     f.restype = ctypes.c_int

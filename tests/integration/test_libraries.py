@@ -26,7 +26,6 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 sys.path.insert(0, os.path.dirname(__file__))
 from pvgpu_sessions import wait_live  # noqa: E402
-from pvgpu_asan import asan_runtime  # noqa: E402
 from test_driver_api import LIBCUDA, nvidia_cudart  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -80,9 +79,8 @@ def libdir():
     d.rmdir()
 
 
+@pytest.mark.plain_build("the ASan build of libcuda.so.1 cannot be loaded by a plain Python")
 def test_library_init_and_teardown(start_pvgpud, libdir):
-    if asan_runtime(LIBCUDA):
-        pytest.skip("the ASan build of libcuda.so.1 cannot be loaded by a plain Python")
     daemon = start_pvgpud("sim")
     before = daemon.log().count(" start: ")
     env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH",)}

@@ -460,6 +460,7 @@ def sched_lines(log, vm):
 
 @pytest.mark.skipif(not FAIR.exists() or not BENCH_TWINS.exists(),
                     reason="bench/pvgpu-fair or its twins are not built")
+@pytest.mark.plain_build("timings under the sanitizers say nothing")
 def test_turns_are_per_gpu(programs, start_pvgpud, tmp_path):
     """A VM busy on GPU 0 does not slow another VM on GPU 1: turns are
     taken per device, so vm bob on device 1 never waits for vm carol's
@@ -468,8 +469,6 @@ def test_turns_are_per_gpu(programs, start_pvgpud, tmp_path):
     2-core machine shared with other jobs the sim's sessions contend for
     the CPU, which says nothing about the scheduler (the throughput
     criterion is measured on two GPUs, tests/gpu/test_gpu_multigpu.py)."""
-    if programs.pvgpu_env("unix:///x").get("LD_PRELOAD"):
-        pytest.skip("timings under the sanitizers say nothing")
     daemon = two_gpus(start_pvgpud, tmp_path, f"""
         [vm bob]
         token = {BOB_TOKEN}

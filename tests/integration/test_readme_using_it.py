@@ -24,10 +24,9 @@ def using_it_block():
     return block.group(1)
 
 
+@pytest.mark.plain_build("the README's commands name build/; the sanitizer build "
+                         "runs the same programs in the other tests")
 def test_using_it_block_runs_a_kernel_through_pvgpu(tmp_path):
-    if os.environ.get("PVGPU_BUILD", "build") != "build":
-        pytest.skip("the README's commands name build/; the sanitizer build "
-                    "runs the same programs in the other tests")
     block = using_it_block()
     lines = [l for l in block.splitlines() if l.strip()]
     # `make deps` and `make` are what `make test` has done already; the
