@@ -205,13 +205,17 @@ CUresult cu_init(void)
 	return cu.init_error;
 }
 
+/*
+ * At exit: tell each backend goodbye so it frees the session at once (and,
+ * under PVGPU_DEBUG, say what went over the wire).
+ */
 __attribute__((destructor)) static void cu_fini(void)
 {
 	if (!cu.initialized)
 		return;
 	for (int i = 0; i < cu.nbackends; i++)
 		if (cu.backends[i].client)
-			pvgpu_client_shutdown(cu.backends[i].client);
+			pvgpu_client_exit(cu.backends[i].client);
 }
 
 CUresult CUDAAPI cuInit(unsigned int Flags)
