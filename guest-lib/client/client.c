@@ -938,6 +938,26 @@ int pvgpu_client_stats(struct pvgpu_client *c, struct pvgpu_client_stats *out)
 	return 0;
 }
 
+void pvgpu_client_exit(struct pvgpu_client *c)
+{
+	struct pvgpu_client_stats s;
+
+	pvgpu_client_shutdown(c);
+	if (pvgpu_client_stats(c, &s))
+		return;
+	pvgpu_debug("%s: sent %llu messages: %llu calls, %llu async ops "
+		    "(%llu batches), %llu data frames; %llu synchronizes "
+		    "and queries answered here; %llu calls ended on the "
+		    "device's signal",
+		    c->uri, (unsigned long long)s.sends,
+		    (unsigned long long)s.calls,
+		    (unsigned long long)s.async_ops,
+		    (unsigned long long)s.batches,
+		    (unsigned long long)s.data_frames,
+		    (unsigned long long)s.local_answers,
+		    (unsigned long long)s.signalled);
+}
+
 int pvgpu_client_wire_counts(struct pvgpu_client *c,
 			     unsigned long long out[PVGPU_WIRE_COUNTS])
 {

@@ -146,6 +146,14 @@ struct pvgpu_client_stats {
 int pvgpu_client_stats(struct pvgpu_client *c, struct pvgpu_client_stats *out);
 
 /*
+ * At process exit, for every front-end: pvgpu_client_shutdown, then, under
+ * PVGPU_DEBUG, one line of what went over the wire ("URI: sent N messages:
+ * ... N calls ended on the device's signal"), which the tests count.
+ * Nothing is printed while another thread holds the connection.
+ */
+void pvgpu_client_exit(struct pvgpu_client *c);
+
+/*
  * For the benchmarks' exports (pvgpu_wire_stats, pvgpu_ring_wakes: both
  * front-ends): adds c's counts to out, in this order: messages sent, sync
  * calls (round trips), async ops, batches, DATA frames, wake-ups sent to a

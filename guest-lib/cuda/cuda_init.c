@@ -205,13 +205,17 @@ CUresult cu_init(void)
 	return cu.init_error;
 }
 
+/*
+ * At exit: tell each backend goodbye so it frees the session at once (and,
+ * under PVGPU_DEBUG, say what went over the wire).
+ */
 __attribute__((destructor)) static void cu_fini(void)
 {
 	if (!cu.initialized)
 		return;
 	for (int i = 0; i < cu.nbackends; i++)
 		if (cu.backends[i].client)
-			pvgpu_client_shutdown(cu.backends[i].client);
+			pvgpu_client_exit(cu.backends[i].client);
 }
 
 CUresult CUDAAPI cuInit(unsigned int Flags)
@@ -391,26 +395,94 @@ CUresult CUDAAPI cuDeviceGetByPCIBusId(CUdevice *dev, const char *pciBusId)
 	return CUDA_ERROR_INVALID_DEVICE;
 }
 
+/*
+ * Peers.  Devices of one backend are peers as the host's driver says (the
+ * backend checks the VM's `gpus` too); devices of two backends share no
+ * memory and never are: copies between them are staged (cuda_mem.c).
+ */
+static int same_backend(CUdevice a, CUdevice b)
+{
+	return cu.devices[a].be == cu.devices[b].be;
+}
+
+/* A call about devices, in no context: dev's backend locked, or why not. */
+static CUresult device_op(struct cu_op *op, CUdevice dev)
+{
+	op->be = cu.devices[dev].be;
+	op->client = op->be->client;
+	op->ctx = NULL;
+	pthread_mutex_lock(&op->be->lock);
+	if (!op->client) {
+		pthread_mutex_unlock(&op->be->lock);
+		return CUDA_ERROR_DEVICE_UNAVAILABLE;
+	}
+	return CUDA_SUCCESS;
+}
+
 CUresult CUDAAPI cuDeviceCanAccessPeer(int *can, CUdevice dev, CUdevice peer)
 {
+	struct pvgpu_device_can_access_peer_req req;
+	struct pvgpu_device_can_access_peer_rep rep = { 0 };
+	struct cu_op op;
+	CUresult r = dev_check(dev);
+
+	if (!r)
+		r = dev_check(peer);
+	if (r)
+		return r;
 	if (!can)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (dev_check(dev) || dev_check(peer))
-		return CUDA_ERROR_INVALID_DEVICE;
-	*can = 0;
-	return CUDA_SUCCESS;
+	if (dev == peer || !same_backend(dev, peer)) {
+		*can = 0;
+		return CUDA_SUCCESS;
+	}
+	req.device = cu.devices[dev].remote;
+	req.peer = cu.devices[peer].remote;
+	r = device_op(&op, dev);
+	if (r)
+		return r;
+	r = cu_status(pvgpu_call_device_can_access_peer(op.client, &req, &rep));
+	cu_op_end(&op);
+	if (!r)
+		*can = rep.can_access != 0;
+	return r;
 }
 
 CUresult CUDAAPI cuDeviceGetP2PAttribute(int *value, CUdevice_P2PAttribute attrib,
 					 CUdevice src, CUdevice dst)
 {
-	(void)attrib;
+	struct pvgpu_device_p2p_attribute_req req;
+	struct pvgpu_device_p2p_attribute_rep rep = { 0 };
+	struct cu_op op;
+	CUresult r = dev_check(src);
+
+	if (!r)
+		r = dev_check(dst);
+	if (r)
+		return r;
 	if (!value)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (dev_check(src) || dev_check(dst))
+	/* As the driver: a device is not its own peer. */
+	if (src == dst)
 		return CUDA_ERROR_INVALID_DEVICE;
-	*value = 0;
-	return CUDA_SUCCESS;
+	if (!same_backend(src, dst)) {
+		if (attrib < CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK ||
+		    attrib > CU_DEVICE_P2P_ATTRIBUTE_ONLY_PARTIAL_NATIVE_ATOMIC_SUPPORTED)
+			return CUDA_ERROR_INVALID_VALUE;
+		*value = 0;	/* no access, no atomics, rank 0 */
+		return CUDA_SUCCESS;
+	}
+	req.attrib = (int32_t)attrib;
+	req.src_device = cu.devices[src].remote;
+	req.dst_device = cu.devices[dst].remote;
+	r = device_op(&op, src);
+	if (r)
+		return r;
+	r = cu_status(pvgpu_call_device_p2p_attribute(op.client, &req, &rep));
+	cu_op_end(&op);
+	if (!r)
+		*value = rep.value;
+	return r;
 }
 
 /* ---- contexts -------------------------------------------------------- */
@@ -481,6 +553,28 @@ struct cu_ctx *cu_primary(int device)
 	return d->primary;
 }
 
+/* ctx's context on the backend, made there on first use; under its lock. */
+static int32_t remote_ctx(struct cu_op *op, struct cu_ctx *ctx)
+{
+	struct cu_device *d = &cu.devices[ctx->device];
+	struct pvgpu_ctx_create_req req = { .device = d->remote };
+	struct pvgpu_ctx_create_rep rep = { 0 };
+	int32_t st;
+
+	if (ctx->remote)
+		return 0;
+	st = pvgpu_call_ctx_create(op->client, &req, &rep);
+	if (!st && !rep.ctx)
+		st = PVGPU_CLIENT_EPROTO;
+	if (st)
+		return st;
+	ctx->remote = rep.ctx;
+	/* Every context of a device is one on the backend. */
+	if (d->primary && !d->primary->remote)
+		d->primary->remote = rep.ctx;
+	return 0;
+}
+
 CUresult cu_op_begin(struct cu_op *op, struct cu_ctx *ctx)
 {
 	struct cu_device *d;
@@ -497,21 +591,10 @@ CUresult cu_op_begin(struct cu_op *op, struct cu_ctx *ctx)
 		pthread_mutex_unlock(&op->be->lock);
 		return CUDA_ERROR_DEVICE_UNAVAILABLE;
 	}
-	if (!ctx->remote) {
-		struct pvgpu_ctx_create_req req = { .device = d->remote };
-		struct pvgpu_ctx_create_rep rep = { 0 };
-
-		st = pvgpu_call_ctx_create(op->client, &req, &rep);
-		if (!st && !rep.ctx)
-			st = PVGPU_CLIENT_EPROTO;
-		if (st) {
-			pthread_mutex_unlock(&op->be->lock);
-			return cu_status(st);
-		}
-		ctx->remote = rep.ctx;
-		/* Every context of a device is one on the backend. */
-		if (d->primary && !d->primary->remote)
-			d->primary->remote = rep.ctx;
+	st = remote_ctx(op, ctx);
+	if (st) {
+		pthread_mutex_unlock(&op->be->lock);
+		return cu_status(st);
 	}
 	if (op->be->current_ctx != ctx->remote) {
 		struct pvgpu_ctx_set_req req = { .ctx = ctx->remote };
@@ -523,6 +606,19 @@ CUresult cu_op_begin(struct cu_op *op, struct cu_ctx *ctx)
 		}
 		op->be->current_ctx = ctx->remote;
 	}
+	return CUDA_SUCCESS;
+}
+
+CUresult cu_op_peer(struct cu_op *op, struct cu_ctx *peer, uint64_t *remote)
+{
+	int32_t st;
+
+	if (cu.devices[peer->device].be != op->be)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	st = remote_ctx(op, peer);
+	if (st)
+		return cu_status(st);
+	*remote = peer->remote;
 	return CUDA_SUCCESS;
 }
 
@@ -869,17 +965,69 @@ CUresult CUDAAPI cuCtxGetExecAffinity(CUexecAffinityParam *p, CUexecAffinityType
 	return CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY;
 }
 
+/*
+ * The current context gains (or loses) access to peer's memory.  As
+ * NVIDIA's driver answers: no current context or a bad peer is
+ * CUDA_ERROR_INVALID_CONTEXT; a peer on the current context's own device
+ * (itself included) CUDA_ERROR_INVALID_DEVICE, which NVIDIA's runtime
+ * passes on as cudaErrorInvalidDevice for cudaDeviceEnablePeerAccess of
+ * the current device (tests/programs/peer.cu, natively); another
+ * backend's device, which shares no memory, CUDA_ERROR_PEER_ACCESS_UNSUPPORTED
+ * (and access to it was never enabled).  The backend answers the rest
+ * (already enabled or not enabled, too many peers, the VM's `gpus`).
+ * pvgpu holds one context per device on the backend, so access is granted
+ * device to device: another context of the same device finds it enabled.
+ */
+static CUresult peer_access(CUcontext peer, unsigned int flags, int enable)
+{
+	struct cu_ctx *cur = cu_current(), *p = cu_ctx_check(peer);
+	uint64_t remote = 0;
+	struct cu_op op;
+	CUresult r;
+	int32_t st;
+
+	if (!cu.initialized)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!cur || !cur->alive || !p)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (enable && flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (p->device == cur->device)
+		return CUDA_ERROR_INVALID_DEVICE;
+	if (!same_backend(p->device, cur->device))
+		return enable ? CUDA_ERROR_PEER_ACCESS_UNSUPPORTED :
+				CUDA_ERROR_PEER_ACCESS_NOT_ENABLED;
+	r = cu_op_begin(&op, cur);
+	if (r)
+		return r;
+	r = cu_op_peer(&op, p, &remote);
+	if (r)
+		goto err_end;
+	if (enable) {
+		struct pvgpu_ctx_enable_peer_access_req req = { remote, 0 };
+		struct pvgpu_ctx_enable_peer_access_rep rep;
+
+		st = pvgpu_call_ctx_enable_peer_access(op.client, &req, &rep);
+	} else {
+		struct pvgpu_ctx_disable_peer_access_req req = { remote };
+		struct pvgpu_ctx_disable_peer_access_rep rep;
+
+		st = pvgpu_call_ctx_disable_peer_access(op.client, &req, &rep);
+	}
+	r = cu_status(st);
+err_end:
+	cu_op_end(&op);
+	return r;
+}
+
 CUresult CUDAAPI cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags)
 {
-	(void)peer;
-	(void)flags;
-	return CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
+	return peer_access(peer, flags, 1);
 }
 
 CUresult CUDAAPI cuCtxDisablePeerAccess(CUcontext peer)
 {
-	(void)peer;
-	return CUDA_ERROR_PEER_ACCESS_NOT_ENABLED;
+	return peer_access(peer, 0, 0);
 }
 
 /* ---- errors: generated names (cuda_surface.c) -------------------------- */

@@ -259,6 +259,9 @@ struct cu_op {
 	struct cu_ctx *ctx;
 };
 CUresult cu_op_begin(struct cu_op *op, struct cu_ctx *ctx);
+/* Another context of op's backend (peer access, peer copies): its handle
+ * there, made on first use. */
+CUresult cu_op_peer(struct cu_op *op, struct cu_ctx *peer, uint64_t *remote);
 /* Same, in the current context (CUDA_ERROR_INVALID_CONTEXT without one). */
 CUresult cu_op_current(struct cu_op *op);
 void cu_op_end(struct cu_op *op);

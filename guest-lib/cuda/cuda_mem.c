@@ -783,12 +783,81 @@ CUresult CUDAAPI cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dst, CUdeviceptr src, siz
 /* ---- cuMemcpyPeer ---------------------------------------------------------- */
 
 /*
+ * n bytes at ptr in ctx's device memory, as far as the guest knows it (one
+ * backend's devices share one address space).
+ */
+static int peer_range_ok(CUdeviceptr ptr, size_t n, const struct cu_ctx *ctx)
+{
+	struct cu_alloc a;
+
+	if (!ptr || !range_ok(ptr, n))
+		return 0;
+	return !cu_alloc_find(ptr, &a) || a.device == ctx->device;
+}
+
+/*
+ * Between two devices of one backend: GPU to GPU on the host.  Async, on
+ * s (a stream of that backend; another backend's stream is waited for
+ * first, to keep its order); else synchronous, ordered with the work of
+ * both contexts.
+ */
+static CUresult peer_on_backend(CUdeviceptr dst, struct cu_ctx *d, CUdeviceptr src,
+				struct cu_ctx *sc, size_t n, CUstream s, int async)
+{
+	struct cu_ctx *on = d;
+	uint64_t stream = 0, dremote = 0, sremote = 0;
+	struct cu_op op;
+	CUresult r;
+
+	if (async) {
+		r = cu_stream_resolve(s, &on, &stream);
+		if (r)
+			return r;
+		if (cu.devices[on->device].be != cu.devices[d->device].be) {
+			r = cuStreamSynchronize(s);
+			if (r)
+				return r;
+			on = d;
+			async = 0;
+		}
+	}
+	r = cu_op_begin(&op, on);
+	if (r)
+		return r;
+	r = cu_op_peer(&op, d, &dremote);
+	if (!r)
+		r = cu_op_peer(&op, sc, &sremote);
+	if (r)
+		goto err_end;
+	if (async) {
+		struct pvgpu_memcpy_peer_async_req req = {
+			.dst = dst, .dst_ctx = dremote, .src = src, .src_ctx = sremote,
+			.size = n, .stream = stream,
+		};
+
+		r = cu_status(pvgpu_call_memcpy_peer_async(op.client, &req));
+	} else {
+		struct pvgpu_memcpy_peer_req req = {
+			.dst = dst, .dst_ctx = dremote, .src = src, .src_ctx = sremote,
+			.size = n,
+		};
+		struct pvgpu_memcpy_peer_rep rep;
+
+		r = cu_status(pvgpu_call_memcpy_peer(op.client, &req, &rep));
+	}
+err_end:
+	cu_op_end(&op);
+	return r;
+}
+
+/*
  * Within one device: a device-to-device copy on s in the destination's
- * context.  Between devices (pvgpu's libcuda.so.1 offers no peer access):
- * staged through the guest, after the work already on s, with a debug line.
+ * context.  Between devices of one backend: forwarded (peer_on_backend).
+ * Between two backends, which share no memory: staged through the guest,
+ * after the work already on s, with a debug line.
  */
 static CUresult peer(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx,
-		     size_t n, CUstream s)
+		     size_t n, CUstream s, int async)
 {
 	enum { CHUNK = 4 << 20 };
 	struct cu_ctx *d = cu_ctx_check(dctx), *sc = cu_ctx_check(sctx);
@@ -801,6 +870,12 @@ static CUresult peer(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext
 		return CUDA_SUCCESS;
 	if (d->device == sc->device)
 		return CU_WITH_CTX(dctx, dtod(dst, src, n, s));
+	if (cu.devices[d->device].be == cu.devices[sc->device].be) {
+		if (!peer_range_ok(dst, n, d) || !peer_range_ok(src, n, sc))
+			return CUDA_ERROR_INVALID_VALUE;
+		return peer_on_backend(dst, d, src, sc, n, s, async);
+	}
+	/* Two backends may hand out the same addresses: each judges its own. */
 	pvgpu_debug("cuMemcpyPeer: device %d to device %d staged through the guest",
 		    sc->device, d->device);
 	if (s && s != CU_STREAM_PER_THREAD && (r = cuStreamSynchronize(s)))
@@ -823,25 +898,25 @@ static CUresult peer(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext
 CUresult CUDAAPI cuMemcpyPeer(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src,
 			      CUcontext sctx, size_t n)
 {
-	return peer(dst, dctx, src, sctx, n, NULL);
+	return peer(dst, dctx, src, sctx, n, NULL, 0);
 }
 
 CUresult CUDAAPI cuMemcpyPeer_ptds(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src,
 				   CUcontext sctx, size_t n)
 {
-	return peer(dst, dctx, src, sctx, n, CU_STREAM_PER_THREAD);
+	return peer(dst, dctx, src, sctx, n, CU_STREAM_PER_THREAD, 0);
 }
 
 CUresult CUDAAPI cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src,
 				   CUcontext sctx, size_t n, CUstream s)
 {
-	return peer(dst, dctx, src, sctx, n, s);
+	return peer(dst, dctx, src, sctx, n, s, 1);
 }
 
 CUresult CUDAAPI cuMemcpyPeerAsync_ptsz(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src,
 					CUcontext sctx, size_t n, CUstream s)
 {
-	return peer(dst, dctx, src, sctx, n, s ? s : CU_STREAM_PER_THREAD);
+	return peer(dst, dctx, src, sctx, n, s ? s : CU_STREAM_PER_THREAD, 1);
 }
 
 /* ---- memset --------------------------------------------------------------- */

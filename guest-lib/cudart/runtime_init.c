@@ -203,33 +203,19 @@ static int wire_counts(unsigned long long out[PVGPU_WIRE_COUNTS], int *rings)
 
 PVGPU_WIRE_EXPORTS(wire_counts)
 
-/* At exit: tell each backend goodbye so it frees the session at once. */
+/*
+ * At exit: tell each backend goodbye so it frees the session at once (and,
+ * under PVGPU_DEBUG, say what went over the wire).
+ */
 __attribute__((destructor)) static void runtime_fini(void)
 {
 	struct pvgpu_runtime *rt = &pvgpu_rt;
 
 	if (!rt->initialized)
 		return;
-	for (int i = 0; i < rt->nbackends; i++) {
-		struct pvgpu_client *c = rt->backends[i].client;
-		struct pvgpu_client_stats s;
-
-		if (!c)
-			continue;
-		pvgpu_client_shutdown(c);
-		if (!pvgpu_client_stats(c, &s))
-			pvgpu_debug("%s: sent %llu messages: %llu calls, %llu async ops "
-				    "(%llu batches), %llu data frames; %llu synchronizes "
-				    "and queries answered here; %llu calls ended on the "
-				    "device's signal",
-				    rt->backends[i].uri, (unsigned long long)s.sends,
-				    (unsigned long long)s.calls,
-				    (unsigned long long)s.async_ops,
-				    (unsigned long long)s.batches,
-				    (unsigned long long)s.data_frames,
-				    (unsigned long long)s.local_answers,
-				    (unsigned long long)s.signalled);
-	}
+	for (int i = 0; i < rt->nbackends; i++)
+		if (rt->backends[i].client)
+			pvgpu_client_exit(rt->backends[i].client);
 }
 
 /* Under the backend's lock: the device's context, made if need be. */

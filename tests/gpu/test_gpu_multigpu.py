@@ -1,7 +1,8 @@
 """On a machine with two or more NVIDIA GPUs: tests/programs/peer.cu
 natively and through pvgpu (`pvgpud --executor cuda`), the same transcript
 byte for byte; peer-copy bandwidth through pvgpu against native (criterion
->= 0.95x); and two sessions, each on its own GPU, each as fast as one alone
+>= 0.95x); both through the runtime shim and through NVIDIA's runtime over
+pvgpu's libcuda.so.1; and two sessions, each on its own GPU, each as fast as one alone
 (the scheduler's turns are per GPU).  With fewer than two GPUs every test
 skips, saying so.
 
@@ -14,9 +15,13 @@ import json
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+from pvgpu_guest import guest_env  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent.parent
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
@@ -49,19 +54,31 @@ def record(key, value):
     print(f"\n{key}: {json.dumps(value)}")
 
 
-def test_peer_program_native_and_pvgpu_match(programs, native_libdir, cuda_daemon):
+def peer_program_matches(programs, native_libdir, daemon, env):
     native = programs.run("peer", programs.native_env(native_libdir))
     assert native.returncode == 0 and native.stdout.splitlines()[-1:] == ["PASS"], \
         "peer fails natively\n" + programs.describe(native)
     assert "devices: >= 2" in native.stdout
-    remote = programs.run("peer", programs.pvgpu_env(cuda_daemon.unix))
-    programs.assert_passed(remote, cuda_daemon)
+    remote = programs.run("peer", env)
+    programs.assert_passed(remote, daemon)
     if remote.stdout != native.stdout:
         diff = "".join(difflib.unified_diff(
             native.stdout.splitlines(keepends=True),
             remote.stdout.splitlines(keepends=True),
             fromfile="native", tofile="pvgpu"))
         pytest.fail(f"stdout differs between native and pvgpu\n{diff}")
+
+
+def test_peer_program_native_and_pvgpu_match(programs, native_libdir, cuda_daemon):
+    peer_program_matches(programs, native_libdir, cuda_daemon,
+                         programs.pvgpu_env(cuda_daemon.unix))
+
+
+def test_peer_program_native_and_libcuda_match(programs, native_libdir, libdir, cuda_daemon):
+    """NVIDIA's runtime over pvgpu's libcuda.so.1: peer access and peer
+    copies forwarded to the backend, the transcript as natively."""
+    peer_program_matches(programs, native_libdir, cuda_daemon,
+                         guest_env(libdir, cuda_daemon.unix))
 
 
 def peer_bandwidth(programs, env):
@@ -74,20 +91,30 @@ def peer_bandwidth(programs, env):
     return {k: float(v) for k, v in figures.items()}, int(access.group(1))
 
 
-def test_peer_copy_bandwidth(programs, native_libdir, cuda_daemon):
+def peer_copy_bandwidth(programs, native_libdir, key, env):
     best_native, best_pvgpu = {}, {}
     for _ in range(3):              # best of three, each side
         n, access = peer_bandwidth(programs, programs.native_env(native_libdir))
-        p, _ = peer_bandwidth(programs, programs.pvgpu_env(cuda_daemon.unix))
+        p, _ = peer_bandwidth(programs, env)
         for k in n:
             best_native[k] = max(best_native.get(k, 0), n[k])
             best_pvgpu[k] = max(best_pvgpu.get(k, 0), p[k])
     ratios = {k: best_pvgpu[k] / best_native[k] for k in best_native}
-    record("peer_copy", {"mib": PEER_MIB, "peer_access": access,
-                         "native_gbps": best_native, "pvgpu_gbps": best_pvgpu,
-                         "ratio": ratios})
+    record(key, {"mib": PEER_MIB, "peer_access": access,
+                 "native_gbps": best_native, "pvgpu_gbps": best_pvgpu,
+                 "ratio": ratios})
     for k, r in ratios.items():
         assert r >= 0.95, (k, best_native, best_pvgpu)
+
+
+def test_peer_copy_bandwidth(programs, native_libdir, cuda_daemon):
+    peer_copy_bandwidth(programs, native_libdir, "peer_copy",
+                        programs.pvgpu_env(cuda_daemon.unix))
+
+
+def test_peer_copy_bandwidth_over_libcuda(programs, native_libdir, libdir, cuda_daemon):
+    peer_copy_bandwidth(programs, native_libdir, "peer_copy_libcuda",
+                        guest_env(libdir, cuda_daemon.unix))
 
 
 def fair(programs, uri, device, extra):

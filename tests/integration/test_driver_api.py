@@ -732,9 +732,8 @@ print("PASS")
 
 
 def test_memcpy_peer(start_pvgpud, libdir, tmp_path):
-    """cuMemcpyPeer(Async) within a device and between two (staged through
-    the guest: pvgpu's libcuda.so.1 offers no peer access); a bogus context
-    is refused."""
+    """cuMemcpyPeer(Async) within a device and between two of one backend
+    (GPU to GPU on the host); a bogus context is refused."""
     d = start_pvgpud("sim", env={"PVGPU_SIM_DEVICES": "2"})
     out, _ = run_script(d, libdir, tmp_path, PEER_COPY)
     assert out[0].split() == ["True", "201"], out  # INVALID_CONTEXT

@@ -5,7 +5,8 @@ GPU: `gpus=` holds for peers too, the quota spans the GPUs, exclusivity and
 scheduler turns are per GPU.
 
 Most sessions speak the wire protocol directly (tests/lib/pvgpu_wire.py);
-tests/programs/peer.cu runs unmodified through the shim.
+tests/programs/peer.cu runs unmodified through the shim, and through
+NVIDIA's runtime over pvgpu's libcuda.so.1.
 """
 import json
 import os
@@ -21,6 +22,10 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import pvgpu_wire as W  # noqa: E402
 from pvgpu_sessions import hello_session as session, wait_live  # noqa: E402
+from pvgpu_guest import SCRIPT_PRELUDE, guest_env, run_guest_script  # noqa: E402
+sys.path.insert(0, os.path.dirname(__file__))
+# NVIDIA's runtime and pvgpu's libcuda.so.1 in one folder (a fixture).
+from test_driver_api import LIBCUDA, libdir  # noqa: E402,F401
 
 REPO = Path(__file__).resolve().parent.parent.parent
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
@@ -318,6 +323,142 @@ def test_peer_program_one_device(programs, sim_daemon):
     res = programs.run("peer", programs.pvgpu_env(sim_daemon.unix))
     programs.assert_passed(res, sim_daemon)
     assert "fewer than 2 devices" in res.stdout
+
+
+# --- NVIDIA's runtime over libcuda.so.1 --------------------------------------
+
+@pytest.mark.parametrize("transport", ["unix", "shm"])
+def test_peer_program_over_libcuda(programs, start_pvgpud, libdir, transport):
+    """The peer program as above without the shim: libcuda.so.1 asks the
+    backend about peers, enables access there, and its peer copies run on
+    the host, none through the guest."""
+    daemon = two_gpus(start_pvgpud)
+    uri = daemon.unix if transport == "unix" else \
+        "shm://" + daemon.unix[len("unix://"):]
+    res = programs.run("peer", guest_env(libdir, uri, PVGPU_DEBUG="1"))
+    programs.assert_passed(res, daemon)
+    out = res.stdout
+    assert "can access peer 0->1: 1, 1->0: 1, 0->0: 0" in out
+    assert "p2p attribute access supported 0->1: 1" in out
+    assert "enable peer access 1->0: cudaSuccess" in out
+    assert "peer_add on GPU 1 over GPU 0's memory" in out
+    assert "disable peer access 1->0: cudaSuccess" in out
+    assert "peer access enabled: context on device 1 to device 0" in daemon.log()
+    assert "staged through the guest" not in res.stderr, res.stderr[-3000:]
+
+
+def test_peer_program_over_libcuda_without_peer_access(programs, start_pvgpud, libdir):
+    """GPUs the host's driver says are no peers: libcuda.so.1 says so, and
+    enabling access fails as NVIDIA's driver fails it; copies still run
+    GPU to GPU on the host."""
+    daemon = two_gpus(start_pvgpud, PVGPU_SIM_NO_PEER="0-1")
+    res = programs.run("peer", guest_env(libdir, daemon.unix, PVGPU_DEBUG="1"))
+    programs.assert_passed(res, daemon)
+    assert "can access peer 0->1: 0, 1->0: 0, 0->0: 0" in res.stdout
+    assert "enable peer access 1->0: cudaErrorPeerAccessUnsupported" in res.stdout
+    assert "cudaMemcpyPeerAsync 1->0" in res.stdout
+    assert "staged through the guest" not in res.stderr, res.stderr[-3000:]
+
+
+PEER_DRIVER_SCRIPT = SCRIPT_PRELUDE + r'''
+def ask(name, *args):
+    print(name, call(name, *args))
+must("cuInit", 0)
+ctx, buf, val = [vp(), vp()], [u64(), u64()], c_int(-1)
+for d in (0, 1):
+    must("cuDevicePrimaryCtxRetain", ctypes.byref(ctx[d]), d)
+    must("cuCtxSetCurrent", ctx[d])
+    must("cuMemAlloc_v2", ctypes.byref(buf[d]), sz(4096))
+must("cuDeviceCanAccessPeer", ctypes.byref(val), 1, 0)
+print("can", val.value)
+ask("cuDeviceCanAccessPeer", ctypes.byref(val), 1, 2)
+ask("cuDeviceCanAccessPeer", ctypes.byref(val), -1, 0)
+ask("cuDeviceCanAccessPeer", None, 1, 0)
+must("cuDeviceGetP2PAttribute", ctypes.byref(val), 2, 0, 1)
+print("attr", val.value)
+ask("cuDeviceGetP2PAttribute", ctypes.byref(val), 2, 0, 0)
+ask("cuDeviceGetP2PAttribute", ctypes.byref(val), 99, 0, 1)
+ask("cuDeviceGetP2PAttribute", ctypes.byref(val), 2, 0, 7)
+# Device 1's context current.
+ask("cuCtxEnablePeerAccess", ctx[1], 0)
+ask("cuCtxEnablePeerAccess", ctx[0], 1)
+bogus = ctypes.create_string_buffer(64)
+ask("cuCtxEnablePeerAccess", ctypes.cast(bogus, vp), 0)
+ask("cuCtxEnablePeerAccess", None, 0)
+ask("cuCtxDisablePeerAccess", ctx[0])
+ask("cuCtxEnablePeerAccess", ctx[0], 0)
+ask("cuCtxEnablePeerAccess", ctx[0], 0)
+ask("cuCtxDisablePeerAccess", ctx[0])
+ask("cuCtxDisablePeerAccess", ctx[0])
+# Copies: each pointer must be memory of its context's device.
+ask("cuMemcpyPeer", buf[1], ctx[1], buf[0], ctx[0], sz(4096))
+ask("cuMemcpyPeer", buf[0], ctx[1], buf[0], ctx[0], sz(16))
+ask("cuMemcpyPeer", buf[1], ctx[1], buf[0], ctx[0], sz(8192))
+ask("cuMemcpyPeerAsync", buf[1], ctx[1], buf[1], ctx[0], sz(16), None)
+ask("cuMemcpyPeer", buf[1], ctypes.cast(bogus, vp), buf[0], ctx[0], sz(16))
+must("cuCtxSetCurrent", None)
+ask("cuCtxEnablePeerAccess", ctx[0], 0)
+print("PASS")
+'''
+
+CU_PEER_ANSWERS = [
+    "can 1",
+    f"cuDeviceCanAccessPeer {CUDA_ERROR_INVALID_DEVICE}",
+    f"cuDeviceCanAccessPeer {CUDA_ERROR_INVALID_DEVICE}",
+    f"cuDeviceCanAccessPeer {CUDA_ERROR_INVALID_VALUE}",
+    "attr 1",
+    f"cuDeviceGetP2PAttribute {CUDA_ERROR_INVALID_DEVICE}",
+    f"cuDeviceGetP2PAttribute {CUDA_ERROR_INVALID_VALUE}",
+    f"cuDeviceGetP2PAttribute {CUDA_ERROR_INVALID_DEVICE}",
+    f"cuCtxEnablePeerAccess {CUDA_ERROR_INVALID_DEVICE}",       # its own device
+    f"cuCtxEnablePeerAccess {CUDA_ERROR_INVALID_VALUE}",        # flags
+    f"cuCtxEnablePeerAccess {CUDA_ERROR_INVALID_CONTEXT}",      # not a context
+    f"cuCtxEnablePeerAccess {CUDA_ERROR_INVALID_CONTEXT}",
+    f"cuCtxDisablePeerAccess {CUDA_ERROR_PEER_ACCESS_NOT_ENABLED}",
+    "cuCtxEnablePeerAccess 0",
+    f"cuCtxEnablePeerAccess {CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED}",
+    "cuCtxDisablePeerAccess 0",
+    f"cuCtxDisablePeerAccess {CUDA_ERROR_PEER_ACCESS_NOT_ENABLED}",
+    "cuMemcpyPeer 0",
+    f"cuMemcpyPeer {CUDA_ERROR_INVALID_VALUE}",                 # dst on device 0
+    f"cuMemcpyPeer {CUDA_ERROR_INVALID_VALUE}",                 # past the end
+    f"cuMemcpyPeerAsync {CUDA_ERROR_INVALID_VALUE}",            # src on device 1
+    f"cuMemcpyPeer {CUDA_ERROR_INVALID_CONTEXT}",
+    f"cuCtxEnablePeerAccess {CUDA_ERROR_INVALID_CONTEXT}",      # none current
+    "PASS",
+]
+
+
+def test_peer_driver_calls_answer_as_the_driver(start_pvgpud, libdir, tmp_path):
+    """libcuda.so.1's peer calls, one by one, against two GPUs of one
+    backend: what they are given (device indexes, contexts, pointers) is
+    checked, and the errors are NVIDIA's driver's."""
+    daemon = two_gpus(start_pvgpud)
+    out, _ = run_guest_script(tmp_path, PEER_DRIVER_SCRIPT, LIBCUDA,
+                              guest_env(libdir, daemon.unix))
+    assert out == CU_PEER_ANSWERS, out
+    assert "peer access enabled: context on device 1 to device 0" in daemon.log()
+
+
+def test_peers_of_two_backends_share_no_memory(start_pvgpud, libdir, tmp_path):
+    """One GPU on each of two pvgpuds: libcuda.so.1 says they are no peers
+    without asking, refuses peer access as the driver does, and stages a
+    copy between them through the guest."""
+    a, b = start_pvgpud("sim"), start_pvgpud("sim")
+    out, err = run_guest_script(tmp_path, PEER_DRIVER_SCRIPT.replace(
+        'must("cuDeviceCanAccessPeer", ctypes.byref(val), 1, 0)\nprint("can", val.value)\n'
+        'ask("cuDeviceCanAccessPeer", ctypes.byref(val), 1, 2)',
+        'must("cuDeviceCanAccessPeer", ctypes.byref(val), 1, 0)\nprint("can", val.value)\n'
+        'ask("cuCtxEnablePeerAccess", ctx[0], 0)\n'
+        'must("cuMemcpyPeer", buf[1], ctx[1], buf[0], ctx[0], sz(4096))\nprint("PASS")\n'
+        'sys.exit(0)'), LIBCUDA,
+        guest_env(libdir, f"{a.unix},{b.unix}", PVGPU_DEBUG="1"))
+    assert out == ["can 0", f"cuCtxEnablePeerAccess {CUDA_ERROR_PEER_ACCESS_UNSUPPORTED}",
+                   "PASS"], out
+    assert "device 0 to device 1 staged through the guest" in err, err[-3000:]
+    # The bytes went up from one node and down to the other.
+    assert re.search(r"session \d+ end: .*, 4096 B from device", a.log()), a.log()[-3000:]
+    assert re.search(r"session \d+ end: .*, 4096 B to device", b.log()), b.log()[-3000:]
 
 
 # --- policy per GPU ----------------------------------------------------------

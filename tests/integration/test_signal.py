@@ -26,6 +26,10 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import pvgpu_wire as W  # noqa: E402
+from pvgpu_guest import guest_env as libcuda_env  # noqa: E402
+sys.path.insert(0, os.path.dirname(__file__))
+# NVIDIA's runtime and pvgpu's libcuda.so.1 in one folder (a fixture).
+from test_driver_api import libdir  # noqa: E402,F401
 
 BENCH = (Path(__file__).resolve().parents[2] / os.environ.get("PVGPU_BUILD", "build")
          / "bench" / "pvgpu-bandwidth")
@@ -41,7 +45,7 @@ def shm_uri(daemon):
 
 
 def client_signals(res):
-    """What the shim's debug line at exit counted (one backend)."""
+    """What the front-end's debug line at exit counted (one backend)."""
     found = CLIENT_RE.findall(res.stderr)
     assert len(found) == 1, res.stderr[-2000:]
     return int(found[0])
@@ -69,8 +73,14 @@ def guest_env(programs, uri, **extra):
     return env
 
 
-def run(programs, daemon, name, uri, **extra):
-    env = guest_env(programs, uri, **extra)
+def run(programs, daemon, name, uri, libdir=None, **extra):
+    """name through the shim, or with libdir (test_driver_api's folder)
+    NVIDIA's runtime over pvgpu's libcuda.so.1: its transcript and the
+    calls that ended on the word, counted by the guest and the worker."""
+    if libdir is None:
+        env = guest_env(programs, uri, **extra)
+    else:
+        env = libcuda_env(libdir, uri, PVGPU_DEBUG="1", **extra)
     before = len(END_RE.findall(daemon.log()))
     res = programs.run(name, env)
     programs.assert_passed(res, daemon)
@@ -82,6 +92,17 @@ def test_copies_and_synchronizes_end_on_the_word(programs, sim_daemon, name):
     _res, guest, worker = run(programs, sim_daemon, name, shm_uri(sim_daemon))
     assert guest > 0
     assert worker == guest
+
+
+@pytest.mark.parametrize("name", ["memory", "kernels/vecadd"])
+def test_libcuda_counts_the_calls_ended_on_the_word(programs, twins_daemon, libdir, name):
+    # NVIDIA's runtime over pvgpu's libcuda.so.1 prints the same line at
+    # exit (guest-lib/client/), and its count agrees with the worker's.
+    _res, guest, worker = run(programs, twins_daemon, name, shm_uri(twins_daemon), libdir)
+    assert guest > 0
+    assert worker == guest
+    _res, none, worker = run(programs, twins_daemon, name, twins_daemon.unix, libdir)
+    assert none == 0 and worker == 0
 
 
 # vecadd/matmul: launches, then a synchronize or a copy back; callback: host
