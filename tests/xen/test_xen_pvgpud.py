@@ -19,6 +19,7 @@ LD_LIBRARY_PATH variable, so they find pvgpud through guest.conf alone.
           session; domu1's programs go on), then 4 MiB copies in a loop
           until dom0 destroys it mid-copy: only its session ends, and its
           memory in pvgpud returns to 0
+  domu1   then SEQUENTIAL sessions one after another
 
 About 3-5 minutes on 2 shared cores under TCG; `make test` runs it beside
 the rest (make test-xen, xen-vchan/xen.mk, like tests/deploy).  Skipped, saying why,
