@@ -6,7 +6,8 @@ vchan-probe pair: the server in dom0, the client in the domU).
 Skipped, saying why, where Xen cannot be booted here: no qemu, no Debian
 kernel, no Xen packages (fetched into .deps/xen with apt-get download),
 no libxen libraries for xl (libxen-dev), or vchan left out of the build.
-One boot takes about 30 s on 2 cores under TCG; every Xen test boots once.
+Both tests share one boot (dom0, two domUs), a few minutes on 2 shared
+cores under TCG.
 Run by `make test-xen` (PVGPU_XEN_TESTS=1), which `make test` starts beside
 the rest; skipped, saying so, in the plain pytest run.
 """
@@ -40,45 +41,56 @@ xenvm = _load()
 
 
 @pytest.fixture(scope="module")
-def xen_ok():
+def vchan_boot(tmp_path_factory):
+    """One boot for both tests below: dom0 with the vchan-probe server and
+    the vchan-echo host, domu1 running the probe client and then the echo
+    guest, domu2 the ring corrupter (xenvm.build_echo).  A boot is most of
+    either test's time under TCG.  (status, console, seconds)."""
     reason = xenvm.why_not()
     if reason:
         pytest.skip(f"cannot boot Xen here: {reason}")
-
-
-def test_vchan_probe_domu_to_dom0(xen_ok, tmp_path):
-    # The sanitizer build's probe would need libasan in both guests: the
-    # plain build's probe is what runs under Xen.
+    # The sanitizer build's binaries would need libasan in both guests:
+    # the plain build's run under Xen.
     probe = REPO / "build" / "xen" / "vchan-probe"
-    if not probe.exists():
-        pytest.skip(f"{probe} not built (no libxen-dev: vchan left out)")
-    rd, kdir, kver = xenvm.build_probe(tmp_path, probe, nbytes=1 << 20)
+    echo = REPO / "build" / "xen" / "vchan-echo"
+    so = REPO / "build" / "lib" / "pvgpu" / "transport-vchan.so"
+    missing = [str(p) for p in (probe, echo, so) if not p.exists()]
+    if missing:
+        pytest.skip(f"not built: {', '.join(missing)} (no libxen-dev: vchan left out)")
+    work = tmp_path_factory.mktemp("xen-vchan")
+    rd, kdir, kver = xenvm.build_echo(work, echo, so, probe=probe, nbytes=1 << 20)
     status, console, secs = xenvm.run(
         xenvm.qemu_command(rd, kdir, kver),
-        log=tmp_path / "console.log")
-    tail = "\n".join(console.splitlines()[-40:])
+        log=work / "console.log")
+    print(f"xen probe and transport-vchan: status {status} after {secs:.1f} s "
+          f"(console in {work / 'console.log'})")
+    return status, console, secs
+
+
+def _tail(console):
+    return "\n".join(l for l in console.splitlines()
+                     if l.startswith(("[host]", "[domu", "xen-dom0", "vchan-probe")))[-4000:]
+
+
+def test_vchan_probe_domu_to_dom0(vchan_boot):
+    """The bare libxenvchan pair: 1 MiB from domu1 to dom0's server and
+    1 MiB back, patterns checked at both ends."""
+    status, console, secs = vchan_boot
+    tail = _tail(console)
     assert status == 0, f"dom0 script exit {status} after {secs:.0f} s:\n{tail}"
+    assert "xen-dom0: probe server exit 0" in console, tail
     assert "vchan-probe: server ok: received 1048576 and sent 1048576" in console, tail
     assert "[domu1] vchan-probe: client ok: sent 1048576 and received 1048576" in console, tail
-    print(f"xen probe: {secs:.1f} s")
 
 
-def test_transport_vchan_two_domus(xen_ok, tmp_path):
+def test_transport_vchan_two_domus(vchan_boot):
     """transport-vchan.so both halves under Xen: domu1 connects through the
     guest ops table to vchan://0/pvgpu, grants a 4 MiB window that dom0
     maps (patterns checked both ways) and gets 1 B..1 MiB echoes back;
     the host identifies it by domid and xenstore name.  domu2 writes
     garbage ring indexes and loses only its own session (-EPROTO)."""
-    echo = REPO / "build" / "xen" / "vchan-echo"
-    so = REPO / "build" / "lib" / "pvgpu" / "transport-vchan.so"
-    if not echo.exists() or not so.exists():
-        pytest.skip("transport-vchan.so not built (no libxen-dev: vchan left out)")
-    rd, kdir, kver = xenvm.build_echo(tmp_path, echo, so)
-    status, console, secs = xenvm.run(
-        xenvm.qemu_command(rd, kdir, kver),
-        log=tmp_path / "console.log")
-    tail = "\n".join(l for l in console.splitlines()
-                     if l.startswith(("[host]", "[domu", "xen-dom0")))[-4000:]
+    status, console, secs = vchan_boot
+    tail = _tail(console)
     assert status == 0, f"dom0 script exit {status} after {secs:.0f} s:\n{tail}"
     for line in ("[host] vchan-echo: peer kind=xen value=domid=1 name=domu1",
                  "[host] vchan-echo: domid=1: window 4096 KiB mapped",
@@ -91,4 +103,3 @@ def test_transport_vchan_two_domus(xen_ok, tmp_path):
                  "[host] vchan-echo: host served 2 sessions"):
         assert line in console, f"missing {line!r}:\n{tail}"
     assert "ended after 0 messages" in console and "Protocol error" in console, tail
-    print(f"xen transport-vchan: {secs:.1f} s")

@@ -18,6 +18,8 @@ scripts/vm/pvgpuvm.py ("pvgpu-guest: exit N").
 
   python3 tests/xen/xenvm.py boot              # dom0 only, prints timings
   python3 tests/xen/xenvm.py probe             # + a domU and the vchan probe
+  python3 tests/xen/xenvm.py echo              # the probe, then transport-vchan.so
+                                               # with two domUs (test_xen_boot.py)
 """
 
 import argparse
@@ -192,12 +194,14 @@ follow_domu_console() {
     tail -n +1 -F /var/log/xen/console/guest-$1.log 2>/dev/null | tr -d '\r' |
         sed -e "s/pvgpu-guest: exit/pvgpu-guest exited/" -e "s/^/[$1] /" &
 }
-# domu_wait NAME SECONDS: until the domain is gone (0) or the time is up (1)
+# domu_wait NAME SECONDS: until the domain is gone (0) or the time is up (1).
+# Every wait here polls once a second: each poll is a fork and exec in a
+# PV guest under TCG, CPU the guests' real work wants.
 domu_wait() {
     n=0
     while xl domid "$1" >/dev/null 2>&1; do
-        [ $n -ge $(($2 * 10)) ] && return 1
-        sleep 0.1; n=$((n+1))
+        [ $n -ge $2 ] && return 1
+        sleep 1; n=$((n+1))
     done
     return 0
 }
@@ -228,8 +232,15 @@ def dom0_initramfs(out, script, files=(), kdir=None, kver=None):
 def qemu_command(initrd, kdir, kver, smp=2, memory="2G", dom0_mem="1024M"):
     """DESIGN §7: q35 under TCG, -cpu qemu64,+svm (max crashes dom0), the
     hypervisor as the multiboot kernel, dom0's kernel and initramfs as its
-    modules."""
-    kernel = Path(kdir) / "boot" / f"vmlinuz-{kver}"
+    modules.
+
+    dom0's kernel is the plain ELF (domu_kernel()): given the bzImage, Xen
+    itself xz-decompresses it before dom0 starts, 20-50 s of a boot under
+    TCG.  bootscrub=0: no scrubbing of the free RAM in the background,
+    which under TCG takes host CPU from the vCPUs that work (nothing in
+    these guests is secret).  console_timestamps=boot: Xen's lines carry
+    seconds since boot, where a slow boot shows its time."""
+    kernel = domu_kernel(kdir, kver)
     for p in (kernel, initrd):
         if "," in str(p):
             raise VmError(f"a comma in {p} would split QEMU's module list")
@@ -240,7 +251,7 @@ def qemu_command(initrd, kdir, kver, smp=2, memory="2G", dom0_mem="1024M"):
             "-kernel", str(hypervisor()),
             "-initrd", f"{kernel} {dom0_cmdline},{initrd}",
             "-append", f"console=com1 com1=115200,8n1 dom0_mem={dom0_mem},"
-                       f"max:{dom0_mem} noreboot"]
+                       f"max:{dom0_mem} noreboot bootscrub=0 console_timestamps=boot"]
 
 
 # How long a boot may take in all, and how long its console may stay silent
@@ -309,7 +320,7 @@ def run(cmd, timeout=TIMEOUT, log=None, echo=False, quiet=QUIET):
 
 
 def domu_kernel(kdir, kver):
-    """Debian's kernel for the PV domUs, as the plain ELF inside its
+    """Debian's kernel for dom0 and the PV domUs, as the plain ELF inside its
     bzImage: xl's domain builder would otherwise xz-decompress 66 MB in
     dom0 for every domU, which under TCG is most of an `xl create`
     (10-30 s).  Extracted once into .deps/xen/ with Python's lzma."""
@@ -408,12 +419,40 @@ def build_scenario(workdir, dom0_script, domus, dom0_files=()):
 VCHAN_BASE = "/local/domain/0/data/pvgpu"
 
 
-def build_echo(workdir, echo, so):
+def build_echo(workdir, echo, so, probe=None, nbytes=1 << 20):
     """transport-vchan.so end to end: in dom0 `vchan-echo host` (the host
     half) serves two domUs in turn; domu1 connects through the .so's ops
     table to vchan://0/pvgpu, with a granted window, and checks echoes of
     1 B to 1 MiB; domu2 corrupts its ring indexes after the setup frame
-    and must lose only its own session, promptly."""
+    and must lose only its own session, promptly.
+
+    With probe (the vchan-probe binary), the same boot first runs the
+    bare libxenvchan pair: domu1 moves nbytes each way with dom0's
+    `vchan-probe server` (dom0 prints "xen-dom0: probe server exit N"),
+    then goes on to the echoes.  One boot for both: a boot is most of
+    either test's time under TCG."""
+    probe_dom0 = probe_domu = ""
+    if probe:
+        # The server starts once domu1 says it is up (data/probe-ready):
+        # its wait for the client is a minute, a domU's boot on a busy
+        # machine may be longer; the client retries until the server is
+        # there.
+        probe_dom0 = f"""
+id1=$(xl domid domu1)
+(   n=0
+    while [ "$(xenstore-read /local/domain/$id1/data/probe-ready 2>/dev/null)" != 1 ]; do
+        [ $n -ge 480 ] && {{ echo "xen-dom0: domu1 never ready for the probe"; exit 95; }}
+        sleep 1; n=$((n+1))
+    done
+    vchan-probe server $id1 {PROBE_PATH}/$id1 {nbytes}
+) &
+probe=$!
+"""
+        probe_domu = f"""
+id=$(xenstore-read domid)
+xenstore-write data/probe-ready 1
+vchan-probe client 0 {PROBE_PATH}/$id {nbytes}
+"""
     dom0 = f"""
 vchan-echo host {VCHAN_BASE} 2 > /tmp/host.log 2>&1 &
 host=$!
@@ -421,14 +460,19 @@ for d in domu1 domu2; do
     xl create /etc/xen/$d.cfg >/dev/null || {{ echo "xen-dom0: xl create $d failed"; exit 93; }}
     echo "xen-dom0: $d is domain $(xl domid $d), created at $(cut -d' ' -f1 /proc/uptime) s"
 done
-# The host gives up after 600 s; a line every 30 s tells the test's
+{probe_dom0}# The host gives up after 600 s; a line every 30 s tells the test's
 # silent-console watch that dom0 still runs.
-n=0; while kill -0 $host 2>/dev/null && [ $n -lt 6300 ]; do
-    sleep 0.1; n=$((n+1))
-    [ $((n % 300)) -eq 0 ] && echo "xen-dom0: host still serving at $(cut -d' ' -f1 /proc/uptime) s"
+n=0; while kill -0 $host 2>/dev/null && [ $n -lt 630 ]; do
+    sleep 1; n=$((n+1))
+    [ $((n % 30)) -eq 0 ] && echo "xen-dom0: host still serving at $(cut -d' ' -f1 /proc/uptime) s"
 done
 kill -0 $host 2>/dev/null && {{ echo "xen-dom0: host still running"; kill $host; }}
 wait $host; rc=$?
+if [ -n "$probe" ]; then
+    wait $probe; prc=$?
+    echo "xen-dom0: probe server exit $prc"
+    [ $rc = 0 ] && rc=$prc
+fi
 domu_wait domu1 30; domu_wait domu2 30
 echo "xen-dom0: done at $(cut -d' ' -f1 /proc/uptime) s"
 sed 's/^/[host] /' /tmp/host.log
@@ -436,13 +480,15 @@ show_domu_console domu1
 show_domu_console domu2
 exit $rc
 """
-    domu1 = """
+    domu1 = probe_domu + """
 vchan-echo guest /usr/lib/pvgpu/transport-vchan.so vchan://0/pvgpu
 """
     domu2 = f"""
 vchan-echo corrupt {VCHAN_BASE}/$(xenstore-read domid)
 """
     echo_files = [(echo, "/usr/bin/vchan-echo")]
+    if probe:
+        echo_files.append((probe, "/usr/bin/vchan-probe"))
     return build_scenario(workdir, dom0, {
         "domu1": (domu1, echo_files + [(so, "/usr/lib/pvgpu/transport-vchan.so")]),
         "domu2": (domu2, echo_files),
@@ -474,7 +520,8 @@ def main(argv=None):
     else:
         build = Path(args.probe).parent.parent
         rd, kdir, kver = build_echo(work, build / "xen" / "vchan-echo",
-                                    build / "lib" / "pvgpu" / "transport-vchan.so")
+                                    build / "lib" / "pvgpu" / "transport-vchan.so",
+                                    probe=args.probe)
     status, console, secs = run(qemu_command(rd, kdir, kver, smp=args.smp),
                                 timeout=args.timeout, log=work / "console.log",
                                 echo=not args.quiet)
