@@ -562,7 +562,12 @@ def test_frozen_peer_ends_its_session_after_the_timeout(console):
     after = int(re.search(r"worker_gone_after=(\d+)s", line).group(1))
     diag = "\n".join(l for l in console.splitlines() if l.startswith(("freeze-diag", "frozen-guest-err")))
     assert 2 <= after <= 20, f"{line}\n{diag}\n{frozen}"
-    assert "connection lost while sending" in frozen and "Connection timed out" in frozen, frozen
+    # Frozen in its D2H copies, the worker waits for credit ("lost while
+    # sending"); on a loaded machine the freeze can land while the program
+    # still fills the device (H2D), and the worker waits for its bytes
+    # ("read error").  Either way the session ends on the 3 s timeout.
+    assert re.search(r"connection lost while sending|read error", frozen) and \
+        "Connection timed out" in frozen, frozen
     code, line = rc(console, "frozen-host")
     after = int(re.search(r"gave_up_after=(\d+)s", line).group(1))
     assert code not in (0, 137) and 2 <= after <= 20, f"{line}\n{console[-3000:]}"
