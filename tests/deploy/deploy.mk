@@ -1,7 +1,7 @@
 # tests/deploy/deploy.mk - the deployment suite (tests/deploy/), included by
 # the top-level Makefile.  It boots a Debian 12 VM under QEMU TCG, builds
-# the packages, installs/upgrades/purges them there and applies
-# ansible/site.yml (about 10-15 minutes on 2 cores), so it runs in a
+# the packages, applies ansible/site.yml there (which installs them), then
+# upgrades and purges them (about 20-27 minutes on 2 cores), so it runs in a
 # process of its own (tests/background.mk: make test-deploy-start, once
 # `make all` is done, and test-deploy-wait at the end):
 #
