@@ -274,14 +274,25 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 test: deps
 	$(MAKE) test-deploy-image-start
 	PVGPU_LEFT_OUT_SAID= $(MAKE) -j$(JOBS) all fuzz guest-driver build-minimal cross-arm64
-	$(MAKE) test-deploy-start test-rdma-start test-xen-start
+	$(MAKE) test-deploy-start test-rdma-start test-xen-start test-timed-start
 	@tests/keep-going.sh $(BUILD)/test-logs \
 		build-asan '$(MAKE) -j$(JOBS) BUILD=build-asan SANITIZE=1 NVCC_REUSE=$(BUILD) all' \
-		main '$(PYTEST) -q -m "not sanitized or plain_build"' \
+		main '$(PYTEST) -q -m "not sanitized or plain_build" $(TIMED_TESTS:%=--ignore=%)' \
 		sanitizer 'PVGPU_BUILD=build-asan $(PYTEST) -q -m sanitized' \
 		rdma '$(MAKE) --no-print-directory test-rdma-wait' \
 		xen '$(MAKE) --no-print-directory test-xen-wait' \
-		deploy '$(MAKE) --no-print-directory test-deploy-wait'
+		deploy '$(MAKE) --no-print-directory test-deploy-wait' \
+		timed '$(MAKE) --no-print-directory test-timed-wait'
+
+# Tests that run for a set time and take whatever CPU is free meanwhile
+# (the fuzzers, the hostile soak's two minutes): in the foreground they
+# held every later pass up for that whole time, so make test runs them in
+# the background beside the VM suites (tests/background.mk) and its main
+# pass leaves them out.
+TIMED_TESTS = tests/fuzz tests/rdma/test_verbs_fuzz.py tests/hostile/test_soak_hostile.py
+.PHONY: test-timed
+test-timed: | $(BG_DIR)/timed
+	$(call BG_PYTEST,timed) $(TIMED_TESTS)
 
 test-gpu:
 	$(MAKE) all
