@@ -90,6 +90,7 @@ class VM:
         self.console = workdir / "console.log"
         # test_site_yml installed the packages (test_upgrade_purge's start)
         self.deployed = False
+        self.up = False
         accel = os.environ.get("PVGPU_DEPLOY_ACCEL", "tcg")
         cmd = ["qemu-system-x86_64", "-accel", accel, "-m", "2048", "-smp", "2",
                "-nographic", "-no-reboot", "-snapshot",
@@ -107,6 +108,8 @@ class VM:
                          "-o", "ConnectTimeout=10", "-o", "BatchMode=yes"]
 
     def wait_ssh(self, timeout=420):
+        if self.up:
+            return
         t0 = time.time()
         while time.time() - t0 < timeout:
             if self.proc.poll() is not None:
@@ -116,6 +119,7 @@ class VM:
                                timeout=60)
             if p.returncode == 0:
                 log(f"ssh up after {time.time() - t0:.0f}s")
+                self.up = True
                 return
             time.sleep(3)
         raise AssertionError("no ssh:\n" + self.console.read_text()[-4000:])
@@ -154,9 +158,11 @@ def vm():
     t0 = time.time()
     run(["tests/deploy/make-image.sh", str(WORK)], timeout=1200)
     log(f"image ready in {time.time() - t0:.0f}s")
+    # Booted, not waited for: the tests that log in wait for ssh
+    # (VM.wait_ssh), so the boot's minute or two of TCG runs beside make
+    # deb, which needs no VM.
     machine = VM(WORK, WORK)
     try:
-        machine.wait_ssh()
         yield machine
     finally:
         machine.stop()
@@ -195,17 +201,18 @@ def test_ansible_lint_and_role_readmes():
         assert names and not missing, f"{role.name}/README.md lacks {missing}"
 
 
-def test_make_deb_and_lintian():
+def test_make_deb_and_lintian(request):
     """make deb builds the packages (lintian errors fail it), and the same
     tree again as a later version, for the upgrade test (without lintian:
     the same files as the first build's but for the version)."""
     # The image is debootstrapped into the build tree beside the build,
     # with /proc mounted in it while that runs; make deb's dh_clean walks
     # the whole tree and failed on the chroot's vanishing /proc entries
-    # once the build finished first.  Wait for the image (make-image.sh
-    # waits for the run make test started, or makes it).
+    # once the build finished first.  The vm fixture waits for the image
+    # (make-image.sh waits for the run make test started, or makes it) and
+    # starts the VM's boot, which goes on while the packages build.
     if os.geteuid() == 0 and not missing_tools():
-        run(["tests/deploy/make-image.sh", str(WORK)], timeout=1200)
+        request.getfixturevalue("vm")
     t0 = time.time()
     p = run(["make", "deb", f"BUILD={BUILD}", f"DEB_DIR={DEB_DIR}"], timeout=1800)
     assert "E: " not in p.stdout, p.stdout[-4000:]
@@ -226,6 +233,7 @@ def recap_changed(output):
 def test_site_yml(vm, tmp_path):
     """site.yml on the fresh system: it installs the packages and starts
     pvgpud, and a second run changes nothing."""
+    vm.wait_ssh()
     # What the system holds before anything of pvgpu's, for the purge check
     # (test_upgrade_purge).
     vm.sh(SNAPSHOT + " > /root/before.txt")
