@@ -7,6 +7,7 @@ repository root), so the same tests run against the sanitizer build.
 """
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -159,6 +160,20 @@ class Daemon:
             return self.log_path.read_text(errors="replace")
         except FileNotFoundError:
             return ""
+
+    def wait_log(self, pattern, timeout=30):
+        """The log once it has a line matching regex pattern: a session's
+        end line comes after its client has gone, later on a busy machine.
+        Fails, with the log's tail, after timeout seconds without one."""
+        deadline = time.monotonic() + timeout
+        while True:
+            text = self.log()
+            if re.search(pattern, text, re.M):
+                return text
+            if time.monotonic() > deadline:
+                pytest.fail(f"pvgpud logged no line matching {pattern!r} in "
+                            f"{timeout} s:\n{text[-3000:]}")
+            time.sleep(0.1)
 
     def stop(self):
         """SIGTERM, and the exit code; None if pvgpud had to be killed

@@ -992,9 +992,9 @@ static CUresult peer_access(CUcontext peer, unsigned int flags, int enable)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	if (enable && flags)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (p->device == cur->device)
-		return CUDA_ERROR_INVALID_DEVICE;
-	if (!same_backend(p->device, cur->device))
+	/* A device is not its own peer (a context of the same device is
+	 * refused as NVIDIA's driver refuses it), nor one of another backend. */
+	if (p->device == cur->device || !same_backend(p->device, cur->device))
 		return enable ? CUDA_ERROR_PEER_ACCESS_UNSUPPORTED :
 				CUDA_ERROR_PEER_ACCESS_NOT_ENABLED;
 	r = cu_op_begin(&op, cur);

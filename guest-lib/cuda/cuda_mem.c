@@ -783,16 +783,13 @@ CUresult CUDAAPI cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dst, CUdeviceptr src, siz
 /* ---- cuMemcpyPeer ---------------------------------------------------------- */
 
 /*
- * n bytes at ptr in ctx's device memory, as far as the guest knows it (one
- * backend's devices share one address space).
+ * n bytes at ptr: not null, not wrapping.  Whose memory it is the backend
+ * judges; one backend's devices share one address space, and like NVIDIA's
+ * driver it copies memory of either device whichever context is named.
  */
-static int peer_range_ok(CUdeviceptr ptr, size_t n, const struct cu_ctx *ctx)
+static int peer_range_ok(CUdeviceptr ptr, size_t n)
 {
-	struct cu_alloc a;
-
-	if (!ptr || !range_ok(ptr, n))
-		return 0;
-	return !cu_alloc_find(ptr, &a) || a.device == ctx->device;
+	return ptr && range_ok(ptr, n);
 }
 
 /*
@@ -871,7 +868,7 @@ static CUresult peer(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext
 	if (d->device == sc->device)
 		return CU_WITH_CTX(dctx, dtod(dst, src, n, s));
 	if (cu.devices[d->device].be == cu.devices[sc->device].be) {
-		if (!peer_range_ok(dst, n, d) || !peer_range_ok(src, n, sc))
+		if (!peer_range_ok(dst, n) || !peer_range_ok(src, n))
 			return CUDA_ERROR_INVALID_VALUE;
 		return peer_on_backend(dst, d, src, sc, n, s, async);
 	}

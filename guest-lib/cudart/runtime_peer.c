@@ -102,13 +102,14 @@ static cudaError_t peer_access(int peerDevice, unsigned int flags, int enable)
 	err = pvgpu_init();
 	if (err)
 		return err;
-	if (!valid_device(peerDevice) || peerDevice == device)
+	if (!valid_device(peerDevice))
 		return cudaErrorInvalidDevice;
 	if (enable && flags)
 		return cudaErrorInvalidValue;
 	if (!valid_device(device))
 		return cudaErrorInvalidDevice;
-	if (!same_backend(device, peerDevice))
+	/* A device is not its own peer, as NVIDIA's runtime answers. */
+	if (peerDevice == device || !same_backend(device, peerDevice))
 		return enable ? cudaErrorPeerAccessUnsupported :
 				cudaErrorPeerAccessNotEnabled;
 	err = pvgpu_op_begin(&op, device, 1);

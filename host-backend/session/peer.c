@@ -6,7 +6,9 @@
  * The guest is untrusted: device indexes are checked against the
  * executor's device count and the VM's `gpus`, contexts against the
  * session's own handles, and each pointer of a copy against the session's
- * allocations on the device of the context named with it.  A device the
+ * allocations (on any of its devices: under unified addressing NVIDIA's
+ * driver copies memory of another device than the context named with it
+ * says, and so does pvgpu).  A device the
  * VM may not use is never reached, not even as the far end of a copy: the
  * session cannot hold a context or memory there (ctx_create refuses it),
  * and the queries answer "no peer access" for it.
@@ -161,8 +163,9 @@ int32_t pvgpu_handle_ctx_disable_peer_access(struct pvgpu_worker *w,
 }
 
 /*
- * [ptr, ptr+size) inside one allocation of the session on the device of
- * context ctx_id (one of the session's): the executor's context in *exec.
+ * [ptr, ptr+size) inside one allocation of the session, and ctx_id one of
+ * the session's contexts (on any of its devices, as above): the
+ * executor's context in *exec.
  */
 static int32_t peer_range(struct pvgpu_worker *w, uint64_t ctx_id,
 			  uint64_t ptr, uint64_t size, uint64_t *exec)
@@ -173,7 +176,7 @@ static int32_t peer_range(struct pvgpu_worker *w, uint64_t ctx_id,
 	if (!c)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	a = pvgpu_alloc_range(&w->allocs, ptr, size);
-	if (!a || a->device != c->device)
+	if (!a)
 		return CUDA_ERROR_INVALID_VALUE;
 	*exec = c->exec_handle;
 	return CUDA_SUCCESS;

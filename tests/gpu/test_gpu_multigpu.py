@@ -1,6 +1,7 @@
 """On a machine with two or more NVIDIA GPUs: tests/programs/peer.cu
 natively and through pvgpu (`pvgpud --executor cuda`), the same transcript
-byte for byte; peer-copy bandwidth through pvgpu against native (criterion
+byte for byte; the driver's peer calls one by one, each answer
+NVIDIA's; peer-copy bandwidth through pvgpu against native (criterion
 >= 0.95x); both through the runtime shim and through NVIDIA's runtime over
 pvgpu's libcuda.so.1; and two sessions, each on its own GPU, each as fast as one alone
 (the scheduler's turns are per GPU).  With fewer than two GPUs every test
@@ -21,7 +22,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
-from pvgpu_guest import guest_env  # noqa: E402
+from pvgpu_guest import guest_env, run_guest_script  # noqa: E402
+import pvgpu_peer as peer_calls  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent.parent
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
@@ -79,6 +81,19 @@ def test_peer_program_native_and_libcuda_match(programs, native_libdir, libdir, 
     copies forwarded to the backend, the transcript as natively."""
     peer_program_matches(programs, native_libdir, cuda_daemon,
                          guest_env(libdir, cuda_daemon.unix))
+
+
+def test_peer_driver_calls_answer_as_nvidias_driver(libdir, cuda_daemon, tmp_path):
+    """The driver's peer calls one by one (tests/lib/pvgpu_peer.py):
+    NVIDIA's driver gives the answers the CI test expects of pvgpu over the
+    sim, and pvgpu over this GPU gives the same."""
+    system = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    native, _ = run_guest_script(tmp_path, peer_calls.SCRIPT, "libcuda.so.1",
+                                 system, "native")
+    assert native == peer_calls.answers(native=True), native
+    pvgpu, _ = run_guest_script(tmp_path, peer_calls.SCRIPT, libdir / "libcuda.so.1",
+                                guest_env(libdir, cuda_daemon.unix))
+    assert pvgpu == peer_calls.answers(), pvgpu
 
 
 def peer_bandwidth(programs, env):

@@ -22,6 +22,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import pvgpu_wire as W  # noqa: E402
 from pvgpu_sessions import hello_session as session, wait_live  # noqa: E402
+import pvgpu_peer as peer_calls  # noqa: E402
 from pvgpu_guest import SCRIPT_PRELUDE, guest_env, run_guest_script  # noqa: E402
 sys.path.insert(0, os.path.dirname(__file__))
 # NVIDIA's runtime and pvgpu's libcuda.so.1 in one folder (a fixture).
@@ -171,7 +172,7 @@ def test_enable_and_disable_peer_access(start_pvgpud):
     # No current context yet.
     assert enable(c1) == CUDA_ERROR_INVALID_CONTEXT
     use(s, c0)
-    assert enable(c0b) == CUDA_ERROR_INVALID_DEVICE     # same device
+    assert enable(c0b) == CUDA_ERROR_PEER_ACCESS_UNSUPPORTED  # same device
     assert enable(c1, flags=1) == CUDA_ERROR_INVALID_VALUE
     assert enable(0) == CUDA_ERROR_INVALID_CONTEXT
     assert enable(c1 + 12345) == CUDA_ERROR_INVALID_CONTEXT
@@ -259,9 +260,10 @@ def test_peer_copy_checks(start_pvgpud):
     assert peer(src=d0 - 1) == CUDA_ERROR_INVALID_VALUE
     assert peer(size=(1 << 64) - 1) == CUDA_ERROR_INVALID_VALUE
     assert peer(dst=0x1000) == CUDA_ERROR_INVALID_VALUE
-    # A pointer named with the other device's context.
-    assert peer(dst_ctx=c0) == CUDA_ERROR_INVALID_VALUE
-    assert peer(src_ctx=c1) == CUDA_ERROR_INVALID_VALUE
+    # A pointer named with the other device's context: the memory is the
+    # session's, and NVIDIA's driver copies it (unified addressing).
+    assert peer(dst_ctx=c0) == 0
+    assert peer(src_ctx=c1) == 0
     # Contexts the session does not have.
     assert peer(dst_ctx=0) == CUDA_ERROR_INVALID_CONTEXT
     assert peer(src_ctx=c1 ^ (1 << 40)) == CUDA_ERROR_INVALID_CONTEXT
@@ -360,83 +362,14 @@ def test_peer_program_over_libcuda_without_peer_access(programs, start_pvgpud, l
     assert "staged through the guest" not in res.stderr, res.stderr[-3000:]
 
 
-PEER_DRIVER_SCRIPT = SCRIPT_PRELUDE + r'''
-def ask(name, *args):
-    print(name, call(name, *args))
-must("cuInit", 0)
-ctx, buf, val = [vp(), vp()], [u64(), u64()], c_int(-1)
-for d in (0, 1):
-    must("cuDevicePrimaryCtxRetain", ctypes.byref(ctx[d]), d)
-    must("cuCtxSetCurrent", ctx[d])
-    must("cuMemAlloc_v2", ctypes.byref(buf[d]), sz(4096))
-must("cuDeviceCanAccessPeer", ctypes.byref(val), 1, 0)
-print("can", val.value)
-ask("cuDeviceCanAccessPeer", ctypes.byref(val), 1, 2)
-ask("cuDeviceCanAccessPeer", ctypes.byref(val), -1, 0)
-ask("cuDeviceCanAccessPeer", None, 1, 0)
-must("cuDeviceGetP2PAttribute", ctypes.byref(val), 2, 0, 1)
-print("attr", val.value)
-ask("cuDeviceGetP2PAttribute", ctypes.byref(val), 2, 0, 0)
-ask("cuDeviceGetP2PAttribute", ctypes.byref(val), 99, 0, 1)
-ask("cuDeviceGetP2PAttribute", ctypes.byref(val), 2, 0, 7)
-# Device 1's context current.
-ask("cuCtxEnablePeerAccess", ctx[1], 0)
-ask("cuCtxEnablePeerAccess", ctx[0], 1)
-bogus = ctypes.create_string_buffer(64)
-ask("cuCtxEnablePeerAccess", ctypes.cast(bogus, vp), 0)
-ask("cuCtxEnablePeerAccess", None, 0)
-ask("cuCtxDisablePeerAccess", ctx[0])
-ask("cuCtxEnablePeerAccess", ctx[0], 0)
-ask("cuCtxEnablePeerAccess", ctx[0], 0)
-ask("cuCtxDisablePeerAccess", ctx[0])
-ask("cuCtxDisablePeerAccess", ctx[0])
-# Copies: each pointer must be memory of its context's device.
-ask("cuMemcpyPeer", buf[1], ctx[1], buf[0], ctx[0], sz(4096))
-ask("cuMemcpyPeer", buf[0], ctx[1], buf[0], ctx[0], sz(16))
-ask("cuMemcpyPeer", buf[1], ctx[1], buf[0], ctx[0], sz(8192))
-ask("cuMemcpyPeerAsync", buf[1], ctx[1], buf[1], ctx[0], sz(16), None)
-ask("cuMemcpyPeer", buf[1], ctypes.cast(bogus, vp), buf[0], ctx[0], sz(16))
-must("cuCtxSetCurrent", None)
-ask("cuCtxEnablePeerAccess", ctx[0], 0)
-print("PASS")
-'''
-
-CU_PEER_ANSWERS = [
-    "can 1",
-    f"cuDeviceCanAccessPeer {CUDA_ERROR_INVALID_DEVICE}",
-    f"cuDeviceCanAccessPeer {CUDA_ERROR_INVALID_DEVICE}",
-    f"cuDeviceCanAccessPeer {CUDA_ERROR_INVALID_VALUE}",
-    "attr 1",
-    f"cuDeviceGetP2PAttribute {CUDA_ERROR_INVALID_DEVICE}",
-    f"cuDeviceGetP2PAttribute {CUDA_ERROR_INVALID_VALUE}",
-    f"cuDeviceGetP2PAttribute {CUDA_ERROR_INVALID_DEVICE}",
-    f"cuCtxEnablePeerAccess {CUDA_ERROR_INVALID_DEVICE}",       # its own device
-    f"cuCtxEnablePeerAccess {CUDA_ERROR_INVALID_VALUE}",        # flags
-    f"cuCtxEnablePeerAccess {CUDA_ERROR_INVALID_CONTEXT}",      # not a context
-    f"cuCtxEnablePeerAccess {CUDA_ERROR_INVALID_CONTEXT}",
-    f"cuCtxDisablePeerAccess {CUDA_ERROR_PEER_ACCESS_NOT_ENABLED}",
-    "cuCtxEnablePeerAccess 0",
-    f"cuCtxEnablePeerAccess {CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED}",
-    "cuCtxDisablePeerAccess 0",
-    f"cuCtxDisablePeerAccess {CUDA_ERROR_PEER_ACCESS_NOT_ENABLED}",
-    "cuMemcpyPeer 0",
-    f"cuMemcpyPeer {CUDA_ERROR_INVALID_VALUE}",                 # dst on device 0
-    f"cuMemcpyPeer {CUDA_ERROR_INVALID_VALUE}",                 # past the end
-    f"cuMemcpyPeerAsync {CUDA_ERROR_INVALID_VALUE}",            # src on device 1
-    f"cuMemcpyPeer {CUDA_ERROR_INVALID_CONTEXT}",
-    f"cuCtxEnablePeerAccess {CUDA_ERROR_INVALID_CONTEXT}",      # none current
-    "PASS",
-]
-
-
 def test_peer_driver_calls_answer_as_the_driver(start_pvgpud, libdir, tmp_path):
     """libcuda.so.1's peer calls, one by one, against two GPUs of one
     backend: what they are given (device indexes, contexts, pointers) is
     checked, and the errors are NVIDIA's driver's."""
     daemon = two_gpus(start_pvgpud)
-    out, _ = run_guest_script(tmp_path, PEER_DRIVER_SCRIPT, LIBCUDA,
+    out, _ = run_guest_script(tmp_path, peer_calls.SCRIPT, LIBCUDA,
                               guest_env(libdir, daemon.unix))
-    assert out == CU_PEER_ANSWERS, out
+    assert out == peer_calls.answers(), out
     assert "peer access enabled: context on device 1 to device 0" in daemon.log()
 
 
@@ -445,7 +378,7 @@ def test_peers_of_two_backends_share_no_memory(start_pvgpud, libdir, tmp_path):
     without asking, refuses peer access as the driver does, and stages a
     copy between them through the guest."""
     a, b = start_pvgpud("sim"), start_pvgpud("sim")
-    out, err = run_guest_script(tmp_path, PEER_DRIVER_SCRIPT.replace(
+    out, err = run_guest_script(tmp_path, peer_calls.SCRIPT.replace(
         'must("cuDeviceCanAccessPeer", ctypes.byref(val), 1, 0)\nprint("can", val.value)\n'
         'ask("cuDeviceCanAccessPeer", ctypes.byref(val), 1, 2)',
         'must("cuDeviceCanAccessPeer", ctypes.byref(val), 1, 0)\nprint("can", val.value)\n'
@@ -457,8 +390,8 @@ def test_peers_of_two_backends_share_no_memory(start_pvgpud, libdir, tmp_path):
                    "PASS"], out
     assert "device 0 to device 1 staged through the guest" in err, err[-3000:]
     # The bytes went up from one node and down to the other.
-    assert re.search(r"session \d+ end: .*, 4096 B from device", a.log()), a.log()[-3000:]
-    assert re.search(r"session \d+ end: .*, 4096 B to device", b.log()), b.log()[-3000:]
+    a.wait_log(r"session \d+ end: .*, 4096 B from device")
+    b.wait_log(r"session \d+ end: .*, 4096 B to device")
 
 
 # --- policy per GPU ----------------------------------------------------------

@@ -175,7 +175,9 @@ int main(int argc, char **argv)
     /* Peer access. */
     CHECK(cudaSetDevice(1));
     EXPECT_ERROR("enable peer access to itself",
-                 cudaDeviceEnablePeerAccess(1, 0), cudaErrorInvalidDevice);
+                 cudaDeviceEnablePeerAccess(1, 0), cudaErrorPeerAccessUnsupported);
+    EXPECT_ERROR("disable peer access to itself",
+                 cudaDeviceDisablePeerAccess(1), cudaErrorPeerAccessNotEnabled);
     if (!can10) {
         EXPECT_ERROR("enable peer access 1->0",
                      cudaDeviceEnablePeerAccess(0, 0),

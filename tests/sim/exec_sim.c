@@ -2523,8 +2523,8 @@ static int32_t sim_ctx_enable_peer_access(struct pvgpu_exec *ex,
 	p = obj_find(ex, peer_ctx, SIM_CTX);
 	if (!p)
 		return CUDA_ERROR_INVALID_CONTEXT;
-	if (p->u.ctx.dev == ex->cur->u.ctx.dev)
-		return CUDA_ERROR_INVALID_DEVICE;
+	/* A context of the same device included (can_peer: a device is
+	 * not its own peer), as NVIDIA's driver answers. */
 	if (!can_peer(ex, ex->cur->u.ctx.dev, p->u.ctx.dev))
 		return CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
 	if (ctx_has_peer(ex->cur, p))
@@ -2557,8 +2557,9 @@ static int32_t sim_ctx_disable_peer_access(struct pvgpu_exec *ex,
 }
 
 /*
- * [ptr, ptr + size) in one allocation on the device of context ctx (any
- * context there: under unified addressing the pointer says where it is).
+ * [ptr, ptr + size) in one allocation, of any device: under unified
+ * addressing the pointer says where it is, and NVIDIA's driver copies
+ * memory of another device than the context named with it says.
  */
 static unsigned char *peer_bytes(struct pvgpu_exec *ex, uint64_t ctx,
 				 uint64_t ptr, uint64_t size, int32_t *rc)
@@ -2575,7 +2576,7 @@ static unsigned char *peer_bytes(struct pvgpu_exec *ex, uint64_t ctx,
 		return NULL;
 	}
 	a = alloc_range(ex, ptr, size);
-	if (!a || a->dev != c->u.ctx.dev) {
+	if (!a) {
 		*rc = CUDA_ERROR_INVALID_VALUE;
 		return NULL;
 	}
