@@ -21,6 +21,10 @@ logs=$1
 shift
 mkdir -p "$logs" || exit 1
 
+# CPU seconds of this shell's finished children so far: `times` in this
+# shell (not in $(...), whose subshell has no children of its own).
+cpu_seconds="$(dirname "$0")/../scripts/cpu-seconds.sh"
+
 failed=()
 took=()
 while [ $# -gt 0 ]; do
@@ -28,16 +32,20 @@ while [ $# -gt 0 ]; do
     shift 2
     echo "==== make test: $name: $cmd"
     start=$SECONDS
+    times >"$logs/.times"
+    cpu0=$("$cpu_seconds" "$logs/.times")
     bash -c "$cmd" 2>&1 | tee "$logs/$name.log"
     rc=${PIPESTATUS[0]}
-    took+=("$name $((SECONDS - start))s")
+    times >"$logs/.times"
+    took+=("$name $((SECONDS - start))s/$(( $("$cpu_seconds" "$logs/.times") - cpu0 ))cpu")
     if [ "$rc" != 0 ]; then
         failed+=("$name")
         echo "==== make test: $name failed (exit $rc), going on"
     fi
 done
 
-# What each pass took, so a run that grew slow says where.
+# What each pass took, in seconds and CPU seconds, so a run that grew slow
+# says where (a background suite's own figures are in its section).
 echo "==== make test: time per pass: $(IFS=,; echo "${took[*]}" | sed 's/,/, /g')"
 if [ ${#failed[@]} = 0 ]; then
     echo "==== make test: every pass succeeded"
