@@ -80,8 +80,7 @@ def wait_live(daemon, live=0, timeout=10.0):
 
 def worker_pid(daemon, session_id):
     """The pid of the worker serving session session_id (hello's
-    session_id), from its session-start line."""
-    m = re.search(r"session %d start: .*\(worker pid (\d+)\)" % session_id,
-                  daemon.log())
-    assert m, daemon.log()
-    return int(m.group(1))
+    session_id), from its session-start line (which the supervisor may
+    write after the worker has answered the hello)."""
+    pattern = r"session %d start: .*\(worker pid (\d+)\)" % session_id
+    return int(re.search(pattern, daemon.wait_log(pattern)).group(1))
