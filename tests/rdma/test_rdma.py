@@ -90,7 +90,10 @@ step() { echo "step $1 at $(cut -d' ' -f1 /proc/uptime) s"; }
 # one-line control port (busybox nc): ping, alive NAME, kill NAME (kill
 # -9), perf TOOL ARGS (a perftest server), done.
 NODE_B = SETUP + r"""
-pvgpud_start direct --listen verbs://$B:7471 --executor sim --tcp-token tok-direct
+# direct waits 30 s for a silent guest (not the default 10): the
+# stopped-reader case stops its guest 8 s, and node A's TCG guest beside
+# a CPU hog may take seconds more to read on.
+pvgpud_start direct --listen "verbs://$B:7471?timeout=30" --executor sim --tcp-token tok-direct
 pvgpud_start nodeb --listen verbs://$B:7472 --executor sim --tcp-token tok-b
 cat > /tmp/ctl <<'CTL'
 #!/bin/sh
@@ -238,20 +241,22 @@ run_case after-frozen verbs://$A:7477 tok-f /pvgpu/bin/devices
 echo "case frozen-alive rc=0 alive=$(alive $PID_frozen)"
 
 step stopped-reader
-# A guest stopped past its own timeout (2 s) while the rest of a reply
+# A guest stopped past its own timeout (5 s) while the rest of a reply
 # arrives, four times: resumed, it reads what came and goes on (node B's
-# worker, 10 s, waits for it).  Pageable D2H: the guest waits in the
+# worker, 30 s, waits for it).  Pageable D2H: the guest waits in the
 # middle of each 1 MiB frame for its next slots.  4 x 16 MiB (and one
-# untimed): some 13 s of copying at TCG's 6 MB/s besides the 16 s
+# untimed): some 13 s of copying at TCG's 6 MB/s besides the 32 s
 # stopped, where the four stops need the copy to last past the 4 s it
 # runs between them; a slower (busier) machine only stretches the copy.
-PVGPU_DEVICES="verbs://$B:7471?timeout=2" PVGPU_TOKEN=tok-direct pvgpu-bandwidth --sizes 16M --reps 4 --dir d2h --memory pageable > /tmp/stopped-reader.out 2>&1 &
+# The guest's timeout counts node B's silence while the guest runs: 2 s
+# was overrun by node B's TCG guest beside a CPU hog.
+PVGPU_DEVICES="verbs://$B:7471?timeout=5" PVGPU_TOKEN=tok-direct pvgpu-bandwidth --sizes 16M --reps 4 --dir d2h --memory pageable > /tmp/stopped-reader.out 2>&1 &
 bw=$!
 stops=0   # those that found the copy still running (not a zombie)
 for k in 1 2 3 4; do
     sleep 1
     grep -q "^State:.[RSD]" /proc/$bw/status 2>/dev/null && stops=$((stops+1))
-    kill -STOP $bw 2>/dev/null; sleep 4; kill -CONT $bw 2>/dev/null
+    kill -STOP $bw 2>/dev/null; sleep 8; kill -CONT $bw 2>/dev/null
 done
 wait $bw; echo "case stopped-reader rc=$? stops=$stops"
 tail -n 3 /tmp/stopped-reader.out | sed 's/^/stopped-reader: /'
@@ -577,7 +582,7 @@ def test_frozen_peer_ends_its_session_after_the_timeout(console):
 
 
 def test_guest_stopped_past_its_timeout_reads_on(console):
-    """A guest stopped (SIGSTOP, 4 s) past its own ?timeout=2 while its
+    """A guest stopped (SIGSTOP, 8 s) past its own ?timeout=5 while its
     copy's slots arrive: resumed, it looks at what came before it judges
     the peer, and the program finishes with its bytes verified."""
     code, line = rc(console, "stopped-reader")
