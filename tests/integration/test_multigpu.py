@@ -23,6 +23,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import pvgpu_wire as W  # noqa: E402
 from pvgpu_sessions import hello_session as session, wait_live  # noqa: E402
 import pvgpu_peer as peer_calls  # noqa: E402
+from pvgpu_peer import (CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_INVALID_DEVICE,  # noqa: E402
+                        CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED,
+                        CUDA_ERROR_PEER_ACCESS_NOT_ENABLED,
+                        CUDA_ERROR_PEER_ACCESS_UNSUPPORTED)
 from pvgpu_guest import SCRIPT_PRELUDE, guest_env, run_guest_script  # noqa: E402
 sys.path.insert(0, os.path.dirname(__file__))
 # NVIDIA's runtime and pvgpu's libcuda.so.1 in one folder (a fixture).
@@ -34,15 +38,9 @@ TEST_TWINS = BUILD / "tests" / "sim-twins" / "libtest-twins.so"
 BENCH_TWINS = BUILD / "tests" / "sim-twins" / "libbench-twins.so"
 FAIR = BUILD / "bench" / "pvgpu-fair"
 
-CUDA_ERROR_INVALID_VALUE = 1
 CUDA_ERROR_OUT_OF_MEMORY = 2
 CUDA_ERROR_DEVICE_UNAVAILABLE = 46
-CUDA_ERROR_INVALID_DEVICE = 101
-CUDA_ERROR_INVALID_CONTEXT = 201
-CUDA_ERROR_PEER_ACCESS_UNSUPPORTED = 217
 CUDA_ERROR_INVALID_HANDLE = 400
-CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704
-CUDA_ERROR_PEER_ACCESS_NOT_ENABLED = 705
 P2P_ACCESS_SUPPORTED = 2
 
 BOB_TOKEN = "bob-token-19"
