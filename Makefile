@@ -272,9 +272,10 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 # build; the main pass runs the rest and what only the plain build can
 # (markers set in tests/conftest.py).  The main pass needs only the plain
 # build, so it runs in the background (test-main) beside the sanitizer
-# build and pass: the sanitizer pass waits on its daemons more than it
-# computes (about 0.9 of 2 cores alone), and one after the other the two
-# left a core idle for minutes.
+# build and pass, as the VM suites do.  Alone the sanitizer pass uses
+# under half of two cores; beside everything else both are busy from the
+# build to the end either way, so make test's time is its CPU seconds
+# over the cores (each pass prints its own), wherever a pass runs.
 test: deps
 	$(MAKE) test-deploy-image-start
 	PVGPU_LEFT_OUT_SAID= $(MAKE) -j$(JOBS) all fuzz guest-driver build-minimal cross-arm64
