@@ -253,14 +253,14 @@ def virt_xml_validate():
 
 @pytest.mark.parametrize("kind", [spec.VSOCK_KERNEL, spec.VSOCK_VHOST_USER])
 @pytest.mark.parametrize("backing", ["", HUGEPAGES])
-def test_xml_validates_and_detach_restores(tmp_path, kind, backing):
+def test_xml_validates_and_detach_restores(tmp_path, run_dir, kind, backing):
     tool = virt_xml_validate()
     vm = "xmltest"
     original = BASE_XML.format(name=vm, memory_backing=backing)
     src = tmp_path / "domain.xml"
     src.write_text(original)
     out = run_vm("xml", vm, "--domain-xml", str(src), "--vsock", kind, "--memory", "8G",
-                 run_dir=tmp_path / "run").stdout
+                 run_dir=run_dir).stdout
     attached = tmp_path / "attached.xml"
     attached.write_text(out)
     check = subprocess.run([tool, str(attached), "domain"], capture_output=True, text=True)
@@ -299,14 +299,14 @@ def test_xml_validates_and_detach_restores(tmp_path, kind, backing):
                           "id": "pvgpu-vsock-dev", "bus": "pci.0", "addr": "0x1e"}
 
     removed = run_vm("xml", vm, "--domain-xml", str(attached), "--remove",
-                     run_dir=tmp_path / "run").stdout
+                     run_dir=run_dir).stdout
     assert canonical(removed) == canonical(original)
 
 
-def test_xml_fragments(tmp_path):
-    out = run_vm("xml", "frag", "--vsock", "kernel", run_dir=tmp_path).stdout
+def test_xml_fragments(run_dir):
+    out = run_vm("xml", "frag", "--vsock", "kernel", run_dir=run_dir).stdout
     assert "<vsock model=\"virtio\">" in out and "<model type=\"ivshmem-plain\" />" in out
-    out = run_vm("xml", "frag", "--vsock", "vhost-user", run_dir=tmp_path).stdout
+    out = run_vm("xml", "frag", "--vsock", "vhost-user", run_dir=run_dir).stdout
     assert "<qemu:commandline" in out and "<source type=\"memfd\" />" in out
 
 
@@ -522,7 +522,7 @@ def test_qemu_starts_with_generated_args(tmp_path, run_dir, shm_name):
                              run_dir=run_dir).stdout)
     sup = subprocess.Popen([str(PVGPU_VM), "--run-dir", str(run_dir), "supervise", shm_name,
                             "--vhost-device-vsock", vdv], stderr=subprocess.DEVNULL)
-    qmp_path = tmp_path / "qmp.sock"
+    qmp_path = run_dir / "qmp.sock"
     vm = None
     try:
         wait_for(lambda: (run_dir / "vsock" / shm_name / "vhost.sock").exists(),
