@@ -88,7 +88,8 @@ step() { echo "step $1 at $(cut -d' ' -f1 /proc/uptime) s"; }
 # Node B: a pvgpud a guest reaches directly (direct) and one behind node
 # A's front (nodeb), both --executor sim; node A drives it through a
 # one-line control port (busybox nc): ping, alive NAME, kill NAME (kill
-# -9), perf TOOL ARGS (a perftest server), done.
+# -9), sessions NAME (how many it admitted), perf TOOL ARGS (a perftest
+# server), done.
 NODE_B = SETUP + r"""
 # direct waits 30 s for a silent guest (not the default 10): the
 # stopped-reader case stops its guest 8 s, and node A's TCG guest beside
@@ -105,6 +106,7 @@ kill) kill -9 "$(cat /tmp/$arg.pid)"; echo killed ;;
 perf) timeout -s KILL 90 "$arg" -R -F $rest < /dev/null > /tmp/$arg-srv.log 2>&1 &
       echo started ;;
 show) tail -n 12 /tmp/$arg-srv.log ;;
+sessions) grep -c ' start: ' /tmp/$arg.log ;;
 listening) rdma resource show cm_id | grep -qE "LISTEN.*:$arg( |$)" && echo yes || echo no ;;
 stats) rdma statistic show link rxe0/1 ;;
 done) touch /tmp/done; echo bye ;;
@@ -250,8 +252,15 @@ step stopped-reader
 # runs between them; a slower (busier) machine only stretches the copy.
 # The guest's timeout counts node B's silence while the guest runs: 2 s
 # was overrun by node B's TCG guest beside a CPU hog.
+# The stops start once node B has admitted the guest: one landing before
+# its hello (due within 5 s) tests the hello's deadline instead, and on a
+# busy machine the program may take seconds to get that far.
+before=$(ctl sessions direct)
 PVGPU_DEVICES="verbs://$B:7471?timeout=5" PVGPU_TOKEN=tok-direct pvgpu-bandwidth --sizes 16M --reps 4 --dir d2h --memory pageable > /tmp/stopped-reader.out 2>&1 &
 bw=$!
+i=0; while [ "$(ctl sessions direct)" = "$before" ] && kill -0 $bw 2>/dev/null && [ $i -lt 30 ]; do
+    sleep 1; i=$((i+1)); done
+echo "stopped-reader: admitted after ~${i} s"
 stops=0   # those that found the copy still running (not a zombie)
 for k in 1 2 3 4; do
     sleep 1
