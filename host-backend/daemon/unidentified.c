@@ -85,24 +85,92 @@ void pvgpu_unid_forget(struct pvgpu_unidentified *u)
 	u->n = 0;
 }
 
+/* FNV-1a: spreads the addresses of most_crowded()'s table. */
+static uint32_t addr_hash(const char *a)
+{
+	uint32_t h = 2166136261u;
+
+	while (*a)
+		h = (h ^ (uint8_t)*a++) * 16777619u;
+	return h;
+}
+
+/*
+ * The connection to close to make room, when the set is full, for one
+ * more from an address that has same waiting: the oldest from the
+ * address with the most, if that is more than same + 1 (so that the
+ * newcomer's address ends with fewer than it had).  -1: none, or no
+ * memory to count with.  One pass over the set with a table of the
+ * addresses seen: the set is full only while somebody fills it.
+ */
+static int most_crowded(const struct pvgpu_unidentified *u, unsigned int same)
+{
+	struct slot { unsigned int count, oldest; } *t;
+	unsigned int size = 2, best = 0, victim = 0;
+
+	while (size < 2 * u->n)
+		size *= 2;
+	t = calloc(size, sizeof(*t));
+	if (!t)
+		return -1;
+	for (unsigned int i = 0; i < u->n; i++) {
+		const struct pvgpu_pending *p = u->v[i];
+		unsigned int k = addr_hash(p->peer.addr) & (size - 1);
+
+		/* Linear probing: the table is never more than half full. */
+		while (t[k].count &&
+		       strcmp(u->v[t[k].oldest]->peer.addr, p->peer.addr))
+			k = (k + 1) & (size - 1);
+		if (!t[k].count || p->deadline_ns < u->v[t[k].oldest]->deadline_ns)
+			t[k].oldest = i;
+		if (++t[k].count > best) {
+			best = t[k].count;
+			victim = t[k].oldest;
+		} else if (t[k].count == best &&
+			   u->v[t[k].oldest]->deadline_ns < u->v[victim]->deadline_ns) {
+			victim = t[k].oldest;
+		}
+	}
+	free(t);
+	return best > same + 1 ? (int)victim : -1;
+}
+
 int pvgpu_unid_add(struct pvgpu_unidentified *u, struct pvgpu_listener *l,
 		   const struct pvgpu_peer *peer, struct pvgpu_conn *conn)
 {
 	struct pvgpu_pending *p = NULL;
 	unsigned int same = 0;
+	int victim = -1;
 
 	for (unsigned int i = 0; i < u->n; i++)
 		same += !strcmp(u->v[i]->peer.addr, peer->addr);
-	if (u->n >= u->max)
-		say(&u->full, "closed %s via %s at once: %u connection(s) wait for their hello already (--max-unidentified)",
-		    peer->identity, l->uri, u->n);
-	else if (same >= u->per_addr)
+	if (same >= u->per_addr) {
 		say(&u->crowded, "closed %s via %s at once: %u connection(s) from %s wait for their hello already (a quarter of --max-unidentified)",
 		    peer->identity, l->uri, same, peer->addr);
-	else if (!(p = malloc(sizeof(*p))))
-		log_error("out of memory for %s's hello: closed", peer->identity);
-	if (!p)
 		goto err_conn;
+	}
+	/*
+	 * Full: room is made at the expense of the address that holds the
+	 * most, so that silent sockets from a few hosts cannot keep out the
+	 * hellos of the many (the budget ends shared about evenly between
+	 * the addresses that want it).
+	 */
+	if (u->n >= u->max && (victim = most_crowded(u, same)) < 0) {
+		say(&u->full, "closed %s via %s at once: %u connection(s) wait for their hello already (--max-unidentified)",
+		    peer->identity, l->uri, u->n);
+		goto err_conn;
+	}
+	p = malloc(sizeof(*p));
+	if (!p) {
+		log_error("out of memory for %s's hello: closed", peer->identity);
+		goto err_conn;
+	}
+	if (victim >= 0) {
+		say(&u->evicted, "closed %s via %s, still without a hello, for %s: --max-unidentified is full and %s holds the most of it",
+		    u->v[victim]->peer.identity, u->v[victim]->l->uri,
+		    peer->identity, u->v[victim]->peer.addr);
+		drop(u, (unsigned int)victim);
+	}
 	p->conn = conn;
 	p->peer = *peer;
 	p->l = l;

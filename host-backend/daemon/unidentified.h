@@ -13,10 +13,14 @@
  * it can never take a known VM's: at most max connections at once, and at
  * most a quarter of that (at least one) from one source address, so one
  * host's silent sockets leave room for the others'.  A connection past
- * either is closed as soon as it is accepted; one that has not sent its
- * whole hello by its deadline is closed then.  What a caller can make
- * happen at will (those two, a first message that is no hello) is logged
- * at most once a second for each, saying how many more went unsaid.
+ * the quarter is closed as soon as it is accepted.  When the whole budget
+ * is taken, a newcomer closes the oldest connection of the address that
+ * holds the most, if that address holds two more than the newcomer's
+ * (else the newcomer is closed at once): a few hosts' silent sockets
+ * cannot keep the others' hellos out.  One that has not sent its whole
+ * hello by its deadline is closed then.  What a caller can make happen at
+ * will (those closings, a first message that is no hello) is logged at
+ * most once a second for each, saying how many more went unsaid.
  */
 #ifndef PVGPU_UNIDENTIFIED_H
 #define PVGPU_UNIDENTIFIED_H
@@ -52,7 +56,7 @@ struct pvgpu_unidentified {
 	unsigned int max;		/* --max-unidentified */
 	unsigned int per_addr;		/* from one source address */
 	uint64_t timeout_ns;		/* --hello-timeout */
-	struct pvgpu_saylimit full, crowded, late, broken;
+	struct pvgpu_saylimit full, crowded, evicted, late, broken;
 };
 
 /* 0, or -1 (out of memory). */
@@ -64,8 +68,9 @@ void pvgpu_unid_fini(struct pvgpu_unidentified *u);
 void pvgpu_unid_forget(struct pvgpu_unidentified *u);
 
 /*
- * Hold conn, just accepted on l, until its hello: 0; or -1 when the
- * budget has no room (conn is closed then, and the closing logged).
+ * Hold conn, just accepted on l, until its hello: 0 (another caller's
+ * connection may have been closed for it); or -1 when the budget has no
+ * room (conn is closed then, and the closing logged).
  */
 int pvgpu_unid_add(struct pvgpu_unidentified *u, struct pvgpu_listener *l,
 		   const struct pvgpu_peer *peer, struct pvgpu_conn *conn);

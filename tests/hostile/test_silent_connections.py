@@ -4,8 +4,9 @@ A TCP caller is known only by the token in its hello, so until the hello
 is here it must cost no worker and no session slot: pvgpud reads it in the
 supervisor, closes a connection that has not sent it within --hello-timeout
 (default 5 s), and keeps such connections to a budget of their own
-(--max-unidentified, default 32, a quarter of it per source address),
-closing those past it at once.  Known VMs meanwhile get their sessions.
+(--max-unidentified, default 32, a quarter of it per source address,
+shared out between the addresses that want it once it is full), closing
+those past it at once.  Known VMs meanwhile get their sessions.
 
 The silent sockets come from other loopback addresses (127.0.0.2 and up)
 than the known callers, as another host's would.  Every wait is bounded,
@@ -169,47 +170,65 @@ def test_hello_timeout_takes_fractions(start_pvgpud, tmp_path):
         s.close()
 
 
-def test_the_budget_refuses_extra_unidentified_callers_at_once(start_pvgpud, tmp_path):
-    """A quarter of --max-unidentified per address, the whole of it over all
-    addresses: past either a new connection is closed at once, with a
-    line or so a second in the log; a known VM is served throughout."""
-    daemon = policy_daemon(start_pvgpud, tmp_path)
+def test_the_budget_is_shared_between_the_addresses_that_want_it(start_pvgpud, tmp_path):
+    """A quarter of --max-unidentified per address: past it a new
+    connection is closed at once.  The whole of it taken by four
+    addresses, a fifth's callers still get in, each closing the oldest
+    connection of the address that holds the most, until the five hold
+    about as many each (none two more than another); past that a new one
+    is closed at once.  A line or so a second in the log; a known VM is
+    served throughout."""
+    # The deadline far off: what is closed here is closed for the budget.
+    daemon = policy_daemon(start_pvgpud, tmp_path, ["--hello-timeout", "120"])
     pid = daemon.proc.pid
-    sources = {f"127.0.0.{a}" for a in range(2, 2 + DEFAULT_BUDGET // PER_ADDRESS)}
-    held, refused = [], []
+    first = [f"127.0.0.{a}" for a in range(2, 2 + DEFAULT_BUDGET // PER_ADDRESS)]
+    newcomer = "127.0.0.100"
+    held, refused, came = [], [], []
     try:
-        held += [connect(daemon, "127.0.0.2") for _ in range(PER_ADDRESS)]
-        extra = connect(daemon, "127.0.0.2")
+        held += [connect(daemon, first[0]) for _ in range(PER_ADDRESS)]
+        extra = connect(daemon, first[0])
         assert closed(extra, timeout=10), "over the per-address budget, yet open"
         refused.append(extra)
-        for a in range(3, 3 + DEFAULT_BUDGET // PER_ADDRESS - 1):
-            held += [connect(daemon, f"127.0.0.{a}") for _ in range(PER_ADDRESS)]
+        for a in first[1:]:
+            held += [connect(daemon, a) for _ in range(PER_ADDRESS)]
         wait_for("pvgpud to hold the silent sockets",
-                 lambda: held_from(pid, sources) == DEFAULT_BUDGET)
+                 lambda: held_from(pid, first) == DEFAULT_BUDGET)
         t0 = time.monotonic()
-        for _ in range(20):
-            s = connect(daemon, "127.0.0.100")
-            refused.append(s)
-        for s in refused[1:]:
-            assert closed(s, timeout=10), "over the budget, yet open"
+        came = [connect(daemon, newcomer) for _ in range(20)]
+        # Each of the first ones got in at someone else's expense; then
+        # the shares are even and the rest are closed at once.
+        share = DEFAULT_BUDGET // (len(first) + 1)
+        for s in came[share:]:
+            assert closed(s, timeout=10), "the budget is shared out, yet open"
+        wait_for("the newcomer's share", lambda: held_from(pid, [newcomer]) == share)
+        assert all(still_open(s, 0.1) for s in came[:share])
+        counts = [held_from(pid, [a]) for a in first]
+        assert sum(counts) + share == DEFAULT_BUDGET, counts
+        assert min(counts) >= share and max(counts) <= share + 1, counts
+        # Those closed for the newcomer were each address's oldest.
+        gone = [s for s in held if not still_open(s, 0.1)]
+        assert len(gone) == share
         elapsed = time.monotonic() - t0
-        assert all(still_open(s, 0.1) for s in held)
         assert children(pid) == []
         log = daemon.log()
-        lines = [line for line in log.splitlines() if " at once: " in line]
+        lines = [line for line in log.splitlines()
+                 if " at once: " in line or "still without a hello" in line]
         assert any("connection(s) from 127.0.0.2 wait for their hello already" in line
+                   for line in lines), log[-3000:]
+        assert any(f"for tcp:{newcomer}:" in line and "holds the most of it" in line
                    for line in lines), log[-3000:]
         assert any("32 connection(s) wait for their hello already (--max-unidentified)" in line
                    for line in lines), log[-3000:]
-        # At most one line a second (and the per-address one before).
-        assert len(lines) <= 2 + int(elapsed), lines
+        # At most one line a second of each kind.
+        assert len(lines) <= 3 * (1 + int(elapsed)), lines
         # Callers the channel names are not in that budget.
         alice = unix_session(daemon)
         assert alice.call("mem_alloc", size=4096)[0] == 0
         alice.close()
         # Room again once the silent ones go.
-        close_all(held)
-        wait_for("pvgpud to close what it held", lambda: held_from(pid, sources) == 0)
+        close_all(held + came)
+        wait_for("pvgpud to close what it held",
+                 lambda: held_from(pid, first + [newcomer]) == 0)
         deadline = time.monotonic() + 20
         while True:
             try:
@@ -223,6 +242,7 @@ def test_the_budget_refuses_extra_unidentified_callers_at_once(start_pvgpud, tmp
     finally:
         close_all(held)
         close_all(refused)
+        close_all(came)
 
 
 @pytest.mark.parametrize("args", [["--hello-timeout", "0"], ["--hello-timeout", "5x"],
