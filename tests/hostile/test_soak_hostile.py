@@ -189,6 +189,21 @@ class Guest(Worker):
         super().close()
 
 
+def what_pvgpud_said(log, errors):
+    """For a failure's message: pvgpud's lines on the addresses the errors
+    name (a good VM's own, and the budget's), else its log's end."""
+    addrs = set(re.findall(r"\((127\.0\.1\.\d+)\)", " ".join(errors)))
+    lines = log.splitlines()
+    mine = [line for line in lines
+            if any(f"tcp:{a}:" in line for a in addrs) and " start: " not in line
+            and " is vm " not in line]
+    budget = [line for line in lines if "--max-unidentified" in line or "--hello-timeout" in line]
+    if not mine and not budget:
+        return log[-4000:]
+    return "\n".join(["pvgpud on those addresses:", *mine[-30:],
+                      "pvgpud on its hello budget:", *budget[-15:]])
+
+
 def good_loop(daemon, vm, index, image, stop, stats, rng, delay):
     time.sleep(delay)
     source = address(int(vm.name[4:]))
@@ -196,8 +211,10 @@ def good_loop(daemon, vm, index, image, stop, stats, rng, delay):
     while not stop.is_set():
         g = Guest(daemon, vm, index, image, source, timeout=60)
         t0 = time.monotonic()
+        phase = "hello"
         try:
             tries = g.open()
+            phase = "setup"
             took = time.monotonic() - t0
             with stats.lock:
                 stats.admit.append(took)
@@ -210,6 +227,7 @@ def good_loop(daemon, vm, index, image, stop, stats, rng, delay):
             for _ in range(rng.randint(*LIFE)):
                 if stop.is_set():
                     break
+                phase = f"round {did + 1}"
                 if g.round(i):
                     did += 1
                     stats.round_done(vm.name)
@@ -219,7 +237,8 @@ def good_loop(daemon, vm, index, image, stop, stats, rng, delay):
                 with stats.lock:
                     stats.sessions[vm.name] = stats.sessions.get(vm.name, 0) + 1
         except Exception as e:  # noqa: BLE001 - every failure is a finding
-            vm.errors.append(f"{vm.name} session {index}: {e!r}")
+            vm.errors.append(f"{vm.name} session {index} ({source}): {e!r} at {phase}, "
+                             f"{time.monotonic() - t0:.2f} s after it connected")
             return
         finally:
             g.close()
@@ -521,7 +540,7 @@ def test_hostile_soak(start_pvgpud, tmp_path):
 
         errors = [e for vm in good for e in vm.errors] + stats.problems
         assert not errors, f"seed {seed}:\n" + "\n".join(errors[:20]) + \
-            "\n" + daemon.log()[-4000:]
+            "\n" + what_pvgpud_said(daemon.log(), errors)
         assert all(n > 0 for n in served), served
         assert admit[-1] <= ADMIT_BOUND_S
         assert stats.worst_gap[0] <= ADMIT_BOUND_S, stats.worst_gap
