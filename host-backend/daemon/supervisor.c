@@ -571,15 +571,31 @@ static int identify_vm(struct pvgpu_supervisor *sv,
 	return 0;
 }
 
-static void say_refused(const struct pvgpu_listener *l,
+/*
+ * A refused caller's line, under its source's limit: its network address,
+ * else its VM, else who the channel says it is, less the pid (a uid's
+ * callers are one source however many processes they run).
+ */
+static void say_refused(struct pvgpu_supervisor *sv,
+			const struct pvgpu_listener *l,
 			const struct pvgpu_peer *peer,
 			const struct pvgpu_pending *hello, const char *why)
 {
-	if (hello)
-		log_warn("%s via %s: refused at hello: %s", peer->identity,
-			 l->uri, why);
+	char source[64];
+
+	if (peer->addr[0])
+		snprintf(source, sizeof(source), "%s", peer->addr);
+	else if (peer->vm.name[0])
+		snprintf(source, sizeof(source), "vm %.60s", peer->vm.name);
 	else
-		log_warn("refused %s via %s: %s", peer->identity, l->uri, why);
+		snprintf(source, sizeof(source), "%.*s",
+			 (int)strcspn(peer->identity, ","), peer->identity);
+	if (hello)
+		pvgpu_say_from(&sv->refused, source, "%s via %s: refused at hello: %s",
+			       peer->identity, l->uri, why);
+	else
+		pvgpu_say_from(&sv->refused, source, "refused %s via %s: %s",
+			       peer->identity, l->uri, why);
 }
 
 /*
@@ -608,7 +624,7 @@ static void start_session(struct pvgpu_supervisor *sv, struct pvgpu_listener *l,
 
 		if (pvgpu_identity_set(&want, PVGPU_ID_TOKEN, sv->tcp_token) ||
 		    !pvgpu_identity_equal(&want, &peer->id)) {
-			say_refused(l, peer, hello, "wrong or missing token");
+			say_refused(sv, l, peer, hello, "wrong or missing token");
 			goto err_conn;
 		}
 	}
@@ -616,12 +632,12 @@ static void start_session(struct pvgpu_supervisor *sv, struct pvgpu_listener *l,
 	if (!slot) {
 		snprintf(why, sizeof(why), "all %u session slots are in use",
 			 sv->acct->nslots);
-		say_refused(l, peer, hello, why);
+		say_refused(sv, l, peer, hello, why);
 		goto err_conn;
 	}
 	if ((sv->policy || sv->registry) &&
 	    pvgpu_admit(sv->policy, sv->acct, slot, peer, why, sizeof(why))) {
-		say_refused(l, peer, hello, why);
+		say_refused(sv, l, peer, hello, why);
 		goto err_slot;
 	}
 	slot->session_id = sv->next_session++;
@@ -732,8 +748,10 @@ static void accept_caller(struct pvgpu_supervisor *sv, struct pvgpu_listener *l)
 		return;
 	}
 	if (identify_vm(sv, l, &peer)) {
-		log_warn("refused %s via %s: vm %s is no longer registered",
-			 peer.identity, l->uri, l->vm);
+		char why[96];
+
+		snprintf(why, sizeof(why), "vm %s is no longer registered", l->vm);
+		say_refused(sv, l, &peer, NULL, why);
 		conn->ops->release(conn);
 		if (l->ops->done)
 			l->ops->done(l, peer.cookie);

@@ -26,6 +26,8 @@ struct pvgpu_supervisor {
 	int nlisteners;
 	/* Callers who name themselves in their hello, until they have. */
 	struct pvgpu_unidentified unid;
+	/* Refusals a caller can repeat at will: lines a second apart, per source. */
+	struct pvgpu_saysources refused;
 	struct pollfd *pfd;		/* what the event loop polls */
 	const char *tcp_token;		/* --tcp-token; NULL: any */
 	int sigfd;			/* signalfd: TERM, INT, HUP, CHLD */

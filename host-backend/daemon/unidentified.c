@@ -1,7 +1,6 @@
 /* unidentified.c - callers waiting to say who they are (see unidentified.h). */
 #include <errno.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,36 +9,6 @@
 #include "clock.h"
 #include "log.h"
 #include "unidentified.h"
-
-static void say(struct pvgpu_saylimit *sl, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-
-/*
- * One warning line, unless one like it went out less than a second ago:
- * a caller can make these as fast as it can connect, and the log must
- * stay readable (and its disk not fill) for everybody else's lines.
- */
-static void say(struct pvgpu_saylimit *sl, const char *fmt, ...)
-{
-	uint64_t now = pvgpu_now_ns();
-	char line[400];
-	va_list ap;
-
-	if (now < sl->next_ns) {
-		sl->unsaid++;
-		return;
-	}
-	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
-	va_end(ap);
-	if (sl->unsaid)
-		log_warn("%s (and %lu more like it since the last such line)",
-			 line, sl->unsaid);
-	else
-		log_warn("%s", line);
-	sl->unsaid = 0;
-	sl->next_ns = now + 1000000000ull;
-}
 
 int pvgpu_unid_init(struct pvgpu_unidentified *u, unsigned int max,
 		    uint64_t timeout_ms)
@@ -145,7 +114,7 @@ int pvgpu_unid_add(struct pvgpu_unidentified *u, struct pvgpu_listener *l,
 	for (unsigned int i = 0; i < u->n; i++)
 		same += !strcmp(u->v[i]->peer.addr, peer->addr);
 	if (same >= u->per_addr) {
-		say(&u->crowded, "closed %s via %s at once: %u connection(s) from %s wait for their hello already (a quarter of --max-unidentified)",
+		pvgpu_say(&u->crowded, "closed %s via %s at once: %u connection(s) from %s wait for their hello already (a quarter of --max-unidentified)",
 		    peer->identity, l->uri, same, peer->addr);
 		goto err_conn;
 	}
@@ -156,7 +125,7 @@ int pvgpu_unid_add(struct pvgpu_unidentified *u, struct pvgpu_listener *l,
 	 * the addresses that want it).
 	 */
 	if (u->n >= u->max && (victim = most_crowded(u, same)) < 0) {
-		say(&u->full, "closed %s via %s at once: %u connection(s) wait for their hello already (--max-unidentified)",
+		pvgpu_say(&u->full, "closed %s via %s at once: %u connection(s) wait for their hello already (--max-unidentified)",
 		    peer->identity, l->uri, u->n);
 		goto err_conn;
 	}
@@ -166,7 +135,7 @@ int pvgpu_unid_add(struct pvgpu_unidentified *u, struct pvgpu_listener *l,
 		goto err_conn;
 	}
 	if (victim >= 0) {
-		say(&u->evicted, "closed %s via %s, still without a hello, for %s: --max-unidentified is full and %s holds the most of it",
+		pvgpu_say(&u->evicted, "closed %s via %s, still without a hello, for %s: --max-unidentified is full and %s holds the most of it",
 		    u->v[victim]->peer.identity, u->v[victim]->l->uri,
 		    peer->identity, u->v[victim]->peer.addr);
 		drop(u, (unsigned int)victim);
@@ -195,17 +164,17 @@ static int hello_header(struct pvgpu_unidentified *u, struct pvgpu_pending *p,
 			struct pvgpu_hdr *h)
 {
 	if (pvgpu_hdr_decode(p->msg, h)) {
-		say(&u->broken, "closed %s via %s: its first message has a bad magic",
+		pvgpu_say(&u->broken, "closed %s via %s: its first message has a bad magic",
 		    p->peer.identity, p->l->uri);
 		return -1;
 	}
 	if (h->opcode != PVGPU_OP_HELLO) {
-		say(&u->broken, "closed %s via %s: its first message is opcode %#x, not hello",
+		pvgpu_say(&u->broken, "closed %s via %s: its first message is opcode %#x, not hello",
 		    p->peer.identity, p->l->uri, h->opcode);
 		return -1;
 	}
 	if (h->length > PVGPU_HELLO_REQ_MAX) {
-		say(&u->broken, "closed %s via %s: a hello of %u bytes, longer than any (%d)",
+		pvgpu_say(&u->broken, "closed %s via %s: a hello of %u bytes, longer than any (%d)",
 		    p->peer.identity, p->l->uri, h->length, PVGPU_HELLO_REQ_MAX);
 		return -1;
 	}
@@ -247,7 +216,7 @@ struct pvgpu_pending *pvgpu_unid_read(struct pvgpu_unidentified *u,
 		}
 	}
 	if (pvgpu_hello_req_decode(p->msg + PVGPU_HDR_SIZE, h.length, req)) {
-		say(&u->broken, "closed %s via %s: malformed hello",
+		pvgpu_say(&u->broken, "closed %s via %s: malformed hello",
 		    p->peer.identity, p->l->uri);
 		goto err_drop;
 	}
@@ -313,7 +282,7 @@ void pvgpu_unid_expire(struct pvgpu_unidentified *u)
 
 		if (now < p->deadline_ns)
 			continue;
-		say(&u->late, "closed %s via %s: no whole hello within %g s (--hello-timeout)",
+		pvgpu_say(&u->late, "closed %s via %s: no whole hello within %g s (--hello-timeout)",
 		    p->peer.identity, p->l->uri, (double)u->timeout_ns / 1e9);
 		drop(u, i);
 	}

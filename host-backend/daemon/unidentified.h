@@ -20,7 +20,7 @@
  * cannot keep the others' hellos out.  One that has not sent its whole
  * hello by its deadline is closed then.  What a caller can make happen at
  * will (those closings, a first message that is no hello) is logged at
- * most once a second for each, saying how many more went unsaid.
+ * most once a second for each (saylimit.h).
  */
 #ifndef PVGPU_UNIDENTIFIED_H
 #define PVGPU_UNIDENTIFIED_H
@@ -29,6 +29,7 @@
 
 #include "host.h"
 #include "pvgpu_proto.h"
+#include "saylimit.h"
 
 #define PVGPU_HELLO_TIMEOUT_MS		5000
 #define PVGPU_MAX_UNIDENTIFIED		32
@@ -42,12 +43,6 @@ struct pvgpu_pending {
 	uint64_t deadline_ns;		/* CLOCK_MONOTONIC */
 	uint32_t got;			/* bytes of msg read so far */
 	uint8_t msg[PVGPU_HDR_SIZE + PVGPU_HELLO_REQ_MAX];
-};
-
-/* At most one line a second; the next says how many were not written. */
-struct pvgpu_saylimit {
-	uint64_t next_ns;
-	unsigned long unsaid;
 };
 
 struct pvgpu_unidentified {
