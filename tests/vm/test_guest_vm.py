@@ -82,8 +82,11 @@ class Gate:
         self.conn = None
 
     def qemu_args(self):
-        return ["-chardev", f"socket,id=gate,path={self.path},server=on,wait=off",
-                "-device", "isa-serial,chardev=gate"]
+        # A serial port given at all ends -nographic's default one: the
+        # console is named again, first, so that it stays ttyS0.
+        return ["-serial", "mon:stdio",
+                "-chardev", f"socket,id=gate,path={self.path},server=on,wait=off",
+                "-serial", "chardev:gate"]
 
     def open(self):
         deadline = time.monotonic() + 30
