@@ -352,12 +352,7 @@ def short_tmp():
     shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.fixture
-def start_pvgpud():
-    """Factory: start_pvgpud(executor, extra_args=(), env=None) -> a running
-    Daemon; env adds variables to pvgpud's environment (PVGPU_SIM_TWINS, say).
-    Every daemon started is stopped at teardown, which checks that it exits 0 within 10 s
-    of SIGTERM (DESIGN §8) and that its log holds no sanitizer report."""
+def _pvgpud_factory():
     daemons = []
     workdirs = []  # short paths, as for short_tmp
 
@@ -389,6 +384,22 @@ def start_pvgpud():
         shutil.rmtree(workdir, ignore_errors=True)
     if problems:
         pytest.fail("\n\n".join(problems))
+
+
+@pytest.fixture
+def start_pvgpud():
+    """Factory: start_pvgpud(executor, extra_args=(), env=None) -> a running
+    Daemon; env adds variables to pvgpud's environment (PVGPU_SIM_TWINS, say).
+    Every daemon started is stopped at teardown, which checks that it exits 0 within 10 s
+    of SIGTERM (DESIGN §8) and that its log holds no sanitizer report."""
+    yield from _pvgpud_factory()
+
+
+@pytest.fixture(scope="module")
+def start_pvgpud_module():
+    """start_pvgpud for a module-scoped fixture (guests booted once for
+    several tests): the same checks, at the module's end."""
+    yield from _pvgpud_factory()
 
 
 @pytest.fixture
