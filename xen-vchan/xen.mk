@@ -78,7 +78,7 @@ endif
 # The suites that boot Xen (tests/xen/test_xen_boot.py: the bare vchan
 # pair and transport-vchan.so with two domUs; tests/xen/test_xen_pvgpud.py:
 # pvgpud in dom0 and the same two domUs), one boot for both
-# (tests/xen/conftest.py), 5-10 minutes on 2 shared cores under TCG, in a process of their own beside the rest
+# (tests/xen/conftest.py), 3-6 minutes on 2 shared cores under TCG, in a process of their own beside the rest
 # (tests/background.mk: `make test` starts test-xen once `make all` is done
 # and waits for it at the end).  The plain pytest run skips them.
 #

@@ -5,7 +5,7 @@ operator flow (`pvgpu-vm xen attach`'s policy and guest.conf alone).
 What runs where is xen_scenario.py's; its one boot (conftest.py) also
 serves test_xen_boot.py.
 
-About 5-8 minutes on 2 shared cores under TCG; `make test` runs it beside
+About 3-6 minutes on 2 shared cores under TCG; `make test` runs it beside
 the rest (make test-xen, xen-vchan/xen.mk, like tests/deploy).  Skipped, saying why,
 where Xen cannot be booted or vchan was left out of the build.
 """
