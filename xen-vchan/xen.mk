@@ -75,10 +75,10 @@ xen-vchan-skipped:
 	@echo "xen-vchan: left out (no libxen-dev: pkg-config xenvchan not found)"
 endif
 
-# The suites that boot Xen (tests/xen/test_xen_boot.py: one boot, the bare
-# vchan pair and transport-vchan.so with two domUs; tests/xen/test_xen_pvgpud.py:
-# one boot with pvgpud in dom0 and two domUs), 4-10 minutes on 2 shared
-# cores under TCG, in a process of their own beside the rest
+# The suites that boot Xen (tests/xen/test_xen_boot.py: the bare vchan
+# pair and transport-vchan.so with two domUs; tests/xen/test_xen_pvgpud.py:
+# pvgpud in dom0 and the same two domUs), one boot for both
+# (tests/xen/conftest.py), 3-6 minutes on 2 shared cores under TCG, in a process of their own beside the rest
 # (tests/background.mk: `make test` starts test-xen once `make all` is done
 # and waits for it at the end).  The plain pytest run skips them.
 #

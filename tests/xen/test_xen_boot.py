@@ -6,19 +6,15 @@ vchan-probe pair: the server in dom0, the client in the domU).
 Skipped, saying why, where Xen cannot be booted here: no qemu, no Debian
 kernel, no Xen packages (fetched into .deps/xen with apt-get download),
 no libxen libraries for xl (libxen-dev), or vchan left out of the build.
-Both tests share one boot (dom0, two domUs), a few minutes on 2 shared
-cores under TCG.
+Both tests read the one boot of `make test-xen` (conftest.py,
+xen_scenario.py: dom0, two domUs, the pvgpud scenario after these checks).
 Run by `make test-xen` (PVGPU_XEN_TESTS=1), which `make test` starts beside
 the rest; skipped, saying so, in the plain pytest run.
 """
-import importlib.util
 import os
-from pathlib import Path
+import re
 
 import pytest
-
-REPO = Path(__file__).resolve().parent.parent.parent
-BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
 
 pytestmark = [pytest.mark.xen]
 # Booting Xen under TCG takes minutes of both cores: make test runs these in
@@ -29,47 +25,20 @@ if os.environ.get("PVGPU_XEN_TESTS") != "1":
                "(make test runs it beside the rest)"))
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location(
-        "xenvm", REPO / "tests" / "xen" / "xenvm.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-xenvm = _load()
-
-
 @pytest.fixture(scope="module")
-def vchan_boot(tmp_path_factory):
-    """One boot for both tests below: dom0 with the vchan-probe server and
-    the vchan-echo host, domu1 running the probe client and then the echo
-    guest, domu2 the ring corrupter (xenvm.build_echo).  A boot is most of
-    either test's time under TCG.  (status, console, seconds)."""
-    reason = xenvm.why_not()
-    if reason:
-        pytest.skip(f"cannot boot Xen here: {reason}")
-    # The sanitizer build's binaries would need libasan in both guests:
-    # the plain build's run under Xen.
-    probe = REPO / "build" / "xen" / "vchan-probe"
-    echo = REPO / "build" / "xen" / "vchan-echo"
-    so = REPO / "build" / "lib" / "pvgpu" / "transport-vchan.so"
-    missing = [str(p) for p in (probe, echo, so) if not p.exists()]
-    if missing:
-        pytest.skip(f"not built: {', '.join(missing)} (no libxen-dev: vchan left out)")
-    work = tmp_path_factory.mktemp("xen-vchan")
-    rd, kdir, kver = xenvm.build_echo(work, echo, so, probe=probe, nbytes=1 << 20)
-    status, console, secs = xenvm.run(
-        xenvm.qemu_command(rd, kdir, kver),
-        log=work / "console.log")
-    print(f"xen probe and transport-vchan: status {status} after {secs:.1f} s "
-          f"(console in {work / 'console.log'})")
-    return status, console, secs
+def vchan_boot(xen_boot):
+    """The shared boot (conftest.py, xen_scenario.py): dom0 with the
+    vchan-probe server and the vchan-echo host beside pvgpud, domu1
+    running the probe client and then the echo guest, domu2 the ring
+    corrupter, before the pvgpud scenario.  (status, console, seconds)."""
+    return xen_boot
 
 
 def _tail(console):
+    """The vchan lines (the shared console has pvgpud's scenario too)."""
     return "\n".join(l for l in console.splitlines()
-                     if l.startswith(("[host]", "[domu", "xen-dom0", "vchan-probe")))[-4000:]
+                     if l.startswith(("[host]", "xen-dom0", "vchan-probe"))
+                     or l.startswith("[domu") and "vchan" in l)[-4000:]
 
 
 def test_vchan_probe_domu_to_dom0(vchan_boot):
@@ -100,6 +69,9 @@ def test_transport_vchan_two_domus(vchan_boot):
                  "[domu1] vchan-echo: guest sees the host's window pattern: ok",
                  "[host] vchan-echo: peer kind=xen value=domid=2 name=domu2",
                  "(domu2) ended after 0 messages",
-                 "[host] vchan-echo: host served 2 sessions"):
+                 "[host] vchan-echo: host served 2 sessions",
+                 "xen-dom0: vchan-echo host exit 0"):
         assert line in console, f"missing {line!r}:\n{tail}"
-    assert "ended after 0 messages" in console and "Protocol error" in console, tail
+    # (pvgpud's own corrupt session says "Protocol error" too: the host's line)
+    assert re.search(r"\[host\] vchan-echo: session domid=2 \(domu2\) ended after 0 "
+                     r"messages in \d+ ms: Protocol error", console), tail

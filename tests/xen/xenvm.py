@@ -229,7 +229,7 @@ def dom0_initramfs(out, script, files=(), kdir=None, kver=None):
                               modules=DOM0_MODULES, kdir=kdir, kver=kver)
 
 
-def qemu_command(initrd, kdir, kver, smp=2, memory="2G", dom0_mem="1024M"):
+def qemu_command(initrd, kdir, kver, smp=1, memory="2G", dom0_mem="1024M"):
     """DESIGN §7: q35 under TCG, -cpu qemu64,+svm (max crashes dom0), the
     hypervisor as the multiboot kernel, dom0's kernel and initramfs as its
     modules.
@@ -239,7 +239,15 @@ def qemu_command(initrd, kdir, kver, smp=2, memory="2G", dom0_mem="1024M"):
     TCG.  bootscrub=0: no scrubbing of the free RAM in the background,
     which under TCG takes host CPU from the vCPUs that work (nothing in
     these guests is secret).  console_timestamps=boot: Xen's lines carry
-    seconds since boot, where a slow boot shows its time."""
+    seconds since boot, where a slow boot shows its time.
+
+    One CPU, not DESIGN §7's two: the scenario in xen_scenario.py took
+    about half the CPU seconds (124 against 223, both runs side by side
+    on 2 loaded cores) and less wall time (358 s against 487 s).  Likely
+    why: dom0, the domUs and their round trips share one pCPU, switched
+    by Xen's scheduler rather than woken across vCPUs by IPIs, and no
+    vCPU spins on a lock whose holder's QEMU thread the busy host has
+    descheduled."""
     kernel = domu_kernel(kdir, kver)
     for p in (kernel, initrd):
         if "," in str(p):
@@ -419,18 +427,27 @@ def build_scenario(workdir, dom0_script, domus, dom0_files=()):
 VCHAN_BASE = "/local/domain/0/data/pvgpu"
 
 
-def build_echo(workdir, echo, so, probe=None, nbytes=1 << 20):
-    """transport-vchan.so end to end: in dom0 `vchan-echo host` (the host
-    half) serves two domUs in turn; domu1 connects through the .so's ops
-    table to vchan://0/pvgpu, with a granted window, and checks echoes of
-    1 B to 1 MiB; domu2 corrupts its ring indexes after the setup frame
-    and must lose only its own session, promptly.
+def vchan_pair(so, nbytes=1 << 20, name="pvgpu", probe=True):
+    """The shell for the bare vchan checks, to put into a scenario whose
+    dom0 creates domu1 and domu2 (in that order: domids 1 and 2).
 
-    With probe (the vchan-probe binary), the same boot first runs the
-    bare libxenvchan pair: domu1 moves nbytes each way with dom0's
-    `vchan-probe server` (dom0 prints "xen-dom0: probe server exit N"),
-    then goes on to the echoes.  One boot for both: a boot is most of
-    either test's time under TCG."""
+    dom0 runs `vchan-echo host` (transport-vchan.so's host half) at
+    /local/domain/0/data/NAME for two sessions; domu1 connects through
+    the .so (at `so` in the domU) to vchan://0/NAME with a granted window
+    and checks echoes of 1 B to 1 MiB; domu2 corrupts its ring indexes
+    after the setup frame and must lose only its own session.  With
+    probe, domu1 first moves nbytes each way with dom0's `vchan-probe
+    server` over a bare libxenvchan ring.
+
+    Returns a dict of shell fragments: dom0_start (before the domUs are
+    created: the host, $host), dom0_created (after: the probe server,
+    $probe), dom0_end (waits for both, prints "xen-dom0: vchan-echo host
+    exit N" and "xen-dom0: probe server exit N", and leaves the first
+    failure's status in $pair_rc), dom0_show (the host's log, "[host] "
+    lines), domu1 and domu2 (each domU's part).  dom0 carries
+    vchan-echo and vchan-probe in /usr/bin, domu1 both and the .so,
+    domu2 vchan-echo."""
+    base = f"/local/domain/0/data/{name}"
     probe_dom0 = probe_domu = ""
     if probe:
         # The server starts once domu1 says it is up (data/probe-ready):
@@ -453,45 +470,68 @@ id=$(xenstore-read domid)
 xenstore-write data/probe-ready 1
 vchan-probe client 0 {PROBE_PATH}/$id {nbytes}
 """
-    dom0 = f"""
-vchan-echo host {VCHAN_BASE} 2 > /tmp/host.log 2>&1 &
+    dom0_start = f"""
+vchan-echo host {base} 2 > /tmp/host.log 2>&1 &
 host=$!
-for d in domu1 domu2; do
-    xl create /etc/xen/$d.cfg >/dev/null || {{ echo "xen-dom0: xl create $d failed"; exit 93; }}
-    echo "xen-dom0: $d is domain $(xl domid $d), created at $(cut -d' ' -f1 /proc/uptime) s"
-done
-{probe_dom0}# The host gives up after 600 s; a line every 30 s tells the test's
-# silent-console watch that dom0 still runs.
+"""
+    dom0_created = "probe=\n" + probe_dom0
+    # The host gives up after 600 s; a line every 30 s tells the test's
+    # silent-console watch that dom0 still runs.
+    dom0_end = """
 n=0; while kill -0 $host 2>/dev/null && [ $n -lt 630 ]; do
     sleep 1; n=$((n+1))
     [ $((n % 30)) -eq 0 ] && echo "xen-dom0: host still serving at $(cut -d' ' -f1 /proc/uptime) s"
 done
-kill -0 $host 2>/dev/null && {{ echo "xen-dom0: host still running"; kill $host; }}
-wait $host; rc=$?
+kill -0 $host 2>/dev/null && { echo "xen-dom0: host still running"; kill $host; }
+wait $host; pair_rc=$?
+echo "xen-dom0: vchan-echo host exit $pair_rc"
 if [ -n "$probe" ]; then
     wait $probe; prc=$?
     echo "xen-dom0: probe server exit $prc"
-    [ $rc = 0 ] && rc=$prc
+    [ $pair_rc = 0 ] && pair_rc=$prc
 fi
+"""
+    dom0_show = "sed 's/^/[host] /' /tmp/host.log\n"
+    domu1 = probe_domu + f"""
+vchan-echo guest {so} vchan://0/{name}
+"""
+    # Its lines are marked: a scenario may run the corrupter again
+    # against its own channel and check that run's lines.
+    domu2 = f"""
+vchan-echo corrupt {base}/$(xenstore-read domid) 2>&1 | sed 's/^/[{name}] /'
+"""
+    return {"dom0_start": dom0_start, "dom0_created": dom0_created,
+            "dom0_end": dom0_end,
+            "dom0_show": dom0_show, "domu1": domu1, "domu2": domu2}
+
+
+def build_echo(workdir, echo, so, probe=None, nbytes=1 << 20):
+    """transport-vchan.so end to end (vchan_pair()): in dom0 `vchan-echo
+    host` serves two domUs; domu1 checks echoes through the .so's ops
+    table, domu2 corrupts its ring.  With probe (the vchan-probe
+    binary), domu1 first runs the bare libxenvchan pair with dom0's
+    `vchan-probe server`."""
+    pair = vchan_pair("/usr/lib/pvgpu/transport-vchan.so", nbytes,
+                      probe=bool(probe))
+    dom0 = pair["dom0_start"] + """
+for d in domu1 domu2; do
+    xl create /etc/xen/$d.cfg >/dev/null || { echo "xen-dom0: xl create $d failed"; exit 93; }
+    echo "xen-dom0: $d is domain $(xl domid $d), created at $(cut -d' ' -f1 /proc/uptime) s"
+done
+""" + pair["dom0_created"] + pair["dom0_end"] + """
 domu_wait domu1 30; domu_wait domu2 30
 echo "xen-dom0: done at $(cut -d' ' -f1 /proc/uptime) s"
-sed 's/^/[host] /' /tmp/host.log
+""" + pair["dom0_show"] + """
 show_domu_console domu1
 show_domu_console domu2
-exit $rc
-"""
-    domu1 = probe_domu + """
-vchan-echo guest /usr/lib/pvgpu/transport-vchan.so vchan://0/pvgpu
-"""
-    domu2 = f"""
-vchan-echo corrupt {VCHAN_BASE}/$(xenstore-read domid)
+exit $pair_rc
 """
     echo_files = [(echo, "/usr/bin/vchan-echo")]
     if probe:
         echo_files.append((probe, "/usr/bin/vchan-probe"))
     return build_scenario(workdir, dom0, {
-        "domu1": (domu1, echo_files + [(so, "/usr/lib/pvgpu/transport-vchan.so")]),
-        "domu2": (domu2, echo_files),
+        "domu1": (pair["domu1"], echo_files + [(so, "/usr/lib/pvgpu/transport-vchan.so")]),
+        "domu2": (pair["domu2"], echo_files),
     }, dom0_files=echo_files)
 
 
@@ -502,7 +542,7 @@ def main(argv=None):
     ap.add_argument("--workdir", default=str(REPO / "build" / "xen" / "run"))
     ap.add_argument("--probe", default=str(REPO / "build" / "xen" / "vchan-probe"))
     ap.add_argument("--timeout", type=float, default=TIMEOUT)
-    ap.add_argument("--smp", type=int, default=2)
+    ap.add_argument("--smp", type=int, default=1)
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
     reason = why_not()
