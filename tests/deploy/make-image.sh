@@ -13,7 +13,8 @@
 #   DIR/vmlinuz, DIR/initrd.img   the image's own kernel and initramfs
 #   DIR/id_ed25519    the key root logs in with over SSH
 #   DIR/debs-cache/   debootstrap's download cache
-# Runs quickly when DIR/base.img is there and newer than this script; a
+# Runs quickly when DIR/base.img is there and newer than this script (and
+# tests/deploy/zipimport_cache.py, which the image holds); a
 # second run while one is under way waits for it.
 set -euo pipefail
 
@@ -28,7 +29,9 @@ mkdir -p "$dir"
 exec 9>"$dir/.make-image.lock"
 flock 9
 
+zipcache=$repo_root/tests/deploy/zipimport_cache.py
 if [ -f "$dir/base.img" ] && [ "$dir/base.img" -nt "${BASH_SOURCE[0]}" ] &&
+   [ "$dir/base.img" -nt "$zipcache" ] &&
    [ -f "$dir/vmlinuz" ] && [ -f "$dir/initrd.img" ] && [ -f "$dir/id_ed25519" ]; then
     echo "$dir"; exit 0
 fi
@@ -77,6 +80,22 @@ rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*_Pack
 # The VM is thrown away after the run (-snapshot): dpkg need not fsync
 # every file it unpacks, which costs seconds per package under TCG.
 echo force-unsafe-io > "$rootfs/etc/dpkg/dpkg.cfg.d/pvgpu-test-unsafe-io"
+
+# Ansible's modules reach the guest as zips whose Python source is
+# compiled again at every task, most of each task's seconds under TCG:
+# the image's Python keeps that compiled code (tests/deploy/zipimport_cache.py
+# says how; zip imports only).
+pydist=$rootfs/usr/lib/python3/dist-packages
+install -m 0644 "$zipcache" "$pydist/zipimport_cache.py"
+echo 'import zipimport_cache' > "$pydist/zz-pvgpu-test-zipimport-cache.pth"
+chroot "$rootfs" python3 -m py_compile /usr/lib/python3/dist-packages/zipimport_cache.py
+
+# DKMS signs the modules it builds, with a key it makes at its first build
+# (an RSA key: seconds of TCG); made here instead, by DKMS's own command.
+install -d -m 0755 "$rootfs/var/lib/dkms"
+chroot "$rootfs" openssl req -new -x509 -nodes -days 36500 \
+    -subj "/CN=DKMS module signing key" -newkey rsa:2048 \
+    -keyout /var/lib/dkms/mok.key -outform DER -out /var/lib/dkms/mok.pub >/dev/null 2>&1
 
 kernel=$(ls "$rootfs"/boot/vmlinuz-* | sort -V | tail -n 1)
 initrd=$(ls "$rootfs"/boot/initrd.img-* | sort -V | tail -n 1)

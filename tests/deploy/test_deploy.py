@@ -28,6 +28,7 @@ import re
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -103,9 +104,17 @@ class VM:
         self.proc = subprocess.Popen([str(c) for c in cmd], stdin=subprocess.DEVNULL,
                                      stdout=open(self.console, "w"),
                                      stderr=subprocess.STDOUT)
+        # Every command of the test's own (vm.sh, vm.put) goes through one
+        # SSH connection, opened by wait_ssh: each new connection costs
+        # sshd a re-exec and a key exchange, seconds of TCG.  ControlMaster=no:
+        # a client never becomes a master itself (a ControlPersist master
+        # started by subprocess.run would hold its output pipe open).
+        # The socket's directory is short: a unix socket path has ~100 bytes.
+        self.ctl_dir = tempfile.mkdtemp(prefix="pvgpu-ssh-")
         self.ssh_opts = ["-i", str(self.key), "-o", "StrictHostKeyChecking=no",
                          "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
-                         "-o", "ConnectTimeout=10", "-o", "BatchMode=yes"]
+                         "-o", "ConnectTimeout=10", "-o", "BatchMode=yes",
+                         "-o", f"ControlPath={self.ctl_dir}/%C", "-o", "ControlMaster=no"]
 
     def wait_ssh(self, timeout=420):
         if self.up:
@@ -119,6 +128,14 @@ class VM:
                                timeout=60)
             if p.returncode == 0:
                 log(f"ssh up after {time.time() - t0:.0f}s")
+                # The shared connection (see __init__); without it the
+                # commands still work, each over a connection of its own.
+                # (ssh takes an option's first value: these go first.)
+                subprocess.run(["ssh", "-o", "ControlMaster=yes", "-o", "ControlPersist=yes",
+                                *self.ssh_opts, "-p", str(self.port),
+                                "-f", "-N", "root@127.0.0.1"],
+                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, timeout=60)
                 self.up = True
                 return
             time.sleep(3)
@@ -139,6 +156,9 @@ class VM:
                         *map(str, paths), f"root@127.0.0.1:{dest}/"], check=True, timeout=300)
 
     def stop(self):
+        subprocess.run(["ssh", *self.ssh_opts, "-p", str(self.port), "-O", "exit",
+                        "root@127.0.0.1"], capture_output=True, timeout=60)
+        shutil.rmtree(self.ctl_dir, ignore_errors=True)
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -271,8 +291,14 @@ all:
     pvgpu_rdma_nodes:
       hosts: {{}}
 """)
+    # On loopback, ssh's compression (Ansible's default ssh_args have -C)
+    # only costs CPU at both ends, the guest's under TCG; the connection
+    # persists from the first run into the second.  ansible.log: when each
+    # task began (ansible-core has no profile_tasks).
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible" / "ansible.cfg"),
-               ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
+               ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1",
+               ANSIBLE_SSH_ARGS="-o ControlMaster=auto -o ControlPersist=900s",
+               ANSIBLE_LOG_PATH=str(tmp_path / "ansible.log"))
     cmd = ["ansible-playbook", "-i", str(inv), "ansible/site.yml"]
     t0 = time.time()
     first = run(cmd, env=env, timeout=1800)
