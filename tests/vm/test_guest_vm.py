@@ -118,6 +118,15 @@ def programs_then(programs, then, window=True):
     return body + f'echo "{PHASE_DONE}$failed"\n' + then
 
 
+def consoles(run_dir):
+    """For a failure's message: the end of each guest's console so far,
+    and of what pvgpu-vm supervise said of its vhost-device-vsock."""
+    logs = sorted(Path(run_dir).glob("console-*.log")) + \
+        sorted(Path(run_dir).glob("supervise-*.log"))
+    return "\n".join(f"---- {p.name}:\n{p.read_text(errors='replace')[-1500:]}"
+                     for p in logs)
+
+
 def wait_for_line(path, text, threads, daemon):
     deadline = time.monotonic() + BOOT_TIMEOUT
     while True:
@@ -127,7 +136,7 @@ def wait_for_line(path, text, threads, daemon):
         except FileNotFoundError:
             pass
         assert time.monotonic() < deadline and all(t.is_alive() for t in threads), \
-            f"{path} never said {text!r}\n{daemon.log()[-3000:]}"
+            f"{path} never said {text!r}\n{consoles(path.parent)}\n{daemon.log()[-3000:]}"
         time.sleep(0.2)
 
 
