@@ -19,8 +19,12 @@
 
 #include "vchan_io.h"
 
+/*
+ * Long: under TCG on a busy machine the other end may start minutes late
+ * (dom0 offers the channel once it has created every domU of a scenario).
+ */
 #define STALL_MS 10000
-#define CONNECT_MS 60000
+#define CONNECT_MS 600000
 
 static unsigned char pattern(size_t i, int dir)
 {
@@ -69,14 +73,20 @@ int main(int argc, char **argv)
 		       argv[2], argv[3]);
 		fflush(stdout);
 	} else {
-		/* The server may not be there yet: retry for a while. */
-		while (!(ctrl = libxenvchan_client_init(NULL, atoi(argv[2]), argv[3]))) {
+		/*
+		 * The server may not be there yet (xenstore then says EACCES:
+		 * the node's parent is dom0's): retry, at first often, then
+		 * once a second, each try costing the guest little CPU.
+		 */
+		for (int tries = 0;
+		     !(ctrl = libxenvchan_client_init(NULL, atoi(argv[2]), argv[3]));
+		     tries++) {
 			if (pvgpu_vchan_now_ms() - t0 > CONNECT_MS) {
 				fprintf(stderr, "vchan-probe: client_init %s: %s\n",
 					argv[3], strerror(errno));
 				goto err_buf;
 			}
-			usleep(100000);
+			usleep(tries < 20 ? 100000 : 1000000);
 		}
 	}
 

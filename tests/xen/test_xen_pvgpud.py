@@ -107,7 +107,12 @@ def test_destroyed_domu_ends_only_its_session(xen_run):
     assert metric(console, "copying", "pvgpu_vm_memory_used_bytes", "domu2") >= 4 << 20, tail
     assert metric(console, "destroyed", "pvgpu_vm_memory_used_bytes", "domu2") == 0, tail
     assert metric(console, "destroyed", "pvgpu_vm_sessions", "domu2") == 0, tail
-    # domu1 went on meanwhile; at the end pvgpud holds nothing
+    # domu1's session held its quota through it all, then ended well
+    assert metric(console, "destroyed", "pvgpu_vm_sessions", "domu1") == 1, tail
+    assert metric(console, "destroyed", "pvgpu_vm_memory_used_bytes", "domu1") == \
+        metric(console, "held", "pvgpu_vm_memory_used_bytes", "domu1"), tail
+    assert "[domu1] xen-test: quota exit 0" in console, tail
+    # domu1 went on after; at the end pvgpud holds nothing
     assert f"[domu1] xen-test: {PROGRAMS[-1]} exit 0" in console, tail
     assert metric(console, "baseline", "pvgpu_gpu_memory_used_bytes") == 0, tail
     assert metric(console, "end", "pvgpu_gpu_memory_used_bytes") == 0, tail

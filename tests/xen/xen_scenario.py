@@ -22,12 +22,17 @@ LD_LIBRARY_PATH variable, so they find pvgpud through guest.conf alone.
           16M) is reached and holds it while dom0 reads pvgpud's metrics
           (both VMs at their quota at once); meanwhile domu1 tries to open
           domu2's live channel (xenstore refuses it)
-  domu1   the CUDA test programs (runtime shim), pvgpu-synth, over vchan://
   domu2   garbage ring indexes into its own channel (loses only that
-          session; domu1's programs go on), then 4 MiB copies in a loop
-          until dom0 destroys it mid-copy: only its session ends, and its
-          memory in pvgpud returns to 0
+          session), then 4 MiB copies in a loop until dom0 destroys it
+          mid-copy: only its session ends, and its memory in pvgpud
+          returns to 0.  domu1's session holds its quota throughout and
+          must end well after.
+  domu1   the CUDA test programs (runtime shim), pvgpu-synth, over vchan://
   domu1   then SEQUENTIAL sessions one after another
+
+domu1's programs start once domu2 is gone: beside its copy loop, on one
+TCG CPU of a busy machine, a program's staged copy could wait out the
+30 s no-progress bound of either end (one CI run did).
 """
 import importlib.util
 import re
@@ -103,6 +108,8 @@ metrics baseline
     # pvgpud process runs: everything a stall would be read from
     last=0; still=0; said=0
     while sleep 10; do
+        # (before its programs domu1 waits, quiet, for dom0's go)
+        grep -q "xen-test: step programs" /var/log/xen/console/guest-domu1.log 2>/dev/null || continue
         sz=$(wc -c < /var/log/xen/console/guest-domu1.log 2>/dev/null || echo 0)
         if [ "$sz" = "$last" ]; then still=$((still+10)); else still=0; said=0; last=$sz; fi
         [ $still -ge 40 ] && [ $said = 0 ] && xl domid domu1 >/dev/null 2>&1 &&
@@ -133,8 +140,8 @@ for d in domu1 domu2; do
 done
 id1=$(xl domid domu1); id2=$(xl domid domu2)
 """ + PAIR["dom0_created"] + r"""
-# Both at their quota at once (after the bare vchan checks), then let
-# them go on.
+# Both at their quota at once (after the bare vchan checks), then domu2
+# goes on while domu1 holds.
 xs_wait /local/domain/$id1/data/pvgpu-held 480 && xs_wait /local/domain/$id2/data/pvgpu-held 480 ||
     echo "xen-dom0: the domUs did not both hold their quota"
 sleep 2   # pvgpud's metrics are a snapshot taken each second (PVGPU_STATS_TICK_MS)
@@ -146,7 +153,7 @@ n=0
 while ! grep -q "xen-test: steal exit" /var/log/xen/console/guest-domu1.log 2>/dev/null && [ $n -lt 60 ]; do
     sleep 1; n=$((n+1))
 done
-xenstore-write /local/domain/$id1/data/pvgpu-go 1 /local/domain/$id2/data/pvgpu-go 1
+xenstore-write /local/domain/$id2/data/pvgpu-go 1
 # domu2: destroyed while its copies run
 n=0
 while ! grep -q "xen-cuda: copying" /var/log/xen/console/guest-domu2.log 2>/dev/null && [ $n -lt 240 ]; do
@@ -162,6 +169,7 @@ n=0
 while ! grep -q "vchan: done $id2 (gone)" /tmp/pvgpud.log && [ $n -lt 30 ]; do sleep 1; n=$((n+1)); done
 sleep 1
 metrics destroyed
+xenstore-write /local/domain/$id1/data/pvgpu-go 1
 n=0
 # Long: under TCG on a busy machine domu1's programs take many minutes; a
 # real stall is caught by the test's watch on a silent console instead.
@@ -209,8 +217,9 @@ DOMU_HELD = """
 xenstore-write data/pvgpu-held 1
 """
 
+# (domu1's go comes after domu2's corrupter, copies and destruction)
 DOMU_GO = """
-n=0; while [ "$(xenstore-read data/pvgpu-go 2>/dev/null)" != 1 ] && [ $n -lt 300 ]; do sleep 1; n=$((n+1)); done
+n=0; while [ "$(xenstore-read data/pvgpu-go 2>/dev/null)" != 1 ] && [ $n -lt 900 ]; do sleep 1; n=$((n+1)); done
 exec 3>&-
 wait $q; rc=$?; cat /tmp/quota | grep held; echo "xen-test: quota exit $rc"
 """

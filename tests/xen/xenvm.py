@@ -450,25 +450,14 @@ def vchan_pair(so, nbytes=1 << 20, name="pvgpu", probe=True):
     base = f"/local/domain/0/data/{name}"
     probe_dom0 = probe_domu = ""
     if probe:
-        # The server starts once domu1 says it is up (data/probe-ready):
-        # its wait for the client is a minute, a domU's boot on a busy
-        # machine may be longer; the client retries until the server is
-        # there.
+        # Offered once both domUs exist; the client retries meanwhile and
+        # each end waits up to 10 minutes for the other (probe.c).
         probe_dom0 = f"""
-id1=$(xl domid domu1)
-(   n=0
-    while [ "$(xenstore-read /local/domain/$id1/data/probe-ready 2>/dev/null)" != 1 ]; do
-        [ $n -ge 480 ] && {{ echo "xen-dom0: domu1 never ready for the probe"; exit 95; }}
-        sleep 1; n=$((n+1))
-    done
-    vchan-probe server $id1 {PROBE_PATH}/$id1 {nbytes}
-) &
+vchan-probe server $(xl domid domu1) {PROBE_PATH}/$(xl domid domu1) {nbytes} &
 probe=$!
 """
         probe_domu = f"""
-id=$(xenstore-read domid)
-xenstore-write data/probe-ready 1
-vchan-probe client 0 {PROBE_PATH}/$id {nbytes}
+vchan-probe client 0 {PROBE_PATH}/$(xenstore-read domid) {nbytes}
 """
     dom0_start = f"""
 vchan-echo host {base} 2 > /tmp/host.log 2>&1 &
