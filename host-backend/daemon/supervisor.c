@@ -152,11 +152,15 @@ static int load_policy(struct pvgpu_supervisor *sv)
 		free(p);
 		return -1;
 	}
-	/* Weights reach live sessions too: the scheduler reads them per turn. */
+	/* Weights and classes reach live sessions too: read per turn. */
 	pvgpu_sched_set_weight(sv->sched, p->unknown.entry, p->unknown.weight);
-	for (unsigned int i = 0; i < p->nvms; i++)
+	pvgpu_sched_set_priority(sv->sched, p->unknown.entry, p->unknown.latency);
+	for (unsigned int i = 0; i < p->nvms; i++) {
 		pvgpu_sched_set_weight(sv->sched, p->vms[i].entry,
 				       p->vms[i].weight);
+		pvgpu_sched_set_priority(sv->sched, p->vms[i].entry,
+					 p->vms[i].latency);
+	}
 	free(sv->policy);
 	sv->policy = p;
 	sv->wcfg.policy = p;	/* workers forked from now on get this one */
