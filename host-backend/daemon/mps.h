@@ -31,6 +31,8 @@
  * A reload that makes a GPU mps starts its daemon; one that makes it
  * time again stops giving new sessions the MPS environment, and leaves
  * the daemon (whose clients may be live sessions) until pvgpud stops.
+ * mps_threads and mps_pinned_memory are read when a worker starts, so a
+ * reload changes them for sessions that start after it.
  * The scheduler's weighted turns (gpusched.h) stay on top of MPS.
  */
 #ifndef PVGPU_MPS_H
