@@ -75,6 +75,7 @@ struct options {
 	int blocks;			/* 0: one full wave */
 	int threads;
 	int queue;
+	double gap_ms;			/* after each completion, before the next launch */
 	int calibrate;
 	int wait_go;
 	const char *label;
@@ -114,6 +115,8 @@ static void usage(void)
 "                       blocks per SM)\n"
 "  --threads N          block size (default 256)\n"
 "  --queue N            launches kept queued (default 4)\n"
+"  --gap-ms MS          pause after each completed launch (default 0): a\n"
+"                       sparse tenant, like batch-1 decode, with --queue 1\n"
 "  --calibrate          only choose --iters and --blocks, print them\n"
 "  --wait-go            after the warm-up print \"ready\" and start on a\n"
 "                       line from stdin (to start many sessions together)\n"
@@ -164,6 +167,9 @@ static void parse_args(struct options *o, int argc, char **argv)
 		} else if (!strcmp(a, "--queue")) {
 			o->queue = (int)parse_count(a, opt_value(&i, argc, argv),
 						    1, MAX_QUEUE);
+		} else if (!strcmp(a, "--gap-ms")) {
+			o->gap_ms = parse_real(a, opt_value(&i, argc, argv),
+					       0, 10000);
 		} else if (!strcmp(a, "--calibrate")) {
 			o->calibrate = 1;
 		} else if (!strcmp(a, "--wait-go")) {
@@ -272,6 +278,13 @@ static void run_loop(const struct options *o, struct result *r)
 			completed++;
 			if (!stopping || o->count)
 				r->kernels++;
+			if (o->gap_ms > 0 && !stopping) {
+				struct timespec gap = {
+					(time_t)(o->gap_ms / 1e3),
+					(long)(fmod(o->gap_ms, 1e3) * 1e6) };
+
+				nanosleep(&gap, NULL);
+			}
 			continue;
 		}
 		CK(cudaEventRecord(start[launched % o->queue], 0));

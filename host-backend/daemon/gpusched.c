@@ -66,6 +66,9 @@ struct sched_slot {
 	_Atomic int32_t waiting;	/* device it waits for a turn on; -1 */
 	uint8_t busy[PVGPU_MAX_DEVICES];
 	uint64_t ps_start[PVGPU_MAX_DEVICES];
+	/* Turns cut short by a latency VM, for the session-end line. */
+	_Atomic uint32_t preempts;	/* its VM's, for it to wait less */
+	_Atomic uint32_t preempted;	/* its VM's, while it had work in them */
 } __attribute__((aligned(64)));	/* each worker writes its own line */
 
 struct pvgpu_sched {
@@ -73,6 +76,7 @@ struct pvgpu_sched {
 	size_t size;
 	uint64_t quantum_ns;		/* 0: account, gate nothing */
 	_Atomic uint32_t weight[PVGPU_MAX_VM_ENTRIES];
+	_Atomic uint32_t latency[PVGPU_MAX_VM_ENTRIES];	/* priority = latency */
 	struct sched_dev dev[PVGPU_MAX_DEVICES];
 	struct sched_slot slots[];
 };
@@ -128,6 +132,12 @@ void pvgpu_sched_set_weight(struct pvgpu_sched *s, int vm, uint32_t weight)
 {
 	if (s && vm >= 0 && vm < PVGPU_MAX_VM_ENTRIES)
 		atomic_store(&s->weight[vm], weight ? weight : 1);
+}
+
+void pvgpu_sched_set_priority(struct pvgpu_sched *s, int vm, int latency)
+{
+	if (s && vm >= 0 && vm < PVGPU_MAX_VM_ENTRIES)
+		atomic_store(&s->latency[vm], latency ? 1 : 0);
 }
 
 static uint32_t weight_of(struct pvgpu_sched *s, int vm)
@@ -369,8 +379,29 @@ static void kick_all(struct pvgpu_sched *s, int d)
 			}
 }
 
-/* Least virtual time among the VMs waiting; ties round-robin after the holder. */
-static int pick(struct pvgpu_sched *s, int d, const struct scan *sc)
+/*
+ * Whether latency VM vm may go ahead of virtual time: not more than one
+ * of its full turns ahead of the least virtual time of the VMs that want
+ * the device (gpusched.h says why).
+ */
+static int ahead_ok(struct pvgpu_sched *s, int d, const struct scan *sc, int vm)
+{
+	struct sched_dev *dv = &s->dev[d];
+	uint64_t vmin = dv->vtime[vm];
+
+	for (int v = 0; v < PVGPU_MAX_VM_ENTRIES; v++)
+		if ((sc->waiting[v] || v == dv->holder) && dv->vtime[v] < vmin)
+			vmin = dv->vtime[v];
+	return dv->vtime[vm] - vmin <=
+	       turn_len(s, vm, sc) * VT_SCALE / weight_of(s, vm);
+}
+
+/*
+ * Least virtual time among the VMs waiting (latency: only those that
+ * may go ahead); ties round-robin after the holder.  -1: none.
+ */
+static int pick_of(struct pvgpu_sched *s, int d, const struct scan *sc,
+		   int latency)
 {
 	struct sched_dev *dv = &s->dev[d];
 	int start = dv->holder < 0 ? 0 : dv->holder + 1, best = -1;
@@ -378,10 +409,60 @@ static int pick(struct pvgpu_sched *s, int d, const struct scan *sc)
 	for (int k = 0; k < PVGPU_MAX_VM_ENTRIES; k++) {
 		int v = (start + k) % PVGPU_MAX_VM_ENTRIES;
 
-		if (sc->waiting[v] && (best < 0 || dv->vtime[v] < dv->vtime[best]))
+		if (!sc->waiting[v] ||
+		    (latency && (!atomic_load(&s->latency[v]) ||
+				 !ahead_ok(s, d, sc, v))))
+			continue;
+		if (best < 0 || dv->vtime[v] < dv->vtime[best])
 			best = v;
 	}
 	return best;
+}
+
+/* The next VM: a latency VM that may go ahead first, else virtual time. */
+static int pick(struct pvgpu_sched *s, int d, const struct scan *sc)
+{
+	int best = pick_of(s, d, sc, 1);
+
+	return best >= 0 ? best : pick_of(s, d, sc, 0);
+}
+
+/*
+ * The latency VM that ends a normal holder's turn now, or -1: one waits
+ * and may go ahead.  A latency holder is never cut short (two latency
+ * VMs follow virtual time between themselves).
+ */
+static int preemptor(struct pvgpu_sched *s, int d, const struct scan *sc)
+{
+	int holder = s->dev[d].holder;
+
+	if (holder < 0 || atomic_load(&s->latency[holder]))
+		return -1;
+	return pick_of(s, d, sc, 1);
+}
+
+/*
+ * Count a cut-short turn: for one waiting session of the latency VM lv,
+ * and for each session of the holder that had work in the turn.
+ */
+static void count_preemption(struct pvgpu_sched *s, int d, int lv)
+{
+	struct sched_dev *dv = &s->dev[d];
+	int credited = 0;
+
+	for (uint32_t i = 0; i < s->acct->nslots; i++) {
+		struct sched_slot *ss = &s->slots[i];
+		int vm = atomic_load(&s->acct->slots[i].vm);
+
+		if (vm == lv && !credited && atomic_load(&ss->waiting) == d) {
+			atomic_fetch_add(&ss->preempts, 1);
+			credited = 1;
+		} else if (vm == dv->holder &&
+			   (atomic_load(&ss->inflight[d]) ||
+			    atomic_load(&ss->last_launch[d]) >= dv->turn_start)) {
+			atomic_fetch_add(&ss->preempted, 1);
+		}
+	}
 }
 
 /*
@@ -398,10 +479,16 @@ static void advance(struct pvgpu_sched *s, int d, uint64_t now)
 
 	scan(s, d, &sc);
 	if (dv->holder >= 0 && !dv->draining) {
+		int lv = -1;
+
 		if (!sc.others)
 			return;		/* nobody else wants this GPU */
-		if (now < atomic_load(&dv->turn_end) && !holder_idle(&sc, now))
-			return;
+		if (now < atomic_load(&dv->turn_end) && !holder_idle(&sc, now)) {
+			lv = preemptor(s, d, &sc);
+			if (lv < 0)
+				return;
+			count_preemption(s, d, lv);
+		}
 		dv->draining = 1;
 		dv->drain_end = now + PVGPU_SCHED_DRAIN_MAX * s->quantum_ns;
 		/*
@@ -813,15 +900,27 @@ static void wait_turn(struct pvgpu_worker *w, int d, int vm, uint32_t n)
 	}
 	/* Taking an unheld device is not waiting. */
 	if (waited) {
+		uint64_t ns = pvgpu_now_ns() - t0;
+
 		ss->waits++;
-		ss->wait_ns += pvgpu_now_ns() - t0;
+		ss->wait_ns += ns;
+		if (ns > ss->wait_max_ns)
+			ss->wait_max_ns = ns;
 	}
 }
 
 void pvgpu_sched_session_init(struct pvgpu_worker *w)
 {
+	struct pvgpu_sched *s = w->cfg->sched;
+
 	memset(&w->sched, 0, sizeof(w->sched));
 	w->sched.admitted = -1;
+	if (s) {
+		struct sched_slot *me = &s->slots[slot_index(s, w->slot)];
+
+		atomic_store(&me->preempts, 0);
+		atomic_store(&me->preempted, 0);
+	}
 }
 
 void pvgpu_sched_admit(struct pvgpu_worker *w, int d, uint32_t n)
@@ -1054,19 +1153,24 @@ void pvgpu_sched_session_end(struct pvgpu_worker *w)
 {
 	struct pvgpu_sched *s = w->cfg->sched;
 	struct pvgpu_sched_session *ss = &w->sched;
+	struct sched_slot *me;
 
 	if (!s)
 		return;
+	me = &s->slots[slot_index(s, w->slot)];
 	/* The executor is closed: its events went with it. */
 	ss->nmarks = ss->nspare = 0;
 	slot_gone(s, w->slot, NULL);
 	if (ss->launches)
-		log_info("scheduler: %llu launches, waited %llu times for a turn (%.1f ms in all), GPU time %.1f ms, %llu events recorded to follow them (%llu blocking)",
+		log_info("scheduler: %llu launches, waited %llu times for a turn (%.1f ms in all), GPU time %.1f ms, %llu events recorded to follow them (%llu blocking); longest wait %.1f ms, cut %u turns of others short, had %u turns cut short",
 			 (unsigned long long)ss->launches,
 			 (unsigned long long)ss->waits, (double)ss->wait_ns / 1e6,
 			 (double)atomic_load(&w->slot->gpu_ns) / 1e6,
 			 (unsigned long long)ss->events,
-			 (unsigned long long)ss->blocking_events);
+			 (unsigned long long)ss->blocking_events,
+			 (double)ss->wait_max_ns / 1e6,
+			 (unsigned int)atomic_load(&me->preempts),
+			 (unsigned int)atomic_load(&me->preempted));
 }
 
 int pvgpu_sched_slot_gone(struct pvgpu_sched *s, struct pvgpu_slot *slot,

@@ -73,6 +73,33 @@
  * SMs whose time is being divided, and holding them back would throttle a
  * VM's bandwidth for nothing.
  *
+ * Latency class (priority = latency in the policy): a VM whose sessions
+ * launch sparse short kernels (batch-1 decode) would otherwise wait up to
+ * every other VM's turn, plus drains, for each launch.  When a session of
+ * a latency VM waits and a normal VM holds the turn, the holder's turn
+ * ends at once: run_vm, the word its sessions check per launch, is
+ * cleared, so each stops at its next launch; its work in flight drains
+ * (at most PVGPU_SCHED_INFLIGHT launches per session, since the device
+ * is contended) and the latency VM gets the turn ahead of virtual-time
+ * order.  Its turn ends as anyone's does, when it goes idle
+ * (PVGPU_SCHED_IDLE_NS) or after its length, and is charged to its
+ * virtual time as anyone's is; the cut-short holder is charged only the
+ * time it had, so it is next in virtual-time order and loses no share.
+ * The bound: a latency VM goes ahead (preempts, or is picked first) only
+ * while its virtual time is at most one of its own full turns ahead of
+ * the least virtual time of the VMs that want the device.  A sparse VM
+ * comes back from idle at that least virtual time, so it always goes
+ * ahead; one that is always busy is charged a turn per turn and, one turn
+ * ahead, falls back into virtual-time order, so it can take at most one
+ * turn more than its share before the others have theirs, and its
+ * weight still sets its share.  One turn (rather than none) lets a
+ * latency VM that has just had its turn go ahead again on its next
+ * launch after idling; a larger bound would let a busy one take several
+ * turns in a row.  A latency holder is never cut short, so two latency
+ * VMs follow virtual time between themselves.  Each session's end line
+ * says how many turns of others it cut short and how many of its VM's
+ * turns were cut short while it had work in them.
+ *
  * Robustness: the table is shared by every worker (MAP_SHARED before the
  * supervisor forks); the per-device lock is one a stopped holder cannot
  * keep (shlock.h), and a worker that dies is cleaned out of it by the
@@ -128,7 +155,7 @@ struct pvgpu_sched_session {
 	uint64_t next_flush;		/* ns: when gpu_ns is next brought up to date */
 	int warned;			/* a mark could not be recorded (logged once) */
 	/* For the session-end log line. */
-	uint64_t launches, waits, wait_ns;
+	uint64_t launches, waits, wait_ns, wait_max_ns;
 	uint64_t events, blocking_events;	/* marks recorded; of them blocking */
 };
 
@@ -142,6 +169,8 @@ struct pvgpu_sched *pvgpu_sched_create(struct pvgpu_accounting *acct,
 void pvgpu_sched_destroy(struct pvgpu_sched *s);
 /* A VM entry's weight (policy load and SIGHUP); 0 is taken as 1. */
 void pvgpu_sched_set_weight(struct pvgpu_sched *s, int vm, uint32_t weight);
+/* A VM entry's class: priority = latency (non-zero) or normal. */
+void pvgpu_sched_set_priority(struct pvgpu_sched *s, int vm, int latency);
 /*
  * Wall time device dev has had kernels of any session in flight, ns, since
  * the table was made (per GPU: pvgpu_gpu_busy_seconds_total); brought up to

@@ -29,7 +29,8 @@
 #define INI_SECTION_MAX		50
 #define VM_NAME_MAX		(INI_SECTION_MAX - 1 - 3)	/* "vm " NAME */
 _Static_assert(VM_NAME_MAX < PVGPU_VM_NAME_LEN, "a VM name inih keeps fits");
-#define MAX_SECTIONS		(PVGPU_POLICY_MAX_VMS + 2)	/* + [default], [remote] */
+/* + [default], [remote], [gpu N] */
+#define MAX_SECTIONS		(PVGPU_POLICY_MAX_VMS + 2 + PVGPU_MAX_DEVICES)
 #define STR_(x)			#x
 #define STR(x)			STR_(x)
 
@@ -51,6 +52,8 @@ struct parse_state {
 		int line;
 	} sections[MAX_SECTIONS];
 	unsigned int nsections;
+	int section_line;		/* where the section began */
+	int mps_line[PVGPU_MAX_DEVICES];	/* where [gpu N] said mps */
 };
 
 static int fail(struct parse_state *st, const char *fmt, ...)
@@ -229,6 +232,7 @@ static int add_gpu(struct pvgpu_vm_policy *vm, uint32_t v)
 /* The bounds a VM has where the file says nothing of them. */
 static void policy_defaults(struct pvgpu_vm_policy *vm)
 {
+	vm->mps_threads = 100;
 	vm->ipc_handles = PVGPU_IPC_PER_VM;
 	vm->module_cache = PVGPU_MODCACHE_PER_VM;
 	vm->handles = PVGPU_HANDLES_PER_SESSION;
@@ -262,6 +266,7 @@ static struct pvgpu_vm_policy *vm_section(struct parse_state *st,
 	}
 	vm = &p->vms[p->nvms++];
 	snprintf(vm->name, sizeof(vm->name), "%s", name);
+	vm->line = st->section_line;
 	vm->weight = 1;
 	policy_defaults(vm);
 	vm->exclusive_wait_ms = -1;
@@ -311,6 +316,24 @@ static int limit_key(struct parse_state *st, struct pvgpu_vm_policy *vm,
 	if (!strcmp(key, "idle_timeout"))
 		return watchdog_key(st, key, value, PVGPU_MAX_IDLE_TIMEOUT_MS,
 				    &vm->idle_timeout_ms);
+	if (!strcmp(key, "priority")) {
+		if (!strcmp(value, "latency"))
+			vm->latency = 1;
+		else if (!strcmp(value, "normal"))
+			vm->latency = 0;
+		else
+			return fail(st, "priority = %s: want latency or normal", value);
+		return 1;
+	}
+	if (!strcmp(key, "mps_threads"))
+		return count_key(st, key, value, 100, &vm->mps_threads);
+	if (!strcmp(key, "mps_pinned_memory")) {
+		if (pvgpu_parse_size(value, &vm->mps_pinned_memory) ||
+		    vm->mps_pinned_memory < (1ull << 20))
+			return fail(st, "mps_pinned_memory = %s is not a size of 1M or more (e.g. 8G)",
+				    value);
+		return 1;
+	}
 	return -1;
 }
 
@@ -362,6 +385,37 @@ static int vm_key(struct parse_state *st, struct pvgpu_vm_policy *vm,
 	return 1;
 }
 
+/*
+ * [gpu N]: how VMs share device N.  N is written as a plain decimal, so
+ * that [gpu 0] and [gpu 00] cannot be one GPU given twice.
+ */
+static int gpu_key(struct parse_state *st, const char *num, const char *key,
+		   const char *value)
+{
+	char canon[16];
+	uint32_t n;
+
+	if (!parse_u32(num, UINT32_MAX, &n))
+		snprintf(canon, sizeof(canon), "%u", (unsigned int)n);
+	else
+		canon[0] = '\0';
+	if (strcmp(canon, num) || n >= PVGPU_MAX_DEVICES)
+		return fail(st, "[gpu %s]: want a device index 0..%d", num,
+			    PVGPU_MAX_DEVICES - 1);
+	if (strcmp(key, "sharing"))
+		return fail(st, "unknown key '%s' in [gpu %u] (want sharing = time|mps)",
+			    key, (unsigned int)n);
+	if (!strcmp(value, "mps")) {
+		st->p->mps_gpus |= 1u << n;
+		st->mps_line[n] = st->line;
+	} else if (!strcmp(value, "time")) {
+		st->p->mps_gpus &= ~(1u << n);
+	} else {
+		return fail(st, "sharing = %s: want time or mps", value);
+	}
+	return 1;
+}
+
 static int on_key(void *user, const char *section, const char *key,
 		  const char *value)
 {
@@ -374,6 +428,7 @@ static int on_key(void *user, const char *section, const char *key,
 		return fail(st, "section [%s...] is longer than the INI reader keeps (%zu bytes)",
 			    section, strlen(section));
 	if (!strcmp(section, "default")) {
+		st->p->unknown.line = st->section_line;
 		rc = limit_key(st, &st->p->unknown, key, value);
 		if (rc >= 0)
 			return rc;
@@ -409,8 +464,10 @@ static int on_key(void *user, const char *section, const char *key,
 		p->nremotes++;
 		return 1;
 	}
+	if (!strncmp(section, "gpu ", 4))
+		return gpu_key(st, section + 4, key, value);
 	if (strncmp(section, "vm ", 3))
-		return fail(st, "unknown section [%s] (want [default], [remote] or [vm NAME])",
+		return fail(st, "unknown section [%s] (want [default], [remote], [gpu N] or [vm NAME])",
 			    section);
 	vm = vm_section(st, section + 3 + strspn(section + 3, " "));
 	return vm ? vm_key(st, vm, key, value) : 0;
@@ -438,6 +495,38 @@ static int check_unique(const struct pvgpu_policy *p, char *err, size_t errlen)
 			return -1;
 		}
 	}
+	return 0;
+}
+
+/*
+ * A VM of an MPS GPU names it alone in gpus: an MPS client process
+ * reaches one MPS server, and the server of each GPU sees that GPU only
+ * (mps.h).  0, or -1 with file:line in err.
+ */
+static int check_mps_vm(const struct pvgpu_policy *p,
+			const struct pvgpu_vm_policy *vm, const char *path,
+			const int *mps_line, char *err, size_t errlen)
+{
+	uint32_t both = p->mps_gpus & (vm->gpus ? vm->gpus : UINT32_MAX);
+	int gpu = __builtin_ctz(both ? both : 1);
+
+	if (!both || vm->gpus == both)
+		return 0;
+	snprintf(err, errlen, "%s:%d: [%s%s] may use GPU %d, which shares by mps (line %d): its gpus must name that GPU alone (an MPS client reaches one MPS server)",
+		 path, vm->line, vm == &p->unknown ? "" : "vm ",
+		 vm->name, gpu, mps_line[gpu]);
+	return -1;
+}
+
+static int check_mps(const struct pvgpu_policy *p, const char *path,
+		     const int *mps_line, char *err, size_t errlen)
+{
+	if (p->allow_unknown &&
+	    check_mps_vm(p, &p->unknown, path, mps_line, err, errlen))
+		return -1;
+	for (unsigned int i = 0; i < p->nvms; i++)
+		if (check_mps_vm(p, &p->vms[i], path, mps_line, err, errlen))
+			return -1;
 	return 0;
 }
 
@@ -470,6 +559,7 @@ static int section_line(struct parse_state *st, const char *p)
 	}
 	memcpy(st->section, p + 1, n);
 	st->section[n] = '\0';
+	st->section_line = st->line;
 	st->key_seen = 0;
 	/* [vm  a] is [vm a] (on_key skips the blanks): one VM either way. */
 	vm = !strncmp(st->section, "vm ", 3) ? st->section + 3 + strspn(st->section + 3, " ") : NULL;
@@ -569,6 +659,7 @@ int pvgpu_policy_load(const char *path, struct pvgpu_policy *p,
 	(void)line;
 	(void)on_key;
 	(void)check_unique;
+	(void)check_mps;
 	snprintf(err, errlen,
 		 "cannot read %s: this pvgpud was built without inih (libinih-dev)",
 		 path);
@@ -617,7 +708,8 @@ int pvgpu_policy_load(const char *path, struct pvgpu_policy *p,
 		goto err_file;
 	}
 	fclose(st.f);
-	if (check_unique(p, err, errlen))
+	if (check_unique(p, err, errlen) ||
+	    check_mps(p, path, st.mps_line, err, errlen))
 		return -1;
 	/* What [default] says about waiting, call and idle time holds for every VM that says nothing. */
 	for (unsigned int i = 0; i < p->nvms; i++) {

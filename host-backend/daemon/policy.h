@@ -32,6 +32,12 @@
  *   call_timeout = 300s      ; watchdog limit on one call (0: none)
  *   idle_timeout = 30m       ; end a session silent this long (0: never)
  *   weight = 2               ; share of GPU time under contention (gpusched.h)
+ *   priority = latency       ; latency | normal: turns ahead of virtual time (gpusched.h)
+ *   mps_threads = 50         ; MPS only: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, 1..100
+ *   mps_pinned_memory = 8G   ; MPS only: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT
+ *
+ *   [gpu 0]
+ *   sharing = mps            ; time | mps: how VMs share device 0 (mps.h)
  *
  * Sizes take a K, M, G or T suffix (powers of 1024); durations are decimal
  * seconds, or take ms, s or m, and one that is not 0 is at least what
@@ -97,6 +103,15 @@
  * per session (times max_sessions, per VM) because what a handle costs,
  * the worker's memory and the driver's, is the session's process's.
  *
+ * priority, mps_threads and mps_pinned_memory are taken in [default] too
+ * (for the pool of unknown callers).  mps_threads defaults to 100 and
+ * mps_pinned_memory to the VM's memory quota (none where it has none).
+ * An MPS client process reaches one MPS server, whose GPU it sees as
+ * device 0 (mps.h): a VM whose GPUs include a GPU of sharing = mps must
+ * therefore name that GPU alone in gpus, and the file is refused, at the
+ * VM's section, where one does not ([default] only where it allows
+ * unknown callers).
+ *
  * Several GPUs: gpus holds for peers too.  A session holds contexts and
  * memory only on its VM's GPUs, every peer copy and peer-access request
  * names the session's own contexts and allocations, and peer queries
@@ -150,6 +165,10 @@ struct pvgpu_vm_policy {
 	int64_t call_timeout_ms;	/* -1: pvgpud --call-timeout */
 	int64_t idle_timeout_ms;	/* -1: not set, never */
 	uint32_t weight;		/* 1..1000000, default 1 */
+	int latency;			/* priority = latency (gpusched.h) */
+	uint32_t mps_threads;		/* 1..100, default 100 */
+	uint64_t mps_pinned_memory;	/* bytes; 0: its memory quota, if any */
+	int line;			/* where its section began (messages) */
 	int entry;			/* its index in the shared VM table */
 };
 
@@ -163,6 +182,7 @@ struct pvgpu_policy {
 	struct pvgpu_vm_policy unknown;	/* quota of allowed unknown callers */
 	struct pvgpu_vm_policy vms[PVGPU_POLICY_MAX_VMS];
 	unsigned int nvms;
+	uint32_t mps_gpus;		/* [gpu N] sharing = mps: bit N */
 };
 
 /* Parse path into p; on failure -1 and one line (with the line number) in err. */

@@ -152,11 +152,15 @@ static int load_policy(struct pvgpu_supervisor *sv)
 		free(p);
 		return -1;
 	}
-	/* Weights reach live sessions too: the scheduler reads them per turn. */
+	/* Weights and classes reach live sessions too: read per turn. */
 	pvgpu_sched_set_weight(sv->sched, p->unknown.entry, p->unknown.weight);
-	for (unsigned int i = 0; i < p->nvms; i++)
+	pvgpu_sched_set_priority(sv->sched, p->unknown.entry, p->unknown.latency);
+	for (unsigned int i = 0; i < p->nvms; i++) {
 		pvgpu_sched_set_weight(sv->sched, p->vms[i].entry,
 				       p->vms[i].weight);
+		pvgpu_sched_set_priority(sv->sched, p->vms[i].entry,
+					 p->vms[i].latency);
+	}
 	free(sv->policy);
 	sv->policy = p;
 	sv->wcfg.policy = p;	/* workers forked from now on get this one */
@@ -166,6 +170,8 @@ static int load_policy(struct pvgpu_supervisor *sv)
 	}
 	if (!sv->flag_remote_token)
 		sv->wcfg.remote_token = p->remote_token[0] ? p->remote_token : NULL;
+	/* Before any worker forked under this policy: its MPS daemons. */
+	pvgpu_mps_want(&sv->mps, p->mps_gpus);
 	if (sv->registry)	/* VMs the policy stopped naming get theirs back */
 		pvgpu_registry_apply(sv->registry, p, sv->acct);
 	pvgpu_watchdog_arm(sv);	/* a VM's call_timeout may need the tick */
@@ -412,6 +418,11 @@ int pvgpu_supervisor_init(struct pvgpu_supervisor *sv,
 	sv->flag_remote_token = cfg->remote_token != NULL;
 	sv->config = cfg->config;
 	sv->registry_dir = cfg->registry;
+	/* MPS is for this host's GPUs: the cuda executor's, and the sim's that stands in for it. */
+	sv->mps.enabled = !strcmp(cfg->exec->name, "cuda") ||
+			  !strcmp(cfg->exec->name, "sim");
+	for (int n = 0; n < PVGPU_MAX_DEVICES; n++)
+		sv->wcfg.mps_pipe[n] = sv->mps.gpu[n].pipe;
 
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGTERM);
@@ -501,6 +512,7 @@ err:
 
 void pvgpu_supervisor_fini(struct pvgpu_supervisor *sv)
 {
+	pvgpu_mps_stop(&sv->mps);	/* nothing left after run()'s */
 	pvgpu_metrics_stop(sv->metrics);
 	sv->metrics = NULL;
 	pvgpu_unid_fini(&sv->unid);	/* they name their listeners */
@@ -803,6 +815,8 @@ static void end_session(struct pvgpu_supervisor *sv, pid_t pid, int status)
 	char how[64], h2d[32], d2h[32];
 	const char *wd;
 
+	if (pvgpu_mps_reaped(&sv->mps, pid, status))
+		return;
 	if (!slot)
 		return;	/* the start-up probe, or not ours */
 	wd = WIFSIGNALED(status) ? pvgpu_watchdog_killed(sv, slot) : NULL;
@@ -960,8 +974,10 @@ static int sooner(int a, int b)
  */
 static int poll_timeout(struct pvgpu_supervisor *sv)
 {
-	return sooner(sooner(ms_to_tick(sv), pvgpu_metrics_timeout_ms(sv->metrics)),
-		      pvgpu_unid_timeout_ms(&sv->unid));
+	return sooner(sooner(sooner(ms_to_tick(sv),
+				    pvgpu_metrics_timeout_ms(sv->metrics)),
+			     pvgpu_unid_timeout_ms(&sv->unid)),
+		      pvgpu_mps_timeout_ms(&sv->mps));
 }
 
 /* Once a tick: the rates over the time since the last one. */
@@ -1054,11 +1070,15 @@ int pvgpu_supervisor_run(struct pvgpu_supervisor *sv)
 			}
 		}
 		maybe_tick(sv);
+		pvgpu_mps_tick(&sv->mps);
 		/* Whatever is ready, and its timeouts; cheap when idle, never blocks. */
 		if (sv->metrics)
 			pvgpu_metrics_run(sv->metrics);
 	}
+	/* The workers are MPS's clients: they go first, and no restart meanwhile. */
+	sv->mps.stopping = 1;
 	stop_workers(sv);
+	pvgpu_mps_stop(&sv->mps);
 	log_info("stopped");
 	return 0;
 }

@@ -12,6 +12,7 @@
 #include "accounting.h"
 #include "host.h"
 #include "metrics.h"
+#include "mps.h"
 #include "policy.h"
 #include "registry.h"
 #include "stats.h"
@@ -62,6 +63,7 @@ struct pvgpu_supervisor {
 	uint64_t next_session;
 	int stopping;
 	struct pvgpu_stats stats;	/* per-VM totals and rates */
+	struct pvgpu_mps mps;		/* MPS control daemons ([gpu N] sharing = mps) */
 	struct pvgpu_metrics *metrics;	/* --metrics server; NULL: none */
 	struct timespec next_tick;	/* when the rates are taken next */
 	/*

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "mps.h"
 #include "trace.h"
 #include "pvgpu_dispatch.h"
 #include "watchdog.h"
@@ -246,6 +247,18 @@ static void serve_message(struct pvgpu_worker *w, const struct pvgpu_hdr *h,
 		pvgpu_sched_poll(w);
 }
 
+/* The policy of VM entry vm, or NULL (a registered VM the file does not name). */
+static const struct pvgpu_vm_policy *vm_policy(const struct pvgpu_policy *p,
+					       int32_t vm)
+{
+	if (p->unknown.entry == vm)
+		return &p->unknown;
+	for (unsigned int i = 0; i < p->nvms; i++)
+		if (p->vms[i].entry == vm)
+			return &p->vms[i];
+	return NULL;
+}
+
 static int worker_init(struct pvgpu_worker *w, struct pvgpu_conn *conn,
 		       const struct pvgpu_peer *peer,
 		       const struct pvgpu_worker_config *cfg,
@@ -279,6 +292,10 @@ static int worker_init(struct pvgpu_worker *w, struct pvgpu_conn *conn,
 	if (cfg->capture_output)
 		(void)pvgpu_output_open(w);
 	ecfg.log_fd = pvgpu_log_fd();
+	/* A client of its GPU's MPS server, if it shares by MPS: before the driver starts. */
+	if (cfg->policy && cfg->policy->mps_gpus && vm >= 0)
+		pvgpu_mps_client_env(vm_policy(cfg->policy, vm),
+				     cfg->policy->mps_gpus, cfg->mps_pipe);
 	w->ex = w->ex_ops->open(&ecfg, w->ex_error, sizeof(w->ex_error));
 	if (!w->ex)
 		log_warn("executor %s unavailable: %s", w->ex_ops->name,

@@ -100,6 +100,8 @@ struct pvgpu_worker_config {
 	const char *const *remotes;
 	unsigned int nremotes;
 	const char *remote_token;
+	/* Per GPU: its MPS control daemon's pipe directory ("": none; mps.h). */
+	const char *mps_pipe[PVGPU_MAX_DEVICES];
 };
 
 /* Opcodes counted by sync_ops: every one ops.spec declares. */

@@ -167,3 +167,79 @@ def test_quantum_option_is_checked(programs):
                          capture_output=True, text=True, timeout=10)
     assert res.returncode == 2
     assert "--sched-quantum-us must be 0..1000000" in res.stderr
+
+
+SCHED_LINE = re.compile(r"session (\d+): scheduler: (\d+) launches, waited (\d+) times for a turn "
+                        r"\(([\d.]+) ms in all\).*cut (\d+) turns of others short, "
+                        r"had (\d+) turns cut short")
+
+
+def latency_run(programs, start_pvgpud, tmp, priority, seconds=4.0):
+    """Three VMs that keep the device busy and one, `lat` (of priority),
+    that launches a short kernel, waits for it, and pauses 15 ms, like
+    batch-1 decode.  Per VM: kernels run and the scheduler's figures of its
+    session (launches, waits, wait ms, turns it cut short, turns it lost)."""
+    busy = ("b1", "b2", "b3")
+    conf = tmp / f"policy-{priority}.conf"
+    text = "[default]\npolicy = refuse\n"
+    for vm in busy:
+        text += f"[vm {vm}]\ntoken = token-{vm}\n"
+    text += f"[vm lat]\ntoken = token-lat\npriority = {priority}\n"
+    conf.write_text(text)
+    # 30 ms turns: a normal VM waiting for one waits a good part of one.
+    daemon = start_pvgpud("sim", extra_args=["--config", str(conf),
+                                             "--sched-quantum-us", "30000"],
+                          env={"PVGPU_SIM_TWINS": str(TWINS),
+                               "PVGPU_SIM_SERIAL": str(tmp / f"device-{priority}.lock")})
+
+    def session(vm, *args):
+        env = programs.pvgpu_env(daemon.tcp)
+        env["PVGPU_TOKEN"] = f"token-{vm}"
+        return subprocess.Popen(
+            [str(FAIR), "--json", "--blocks", str(BLOCKS), *args], env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    procs = {vm: session(vm, "--seconds", str(seconds + 1), "--iters", str(ITERS))
+             for vm in busy}
+    time.sleep(0.5)
+    procs["lat"] = session("lat", "--seconds", str(seconds), "--queue", "1",
+                           "--gap-ms", "15", "--iters", str(ITERS // 10))
+    kernels = {}
+    for vm, p in procs.items():
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, f"{vm}: {out}\n{err}\n{daemon.log()[-3000:]}"
+        kernels[vm] = json.loads(out.strip().splitlines()[-1])["kernels"]
+    # Each session's line comes when its worker ends, after its client.
+    deadline = time.monotonic() + 60
+    while len(SCHED_LINE.findall(daemon.log())) < 4 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    log = daemon.log()
+    vm_of = dict(re.findall(r"session (\d+): \S+ is vm (\w+)", log))
+    figures = {vm_of[m[0]]: tuple(float(x) for x in m[1:]) for m in SCHED_LINE.findall(log)}
+    assert set(figures) == {*busy, "lat"}, log[-3000:]
+    return kernels, figures
+
+
+def test_latency_vm_waits_less_and_starves_nobody(programs, start_pvgpud, short_tmp):
+    """The sparse VM's mean wait for a turn, marked latency, is well under
+    a third of the same run with it marked normal (two runs on the same
+    machine, compared with each other), and the busy VMs still share the
+    device: each has at least half of its third."""
+    runs = {}
+    for priority in ("normal", "latency"):
+        runs[priority] = latency_run(programs, start_pvgpud, short_tmp, priority)
+    mean = {}
+    for priority, (kernels, figures) in runs.items():
+        launches, waits, wait_ms, cut, lost = figures["lat"]
+        assert launches >= 20 and waits >= 10, (priority, figures)
+        mean[priority] = wait_ms / waits
+        busy = [kernels[vm] for vm in ("b1", "b2", "b3")]
+        for k in busy:
+            assert k >= 0.5 * sum(busy) / 3, (priority, kernels)
+    print(f"lat mean wait (ms): {mean}; figures: {runs}")
+    assert mean["latency"] < mean["normal"] / 3, (mean, runs)
+    # Who cut whose turns, as the session-end lines say.
+    assert runs["normal"][1]["lat"][3] == 0, runs["normal"]
+    assert runs["latency"][1]["lat"][3] > 0, runs["latency"]
+    assert sum(runs["latency"][1][vm][4] for vm in ("b1", "b2", "b3")) > 0, runs["latency"]
+    assert all(runs["normal"][1][vm][4] == 0 for vm in ("b1", "b2", "b3")), runs["normal"]

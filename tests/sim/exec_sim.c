@@ -1125,6 +1125,15 @@ static struct pvgpu_exec *sim_open(const struct pvgpu_exec_config *cfg,
 		sim_close(ex);
 		return NULL;
 	}
+	/*
+	 * What a CUDA driver would take to reach an MPS server (mps.h): said
+	 * once per session, so that tests see what the worker was given.
+	 */
+	if (getenv("CUDA_MPS_PIPE_DIRECTORY") && !(cfg && cfg->probe))
+		sim_diag(ex, "MPS client: CUDA_MPS_PIPE_DIRECTORY=%s CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%s CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=%s",
+			 getenv("CUDA_MPS_PIPE_DIRECTORY"),
+			 getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") ?: "-",
+			 getenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT") ?: "-");
 	return ex;
 }
 
