@@ -235,8 +235,17 @@ static int serve(struct pvgpu_admin *a, struct pvgpu_admin_client *c)
 	c->got += (size_t)n;
 	nl = memchr(c->in, '\n', c->got);
 	if (!nl) {
+		char skip[4096];
+
 		if (c->got < sizeof(c->in))
 			return 0;
+		/*
+		 * What it sent beyond is dropped (a little of it, never a
+		 * wait): closed with bytes unread, the socket would reset
+		 * and the caller lose the answer.
+		 */
+		for (int k = 0; k < 16 && recv(c->fd, skip, sizeof(skip), MSG_DONTWAIT) > 0; k++)
+			;
 		return answer(c, strdup("error request too long\n"));
 	}
 	if (pvgpu_admin_parse(c->in, (size_t)(nl - c->in), &req))
