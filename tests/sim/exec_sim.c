@@ -1811,6 +1811,7 @@ static int32_t dev_alloc(struct pvgpu_exec *ex, uint64_t size, bool module,
 	a->ipc[0] = '\0';
 	a->ipc_owner = false;
 	a->ipc_fd = -1;
+	a->saved = NULL;
 	ex->nallocs++;
 	ex->own_used[dev] += size;
 	*dptr = addr;
@@ -4442,6 +4443,7 @@ static int32_t sim_vmm_call(struct pvgpu_exec *ex, const struct pvgpu_generic_fn
 		p->maps = 0;
 		p->shared = false;
 		p->fd = -1;
+		p->saved = NULL;
 		ex->own_used[p->dev] += a[1];
 		a[0] = p->handle;
 		return CUDA_SUCCESS;
