@@ -234,7 +234,7 @@ $(OBJ_DIR)/tests/unit/devices_test.o: CFLAGS += $(GUEST_INC)
 # libFuzzer: a whole hostile session against a real worker (sim executor).
 FUZZ_CC   ?= clang
 FUZZ_SRC   = tests/fuzz/fuzz_worker.c $(BACKEND_LIB_SRC) $(SIM_SRC)
-fuzz: $(BUILD)/fuzz/fuzz_worker $(BUILD)/fuzz/fuzz_ring
+fuzz: $(BUILD)/fuzz/fuzz_worker $(BUILD)/fuzz/fuzz_ring $(BUILD)/fuzz/fuzz_admin
 $(BUILD)/fuzz/fuzz_worker: $(FUZZ_SRC) $(GEN_FILES) $(shell find common host-backend transport protocol tests/sim -name '*.h')
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -g -O1 -fsanitize=fuzzer,address,undefined -std=c11 -D_GNU_SOURCE \
@@ -248,6 +248,13 @@ $(BUILD)/fuzz/fuzz_ring: tests/fuzz/fuzz_ring.c transport/shm/ring.c transport/s
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -g -O1 -fsanitize=fuzzer,address,undefined -std=c11 -D_GNU_SOURCE \
 		$(SHARED_INC) -o $@ tests/fuzz/fuzz_ring.c transport/shm/ring.c
+
+# libFuzzer: the admin socket's request parser (host-backend/daemon/admin.h).
+$(BUILD)/fuzz/fuzz_admin: tests/fuzz/fuzz_admin.c host-backend/daemon/admin.c host-backend/daemon/admin.h common/log.c common/log.h
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -g -O1 -fsanitize=fuzzer,address,undefined -std=c11 -D_GNU_SOURCE \
+		$(SHARED_INC) -Ihost-backend/daemon -o $@ tests/fuzz/fuzz_admin.c \
+		host-backend/daemon/admin.c common/log.c
 
 include tests/tests.mk
 include guest-lib/cuda/cuda.mk

@@ -9,6 +9,10 @@
  *   pvgpuctl status [[--metrics] ADDR:PORT | URL]
  *                            per GPU and per VM: sessions, memory, calls/s,
  *                            MB/s each way, share of GPU time
+ *   pvgpuctl session list|suspend ID|resume ID [--admin PATH]
+ *                            live sessions and their state; suspend one
+ *                            (its device memory to host memory) or resume
+ *                            it, through pvgpud's admin socket (admin.h)
  *
  * status reads what `pvgpud --metrics ADDR:PORT` serves (default
  * 127.0.0.1:9400), fetched with libcurl.  One source for both: the
@@ -20,6 +24,10 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +37,9 @@
 #include <curl/curl.h>
 #endif
 
+#include "admin.h"
 #include "client.h"
+#include "clock.h"
 #include "config_env.h"
 #include "log.h"
 #include "pvgpu_guest.h"
@@ -38,7 +48,8 @@
 		"       pvgpuctl status [[--metrics] ADDR:PORT | URL]\n" \
 		"       pvgpuctl attach DOMAIN [--memory 8G] [--gpu 0] [--window-size 256M]\n" \
 		"                       [--vsock auto|kernel|vhost-user] [--cid N] [-c URI]\n" \
-		"       pvgpuctl detach DOMAIN [-c URI]\n"
+		"       pvgpuctl detach DOMAIN [-c URI]\n" \
+		"       pvgpuctl session list|suspend ID|resume ID [--admin PATH]\n"
 #define DEFAULT_METRICS	"127.0.0.1:9400"
 
 /*
@@ -494,12 +505,209 @@ static int cmd_status(const char *where)
 	return 0;
 }
 
+/* --- session ---------------------------------------------------------------- */
+
+/* A suspend or resume waits for its end at most this long (pvgpud's own
+ * deadline, --suspend-timeout, is 120 s by default). */
+#define SESSION_WAIT_MS		(300 * 1000)
+#define ADMIN_REPLY_MS		5000
+
+/*
+ * One request, one answer line, from pvgpud's admin socket: the answer
+ * (malloc'ed, without its newline), or NULL after saying why.
+ */
+static char *admin_ask(const char *path, const char *line)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	uint64_t deadline = pvgpu_now_ns() + ADMIN_REPLY_MS * 1000000ull;
+	size_t cap = 4096, got = 0;
+	char *buf = NULL, *nl;
+	int fd;
+
+	if (strlen(path) >= sizeof(sa.sun_path)) {
+		fprintf(stderr, "pvgpuctl: --admin %s: path too long\n", path);
+		return NULL;
+	}
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
+		fprintf(stderr, "pvgpuctl: %s: %s (is pvgpud running, with this --admin?)\n",
+			path, strerror(errno));
+		goto err;
+	}
+	if (send(fd, line, strlen(line), MSG_NOSIGNAL) != (ssize_t)strlen(line)) {
+		fprintf(stderr, "pvgpuctl: %s: %s\n", path, strerror(errno));
+		goto err;
+	}
+	buf = malloc(cap);
+	while (buf) {
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+		uint64_t now = pvgpu_now_ns();
+		ssize_t n;
+
+		if (now >= deadline || poll(&pfd, 1, (int)((deadline - now) / 1000000) + 1) == 0) {
+			fprintf(stderr, "pvgpuctl: %s: no answer\n", path);
+			goto err;
+		}
+		n = recv(fd, buf + got, cap - got - 1, MSG_DONTWAIT);
+		if (n < 0 && (errno == EAGAIN || errno == EINTR))
+			continue;
+		if (n <= 0) {
+			fprintf(stderr, "pvgpuctl: %s: the answer was cut short\n", path);
+			goto err;
+		}
+		got += (size_t)n;
+		buf[got] = '\0';
+		nl = strchr(buf, '\n');
+		if (nl) {
+			*nl = '\0';
+			close(fd);
+			return buf;
+		}
+		if (got + 1 == cap) {
+			char *more = cap < PVGPU_ADMIN_REPLY_MAX ? realloc(buf, cap * 2) : NULL;
+
+			if (!more)
+				break;
+			buf = more;
+			cap *= 2;
+		}
+	}
+	fprintf(stderr, "pvgpuctl: %s: answer too long\n", path);
+err:
+	free(buf);
+	if (fd >= 0)
+		close(fd);
+	return NULL;
+}
+
+/* "ok N ID VM STATE RESIDENT SUSPENDED ...": the state of session id, "" if gone. */
+static int session_state(const char *path, const char *id, char *state, size_t len)
+{
+	char *rep = admin_ask(path, "list\n"), *save = NULL, *tok;
+	int field = 0, mine = 0;
+
+	if (!rep)
+		return -1;
+	state[0] = '\0';
+	tok = strtok_r(rep, " ", &save);		/* ok */
+	tok = tok ? strtok_r(NULL, " ", &save) : NULL;	/* N */
+	while (tok && (tok = strtok_r(NULL, " ", &save))) {
+		if (field == 0)
+			mine = !strcmp(tok, id);
+		if (field == 2 && mine)
+			snprintf(state, len, "%s", tok);
+		field = (field + 1) % 5;
+	}
+	free(rep);
+	return 0;
+}
+
+static void print_sessions(char *rep)
+{
+	char *save = NULL, *f[5];
+	char *tok = strtok_r(rep, " ", &save);
+
+	(void)tok;					/* ok */
+	strtok_r(NULL, " ", &save);			/* N */
+	printf("%-8s %-20s %-11s %12s %12s\n", "SESSION", "VM", "STATE",
+	       "RESIDENT", "SUSPENDED");
+	for (;;) {
+		char res[32], sus[32];
+		int k;
+
+		for (k = 0; k < 5 && (f[k] = strtok_r(NULL, " ", &save)); k++)
+			;
+		if (k < 5)
+			break;
+		human(strtod(f[3], NULL), res, sizeof(res));
+		human(strtod(f[4], NULL), sus, sizeof(sus));
+		printf("%-8s %-20s %-11s %12s %12s\n", f[0], f[1], f[2], res, sus);
+	}
+}
+
+static int cmd_session(int argc, char **argv)
+{
+	const char *verb, *id = NULL, *path = NULL;
+	char def[PVGPU_ADMIN_PATH_MAX], line[PVGPU_ADMIN_LINE_MAX], state[32];
+	uint64_t deadline;
+	char *rep;
+	int i = 3;
+
+	if (argc < 3)
+		goto usage;
+	verb = argv[2];
+	if (!strcmp(verb, "suspend") || !strcmp(verb, "resume")) {
+		if (argc < 4 || !argv[3][0] || strspn(argv[3], "0123456789") != strlen(argv[3]) ||
+		    strlen(argv[3]) > 19)
+			goto usage;
+		id = argv[3];
+		i = 4;
+	} else if (strcmp(verb, "list")) {
+		goto usage;
+	}
+	if (i + 2 == argc && !strcmp(argv[i], "--admin"))
+		path = argv[i + 1];
+	else if (i != argc)
+		goto usage;
+	if (!path) {
+		pvgpu_admin_default_path(def, sizeof(def));
+		path = def;
+	}
+	snprintf(line, sizeof(line), "%s%s%s\n", verb, id ? " " : "", id ? id : "");
+	rep = admin_ask(path, line);
+	if (!rep)
+		return 1;
+	if (strncmp(rep, "ok", 2)) {
+		fprintf(stderr, "pvgpuctl: %s\n", rep);
+		free(rep);
+		return 1;
+	}
+	if (!id) {
+		print_sessions(rep);
+		free(rep);
+		return 0;
+	}
+	free(rep);
+	/* Started: wait for its end, which pvgpud's log line explains. */
+	deadline = pvgpu_now_ns() + SESSION_WAIT_MS * 1000000ull;
+	while (!session_state(path, id, state, sizeof(state))) {
+		struct timespec tick = { 0, 50 * 1000 * 1000 };
+		int suspend = !strcmp(verb, "suspend");
+
+		if (!state[0]) {
+			fprintf(stderr, "pvgpuctl: session %s ended (pvgpud's log says why)\n", id);
+			return 1;
+		}
+		if (!strcmp(state, suspend ? "suspended" : "running")) {
+			printf("session %s %s\n", id, state);
+			return 0;
+		}
+		if (!strcmp(state, suspend ? "running" : "suspended")) {
+			fprintf(stderr, "pvgpuctl: session %s: %s failed, it is %s (pvgpud's log says why)\n",
+				id, verb, state);
+			return 1;
+		}
+		if (pvgpu_now_ns() >= deadline) {
+			fprintf(stderr, "pvgpuctl: session %s still %s\n", id, state);
+			return 1;
+		}
+		nanosleep(&tick, NULL);
+	}
+	return 1;
+usage:
+	fprintf(stderr, "pvgpuctl: usage: pvgpuctl session list|suspend ID|resume ID [--admin PATH]\n");
+	return 2;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc >= 2 && !strcmp(argv[1], "devices") && argc <= 3)
 		return cmd_devices(argc >= 3 ? argv[2] : PVGPU_CLIENT_DEFAULT_DEVICES);
 	if (argc >= 3 && (!strcmp(argv[1], "attach") || !strcmp(argv[1], "detach")))
 		return cmd_vm(argc, argv);
+	if (argc >= 2 && !strcmp(argv[1], "session"))
+		return cmd_session(argc, argv);
 	if (argc >= 2 && !strcmp(argv[1], "status")) {
 		if (argc == 2)
 			return cmd_status(DEFAULT_METRICS);
@@ -513,6 +721,6 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	/* One line on stderr for bad usage (DESIGN §8). */
-	fprintf(stderr, "pvgpuctl: usage: pvgpuctl devices [URI] | status [ADDR:PORT] | attach DOMAIN [options] | detach DOMAIN (try --help)\n");
+	fprintf(stderr, "pvgpuctl: usage: pvgpuctl devices [URI] | status [ADDR:PORT] | session list|suspend ID|resume ID | attach DOMAIN [options] | detach DOMAIN (try --help)\n");
 	return 2;
 }

@@ -87,6 +87,8 @@ void pvgpu_accounting_release(struct pvgpu_slot *slot)
 	atomic_store(&slot->bytes_d2h, 0);
 	atomic_store(&slot->gpu_ns, 0);
 	atomic_store(&slot->guest_pid, 0);
+	atomic_store(&slot->state, PVGPU_SLOT_RUNNING);
+	atomic_store(&slot->resume_wanted, 0);
 	for (int d = 0; d < PVGPU_MAX_DEVICES; d++)
 		atomic_store(&slot->mem_used[d], 0);
 }
@@ -97,9 +99,20 @@ uint64_t pvgpu_accounting_mem_used(struct pvgpu_accounting *acct, int dev)
 
 	if (dev < 0 || dev >= PVGPU_MAX_DEVICES)
 		return 0;
+	/* A suspended session's bytes are in its worker's host memory. */
 	for (uint32_t i = 0; i < acct->nslots; i++)
-		if (acct->slots[i].pid)
+		if (acct->slots[i].pid &&
+		    atomic_load(&acct->slots[i].state) != PVGPU_SLOT_SUSPENDED)
 			sum += atomic_load(&acct->slots[i].mem_used[dev]);
+	return sum;
+}
+
+uint64_t pvgpu_accounting_slot_mem(struct pvgpu_slot *slot)
+{
+	uint64_t sum = 0;
+
+	for (int d = 0; d < PVGPU_MAX_DEVICES; d++)
+		sum += atomic_load(&slot->mem_used[d]);
 	return sum;
 }
 

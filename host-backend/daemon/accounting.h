@@ -103,6 +103,27 @@ struct pvgpu_slot {
 	_Atomic uint64_t gpu_ns;
 	/* The pid the guest gave at hello (its own namespace's), for NVML's process list: reporting only. */
 	_Atomic uint32_t guest_pid;
+	/*
+	 * Suspend and resume (suspend.h): an enum pvgpu_slot_state the
+	 * supervisor alone writes, and a futex word the worker sleeps on
+	 * while it waits for a resume.  While it says suspended the
+	 * session's mem_used is on the host: not the device's, still the
+	 * VM's quota's.
+	 */
+	_Atomic uint32_t state;
+	/*
+	 * The worker's "a call is waiting: resume me", with a write to the
+	 * supervisor's wake eventfd; the supervisor clears it and trusts
+	 * it for nothing else.
+	 */
+	_Atomic uint32_t resume_wanted;
+};
+
+enum pvgpu_slot_state {
+	PVGPU_SLOT_RUNNING = 0,
+	PVGPU_SLOT_SUSPENDING,		/* a checkpointer is at work */
+	PVGPU_SLOT_SUSPENDED,		/* its device memory is on the host */
+	PVGPU_SLOT_RESUMING,		/* a checkpointer restores it */
 };
 
 /*
@@ -172,7 +193,7 @@ struct pvgpu_slot *pvgpu_accounting_by_pid(struct pvgpu_accounting *acct,
 					   pid_t pid);
 void pvgpu_accounting_release(struct pvgpu_slot *slot);
 
-/* Device memory on `dev` held by every live session. */
+/* Device memory on `dev` held by every live session not suspended. */
 uint64_t pvgpu_accounting_mem_used(struct pvgpu_accounting *acct, int dev);
 
 /* The entry for a VM name, made if need be: its index, or -1 when full. */
@@ -183,6 +204,8 @@ int pvgpu_accounting_vm_get(struct pvgpu_accounting *acct, const char *name);
  */
 uint32_t pvgpu_accounting_vm_sessions(struct pvgpu_accounting *acct, int vm);
 uint64_t pvgpu_accounting_vm_mem_used(struct pvgpu_accounting *acct, int vm);
+/* A slot's device memory, all devices; what a suspend moves to the host. */
+uint64_t pvgpu_accounting_slot_mem(struct pvgpu_slot *slot);
 
 /*
  * Before allocating size bytes: charge them to the slot's VM, as pending,

@@ -9,7 +9,7 @@
  *          [--call-timeout SECONDS] [--registry DIR] [--metrics ADDR:PORT]
  *          [--sched-quantum-us N] [--executor-dir DIR] [--remote URI ...]
  *          [--remote-token TOKEN] [--hello-timeout SECONDS]
- *          [--max-unidentified N]
+ *          [--max-unidentified N] [--admin PATH] [--suspend-timeout SECONDS]
  *   pvgpud --executor help | --help | --version
  *
  * The usage text below is the list of options (README's table is checked
@@ -36,6 +36,9 @@
  * reads before it gives the caller a worker or a session slot: at most
  * --max-unidentified such callers wait for that at once (a quarter of
  * them from one address), each at most --hello-timeout (unidentified.h).
+ * --admin is the operator's socket (admin.h: pvgpuctl session list,
+ * suspend, resume); --suspend-timeout bounds each suspend and resume
+ * (suspend.h).
  * Exit codes: 0 success, 1 runtime failure, 2 bad usage.
  */
 #include <getopt.h>
@@ -73,6 +76,7 @@ static const char usage[] =
 	"              [--sched-quantum-us N] [--executor-dir DIR]\n"
 	"              [--remote URI ...] [--remote-token TOKEN]\n"
 	"              [--hello-timeout SECONDS] [--max-unidentified N]\n"
+	"              [--admin PATH] [--suspend-timeout SECONDS]\n"
 	"       pvgpud --executor help | --help | --version\n"
 	"--executor help lists the executors this build has (from --executor-dir)\n"
 	"--listen URIs: unix:///PATH (shm:///PATH is the same socket), tcp://HOST:PORT,\n"
@@ -84,6 +88,9 @@ static const char usage[] =
 	"           each VM's are bounded by its policy's module_cache (256M)\n"
 	"--metrics: Prometheus text at http://ADDR:PORT/metrics; loopback only,\n"
 	"           e.g. 127.0.0.1:9400 (what `pvgpuctl status` reads)\n"
+	"--admin: the operator's socket (pvgpuctl session), default\n"
+	"           /run/pvgpu/pvgpud-admin.sock as root, else /tmp/pvgpud-UID/admin.sock\n"
+	"--suspend-timeout: how long a suspend or a resume may take, default 120\n"
 	"--version: the release and protocol versions, the optional parts built in\n";
 
 static int bad_usage(const char *what)
@@ -142,6 +149,20 @@ static int parse_hello_timeout(const char *s, uint64_t *ms)
 	if (!pvgpu_parse_duration(s, 0, 1, 3600 * 1000, ms) && *ms)
 		return 0;
 	snprintf(why, sizeof(why), "--hello-timeout %s: want decimal seconds 0.001..3600",
+		 log_esc(s));
+	bad_usage(why);
+	return -1;
+}
+
+/* --suspend-timeout SECONDS into *ms: 0, or -1 after saying what is wrong.
+ * Checkpointing a GPU's memory takes seconds (DESIGN §7): at most a day. */
+static int parse_suspend_timeout(const char *s, uint64_t *ms)
+{
+	char why[400];
+
+	if (!pvgpu_parse_duration(s, 0, 100, 24 * 3600 * 1000, ms) && *ms)
+		return 0;
+	snprintf(why, sizeof(why), "--suspend-timeout %s: want decimal seconds 0.1..86400",
 		 log_esc(s));
 	bad_usage(why);
 	return -1;
@@ -239,6 +260,8 @@ int main(int argc, char **argv)
 		{ "remote-token", required_argument, NULL, 'k' },
 		{ "hello-timeout", required_argument, NULL, 'H' },
 		{ "max-unidentified", required_argument, NULL, 'U' },
+		{ "admin", required_argument, NULL, 'A' },
+		{ "suspend-timeout", required_argument, NULL, 'S' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -257,6 +280,7 @@ int main(int argc, char **argv)
 		.call_timeout_ms = 300 * 1000,
 		.sched_quantum_us = PVGPU_SCHED_QUANTUM_US,
 		.module_cache_max = PVGPU_MODCACHE_MAX,
+		.suspend_timeout_ms = PVGPU_SUSPEND_TIMEOUT_MS,
 	};
 	struct pvgpu_supervisor sv;
 	char cache_dir[64], exec_dir[4096], err[512];
@@ -340,6 +364,16 @@ int main(int argc, char **argv)
 			break;
 		case 'H':
 			if (parse_hello_timeout(optarg, &cfg.hello_timeout_ms))
+				return 2;
+			break;
+		case 'A':
+			if (optarg[0] != '/' ||
+			    strlen(optarg) >= sizeof(((struct sockaddr_un *)0)->sun_path))
+				return bad_usage("--admin must be an absolute socket path under 108 bytes");
+			cfg.admin = optarg;
+			break;
+		case 'S':
+			if (parse_suspend_timeout(optarg, &cfg.suspend_timeout_ms))
 				return 2;
 			break;
 		case 'U':

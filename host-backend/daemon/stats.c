@@ -127,6 +127,7 @@ void pvgpu_stats_update(struct pvgpu_stats *st)
 		}
 		v->sessions = 0;
 		v->mem_used = 0;
+		v->mem_suspended = 0;
 	}
 	for (uint32_t i = 0; i < acct->nslots; i++) {
 		struct pvgpu_slot *slot = &acct->slots[i];
@@ -140,8 +141,10 @@ void pvgpu_stats_update(struct pvgpu_stats *st)
 		v = &snap->vms[bucket_of(slot)];
 		v->sessions++;
 		v->mem_used += atomic_load(&slot->mem_pending);
-		for (int d = 0; d < PVGPU_MAX_DEVICES; d++)
-			v->mem_used += atomic_load(&slot->mem_used[d]);
+		if (atomic_load(&slot->state) == PVGPU_SLOT_SUSPENDED)
+			v->mem_suspended += pvgpu_accounting_slot_mem(slot);
+		else
+			v->mem_used += pvgpu_accounting_slot_mem(slot);
 		devices = atomic_load(&slot->gpus_held);
 		for (int d = 0; d < snap->ngpus; d++)
 			snap->gpus[d].sessions += (devices >> d) & 1;
@@ -156,6 +159,7 @@ void pvgpu_stats_update(struct pvgpu_stats *st)
 		v->gpu_ns = t->gpu_ns;
 		/* Not named by the policy and nothing to say: not reported. */
 		if (!st->listed[b] && !v->sessions && !v->mem_used &&
+		    !v->mem_suspended &&
 		    !t->calls && !t->bytes_h2d && !t->bytes_d2h && !t->gpu_ns)
 			v->name[0] = '\0';
 	}
@@ -220,7 +224,7 @@ static void real(FILE *f, double v, const char *fmt)
 	fputc('\n', f);
 }
 
-enum vm_field { F_SESSIONS, F_MEM_USED, F_MEM_QUOTA, F_CALLS, F_H2D, F_D2H,
+enum vm_field { F_SESSIONS, F_MEM_USED, F_MEM_SUSPENDED, F_MEM_QUOTA, F_CALLS, F_H2D, F_D2H,
 		F_GPU_S, F_CALLS_RATE, F_H2D_RATE, F_D2H_RATE, F_SHARE };
 
 static void vm_value(FILE *f, const struct pvgpu_vm_figures *v,
@@ -232,6 +236,9 @@ static void vm_value(FILE *f, const struct pvgpu_vm_figures *v,
 		break;
 	case F_MEM_USED:
 		fprintf(f, "%llu\n", (unsigned long long)v->mem_used);
+		break;
+	case F_MEM_SUSPENDED:
+		fprintf(f, "%llu\n", (unsigned long long)v->mem_suspended);
 		break;
 	case F_MEM_QUOTA:
 		fprintf(f, "%llu\n", (unsigned long long)v->mem_quota);
@@ -332,8 +339,11 @@ char *pvgpu_snapshot_format(const struct pvgpu_snapshot *snap, size_t *len)
 		  "Live sessions of the VM; vm=\"-\": sessions of no VM of the policy.",
 		  F_SESSIONS, F_SESSIONS);
 	vm_family(f, snap, "pvgpu_vm_memory_used_bytes", "gauge",
-		  "Device memory charged to the VM, all devices.",
+		  "Device memory charged to the VM and on a device, all devices.",
 		  F_MEM_USED, F_MEM_USED);
+	vm_family(f, snap, "pvgpu_vm_suspended_bytes", "gauge",
+		  "Device memory of the VM's suspended sessions, held in host memory; still charged to its quota.",
+		  F_MEM_SUSPENDED, F_MEM_SUSPENDED);
 	vm_family(f, snap, "pvgpu_vm_memory_quota_bytes", "gauge",
 		  "The VM's device-memory quota; 0: none.",
 		  F_MEM_QUOTA, F_MEM_QUOTA);

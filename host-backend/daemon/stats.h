@@ -63,7 +63,9 @@ struct pvgpu_gpu_figures {
 struct pvgpu_vm_figures {
 	char name[64];			/* "": not reported */
 	uint32_t sessions;
-	uint64_t mem_used;		/* charged to its quota, all devices */
+	uint64_t mem_used;		/* charged to its quota and on a device */
+	/* Of suspended sessions: in host memory, still charged (suspend.h). */
+	uint64_t mem_suspended;
 	uint64_t mem_quota;		/* 0: none */
 	/* Totals since pvgpud started, live and ended sessions alike. */
 	uint64_t calls, bytes_h2d, bytes_d2h, gpu_ns;

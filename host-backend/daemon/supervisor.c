@@ -22,7 +22,7 @@
 #include "supervisor.h"
 #include "watchdog.h"
 
-static void human_bytes(uint64_t n, char *out, size_t len)
+void pvgpu_human_bytes(uint64_t n, char *out, size_t len)
 {
 	if (n >= (1ull << 30))
 		snprintf(out, len, "%.2f GiB", (double)n / (1ull << 30));
@@ -88,14 +88,14 @@ static int probe_executor(const struct pvgpu_executor_ops *exec,
 				snprintf(gpus[d].name, sizeof(gpus[d].name), "?");
 			gpus[d].name[sizeof(gpus[d].name) - 1] = '\0';
 			exec->device_total_mem(ex, d, &gpus[d].mem_total);
-			human_bytes(gpus[d].mem_total, human, sizeof(human));
+			pvgpu_human_bytes(gpus[d].mem_total, human, sizeof(human));
 			if (exec->object_bytes &&
 			    !exec->object_bytes(ex, d, &gpus[d].ctx_bytes,
 						&gpus[d].stream_bytes)) {
 				char cb[32], sb[32];
 
-				human_bytes(gpus[d].ctx_bytes, cb, sizeof(cb));
-				human_bytes(gpus[d].stream_bytes, sb, sizeof(sb));
+				pvgpu_human_bytes(gpus[d].ctx_bytes, cb, sizeof(cb));
+				pvgpu_human_bytes(gpus[d].stream_bytes, sb, sizeof(sb));
 				log_info("  device %d: %s, %s; a context takes %s, a stream %s (charged to the VM's memory)",
 					 d, log_esc(gpus[d].name), human, cb, sb);
 			} else {
@@ -127,8 +127,7 @@ static int probe_executor(const struct pvgpu_executor_ops *exec,
 	return n;
 }
 
-/* Hand the metrics server fresh figures; a no-op without --metrics. */
-static void publish(struct pvgpu_supervisor *sv)
+void pvgpu_supervisor_publish(struct pvgpu_supervisor *sv)
 {
 	if (!sv->metrics)
 		return;
@@ -178,7 +177,7 @@ static int load_policy(struct pvgpu_supervisor *sv)
 	pvgpu_stats_set_policy(&sv->stats, p);
 	log_info("policy %s: %u VM(s), unknown callers %s", sv->config, p->nvms,
 		 p->allow_unknown ? "allowed" : "refused");
-	publish(sv);	/* new VMs and quotas */
+	pvgpu_supervisor_publish(sv);	/* new VMs and quotas */
 	return 0;
 }
 
@@ -268,7 +267,7 @@ static void log_registry_changes(const struct pvgpu_registry *old,
 		if (was && same_record(was, rec))
 			continue;
 		if (rec->memory)
-			human_bytes(rec->memory, quota, sizeof(quota));
+			pvgpu_human_bytes(rec->memory, quota, sizeof(quota));
 		if (rec->window.path[0])
 			snprintf(window, sizeof(window), "%s (%llu MiB)",
 				 rec->window.path,
@@ -389,6 +388,34 @@ static void registry_changed(struct pvgpu_supervisor *sv)
 			 sv->registry_dir);
 }
 
+/* The event loop's fixed entries (pvgpu_supervisor_run says which). */
+#define ADMIN_FDS	(1 + PVGPU_ADMIN_CLIENTS)
+#define FIRST_FD	(5 + ADMIN_FDS)
+
+/*
+ * The operator's socket: --admin PATH, which must work, else the default
+ * path, which need not (a second pvgpud on the host, one run by a user
+ * without the run directory) and then is only said.
+ */
+static int open_admin(struct pvgpu_supervisor *sv, const char *path)
+{
+	char def[PVGPU_ADMIN_PATH_MAX], err[512];
+
+	if (!path)
+		pvgpu_admin_default_path(def, sizeof(def));
+	if (!pvgpu_admin_open(&sv->admin, path ? path : def,
+			      pvgpu_suspend_admin, sv, err, sizeof(err))) {
+		log_info("admin socket %s", sv->admin.path);
+		return 0;
+	}
+	if (path) {
+		log_error("%s", err);
+		return -1;
+	}
+	log_info("no admin socket (pvgpuctl session): %s", err);
+	return 0;
+}
+
 int pvgpu_supervisor_init(struct pvgpu_supervisor *sv,
 			  const struct pvgpu_supervisor_config *cfg)
 {
@@ -423,6 +450,8 @@ int pvgpu_supervisor_init(struct pvgpu_supervisor *sv,
 			  !strcmp(cfg->exec->name, "sim");
 	for (int n = 0; n < PVGPU_MAX_DEVICES; n++)
 		sv->wcfg.mps_pipe[n] = sv->mps.gpu[n].pipe;
+	sv->admin.fd = -1;
+	sv->suspend.wake_fd = -1;
 
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGTERM);
@@ -471,7 +500,10 @@ int pvgpu_supervisor_init(struct pvgpu_supervisor *sv,
 	}
 	for (uint32_t i = 0; i < sv->acct->nslots; i++)
 		sv->owed[i].listener = -1;
-	sv->pfd = calloc(4 + PVGPU_MAX_LISTENERS + PVGPU_REGISTRY_MAX +
+	if (pvgpu_suspend_init(sv, cfg->suspend_timeout_ms) ||
+	    open_admin(sv, cfg->admin))
+		goto err;
+	sv->pfd = calloc(FIRST_FD + PVGPU_MAX_LISTENERS + PVGPU_REGISTRY_MAX +
 			 (size_t)cfg->max_unidentified, sizeof(*sv->pfd));
 	if (!sv->pfd ||
 	    pvgpu_unid_init(&sv->unid, cfg->max_unidentified, cfg->hello_timeout_ms)) {
@@ -500,7 +532,7 @@ int pvgpu_supervisor_init(struct pvgpu_supervisor *sv,
 			goto err;
 		}
 		clock_gettime(CLOCK_MONOTONIC, &sv->next_tick);
-		publish(sv);
+		pvgpu_supervisor_publish(sv);
 		log_info("metrics on http://%s/metrics", cfg->metrics);
 	}
 	return 0;
@@ -513,6 +545,8 @@ err:
 void pvgpu_supervisor_fini(struct pvgpu_supervisor *sv)
 {
 	pvgpu_mps_stop(&sv->mps);	/* nothing left after run()'s */
+	pvgpu_admin_close(&sv->admin);
+	pvgpu_suspend_fini(sv);
 	pvgpu_metrics_stop(sv->metrics);
 	sv->metrics = NULL;
 	pvgpu_unid_fini(&sv->unid);	/* they name their listeners */
@@ -679,6 +713,8 @@ static void start_session(struct pvgpu_supervisor *sv, struct pvgpu_listener *l,
 			close(sv->inotify_fd);
 		close(sv->sigfd);
 		close(sv->timerfd);
+		pvgpu_admin_forget(&sv->admin);
+		pvgpu_suspend_forget(sv);
 		/*
 		 * A worker outlives nothing: if the supervisor dies, so do its
 		 * sessions, rather than hold a GPU that a restarted pvgpud
@@ -708,7 +744,7 @@ static void start_session(struct pvgpu_supervisor *sv, struct pvgpu_listener *l,
 	log_info("session %llu start: %s via %s, vm %s (worker pid %d)",
 		 (unsigned long long)slot->session_id, peer->identity, l->uri,
 		 vm_name(sv, slot), (int)pid);
-	publish(sv);
+	pvgpu_supervisor_publish(sv);
 	return;
 
 err_slot:
@@ -833,8 +869,8 @@ static void end_session(struct pvgpu_supervisor *sv, pid_t pid, int status)
 			 WEXITSTATUS(status));
 	else
 		snprintf(how, sizeof(how), "ok");
-	human_bytes(atomic_load(&slot->bytes_h2d), h2d, sizeof(h2d));
-	human_bytes(atomic_load(&slot->bytes_d2h), d2h, sizeof(d2h));
+	pvgpu_human_bytes(atomic_load(&slot->bytes_h2d), h2d, sizeof(h2d));
+	pvgpu_human_bytes(atomic_load(&slot->bytes_d2h), d2h, sizeof(d2h));
 	log_info("session %llu end: %s, vm %s, %.2f s, %llu calls, %s to device, %s from device, %s",
 		 (unsigned long long)slot->session_id, slot->identity,
 		 vm_name(sv, slot),
@@ -855,7 +891,7 @@ static void end_session(struct pvgpu_supervisor *sv, pid_t pid, int status)
 		o->listener = -1;
 	}
 	free_slot(sv, slot);
-	publish(sv);
+	pvgpu_supervisor_publish(sv);
 }
 
 /* The watchdog's tick: slots whose scheduler locks were busy, again. */
@@ -872,7 +908,8 @@ static void reap_workers(struct pvgpu_supervisor *sv)
 	pid_t pid;
 
 	while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
-		end_session(sv, pid, status);
+		if (!pvgpu_suspend_reaped(sv, pid, status))
+			end_session(sv, pid, status);
 }
 
 static int live_sessions(struct pvgpu_supervisor *sv)
@@ -912,7 +949,8 @@ static void stop_workers(struct pvgpu_supervisor *sv)
 
 		if (pid < 0)
 			break;
-		end_session(sv, pid, status);
+		if (!pvgpu_suspend_reaped(sv, pid, status))
+			end_session(sv, pid, status);
 	}
 }
 
@@ -976,8 +1014,10 @@ static int poll_timeout(struct pvgpu_supervisor *sv)
 {
 	return sooner(sooner(sooner(ms_to_tick(sv),
 				    pvgpu_metrics_timeout_ms(sv->metrics)),
-			     pvgpu_unid_timeout_ms(&sv->unid)),
-		      pvgpu_mps_timeout_ms(&sv->mps));
+			     sooner(pvgpu_admin_timeout_ms(&sv->admin),
+				    pvgpu_suspend_expire(sv))),
+		      sooner(pvgpu_unid_timeout_ms(&sv->unid),
+			     pvgpu_mps_timeout_ms(&sv->mps)));
 }
 
 /* Once a tick: the rates over the time since the last one. */
@@ -1002,14 +1042,15 @@ static void maybe_tick(struct pvgpu_supervisor *sv)
 int pvgpu_supervisor_run(struct pvgpu_supervisor *sv)
 {
 	/* signals, the watchdog's timer, the registry, the metrics server's
-	 * fd (-1: none), then the listeners and the VMs' sockets, then the
-	 * connections waiting for their hello */
+	 * fd (-1: none), the workers' wake eventfd, the admin socket and its
+	 * callers (ADMIN_FDS, unused ones -1), then the listeners and the
+	 * VMs' sockets, then the connections waiting for their hello */
 	struct pollfd *pfd = sv->pfd;
 	struct pvgpu_listener *owner[PVGPU_MAX_LISTENERS + PVGPU_REGISTRY_MAX];
-	const int first = 4;
+	const int first = FIRST_FD;
 
 	while (!sv->stopping) {
-		unsigned int nu = sv->unid.n;
+		unsigned int nu = sv->unid.n, na;
 		int n, nl = 0;
 
 		pfd[0] = (struct pollfd){ .fd = sv->sigfd, .events = POLLIN };
@@ -1017,6 +1058,11 @@ int pvgpu_supervisor_run(struct pvgpu_supervisor *sv)
 		pfd[2] = (struct pollfd){ .fd = sv->inotify_fd, .events = POLLIN };
 		pfd[3] = (struct pollfd){ .fd = pvgpu_metrics_fd(sv->metrics),
 					  .events = POLLIN };	/* poll skips -1 */
+		pfd[4] = (struct pollfd){ .fd = sv->suspend.wake_fd,
+					  .events = POLLIN };
+		for (int i = 0; i < ADMIN_FDS; i++)
+			pfd[5 + i] = (struct pollfd){ .fd = -1 };
+		na = pvgpu_admin_fds(&sv->admin, &pfd[5]);
 		for (int i = 0; i < sv->nlisteners; i++)
 			owner[nl++] = &sv->listeners[i];
 		for (int i = 0; i < sv->nvm_listeners; i++)
@@ -1055,6 +1101,10 @@ int pvgpu_supervisor_run(struct pvgpu_supervisor *sv)
 		}
 		if (pfd[2].revents && !sv->stopping)
 			registry_changed(sv);
+		if (pfd[4].revents)
+			pvgpu_suspend_wake(sv);
+		pvgpu_admin_run(&sv->admin, &pfd[5], na);
+		pvgpu_suspend_expire(sv);
 		/* Callers a listener has without a new event (a domain whose
 		 * session ended, offered again). */
 		for (int i = 0; i < sv->nlisteners && !sv->stopping; i++) {

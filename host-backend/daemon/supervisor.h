@@ -10,12 +10,14 @@
 #include <poll.h>
 
 #include "accounting.h"
+#include "admin.h"
 #include "host.h"
 #include "metrics.h"
 #include "mps.h"
 #include "policy.h"
 #include "registry.h"
 #include "stats.h"
+#include "suspend.h"
 #include "gpusched.h"
 #include "unidentified.h"
 #include "worker.h"
@@ -74,6 +76,8 @@ struct pvgpu_supervisor {
 		int listener;
 		uint64_t cookie;
 	} *owed;
+	struct pvgpu_admin admin;	/* --admin socket; fd -1: none */
+	struct pvgpu_suspend suspend;	/* checkpointers at work */
 };
 
 struct pvgpu_supervisor_config {
@@ -97,6 +101,8 @@ struct pvgpu_supervisor_config {
 	const char *const *remotes;	/* --remote URIs (remote executor) */
 	unsigned int nremotes;		/* 0: the policy's [remote], if any */
 	const char *remote_token;	/* --remote-token; NULL: the policy's */
+	const char *admin;		/* --admin PATH; NULL: the default */
+	uint64_t suspend_timeout_ms;	/* a checkpointer's deadline */
 };
 
 /* 0, or -1 after logging why (the caller exits 1). */
@@ -105,5 +111,9 @@ int pvgpu_supervisor_init(struct pvgpu_supervisor *sv,
 /* Serve until SIGTERM/SIGINT; returns the process exit code. */
 int pvgpu_supervisor_run(struct pvgpu_supervisor *sv);
 void pvgpu_supervisor_fini(struct pvgpu_supervisor *sv);
+/* Hand the metrics server fresh figures; a no-op without --metrics. */
+void pvgpu_supervisor_publish(struct pvgpu_supervisor *sv);
+/* "1.5 GiB", "12.0 MiB", "512 B": for log lines. */
+void pvgpu_human_bytes(uint64_t n, char *out, size_t len);
 
 #endif /* PVGPU_SUPERVISOR_H */

@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 struct pvgpu_generic_fn;		/* build/gen/pvgpu_generic.h */
 
@@ -539,6 +540,34 @@ struct pvgpu_executor_ops {
 	 */
 	int32_t (*object_bytes)(struct pvgpu_exec *ex, int32_t dev,
 				uint64_t *ctx_bytes, uint64_t *stream_bytes);
+
+	/*
+	 * Suspend and resume a worker (NULL: this executor cannot).  They
+	 * run in a short-lived checkpointer process the supervisor forks,
+	 * never in the worker nor the supervisor, and act on the worker by
+	 * its pid.  checkpoint leaves it locked (its driver calls block),
+	 * its device memory copied into its host memory and its GPU
+	 * resources released, having waited at most timeout_ms for a call
+	 * it was in to return; restore puts it back and unlocks it.
+	 * touched(arg) is called once the worker has been acted on: a
+	 * checkpointer killed before that left the worker as it was, one
+	 * killed after it left it in a state nobody knows.  0; -1 (a line
+	 * in err) when it failed and the worker is as it was; -2 when it
+	 * failed and nobody knows.
+	 */
+	int (*checkpoint)(pid_t pid, uint64_t timeout_ms,
+			  void (*touched)(void *arg), void *arg,
+			  char *err, size_t errlen);
+	int (*restore)(pid_t pid, uint64_t timeout_ms,
+		       void (*touched)(void *arg), void *arg,
+		       char *err, size_t errlen);
+	/*
+	 * In the worker, where it is idle (between calls, or waiting for a
+	 * resume): do what a checkpointer asked of this process, for an
+	 * executor that needs the worker's own hands for it (the sim).
+	 * NULL: nothing to do.
+	 */
+	void (*idle_point)(struct pvgpu_exec *ex);
 };
 
 extern const struct pvgpu_executor_ops pvgpu_exec_cuda;

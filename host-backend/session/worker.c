@@ -175,6 +175,11 @@ static void serve_message(struct pvgpu_worker *w, const struct pvgpu_hdr *h,
 	size_t rep_len = 0;
 	int32_t st;
 
+	/* Nothing reaches a suspended executor (resume.c). */
+	if (pvgpu_worker_await_running(w)) {
+		w->fatal = 1;
+		return;
+	}
 	if (h->opcode == PVGPU_OP_BATCH) {
 		serve_batch(w, payload, h->length);
 		w->batch_left = 0;
@@ -359,7 +364,11 @@ static void worker_fini(struct pvgpu_worker *w)
 	pvgpu_staging_release(w);
 	w->ring_on = 0;			/* it lives in the window */
 	pvgpu_window_detach(w);
-	if (w->ex)
+	/*
+	 * A suspended worker's driver is locked: its calls would block.
+	 * The process's exit frees what the session held on the device.
+	 */
+	if (w->ex && atomic_load(&w->slot->state) == PVGPU_SLOT_RUNNING)
 		w->ex_ops->close(w->ex);	/* frees contexts and all in them */
 	pvgpu_sched_session_end(w);		/* its work on the GPU is gone */
 	for (int d = 0; d < PVGPU_MAX_DEVICES; d++)
@@ -435,8 +444,10 @@ int pvgpu_worker_run(struct pvgpu_conn *conn, const struct pvgpu_peer *peer,
 			flush_runs(&w);
 		if (w.signal_pending)
 			pvgpu_signal_settle(&w);
+		w.between_calls = 1;
 		if (pvgpu_worker_read(&w, raw, sizeof(raw)))
 			break;
+		w.between_calls = 0;
 		if (pvgpu_hdr_decode(raw, &h)) {
 			wlog_warn(&w, "protocol error: bad magic %#x; ending session",
 				  h.magic);

@@ -102,6 +102,14 @@ struct pvgpu_worker_config {
 	const char *remote_token;
 	/* Per GPU: its MPS control daemon's pipe directory ("": none; mps.h). */
 	const char *mps_pipe[PVGPU_MAX_DEVICES];
+	/*
+	 * Suspend and resume (suspend.h): the supervisor's eventfd a worker
+	 * writes to ask for a resume, and how long a call waits for one
+	 * before the session ends.  resume_wait_ns 0: no supervisor that
+	 * suspends (wake_fd is then not to be used).
+	 */
+	int wake_fd;
+	uint64_t resume_wait_ns;
 };
 
 /* Opcodes counted by sync_ops: every one ops.spec declares. */
@@ -125,6 +133,11 @@ struct pvgpu_worker {
 	uint64_t req_id;		/* id of the request being served */
 	int32_t deferred;		/* first error of async work since the last reply */
 	int fatal;			/* protocol broken: end the session */
+	/*
+	 * Reading the next request's header, between calls: where an
+	 * executor's idle_point may act on a checkpointer's request.
+	 */
+	int between_calls;
 	struct {
 		uint16_t opcode;
 		int32_t status;
@@ -247,6 +260,15 @@ int pvgpu_worker_run(struct pvgpu_conn *conn, const struct pvgpu_peer *peer,
 /* Connection I/O for handlers (worker_io.c). 0 on success, -1 when the
  * connection is gone or the peer broke the framing (w->fatal is set). */
 int pvgpu_worker_read(struct pvgpu_worker *w, void *buf, size_t len);
+/*
+ * Before a request reaches the executor: if the session is not running
+ * (suspend.h), ask the supervisor to resume it and wait for that, at most
+ * cfg->resume_wait_ns.  0: running; -1: no resume came (said once, and the
+ * session is to end).
+ */
+int pvgpu_worker_await_running(struct pvgpu_worker *w);
+/* Where the worker idles: let the executor act (executor.h idle_point). */
+void pvgpu_worker_idle_point(struct pvgpu_worker *w);
 int pvgpu_worker_read_data_hdr(struct pvgpu_worker *w, uint32_t max,
 			       uint32_t *len);
 /* The next DATA frame of a copy with left bytes still to come: at most max, and left. */

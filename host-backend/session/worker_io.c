@@ -44,7 +44,9 @@ static ssize_t read_some(struct pvgpu_worker *w, void *buf, size_t len)
 	 * then while the guest is quiet, so that the scheduler learns when
 	 * they are done (the next VM's turn may wait for it).
 	 */
-	while (pvgpu_sched_pending(&w->sched)) {
+	/* Not while suspended: a locked process's driver calls block. */
+	while (pvgpu_sched_pending(&w->sched) &&
+	       atomic_load(&w->slot->state) == PVGPU_SLOT_RUNNING) {
 		pvgpu_sched_poll(w);
 		if (!pvgpu_sched_pending(&w->sched) ||
 		    w->conn->ops->wait(w->conn, 200000) != 0)
@@ -96,12 +98,16 @@ static int ring_wait(void *arg)
 	/* Work the guest waits on through the device's word: on the clock. */
 	int signal = w->settling;
 	uint64_t paused = signal ? 0 : pvgpu_watchdog_pause(w->slot);
-	int pending = pvgpu_sched_pending(&w->sched), rc = 0, n;
+	int pending = pvgpu_sched_pending(&w->sched) &&
+		      atomic_load(&w->slot->state) == PVGPU_SLOT_RUNNING;
+	int rc = 0, n;
 	char buf[64];
 
 	if (pending)
 		pvgpu_sched_poll(w);
 	n = w->conn->ops->wait(w->conn, pending || signal ? 200000 : -1);
+	if (n == -EINTR && w->between_calls)
+		pvgpu_worker_idle_point(w);
 	if (n < 0 && n != -EINTR)
 		rc = n;
 	if (n > 0) {
@@ -173,8 +179,12 @@ int pvgpu_worker_read(struct pvgpu_worker *w, void *buf, size_t len)
 			len -= (size_t)n;
 			continue;
 		}
-		if (n == -EINTR)
+		if (n == -EINTR) {
+			/* Between calls, a signal may be a checkpointer's. */
+			if (w->between_calls)
+				pvgpu_worker_idle_point(w);
 			continue;
+		}
 		if (!w->fatal) {
 			char during[64];
 

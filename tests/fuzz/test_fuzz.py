@@ -366,3 +366,25 @@ def test_fuzz_ring_survives_a_scribbling_guest(tmp_path):
     assert proc.returncode == 0, f"fuzzer found a failure:\n{tail}"
     assert "Done" in proc.stderr, tail
     assert not list(tmp_path.glob("crash-*")), tail
+
+
+ADMIN_FUZZER = os.path.join(REPO, os.environ.get("PVGPU_BUILD", "build"), "fuzz", "fuzz_admin")
+
+
+@pytest.mark.skipif(not os.path.exists(ADMIN_FUZZER),
+                    reason="fuzzer not built (make fuzz needs clang with libFuzzer)")
+def test_fuzz_admin_parser_takes_only_requests(tmp_path):
+    """pvgpud's admin socket parser (admin.h), from seeds of each request."""
+    seconds = int(os.environ.get("PVGPU_FUZZ_SECONDS", "30")) // 3 or 1
+    seeds = tmp_path / "seeds"
+    seeds.mkdir()
+    for i, seed in enumerate((b"list", b"suspend 12", b"resume 9223372036854775807")):
+        (seeds / f"seed{i}").write_bytes(seed)
+    proc = subprocess.run(
+        [ADMIN_FUZZER, f"-max_total_time={seconds}", "-timeout=10", "-max_len=128",
+         str(seeds)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=seconds + 120)
+    tail = proc.stderr[-4000:]
+    assert proc.returncode == 0, f"fuzzer found a failure:\n{tail}"
+    assert "Done" in proc.stderr, tail
+    assert not list(tmp_path.glob("crash-*")), tail

@@ -25,6 +25,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -178,6 +179,7 @@ struct sim_alloc {
 	char ipc[48];
 	bool ipc_owner;
 	int ipc_fd;
+	unsigned char *saved;		/* checkpointed: data's host copy */
 };
 
 /* Physical memory of cuMemCreate, and address ranges of cuMemAddressReserve. */
@@ -189,6 +191,7 @@ struct sim_phys {
 	unsigned int refs, maps;	/* handles held, mappings made */
 	bool shared;			/* data in a memfd (sim_vmm_export/import) */
 	int fd;				/* exported: the memfd, else -1 */
+	unsigned char *saved;		/* checkpointed: data's host copy */
 };
 
 struct sim_range {
@@ -273,6 +276,9 @@ struct pvgpu_exec {
 	/* What the generic driver call models (cuCtxSetLimit, ...). */
 	uint64_t limits[CU_LIMIT_MAX];
 	int32_t cache_config;
+
+	/* Checkpointed (sim_idle_point): device memory in host copies. */
+	bool locked;
 };
 
 /* cudaLimitPrintfFifoSize's default. */
@@ -524,10 +530,13 @@ static void obj_free(struct pvgpu_exec *ex, struct sim_obj *o)
 
 /* The current context, usable: CUDA_SUCCESS or why not (no executor:
  * an invalid value, as every call says). */
+static void sim_wait_unlocked(struct pvgpu_exec *ex);
+
 static int32_t ctx_check(struct pvgpu_exec *ex)
 {
 	if (!ex)
 		return CUDA_ERROR_INVALID_VALUE;
+	sim_wait_unlocked(ex);	/* checkpointed: calls block */
 	if (!ex->cur)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	/* A fault is sticky: the context is good for nothing but destroy. */
@@ -1068,6 +1077,225 @@ static int load_twins(struct pvgpu_exec *ex, bool probe, char *err,
 	return rc;
 }
 
+/* ------------------------------------------------------------------ */
+/*
+ * Suspend and resume: the sim's model, not the driver's behaviour.  The
+ * driver locks, checkpoints and restores a process from another one; the
+ * sim, being memory of the worker's own, needs the worker's hands for it.
+ * The checkpointer (sim_checkpoint, sim_restore: in the checkpointer
+ * process) sends the worker SIM_CKPT_SIGNAL, again every SIM_CKPT_RESEND_MS
+ * until answered (a signal that comes just before the worker blocks is
+ * seen only at the next one); the worker's handler only notes it, and
+ * the move happens at the worker's next idle point (between calls, or
+ * waiting for a resume: sim_idle_point), which answers with SIM_CKPT_ACK.
+ * A checkpoint copies each device allocation to a host copy and releases
+ * its device bytes (and its buffer: a touch while locked would crash, as
+ * a bug should); a restore puts the bytes back at the same addresses.
+ * Calls while locked block until the restore, as the driver's do
+ * (ctx_check, which every call on a context passes).  IPC allocations and
+ * shared physical memory stay where they are: other processes map them.
+ */
+#define SIM_CKPT_SIGNAL		(SIGRTMIN + 3)	/* value: SIM_CKPT_* */
+#define SIM_CKPT_ACK		(SIGRTMIN + 4)	/* value: 0, or failed */
+#define SIM_CKPT_RESEND_MS	20
+enum { SIM_CKPT_CHECKPOINT = 1, SIM_CKPT_RESTORE = 2 };
+
+/* What a handler may touch: the one request noted, and who asked. */
+static volatile sig_atomic_t sim_ckpt_asked;
+static volatile sig_atomic_t sim_ckpt_from;
+
+static void sim_ckpt_handler(int sig, siginfo_t *si, void *uc)
+{
+	(void)sig;
+	(void)uc;
+	sim_ckpt_asked = si->si_value.sival_int;
+	sim_ckpt_from = si->si_pid;
+}
+
+/* No SA_RESTART: the worker's blocking read must return to its idle point. */
+static int sim_ckpt_listen(char *err, size_t errlen)
+{
+	struct sigaction sa = { .sa_sigaction = sim_ckpt_handler,
+				.sa_flags = SA_SIGINFO };
+
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(SIM_CKPT_SIGNAL, &sa, NULL)) {
+		snprintf(err, errlen, "sim executor: sigaction: %s", strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+/* Move size bytes from the device buffer to a host copy (to_host) or back. */
+static int sim_ckpt_move(unsigned char **data, unsigned char **saved,
+			 uint64_t size, bool to_host)
+{
+	unsigned char *to = malloc(size ? size : 1);
+
+	if (!to)
+		return -1;
+	memcpy(to, to_host ? *data : *saved, size);
+	if (to_host) {
+		free(*data);
+		*data = NULL;
+		*saved = to;
+	} else {
+		free(*saved);
+		*saved = NULL;
+		*data = to;
+	}
+	return 0;
+}
+
+static void sim_ckpt_count(struct pvgpu_exec *ex, int32_t dev, uint64_t size,
+			   bool to_host)
+{
+	if (to_host)
+		ex->own_used[dev] -= size;
+	else
+		ex->own_used[dev] += size;
+}
+
+/* Checkpoint (to_host) or restore the device memory: 0, or -1 (as it was). */
+static int sim_ckpt_all(struct pvgpu_exec *ex, bool to_host)
+{
+	size_t i, j;
+
+	for (i = 0; i < ex->nallocs; i++) {
+		struct sim_alloc *a = &ex->allocs[i];
+
+		if (a->phys || a->ipc[0])
+			continue;
+		if (sim_ckpt_move(&a->data, &a->saved, a->size, to_host))
+			goto err_allocs;
+		sim_ckpt_count(ex, a->dev, a->size, to_host);
+	}
+	for (j = 0; j < ex->nphys; j++) {
+		struct sim_phys *p = &ex->phys[j];
+
+		if (p->shared)
+			continue;
+		if (sim_ckpt_move(&p->data, &p->saved, p->size, to_host))
+			goto err_phys;
+		sim_ckpt_count(ex, p->dev, p->size, to_host);
+	}
+	ex->locked = to_host;
+	return 0;
+
+err_phys:
+	while (j-- > 0) {
+		struct sim_phys *p = &ex->phys[j];
+
+		if (!p->shared && !sim_ckpt_move(&p->data, &p->saved, p->size, !to_host))
+			sim_ckpt_count(ex, p->dev, p->size, !to_host);
+	}
+err_allocs:
+	while (i-- > 0) {
+		struct sim_alloc *a = &ex->allocs[i];
+
+		if (!a->phys && !a->ipc[0] &&
+		    !sim_ckpt_move(&a->data, &a->saved, a->size, !to_host))
+			sim_ckpt_count(ex, a->dev, a->size, !to_host);
+	}
+	return -1;
+}
+
+static void sim_idle_point(struct pvgpu_exec *ex)
+{
+	int op = sim_ckpt_asked;
+	pid_t from = sim_ckpt_from;
+	int rc;
+
+	if (!op || !ex)
+		return;
+	sim_ckpt_asked = 0;
+	/* A resent request already done: its answer went with the first. */
+	if ((op == SIM_CKPT_CHECKPOINT) == ex->locked)
+		return;
+	rc = sim_ckpt_all(ex, op == SIM_CKPT_CHECKPOINT);
+	sigqueue(from, SIM_CKPT_ACK, (union sigval){ .sival_int = rc ? 1 : 0 });
+}
+
+static void sim_wait_unlocked(struct pvgpu_exec *ex)
+{
+	while (ex->locked) {
+		struct timespec tick = { 0, SIM_CKPT_RESEND_MS * 1000000L };
+
+		nanosleep(&tick, NULL);
+		sim_idle_point(ex);
+	}
+}
+
+/* In the checkpointer: ask the worker, wait for its answer. */
+static int sim_ckpt_ask(pid_t pid, int op, uint64_t timeout_ms,
+			void (*touched)(void *), void *arg, char *err,
+			size_t errlen)
+{
+	uint64_t deadline;
+	long hang_ms = 0;
+	sigset_t acks;
+	bool said = false;
+
+	/*
+	 * PVGPU_SIM_CHECKPOINT_HANG_MS: a checkpointer that hangs this long
+	 * before it acts, for tests of the supervisor's deadline.
+	 */
+	if (op == SIM_CKPT_CHECKPOINT &&
+	    env_long("PVGPU_SIM_CHECKPOINT_HANG_MS", 0, 0, 3600 * 1000,
+		     &hang_ms, err, errlen))
+		return -1;
+	if (hang_ms) {
+		struct timespec t = { hang_ms / 1000, (hang_ms % 1000) * 1000000L };
+
+		nanosleep(&t, NULL);
+	}
+	sigemptyset(&acks);
+	sigaddset(&acks, SIM_CKPT_ACK);
+	sigprocmask(SIG_BLOCK, &acks, NULL);
+	deadline = pvgpu_now_ns() + timeout_ms * 1000000ull;
+	for (;;) {
+		struct timespec wait = { 0, SIM_CKPT_RESEND_MS * 1000000L };
+		siginfo_t si;
+
+		if (sigqueue(pid, SIM_CKPT_SIGNAL, (union sigval){ .sival_int = op })) {
+			snprintf(err, errlen, "signal to the worker: %s", strerror(errno));
+			return said ? -2 : -1;
+		}
+		if (!said) {
+			touched(arg);
+			said = true;
+		}
+		if (sigtimedwait(&acks, &si, &wait) == SIM_CKPT_ACK &&
+		    si.si_pid == pid) {
+			if (!si.si_value.sival_int)
+				return 0;
+			snprintf(err, errlen, "the sim worker could not move its memory");
+			return -1;	/* it put back what it had moved */
+		}
+		if (pvgpu_now_ns() >= deadline) {
+			snprintf(err, errlen, "the sim worker did not answer within %llu ms",
+				 (unsigned long long)timeout_ms);
+			return -2;
+		}
+	}
+}
+
+static int sim_checkpoint(pid_t pid, uint64_t timeout_ms,
+			  void (*touched)(void *), void *arg, char *err,
+			  size_t errlen)
+{
+	return sim_ckpt_ask(pid, SIM_CKPT_CHECKPOINT, timeout_ms, touched, arg,
+			    err, errlen);
+}
+
+static int sim_restore(pid_t pid, uint64_t timeout_ms,
+		       void (*touched)(void *), void *arg, char *err,
+		       size_t errlen)
+{
+	return sim_ckpt_ask(pid, SIM_CKPT_RESTORE, timeout_ms, touched, arg,
+			    err, errlen);
+}
+
 static struct pvgpu_exec *sim_open(const struct pvgpu_exec_config *cfg,
 				   char *err, size_t errlen)
 {
@@ -1121,7 +1349,8 @@ static struct pvgpu_exec *sim_open(const struct pvgpu_exec_config *cfg,
 		ex->next_addr[d] = ex->addr_base + (uint64_t)d * SIM_ADDR_WINDOW +
 				   SIM_GUARD_GAP;
 	if (parse_no_peer(ex, err, errlen) ||
-	    load_twins(ex, cfg && cfg->probe, err, errlen)) {
+	    load_twins(ex, cfg && cfg->probe, err, errlen) ||
+	    (!(cfg && cfg->probe) && sim_ckpt_listen(err, errlen))) {
 		sim_close(ex);
 		return NULL;
 	}
@@ -1149,11 +1378,15 @@ static void sim_close(struct pvgpu_exec *ex)
 	for (i = ex->nallocs; i-- > 0;)
 		if (ex->allocs[i].ipc[0])
 			alloc_remove(ex, i);
-	for (i = 0; i < ex->nallocs; i++)
+	for (i = 0; i < ex->nallocs; i++) {
+		free(ex->allocs[i].saved);
 		if (!ex->allocs[i].phys)
 			free(ex->allocs[i].data);
-	for (i = 0; i < ex->nphys; i++)
+	}
+	for (i = 0; i < ex->nphys; i++) {
+		free(ex->phys[i].saved);
 		phys_free_data(&ex->phys[i]);
+	}
 	free(ex->phys);
 	free(ex->ranges);
 	for (i = 0; i < ex->nhosts; i++)
@@ -1587,6 +1820,7 @@ static int32_t dev_alloc(struct pvgpu_exec *ex, uint64_t size, bool module,
 	a->ipc[0] = '\0';
 	a->ipc_owner = false;
 	a->ipc_fd = -1;
+	a->saved = NULL;
 	ex->nallocs++;
 	ex->own_used[dev] += size;
 	*dptr = addr;
@@ -4218,6 +4452,7 @@ static int32_t sim_vmm_call(struct pvgpu_exec *ex, const struct pvgpu_generic_fn
 		p->maps = 0;
 		p->shared = false;
 		p->fd = -1;
+		p->saved = NULL;
 		ex->own_used[p->dev] += a[1];
 		a[0] = p->handle;
 		return CUDA_SUCCESS;
@@ -4758,6 +4993,9 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.graph_mem_attr		= sim_graph_mem_attr,
 	.cond_handle		= sim_cond_handle,
 	.object_bytes		= sim_object_bytes,
+	.checkpoint		= sim_checkpoint,
+	.restore		= sim_restore,
+	.idle_point		= sim_idle_point,
 };
 
 /* How pvgpud finds this fixture: build/lib/pvgpud/exec-sim.so. */

@@ -24,6 +24,7 @@
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <limits.h>
 
 #include <cuda.h>
 
@@ -3299,6 +3300,136 @@ static int32_t cuda_vmm_import(struct pvgpu_exec *ex, const uint8_t handle[64],
 	return CUDA_SUCCESS;
 }
 
+/* ------------------------------------------------------------------ */
+/*
+ * Suspend and resume (executor.h checkpoint, restore): NVIDIA's process
+ * checkpoint API, called in the supervisor's checkpointer on the worker's
+ * pid.  Lock waits (at most the timeout) for a driver call the worker is
+ * in to return and then blocks its next ones; Checkpoint copies its GPU
+ * memory into its host memory and releases its GPU resources; Restore
+ * and Unlock undo both.  The checkpointer initialises the driver itself
+ * (Restore needs cuInit in the caller, or persistence mode), with no
+ * context of its own.
+ */
+struct cuda_ckpt_api {
+	CUresult (CUDAAPI *init)(unsigned int);
+	CUresult (CUDAAPI *get_error_name)(CUresult, const char **);
+	CUresult (CUDAAPI *lock)(int, CUcheckpointLockArgs *);
+	CUresult (CUDAAPI *checkpoint)(int, CUcheckpointCheckpointArgs *);
+	CUresult (CUDAAPI *restore)(int, CUcheckpointRestoreArgs *);
+	CUresult (CUDAAPI *unlock)(int, CUcheckpointUnlockArgs *);
+	CUresult (CUDAAPI *get_state)(int, CUprocessState *);
+};
+
+static int cuda_ckpt_load(struct cuda_ckpt_api *api, char *err, size_t errlen)
+{
+	void *lib = dlopen(CUDA_LIB, RTLD_NOW | RTLD_LOCAL);
+	CUresult rc;
+
+	if (!lib) {
+		snprintf(err, errlen, "%s: %s", CUDA_LIB, dlerror());
+		return -1;
+	}
+	*(void **)&api->init = dlsym(lib, "cuInit");
+	*(void **)&api->get_error_name = dlsym(lib, "cuGetErrorName");
+	*(void **)&api->lock = dlsym(lib, "cuCheckpointProcessLock");
+	*(void **)&api->checkpoint = dlsym(lib, "cuCheckpointProcessCheckpoint");
+	*(void **)&api->restore = dlsym(lib, "cuCheckpointProcessRestore");
+	*(void **)&api->unlock = dlsym(lib, "cuCheckpointProcessUnlock");
+	*(void **)&api->get_state = dlsym(lib, "cuCheckpointProcessGetState");
+	if (!api->init || !api->get_error_name || !api->lock ||
+	    !api->checkpoint || !api->restore || !api->unlock ||
+	    !api->get_state) {
+		snprintf(err, errlen, "this driver has no process checkpoint API (cuCheckpointProcess*)");
+		return -1;
+	}
+	rc = api->init(0);
+	if (rc != CUDA_SUCCESS) {
+		snprintf(err, errlen, "cuInit: CUresult %d", (int)rc);
+		return -1;
+	}
+	return 0;
+}
+
+static void cuda_ckpt_said(const struct cuda_ckpt_api *api, const char *what,
+			   CUresult rc, char *err, size_t errlen)
+{
+	const char *name = NULL;
+
+	if (api->get_error_name(rc, &name) != CUDA_SUCCESS || !name)
+		name = "?";
+	snprintf(err, errlen, "%s: %s (%d)", what, name, (int)rc);
+}
+
+static int cuda_checkpoint(pid_t pid, uint64_t timeout_ms,
+			   void (*touched)(void *), void *arg, char *err,
+			   size_t errlen)
+{
+	struct cuda_ckpt_api api;
+	CUcheckpointLockArgs lock = {
+		.timeoutMs = timeout_ms > UINT_MAX ? UINT_MAX :
+			     (unsigned int)(timeout_ms ? timeout_ms : 1),
+	};
+	CUcheckpointCheckpointArgs ck = { { 0 } };
+	CUcheckpointUnlockArgs un = { { 0 } };
+	CUresult rc;
+
+	if (cuda_ckpt_load(&api, err, errlen))
+		return -1;
+	/* At its timeout Lock leaves the process running: as it was. */
+	rc = api.lock((int)pid, &lock);
+	if (rc != CUDA_SUCCESS) {
+		cuda_ckpt_said(&api, "cuCheckpointProcessLock", rc, err, errlen);
+		return -1;
+	}
+	touched(arg);
+	rc = api.checkpoint((int)pid, &ck);
+	if (rc == CUDA_SUCCESS)
+		return 0;
+	cuda_ckpt_said(&api, "cuCheckpointProcessCheckpoint", rc, err, errlen);
+	/* Its memory still on the GPU: unlocked, it is as it was. */
+	return api.unlock((int)pid, &un) == CUDA_SUCCESS ? -1 : -2;
+}
+
+static int cuda_restore(pid_t pid, uint64_t timeout_ms,
+			void (*touched)(void *), void *arg, char *err,
+			size_t errlen)
+{
+	struct cuda_ckpt_api api;
+	CUcheckpointRestoreArgs rs;
+	CUcheckpointUnlockArgs un = { { 0 } };
+	CUprocessState st;
+	CUresult rc;
+
+	(void)timeout_ms;	/* the supervisor's deadline bounds Restore */
+	memset(&rs, 0, sizeof(rs));
+	if (cuda_ckpt_load(&api, err, errlen))
+		return -1;
+	rc = api.get_state((int)pid, &st);
+	if (rc != CUDA_SUCCESS || st != CU_PROCESS_STATE_CHECKPOINTED) {
+		if (rc != CUDA_SUCCESS)
+			cuda_ckpt_said(&api, "cuCheckpointProcessGetState", rc, err, errlen);
+		else
+			snprintf(err, errlen, "the worker is in process state %d, not checkpointed",
+				 (int)st);
+		return -1;
+	}
+	touched(arg);
+	rc = api.restore((int)pid, &rs);
+	if (rc != CUDA_SUCCESS) {
+		cuda_ckpt_said(&api, "cuCheckpointProcessRestore", rc, err, errlen);
+		/* Not enough GPU memory, say: still checkpointed, as it was. */
+		return api.get_state((int)pid, &st) == CUDA_SUCCESS &&
+		       st == CU_PROCESS_STATE_CHECKPOINTED ? -1 : -2;
+	}
+	rc = api.unlock((int)pid, &un);
+	if (rc != CUDA_SUCCESS) {
+		cuda_ckpt_said(&api, "cuCheckpointProcessUnlock", rc, err, errlen);
+		return -2;
+	}
+	return 0;
+}
+
 const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.name			= "cuda",
 	.open			= cuda_open,
@@ -3390,4 +3521,6 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.graph_mem_attr		= cuda_graph_mem_attr,
 	.cond_handle		= cuda_cond_handle,
 	.object_bytes		= cuda_object_bytes,
+	.checkpoint		= cuda_checkpoint,
+	.restore		= cuda_restore,
 };
