@@ -19,7 +19,9 @@ import pytest
 
 PVGPUD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                       os.environ.get("PVGPU_BUILD", "build"), "bin", "pvgpud")
-CUDA_ERROR_OUT_OF_MEMORY = 2
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+from curesult import CUDA_ERROR_OUT_OF_MEMORY  # noqa: E402
+
 MiB = 1 << 20
 QUOTA = 2048 * MiB
 SLACK = 64 * MiB

@@ -15,7 +15,7 @@ import pvgpu_wire as W  # noqa: E402
 
 PVGPUD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                       os.environ.get("PVGPU_BUILD", "build"), "bin", "pvgpud")
-CUDA_ERROR_OUT_OF_MEMORY = 2
+from curesult import CUDA_ERROR_OUT_OF_MEMORY  # noqa: E402
 MiB = 1 << 20
 POLICY = """\
 [default]

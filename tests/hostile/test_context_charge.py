@@ -17,7 +17,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 from pvgpu_sessions import alice_and_bob, hello_session, tcp_session, unix_session, wait_live  # noqa: E402
 
-CUDA_ERROR_OUT_OF_MEMORY = 2
+from curesult import CUDA_ERROR_OUT_OF_MEMORY  # noqa: E402
 MiB = 1 << 20
 QUOTA = 1024 * MiB
 CONTEXT = 400 * MiB

@@ -17,7 +17,7 @@ from idle import children  # noqa: E402
 from pvgpu_sessions import alice_and_bob, tcp_session, unix_session, wait_live  # noqa: E402
 from pvgpud_cli import assert_vm_key_refused  # noqa: E402
 
-CUDA_ERROR_OUT_OF_MEMORY = 2
+from curesult import CUDA_ERROR_OUT_OF_MEMORY  # noqa: E402
 BOB_TOKEN = "bob-handles-77a2"
 REFUSED = "handle refused: the session holds its {} (handles of vm alice)"
 

@@ -16,7 +16,7 @@ from pvgpu_sessions import tcp_session, unix_session, wait_live  # noqa: E402
 from pvgpu_sessions import alice_and_bob  # noqa: E402
 from pvgpud_cli import assert_vm_key_refused  # noqa: E402
 
-CUDA_ERROR_OUT_OF_MEMORY = 2
+from curesult import CUDA_ERROR_OUT_OF_MEMORY  # noqa: E402
 TABLE = 256                     # the daemon's IPC entries
 BOB_TOKEN = "bob-ipc-5e0d"
 

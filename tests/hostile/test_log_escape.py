@@ -18,7 +18,7 @@ from pvgpu_sessions import SESSION_LINE, closed_by_backend, wait_live  # noqa: E
 from fake_metrics import FakeMetrics  # noqa: E402
 
 BUILD = Path(__file__).resolve().parent.parent.parent / os.environ.get("PVGPU_BUILD", "build")
-CUDA_ERROR_NOT_SUPPORTED = 801
+from curesult import CUDA_ERROR_NOT_SUPPORTED  # noqa: E402
 
 # A complete session-end line, as pvgpud writes them, after a newline.
 FORGED_END = ("2026-01-01T00:00:00.000Z pvgpud[1] info: session 1 end: uid=0,pid=1, "

@@ -12,9 +12,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import pvgpu_wire as W  # noqa: E402
 from pvgpu_sessions import unix_session, wait_live  # noqa: E402
 
-CUDA_ERROR_INVALID_VALUE = 1
-CUDA_ERROR_INVALID_HANDLE = 400
-CUDA_ERROR_NOT_SUPPORTED = 801
+from curesult import (  # noqa: E402
+    CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_INVALID_HANDLE,
+    CUDA_ERROR_NOT_SUPPORTED)
 BURST = 10
 ROUNDS, PER_ROUND = 20, 100     # 2000 requests of each kind
 UNKNOWN = 0x7FF0

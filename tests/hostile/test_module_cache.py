@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 from pvgpu_sessions import alice_and_bob, tcp_session, unix_session, wait_live  # noqa: E402
 from pvgpud_cli import assert_refused, assert_vm_key_refused, run_pvgpud  # noqa: E402
 
-CUDA_ERROR_NOT_FOUND = 500
+from curesult import CUDA_ERROR_NOT_FOUND  # noqa: E402
 MiB = 1 << 20
 BOB_TOKEN = "bob-modcache-3f1c"
 

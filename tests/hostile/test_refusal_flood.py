@@ -13,7 +13,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import pvgpu_wire as W  # noqa: E402
 from pvgpu_sessions import alice_and_bob, tcp_session, wait_live  # noqa: E402
 
-CUDA_ERROR_NOT_PERMITTED = 800
+from curesult import CUDA_ERROR_NOT_PERMITTED  # noqa: E402
 FLOODER, OTHER = "127.0.0.7", "127.0.0.8"
 BOB_TOKEN = "bob-flood-51c2"
 

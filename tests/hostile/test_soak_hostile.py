@@ -78,7 +78,7 @@ FD_SLACK = 4
 REAP_S = 30.0
 STOP_S = 10.0
 
-CUDA_ERROR_NOT_PERMITTED = 800
+from curesult import CUDA_ERROR_NOT_PERMITTED  # noqa: E402
 
 
 def good_name(v):

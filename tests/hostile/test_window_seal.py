@@ -25,7 +25,7 @@ from pvgpuvm import window  # noqa: E402  (the header, common/window.h)
 from pvgpuvm.spec import WindowLayout  # noqa: E402
 
 LIBDIR = Path(__file__).resolve().parents[2] / os.environ.get("PVGPU_BUILD", "build") / "lib"
-CUDA_ERROR_INVALID_VALUE = 1
+from curesult import CUDA_ERROR_INVALID_VALUE  # noqa: E402
 WINDOW = 64 << 20
 SLOT, NSLOTS = 1 << 20, 4
 ARENA = window.HDR_SIZE + SLOT * NSLOTS

@@ -18,11 +18,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import pvgpu_wire as W  # noqa: E402
 from pvgpu_sessions import closed_by_backend  # noqa: E402
 
-CUDA_ERROR_INVALID_VALUE = 1
-CUDA_ERROR_OUT_OF_MEMORY = 2
-CUDA_ERROR_INVALID_HANDLE = 400
-CUDA_ERROR_NOT_PERMITTED = 800
-CUDA_ERROR_NOT_SUPPORTED = 801
+from curesult import (  # noqa: E402
+    CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY,
+    CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_NOT_PERMITTED,
+    CUDA_ERROR_NOT_SUPPORTED)
 
 
 def session(daemon):

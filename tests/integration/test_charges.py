@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parent.parent.parent
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
 VECADD = BUILD / "tests" / "kernels" / "images" / "vecadd.fatbin"
 
-CUDA_ERROR_OUT_OF_MEMORY = 2
+from curesult import CUDA_ERROR_OUT_OF_MEMORY  # noqa: E402
 MiB = 1 << 20
 
 

@@ -19,7 +19,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 from pvgpu_sessions import hello_session as hello, wait_live  # noqa: E402
 
-CUDA_ERROR_DEVICE_UNAVAILABLE = 46
+from curesult import CUDA_ERROR_DEVICE_UNAVAILABLE  # noqa: E402
 
 BOB_TOKEN = "bob-token-1"
 CAROL_TOKEN = "carol-token-2"

@@ -15,10 +15,9 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import pvgpu_wire as W  # noqa: E402
 
-CUDA_SUCCESS = 0
-CUDA_ERROR_INVALID_VALUE = 1
-CUDA_ERROR_INVALID_HANDLE = 400
-CUDA_ERROR_NOT_SUPPORTED = 801
+from curesult import (  # noqa: E402
+    CUDA_SUCCESS, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_INVALID_HANDLE,
+    CUDA_ERROR_NOT_SUPPORTED)
 KERNEL, MEMCPY, MEMSET, HOST, EMPTY = 0, 1, 2, 3, 5
 GRAPH_CREATE, INSTANTIATE, LAUNCH, EXEC_DESTROY, GRAPH_DESTROY = 19, 14, 15, 17, 18
 NONE = dict(func=0, grid_x=0, grid_y=0, grid_z=0, block_x=0, block_y=0, block_z=0,

@@ -17,7 +17,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import pvgpu_wire as W  # noqa: E402
 
-CUDA_ERROR_NOT_SUPPORTED = 801
+from curesult import CUDA_ERROR_NOT_SUPPORTED  # noqa: E402
 WINDOW = 1 << W.P.FEATURES["window"]
 BATCH = 1 << W.P.FEATURES["batch"]
 KNOWN = sum(1 << bit for bit in W.P.FEATURES.values())

@@ -24,14 +24,13 @@ REPO = Path(__file__).resolve().parent.parent.parent
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
 IMAGES = BUILD / "tests" / "kernels" / "images"
 
-CUDA_SUCCESS = 0
-CUDA_ERROR_INVALID_VALUE = 1
-CUDA_ERROR_NO_BINARY_FOR_GPU = 209
-CUDA_ERROR_INVALID_IMAGE = 200
-CUDA_ERROR_INVALID_PTX = 218
-CUDA_ERROR_INVALID_HANDLE = 400
-CUDA_ERROR_NOT_FOUND = 500
-CUDA_ERROR_ILLEGAL_ADDRESS = 700
+from curesult import (  # noqa: E402
+    CUDA_SUCCESS, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NO_BINARY_FOR_GPU,
+    CUDA_ERROR_INVALID_IMAGE, CUDA_ERROR_INVALID_PTX,
+    CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_NOT_FOUND,
+    CUDA_ERROR_ILLEGAL_ADDRESS, CUDA_ERROR_NOT_SUPPORTED,
+    CUDA_ERROR_INVALID_CLUSTER_SIZE,
+    CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE)
 
 # What a malformed image may be answered with: what the driver itself says
 # for such an image, or the generic invalid value (also acceptable: the
@@ -340,9 +339,6 @@ def test_fault_poisons_only_its_own_session(daemon):
 
 # ---- launch attributes (launch_kernel_ex) ----------------------------------
 
-CUDA_ERROR_NOT_SUPPORTED = 801
-CUDA_ERROR_INVALID_CLUSTER_SIZE = 912
-CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE = 720
 ATTR_COOPERATIVE, ATTR_CLUSTER, ATTR_EVENT, ATTR_PRIORITY = 2, 4, 7, 8
 
 

@@ -17,9 +17,9 @@ sys.path.insert(0, os.path.dirname(__file__))
 import pvgpu_wire as W  # noqa: E402
 from test_window import ARENA, WINDOW, make_window  # noqa: E402
 
-CUDA_ERROR_INVALID_VALUE = 1
-CUDA_ERROR_OUT_OF_MEMORY = 2
-CUDA_ERROR_NOT_SUPPORTED = 801
+from curesult import (  # noqa: E402
+    CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY,
+    CUDA_ERROR_NOT_SUPPORTED)
 HOST_MEMORY_ALREADY_REGISTERED = 712
 ATTACH_GLOBAL, ATTACH_HOST = 1, 2
 MiB = 1 << 20

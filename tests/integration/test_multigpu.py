@@ -38,9 +38,9 @@ TEST_TWINS = BUILD / "tests" / "sim-twins" / "libtest-twins.so"
 BENCH_TWINS = BUILD / "tests" / "sim-twins" / "libbench-twins.so"
 FAIR = BUILD / "bench" / "pvgpu-fair"
 
-CUDA_ERROR_OUT_OF_MEMORY = 2
-CUDA_ERROR_DEVICE_UNAVAILABLE = 46
-CUDA_ERROR_INVALID_HANDLE = 400
+from curesult import (  # noqa: E402
+    CUDA_ERROR_OUT_OF_MEMORY, CUDA_ERROR_DEVICE_UNAVAILABLE,
+    CUDA_ERROR_INVALID_HANDLE)
 P2P_ACCESS_SUPPORTED = 2
 
 BOB_TOKEN = "bob-token-19"

@@ -20,9 +20,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import pvgpu_wire as W  # noqa: E402
 from pvgpu_sessions import closed_by_backend, tcp_session, unix_session, wait_live  # noqa: E402
 
-CUDA_ERROR_OUT_OF_MEMORY = 2
-CUDA_ERROR_INVALID_DEVICE = 101
-CUDA_ERROR_NOT_PERMITTED = 800
+from curesult import (  # noqa: E402
+    CUDA_ERROR_OUT_OF_MEMORY, CUDA_ERROR_INVALID_DEVICE,
+    CUDA_ERROR_NOT_PERMITTED)
 
 MiB = 1 << 20
 BUILD = Path(__file__).resolve().parent.parent.parent / os.environ.get("PVGPU_BUILD", "build")

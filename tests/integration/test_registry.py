@@ -27,8 +27,8 @@ PVGPU_VM = REPO / "qemu-device" / "pvgpu-vm"
 sys.path.insert(0, str(REPO / "qemu-device"))
 from pvgpuvm import registry as registry_mod  # noqa: E402
 
-CUDA_ERROR_INVALID_VALUE = 1
-CUDA_ERROR_OUT_OF_MEMORY = 2
+from curesult import (  # noqa: E402
+    CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY)
 MiB = 1 << 20
 WINDOW = 16 * MiB
 

@@ -36,7 +36,7 @@ from test_driver_api import libdir  # noqa: E402,F401
 KERNEL_PROGRAMS = ["vecadd", "matmul", "reduce", "constant", "devglobal",
                    "callback", "launchloop", "attrs", "streams4"]
 
-CUDA_ERROR_DEVICE_UNAVAILABLE = 46
+from curesult import CUDA_ERROR_DEVICE_UNAVAILABLE  # noqa: E402
 
 
 def wait_for(cond, timeout=10.0):

@@ -24,7 +24,7 @@ from pvgpuvm.spec import WindowLayout  # noqa: E402
 
 RING = 1 << W.P.FEATURES["ring"]
 KNOWN = sum(1 << bit for bit in W.P.FEATURES.values())
-CUDA_ERROR_INVALID_VALUE = 1
+from curesult import CUDA_ERROR_INVALID_VALUE  # noqa: E402
 WINDOW = 64 << 20
 SLOT, NSLOTS = 1 << 20, 4
 ARENA = window.HDR_SIZE + SLOT * NSLOTS

@@ -17,7 +17,7 @@ from pvgpu_guest import SCRIPT_PRELUDE, guest_env, run_guest_script  # noqa: E40
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
 LIBCUDA = BUILD / "lib" / "libcuda.so.1"
-CUDA_SUCCESS, CUDA_ERROR_INVALID_VALUE = 0, 1
+from curesult import CUDA_SUCCESS, CUDA_ERROR_INVALID_VALUE  # noqa: E402
 FLOAT32 = 7
 
 TILED = dict(im2col=0, dtype=FLOAT32, rank=2, dims=[64, 32], strides=[256], box=[16, 8],

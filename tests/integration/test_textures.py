@@ -16,10 +16,9 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import pvgpu_wire as W  # noqa: E402
 
-CUDA_SUCCESS = 0
-CUDA_ERROR_INVALID_VALUE = 1
-CUDA_ERROR_INVALID_HANDLE = 400
-CUDA_ERROR_NOT_SUPPORTED = 801
+from curesult import (  # noqa: E402
+    CUDA_SUCCESS, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_INVALID_HANDLE,
+    CUDA_ERROR_NOT_SUPPORTED)
 FLOAT = 0x20
 RES_ARRAY, RES_MIPMAPPED, RES_LINEAR, RES_PITCH2D = 0, 1, 2, 3
 LAYERED, SURFACE_LDST, CUBEMAP, GATHER, SPARSE = 0x01, 0x02, 0x04, 0x08, 0x40

@@ -14,7 +14,7 @@ import pvgpu_wire as W  # noqa: E402
 from pvgpuvm import window  # noqa: E402  (the header, common/window.h)
 from pvgpuvm.spec import WindowLayout  # noqa: E402
 
-CUDA_ERROR_INVALID_VALUE = 1
+from curesult import CUDA_ERROR_INVALID_VALUE  # noqa: E402
 WINDOW = 64 << 20
 SLOT, NSLOTS = 1 << 20, 4
 STAGING = window.HDR_SIZE

@@ -7,14 +7,12 @@ The two calls with a bogus context are pvgpu's alone: NVIDIA's driver
 reads through such a pointer (it answered 709 to the first and crashed in
 the second), so the script leaves them out when argv[2] is "native".
 """
+from curesult import (
+    CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_INVALID_DEVICE,
+    CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_PEER_ACCESS_UNSUPPORTED,
+    CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED,
+    CUDA_ERROR_PEER_ACCESS_NOT_ENABLED)
 from pvgpu_guest import SCRIPT_PRELUDE
-
-CUDA_ERROR_INVALID_VALUE = 1
-CUDA_ERROR_INVALID_DEVICE = 101
-CUDA_ERROR_INVALID_CONTEXT = 201
-CUDA_ERROR_PEER_ACCESS_UNSUPPORTED = 217
-CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704
-CUDA_ERROR_PEER_ACCESS_NOT_ENABLED = 705
 
 SCRIPT = SCRIPT_PRELUDE + r'''
 native = sys.argv[2:3] == ["native"]

@@ -13,13 +13,13 @@ import time
 from pathlib import Path
 
 import pvgpu_wire as W
+from curesult import CUDA_ERROR_OUT_OF_MEMORY
 
 BUILD = Path(__file__).resolve().parents[2] / os.environ.get("PVGPU_BUILD", "build")
 TWINS = BUILD / "tests" / "sim-twins" / "libtest-twins.so"
 VECADD = BUILD / "tests" / "kernels" / "images" / "vecadd.fatbin"
 
 KiB, MiB = 1 << 10, 1 << 20
-CUDA_ERROR_OUT_OF_MEMORY = 2
 
 
 class VM:
