@@ -40,7 +40,10 @@
 /*
  * Where pvgpud listens, and pvgpuctl connects, unless told otherwise:
  * in the run directory, /run/pvgpu for root, else a directory of the
- * user's own under /tmp (as the module cache's default).
+ * user's own under /tmp (as the module cache's default).  pvgpud under
+ * systemd (the package's unit runs it as the user pvgpu, with
+ * RuntimeDirectory=pvgpu) takes $RUNTIME_DIRECTORY instead, which is
+ * where root's pvgpuctl looks.
  */
 static inline void pvgpu_admin_default_path(char *buf, size_t len)
 {

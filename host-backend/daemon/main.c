@@ -89,6 +89,7 @@ static const char usage[] =
 	"--metrics: Prometheus text at http://ADDR:PORT/metrics; loopback only,\n"
 	"           e.g. 127.0.0.1:9400 (what `pvgpuctl status` reads)\n"
 	"--admin: the operator's socket (pvgpuctl session), default\n"
+	"           $RUNTIME_DIRECTORY/pvgpud-admin.sock under systemd, else\n"
 	"           /run/pvgpu/pvgpud-admin.sock as root, else /tmp/pvgpud-UID/admin.sock\n"
 	"--suspend-timeout: how long a suspend or a resume may take, default 120\n"
 	"--version: the release and protocol versions, the optional parts built in\n";

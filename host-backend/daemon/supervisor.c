@@ -401,8 +401,15 @@ static int open_admin(struct pvgpu_supervisor *sv, const char *path)
 {
 	char def[PVGPU_ADMIN_PATH_MAX], err[512];
 
-	if (!path)
-		pvgpu_admin_default_path(def, sizeof(def));
+	if (!path) {
+		const char *rt = getenv("RUNTIME_DIRECTORY");
+		size_t n = rt ? strcspn(rt, ":") : 0;	/* systemd: the first */
+
+		if (n && rt[0] == '/')
+			snprintf(def, sizeof(def), "%.*s/pvgpud-admin.sock", (int)n, rt);
+		else
+			pvgpu_admin_default_path(def, sizeof(def));
+	}
 	if (!pvgpu_admin_open(&sv->admin, path ? path : def,
 			      pvgpu_suspend_admin, sv, err, sizeof(err))) {
 		log_info("admin socket %s", sv->admin.path);
