@@ -313,8 +313,11 @@ all:
 
     out = vm.sh("set -e; systemctl is-active pvgpud; dkms status pvgpu; "
                 "grep '^pvgpu ' /proc/modules; cat /etc/pvgpu/guest.conf; "
-                "test -S /run/pvgpu/pvgpu.sock; id pvgpu").stdout
+                "test -S /run/pvgpu/pvgpu.sock; id pvgpu; "
+                "pvgpuctl session list").stdout
     assert out.startswith("active"), out
+    # root's pvgpuctl finds the service's admin socket without being told
+    assert re.search(r"^SESSION +VM +STATE", out, re.M), out
     assert re.search(r"pvgpu/\S+, \S+, x86_64: installed", out), out
     assert "unix:///run/pvgpu/pvgpu.sock" in out
     # The benchmark through the installed library, told where pvgpud is by
