@@ -6,6 +6,7 @@ call, with every session's data intact."""
 import os
 import re
 import sys
+import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import pvgpu_wire as W  # noqa: E402
@@ -20,10 +21,19 @@ TOKENS = {"bob": "bob-oversub-token", "carol": "carol-oversub-token"}
 
 
 def pattern(n, size):
-    return bytes((i * 7 + n) & 0xFF for i in range(size))
+    """Bytes that differ between sessions and along the buffer."""
+    period = bytes((i * 7 + n) & 0xFF for i in range(251))
+    return (period * (size // len(period) + 1))[:size]
 
 
-def daemon(start_pvgpud, tmp_path, oversubscribe=None, dave_quota=None):
+def promised(d):
+    text = urllib.request.urlopen(d.url, timeout=10).read().decode()
+    m = re.search(r'^pvgpu_gpu_memory_promised_bytes\{gpu="0"\} (\d+)$', text, re.M)
+    assert m, text
+    return int(m.group(1))
+
+
+def daemon(start_pvgpud, programs, tmp_path, oversubscribe=None, dave_quota=None):
     conf = tmp_path / "pvgpud.conf"
     text = "[default]\npolicy = refuse\n\n"
     if oversubscribe:
@@ -34,8 +44,11 @@ def daemon(start_pvgpud, tmp_path, oversubscribe=None, dave_quota=None):
     if dave_quota:
         text += f"[vm dave]\ntoken = dave-oversub-token\nmemory = {dave_quota // MB}M\n"
     conf.write_text(text)
-    d = start_pvgpud("sim", extra_args=("--config", str(conf)),
+    port = programs.free_tcp_port()
+    d = start_pvgpud("sim", extra_args=("--config", str(conf),
+                                        "--metrics", f"127.0.0.1:{port}"),
                      env={"PVGPU_SIM_MEMORY_MB": str(DEVICE // MB)})
+    d.url = f"http://127.0.0.1:{port}/metrics"
     wait_live(d, 0)
     return d
 
@@ -71,8 +84,9 @@ def session_ids(d):
                 re.findall(r"session (\d+) start: .*?vm (\w+)", d.log()))
 
 
-def test_three_vms_over_the_device_take_turns_with_data_intact(start_pvgpud, tmp_path):
-    d = daemon(start_pvgpud, tmp_path, oversubscribe="2.0")
+def test_three_vms_over_the_device_take_turns_with_data_intact(start_pvgpud, programs, tmp_path):
+    d = daemon(start_pvgpud, programs, tmp_path, oversubscribe="2.0")
+    assert promised(d) == 3 * QUOTA
     vms = ["alice", "bob", "carol"]
     ss, ptrs = {}, {}
     for n, vm in enumerate(vms):
@@ -92,8 +106,8 @@ def test_three_vms_over_the_device_take_turns_with_data_intact(start_pvgpud, tmp
         s.close()
 
 
-def test_an_allocation_that_cannot_fit_fails_and_suspends_nobody(start_pvgpud, tmp_path):
-    d = daemon(start_pvgpud, tmp_path, oversubscribe="2.0", dave_quota=16 * MB)
+def test_an_allocation_that_cannot_fit_fails_and_suspends_nobody(start_pvgpud, programs, tmp_path):
+    d = daemon(start_pvgpud, programs, tmp_path, oversubscribe="2.0", dave_quota=16 * MB)
     alice = session(d, "alice")
     st, dptr = fill(alice, 1)
     assert st == 0
@@ -113,8 +127,8 @@ def test_an_allocation_that_cannot_fit_fails_and_suspends_nobody(start_pvgpud, t
     dave.close()
 
 
-def test_without_oversubscribe_the_second_vm_gets_out_of_memory(start_pvgpud, tmp_path):
-    d = daemon(start_pvgpud, tmp_path)
+def test_without_oversubscribe_the_second_vm_gets_out_of_memory(start_pvgpud, programs, tmp_path):
+    d = daemon(start_pvgpud, programs, tmp_path)
     alice = session(d, "alice")
     st, dptr = fill(alice, 1)
     assert st == 0
