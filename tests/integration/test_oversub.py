@@ -158,3 +158,39 @@ def test_oversubscribe_values_taken(tmp_path):
         code, err = run_pvgpud(["--listen", f"unix://{tmp_path}/s.sock",
                                 "--config", str(path)], seconds=2)
         assert code is None, (value, err)
+
+
+def stamped(text, pattern):
+    """(seconds, session id) of each log line matching pattern (one group: the id)."""
+    out = []
+    for line in text.splitlines():
+        m = re.search(pattern, line)
+        if m:
+            t = re.match(r"\d{4}-\d\d-\d\dT(\d\d):(\d\d):(\d\d\.\d+)Z", line)
+            out.append((int(t.group(1)) * 3600 + int(t.group(2)) * 60 + float(t.group(3)),
+                        int(m.group(1))))
+    return out
+
+
+def test_two_sessions_taking_turns_each_keep_the_gpu_two_seconds(start_pvgpud, programs,
+                                                                 tmp_path):
+    """Two sessions that each need the whole device in turn: each call
+    resumes its session by suspending the other, but never one resumed
+    less than 2 s before (README), so they cannot evict each other at
+    the rate of their calls."""
+    d = daemon(start_pvgpud, programs, tmp_path, oversubscribe="2.0")
+    alice, bob = session(d, "alice"), session(d, "bob")
+    a = fill(alice, 1)[1]
+    b = fill(bob, 2)[1]
+    for _ in range(3):
+        assert intact(alice, 1, a)
+        assert intact(bob, 2, b)
+    text = d.log()
+    resumed = stamped(text, r"session (\d+) resumed: ")
+    evicted = stamped(text, r"session (\d+): suspending it to make room")
+    assert len(resumed) >= 5 and len(evicted) >= 6, text
+    for t, sid in evicted:
+        last = [r for r, s in resumed if s == sid and r <= t]
+        assert not last or t - last[-1] >= 2.0, (sid, t, last[-1])
+    alice.close()
+    bob.close()
