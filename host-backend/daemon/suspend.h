@@ -15,7 +15,8 @@
  * that might see memory half moved.  At most PVGPU_MAX_CHECKPOINTERS run
  * at once.
  *
- * Suspending is the operator's (pvgpuctl session suspend, admin.h);
+ * Suspending is the operator's (pvgpuctl session suspend, admin.h), or
+ * the supervisor's own to make room on an oversubscribed GPU (oversub.h);
  * resuming is the operator's too, or the guest's: a worker that gets a
  * call while its session is not running sets its slot's resume_wanted,
  * writes to the supervisor's wake eventfd and sleeps on the slot's state
