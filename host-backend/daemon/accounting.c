@@ -89,6 +89,9 @@ void pvgpu_accounting_release(struct pvgpu_slot *slot)
 	atomic_store(&slot->guest_pid, 0);
 	atomic_store(&slot->state, PVGPU_SLOT_RUNNING);
 	atomic_store(&slot->resume_wanted, 0);
+	atomic_store(&slot->room_bytes, 0);
+	atomic_store(&slot->room_dev, 0);
+	atomic_store(&slot->resumed_ns, 0);
 	for (int d = 0; d < PVGPU_MAX_DEVICES; d++)
 		atomic_store(&slot->mem_used[d], 0);
 }

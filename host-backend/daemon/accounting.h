@@ -117,6 +117,18 @@ struct pvgpu_slot {
 	 * it for nothing else.
 	 */
 	_Atomic uint32_t resume_wanted;
+	/*
+	 * Oversubscription (oversub.h).  room_bytes: the worker's "make
+	 * room for this many bytes on device room_dev" (0: nothing asked),
+	 * with a write to the wake eventfd; the supervisor answers by
+	 * clearing it and bumping room_seq, a futex word the worker sleeps
+	 * on.  resumed_ns: when the supervisor last resumed the session
+	 * (CLOCK_MONOTONIC), so that it is not suspended again at once.
+	 */
+	_Atomic uint64_t room_bytes;
+	_Atomic uint32_t room_dev;
+	_Atomic uint32_t room_seq;
+	_Atomic uint64_t resumed_ns;
 };
 
 enum pvgpu_slot_state {

@@ -386,6 +386,41 @@ static int vm_key(struct parse_state *st, struct pvgpu_vm_policy *vm,
 }
 
 /*
+ * oversubscribe = FACTOR: a decimal 1..8 with at most three places, kept
+ * in thousandths so that a reload compares and prints it exactly.
+ */
+static int oversub_key(struct parse_state *st, uint32_t n, const char *value)
+{
+	const char *s = value;
+	uint32_t milli = 0;
+	int places = -1;
+
+	for (; *s; s++) {
+		if (*s == '.' && places < 0 && s != value) {
+			places = 0;
+			continue;
+		}
+		if (*s < '0' || *s > '9' || places >= 3 ||
+		    milli > PVGPU_OVERSUB_MAX_MILLI * 10)
+			goto err;
+		milli = milli * 10 + (uint32_t)(*s - '0');
+		if (places >= 0)
+			places++;
+	}
+	if (s == value || places == 0)
+		goto err;
+	for (places = places < 0 ? 0 : places; places < 3; places++)
+		milli *= 10;
+	if (milli < 1000 || milli > PVGPU_OVERSUB_MAX_MILLI)
+		goto err;
+	st->p->oversub_milli[n] = milli;
+	return 1;
+err:
+	return fail(st, "oversubscribe = %s: want a factor from 1.0 to %u.0 (1.0: off)",
+		    value, PVGPU_OVERSUB_MAX_MILLI / 1000);
+}
+
+/*
  * [gpu N]: how VMs share device N.  N is written as a plain decimal, so
  * that [gpu 0] and [gpu 00] cannot be one GPU given twice.
  */
@@ -402,8 +437,10 @@ static int gpu_key(struct parse_state *st, const char *num, const char *key,
 	if (strcmp(canon, num) || n >= PVGPU_MAX_DEVICES)
 		return fail(st, "[gpu %s]: want a device index 0..%d", num,
 			    PVGPU_MAX_DEVICES - 1);
+	if (!strcmp(key, "oversubscribe"))
+		return oversub_key(st, n, value);
 	if (strcmp(key, "sharing"))
-		return fail(st, "unknown key '%s' in [gpu %u] (want sharing = time|mps)",
+		return fail(st, "unknown key '%s' in [gpu %u] (want sharing = time|mps or oversubscribe = FACTOR)",
 			    key, (unsigned int)n);
 	if (!strcmp(value, "mps")) {
 		st->p->mps_gpus |= 1u << n;
@@ -643,6 +680,8 @@ int pvgpu_policy_load(const char *path, struct pvgpu_policy *p,
 	int line;
 
 	memset(p, 0, sizeof(*p));
+	for (int d = 0; d < PVGPU_MAX_DEVICES; d++)
+		p->oversub_milli[d] = 1000;
 	snprintf(p->unknown.name, sizeof(p->unknown.name), "%s", PVGPU_DEFAULT_VM);
 	p->unknown.weight = 1;
 	policy_defaults(&p->unknown);

@@ -38,6 +38,7 @@
  *
  *   [gpu 0]
  *   sharing = mps            ; time | mps: how VMs share device 0 (mps.h)
+ *   oversubscribe = 1.5      ; 1.0..8.0: suspend idle sessions to make room (oversub.h)
  *
  * Sizes take a K, M, G or T suffix (powers of 1024); durations are decimal
  * seconds, or take ms, s or m, and one that is not 0 is at least what
@@ -126,6 +127,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "accounting.h"		/* PVGPU_MAX_DEVICES */
 #include "executor.h"		/* PVGPU_MAX_REMOTES */
 #include "identity.h"
 #include "vm.h"		/* PVGPU_VM_NAME_LEN */
@@ -136,6 +138,7 @@
 #define PVGPU_MAX_EXCLUSIVE_WAIT_MS	(3600 * 1000)
 #define PVGPU_MAX_CALL_TIMEOUT_MS	(86400 * 1000)
 #define PVGPU_MAX_IDLE_TIMEOUT_MS	(30ll * 86400 * 1000)
+#define PVGPU_OVERSUB_MAX_MILLI		8000	/* oversubscribe = 8.0 */
 
 /* The pool of allowed unknown callers is a VM by this name. */
 #define PVGPU_DEFAULT_VM	"default"
@@ -183,6 +186,8 @@ struct pvgpu_policy {
 	struct pvgpu_vm_policy vms[PVGPU_POLICY_MAX_VMS];
 	unsigned int nvms;
 	uint32_t mps_gpus;		/* [gpu N] sharing = mps: bit N */
+	/* [gpu N] oversubscribe, in thousandths; 1000: off (oversub.h). */
+	uint32_t oversub_milli[PVGPU_MAX_DEVICES];
 };
 
 /* Parse path into p; on failure -1 and one line (with the line number) in err. */

@@ -44,9 +44,22 @@ void pvgpu_stats_set_policy(struct pvgpu_stats *st,
 			    const struct pvgpu_policy *p)
 {
 	memset(st->listed, 0, sizeof(st->listed));
+	for (int d = 0; d < PVGPU_MAX_DEVICES; d++)
+		st->snap.gpus[d].promised = 0;
 	if (!p) {
 		st->listed[PVGPU_STATS_NO_VM] = 1;
 		return;
+	}
+	/* A VM that may use several GPUs is promised its quota on each. */
+	for (unsigned int i = 0; i <= p->nvms; i++) {
+		const struct pvgpu_vm_policy *vm = i < p->nvms ? &p->vms[i] :
+						   &p->unknown;
+
+		if (i == p->nvms && !p->allow_unknown)
+			break;
+		for (int d = 0; d < PVGPU_MAX_DEVICES; d++)
+			if (!vm->gpus || (vm->gpus >> d) & 1)
+				st->snap.gpus[d].promised += vm->memory;
 	}
 	for (unsigned int i = 0; i < p->nvms; i++)
 		if (p->vms[i].entry >= 0 && p->vms[i].entry < PVGPU_MAX_VM_ENTRIES)
@@ -329,6 +342,11 @@ char *pvgpu_snapshot_format(const struct pvgpu_snapshot *snap, size_t *len)
 		fprintf(f, "pvgpu_gpu_busy_seconds_total{gpu=\"%d\"} ", d);
 		real(f, (double)snap->gpus[d].busy_ns / 1e9, "%.9f");
 	}
+	family(f, "pvgpu_gpu_memory_promised_bytes", "gauge",
+	       "Memory quotas of the policy's VMs that may use the device (each VM's on each of its devices).");
+	for (int d = 0; d < snap->ngpus; d++)
+		fprintf(f, "pvgpu_gpu_memory_promised_bytes{gpu=\"%d\"} %llu\n", d,
+			(unsigned long long)snap->gpus[d].promised);
 	family(f, "pvgpu_gpu_memory_total_bytes", "gauge",
 	       "Device memory the device has.");
 	for (int d = 0; d < snap->ngpus; d++)

@@ -52,6 +52,8 @@ struct pvgpu_gpu_figures {
 	uint32_t sessions;		/* sessions holding a context on it */
 	uint64_t mem_used;
 	uint64_t busy_ns;		/* kernels in flight, since pvgpud started */
+	/* The memory quotas of the policy's VMs that may use it (oversub.h). */
+	uint64_t promised;
 };
 
 /*

@@ -530,6 +530,7 @@ int pvgpu_supervisor_init(struct pvgpu_supervisor *sv,
 	for (int d = 0; d < ngpus; d++) {
 		sv->acct->ctx_bytes[d] = gpus[d].ctx_bytes;
 		sv->acct->stream_bytes[d] = gpus[d].stream_bytes;
+		sv->suspend.mem_total[d] = gpus[d].mem_total;
 	}
 	pvgpu_stats_set_gpus(&sv->stats, ngpus, gpus);
 	if (cfg->metrics) {

@@ -16,6 +16,7 @@
 
 #include "clock.h"
 #include "log.h"
+#include "oversub.h"
 #include "supervisor.h"
 #include "suspend.h"
 
@@ -140,9 +141,8 @@ static void checkpointer(struct pvgpu_supervisor *sv, struct pvgpu_ckpt *ck,
 	_exit(0);
 }
 
-/* Fork a checkpointer for slot: 0, or -1 with a line in why. */
-static int start(struct pvgpu_supervisor *sv, struct pvgpu_slot *s, int resume,
-		 char *why, size_t len)
+int pvgpu_suspend_start(struct pvgpu_supervisor *sv, struct pvgpu_slot *s,
+			int resume, char *why, size_t len)
 {
 	struct pvgpu_suspend *su = &sv->suspend;
 	struct pvgpu_ckpt *ck = NULL;
@@ -200,9 +200,12 @@ static void start_wanted(struct pvgpu_supervisor *sv)
 		if (s->pid <= 0 || !atomic_load(&s->resume_wanted) ||
 		    atomic_load(&s->state) != PVGPU_SLOT_SUSPENDED)
 			continue;
-		if (start(sv, s, 1, why, sizeof(why)))
-			return;		/* said when one is free again */
+		if (!pvgpu_oversub_resume_ok(sv, s))
+			continue;	/* room is being made, or asked again */
+		if (pvgpu_suspend_start(sv, s, 1, why, sizeof(why)))
+			break;		/* said when one is free again */
 	}
+	pvgpu_oversub_serve(sv);
 }
 
 void pvgpu_suspend_wake(struct pvgpu_supervisor *sv)
@@ -247,6 +250,8 @@ static void finish(struct pvgpu_supervisor *sv, struct pvgpu_ckpt *ck,
 			 status);
 	pvgpu_human_bytes(ck->bytes, bytes, sizeof(bytes));
 	if (done && rc == 0) {
+		if (ck->resume)		/* not moved out again at once (oversub.h) */
+			atomic_store(&s->resumed_ns, pvgpu_now_ns());
 		set_state(s, ck->resume ? PVGPU_SLOT_RUNNING : PVGPU_SLOT_SUSPENDED);
 		log_info("session %llu %s: vm %s, %s %s in %.2f s",
 			 (unsigned long long)ck->session_id,
@@ -259,6 +264,9 @@ static void finish(struct pvgpu_supervisor *sv, struct pvgpu_ckpt *ck,
 			 (unsigned long long)ck->session_id, what, log_esc(text));
 		kill(s->pid, SIGKILL);
 	} else {
+		/* Not tried again to make room before it settles (oversub.h). */
+		if (!ck->resume)
+			atomic_store(&s->resumed_ns, pvgpu_now_ns());
 		set_state(s, ck->resume ? PVGPU_SLOT_SUSPENDED : PVGPU_SLOT_RUNNING);
 		log_warn("session %llu: %s failed: %s; it stays %s",
 			 (unsigned long long)ck->session_id, what, log_esc(text),
@@ -390,7 +398,7 @@ char *pvgpu_suspend_admin(void *arg, const struct pvgpu_admin_req *req)
 	if (st != want)
 		return reply("error session %llu is %s\n",
 			     (unsigned long long)req->session, state_name(st));
-	if (start(sv, s, resume, why, sizeof(why)))
+	if (pvgpu_suspend_start(sv, s, resume, why, sizeof(why)))
 		return reply("error %s\n", why);
 	return reply("ok %s %llu\n", resume ? "resuming" : "suspending",
 		     (unsigned long long)req->session);

@@ -15,7 +15,8 @@
  * that might see memory half moved.  At most PVGPU_MAX_CHECKPOINTERS run
  * at once.
  *
- * Suspending is the operator's (pvgpuctl session suspend, admin.h);
+ * Suspending is the operator's (pvgpuctl session suspend, admin.h), or
+ * the supervisor's own to make room on an oversubscribed GPU (oversub.h);
  * resuming is the operator's too, or the guest's: a worker that gets a
  * call while its session is not running sets its slot's resume_wanted,
  * writes to the supervisor's wake eventfd and sleeps on the slot's state
@@ -25,9 +26,11 @@
 #ifndef PVGPU_SUSPEND_H
 #define PVGPU_SUSPEND_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "accounting.h"
 #include "admin.h"
 
 #define PVGPU_MAX_CHECKPOINTERS		8
@@ -51,6 +54,9 @@ struct pvgpu_suspend {
 	int wake_fd;			/* eventfd the workers write; -1: none */
 	uint64_t timeout_ms;
 	struct pvgpu_ckpt ck[PVGPU_MAX_CHECKPOINTERS];
+	/* Each device's memory, as the start-up probe read it (oversub.h). */
+	uint64_t mem_total[PVGPU_MAX_DEVICES];
+	uint64_t room_said_ns;		/* the last "no room" line */
 };
 
 /* Before any worker is forked.  0, or -1 after logging why. */
@@ -59,6 +65,12 @@ int pvgpu_suspend_init(struct pvgpu_supervisor *sv, uint64_t timeout_ms);
 void pvgpu_suspend_fini(struct pvgpu_supervisor *sv);
 /* In a forked child: close what belongs to the supervisor. */
 void pvgpu_suspend_forget(struct pvgpu_supervisor *sv);
+/*
+ * Fork a checkpointer that suspends (resume 0) or resumes slot s: 0, or
+ * -1 with a line in why.
+ */
+int pvgpu_suspend_start(struct pvgpu_supervisor *sv, struct pvgpu_slot *s,
+			int resume, char *why, size_t len);
 /* The admin socket's requests (admin.h's pvgpu_admin_fn). */
 char *pvgpu_suspend_admin(void *arg, const struct pvgpu_admin_req *req);
 /* The wake eventfd is readable: start the resumes workers asked for. */

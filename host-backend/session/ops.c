@@ -445,6 +445,15 @@ int32_t pvgpu_handle_mem_alloc(struct pvgpu_worker *w,
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	st = w->ex_ops->mem_alloc(w->ex, req->size, &a.base);
+	/* A full GPU the policy oversubscribes: others may make room (oversub.h). */
+	if (st == CUDA_ERROR_OUT_OF_MEMORY &&
+	    pvgpu_worker_make_room(w, current_ctx(w)->device, req->size)) {
+		st = w->ex_ops->mem_alloc(w->ex, req->size, &a.base);
+		if (st == CUDA_ERROR_OUT_OF_MEMORY)
+			wlog_info(w, "mem_alloc of %llu bytes on device %d: out of memory after making room (no other session there could be suspended)",
+				  (unsigned long long)req->size,
+				  current_ctx(w)->device);
+	}
 	if (st)
 		goto err_uncharge;
 	pvgpu_graph_allocs_reused(w, a.base, req->size);

@@ -15,6 +15,7 @@
 
 #include "clock.h"
 #include "log.h"
+#include "policy.h"
 #include "worker.h"
 
 /* How long one sleep on the state lasts: the idle point's turn comes as often. */
@@ -74,4 +75,43 @@ int pvgpu_worker_await_running(struct pvgpu_worker *w)
 	log_debug("a call waited %.2f s for its session's resume",
 		  (double)(pvgpu_now_ns() - t0) / 1e9);
 	return 0;
+}
+
+int pvgpu_worker_make_room(struct pvgpu_worker *w, int dev, uint64_t bytes)
+{
+	struct pvgpu_slot *s = w->slot;
+	const struct pvgpu_policy *p = w->cfg->policy;
+	uint64_t one = 1, t0, deadline;
+	uint32_t seq;
+
+	if (!p || dev < 0 || dev >= PVGPU_MAX_DEVICES ||
+	    p->oversub_milli[dev] <= 1000 || !w->cfg->resume_wait_ns ||
+	    w->cfg->wake_fd < 0)
+		return 0;
+	seq = atomic_load(&s->room_seq);
+	atomic_store(&s->room_dev, (uint32_t)dev);
+	atomic_store(&s->room_bytes, bytes);	/* last: the request itself */
+	(void)!write(w->cfg->wake_fd, &one, sizeof(one));
+	t0 = pvgpu_now_ns();
+	deadline = t0 + w->cfg->resume_wait_ns;
+	while (atomic_load(&s->room_seq) == seq) {
+		uint64_t now = pvgpu_now_ns(), left = deadline - now;
+		struct timespec ts;
+
+		if (now >= deadline) {
+			/* Withdrawn: the retry's answer is the guest's. */
+			atomic_store(&s->room_bytes, 0);
+			log_warn("no answer to a request for room on device %d within %.1f s",
+				 dev, (double)(now - t0) / 1e9);
+			break;
+		}
+		if (left > RESUME_SLICE_NS)
+			left = RESUME_SLICE_NS;
+		ts.tv_sec = (time_t)(left / 1000000000u);
+		ts.tv_nsec = (long)(left % 1000000000u);
+		syscall(SYS_futex, &s->room_seq, FUTEX_WAIT, seq, &ts, NULL, 0);
+	}
+	log_debug("waited %.2f s for room on device %d",
+		  (double)(pvgpu_now_ns() - t0) / 1e9, dev);
+	return 1;
 }

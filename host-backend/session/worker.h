@@ -267,6 +267,13 @@ int pvgpu_worker_read(struct pvgpu_worker *w, void *buf, size_t len);
  * session is to end).
  */
 int pvgpu_worker_await_running(struct pvgpu_worker *w);
+/*
+ * After the driver refused an allocation of bytes on device dev: where
+ * the policy oversubscribes dev, ask the supervisor to make room
+ * (oversub.h) and wait for its answer, at most cfg->resume_wait_ns.
+ * 1 when it asked (retry the allocation once), 0 when it did not.
+ */
+int pvgpu_worker_make_room(struct pvgpu_worker *w, int dev, uint64_t bytes);
 /* Where the worker idles: let the executor act (executor.h idle_point). */
 void pvgpu_worker_idle_point(struct pvgpu_worker *w);
 int pvgpu_worker_read_data_hdr(struct pvgpu_worker *w, uint32_t max,
