@@ -246,17 +246,18 @@ step stopped-reader
 # A guest stopped past its own timeout (5 s) while the rest of a reply
 # arrives, four times: resumed, it reads what came and goes on (node B's
 # worker, 30 s, waits for it).  Pageable D2H: the guest waits in the
-# middle of each 1 MiB frame for its next slots.  4 x 16 MiB (and one
-# untimed): some 13 s of copying at TCG's 6 MB/s besides the 32 s
+# middle of each 1 MiB frame for its next slots.  8 x 16 MiB (and one
+# untimed): some 25 s of copying at TCG's 6 MB/s besides the 32 s
 # stopped, where the four stops need the copy to last past the 4 s it
-# runs between them; a slower (busier) machine only stretches the copy.
+# runs between them (4 x 16 MiB ended before the fourth on a quiet
+# machine); a slower (busier) machine only stretches the copy.
 # The guest's timeout counts node B's silence while the guest runs: 2 s
 # was overrun by node B's TCG guest beside a CPU hog.
 # The stops start once node B has admitted the guest: one landing before
 # its hello (due within 5 s) tests the hello's deadline instead, and on a
 # busy machine the program may take seconds to get that far.
 before=$(ctl sessions direct)
-PVGPU_DEVICES="verbs://$B:7471?timeout=5" PVGPU_TOKEN=tok-direct pvgpu-bandwidth --sizes 16M --reps 4 --dir d2h --memory pageable > /tmp/stopped-reader.out 2>&1 &
+PVGPU_DEVICES="verbs://$B:7471?timeout=5" PVGPU_TOKEN=tok-direct pvgpu-bandwidth --sizes 16M --reps 8 --dir d2h --memory pageable > /tmp/stopped-reader.out 2>&1 &
 bw=$!
 i=0; while [ "$(ctl sessions direct)" = "$before" ] && kill -0 $bw 2>/dev/null && [ $i -lt 30 ]; do
     sleep 1; i=$((i+1)); done
