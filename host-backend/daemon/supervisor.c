@@ -393,6 +393,26 @@ static void registry_changed(struct pvgpu_supervisor *sv)
 #define FIRST_FD	(5 + ADMIN_FDS)
 
 /*
+ * In a child the supervisor forked (a session's worker, a checkpointer):
+ * it outlives nothing — if the supervisor dies, so does it, rather than
+ * hold a GPU that a restarted pvgpud cannot see in its table (the check
+ * after prctl covers a supervisor that died before it) — and takes the
+ * signals the supervisor blocked for its signalfd back.
+ */
+void pvgpu_supervisor_child(pid_t parent, const char *log_prefix)
+{
+	sigset_t none;
+
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() != parent)
+		_exit(1);
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	signal(SIGTERM, SIG_DFL);
+	pvgpu_log_set_prefix(log_prefix);
+}
+
+/*
  * The operator's socket: --admin PATH, which must work, else the default
  * path, which need not (a second pvgpud on the host, one run by a user
  * without the run directory) and then is only said.
@@ -664,7 +684,6 @@ static void start_session(struct pvgpu_supervisor *sv, struct pvgpu_listener *l,
 {
 	struct pvgpu_slot *slot;
 	char why[256];
-	sigset_t mask;
 	pid_t pid, parent;
 	int rc;
 
@@ -723,22 +742,10 @@ static void start_session(struct pvgpu_supervisor *sv, struct pvgpu_listener *l,
 		close(sv->timerfd);
 		pvgpu_admin_forget(&sv->admin);
 		pvgpu_suspend_forget(sv);
-		/*
-		 * A worker outlives nothing: if the supervisor dies, so do its
-		 * sessions, rather than hold a GPU that a restarted pvgpud
-		 * cannot see in its table.  (The check after prctl covers a
-		 * supervisor that died before it.)
-		 */
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(1);
 		pvgpu_metrics_forget(sv->metrics, conn->fd);
-		sigemptyset(&mask);
-		sigprocmask(SIG_SETMASK, &mask, NULL);
-		signal(SIGTERM, SIG_DFL);
 		snprintf(prefix, sizeof(prefix), "session %llu",
 			 (unsigned long long)slot->session_id);
-		pvgpu_log_set_prefix(prefix);
+		pvgpu_supervisor_child(parent, prefix);
 		rc = pvgpu_worker_run(conn, peer, &sv->wcfg, sv->acct, slot,
 				      hello ? hello->msg : NULL,
 				      hello ? hello->got : 0);

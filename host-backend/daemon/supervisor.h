@@ -110,6 +110,8 @@ int pvgpu_supervisor_init(struct pvgpu_supervisor *sv,
 			  const struct pvgpu_supervisor_config *cfg);
 /* Serve until SIGTERM/SIGINT; returns the process exit code. */
 int pvgpu_supervisor_run(struct pvgpu_supervisor *sv);
+/* First thing in a child the supervisor forked (supervisor.c says why). */
+void pvgpu_supervisor_child(pid_t parent, const char *log_prefix);
 void pvgpu_supervisor_fini(struct pvgpu_supervisor *sv);
 /* Hand the metrics server fresh figures; a no-op without --metrics. */
 void pvgpu_supervisor_publish(struct pvgpu_supervisor *sv);

@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -120,19 +119,12 @@ static void checkpointer(struct pvgpu_supervisor *sv, struct pvgpu_ckpt *ck,
 {
 	const struct pvgpu_executor_ops *ex = sv->wcfg.exec;
 	char err[200] = "", prefix[64];
-	sigset_t none;
 	int rc;
 
 	/* Nobody to report to: the worker is the next supervisor's to end. */
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	if (getppid() != parent)
-		_exit(1);
-	sigemptyset(&none);
-	sigprocmask(SIG_SETMASK, &none, NULL);
-	signal(SIGTERM, SIG_DFL);
 	snprintf(prefix, sizeof(prefix), "session %llu checkpointer",
 		 (unsigned long long)ck->session_id);
-	pvgpu_log_set_prefix(prefix);
+	pvgpu_supervisor_child(parent, prefix);
 	/* Half the deadline: the op's own timeout answers before the kill. */
 	rc = (ck->resume ? ex->restore : ex->checkpoint)(
 		worker, sv->suspend.timeout_ms / 2, ck_touched, &fd,
