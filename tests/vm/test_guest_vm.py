@@ -208,7 +208,11 @@ def two_guests(guest_kernel, start_pvgpud_module):
             initrd = initrds[key]
             cmd = vm.qemu_command(initrd, kernel=kdir / "boot" / f"vmlinuz-{kver}",
                                   memory=v.ram, extra=v.qemu_args() + gate.qemu_args())
-            out[key] = vm.run(cmd, BOOT_TIMEOUT * 2, log=run_dir / f"console-{key}.log",
+            # B's QEMU lives through A's step 1, A's loop rounds and its
+            # own step 2; each step has its deadline below, so this is
+            # only the net under them all (600 s did not hold on CI's
+            # busy machine).
+            out[key] = vm.run(cmd, BOOT_TIMEOUT * 4, log=run_dir / f"console-{key}.log",
                               echo=False)
 
         for key, programs in (("a", A_PROGRAMS), ("b", B_PROGRAMS)):
@@ -238,7 +242,10 @@ def two_guests(guest_kernel, start_pvgpud_module):
         pidfile = Path(a.socket).parent / "vhost-device-vsock.pid"
         os.kill(int(pidfile.read_text().strip()), signal.SIGKILL)
         gate_b.open()
-        threads[1].join()
+        threads[1].join(BOOT_TIMEOUT * 2)
+        assert not threads[1].is_alive(), \
+            f"B's programs over vsock alone did not end\n{consoles(run_dir)}\n" \
+            f"{daemon.log()[-3000:]}"
         # Step 3: pvgpud ends every session of A; none is left hanging on
         # the dead socket.
         deadline = time.monotonic() + 30
