@@ -16,10 +16,12 @@
 # packages, boot, install twice, upgrade, purge), and from the build to
 # its end every core is busy: at the same priority as the other suites it
 # got under half of what it needs and finished last, minutes after them.
-# It runs at nice -5 (it needs root anyway), so the others fill the time
-# around it instead of stretching it; so does its image, which then takes
-# a share of the build's cores and is there when the suite starts.
-DEPLOY_NICE = $(if $(filter 0,$(shell id -u)),nice -n -5)
+# It runs at nice -10 (it needs root anyway), above the sanitizer build
+# and pass (nice -5, the next longest chain: Makefile) and the other
+# suites, which fill the time around it instead of stretching it; so does
+# its image, which then takes a share of the build's cores and is there
+# when the suite starts.
+DEPLOY_NICE = $(if $(filter 0,$(shell id -u)),nice -n -10)
 
 .PHONY: test-deploy
 test-deploy: | $(BG_DIR)/deploy
