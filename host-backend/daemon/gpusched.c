@@ -37,6 +37,7 @@ struct sched_dev {
 	_Atomic uint32_t nwaiting;	/* sessions waiting for a turn here */
 	_Atomic uint64_t turn_end;	/* ns: when the holder's turn is over */
 	_Atomic uint64_t contended_until; /* ns: bound what is in flight until then */
+	_Atomic int spatial;		/* MPS clients: no turns (pvgpu_sched_set_spatial) */
 	int32_t holder;			/* VM of the turn running or draining; -1 none */
 	int draining;			/* the holder's turn is over, its work drains */
 	int started;			/* a session of the holder has taken its turn */
@@ -138,6 +139,14 @@ void pvgpu_sched_set_priority(struct pvgpu_sched *s, int vm, int latency)
 {
 	if (s && vm >= 0 && vm < PVGPU_MAX_VM_ENTRIES)
 		atomic_store(&s->latency[vm], latency ? 1 : 0);
+}
+
+void pvgpu_sched_set_spatial(struct pvgpu_sched *s, uint32_t gpus)
+{
+	if (!s)
+		return;
+	for (int d = 0; d < PVGPU_MAX_DEVICES; d++)
+		atomic_store(&s->dev[d].spatial, d < 32 && (gpus >> d & 1));
 }
 
 static uint32_t weight_of(struct pvgpu_sched *s, int vm)
@@ -937,11 +946,21 @@ void pvgpu_sched_admit(struct pvgpu_worker *w, int d, uint32_t n)
 	i = slot_index(s, w->slot);
 	dv = &s->dev[d];
 	vm = atomic_load(&w->slot->vm);
-	gate = vm >= 0 && vm < PVGPU_MAX_VM_ENTRIES && s->quantum_ns;
+	gate = vm >= 0 && vm < PVGPU_MAX_VM_ENTRIES && s->quantum_ns &&
+	       !atomic_load(&dv->spatial);
 	now = pvgpu_now_ns();
 	if (ss->pending && now >= ss->next_poll)
 		retire(w, now);
-	if (gate && contended(dv, now))
+	/*
+	 * A latency VM in its own turn is not bounded: its turns are never
+	 * cut short and end when it goes idle, so the bound's purpose (a
+	 * short drain when a turn ends) costs it more than it saves the
+	 * others: bounded, each of the hundred small kernels of a batch-1
+	 * decode step waits for a host wake-up.
+	 */
+	ss->free_run = gate && atomic_load(&s->latency[vm]) &&
+		       atomic_load(&dv->run_vm) == vm;
+	if (gate && contended(dv, now) && !ss->free_run)
 		bound(w, d);
 	/* Counted before looking, so a turn ending now waits for this launch. */
 	atomic_fetch_add(&s->slots[i].inflight[d], n);
@@ -966,6 +985,7 @@ int pvgpu_sched_shared(struct pvgpu_worker *w, int d)
 	struct pvgpu_sched *s = w->cfg->sched;
 
 	return s && s->quantum_ns && d >= 0 && d < PVGPU_MAX_DEVICES &&
+	       !atomic_load(&s->dev[d].spatial) &&
 	       contended(&s->dev[d], pvgpu_now_ns());
 }
 
@@ -1003,7 +1023,7 @@ void pvgpu_sched_launched(struct pvgpu_worker *w, uint64_t stream, int32_t st,
 	 * a synchronising call, or while the guest is quiet) marks whatever
 	 * is unmarked, and a context synchronise needs no mark at all.
 	 */
-	if (!contended(&s->dev[d], now)) {
+	if (!contended(&s->dev[d], now) || ss->free_run) {
 		ss->unmarked[d] += count;
 		return;
 	}

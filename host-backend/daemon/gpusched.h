@@ -98,7 +98,10 @@
  * turns in a row.  A latency holder is never cut short, so two latency
  * VMs follow virtual time between themselves.  Each session's end line
  * says how many turns of others it cut short and how many of its VM's
- * turns were cut short while it had work in them.
+ * turns were cut short while it had work in them.  In its own turn a
+ * latency VM's launches are not bounded (nor marked one by one): its
+ * turn is never cut short and ends when its work is done, so a bound
+ * would only make each of its kernels wait for a host wake-up.
  *
  * Robustness: the table is shared by every worker (MAP_SHARED before the
  * supervisor forks); the per-device lock is one a stopped holder cannot
@@ -154,6 +157,7 @@ struct pvgpu_sched_session {
 	uint64_t next_poll;		/* ns: when the launch path next queries marks */
 	uint64_t next_flush;		/* ns: when gpu_ns is next brought up to date */
 	int warned;			/* a mark could not be recorded (logged once) */
+	int free_run;			/* this launch: its latency VM's own turn (gpusched.c) */
 	/* For the session-end log line. */
 	uint64_t launches, waits, wait_ns, wait_max_ns;
 	uint64_t events, blocking_events;	/* marks recorded; of them blocking */
@@ -171,6 +175,15 @@ void pvgpu_sched_destroy(struct pvgpu_sched *s);
 void pvgpu_sched_set_weight(struct pvgpu_sched *s, int vm, uint32_t weight);
 /* A VM entry's class: priority = latency (non-zero) or normal. */
 void pvgpu_sched_set_priority(struct pvgpu_sched *s, int vm, int latency);
+/*
+ * The GPUs (bit N) whose sessions are MPS clients ([gpu N] sharing = mps,
+ * policy load and SIGHUP): no turns there.  Turns let one VM's launches
+ * reach the GPU at a time, which is what MPS exists to undo: measured on
+ * the H200 with eight GPT-2 trainers, one VM each, turns on top of MPS
+ * ran 42 steps/s in all where MPS alone ran 208 (BENCHMARKS.md).  Their
+ * share there is MPS's, by mps_threads; the accounting (gpu_ns) stays.
+ */
+void pvgpu_sched_set_spatial(struct pvgpu_sched *s, uint32_t gpus);
 /*
  * Wall time device dev has had kernels of any session in flight, ns, since
  * the table was made (per GPU: pvgpu_gpu_busy_seconds_total); brought up to

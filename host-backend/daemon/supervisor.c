@@ -171,6 +171,7 @@ static int load_policy(struct pvgpu_supervisor *sv)
 		sv->wcfg.remote_token = p->remote_token[0] ? p->remote_token : NULL;
 	/* Before any worker forked under this policy: its MPS daemons. */
 	pvgpu_mps_want(&sv->mps, p->mps_gpus);
+	pvgpu_sched_set_spatial(sv->sched, p->mps_gpus);
 	if (sv->registry)	/* VMs the policy stopped naming get theirs back */
 		pvgpu_registry_apply(sv->registry, p, sv->acct);
 	pvgpu_watchdog_arm(sv);	/* a VM's call_timeout may need the tick */

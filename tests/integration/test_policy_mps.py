@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import stat
+import subprocess
 import sys
 import textwrap
 
@@ -215,3 +216,41 @@ def test_reload_makes_a_gpu_mps(start_pvgpud, short_tmp):
     s = hello_session(daemon)
     daemon.wait_log(r"MPS client: .*CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30 ")
     s.close()
+
+
+SCHED_WAITS = re.compile(r"session \d+: scheduler: \d+ launches, waited (\d+) times for a turn")
+
+
+@pytest.mark.parametrize("sharing", ["time", "mps"])
+def test_vms_of_an_mps_gpu_take_no_turns(start_pvgpud, programs, short_tmp, sharing):
+    """Two VMs keeping GPU 0 busy at once: with `sharing = time` each
+    waits for its turns; on an MPS GPU nobody waits, since turns would
+    let one VM's kernels through at a time, which MPS exists to undo."""
+    env, _record = fake_mps(short_tmp)
+    fair = programs.repo / os.environ.get("PVGPU_BUILD", "build") / "bench" / "pvgpu-fair"
+    twins = fair.parent.parent / "tests" / "sim-twins" / "libbench-twins.so"
+    env.update(PVGPU_SIM_TWINS=str(twins), PVGPU_SIM_SERIAL=str(short_tmp / "device.lock"))
+    text = "[default]\npolicy = refuse\n[gpu 0]\nsharing = %s\n" % sharing
+    for vm in ("v1", "v2"):
+        text += f"[vm {vm}]\ntoken = token-{vm}\ngpus = 0\n"
+    conf = short_tmp / "pvgpud.conf"
+    conf.write_text(text)
+    daemon = start_pvgpud("sim", extra_args=["--config", str(conf),
+                                             "--sched-quantum-us", "5000"], env=env)
+    procs = []
+    for vm in ("v1", "v2"):
+        penv = programs.pvgpu_env(daemon.tcp)
+        penv["PVGPU_TOKEN"] = f"token-{vm}"
+        procs.append(subprocess.Popen([str(fair), "--json", "--blocks", "132", "--seconds", "1.5",
+                                       "--iters", "19000"], env=penv, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, f"{out}\n{err}\n{daemon.log()[-3000:]}"
+    text = daemon.wait_log(r"(?s)(scheduler: .*){2}")
+    waits = [int(w) for w in SCHED_WAITS.findall(text)]
+    assert len(waits) == 2, text[-3000:]
+    if sharing == "time":
+        assert all(w > 0 for w in waits), text[-3000:]
+    else:
+        assert waits == [0, 0], text[-3000:]
