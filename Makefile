@@ -288,13 +288,17 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 # at the suites' priority the build took 500 s for its 130 CPU seconds,
 # and the pass ended minutes after everything else, on half-idle cores).
 CHAIN_NICE = $(if $(filter 0,$(shell id -u)),nice -n -5)
+# The sanitizer pass on two workers, a file each at a time (pytest-xdist,
+# which scripts/install-deps.sh installs): on one it was the last to end,
+# for minutes, on half-idle cores.  Without xdist, one worker.
+SAN_WORKERS = $(shell python3 -c 'import xdist' 2>/dev/null && printf -- '-n 2 --dist loadfile')
 test: deps
 	$(MAKE) test-deploy-image-start
 	PVGPU_LEFT_OUT_SAID= $(MAKE) -j$(JOBS) all fuzz guest-driver build-minimal cross-arm64
 	$(MAKE) test-deploy-start test-main-start test-rdma-start test-xen-start test-timed-start
 	@tests/keep-going.sh $(BUILD)/test-logs \
 		build-asan '$(CHAIN_NICE) $(MAKE) -j$(JOBS) BUILD=build-asan SANITIZE=1 NVCC_REUSE=$(BUILD) all' \
-		sanitizer 'PVGPU_BUILD=build-asan $(CHAIN_NICE) $(PYTEST) -q -m sanitized' \
+		sanitizer 'PVGPU_BUILD=build-asan $(CHAIN_NICE) $(PYTEST) -q -m sanitized $(SAN_WORKERS)' \
 		main '$(MAKE) --no-print-directory test-main-wait' \
 		rdma '$(MAKE) --no-print-directory test-rdma-wait' \
 		xen '$(MAKE) --no-print-directory test-xen-wait' \

@@ -83,7 +83,7 @@ fi
 #   clang            libFuzzer target (`make fuzz`)
 #   libclang-rt-14-dev  clang's sanitizer and libFuzzer runtimes, a separate
 #                    package in Debian 12
-#   python3, pytest  the test suite
+#   python3, pytest  the test suite (pytest-xdist from pip: the sanitizer pass on two workers)
 apt_missing=()
 need_cmd() {   # need_cmd COMMAND PACKAGE
     command -v "$1" >/dev/null 2>&1 || apt_missing+=("$2")
@@ -128,6 +128,12 @@ fi
 # pytest may come from pip (as on the developer machines) or from Debian.
 if ! python3 -m pytest --version >/dev/null 2>&1; then
     apt_missing+=(python3-pytest)
+fi
+# pytest-xdist: make test's sanitizer pass runs on two workers.
+if [ "$check_only" = 0 ] && ! python3 -c 'import xdist' >/dev/null 2>&1; then
+    PIP_BREAK_SYSTEM_PACKAGES=1 PIP_ROOT_USER_ACTION=ignore \
+        python3 -m pip install --quiet --disable-pip-version-check pytest-xdist \
+        || log "pip could not install pytest-xdist: the sanitizer pass runs on one worker"
 fi
 # libclang (PyPI) reads cuda.h for libcuda.so.1's surface (protocol/api/).
 if [ "$check_only" = 0 ] && ! python3 -c 'import clang.cindex' >/dev/null 2>&1; then
