@@ -96,7 +96,7 @@ class VM:
         cmd = ["qemu-system-x86_64", "-accel", accel, "-m", "2048", "-smp", "2",
                "-nographic", "-no-reboot", "-snapshot",
                "-kernel", image_dir / "vmlinuz", "-initrd", image_dir / "initrd.img",
-               "-append", "root=/dev/vda rw console=ttyS0 quiet",
+               "-append", "root=/dev/vda rw console=ttyS0 quiet no_timer_check",
                "-drive", f"file={image_dir / 'base.img'},if=virtio,format=raw",
                "-netdev", f"user,id=n0,hostfwd=tcp:127.0.0.1:{self.port}-:22",
                "-device", "virtio-net-pci,netdev=n0"]

@@ -346,7 +346,7 @@ GUEST_XML = """\
     <type arch='x86_64' machine='pc'>hvm</type>
     <kernel>{kernel}</kernel>
     <initrd>{initrd}</initrd>
-    <cmdline>console=ttyS0 panic=-1 quiet</cmdline>
+    <cmdline>{cmdline}</cmdline>
   </os>
   <features><acpi/></features>
   <on_poweroff>destroy</on_poweroff>
@@ -401,7 +401,8 @@ def test_guest_runs_in_a_domain_libvirt_started(libvirt, start_pvgpud):
                            modules=vm.VSOCK_MODULES, kdir=kdir, kver=kver)
         console = run_dir / "console.log"
         (run_dir / "domain.xml").write_text(GUEST_XML.format(
-            name=name, kernel=kernel, initrd=initrd, console=console))
+            name=name, kernel=kernel, initrd=initrd, console=console,
+            cmdline=vm.GUEST_CMDLINE))
         libvirt.virsh("define", str(run_dir / "domain.xml"))
 
         daemon = start_pvgpud("sim", extra_args=["--registry", str(run_dir / "vms")],
