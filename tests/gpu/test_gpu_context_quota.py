@@ -17,10 +17,9 @@ import textwrap
 
 import pytest
 
-PVGPUD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                      os.environ.get("PVGPU_BUILD", "build"), "bin", "pvgpud")
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 from curesult import CUDA_ERROR_OUT_OF_MEMORY  # noqa: E402
+from pvgpud_cli import require_policy_file  # noqa: E402
 
 MiB = 1 << 20
 QUOTA = 2048 * MiB
@@ -75,11 +74,7 @@ def nvml_used():
 
 
 def quota_daemon(start_pvgpud, tmp_path):
-    version = subprocess.run([PVGPUD, "--version"], capture_output=True,
-                             text=True).stdout
-    if " inih" not in version:
-        pytest.skip("pvgpud was built without inih: no policy file, no quota "
-                    "(make INIH_DIR=DIR, README)")
+    require_policy_file()
     conf = tmp_path / "pvgpud.conf"
     conf.write_text(f"[default]\npolicy = refuse\n\n"
                     f"[vm ctx]\ntoken = {TOKEN}\nmemory = {QUOTA >> 20}M\n")

@@ -22,6 +22,9 @@ from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+from pvgpud_cli import require_policy_file  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
 # Beside the trainers, at most this many times its solo P99.
@@ -35,10 +38,7 @@ def test_a_decode_vm_keeps_its_tail_beside_trainers_on_mps(tmp_path):
             pytest.skip(f"{module} is not installed in {sys.executable}")
     if not shutil.which("nvidia-cuda-mps-control"):
         pytest.skip("no nvidia-cuda-mps-control on this machine (NVIDIA's driver utilities)")
-    version = subprocess.run([str(BUILD / "bin" / "pvgpud"), "--version"],
-                             capture_output=True, text=True).stdout
-    if " inih" not in version:
-        pytest.skip("pvgpud was built without inih: no policy file (make INIH_DIR=DIR)")
+    require_policy_file()
     out = tmp_path / "tenants.json"
     res = subprocess.run([sys.executable, str(REPO / "scripts" / "tenants.py"),
                           "--build", str(BUILD), "--mix", "decode:1,train:3", "--solo",

@@ -20,6 +20,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 from generated import require_generated  # noqa: E402
+from pvgpud_cli import require_policy_file  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
@@ -55,11 +56,7 @@ def pvgpu_env(daemon):
 
 def test_pynvml_through_pvgpu_matches_native(start_pvgpud, tmp_path):
     need_pynvml()
-    version = subprocess.run([str(BUILD / "bin" / "pvgpud"), "--version"],
-                             capture_output=True, text=True).stdout
-    if " inih" not in version:
-        pytest.skip("pvgpud was built without inih: no policy file, no quota "
-                    "(make INIH_DIR=DIR, README)")
+    require_policy_file()
     native = view({k: v for k, v in os.environ.items()
                    if not k.startswith("PVGPU_")})
     assert native["library"] and "libnvidia-ml" in native["library"]

@@ -21,6 +21,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import pvgpu_wire as W  # noqa: E402
+from pvgpud_cli import require_policy_file  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
@@ -83,10 +84,7 @@ sharing = mps
 
 
 def test_two_vms_share_the_gpu_through_mps(start_pvgpud, tmp_path, libdir):
-    version = subprocess.run([str(BUILD / "bin" / "pvgpud"), "--version"],
-                             capture_output=True, text=True).stdout
-    if " inih" not in version:
-        pytest.skip("pvgpud was built without inih: no policy file (make INIH_DIR=DIR)")
+    require_policy_file()
     control = subprocess.run(["sh", "-c", "command -v nvidia-cuda-mps-control"],
                              capture_output=True, text=True).stdout.strip()
     if not control:

@@ -12,9 +12,8 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import pvgpu_wire as W  # noqa: E402
+from pvgpud_cli import require_policy_file  # noqa: E402
 
-PVGPUD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                      os.environ.get("PVGPU_BUILD", "build"), "bin", "pvgpud")
 from curesult import CUDA_ERROR_OUT_OF_MEMORY  # noqa: E402
 MiB = 1 << 20
 POLICY = """\
@@ -32,12 +31,7 @@ memory = 16G
 
 
 def tenants(start_pvgpud, tmp_path):
-    version = subprocess.run([PVGPUD, "--version"], capture_output=True,
-                             text=True).stdout
-    if " inih" not in version:
-        pytest.skip("pvgpud was built without inih (libinih-dev), so it cannot read "
-                    "the policy file these tests need; on a GPU host without a "
-                    "package registry build with make INIH_DIR=DIR (README)")
+    require_policy_file()
     conf = tmp_path / "pvgpud.conf"
     conf.write_text(textwrap.dedent(POLICY))
     return start_pvgpud("cuda", extra_args=["--config", str(conf)])

@@ -8,6 +8,17 @@ BUILD = Path(__file__).resolve().parents[2] / os.environ.get("PVGPU_BUILD", "bui
 PVGPUD = BUILD / "bin" / "pvgpud"
 
 
+def require_policy_file():
+    """Skip, saying why, where pvgpud cannot read a policy file (built
+    without inih, as on a GPU host without a package registry)."""
+    import pytest
+    version = subprocess.run([str(PVGPUD), "--version"], capture_output=True,
+                             text=True).stdout
+    if " inih" not in version:
+        pytest.skip("pvgpud was built without inih (libinih-dev): no policy file, "
+                    "no VMs or quotas; build with make INIH_DIR=DIR (README)")
+
+
 def run_pvgpud(args, cwd=None, seconds=5):
     """pvgpud --executor sim ARGS: (exit code, stderr); the code is None
     when it was still running after `seconds` (it took the arguments and
