@@ -149,6 +149,12 @@ void pvgpu_sched_set_spatial(struct pvgpu_sched *s, uint32_t gpus)
 		atomic_store(&s->dev[d].spatial, d < 32 && (gpus >> d & 1));
 }
 
+/* Whether VMs take turns on device dv at all (gpusched.h). */
+static int takes_turns(const struct pvgpu_sched *s, struct sched_dev *dv)
+{
+	return s->quantum_ns && !atomic_load(&dv->spatial);
+}
+
 static uint32_t weight_of(struct pvgpu_sched *s, int vm)
 {
 	uint32_t w = atomic_load(&s->weight[vm]);
@@ -946,8 +952,7 @@ void pvgpu_sched_admit(struct pvgpu_worker *w, int d, uint32_t n)
 	i = slot_index(s, w->slot);
 	dv = &s->dev[d];
 	vm = atomic_load(&w->slot->vm);
-	gate = vm >= 0 && vm < PVGPU_MAX_VM_ENTRIES && s->quantum_ns &&
-	       !atomic_load(&dv->spatial);
+	gate = vm >= 0 && vm < PVGPU_MAX_VM_ENTRIES && takes_turns(s, dv);
 	now = pvgpu_now_ns();
 	if (ss->pending && now >= ss->next_poll)
 		retire(w, now);
@@ -984,8 +989,8 @@ int pvgpu_sched_shared(struct pvgpu_worker *w, int d)
 {
 	struct pvgpu_sched *s = w->cfg->sched;
 
-	return s && s->quantum_ns && d >= 0 && d < PVGPU_MAX_DEVICES &&
-	       !atomic_load(&s->dev[d].spatial) &&
+	return s && d >= 0 && d < PVGPU_MAX_DEVICES &&
+	       takes_turns(s, &s->dev[d]) &&
 	       contended(&s->dev[d], pvgpu_now_ns());
 }
 
