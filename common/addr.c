@@ -37,8 +37,8 @@ static int parse_u32(const char *s, const char *stop, unsigned int *out)
 	return 0;
 }
 
-int pvgpu_host_port(const char *addr, char *host, size_t hostlen,
-		    char *port, size_t portlen)
+static int split_host_port(const char *addr, char *host, size_t hostlen,
+			   char *port, size_t portlen, unsigned int min_port)
 {
 	const char *start = addr, *end, *colon;
 	unsigned int n;
@@ -59,12 +59,25 @@ int pvgpu_host_port(const char *addr, char *host, size_t hostlen,
 	if (end == start || (size_t)(end - start) >= hostlen ||
 	    !colon[1] || strlen(colon + 1) >= portlen)
 		return -1;
-	if (parse_u32(colon + 1, colon + strlen(colon), &n) || n < 1 || n > 65535)
+	if (parse_u32(colon + 1, colon + strlen(colon), &n) || n < min_port ||
+	    n > 65535)
 		return -1;
 	memcpy(host, start, (size_t)(end - start));
 	host[end - start] = '\0';
 	strcpy(port, colon + 1);
 	return 0;
+}
+
+int pvgpu_host_port(const char *addr, char *host, size_t hostlen,
+		    char *port, size_t portlen)
+{
+	return split_host_port(addr, host, hostlen, port, portlen, 1);
+}
+
+int pvgpu_listen_host_port(const char *addr, char *host, size_t hostlen,
+			   char *port, size_t portlen)
+{
+	return split_host_port(addr, host, hostlen, port, portlen, 0);
 }
 
 int pvgpu_vsock_addr(const char *addr, int allow_any, unsigned int *cid,

@@ -28,6 +28,13 @@ int pvgpu_uri_split(const char *uri, char *scheme, size_t schemelen,
 int pvgpu_host_port(const char *addr, char *host, size_t hostlen,
 		    char *port, size_t portlen);
 
+/*
+ * The same for an address to listen on, where port 0 is allowed: any free
+ * port, which the listener then names in the URI it reports (--ready-fd).
+ */
+int pvgpu_listen_host_port(const char *addr, char *host, size_t hostlen,
+			   char *port, size_t portlen);
+
 /* The wildcard CID of "any:PORT" (VMADDR_CID_ANY). */
 #define PVGPU_VSOCK_CID_ANY	0xffffffffu
 

@@ -54,6 +54,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "modcache.h"
+#include "ready.h"
 #include "size.h"
 #include "supervisor.h"
 #include "wait.h"
@@ -76,7 +77,7 @@ static const char usage[] =
 	"              [--sched-quantum-us N] [--executor-dir DIR]\n"
 	"              [--remote URI ...] [--remote-token TOKEN]\n"
 	"              [--hello-timeout SECONDS] [--max-unidentified N]\n"
-	"              [--admin PATH] [--suspend-timeout SECONDS]\n"
+	"              [--admin PATH] [--suspend-timeout SECONDS] [--ready-fd N]\n"
 	"       pvgpud --executor help | --help | --version\n"
 	"--executor help lists the executors this build has (from --executor-dir)\n"
 	"--listen URIs: unix:///PATH (shm:///PATH is the same socket), tcp://HOST:PORT,\n"
@@ -92,6 +93,10 @@ static const char usage[] =
 	"           $RUNTIME_DIRECTORY/pvgpud-admin.sock under systemd, else\n"
 	"           /run/pvgpu/pvgpud-admin.sock as root, else /tmp/pvgpud-UID/admin.sock\n"
 	"--suspend-timeout: how long a suspend or a resume may take, default 120\n"
+	"--ready-fd: once every --listen address is bound, write a line\n"
+	"           \"listening URI\" per address (tcp port 0: the port it got),\n"
+	"           then \"ready\", to this open descriptor and close it; under\n"
+	"           systemd (Type=notify) READY=1 goes to $NOTIFY_SOCKET as well\n"
 	"--version: the release and protocol versions, the optional parts built in\n";
 
 static int bad_usage(const char *what)
@@ -132,8 +137,8 @@ static int check_listen(const char *uri)
 		return -1;
 	}
 	if (!strcmp(scheme, "tcp") &&
-	    pvgpu_host_port(rest, host, sizeof(host), port, sizeof(port))) {
-		snprintf(why, sizeof(why), "--listen %s: want tcp://HOST:PORT, PORT 1..65535",
+	    pvgpu_listen_host_port(rest, host, sizeof(host), port, sizeof(port))) {
+		snprintf(why, sizeof(why), "--listen %s: want tcp://HOST:PORT, PORT 0..65535 (0: any free port)",
 			 log_esc(uri));
 		bad_usage(why);
 		return -1;
@@ -263,6 +268,7 @@ int main(int argc, char **argv)
 		{ "max-unidentified", required_argument, NULL, 'U' },
 		{ "admin", required_argument, NULL, 'A' },
 		{ "suspend-timeout", required_argument, NULL, 'S' },
+		{ "ready-fd", required_argument, NULL, 'F' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -286,7 +292,8 @@ int main(int argc, char **argv)
 	struct pvgpu_supervisor sv;
 	char cache_dir[64], exec_dir[4096], err[512];
 	const char *exec_name = NULL;
-	int opt, rc;
+	int opt, rc, ready_fd = -1;
+	uint32_t n;
 
 	pvgpu_executor_default_dir(exec_dir, sizeof(exec_dir));
 
@@ -390,6 +397,11 @@ int main(int argc, char **argv)
 			if (parse_uint(optarg, 0, 1000000, &cfg.sched_quantum_us))
 				return bad_usage("--sched-quantum-us must be 0..1000000");
 			break;
+		case 'F':
+			if (parse_uint(optarg, 0, 65535, &n) || !pvgpu_ready_fd_ok((int)n))
+				return bad_usage("--ready-fd must name a descriptor open for writing");
+			ready_fd = (int)n;
+			break;
 		case 'h':
 			fputs(usage, stdout);
 			return 0;
@@ -454,6 +466,7 @@ int main(int argc, char **argv)
 			 cfg.sched_quantum_us);
 	else
 		log_info("GPU turns between VMs: off (--sched-quantum-us 0)");
+	pvgpu_ready_say(&sv, ready_fd);
 	rc = pvgpu_supervisor_run(&sv);
 	pvgpu_supervisor_fini(&sv);
 	return rc;

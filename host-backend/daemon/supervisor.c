@@ -545,7 +545,7 @@ int pvgpu_supervisor_init(struct pvgpu_supervisor *sv,
 			goto err;
 		}
 		sv->nlisteners++;
-		log_info("listening on %s", cfg->listen[i]);
+		log_info("listening on %s", sv->listeners[i].uri);
 	}
 	ngpus = probe_executor(cfg->exec, &sv->wcfg, gpus);
 	for (int d = 0; d < ngpus; d++) {

@@ -39,10 +39,17 @@ def test_listen_on_a_relative_path(short_tmp):
     assert not (short_tmp / "pvgpu.sock").exists()
 
 
-@pytest.mark.parametrize("port", ["99999", "65536", "0", "http", "0x1c9c"])
+@pytest.mark.parametrize("port", ["99999", "65536", "-1", "http", "0x1c9c"])
 def test_listen_on_a_port_that_is_none(short_tmp, port):
     code, err = run(["--listen", f"tcp://127.0.0.1:{port}"], short_tmp)
-    assert_refused(code, err, f"--listen tcp://127.0.0.1:{port}", "1..65535")
+    assert_refused(code, err, f"--listen tcp://127.0.0.1:{port}", "0..65535")
+
+
+@pytest.mark.parametrize("fd", ["9", "x", "70000"])
+def test_a_ready_fd_that_is_none(short_tmp, fd):
+    """A descriptor that is not open (9, here), or no number at all."""
+    code, err = run(["--listen", f"unix://{short_tmp}/s.sock", "--ready-fd", fd], short_tmp)
+    assert_refused(code, err, "--ready-fd", "open for writing")
 
 
 def test_an_empty_tcp_token(short_tmp):

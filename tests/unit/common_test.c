@@ -111,6 +111,13 @@ static void test_host_port(void)
 	CHECK(pvgpu_host_port("h:http", host, sizeof(host), port, sizeof(port)));
 	CHECK(pvgpu_host_port("h:+80", host, sizeof(host), port, sizeof(port)));
 	CHECK(pvgpu_host_port("[::1]:0x10", host, sizeof(host), port, sizeof(port)));
+	/* Listening, port 0 is any free one; the rest is as strict. */
+	CHECK(!pvgpu_listen_host_port("h:0", host, sizeof(host), port, sizeof(port)));
+	CHECK(!strcmp(host, "h") && !strcmp(port, "0"));
+	CHECK(!pvgpu_listen_host_port("[::1]:0", host, sizeof(host), port, sizeof(port)));
+	CHECK(pvgpu_listen_host_port("h:65536", host, sizeof(host), port, sizeof(port)));
+	CHECK(pvgpu_listen_host_port("h:-1", host, sizeof(host), port, sizeof(port)));
+	CHECK(pvgpu_listen_host_port("h:", host, sizeof(host), port, sizeof(port)));
 }
 
 static void test_vsock(void)

@@ -17,6 +17,29 @@
 #include "host.h"
 #include "stream.h"
 
+/*
+ * Port 0 took any free port: the listener's URI names the one it got, so
+ * what pvgpud reports (--ready-fd, its log) is an address callers can use.
+ */
+static void name_bound_port(struct pvgpu_listener *l, const char *hostport,
+			    const char *host)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	int port;
+
+	if (getsockname(l->fd, (struct sockaddr *)&ss, &len))
+		return;
+	if (ss.ss_family == AF_INET)
+		port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+	else if (ss.ss_family == AF_INET6)
+		port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+	else
+		return;
+	snprintf(l->uri, sizeof(l->uri), *hostport == '[' ? "tcp://[%s]:%d" :
+		 "tcp://%s:%d", host, port);
+}
+
 static int tcp_listen(struct pvgpu_listener *l, const char *hostport,
 		      char *err, size_t errlen)
 {
@@ -27,8 +50,9 @@ static int tcp_listen(struct pvgpu_listener *l, const char *hostport,
 	char host[200], port[32];
 	int fd, rc;
 
-	if (pvgpu_host_port(hostport, host, sizeof(host), port, sizeof(port))) {
-		snprintf(err, errlen, "tcp address '%s' is not HOST:PORT (PORT 1..65535)",
+	if (pvgpu_listen_host_port(hostport, host, sizeof(host), port,
+				   sizeof(port))) {
+		snprintf(err, errlen, "tcp address '%s' is not HOST:PORT (PORT 0..65535)",
 			 hostport);
 		return -EINVAL;
 	}
@@ -46,6 +70,8 @@ static int tcp_listen(struct pvgpu_listener *l, const char *hostport,
 	}
 	l->fd = fd;
 	l->features = PVGPU_TR_ID_AT_HELLO;
+	if (!strcmp(port, "0"))
+		name_bound_port(l, hostport, host);
 	return 0;
 }
 
