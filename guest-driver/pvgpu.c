@@ -172,7 +172,7 @@ static long pvgpu_ioctl_info(struct pvgpu_dev *dev, void __user *argp)
 
 static long pvgpu_ioctl_ring(struct pvgpu_dev *dev, void __user *argp)
 {
-	struct pvgpu_ring ring;
+	struct pvgpu_doorbell ring;
 	long ret = 0;
 
 	if (copy_from_user(&ring, argp, sizeof(ring)))

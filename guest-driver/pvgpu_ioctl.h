@@ -42,12 +42,12 @@ struct pvgpu_info {
 };
 
 /* Ring the doorbell of ivshmem peer `peer`, interrupt vector `vector`. */
-struct pvgpu_ring {
+struct pvgpu_doorbell {
 	__u32 peer;		/* 0..65535 */
 	__u32 vector;		/* 0..65535 */
 };
 
 #define PVGPU_IOC_INFO		_IOR(PVGPU_IOC_MAGIC, 0, struct pvgpu_info)
-#define PVGPU_IOC_RING		_IOW(PVGPU_IOC_MAGIC, 1, struct pvgpu_ring)
+#define PVGPU_IOC_RING		_IOW(PVGPU_IOC_MAGIC, 1, struct pvgpu_doorbell)
 
 #endif /* _UAPI_PVGPU_IOCTL_H */

@@ -173,7 +173,7 @@ static int write_sysfs(const char *path, const char *text)
 static int doorbell_main(char **argv)
 {
 	struct pvgpu_info info;
-	struct pvgpu_ring ring = { .peer = 0, .vector = 0 };
+	struct pvgpu_doorbell ring = { .peer = 0, .vector = 0 };
 	struct pollfd pfd;
 	uint64_t events = 0, want_id = strtoull(argv[2], NULL, 0);
 	unsigned long rounds = strtoul(argv[4], NULL, 0);
@@ -254,7 +254,7 @@ static int doorbell_main(char **argv)
 int main(int argc, char **argv)
 {
 	struct pvgpu_info info;
-	struct pvgpu_ring ring = { .peer = 0, .vector = 0 };
+	struct pvgpu_doorbell ring = { .peer = 0, .vector = 0 };
 	struct pollfd pfd;
 	char bdf[64];
 	uint64_t events;
