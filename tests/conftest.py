@@ -8,6 +8,7 @@ repository root), so the same tests run against the sanitizer build.
 
 import os
 import re
+import select
 import shutil
 import signal
 import socket
@@ -84,22 +85,23 @@ class Daemon:
         self.extra_env = dict(env or {})
         self.workdir = workdir
         self.sock_path = workdir / "pvgpu.sock"
-        self.port = free_tcp_port()
         self.unix = unix_uri(self.sock_path)
-        self.tcp = f"tcp://127.0.0.1:{self.port}"
+        self.tcp = None     # tcp://127.0.0.1:PORT, the port pvgpud got
         self.log_path = workdir / "pvgpud.log"
         self.proc = None
 
     def start(self):
         if not PVGPUD.exists():
             pytest.fail(f"{PVGPUD} is not built (run `make`)")
+        ready_r, ready_w = os.pipe()
         cmd = [
             str(PVGPUD),
             "--listen", self.unix,
-            "--listen", self.tcp,
+            "--listen", "tcp://127.0.0.1:0",
             "--executor", self.executor,
             "--log-level", "debug",
             "--module-cache", str(self.workdir / "modules"),
+            "--ready-fd", str(ready_w),
         ] + self.extra_args
         # stderr to a file, not a pipe: a chatty debug log must never block
         # the daemon on a full pipe.
@@ -108,52 +110,44 @@ class Daemon:
         if self.extra_env:
             env = dict(os.environ)
             env.update(self.extra_env)
-        self.proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=self._log_file,
-            stderr=subprocess.STDOUT, cwd=self.workdir, env=env)
-        self._wait_ready()
+        try:
+            self.proc = subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=self._log_file,
+                stderr=subprocess.STDOUT, cwd=self.workdir, env=env,
+                pass_fds=(ready_w,))
+        finally:
+            os.close(ready_w)
+        with os.fdopen(ready_r, "rb") as ready:
+            self._wait_ready(ready)
 
-    def _wait_ready(self):
+    def _wait_ready(self, ready):
+        """Until pvgpud says, through --ready-fd, that it listens: the
+        port its tcp:// listener got is in that report."""
         deadline = time.monotonic() + START_TIMEOUT
-        self._probes = 0
+        said = b""
         while time.monotonic() < deadline:
+            if select.select([ready], [], [], 0.1)[0]:
+                chunk = os.read(ready.fileno(), 4096)
+                said += chunk
+                lines = said.decode(errors="replace").splitlines()
+                if "ready" in lines:
+                    self.listening = [ln.split(" ", 1)[1] for ln in lines
+                                      if ln.startswith("listening ")]
+                    self.tcp = next(u for u in self.listening
+                                    if u.startswith("tcp://127.0.0.1:"))
+                    return
+                if not chunk:   # closed unsaid: pvgpud is failing
+                    try:
+                        self.proc.wait(timeout=10)
+                    except subprocess.TimeoutExpired:
+                        pass
             if self.proc.poll() is not None:
                 pytest.fail(f"pvgpud exited with {self.proc.returncode} while "
                             f"starting:\n{tail(self.log())}")
-            if self._accepts(socket.AF_UNIX, str(self.sock_path)) and \
-               self._accepts(socket.AF_INET, ("127.0.0.1", self.port)):
-                self._wait_probes_gone(deadline)
-                return
-            time.sleep(0.05)
         self.proc.kill()
         self.proc.wait()
-        pytest.fail(f"pvgpud did not accept connections within "
+        pytest.fail(f"pvgpud did not say it was ready within "
                     f"{START_TIMEOUT:.0f} s:\n{tail(self.log())}")
-
-    def _wait_probes_gone(self, deadline):
-        """Every Unix probe accepted (a session, or refused at accept) and
-        its session ended: a probe still in the backlog would otherwise
-        count against a VM's max_sessions in the test."""
-        while time.monotonic() < deadline:
-            log = self.log()
-            seen = log.count(" start: ") + log.count(" refused ")
-            if seen >= self._probes and log.count(" start: ") == log.count(" end: "):
-                return
-            time.sleep(0.02)
-
-    def _accepts(self, family, address):
-        with socket.socket(family, socket.SOCK_STREAM) as s:
-            s.settimeout(1.0)
-            try:
-                s.connect(address)
-                # A TCP caller is a session only once its hello names it:
-                # this probe, which sends none, never takes a slot nor
-                # logs a session line.
-                if family == socket.AF_UNIX:
-                    self._probes += 1
-                return True
-            except OSError:
-                return False
 
     def log(self):
         try:

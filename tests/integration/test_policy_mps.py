@@ -159,7 +159,7 @@ def test_mps_daemon_started_watched_and_quit(start_pvgpud, short_tmp):
     assert len(starts) == 1, read(record)
     pid, visible, pipe, logdir = starts[0]
     assert visible == "0"
-    assert log.index("mps: GPU 0: control daemon started") < log.index(" start: "), log
+    assert "mps: GPU 0: control daemon started" in log and " start: " not in log, log
     assert re.fullmatch(rf"{re.escape(str(short_tmp))}/pvgpud-mps\.\w{{6}}/gpu0/pipe", pipe)
     top = os.path.dirname(os.path.dirname(pipe))
     assert stat.S_IMODE(os.stat(top).st_mode) == 0o700
@@ -168,6 +168,7 @@ def test_mps_daemon_started_watched_and_quit(start_pvgpud, short_tmp):
     # A worker of alice is a client of it, with her figures.
     s = hello_session(daemon)
     text = daemon.wait_log(r"MPS client: ")
+    assert text.index("mps: GPU 0: control daemon started") < text.index(" start: "), text
     line = [ln for ln in text.splitlines() if "MPS client: " in ln][-1]
     assert f"CUDA_MPS_PIPE_DIRECTORY={pipe} " in line, line
     assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30 " in line, line

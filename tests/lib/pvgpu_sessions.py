@@ -64,8 +64,7 @@ def closed_by_backend(s, timeout=5.0):
 
 def wait_live(daemon, live=0, timeout=10.0):
     """Wait until the log shows exactly `live` sessions started and not yet
-    ended (the fixture's readiness probes are sessions too, and count
-    against max_sessions)."""
+    ended."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         log = daemon.log()
