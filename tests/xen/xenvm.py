@@ -464,10 +464,11 @@ vchan-echo host {base} 2 > /tmp/host.log 2>&1 &
 host=$!
 """
     dom0_created = "probe=\n" + probe_dom0
-    # The host gives up after 600 s; a line every 30 s tells the test's
-    # silent-console watch that dom0 still runs.
+    # Run once the domUs are done: their sessions have ended, so the host
+    # has only its last lines to write.  A line every 30 s tells the
+    # test's silent-console watch that dom0 still runs.
     dom0_end = """
-n=0; while kill -0 $host 2>/dev/null && [ $n -lt 630 ]; do
+n=0; while kill -0 $host 2>/dev/null && [ $n -lt 120 ]; do
     sleep 1; n=$((n+1))
     [ $((n % 30)) -eq 0 ] && echo "xen-dom0: host still serving at $(cut -d' ' -f1 /proc/uptime) s"
 done
@@ -481,8 +482,11 @@ if [ -n "$probe" ]; then
 fi
 """
     dom0_show = "sed 's/^/[host] /' /tmp/host.log\n"
+    # The guest's connect waits for the offer as long as the host's
+    # worker keeps it (vchan_echo.c): by then a loaded TCG dom0 may have
+    # given the first offer up and be making the next.
     domu1 = probe_domu + f"""
-vchan-echo guest {so} vchan://0/{name}
+PVGPU_VCHAN_CONNECT_MS=1800000 vchan-echo guest {so} vchan://0/{name}
 """
     # Its lines are marked: a scenario may run the corrupter again
     # against its own channel and check that run's lines.
@@ -507,8 +511,9 @@ for d in domu1 domu2; do
     xl create /etc/xen/$d.cfg >/dev/null || { echo "xen-dom0: xl create $d failed"; exit 93; }
     echo "xen-dom0: $d is domain $(xl domid $d), created at $(cut -d' ' -f1 /proc/uptime) s"
 done
-""" + pair["dom0_created"] + pair["dom0_end"] + """
-domu_wait domu1 30; domu_wait domu2 30
+""" + pair["dom0_created"] + """
+domu_wait domu1 1800; domu_wait domu2 60
+""" + pair["dom0_end"] + """
 echo "xen-dom0: done at $(cut -d' ' -f1 /proc/uptime) s"
 """ + pair["dom0_show"] + """
 show_domu_console domu1
