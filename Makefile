@@ -6,6 +6,8 @@
 #                   through pvgpu
 #   make demo       run the main job (see README.md)
 #   make fuzz       build the libFuzzer decoder target
+#   make vm-bundle  QEMU, a guest kernel and the rest in one archive, for
+#                   the GPU host (scripts/vm/bundle.mk)
 #
 # BUILD selects the output tree; SANITIZE=1 builds with ASan+UBSan.
 
@@ -24,7 +26,7 @@ CUDA_LIBDIR ?= $(shell scripts/find-cuda.sh --libdir 2>/dev/null)
 # Without a CUDA toolkit nothing here builds (every part includes cuda.h):
 # say so once, with the command that installs one.
 ifeq ($(CUDA_HOME),)
-ifeq ($(filter deps clean,$(MAKECMDGOALS))$(filter test demo,$(MAKECMDGOALS)),)
+ifeq ($(filter deps clean vm-bundle,$(MAKECMDGOALS))$(filter test demo,$(MAKECMDGOALS)),)
 $(error no CUDA toolkit (cuda.h, nvcc) found: run `make deps` (the CUDA 13.0 compiler from PyPI into .deps/) or set CUDA_HOME)
 endif
 endif
@@ -267,6 +269,7 @@ include transport/verbs/verbs.mk
 include xen-vchan/xen.mk
 include debian/deb.mk
 include tests/deploy/deploy.mk
+include scripts/vm/bundle.mk
 
 PYTEST = python3 -m pytest
 # make test's builds use every core: on 2 cores a serial build left one

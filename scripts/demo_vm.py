@@ -190,10 +190,13 @@ def main():
         return 0
     build = (REPO / args.build).resolve()
     vm = load_pvgpuvm()
-    vhost = vm.vhost_device_vsock()
-    if not vhost or not shutil.which("qemu-system-x86_64"):
-        sys.stderr.write("demo: no qemu-system-x86_64 or vhost-device-vsock "
-                         "here: no guest can be booted\n")
+    try:
+        vm.qemu_binary()
+    except vm.VmError as e:
+        sys.stderr.write(f"demo: {e}: no guest can be booted\n")
+        return 3
+    if not vm.vhost_device_vsock():
+        sys.stderr.write("demo: no vhost-device-vsock here: no guest can be booted\n")
         return 3
     try:
         vm.kernel_dir()
@@ -228,9 +231,9 @@ def main():
         accel = "kvm" if kvm_boots(vm, kdir, kver, tmp) else "tcg"
         print(f"demo: the guest runs under {accel.upper()}")
         try:
-            # A machine without kernel headers (the GPU host) may bring one.
-            ko = Path(os.environ["PVGPU_GUEST_KO"]) if os.environ.get("PVGPU_GUEST_KO") \
-                else vm.guest_driver(kver, build / "guest-driver")
+            # A machine without kernel headers (the GPU host) may bring one
+            # (PVGPU_GUEST_KO: pvgpuvm.guest_driver).
+            ko = vm.guest_driver(kver, build / "guest-driver")
         except vm.VmError as e:
             ko = None
             print(f"demo: no pvgpu.ko for the guest ({e}): vsock alone, no shared window")

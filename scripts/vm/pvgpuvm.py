@@ -16,7 +16,11 @@ Three pieces, usable from Python (tests/vm/) or from the command line:
              and a log; stop when the guest powers off or at a timeout.
              The exit status is the guest script's.
 
-The kernel comes from scripts/vm/fetch-kernel.sh (.deps/vm/KVER/).
+The kernel comes from scripts/vm/fetch-kernel.sh (.deps/vm/KVER/).  On a
+machine without QEMU, vhost-device-vsock, busybox or a guest kernel (the GPU
+host), make vm-bundle's archive brings them all; its `env` prints the
+variables that point this file at them: PVGPU_QEMU, PVGPU_VHOST_DEVICE_VSOCK,
+PVGPU_BUSYBOX, PVGPU_GUEST_KERNEL and PVGPU_GUEST_KO.
 
   python3 scripts/vm/pvgpuvm.py window /dev/shm/pvgpu-w0 --size 16M --id 7
   python3 scripts/vm/pvgpuvm.py initramfs -o /tmp/i.cpio \\
@@ -87,7 +91,12 @@ class VmError(Exception):
 
 
 def vhost_device_vsock():
-    """The vhost-device-vsock binary (PATH, or where cargo installs it), or None."""
+    """The vhost-device-vsock binary ($PVGPU_VHOST_DEVICE_VSOCK, as
+    `pvgpu-vm supervise` takes it, else PATH or where cargo installs it),
+    or None."""
+    given = os.environ.get("PVGPU_VHOST_DEVICE_VSOCK")
+    if given:
+        return given if os.access(given, os.X_OK) else None
     cargo = Path.home() / ".cargo" / "bin" / "vhost-device-vsock"
     return shutil.which("vhost-device-vsock") or (str(cargo) if cargo.exists() else None)
 
@@ -114,7 +123,14 @@ PVGPU_VM = REPO / "qemu-device" / "pvgpu-vm"
 
 def guest_driver(kver, outdir):
     """pvgpu.ko built for the guest kernel kver into outdir, or raise VmError
-    saying why it cannot be (no kernel build tree, a compiler error)."""
+    saying why it cannot be (no kernel build tree, a compiler error).  A
+    machine without kernel headers (the GPU host) brings one built
+    elsewhere, for that kernel: $PVGPU_GUEST_KO (make vm-bundle's)."""
+    given = os.environ.get("PVGPU_GUEST_KO")
+    if given:
+        if not Path(given).is_file():
+            raise VmError(f"PVGPU_GUEST_KO={given}: no such file")
+        return Path(given)
     if not Path(f"/lib/modules/{kver}/build/Makefile").exists():
         raise VmError(f"no kernel build tree for {kver} (apt-get install linux-headers-amd64)")
     proc = subprocess.run(["make", "-C", str(REPO / "guest-driver"), f"OUTDIR={outdir}",
@@ -404,8 +420,31 @@ class IvshmemServer:
 
 # ---- the guest kernel ---------------------------------------------------------
 
+# A guest kernel brought from elsewhere (make vm-bundle's), where none can
+# be fetched: a folder laid out as fetch-kernel.sh leaves .deps/vm/KVER.
+GUEST_KERNEL_ENV = "PVGPU_GUEST_KERNEL"
+
+
+def _given_kernel():
+    """(folder, version) of $PVGPU_GUEST_KERNEL, None where it is unset, or
+    raise VmError where it holds no single kernel with its modules.dep."""
+    given = os.environ.get(GUEST_KERNEL_ENV)
+    if not given:
+        return None
+    kdir = Path(given)
+    kvers = [p.name[len("vmlinuz-"):] for p in (kdir / "boot").glob("vmlinuz-*")]
+    if len(kvers) != 1 or not (kdir / "lib" / "modules" / kvers[0] / "modules.dep").exists():
+        raise VmError(f"{GUEST_KERNEL_ENV}={given}: not one boot/vmlinuz-KVER "
+                      "with its lib/modules/KVER/modules.dep")
+    return kdir, kvers[0]
+
+
 def kernel_version():
-    """The version of the installed headers, which is the guest's too."""
+    """The version of the installed headers, which is the guest's too (or
+    of the kernel $PVGPU_GUEST_KERNEL names)."""
+    given = _given_kernel()
+    if given:
+        return given[1]
     out = subprocess.run([str(REPO / "scripts/vm/kernel-version.sh")],
                          capture_output=True, text=True)
     if out.returncode != 0:
@@ -415,7 +454,13 @@ def kernel_version():
 
 
 def kernel_dir(kver=None, fetch=True):
-    """.deps/vm/KVER, fetching the Debian kernel package if needed."""
+    """.deps/vm/KVER, fetching the Debian kernel package if needed; or the
+    folder $PVGPU_GUEST_KERNEL names, which must hold kver if given."""
+    given = _given_kernel()
+    if given:
+        if kver and kver != given[1]:
+            raise VmError(f"{GUEST_KERNEL_ENV} holds kernel {given[1]}, not {kver}")
+        return given
     kver = kver or kernel_version()
     args = [str(REPO / "scripts/vm/fetch-kernel.sh")]
     if not fetch:
@@ -565,6 +610,13 @@ def _is_static_elf(path):
 
 
 def busybox_path():
+    """A static busybox for the initramfs: $PVGPU_BUSYBOX (make vm-bundle's),
+    /bin/busybox, /usr/bin/busybox or busybox on PATH."""
+    given = os.environ.get("PVGPU_BUSYBOX")
+    if given:
+        if not (os.path.exists(given) and _is_static_elf(given)):
+            raise VmError(f"PVGPU_BUSYBOX={given}: not a static busybox")
+        return given
     on_path = shutil.which("busybox")
     for cand in ("/bin/busybox", "/usr/bin/busybox") + ((on_path,) if on_path else ()):
         if os.path.exists(cand) and _is_static_elf(cand):
@@ -612,6 +664,13 @@ def build_initramfs(out, script, files=(), modules=(), kdir=None, kver=None,
 # ---- running the guest --------------------------------------------------------
 
 def qemu_binary():
+    """$PVGPU_QEMU (make vm-bundle's bin/qemu, on a machine without QEMU),
+    else qemu-system-x86_64 on PATH; or raise VmError."""
+    given = os.environ.get("PVGPU_QEMU")
+    if given:
+        if not os.access(given, os.X_OK):
+            raise VmError(f"PVGPU_QEMU={given}: not an executable")
+        return given
     path = shutil.which("qemu-system-x86_64")
     if not path:
         raise VmError("no qemu-system-x86_64 (apt-get install qemu-system-x86)")

@@ -8,7 +8,6 @@ pvgpu's runtime shim), and pvgpud logged the guest's session.
 import importlib.util
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -55,8 +54,12 @@ def test_guest_carries_libcuda_and_nvidia_runtime_not_the_shim():
 
 @pytest.mark.vm
 def test_demo_output_is_plain_and_says_what_ran_where():
-    if not shutil.which("qemu-system-x86_64") or not vm.vhost_device_vsock():
-        pytest.skip("no qemu-system-x86_64 or vhost-device-vsock: no guest to boot")
+    try:
+        vm.qemu_binary()
+    except vm.VmError as e:
+        pytest.skip(f"{e}: no guest to boot")
+    if not vm.vhost_device_vsock():
+        pytest.skip("no vhost-device-vsock: no guest to boot")
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "demo_vm.py"),
                            "--build", str(BUILD)], capture_output=True, timeout=600)
     out, err = proc.stdout, proc.stderr.decode(errors="replace")

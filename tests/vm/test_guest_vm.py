@@ -10,11 +10,13 @@ pinned memory through /dev/pvgpu0; with pvgpu.ko unloaded the same programs
 run over vsock alone.  Two guests at once each see only their own quota and
 allocations, and one guest's vhost-device-vsock dying touches no other.  The
 guest carries only ld.so, libc, the shim and the programs: nothing in them
-was rebuilt for the VM.
+was rebuilt for the VM.  QEMU, vhost-device-vsock, the guest kernel and
+pvgpu.ko are make vm-bundle's, unpacked, as on the GPU host (which has
+none of them), with the system's QEMU data hidden.
 
 A TCG boot costs about 100 CPU-seconds, so one pair of guests, booted once
-(the two_guests fixture), serves both tests, in an order where the killing
-comes after everything the first test checks.
+(the two_guests fixture), serves every test here, in an order where the
+killing comes after everything the first test checks.
 """
 import importlib.util
 import os
@@ -56,16 +58,12 @@ vm = load_pvgpuvm()
 
 
 @pytest.fixture(scope="module")
-def guest_kernel(tmp_path_factory):
-    """(kernel dir, version, pvgpu.ko built for it)."""
-    if not shutil.which("qemu-system-x86_64"):
-        pytest.skip("no qemu-system-x86_64 (apt-get install qemu-system-x86)")
-    if not vm.vhost_device_vsock():
-        pytest.skip("no vhost-device-vsock (cargo install vhost-device-vsock@0.3.0)")
-    try:
-        kdir, kver = vm.kernel_dir()
-    except Exception as e:  # noqa: BLE001 - any reason is the skip's reason
-        pytest.skip(f"no Debian guest kernel: {e}")
+def guest_kernel(vm_bundle_env):
+    """(kernel dir, version, pvgpu.ko built for it): all of it, QEMU and
+    vhost-device-vsock too, from make vm-bundle's archive unpacked, as the
+    GPU host takes them (tests/vm/conftest.py), with the system's QEMU
+    data hidden from QEMU."""
+    kdir, kver = vm.kernel_dir()
     ko = vm.guest_driver(kver, BUILD / "guest-driver")
     return kdir, kver, ko
 
@@ -207,11 +205,13 @@ def two_guests(guest_kernel, start_pvgpud_module):
         kdir, kver, ko = guest_kernel
         out = {}
         initrds = {}
+        qemus = {}
 
         def run(key, v, gate):
             initrd = initrds[key]
             cmd = vm.qemu_command(initrd, kernel=kdir / "boot" / f"vmlinuz-{kver}",
                                   memory=v.ram, extra=v.qemu_args() + gate.qemu_args())
+            qemus[key] = cmd[0]
             # B's QEMU lives through A's step 1, A's loop rounds and its
             # own step 2; each step has its deadline below, so this is
             # only the net under them all (600 s did not hold on CI's
@@ -264,7 +264,7 @@ def two_guests(guest_kernel, start_pvgpud_module):
         subprocess.run(["pkill", "-f", str(initrds["a"])], check=False)
         threads[0].join()
         yield {"a": a, "b": b, "daemon": daemon, "log": log, "out": out,
-               "run_dir": run_dir}
+               "run_dir": run_dir, "qemu": qemus, "kernel": kdir, "ko": ko}
     finally:
         for t in threads:
             if t.is_alive():
@@ -329,3 +329,29 @@ def test_a_dying_vhost_device_vsock_touches_no_other_vm(two_guests):
     # pvgpud goes on serving: B's sessions all started and ended ok.
     assert daemon.log().count(f"start: vm {b.name} via") == \
         len(B_PROGRAMS) + len(B_ALONE_PROGRAMS)
+
+
+def test_the_guests_ran_on_the_vm_bundle_alone(two_guests, vm_bundle_env):
+    """Both guests above ran as they would on the GPU host, from make
+    vm-bundle's archive unpacked: its QEMU (with nothing of the system's
+    QEMU data or modules to be found: those folders were hidden from it,
+    so its firmware and TCG module came from the bundle), its
+    vhost-device-vsock, its kernel and pvgpu.ko."""
+    top = vm_bundle_env["dir"]
+    assert two_guests["qemu"] == {"a": vm_bundle_env["qemu"], "b": vm_bundle_env["qemu"]}
+    assert Path(two_guests["kernel"]).is_relative_to(top)
+    assert Path(two_guests["ko"]) == top / "guest" / "pvgpu.ko"
+    for key in ("a", "b"):
+        sup = (two_guests["run_dir"] / f"supervise-{key}.log").read_text()
+        assert f"supervising {top}/bin/vhost-device-vsock " in sup, sup
+        _status, console = two_guests["out"][key]
+        assert "SeaBIOS" in console, console[-3000:]
+    hidden = vm_bundle_env["hidden"]
+    if hidden is None:
+        pytest.skip("no mount namespace here (not root): the system's QEMU data "
+                    "was there to be found")
+    # What a system QEMU reads was there, and hidden: the bundle's served.
+    if shutil.which("qemu-system-x86_64"):
+        assert any((Path(d) / "bios-256k.bin").exists() for d in hidden), hidden
+        assert any((Path(d) / "accel-tcg-x86_64.so").exists() for d in hidden) or \
+            not (top / "lib" / "qemu").exists(), hidden
