@@ -158,18 +158,14 @@ def nvidia_runtime():
 
 def program_files(build, binaries, ko=None, runtime=None):
     """(host, guest) pairs for an initramfs running CUDA programs through
-    pvgpu: the programs under /pvgpu/bin; in /pvgpu/lib pvgpu's runtime shim
-    as libcudart.so.13 or, given `runtime` (NVIDIA's libcudart.so.13, as
-    nvidia_runtime() finds it), pvgpu's driver front-end libcuda.so.1 with
-    NVIDIA's runtime above it, as a user's program runs; every library they
-    load as the host's loader resolves it, and pvgpu.ko as /pvgpu.ko if
-    given."""
+    pvgpu as a user's program runs: the programs under /pvgpu/bin; in
+    /pvgpu/lib pvgpu's driver front-end libcuda.so.1 with NVIDIA's
+    libcudart.so.13 above it (`runtime`, else as nvidia_runtime() finds
+    it); every library they load as the host's loader resolves it, and
+    pvgpu.ko as /pvgpu.ko if given."""
     lib = Path(build) / "lib"
-    if runtime:
-        guest_libs = {lib / "libcuda.so.1": "/pvgpu/lib/libcuda.so.1",
-                      Path(runtime): "/pvgpu/lib/libcudart.so.13"}
-    else:
-        guest_libs = {lib / "libcudart.so.13": "/pvgpu/lib/libcudart.so.13"}
+    guest_libs = {lib / "libcuda.so.1": "/pvgpu/lib/libcuda.so.1",
+                  Path(runtime or nvidia_runtime()): "/pvgpu/lib/libcudart.so.13"}
     files = [(str(host), guest) for host, guest in guest_libs.items()]
     if ko:
         files.append((str(ko), "/pvgpu.ko"))

@@ -7,9 +7,8 @@
  * it is allocated, never per copy.
  *
  * It also prints the rate of its copies each way ("rate: h2d X MB/s d2h
- * Y MB/s", 1 MB = 1e6 bytes): the libcudart shim's cudaMallocHost does
- * not register its memory over verbs://, so pvgpu-bandwidth's "pinned"
- * copies there go through the ring; these are the in-place ones.
+ * Y MB/s", 1 MB = 1e6 bytes): copies of memory registered once, moved in
+ * place, as pvgpu-bandwidth's "pinned" ones over libcuda.so.1 are too.
  *
  *   pinned-copies [ROUNDS]      prints "PASS" last when every byte matched
  */

@@ -362,7 +362,7 @@ def guest_files():
             BUILD / "lib" / "pvgpud" / "exec-remote.so": "/pvgpu/lib/pvgpud/exec-remote.so",
             BUILD / "lib" / "pvgpu" / "transport-verbs.so": "/pvgpu/lib/pvgpu/transport-verbs.so",
             BUILD / "lib" / "libcuda.so.1": "/pvgpu/lib/libcuda.so.1",
-            BUILD / "lib" / "libcudart.so.13": "/pvgpu/lib/libcudart.so.13",
+            vm.nvidia_runtime(): "/pvgpu/lib/libcudart.so.13",
             BUILD / "tests" / "sim-twins" / "libtest-twins.so": "/pvgpu/lib/libtest-twins.so",
             BUILD / "tests" / "sim-twins" / "libbench-twins.so": "/pvgpu/lib/libbench-twins.so",
             Path(RXE_PROVIDER): RXE_PROVIDER, Path(RXE_DRIVER): RXE_DRIVER}

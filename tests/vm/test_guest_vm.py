@@ -9,8 +9,8 @@ The guest loads pvgpu.ko, and the guest library then moves bulk data and
 pinned memory through /dev/pvgpu0; with pvgpu.ko unloaded the same programs
 run over vsock alone.  Two guests at once each see only their own quota and
 allocations, and one guest's vhost-device-vsock dying touches no other.  The
-guest carries only ld.so, libc, the shim and the programs: nothing in them
-was rebuilt for the VM.  QEMU, vhost-device-vsock, the guest kernel and
+guest carries only ld.so, libc, pvgpu's libcuda.so.1, NVIDIA's
+libcudart.so.13 and the programs: nothing in them was rebuilt for the VM.  QEMU, vhost-device-vsock, the guest kernel and
 pvgpu.ko are make vm-bundle's, unpacked, as on the GPU host (which has
 none of them), with the system's QEMU data hidden.
 
