@@ -1,8 +1,9 @@
 # bench/bench.mk - the pvgpu benchmarks; included by the top-level Makefile.
 #
-# Each benchmark is one CUDA program linked against the *shared* CUDA
-# runtime, so the same binary runs natively or through the pvgpu shim,
-# whichever libcudart.so.13 the dynamic loader finds (LD_LIBRARY_PATH).
+# Each benchmark is one CUDA program with nvcc's default static runtime:
+# NVIDIA's runtime is linked in and dlopens libcuda.so.1, so the same binary
+# runs natively or through pvgpu, whichever libcuda.so.1 the dynamic loader
+# finds (LD_LIBRARY_PATH), and needs no libcudart.so.13 where it runs.
 # Set NVCC, CUDA_LIBDIR and BUILD before including this file if they differ
 # from the defaults: BUILD is used in target names when this file is read.
 
@@ -20,4 +21,4 @@ bench: $(BENCH_PROGS)
 
 $(BENCH_PROGS): $(BUILD)/bench/%: bench/%.cu bench/bench_common.h common/size.c common/size.h
 	@mkdir -p $(@D)
-	$(NVCC) -cudart shared -arch=sm_90 -L$(CUDA_LIBDIR) -Icommon -Xcompiler -Wall,-Wextra,-Werror -O2 -o $@ $< common/size.c -ldl -lpthread
+	$(NVCC) -arch=sm_90 -L$(CUDA_LIBDIR) -Icommon -Xcompiler -Wall,-Wextra,-Werror -O2 -o $@ $< common/size.c -ldl -lpthread
