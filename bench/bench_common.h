@@ -405,6 +405,19 @@ void lib_identify_driver(struct lib_info *li)
 		dlclose(h);
 }
 
+/*
+ * Where pvgpu's libcuda.so.1 is a sanitizer build, ASan is preloaded and
+ * LeakSanitizer checks this whole process at exit, NVIDIA's runtime linked
+ * in here too: it keeps destroyed events and its own tables to the end of
+ * the process, which are neither this program's leaks nor pvgpu's.  LSan
+ * asks the program for suppressions through this hook (bench.mk exports
+ * it); its internal functions are all named libcudart_static_<hash>.
+ */
+extern "C" const char *__lsan_default_suppressions(void)
+{
+	return "leak:libcudart_static_\n";
+}
+
 /* What the table says of the runtime: NVIDIA's, linked in or shared. */
 const char *runtime_words(const char *runtime)
 {
