@@ -12,10 +12,12 @@
  *   - CUDA error checking, with one clear line when there is no GPU/driver;
  *   - a byte pattern derived from (size, iteration) and its verification;
  *   - size parsing and printing ("64M", "1 KiB");
- *   - which libcudart.so.13 this process really loaded (native or the shim);
+ *   - which libcuda.so.1 this process really loaded (NVIDIA's driver or
+ *     pvgpu's front-end), under NVIDIA's runtime linked in;
  *   - a small JSON writer and reader (children report to --compare in JSON);
  *   - --compare: run this same executable natively and through pvgpu,
- *     chosen only by LD_LIBRARY_PATH, and print one comparison table;
+ *     chosen only by the libcuda.so.1 on LD_LIBRARY_PATH, and print one
+ *     comparison table;
  *     --pairs N runs N children of each kind in the order ABBA... and
  *     compares their medians.
  */
@@ -332,51 +334,52 @@ double parse_real(const char *opt, const char *s, double min, double max)
 }
 
 /* ------------------------------------------------------------------ */
-/* Which CUDA runtime did the dynamic loader give us?                  */
+/* Which CUDA driver did the dynamic loader give us?                   */
 /* ------------------------------------------------------------------ */
 
+/*
+ * The benchmarks are built with nvcc's default static runtime, so the one
+ * library that decides where the work goes is libcuda.so.1, which that
+ * runtime dlopens: NVIDIA's driver natively, pvgpu's front-end through
+ * pvgpu.  One binary serves both sides of --compare.
+ */
 struct lib_info {
-	char path[PATH_MAX];	/* the file that really defines cudaMalloc */
-	int shim;		/* 1 if it is the pvgpu guest shim */
-	/* The libcuda.so.1 the runtime loaded, as the loader found it ("" if
-	 * none yet): under NVIDIA's runtime, pvgpu's driver front-end is
-	 * recognised by the directory it came from (--pvgpu-libdir). */
+	/* "" when NVIDIA's runtime is linked into this executable; else the
+	 * shared libcudart that defines cudaMalloc (a hand-made build). */
+	char runtime[PATH_MAX];
+	/* The libcuda.so.1 in use, as the loader found it ("" before the
+	 * runtime has loaded it, i.e. before the first CUDA call). */
 	char driver[PATH_MAX];
 	/* 1 if that libcuda.so.1 is pvgpu's front-end: it exports the wire
 	 * counters (pvgpu_wire_stats), which NVIDIA's driver does not. */
 	int driver_pvgpu;
 };
 
-/*
- * Ask the loader, not the environment: dladdr() on cudaMalloc names the file
- * that defines it, and the pvgpu shim is recognised by the function
- * pvgpu_shim_version that only it exports.  The address comes from
- * dlsym() on the loaded libcudart.so.13 itself (matched by its soname), so
- * it is the library's definition, not a PLT stub in this executable.  No
- * CUDA API function is called, so --compare's parent may use this too.
- */
 void lib_identify_driver(struct lib_info *li);
 
+/*
+ * Ask the loader, not the environment: dladdr() names the object that
+ * defines cudaMalloc (a shared libcudart.so.13 is asked by its soname, so
+ * that a PLT stub in this executable does not answer for it).  If that is
+ * the object this very function lives in, the runtime is linked in.  No CUDA
+ * API function is called.
+ */
 void lib_identify(struct lib_info *li)
 {
 	void *h = dlopen("libcudart.so.13", RTLD_NOW | RTLD_NOLOAD);
 	void *sym = h ? dlsym(h, "cudaMalloc") : NULL;
-	Dl_info info;
-	char real[PATH_MAX];
+	Dl_info info, self;
 
-	if (!sym)	/* fall back to the address this program links to */
+	if (!sym)
 		sym = (void *)(cudaError_t (*)(void **, size_t))cudaMalloc;
 	memset(&info, 0, sizeof(info));
-	if (dladdr(sym, &info) && info.dli_fname && *info.dli_fname) {
-		if (realpath(info.dli_fname, real))
-			snprintf(li->path, sizeof(li->path), "%s", real);
-		else
-			snprintf(li->path, sizeof(li->path), "%s",
-				 info.dli_fname);
-	} else {
-		snprintf(li->path, sizeof(li->path), "(unknown)");
-	}
-	li->shim = dlsym(RTLD_DEFAULT, "pvgpu_shim_version") != NULL;
+	memset(&self, 0, sizeof(self));
+	li->runtime[0] = '\0';
+	if (dladdr(sym, &info) && dladdr((void *)lib_identify, &self) &&
+	    info.dli_fbase != self.dli_fbase && info.dli_fname &&
+	    *info.dli_fname && !realpath(info.dli_fname, li->runtime))
+		snprintf(li->runtime, sizeof(li->runtime), "%s",
+			 info.dli_fname);
 	if (h)
 		dlclose(h);
 	lib_identify_driver(li);
@@ -400,6 +403,31 @@ void lib_identify_driver(struct lib_info *li)
 	li->driver_pvgpu = h && dlsym(h, "pvgpu_wire_stats") != NULL;
 	if (h)
 		dlclose(h);
+}
+
+/*
+ * Where pvgpu's libcuda.so.1 is a sanitizer build, ASan is preloaded and
+ * LeakSanitizer checks this whole process at exit, NVIDIA's runtime linked
+ * in here too: it keeps destroyed events and its own tables to the end of
+ * the process, which are neither this program's leaks nor pvgpu's.  LSan
+ * asks the program for suppressions through this hook (bench.mk exports
+ * it); its internal functions are all named libcudart_static_<hash>.
+ */
+extern "C" const char *__lsan_default_suppressions(void)
+{
+	return "leak:libcudart_static_\n";
+}
+
+/* What the table says of the runtime: NVIDIA's, linked in or shared. */
+const char *runtime_words(const char *runtime)
+{
+	return runtime && *runtime ? runtime : "NVIDIA's, linked in";
+}
+
+/* What the table says of a driver: whose it is. */
+const char *driver_words(int pvgpu)
+{
+	return pvgpu ? "pvgpu's front-end" : "NVIDIA's";
 }
 
 /* ------------------------------------------------------------------ */
@@ -483,11 +511,14 @@ void json_run_header(FILE *f, const struct lib_info *li,
 
 	fputs("\"benchmark\":", f);
 	json_str(f, g_prog);
-	fputs(",\"schema\":1,\"library\":{\"path\":", f);
-	json_str(f, li->path);
-	fprintf(f, ",\"pvgpu_shim\":%s,\"driver\":", li->shim ? "true" : "false");
+	/* "runtime": "static" or the shared libcudart's path; "driver_pvgpu"
+	 * says which libcuda.so.1 served (older output had "pvgpu_shim"). */
+	fputs(",\"schema\":1,\"library\":{\"runtime\":", f);
+	json_str(f, li->runtime[0] ? li->runtime : "static");
+	fputs(",\"driver\":", f);
 	json_str(f, li->driver);
-	fputs("},", f);
+	fprintf(f, ",\"driver_pvgpu\":%s},",
+		li->driver_pvgpu ? "true" : "false");
 	fputs("\"pvgpu_devices\":", f);
 	if (devs)
 		json_str(f, devs);
@@ -512,13 +543,12 @@ void json_run_header(FILE *f, const struct lib_info *li,
 /* The two header lines of a plain-table run. */
 void table_run_header(const struct lib_info *li, const struct dev_info *di)
 {
-	printf("%s: CUDA runtime %s (%s)\n", g_prog, li->path,
-	       li->shim ? "pvgpu shim" : "NVIDIA's");
-	/* Under NVIDIA's runtime, whose driver it runs over decides where
-	 * the work went: say which, as the runtime's line does. */
-	if (!li->shim && li->driver[0])
+	/* The runtime is the same on both sides; the driver beneath it
+	 * decides where the work went. */
+	printf("%s: CUDA runtime: %s\n", g_prog, runtime_words(li->runtime));
+	if (li->driver[0])
 		printf("%s: CUDA driver %s (%s)\n", g_prog, li->driver,
-		       li->driver_pvgpu ? "pvgpu's front-end" : "NVIDIA's");
+		       driver_words(li->driver_pvgpu));
 	if (di)
 		printf("device %d: %s, runtime %d, driver %d\n", di->index,
 		       di->name, di->runtime_version, di->driver_version);
@@ -824,10 +854,10 @@ struct common_opts {
 "                       of its side's N runs, shown with their min-max.\n" \
 "                       On a shared machine the figures drift between runs\n" \
 "                       minutes apart, so one pair measures the drift too\n" \
-"  --native-libdir DIR  directory of the real libcudart.so.13 for\n" \
-"                       --compare (default $PVGPU_NATIVE_LIBDIR, else the\n" \
-"                       one this process loaded, else /usr/local/cuda)\n" \
-"  --pvgpu-libdir DIR   directory of the pvgpu shim for --compare\n" \
+"  --native-libdir DIR  directory of NVIDIA's libcuda.so.1 for --compare\n" \
+"                       (default $PVGPU_NATIVE_LIBDIR, else where the\n" \
+"                       system's libcuda.so.1 lives)\n" \
+"  --pvgpu-libdir DIR   directory of pvgpu's libcuda.so.1 for --compare\n" \
 "                       (default $PVGPU_LIBDIR, else <exe dir>/../lib)\n" \
 "  --help               this text\n" \
 "Exit status: 0 success, 1 runtime failure (incl. a data mismatch), 2 bad usage.\n"
@@ -903,34 +933,28 @@ int file_exists(const char *dir, const char *name)
 /* Fill in the two library directories for --compare (usage error if none). */
 void compare_resolve_libdirs(struct common_opts *co)
 {
-	static char native[PATH_MAX], pvgpu[PATH_MAX];
+	static char pvgpu[PATH_MAX];
+	/* Where distributions and NVIDIA's installer put the driver. */
 	static const char *const guesses[] = {
-		"/usr/local/cuda/lib64",
-		"/usr/local/cuda/targets/x86_64-linux/lib",
 		"/usr/lib/x86_64-linux-gnu",
+		"/usr/lib/aarch64-linux-gnu",
+		"/usr/lib64",
+		"/usr/lib",
 	};
+	char a[PATH_MAX], b[PATH_MAX];
 	const char *env;
-	struct lib_info li;
 	size_t k;
 
 	if (!co->native_libdir && (env = getenv("PVGPU_NATIVE_LIBDIR")) &&
 	    *env)
 		co->native_libdir = env;
-	if (!co->native_libdir) {
-		/* The runtime this parent loaded, if it is the real one. */
-		lib_identify(&li);
-		if (!li.shim && li.path[0] == '/') {
-			snprintf(native, sizeof(native), "%s", li.path);
-			*strrchr(native, '/') = '\0';
-			co->native_libdir = native;
-		}
-	}
 	for (k = 0; !co->native_libdir && k < sizeof(guesses) / sizeof(*guesses); k++)
-		if (file_exists(guesses[k], "libcudart.so.13"))
+		if (file_exists(guesses[k], "libcuda.so.1"))
 			co->native_libdir = guesses[k];
 	if (!co->native_libdir)
-		usage_error("--compare: cannot find the real libcudart.so.13; "
-			    "give --native-libdir DIR or PVGPU_NATIVE_LIBDIR");
+		usage_error("--compare: cannot find the system's libcuda.so.1 "
+			    "(NVIDIA's driver); give --native-libdir DIR or "
+			    "PVGPU_NATIVE_LIBDIR");
 
 	if (!co->pvgpu_libdir && (env = getenv("PVGPU_LIBDIR")) && *env)
 		co->pvgpu_libdir = env;
@@ -942,13 +966,17 @@ void compare_resolve_libdirs(struct common_opts *co)
 		free(exe);
 		co->pvgpu_libdir = pvgpu;
 	}
-	if (!file_exists(co->native_libdir, "libcudart.so.13"))
-		usage_error("--native-libdir %s has no libcudart.so.13",
+	if (!file_exists(co->native_libdir, "libcuda.so.1"))
+		usage_error("--native-libdir %s has no libcuda.so.1",
 			    co->native_libdir);
-	if (!file_exists(co->pvgpu_libdir, "libcudart.so.13"))
-		usage_error("--pvgpu-libdir %s has no libcudart.so.13 "
-			    "(build the shim, or give --pvgpu-libdir)",
+	if (!file_exists(co->pvgpu_libdir, "libcuda.so.1"))
+		usage_error("--pvgpu-libdir %s has no libcuda.so.1 "
+			    "(build pvgpu's, or give --pvgpu-libdir)",
 			    co->pvgpu_libdir);
+	if (realpath(co->native_libdir, a) && realpath(co->pvgpu_libdir, b) &&
+	    !strcmp(a, b))
+		usage_error("--native-libdir and --pvgpu-libdir are the same "
+			    "folder (%s)", a);
 }
 
 /* A growable argv for a child. */
@@ -1031,7 +1059,7 @@ struct child_run {
 
 /*
  * Run this executable with `args`, LD_LIBRARY_PATH=libdir (prepended, so it
- * wins for libcudart.so.13 while anything else the user's path provides is
+ * wins for libcuda.so.1 while anything else the user's path provides is
  * still found), and PVGPU_BENCH_ROLE=role.  The child's stderr is ours; its
  * stdout is collected and parsed.  A failing child has already said why on
  * one line (prefixed with its role), so we exit 1 without another line.
@@ -1094,13 +1122,79 @@ void compare_child_start(struct child_run *cr, char **args)
 	cr->out_fd = fd[0];
 }
 
+/* 1 if the file `path` was found in folder `dir` (both resolved). */
+int found_in(const char *path, const char *dir)
+{
+	char d[PATH_MAX], rd[PATH_MAX], rdir[PATH_MAX];
+	char *slash;
+
+	if (!path || !*path)
+		return 0;
+	snprintf(d, sizeof(d), "%s", path);
+	slash = strrchr(d, '/');
+	if (!slash)
+		return 0;
+	*slash = '\0';
+	return realpath(*d ? d : "/", rd) && realpath(dir, rdir) &&
+	       !strcmp(rd, rdir);
+}
+
+/*
+ * A run's JSON says which driver served: "driver_pvgpu" (and, in output
+ * written before the runtime was linked in, "pvgpu_shim": a run through
+ * pvgpu's own runtime).
+ */
+int lib_served_by_pvgpu(const struct jval *lib)
+{
+	const struct jval *v = jget(lib, "driver_pvgpu");
+
+	if (!v)
+		v = jget(lib, "pvgpu_shim");
+	return v && v->type == J_BOOL && v->num != 0;
+}
+
+/*
+ * Without a GPU (CI), the "native" side is a second folder whose
+ * libcuda.so.1 is pvgpu's, to the same simulated device:
+ * PVGPU_BENCH_NATIVE_IS_PVGPU=1 says so, and nothing else may.
+ */
+int native_is_pvgpu(void)
+{
+	const char *v = getenv("PVGPU_BENCH_NATIVE_IS_PVGPU");
+
+	return v && !strcmp(v, "1");
+}
+
+/*
+ * Each side must have loaded the libcuda.so.1 its role calls for, or the
+ * comparison compares nothing: pvgpu's front-end from --pvgpu-libdir for
+ * the pvgpu run, NVIDIA's driver for the native one.
+ */
+void compare_check_driver(const struct child_run *cr)
+{
+	const struct jval *lib = jget(cr->json, "library");
+	const char *drv = jstr(lib, "driver");
+	int pv = lib_served_by_pvgpu(lib);
+
+	if (!drv || !*drv)
+		drv = "(none)";
+	if (!strcmp(cr->role, "pvgpu") && !(pv && found_in(drv, cr->libdir)))
+		die("the pvgpu run loaded libcuda.so.1 %s (%s), not the one "
+		    "in --pvgpu-libdir %s", drv, driver_words(pv), cr->libdir);
+	if (!strcmp(cr->role, "native") && pv && !native_is_pvgpu())
+		die("the native run loaded pvgpu's libcuda.so.1 %s, not "
+		    "NVIDIA's: check --native-libdir (%s)", drv, cr->libdir);
+	if (!strcmp(cr->role, "native") && pv && !found_in(drv, cr->libdir))
+		die("the native run loaded pvgpu's libcuda.so.1 %s, not the "
+		    "one in --native-libdir %s", drv, cr->libdir);
+}
+
 /* Read what a started child reports, wait for it, check what it loaded. */
 void compare_child_finish(struct child_run *cr)
 {
 	int status;
 	size_t cap = 65536, len = 0;
 	ssize_t got;
-	const char *shim;
 
 	cr->text = (char *)xmalloc(cap);
 	while ((got = read(cr->out_fd, cr->text + len, cap - len - 1)) != 0) {
@@ -1136,27 +1230,7 @@ void compare_child_finish(struct child_run *cr)
 	if (!cr->json || cr->json->type != J_OBJ)
 		die("the %s run printed something that is not one JSON object",
 		    cr->role);
-	shim = NULL;
-	{
-		const struct jval *lib = jget(cr->json, "library");
-		const struct jval *s = jget(lib, "pvgpu_shim");
-		int is_shim = s && s->type == J_BOOL && s->num != 0;
-
-		const char *drv = jstr(lib, "driver");
-		size_t n = strlen(cr->libdir);
-		/* NVIDIA's runtime over pvgpu's libcuda.so.1 from the libdir. */
-		int pvgpu_driver = drv && !strncmp(drv, cr->libdir, n) &&
-				   drv[n] == '/' && !strchr(drv + n + 1, '/');
-
-		shim = jstr(lib, "path");
-		if (!strcmp(cr->role, "pvgpu") && !is_shim && !pvgpu_driver)
-			die("the pvgpu run loaded %s and libcuda.so.1 %s, neither "
-			    "pvgpu's: check --pvgpu-libdir (%s)", shim ? shim : "?",
-			    drv && *drv ? drv : "(none)", cr->libdir);
-		if (!strcmp(cr->role, "native") && is_shim)
-			die("the native run loaded the pvgpu shim %s: check "
-			    "--native-libdir (%s)", shim ? shim : "?", cr->libdir);
-	}
+	compare_check_driver(cr);
 }
 
 void compare_run_child(struct child_run *cr, char **args)
@@ -1167,18 +1241,15 @@ void compare_run_child(struct child_run *cr, char **args)
 }
 
 /*
- * A run's libraries as its JSON names them: the runtime, and under
- * NVIDIA's runtime the driver too, since both runs then load the same
- * libcudart.so.13 and only the libcuda.so.1 beneath tells them apart.
+ * A run's driver as its JSON names it: both runs carry the same runtime,
+ * so only the libcuda.so.1 beneath tells them apart.
  */
 void print_library(const struct jval *lib)
 {
-	const struct jval *shim = jget(lib, "pvgpu_shim");
-	const char *path = jstr(lib, "path"), *drv = jstr(lib, "driver");
+	const char *drv = jstr(lib, "driver");
 
-	printf("%s", path ? path : "?");
-	if (!(shim && shim->type == J_BOOL && shim->num != 0) && drv && *drv)
-		printf(" over %s", drv);
+	printf("libcuda.so.1 %s (%s)", drv && *drv ? drv : "?",
+	       driver_words(lib_served_by_pvgpu(lib)));
 }
 
 /* A metric the comparison shows for every result key both runs have. */

@@ -28,6 +28,13 @@ def size_label(n):
     return "%d B" % n
 
 
+def through_pvgpu(run):
+    """Whether pvgpu's libcuda.so.1 served the run ("driver_pvgpu"); output
+    written before the runtime was linked in says "pvgpu_shim" instead."""
+    lib = run.get("library", {})
+    return bool(lib.get("driver_pvgpu", lib.get("pvgpu_shim")))
+
+
 def curve(run, metric):
     """{(dir, memory): [(bytes, MB/s), ...]} of one run's results."""
     out = {}
@@ -60,10 +67,10 @@ def load(args_files, metric):
         if doc.get("mode") == "compare":
             runs = [("native", doc["native"]), (label or "pvgpu", doc["pvgpu"])]
         else:
-            shim = doc.get("library", {}).get("pvgpu_shim")
-            runs = [(label or ("pvgpu" if shim else "native"), doc)]
+            runs = [(label or ("pvgpu" if through_pvgpu(doc) else "native"),
+                     doc)]
         for name, run in runs:
-            is_native = not run.get("library", {}).get("pvgpu_shim")
+            is_native = not through_pvgpu(run)
             if is_native and have_native and name == "native":
                 continue        # one native reference is enough
             have_native |= is_native

@@ -13,8 +13,9 @@
  * a forked writer sends 256 MiB in blocks of each size to a reader (best of
  * three trials).  pvgpu's unix:// transport is judged against that figure.
  *
- * The same binary runs natively or through pvgpu; only LD_LIBRARY_PATH
- * decides which libcudart.so.13 is loaded (see bench_common.h, --compare).
+ * The same binary runs natively or through pvgpu (NVIDIA's runtime is
+ * linked in); only LD_LIBRARY_PATH decides which libcuda.so.1 it loads (see
+ * bench_common.h, --compare).
  */
 #include "bench_common.h"
 
@@ -64,7 +65,7 @@ static void usage(void)
 	printf(
 "usage: %s [options]\n"
 "Host<->device bandwidth of synchronous cudaMemcpy, natively or through pvgpu\n"
-"(whichever libcudart.so.13 the loader finds), in MB/s (1 MB = 1e6 bytes).\n"
+"(whichever libcuda.so.1 the loader finds), in MB/s (1 MB = 1e6 bytes).\n"
 "  --sizes LIST         pow4 (default: 1K,4K,...,256M), pow2 (1K,2K,...,256M),\n"
 "                       or a comma list of sizes such as 4K,1M,64M\n"
 "  --reps N             copies per cell (default: about 1 GiB per cell,\n"

@@ -12,8 +12,9 @@
  * Every operation is timed on its own with the monotonic wall clock; the
  * data checks happen between timed operations, never inside them.
  *
- * The same binary runs natively or through pvgpu; only LD_LIBRARY_PATH
- * decides which libcudart.so.13 is loaded (see bench_common.h, --compare).
+ * The same binary runs natively or through pvgpu (NVIDIA's runtime is
+ * linked in); only LD_LIBRARY_PATH decides which libcuda.so.1 it loads (see
+ * bench_common.h, --compare).
  */
 #include "bench_common.h"
 
@@ -76,7 +77,7 @@ static void usage(void)
 	printf(
 "usage: %s [options]\n"
 "Latency of small CUDA operations in microseconds (median, p99), natively or\n"
-"through pvgpu (whichever libcudart.so.13 the loader finds).\n"
+"through pvgpu (whichever libcuda.so.1 the loader finds).\n"
 "  --tests LIST         any of copy,launch,async,sync (default all)\n"
 "  --sizes LIST         copy sizes in bytes (default 1,4,16,64)\n"
 "  --memory pageable|pinned|both   host memory for copies (default both)\n"
@@ -400,7 +401,7 @@ static void test_sync(const struct options *o, struct result *r, double *us)
 }
 
 /*
- * Through pvgpu, the shim or libcuda.so.1 exports pvgpu_wire_stats (what
+ * Through pvgpu, pvgpu's libcuda.so.1 exports pvgpu_wire_stats (what
  * went over the wire so far); natively there is none.  Calls [1] are round
  * trips, sends [0] messages.
  */

@@ -16,8 +16,9 @@
  * sizes, same kernel work) and the comparison is the overhead of pvgpu
  * against native for each configuration.
  *
- * The same binary runs natively or through pvgpu; only LD_LIBRARY_PATH
- * decides which libcudart.so.13 is loaded (see bench_common.h, --compare).
+ * The same binary runs natively or through pvgpu (NVIDIA's runtime is
+ * linked in); only LD_LIBRARY_PATH decides which libcuda.so.1 it loads (see
+ * bench_common.h, --compare).
  */
 #include "bench_common.h"
 
@@ -73,7 +74,7 @@ struct plan {
 	double seconds_per_iter;	/* kernel, per loop iteration */
 	double launch_s;		/* kernel with 1 iteration, launch+sync */
 	char calibrated_with[PATH_MAX];
-	int calibrated_shim;
+	int calibrated_pvgpu;	/* calibrated over pvgpu's libcuda.so.1 */
 	int nconfigs;
 	struct config cfg[MAX_CONFIGS];
 };
@@ -480,8 +481,9 @@ static void make_plan(struct plan *p, const struct options *o)
 	p->size_min = o->size_min;
 	p->size_max = o->size_max;
 	lib_identify(&li);
-	snprintf(p->calibrated_with, sizeof(p->calibrated_with), "%s", li.path);
-	p->calibrated_shim = li.shim;
+	snprintf(p->calibrated_with, sizeof(p->calibrated_with), "%s",
+		 li.driver[0] ? li.driver : "?");
+	p->calibrated_pvgpu = li.driver_pvgpu;
 	for (m = 0; m < NMEMS; m++)
 		for (d = 0; d < NDIRS; d++)
 			for (r = 0; r < o->nratios; r++) {
@@ -533,9 +535,9 @@ static void write_plan(const struct plan *p, const char *path)
 		(unsigned long long)p->size_min,
 		(unsigned long long)p->size_max);
 	json_str(f, p->calibrated_with);
-	fprintf(f, ",\"pvgpu_shim\":%s},\"kernel\":{\"elements\":%d,"
+	fprintf(f, ",\"driver_pvgpu\":%s},\"kernel\":{\"elements\":%d,"
 		"\"threads\":%d,\"seconds_per_iter\":",
-		p->calibrated_shim ? "true" : "false", KERNEL_ELEMS,
+		p->calibrated_pvgpu ? "true" : "false", KERNEL_ELEMS,
 		KERNEL_THREADS);
 	json_num(f, p->seconds_per_iter);
 	fprintf(f, ",\"launch_s\":");
@@ -621,8 +623,8 @@ static void read_plan(struct plan *p, const char *path)
 	cal = jget(root, "calibrated_with");
 	snprintf(p->calibrated_with, sizeof(p->calibrated_with), "%s",
 		 jstr(cal, "path") ? jstr(cal, "path") : "?");
-	p->calibrated_shim = jget(cal, "pvgpu_shim") &&
-			     jget(cal, "pvgpu_shim")->num != 0;
+	/* Plans written before the runtime was linked in say "pvgpu_shim". */
+	p->calibrated_pvgpu = lib_served_by_pvgpu(cal);
 	cfgs = jget(root, "configs");
 	if (!cfgs || cfgs->type != J_ARR || cfgs->n < 1 ||
 	    cfgs->n > MAX_CONFIGS)

@@ -3,8 +3,9 @@
 #
 # Starts pvgpud (the cuda executor where a GPU answers, the simulated device
 # otherwise, and says which), runs the synthetic transfer/compute benchmark
-# through it as a user's CUDA program runs (NVIDIA's libcudart.so.13 over
-# pvgpu's driver front-end libcuda.so.1), prints the table with what its
+# through it as a user's CUDA program runs (NVIDIA's runtime, linked in as
+# nvcc links it by default, over pvgpu's driver front-end libcuda.so.1),
+# prints the table with what its
 # columns mean and a summary of what ran where, and shuts everything down.
 # Nothing is left running, whatever happens.
 set -euo pipefail
@@ -35,23 +36,18 @@ else
 	export PVGPU_SIM_TWINS=${PVGPU_SIM_TWINS:-$BUILD/tests/sim-twins/libbench-twins.so}
 fi
 
-# What the program loads, as a user's program does (DESIGN §2b): pvgpu's
-# libcuda.so.1 with NVIDIA's runtime above it, and nothing else, in one
-# folder.  A build without libcuda.so.1 (make had no libclang) falls back to
-# pvgpu's runtime shim, and says so.
-native_dir=$(scripts/find-cuda.sh --libdir 2>/dev/null || true)
+# What the program loads, as a user's program does (DESIGN §2b): its own
+# runtime (NVIDIA's, linked in) loads libcuda.so.1, pvgpu's, alone in one
+# folder.  Without it (make had no libclang) there is nothing to run.
+if [ ! -e "$BUILD/lib/libcuda.so.1" ]; then
+	echo "demo: no $BUILD/lib/libcuda.so.1, pvgpu's driver front-end" \
+		"(make builds it with libclang: make deps, then make)" >&2
+	exit 1
+fi
 libdir=$workdir/lib
 mkdir "$libdir"
-if [ -e "$BUILD/lib/libcuda.so.1" ] && [ -e "$native_dir/libcudart.so.13" ]; then
-	ln -s "$(readlink -f "$BUILD/lib/libcuda.so.1")" "$libdir/libcuda.so.1"
-	ln -s "$native_dir/libcudart.so.13" "$libdir/libcudart.so.13"
-	frontend="NVIDIA's libcudart.so.13 over pvgpu's driver front-end libcuda.so.1"
-else
-	echo "demo: no $BUILD/lib/libcuda.so.1 or no NVIDIA libcudart.so.13:" \
-		"running through pvgpu's runtime shim instead (make deps, then make)"
-	ln -s "$(readlink -f "$BUILD/lib/libcudart.so.13")" "$libdir/libcudart.so.13"
-	frontend="pvgpu's runtime shim libcudart.so.13"
-fi
+ln -s "$(readlink -f "$BUILD/lib/libcuda.so.1")" "$libdir/libcuda.so.1"
+frontend="NVIDIA's runtime (linked in) over pvgpu's driver front-end libcuda.so.1"
 
 sock=$workdir/pvgpu.sock
 "$BUILD/bin/pvgpud" --listen "unix://$sock" --executor "$executor" \
@@ -68,11 +64,10 @@ done
 export PVGPU_DEVICES="shm://$sock"
 status=0
 if [ "$executor" = cuda ]; then
-	# Native and pvgpu side by side, from one plan.  Each child puts its
-	# own folder in front of the parent's LD_LIBRARY_PATH: the parent's
-	# must not hold pvgpu's libcuda.so.1, or the native run loads it too.
-	LD_LIBRARY_PATH=$native_dir PVGPU_NATIVE_LIBDIR=$native_dir "$BUILD/bench/pvgpu-synth" \
-		--compare --pvgpu-libdir "$libdir" \
+	# Native and pvgpu side by side, from one plan and one binary: the
+	# native child loads the system's libcuda.so.1 (pvgpu-synth finds its
+	# folder), the pvgpu child the one in $libdir.
+	"$BUILD/bench/pvgpu-synth" --compare --pvgpu-libdir "$libdir" \
 		--memory pinned --size 32M-64M --ratio 10/90,35/65,65/35,90/10 || status=$?
 else
 	LD_LIBRARY_PATH=$libdir "$BUILD/bench/pvgpu-synth" --quick || status=$?

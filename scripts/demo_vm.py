@@ -6,7 +6,8 @@ otherwise, and says which) reading a VM registry, gives a guest a vGPU with
 qemu-device (`pvgpu-vm qemu-args`: the shared window and the registry
 entry; `pvgpu-vm supervise`: its vhost-device-vsock), boots it (Debian's
 kernel and a busybox initramfs carrying pvgpu.ko, pvgpu's driver front-end
-libcuda.so.1, NVIDIA's own libcudart.so.13 and pvgpu-synth; KVM when it
+libcuda.so.1 and pvgpu-synth, which carries NVIDIA's runtime linked in as
+nvcc links it by default; KVM when it
 works, TCG otherwise), runs pvgpu-synth inside the guest as a user's CUDA
 program runs there (control over virtio-vsock, bulk data through
 /dev/pvgpu0), prints its table with what the columns mean, then a summary
@@ -53,7 +54,7 @@ a byte of copy and a loop of its kernel take, then planned each row's steps.
 COMPARE_LEGEND = """\
 What pvgpu-synth --compare's table says: the same plan, calibrated by the
 native run (NVIDIA's runtime and driver on the GPU), run again through
-pvgpu (the "pvgpu:" line names its libraries); per configuration the wall
+pvgpu (the "pvgpu:" line names its libcuda.so.1); per configuration the wall
 time of each ("seconds"), pvgpu/native (1.000: pvgpu costs nothing there)
 and pvgpu's overhead in per cent.
 """
@@ -100,9 +101,10 @@ def session_lines(log):
 
 def libraries_used(console):
     """The runtime and driver lines pvgpu-synth printed (bench_common.h,
-    table_run_header): which libcudart.so.13 and libcuda.so.1 it loaded."""
+    table_run_header): NVIDIA's runtime, linked in, and the libcuda.so.1 it
+    loaded."""
     return [line.split(": ", 1)[1] for line in console.splitlines()
-            if re.match(r"pvgpu-synth: CUDA (runtime|driver) ", line)]
+            if re.match(r"pvgpu-synth: CUDA (runtime:|driver) ", line)]
 
 
 def summary(accel, kver, executor, window, console, log):
@@ -112,8 +114,8 @@ def summary(accel, kver, executor, window, console, log):
             if executor == "sim" else "the host's NVIDIA GPU")
     lines = ["demo: summary",
              f"  guest    Debian kernel {kver} under {accel.upper()}, a busybox initramfs",
-             "  program  pvgpu-synth, unmodified, over NVIDIA's libcudart.so.13 and",
-             "           pvgpu's driver front-end libcuda.so.1; it loaded:"]
+             "  program  pvgpu-synth, unmodified: NVIDIA's runtime (linked in) over",
+             "           pvgpu's driver front-end libcuda.so.1; it says:"]
     lines += [f"             {x}" for x in libs]
     lines.append("  channel  virtio-vsock to pvgpud" +
                  (", bulk data through /dev/pvgpu0 (pvgpu.ko)" if window
@@ -123,6 +125,26 @@ def summary(accel, kver, executor, window, console, log):
     lines.append(f"  pvgpud   {sessions[0]}")
     lines += [f"           {x}" for x in sessions[1:]]
     return "\n".join(lines) + "\n"
+
+
+def guest_files(vm, build, synth, ko=None):
+    """(host, guest) pairs for the demo's initramfs: pvgpu-synth in
+    /pvgpu/bin, pvgpu's libcuda.so.1 alone in /pvgpu/lib (the runtime is
+    in the program: no libcudart.so.13), the libraries both load as the
+    host's loader resolves them, and pvgpu.ko as /pvgpu.ko if given."""
+    libcuda = Path(build) / "lib" / "libcuda.so.1"
+    files = [(str(synth), "/pvgpu/bin/pvgpu-synth"),
+             (str(libcuda), "/pvgpu/lib/libcuda.so.1")]
+    if ko:
+        files.append((str(ko), "/pvgpu.ko"))
+    libs = {}
+    for binary in (synth, libcuda):
+        if not Path(binary).exists():
+            raise vm.VmError(f"{binary} is missing (run make)")
+        # The host's libcuda.so.1, if any, is NVIDIA's: never the guest's.
+        libs.update({guest: host for host, guest in
+                     vm.guest_libraries(binary, skip=("libcudart", "libcuda.so"))})
+    return files + [(host, guest) for guest, host in sorted(libs.items())]
 
 
 def load_pvgpuvm():
@@ -203,17 +225,12 @@ def main():
     except Exception as e:  # noqa: BLE001 - the reason is the message
         sys.stderr.write(f"demo: no guest kernel: {e}\n")
         return 3
-    # The guest runs what a user's program runs: pvgpu's libcuda.so.1 with
-    # NVIDIA's runtime above it (DESIGN §2b), not pvgpu's runtime shim.
+    # The guest runs what a user's program runs: pvgpu's libcuda.so.1 under
+    # NVIDIA's runtime, here linked into pvgpu-synth (DESIGN §2b).
     if not (build / "lib" / "libcuda.so.1").exists():
         sys.stderr.write(f"demo: {build}/lib/libcuda.so.1 is not built: make "
                          "generates it from cuda.h with libclang (make deps "
                          "installs it)\n")
-        return 1
-    try:
-        runtime = vm.nvidia_runtime()
-    except vm.VmError as e:
-        sys.stderr.write(f"demo: {e}\n")
         return 1
 
     executor = "cuda" if gpu_answers() else "sim"
@@ -261,7 +278,7 @@ def main():
         wait_for(f"{attached.entry['vsock.listen']}", daemon, "pvgpud's socket for the VM")
 
         synth = build / "bench" / "pvgpu-synth"
-        files = vm.program_files(build, [synth], ko, runtime=runtime)
+        files = guest_files(vm, build, synth, ko)
         quick = "--quick --size 1M-4M" if executor == "sim" else \
             "--size 32M-64M --seconds 1"
         script = f"export LD_LIBRARY_PATH=/pvgpu/lib PVGPU_DEVICES=vsock://2:{PORT}\n"

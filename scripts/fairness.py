@@ -3,7 +3,8 @@
 
 Starts pvgpud with a policy of one VM per weight (TCP tokens tell them
 apart), runs --sessions-per-vm sessions of build/bench/pvgpu-fair per VM at
-once through the pvgpu shim, each a compute-bound kernel loop for
+once through pvgpu's libcuda.so.1 (pvgpu-fair carries NVIDIA's runtime
+linked in), each a compute-bound kernel loop for
 --seconds, and compares each VM's share of the kernels completed (every
 kernel is the same work, so that is its share of GPU time) with its share
 of the weights.  Then runs the same total number of kernels in one native
@@ -60,9 +61,11 @@ def parse_args(argv):
                     help="build tree (default: build/ of this repository)")
     ap.add_argument("--pvgpud", help="pvgpud binary (default BUILD/bin/pvgpud)")
     ap.add_argument("--bench", help="pvgpu-fair (default BUILD/bench/pvgpu-fair)")
-    ap.add_argument("--shim-libdir", help="the pvgpu shim (default BUILD/lib)")
+    ap.add_argument("--pvgpu-libdir",
+                    help="a folder holding pvgpu's libcuda.so.1 (default BUILD/lib)")
     ap.add_argument("--native-libdir",
-                    help="the real libcudart.so.13 (default: scripts/find-cuda.sh --libdir)")
+                    help="a folder holding NVIDIA's libcuda.so.1 (default: "
+                         "where the loader finds the system's)")
     ap.add_argument("--executor", choices=("cuda", "sim"), default="cuda")
     ap.add_argument("--twins", help="sim only: CPU twins (default "
                     "BUILD/tests/sim-twins/libbench-twins.so)")
@@ -122,21 +125,14 @@ def parse_args(argv):
     build = Path(a.build)
     a.pvgpud = Path(a.pvgpud or build / "bin" / "pvgpud")
     a.bench = Path(a.bench or build / "bench" / "pvgpu-fair")
-    a.shim_libdir = Path(a.shim_libdir or build / "lib")
+    a.pvgpu_libdir = Path(a.pvgpu_libdir or build / "lib")
     a.twins = Path(a.twins or build / "tests" / "sim-twins" / "libbench-twins.so")
-    for p in (a.pvgpud, a.bench, a.shim_libdir / "libcudart.so.13"):
+    for p in (a.pvgpud, a.bench, a.pvgpu_libdir / "libcuda.so.1"):
         if not p.exists():
             die_usage(f"{p} does not exist (run `make all`)")
     if a.executor == "sim":
         if not a.twins.exists():
             die_usage(f"{a.twins} does not exist (run `make all`)")
-    elif not a.no_native and not a.native_libdir:
-        res = subprocess.run([str(REPO / "scripts" / "find-cuda.sh"), "--libdir"],
-                             capture_output=True, text=True)
-        a.native_libdir = res.stdout.strip()
-        if res.returncode or not a.native_libdir:
-            die_usage("no CUDA toolkit found for the native run: give "
-                      "--native-libdir DIR, or --no-native")
     return a
 
 
@@ -148,7 +144,10 @@ def base_env():
 
 
 def with_libdir(env, libdir):
-    env["LD_LIBRARY_PATH"] = str(libdir)
+    """Where the benchmark's runtime finds libcuda.so.1: libdir, or (None)
+    wherever the loader finds the system's."""
+    if libdir:
+        env["LD_LIBRARY_PATH"] = str(libdir)
     return env
 
 
@@ -270,7 +269,7 @@ def calibrate(args, workdir):
 
 
 def guest_env(args, daemon, vm):
-    env = with_libdir(base_env(), args.shim_libdir)
+    env = with_libdir(base_env(), args.pvgpu_libdir)
     env["PVGPU_DEVICES"] = daemon.uri
     env["PVGPU_TOKEN"] = token(vm)
     for kv in args.guest_env:
@@ -324,8 +323,9 @@ def run_sessions(args, workdir, tag, quantum_us):
                 raise Failure(f"session {vm}/{k} failed (exit {p.returncode}): "
                               f"{session_error(workdir, tag, vm, k)}")
             r = json.loads(out.decode().strip().splitlines()[-1])
-            if not r["library"]["pvgpu_shim"]:
-                raise Failure(f"session {vm}/{k} did not load the pvgpu shim")
+            if not r["library"]["driver_pvgpu"]:
+                raise Failure(f"session {vm}/{k} did not load pvgpu's libcuda.so.1 "
+                              f"(it loaded {r['library']['driver']}): check --pvgpu-libdir")
             r["vm"] = vm
             results.append(r)
         # The sessions' workers log their GPU time as they end, which on a
@@ -474,8 +474,9 @@ def main(argv=None):
                 what = "native, one process"
                 ref = run_json(cmd, with_libdir(base_env(), args.native_libdir),
                                "the native run", args.seconds * 10 + 300)
-                if ref["library"]["pvgpu_shim"]:
-                    raise Failure("the native run loaded the pvgpu shim: check --native-libdir")
+                if ref["library"]["driver_pvgpu"]:
+                    raise Failure(f"the native run loaded pvgpu's libcuda.so.1 "
+                                  f"{ref['library']['driver']}: check --native-libdir")
             else:
                 # No native on the sim: the reference is one session alone.
                 what = "one session alone through pvgpu (the sim has no native)"

@@ -18,7 +18,8 @@ daemon=$!
 trap 'kill -TERM $daemon 2>/dev/null; wait $daemon; rm -rf "$workdir"' EXIT
 for _ in $(seq 100); do [ -S "$workdir/s" ] && break; sleep 0.05; done
 
-export PVGPU_NATIVE_LIBDIR=$(scripts/find-cuda.sh --libdir)
+# One binary per benchmark (NVIDIA's runtime linked in): --compare runs it
+# over the system's libcuda.so.1 and over pvgpu's in build/lib.
 sizes=4K,64K,1M,16M,64M,256M
 # Three native and three pvgpu runs, each figure the median of its side's:
 # the machine's own figures drift between runs (bench/README.md, --pairs).

@@ -55,7 +55,8 @@ def test_launch_and_synchronize_raise_no_interrupts(programs, cuda_daemon, nativ
     _, native = per_launch(programs.native_env(native_libdir))
     uri = "shm://" + cuda_daemon.unix[len("unix://"):]
     out, pvgpu = per_launch(programs.pvgpu_env(uri))
-    assert out["library"]["pvgpu_shim"], "the benchmark did not load the pvgpu shim"
+    assert out["library"]["driver_pvgpu"], \
+        f"the benchmark did not load pvgpu's libcuda.so.1: {out['library']}"
     served = re.compile(r"scheduler: (\d+) launches")
     deadline = time.monotonic() + 10
     while not any(int(n) >= ITERS for n in served.findall(cuda_daemon.log())):

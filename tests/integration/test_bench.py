@@ -1,7 +1,11 @@
 """Every benchmark runs for a few seconds through pvgpu against the simulated
 device (with CPU twins of its kernels) and verifies the bytes it moved.  No
 figure is judged here: the sim executor says nothing about performance
-(those numbers come from a real GPU, see BENCHMARKS.md)."""
+(those numbers come from a real GPU, see BENCHMARKS.md).
+
+The benchmarks carry NVIDIA's runtime linked in (nvcc's default), so what
+decides where they run is the libcuda.so.1 the loader finds: pvgpu's in
+BUILD/lib, which pvgpu_env puts first."""
 import json
 import os
 import subprocess
@@ -14,6 +18,14 @@ BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
 BENCH = BUILD / "bench"
 
 
+def check_through_pvgpu(lib, libdir=BUILD / "lib"):
+    """The run says it went through pvgpu's libcuda.so.1 from libdir, under
+    NVIDIA's runtime linked into the benchmark."""
+    assert lib["runtime"] == "static", lib
+    assert lib["driver_pvgpu"], f"the benchmark did not load pvgpu's libcuda.so.1: {lib}"
+    assert Path(lib["driver"]).parent.resolve() == Path(libdir).resolve(), lib
+
+
 def run_bench(programs, uri, daemon, name, *args, timeout=180):
     proc = subprocess.run([str(BENCH / name), "--json", *args],
                           env=programs.pvgpu_env(uri),
@@ -21,8 +33,17 @@ def run_bench(programs, uri, daemon, name, *args, timeout=180):
     assert proc.returncode == 0, \
         f"{name} failed:\n{proc.stdout}\n{proc.stderr}\n{daemon.log()[-3000:]}"
     out = json.loads(proc.stdout)
-    assert out["library"]["pvgpu_shim"], "the benchmark did not load the pvgpu shim"
+    check_through_pvgpu(out["library"])
     return out
+
+
+def test_runtime_is_linked_in():
+    """The benchmarks need no libcudart.so.13 where they run: the runtime is
+    in the executable, and only libcuda.so.1 is loaded (by the runtime)."""
+    for name in ("pvgpu-bandwidth", "pvgpu-latency", "pvgpu-synth", "pvgpu-fair"):
+        needed = subprocess.run(["readelf", "-d", str(BENCH / name)],
+                                capture_output=True, text=True, check=True).stdout
+        assert "libcudart" not in needed, (name, needed)
 
 
 @pytest.mark.parametrize("scheme", ["unix", "shm"])
@@ -73,35 +94,15 @@ def test_latency_through_pvgpu(programs, bench_daemon, scheme):
 
 
 @pytest.fixture
-def nvidia_over_libcuda(tmp_path):
-    """A folder with NVIDIA's libcudart.so.13 and pvgpu's libcuda.so.1."""
-    found = subprocess.run(["scripts/find-cuda.sh", "--libdir"], cwd=REPO,
-                           capture_output=True, text=True)
-    cudart = Path(found.stdout.strip()) / "libcudart.so.13"
+def native_stand_in(tmp_path, monkeypatch):
+    """--compare's "native" folder without a GPU: a libcuda.so.1 link to
+    pvgpu's, to the same sim daemon, which PVGPU_BENCH_NATIVE_IS_PVGPU=1
+    lets the native run load (from that folder only)."""
     libcuda = BUILD / "lib" / "libcuda.so.1"
-    if found.returncode or not cudart.exists():
-        pytest.skip("NVIDIA's libcudart.so.13 is not installed")
-    if not libcuda.exists():
-        pytest.skip("libcuda.so.1 was not built (no libclang)")
-    (tmp_path / "libcudart.so.13").symlink_to(cudart.resolve())
+    assert libcuda.exists(), "libcuda.so.1 was not built (make all needs libclang)"
     (tmp_path / "libcuda.so.1").symlink_to(libcuda.resolve())
+    monkeypatch.setenv("PVGPU_BENCH_NATIVE_IS_PVGPU", "1")
     return tmp_path
-
-
-def test_latency_nvidia_runtime_over_libcuda(programs, bench_daemon,
-                                             nvidia_over_libcuda):
-    """The same benchmark with NVIDIA's libcudart.so.13 over pvgpu's
-    libcuda.so.1: the round trips are counted there too."""
-    tmp_path = nvidia_over_libcuda
-    env = programs.pvgpu_env("shm://" + bench_daemon.unix[len("unix://"):])
-    env["LD_LIBRARY_PATH"] = str(tmp_path)
-    proc = subprocess.run([str(BENCH / "pvgpu-latency"), "--json", "--quick"],
-                          env=env, capture_output=True, text=True, timeout=180)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    out = json.loads(proc.stdout)
-    assert not out["library"]["pvgpu_shim"]
-    assert out["library"]["driver"].startswith(str(tmp_path)), out["library"]
-    check_round_trips(out)
 
 
 def test_synth_through_pvgpu(programs, bench_daemon):
@@ -111,9 +112,9 @@ def test_synth_through_pvgpu(programs, bench_daemon):
 
 # ---- --compare, and --pairs N --------------------------------------------
 #
-# With no GPU here, --compare's "native" side is NVIDIA's libcudart.so.13
-# over pvgpu's libcuda.so.1, to the same sim daemon: it is not the shim, so
-# --compare takes it for the native runtime, and the runs can be told apart.
+# With no GPU here, --compare's "native" side is a second folder whose
+# libcuda.so.1 links to pvgpu's, to the same sim daemon (native_stand_in);
+# the runs are told apart by the folder each driver came from.
 
 COMPARE_ARGS = {
     "pvgpu-latency": ["--quick", "--tests", "copy,sync", "--sizes", "1,64",
@@ -127,17 +128,22 @@ COMPARE_ARGS = {
 }
 
 
-def run_compare(programs, daemon, native_dir, name, *args, timeout=300):
+def compare_proc(programs, daemon, native_dir, name, *args, timeout=300,
+                 pvgpu_dir=BUILD / "lib"):
     env = programs.pvgpu_env("shm://" + daemon.unix[len("unix://"):])
     if "libasan" in env.get("LD_PRELOAD", ""):
-        # The sanitizer build: the "native" children are NVIDIA's runtime
-        # over it, and a benchmark leaves CUDA objects to the end of the
-        # process as programs do (tests/lib/pvgpu_asan.py does the same).
+        # The sanitizer build: NVIDIA's runtime, linked in, runs over it,
+        # and a benchmark leaves CUDA objects to the end of the process as
+        # programs do (tests/lib/pvgpu_asan.py does the same).
         env["ASAN_OPTIONS"] = "detect_leaks=0:allocator_may_return_null=1"
-    proc = subprocess.run([str(BENCH / name), "--compare", "--native-libdir",
-                           str(native_dir), "--pvgpu-libdir", str(BUILD / "lib"),
+    return subprocess.run([str(BENCH / name), "--compare", "--native-libdir",
+                           str(native_dir), "--pvgpu-libdir", str(pvgpu_dir),
                            *COMPARE_ARGS[name], *args],
                           env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def run_compare(programs, daemon, native_dir, name, *args, timeout=300):
+    proc = compare_proc(programs, daemon, native_dir, name, *args, timeout=timeout)
     assert proc.returncode == 0, \
         f"{name} --compare failed:\n{proc.stdout}\n{proc.stderr}\n{daemon.log()[-3000:]}"
     return proc.stdout
@@ -158,18 +164,20 @@ def median(values):
 
 
 @pytest.mark.parametrize("name", sorted(COMPARE_ARGS))
-def test_compare_pairs_json(programs, bench_daemon, nvidia_over_libcuda, name):
+def test_compare_pairs_json(programs, bench_daemon, native_stand_in, name):
     """--compare --pairs 3: three native and three pvgpu children, run in the
     order native, pvgpu, pvgpu, native, native, pvgpu (each child reports its
     place and the times it started and reported); every figure compared is
     the median of its side's three children, with their min and max."""
-    out = json.loads(run_compare(programs, bench_daemon, nvidia_over_libcuda,
+    out = json.loads(run_compare(programs, bench_daemon, native_stand_in,
                                  name, "--pairs", "3", "--json"))
     nat, pv = out["native_runs"], out["pvgpu_runs"]
     assert out["pairs"] == 3 and len(nat) == 3 and len(pv) == 3
     assert out["native"] == nat[0] and out["pvgpu"] == pv[0]
-    assert not any(r["library"]["pvgpu_shim"] for r in nat)
-    assert all(r["library"]["pvgpu_shim"] for r in pv)
+    for r in nat:
+        check_through_pvgpu(r["library"], native_stand_in)
+    for r in pv:
+        check_through_pvgpu(r["library"])
     assert [r["compare_run"] for r in nat] == [0, 3, 4]
     assert [r["compare_run"] for r in pv] == [1, 2, 5]
     ran = sorted([("native", r) for r in nat] + [("pvgpu", r) for r in pv],
@@ -197,10 +205,10 @@ def test_compare_pairs_json(programs, bench_daemon, nvidia_over_libcuda, name):
             assert c["ratio"] == pytest.approx(c["pvgpu"] / c["native"], rel=1e-8)
 
 
-def test_compare_pairs_table(programs, bench_daemon, nvidia_over_libcuda):
+def test_compare_pairs_table(programs, bench_daemon, native_stand_in):
     """The table says its figures are medians of alternating runs and shows
     each side's min..max; the round trips are the pvgpu runs' median."""
-    text = run_compare(programs, bench_daemon, nvidia_over_libcuda,
+    text = run_compare(programs, bench_daemon, native_stand_in,
                        "pvgpu-latency", "--pairs", "3")
     lines = text.splitlines()
     assert lines[0] == ("pvgpu-latency --compare: medians of 3 alternating runs "
@@ -212,10 +220,10 @@ def test_compare_pairs_table(programs, bench_daemon, nvidia_over_libcuda):
     assert "(pvgpu, per operation, median of the runs)" in text
 
 
-def test_compare_one_pair_unchanged(programs, bench_daemon, nvidia_over_libcuda):
+def test_compare_one_pair_unchanged(programs, bench_daemon, native_stand_in):
     """Without --pairs, --compare is what it always was: one native child,
     then one pvgpu child, compared figure by figure, with nothing added."""
-    out = json.loads(run_compare(programs, bench_daemon, nvidia_over_libcuda,
+    out = json.loads(run_compare(programs, bench_daemon, native_stand_in,
                                  "pvgpu-latency", "--json"))
     assert not {"pairs", "native_runs", "pvgpu_runs"} & out.keys()
     for child in (out["native"], out["pvgpu"]):
@@ -224,9 +232,68 @@ def test_compare_one_pair_unchanged(programs, bench_daemon, nvidia_over_libcuda)
         assert set(c) == {"key", "field", "native", "pvgpu", "ratio"}
         assert c["native"] == figure(out["native"], c["key"], c["field"])
         assert c["pvgpu"] == figure(out["pvgpu"], c["key"], c["field"])
-    text = run_compare(programs, bench_daemon, nvidia_over_libcuda, "pvgpu-latency")
+    text = run_compare(programs, bench_daemon, native_stand_in, "pvgpu-latency")
     assert text.splitlines()[0] == "pvgpu-latency --compare"
     assert "min..max" not in text and "median of the runs" not in text
+
+
+def test_compare_names_each_driver(programs, bench_daemon, native_stand_in):
+    """The table says the runtime is the same and names the libcuda.so.1
+    each side ran over; only that file differs between the two runs."""
+    text = run_compare(programs, bench_daemon, native_stand_in, "pvgpu-latency")
+    lines = text.splitlines()
+    assert f"  native: libcuda.so.1 {native_stand_in}/libcuda.so.1 " \
+        "(pvgpu's front-end)" in lines, text
+    pv = next(l for l in lines if l.startswith("  pvgpu:  "))
+    assert pv.startswith(f"  pvgpu:  libcuda.so.1 {BUILD / 'lib'}/libcuda.so.1 "
+                         "(pvgpu's front-end) (PVGPU_DEVICES=shm://"), text
+
+
+def test_compare_refuses_pvgpu_as_native(programs, bench_daemon, native_stand_in,
+                                         monkeypatch):
+    """A native run that loaded pvgpu's libcuda.so.1 compares pvgpu with
+    itself: without PVGPU_BENCH_NATIVE_IS_PVGPU=1 it is refused, naming
+    the file, and no table is printed."""
+    monkeypatch.delenv("PVGPU_BENCH_NATIVE_IS_PVGPU")
+    proc = compare_proc(programs, bench_daemon, native_stand_in, "pvgpu-latency")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"the native run loaded pvgpu's libcuda.so.1 {native_stand_in}/" \
+        "libcuda.so.1, not NVIDIA's: check --native-libdir" in proc.stderr
+    assert "pvgpu-latency --compare" not in proc.stdout
+
+
+def test_compare_refuses_a_driver_from_elsewhere(programs, bench_daemon,
+                                                 native_stand_in, tmp_path_factory):
+    """The pvgpu run must load pvgpu's libcuda.so.1 from --pvgpu-libdir: one
+    the loader passes over there (a 32-bit ELF file) and finds further
+    down the path is refused, naming both."""
+    odd = tmp_path_factory.mktemp("odd")
+    (odd / "libcuda.so.1").write_bytes(b"\x7fELF\x01\x01\x01" + bytes(57))
+    proc = compare_proc(programs, bench_daemon, native_stand_in, "pvgpu-latency",
+                        pvgpu_dir=odd)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"the pvgpu run loaded libcuda.so.1 {BUILD / 'lib'}/libcuda.so.1 " \
+        f"(pvgpu's front-end), not the one in --pvgpu-libdir {odd}" in proc.stderr, \
+        proc.stderr
+
+
+@pytest.mark.parametrize("case", ["no-driver", "same-folder"])
+def test_compare_libdir_usage(programs, native_stand_in, tmp_path_factory, case):
+    """A --pvgpu-libdir without libcuda.so.1, or the same folder on both
+    sides, is a usage error (exit 2) before any run."""
+    empty = tmp_path_factory.mktemp("empty")
+    pvgpu_dir, why = {
+        "no-driver": (empty, f"--pvgpu-libdir {empty} has no libcuda.so.1"),
+        "same-folder": (native_stand_in,
+                        "--native-libdir and --pvgpu-libdir are the same folder"),
+    }[case]
+    env = programs.pvgpu_env("unix:///nonexistent")
+    proc = subprocess.run([str(BENCH / "pvgpu-latency"), "--compare",
+                           "--native-libdir", str(native_stand_in),
+                           "--pvgpu-libdir", str(pvgpu_dir)],
+                          env=env, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert why in proc.stderr
 
 
 # Turns each side holds: one at the start and one per turn point.  Latency:
@@ -239,7 +306,7 @@ INTERLEAVED = {
 
 
 @pytest.mark.parametrize("name", sorted(INTERLEAVED))
-def test_compare_interleaved(programs, bench_daemon, nvidia_over_libcuda, name):
+def test_compare_interleaved(programs, bench_daemon, native_stand_in, name):
     """--interleave N: each pair's native and pvgpu runs go at the same time
     and take turns, every N timed iterations: the turns each child reports
     never overlap, alternate between the two, number the same on both
@@ -248,13 +315,15 @@ def test_compare_interleaved(programs, bench_daemon, nvidia_over_libcuda, name):
     --pairs, and (latency) the untimed operations after each turn count in
     the round trips per operation."""
     args, turns_each = INTERLEAVED[name]
-    out = json.loads(run_compare(programs, bench_daemon, nvidia_over_libcuda,
+    out = json.loads(run_compare(programs, bench_daemon, native_stand_in,
                                  name, "--pairs", "2", *args, "--json"))
     assert out["interleave"] == int(args[1]) and out["pairs"] == 2
     nat, pv = out["native_runs"], out["pvgpu_runs"]
     assert len(nat) == len(pv) == 2
-    assert not any(r["library"]["pvgpu_shim"] for r in nat)
-    assert all(r["library"]["pvgpu_shim"] for r in pv)
+    for r in nat:
+        check_through_pvgpu(r["library"], native_stand_in)
+    for r in pv:
+        check_through_pvgpu(r["library"])
     for p, first in ((0, "native"), (1, "pvgpu")):
         turns = sorted([(s, e, "native") for s, e in nat[p]["turns"]] +
                        [(s, e, "pvgpu") for s, e in pv[p]["turns"]])
@@ -273,7 +342,7 @@ def test_compare_interleaved(programs, bench_daemon, nvidia_over_libcuda, name):
         for r in pv:
             assert figure(r, "copy h2d pinned 1B", "round_trips_per_op") == \
                 pytest.approx(1.0, abs=0.05)
-    text = run_compare(programs, bench_daemon, nvidia_over_libcuda, name,
+    text = run_compare(programs, bench_daemon, native_stand_in, name,
                        "--interleave", "25")
     assert text.splitlines()[0] == (f"{name} --compare: 1 pair of runs, "
                                     "each pair at once, taking turns on the GPU "

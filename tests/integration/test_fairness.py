@@ -45,7 +45,8 @@ def fairness(programs, workdir, *args, timeout=180):
     cmd = [sys.executable, str(SCRIPT), "--executor", "sim", "--build", str(BUILD),
            "--blocks", str(BLOCKS), "--iters", str(ITERS), "--report-only",
            "--json", str(out), "--workdir", str(workdir), *args]
-    # The sanitizer build's shim needs its runtime preloaded in the sessions.
+    # The sanitizer build's libcuda.so.1 needs its runtime preloaded in the
+    # sessions.
     preload = programs.pvgpu_env("unix:///unused").get("LD_PRELOAD")
     if preload:
         cmd += ["--guest-env", f"LD_PRELOAD={preload}"]
