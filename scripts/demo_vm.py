@@ -127,26 +127,6 @@ def summary(accel, kver, executor, window, console, log):
     return "\n".join(lines) + "\n"
 
 
-def guest_files(vm, build, synth, ko=None):
-    """(host, guest) pairs for the demo's initramfs: pvgpu-synth in
-    /pvgpu/bin, pvgpu's libcuda.so.1 alone in /pvgpu/lib (the runtime is
-    in the program: no libcudart.so.13), the libraries both load as the
-    host's loader resolves them, and pvgpu.ko as /pvgpu.ko if given."""
-    libcuda = Path(build) / "lib" / "libcuda.so.1"
-    files = [(str(synth), "/pvgpu/bin/pvgpu-synth"),
-             (str(libcuda), "/pvgpu/lib/libcuda.so.1")]
-    if ko:
-        files.append((str(ko), "/pvgpu.ko"))
-    libs = {}
-    for binary in (synth, libcuda):
-        if not Path(binary).exists():
-            raise vm.VmError(f"{binary} is missing (run make)")
-        # The host's libcuda.so.1, if any, is NVIDIA's: never the guest's.
-        libs.update({guest: host for host, guest in
-                     vm.guest_libraries(binary, skip=("libcudart", "libcuda.so"))})
-    return files + [(host, guest) for guest, host in sorted(libs.items())]
-
-
 def load_pvgpuvm():
     spec = importlib.util.spec_from_file_location(
         "pvgpuvm", REPO / "scripts" / "vm" / "pvgpuvm.py")
@@ -278,7 +258,7 @@ def main():
         wait_for(f"{attached.entry['vsock.listen']}", daemon, "pvgpud's socket for the VM")
 
         synth = build / "bench" / "pvgpu-synth"
-        files = guest_files(vm, build, synth, ko)
+        files = vm.program_files(build, [synth], ko, runtime=False)
         quick = "--quick --size 1M-4M" if executor == "sim" else \
             "--size 32M-64M --seconds 1"
         script = f"export LD_LIBRARY_PATH=/pvgpu/lib PVGPU_DEVICES=vsock://2:{PORT}\n"

@@ -160,12 +160,14 @@ def program_files(build, binaries, ko=None, runtime=None):
     """(host, guest) pairs for an initramfs running CUDA programs through
     pvgpu as a user's program runs: the programs under /pvgpu/bin; in
     /pvgpu/lib pvgpu's driver front-end libcuda.so.1 with NVIDIA's
-    libcudart.so.13 above it (`runtime`, else as nvidia_runtime() finds
-    it); every library they load as the host's loader resolves it, and
-    pvgpu.ko as /pvgpu.ko if given."""
+    libcudart.so.13 beside it (`runtime`, else as nvidia_runtime() finds
+    it; runtime=False: none, for programs with the runtime linked in);
+    every library they load as the host's loader resolves it, and pvgpu.ko
+    as /pvgpu.ko if given."""
     lib = Path(build) / "lib"
-    guest_libs = {lib / "libcuda.so.1": "/pvgpu/lib/libcuda.so.1",
-                  Path(runtime or nvidia_runtime()): "/pvgpu/lib/libcudart.so.13"}
+    guest_libs = {lib / "libcuda.so.1": "/pvgpu/lib/libcuda.so.1"}
+    if runtime is not False:
+        guest_libs[Path(runtime or nvidia_runtime())] = "/pvgpu/lib/libcudart.so.13"
     files = [(str(host), guest) for host, guest in guest_libs.items()]
     if ko:
         files.append((str(ko), "/pvgpu.ko"))

@@ -36,7 +36,8 @@ def test_guest_carries_libcuda_and_no_runtime_library():
     synth = BUILD / "bench" / "pvgpu-synth"
     if not (BUILD / "lib" / "libcuda.so.1").exists() or not synth.exists():
         pytest.skip("libcuda.so.1 or pvgpu-synth is not built (run make)")
-    files = {guest: Path(host) for host, guest in demo.guest_files(vm, BUILD, synth)}
+    files = {guest: Path(host) for host, guest in
+             vm.program_files(BUILD, [synth], runtime=False)}
     assert files["/pvgpu/lib/libcuda.so.1"].resolve() == \
         (BUILD / "lib" / "libcuda.so.1").resolve()
     assert [g for g in files if g.startswith("/pvgpu/lib/")] == ["/pvgpu/lib/libcuda.so.1"]
