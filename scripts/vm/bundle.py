@@ -253,6 +253,24 @@ def build_bundle(out, build="build", qemu=None, vhost=None, limit=LIMIT, preset=
     return len(data), len(files)
 
 
+def unpack(archive, where):
+    """The bundle at `archive` unpacked into `where` (tar's data filter:
+    nothing outside it, no devices), and the variables its `env` prints:
+    {PVGPU_QEMU: ..., ...}."""
+    import tarfile
+    with tarfile.open(archive) as tar:
+        tar.extractall(where, filter="data")
+    return unpack_env(where)
+
+
+def unpack_env(where):
+    """The variables the `env` of a bundle unpacked into `where` prints."""
+    import shlex
+    printed = subprocess.run([str(Path(where) / TOP / "env")], capture_output=True,
+                             text=True, check=True, timeout=30).stdout
+    return dict(shlex.split(line)[1].split("=", 1) for line in printed.splitlines())
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-o", "--output", required=True)

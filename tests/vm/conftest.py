@@ -8,7 +8,6 @@ import os
 import shlex
 import shutil
 import subprocess
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -89,12 +88,8 @@ def vm_bundle_env(vm_bundle, tmp_path_factory):
     that hides the system's QEMU data and modules (hiding_launcher).
     Yields {"dir", "env", "qemu", "hidden": the folders hidden}."""
     where = tmp_path_factory.mktemp("vm-bundle-unpacked")
-    with tarfile.open(vm_bundle) as tar:
-        tar.extractall(where, filter="data")
+    env = bundle.unpack(vm_bundle, where)
     top = where / bundle.TOP
-    printed = subprocess.run([str(top / "env")], capture_output=True, text=True,
-                             check=True, timeout=30).stdout
-    env = dict(shlex.split(line)[1].split("=", 1) for line in printed.splitlines())
     folders = system_qemu_folders()
     hide = where / "qemu-hidden"
     hidden = folders if hiding_launcher(hide, env["PVGPU_QEMU"], folders) else None

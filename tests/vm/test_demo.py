@@ -8,6 +8,7 @@ linked into the program, and pvgpud logged the guest's session.
 import importlib.util
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -90,3 +91,27 @@ def test_demo_output_is_plain_and_says_what_ran_where():
     assert re.search(r"pvgpud +session \d+ start: vm demo\d+ via vhost-user", summary), summary
     assert re.search(r"session \d+ end: vm demo\d+ .*, \d+ calls, .*, ok$", summary,
                      re.M), summary
+
+
+@pytest.mark.vm
+def test_without_qemu_the_demo_takes_a_vm_bundle_from_build(vm_bundle, tmp_path, monkeypatch):
+    """On a machine without QEMU (the GPU host), a vm-bundle.tar.xz
+    brought into the build folder is what the demo boots with: unpacked
+    once into build/vm-bundle/, its variables set.  (The boot itself from
+    an unpacked bundle is test_guest_vm.py's.)"""
+    build = tmp_path / "build"
+    build.mkdir()
+    assert not demo.use_vm_bundle(build)
+    shutil.copy(vm_bundle, build / "vm-bundle.tar.xz")
+    for key in ("PVGPU_QEMU", "PVGPU_GUEST_KERNEL", "PVGPU_GUEST_KO",
+                "PVGPU_VHOST_DEVICE_VSOCK", "PVGPU_BUSYBOX"):
+        monkeypatch.delenv(key, raising=False)
+    assert demo.use_vm_bundle(build)
+    top = build / "vm-bundle" / "vm-bundle"
+    assert os.environ["PVGPU_QEMU"] == str(top / "bin" / "qemu")
+    assert os.environ["PVGPU_GUEST_KO"] == str(top / "guest" / "pvgpu.ko")
+    assert vm.qemu_binary() == str(top / "bin" / "qemu")
+    # Once per archive: the same one again is not unpacked again.
+    marker = top / "unpacked-once"
+    marker.write_text("")
+    assert demo.use_vm_bundle(build) and marker.exists()
