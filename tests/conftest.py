@@ -1,6 +1,7 @@
 """Shared pytest fixtures: paths into the build, a running pvgpud, and
 helpers that run the CUDA test programs (tests/programs/*.cu) natively or
-through pvgpu.
+through pvgpu: NVIDIA's libcudart.so.13 over pvgpu's libcuda.so.1, as a
+program in a VM runs.
 
 The build directory comes from PVGPU_BUILD (default "build", relative to the
 repository root), so the same tests run against the sanitizer build.
@@ -13,6 +14,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -20,9 +22,12 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests" / "lib"))
+from pvgpu_asan import asan_runtime, preload_for  # noqa: E402
+
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
 PVGPUD = BUILD / "bin" / "pvgpud"
-SHIM_LIBDIR = BUILD / "lib"
+LIBCUDA = BUILD / "lib" / "libcuda.so.1"
 PROGRAM_DIR = BUILD / "tests"
 
 # One entry per tests/programs/NAME.cu; known from the sources so that
@@ -206,37 +211,69 @@ def with_libdir(env, libdir):
     return env
 
 
+def nvidia_cudart():
+    """NVIDIA's libcudart.so.13 (scripts/find-cuda.sh --libdir).  Missing,
+    the test fails rather than skips: a machine without it would pass
+    having run no program at all (`make deps` installs it)."""
+    found = subprocess.run(["scripts/find-cuda.sh", "--libdir"], cwd=REPO,
+                           capture_output=True, text=True)
+    lib = Path(found.stdout.strip()) / "libcudart.so.13"
+    if found.returncode or not lib.exists():
+        pytest.fail("NVIDIA's libcudart.so.13 is not installed "
+                    "(scripts/find-cuda.sh --libdir; run `make deps`)")
+    return lib.resolve()
+
+
+_guest_libdir = []
+
+
+def guest_libdir():
+    """A folder holding NVIDIA's libcudart.so.13 and pvgpu's libcuda.so.1,
+    nothing else (BUILD/lib also holds pvgpu's older runtime shim, which
+    must not stand in for NVIDIA's): on LD_LIBRARY_PATH, a program built
+    -cudart shared loads NVIDIA's runtime over pvgpu's driver.  One per
+    test process, removed at its end."""
+    if not _guest_libdir:
+        if not LIBCUDA.exists():
+            pytest.fail(f"{LIBCUDA} is not built (run `make`)")
+        d = Path(tempfile.mkdtemp(prefix="pvgpu-cu-"))
+        os.symlink(nvidia_cudart(), d / "libcudart.so.13")
+        os.symlink(LIBCUDA.resolve(), d / "libcuda.so.1")
+        _guest_libdir.append(d)
+    return _guest_libdir[0]
+
+
+def pytest_sessionfinish(session):
+    for d in _guest_libdir:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def libdir():
+    """guest_libdir(), for tests that build a guest's environment
+    themselves (tests/lib/pvgpu_guest.py's guest_env)."""
+    return guest_libdir()
+
+
 _sanitizer_runtime = []
 
 
-def shim_sanitizer_runtime():
-    """The ASan runtime the shim was linked with, if it was (the sanitizer
-    build), else None. The test programs are not built with ASan, and ASan
-    refuses to start unless its runtime is loaded first: such runs need it
-    in LD_PRELOAD."""
+def sanitizer_runtime():
+    """The ASan runtime pvgpu's libcuda.so.1 was linked with, if it was
+    (the sanitizer build), else None."""
     if not _sanitizer_runtime:
-        found = None
-        shim = SHIM_LIBDIR / "libcudart.so.13"
-        if shim.exists():
-            res = subprocess.run(["ldd", str(shim)], capture_output=True,
-                                 text=True)
-            for line in res.stdout.splitlines():
-                # "libasan.so.8 => /lib/x86_64-linux-gnu/libasan.so.8 (0x...)"
-                parts = line.split()
-                if parts and parts[0].startswith("libasan.so") and \
-                   len(parts) >= 3 and parts[1] == "=>":
-                    found = parts[2]
-        _sanitizer_runtime.append(found)
+        _sanitizer_runtime.append(asan_runtime(LIBCUDA) if LIBCUDA.exists() else None)
     return _sanitizer_runtime[0]
 
 
 def pvgpu_env(uri):
-    """Run through the shim: it comes first on LD_LIBRARY_PATH."""
-    env = with_libdir(base_env(), SHIM_LIBDIR)
-    asan = shim_sanitizer_runtime()
-    if asan:
-        old = env.get("LD_PRELOAD")
-        env["LD_PRELOAD"] = asan + (" " + old if old else "")
+    """Run through pvgpu: NVIDIA's runtime over pvgpu's libcuda.so.1 (the
+    folder above, alone on LD_LIBRARY_PATH), talking to pvgpud at uri.  In
+    the sanitizer build ASan's runtime comes first, and its leak check
+    stays on for pvgpu's code (pvgpu_asan.preload_for)."""
+    env = base_env()
+    env["LD_LIBRARY_PATH"] = str(guest_libdir())
+    preload_for(LIBCUDA, env, leaks=True)
     env["PVGPU_DEVICES"] = uri
     if uri.startswith("tcp://"):
         env["PVGPU_TOKEN"] = TCP_TOKEN
@@ -283,7 +320,7 @@ SANITIZED_FOLDERS = ("unit", "integration", "hostile")
 
 
 def pytest_collection_modifyitems(config, items):
-    sanitized_build = shim_sanitizer_runtime() is not None
+    sanitized_build = sanitizer_runtime() is not None
     for item in items:
         try:
             folder = Path(str(item.fspath)).relative_to(REPO / "tests").parts[0]
@@ -324,6 +361,7 @@ class Programs:
     path = staticmethod(program_path)
     run = staticmethod(run_program)
     pvgpu_env = staticmethod(pvgpu_env)
+    libdir = staticmethod(guest_libdir)
     native_env = staticmethod(native_env)
     describe = staticmethod(describe)
     assert_passed = staticmethod(assert_passed)

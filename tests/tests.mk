@@ -1,7 +1,8 @@
 # The CUDA test programs (tests/programs/*.cu), built with NVIDIA's nvcc into
 # $(BUILD)/tests/NAME. They link against libcudart.so.13 like any CUDA program,
-# so the same binary runs natively (NVIDIA's library) or through pvgpu (the
-# shim in $(BUILD)/lib), chosen by LD_LIBRARY_PATH at run time.
+# so the same binary runs natively (NVIDIA's runtime over NVIDIA's driver) or
+# through pvgpu (NVIDIA's runtime over pvgpu's libcuda.so.1), chosen by
+# LD_LIBRARY_PATH at run time (tests/conftest.py's pvgpu_env).
 #
 # Included by the top-level Makefile, which defines BUILD, NVCC, CUDA_HOME,
 # CUDA_INCLUDE and CUDA_LIBDIR. The defaults below only make
@@ -18,8 +19,9 @@ TEST_PROGRAMS := $(patsubst tests/programs/%.cu,$(BUILD)/tests/%,$(TEST_PROGRAM_
 .PHONY: test-programs
 test-programs: $(TEST_PROGRAMS)
 
-# -cudart shared: the programs must load libcudart.so.13 dynamically, or the
-# shim could not stand in for it. sm_90 is the H100; the programs have no
+# -cudart shared: the programs load libcudart.so.13 from the library path,
+# so one binary runs over either driver; the static builds (nvcc's
+# default) are guest-lib/cuda/cuda.mk's. sm_90 is the H100; the programs have no
 # kernels yet, so the architecture matters only to nvcc. A static pattern
 # rule, so it cannot claim other files under $(BUILD)/tests (the unit tests).
 $(TEST_PROGRAMS): $(BUILD)/tests/%: tests/programs/%.cu tests/programs/check.h

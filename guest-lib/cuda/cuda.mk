@@ -36,8 +36,8 @@ endif
 # The test programs built nvcc's default way (NVIDIA's runtime linked in
 # statically), to run over libcuda.so.1: $(BUILD)/tests/static/NAME and
 # $(BUILD)/tests/static/kernels/NAME. The -cudart shared builds are the
-# ones tests/tests.mk makes, run with NVIDIA's libcudart.so.13 instead of
-# the shim (tests/integration/test_driver_api.py).
+# ones tests/tests.mk makes, run with NVIDIA's libcudart.so.13 beside
+# libcuda.so.1 (tests/conftest.py's pvgpu_env).
 STATIC_PROGRAMS := $(patsubst tests/programs/%.cu,$(BUILD)/tests/static/%,$(TEST_PROGRAM_SRCS)) \
 	$(patsubst tests/programs/kernels/%.cu,$(BUILD)/tests/static/kernels/%,$(KERNEL_PROGRAM_SRCS))
 

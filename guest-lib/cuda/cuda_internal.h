@@ -141,6 +141,7 @@ struct cu_library {
 	size_t size;
 	struct cu_module *mods[64];	/* per device's primary context */
 	struct cu_func *kernels;	/* CUkernel handles, by name */
+	struct cu_library *next;	/* every library loaded (cuda_module.c) */
 };
 
 /* One device allocation (cuMemAlloc) or module variable. */

@@ -20,6 +20,14 @@
 #define MAX_PARAMS	CU_MAX_PARAMS
 
 static pthread_mutex_t mod_lock = PTHREAD_MUTEX_INITIALIZER;
+/*
+ * Every library ever loaded, under mod_lock.  A library is never freed, so
+ * that a stale handle still finds its magic; and NVIDIA's runtime, as
+ * with its own driver, drops its last pointer to the libraries it loaded
+ * at exit without unloading them: ours stay held here, as the driver's
+ * stay held by the driver, not lost.
+ */
+static struct cu_library *libraries;
 
 struct fatbinc_wrapper {
 	uint32_t magic;
@@ -473,6 +481,10 @@ CUresult cu_library_load(const void *image, CUlibrary *out)
 	l->size = size;
 	l->magic = CU_MAGIC_LIB;
 	l->alive = 1;
+	pthread_mutex_lock(&mod_lock);
+	l->next = libraries;
+	libraries = l;
+	pthread_mutex_unlock(&mod_lock);
 	*out = (CUlibrary)l;
 	return CUDA_SUCCESS;
 }

@@ -1,13 +1,11 @@
 """What every GPU test shares: the gpu marker, a skip (saying why) where no
 CUDA driver answers, NVIDIA's real runtime for the native runs, pvgpu's
-libcuda.so.1 beside it for the driver front-end, and a pvgpud on the real
+libcuda.so.1 beside it for the runs through pvgpu, and a pvgpud on the real
 GPU."""
 import ctypes
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -52,16 +50,13 @@ def native_libdir(programs):
 
 
 @pytest.fixture(scope="module")
-def libdir(native_libdir):
-    """pvgpu's libcuda.so.1 and NVIDIA's libcudart.so.13, nothing else."""
+def libdir(programs):
+    """pvgpu's libcuda.so.1 and NVIDIA's libcudart.so.13, nothing else: the
+    folder programs.pvgpu_env puts on the library path (tests/conftest.py)."""
     libcuda = Path(__file__).resolve().parents[2] / os.environ.get(
         "PVGPU_BUILD", "build") / "lib" / "libcuda.so.1"
     require_generated(libcuda, "cuda.h")
-    d = Path(tempfile.mkdtemp(prefix="pvgpu-cu-"))
-    os.symlink(libcuda.resolve(), d / "libcuda.so.1")
-    os.symlink(Path(native_libdir) / "libcudart.so.13", d / "libcudart.so.13")
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
+    return programs.libdir()
 
 
 @pytest.fixture

@@ -1,15 +1,16 @@
 """On a machine with an NVIDIA GPU: every program with kernels
 (tests/programs/kernels/*.cu, plus vecadd_ptx, the PTX-only build JIT-compiled
-in the worker) natively (NVIDIA's libcudart.so.13) and through pvgpu (the
-shim, against `pvgpud --executor cuda` over unix). stdout must be the same
-byte for byte (`make test-gpu`).
+in the worker) natively (NVIDIA's libcudart.so.13 over NVIDIA's driver) and
+through pvgpu (the same runtime over pvgpu's libcuda.so.1, against
+`pvgpud --executor cuda` over unix). stdout must be the same byte for byte
+(`make test-gpu`).
 
 `fault` writes through a wild pointer: natively and through pvgpu it must
 report cudaErrorIllegalAddress (its transcript says so, and the two must
 match), and the next session on the same pvgpud must be healthy.
 
-The launch loop's timing (stderr) and the shim's message count are printed
-(pytest -s) and written to $(BUILD)/tests/kernels/launchloop-gpu.json.
+The launch loop's timing (stderr) and libcuda.so.1's message count are
+printed (pytest -s) and written to $(BUILD)/tests/kernels/launchloop-gpu.json.
 """
 
 import difflib
@@ -26,15 +27,8 @@ BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
 
 # Every kernel program, known from the sources so that collection works
 # before anything is built, and the PTX-only build.
-# launchex needs launch attributes and cooperative launches, which pvgpu's
-# runtime shim refuses, copies3d, arrays, textures, graphnodes and
-# launchruns (stream capture) what it lacks: they run over libcuda.so.1 in
-# test_gpu_driver_api.py.
-NOT_THROUGH_SHIM = {"launchex", "copies3d", "arrays", "textures", "graphnodes",
-                    "launchruns"}
 KERNEL_PROGRAMS = sorted(
     p.stem for p in (REPO / "tests" / "programs" / "kernels").glob("*.cu")
-    if p.stem not in NOT_THROUGH_SHIM
 ) + ["vecadd_ptx"]
 
 LOOP_RE = re.compile(r"launchloop: (\d+) launches: ([\d.]+) ms to queue, "
@@ -121,8 +115,9 @@ def test_fault_beside_a_running_session(programs, cuda_daemon):
 
 def test_launch_loop_timing(programs, native_libdir, cuda_daemon):
     """The 10,000-launch loop natively and through pvgpu, with the number of
-    messages the shim sent (PVGPU_DEBUG=1), printed and kept.  Batching is
-    asserted: far fewer messages than launches."""
+    messages libcuda.so.1 sent (PVGPU_DEBUG=1, its line at exit: missing,
+    the test fails), printed and kept.  Batching is asserted: far fewer
+    messages than launches."""
     prog = kernel_program("launchloop")
     native = programs.run(prog, programs.native_env(native_libdir))
     assert passed(native), programs.describe(native)
@@ -140,14 +135,14 @@ def test_launch_loop_timing(programs, native_libdir, cuda_daemon):
                          "queue_ms": float(m.group(2)),
                          "total_ms": float(m.group(3))}
     m = STATS_RE.search(remote.stderr)
-    if m:
-        sends, calls, async_ops, batches, frames = map(int, m.groups())
-        report["pvgpu"].update(messages=sends, calls=calls,
-                               async_ops=async_ops, batches=batches,
-                               data_frames=frames)
+    assert m, "no message count at exit with PVGPU_DEBUG=1\n" + \
+        programs.describe(remote, cuda_daemon)
+    sends, calls, async_ops, batches, frames = map(int, m.groups())
+    report["pvgpu"].update(messages=sends, calls=calls,
+                           async_ops=async_ops, batches=batches,
+                           data_frames=frames)
     out = BUILD / "tests" / "kernels" / "launchloop-gpu.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"\nlaunchloop on the GPU: {json.dumps(report)}")
-    if m:
-        assert report["pvgpu"]["messages"] <= 1100, report
+    assert report["pvgpu"]["messages"] <= 1100, report

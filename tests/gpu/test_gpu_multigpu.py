@@ -2,9 +2,10 @@
 natively and through pvgpu (`pvgpud --executor cuda`), the same transcript
 byte for byte; the driver's peer calls one by one, each answer
 NVIDIA's; peer-copy bandwidth through pvgpu against native (criterion
->= 0.95x); both through the runtime shim and through NVIDIA's runtime over
-pvgpu's libcuda.so.1; and two sessions, each on its own GPU, each as fast as one alone
-(the scheduler's turns are per GPU).  With fewer than two GPUs every test
+>= 0.95x); through NVIDIA's runtime over pvgpu's libcuda.so.1, shared
+(-cudart shared) and linked in (nvcc's default); and two sessions, each
+on its own GPU, each as fast as one alone (the scheduler's turns are per
+GPU).  With fewer than two GPUs every test
 skips, saying so.
 
 Figures are printed (pytest -s) and written to
@@ -56,12 +57,12 @@ def record(key, value):
     print(f"\n{key}: {json.dumps(value)}")
 
 
-def peer_program_matches(programs, native_libdir, daemon, env):
-    native = programs.run("peer", programs.native_env(native_libdir))
+def peer_program_matches(programs, native_libdir, daemon, env, name="peer"):
+    native = programs.run(name, programs.native_env(native_libdir))
     assert native.returncode == 0 and native.stdout.splitlines()[-1:] == ["PASS"], \
         "peer fails natively\n" + programs.describe(native)
     assert "devices: >= 2" in native.stdout
-    remote = programs.run("peer", env)
+    remote = programs.run(name, env)
     programs.assert_passed(remote, daemon)
     if remote.stdout != native.stdout:
         diff = "".join(difflib.unified_diff(
@@ -77,10 +78,11 @@ def test_peer_program_native_and_pvgpu_match(programs, native_libdir, cuda_daemo
 
 
 def test_peer_program_native_and_libcuda_match(programs, native_libdir, libdir, cuda_daemon):
-    """NVIDIA's runtime over pvgpu's libcuda.so.1: peer access and peer
-    copies forwarded to the backend, the transcript as natively."""
+    """The program with NVIDIA's runtime linked in, natively and over
+    pvgpu's libcuda.so.1: peer access and peer copies forwarded to the
+    backend, the transcript as natively."""
     peer_program_matches(programs, native_libdir, cuda_daemon,
-                         guest_env(libdir, cuda_daemon.unix))
+                         guest_env(libdir, cuda_daemon.unix), "static/peer")
 
 
 def test_peer_driver_calls_answer_as_nvidias_driver(libdir, cuda_daemon, tmp_path):
@@ -96,8 +98,8 @@ def test_peer_driver_calls_answer_as_nvidias_driver(libdir, cuda_daemon, tmp_pat
     assert pvgpu == peer_calls.answers(), pvgpu
 
 
-def peer_bandwidth(programs, env):
-    res = subprocess.run([str(programs.path("peer")), "bandwidth", str(PEER_MIB)],
+def peer_bandwidth(programs, env, name):
+    res = subprocess.run([str(programs.path(name)), "bandwidth", str(PEER_MIB)],
                          env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, programs.describe(res)
     figures = dict(re.findall(r"^(peer_\w+_gbps) ([0-9.]+)$", res.stdout, re.M))
@@ -106,11 +108,11 @@ def peer_bandwidth(programs, env):
     return {k: float(v) for k, v in figures.items()}, int(access.group(1))
 
 
-def peer_copy_bandwidth(programs, native_libdir, key, env):
+def peer_copy_bandwidth(programs, native_libdir, key, env, name="peer"):
     best_native, best_pvgpu = {}, {}
     for _ in range(3):              # best of three, each side
-        n, access = peer_bandwidth(programs, programs.native_env(native_libdir))
-        p, _ = peer_bandwidth(programs, env)
+        n, access = peer_bandwidth(programs, programs.native_env(native_libdir), name)
+        p, _ = peer_bandwidth(programs, env, name)
         for k in n:
             best_native[k] = max(best_native.get(k, 0), n[k])
             best_pvgpu[k] = max(best_pvgpu.get(k, 0), p[k])
@@ -128,8 +130,9 @@ def test_peer_copy_bandwidth(programs, native_libdir, cuda_daemon):
 
 
 def test_peer_copy_bandwidth_over_libcuda(programs, native_libdir, libdir, cuda_daemon):
-    peer_copy_bandwidth(programs, native_libdir, "peer_copy_libcuda",
-                        guest_env(libdir, cuda_daemon.unix))
+    """The same with NVIDIA's runtime linked in, on both sides."""
+    peer_copy_bandwidth(programs, native_libdir, "peer_copy_static",
+                        guest_env(libdir, cuda_daemon.unix), "static/peer")
 
 
 def fair(programs, uri, device, extra):

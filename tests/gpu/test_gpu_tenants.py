@@ -2,7 +2,8 @@
 pvgpud --config.  A VM over its quota gets out-of-memory while another VM's
 program runs to correct results; a VM whose kernel faults leaves another
 VM's results correct.  VMs are told apart by their TCP tokens, as the
-policy file says."""
+policy file says.  Their programs run as a VM's do: NVIDIA's runtime over
+pvgpu's libcuda.so.1 (programs.pvgpu_env)."""
 import os
 import subprocess
 import sys

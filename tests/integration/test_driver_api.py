@@ -4,23 +4,22 @@ static, runs the test programs unmodified over it against
 exported surface.
 
 No NVIDIA libcuda.so.1 is on the path: the programs' library directory
-holds only NVIDIA's libcudart.so.13 and pvgpu's libcuda.so.1, and each test
-checks that pvgpud saw the session.
+(tests/conftest.py's guest_libdir) holds only NVIDIA's libcudart.so.13 and
+pvgpu's libcuda.so.1, and each test checks that pvgpud saw the session.
 """
 
 import ctypes
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
-from pvgpu_guest import SCRIPT_PRELUDE, finish_all, guest_env, run_guest_script  # noqa: E402
+from pvgpu_guest import (SCRIPT_PRELUDE, finish_all, guest_env, run_guest_script,  # noqa: E402
+                         without_managed)
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
@@ -32,13 +31,6 @@ PROGRAMS = sorted(p.stem for p in (REPO / "tests" / "programs").glob("*.cu"))
 KERNELS = sorted("kernels/" + p.stem
                  for p in (REPO / "tests" / "programs" / "kernels").glob("*.cu")
                  if p.stem != "fault")
-# Programs pvgpu's runtime shim cannot run, so nothing to compare with: it
-# refuses launch attributes (guest-lib/cudart/runtime_launch.c) and has no
-# cooperative launch, no 3D copies, no arrays, no textures, no explicit
-# graph nodes and no stream capture. Each checks its own results.
-NOT_THROUGH_SHIM = {"kernels/launchex", "kernels/copies3d", "kernels/arrays",
-                    "kernels/textures", "kernels/graphnodes",
-                    "kernels/launchruns"}
 # Programs the sim cannot run: it has no texture unit, so a kernel that
 # fetches has no CPU twin.  test_texture_objects below and
 # test_textures.py check what the sim can (the protocol, the checks, the
@@ -47,27 +39,6 @@ GPU_ONLY = {"kernels/textures": "the sim cannot fetch textures (no CPU twin): "
                                 "tests/gpu/test_gpu_driver_api.py runs it"}
 # Lines that are measurements, not results.
 TIMING = re.compile(r"\d+(\.\d+)? ?(ms|us|µs|s)\b")
-
-
-def nvidia_cudart():
-    found = subprocess.run(["scripts/find-cuda.sh", "--libdir"], cwd=REPO,
-                           capture_output=True, text=True)
-    lib = Path(found.stdout.strip()) / "libcudart.so.13"
-    if found.returncode or not lib.exists():
-        pytest.skip("NVIDIA's libcudart.so.13 is not installed")
-    return lib.resolve()
-
-
-@pytest.fixture(scope="module")
-def libdir():
-    """NVIDIA's libcudart.so.13 and pvgpu's libcuda.so.1, nothing else."""
-    if not LIBCUDA.exists():
-        pytest.fail(f"{LIBCUDA} is not built (run `make`)")
-    d = Path(tempfile.mkdtemp(prefix="pvgpu-cu-"))
-    os.symlink(nvidia_cudart(), d / "libcudart.so.13")
-    os.symlink(LIBCUDA.resolve(), d / "libcuda.so.1")
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 def binary(name, way):
@@ -91,6 +62,11 @@ def sessions(daemon):
 @pytest.mark.parametrize("way", ["shared", "static"])
 @pytest.mark.parametrize("name", PROGRAMS + KERNELS)
 def test_nvidia_runtime_over_libcuda(programs, twins_daemon, libdir, name, way):
+    """The program built -cudart shared over unix://, or with the runtime
+    linked in over shm://; the static one's results must be the shared
+    one's, but for managed memory: libcuda.so.1 offers it only in a
+    window at the program's own address, so not over unix://, on
+    purpose."""
     if name in GPU_ONLY:
         pytest.skip(GPU_ONLY[name])
     path = binary(name, way)
@@ -106,24 +82,17 @@ def test_nvidia_runtime_over_libcuda(programs, twins_daemon, libdir, name, way):
         deps = subprocess.run(["ldd", str(path)], capture_output=True,
                               text=True).stdout
         assert "libcudart" not in deps, deps
+    uri = twins_daemon.unix if way == "shared" else \
+        "shm://" + twins_daemon.unix[len("unix://"):]
     before = sessions(twins_daemon)
-    res = run(path, guest_env(libdir, twins_daemon.unix))
+    res = run(path, guest_env(libdir, uri))
     programs.assert_passed(res, twins_daemon)
     assert sessions(twins_daemon) > before, twins_daemon.log()
-    if name in NOT_THROUGH_SHIM:
+    if way == "shared":
         return
-    # The same results as through pvgpu's runtime shim, but for managed
-    # memory: the shim reports the host's answer whatever the transport,
-    # libcuda.so.1 what it offers (only in a window at the program's own
-    # address, so not over unix://), on purpose.
-    ref = programs.run(name, programs.pvgpu_env(twins_daemon.unix))
+    ref = run(binary(name, "shared"), guest_env(libdir, twins_daemon.unix))
     programs.assert_passed(ref, twins_daemon)
     assert without_managed(results(res.stdout)) == without_managed(results(ref.stdout))
-
-
-def without_managed(lines):
-    return [line for line in lines
-            if not line.startswith(("  managed memory:", "  attribute ManagedMemory:"))]
 
 
 @pytest.mark.parametrize("name", ["kernels/vecadd", "memory"])
@@ -389,18 +358,17 @@ def check_one(tag, out, err, rc, tags, how):
 
 def test_device_output_goes_to_its_own_program(programs, twins_daemon,
                                                libdir):
-    """Four sessions at once, two through the shim and two through NVIDIA's
-    runtime (shared and static) over libcuda.so.1, each printing its own
-    tag: each gets exactly its own lines, in program order, and the daemon's
+    """Four sessions at once, NVIDIA's runtime over libcuda.so.1 shared
+    and static, each over unix:// and shm://, each printing its own tag:
+    each gets exactly its own lines, in program order, and the daemon's
     log holds none of them."""
-    shim_env = programs.pvgpu_env(twins_daemon.unix)
     shm_uri = "shm://" + twins_daemon.unix[len("unix://"):]
     runs = [
-        (101, "shim unix", programs.path(PRINTF), shim_env),
-        (202, "shim shm", programs.path(PRINTF), programs.pvgpu_env(shm_uri)),
-        (303, "libcuda shared", binary(PRINTF, "shared"),
+        (101, "shared unix", binary(PRINTF, "shared"), programs.pvgpu_env(twins_daemon.unix)),
+        (202, "shared shm", binary(PRINTF, "shared"), programs.pvgpu_env(shm_uri)),
+        (303, "static unix", binary(PRINTF, "static"),
          guest_env(libdir, twins_daemon.unix)),
-        (404, "libcuda static", binary(PRINTF, "static"),
+        (404, "static shm", binary(PRINTF, "static"),
          guest_env(libdir, shm_uri)),
     ]
     for _, _, path, _ in runs:

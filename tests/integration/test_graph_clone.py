@@ -21,7 +21,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_driver_api import BUILD, libdir, run_script  # noqa: E402,F401
+from test_driver_api import BUILD, run_script  # noqa: E402
 from test_graph_staged import SETUP  # noqa: E402
 
 SCRIPT = SETUP + r'''

@@ -11,7 +11,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_driver_api import BUILD, LIBCUDA, libdir, run_script  # noqa: E402,F401
+from test_driver_api import BUILD, LIBCUDA, run_script  # noqa: E402
 from pvgpu_guest import SCRIPT_PRELUDE, guest_env, run_guest_script  # noqa: E402
 
 # What both scripts start with: the driver's structs, a context, vec_add.

@@ -20,7 +20,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_driver_api import BUILD, libdir, run_script  # noqa: E402,F401
+from test_driver_api import BUILD, run_script  # noqa: E402
 from test_graph_nodes import PRELUDE  # noqa: E402
 
 # a, b, c of n floats (b all 1.0f), stream s, vec_add's args (c = a + b),

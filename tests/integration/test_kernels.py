@@ -1,5 +1,6 @@
 """Programs with kernels (tests/programs/kernels/*.cu), unmodified, through
-the shim against `pvgpud --executor sim`, which runs each launch by calling
+NVIDIA's runtime over pvgpu's libcuda.so.1 (conftest.py's pvgpu_env)
+against `pvgpud --executor sim`, which runs each launch by calling
 the kernel's CPU twin from tests/sim-twins/, so CI runs them without a GPU.
 
 Every program verifies its own results and ends with PASS; the twins do
@@ -17,10 +18,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
-sys.path.insert(0, os.path.dirname(__file__))
-from pvgpu_guest import finish_all, guest_env  # noqa: E402
-# NVIDIA's runtime and pvgpu's libcuda.so.1 in one folder (a fixture).
-from test_driver_api import libdir  # noqa: E402,F401
+from pvgpu_guest import finish_all  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent.parent
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
@@ -50,11 +48,14 @@ def kernel_program(name):
 
 def explain(res):
     """A hint for the most likely reasons a kernel program cannot even
-    start through the shim."""
+    start over pvgpu's libcuda.so.1."""
     m = re.search(r"undefined symbol: (\S+)", res.stderr)
     if m:
-        return (f"\nHINT: the shim does not export {m.group(1)}: the guest "
-                f"side of kernel support is missing or incomplete")
+        return (f"\nHINT: pvgpu's libcuda.so.1 does not export {m.group(1)}: "
+                f"NVIDIA's runtime needs it")
+    if "cudaErrorInsufficientDriver" in res.stdout + res.stderr:
+        return ("\nHINT: NVIDIA's runtime found no driver it accepts: is pvgpu's "
+                "libcuda.so.1 on the library path?")
     return ""
 
 
@@ -123,18 +124,15 @@ def test_kernel_programs_concurrently(programs, twins_daemon):
     all_pass_at_once(programs, twins_daemon, CI_PROGRAMS)
 
 
-def launch_loop_stats(programs, twins_daemon, uri, libdir=None):
+def launch_loop_stats(programs, twins_daemon, uri, static=False):
     """Run launchloop with PVGPU_DEBUG=1 through uri: (sends, calls,
-    async ops, batches) from the front-end's exit line, which must be
-    there.  Through the shim, or with libdir (test_driver_api's folder)
-    NVIDIA's runtime over pvgpu's libcuda.so.1."""
-    if libdir is None:
-        env = programs.pvgpu_env(uri)
-        env["PVGPU_DEBUG"] = "1"
-    else:
-        env = guest_env(libdir, uri, PVGPU_DEBUG="1")
+    async ops, batches) from libcuda.so.1's exit line, which must be
+    there.  NVIDIA's runtime shared, or linked in (static)."""
+    env = programs.pvgpu_env(uri)
+    env["PVGPU_DEBUG"] = "1"
     start = time.monotonic()
-    res = run_kernel_program(programs, "launchloop", env)
+    res = run_kernel_program(programs, "launchloop", env) if not static else \
+        programs.run("static/kernels/launchloop", env)
     wall = time.monotonic() - start
     assert_kernel_program_passed(programs, res, twins_daemon)
     assert wall < LAUNCHLOOP_WALL_S, \
@@ -147,7 +145,7 @@ def launch_loop_stats(programs, twins_daemon, uri, libdir=None):
     sends, calls, async_ops, batches, _frames = map(int, m.groups())
     loop = re.search(r"launchloop: .*", res.stderr)
     print(f"\nlaunchloop on the sim ({uri.split(':')[0]}, "
-          f"{'the shim' if libdir is None else 'libcuda.so.1'}): program {wall:.2f} s; "
+          f"{'static' if static else 'shared'} runtime): program {wall:.2f} s; "
           f"{loop.group(0) if loop else 'no loop timing'}; {sends} messages, "
           f"{calls} calls, {async_ops} async ops in {batches} batches")
     assert async_ops >= LAUNCHES, m.group(0)
@@ -159,20 +157,20 @@ def launch_loop_stats(programs, twins_daemon, uri, libdir=None):
 
 def test_launch_loop_is_batched(programs, twins_daemon):
     """11,000 fire-and-forget launches must not cost 11,000 messages over a
-    socket, where each is a system call: the shim batches them (DESIGN §3).
-    With PVGPU_DEBUG=1 the shim reports at exit how many messages it sent;
+    socket, where each is a system call: libcuda.so.1 batches them
+    (DESIGN §3).  With PVGPU_DEBUG=1 it reports at exit how many messages
+    it sent;
     a missing line fails the test (nothing could be counted)."""
     sends, _ops, _batches, line = launch_loop_stats(programs, twins_daemon,
                                                     twins_daemon.unix)
     assert sends <= LAUNCHES // 10, line
 
 
-def test_launch_loop_is_batched_over_libcuda(programs, twins_daemon, libdir):
-    """The same through NVIDIA's runtime over pvgpu's libcuda.so.1, whose
-    exit line (the one the shim prints: guest-lib/client/) counts the
-    messages just the same."""
+def test_launch_loop_is_batched_over_libcuda(programs, twins_daemon):
+    """The same with NVIDIA's runtime linked in (nvcc's default): its
+    launches reach libcuda.so.1 the same way and are batched the same."""
     sends, _ops, _batches, line = launch_loop_stats(programs, twins_daemon,
-                                                    twins_daemon.unix, libdir)
+                                                    twins_daemon.unix, static=True)
     assert sends <= LAUNCHES // 10, line
 
 

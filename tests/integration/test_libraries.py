@@ -26,7 +26,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 sys.path.insert(0, os.path.dirname(__file__))
 from pvgpu_sessions import wait_live  # noqa: E402
-from test_driver_api import LIBCUDA, nvidia_cudart  # noqa: E402
+from test_driver_api import LIBCUDA  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 LIBS = REPO / ".deps" / "cuda-libs" / "nvidia"
@@ -60,7 +60,7 @@ print("drivers", sorted({l.split()[-1] for l in maps.splitlines() if "libcuda.so
 
 
 @pytest.fixture(scope="module")
-def libdir():
+def libdir(programs):
     """pvgpu's libcuda.so.1, NVIDIA's runtime and libraries, nothing else."""
     if not LIBS.is_dir():
         pytest.skip(".deps/cuda-libs is missing: scripts/install-deps.sh could not "
@@ -69,7 +69,7 @@ def libdir():
         pytest.fail(f"{LIBCUDA} is not built (run `make`)")
     d = Path(tempfile.mkdtemp(prefix="pvgpu-libs-"))
     os.symlink(LIBCUDA.resolve(), d / "libcuda.so.1")
-    os.symlink(nvidia_cudart(), d / "libcudart.so.13")
+    os.symlink((programs.libdir() / "libcudart.so.13").resolve(), d / "libcudart.so.13")
     for so in sorted(LIBS.glob("*/lib/lib*.so.*")):
         if not (d / so.name).exists():
             os.symlink(so, d / so.name)

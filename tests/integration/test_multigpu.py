@@ -5,8 +5,8 @@ GPU: `gpus=` holds for peers too, the quota spans the GPUs, exclusivity and
 scheduler turns are per GPU.
 
 Most sessions speak the wire protocol directly (tests/lib/pvgpu_wire.py);
-tests/programs/peer.cu runs unmodified through the shim, and through
-NVIDIA's runtime over pvgpu's libcuda.so.1.
+tests/programs/peer.cu runs unmodified through NVIDIA's runtime over
+pvgpu's libcuda.so.1, shared and linked in.
 """
 import json
 import os
@@ -30,7 +30,7 @@ from pvgpu_peer import (CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_INVALID_DEVICE,  
 from pvgpu_guest import SCRIPT_PRELUDE, guest_env, run_guest_script  # noqa: E402
 sys.path.insert(0, os.path.dirname(__file__))
 # NVIDIA's runtime and pvgpu's libcuda.so.1 in one folder (a fixture).
-from test_driver_api import LIBCUDA, libdir  # noqa: E402,F401
+from test_driver_api import LIBCUDA  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent.parent
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
@@ -294,7 +294,7 @@ def test_peer_copy_checks(start_pvgpud):
     s.close()
 
 
-# --- the shim ----------------------------------------------------------------
+# --- NVIDIA's runtime over libcuda.so.1, shared ------------------------------
 
 @pytest.mark.parametrize("transport", ["unix", "shm"])
 def test_peer_program(programs, start_pvgpud, transport):
@@ -325,17 +325,17 @@ def test_peer_program_one_device(programs, sim_daemon):
     assert "fewer than 2 devices" in res.stdout
 
 
-# --- NVIDIA's runtime over libcuda.so.1 --------------------------------------
+# --- NVIDIA's runtime over libcuda.so.1, linked in ---------------------------
 
 @pytest.mark.parametrize("transport", ["unix", "shm"])
 def test_peer_program_over_libcuda(programs, start_pvgpud, libdir, transport):
-    """The peer program as above without the shim: libcuda.so.1 asks the
-    backend about peers, enables access there, and its peer copies run on
-    the host, none through the guest."""
+    """The peer program as above, built nvcc's default way (the runtime
+    linked in): libcuda.so.1 asks the backend about peers, enables access
+    there, and its peer copies run on the host, none through the guest."""
     daemon = two_gpus(start_pvgpud)
     uri = daemon.unix if transport == "unix" else \
         "shm://" + daemon.unix[len("unix://"):]
-    res = programs.run("peer", guest_env(libdir, uri, PVGPU_DEBUG="1"))
+    res = programs.run("static/peer", guest_env(libdir, uri, PVGPU_DEBUG="1"))
     programs.assert_passed(res, daemon)
     out = res.stdout
     assert "can access peer 0->1: 1, 1->0: 1, 0->0: 0" in out
@@ -352,7 +352,7 @@ def test_peer_program_over_libcuda_without_peer_access(programs, start_pvgpud, l
     enabling access fails as NVIDIA's driver fails it; copies still run
     GPU to GPU on the host."""
     daemon = two_gpus(start_pvgpud, PVGPU_SIM_NO_PEER="0-1")
-    res = programs.run("peer", guest_env(libdir, daemon.unix, PVGPU_DEBUG="1"))
+    res = programs.run("static/peer", guest_env(libdir, daemon.unix, PVGPU_DEBUG="1"))
     programs.assert_passed(res, daemon)
     assert "can access peer 0->1: 0, 1->0: 0, 0->0: 0" in res.stdout
     assert "enable peer access 1->0: cudaErrorPeerAccessUnsupported" in res.stdout

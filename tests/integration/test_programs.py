@@ -1,5 +1,6 @@
-"""The CUDA test programs, unmodified, through the shim against
-`pvgpud --executor sim` over unix and tcp.
+"""The CUDA test programs, unmodified, through pvgpu (NVIDIA's runtime over
+pvgpu's libcuda.so.1: conftest.py's pvgpu_env) against
+`pvgpud --executor sim` over unix, tcp and shm.
 
 `program` is parametrized over every tests/programs/*.cu by conftest.py.
 """

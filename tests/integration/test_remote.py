@@ -3,7 +3,8 @@ a front `pvgpud --executor remote` forwards every session to back
 `pvgpud --executor sim` nodes over tcp:// or unix://, and programs run
 through the front exactly as they do against a local daemon.
 
-    program --(shim, unix)--> front pvgpud --(client, tcp|unix)--> back pvgpud (sim)
+    program --(NVIDIA's runtime over libcuda.so.1, unix)--> front pvgpud
+            --(client, tcp|unix)--> back pvgpud (sim)
 
 The Verbs hop is the same executor with a verbs:// URI (tests/rdma/).
 """
@@ -28,10 +29,6 @@ BENCH = BUILD / "bench"
 
 sys.path.insert(0, str(REPO / "tests" / "lib"))
 import pvgpu_wire  # noqa: E402
-from pvgpu_guest import guest_env  # noqa: E402
-sys.path.insert(0, os.path.dirname(__file__))
-# NVIDIA's runtime and pvgpu's libcuda.so.1 in one folder (a fixture).
-from test_driver_api import libdir  # noqa: E402,F401
 
 KERNEL_PROGRAMS = ["vecadd", "matmul", "reduce", "constant", "devglobal",
                    "callback", "launchloop", "attrs", "streams4"]
@@ -253,15 +250,18 @@ def test_peer_copy_between_nodes(programs, start_pvgpud, alike):
 
 
 @pytest.mark.parametrize("alike", [False, True])
-def test_peer_copy_between_nodes_over_libcuda(programs, start_pvgpud, libdir, alike):
-    """The same through NVIDIA's runtime over pvgpu's libcuda.so.1: the
-    front is one backend to it, so it forwards the peer copies, and the
-    front stages them node to node, not the guest."""
+def test_peer_copy_between_nodes_over_libcuda(programs, start_pvgpud, alike):
+    """The same with NVIDIA's runtime linked in (nvcc's default), over
+    pvgpu's libcuda.so.1: the front is one backend to it, so it forwards
+    the peer copies, and the front stages them node to node, not the
+    guest."""
     backs = [start_pvgpud("sim", env={"PVGPU_SIM_TWINS": str(TWINS),
                                       **({} if alike else {"PVGPU_SIM_NODE": str(i)})})
              for i in (1, 2)]
     front = front_for(start_pvgpud, *backs)
-    res = programs.run("peer", guest_env(libdir, front.unix, PVGPU_DEBUG="1"))
+    env = programs.pvgpu_env(front.unix)
+    env["PVGPU_DEBUG"] = "1"
+    res = programs.run("static/peer", env)
     programs.assert_passed(res, front)
     assert "can access peer 0->1: 0, 1->0: 0" in res.stdout, res.stdout
     assert "enable peer access 1->0: cudaErrorPeerAccessUnsupported" in res.stdout

@@ -26,10 +26,6 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import pvgpu_wire as W  # noqa: E402
-from pvgpu_guest import guest_env as libcuda_env  # noqa: E402
-sys.path.insert(0, os.path.dirname(__file__))
-# NVIDIA's runtime and pvgpu's libcuda.so.1 in one folder (a fixture).
-from test_driver_api import libdir  # noqa: E402,F401
 
 BENCH = (Path(__file__).resolve().parents[2] / os.environ.get("PVGPU_BUILD", "build")
          / "bench" / "pvgpu-bandwidth")
@@ -65,7 +61,7 @@ def worker_signals(daemon, sessions_before):
 
 
 def guest_env(programs, uri, **extra):
-    """The guest as by default (it asks for the word), with the shim's
+    """The guest as by default (it asks for the word), with libcuda.so.1's
     debug line that counts the calls ended on it."""
     env = programs.pvgpu_env(uri)
     env.pop("PVGPU_SIGNAL", None)
@@ -73,14 +69,11 @@ def guest_env(programs, uri, **extra):
     return env
 
 
-def run(programs, daemon, name, uri, libdir=None, **extra):
-    """name through the shim, or with libdir (test_driver_api's folder)
-    NVIDIA's runtime over pvgpu's libcuda.so.1: its transcript and the
-    calls that ended on the word, counted by the guest and the worker."""
-    if libdir is None:
-        env = guest_env(programs, uri, **extra)
-    else:
-        env = libcuda_env(libdir, uri, PVGPU_DEBUG="1", **extra)
+def run(programs, daemon, name, uri, **extra):
+    """name (NVIDIA's runtime over pvgpu's libcuda.so.1; static/NAME with
+    the runtime linked in): its transcript and the calls that ended on the
+    word, counted by the guest and the worker."""
+    env = guest_env(programs, uri, **extra)
     before = len(END_RE.findall(daemon.log()))
     res = programs.run(name, env)
     programs.assert_passed(res, daemon)
@@ -95,13 +88,14 @@ def test_copies_and_synchronizes_end_on_the_word(programs, sim_daemon, name):
 
 
 @pytest.mark.parametrize("name", ["memory", "kernels/vecadd"])
-def test_libcuda_counts_the_calls_ended_on_the_word(programs, twins_daemon, libdir, name):
-    # NVIDIA's runtime over pvgpu's libcuda.so.1 prints the same line at
-    # exit (guest-lib/client/), and its count agrees with the worker's.
-    _res, guest, worker = run(programs, twins_daemon, name, shm_uri(twins_daemon), libdir)
+def test_libcuda_counts_the_calls_ended_on_the_word(programs, twins_daemon, name):
+    # With NVIDIA's runtime linked in (nvcc's default) the calls reach
+    # libcuda.so.1 alike: its count agrees with the worker's.
+    name = "static/" + name
+    _res, guest, worker = run(programs, twins_daemon, name, shm_uri(twins_daemon))
     assert guest > 0
     assert worker == guest
-    _res, none, worker = run(programs, twins_daemon, name, twins_daemon.unix, libdir)
+    _res, none, worker = run(programs, twins_daemon, name, twins_daemon.unix)
     assert none == 0 and worker == 0
 
 

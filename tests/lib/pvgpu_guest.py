@@ -23,6 +23,15 @@ def guest_env(libdir, uri, token=None, lib=None, **extra):
     return preload_for(lib or Path(libdir) / "libcuda.so.1", env)
 
 
+def without_managed(lines):
+    """A program's stdout lines but its managed-memory attribute, which
+    differs from the host's by design where the guest has no window at
+    its own address (unix://, tcp://): libcuda.so.1 offers managed memory
+    only there (guest-lib/cuda/cuda_managed.c)."""
+    return [line for line in lines
+            if not line.startswith(("  managed memory:", "  attribute ManagedMemory:"))]
+
+
 def run_guest_script(tmp_path, text, lib, env, *args, name="script.py", timeout=60):
     """Write text to tmp_path/name and run it with Python, lib (argv[1])
     and args after it, in env; it must exit 0 with PASS as its last line.
