@@ -142,6 +142,17 @@ static struct cu_func *func_check(CUfunction h)
 	return f && f->magic == CU_MAGIC_FUNC ? f : NULL;
 }
 
+CUresult cu_module_remote(CUmodule h, struct cu_ctx **ctx, uint64_t *remote)
+{
+	struct cu_module *m = mod_check(h);
+
+	if (!m)
+		return CUDA_ERROR_INVALID_HANDLE;
+	*ctx = m->ctx;
+	*remote = m->remote;
+	return CUDA_SUCCESS;
+}
+
 static struct cu_library *lib_check(CUlibrary h)
 {
 	struct cu_library *l = (struct cu_library *)h;
@@ -625,6 +636,18 @@ static CUresult func_resolve(CUfunction h, int device, struct cu_func **out)
 		return CUDA_ERROR_INVALID_HANDLE;
 	r = library_module(f->lib, device, &m);
 	return r ? r : module_function(m, f->name, out);
+}
+
+CUresult cu_func_remote(CUfunction h, struct cu_ctx **ctx, uint64_t *remote)
+{
+	struct cu_func *f;
+	CUresult r = func_resolve(h, -1, &f);
+
+	if (r)
+		return r;
+	*ctx = f->mod->ctx;
+	*remote = f->remote;
+	return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)

@@ -143,6 +143,17 @@ static struct cu_event *event_check(CUevent e)
 	return ev;
 }
 
+CUresult cu_event_remote(CUevent e, struct cu_ctx **ctx, uint64_t *remote)
+{
+	struct cu_event *ev = event_check(e);
+
+	if (!ev)
+		return CUDA_ERROR_INVALID_HANDLE;
+	*ctx = ev->ctx;
+	*remote = ev->remote;
+	return CUDA_SUCCESS;
+}
+
 CUresult CUDAAPI cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags)
 {
 	struct cu_event *ev = event_check(e);

@@ -155,10 +155,16 @@ cuMemPoolExportToShareableHandle cuMemPoolImportFromShareableHandle
 # CUdeviceptr@N is N bytes of device memory, which must lie inside one of
 # the session's allocations; const_T* is a structure the call reads (its
 # sizeof(T) bytes travel with the call) and out_T* one it writes (they come
-# back); CUmemGenericAllocationHandle is a handle of the worker's table
-# (`!`: the call destroys it); void*@dev a device address given as a
-# pointer, which must lie in the session's memory; anything else is a
-# scalar passed as is.
+# back); a handle kind of the worker's table (CUevent, CUfunction,
+# CUmodule, CUarray, CUtexObject, CUsurfObject, CUgraph, CUgraphNode,
+# CUgraphExec, CUmemGenericAllocationHandle) is used as given, `KIND*` is
+# one the call creates (added to the table and counted against the VM's
+# handles before the call) and `KIND!` one it destroys (gone from the
+# table, its charge given back): the worker checks each one's kind,
+# liveness and, for those bound to a context, that it is the current
+# one's, and a wrong one is CUDA_ERROR_INVALID_HANDLE for that call alone;
+# void*@dev a device address given as a pointer, which must lie in the
+# session's memory; anything else is a scalar passed as is.
 # `async`: stream-ordered and without results, queued and batched like a
 # launch (its error comes at the next synchronising call).  `hand`: the
 # guest entry point is written by hand in guest-lib/cuda/ (to answer in the

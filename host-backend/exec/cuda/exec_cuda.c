@@ -2966,6 +2966,65 @@ static int32_t cuda_cond_handle(struct pvgpu_exec *ex, uint64_t graph,
 	return rc;
 }
 
+/*
+ * The handle arguments of a generic call against this executor's own
+ * records (defence in depth: the worker checked them first): functions
+ * and arrays of the current context, texture and surface objects it made
+ * there.  Other kinds the driver checks.
+ */
+static int32_t generic_handles(struct pvgpu_exec *ex,
+			       const struct pvgpu_generic_fn *f, const uint64_t *a)
+{
+	CUfunction fn;
+
+	for (uint32_t i = 0; i < f->nargs; i++) {
+		const struct pvgpu_generic_arg *g = &f->args[i];
+
+		if (g->kind != PVGPU_GA_HIN && g->kind != PVGPU_GA_HDEL)
+			continue;
+		switch (g->size) {
+		case PVGPU_GH_FUNC:
+			if (to_function(ex, a[i], &fn))
+				return CUDA_ERROR_INVALID_HANDLE;
+			break;
+		case PVGPU_GH_ARRAY:
+			if (!handle_here(ex, a[i], CUDA_ARRAY))
+				return CUDA_ERROR_INVALID_HANDLE;
+			break;
+		case PVGPU_GH_TEX:
+		case PVGPU_GH_SURF:
+			if (!obj_find(ex, a[i], g->size == PVGPU_GH_SURF))
+				return CUDA_ERROR_INVALID_HANDLE;
+			break;
+		}
+	}
+	return CUDA_SUCCESS;
+}
+
+/* What a destroy took away leaves the records too: an array when the
+ * driver destroyed it, an object whatever it said (the session forgets
+ * it either way). */
+static void generic_destroyed(struct pvgpu_exec *ex,
+			      const struct pvgpu_generic_fn *f,
+			      const uint64_t *a, int32_t rc)
+{
+	struct cuda_handle *e;
+	struct cuda_obj *o;
+
+	for (uint32_t i = 0; i < f->nargs; i++) {
+		const struct pvgpu_generic_arg *g = &f->args[i];
+
+		if (g->kind != PVGPU_GA_HDEL)
+			continue;
+		if (g->size == PVGPU_GH_ARRAY && !rc &&
+		    (e = handle_here(ex, a[i], CUDA_ARRAY)))
+			handle_remove(ex, e);
+		if ((g->size == PVGPU_GH_TEX || g->size == PVGPU_GH_SURF) &&
+		    (o = obj_find(ex, a[i], g->size == PVGPU_GH_SURF)))
+			*o = ex->objs[--ex->nobjs];
+	}
+}
+
 /* build/gen/exec_cuda_generic.c */
 int32_t pvgpu_cuda_generic_invoke(void *fp, const struct pvgpu_generic_fn *f,
 				  uint64_t *a);
@@ -2998,6 +3057,9 @@ static int32_t cuda_driver_call(struct pvgpu_exec *ex,
 		return CUDA_ERROR_NOT_SUPPORTED;
 	if (ex->generic_sets_kernels[f->id])
 		run_graphs_drop(ex, 0);
+	rc = generic_handles(ex, f, a);
+	if (rc)
+		return rc;
 	if (f->id == PVGPU_GENERIC_cuMemRelease) {
 		uint64_t mem = a[0];
 		int32_t rc = pvgpu_cuda_generic_invoke(ex->generic_fp[f->id], f, a);
@@ -3009,7 +3071,9 @@ static int32_t cuda_driver_call(struct pvgpu_exec *ex,
 				ex->vmm_fds[i].mem = 0;
 		return rc;
 	}
-	return pvgpu_cuda_generic_invoke(ex->generic_fp[f->id], f, a);
+	rc = pvgpu_cuda_generic_invoke(ex->generic_fp[f->id], f, a);
+	generic_destroyed(ex, f, a, rc);
+	return rc;
 }
 
 /* The driver's JIT options from the checked ones in l: the log buffers are

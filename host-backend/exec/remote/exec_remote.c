@@ -1489,33 +1489,63 @@ static int32_t remote_surf_destroy(struct pvgpu_exec *ex, uint64_t obj)
 /* the generic driver call */
 
 /*
- * The call goes to the node its stream or handle arguments belong to (all
- * the same one), else to the current context's.  Streams and graph handles
- * are untagged to the node's own ids, new handles tagged on the way back;
- * device pointers pass untouched (the worker in front checked them against
- * the session's allocations, the node checks them again).
+ * Any generic call, whatever its id, goes on to the node with this one
+ * function: the front's worker has checked it against the session's
+ * tables, the node's worker checks it again against its own.  The call
+ * goes to the node its stream or handle arguments belong to (all the same
+ * one), else to the current context's.  Streams and handles are untagged
+ * to the node's own ids, new handles tagged on the way back; texture and
+ * surface objects are the node's driver values as they are (a kernel
+ * reads them), on the current context's node; device pointers pass
+ * untouched.  Structures the call reads travel with it and those it
+ * writes come back (driver_call_data), into the worker's own storage.
  */
 static int32_t remote_driver_call(struct pvgpu_exec *ex,
 				  const struct pvgpu_generic_fn *f, uint64_t *a)
 {
+	struct pvgpu_driver_call_data_req dq = { 0 };
+	struct pvgpu_driver_call_data_rep *dr = NULL;
 	struct remote_node *n = NULL, *hn;
 	uint64_t args[PVGPU_GENERIC_MAX_ARGS] = { 0 };
+	const uint64_t *results;
+	uint8_t in[sizeof(dr->output)];
+	uint32_t nin = 0, nout = 0, results_count;
 	int32_t st;
 
 	if (!ex || !f || !a || f->nargs > PVGPU_GENERIC_MAX_ARGS)
 		return CUDA_ERROR_INVALID_VALUE;
 	for (uint32_t i = 0; i < f->nargs; i++) {
-		switch (f->args[i].kind) {
+		const struct pvgpu_generic_arg *g = &f->args[i];
+
+		switch (g->kind) {
 		case PVGPU_GA_STREAM:
 			hn = stream_node(ex, a[i], &args[i]);
 			break;
 		case PVGPU_GA_HIN:
 		case PVGPU_GA_HDEL:
-			hn = untag(ex, a[i], &args[i]);
+			if (g->size == PVGPU_GH_TEX || g->size == PVGPU_GH_SURF) {
+				args[i] = a[i];
+				hn = cur_node(ex);
+			} else {
+				hn = untag(ex, a[i], &args[i]);
+			}
 			break;
 		case PVGPU_GA_OUT:
 		case PVGPU_GA_HNEW:
 			args[i] = a[i] != 0;
+			continue;
+		case PVGPU_GA_INBUF:
+			args[i] = a[i] != 0;
+			if (a[i] && g->size > sizeof(in) - nin)
+				return CUDA_ERROR_INVALID_VALUE;
+			if (a[i]) {
+				memcpy(in + nin, (const void *)(uintptr_t)a[i], g->size);
+				nin += g->size;
+			}
+			continue;
+		case PVGPU_GA_OUTBUF:
+			args[i] = a[i] != 0;
+			nout += a[i] ? g->size : 0;
 			continue;
 		default:
 			args[i] = a[i];
@@ -1539,18 +1569,40 @@ static int32_t remote_driver_call(struct pvgpu_exec *ex,
 	struct pvgpu_driver_call_req q = { .fn = f->id, .args_count = f->nargs };
 	struct pvgpu_driver_call_rep r = { 0 };
 
-	memcpy(q.args, args, sizeof(q.args));
-	st = cu(n, pvgpu_call_driver_call(n->c, &q, &r));
-	if (st)
-		return st;
-	if (r.results_count != f->nargs)
-		return CUDA_ERROR_UNKNOWN;	/* the node broke the protocol */
-	for (uint32_t i = 0; i < f->nargs; i++) {
-		if (f->args[i].kind == PVGPU_GA_OUT)
-			a[i] = r.results[i];
-		else if (f->args[i].kind == PVGPU_GA_HNEW && a[i])
-			st = tagged(ex, n, r.results[i], &a[i]);
+	if (f->data) {
+		dr = calloc(1, sizeof(*dr));
+		if (!dr)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		dq = (struct pvgpu_driver_call_data_req){ .fn = f->id,
+			.args_count = f->nargs, .input = in, .input_len = nin };
+		memcpy(dq.args, args, sizeof(dq.args));
+		st = cu(n, pvgpu_call_driver_call_data(n->c, &dq, dr));
+		results = dr->results;
+		results_count = dr->results_count;
+		if (!st && dr->output_len != nout)
+			st = CUDA_ERROR_UNKNOWN;	/* the node broke the protocol */
+	} else {
+		memcpy(q.args, args, sizeof(q.args));
+		st = cu(n, pvgpu_call_driver_call(n->c, &q, &r));
+		results = r.results;
+		results_count = r.results_count;
 	}
+	if (!st && results_count != f->nargs)
+		st = CUDA_ERROR_UNKNOWN;	/* the node broke the protocol */
+	nout = 0;
+	for (uint32_t i = 0; !st && i < f->nargs; i++) {
+		const struct pvgpu_generic_arg *g = &f->args[i];
+
+		if (g->kind == PVGPU_GA_OUT) {
+			a[i] = results[i];
+		} else if (g->kind == PVGPU_GA_HNEW && a[i]) {
+			st = tagged(ex, n, results[i], &a[i]);
+		} else if (g->kind == PVGPU_GA_OUTBUF && a[i]) {
+			memcpy((void *)(uintptr_t)a[i], dr->output + nout, g->size);
+			nout += g->size;
+		}
+	}
+	free(dr);
 	return st;
 }
 
