@@ -41,8 +41,8 @@ cuMemsetD32_v2 cuMemsetD32_v2_ptds
 cuMemcpy2D_v2 cuMemcpy2D_v2_ptds cuMemcpy2DUnaligned_v2 cuMemcpy2DUnaligned_v2_ptds
 cuMemcpy2DAsync_v2 cuMemcpy2DAsync_v2_ptsz
 cuMemcpy3D_v2 cuMemcpy3D_v2_ptds cuMemcpy3DAsync_v2 cuMemcpy3DAsync_v2_ptsz
-cuArrayCreate_v2 cuArray3DCreate_v2 cuArrayDestroy
-cuTexObjectCreate cuTexObjectDestroy cuSurfObjectCreate cuSurfObjectDestroy
+cuArrayCreate_v2 cuArray3DCreate_v2
+cuTexObjectCreate cuSurfObjectCreate
 cuTensorMapEncodeTiled cuTensorMapEncodeIm2col
 cuMemcpyHtoA_v2 cuMemcpyHtoA_v2_ptds cuMemcpyHtoAAsync_v2 cuMemcpyHtoAAsync_v2_ptsz
 cuMemcpyAtoH_v2 cuMemcpyAtoH_v2_ptds cuMemcpyAtoHAsync_v2 cuMemcpyAtoHAsync_v2_ptsz
@@ -65,14 +65,13 @@ cuModuleGetFunctionCount cuModuleEnumerateFunctions
 cuLibraryLoadData cuLibraryUnload cuLibraryGetKernel cuLibraryGetModule
 cuLibraryGetGlobal
 cuKernelGetFunction cuKernelGetAttribute cuKernelSetAttribute
-cuFuncGetAttribute cuFuncSetAttribute cuFuncSetCacheConfig
+cuFuncSetCacheConfig
 cuKernelSetCacheConfig
 cuLaunchKernel cuLaunchKernel_ptsz cuLaunchKernelEx cuLaunchKernelEx_ptsz
 cuLaunchCooperativeKernel cuLaunchCooperativeKernel_ptsz
 cuLaunchCooperativeKernelMultiDevice
-cuOccupancyAvailableDynamicSMemPerBlock cuOccupancyMaxActiveClusters
+cuOccupancyMaxActiveClusters
 cuOccupancyMaxActiveBlocksPerMultiprocessor
-cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags
 cuMemAllocPitch_v2
 cuMemsetD2D8_v2 cuMemsetD2D8_v2_ptds cuMemsetD2D8Async cuMemsetD2D8Async_ptsz
 cuMemsetD2D16_v2 cuMemsetD2D16_v2_ptds cuMemsetD2D16Async cuMemsetD2D16Async_ptsz
@@ -89,7 +88,7 @@ cuMemPoolExportPointer cuMemPoolImportPointer
 cuGraphAddKernelNode cuGraphAddKernelNode_v2 cuGraphAddMemcpyNode cuGraphAddMemsetNode
 cuGraphAddEmptyNode cuGraphAddNode cuGraphAddNode_v2
 cuGraphAddDependencies cuGraphAddDependencies_v2
-cuGraphNodeGetType cuGraphGetNodes cuGraphDestroyNode
+cuGraphNodeGetType cuGraphGetNodes
 cuGraphKernelNodeGetParams cuGraphKernelNodeGetParams_v2
 cuGraphKernelNodeSetParams cuGraphKernelNodeSetParams_v2
 cuGraphExecKernelNodeSetParams cuGraphExecKernelNodeSetParams_v2
@@ -225,6 +224,14 @@ GENERIC = """
 212 cuMemGetAccess               unsigned_long_long* const_CUmemLocation* CUdeviceptr
 213 cuMemRetainAllocationHandle  CUmemGenericAllocationHandle* void*@dev
 214 cuMemGetAllocationPropertiesFromHandle out_CUmemAllocationProp* CUmemGenericAllocationHandle
+300 cuFuncGetAttribute           int* CUfunction_attribute CUfunction  hand
+301 cuFuncSetAttribute           CUfunction CUfunction_attribute int  hand
+302 cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags int* CUfunction int size_t unsigned_int  hand
+303 cuOccupancyAvailableDynamicSMemPerBlock size_t* CUfunction int int  hand
+304 cuArrayDestroy               CUarray!  hand
+305 cuTexObjectDestroy           CUtexObject!  hand
+306 cuSurfObjectDestroy          CUsurfObject!  hand
+307 cuGraphDestroyNode           CUgraphNode!  hand
 """
 
 # Exported names whose driver-580 entry is a newer function's (by

@@ -1015,37 +1015,6 @@ static int32_t remote_function_params(struct pvgpu_exec *ex, uint64_t func,
 	return CUDA_SUCCESS;
 }
 
-static int32_t remote_function_attribute(struct pvgpu_exec *ex, uint64_t func,
-					 int32_t attr, int32_t *value)
-{
-	struct pvgpu_func_get_attribute_req q = { .attr = attr };
-	struct pvgpu_func_get_attribute_rep r;
-	struct remote_node *n;
-	int32_t st;
-
-	if (!value)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (!ex || !(n = untag(ex, func, &q.func)))
-		return CUDA_ERROR_INVALID_HANDLE;
-	st = cu(n, pvgpu_call_func_get_attribute(n->c, &q, &r));
-	if (!st)
-		*value = r.value;
-	return st;
-}
-
-static int32_t remote_function_set_attribute(struct pvgpu_exec *ex,
-					     uint64_t func, int32_t attr,
-					     int32_t value)
-{
-	struct pvgpu_func_set_attribute_req q = { .attr = attr, .value = value };
-	struct pvgpu_func_set_attribute_rep r;
-	struct remote_node *n;
-
-	if (!ex || !(n = untag(ex, func, &q.func)))
-		return CUDA_ERROR_INVALID_HANDLE;
-	return cu(n, pvgpu_call_func_set_attribute(n->c, &q, &r));
-}
-
 /* With launch attributes: the same launch, its attributes as they came. */
 static int32_t remote_launch_ex(struct remote_node *n,
 				const struct pvgpu_launch_kernel_req *q,
@@ -1095,28 +1064,6 @@ static int32_t remote_launch(struct pvgpu_exec *ex,
 	if (l->nattrs)
 		return remote_launch_ex(n, &q, l);
 	return cu(n, pvgpu_call_launch_kernel(n->c, &q));
-}
-
-static int32_t remote_occupancy(struct pvgpu_exec *ex, uint64_t func,
-				int32_t block_size, uint64_t dynamic_smem,
-				uint32_t flags, int32_t *blocks)
-{
-	struct pvgpu_func_occupancy_req q = {
-		.block_size = block_size, .dynamic_smem = dynamic_smem,
-		.flags = flags,
-	};
-	struct pvgpu_func_occupancy_rep r;
-	struct remote_node *n;
-	int32_t st;
-
-	if (!blocks)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (!ex || !(n = untag(ex, func, &q.func)))
-		return CUDA_ERROR_INVALID_HANDLE;
-	st = cu(n, pvgpu_call_func_occupancy(n->c, &q, &r));
-	if (!st)
-		*blocks = r.blocks;
-	return st;
 }
 
 /*
@@ -1307,26 +1254,6 @@ static int32_t remote_memcpy_peer(struct pvgpu_exec *ex, uint64_t dst,
 	return remote_memcpy_peer_async(ex, dst, dst_ctx, src, src_ctx, size, 0);
 }
 
-static int32_t remote_dynamic_smem(struct pvgpu_exec *ex, uint64_t func,
-				   int32_t num_blocks, int32_t block_size,
-				   uint64_t *bytes)
-{
-	struct pvgpu_func_dynamic_smem_req q = { .num_blocks = num_blocks,
-						 .block_size = block_size };
-	struct pvgpu_func_dynamic_smem_rep r;
-	struct remote_node *n;
-	int32_t st;
-
-	if (!bytes)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (!ex || !(n = untag(ex, func, &q.func)))
-		return CUDA_ERROR_INVALID_HANDLE;
-	st = cu(n, pvgpu_call_func_dynamic_smem(n->c, &q, &r));
-	if (!st)
-		*bytes = r.bytes;
-	return st;
-}
-
 static int32_t remote_max_clusters(struct pvgpu_exec *ex, uint64_t func,
 				   const struct pvgpu_launch *s,
 				   const uint32_t cluster[3], int32_t *clusters)
@@ -1373,17 +1300,6 @@ static int32_t remote_array_create(struct pvgpu_exec *ex,
 	};
 	st = cu(n, pvgpu_call_array_create(n->c, &q, &r));
 	return st ? st : tagged(ex, n, r.array, array);
-}
-
-static int32_t remote_array_destroy(struct pvgpu_exec *ex, uint64_t array)
-{
-	struct pvgpu_array_destroy_req q;
-	struct pvgpu_array_destroy_rep r;
-	struct remote_node *n = ex ? untag(ex, array, &q.array) : NULL;
-
-	if (!n)
-		return CUDA_ERROR_INVALID_HANDLE;
-	return cu(n, pvgpu_call_array_destroy(n->c, &q, &r));
 }
 
 static int32_t remote_array_copy(struct pvgpu_exec *ex,
@@ -1449,15 +1365,6 @@ static int32_t remote_tex_create(struct pvgpu_exec *ex,
 	return st;
 }
 
-static int32_t remote_tex_destroy(struct pvgpu_exec *ex, uint64_t obj)
-{
-	struct pvgpu_tex_destroy_req q = { .obj = obj };
-	struct pvgpu_tex_destroy_rep r;
-	struct remote_node *n = cur_node(ex);
-
-	return n ? cu(n, pvgpu_call_tex_destroy(n->c, &q, &r)) : CUDA_ERROR_INVALID_CONTEXT;
-}
-
 static int32_t remote_surf_create(struct pvgpu_exec *ex, uint64_t array,
 				  uint64_t *obj)
 {
@@ -1474,15 +1381,6 @@ static int32_t remote_surf_create(struct pvgpu_exec *ex, uint64_t array,
 	if (!st)
 		*obj = r.obj;
 	return st;
-}
-
-static int32_t remote_surf_destroy(struct pvgpu_exec *ex, uint64_t obj)
-{
-	struct pvgpu_surf_destroy_req q = { .obj = obj };
-	struct pvgpu_surf_destroy_rep r;
-	struct remote_node *n = cur_node(ex);
-
-	return n ? cu(n, pvgpu_call_surf_destroy(n->c, &q, &r)) : CUDA_ERROR_INVALID_CONTEXT;
 }
 
 /* ------------------------------------------------------------------ */
@@ -1647,11 +1545,7 @@ static const struct pvgpu_executor_ops pvgpu_exec_remote = {
 	.module_function	= remote_module_function,
 	.module_global		= remote_module_global,
 	.function_params	= remote_function_params,
-	.function_attribute	= remote_function_attribute,
-	.function_set_attribute	= remote_function_set_attribute,
 	.launch			= remote_launch,
-	.occupancy		= remote_occupancy,
-	.dynamic_smem		= remote_dynamic_smem,
 	.max_clusters		= remote_max_clusters,
 	.device_can_access_peer	= remote_device_can_access_peer,
 	.device_p2p_attribute	= remote_device_p2p_attribute,
@@ -1660,12 +1554,9 @@ static const struct pvgpu_executor_ops pvgpu_exec_remote = {
 	.memcpy_peer		= remote_memcpy_peer,
 	.memcpy_peer_async	= remote_memcpy_peer_async,
 	.array_create		= remote_array_create,
-	.array_destroy		= remote_array_destroy,
 	.array_copy		= remote_array_copy,
 	.tex_create		= remote_tex_create,
-	.tex_destroy		= remote_tex_destroy,
 	.surf_create		= remote_surf_create,
-	.surf_destroy		= remote_surf_destroy,
 	.driver_call		= remote_driver_call,
 };
 
