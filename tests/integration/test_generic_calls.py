@@ -1,0 +1,200 @@
+"""The generic driver call as the default route (protocol/api/annotations.py
+GENERIC): calls whose handler would only look handles up and call the
+driver travel as one annotation line each, checked by the worker in one
+place (host-backend/session/generic.c).  The same list passes against
+`pvgpud --executor sim` and through a front `pvgpud --executor remote` to
+a sim node (which forwards every generic call with one function): through
+pvgpu's libcuda.so.1 as a program calls them, and on the wire with handles
+a guest could forge or borrow from another session, each refused with
+CUDA_ERROR_INVALID_HANDLE for that call alone.
+"""
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+import pvgpu_wire as W  # noqa: E402
+from curesult import CUDA_SUCCESS, CUDA_ERROR_INVALID_HANDLE  # noqa: E402
+from pvgpu_guest import SCRIPT_PRELUDE, guest_env, run_guest_script  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
+LIBCUDA = BUILD / "lib" / "libcuda.so.1"
+IMAGE = BUILD / "tests" / "kernels" / "images" / "vecadd.fatbin"
+G = W.GENERIC
+
+# What a program sees of each moved call, in the order the script prints.
+CALLS_SCRIPT = SCRIPT_PRELUDE + r'''
+class Desc3(ctypes.Structure):
+    _fields_ = [("Width", sz), ("Height", sz), ("Depth", sz), ("Format", ctypes.c_int),
+                ("NumChannels", ctypes.c_uint), ("Flags", ctypes.c_uint)]
+class Res(ctypes.Structure):          # CUDA_RESOURCE_DESC
+    _fields_ = [("resType", ctypes.c_int), ("res", u64 * 16), ("flags", ctypes.c_uint)]
+class Tex(ctypes.Structure):          # CUDA_TEXTURE_DESC
+    _fields_ = [("addressMode", ctypes.c_int * 3), ("filterMode", ctypes.c_int),
+                ("flags", ctypes.c_uint), ("maxAnisotropy", ctypes.c_uint),
+                ("mipmapFilterMode", ctypes.c_int), ("mip", ctypes.c_float * 3),
+                ("borderColor", ctypes.c_float * 4), ("reserved", ctypes.c_int * 12)]
+MAX_THREADS, NUM_REGS, MAX_DYN_SMEM = 0, 4, 8
+dev, ctx = context()
+mod, fn = vp(), vp()
+must("cuModuleLoadData", ctypes.byref(mod), open(sys.argv[2], "rb").read())
+must("cuModuleGetFunction", ctypes.byref(fn), mod, b"vec_add")
+v = c_int(-1)
+print("max threads", call("cuFuncGetAttribute", ctypes.byref(v), MAX_THREADS, fn), v.value)
+print("set dyn smem", call("cuFuncSetAttribute", fn, MAX_DYN_SMEM, 1024))
+print("dyn smem", call("cuFuncGetAttribute", ctypes.byref(v), MAX_DYN_SMEM, fn), v.value)
+print("set regs", call("cuFuncSetAttribute", fn, NUM_REGS, 10))
+n = c_int(-1)
+r = call("cuOccupancyMaxActiveBlocksPerMultiprocessor", ctypes.byref(n), fn, 128, sz(0))
+print("occupancy", r, n.value > 0)
+r = call("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", ctypes.byref(n), fn, 128,
+         sz(0), 1)
+print("occupancy flags", r, n.value > 0)
+smem = sz(0)
+r = call("cuOccupancyAvailableDynamicSMemPerBlock", ctypes.byref(smem), fn, 2, 128)
+print("available smem", r, smem.value > 0)
+a = vp()
+must("cuArray3DCreate_v2", ctypes.byref(a), ctypes.byref(Desc3(16, 16, 0, 0x20, 1, 2)))
+res = Res(resType=0)
+res.res[0] = a.value
+tex = Tex(filterMode=1, flags=2)
+t, s = u64(), u64()
+must("cuTexObjectCreate", ctypes.byref(t), ctypes.byref(res), ctypes.byref(tex), None)
+must("cuSurfObjectCreate", ctypes.byref(s), ctypes.byref(res))
+print("tex destroy", call("cuTexObjectDestroy", t), call("cuTexObjectDestroy", t))
+print("surf destroy", call("cuSurfObjectDestroy", s), call("cuSurfObjectDestroy", s))
+print("array destroy", call("cuArrayDestroy", a), call("cuArrayDestroy", a))
+g, node = vp(), vp()
+must("cuGraphCreate", ctypes.byref(g), 0)
+r = call("cuGraphAddEmptyNode", ctypes.byref(node), g, None, sz(0))
+if r:
+    print("no explicit nodes", r)
+else:
+    print("node destroy", call("cuGraphDestroyNode", node), call("cuGraphDestroyNode", node))
+must("cuGraphDestroy", g)
+print("PASS")
+'''
+
+
+@pytest.fixture(params=["sim", "remote"])
+def daemon(request, start_pvgpud):
+    """The sim, or a front `pvgpud --executor remote` before one."""
+    back = start_pvgpud("sim")
+    front = back
+    if request.param == "remote":
+        front = start_pvgpud("remote", extra_args=["--remote", back.tcp])
+    front.executor = request.param
+    return front
+
+
+@pytest.fixture(scope="module")
+def libdir(tmp_path_factory):
+    """pvgpu's libcuda.so.1 alone: ctypes loads it by path."""
+    if not LIBCUDA.exists():
+        pytest.fail(f"{LIBCUDA} is not built (run `make`)")
+    return tmp_path_factory.mktemp("lib")
+
+
+def test_moved_calls_through_libcuda(daemon, libdir, tmp_path):
+    """Function attributes, occupancy, array / texture / surface / graph
+    node destroys answer through libcuda.so.1 as NVIDIA's driver does: a
+    value set is read back, a bad one refused, a second destroy is
+    CUDA_ERROR_INVALID_HANDLE."""
+    out, err = run_guest_script(tmp_path, CALLS_SCRIPT, LIBCUDA,
+                                guest_env(libdir, daemon.unix), IMAGE)
+    text = "\n".join(out) + err
+    for want in ("max threads 0 1024", "set dyn smem 0", "dyn smem 0 1024",
+                 "set regs 1", "occupancy 0 True", "occupancy flags 0 True",
+                 "available smem 0 True", "tex destroy 0 400", "surf destroy 0 400",
+                 "array destroy 0 400"):
+        assert want in out, want + "\n" + text
+    # The remote executor has no explicit graph nodes (NOT_SUPPORTED).
+    assert "node destroy 0 400" in out or "no explicit nodes 801" in out, text
+    assert "node destroy 0 400" in out or daemon.executor == "remote", text
+
+
+def module_function(s):
+    st, _d, out, _ = s.call("module_load", data_in=IMAGE.read_bytes(),
+                            size=IMAGE.stat().st_size)
+    assert st == CUDA_SUCCESS, st
+    st, _d, f, _ = s.call("module_get_function", module=out["module"], name="vec_add")
+    assert st == CUDA_SUCCESS, st
+    return f["func"]
+
+
+def objects(s, pad=0):
+    """One handle of each kind the moved calls take, made in session s
+    after pad streams (so that its ids are not the other session's
+    numbers): {call: [its arguments, the handle in place]}."""
+    for _ in range(pad):
+        assert s.call("stream_create", flags=1, priority=0)[0] == CUDA_SUCCESS
+    fn = module_function(s)
+    st, arr = s.array(16, 16, flags=2)                  # SURFACE_LDST
+    assert st == CUDA_SUCCESS, st
+    tex = dict(address0=1, address1=1, address2=0, filter=1, flags=2, max_aniso=0,
+               mip_filter=0, mip_bias=0.0, mip_min=0.0, mip_max=1.0, border0=0.0,
+               border1=0.0, border2=0.0, border3=1.0, res_flags=0, format=0,
+               channels=0, width=0, height=0, pitch=0, size=0)
+    st, _d, t, _ = s.call("tex_create", res_type=0, handle=arr, **tex)
+    assert st == CUDA_SUCCESS, st
+    st, _d, sf, _ = s.call("surf_create", array=arr)
+    assert st == CUDA_SUCCESS, st
+    st, res = s.driver("cuGraphCreate", 1, 0)
+    assert st == CUDA_SUCCESS, st
+    graph = res[0]
+    st, _d, node, _ = s.call("graph_add_node", graph=graph, type=5, deps=[], func=0,
+                             grid_x=0, grid_y=0, grid_z=0, block_x=0, block_y=0,
+                             block_z=0, shared_bytes=0, params=b"", dst=0, src=0,
+                             pitch=0, width=0, height=0, value=0, elem_size=0, host=0)
+    return {
+        "cuFuncGetAttribute": [1, 0, fn],
+        "cuFuncSetAttribute": [fn, 8, 1024],
+        "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags": [1, fn, 128, 0, 0],
+        "cuOccupancyAvailableDynamicSMemPerBlock": [1, fn, 2, 128],
+        "cuTexObjectDestroy": [t["obj"]],
+        "cuSurfObjectDestroy": [sf["obj"]],
+        "cuArrayDestroy": [arr],
+        "cuGraphDestroyNode": [node.get("node", 0)] if st == CUDA_SUCCESS else None,
+    }
+
+
+HANDLES = {"CUfunction", "CUarray", "CUtexObject", "CUsurfObject", "CUgraphNode"}
+
+
+def handle_at(name):
+    """Which arguments of generic call name are handles (annotations.py)."""
+    return [t.rstrip("!*") in HANDLES and not t.endswith("*")
+            for t in W.GENERIC_ARGS[G[name]][0]]
+
+
+def replaced(name, args, by):
+    """args with each handle argument i replaced by by(i)."""
+    return [by(i) if h else a for i, (a, h) in enumerate(zip(args, handle_at(name)))]
+
+
+def test_moved_calls_check_every_handle(daemon):
+    """Each moved call with a handle made up, or another session's, is
+    CUDA_ERROR_INVALID_HANDLE for that call alone; with its own, it works,
+    and both sessions go on working."""
+    a, b = W.context_session(daemon.unix), W.context_session(daemon.unix)
+    mine, theirs = objects(a), objects(b, pad=8)
+    for name, args in mine.items():
+        if args is None:                # an executor without explicit nodes
+            continue
+        assert any(handle_at(name)), name
+        made_up = replaced(name, args, lambda i: args[i] ^ 0x5eed0000)
+        assert a.driver(name, *made_up)[0] == CUDA_ERROR_INVALID_HANDLE, name
+        other = theirs[name]
+        borrowed = other and replaced(name, args, lambda i: other[i])
+        # Texture and surface objects are the driver's values, which two
+        # sessions' drivers may both hand out: only a different one counts.
+        if borrowed and borrowed != args:
+            assert a.driver(name, *borrowed)[0] == CUDA_ERROR_INVALID_HANDLE, name
+        st, _ = a.driver(name, *args)
+        assert st == CUDA_SUCCESS, (name, st)
+    for name, args in theirs.items():
+        if args is not None:
+            assert b.driver(name, *args)[0] == CUDA_SUCCESS, name
