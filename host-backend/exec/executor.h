@@ -295,8 +295,6 @@ struct pvgpu_executor_ops {
 				uint64_t stream);
 	int32_t (*event_synchronize)(struct pvgpu_exec *ex, uint64_t event);
 	int32_t (*event_query)(struct pvgpu_exec *ex, uint64_t event);
-	int32_t (*event_elapsed)(struct pvgpu_exec *ex, uint64_t start,
-				 uint64_t end, float *ms);
 
 	/* Modules and kernels. */
 	int32_t (*module_load)(struct pvgpu_exec *ex, const void *image,

@@ -58,7 +58,7 @@ cuStreamQuery cuStreamQuery_ptsz
 cuStreamWaitEvent cuStreamWaitEvent_ptsz
 cuEventCreate cuEventDestroy cuEventDestroy_v2
 cuEventRecord cuEventRecord_ptsz cuEventRecordWithFlags cuEventRecordWithFlags_ptsz
-cuEventSynchronize cuEventQuery cuEventElapsedTime cuEventElapsedTime_v2
+cuEventSynchronize cuEventQuery
 cuModuleLoad cuModuleLoadData cuModuleLoadDataEx cuModuleLoadFatBinary cuModuleUnload
 cuModuleGetFunction  cuModuleGetGlobal_v2
 cuModuleGetFunctionCount cuModuleEnumerateFunctions
@@ -232,6 +232,8 @@ GENERIC = """
 305 cuTexObjectDestroy           CUtexObject!  hand
 306 cuSurfObjectDestroy          CUsurfObject!  hand
 307 cuGraphDestroyNode           CUgraphNode!  hand
+308 cuEventElapsedTime_v2        float* CUevent CUevent  hand
+308 cuEventElapsedTime           float* CUevent CUevent  hand
 """
 
 # Exported names whose driver-580 entry is a newer function's (by

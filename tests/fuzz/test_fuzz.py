@@ -77,7 +77,8 @@ def seeds():
                + W.message("event_create", 8, flags=0)
                + W.message("event_record", 9, event=(1 << 24) | 3, stream=(1 << 24) | 2)
                + W.message("stream_synchronize", 10, stream=(1 << 24) | 2)
-               + W.message("event_elapsed", 11, start=(1 << 24) | 3, end=(1 << 24) | 3))
+               + W.message("driver_call", 11, fn=W.GENERIC["cuEventElapsedTime_v2"],
+                           args=[1, (1 << 24) | 3, (1 << 24) | 3]))
     attrs = W.message("device_get_attributes", 12, device=0, attrs=[1, 2, 16, 75, 76])
     free = W.message("mem_free", 13, dptr=base) + W.message("bye", 14)
     session = hello + ctx + set_ctx + alloc

@@ -75,6 +75,16 @@ if r:
 else:
     print("node destroy", call("cuGraphDestroyNode", node), call("cuGraphDestroyNode", node))
 must("cuGraphDestroy", g)
+e1, e2 = vp(), vp()
+must("cuEventCreate", ctypes.byref(e1), 0)
+must("cuEventCreate", ctypes.byref(e2), 0)
+ms = ctypes.c_float(-1)
+print("elapsed unrecorded", call("cuEventElapsedTime_v2", ctypes.byref(ms), e1, e2))
+must("cuEventRecord", e1, None)
+must("cuEventRecord", e2, None)
+must("cuEventSynchronize", e2)
+r = call("cuEventElapsedTime", ctypes.byref(ms), e1, e2)
+print("elapsed", r, 0.0 <= ms.value < 1000.0)
 print("PASS")
 '''
 
@@ -109,7 +119,7 @@ def test_moved_calls_through_libcuda(daemon, libdir, tmp_path):
     for want in ("max threads 0 1024", "set dyn smem 0", "dyn smem 0 1024",
                  "set regs 1", "occupancy 0 True", "occupancy flags 0 True",
                  "available smem 0 True", "tex destroy 0 400", "surf destroy 0 400",
-                 "array destroy 0 400"):
+                 "array destroy 0 400", "elapsed unrecorded 400", "elapsed 0 True"):
         assert want in out, want + "\n" + text
     # The remote executor has no explicit graph nodes (NOT_SUPPORTED).
     assert "node destroy 0 400" in out or "no explicit nodes 801" in out, text
@@ -145,11 +155,19 @@ def objects(s, pad=0):
     st, res = s.driver("cuGraphCreate", 1, 0)
     assert st == CUDA_SUCCESS, st
     graph = res[0]
-    st, _d, node, _ = s.call("graph_add_node", graph=graph, type=5, deps=[], func=0,
+    node_st, _d, node, _ = s.call("graph_add_node", graph=graph, type=5, deps=[], func=0,
                              grid_x=0, grid_y=0, grid_z=0, block_x=0, block_y=0,
                              block_z=0, shared_bytes=0, params=b"", dst=0, src=0,
                              pitch=0, width=0, height=0, value=0, elem_size=0, host=0)
+    events = []
+    for _ in range(2):
+        st, _d, e, _ = s.call("event_create", flags=0)
+        assert st == CUDA_SUCCESS, st
+        events.append(e["event"])
+        s.queue("event_record", event=e["event"], stream=0)
+    assert s.call("ctx_synchronize")[0] == CUDA_SUCCESS
     return {
+        "cuEventElapsedTime_v2": [1] + events,
         "cuFuncGetAttribute": [1, 0, fn],
         "cuFuncSetAttribute": [fn, 8, 1024],
         "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags": [1, fn, 128, 0, 0],
@@ -157,11 +175,12 @@ def objects(s, pad=0):
         "cuTexObjectDestroy": [t["obj"]],
         "cuSurfObjectDestroy": [sf["obj"]],
         "cuArrayDestroy": [arr],
-        "cuGraphDestroyNode": [node.get("node", 0)] if st == CUDA_SUCCESS else None,
+        "cuGraphDestroyNode": [node["node"]] if node_st == CUDA_SUCCESS else None,
     }
 
 
-HANDLES = {"CUfunction", "CUarray", "CUtexObject", "CUsurfObject", "CUgraphNode"}
+HANDLES = {"CUfunction", "CUarray", "CUtexObject", "CUsurfObject", "CUgraphNode",
+           "CUevent"}
 
 
 def handle_at(name):

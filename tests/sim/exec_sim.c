@@ -4892,6 +4892,18 @@ static int32_t sim_func_call(struct pvgpu_exec *ex,
 	}
 }
 
+static int32_t sim_elapsed_call(struct pvgpu_exec *ex,
+				const struct pvgpu_generic_fn *f, uint64_t *a)
+{
+	float ms = 0;
+	int32_t rc = sim_event_elapsed(ex, a[1], a[2], a[0] ? &ms : NULL);
+
+	(void)f;
+	a[0] = 0;
+	memcpy(&a[0], &ms, sizeof(ms));		/* a float result: its bits */
+	return rc;
+}
+
 static int32_t sim_destroy_call(struct pvgpu_exec *ex,
 				const struct pvgpu_generic_fn *f, uint64_t *a)
 {
@@ -4961,6 +4973,7 @@ static const struct sim_generic {
 	{ PVGPU_GENERIC_cuTexObjectDestroy, sim_destroy_call, true },
 	{ PVGPU_GENERIC_cuSurfObjectDestroy, sim_destroy_call, true },
 	{ PVGPU_GENERIC_cuGraphDestroyNode, sim_destroy_call, true },
+	{ PVGPU_GENERIC_cuEventElapsedTime_v2, sim_elapsed_call, true },
 };
 
 static int32_t sim_driver_call(struct pvgpu_exec *ex,
@@ -5027,7 +5040,6 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.event_record		= sim_event_record,
 	.event_synchronize	= sim_event_synchronize,
 	.event_query		= sim_event_query,
-	.event_elapsed		= sim_event_elapsed,
 	.module_load		= sim_module_load,
 	.module_unload		= sim_module_unload,
 	.module_function	= sim_module_function,

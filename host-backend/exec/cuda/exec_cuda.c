@@ -1532,17 +1532,6 @@ static int32_t cuda_event_query(struct pvgpu_exec *ex, uint64_t event)
 	return ex->api.event_query(to_event(event));
 }
 
-static int32_t cuda_event_elapsed(struct pvgpu_exec *ex, uint64_t start,
-				  uint64_t end, float *ms)
-{
-	if (!ex || !ms)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (!handle_find(ex, start, CUDA_EVENT) ||
-	    !handle_find(ex, end, CUDA_EVENT))
-		return CUDA_ERROR_INVALID_HANDLE;
-	return ex->api.event_elapsed_time(ms, to_event(start), to_event(end));
-}
-
 /* ------------------------------------------------------------------ */
 /* modules and kernels */
 
@@ -2844,9 +2833,9 @@ static int32_t cuda_cond_handle(struct pvgpu_exec *ex, uint64_t graph,
 
 /*
  * The handle arguments of a generic call against this executor's own
- * records (defence in depth: the worker checked them first): functions
- * and arrays of the current context, texture and surface objects it made
- * there.  Other kinds the driver checks.
+ * records (defence in depth: the worker checked them first): events it
+ * made, functions and arrays of the current context, texture and surface
+ * objects it made there.  Other kinds the driver checks.
  */
 static int32_t generic_handles(struct pvgpu_exec *ex,
 			       const struct pvgpu_generic_fn *f, const uint64_t *a)
@@ -2861,6 +2850,10 @@ static int32_t generic_handles(struct pvgpu_exec *ex,
 		switch (g->size) {
 		case PVGPU_GH_FUNC:
 			if (to_function(ex, a[i], &fn))
+				return CUDA_ERROR_INVALID_HANDLE;
+			break;
+		case PVGPU_GH_EVENT:
+			if (!handle_find(ex, a[i], CUDA_EVENT))
 				return CUDA_ERROR_INVALID_HANDLE;
 			break;
 		case PVGPU_GH_ARRAY:
@@ -3408,7 +3401,6 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.event_record		= cuda_event_record,
 	.event_synchronize	= cuda_event_synchronize,
 	.event_query		= cuda_event_query,
-	.event_elapsed		= cuda_event_elapsed,
 	.module_load		= cuda_module_load,
 	.module_unload		= cuda_module_unload,
 	.module_function	= cuda_module_function,

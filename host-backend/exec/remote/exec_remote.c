@@ -827,25 +827,6 @@ static int32_t remote_event_query(struct pvgpu_exec *ex, uint64_t event)
 	return cu(n, pvgpu_call_event_query(n->c, &q, &r));
 }
 
-static int32_t remote_event_elapsed(struct pvgpu_exec *ex, uint64_t start,
-				    uint64_t end, float *ms)
-{
-	struct pvgpu_event_elapsed_req q = { 0 };
-	struct pvgpu_event_elapsed_rep r;
-	struct remote_node *n, *n2;
-	int32_t st;
-
-	if (!ms)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (!ex || !(n = untag(ex, start, &q.start)) ||
-	    !(n2 = untag(ex, end, &q.end)) || n != n2)
-		return CUDA_ERROR_INVALID_HANDLE;
-	st = cu(n, pvgpu_call_event_elapsed(n->c, &q, &r));
-	if (!st)
-		*ms = r.ms;
-	return st;
-}
-
 /* ------------------------------------------------------------------ */
 /* modules and kernels */
 
@@ -1539,7 +1520,6 @@ static const struct pvgpu_executor_ops pvgpu_exec_remote = {
 	.event_record		= remote_event_record,
 	.event_synchronize	= remote_event_synchronize,
 	.event_query		= remote_event_query,
-	.event_elapsed		= remote_event_elapsed,
 	.module_load		= remote_module_load,
 	.module_unload		= remote_module_unload,
 	.module_function	= remote_module_function,
