@@ -111,26 +111,36 @@ int32_t cu_generic_op(struct cu_op *op, uint32_t id, uint64_t *a, uint32_t n)
 CUresult cu_generic_handle(uint32_t gh, const void *h, struct cu_ctx **ctx,
 			   uint64_t *remote)
 {
+	struct cu_ctx *mine = NULL;
 	struct cu_array *arr;
+	CUresult r = CUDA_SUCCESS;
 
 	switch (gh) {
 	case PVGPU_GH_EVENT:
-		return cu_event_remote((CUevent)h, ctx, remote);
+		r = cu_event_remote((CUevent)h, &mine, remote);
+		break;
 	case PVGPU_GH_FUNC:
-		return cu_func_remote((CUfunction)h, ctx, remote);
+		r = cu_func_remote((CUfunction)h, &mine, remote);
+		break;
 	case PVGPU_GH_MODULE:
-		return cu_module_remote((CUmodule)h, ctx, remote);
+		r = cu_module_remote((CUmodule)h, &mine, remote);
+		break;
 	case PVGPU_GH_ARRAY:
 		arr = cu_array_get((CUarray)h);
 		if (!arr)
 			return CUDA_ERROR_INVALID_HANDLE;
-		*ctx = arr->ctx;
+		mine = arr->ctx;
 		*remote = arr->remote;
-		return CUDA_SUCCESS;
+		break;
 	default:
 		*remote = (uint64_t)(uintptr_t)h;
-		return CUDA_SUCCESS;
+		break;
 	}
+	/* The call goes to the context its first argument names (a stream
+	 * before an event it waits for, which may be another's). */
+	if (!r && !*ctx)
+		*ctx = mine;
+	return r;
 }
 
 CUresult cu_generic_call(uint32_t id, const char *name, int async,

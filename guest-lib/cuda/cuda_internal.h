@@ -291,9 +291,10 @@ CUresult cu_generic_call(uint32_t id, const char *name, int async,
 int32_t cu_generic_op(struct cu_op *op, uint32_t id, uint64_t *a, uint32_t n);
 /*
  * A handle argument of kind gh (PVGPU_GH_*): for the guest's own structs
- * (events, functions, modules, arrays) the backend's id and their context
- * (*ctx, left as it is for the rest), else the value as it is.
- * CUDA_ERROR_INVALID_HANDLE for a handle that is not a live one of ours.
+ * (events, functions, modules, arrays) the backend's id, and their
+ * context into *ctx unless an earlier argument named one; else the value
+ * as it is.  CUDA_ERROR_INVALID_HANDLE for a handle that is not a live
+ * one of ours.
  */
 CUresult cu_generic_handle(uint32_t gh, const void *h, struct cu_ctx **ctx,
 			   uint64_t *remote);
