@@ -110,7 +110,7 @@ def test_moved_calls_through_libcuda(daemon, libdir, tmp_path):
     value set is read back, a bad one refused, a second destroy is
     CUDA_ERROR_INVALID_HANDLE."""
     out, err = run_guest_script(tmp_path, CALLS_SCRIPT, LIBCUDA,
-                                guest_env(libdir, daemon.unix), IMAGE)
+                                guest_env(libdir, daemon.unix, lib=LIBCUDA), IMAGE)
     text = "\n".join(out) + err
     for want in ("max threads 0 1024", "set dyn smem 0", "dyn smem 0 1024",
                  "set regs 1", "occupancy 0 True", "occupancy flags 0 True",
