@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+import pvgpu_wire as W  # noqa: E402
 from pvgpu_guest import SCRIPT_PRELUDE, guest_env, run_guest_script  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -120,3 +121,21 @@ def test_moved_calls_through_libcuda(daemon, libdir, tmp_path):
     # The remote executor has no explicit graph nodes (NOT_SUPPORTED).
     assert "node destroy 0 400" in out or "no explicit nodes 801" in out, text
     assert "node destroy 0 400" in out or daemon.executor == "remote", text
+
+
+def test_structures_cross_every_hop(daemon):
+    """A generic call with structures (driver_call_data: a stream attribute
+    set, then read back) gives back what was set, on the sim and through
+    the remote executor, which forwards them with the call."""
+    s = W.context_session(daemon.unix)
+    st, _d, out, _ = s.call("stream_create", flags=1, priority=0)
+    assert st == 0, st
+    stream, policy = out["stream"], 3          # CU_STREAM_ATTRIBUTE_SYNCHRONIZATION_POLICY
+    value = bytes([3]) + bytes(63)              # a CUstreamAttrValue: CU_SYNC_POLICY_YIELD
+    st, _d, _o, _ = s.call("driver_call_data", fn=W.GENERIC["cuStreamSetAttribute"],
+                           args=[stream, policy, 1], input=value)
+    assert st == 0, st
+    st, _d, got, _ = s.call("driver_call_data", fn=W.GENERIC["cuStreamGetAttribute"],
+                            args=[stream, policy, 1], input=b"")
+    assert st == 0, st
+    assert got["output"][:4] == bytes([3, 0, 0, 0]), got
