@@ -65,6 +65,7 @@ class Op:
 
 def parse(path):
     ops, version, cur = [], None, None
+    retired = []
     features = {}
     with open(path) as f:
         for lineno, raw in enumerate(f, 1):
@@ -82,6 +83,13 @@ def parse(path):
                 if bit < 0 or bit > 63 or bit in features.values() or words[1] in features:
                     raise SpecError(f"{where}: feature bit {bit} or name reused or out of range")
                 features[words[1]] = bit
+            elif words[0] == "retired":
+                # An op moved elsewhere (the generic driver call): its
+                # opcode stays taken, so no later op can mean it.
+                if len(words) != 3:
+                    raise SpecError(f"{where}: expected 'retired NAME OPCODE'")
+                retired.append((words[1], int(words[2], 0), where))
+                cur = None
             elif words[0] == "op":
                 if len(words) < 4 or words[3] not in ("sync", "async"):
                     raise SpecError(f"{where}: expected 'op NAME OPCODE sync|async'")
@@ -123,6 +131,11 @@ def parse(path):
     if version is None:
         raise SpecError(f"{path}: no 'version' line")
     seen_codes, seen_names = {}, set()
+    for name, code, where in retired:
+        if code in seen_codes or name in seen_names:
+            raise SpecError(f"{where}: opcode {code:#x} or name {name} retired twice")
+        seen_codes[code] = name
+        seen_names.add(name)
     for op in ops:
         if op.opcode in seen_codes or op.opcode < 0x10 or op.opcode > 0xFFFF:
             raise SpecError(f"{op.line}: opcode {op.opcode:#x} reused or reserved")

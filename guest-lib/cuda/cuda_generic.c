@@ -91,6 +91,58 @@ static CUresult cu_op_ctxless(struct cu_op *op, uint32_t id, int device)
 	return ctxless(id) ? cu_op_device(op, device) : cu_op_current(op);
 }
 
+int32_t cu_generic_op(struct cu_op *op, uint32_t id, uint64_t *a, uint32_t n)
+{
+	struct pvgpu_driver_call_req req = { .fn = id, .args_count = n };
+	struct pvgpu_driver_call_rep rep = { 0 };
+	int32_t st;
+
+	if (n > 8)		/* ops.spec: args max=8 */
+		return CUDA_ERROR_INVALID_VALUE;
+	memcpy(req.args, a, n * sizeof(*a));
+	st = pvgpu_call_driver_call(op->client, &req, &rep);
+	if (!st && rep.results_count == n)
+		memcpy(a, rep.results, n * sizeof(*a));
+	else if (!st)
+		st = CUDA_ERROR_UNKNOWN;
+	return st;
+}
+
+CUresult cu_generic_handle(uint32_t gh, const void *h, struct cu_ctx **ctx,
+			   uint64_t *remote)
+{
+	struct cu_ctx *mine = NULL;
+	struct cu_array *arr;
+	CUresult r = CUDA_SUCCESS;
+
+	switch (gh) {
+	case PVGPU_GH_EVENT:
+		r = cu_event_remote((CUevent)h, &mine, remote);
+		break;
+	case PVGPU_GH_FUNC:
+		r = cu_func_remote((CUfunction)h, &mine, remote);
+		break;
+	case PVGPU_GH_MODULE:
+		r = cu_module_remote((CUmodule)h, &mine, remote);
+		break;
+	case PVGPU_GH_ARRAY:
+		arr = cu_array_get((CUarray)h);
+		if (!arr)
+			return CUDA_ERROR_INVALID_HANDLE;
+		mine = arr->ctx;
+		*remote = arr->remote;
+		break;
+	default:
+		*remote = (uint64_t)(uintptr_t)h;
+		break;
+	}
+	/* The call goes to the context its first argument names (a stream
+	 * before an event it waits for, which may be another's). */
+	if (!r && !*ctx)
+		*ctx = mine;
+	return r;
+}
+
 CUresult cu_generic_call(uint32_t id, const char *name, int async,
 			 struct cu_ctx *ctx, uint64_t *a, uint32_t n)
 {

@@ -817,14 +817,13 @@ CUresult CUDAAPI cuGraphKernelNodeGetParams(CUgraphNode node,
 
 CUresult CUDAAPI cuGraphDestroyNode(CUgraphNode node)
 {
-	struct pvgpu_graph_node_destroy_req req = { .node = ID(node) };
-	struct pvgpu_graph_node_destroy_rep rep;
+	uint64_t a[1] = { ID(node) };
 	struct cu_op op;
 	CUresult r = cu_op_current(&op);
 
 	if (r)
 		return r;
-	r = cu_status(pvgpu_call_graph_node_destroy(op.client, &req, &rep));
+	r = cu_status(cu_generic_op(&op, PVGPU_GENERIC_cuGraphDestroyNode, a, 1));
 	cu_op_end(&op);
 	if (!r) {
 		kernel_node_keep(ID(node), 0, NULL, NULL);

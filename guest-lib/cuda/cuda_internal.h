@@ -287,6 +287,21 @@ CUresult cu_stream_resolve(CUstream s, struct cu_ctx **ctx, uint64_t *remote);
  */
 CUresult cu_generic_call(uint32_t id, const char *name, int async,
 			 struct cu_ctx *ctx, uint64_t *a, uint32_t n);
+/* The same on op, begun by the caller (hand-written entry points that
+ * answer in the guest when they can): the wire status, results in a[]. */
+int32_t cu_generic_op(struct cu_op *op, uint32_t id, uint64_t *a, uint32_t n);
+/*
+ * A handle argument of kind gh (PVGPU_GH_*): for the guest's own structs
+ * (events, functions, modules, arrays) the backend's id, and their
+ * context into *ctx unless an earlier argument named one; else the value
+ * as it is.  CUDA_ERROR_INVALID_HANDLE for a handle that is not a live
+ * one of ours.
+ */
+CUresult cu_generic_handle(uint32_t gh, const void *h, struct cu_ctx **ctx,
+			   uint64_t *remote);
+CUresult cu_event_remote(CUevent e, struct cu_ctx **ctx, uint64_t *remote);
+CUresult cu_func_remote(CUfunction f, struct cu_ctx **ctx, uint64_t *remote);
+CUresult cu_module_remote(CUmodule m, struct cu_ctx **ctx, uint64_t *remote);
 /* Stream captures begun and not yet ended by this process;
  * cu_capture_begun: one more (cuStreamBeginCaptureToGraph). */
 int cu_captures_active(void);

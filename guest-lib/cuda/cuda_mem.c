@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cuda_internal.h"
+#include "pvgpu_generic.h"
 #include "cuda_surface.h"
 #include "debug.h"
 #include "guest_window.h"
@@ -1180,19 +1181,18 @@ CUresult CUDAAPI cuArrayCreate_v2(CUarray *out, const CUDA_ARRAY_DESCRIPTOR *d)
 
 CUresult CUDAAPI cuArrayDestroy(CUarray h)
 {
-	struct pvgpu_array_destroy_req req;
-	struct pvgpu_array_destroy_rep rep;
 	struct cu_array *a = array_get(h);
 	struct cu_op op;
+	uint64_t arg[1];
 	CUresult r;
 
 	if (!a)
 		return CUDA_ERROR_INVALID_HANDLE;
-	req.array = a->remote;
+	arg[0] = a->remote;
 	r = cu_op_begin(&op, a->ctx);
 	if (r)
 		return r;
-	r = cu_status(pvgpu_call_array_destroy(op.client, &req, &rep));
+	r = cu_status(cu_generic_op(&op, PVGPU_GENERIC_cuArrayDestroy, arg, 1));
 	cu_op_end(&op);
 	if (!r)
 		a->alive = 0;	/* never freed: a stale handle stays harmless */

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cuda_internal.h"
+#include "pvgpu_generic.h"
 #include "cuda_surface.h"
 #include "debug.h"
 #include "pvgpu_guest.h"
@@ -148,6 +149,17 @@ static struct cu_func *func_check(CUfunction h)
 	struct cu_func *f = (struct cu_func *)h;
 
 	return f && f->magic == CU_MAGIC_FUNC ? f : NULL;
+}
+
+CUresult cu_module_remote(CUmodule h, struct cu_ctx **ctx, uint64_t *remote)
+{
+	struct cu_module *m = mod_check(h);
+
+	if (!m)
+		return CUDA_ERROR_INVALID_HANDLE;
+	*ctx = m->ctx;
+	*remote = m->remote;
+	return CUDA_SUCCESS;
 }
 
 static struct cu_library *lib_check(CUlibrary h)
@@ -307,18 +319,17 @@ static CUresult module_function(struct cu_module *m, const char *name, struct cu
 	}
 	{
 		/* A kernel's __launch_bounds__, checked at every launch. */
-		struct pvgpu_func_get_attribute_req areq = {
-			f->remote, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
-		};
-		struct pvgpu_func_get_attribute_rep arep = { 0 };
+		uint64_t a[3] = { 1, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f->remote };
 
 		f->max_dyn_smem = -1;
 		if (!cu_op_begin(&op, m->ctx)) {
-			if (!pvgpu_call_func_get_attribute(op.client, &areq, &arep))
-				f->max_threads = arep.value;
-			areq.attr = CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
-			if (!pvgpu_call_func_get_attribute(op.client, &areq, &arep))
-				f->max_dyn_smem = arep.value;
+			if (!cu_generic_op(&op, PVGPU_GENERIC_cuFuncGetAttribute, a, 3))
+				f->max_threads = (int32_t)a[0];
+			a[0] = 1;
+			a[1] = CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+			a[2] = f->remote;
+			if (!cu_generic_op(&op, PVGPU_GENERIC_cuFuncGetAttribute, a, 3))
+				f->max_dyn_smem = (int32_t)a[0];
 			cu_op_end(&op);
 		}
 	}
@@ -639,6 +650,18 @@ static CUresult func_resolve(CUfunction h, int device, struct cu_func **out)
 	return r ? r : module_function(m, f->name, out);
 }
 
+CUresult cu_func_remote(CUfunction h, struct cu_ctx **ctx, uint64_t *remote)
+{
+	struct cu_func *f;
+	CUresult r = func_resolve(h, -1, &f);
+
+	if (r)
+		return r;
+	*ctx = f->mod->ctx;
+	*remote = f->remote;
+	return CUDA_SUCCESS;
+}
+
 CUresult CUDAAPI cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
 {
 	struct cu_func *f;
@@ -783,24 +806,25 @@ static CUresult func_attr(struct cu_func *f, int attr, int *get, int set)
 	if (r)
 		return r;
 	if (get) {
-		struct pvgpu_func_get_attribute_req req = { f->remote, attr };
-		struct pvgpu_func_get_attribute_rep rep = { 0 };
+		uint64_t a[3] = { 1, (uint64_t)(int64_t)attr, f->remote };
+		int32_t value;
 
-		r = cu_status(pvgpu_call_func_get_attribute(op.client, &req, &rep));
+		r = cu_status(cu_generic_op(&op, PVGPU_GENERIC_cuFuncGetAttribute, a, 3));
 		if (!r) {
-			*get = rep.value;
+			value = (int32_t)a[0];
+			*get = value;
 			if (attr >= 0 && attr < CU_FUNC_ATTRIBUTE_MAX) {
-				__atomic_store_n(&f->attr[attr], rep.value, __ATOMIC_RELAXED);
+				__atomic_store_n(&f->attr[attr], value, __ATOMIC_RELAXED);
 				__atomic_fetch_or(&f->attr_known, 1u << attr, __ATOMIC_RELEASE);
 			}
 		}
 	} else {
-		struct pvgpu_func_set_attribute_req req = { f->remote, attr, set };
-		struct pvgpu_func_set_attribute_rep rep;
+		uint64_t a[3] = { f->remote, (uint64_t)(int64_t)attr,
+				  (uint64_t)(int64_t)set };
 
 		__atomic_store_n(&f->attr_known, 0, __ATOMIC_RELEASE);
 		answers_forget(f);
-		r = cu_status(pvgpu_call_func_set_attribute(op.client, &req, &rep));
+		r = cu_status(cu_generic_op(&op, PVGPU_GENERIC_cuFuncSetAttribute, a, 3));
 		if (!r && attr == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
 			f->max_dyn_smem = set;
 		__atomic_store_n(&f->attr_known, 0, __ATOMIC_RELEASE);
@@ -880,12 +904,13 @@ static CUresult func_ask(CUfunction h, const uint64_t key[6], const uint32_t *cl
 	if (r)
 		return r;
 	if (key[0] == ASK_BLOCKS) {
-		struct pvgpu_func_occupancy_req req = {
-			f->remote, (int32_t)key[1], key[2], (uint32_t)key[3] };
-		struct pvgpu_func_occupancy_rep rep = { 0 };
+		uint64_t a[5] = { 1, f->remote, (uint64_t)(int64_t)(int32_t)key[1],
+				  key[2], (uint32_t)key[3] };
 
-		r = cu_status(pvgpu_call_func_occupancy(op.client, &req, &rep));
-		*value = rep.blocks;
+		r = cu_status(cu_generic_op(&op,
+			PVGPU_GENERIC_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags,
+			a, 5));
+		*value = r ? 0 : (int32_t)a[0];
 	} else if (key[0] == ASK_CLUSTERS) {
 		struct pvgpu_func_max_clusters_req req = {
 			.func = f->remote,
@@ -898,12 +923,12 @@ static CUresult func_ask(CUfunction h, const uint64_t key[6], const uint32_t *cl
 		r = cu_status(pvgpu_call_func_max_clusters(op.client, &req, &rep));
 		*value = rep.clusters;
 	} else {
-		struct pvgpu_func_dynamic_smem_req req = {
-			f->remote, (int32_t)key[1], (int32_t)key[2] };
-		struct pvgpu_func_dynamic_smem_rep rep = { 0 };
+		uint64_t a[4] = { 1, f->remote, (uint64_t)(int64_t)(int32_t)key[1],
+				  (uint64_t)(int64_t)(int32_t)key[2] };
 
-		r = cu_status(pvgpu_call_func_dynamic_smem(op.client, &req, &rep));
-		*value = (int64_t)rep.bytes;
+		r = cu_status(cu_generic_op(&op,
+			PVGPU_GENERIC_cuOccupancyAvailableDynamicSMemPerBlock, a, 4));
+		*value = r ? 0 : (int64_t)a[0];
 	}
 	cu_op_end(&op);
 	if (!r)

@@ -5,6 +5,7 @@
  */
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cuda_internal.h"
 #include "pvgpu_generic.h"
@@ -141,6 +142,17 @@ static struct cu_event *event_check(CUevent e)
 	if (!ev || ev->magic != CU_MAGIC_EVENT || !ev->alive)
 		return NULL;
 	return ev;
+}
+
+CUresult cu_event_remote(CUevent e, struct cu_ctx **ctx, uint64_t *remote)
+{
+	struct cu_event *ev = event_check(e);
+
+	if (!ev)
+		return CUDA_ERROR_INVALID_HANDLE;
+	*ctx = ev->ctx;
+	*remote = ev->remote;
+	return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags)
@@ -400,8 +412,7 @@ CUresult CUDAAPI cuEventQuery(CUevent e) { return event_wait(e, 1); }
 CUresult CUDAAPI cuEventElapsedTime_v2(float *ms, CUevent a, CUevent b)
 {
 	struct cu_event *s = event_check(a), *e = event_check(b);
-	struct pvgpu_event_elapsed_req req;
-	struct pvgpu_event_elapsed_rep rep = { 0 };
+	uint64_t arg[3] = { 1 };
 	struct cu_op op;
 	CUresult r;
 
@@ -409,15 +420,15 @@ CUresult CUDAAPI cuEventElapsedTime_v2(float *ms, CUevent a, CUevent b)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!s || !e)
 		return CUDA_ERROR_INVALID_HANDLE;
-	req.start = s->remote;
-	req.end = e->remote;
+	arg[1] = s->remote;
+	arg[2] = e->remote;
 	r = cu_op_begin(&op, s->ctx);
 	if (r)
 		return r;
-	r = cu_status(pvgpu_call_event_elapsed(op.client, &req, &rep));
+	r = cu_status(cu_generic_op(&op, PVGPU_GENERIC_cuEventElapsedTime_v2, arg, 3));
 	cu_op_end(&op);
 	if (!r)
-		*ms = rep.ms;
+		memcpy(ms, &arg[0], sizeof(*ms));	/* a float result: its bits */
 	return r;
 }
 

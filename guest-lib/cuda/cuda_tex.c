@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cuda_internal.h"
+#include "pvgpu_generic.h"
 #include "cuda_surface.h"
 #include "debug.h"
 #include "pvgpu_guest.h"
@@ -166,14 +167,21 @@ static int reserved_zero(const int *v, size_t n)
 	return 1;
 }
 
+/* The backend's object destroyed by the generic call. */
+static int32_t obj_destroy_wire(struct cu_op *op, uint64_t value, int surf)
+{
+	uint64_t a[1] = { value };
+
+	return cu_generic_op(op, surf ? PVGPU_GENERIC_cuSurfObjectDestroy :
+				 PVGPU_GENERIC_cuTexObjectDestroy, a, 1);
+}
+
 CUresult CUDAAPI cuTexObjectCreate(CUtexObject *out, const CUDA_RESOURCE_DESC *res,
 				   const CUDA_TEXTURE_DESC *tex,
 				   const CUDA_RESOURCE_VIEW_DESC *view)
 {
 	struct pvgpu_tex_create_req q = { 0 };
 	struct pvgpu_tex_create_rep rep = { 0 };
-	struct pvgpu_tex_destroy_req dq;
-	struct pvgpu_tex_destroy_rep drep;
 	struct cu_op op;
 	CUresult r;
 
@@ -195,10 +203,8 @@ CUresult CUDAAPI cuTexObjectCreate(CUtexObject *out, const CUDA_RESOURCE_DESC *r
 	}
 	if (!r) {
 		r = obj_add(rep.obj, 0, op.ctx, res, tex);
-		if (r) {
-			dq.obj = rep.obj;
-			(void)pvgpu_call_tex_destroy(op.client, &dq, &drep);
-		}
+		if (r)
+			(void)obj_destroy_wire(&op, rep.obj, 0);
 	}
 	cu_op_end(&op);
 	if (!r)
@@ -219,17 +225,7 @@ static CUresult obj_destroy(uint64_t value, int surf)
 	r = cu_op_begin(&op, o.ctx);
 	if (r)
 		return r;
-	if (surf) {
-		struct pvgpu_surf_destroy_req q = { .obj = value };
-		struct pvgpu_surf_destroy_rep rep;
-
-		r = cu_status(pvgpu_call_surf_destroy(op.client, &q, &rep));
-	} else {
-		struct pvgpu_tex_destroy_req q = { .obj = value };
-		struct pvgpu_tex_destroy_rep rep;
-
-		r = cu_status(pvgpu_call_tex_destroy(op.client, &q, &rep));
-	}
+	r = cu_status(obj_destroy_wire(&op, value, surf));
 	cu_op_end(&op);
 	if (!r)
 		obj_remove(value, surf);
@@ -284,8 +280,6 @@ CUresult CUDAAPI cuSurfObjectCreate(CUsurfObject *out, const CUDA_RESOURCE_DESC 
 {
 	struct pvgpu_surf_create_req q = { 0 };
 	struct pvgpu_surf_create_rep rep = { 0 };
-	struct pvgpu_surf_destroy_req dq;
-	struct pvgpu_surf_destroy_rep drep;
 	struct cu_array *a;
 	struct cu_op op;
 	CUresult r;
@@ -306,10 +300,8 @@ CUresult CUDAAPI cuSurfObjectCreate(CUsurfObject *out, const CUDA_RESOURCE_DESC 
 	}
 	if (!r) {
 		r = obj_add(rep.obj, 1, op.ctx, res, NULL);
-		if (r) {
-			dq.obj = rep.obj;
-			(void)pvgpu_call_surf_destroy(op.client, &dq, &drep);
-		}
+		if (r)
+			(void)obj_destroy_wire(&op, rep.obj, 1);
 	}
 	cu_op_end(&op);
 	if (!r)

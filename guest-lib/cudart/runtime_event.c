@@ -3,10 +3,13 @@
  * struct pvgpu_event of ours and is looked up before it is believed.
  */
 #include <stdlib.h>
+#include <string.h>
 
+#include "pvgpu_generic.h"
 #include "pvgpu_guest.h"
 #include "pvgpu_proto.h"
 #include "runtime.h"
+#include "runtime_module.h"
 
 cudaError_t pvgpu_event_resolve(cudaEvent_t event, int *device, uint64_t *remote)
 {
@@ -200,8 +203,7 @@ cudaError_t cudaEventQuery(cudaEvent_t event)
 
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
 {
-	struct pvgpu_event_elapsed_req req;
-	struct pvgpu_event_elapsed_rep rep = { 0 };
+	uint64_t a[3] = { 1 };
 	struct pvgpu_op op;
 	cudaError_t err;
 	int sdev, edev;
@@ -210,18 +212,19 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
 		return pvgpu_record(cudaErrorInvalidValue);
 	err = pvgpu_init();
 	if (!err)
-		err = pvgpu_event_resolve(start, &sdev, &req.start);
+		err = pvgpu_event_resolve(start, &sdev, &a[1]);
 	if (!err)
-		err = pvgpu_event_resolve(end, &edev, &req.end);
+		err = pvgpu_event_resolve(end, &edev, &a[2]);
 	if (!err && pvgpu_rt.devices[sdev].be != pvgpu_rt.devices[edev].be)
 		err = cudaErrorInvalidResourceHandle;
 	if (!err)
 		err = pvgpu_op_begin(&op, sdev, 1);
 	if (err)
 		return pvgpu_record(err);
-	err = pvgpu_error_from_status(pvgpu_call_event_elapsed(op.client, &req, &rep));
+	err = pvgpu_error_from_status(pvgpu_func_call(&op,
+		PVGPU_GENERIC_cuEventElapsedTime_v2, a, 3));
 	pvgpu_op_end(&op);
 	if (!err)
-		*ms = rep.ms;
+		memcpy(ms, &a[0], sizeof(*ms));	/* a float result: its bits */
 	return pvgpu_record(err);
 }

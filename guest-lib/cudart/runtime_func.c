@@ -8,6 +8,7 @@
 
 #include <cuda.h>
 
+#include "pvgpu_generic.h"
 #include "pvgpu_guest.h"
 #include "pvgpu_proto.h"
 #include "runtime_module.h"
@@ -103,16 +104,14 @@ static int32_t load_func_attrs(struct func_op *f)
 	if (f->fs->attrs_valid)
 		return 0;
 	for (size_t i = 0; i < N_ATTR_FIELDS; i++) {
-		struct pvgpu_func_get_attribute_req req = {
-			.func = f->fs->func,
-			.attr = attr_fields[i].attr,
-		};
-		struct pvgpu_func_get_attribute_rep rep = { 0 };
-		int32_t st = pvgpu_call_func_get_attribute(f->op.client, &req, &rep);
+		uint64_t arg[3] = { 1, (uint64_t)(int64_t)attr_fields[i].attr,
+				    f->fs->func };
+		int32_t st = pvgpu_func_call(&f->op, PVGPU_GENERIC_cuFuncGetAttribute,
+					     arg, 3);
 
 		if (st && !attr_fields[i].optional)
 			return st;
-		set_field(&a, &attr_fields[i], st ? 0 : rep.value);
+		set_field(&a, &attr_fields[i], st ? 0 : (int32_t)arg[0]);
 	}
 	f->fs->attrs = a;
 	f->fs->attrs_valid = 1;
@@ -140,8 +139,7 @@ cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *attr,
 cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr,
 				 int value)
 {
-	struct pvgpu_func_set_attribute_req req = { .attr = attr, .value = value };
-	struct pvgpu_func_set_attribute_rep rep;
+	uint64_t a[3] = { 0, (uint64_t)(int64_t)attr, (uint64_t)(int64_t)value };
 	struct func_op f;
 	cudaError_t err;
 	int32_t st;
@@ -153,8 +151,8 @@ cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr,
 	err = func_begin(&f, func);
 	if (err)
 		return pvgpu_record(err);
-	req.func = f.fs->func;
-	st = pvgpu_call_func_set_attribute(f.op.client, &req, &rep);
+	a[0] = f.fs->func;
+	st = pvgpu_func_call(&f.op, PVGPU_GENERIC_cuFuncSetAttribute, a, 3);
 	err = pvgpu_error_from_status(st);
 	if (!err) {
 		/* Keep the launch checks and cached attributes in step. */
@@ -225,12 +223,7 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
 	int *numBlocks, const void *func, int blockSize,
 	size_t dynamicSMemSize, unsigned int flags)
 {
-	struct pvgpu_func_occupancy_req req = {
-		.block_size = blockSize,
-		.dynamic_smem = dynamicSMemSize,
-		.flags = flags,
-	};
-	struct pvgpu_func_occupancy_rep rep = { 0 };
+	uint64_t a[5] = { 1, 0, (uint64_t)(int64_t)blockSize, dynamicSMemSize, flags };
 	struct func_op f;
 	cudaError_t err;
 
@@ -240,10 +233,11 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
 	err = func_begin(&f, func);
 	if (err)
 		return pvgpu_record(err);
-	req.func = f.fs->func;
-	err = pvgpu_error_from_status(pvgpu_call_func_occupancy(f.op.client, &req, &rep));
+	a[1] = f.fs->func;
+	err = pvgpu_error_from_status(pvgpu_func_call(&f.op,
+		PVGPU_GENERIC_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, a, 5));
 	if (!err)
-		*numBlocks = rep.blocks;
+		*numBlocks = (int)a[0];
 	return pvgpu_record(func_end(&f, err));
 }
 
@@ -251,11 +245,7 @@ cudaError_t cudaOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize,
 						     const void *func,
 						     int numBlocks, int blockSize)
 {
-	struct pvgpu_func_dynamic_smem_req req = {
-		.num_blocks = numBlocks,
-		.block_size = blockSize,
-	};
-	struct pvgpu_func_dynamic_smem_rep rep = { 0 };
+	uint64_t a[4] = { 1, 0, (uint64_t)(int64_t)numBlocks, (uint64_t)(int64_t)blockSize };
 	struct func_op f;
 	cudaError_t err;
 
@@ -264,10 +254,11 @@ cudaError_t cudaOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize,
 	err = func_begin(&f, func);
 	if (err)
 		return pvgpu_record(err);
-	req.func = f.fs->func;
-	err = pvgpu_error_from_status(pvgpu_call_func_dynamic_smem(f.op.client, &req, &rep));
+	a[1] = f.fs->func;
+	err = pvgpu_error_from_status(pvgpu_func_call(&f.op,
+		PVGPU_GENERIC_cuOccupancyAvailableDynamicSMemPerBlock, a, 4));
 	if (!err)
-		*dynamicSmemSize = (size_t)rep.bytes;
+		*dynamicSmemSize = (size_t)a[0];
 	return pvgpu_record(func_end(&f, err));
 }
 

@@ -18,6 +18,7 @@
 #include <cuda.h>
 
 #include "debug.h"
+#include "pvgpu_generic.h"
 #include "pvgpu_guest.h"
 #include "pvgpu_proto.h"
 #include "runtime_module.h"
@@ -540,14 +541,30 @@ static int32_t module_get(struct pvgpu_op *op, struct pvgpu_fatbin *b,
 	return 0;
 }
 
+int32_t pvgpu_func_call(struct pvgpu_op *op, uint32_t fn, uint64_t *a, uint32_t n)
+{
+	struct pvgpu_driver_call_req req = { .fn = fn, .args_count = n };
+	struct pvgpu_driver_call_rep rep = { 0 };
+	int32_t st;
+
+	if (n > PVGPU_GENERIC_MAX_ARGS)
+		return CUDA_ERROR_INVALID_VALUE;
+	memcpy(req.args, a, n * sizeof(*a));
+	st = pvgpu_call_driver_call(op->client, &req, &rep);
+	if (!st && rep.results_count != n)
+		st = CUDA_ERROR_UNKNOWN;
+	if (!st)
+		memcpy(a, rep.results, n * sizeof(*a));
+	return st;
+}
+
 /* One function attribute; -1 when the backend cannot say. */
 static int32_t func_attr(struct pvgpu_op *op, uint64_t func, int attr)
 {
-	struct pvgpu_func_get_attribute_req req = { .func = func, .attr = attr };
-	struct pvgpu_func_get_attribute_rep rep = { 0 };
+	uint64_t a[3] = { 1, (uint64_t)(int64_t)attr, func };
 
-	return pvgpu_call_func_get_attribute(op->client, &req, &rep) ? -1 :
-	       rep.value;
+	return pvgpu_func_call(op, PVGPU_GENERIC_cuFuncGetAttribute, a, 3) ? -1 :
+	       (int32_t)a[0];
 }
 
 int32_t pvgpu_kernel_resolve(struct pvgpu_op *op, struct pvgpu_kernel *k,

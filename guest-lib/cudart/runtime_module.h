@@ -92,4 +92,11 @@ int32_t pvgpu_kernel_resolve(struct pvgpu_op *op, struct pvgpu_kernel *k,
 int32_t pvgpu_var_resolve(struct pvgpu_op *op, struct pvgpu_var *v,
 			  struct pvgpu_var_state **out, int32_t *deferred);
 
+/*
+ * A function's query through the generic driver call (annotations.py
+ * GENERIC; the backend has no op of its own for it): fn's id, its
+ * arguments one u64 each, results back in a[]; the wire status.
+ */
+int32_t pvgpu_func_call(struct pvgpu_op *op, uint32_t fn, uint64_t *a, uint32_t n);
+
 #endif /* PVGPU_RUNTIME_MODULE_H */

@@ -295,8 +295,6 @@ struct pvgpu_executor_ops {
 				uint64_t stream);
 	int32_t (*event_synchronize)(struct pvgpu_exec *ex, uint64_t event);
 	int32_t (*event_query)(struct pvgpu_exec *ex, uint64_t event);
-	int32_t (*event_elapsed)(struct pvgpu_exec *ex, uint64_t start,
-				 uint64_t end, float *ms);
 
 	/* Modules and kernels. */
 	int32_t (*module_load)(struct pvgpu_exec *ex, const void *image,
@@ -317,11 +315,6 @@ struct pvgpu_executor_ops {
 	int32_t (*function_params)(struct pvgpu_exec *ex, uint64_t func,
 				   struct pvgpu_param_info *layout,
 				   uint32_t max, uint32_t *count);
-	int32_t (*function_attribute)(struct pvgpu_exec *ex, uint64_t func,
-				      int32_t attr, int32_t *value);
-	int32_t (*function_set_attribute)(struct pvgpu_exec *ex,
-					  uint64_t func, int32_t attr,
-					  int32_t value);
 	int32_t (*launch)(struct pvgpu_exec *ex,
 			  const struct pvgpu_launch *launch);
 	/*
@@ -334,19 +327,11 @@ struct pvgpu_executor_ops {
 	 */
 	int32_t (*launch_run)(struct pvgpu_exec *ex,
 			      const struct pvgpu_launch *launch);
-	/* Resident blocks per multiprocessor for this launch shape. */
 	/* Clusters of this launch shape resident at once (cluster 0: the
 	 * kernel's own dimensions). */
 	int32_t (*max_clusters)(struct pvgpu_exec *ex, uint64_t func,
 				const struct pvgpu_launch *shape,
 				const uint32_t cluster[3], int32_t *clusters);
-	/* Dynamic shared memory per block with num_blocks resident per SM. */
-	int32_t (*dynamic_smem)(struct pvgpu_exec *ex, uint64_t func,
-				int32_t num_blocks, int32_t block_size,
-				uint64_t *bytes);
-	int32_t (*occupancy)(struct pvgpu_exec *ex, uint64_t func,
-			     int32_t block_size, uint64_t dynamic_smem,
-			     uint32_t flags, int32_t *blocks);
 
 	/*
 	 * Peers: several devices of this executor (cuDeviceCanAccessPeer,
@@ -376,30 +361,23 @@ struct pvgpu_executor_ops {
 				     uint64_t stream);
 
 	/*
-	 * The generic driver call (protocol/api/annotations.py GENERIC): f
-	 * in the current context with a[], already checked by the worker
-	 * (stream handles are the executor's, device ranges the session's,
-	 * a result slot is non-zero when wanted).  Results go back into their
-	 * slots.  NULL, or CUDA_ERROR_NOT_SUPPORTED for a function it cannot
-	 * model: the guest gets that error.
+	 * CUDA arrays (NULL: not supported).  array_copy is stream-ordered;
+	 * they are destroyed by the generic call (cuArrayDestroy).
 	 */
-	/* CUDA arrays (NULL: not supported).  array_copy is stream-ordered. */
 	int32_t (*array_create)(struct pvgpu_exec *ex,
 				const struct pvgpu_array_desc *d, uint64_t *array);
-	int32_t (*array_destroy)(struct pvgpu_exec *ex, uint64_t array);
 	int32_t (*array_copy)(struct pvgpu_exec *ex,
 			      const struct pvgpu_array_copy *c);
 
 	/*
 	 * Texture and surface objects (NULL: not supported).  obj is the
-	 * driver's own value: kernels read it.  Destroyed with their context.
+	 * driver's own value: kernels read it.  Destroyed with their context,
+	 * or by the generic call (cuTexObjectDestroy, cuSurfObjectDestroy).
 	 */
 	int32_t (*tex_create)(struct pvgpu_exec *ex,
 			      const struct pvgpu_tex_desc *d, uint64_t *obj);
-	int32_t (*tex_destroy)(struct pvgpu_exec *ex, uint64_t obj);
 	int32_t (*surf_create)(struct pvgpu_exec *ex, uint64_t array,
 			       uint64_t *obj);
-	int32_t (*surf_destroy)(struct pvgpu_exec *ex, uint64_t obj);
 
 	/*
 	 * A TMA descriptor (cuTensorMapEncodeTiled/Im2col), checked by the
@@ -409,6 +387,18 @@ struct pvgpu_executor_ops {
 				     const struct pvgpu_tensor_map *m,
 				     uint64_t desc[16]);
 
+	/*
+	 * The generic driver call (protocol/api/annotations.py GENERIC): f
+	 * in the current context with a[], already checked by the worker
+	 * (stream and handle arguments are the executor's own values, device
+	 * ranges the session's, a result slot is non-zero when wanted).
+	 * Results go back into their slots.  Every driver function whose
+	 * work is only to look handles up and call the driver comes this way
+	 * (function attributes, occupancy, object destroys, ...), so an
+	 * executor models them here by id.  NULL, or
+	 * CUDA_ERROR_NOT_SUPPORTED for a function it cannot model: the guest
+	 * gets that error.
+	 */
 	int32_t (*driver_call)(struct pvgpu_exec *ex,
 			       const struct pvgpu_generic_fn *f, uint64_t *a);
 
@@ -472,7 +462,6 @@ struct pvgpu_executor_ops {
 	int32_t (*graph_add_deps)(struct pvgpu_exec *ex, uint64_t graph,
 				  const uint64_t *from, const uint64_t *to,
 				  uint32_t n);
-	int32_t (*graph_node_destroy)(struct pvgpu_exec *ex, uint64_t node);
 	/* The graph's nodes (made any way: captured, cloned, added) and
 	 * their CUgraphNodeTypes, the first max of them; *count: all. */
 	int32_t (*graph_nodes)(struct pvgpu_exec *ex, uint64_t graph,

@@ -12,6 +12,7 @@
 
 #include "log.h"
 #include "pvgpu_dispatch.h"
+#include "pvgpu_generic.h"
 #include "worker.h"
 
 #define ARRAY_MAX_DIM	(1u << 17)	/* past every sm_90 array limit */
@@ -120,7 +121,7 @@ int32_t pvgpu_handle_array_create(struct pvgpu_worker *w,
 	rep->array = pvgpu_handle_add(&w->handles, H_ARRAY, array, w->cur_ctx,
 				      ctx->device);
 	if (!rep->array) {
-		w->ex_ops->array_destroy(w->ex, array);
+		pvgpu_generic_destroy(w, PVGPU_GENERIC_cuArrayDestroy, array);
 		st = CUDA_ERROR_OUT_OF_MEMORY;
 		goto err_uncharge;
 	}
@@ -153,20 +154,6 @@ struct pvgpu_handle *pvgpu_lookup_array(struct pvgpu_worker *w, uint64_t id,
 	if (h && flags)
 		*flags = ((const struct array_shape *)h->data)->flags;
 	return h;
-}
-
-int32_t pvgpu_handle_array_destroy(struct pvgpu_worker *w,
-				   const struct pvgpu_array_destroy_req *req)
-{
-	struct pvgpu_handle *h = lookup_array(w, req->array);
-	int32_t st;
-
-	if (!h)
-		return CUDA_ERROR_INVALID_HANDLE;
-	st = w->ex_ops->array_destroy(w->ex, h->exec_handle);
-	pvgpu_module_uncharge(w, h);
-	pvgpu_handle_del(&w->handles, req->array);
-	return st;
 }
 
 int32_t pvgpu_handle_array_copy(struct pvgpu_worker *w,

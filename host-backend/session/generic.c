@@ -9,6 +9,7 @@
  * slots reduced to "wanted or not".  What goes back is only the results:
  * the backend's own handles never reach the guest.
  */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,11 +20,84 @@
 #include "pvgpu_generic.h"
 #include "worker.h"
 
+/*
+ * The handle kinds of annotations.py, as the session's table keeps them:
+ * the table's kind; bound: usable only in the context that made it (as
+ * the driver's own: a function, array or object of another context is
+ * not this one's); by_value: the guest names it by the driver's value
+ * (kernels read texture and surface objects as they are), not by an id;
+ * always_gone: the entry goes whatever the destroy said (the guest
+ * forgets it either way, as it always did).
+ */
+static const struct {
+	enum pvgpu_handle_kind kind;
+	bool bound, by_value, always_gone;
+} kinds[PVGPU_GH_COUNT] = {
+	[PVGPU_GH_GRAPH]	= { H_GRAPH, false, false, false },
+	[PVGPU_GH_GRAPH_EXEC]	= { H_GRAPH_EXEC, false, false, false },
+	[PVGPU_GH_MEM]		= { H_MEM, false, false, false },
+	[PVGPU_GH_EVENT]	= { H_EVENT, false, false, false },
+	[PVGPU_GH_FUNC]		= { H_FUNC, true, false, false },
+	[PVGPU_GH_MODULE]	= { H_MODULE, true, false, false },
+	[PVGPU_GH_ARRAY]	= { H_ARRAY, true, false, true },
+	[PVGPU_GH_TEX]		= { H_TEX, true, true, true },
+	[PVGPU_GH_SURF]		= { H_SURF, true, true, true },
+	[PVGPU_GH_GRAPH_NODE]	= { H_GRAPH_NODE, false, false, false },
+};
+
 static enum pvgpu_handle_kind handle_kind(uint32_t gh)
 {
-	return gh == PVGPU_GH_GRAPH ? H_GRAPH :
-	       gh == PVGPU_GH_GRAPH_EXEC ? H_GRAPH_EXEC :
-	       gh == PVGPU_GH_MEM ? H_MEM : H_FREE;
+	return gh < PVGPU_GH_COUNT ? kinds[gh].kind : H_FREE;
+}
+
+/*
+ * The session's live handle of kind gh that the guest named v, checked
+ * once here for every generic call: its kind, that it is alive (a stale id
+ * misses by its generation), and for a bound kind that it is the current
+ * context's.  The table is the worker's own, one per session: another
+ * session's handles are not in it.  *id: the table's id for it.
+ */
+static struct pvgpu_handle *handle_lookup(struct pvgpu_worker *w, uint32_t gh,
+					  uint64_t v, uint64_t *id)
+{
+	enum pvgpu_handle_kind kind = handle_kind(gh);
+	struct pvgpu_handle *h = NULL;
+
+	if (kind == H_FREE)
+		return NULL;
+	if (kinds[gh].by_value) {
+		for (uint32_t i = 0; i < w->handles.n && !h; i++)
+			if (w->handles.v[i].kind == kind &&
+			    w->handles.v[i].exec_handle == v &&
+			    w->handles.v[i].ctx == w->cur_ctx)
+				h = &w->handles.v[i];
+	} else {
+		h = pvgpu_handle_get(&w->handles, v, kind);
+	}
+	if (!h || (kinds[gh].bound && h->ctx != w->cur_ctx))
+		return NULL;
+	*id = pvgpu_handle_id(&w->handles, h);
+	return h;
+}
+
+/* What the session keeps of a handle the call destroyed goes with it: its
+ * charge, the staging of a graph's copies, a captured graph's id. */
+static void handle_gone(struct pvgpu_worker *w, uint32_t gh, uint64_t id)
+{
+	struct pvgpu_handle *h = pvgpu_handle_get(&w->handles, id,
+						  handle_kind(gh));
+
+	if (!h)
+		return;
+	if (gh == PVGPU_GH_GRAPH_EXEC)
+		pvgpu_staged_exec_gone(w, id);
+	if (gh == PVGPU_GH_GRAPH_NODE)
+		pvgpu_staged_unref(w, 0, id);
+	if (gh == PVGPU_GH_ARRAY)
+		pvgpu_module_uncharge(w, h);
+	pvgpu_handle_del(&w->handles, id);
+	if (gh == PVGPU_GH_GRAPH)
+		pvgpu_graph_forget(w, id);
 }
 
 /*
@@ -148,12 +222,10 @@ static int32_t generic_call(struct pvgpu_worker *w, uint32_t fn,
 			break;
 		case PVGPU_GA_HIN:
 		case PVGPU_GA_HDEL:
-			h = pvgpu_handle_get(&w->handles, in[i],
-					     handle_kind(g->size));
+			h = handle_lookup(w, g->size, in[i], &ids[i]);
 			if (!h)
 				return CUDA_ERROR_INVALID_HANDLE;
 			a[i] = h->exec_handle;
-			ids[i] = in[i];
 			break;
 		case PVGPU_GA_HNEW:
 			a[i] = in[i] != 0;
@@ -212,13 +284,9 @@ static int32_t generic_call(struct pvgpu_worker *w, uint32_t fn,
 			if (v && f->id == PVGPU_GENERIC_cuGraphInstantiateWithFlags)
 				st = pvgpu_staged_instantiated(w, v, ids[1]);
 		}
-		if (g->kind == PVGPU_GA_HDEL && !st) {
-			if (g->size == PVGPU_GH_GRAPH_EXEC)
-				pvgpu_staged_exec_gone(w, ids[i]);
-			pvgpu_handle_del(&w->handles, ids[i]);
-			if (g->size == PVGPU_GH_GRAPH)
-				pvgpu_graph_forget(w, ids[i]);
-		}
+		if (g->kind == PVGPU_GA_HDEL &&
+		    (!st || (g->size < PVGPU_GH_COUNT && kinds[g->size].always_gone)))
+			handle_gone(w, g->size, ids[i]);
 		if (g->kind == PVGPU_GA_OUTBUF && !st && a[i]) {
 			memcpy(d->out + *d->nout, (void *)(uintptr_t)a[i], g->size);
 			*d->nout += g->size;
@@ -269,4 +337,15 @@ int32_t pvgpu_handle_driver_call_data(struct pvgpu_worker *w,
 			     req->args_count : 0;
 	free(d);
 	return st;
+}
+
+int32_t pvgpu_generic_destroy(struct pvgpu_worker *w, uint32_t fn, uint64_t obj)
+{
+	const struct pvgpu_generic_fn *f = pvgpu_generic_find(fn);
+	uint64_t a[PVGPU_GENERIC_MAX_ARGS] = { obj };
+
+	if (!f || f->nargs != 1 || f->args[0].kind != PVGPU_GA_HDEL ||
+	    !w->ex_ops->driver_call)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	return w->ex_ops->driver_call(w->ex, f, a);
 }

@@ -18,6 +18,7 @@
 
 #include "log.h"
 #include "pvgpu_dispatch.h"
+#include "pvgpu_generic.h"
 #include "worker.h"
 
 /* A live node of graph (0: of any graph) made in this session. */
@@ -233,7 +234,7 @@ int32_t pvgpu_handle_graph_add_node(struct pvgpu_worker *w,
 	rep->node = pvgpu_handle_add(&w->handles, H_GRAPH_NODE, node,
 				     w->cur_ctx, (int32_t)req->type);
 	if (!rep->node) {
-		w->ex_ops->graph_node_destroy(w->ex, node);
+		pvgpu_generic_destroy(w, PVGPU_GENERIC_cuGraphDestroyNode, node);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	pvgpu_handle_get(&w->handles, rep->node, H_GRAPH_NODE)->module =
@@ -274,26 +275,6 @@ int32_t pvgpu_handle_graph_node_get_type(struct pvgpu_worker *w,
 		return CUDA_ERROR_INVALID_HANDLE;
 	rep->type = (uint32_t)n->device;
 	return CUDA_SUCCESS;
-}
-
-int32_t pvgpu_handle_graph_node_destroy(struct pvgpu_worker *w,
-					const struct pvgpu_graph_node_destroy_req *req)
-{
-	struct pvgpu_handle *n = node_get(w, req->node, 0);
-	int32_t st;
-
-	if (!w->cur_ctx)
-		return CUDA_ERROR_INVALID_CONTEXT;
-	if (!n)
-		return CUDA_ERROR_INVALID_HANDLE;
-	if (!w->ex_ops->graph_node_destroy)
-		return CUDA_ERROR_NOT_SUPPORTED;
-	st = w->ex_ops->graph_node_destroy(w->ex, n->exec_handle);
-	if (!st) {
-		pvgpu_staged_unref(w, 0, req->node);
-		pvgpu_handle_del(&w->handles, req->node);
-	}
-	return st;
 }
 
 int32_t pvgpu_handle_graph_add_deps(struct pvgpu_worker *w,

@@ -380,29 +380,6 @@ static struct pvgpu_handle *lookup_function(struct pvgpu_worker *w, uint64_t id)
 	return h && h->ctx == w->cur_ctx ? h : NULL;
 }
 
-int32_t pvgpu_handle_func_get_attribute(struct pvgpu_worker *w,
-					const struct pvgpu_func_get_attribute_req *req,
-					struct pvgpu_func_get_attribute_rep *rep)
-{
-	struct pvgpu_handle *f = lookup_function(w, req->func);
-
-	if (!f)
-		return CUDA_ERROR_INVALID_HANDLE;
-	return w->ex_ops->function_attribute(w->ex, f->exec_handle, req->attr,
-					     &rep->value);
-}
-
-int32_t pvgpu_handle_func_set_attribute(struct pvgpu_worker *w,
-					const struct pvgpu_func_set_attribute_req *req)
-{
-	struct pvgpu_handle *f = lookup_function(w, req->func);
-
-	if (!f)
-		return CUDA_ERROR_INVALID_HANDLE;
-	return w->ex_ops->function_set_attribute(w->ex, f->exec_handle,
-						 req->attr, req->value);
-}
-
 /*
  * The launch attributes the backend carries to the driver, and how many of
  * the wire's three values each uses (ops.spec launch_kernel_ex); 0: not
@@ -545,32 +522,4 @@ int32_t pvgpu_handle_func_max_clusters(struct pvgpu_worker *w,
 	shape.func = f->exec_handle;
 	return w->ex_ops->max_clusters(w->ex, f->exec_handle, &shape, cluster,
 				       &rep->clusters);
-}
-
-int32_t pvgpu_handle_func_dynamic_smem(struct pvgpu_worker *w,
-				      const struct pvgpu_func_dynamic_smem_req *req,
-				      struct pvgpu_func_dynamic_smem_rep *rep)
-{
-	struct pvgpu_handle *f = lookup_function(w, req->func);
-
-	if (!f)
-		return CUDA_ERROR_INVALID_HANDLE;
-	if (!w->ex_ops->dynamic_smem)
-		return CUDA_ERROR_NOT_SUPPORTED;
-	return w->ex_ops->dynamic_smem(w->ex, f->exec_handle, req->num_blocks,
-				       req->block_size, &rep->bytes);
-}
-
-int32_t pvgpu_handle_func_occupancy(struct pvgpu_worker *w,
-				    const struct pvgpu_func_occupancy_req *req,
-				    struct pvgpu_func_occupancy_rep *rep)
-{
-	struct pvgpu_handle *f = lookup_function(w, req->func);
-
-	if (!f)
-		return CUDA_ERROR_INVALID_HANDLE;
-	if (!w->ex_ops->occupancy)
-		return CUDA_ERROR_NOT_SUPPORTED;
-	return w->ex_ops->occupancy(w->ex, f->exec_handle, req->block_size,
-				    req->dynamic_smem, req->flags, &rep->blocks);
 }

@@ -795,14 +795,3 @@ int32_t pvgpu_handle_event_query(struct pvgpu_worker *w,
 	return on_event(w, req->event, w->ex_ops->event_query);
 }
 
-int32_t pvgpu_handle_event_elapsed(struct pvgpu_worker *w,
-				   const struct pvgpu_event_elapsed_req *req,
-				   struct pvgpu_event_elapsed_rep *rep)
-{
-	uint64_t start, end;
-	int32_t st = lookup_event(w, req->start, &start);
-
-	if (!st)
-		st = lookup_event(w, req->end, &end);
-	return st ? st : w->ex_ops->event_elapsed(w->ex, start, end, &rep->ms);
-}

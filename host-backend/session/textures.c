@@ -15,6 +15,7 @@
 
 #include "log.h"
 #include "pvgpu_dispatch.h"
+#include "pvgpu_generic.h"
 #include "worker.h"
 
 #define TEX_FLAGS	(CU_TRSF_READ_AS_INTEGER | CU_TRSF_NORMALIZED_COORDINATES | \
@@ -22,20 +23,6 @@
 			 CU_TRSF_SEAMLESS_CUBEMAP)
 #define TEX_MAX_DIM	(1ull << 31)	/* past every sm_90 texture limit */
 #define TEX_MAX_PITCH	(1ull << 40)
-
-/* The session's object of kind with this value in the current context. */
-static struct pvgpu_handle *lookup_obj(struct pvgpu_worker *w, uint64_t obj,
-				       enum pvgpu_handle_kind kind)
-{
-	for (uint32_t i = 0; i < w->handles.n; i++) {
-		struct pvgpu_handle *h = &w->handles.v[i];
-
-		if (h->kind == kind && h->exec_handle == obj &&
-		    h->ctx == w->cur_ctx)
-			return h;
-	}
-	return NULL;
-}
 
 /* The current context's handle, or why there is none to work in. */
 static int32_t current_ctx(struct pvgpu_worker *w, struct pvgpu_handle **ctx)
@@ -46,16 +33,16 @@ static int32_t current_ctx(struct pvgpu_worker *w, struct pvgpu_handle **ctx)
 	return *ctx ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
 }
 
-/* Record obj as the session's; on failure the executor's object goes. */
+/* Record obj as the session's; on failure the executor's object goes
+ * (destroy: the generic call that destroys it). */
 static int32_t record(struct pvgpu_worker *w, enum pvgpu_handle_kind kind,
-		      uint64_t obj, int32_t device,
-		      int32_t (*destroy)(struct pvgpu_exec *, uint64_t),
+		      uint64_t obj, int32_t device, uint32_t destroy,
 		      uint64_t *out)
 {
 	if (!obj)
 		return CUDA_ERROR_UNKNOWN;
 	if (!pvgpu_handle_add(&w->handles, kind, obj, w->cur_ctx, device)) {
-		destroy(w->ex, obj);
+		pvgpu_generic_destroy(w, destroy, obj);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	*out = obj;
@@ -174,7 +161,7 @@ int32_t pvgpu_handle_tex_create(struct pvgpu_worker *w,
 	st = current_ctx(w, &ctx);
 	if (st)
 		return st;
-	if (!w->ex_ops->tex_create || !w->ex_ops->tex_destroy)
+	if (!w->ex_ops->tex_create || !w->ex_ops->driver_call)
 		return CUDA_ERROR_NOT_SUPPORTED;
 	st = pvgpu_room_for_handle(w);
 	if (!st)
@@ -185,28 +172,8 @@ int32_t pvgpu_handle_tex_create(struct pvgpu_worker *w,
 		st = w->ex_ops->tex_create(w->ex, &d, &obj);
 	if (st)
 		return st;
-	return record(w, H_TEX, obj, ctx->device, w->ex_ops->tex_destroy,
+	return record(w, H_TEX, obj, ctx->device, PVGPU_GENERIC_cuTexObjectDestroy,
 		      &rep->obj);
-}
-
-static int32_t obj_destroy(struct pvgpu_worker *w, uint64_t obj,
-			   enum pvgpu_handle_kind kind,
-			   int32_t (*destroy)(struct pvgpu_exec *, uint64_t))
-{
-	struct pvgpu_handle *h = lookup_obj(w, obj, kind);
-	int32_t st;
-
-	if (!h || !destroy)
-		return CUDA_ERROR_INVALID_HANDLE;
-	st = destroy(w->ex, obj);
-	pvgpu_handle_release(&w->handles, h);
-	return st;
-}
-
-int32_t pvgpu_handle_tex_destroy(struct pvgpu_worker *w,
-				 const struct pvgpu_tex_destroy_req *req)
-{
-	return obj_destroy(w, req->obj, H_TEX, w->ex_ops->tex_destroy);
 }
 
 int32_t pvgpu_handle_surf_create(struct pvgpu_worker *w,
@@ -221,7 +188,7 @@ int32_t pvgpu_handle_surf_create(struct pvgpu_worker *w,
 	st = current_ctx(w, &ctx);
 	if (st)
 		return st;
-	if (!w->ex_ops->surf_create || !w->ex_ops->surf_destroy)
+	if (!w->ex_ops->surf_create || !w->ex_ops->driver_call)
 		return CUDA_ERROR_NOT_SUPPORTED;
 	a = pvgpu_lookup_array(w, req->array, &flags);
 	if (!a)
@@ -234,12 +201,6 @@ int32_t pvgpu_handle_surf_create(struct pvgpu_worker *w,
 	st = w->ex_ops->surf_create(w->ex, a->exec_handle, &obj);
 	if (st)
 		return st;
-	return record(w, H_SURF, obj, ctx->device, w->ex_ops->surf_destroy,
+	return record(w, H_SURF, obj, ctx->device, PVGPU_GENERIC_cuSurfObjectDestroy,
 		      &rep->obj);
-}
-
-int32_t pvgpu_handle_surf_destroy(struct pvgpu_worker *w,
-				  const struct pvgpu_surf_destroy_req *req)
-{
-	return obj_destroy(w, req->obj, H_SURF, w->ex_ops->surf_destroy);
 }

@@ -419,6 +419,10 @@ uint32_t pvgpu_format_bytes(uint32_t format);
 struct pvgpu_handle *pvgpu_lookup_array(struct pvgpu_worker *w, uint64_t id,
 					uint32_t *flags);
 
+/* The executor's object obj (a handle's exec_handle) destroyed by the
+ * generic call fn, whose one argument destroys it (generic.c): for a
+ * worker undoing what it made, where no guest handle names it yet. */
+int32_t pvgpu_generic_destroy(struct pvgpu_worker *w, uint32_t fn, uint64_t obj);
 /* A handle's charge to the VM's quota (a module's, an array's, a
  * context's, a stream's), given back (modules.c). */
 void pvgpu_module_uncharge(struct pvgpu_worker *w, struct pvgpu_handle *h);

@@ -41,8 +41,8 @@ cuMemsetD32_v2 cuMemsetD32_v2_ptds
 cuMemcpy2D_v2 cuMemcpy2D_v2_ptds cuMemcpy2DUnaligned_v2 cuMemcpy2DUnaligned_v2_ptds
 cuMemcpy2DAsync_v2 cuMemcpy2DAsync_v2_ptsz
 cuMemcpy3D_v2 cuMemcpy3D_v2_ptds cuMemcpy3DAsync_v2 cuMemcpy3DAsync_v2_ptsz
-cuArrayCreate_v2 cuArray3DCreate_v2 cuArrayDestroy
-cuTexObjectCreate cuTexObjectDestroy cuSurfObjectCreate cuSurfObjectDestroy
+cuArrayCreate_v2 cuArray3DCreate_v2
+cuTexObjectCreate cuSurfObjectCreate
 cuTensorMapEncodeTiled cuTensorMapEncodeIm2col
 cuMemcpyHtoA_v2 cuMemcpyHtoA_v2_ptds cuMemcpyHtoAAsync_v2 cuMemcpyHtoAAsync_v2_ptsz
 cuMemcpyAtoH_v2 cuMemcpyAtoH_v2_ptds cuMemcpyAtoHAsync_v2 cuMemcpyAtoHAsync_v2_ptsz
@@ -58,21 +58,20 @@ cuStreamQuery cuStreamQuery_ptsz
 cuStreamWaitEvent cuStreamWaitEvent_ptsz
 cuEventCreate cuEventDestroy cuEventDestroy_v2
 cuEventRecord cuEventRecord_ptsz cuEventRecordWithFlags cuEventRecordWithFlags_ptsz
-cuEventSynchronize cuEventQuery cuEventElapsedTime cuEventElapsedTime_v2
+cuEventSynchronize cuEventQuery
 cuModuleLoad cuModuleLoadData cuModuleLoadDataEx cuModuleLoadFatBinary cuModuleUnload
 cuModuleGetFunction  cuModuleGetGlobal_v2
 cuModuleGetFunctionCount cuModuleEnumerateFunctions
 cuLibraryLoadData cuLibraryUnload cuLibraryGetKernel cuLibraryGetModule
 cuLibraryGetGlobal
 cuKernelGetFunction cuKernelGetAttribute cuKernelSetAttribute
-cuFuncGetAttribute cuFuncSetAttribute cuFuncSetCacheConfig
+cuFuncSetCacheConfig
 cuKernelSetCacheConfig
 cuLaunchKernel cuLaunchKernel_ptsz cuLaunchKernelEx cuLaunchKernelEx_ptsz
 cuLaunchCooperativeKernel cuLaunchCooperativeKernel_ptsz
 cuLaunchCooperativeKernelMultiDevice
-cuOccupancyAvailableDynamicSMemPerBlock cuOccupancyMaxActiveClusters
+cuOccupancyMaxActiveClusters
 cuOccupancyMaxActiveBlocksPerMultiprocessor
-cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags
 cuMemAllocPitch_v2
 cuMemsetD2D8_v2 cuMemsetD2D8_v2_ptds cuMemsetD2D8Async cuMemsetD2D8Async_ptsz
 cuMemsetD2D16_v2 cuMemsetD2D16_v2_ptds cuMemsetD2D16Async cuMemsetD2D16Async_ptsz
@@ -89,7 +88,7 @@ cuMemPoolExportPointer cuMemPoolImportPointer
 cuGraphAddKernelNode cuGraphAddKernelNode_v2 cuGraphAddMemcpyNode cuGraphAddMemsetNode
 cuGraphAddEmptyNode cuGraphAddNode cuGraphAddNode_v2
 cuGraphAddDependencies cuGraphAddDependencies_v2
-cuGraphNodeGetType cuGraphGetNodes cuGraphDestroyNode
+cuGraphNodeGetType cuGraphGetNodes
 cuGraphKernelNodeGetParams cuGraphKernelNodeGetParams_v2
 cuGraphKernelNodeSetParams cuGraphKernelNodeSetParams_v2
 cuGraphExecKernelNodeSetParams cuGraphExecKernelNodeSetParams_v2
@@ -155,10 +154,16 @@ cuMemPoolExportToShareableHandle cuMemPoolImportFromShareableHandle
 # CUdeviceptr@N is N bytes of device memory, which must lie inside one of
 # the session's allocations; const_T* is a structure the call reads (its
 # sizeof(T) bytes travel with the call) and out_T* one it writes (they come
-# back); CUmemGenericAllocationHandle is a handle of the worker's table
-# (`!`: the call destroys it); void*@dev a device address given as a
-# pointer, which must lie in the session's memory; anything else is a
-# scalar passed as is.
+# back); a handle kind of the worker's table (CUevent, CUfunction,
+# CUmodule, CUarray, CUtexObject, CUsurfObject, CUgraph, CUgraphNode,
+# CUgraphExec, CUmemGenericAllocationHandle) is used as given, `KIND*` is
+# one the call creates (added to the table and counted against the VM's
+# handles before the call) and `KIND!` one it destroys (gone from the
+# table, its charge given back): the worker checks each one's kind,
+# liveness and, for those bound to a context, that it is the current
+# one's, and a wrong one is CUDA_ERROR_INVALID_HANDLE for that call alone;
+# void*@dev a device address given as a pointer, which must lie in the
+# session's memory; anything else is a scalar passed as is.
 # `async`: stream-ordered and without results, queued and batched like a
 # launch (its error comes at the next synchronising call).  `hand`: the
 # guest entry point is written by hand in guest-lib/cuda/ (to answer in the
@@ -219,6 +224,16 @@ GENERIC = """
 212 cuMemGetAccess               unsigned_long_long* const_CUmemLocation* CUdeviceptr
 213 cuMemRetainAllocationHandle  CUmemGenericAllocationHandle* void*@dev
 214 cuMemGetAllocationPropertiesFromHandle out_CUmemAllocationProp* CUmemGenericAllocationHandle
+300 cuFuncGetAttribute           int* CUfunction_attribute CUfunction  hand
+301 cuFuncSetAttribute           CUfunction CUfunction_attribute int  hand
+302 cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags int* CUfunction int size_t unsigned_int  hand
+303 cuOccupancyAvailableDynamicSMemPerBlock size_t* CUfunction int int  hand
+304 cuArrayDestroy               CUarray!  hand
+305 cuTexObjectDestroy           CUtexObject!  hand
+306 cuSurfObjectDestroy          CUsurfObject!  hand
+307 cuGraphDestroyNode           CUgraphNode!  hand
+308 cuEventElapsedTime_v2        float* CUevent CUevent  hand
+308 cuEventElapsedTime           float* CUevent CUevent  hand
 """
 
 # Exported names whose driver-580 entry is a newer function's (by

@@ -54,7 +54,7 @@ def graph_nodes(image, base, params):
             + W.message("graph_get_nodes", 80, graph=h(9))
             + W.message("graph_exec_update", 81, exec=x, graph=h(9))
             + W.message("graph_exec_update", 82, exec=x, graph=x)
-            + W.message("graph_node_destroy", 74, node=h(7))
+            + W.message("driver_call", 74, fn=W.GENERIC["cuGraphDestroyNode"], args=[h(7)])
             + W.message("graph_node_get_type", 75, node=h(7))
             + W.message("driver_call", 76, fn=17, args=[x])
             + W.message("driver_call", 77, fn=18, args=[graph])
@@ -77,7 +77,8 @@ def seeds():
                + W.message("event_create", 8, flags=0)
                + W.message("event_record", 9, event=(1 << 24) | 3, stream=(1 << 24) | 2)
                + W.message("stream_synchronize", 10, stream=(1 << 24) | 2)
-               + W.message("event_elapsed", 11, start=(1 << 24) | 3, end=(1 << 24) | 3))
+               + W.message("driver_call", 11, fn=W.GENERIC["cuEventElapsedTime_v2"],
+                           args=[1, (1 << 24) | 3, (1 << 24) | 3]))
     attrs = W.message("device_get_attributes", 12, device=0, attrs=[1, 2, 16, 75, 76])
     free = W.message("mem_free", 13, dptr=base) + W.message("bye", 14)
     session = hello + ctx + set_ctx + alloc
@@ -120,8 +121,16 @@ def seeds():
             session
             + W.message("module_load", 30, size=len(image)) + W.data_frames(image, 30)
             + W.message("module_get_function", 31, module=mod, name="vec_add")
-            + W.message("func_get_attribute", 32, func=fn, attr=0)
-            + W.message("func_occupancy", 33, func=fn, block_size=128, dynamic_smem=0, flags=0)
+            + W.message("driver_call", 32, fn=W.GENERIC["cuFuncGetAttribute"],
+                        args=[1, 0, fn])
+            + W.message("driver_call", 33,
+                        fn=W.GENERIC["cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags"],
+                        args=[1, fn, 128, 0, 0])
+            + W.message("driver_call", 36, fn=W.GENERIC["cuFuncSetAttribute"],
+                        args=[fn, 8, 1024])
+            + W.message("driver_call", 37,
+                        fn=W.GENERIC["cuOccupancyAvailableDynamicSMemPerBlock"],
+                        args=[1, fn, 2, 128])
             + W.batch(W.message("launch_kernel", 0, params=params, **shape),
                       W.message("launch_kernel_ex", 0, attrs=[4, 2, 1, 1, 8, 0, 0, 0],
                                 params=params, **shape),
@@ -145,7 +154,7 @@ def seeds():
               + W.message("array_copy", 43, to_array=0, **dict(box, y=4))
               + W.message("array_create", 44, width=8, height=8, depth=8, format=0x01,
                           channels=4, flags=0)
-              + W.message("array_destroy", 45, array=arr)
+              + W.message("driver_call", 45, fn=W.GENERIC["cuArrayDestroy"], args=[arr])
               + W.message("array_copy", 46, to_array=1, **box))
     # Structures through the generic call (a stream attribute set and read
     # back) and a JIT link of one PTX input, fetched.
@@ -204,9 +213,12 @@ def seeds():
                             **dict(res, format=0x01, channels=4, width=8, height=4,
                                    pitch=64), **tex)
                 + W.message("surf_create", 54, array=arr)
-                + W.message("tex_destroy", 55, obj=(9 << 48) | 4)
-                + W.message("surf_destroy", 56, obj=(10 << 48) | 7)
-                + W.message("tex_destroy", 57, obj=0xdeadbeef)
+                + W.message("driver_call", 55, fn=W.GENERIC["cuTexObjectDestroy"],
+                            args=[(9 << 48) | 4])
+                + W.message("driver_call", 56, fn=W.GENERIC["cuSurfObjectDestroy"],
+                            args=[(10 << 48) | 7])
+                + W.message("driver_call", 57, fn=W.GENERIC["cuTexObjectDestroy"],
+                            args=[0xdeadbeef])
                 + W.message("array_create", 58, width=8, height=8, depth=12, format=0x20,
                             channels=2, flags=0x05)
                 + W.message("array_copy", 59, to_array=1, **dict(box, array=(1 << 24) | 3,
@@ -308,7 +320,19 @@ def seeds():
                          deps=[h(4)], edges=[0, 0], mode=7)
              + W.message("driver_call", 151, fn=18, args=[h(3)])
              + W.message("driver_call", 152, fn=18, args=[h(5)]))
+    # Every generic call once, by id, with made-up handles and every
+    # result wanted: the worker's checks in front of each.
+    each = b""
+    for i, (fid, (types, is_async)) in enumerate(sorted(W.GENERIC_ARGS.items())):
+        args = [1] * len(types)
+        if is_async:
+            each += W.batch(W.message("driver_call_async", 0, fn=fid, args=args))
+        elif any(t.startswith(("const_", "out_")) for t in types):
+            each += W.message("driver_call_data", 200 + i, fn=fid, args=args, input=b"")
+        else:
+            each += W.message("driver_call", 200 + i, fn=fid, args=args)
     return {
+        "generic_each": session + each + free,
         **modules,
         "clone": session + clone + free,
         "tensor_maps": session + tensor_maps + free,
@@ -331,6 +355,21 @@ def seeds():
         "devices": hello + attrs + W.message("device_get_name", 2, device=0)
         + W.message("device_get_uuid", 3, device=0) + W.message("mem_get_info", 4),
     }
+
+
+def test_every_generic_call_has_a_seed(monkeypatch):
+    """Each id of the generic driver call reaches the fuzzer in a seed."""
+    seen = set()
+    message = W.message
+
+    def spy(op, msg_id=1, **values):
+        if op.startswith("driver_call"):
+            seen.add(values["fn"])
+        return message(op, msg_id, **values)
+
+    monkeypatch.setattr(W, "message", spy)
+    seeds()
+    assert set(W.GENERIC_ARGS) - seen == set()
 
 
 @pytest.mark.skipif(not os.path.exists(FUZZER),

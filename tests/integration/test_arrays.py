@@ -1,4 +1,5 @@
-"""CUDA arrays on the wire (ops.spec array_create/array_destroy/array_copy),
+"""CUDA arrays on the wire (ops.spec array_create/array_copy, the generic
+cuArrayDestroy),
 spoken directly (tests/lib/pvgpu_wire.py) against `pvgpud --executor sim`:
 a box goes into an array and comes back; every shape, box and handle the
 guest sends is checked by the worker, and a bad one is a CUDA error for
@@ -58,8 +59,8 @@ def test_box_round_trip(s):
     st, _, _, back = s.call("memcpy_dtoh", src=dst, size=24, stream=0)
     assert st == CUDA_SUCCESS
     assert struct.unpack("<6f", back) == (10.0, 11.0, 12.0, 18.0, 19.0, 20.0)
-    assert s.call("array_destroy", array=a)[0] == CUDA_SUCCESS
-    assert s.call("array_destroy", array=a)[0] == CUDA_ERROR_INVALID_HANDLE
+    assert s.driver("cuArrayDestroy", a)[0] == CUDA_SUCCESS
+    assert s.driver("cuArrayDestroy", a)[0] == CUDA_ERROR_INVALID_HANDLE
     assert copy(s, a, src) == CUDA_ERROR_INVALID_HANDLE
 
 
@@ -100,7 +101,7 @@ def test_unknown_handles_and_memory(s):
     src = alloc(s, 4096)
     assert copy(s, 12345, src) == CUDA_ERROR_INVALID_HANDLE
     assert copy(s, a, 0x1000) == CUDA_ERROR_INVALID_VALUE     # not the session's memory
-    assert s.call("array_destroy", array=(1 << 24) | 1)[0] == CUDA_ERROR_INVALID_HANDLE  # the context
+    assert s.driver("cuArrayDestroy", (1 << 24) | 1)[0] == CUDA_ERROR_INVALID_HANDLE  # the context
 
 
 def test_arrays_are_per_session(start_pvgpud):
@@ -114,5 +115,5 @@ def test_arrays_are_per_session(start_pvgpud):
     dptr = alloc(b, 4096)
     # The same id means nothing in b's session (b has no array at all).
     assert copy(b, arr, dptr) == CUDA_ERROR_INVALID_HANDLE
-    assert b.call("array_destroy", array=arr)[0] == CUDA_ERROR_INVALID_HANDLE
+    assert b.driver("cuArrayDestroy", arr)[0] == CUDA_ERROR_INVALID_HANDLE
     assert copy(a, arr, alloc(a, 4096)) == CUDA_SUCCESS

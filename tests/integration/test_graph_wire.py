@@ -155,10 +155,10 @@ def test_hostile_nodes(daemon, s):
     t = session(daemon)
     assert node_type(t, m)[0] == CUDA_ERROR_INVALID_HANDLE
     assert add(t, g, EMPTY)[0] == CUDA_ERROR_INVALID_HANDLE
-    assert t.call("graph_node_destroy", node=m)[0] == CUDA_ERROR_INVALID_HANDLE
+    assert t.driver("cuGraphDestroyNode", m)[0] == CUDA_ERROR_INVALID_HANDLE
     t.close()
-    assert s.call("graph_node_destroy", node=o)[0] == CUDA_SUCCESS
-    assert s.call("graph_node_destroy", node=o)[0] == CUDA_ERROR_INVALID_HANDLE
+    assert s.driver("cuGraphDestroyNode", o)[0] == CUDA_SUCCESS
+    assert s.driver("cuGraphDestroyNode", o)[0] == CUDA_ERROR_INVALID_HANDLE
     # After all that, the session still works.
     assert node_type(s, m) == (CUDA_SUCCESS, MEMSET)
     st, res = driver(s, INSTANTIATE, 1, g, 0)

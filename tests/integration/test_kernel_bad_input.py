@@ -237,7 +237,7 @@ def test_unknown_kernel_name_and_module_handle(daemon):
 def test_function_handle_never_registered(daemon):
     s = session(daemon)
     va = VecAdd(s)
-    st, _, _, _ = s.call("func_get_attribute", func=0x12345678, attr=0)
+    st, _ = s.driver("cuFuncGetAttribute", 1, 0, 0x12345678)
     assert st == CUDA_ERROR_INVALID_HANDLE
     va.launch(func=0x12345678)
     assert sync(s) == CUDA_ERROR_INVALID_HANDLE
@@ -290,9 +290,8 @@ def test_shared_memory_above_the_limit(daemon):
         assert sync(s) == CUDA_ERROR_INVALID_VALUE, shared
     # Opting in beyond the device's maximum is refused too.
     CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
-    st, _, _, _ = s.call("func_set_attribute", func=va.func,
-                         attr=CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                         value=1 << 20)
+    st, _ = s.driver("cuFuncSetAttribute", va.func,
+                     CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 1 << 20)
     assert st == CUDA_ERROR_INVALID_VALUE
     va.launch(shared=48 * 1024)    # the default limit itself is fine
     assert sync(s) == CUDA_SUCCESS

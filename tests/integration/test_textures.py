@@ -1,6 +1,6 @@
-"""Texture and surface objects on the wire (ops.spec tex_create/tex_destroy/
-surf_create/surf_destroy) and arrays with layered/cubemap/surface/gather
-flags, spoken directly (tests/lib/pvgpu_wire.py) against `pvgpud --executor
+"""Texture and surface objects on the wire (ops.spec tex_create/surf_create,
+the generic cuTexObjectDestroy/cuSurfObjectDestroy) and arrays with
+layered/cubemap/surface/gather flags, spoken directly (tests/lib/pvgpu_wire.py) against `pvgpud --executor
 sim`.  The sim cannot sample a texture: its objects are opaque values, so
 these tests check the protocol, the worker's checks of every descriptor
 field, and that a session names only its own objects.  What a kernel reads
@@ -65,9 +65,9 @@ def test_texture_on_an_array(s):
     assert st == CUDA_SUCCESS and t
     st, t2 = tex(s, RES_ARRAY, a, filter=0, flags=0)
     assert st == CUDA_SUCCESS and t2 and t2 != t
-    assert s.call("tex_destroy", obj=t)[0] == CUDA_SUCCESS
-    assert s.call("tex_destroy", obj=t)[0] == CUDA_ERROR_INVALID_HANDLE
-    assert s.call("tex_destroy", obj=t2)[0] == CUDA_SUCCESS
+    assert s.driver("cuTexObjectDestroy", t)[0] == CUDA_SUCCESS
+    assert s.driver("cuTexObjectDestroy", t)[0] == CUDA_ERROR_INVALID_HANDLE
+    assert s.driver("cuTexObjectDestroy", t2)[0] == CUDA_SUCCESS
 
 
 def test_texture_on_device_memory(s):
@@ -78,7 +78,7 @@ def test_texture_on_device_memory(s):
                   pitch=512)
     assert st == CUDA_SUCCESS and p2d
     for t in (lin, p2d):
-        assert s.call("tex_destroy", obj=t)[0] == CUDA_SUCCESS
+        assert s.driver("cuTexObjectDestroy", t)[0] == CUDA_SUCCESS
 
 
 @pytest.mark.parametrize("kw,want", [
@@ -141,7 +141,7 @@ def test_texture_may_run_past_its_allocation(s, kw):
     f.update(kw)
     st, t = tex(s, handle=ptr, **f)
     assert st == CUDA_SUCCESS and t
-    assert s.call("tex_destroy", obj=t)[0] == CUDA_SUCCESS
+    assert s.driver("cuTexObjectDestroy", t)[0] == CUDA_SUCCESS
     # Past the end of the allocation, the base itself: not the session's.
     f["handle"] = d + 4096 + 4096
     assert tex(s, **f)[0] == CUDA_ERROR_INVALID_VALUE
@@ -155,9 +155,9 @@ def test_forged_and_foreign_values(s):
     st, t = tex(s, RES_ARRAY, a)
     assert st == CUDA_SUCCESS
     for v in (0, 12345, t + 1, (1 << 64) - 1):
-        assert s.call("tex_destroy", obj=v)[0] == CUDA_ERROR_INVALID_HANDLE
-    assert s.call("surf_destroy", obj=t)[0] == CUDA_ERROR_INVALID_HANDLE  # a texture
-    assert s.call("tex_destroy", obj=t)[0] == CUDA_SUCCESS
+        assert s.driver("cuTexObjectDestroy", v)[0] == CUDA_ERROR_INVALID_HANDLE
+    assert s.driver("cuSurfObjectDestroy", t)[0] == CUDA_ERROR_INVALID_HANDLE  # a texture
+    assert s.driver("cuTexObjectDestroy", t)[0] == CUDA_SUCCESS
 
 
 def test_objects_are_per_session(start_pvgpud):
@@ -170,12 +170,12 @@ def test_objects_are_per_session(start_pvgpud):
     assert st == CUDA_SUCCESS
     sf = out["obj"]
     # b made nothing: a's values mean nothing there, and a's array is not b's.
-    assert b.call("tex_destroy", obj=t)[0] == CUDA_ERROR_INVALID_HANDLE
-    assert b.call("surf_destroy", obj=sf)[0] == CUDA_ERROR_INVALID_HANDLE
+    assert b.driver("cuTexObjectDestroy", t)[0] == CUDA_ERROR_INVALID_HANDLE
+    assert b.driver("cuSurfObjectDestroy", sf)[0] == CUDA_ERROR_INVALID_HANDLE
     assert tex(b, RES_ARRAY, arr)[0] == CUDA_ERROR_INVALID_HANDLE
     assert b.call("surf_create", array=arr)[0] == CUDA_ERROR_INVALID_HANDLE
-    assert a.call("tex_destroy", obj=t)[0] == CUDA_SUCCESS
-    assert a.call("surf_destroy", obj=sf)[0] == CUDA_SUCCESS
+    assert a.driver("cuTexObjectDestroy", t)[0] == CUDA_SUCCESS
+    assert a.driver("cuSurfObjectDestroy", sf)[0] == CUDA_SUCCESS
 
 
 def test_objects_go_with_their_context(start_pvgpud):
@@ -187,8 +187,8 @@ def test_objects_go_with_their_context(start_pvgpud):
     assert st == CUDA_SUCCESS
     assert s.call("ctx_destroy", ctx=ctx)[0] == CUDA_SUCCESS
     s.open_context()
-    assert s.call("tex_destroy", obj=t)[0] == CUDA_ERROR_INVALID_HANDLE
-    assert s.call("surf_destroy", obj=out["obj"])[0] == CUDA_ERROR_INVALID_HANDLE
+    assert s.driver("cuTexObjectDestroy", t)[0] == CUDA_ERROR_INVALID_HANDLE
+    assert s.driver("cuSurfObjectDestroy", out["obj"])[0] == CUDA_ERROR_INVALID_HANDLE
 
 
 def test_surface_needs_load_store_array(s):
@@ -199,9 +199,9 @@ def test_surface_needs_load_store_array(s):
     assert st == CUDA_SUCCESS
     st, _, out, _ = s.call("surf_create", array=a)
     assert st == CUDA_SUCCESS and out["obj"]
-    assert s.call("tex_destroy", obj=out["obj"])[0] == CUDA_ERROR_INVALID_HANDLE
-    assert s.call("surf_destroy", obj=out["obj"])[0] == CUDA_SUCCESS
-    assert s.call("surf_destroy", obj=out["obj"])[0] == CUDA_ERROR_INVALID_HANDLE
+    assert s.driver("cuTexObjectDestroy", out["obj"])[0] == CUDA_ERROR_INVALID_HANDLE
+    assert s.driver("cuSurfObjectDestroy", out["obj"])[0] == CUDA_SUCCESS
+    assert s.driver("cuSurfObjectDestroy", out["obj"])[0] == CUDA_ERROR_INVALID_HANDLE
 
 
 @pytest.mark.parametrize("shape,want", [

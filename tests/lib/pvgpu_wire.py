@@ -23,6 +23,21 @@ def load_proto(build=None):
 
 
 P = load_proto()
+
+
+def load_generic():
+    """{name: id} of the generic driver call (protocol/api/annotations.py
+    GENERIC), the ids the driver_call ops carry."""
+    spec = importlib.util.spec_from_file_location(
+        "pvgpu_annotations", os.path.join(REPO, "protocol", "api", "annotations.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return {name: fid for fid, name, _types, _async in mod.generic()}, \
+        {fid: (types, is_async) for fid, _name, types, is_async in mod.generic()}
+
+
+# GENERIC_ARGS: {id: ([argument types as annotated], async)}.
+GENERIC, GENERIC_ARGS = load_generic()
 FIXED = {"u8": "B", "u16": "H", "u32": "I", "u64": "Q", "i32": "i", "i64": "q", "f32": "f"}
 HDR = struct.Struct(P.HDR_FORMAT)
 OPTIONAL_NAMES = {name for _op, name in getattr(P, "OPTIONAL", [])}
@@ -159,6 +174,13 @@ class Session:
             outs = decode_fields(P.OPS[op][4], payload[8:])
             return status, deferred, outs, data_out
 
+    def driver(self, name, *args):
+        """The generic driver call of cuda.h's function name with one u64
+        per argument (annotations.py's order; a result slot non-zero when
+        wanted): (status, results)."""
+        st, _d, outs, _ = self.call("driver_call", fn=GENERIC[name], args=list(args))
+        return st, outs.get("results", [])
+
     def window_attach(self, fd, **values):
         """window_attach passing fd, a window's memfd, as shm:// guests do:
         (status, outputs)."""
@@ -206,3 +228,11 @@ class Session:
         st, _d, outs, _ = self.call("array_create", width=width, height=height, depth=depth,
                                     format=format, channels=channels, flags=flags)
         return st, outs.get("array", 0)
+
+
+def context_session(uri):
+    """A session said hello, with a context on device 0 made current."""
+    s = Session(uri)
+    s.hello()
+    s.open_context()
+    return s

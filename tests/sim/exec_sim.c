@@ -3499,16 +3499,6 @@ static int32_t sim_obj_destroy(struct pvgpu_exec *ex, uint64_t obj,
 	return CUDA_SUCCESS;
 }
 
-static int32_t sim_tex_destroy(struct pvgpu_exec *ex, uint64_t obj)
-{
-	return sim_obj_destroy(ex, obj, SIM_TEX);
-}
-
-static int32_t sim_surf_destroy(struct pvgpu_exec *ex, uint64_t obj)
-{
-	return sim_obj_destroy(ex, obj, SIM_SURF);
-}
-
 /*
  * The generic driver call: what a device without a GPU can answer; the
  * rest is CUDA_ERROR_NOT_SUPPORTED, which the guest sees as such.
@@ -4792,25 +4782,24 @@ static int32_t sim_module_load_jit(struct pvgpu_exec *ex, struct pvgpu_link *l,
 	return rc;
 }
 
-/* Generic calls numbered from 200. */
-static int32_t sim_driver_call_more(struct pvgpu_exec *ex,
-				    const struct pvgpu_generic_fn *f, uint64_t *a)
+static int32_t sim_profiler(struct pvgpu_exec *ex,
+			    const struct pvgpu_generic_fn *f, uint64_t *a)
 {
-	switch (f->id) {
-	case PVGPU_GENERIC_cuProfilerStart:
-	case PVGPU_GENERIC_cuProfilerStop:
-		return CUDA_SUCCESS;	/* no profiler attached: nothing to do */
-	case PVGPU_GENERIC_cuStreamSetAttribute:
-	case PVGPU_GENERIC_cuStreamGetAttribute:
-		return sim_stream_attr(ex, a[0], a[1], (CUstreamAttrValue *)(uintptr_t)a[2],
-				       f->id == PVGPU_GENERIC_cuStreamSetAttribute);
-	default:
-		return sim_vmm_call(ex, f, a);
-	}
+	(void)ex;
+	(void)f;
+	(void)a;
+	return CUDA_SUCCESS;	/* no profiler attached: nothing to do */
 }
 
-static int32_t sim_driver_call(struct pvgpu_exec *ex,
-			       const struct pvgpu_generic_fn *f, uint64_t *a)
+static int32_t sim_stream_attr_call(struct pvgpu_exec *ex,
+				    const struct pvgpu_generic_fn *f, uint64_t *a)
+{
+	return sim_stream_attr(ex, a[0], a[1], (CUstreamAttrValue *)(uintptr_t)a[2],
+			       f->id == PVGPU_GENERIC_cuStreamSetAttribute);
+}
+
+static int32_t sim_ctx_call(struct pvgpu_exec *ex,
+			    const struct pvgpu_generic_fn *f, uint64_t *a)
 {
 	static const uint64_t limit_defaults[CU_LIMIT_MAX] = {
 		[CU_LIMIT_STACK_SIZE] = 1024,
@@ -4820,35 +4809,7 @@ static int32_t sim_driver_call(struct pvgpu_exec *ex,
 		[CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT] = 2048,
 		[CU_LIMIT_MAX_L2_FETCH_GRANULARITY] = 64,
 	};
-	unsigned char *p;
-	int32_t rc;
 
-	if (!ex || !f)
-		return CUDA_ERROR_INVALID_VALUE;
-	rc = ctx_check(ex);
-	if (rc)
-		return rc;
-	switch (f->id) {
-	case PVGPU_GENERIC_cuStreamBeginCapture_v2:
-	case PVGPU_GENERIC_cuStreamEndCapture:
-	case PVGPU_GENERIC_cuStreamIsCapturing:
-		return sim_capture_call(ex, f, a);
-	case PVGPU_GENERIC_cuGraphCreate:
-	case PVGPU_GENERIC_cuGraphClone:
-	case PVGPU_GENERIC_cuGraphInstantiateWithFlags:
-	case PVGPU_GENERIC_cuGraphLaunch:
-	case PVGPU_GENERIC_cuGraphUpload:
-	case PVGPU_GENERIC_cuGraphExecDestroy:
-	case PVGPU_GENERIC_cuGraphDestroy:
-		return sim_graph_call(ex, f, a);
-	}
-	for (uint32_t i = 0; i < f->nargs; i++) {
-		if (f->args[i].kind == PVGPU_GA_STREAM &&
-		    (rc = check_stream(ex, a[i])))
-			return rc;
-	}
-	if (f->id >= 200)
-		return sim_driver_call_more(ex, f, a);
 	switch (f->id) {
 	case PVGPU_GENERIC_cuCtxSetLimit:
 		if (a[0] >= CU_LIMIT_MAX)
@@ -4874,32 +4835,171 @@ static int32_t sim_driver_call(struct pvgpu_exec *ex,
 			return CUDA_ERROR_INVALID_VALUE;
 		ex->cache_config = (int32_t)a[0];
 		return CUDA_SUCCESS;
-	case PVGPU_GENERIC_cuCtxResetPersistingL2Cache:
-		return CUDA_SUCCESS;
-	case PVGPU_GENERIC_cuStreamWriteValue32_v2:
-	case PVGPU_GENERIC_cuStreamWriteValue64_v2: {
-		int wide = f->id == PVGPU_GENERIC_cuStreamWriteValue64_v2;
-
-		p = dev_bytes(ex, a[1], wide ? 8 : 4);
-		if (!p)
-			return CUDA_ERROR_INVALID_VALUE;
-		if (wide) {
-			memcpy(p, &a[2], 8);
-		} else {
-			uint32_t v = (uint32_t)a[2];
-
-			memcpy(p, &v, 4);
-		}
+	default:	/* cuCtxResetPersistingL2Cache */
 		return CUDA_SUCCESS;
 	}
-	case PVGPU_GENERIC_cuStreamWaitValue32_v2:
-		return sim_wait_value(ex, a[1], a[2], (uint32_t)a[3], 0);
-	case PVGPU_GENERIC_cuStreamWaitValue64_v2:
-		return sim_wait_value(ex, a[1], a[2], (uint32_t)a[3], 1);
-	default:
+}
+
+static int32_t sim_stream_value_call(struct pvgpu_exec *ex,
+				     const struct pvgpu_generic_fn *f, uint64_t *a)
+{
+	int wide = f->id == PVGPU_GENERIC_cuStreamWriteValue64_v2 ||
+		   f->id == PVGPU_GENERIC_cuStreamWaitValue64_v2;
+	unsigned char *p;
+
+	if (f->id == PVGPU_GENERIC_cuStreamWaitValue32_v2 ||
+	    f->id == PVGPU_GENERIC_cuStreamWaitValue64_v2)
+		return sim_wait_value(ex, a[1], a[2], (uint32_t)a[3], wide);
+	p = dev_bytes(ex, a[1], wide ? 8 : 4);
+	if (!p)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (wide) {
+		memcpy(p, &a[2], 8);
+	} else {
+		uint32_t v = (uint32_t)a[2];
+
+		memcpy(p, &v, 4);
+	}
+	return CUDA_SUCCESS;
+}
+
+/* Function attributes and occupancy: a[] as annotations.py has them. */
+static int32_t sim_func_call(struct pvgpu_exec *ex,
+			     const struct pvgpu_generic_fn *f, uint64_t *a)
+{
+	int32_t rc, v = 0;
+	uint64_t bytes = 0;
+
+	switch (f->id) {
+	case PVGPU_GENERIC_cuFuncGetAttribute:
+		rc = sim_function_attribute(ex, a[2], (int32_t)a[1], a[0] ? &v : NULL);
+		a[0] = (uint64_t)(int64_t)v;
+		return rc;
+	case PVGPU_GENERIC_cuFuncSetAttribute:
+		return sim_function_set_attribute(ex, a[0], (int32_t)a[1], (int32_t)a[2]);
+	case PVGPU_GENERIC_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags:
+		if (!a[0])
+			return CUDA_ERROR_INVALID_VALUE;
+		rc = sim_occupancy(ex, a[1], (int32_t)a[2], a[3], (uint32_t)a[4], &v);
+		a[0] = (uint64_t)(int64_t)v;
+		return rc;
+	default:	/* cuOccupancyAvailableDynamicSMemPerBlock */
+		if (!a[0])
+			return CUDA_ERROR_INVALID_VALUE;
+		rc = sim_dynamic_smem(ex, a[1], (int32_t)a[2], (int32_t)a[3], &bytes);
+		a[0] = bytes;
+		return rc;
+	}
+}
+
+static int32_t sim_elapsed_call(struct pvgpu_exec *ex,
+				const struct pvgpu_generic_fn *f, uint64_t *a)
+{
+	float ms = 0;
+	int32_t rc = sim_event_elapsed(ex, a[1], a[2], a[0] ? &ms : NULL);
+
+	(void)f;
+	a[0] = 0;
+	memcpy(&a[0], &ms, sizeof(ms));		/* a float result: its bits */
+	return rc;
+}
+
+static int32_t sim_destroy_call(struct pvgpu_exec *ex,
+				const struct pvgpu_generic_fn *f, uint64_t *a)
+{
+	switch (f->id) {
+	case PVGPU_GENERIC_cuArrayDestroy:
+		return sim_array_destroy(ex, a[0]);
+	case PVGPU_GENERIC_cuTexObjectDestroy:
+		return sim_obj_destroy(ex, a[0], SIM_TEX);
+	case PVGPU_GENERIC_cuSurfObjectDestroy:
+		return sim_obj_destroy(ex, a[0], SIM_SURF);
+	default:	/* cuGraphDestroyNode */
+		return sim_graph_node_destroy(ex, a[0]);
+	}
+}
+
+/*
+ * The generic calls the sim models, by id; every other one is
+ * CUDA_ERROR_NOT_SUPPORTED.  streams: its stream arguments are checked
+ * first (capture and graph calls check their own, in the driver's order).
+ */
+static const struct sim_generic {
+	uint32_t id;
+	int32_t (*call)(struct pvgpu_exec *ex, const struct pvgpu_generic_fn *f,
+			uint64_t *a);
+	bool streams;
+} sim_generic[] = {
+	{ PVGPU_GENERIC_cuCtxSetLimit, sim_ctx_call, true },
+	{ PVGPU_GENERIC_cuCtxGetLimit, sim_ctx_call, true },
+	{ PVGPU_GENERIC_cuCtxGetStreamPriorityRange, sim_ctx_call, true },
+	{ PVGPU_GENERIC_cuCtxGetCacheConfig, sim_ctx_call, true },
+	{ PVGPU_GENERIC_cuCtxSetCacheConfig, sim_ctx_call, true },
+	{ PVGPU_GENERIC_cuCtxResetPersistingL2Cache, sim_ctx_call, true },
+	{ PVGPU_GENERIC_cuStreamWriteValue32_v2, sim_stream_value_call, true },
+	{ PVGPU_GENERIC_cuStreamWriteValue64_v2, sim_stream_value_call, true },
+	{ PVGPU_GENERIC_cuStreamWaitValue32_v2, sim_stream_value_call, true },
+	{ PVGPU_GENERIC_cuStreamWaitValue64_v2, sim_stream_value_call, true },
+	{ PVGPU_GENERIC_cuStreamBeginCapture_v2, sim_capture_call, false },
+	{ PVGPU_GENERIC_cuStreamEndCapture, sim_capture_call, false },
+	{ PVGPU_GENERIC_cuStreamIsCapturing, sim_capture_call, false },
+	{ PVGPU_GENERIC_cuGraphInstantiateWithFlags, sim_graph_call, false },
+	{ PVGPU_GENERIC_cuGraphLaunch, sim_graph_call, false },
+	{ PVGPU_GENERIC_cuGraphUpload, sim_graph_call, false },
+	{ PVGPU_GENERIC_cuGraphExecDestroy, sim_graph_call, false },
+	{ PVGPU_GENERIC_cuGraphDestroy, sim_graph_call, false },
+	{ PVGPU_GENERIC_cuGraphCreate, sim_graph_call, false },
+	{ PVGPU_GENERIC_cuGraphClone, sim_graph_call, false },
+	{ PVGPU_GENERIC_cuProfilerStart, sim_profiler, true },
+	{ PVGPU_GENERIC_cuProfilerStop, sim_profiler, true },
+	{ PVGPU_GENERIC_cuStreamSetAttribute, sim_stream_attr_call, true },
+	{ PVGPU_GENERIC_cuStreamGetAttribute, sim_stream_attr_call, true },
+	{ PVGPU_GENERIC_cuMemGetAllocationGranularity, sim_vmm_call, true },
+	{ PVGPU_GENERIC_cuMemCreate, sim_vmm_call, true },
+	{ PVGPU_GENERIC_cuMemRelease, sim_vmm_call, true },
+	{ PVGPU_GENERIC_cuMemAddressReserve, sim_vmm_call, true },
+	{ PVGPU_GENERIC_cuMemAddressFree, sim_vmm_call, true },
+	{ PVGPU_GENERIC_cuMemMap, sim_vmm_call, true },
+	{ PVGPU_GENERIC_cuMemUnmap, sim_vmm_call, true },
+	{ PVGPU_GENERIC_cuMemSetAccess, sim_vmm_call, true },
+	{ PVGPU_GENERIC_cuMemGetAccess, sim_vmm_call, true },
+	{ PVGPU_GENERIC_cuMemRetainAllocationHandle, sim_vmm_call, true },
+	{ PVGPU_GENERIC_cuMemGetAllocationPropertiesFromHandle, sim_vmm_call, true },
+	{ PVGPU_GENERIC_cuFuncGetAttribute, sim_func_call, true },
+	{ PVGPU_GENERIC_cuFuncSetAttribute, sim_func_call, true },
+	{ PVGPU_GENERIC_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, sim_func_call, true },
+	{ PVGPU_GENERIC_cuOccupancyAvailableDynamicSMemPerBlock, sim_func_call, true },
+	{ PVGPU_GENERIC_cuArrayDestroy, sim_destroy_call, true },
+	{ PVGPU_GENERIC_cuTexObjectDestroy, sim_destroy_call, true },
+	{ PVGPU_GENERIC_cuSurfObjectDestroy, sim_destroy_call, true },
+	{ PVGPU_GENERIC_cuGraphDestroyNode, sim_destroy_call, true },
+	{ PVGPU_GENERIC_cuEventElapsedTime_v2, sim_elapsed_call, true },
+};
+
+static int32_t sim_driver_call(struct pvgpu_exec *ex,
+			       const struct pvgpu_generic_fn *f, uint64_t *a)
+{
+	const struct sim_generic *g = NULL;
+	int32_t rc;
+
+	if (!ex || !f)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = ctx_check(ex);
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < sizeof(sim_generic) / sizeof(sim_generic[0]); i++)
+		if (sim_generic[i].id == f->id)
+			g = &sim_generic[i];
+	if (!g) {
 		sim_diag(ex, "%s: not supported by the sim", f->name);
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
+	for (uint32_t i = 0; g->streams && i < f->nargs; i++) {
+		if (f->args[i].kind == PVGPU_GA_STREAM &&
+		    (rc = check_stream(ex, a[i])))
+			return rc;
+	}
+	return g->call(ex, f, a);
 }
 
 const struct pvgpu_executor_ops pvgpu_exec_sim = {
@@ -4940,19 +5040,14 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.event_record		= sim_event_record,
 	.event_synchronize	= sim_event_synchronize,
 	.event_query		= sim_event_query,
-	.event_elapsed		= sim_event_elapsed,
 	.module_load		= sim_module_load,
 	.module_unload		= sim_module_unload,
 	.module_function	= sim_module_function,
 	.module_function_names	= sim_module_function_names,
 	.module_global		= sim_module_global,
 	.function_params	= sim_function_params,
-	.function_attribute	= sim_function_attribute,
-	.function_set_attribute	= sim_function_set_attribute,
 	.launch			= sim_launch,
 	.launch_run		= sim_launch_run,
-	.occupancy		= sim_occupancy,
-	.dynamic_smem		= sim_dynamic_smem,
 	.max_clusters		= sim_max_clusters,
 	.device_can_access_peer	= sim_device_can_access_peer,
 	.device_p2p_attribute	= sim_device_p2p_attribute,
@@ -4961,13 +5056,10 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.memcpy_peer		= sim_memcpy_peer,
 	.memcpy_peer_async	= sim_memcpy_peer_async,
 	.array_create		= sim_array_create,
-	.array_destroy		= sim_array_destroy,
 	.array_copy		= sim_array_copy,
 	.tex_create		= sim_tex_create,
 	.tensor_map_encode	= sim_tensor_map_encode,
-	.tex_destroy		= sim_tex_destroy,
 	.surf_create		= sim_surf_create,
-	.surf_destroy		= sim_surf_destroy,
 	.driver_call		= sim_driver_call,
 	.link			= pvgpu_sim_link,
 	.module_load_jit	= sim_module_load_jit,
@@ -4982,7 +5074,6 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.graph_add_node		= sim_graph_add_node,
 	.graph_kernel_node_set	= sim_graph_kernel_node_set,
 	.graph_add_deps		= sim_graph_add_deps,
-	.graph_node_destroy	= sim_graph_node_destroy,
 	.graph_nodes		= sim_graph_nodes,
 	.graph_exec_update	= sim_graph_exec_update,
 	.capture_info		= sim_capture_info,

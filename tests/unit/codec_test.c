@@ -91,13 +91,14 @@ static void test_arrays(void)
 
 static void test_float_and_header(void)
 {
-	struct pvgpu_event_elapsed_rep in = { .ms = 1.5f }, out;
+	struct pvgpu_tex_create_req in = { .mip_bias = 1.5f, .border3 = -2.25f }, out;
 	struct pvgpu_hdr h = { PVGPU_MAGIC, 1, 0x43, 0, 24, 0x1122334455667788ull }, h2;
-	uint8_t buf[PVGPU_HDR_SIZE];
-	long n = pvgpu_event_elapsed_rep_encode(buf, &in);
+	uint8_t buf[PVGPU_HDR_SIZE], fbuf[PVGPU_TEX_CREATE_REQ_MAX];
+	long n = pvgpu_tex_create_req_encode(fbuf, &in);
 
-	CHECK(n == 4);
-	CHECK(pvgpu_event_elapsed_rep_decode(buf, 4, &out) == 0 && out.ms == 1.5f);
+	CHECK(n > 0);
+	CHECK(pvgpu_tex_create_req_decode(fbuf, (size_t)n, &out) == 0 &&
+	      out.mip_bias == 1.5f && out.border3 == -2.25f);
 
 	pvgpu_hdr_encode(buf, &h);
 	CHECK(buf[0] == 'P' && buf[1] == 'V' && buf[2] == 'G' && buf[3] == 'P');

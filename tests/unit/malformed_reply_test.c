@@ -159,7 +159,7 @@ int main(void)
 
 	CHECK_OP(sv[0], 2, mem_alloc, MEM_ALLOC);
 	CHECK_OP(sv[0], 3, mem_get_info, MEM_GET_INFO);
-	CHECK_OP(sv[0], 4, event_elapsed, EVENT_ELAPSED);
+	CHECK_OP(sv[0], 4, device_total_mem, DEVICE_TOTAL_MEM);
 	CHECK_OP(sv[0], 5, device_get_attributes, DEVICE_GET_ATTRIBUTES);
 	CHECK_OP(sv[0], 6, device_get_name, DEVICE_GET_NAME);
 	CHECK_OP(sv[0], 7, ipc_get_mem_handle, IPC_GET_MEM_HANDLE);

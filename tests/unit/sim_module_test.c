@@ -22,6 +22,7 @@
 #include <cuda.h>
 
 #include "exec_sim.h"
+#include "pvgpu_generic.h"
 
 static int passed, failed;
 static const char *what = "";		/* the image under test, for messages */
@@ -49,6 +50,28 @@ static const char *what = "";		/* the image under test, for messages */
 } while (0)
 
 static const struct pvgpu_executor_ops *sim;
+
+/* cuFuncGetAttribute / cuFuncSetAttribute as the worker calls them: the
+ * executor's generic driver call, arguments in annotations.py's order. */
+static int32_t func_get_attr(struct pvgpu_exec *ex, uint64_t fn, int32_t attr,
+			     int32_t *v)
+{
+	uint64_t a[PVGPU_GENERIC_MAX_ARGS] = { v != NULL, (uint64_t)(int64_t)attr, fn };
+	int32_t rc = sim->driver_call(ex, pvgpu_generic_find(PVGPU_GENERIC_cuFuncGetAttribute), a);
+
+	if (v)
+		*v = (int32_t)a[0];
+	return rc;
+}
+
+static int32_t func_set_attr(struct pvgpu_exec *ex, uint64_t fn, int32_t attr,
+			     int32_t v)
+{
+	uint64_t a[PVGPU_GENERIC_MAX_ARGS] = { fn, (uint64_t)(int64_t)attr,
+					       (uint64_t)(int64_t)v };
+
+	return sim->driver_call(ex, pvgpu_generic_find(PVGPU_GENERIC_cuFuncSetAttribute), a);
+}
 static int have_twins;
 
 /* ------------------------------------------------------------------ */
@@ -269,25 +292,25 @@ static void check_layouts(struct pvgpu_exec *ex, uint64_t m)
 		CHECK_RC(sim->function_params(ex, fn, NULL, 0, &count),
 			 CUDA_SUCCESS);
 		CHECK(count == w->nparams);
-		CHECK_RC(sim->function_attribute(ex, fn,
+		CHECK_RC(func_get_attr(ex, fn,
 			 CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, &v),
 			 CUDA_SUCCESS);
 		CHECK(v == w->max_threads);
-		CHECK_RC(sim->function_attribute(ex, fn,
+		CHECK_RC(func_get_attr(ex, fn,
 			 CU_FUNC_ATTRIBUTE_NUM_REGS, &v), CUDA_SUCCESS);
 		CHECK(v > 0 && v <= 255);
-		CHECK_RC(sim->function_attribute(ex, fn,
+		CHECK_RC(func_get_attr(ex, fn,
 			 CU_FUNC_ATTRIBUTE_BINARY_VERSION, &v), CUDA_SUCCESS);
 		CHECK(v == 90);
-		CHECK_RC(sim->function_attribute(ex, fn,
+		CHECK_RC(func_get_attr(ex, fn,
 			 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, &v),
 			 CUDA_SUCCESS);
 		CHECK(v > 0 && v <= 49152);
-		CHECK_RC(sim->function_attribute(ex, fn, 9999, &v),
+		CHECK_RC(func_get_attr(ex, fn, 9999, &v),
 			 CUDA_ERROR_INVALID_VALUE);
 	}
 	fn = function(ex, m, "reduce_sum");
-	CHECK_RC(sim->function_attribute(ex, fn,
+	CHECK_RC(func_get_attr(ex, fn,
 		 CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, &v), CUDA_SUCCESS);
 	CHECK(v == 1024);
 	CHECK_RC(sim->module_function(ex, m, "no_such_kernel", &fn),
@@ -402,16 +425,16 @@ static void check_launch_limits(struct pvgpu_exec *ex, uint64_t m)
 		 CUDA_ERROR_INVALID_VALUE);
 
 	/* Opting in to more dynamic shared memory, up to 227 KiB. */
-	CHECK_RC(sim->function_set_attribute(ex, vecadd,
+	CHECK_RC(func_set_attr(ex, vecadd,
 		 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 232449),
 		 CUDA_ERROR_INVALID_VALUE);
-	CHECK_RC(sim->function_set_attribute(ex, reduce,
+	CHECK_RC(func_set_attr(ex, reduce,
 		 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 232448),
 		 CUDA_ERROR_INVALID_VALUE);	/* + 1 KiB static */
-	CHECK_RC(sim->function_set_attribute(ex, vecadd,
+	CHECK_RC(func_set_attr(ex, vecadd,
 		 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 100000),
 		 CUDA_SUCCESS);
-	CHECK_RC(sim->function_attribute(ex, vecadd,
+	CHECK_RC(func_get_attr(ex, vecadd,
 		 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, &v),
 		 CUDA_SUCCESS);
 	CHECK(v == 100000);
@@ -419,9 +442,9 @@ static void check_launch_limits(struct pvgpu_exec *ex, uint64_t m)
 		 CUDA_ERROR_INVALID_VALUE);
 	CHECK_RC(launch(ex, vecadd, 1, 32, 100000, p, 28),
 		 have_twins ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND);
-	CHECK_RC(sim->function_set_attribute(ex, vecadd,
+	CHECK_RC(func_set_attr(ex, vecadd,
 		 CU_FUNC_ATTRIBUTE_NUM_REGS, 10), CUDA_ERROR_INVALID_VALUE);
-	CHECK_RC(sim->function_set_attribute(ex, vecadd,
+	CHECK_RC(func_set_attr(ex, vecadd,
 		 CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 50),
 		 CUDA_SUCCESS);
 
@@ -673,7 +696,7 @@ static void poke_module(struct pvgpu_exec *ex, uint64_t m)
 		if (sim->module_function(ex, m, want_kernels[i].name, &fn))
 			continue;
 		sim->function_params(ex, fn, layout, 8, &count);
-		sim->function_attribute(ex, fn,
+		func_get_attr(ex, fn,
 					CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
 					&v);
 	}

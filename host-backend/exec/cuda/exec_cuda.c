@@ -1532,17 +1532,6 @@ static int32_t cuda_event_query(struct pvgpu_exec *ex, uint64_t event)
 	return ex->api.event_query(to_event(event));
 }
 
-static int32_t cuda_event_elapsed(struct pvgpu_exec *ex, uint64_t start,
-				  uint64_t end, float *ms)
-{
-	if (!ex || !ms)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (!handle_find(ex, start, CUDA_EVENT) ||
-	    !handle_find(ex, end, CUDA_EVENT))
-		return CUDA_ERROR_INVALID_HANDLE;
-	return ex->api.event_elapsed_time(ms, to_event(start), to_event(end));
-}
-
 /* ------------------------------------------------------------------ */
 /* modules and kernels */
 
@@ -1746,40 +1735,6 @@ static int32_t cuda_function_params(struct pvgpu_exec *ex, uint64_t func,
 	return CUDA_SUCCESS;
 }
 
-static int32_t cuda_function_attribute(struct pvgpu_exec *ex, uint64_t func,
-				       int32_t attr, int32_t *value)
-{
-	CUfunction f;
-	int v;
-	int32_t rc;
-
-	if (!ex || !value)
-		return CUDA_ERROR_INVALID_VALUE;
-	rc = to_function(ex, func, &f);
-	if (rc)
-		return rc;
-	rc = ex->api.func_get_attribute(&v, (CUfunction_attribute)attr, f);
-	if (rc == CUDA_SUCCESS)
-		*value = v;
-	return rc;
-}
-
-static int32_t cuda_function_set_attribute(struct pvgpu_exec *ex,
-					   uint64_t func, int32_t attr,
-					   int32_t value)
-{
-	CUfunction f;
-	int32_t rc;
-
-	if (!ex)
-		return CUDA_ERROR_INVALID_VALUE;
-	rc = to_function(ex, func, &f);
-	if (rc)
-		return rc;
-	run_graphs_drop(ex, 0);
-	return ex->api.func_set_attribute(f, (CUfunction_attribute)attr, value);
-}
-
 static int32_t cuda_max_clusters(struct pvgpu_exec *ex, uint64_t func,
 				 const struct pvgpu_launch *s,
 				 const uint32_t cluster[3], int32_t *clusters)
@@ -1811,45 +1766,6 @@ static int32_t cuda_max_clusters(struct pvgpu_exec *ex, uint64_t func,
 	}
 	rc = ex->api.max_active_clusters(&n, f, &cfg);
 	*clusters = n;
-	return rc;
-}
-
-static int32_t cuda_dynamic_smem(struct pvgpu_exec *ex, uint64_t func,
-				 int32_t num_blocks, int32_t block_size,
-				 uint64_t *bytes)
-{
-	CUfunction f;
-	size_t n = 0;
-	int32_t rc;
-
-	if (!ex || !bytes)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (!ex->api.available_dynamic_smem)
-		return CUDA_ERROR_NOT_SUPPORTED;
-	rc = to_function(ex, func, &f);
-	if (rc)
-		return rc;
-	rc = ex->api.available_dynamic_smem(&n, f, num_blocks, block_size);
-	*bytes = n;
-	return rc;
-}
-
-static int32_t cuda_occupancy(struct pvgpu_exec *ex, uint64_t func,
-			      int32_t block_size, uint64_t dynamic_smem,
-			      uint32_t flags, int32_t *blocks)
-{
-	CUfunction f;
-	int32_t rc;
-	int n = 0;
-
-	if (!ex || !blocks)
-		return CUDA_ERROR_INVALID_VALUE;
-	rc = to_function(ex, func, &f);
-	if (rc)
-		return rc;
-	rc = ex->api.occupancy_max_blocks(&n, f, block_size,
-					  (size_t)dynamic_smem, flags);
-	*blocks = n;
 	return rc;
 }
 
@@ -2011,22 +1927,6 @@ static int32_t cuda_array_create(struct pvgpu_exec *ex,
 	}
 	*array = (uint64_t)(uintptr_t)a;
 	return CUDA_SUCCESS;
-}
-
-static int32_t cuda_array_destroy(struct pvgpu_exec *ex, uint64_t array)
-{
-	struct cuda_handle *e;
-	CUresult rc;
-
-	if (!ex)
-		return CUDA_ERROR_INVALID_VALUE;
-	e = handle_here(ex, array, CUDA_ARRAY);
-	if (!e || !ex->api.array_destroy)
-		return CUDA_ERROR_INVALID_HANDLE;
-	rc = ex->api.array_destroy((CUarray)(uintptr_t)array);
-	if (rc == CUDA_SUCCESS)
-		handle_remove(ex, e);
-	return rc;
 }
 
 static int32_t cuda_array_copy(struct pvgpu_exec *ex,
@@ -2200,27 +2100,6 @@ static int32_t cuda_tensor_map_encode(struct pvgpu_exec *ex,
 	return rc;
 }
 
-static int32_t obj_destroy(struct pvgpu_exec *ex, uint64_t obj, bool surf)
-{
-	struct cuda_obj *o;
-	CUresult rc;
-
-	if (!ex)
-		return CUDA_ERROR_INVALID_VALUE;
-	o = obj_find(ex, obj, surf);
-	if (!o || !ex->api.tex_destroy || !ex->api.surf_destroy)
-		return CUDA_ERROR_INVALID_HANDLE;
-	rc = surf ? ex->api.surf_destroy((CUsurfObject)obj)
-		  : ex->api.tex_destroy((CUtexObject)obj);
-	*o = ex->objs[--ex->nobjs];
-	return rc;
-}
-
-static int32_t cuda_tex_destroy(struct pvgpu_exec *ex, uint64_t obj)
-{
-	return obj_destroy(ex, obj, false);
-}
-
 static int32_t cuda_surf_create(struct pvgpu_exec *ex, uint64_t array,
 				uint64_t *obj)
 {
@@ -2244,11 +2123,6 @@ static int32_t cuda_surf_create(struct pvgpu_exec *ex, uint64_t array,
 		return rc;
 	*obj = (uint64_t)s;
 	return obj_keep(ex, *obj, true);
-}
-
-static int32_t cuda_surf_destroy(struct pvgpu_exec *ex, uint64_t obj)
-{
-	return obj_destroy(ex, obj, true);
 }
 
 /* ------------------------------------------------------------------ */
@@ -2704,15 +2578,6 @@ static int32_t cuda_graph_add_deps(struct pvgpu_exec *ex, uint64_t graph,
 				      (const CUgraphNode *)to, NULL, n);
 }
 
-static int32_t cuda_graph_node_destroy(struct pvgpu_exec *ex, uint64_t node)
-{
-	if (!ex)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (!ex->api.graph_destroy_node)
-		return CUDA_ERROR_NOT_SUPPORTED;
-	return ex->api.graph_destroy_node((CUgraphNode)(uintptr_t)node);
-}
-
 static int32_t cuda_graph_nodes(struct pvgpu_exec *ex, uint64_t graph,
 				uint64_t *nodes, uint32_t *types, uint32_t max,
 				uint64_t *count)
@@ -2966,6 +2831,69 @@ static int32_t cuda_cond_handle(struct pvgpu_exec *ex, uint64_t graph,
 	return rc;
 }
 
+/*
+ * The handle arguments of a generic call against this executor's own
+ * records (defence in depth: the worker checked them first): events it
+ * made, functions and arrays of the current context, texture and surface
+ * objects it made there.  Other kinds the driver checks.
+ */
+static int32_t generic_handles(struct pvgpu_exec *ex,
+			       const struct pvgpu_generic_fn *f, const uint64_t *a)
+{
+	CUfunction fn;
+
+	for (uint32_t i = 0; i < f->nargs; i++) {
+		const struct pvgpu_generic_arg *g = &f->args[i];
+
+		if (g->kind != PVGPU_GA_HIN && g->kind != PVGPU_GA_HDEL)
+			continue;
+		switch (g->size) {
+		case PVGPU_GH_FUNC:
+			if (to_function(ex, a[i], &fn))
+				return CUDA_ERROR_INVALID_HANDLE;
+			break;
+		case PVGPU_GH_EVENT:
+			if (!handle_find(ex, a[i], CUDA_EVENT))
+				return CUDA_ERROR_INVALID_HANDLE;
+			break;
+		case PVGPU_GH_ARRAY:
+			if (!handle_here(ex, a[i], CUDA_ARRAY))
+				return CUDA_ERROR_INVALID_HANDLE;
+			break;
+		case PVGPU_GH_TEX:
+		case PVGPU_GH_SURF:
+			if (!obj_find(ex, a[i], g->size == PVGPU_GH_SURF))
+				return CUDA_ERROR_INVALID_HANDLE;
+			break;
+		}
+	}
+	return CUDA_SUCCESS;
+}
+
+/* What a destroy took away leaves the records too: an array when the
+ * driver destroyed it, an object whatever it said (the session forgets
+ * it either way). */
+static void generic_destroyed(struct pvgpu_exec *ex,
+			      const struct pvgpu_generic_fn *f,
+			      const uint64_t *a, int32_t rc)
+{
+	struct cuda_handle *e;
+	struct cuda_obj *o;
+
+	for (uint32_t i = 0; i < f->nargs; i++) {
+		const struct pvgpu_generic_arg *g = &f->args[i];
+
+		if (g->kind != PVGPU_GA_HDEL)
+			continue;
+		if (g->size == PVGPU_GH_ARRAY && !rc &&
+		    (e = handle_here(ex, a[i], CUDA_ARRAY)))
+			handle_remove(ex, e);
+		if ((g->size == PVGPU_GH_TEX || g->size == PVGPU_GH_SURF) &&
+		    (o = obj_find(ex, a[i], g->size == PVGPU_GH_SURF)))
+			*o = ex->objs[--ex->nobjs];
+	}
+}
+
 /* build/gen/exec_cuda_generic.c */
 int32_t pvgpu_cuda_generic_invoke(void *fp, const struct pvgpu_generic_fn *f,
 				  uint64_t *a);
@@ -2998,6 +2926,9 @@ static int32_t cuda_driver_call(struct pvgpu_exec *ex,
 		return CUDA_ERROR_NOT_SUPPORTED;
 	if (ex->generic_sets_kernels[f->id])
 		run_graphs_drop(ex, 0);
+	rc = generic_handles(ex, f, a);
+	if (rc)
+		return rc;
 	if (f->id == PVGPU_GENERIC_cuMemRelease) {
 		uint64_t mem = a[0];
 		int32_t rc = pvgpu_cuda_generic_invoke(ex->generic_fp[f->id], f, a);
@@ -3009,7 +2940,9 @@ static int32_t cuda_driver_call(struct pvgpu_exec *ex,
 				ex->vmm_fds[i].mem = 0;
 		return rc;
 	}
-	return pvgpu_cuda_generic_invoke(ex->generic_fp[f->id], f, a);
+	rc = pvgpu_cuda_generic_invoke(ex->generic_fp[f->id], f, a);
+	generic_destroyed(ex, f, a, rc);
+	return rc;
 }
 
 /* The driver's JIT options from the checked ones in l: the log buffers are
@@ -3468,19 +3401,14 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.event_record		= cuda_event_record,
 	.event_synchronize	= cuda_event_synchronize,
 	.event_query		= cuda_event_query,
-	.event_elapsed		= cuda_event_elapsed,
 	.module_load		= cuda_module_load,
 	.module_unload		= cuda_module_unload,
 	.module_function	= cuda_module_function,
 	.module_function_names	= cuda_module_function_names,
 	.module_global		= cuda_module_global,
 	.function_params	= cuda_function_params,
-	.function_attribute	= cuda_function_attribute,
-	.function_set_attribute	= cuda_function_set_attribute,
 	.launch			= cuda_launch,
 	.launch_run		= cuda_launch_run,
-	.occupancy		= cuda_occupancy,
-	.dynamic_smem		= cuda_dynamic_smem,
 	.max_clusters		= cuda_max_clusters,
 	.device_can_access_peer	= cuda_device_can_access_peer,
 	.device_p2p_attribute	= cuda_device_p2p_attribute,
@@ -3489,13 +3417,10 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.memcpy_peer		= cuda_memcpy_peer,
 	.memcpy_peer_async	= cuda_memcpy_peer_async,
 	.array_create		= cuda_array_create,
-	.array_destroy		= cuda_array_destroy,
 	.array_copy		= cuda_array_copy,
 	.tex_create		= cuda_tex_create,
 	.tensor_map_encode	= cuda_tensor_map_encode,
-	.tex_destroy		= cuda_tex_destroy,
 	.surf_create		= cuda_surf_create,
-	.surf_destroy		= cuda_surf_destroy,
 	.driver_call		= cuda_driver_call,
 	.link			= cuda_link,
 	.module_load_jit	= cuda_module_load_jit,
@@ -3510,7 +3435,6 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.graph_add_node		= cuda_graph_add_node,
 	.graph_kernel_node_set	= cuda_graph_kernel_node_set,
 	.graph_add_deps		= cuda_graph_add_deps,
-	.graph_node_destroy	= cuda_graph_node_destroy,
 	.graph_nodes		= cuda_graph_nodes,
 	.graph_exec_update	= cuda_graph_exec_update,
 	.capture_info		= cuda_capture_info,

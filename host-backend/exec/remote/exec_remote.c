@@ -827,25 +827,6 @@ static int32_t remote_event_query(struct pvgpu_exec *ex, uint64_t event)
 	return cu(n, pvgpu_call_event_query(n->c, &q, &r));
 }
 
-static int32_t remote_event_elapsed(struct pvgpu_exec *ex, uint64_t start,
-				    uint64_t end, float *ms)
-{
-	struct pvgpu_event_elapsed_req q = { 0 };
-	struct pvgpu_event_elapsed_rep r;
-	struct remote_node *n, *n2;
-	int32_t st;
-
-	if (!ms)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (!ex || !(n = untag(ex, start, &q.start)) ||
-	    !(n2 = untag(ex, end, &q.end)) || n != n2)
-		return CUDA_ERROR_INVALID_HANDLE;
-	st = cu(n, pvgpu_call_event_elapsed(n->c, &q, &r));
-	if (!st)
-		*ms = r.ms;
-	return st;
-}
-
 /* ------------------------------------------------------------------ */
 /* modules and kernels */
 
@@ -1015,37 +996,6 @@ static int32_t remote_function_params(struct pvgpu_exec *ex, uint64_t func,
 	return CUDA_SUCCESS;
 }
 
-static int32_t remote_function_attribute(struct pvgpu_exec *ex, uint64_t func,
-					 int32_t attr, int32_t *value)
-{
-	struct pvgpu_func_get_attribute_req q = { .attr = attr };
-	struct pvgpu_func_get_attribute_rep r;
-	struct remote_node *n;
-	int32_t st;
-
-	if (!value)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (!ex || !(n = untag(ex, func, &q.func)))
-		return CUDA_ERROR_INVALID_HANDLE;
-	st = cu(n, pvgpu_call_func_get_attribute(n->c, &q, &r));
-	if (!st)
-		*value = r.value;
-	return st;
-}
-
-static int32_t remote_function_set_attribute(struct pvgpu_exec *ex,
-					     uint64_t func, int32_t attr,
-					     int32_t value)
-{
-	struct pvgpu_func_set_attribute_req q = { .attr = attr, .value = value };
-	struct pvgpu_func_set_attribute_rep r;
-	struct remote_node *n;
-
-	if (!ex || !(n = untag(ex, func, &q.func)))
-		return CUDA_ERROR_INVALID_HANDLE;
-	return cu(n, pvgpu_call_func_set_attribute(n->c, &q, &r));
-}
-
 /* With launch attributes: the same launch, its attributes as they came. */
 static int32_t remote_launch_ex(struct remote_node *n,
 				const struct pvgpu_launch_kernel_req *q,
@@ -1095,28 +1045,6 @@ static int32_t remote_launch(struct pvgpu_exec *ex,
 	if (l->nattrs)
 		return remote_launch_ex(n, &q, l);
 	return cu(n, pvgpu_call_launch_kernel(n->c, &q));
-}
-
-static int32_t remote_occupancy(struct pvgpu_exec *ex, uint64_t func,
-				int32_t block_size, uint64_t dynamic_smem,
-				uint32_t flags, int32_t *blocks)
-{
-	struct pvgpu_func_occupancy_req q = {
-		.block_size = block_size, .dynamic_smem = dynamic_smem,
-		.flags = flags,
-	};
-	struct pvgpu_func_occupancy_rep r;
-	struct remote_node *n;
-	int32_t st;
-
-	if (!blocks)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (!ex || !(n = untag(ex, func, &q.func)))
-		return CUDA_ERROR_INVALID_HANDLE;
-	st = cu(n, pvgpu_call_func_occupancy(n->c, &q, &r));
-	if (!st)
-		*blocks = r.blocks;
-	return st;
 }
 
 /*
@@ -1307,26 +1235,6 @@ static int32_t remote_memcpy_peer(struct pvgpu_exec *ex, uint64_t dst,
 	return remote_memcpy_peer_async(ex, dst, dst_ctx, src, src_ctx, size, 0);
 }
 
-static int32_t remote_dynamic_smem(struct pvgpu_exec *ex, uint64_t func,
-				   int32_t num_blocks, int32_t block_size,
-				   uint64_t *bytes)
-{
-	struct pvgpu_func_dynamic_smem_req q = { .num_blocks = num_blocks,
-						 .block_size = block_size };
-	struct pvgpu_func_dynamic_smem_rep r;
-	struct remote_node *n;
-	int32_t st;
-
-	if (!bytes)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (!ex || !(n = untag(ex, func, &q.func)))
-		return CUDA_ERROR_INVALID_HANDLE;
-	st = cu(n, pvgpu_call_func_dynamic_smem(n->c, &q, &r));
-	if (!st)
-		*bytes = r.bytes;
-	return st;
-}
-
 static int32_t remote_max_clusters(struct pvgpu_exec *ex, uint64_t func,
 				   const struct pvgpu_launch *s,
 				   const uint32_t cluster[3], int32_t *clusters)
@@ -1373,17 +1281,6 @@ static int32_t remote_array_create(struct pvgpu_exec *ex,
 	};
 	st = cu(n, pvgpu_call_array_create(n->c, &q, &r));
 	return st ? st : tagged(ex, n, r.array, array);
-}
-
-static int32_t remote_array_destroy(struct pvgpu_exec *ex, uint64_t array)
-{
-	struct pvgpu_array_destroy_req q;
-	struct pvgpu_array_destroy_rep r;
-	struct remote_node *n = ex ? untag(ex, array, &q.array) : NULL;
-
-	if (!n)
-		return CUDA_ERROR_INVALID_HANDLE;
-	return cu(n, pvgpu_call_array_destroy(n->c, &q, &r));
 }
 
 static int32_t remote_array_copy(struct pvgpu_exec *ex,
@@ -1449,15 +1346,6 @@ static int32_t remote_tex_create(struct pvgpu_exec *ex,
 	return st;
 }
 
-static int32_t remote_tex_destroy(struct pvgpu_exec *ex, uint64_t obj)
-{
-	struct pvgpu_tex_destroy_req q = { .obj = obj };
-	struct pvgpu_tex_destroy_rep r;
-	struct remote_node *n = cur_node(ex);
-
-	return n ? cu(n, pvgpu_call_tex_destroy(n->c, &q, &r)) : CUDA_ERROR_INVALID_CONTEXT;
-}
-
 static int32_t remote_surf_create(struct pvgpu_exec *ex, uint64_t array,
 				  uint64_t *obj)
 {
@@ -1476,46 +1364,67 @@ static int32_t remote_surf_create(struct pvgpu_exec *ex, uint64_t array,
 	return st;
 }
 
-static int32_t remote_surf_destroy(struct pvgpu_exec *ex, uint64_t obj)
-{
-	struct pvgpu_surf_destroy_req q = { .obj = obj };
-	struct pvgpu_surf_destroy_rep r;
-	struct remote_node *n = cur_node(ex);
-
-	return n ? cu(n, pvgpu_call_surf_destroy(n->c, &q, &r)) : CUDA_ERROR_INVALID_CONTEXT;
-}
-
 /* ------------------------------------------------------------------ */
 /* the generic driver call */
 
 /*
- * The call goes to the node its stream or handle arguments belong to (all
- * the same one), else to the current context's.  Streams and graph handles
- * are untagged to the node's own ids, new handles tagged on the way back;
- * device pointers pass untouched (the worker in front checked them against
- * the session's allocations, the node checks them again).
+ * Any generic call, whatever its id, goes on to the node with this one
+ * function: the front's worker has checked it against the session's
+ * tables, the node's worker checks it again against its own.  The call
+ * goes to the node its stream or handle arguments belong to (all the same
+ * one), else to the current context's.  Streams and handles are untagged
+ * to the node's own ids, new handles tagged on the way back; texture and
+ * surface objects are the node's driver values as they are (a kernel
+ * reads them), on the current context's node; device pointers pass
+ * untouched.  Structures the call reads travel with it and those it
+ * writes come back (driver_call_data), into the worker's own storage.
  */
 static int32_t remote_driver_call(struct pvgpu_exec *ex,
 				  const struct pvgpu_generic_fn *f, uint64_t *a)
 {
+	struct pvgpu_driver_call_data_req dq = { 0 };
+	struct pvgpu_driver_call_data_rep *dr = NULL;
 	struct remote_node *n = NULL, *hn;
 	uint64_t args[PVGPU_GENERIC_MAX_ARGS] = { 0 };
+	const uint64_t *results;
+	uint8_t in[sizeof(dr->output)];
+	uint32_t nin = 0, nout = 0, results_count;
 	int32_t st;
 
 	if (!ex || !f || !a || f->nargs > PVGPU_GENERIC_MAX_ARGS)
 		return CUDA_ERROR_INVALID_VALUE;
 	for (uint32_t i = 0; i < f->nargs; i++) {
-		switch (f->args[i].kind) {
+		const struct pvgpu_generic_arg *g = &f->args[i];
+
+		switch (g->kind) {
 		case PVGPU_GA_STREAM:
 			hn = stream_node(ex, a[i], &args[i]);
 			break;
 		case PVGPU_GA_HIN:
 		case PVGPU_GA_HDEL:
-			hn = untag(ex, a[i], &args[i]);
+			if (g->size == PVGPU_GH_TEX || g->size == PVGPU_GH_SURF) {
+				args[i] = a[i];
+				hn = cur_node(ex);
+			} else {
+				hn = untag(ex, a[i], &args[i]);
+			}
 			break;
 		case PVGPU_GA_OUT:
 		case PVGPU_GA_HNEW:
 			args[i] = a[i] != 0;
+			continue;
+		case PVGPU_GA_INBUF:
+			args[i] = a[i] != 0;
+			if (a[i] && g->size > sizeof(in) - nin)
+				return CUDA_ERROR_INVALID_VALUE;
+			if (a[i]) {
+				memcpy(in + nin, (const void *)(uintptr_t)a[i], g->size);
+				nin += g->size;
+			}
+			continue;
+		case PVGPU_GA_OUTBUF:
+			args[i] = a[i] != 0;
+			nout += a[i] ? g->size : 0;
 			continue;
 		default:
 			args[i] = a[i];
@@ -1539,18 +1448,40 @@ static int32_t remote_driver_call(struct pvgpu_exec *ex,
 	struct pvgpu_driver_call_req q = { .fn = f->id, .args_count = f->nargs };
 	struct pvgpu_driver_call_rep r = { 0 };
 
-	memcpy(q.args, args, sizeof(q.args));
-	st = cu(n, pvgpu_call_driver_call(n->c, &q, &r));
-	if (st)
-		return st;
-	if (r.results_count != f->nargs)
-		return CUDA_ERROR_UNKNOWN;	/* the node broke the protocol */
-	for (uint32_t i = 0; i < f->nargs; i++) {
-		if (f->args[i].kind == PVGPU_GA_OUT)
-			a[i] = r.results[i];
-		else if (f->args[i].kind == PVGPU_GA_HNEW && a[i])
-			st = tagged(ex, n, r.results[i], &a[i]);
+	if (f->data) {
+		dr = calloc(1, sizeof(*dr));
+		if (!dr)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		dq = (struct pvgpu_driver_call_data_req){ .fn = f->id,
+			.args_count = f->nargs, .input = in, .input_len = nin };
+		memcpy(dq.args, args, sizeof(dq.args));
+		st = cu(n, pvgpu_call_driver_call_data(n->c, &dq, dr));
+		results = dr->results;
+		results_count = dr->results_count;
+		if (!st && dr->output_len != nout)
+			st = CUDA_ERROR_UNKNOWN;	/* the node broke the protocol */
+	} else {
+		memcpy(q.args, args, sizeof(q.args));
+		st = cu(n, pvgpu_call_driver_call(n->c, &q, &r));
+		results = r.results;
+		results_count = r.results_count;
 	}
+	if (!st && results_count != f->nargs)
+		st = CUDA_ERROR_UNKNOWN;	/* the node broke the protocol */
+	nout = 0;
+	for (uint32_t i = 0; !st && i < f->nargs; i++) {
+		const struct pvgpu_generic_arg *g = &f->args[i];
+
+		if (g->kind == PVGPU_GA_OUT) {
+			a[i] = results[i];
+		} else if (g->kind == PVGPU_GA_HNEW && a[i]) {
+			st = tagged(ex, n, results[i], &a[i]);
+		} else if (g->kind == PVGPU_GA_OUTBUF && a[i]) {
+			memcpy((void *)(uintptr_t)a[i], dr->output + nout, g->size);
+			nout += g->size;
+		}
+	}
+	free(dr);
 	return st;
 }
 
@@ -1589,17 +1520,12 @@ static const struct pvgpu_executor_ops pvgpu_exec_remote = {
 	.event_record		= remote_event_record,
 	.event_synchronize	= remote_event_synchronize,
 	.event_query		= remote_event_query,
-	.event_elapsed		= remote_event_elapsed,
 	.module_load		= remote_module_load,
 	.module_unload		= remote_module_unload,
 	.module_function	= remote_module_function,
 	.module_global		= remote_module_global,
 	.function_params	= remote_function_params,
-	.function_attribute	= remote_function_attribute,
-	.function_set_attribute	= remote_function_set_attribute,
 	.launch			= remote_launch,
-	.occupancy		= remote_occupancy,
-	.dynamic_smem		= remote_dynamic_smem,
 	.max_clusters		= remote_max_clusters,
 	.device_can_access_peer	= remote_device_can_access_peer,
 	.device_p2p_attribute	= remote_device_p2p_attribute,
@@ -1608,12 +1534,9 @@ static const struct pvgpu_executor_ops pvgpu_exec_remote = {
 	.memcpy_peer		= remote_memcpy_peer,
 	.memcpy_peer_async	= remote_memcpy_peer_async,
 	.array_create		= remote_array_create,
-	.array_destroy		= remote_array_destroy,
 	.array_copy		= remote_array_copy,
 	.tex_create		= remote_tex_create,
-	.tex_destroy		= remote_tex_destroy,
 	.surf_create		= remote_surf_create,
-	.surf_destroy		= remote_surf_destroy,
 	.driver_call		= remote_driver_call,
 };
 
