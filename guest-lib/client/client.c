@@ -106,6 +106,8 @@ struct pvgpu_client {
 	size_t keep_len, keep_cap;
 	int keep_over;
 	int lost;
+	const char *lost_why;		/* what broke it, for the resume's line */
+	int lost_err;
 	int resuming;
 	unsigned int resumes;
 };
@@ -362,13 +364,24 @@ static int signal_seen(void *arg)
 	return __atomic_load_n(c->signal_word, __ATOMIC_ACQUIRE) == c->signal_value;
 }
 
+/* Can a lost connection be resumed (feature resume, no shared window)? */
+static int resumable(const struct pvgpu_client *c)
+{
+	return (c->resume_token[0] | c->resume_token[1]) && !c->win &&
+	       !c->ring_on;
+}
+
 /* The stream is unusable (lost, or out of step): close it for good. */
 static int32_t break_locked(struct pvgpu_client *c, const char *why, int err)
 {
 	if (!c->broken) {
 		/* A transport's error, not the stream out of step: resumable. */
 		c->lost = err && err != EPROTO;
-		pvgpu_debug("%s: connection lost: %s%s%s%s%s", c->uri, why,
+		c->lost_why = why;
+		c->lost_err = err;
+		/* One that will be resumed is said once, with its resume. */
+		if (!c->lost || !resumable(c) || c->keep_over)
+			pvgpu_debug("%s: connection lost: %s%s%s%s%s", c->uri, why,
 			    err ? ": " : "", err ? strerror(err) : "",
 			    err == EPROTO && c->ring.error ? ": " : "",
 			    err == EPROTO && c->ring.error ? c->ring.error : "");
@@ -376,12 +389,6 @@ static int32_t break_locked(struct pvgpu_client *c, const char *why, int err)
 		c->tr.ops->close(&c->tr);
 	}
 	return PVGPU_CLIENT_EIO;
-}
-
-static int resumable(const struct pvgpu_client *c)
-{
-	return (c->resume_token[0] | c->resume_token[1]) && !c->win &&
-	       !c->ring_on;
 }
 
 /* Bytes of async messages on their way: kept until the next reply. */
@@ -485,6 +492,17 @@ static int32_t send_request_locked(struct pvgpu_client *c,
 	if (keep_all) {
 		keep_locked(c, hdr, PVGPU_HDR_SIZE);
 		keep_locked(c, req, req_len);
+		/* All of it before any is sent: a send may break off anywhere. */
+		for (uint64_t k = 0; k < data_len;) {
+			uint64_t chunk = data_len - k;
+
+			if (chunk > c->info.data_block)
+				chunk = c->info.data_block;
+			put_hdr(c, frame_hdr[0], PVGPU_OP_DATA, (uint32_t)chunk, id);
+			keep_locked(c, frame_hdr[0], PVGPU_HDR_SIZE);
+			keep_locked(c, data + k, (size_t)chunk);
+			k += chunk;
+		}
 	}
 	c->stats.sends++;
 	iov[n++] = (struct iovec){ hdr, PVGPU_HDR_SIZE };
@@ -501,10 +519,6 @@ static int32_t send_request_locked(struct pvgpu_client *c,
 			c->stats.data_frames++;
 			iov[n++] = (struct iovec){ frame_hdr[f], PVGPU_HDR_SIZE };
 			iov[n++] = (struct iovec){ (void *)(data + off), (size_t)chunk };
-			if (keep_all) {
-				keep_locked(c, frame_hdr[f], PVGPU_HDR_SIZE);
-				keep_locked(c, data + off, (size_t)chunk);
-			}
 			off += chunk;
 		}
 		rc = wire_sendv(c, iov, n);
@@ -638,6 +652,15 @@ again:
 	return deferred;
 }
 
+/* A connection given up on quietly (the resume says why). */
+static void drop_locked(struct pvgpu_client *c)
+{
+	if (!c->broken) {
+		c->broken = 1;
+		c->tr.ops->close(&c->tr);
+	}
+}
+
 static uint64_t now_ms(void)
 {
 	struct timespec t;
@@ -698,20 +721,18 @@ static int resume_once_locked(struct pvgpu_client *c, uint64_t *last_received)
 	c->resuming = 0;
 	if (c->broken)
 		return c->lost ? 1 : -1;
-	if (st == 600)		/* CUDA_ERROR_NOT_READY: not detached yet */
-		goto err_again;
+	if (st == 600) {	/* CUDA_ERROR_NOT_READY: not detached yet */
+		drop_locked(c);
+		return 1;
+	}
 	if (st || pvgpu_hello_rep_decode(r, rn, &rep) ||
 	    rep.session_id != c->info.session_id) {
 		pvgpu_debug("%s: resume refused (CUresult %d)", c->uri, st);
-		break_locked(c, "resume refused", 0);
+		drop_locked(c);
 		return -1;
 	}
 	*last_received = rep.last_received;
 	return 0;
-
-err_again:
-	break_locked(c, "resume not ready", 0);
-	return 1;
 }
 
 /*
@@ -722,17 +743,46 @@ err_again:
 static int32_t resume_locked(struct pvgpu_client *c, uint64_t *last_received)
 {
 	uint64_t t0 = now_ms(), deadline = t0 + c->grace_ms;
-	unsigned int pause_ms = 10, resent = 0;
-	size_t off = 0;
+	const char *why = c->lost_why;
+	int err = c->lost_err;
+	unsigned int pause_ms = 10, resent, tries = 0;
 	int rc;
 
 	if (!c->broken || !c->lost || !resumable(c) || c->keep_over)
 		return PVGPU_CLIENT_EIO;
 	for (;;) {
+		size_t off = 0;
+
 		rc = resume_once_locked(c, last_received);
-		if (rc <= 0)
-			break;
-		if (now_ms() >= deadline)
+		tries++;
+		resent = 0;
+		/* What the backend did not read whole, in order, DATA frames with their request. */
+		while (!rc && off + PVGPU_HDR_SIZE <= c->keep_len) {
+			struct pvgpu_hdr h;
+			size_t len = 0, start = off;
+			uint64_t id;
+
+			if (pvgpu_hdr_decode(c->keep + off, &h))
+				break;
+			id = h.id;
+			do {
+				len += PVGPU_HDR_SIZE + h.length;
+				off = start + len;
+			} while (off + PVGPU_HDR_SIZE <= c->keep_len &&
+				 !pvgpu_hdr_decode(c->keep + off, &h) &&
+				 h.opcode == PVGPU_OP_DATA && h.id == id);
+			if (id > *last_received) {
+				struct iovec iov = { c->keep + start, len };
+				int src = wire_sendv(c, &iov, 1);
+
+				if (src) {
+					break_locked(c, "send again", -src);
+					rc = 1;		/* lost again: from the start */
+				}
+				resent++;
+			}
+		}
+		if (rc <= 0 || now_ms() >= deadline)
 			break;
 		{
 			struct timespec ts = { 0, (long)pause_ms * 1000000L };
@@ -743,37 +793,17 @@ static int32_t resume_locked(struct pvgpu_client *c, uint64_t *last_received)
 			pause_ms *= 2;
 	}
 	if (rc) {
-		if (!c->broken)
-			break_locked(c, "resume", 0);
+		pvgpu_debug("%s: connection lost: %s%s%s; not resumed (%u tries in %.2f s)",
+			    c->uri, why, err ? ": " : "", err ? strerror(err) : "",
+			    tries, (double)(now_ms() - t0) / 1e3);
+		drop_locked(c);
 		c->lost = 0;	/* for good */
 		return PVGPU_CLIENT_EIO;
 	}
-	/* What the backend did not read whole, in order: DATA frames go with their request. */
-	while (off + PVGPU_HDR_SIZE <= c->keep_len) {
-		struct pvgpu_hdr h;
-		size_t len = 0, start = off;
-		uint64_t id;
-
-		if (pvgpu_hdr_decode(c->keep + off, &h))
-			break;
-		id = h.id;
-		do {
-			len += PVGPU_HDR_SIZE + h.length;
-			off = start + len;
-		} while (off + PVGPU_HDR_SIZE <= c->keep_len &&
-			 !pvgpu_hdr_decode(c->keep + off, &h) &&
-			 h.opcode == PVGPU_OP_DATA && h.id == id);
-		if (id > *last_received) {
-			struct iovec iov = { c->keep + start, len };
-
-			if (wire_sendv(c, &iov, 1))
-				return break_locked(c, "send again", EPIPE);
-			resent++;
-		}
-	}
 	c->resumes++;
-	pvgpu_debug("%s: session %llu resumed after %.2f s (resume %u; backend had read %llu, we had reply %llu; %u message(s) sent again)",
-		    c->uri, (unsigned long long)c->info.session_id,
+	pvgpu_debug("%s: connection lost: %s%s%s; session %llu resumed after %.2f s (resume %u; backend had read %llu, we had reply %llu; %u message(s) sent again)",
+		    c->uri, why, err ? ": " : "", err ? strerror(err) : "",
+		    (unsigned long long)c->info.session_id,
 		    (double)(now_ms() - t0) / 1e3, c->resumes,
 		    (unsigned long long)*last_received,
 		    (unsigned long long)c->last_reply, resent);
@@ -1148,7 +1178,8 @@ int32_t pvgpu_client_queue(struct pvgpu_client *c, uint16_t opcode,
 		goto out;
 	}
 	if (c->batch_len + need > PVGPU_MAX_BATCH) {
-		st = flush_locked(c);
+		/* A lost connection resumed: the batch went (kept), this one goes on. */
+		st = recover_locked(c, flush_locked(c));
 		if (st)
 			goto out;
 	}

@@ -229,17 +229,15 @@ int pvgpu_worker_detach(struct pvgpu_worker *w)
 		return -1;
 	}
 	t0 = pvgpu_now_ns();
-	wlog_info(w, "vm %s: connection lost; session %llu kept %.1f s for its guest to resume it",
-		  vm_of(w), (unsigned long long)w->slot->session_id,
-		  (double)w->grace_ns / 1e9);
+	wlog_info(w, "vm %s: connection lost; kept %.1f s for its guest to resume it",
+		  vm_of(w), (double)w->grace_ns / 1e9);
 	paused = pvgpu_watchdog_pause(w->slot);
 	atomic_store(&w->slot->detached, PVGPU_DETACHED);
 	for (;;) {
 		fd = await_guest(w, msg, sizeof(msg), &len);
 		if (fd < 0) {
-			wlog_info(w, "vm %s: session %llu not resumed within %.1f s; ending it",
-				  vm_of(w), (unsigned long long)w->slot->session_id,
-				  (double)w->grace_ns / 1e9);
+			wlog_info(w, "vm %s: not resumed within %.1f s; ending the session",
+				  vm_of(w), (double)w->grace_ns / 1e9);
 			pvgpu_watchdog_resume(w->slot, paused);
 			return -1;
 		}
@@ -282,9 +280,8 @@ int pvgpu_worker_detach(struct pvgpu_worker *w)
 			}
 		}
 	}
-	wlog_info(w, "vm %s: session %llu resumed after %.2f s away (guest had reply %llu, backend had read %llu)",
-		  vm_of(w), (unsigned long long)w->slot->session_id,
-		  (double)(pvgpu_now_ns() - t0) / 1e9,
+	wlog_info(w, "vm %s: resumed after %.2f s away (guest had reply %llu, backend had read %llu)",
+		  vm_of(w), (double)(pvgpu_now_ns() - t0) / 1e9,
 		  (unsigned long long)req.last_reply,
 		  (unsigned long long)w->last_received);
 	return 0;

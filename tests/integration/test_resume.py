@@ -21,8 +21,8 @@ RESUME = 1 << P.FEATURES["resume"]
 ALL_FEATURES = sum(1 << b for b in P.FEATURES.values())
 
 START = re.compile(r"session (\d+) start: ")
-KEPT = re.compile(r"session (\d+): vm \S+: connection lost; session \d+ kept")
-RESUMED = re.compile(r"session (\d+): vm \S+: session \d+ resumed after ([\d.]+) s away")
+KEPT = re.compile(r"session (\d+): vm \S+: connection lost; kept [\d.]+ s for its guest")
+RESUMED = re.compile(r"session (\d+): vm \S+: resumed after ([\d.]+) s away")
 
 
 def run_through_proxy(programs, daemon, tmp_path, name, tcp, seed, cuts, high):
@@ -41,15 +41,18 @@ def run_through_proxy(programs, daemon, tmp_path, name, tcp, seed, cuts, high):
 def assert_one_session_resumed(programs, daemon, res, proxy, seed):
     why = f"(seed {seed}, cuts after {proxy.cut_at} bytes)"
     programs.assert_passed(res, daemon)
-    # Each cut once: the guest says so with PVGPU_DEBUG, pvgpud logs it.
+    # The guest says each resume with PVGPU_DEBUG (a cut while it resumes
+    # is part of that resume); pvgpud logs each detach and its resume.
     said = re.findall(r"session \d+ resumed after", res.stderr)
-    assert len(said) == len(proxy.cut_at) >= 1, \
+    assert 1 <= len(said) <= len(proxy.cut_at), \
         f"{why}\n{programs.describe(res, daemon)}"
     wait_live(daemon, 0, timeout=30)
     log = daemon.log()
+    kept, resumed = KEPT.findall(log), RESUMED.findall(log)
     assert len(START.findall(log)) == 1, f"{why}\n{log[-6000:]}"
-    assert len(RESUMED.findall(log)) == len(proxy.cut_at), f"{why}\n{log[-6000:]}"
-    assert len(KEPT.findall(log)) == len(proxy.cut_at), f"{why}\n{log[-6000:]}"
+    assert len(said) <= len(kept) == len(resumed) <= len(proxy.cut_at), \
+        f"{why}\n{log[-6000:]}"
+    assert "not resumed" not in log
 
 
 @pytest.mark.parametrize("tcp", [False, True], ids=["unix", "tcp"])
