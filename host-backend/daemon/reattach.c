@@ -110,13 +110,21 @@ int pvgpu_reattach_expected(const struct pvgpu_supervisor *sv,
 			    const struct pvgpu_peer *peer,
 			    const struct pvgpu_listener *l)
 {
+	int found = 0;
+
 	if (!(l->features & PVGPU_TR_REATTACH))
 		return 0;
-	for (uint32_t i = 0; i < sv->acct->nslots; i++)
-		if (sv->reattach[i].fd >= 0 && sv->acct->slots[i].pid > 0 &&
-		    same_caller(&sv->reattach[i], peer, l))
-			return 1;
-	return 0;
+	for (uint32_t i = 0; i < sv->acct->nslots; i++) {
+		const struct pvgpu_slot *slot = &sv->acct->slots[i];
+
+		if (sv->reattach[i].fd < 0 || slot->pid <= 0 ||
+		    !same_caller(&sv->reattach[i], peer, l))
+			continue;
+		if (atomic_load(&slot->detached) != PVGPU_ATTACHED)
+			return 2;
+		found = 1;
+	}
+	return found;
 }
 
 /* The hello and the connection to slot i's worker, without waiting. */

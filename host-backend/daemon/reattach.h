@@ -47,7 +47,8 @@ void pvgpu_reattach_child(struct pvgpu_supervisor *sv, uint32_t i,
 void pvgpu_reattach_end(struct pvgpu_supervisor *sv, uint32_t i);
 /*
  * Does a live session of this caller (same identity, same channel) have
- * a token?  Then its hello is read here, in case it asks to resume.
+ * a token?  0: none; 2: one waits for its guest (detached); 1: one is
+ * live.  Then its hello is read here, in case it asks to resume.
  */
 int pvgpu_reattach_expected(const struct pvgpu_supervisor *sv,
 			    const struct pvgpu_peer *peer,

@@ -835,6 +835,22 @@ static void hello_progress(struct pvgpu_supervisor *sv, unsigned int i)
 	free(p);
 }
 
+/* Would a session of peer be admitted now (a slot, its VM's limits)? */
+static int would_admit(struct pvgpu_supervisor *sv,
+		       const struct pvgpu_peer *peer)
+{
+	struct pvgpu_slot *slot = pvgpu_accounting_claim(sv->acct);
+	char why[256];
+	int ok;
+
+	if (!slot)
+		return 0;
+	ok = !(sv->policy || sv->registry) ||
+	     !pvgpu_admit(sv->policy, sv->acct, slot, peer, why, sizeof(why));
+	pvgpu_accounting_release(slot);
+	return ok;
+}
+
 /*
  * One caller on l.  Where the channel says who it is (a uid, a CID, a
  * domid, verbs' token), its session starts now; where only its hello will
@@ -866,12 +882,16 @@ static void accept_caller(struct pvgpu_supervisor *sv, struct pvgpu_listener *l)
 	}
 	/*
 	 * A caller with a session that may be resumed: its hello is read
-	 * here, in case it asks to (reattach.h).
+	 * here, in case it asks to (reattach.h); unless it would be refused
+	 * a session now anyway and none of its sessions waits for it.
 	 */
-	if (!(peer.features & PVGPU_TR_ID_AT_HELLO) &&
-	    !pvgpu_reattach_expected(sv, &peer, l)) {
-		start_session(sv, l, &peer, conn, NULL);
-		return;
+	if (!(peer.features & PVGPU_TR_ID_AT_HELLO)) {
+		int expected = pvgpu_reattach_expected(sv, &peer, l);
+
+		if (!expected || (expected == 1 && !would_admit(sv, &peer))) {
+			start_session(sv, l, &peer, conn, NULL);
+			return;
+		}
 	}
 	/* A hello sent with the connection is often here already. */
 	if (!pvgpu_unid_add(&sv->unid, l, &peer, conn))

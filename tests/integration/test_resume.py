@@ -1,11 +1,10 @@
 """A session survives its connection's loss: the guest library reconnects
-and resumes it with the token its hello was given (README: "What a VM sees
-when its connection drops"), as after a VM's live migration resets its
+and resumes it with the token its hello was given (README, policy key
+`resume_grace`), as after a VM's live migration resets its
 virtio-vsock connection.  Here a proxy in front of pvgpud cuts the
 connection at random points, mid-message included."""
 import os
 import re
-import socket
 import sys
 import time
 
@@ -15,6 +14,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import pvgpu_wire as W  # noqa: E402
 from cutting_proxy import CuttingProxy  # noqa: E402
 from pvgpu_sessions import alice_and_bob, wait_live  # noqa: E402
+from pvgpud_cli import assert_vm_key_refused, require_policy_file  # noqa: E402
 
 P = W.P
 RESUME = 1 << P.FEATURES["resume"]
@@ -235,4 +235,10 @@ def test_resume_over_tcp_needs_the_same_vm_token(start_pvgpud, tmp_path):
     assert rep["session_id"] == outs["session_id"]
     s2.call("bye")
     s2.close()
-    socket.socket  # noqa: B018  (keeps the import used)
+
+
+def test_bad_resume_grace_is_refused(tmp_path):
+    """Like every duration key: refused at start-up with the file's line."""
+    require_policy_file()
+    assert_vm_key_refused(tmp_path, "resume_grace", ["soon", "-1", "2h", "50ms"],
+                          "bad.conf:3")
