@@ -129,6 +129,7 @@ int32_t pvgpu_handle_hello(struct pvgpu_worker *w,
 	if (st)
 		return st;
 	w->version = version;
+	w->device_count = count;
 	w->said_hello = 1;
 	atomic_store(&w->slot->guest_pid, req->pid);
 	rep->version = version;

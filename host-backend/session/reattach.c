@@ -189,6 +189,7 @@ static int send_resume_reply(struct pvgpu_worker *w, uint64_t id)
 {
 	struct pvgpu_hello_rep rep = {
 		.version = w->version,
+		.device_count = w->device_count,
 		.session_id = w->slot->session_id,
 		.data_block = w->cfg->block,
 		.features = w->features,
@@ -200,8 +201,7 @@ static int send_resume_reply(struct pvgpu_worker *w, uint64_t id)
 	uint8_t fields[PVGPU_HELLO_REP_MAX];
 	long n;
 
-	if (w->ex)
-		w->ex_ops->device_count(w->ex, &rep.device_count);
+	/* Nothing of the executor's: a suspended session's driver is locked. */
 	n = pvgpu_hello_rep_encode(fields, &rep);
 	if (n < 0)
 		return -1;

@@ -236,6 +236,7 @@ struct pvgpu_worker {
 	 * read of device memory: no side effect).  rerun: do so next.
 	 */
 	uint64_t grace_ns;
+	int32_t device_count;		/* as hello said it (a resume says it again) */
 	int lost;
 	uint64_t last_received;
 	uint64_t kept_id;
