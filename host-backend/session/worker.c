@@ -109,7 +109,8 @@ static void serve_async(struct pvgpu_worker *w, const struct pvgpu_hdr *h,
 		}
 		st = CUDA_ERROR_INVALID_VALUE;
 	}
-	if (st != 0)
+	/* Cut off by a lost connection: sent again on resume, not failed. */
+	if (st != 0 && !w->lost)
 		pvgpu_worker_async_failed(w, h->opcode, st);
 }
 

@@ -55,13 +55,16 @@ def assert_one_session_resumed(programs, daemon, res, proxy, seed):
     assert "not resumed" not in log
 
 
-@pytest.mark.parametrize("tcp", [False, True], ids=["unix", "tcp"])
-def test_copies_survive_cuts(programs, sim_daemon, short_tmp, tcp):
-    """memory (synchronous copies of every size both ways, DATA frames cut
-    through) runs to PASS while its connection is cut four times."""
+@pytest.mark.parametrize("name,tcp,high", [
+    ("memory", False, 40 << 20), ("memory", True, 40 << 20),
+    ("streams", False, 2 << 20), ("copies", False, 1 << 20)],
+    ids=["memory-unix", "memory-tcp", "streams-unix", "copies-unix"])
+def test_copies_survive_cuts(programs, sim_daemon, short_tmp, name, tcp, high):
+    """Copies of every size both ways, synchronous and async (their DATA
+    frames cut through), run to PASS while the connection is cut."""
     seed = int.from_bytes(os.urandom(4), "little")
-    res, proxy = run_through_proxy(programs, sim_daemon, short_tmp, "memory",
-                                   tcp, seed, cuts=4, high=40 << 20)
+    res, proxy = run_through_proxy(programs, sim_daemon, short_tmp, name,
+                                   tcp, seed, cuts=4, high=high)
     assert_one_session_resumed(programs, sim_daemon, res, proxy, seed)
 
 
