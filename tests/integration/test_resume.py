@@ -245,3 +245,25 @@ def test_bad_resume_grace_is_refused(tmp_path):
     require_policy_file()
     assert_vm_key_refused(tmp_path, "resume_grace", ["soon", "-1", "2h", "50ms"],
                           "bad.conf:3")
+
+
+def test_detached_session_holds_its_slot(start_pvgpud, tmp_path):
+    """While it waits for its guest a session is still the VM's: with
+    max_sessions = 1 another session is refused, and the resume is not."""
+    d = alice_and_bob(start_pvgpud, tmp_path, "bobtoken",
+                      alice_extra="max_sessions = 1")
+    s, outs = resumable_session(d.unix)
+    last = s.next_id - 1
+    s.close()
+    d.wait_log(r"vm alice: connection lost; kept")
+    other = W.Session(d.unix)
+    st, _d, _o, _ = other.call("hello", version_min=1, version_max=P.VERSION,
+                               pid=os.getpid(), token="", client="pytest")
+    assert st == 800, st
+    other.close()
+    assert "already has 1 session(s), its max_sessions" in d.log()
+    st, rep, s2 = resume_when_detached(d, d.unix, outs, last)
+    assert st == 0
+    assert rep["session_id"] == outs["session_id"]
+    s2.call("bye")
+    s2.close()
