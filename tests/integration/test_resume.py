@@ -57,8 +57,10 @@ def assert_one_session_resumed(programs, daemon, res, proxy, seed):
 
 @pytest.mark.parametrize("name,tcp,high", [
     ("memory", False, 40 << 20), ("memory", True, 40 << 20),
-    ("streams", False, 2 << 20), ("copies", False, 1 << 20)],
-    ids=["memory-unix", "memory-tcp", "streams-unix", "copies-unix"])
+    ("streams", False, 2 << 20), ("copies", False, 1 << 20),
+    ("threads", False, 2 << 20)],
+    ids=["memory-unix", "memory-tcp", "streams-unix", "copies-unix",
+         "threads-unix"])
 def test_copies_survive_cuts(programs, sim_daemon, short_tmp, name, tcp, high):
     """Copies of every size both ways, synchronous and async (their DATA
     frames cut through), run to PASS while the connection is cut."""
@@ -267,3 +269,26 @@ def test_detached_session_holds_its_slot(start_pvgpud, tmp_path):
     assert rep["session_id"] == outs["session_id"]
     s2.call("bye")
     s2.close()
+
+
+def test_a_session_with_a_window_is_not_kept(sim_daemon):
+    """shm://: the window's ring and staging positions go with the
+    connection, so such a session ends with it, saying why."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..",
+                                    "qemu-device"))
+    import mmap
+    from pvgpuvm import window
+    from pvgpuvm.spec import WindowLayout
+    s, _outs = resumable_session(sim_daemon.unix)
+    size = 16 << 20
+    fd = W.window_memfd("resume-window", size)
+    with mmap.mmap(fd, size) as m:
+        m[:window.HDR_SIZE] = window.pack_header(WindowLayout(
+            size=size, window_id=0, staging_offset=window.HDR_SIZE,
+            slot_size=1 << 20, nslots=4)).ljust(window.HDR_SIZE, b"\0")
+    assert s.window_attach(fd, size=size)[0] == 0
+    s.close()
+    os.close(fd)
+    sim_daemon.wait_log(r"connection lost; not kept for a resume: the session has a shared window")
+    wait_live(sim_daemon, 0)
+    assert "kept 10.0 s" not in sim_daemon.log()
