@@ -167,6 +167,17 @@ static int await_guest(struct pvgpu_worker *w, uint8_t *msg, size_t cap,
 			deadline = now + 1000000000ull;	/* it is sent: take it */
 		}
 		ms = (int)((deadline - now + 999999) / 1000000);
+		/*
+		 * Kernels of the session still on the GPU: the scheduler
+		 * learns when they are done (another VM's turn may wait for
+		 * it), as while a guest is quiet (worker_io.c).
+		 */
+		if (pvgpu_sched_pending(&w->sched) &&
+		    atomic_load(&w->slot->state) == PVGPU_SLOT_RUNNING) {
+			pvgpu_sched_poll(w);
+			if (ms > 1)
+				ms = 1;
+		}
 		if (poll(&p, 1, ms) < 0 && errno != EINTR)
 			return -1;
 		if (!(p.revents & (POLLIN | POLLHUP)))

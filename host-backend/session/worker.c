@@ -446,6 +446,8 @@ int pvgpu_worker_run(struct pvgpu_conn *conn, const struct pvgpu_peer *peer,
 		uint32_t limit;
 
 		/* A lost connection, with a token given: wait for the guest. */
+		if (w.fatal && w.lost && w.grace_ns)
+			flush_runs(&w);	/* held launches do not wait for it */
 		if (w.fatal && (!w.lost || pvgpu_worker_detach(&w)))
 			break;
 		if (w.said_hello < 0)	/* bye, or a refused hello */
