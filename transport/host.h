@@ -36,6 +36,8 @@
 #define PVGPU_TR_ID_AT_HELLO	(1u << 0)
 #define PVGPU_TR_VM_CALLERS	(1u << 1)	/* callers are VMs, to be registered */
 #define PVGPU_TR_PASSES_FD	(1u << 2)	/* may carry a window's fd */
+/* A plain stream socket: a resumed session takes a new one's descriptor. */
+#define PVGPU_TR_REATTACH	(1u << 3)
 
 struct pvgpu_listener;
 struct pvgpu_peer;

@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,14 @@
 
 /* DATA frames per sendmsg: 2 iovecs each, well under IOV_MAX. */
 #define FRAMES_PER_SEND		32
+
+/*
+ * Resume (feature resume): the bytes of async messages sent since the
+ * last reply that the client keeps to send again after a reconnect.  Past
+ * it, nothing more is kept and a connection lost before the next reply
+ * ends the session as it would without resume.
+ */
+#define RESUME_KEEP_MAX		(8u << 20)
 
 /* Objects known idle at once (client.h, pvgpu_client_known_idle). */
 #define IDLE_KEYS		16
@@ -82,6 +91,25 @@ struct pvgpu_client {
 	uint64_t idle_seq;
 	unsigned int nidle;
 	struct idle_key idle[IDLE_KEYS];
+	/*
+	 * Resume after a lost connection (feature resume): the token the
+	 * hello gave (0, 0: none), how long the backend keeps the session,
+	 * the id of the last reply read whole, and every async message sent
+	 * since (keep, keep_len bytes, as on the wire; keep_over: more than
+	 * RESUME_KEEP_MAX was, and none is kept).  lost: the connection
+	 * broke (a read or write failed), not the protocol.
+	 */
+	uint64_t resume_token[2];
+	uint64_t grace_ms;
+	uint64_t last_reply;
+	uint8_t *keep;
+	size_t keep_len, keep_cap;
+	int keep_over;
+	int lost;
+	const char *lost_why;		/* what broke it, for the resume's line */
+	int lost_err;
+	int resuming;
+	unsigned int resumes;
 };
 
 static uint64_t take_id(struct pvgpu_client *c)
@@ -336,11 +364,24 @@ static int signal_seen(void *arg)
 	return __atomic_load_n(c->signal_word, __ATOMIC_ACQUIRE) == c->signal_value;
 }
 
+/* Can a lost connection be resumed (feature resume, no shared window)? */
+static int resumable(const struct pvgpu_client *c)
+{
+	return (c->resume_token[0] | c->resume_token[1]) && !c->win &&
+	       !c->ring_on;
+}
+
 /* The stream is unusable (lost, or out of step): close it for good. */
 static int32_t break_locked(struct pvgpu_client *c, const char *why, int err)
 {
 	if (!c->broken) {
-		pvgpu_debug("%s: connection lost: %s%s%s%s%s", c->uri, why,
+		/* A transport's error, not the stream out of step: resumable. */
+		c->lost = err && err != EPROTO;
+		c->lost_why = why;
+		c->lost_err = err;
+		/* One that will be resumed is said once, with its resume. */
+		if (!c->lost || !resumable(c) || c->keep_over)
+			pvgpu_debug("%s: connection lost: %s%s%s%s%s", c->uri, why,
 			    err ? ": " : "", err ? strerror(err) : "",
 			    err == EPROTO && c->ring.error ? ": " : "",
 			    err == EPROTO && c->ring.error ? c->ring.error : "");
@@ -348,6 +389,35 @@ static int32_t break_locked(struct pvgpu_client *c, const char *why, int err)
 		c->tr.ops->close(&c->tr);
 	}
 	return PVGPU_CLIENT_EIO;
+}
+
+/* Bytes of async messages on their way: kept until the next reply. */
+static void keep_locked(struct pvgpu_client *c, const void *p, size_t len)
+{
+	if (!resumable(c) || c->keep_over || !len)
+		return;
+	if (c->keep_len + len > RESUME_KEEP_MAX) {
+		c->keep_over = 1;
+		c->keep_len = 0;
+		return;
+	}
+	if (c->keep_len + len > c->keep_cap) {
+		size_t cap = c->keep_cap ? c->keep_cap : 64 * 1024;
+		uint8_t *k;
+
+		while (cap < c->keep_len + len)
+			cap *= 2;
+		k = realloc(c->keep, cap);
+		if (!k) {
+			c->keep_over = 1;
+			c->keep_len = 0;
+			return;
+		}
+		c->keep = k;
+		c->keep_cap = cap;
+	}
+	memcpy(c->keep + c->keep_len, p, len);
+	c->keep_len += len;
 }
 
 /*
@@ -384,6 +454,7 @@ static int32_t flush_locked(struct pvgpu_client *c)
 
 	if (!take_queue_locked(c, &iov))
 		return 0;
+	keep_locked(c, iov.iov_base, iov.iov_len);
 	rc = wire_sendv(c, &iov, 1);
 	if (rc)
 		return break_locked(c, "send batch", -rc);
@@ -407,12 +478,32 @@ static int32_t send_request_locked(struct pvgpu_client *c,
 	uint8_t hdr[PVGPU_HDR_SIZE];
 	uint8_t frame_hdr[FRAMES_PER_SEND][PVGPU_HDR_SIZE];
 	struct iovec iov[3 + 2 * FRAMES_PER_SEND];
+	const struct pvgpu_op_info *info = pvgpu_op_info(opcode);
+	/* An async request is kept whole, DATA frames too: the caller moves on. */
+	int keep_all = info && info->is_async;
 	uint64_t off = 0;
 	int n = 0, rc;
 
-	if (queue)
+	if (queue) {
 		iov[n++] = *queue;
+		keep_locked(c, queue->iov_base, queue->iov_len);
+	}
 	put_hdr_flags(c, hdr, opcode, flags, (uint32_t)req_len, id);
+	if (keep_all) {
+		keep_locked(c, hdr, PVGPU_HDR_SIZE);
+		keep_locked(c, req, req_len);
+		/* All of it before any is sent: a send may break off anywhere. */
+		for (uint64_t k = 0; k < data_len;) {
+			uint64_t chunk = data_len - k;
+
+			if (chunk > c->info.data_block)
+				chunk = c->info.data_block;
+			put_hdr(c, frame_hdr[0], PVGPU_OP_DATA, (uint32_t)chunk, id);
+			keep_locked(c, frame_hdr[0], PVGPU_HDR_SIZE);
+			keep_locked(c, data + k, (size_t)chunk);
+			k += chunk;
+		}
+	}
 	c->stats.sends++;
 	iov[n++] = (struct iovec){ hdr, PVGPU_HDR_SIZE };
 	if (req_len)
@@ -528,6 +619,12 @@ again:
 	}
 
 	/* The stream is in step from here on: errors are this call's only. */
+	if (!c->resuming) {
+		/* Everything sent before it has arrived: nothing to keep. */
+		c->last_reply = id;
+		c->keep_len = 0;
+		c->keep_over = 0;
+	}
 	status = (int32_t)pvgpu_get_u32(c->reply);
 	c->reply_status = status;
 	deferred = (int32_t)pvgpu_get_u32(c->reply + 4);
@@ -553,6 +650,164 @@ again:
 		c->deferred_kept = 0;
 	}
 	return deferred;
+}
+
+/* A connection given up on quietly (the resume says why). */
+static void drop_locked(struct pvgpu_client *c)
+{
+	if (!c->broken) {
+		c->broken = 1;
+		c->tr.ops->close(&c->tr);
+	}
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000u + (uint64_t)t.tv_nsec / 1000000u;
+}
+
+/*
+ * One try at resuming: connect again, say hello with the token and the
+ * last reply read; 0 and *last_received (the id of the last message the
+ * backend read whole), 1 to try again (no connection, or the backend has
+ * not yet seen the old one go), -1 refused.
+ */
+static int resume_once_locked(struct pvgpu_client *c, uint64_t *last_received)
+{
+	struct pvgpu_hello_req req = {
+		.version_min = c->version,
+		.version_max = c->version,
+		.pid = (uint32_t)getpid(),
+		.features = c->info.features,
+		.resume_lo = c->resume_token[0],
+		.resume_hi = c->resume_token[1],
+		.last_reply = c->last_reply,
+	};
+	struct pvgpu_hello_rep rep;
+	uint8_t q[PVGPU_HELLO_REQ_MAX], r[PVGPU_HELLO_REP_MAX];
+	const struct pvgpu_transport_ops *ops;
+	const char *addr;
+	char err[256];
+	size_t rn;
+	long qn;
+	uint64_t id;
+	int32_t st;
+
+	ops = pvgpu_transport_lookup(c->uri, &addr, err, sizeof(err));
+	if (!ops)
+		return -1;
+	if (c->cfg.token[0] && (ops->features & PVGPU_TRG_SENDS_TOKEN)) {
+		req.token_len = (uint32_t)strnlen(c->cfg.token, sizeof(req.token) - 1);
+		memcpy(req.token, c->cfg.token, req.token_len);
+	}
+	qn = pvgpu_hello_req_encode(q, &req);
+	if (qn < 0)
+		return -1;
+	c->tr.fd = -1;
+	if (ops->connect(&c->tr, addr, err, sizeof(err)))
+		return 1;
+	c->broken = 0;
+	c->lost = 0;
+	c->resuming = 1;
+	id = take_id(c);
+	st = send_request_locked(c, NULL, PVGPU_OP_HELLO, 0, id, q, (size_t)qn,
+				 NULL, 0);
+	if (!st)
+		st = read_reply_locked(c, PVGPU_OP_HELLO, id, NULL, 0, r,
+				       sizeof(r), &rn);
+	c->resuming = 0;
+	if (c->broken)
+		return c->lost ? 1 : -1;
+	if (st == 600) {	/* CUDA_ERROR_NOT_READY: not detached yet */
+		drop_locked(c);
+		return 1;
+	}
+	if (st || pvgpu_hello_rep_decode(r, rn, &rep) ||
+	    rep.session_id != c->info.session_id) {
+		pvgpu_debug("%s: resume refused (CUresult %d)", c->uri, st);
+		drop_locked(c);
+		return -1;
+	}
+	*last_received = rep.last_received;
+	return 0;
+}
+
+/*
+ * The connection was lost: connect again and resume the session, within
+ * the grace the backend said, then send again what it did not read of
+ * what is kept.  0 with *last_received, or the error of the lost call.
+ */
+static int32_t resume_locked(struct pvgpu_client *c, uint64_t *last_received)
+{
+	uint64_t t0 = now_ms(), deadline = t0 + c->grace_ms;
+	const char *why = c->lost_why;
+	int err = c->lost_err;
+	unsigned int pause_ms = 10, resent, tries = 0;
+	int rc;
+
+	if (!c->broken || !c->lost || !resumable(c) || c->keep_over)
+		return PVGPU_CLIENT_EIO;
+	for (;;) {
+		size_t off = 0;
+
+		rc = resume_once_locked(c, last_received);
+		tries++;
+		resent = 0;
+		/* What the backend did not read whole, in order, DATA frames with their request. */
+		while (!rc && off + PVGPU_HDR_SIZE <= c->keep_len) {
+			struct pvgpu_hdr h;
+			size_t len = 0, start = off;
+			uint64_t id;
+
+			if (pvgpu_hdr_decode(c->keep + off, &h))
+				break;
+			id = h.id;
+			do {
+				len += PVGPU_HDR_SIZE + h.length;
+				off = start + len;
+			} while (off + PVGPU_HDR_SIZE <= c->keep_len &&
+				 !pvgpu_hdr_decode(c->keep + off, &h) &&
+				 h.opcode == PVGPU_OP_DATA && h.id == id);
+			if (id > *last_received) {
+				struct iovec iov = { c->keep + start, len };
+				int src = wire_sendv(c, &iov, 1);
+
+				if (src) {
+					break_locked(c, "send again", -src);
+					rc = 1;		/* lost again: from the start */
+				}
+				resent++;
+			}
+		}
+		if (rc <= 0 || now_ms() >= deadline)
+			break;
+		{
+			struct timespec ts = { 0, (long)pause_ms * 1000000L };
+
+			nanosleep(&ts, NULL);
+		}
+		if (pause_ms < 200)
+			pause_ms *= 2;
+	}
+	if (rc) {
+		pvgpu_debug("%s: connection lost: %s%s%s; not resumed (%u tries in %.2f s)",
+			    c->uri, why, err ? ": " : "", err ? strerror(err) : "",
+			    tries, (double)(now_ms() - t0) / 1e3);
+		drop_locked(c);
+		c->lost = 0;	/* for good */
+		return PVGPU_CLIENT_EIO;
+	}
+	c->resumes++;
+	pvgpu_debug("%s: connection lost: %s%s%s; session %llu resumed after %.2f s (resume %u; backend had read %llu, we had reply %llu; %u message(s) sent again)",
+		    c->uri, why, err ? ": " : "", err ? strerror(err) : "",
+		    (unsigned long long)c->info.session_id,
+		    (double)(now_ms() - t0) / 1e3, c->resumes,
+		    (unsigned long long)*last_received,
+		    (unsigned long long)c->last_reply, resent);
+	return 0;
 }
 
 /*
@@ -594,11 +849,29 @@ static int32_t call(struct pvgpu_client *c, uint16_t opcode,
 	st = send_request_locked(c, queued ? &queue : NULL, opcode, flags, id,
 				 req, req_len, data_in,
 				 data_in ? data_len : 0);
-	if (st)
-		goto out;
-	pvgpu_trace_mark(id, PVGPU_TR_G_SENT);
-	st = await_reply_locked(c, opcode, id, data_out, data_out ? data_len : 0,
-				rep, rep_cap, rep_len);
+	if (!st) {
+		pvgpu_trace_mark(id, PVGPU_TR_G_SENT);
+		st = await_reply_locked(c, opcode, id, data_out,
+					data_out ? data_len : 0, rep, rep_cap,
+					rep_len);
+	}
+	/* The connection went mid-call: resume, and send it again if need be. */
+	while (c->broken && c->lost && opcode != PVGPU_OP_HELLO &&
+	       opcode != PVGPU_OP_BYE) {
+		uint64_t got;
+
+		if (resume_locked(c, &got))
+			break;
+		st = 0;
+		if (id > got)
+			st = send_request_locked(c, NULL, opcode, flags, id, req,
+						 req_len, data_in,
+						 data_in ? data_len : 0);
+		if (!st)
+			st = await_reply_locked(c, opcode, id, data_out,
+						data_out ? data_len : 0, rep,
+						rep_cap, rep_len);
+	}
 	if (landing_dst && !c->broken && c->reply_status == 0)
 		memcpy(landing_dst, pvgpu_ring_landing(c->ring_mem), landing_len);
 	pvgpu_trace_mark(id, PVGPU_TR_G_RETURN);
@@ -864,6 +1137,16 @@ static int ring_sends_now(const struct pvgpu_client *c)
 	return c->ring_on && !c->cfg.ring_batch;
 }
 
+/* An async send that lost the connection: resume (what was sent is kept). */
+static int32_t recover_locked(struct pvgpu_client *c, int32_t st)
+{
+	uint64_t got;
+
+	if (st && c->broken && c->lost && !resume_locked(c, &got))
+		return 0;
+	return st;
+}
+
 int32_t pvgpu_client_queue(struct pvgpu_client *c, uint16_t opcode,
 			   const uint8_t *req, size_t req_len,
 			   const void *data_in, uint64_t data_in_len)
@@ -895,7 +1178,8 @@ int32_t pvgpu_client_queue(struct pvgpu_client *c, uint16_t opcode,
 		goto out;
 	}
 	if (c->batch_len + need > PVGPU_MAX_BATCH) {
-		st = flush_locked(c);
+		/* A lost connection resumed: the batch went (kept), this one goes on. */
+		st = recover_locked(c, flush_locked(c));
 		if (st)
 			goto out;
 	}
@@ -910,6 +1194,7 @@ int32_t pvgpu_client_queue(struct pvgpu_client *c, uint16_t opcode,
 		pvgpu_trace_mark(id, PVGPU_TR_G_SENT);	/* batched: not marked */
 	}
 out:
+	st = recover_locked(c, st);
 	pthread_mutex_unlock(&c->lock);
 	return st;
 }
@@ -919,7 +1204,7 @@ int32_t pvgpu_client_flush(struct pvgpu_client *c)
 	int32_t st;
 
 	pthread_mutex_lock(&c->lock);
-	st = c->broken ? PVGPU_CLIENT_EIO : flush_locked(c);
+	st = recover_locked(c, c->broken ? PVGPU_CLIENT_EIO : flush_locked(c));
 	pthread_mutex_unlock(&c->lock);
 	return st;
 }
@@ -1054,6 +1339,13 @@ static int say_hello(struct pvgpu_client *c, char *err, size_t errlen)
 	c->info.device_count = rep.device_count;
 	c->info.session_id = rep.session_id;
 	c->info.data_block = rep.data_block;
+	/* The backend keeps the session for a while if the connection goes. */
+	if ((c->info.features & PVGPU_FEATURE_RESUME) &&
+	    (rep.resume_lo | rep.resume_hi) && rep.resume_grace_ms) {
+		c->resume_token[0] = rep.resume_lo;
+		c->resume_token[1] = rep.resume_hi;
+		c->grace_ms = rep.resume_grace_ms;
+	}
 	if (c->cfg.block_size && c->cfg.block_size < c->info.data_block)
 		c->info.data_block = c->cfg.block_size;
 	return 0;
@@ -1177,6 +1469,7 @@ void pvgpu_client_close(struct pvgpu_client *c)
 	c->tr.ops->close(&c->tr);
 	pvgpu_window_destroy(c->win);
 	pthread_mutex_destroy(&c->lock);
+	free(c->keep);
 	free(c->reply);
 	free(c->batch);
 	free(c);

@@ -92,6 +92,7 @@ void pvgpu_accounting_release(struct pvgpu_slot *slot)
 	atomic_store(&slot->room_bytes, 0);
 	atomic_store(&slot->room_dev, 0);
 	atomic_store(&slot->resumed_ns, 0);
+	atomic_store(&slot->detached, PVGPU_ATTACHED);
 	for (int d = 0; d < PVGPU_MAX_DEVICES; d++)
 		atomic_store(&slot->mem_used[d], 0);
 }

@@ -129,6 +129,21 @@ struct pvgpu_slot {
 	_Atomic uint32_t room_dev;
 	_Atomic uint32_t room_seq;
 	_Atomic uint64_t resumed_ns;
+	/*
+	 * A session whose guest's connection dropped (reattach.h): an enum
+	 * pvgpu_detach the worker sets to DETACHED while it waits for its
+	 * guest, the supervisor moves to HANDED when it sends a resuming
+	 * connection, and the worker back to ATTACHED (or GONE, past its
+	 * grace).  The token is never here: only supervisor and worker hold it.
+	 */
+	_Atomic uint32_t detached;
+};
+
+enum pvgpu_detach {
+	PVGPU_ATTACHED = 0,
+	PVGPU_DETACHED,			/* the worker waits for its guest */
+	PVGPU_HANDED,			/* the supervisor sent it a connection */
+	PVGPU_DETACH_GONE,		/* past its grace: ending */
 };
 
 enum pvgpu_slot_state {

@@ -272,6 +272,7 @@ static struct pvgpu_vm_policy *vm_section(struct parse_state *st,
 	vm->exclusive_wait_ms = -1;
 	vm->call_timeout_ms = -1;
 	vm->idle_timeout_ms = -1;
+	vm->resume_grace_ms = -1;
 	return vm;
 }
 
@@ -316,6 +317,11 @@ static int limit_key(struct parse_state *st, struct pvgpu_vm_policy *vm,
 	if (!strcmp(key, "idle_timeout"))
 		return watchdog_key(st, key, value, PVGPU_MAX_IDLE_TIMEOUT_MS,
 				    &vm->idle_timeout_ms);
+	/* A detached session's wait for its guest (resume.h); 0: none. */
+	if (!strcmp(key, "resume_grace"))
+		return duration_key(st, key, value, 100, "100ms",
+				    PVGPU_MAX_RESUME_GRACE_MS, "10s, 2.5",
+				    &vm->resume_grace_ms);
 	if (!strcmp(key, "priority")) {
 		if (!strcmp(value, "latency"))
 			vm->latency = 1;
@@ -688,6 +694,7 @@ int pvgpu_policy_load(const char *path, struct pvgpu_policy *p,
 	p->unknown.exclusive_wait_ms = -1;
 	p->unknown.call_timeout_ms = -1;
 	p->unknown.idle_timeout_ms = -1;
+	p->unknown.resume_grace_ms = -1;
 #ifdef PVGPU_NO_INIH
 	/*
 	 * A GPU host with no package registry may lack libinih-dev: pvgpud
@@ -758,6 +765,8 @@ int pvgpu_policy_load(const char *path, struct pvgpu_policy *p,
 			p->vms[i].call_timeout_ms = p->unknown.call_timeout_ms;
 		if (p->vms[i].idle_timeout_ms < 0)
 			p->vms[i].idle_timeout_ms = p->unknown.idle_timeout_ms;
+		if (p->vms[i].resume_grace_ms < 0)
+			p->vms[i].resume_grace_ms = p->unknown.resume_grace_ms;
 	}
 	return 0;
 

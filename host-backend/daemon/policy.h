@@ -86,6 +86,11 @@
  * that went quiet, or a stopped worker, gives its slot and quota back
  * (watchdog.h).
  *
+ * resume_grace (default 10s; 0: off) is how long a session whose guest's
+ * connection dropped (not bye) waits, holding everything it had, for the
+ * guest to come back with the resume token its hello was given
+ * (host-backend/session/reattach.c); past it the session ends as any.
+ *
  * ipc_handles (1..256, default 32) bounds the entries of the daemon's IPC
  * table (accounting.h) the VM's live sessions hold: cuIpcGetMemHandle,
  * cuIpcGetEventHandle and cuMemExportToShareableHandle past it fail with
@@ -138,6 +143,9 @@
 #define PVGPU_MAX_EXCLUSIVE_WAIT_MS	(3600 * 1000)
 #define PVGPU_MAX_CALL_TIMEOUT_MS	(86400 * 1000)
 #define PVGPU_MAX_IDLE_TIMEOUT_MS	(30ll * 86400 * 1000)
+/* resume_grace: the default, and at most an hour (a session held idle). */
+#define PVGPU_RESUME_GRACE_MS		10000
+#define PVGPU_MAX_RESUME_GRACE_MS	(3600ll * 1000)
 #define PVGPU_OVERSUB_MAX_MILLI		8000	/* oversubscribe = 8.0 */
 
 /* The pool of allowed unknown callers is a VM by this name. */
@@ -167,6 +175,7 @@ struct pvgpu_vm_policy {
 	int64_t exclusive_wait_ms;	/* -1: not set, no wait */
 	int64_t call_timeout_ms;	/* -1: pvgpud --call-timeout */
 	int64_t idle_timeout_ms;	/* -1: not set, never */
+	int64_t resume_grace_ms;	/* -1: not set, PVGPU_RESUME_GRACE_MS */
 	uint32_t weight;		/* 1..1000000, default 1 */
 	int latency;			/* priority = latency (gpusched.h) */
 	uint32_t mps_threads;		/* 1..100, default 100 */

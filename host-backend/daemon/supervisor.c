@@ -466,6 +466,7 @@ int pvgpu_supervisor_init(struct pvgpu_supervisor *sv,
 	sv->wcfg.poll_ns = (uint64_t)cfg->poll_us * 1000;
 	sv->wcfg.wait_spin_ns = (uint64_t)cfg->wait_spin_us * 1000;
 	sv->wcfg.capture_output = 1;
+	sv->wcfg.reattach_fd = -1;
 	sv->wcfg.remotes = cfg->remotes;
 	sv->wcfg.nremotes = cfg->nremotes;
 	sv->flag_remotes = cfg->nremotes;
@@ -528,6 +529,10 @@ int pvgpu_supervisor_init(struct pvgpu_supervisor *sv,
 	}
 	for (uint32_t i = 0; i < sv->acct->nslots; i++)
 		sv->owed[i].listener = -1;
+	if (pvgpu_reattach_init(sv)) {
+		log_error("out of memory for the session table");
+		goto err;
+	}
 	if (pvgpu_suspend_init(sv, cfg->suspend_timeout_ms) ||
 	    open_admin(sv, cfg->admin))
 		goto err;
@@ -579,6 +584,8 @@ void pvgpu_supervisor_fini(struct pvgpu_supervisor *sv)
 	pvgpu_metrics_stop(sv->metrics);
 	sv->metrics = NULL;
 	pvgpu_unid_fini(&sv->unid);	/* they name their listeners */
+	if (sv->acct)
+		pvgpu_reattach_fini(sv);
 	free(sv->pfd);
 	sv->pfd = NULL;
 	for (int i = 0; i < sv->nlisteners; i++)
@@ -686,7 +693,7 @@ static void start_session(struct pvgpu_supervisor *sv, struct pvgpu_listener *l,
 	struct pvgpu_slot *slot;
 	char why[256];
 	pid_t pid, parent;
-	int rc;
+	int rc, reattach_fd;
 
 	/*
 	 * A caller's token (the hello's, or the one a channel carries itself:
@@ -717,15 +724,21 @@ static void start_session(struct pvgpu_supervisor *sv, struct pvgpu_listener *l,
 	slot->session_id = sv->next_session++;
 	snprintf(slot->identity, sizeof(slot->identity), "%s", peer->identity);
 	clock_gettime(CLOCK_MONOTONIC, &slot->started);
-	if (hello && atomic_load(&slot->vm) >= 0)
+	if (hello && (peer->features & PVGPU_TR_ID_AT_HELLO) &&
+	    atomic_load(&slot->vm) >= 0)
 		log_info("session %llu: %s is vm %s",
 			 (unsigned long long)slot->session_id, peer->identity,
 			 vm_name(sv, slot));
 
+	pvgpu_reattach_prepare(sv, (uint32_t)(slot - sv->acct->slots), peer,
+			       l, &reattach_fd);
 	parent = getpid();
 	pid = fork();
 	if (pid < 0) {
 		log_error("fork for %s failed: %s", peer->identity, strerror(errno));
+		if (reattach_fd >= 0)
+			close(reattach_fd);
+		pvgpu_reattach_end(sv, (uint32_t)(slot - sv->acct->slots));
 		goto err_slot;
 	}
 	if (pid == 0) {
@@ -743,6 +756,8 @@ static void start_session(struct pvgpu_supervisor *sv, struct pvgpu_listener *l,
 		close(sv->timerfd);
 		pvgpu_admin_forget(&sv->admin);
 		pvgpu_suspend_forget(sv);
+		pvgpu_reattach_child(sv, (uint32_t)(slot - sv->acct->slots),
+				     reattach_fd);
 		pvgpu_metrics_forget(sv->metrics, conn->fd);
 		snprintf(prefix, sizeof(prefix), "session %llu",
 			 (unsigned long long)slot->session_id);
@@ -753,6 +768,8 @@ static void start_session(struct pvgpu_supervisor *sv, struct pvgpu_listener *l,
 		_exit(rc);
 	}
 	slot->pid = pid;
+	if (reattach_fd >= 0)
+		close(reattach_fd);
 	conn->ops->release(conn);
 	if (l->ops->done && l >= sv->listeners && l < sv->listeners + sv->nlisteners)
 		sv->owed[slot - sv->acct->slots] = (struct pvgpu_owed){
@@ -774,6 +791,28 @@ err_conn:
 }
 
 /*
+ * A hello that asks to resume a session (reattach.h): its connection goes
+ * to that session's worker, or is answered and closed here.
+ */
+static void resume_session(struct pvgpu_supervisor *sv,
+			   const struct pvgpu_pending *p,
+			   const struct pvgpu_hello_req *req)
+{
+	char why[160];
+	int rc = pvgpu_reattach_try(sv, p, req, why, sizeof(why));
+
+	if (rc < 0) {
+		say_refused(sv, p->l, &p->peer, p, why);
+		pvgpu_pending_answer(p, CUDA_ERROR_NOT_PERMITTED);
+	} else if (rc > 0) {
+		pvgpu_pending_answer(p, CUDA_ERROR_NOT_READY);
+	}
+	p->conn->ops->release(p->conn);
+	if (p->l->ops->done)
+		p->l->ops->done(p->l, p->peer.cookie);
+}
+
+/*
  * The i-th connection waiting for its hello has something to read: once
  * its hello is whole, the token in it is who calls, and its session can
  * start.
@@ -786,10 +825,30 @@ static void hello_progress(struct pvgpu_supervisor *sv, unsigned int i)
 	if (!p)
 		return;
 	/* The decoder took at most 256 bytes: it fits. */
-	if (pvgpu_identity_set(&p->peer.id, PVGPU_ID_TOKEN, req.token))
+	if ((p->peer.features & PVGPU_TR_ID_AT_HELLO) &&
+	    pvgpu_identity_set(&p->peer.id, PVGPU_ID_TOKEN, req.token))
 		p->peer.id.kind = PVGPU_ID_NONE;
-	start_session(sv, p->l, &p->peer, p->conn, p);
+	if (req.resume_lo | req.resume_hi)
+		resume_session(sv, p, &req);
+	else
+		start_session(sv, p->l, &p->peer, p->conn, p);
 	free(p);
+}
+
+/* Would a session of peer be admitted now (a slot, its VM's limits)? */
+static int would_admit(struct pvgpu_supervisor *sv,
+		       const struct pvgpu_peer *peer)
+{
+	struct pvgpu_slot *slot = pvgpu_accounting_claim(sv->acct);
+	char why[256];
+	int ok;
+
+	if (!slot)
+		return 0;
+	ok = !(sv->policy || sv->registry) ||
+	     !pvgpu_admit(sv->policy, sv->acct, slot, peer, why, sizeof(why));
+	pvgpu_accounting_release(slot);
+	return ok;
 }
 
 /*
@@ -821,9 +880,18 @@ static void accept_caller(struct pvgpu_supervisor *sv, struct pvgpu_listener *l)
 			l->ops->done(l, peer.cookie);
 		return;
 	}
+	/*
+	 * A caller with a session that may be resumed: its hello is read
+	 * here, in case it asks to (reattach.h); unless it would be refused
+	 * a session now anyway and none of its sessions waits for it.
+	 */
 	if (!(peer.features & PVGPU_TR_ID_AT_HELLO)) {
-		start_session(sv, l, &peer, conn, NULL);
-		return;
+		int expected = pvgpu_reattach_expected(sv, &peer, l);
+
+		if (!expected || (expected == 1 && !would_admit(sv, &peer))) {
+			start_session(sv, l, &peer, conn, NULL);
+			return;
+		}
 	}
 	/* A hello sent with the connection is often here already. */
 	if (!pvgpu_unid_add(&sv->unid, l, &peer, conn))
@@ -906,6 +974,7 @@ static void end_session(struct pvgpu_supervisor *sv, pid_t pid, int status)
 							     o->cookie);
 		o->listener = -1;
 	}
+	pvgpu_reattach_end(sv, (uint32_t)(slot - sv->acct->slots));
 	free_slot(sv, slot);
 	pvgpu_supervisor_publish(sv);
 }

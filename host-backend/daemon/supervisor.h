@@ -15,6 +15,7 @@
 #include "metrics.h"
 #include "mps.h"
 #include "policy.h"
+#include "reattach.h"
 #include "registry.h"
 #include "stats.h"
 #include "suspend.h"
@@ -78,6 +79,7 @@ struct pvgpu_supervisor {
 	} *owed;
 	struct pvgpu_admin admin;	/* --admin socket; fd -1: none */
 	struct pvgpu_suspend suspend;	/* checkpointers at work */
+	struct pvgpu_reattach *reattach;	/* per slot: resume tokens (reattach.h) */
 };
 
 struct pvgpu_supervisor_config {

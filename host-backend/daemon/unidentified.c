@@ -113,7 +113,8 @@ int pvgpu_unid_add(struct pvgpu_unidentified *u, struct pvgpu_listener *l,
 
 	for (unsigned int i = 0; i < u->n; i++)
 		same += !strcmp(u->v[i]->peer.addr, peer->addr);
-	if (same >= u->per_addr) {
+	/* A caller the channel named (a uid, a CID) has no address to crowd. */
+	if (peer->addr[0] && same >= u->per_addr) {
 		pvgpu_say(&u->crowded, "closed %s via %s at once: %u connection(s) from %s wait for their hello already (a quarter of --max-unidentified)",
 		    peer->identity, l->uri, same, peer->addr);
 		goto err_conn;

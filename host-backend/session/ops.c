@@ -103,6 +103,11 @@ int32_t pvgpu_handle_hello(struct pvgpu_worker *w,
 	 * or by the supervisor from the token in this very hello.
 	 */
 	w->said_hello = -1;		/* anything refused below ends the session */
+	/* Resuming is the supervisor's to hand over (reattach.c), not a new session's. */
+	if (req->resume_lo | req->resume_hi) {
+		wlog_info(w, "a resume hello reached a new session: refused");
+		return CUDA_ERROR_NOT_PERMITTED;
+	}
 	if (version < 1 || version < req->version_min) {
 		wlog_warn(w, "guest speaks protocol %u..%u, this backend %d..%d: refused",
 			  req->version_min, req->version_max, 1, PVGPU_PROTO_VERSION);
@@ -124,6 +129,7 @@ int32_t pvgpu_handle_hello(struct pvgpu_worker *w,
 	if (st)
 		return st;
 	w->version = version;
+	w->device_count = count;
 	w->said_hello = 1;
 	atomic_store(&w->slot->guest_pid, req->pid);
 	rep->version = version;
@@ -139,6 +145,12 @@ int32_t pvgpu_handle_hello(struct pvgpu_worker *w,
 	if (!w->ex_ops->stream_write_value)
 		w->features &= ~PVGPU_FEATURE_SIGNAL;	/* the device cannot write it */
 	rep->features = req->features ? w->features : 0;
+	/* A resume token, where the VM's policy and the channel allow one. */
+	if (pvgpu_worker_resume_offer(w)) {
+		rep->resume_lo = w->cfg->resume_token[0];
+		rep->resume_hi = w->cfg->resume_token[1];
+		rep->resume_grace_ms = (uint32_t)(w->grace_ns / 1000000u);
+	}
 	wlog_debug(w, "hello from '%s' (guest pid %u): protocol %u, %d device(s), features %#llx agreed (guest %#llx, backend %#llx)",
 		   log_esc(req->client), req->pid, version, count,
 		   (unsigned long long)w->features,

@@ -109,7 +109,8 @@ static void serve_async(struct pvgpu_worker *w, const struct pvgpu_hdr *h,
 		}
 		st = CUDA_ERROR_INVALID_VALUE;
 	}
-	if (st != 0)
+	/* Cut off by a lost connection: sent again on resume, not failed. */
+	if (st != 0 && !w->lost)
 		pvgpu_worker_async_failed(w, h->opcode, st);
 }
 
@@ -202,6 +203,9 @@ static void serve_message(struct pvgpu_worker *w, const struct pvgpu_hdr *h,
 	w->req_flags = h->flags;
 	if (h->opcode < PVGPU_SYNC_OPS)
 		w->sync_ops[h->opcode]++;
+	/* Its DATA frames are not kept: run again for a guest that lost them. */
+	if (info && info->data_dir == PVGPU_DATA_OUT)
+		pvgpu_worker_keep_request(w, h, payload);
 	pvgpu_watchdog_begin(w->slot, h->opcode);
 	st = pvgpu_dispatch(w, h->opcode, payload, h->length, rep, &rep_len);
 	pvgpu_watchdog_end(w->slot);
@@ -377,6 +381,8 @@ static void worker_fini(struct pvgpu_worker *w)
 	pvgpu_staged_free(w);
 	pvgpu_allocs_free(&w->allocs);
 	free(w->rx);
+	free(w->kept);
+	free(w->kept_req);
 	w->conn->ops->close(w->conn);
 	pvgpu_trace_dump();		/* the worker ends with _exit() */
 }
@@ -436,8 +442,21 @@ int pvgpu_worker_run(struct pvgpu_conn *conn, const struct pvgpu_peer *peer,
 	}
 	if (first)
 		serve_given(&w, first, first_len);
-	while (!w.fatal && w.said_hello >= 0) {	/* < 0: bye, or a refused hello */
+	for (;;) {
 		uint32_t limit;
+
+		/* A lost connection, with a token given: wait for the guest. */
+		if (w.fatal && w.lost && w.grace_ns)
+			flush_runs(&w);	/* held launches do not wait for it */
+		if (w.fatal && (!w.lost || pvgpu_worker_detach(&w)))
+			break;
+		if (w.said_hello < 0)	/* bye, or a refused hello */
+			break;
+		if (w.rerun) {
+			w.rerun = 0;
+			serve_message(&w, &w.kept_hdr, w.kept_req);
+			continue;
+		}
 
 		/* Held launches wait only while the guest is ahead (runs.c). */
 		if (w.run.count && !pvgpu_worker_more_input(&w))
@@ -446,7 +465,7 @@ int pvgpu_worker_run(struct pvgpu_conn *conn, const struct pvgpu_peer *peer,
 			pvgpu_signal_settle(&w);
 		w.between_calls = 1;
 		if (pvgpu_worker_read(&w, raw, sizeof(raw)))
-			break;
+			continue;
 		w.between_calls = 0;
 		if (pvgpu_hdr_decode(raw, &h)) {
 			wlog_warn(&w, "protocol error: bad magic %#x; ending session",
@@ -464,9 +483,12 @@ int pvgpu_worker_run(struct pvgpu_conn *conn, const struct pvgpu_peer *peer,
 		}
 		pvgpu_trace_mark(h.id, PVGPU_TR_W_HDR);
 		if (pvgpu_worker_read(&w, w.rx, h.length))
-			break;
+			continue;
 		pvgpu_trace_mark(h.id, PVGPU_TR_W_PAYLOAD);
 		serve_message(&w, &h, w.rx);
+		/* Read whole, DATA frames too, unless a read broke off. */
+		if (w.lost != PVGPU_LOST_READ)
+			w.last_received = h.id;
 	}
 	worker_fini(&w);
 	return 0;

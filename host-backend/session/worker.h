@@ -110,6 +110,14 @@ struct pvgpu_worker_config {
 	 */
 	int wake_fd;
 	uint64_t resume_wait_ns;
+	/*
+	 * A session that outlives its connection (reattach.c): this
+	 * worker's end of the socket the supervisor hands a resuming
+	 * connection over (-1: none, no resume), and the session's resume
+	 * token.  Set in the forked worker only (supervisor.c).
+	 */
+	int reattach_fd;
+	uint64_t resume_token[2];
 };
 
 /* Opcodes counted by sync_ops: every one ops.spec declares. */
@@ -216,7 +224,49 @@ struct pvgpu_worker {
 	 * session's end names the ones a program made most (a front-end that
 	 * should answer something locally shows up here). */
 	uint32_t sync_ops[PVGPU_SYNC_OPS];
+
+	/*
+	 * Resume after a lost connection (reattach.c).  grace_ns: how long a
+	 * detached session waits (0: it does not; no token was given).
+	 * lost: the connection failed reading (1) or writing (2), not the
+	 * protocol.  last_received: the id of the last message read whole
+	 * (its DATA frames too).  The last synchronous reply, kept whole for
+	 * a guest that did not get it (kept_id, its bytes); or, for a copy
+	 * whose data went out in DATA frames, the request, run again (a
+	 * read of device memory: no side effect).  rerun: do so next.
+	 */
+	uint64_t grace_ns;
+	int32_t device_count;		/* as hello said it (a resume says it again) */
+	int lost;
+	uint64_t last_received;
+	uint64_t kept_id;
+	uint8_t *kept;
+	size_t kept_len;
+	int kept_rerun, rerun;
+	struct pvgpu_hdr kept_hdr;
+	uint8_t *kept_req;
 };
+
+/* The connection broke at a read (1) or a write (2): worker.h's lost. */
+#define PVGPU_LOST_READ		1
+#define PVGPU_LOST_WRITE	2
+
+/*
+ * Reattach.c.  resume_offer: at hello, the token and grace for the
+ * reply (0 when the session does not offer to resume).  keep_reply:
+ * before a synchronous reply is written (hdr and payload).  detach: the
+ * connection is lost; wait for the guest to come back, within the grace.
+ * 0 with a new connection in place and the resume reply sent (w->rerun
+ * may say to serve the kept request again), -1: end the session.
+ */
+int pvgpu_worker_resume_offer(struct pvgpu_worker *w);
+void pvgpu_worker_keep_reply(struct pvgpu_worker *w, const uint8_t *hdr,
+			     size_t hdr_len, const uint8_t *payload,
+			     size_t len);
+void pvgpu_worker_keep_request(struct pvgpu_worker *w,
+			       const struct pvgpu_hdr *h,
+			       const uint8_t *payload);
+int pvgpu_worker_detach(struct pvgpu_worker *w);
 
 /*
  * Completion through the device's word (signal.c).  wanted: this request

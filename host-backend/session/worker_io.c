@@ -185,7 +185,10 @@ int pvgpu_worker_read(struct pvgpu_worker *w, void *buf, size_t len)
 				pvgpu_worker_idle_point(w);
 			continue;
 		}
-		if (!w->fatal) {
+		if (!w->fatal)
+			w->lost = PVGPU_LOST_READ;
+		/* A session kept for its guest says so itself (reattach.c). */
+		if (!w->fatal && !w->grace_ns) {
 			char during[64];
 
 			call_in_progress(w, during, sizeof(during));
@@ -216,7 +219,9 @@ static int write_all(struct pvgpu_worker *w, struct iovec *iov, int iovcnt)
 
 	pvgpu_watchdog_resume(w->slot, paused);
 	if (rc) {
-		if (!w->fatal) {
+		if (!w->fatal)
+			w->lost = PVGPU_LOST_WRITE;
+		if (!w->fatal && !w->grace_ns) {
 			char during[64];
 
 			call_in_progress(w, during, sizeof(during));
@@ -312,6 +317,8 @@ int pvgpu_worker_send_reply(struct pvgpu_worker *w, uint16_t opcode,
 	pvgpu_put_u32(raw + PVGPU_HDR_SIZE, (uint32_t)status);
 	pvgpu_put_u32(raw + PVGPU_HDR_SIZE + 4, (uint32_t)w->deferred);
 	w->deferred = 0;
+	if (opcode != PVGPU_OP_HELLO)
+		pvgpu_worker_keep_reply(w, raw, sizeof(raw), fields, len);
 	rc = write_all(w, iov, len ? 2 : 1);
 	pvgpu_trace_mark(w->req_id, PVGPU_TR_W_SENT);
 	return rc;

@@ -343,6 +343,16 @@ def seeds():
         "textures": session + textures + free,
         "arrays": session + arrays + free,
         "hello": hello,
+        # The resume fields: a token this worker never gave (refused), and
+        # a hello that offers the feature, then a session on it.
+        "hello_resume": W.message("hello", 1, version_min=1, version_max=W.P.VERSION,
+                                  pid=1, token="", client="seed",
+                                  features=(1 << 9) | 3, resume_lo=0x1234,
+                                  resume_hi=1 << 63, last_reply=7) + ctx,
+        "hello_offers_resume": W.message("hello", 1, version_min=1,
+                                         version_max=W.P.VERSION, pid=1, token="",
+                                         client="seed", features=(1 << 9) | 3)
+        + ctx + set_ctx + alloc + d2h + free,
         "ipc": session + ipc + free,
         "vmm": session + vmm + free,
         "structs": session + structs + free,

@@ -69,7 +69,7 @@ static int tcp_listen(struct pvgpu_listener *l, const char *hostport,
 		return fd;
 	}
 	l->fd = fd;
-	l->features = PVGPU_TR_ID_AT_HELLO;
+	l->features = PVGPU_TR_ID_AT_HELLO | PVGPU_TR_REATTACH;
 	if (!strcmp(port, "0"))
 		name_bound_port(l, hostport, host);
 	return 0;

@@ -60,7 +60,7 @@ int pvgpu_unix_listen(struct pvgpu_listener *l, const char *path,
 	chmod(path, mode);
 	strcpy(l->path, path);
 	l->fd = fd;
-	l->features = PVGPU_TR_PASSES_FD;
+	l->features = PVGPU_TR_PASSES_FD | PVGPU_TR_REATTACH;
 	return 0;
 
 err_errno:

@@ -31,7 +31,7 @@ static int vsock_listen(struct pvgpu_listener *l, const char *cidport,
 		return fd;
 	}
 	l->fd = fd;
-	l->features = PVGPU_TR_VM_CALLERS;
+	l->features = PVGPU_TR_VM_CALLERS | PVGPU_TR_REATTACH;
 	return 0;
 }
 

@@ -1,0 +1,299 @@
+/*
+ * reattach.c - a session that outlives its connection: a guest whose
+ * channel was reset (a VM's live migration resets its virtio-vsock
+ * connection) comes back with the resume token its hello was given, and
+ * finds its session as it left it.
+ *
+ * The worker whose connection drops (a read or write fails; not bye, not a
+ * protocol error) keeps everything the session holds, says so in its slot
+ * (PVGPU_DETACHED) and waits, off the watchdog's clock, on the socket the
+ * supervisor hands resuming connections over: one SEQPACKET message, the
+ * resume hello the supervisor read (it checked the token and the caller),
+ * with the new connection's descriptor.  The worker answers that hello
+ * with the id of the last message it read whole, sends again the last
+ * synchronous reply the guest says it did not get (or runs again the
+ * device-to-host copy whose DATA frames it was), and serves on.  Past the
+ * grace the session ends as any other.  Nothing runs twice: the guest
+ * sends again only what came after last_received.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "log.h"
+#include "policy.h"
+#include "pvgpu_proto.h"
+#include "watchdog.h"
+#include "worker.h"
+
+/* A kept reply: header, status words and fields. */
+#define KEPT_MAX	(PVGPU_HDR_SIZE + PVGPU_REPLY_PREFIX + PVGPU_MAX_PAYLOAD)
+
+static int64_t grace_ms(const struct pvgpu_worker *w)
+{
+	const struct pvgpu_policy *p = w->cfg->policy;
+	int32_t vm = atomic_load(&w->slot->vm);
+
+	if (!p)
+		return PVGPU_RESUME_GRACE_MS;
+	for (unsigned int i = 0; i < p->nvms; i++)
+		if (p->vms[i].entry == vm)
+			return p->vms[i].resume_grace_ms >= 0 ?
+			       p->vms[i].resume_grace_ms : PVGPU_RESUME_GRACE_MS;
+	return p->unknown.resume_grace_ms >= 0 ? p->unknown.resume_grace_ms :
+						 PVGPU_RESUME_GRACE_MS;
+}
+
+int pvgpu_worker_resume_offer(struct pvgpu_worker *w)
+{
+	int64_t ms;
+
+	w->grace_ns = 0;
+	if (!(w->features & PVGPU_FEATURE_RESUME) || w->cfg->reattach_fd < 0 ||
+	    !(w->cfg->resume_token[0] | w->cfg->resume_token[1]) ||
+	    !(w->peer.features & PVGPU_TR_REATTACH))
+		return 0;
+	ms = grace_ms(w);
+	if (ms <= 0)
+		return 0;
+	w->kept = malloc(KEPT_MAX);
+	w->kept_req = malloc(PVGPU_MAX_PAYLOAD);
+	if (!w->kept || !w->kept_req) {
+		free(w->kept);
+		free(w->kept_req);
+		w->kept = w->kept_req = NULL;
+		return 0;
+	}
+	w->grace_ns = (uint64_t)ms * 1000000u;
+	return 1;
+}
+
+void pvgpu_worker_keep_reply(struct pvgpu_worker *w, const uint8_t *hdr,
+			     size_t hdr_len, const uint8_t *payload, size_t len)
+{
+	/* A copy's DATA frames are not kept: the request is, to run again. */
+	if (!w->grace_ns || hdr_len + len > KEPT_MAX ||
+	    (w->kept_rerun && w->kept_id == w->req_id))
+		return;
+	memcpy(w->kept, hdr, hdr_len);
+	if (len)
+		memcpy(w->kept + hdr_len, payload, len);
+	w->kept_len = hdr_len + len;
+	w->kept_id = w->req_id;
+	w->kept_rerun = 0;
+}
+
+void pvgpu_worker_keep_request(struct pvgpu_worker *w,
+			       const struct pvgpu_hdr *h,
+			       const uint8_t *payload)
+{
+	if (!w->grace_ns || h->length > PVGPU_MAX_PAYLOAD ||
+	    payload == w->kept_req)	/* the kept one, run again */
+		return;
+	memcpy(w->kept_req, payload, h->length);
+	w->kept_hdr = *h;
+	w->kept_id = h->id;
+	w->kept_rerun = 1;
+}
+
+static const char *vm_of(const struct pvgpu_worker *w)
+{
+	int32_t vm = atomic_load(&w->slot->vm);
+
+	return vm >= 0 ? w->acct->vms[vm].name : "-";
+}
+
+/*
+ * One message from the supervisor: the resume hello (header and payload)
+ * and the new connection.  The descriptor, or -1 (nothing usable came:
+ * anything passed is closed).
+ */
+static int take_connection(struct pvgpu_worker *w, uint8_t *msg, size_t cap,
+			   size_t *len)
+{
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(int))];
+	} control;
+	struct iovec iov = { msg, cap };
+	struct msghdr m = {
+		.msg_iov = &iov,
+		.msg_iovlen = 1,
+		.msg_control = control.buf,
+		.msg_controllen = sizeof(control.buf),
+	};
+	struct cmsghdr *cm;
+	ssize_t n;
+	int fd = -1;
+
+	n = recvmsg(w->cfg->reattach_fd, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	if (n <= 0)
+		return -1;
+	for (cm = CMSG_FIRSTHDR(&m); cm; cm = CMSG_NXTHDR(&m, cm))
+		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
+		    cm->cmsg_len == CMSG_LEN(sizeof(int)) && fd < 0)
+			memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+	if (fd >= 0 && (m.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
+		close(fd);
+		fd = -1;
+	}
+	*len = (size_t)n;
+	return fd;
+}
+
+/* Wait for the guest within the grace: its new connection, or -1. */
+static int await_guest(struct pvgpu_worker *w, uint8_t *msg, size_t cap,
+		       size_t *len)
+{
+	uint64_t deadline = pvgpu_now_ns() + w->grace_ns;
+	uint32_t want = PVGPU_DETACHED;
+
+	for (;;) {
+		uint64_t now = pvgpu_now_ns();
+		struct pollfd p = { .fd = w->cfg->reattach_fd, .events = POLLIN };
+		int ms, fd;
+
+		if (now >= deadline) {
+			/* Too late, unless the supervisor is handing one over now. */
+			if (atomic_compare_exchange_strong(&w->slot->detached, &want,
+							   PVGPU_DETACH_GONE))
+				return -1;
+			deadline = now + 1000000000ull;	/* it is sent: take it */
+		}
+		ms = (int)((deadline - now + 999999) / 1000000);
+		/*
+		 * Kernels of the session still on the GPU: the scheduler
+		 * learns when they are done (another VM's turn may wait for
+		 * it), as while a guest is quiet (worker_io.c).
+		 */
+		if (pvgpu_sched_pending(&w->sched) &&
+		    atomic_load(&w->slot->state) == PVGPU_SLOT_RUNNING) {
+			pvgpu_sched_poll(w);
+			if (ms > 1)
+				ms = 1;
+		}
+		if (poll(&p, 1, ms) < 0 && errno != EINTR)
+			return -1;
+		if (!(p.revents & (POLLIN | POLLHUP)))
+			continue;
+		if (p.revents & POLLHUP && !(p.revents & POLLIN))
+			return -1;	/* the supervisor is gone */
+		fd = take_connection(w, msg, cap, len);
+		if (fd >= 0)
+			return fd;
+		/* A message without a connection: wait on. */
+		want = PVGPU_HANDED;
+		atomic_compare_exchange_strong(&w->slot->detached, &want,
+					       PVGPU_DETACHED);
+		want = PVGPU_DETACHED;
+	}
+}
+
+/* The hello reply that resumes: the session as the guest had it. */
+static int send_resume_reply(struct pvgpu_worker *w, uint64_t id)
+{
+	struct pvgpu_hello_rep rep = {
+		.version = w->version,
+		.device_count = w->device_count,
+		.session_id = w->slot->session_id,
+		.data_block = w->cfg->block,
+		.features = w->features,
+		.resume_lo = w->cfg->resume_token[0],
+		.resume_hi = w->cfg->resume_token[1],
+		.resume_grace_ms = (uint32_t)(w->grace_ns / 1000000u),
+		.last_received = w->last_received,
+	};
+	uint8_t fields[PVGPU_HELLO_REP_MAX];
+	long n;
+
+	/* Nothing of the executor's: a suspended session's driver is locked. */
+	n = pvgpu_hello_rep_encode(fields, &rep);
+	if (n < 0)
+		return -1;
+	w->req_id = id;
+	return pvgpu_worker_send_reply(w, PVGPU_OP_HELLO, 0, fields, (size_t)n);
+}
+
+int pvgpu_worker_detach(struct pvgpu_worker *w)
+{
+	uint8_t msg[PVGPU_HDR_SIZE + PVGPU_HELLO_REQ_MAX + 1];
+	struct pvgpu_hello_req req;
+	struct pvgpu_hdr h;
+	uint64_t t0, paused, kept_id = w->kept_id;
+	size_t len = 0;
+	int fd;
+
+	if (!w->lost || !w->grace_ns || w->said_hello <= 0)
+		return -1;
+	/*
+	 * A shared window's ring and staging slots hold positions both
+	 * sides must agree on, which a lost connection leaves unknown.
+	 */
+	if (w->win.base) {
+		wlog_info(w, "connection lost; not kept for a resume: the session has a shared window");
+		return -1;
+	}
+	t0 = pvgpu_now_ns();
+	wlog_info(w, "vm %s: connection lost; kept %.1f s for its guest to resume it",
+		  vm_of(w), (double)w->grace_ns / 1e9);
+	paused = pvgpu_watchdog_pause(w->slot);
+	atomic_store(&w->slot->detached, PVGPU_DETACHED);
+	for (;;) {
+		fd = await_guest(w, msg, sizeof(msg), &len);
+		if (fd < 0) {
+			wlog_info(w, "vm %s: not resumed within %.1f s; ending the session",
+				  vm_of(w), (double)w->grace_ns / 1e9);
+			pvgpu_watchdog_resume(w->slot, paused);
+			return -1;
+		}
+		/* The supervisor read and checked it; decoded here all the same. */
+		if (len >= PVGPU_HDR_SIZE && len <= PVGPU_HDR_SIZE + PVGPU_HELLO_REQ_MAX &&
+		    !pvgpu_hdr_decode(msg, &h) && h.opcode == PVGPU_OP_HELLO &&
+		    h.length == len - PVGPU_HDR_SIZE &&
+		    !pvgpu_hello_req_decode(msg + PVGPU_HDR_SIZE, h.length, &req))
+			break;
+		log_warn("a resuming connection came with a broken hello; waiting on");
+		close(fd);
+		atomic_store(&w->slot->detached, PVGPU_DETACHED);
+	}
+	/* The old descriptor's number stays the connection's. */
+	if (dup2(fd, w->conn->fd) < 0) {
+		log_error("cannot take the resuming connection: %s", strerror(errno));
+		close(fd);
+		pvgpu_watchdog_resume(w->slot, paused);
+		return -1;
+	}
+	close(fd);
+	atomic_store(&w->slot->detached, PVGPU_ATTACHED);
+	pvgpu_watchdog_resume(w->slot, paused);
+	w->fatal = 0;
+	w->lost = 0;
+	if (send_resume_reply(w, h.id))
+		return -1;
+	/* The last reply, if the guest did not get it. */
+	w->rerun = 0;
+	if (kept_id && req.last_reply < kept_id) {
+		if (w->kept_rerun) {
+			w->rerun = 1;
+		} else {
+			struct iovec iov = { w->kept, w->kept_len };
+
+			if (w->conn->ops->sendv(w->conn, &iov, 1)) {
+				w->lost = PVGPU_LOST_WRITE;
+				w->fatal = 1;
+				return pvgpu_worker_detach(w);
+			}
+		}
+	}
+	wlog_info(w, "vm %s: resumed after %.2f s away (guest had reply %llu, backend had read %llu)",
+		  vm_of(w), (double)(pvgpu_now_ns() - t0) / 1e9,
+		  (unsigned long long)req.last_reply,
+		  (unsigned long long)w->last_received);
+	return 0;
+}
