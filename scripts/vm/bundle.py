@@ -35,9 +35,20 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-# pvgpuvm.py, beside this file, finds and builds what goes in.
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import pvgpuvm as vm  # noqa: E402
+
+def _load_pvgpuvm():
+    """pvgpuvm.py, beside this file, which finds and builds what goes in:
+    loaded by path, since `import pvgpuvm` may find qemu-device's package
+    of that name (already imported in a test run, or first on the path)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "pvgpuvm", Path(__file__).resolve().parent / "pvgpuvm.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+vm = _load_pvgpuvm()
 
 LIMIT = 64 << 20
 TOP = "vm-bundle"
