@@ -127,9 +127,11 @@ def summary(accel, kver, executor, window, console, log):
     return "\n".join(lines) + "\n"
 
 
-def load_pvgpuvm():
+def load_vm_script(name):
+    """scripts/vm/NAME.py, loaded by path (qemu-device has a package
+    called pvgpuvm too)."""
     spec = importlib.util.spec_from_file_location(
-        "pvgpuvm", REPO / "scripts" / "vm" / "pvgpuvm.py")
+        name, REPO / "scripts" / "vm" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -187,10 +189,7 @@ def use_vm_bundle(build):
     archive = build / "vm-bundle.tar.xz"
     if not archive.is_file():
         return False
-    spec = importlib.util.spec_from_file_location(
-        "vm_bundle", REPO / "scripts" / "vm" / "bundle.py")
-    bundle = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bundle)
+    bundle = load_vm_script("bundle")
     where = build / "vm-bundle"
     stamp = where / ".from"
     said = f"{archive.stat().st_size} {archive.stat().st_mtime_ns}\n"
@@ -220,7 +219,7 @@ def main():
         sys.stdout.write(legend(args.legend, args.compare))
         return 0
     build = (REPO / args.build).resolve()
-    vm = load_pvgpuvm()
+    vm = load_vm_script("pvgpuvm")
     try:
         vm.qemu_binary()
     except vm.VmError as e:
