@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -65,6 +66,19 @@ def tail(path, lines=15):
         return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
     except FileNotFoundError:
         return "(no log)"
+
+
+def listening(path):
+    """Whether a daemon answers on the unix socket `path`.  A socket file
+    alone proves nothing: a daemon killed without its cleanup (a CI
+    machine's image, an earlier run's SIGKILL) leaves it behind, and
+    libvirt then fails every start with "Connection refused"."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        try:
+            s.connect(path)
+            return True
+        except OSError:
+            return False
 
 
 def stop(proc):
@@ -134,12 +148,18 @@ def libvirt():
     workdir = Path(tempfile.mkdtemp(prefix="pvlv", dir="/tmp"))
     procs = []
     try:
-        if os.path.exists("/run/libvirt/libvirt-sock"):
+        if listening("/run/libvirt/libvirt-sock"):
             # A system daemon runs: a second privileged one would fight it
             # over /run/libvirt/qemu; use the one there is.
             yield Libvirt("qemu:///system", workdir)
             return
-        if not os.path.exists("/run/libvirt/virtlogd-sock"):
+        if not listening("/run/libvirt/virtlogd-sock"):
+            # A stale socket would keep our virtlogd from binding its own.
+            for stale in ("/run/libvirt/virtlogd-sock", "/run/libvirt/virtlogd-admin-sock"):
+                try:
+                    os.unlink(stale)
+                except FileNotFoundError:
+                    pass
             (workdir / "virtlogd.conf").write_text(
                 f'log_outputs = "3:file:{workdir}/virtlogd.log"\n')
             procs.append(subprocess.Popen(
