@@ -541,15 +541,25 @@ static struct verbs_pin *pinned(struct verbs_conn *c, const void *p, size_t len)
 	return NULL;
 }
 
-/* Until the peer has read (and handed back) every REF slot we sent. */
+/*
+ * Until the peer has read (and handed back) every REF slot we sent; silent
+ * for ?timeout= is judged from the last slot it handed back, so a copy of
+ * many slots may take as long as it needs on a slow link.
+ */
 static int wait_refs(struct verbs_conn *c)
 {
 	uint64_t spin_until = now_ns() + c->poll_ns;
 	uint64_t give_up = spin_until + (uint64_t)c->timeout_ms * 1000000u;
+	uint64_t credit = le64toh(*credit_word(c));
 
-	while (!c->broken && le64toh(*credit_word(c)) < c->ref_wait) {
+	while (!c->broken && credit < c->ref_wait) {
 		if (poll_send(c) || poll_cm(c) || drain(c) || stalled(c, give_up))
 			break;
+		if (le64toh(*credit_word(c)) != credit) {
+			credit = le64toh(*credit_word(c));
+			give_up = now_ns() + (uint64_t)c->timeout_ms * 1000000u;
+			continue;
+		}
 		if (now_ns() > spin_until) {
 			struct timespec ts = { 0, 20000 };
 
@@ -560,6 +570,8 @@ static int wait_refs(struct verbs_conn *c)
 		c->ref_wait = 0;
 	return c->broken;
 }
+
+_Static_assert(VERBS_REF_SLOT <= PVGPU_VERBS_REF_MAX, "a REF slot the peer accepts");
 
 /* Bytes of iov left from entry i on: the message goes on past this slot. */
 static int more_after(const struct iovec *iov, int i, int iovcnt)
@@ -608,8 +620,8 @@ int verbs_conn_sendv(struct verbs_conn *c, struct iovec *iov, int iovcnt)
 		if (pin) {
 			struct pvgpu_verbs_ref r = {
 				(uintptr_t)iov[i].iov_base, pin->mr->rkey,
-				iov[i].iov_len > PVGPU_VERBS_REF_MAX ?
-				PVGPU_VERBS_REF_MAX : (uint32_t)iov[i].iov_len,
+				iov[i].iov_len > VERBS_REF_SLOT ?
+				VERBS_REF_SLOT : (uint32_t)iov[i].iov_len,
 			};
 
 			pvgpu_verbs_ref_encode(slot, (uint32_t)c->tx_seq, &r);

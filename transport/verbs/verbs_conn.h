@@ -33,6 +33,16 @@
  * several times a real NIC's bandwidth-delay product.
  */
 #define VERBS_REF_MIN		(64u << 10)
+/*
+ * The most one REF slot asks the peer to read.  The peer hands a slot
+ * back once it has read all of it, and that is the only progress the
+ * sender sees: each slot must be read within the sender's ?timeout= on
+ * the slowest link served (Soft-RoCE between TCG guests: some 6 MB/s
+ * quiet, a few on a busy machine, where one 16 MiB slot ran past 10 s).
+ * Larger slots gain nothing: the reader keeps VERBS_RD_CHUNKS reads in
+ * flight either way.
+ */
+#define VERBS_REF_SLOT		(4u << 20)
 #define VERBS_RD_CHUNK		(64u << 10)
 #define VERBS_RD_CHUNKS		4
 
