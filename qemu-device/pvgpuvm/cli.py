@@ -3,7 +3,8 @@
     pvgpu-vm attach DOMAIN [--memory 8G] [--gpu 0] [--window-size 256M]
     pvgpu-vm detach DOMAIN
     pvgpu-vm xml NAME [--domain-xml FILE [--remove]]
-    pvgpu-vm qemu-args NAME [--ram 1G] [--dry-run]
+    pvgpu-vm qemu-args NAME [--ram 1G] [--dry-run] [--incoming URI]
+    pvgpu-vm migrate NAME --from QMP --to QMP --uri URI
     pvgpu-vm supervise NAME
     pvgpu-vm prepare NAME
     pvgpu-vm release NAME
@@ -101,7 +102,26 @@ def build_parser():
                    help="only print: create no window, write no registry entry")
     q.add_argument("--format", choices=("shell", "lines", "json"), default="shell",
                    help="one shell-quoted line, one argument per line, or a JSON list")
+    q.add_argument("--incoming", metavar="URI",
+                   help="the arguments of a live migration's destination, waiting at URI "
+                        "(e.g. unix:/run/pvgpu/NAME.migrate): the vsock device is left out "
+                        "for pvgpu-vm migrate to plug in")
     _add_vgpu_options(q)
+
+    m = sub.add_parser("migrate", help="live-migrate a VM with a vGPU between two QEMUs "
+                       "of this host")
+    m.add_argument("name")
+    m.add_argument("--from", dest="src", metavar="QMP", required=True,
+                   help="the source QEMU's QMP Unix socket")
+    m.add_argument("--to", dest="dst", metavar="QMP", required=True,
+                   help="the destination QEMU's QMP Unix socket (started with the "
+                        "arguments of qemu-args --incoming URI)")
+    m.add_argument("--uri", required=True, help="the destination's -incoming URI")
+    m.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
+                   help="give up (and keep the VM on the source) after this long "
+                        "(default 300)")
+    m.add_argument("--quit-source", action="store_true",
+                   help="stop the source QEMU once the VM runs on the destination")
 
     s = sub.add_parser("supervise", help="run vhost-device-vsock for a VM, restarting it")
     s.add_argument("name")
@@ -256,7 +276,7 @@ def cmd_qemu_args(args):
             spec.qemu_uid, spec.qemu_gid = os.geteuid(), os.getegid()
             window.ensure_window(spec.window_path, spec.layout)
             reg.save(spec)
-    argv = generate.qemu_args(spec, ram)
+    argv = generate.qemu_args(spec, ram, incoming=args.incoming)
     if args.format == "lines":
         print("\n".join(argv))
     elif args.format == "json":
@@ -279,6 +299,16 @@ def cmd_supervise(args):
     return supervise.Supervisor(spec, binary).run()
 
 
+def cmd_migrate(args):
+    from . import migrate
+    spec = _registered(args, args.name)
+    if args.timeout <= 0:
+        raise UsageError("--timeout must be positive")
+    migrate.migrate(spec, args.src, args.dst, args.uri, timeout=args.timeout,
+                    quit_source=args.quit_source)
+    return 0
+
+
 def cmd_prepare(args):
     spec = _registered(args, args.name)
     created = window.ensure_window(spec.window_path, spec.layout, spec.qemu_uid, spec.qemu_gid)
@@ -295,7 +325,7 @@ def cmd_release(args):
 
 COMMANDS = {
     "attach": cmd_attach, "detach": cmd_detach, "xml": cmd_xml,
-    "qemu-args": cmd_qemu_args, "supervise": cmd_supervise,
+    "qemu-args": cmd_qemu_args, "migrate": cmd_migrate, "supervise": cmd_supervise,
     "prepare": cmd_prepare, "release": cmd_release,
     "xen": xen.run if xen else None,
 }

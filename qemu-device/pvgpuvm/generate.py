@@ -40,12 +40,14 @@ VSOCK_DEV_ID = "pvgpu-vsock-dev"
 
 
 def qemu_window_args(spec):
-    """ivshmem-plain whose BAR2 is the window file."""
+    """ivshmem-plain whose BAR2 is the window file.  master=on: QEMU blocks
+    the migration of a VM with an ivshmem device in peer mode, the
+    default; as master, the window migrates as a RAM block."""
     return [
         "-object",
         f"memory-backend-file,id={WINDOW_MEM_ID},mem-path={spec.window_path},"
         f"size={qemu_size(spec.layout.size)},share=on",
-        "-device", f"ivshmem-plain,memdev={WINDOW_MEM_ID},id={WINDOW_DEV_ID}",
+        "-device", f"ivshmem-plain,memdev={WINDOW_MEM_ID},id={WINDOW_DEV_ID},master=on",
     ]
 
 
@@ -59,22 +61,30 @@ def vhost_user_device_args(spec):
     ]
 
 
-def qemu_args(spec, ram):
+def qemu_args(spec, ram, incoming=None):
     """Arguments to add to a QEMU command line (DESIGN §7).  `ram` is the
     guest RAM in bytes: with vhost-user it lives in a shared memfd backend
-    whose size must equal -m, so -m is part of what we emit."""
+    whose size must equal -m, so -m is part of what we emit.  With
+    `incoming` (a migration URI), the arguments of a migration's
+    destination: the vsock device is left out, for `pvgpu-vm migrate` to
+    plug in once the VM has arrived (migrate.py says why).  The vsock
+    device comes last: leaving it out must not move the window to another
+    PCI slot, since a migration finds the window's RAM by its slot."""
     args = []
-    if spec.vsock.kind == VSOCK_KERNEL:
-        args += ["-device", f"vhost-vsock-pci,guest-cid={spec.vsock.cid},id={VSOCK_DEV_ID}"]
-    else:
+    if spec.vsock.kind != VSOCK_KERNEL:
         size = qemu_size(ram)
         args += [
             "-m", size,
             "-object", f"memory-backend-memfd,id={RAM_MEM_ID},size={size},share=on",
             "-numa", f"node,memdev={RAM_MEM_ID}",
         ]
-        args += vhost_user_device_args(spec)
     args += qemu_window_args(spec)
+    if incoming:
+        args += ["-incoming", incoming]
+    elif spec.vsock.kind == VSOCK_KERNEL:
+        args += ["-device", f"vhost-vsock-pci,guest-cid={spec.vsock.cid},id={VSOCK_DEV_ID}"]
+    else:
+        args += vhost_user_device_args(spec)
     return args
 
 
@@ -88,8 +98,10 @@ def vsock_element(spec):
 
 
 def shmem_element(spec):
-    """<shmem name='pvgpu-VM'><model type='ivshmem-plain'/><size unit='M'>N</size></shmem>"""
-    shmem = ET.Element("shmem", name=spec.window_name)
+    """<shmem name='pvgpu-VM' role='master'><model type='ivshmem-plain'/>
+    <size unit='M'>N</size></shmem>; role='master' (QEMU's master=on) lets
+    the domain migrate, as qemu_window_args says."""
+    shmem = ET.Element("shmem", name=spec.window_name, role="master")
     ET.SubElement(shmem, "model", type="ivshmem-plain")
     ET.SubElement(shmem, "size", unit="M").text = str(spec.layout.size // MIB)
     return shmem

@@ -23,7 +23,6 @@ modules.  Skips, saying why, without QEMU, the guest kernel, rdma-core's
 tools or a built transport-verbs.so, and where the guest cannot load
 rdma_rxe.
 """
-import importlib.util
 import os
 import re
 import shutil
@@ -32,6 +31,7 @@ import time
 from pathlib import Path
 
 import pytest
+from vm_script import vm
 
 REPO = Path(__file__).resolve().parent.parent.parent
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
@@ -48,16 +48,6 @@ RXE_DRIVER = "/etc/libibverbs.d/rxe.driver"
 
 pytestmark = pytest.mark.vm
 
-
-def load_pvgpuvm():
-    spec = importlib.util.spec_from_file_location(
-        "pvgpuvm", REPO / "scripts" / "vm" / "pvgpuvm.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-vm = load_pvgpuvm()
 
 # Both guests' start: the network card up with the node's address, an
 # rxe device on it, and pvgpud's helpers.

@@ -3,21 +3,8 @@ ConsoleFilter): what a QEMU serial console really carries — SeaBIOS's
 terminal reset and clear, auto-wrap switched off, CR LF line ends, a title
 set by OSC, colours — comes out as plain lines, whole or cut anywhere
 between two reads."""
-import importlib.util
-from pathlib import Path
+from vm_script import vm
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def load_pvgpuvm():
-    spec = importlib.util.spec_from_file_location(
-        "pvgpuvm_console", REPO / "scripts" / "vm" / "pvgpuvm.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-vm = load_pvgpuvm()
 
 # The start of a real console (QEMU 7.2, SeaBIOS 1.16), then a guest that
 # sets a title, prints in colour, overwrites a line with CR and resets the

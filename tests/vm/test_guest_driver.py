@@ -35,7 +35,6 @@ Skipped, with the reason, where QEMU, the kernel headers, a static busybox
 or the Debian kernel package cannot be had.
 """
 
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -43,6 +42,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from vm_script import vm
 
 pytestmark = pytest.mark.vm
 
@@ -57,17 +57,6 @@ WINDOW_ID = 4242
 PATTERN_OFF = 1 << 20
 REPLY_OFF = 2 << 20
 PATTERN_LEN = 64 << 10
-
-
-def load_pvgpuvm():
-    spec = importlib.util.spec_from_file_location(
-        "pvgpuvm", REPO / "scripts" / "vm" / "pvgpuvm.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-vm = load_pvgpuvm()
 
 
 def pattern(length, mul, add):

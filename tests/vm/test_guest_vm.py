@@ -18,7 +18,6 @@ A TCG boot costs about 100 CPU-seconds, so one pair of guests, booted once
 (the two_guests fixture), serves every test here, in an order where the
 killing comes after everything the first test checks.
 """
-import importlib.util
 import os
 import shutil
 import signal
@@ -30,6 +29,7 @@ import time
 from pathlib import Path
 
 import pytest
+from vm_script import vm
 
 REPO = Path(__file__).resolve().parent.parent.parent
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
@@ -44,17 +44,6 @@ PROGRAMS = ["devices", "memory", "memset", "streams", "threads", "errors",
 KERNEL_PROGRAMS = ["vecadd", "reduce", "constant", "launchloop"]
 
 pytestmark = pytest.mark.vm
-
-
-def load_pvgpuvm():
-    spec = importlib.util.spec_from_file_location(
-        "pvgpuvm", REPO / "scripts" / "vm" / "pvgpuvm.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-vm = load_pvgpuvm()
 
 
 @pytest.fixture(scope="module")

@@ -30,6 +30,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from vm_script import vm
 
 REPO = Path(__file__).resolve().parents[2]
 PVGPU_VM = REPO / "qemu-device" / "pvgpu-vm"
@@ -273,6 +274,7 @@ def test_attach_start_detach_vhost_user(libvirt, domain):
     shmem = root.find("devices/shmem")
     assert shmem is not None and shmem.get("name") == f"pvgpu-{name}"
     assert shmem.find("model").get("type") == "ivshmem-plain"
+    assert shmem.get("role") == "master"    # migratable: QEMU's master=on
     assert shmem.find("size").text == "256"
     mb = root.find("memoryBacking")
     assert mb.find("source").get("type") == "memfd" and mb.find("access").get("mode") == "shared"
@@ -281,7 +283,6 @@ def test_attach_start_detach_vhost_user(libvirt, domain):
 
     window = Path(f"/dev/shm/pvgpu-{name}")
     st = window.stat()
-    vm = load_pvgpuvm()
     assert st.st_size == 256 * MIB
     assert vm.read_window_header(window)["magic"] == vm.WINDOW_MAGIC
     assert st.st_mode & 0o777 == 0o600
@@ -381,21 +382,12 @@ GUEST_XML = """\
 GUEST_PROGRAMS = ["memory", "streams", "meminfo", "vecadd"]
 
 
-def load_pvgpuvm():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("pvgpuvm", REPO / "scripts" / "vm" / "pvgpuvm.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_guest_runs_in_a_domain_libvirt_started(libvirt, start_pvgpud):
     """The whole operator path: `pvgpuctl attach` gives a defined domain a
     vGPU through the libvirt API, `pvgpu-vm supervise` runs its
     vhost-device-vsock, libvirt starts it (QEMU as libvirt-qemu), and the
     CUDA programs in the guest run through pvgpu with pvgpu.ko and the
     window, against pvgpud --registry."""
-    vm = load_pvgpuvm()
     if not vm.vhost_device_vsock():
         pytest.skip("no vhost-device-vsock (cargo install vhost-device-vsock@0.3.0)")
     try:

@@ -338,6 +338,7 @@ def test_q35_slot_avoids_ich9():
     (["qemu-args", "ok", "--cid", "2", "--dry-run"], "CID"),
     (["frobnicate"], "invalid choice"),
     (["xml", "ok", "--remove"], "--remove needs --domain-xml"),
+    (["migrate", "ok", "--from", "/tmp/q"], "required: --to, --uri"),
     (["--run-dir", "/tmp/" + "d" * 90, "xml", "ok", "--vsock", "vhost-user"], "shorter --run-dir"),
 ])
 def test_usage_errors_exit_2_with_one_line(tmp_path, args, message):
@@ -360,7 +361,17 @@ def test_qemu_args_vhost_user(run_dir, shm_name):
     assert "-device vhost-user-vsock-pci,chardev=pvgpu-vsock" in joined
     assert (f"-object memory-backend-file,id=pvgpu-win,mem-path=/dev/shm/pvgpu-{shm_name},"
             "size=256M,share=on") in joined
-    assert "-device ivshmem-plain,memdev=pvgpu-win" in joined
+    # master=on: QEMU blocks migrating an ivshmem device in peer mode.
+    assert "-device ivshmem-plain,memdev=pvgpu-win,id=pvgpu-ivshmem,master=on" in joined
+    # The vsock device last: a migration's destination leaves it out
+    # without moving the window to another PCI slot.
+    assert argv[-1].startswith("vhost-user-vsock-pci,")
+
+    # A migration's destination: the same, less the vsock, waiting at URI.
+    dest = json.loads(run_vm("qemu-args", shm_name, "--vsock", "vhost-user", "--ram", "512M",
+                             "--gpu", "1", "--format", "json", "--incoming", "unix:/tmp/m",
+                             run_dir=run_dir).stdout)
+    assert dest == [a for a in argv[:-4]] + ["-incoming", "unix:/tmp/m"]
 
     entry = registry.Registry(str(run_dir / "vms")).load(shm_name)
     assert entry.gpu == 1 and entry.vsock.socket == sock
