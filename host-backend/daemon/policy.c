@@ -803,3 +803,15 @@ const struct pvgpu_vm_policy *pvgpu_policy_by_name(const struct pvgpu_policy *p,
 	return NULL;
 }
 
+int64_t pvgpu_policy_resume_grace_ms(const struct pvgpu_policy *p, int32_t vm)
+{
+	int64_t ms = -1;
+
+	if (p) {
+		ms = p->unknown.resume_grace_ms;
+		for (unsigned int i = 0; i < p->nvms; i++)
+			if (p->vms[i].entry == vm)
+				ms = p->vms[i].resume_grace_ms;
+	}
+	return ms >= 0 ? ms : PVGPU_RESUME_GRACE_MS;
+}

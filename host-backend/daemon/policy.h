@@ -203,7 +203,6 @@ struct pvgpu_policy {
 int pvgpu_policy_load(const char *path, struct pvgpu_policy *p,
 		      char *err, size_t errlen);
 
-/* The VM a caller is, or NULL when no [vm] section names it. */
 /* The [vm] that names this identity, or NULL. */
 const struct pvgpu_vm_policy *pvgpu_policy_lookup(const struct pvgpu_policy *p,
 						  const struct pvgpu_identity *id);
@@ -211,5 +210,11 @@ const struct pvgpu_vm_policy *pvgpu_policy_lookup(const struct pvgpu_policy *p,
 int pvgpu_policy_addr_ok(const struct pvgpu_vm_policy *vm, const char *addr);
 const struct pvgpu_vm_policy *pvgpu_policy_by_name(const struct pvgpu_policy *p,
 						   const char *name);
+/*
+ * How long a session of the VM at index vm of the shared VM table
+ * outlives its connection (resume_grace), in ms; 0: not at all.  p may be
+ * NULL (no policy file: the default).
+ */
+int64_t pvgpu_policy_resume_grace_ms(const struct pvgpu_policy *p, int32_t vm);
 
 #endif /* PVGPU_POLICY_H */

@@ -45,7 +45,10 @@ void pvgpu_reattach_prepare(struct pvgpu_supervisor *sv, uint32_t i,
 
 	*worker_fd = -1;
 	pvgpu_reattach_end(sv, i);
-	if (!(l->features & PVGPU_TR_REATTACH))
+	/* No token, no socket: the worker would offer no resume anyway. */
+	if (!(l->features & PVGPU_TR_REATTACH) ||
+	    pvgpu_policy_resume_grace_ms(sv->policy,
+					 atomic_load(&sv->acct->slots[i].vm)) <= 0)
 		return;
 	if (getrandom(r->token, sizeof(r->token), GRND_NONBLOCK) !=
 	    (ssize_t)sizeof(r->token) || !(r->token[0] | r->token[1])) {

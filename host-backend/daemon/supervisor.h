@@ -55,8 +55,8 @@ struct pvgpu_supervisor {
 	struct pvgpu_worker_config wcfg;
 	const char *config;		/* policy file; NULL: everyone, no quota */
 	struct pvgpu_policy *policy;	/* in force; NULL without config */
-	unsigned int flag_remotes;
-	int flag_remote_token;		/* --remote-token given */	/* --remote given: the policy's [remote] is not used */
+	unsigned int flag_remotes;	/* --remote given: the policy's [remote] is not used */
+	int flag_remote_token;		/* --remote-token given */
 	const char *registry_dir;	/* --registry DIR; NULL: no VMs */
 	struct pvgpu_registry *registry;	/* in force; NULL without it */
 	int inotify_fd;			/* watches registry_dir; -1: none */

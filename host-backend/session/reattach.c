@@ -35,21 +35,6 @@
 /* A kept reply: header, status words and fields. */
 #define KEPT_MAX	(PVGPU_HDR_SIZE + PVGPU_REPLY_PREFIX + PVGPU_MAX_PAYLOAD)
 
-static int64_t grace_ms(const struct pvgpu_worker *w)
-{
-	const struct pvgpu_policy *p = w->cfg->policy;
-	int32_t vm = atomic_load(&w->slot->vm);
-
-	if (!p)
-		return PVGPU_RESUME_GRACE_MS;
-	for (unsigned int i = 0; i < p->nvms; i++)
-		if (p->vms[i].entry == vm)
-			return p->vms[i].resume_grace_ms >= 0 ?
-			       p->vms[i].resume_grace_ms : PVGPU_RESUME_GRACE_MS;
-	return p->unknown.resume_grace_ms >= 0 ? p->unknown.resume_grace_ms :
-						 PVGPU_RESUME_GRACE_MS;
-}
-
 int pvgpu_worker_resume_offer(struct pvgpu_worker *w)
 {
 	int64_t ms;
@@ -59,7 +44,7 @@ int pvgpu_worker_resume_offer(struct pvgpu_worker *w)
 	    !(w->cfg->resume_token[0] | w->cfg->resume_token[1]) ||
 	    !(w->peer.features & PVGPU_TR_REATTACH))
 		return 0;
-	ms = grace_ms(w);
+	ms = pvgpu_policy_resume_grace_ms(w->cfg->policy, atomic_load(&w->slot->vm));
 	if (ms <= 0)
 		return 0;
 	w->kept = malloc(KEPT_MAX);
