@@ -136,9 +136,8 @@ err_errno:
 	return rc;
 }
 
-/* One sendmsg carrying fd as SCM_RIGHTS, then the rest of iov as usual. */
-int pvgpu_stream_sendv_fd(struct pvgpu_transport *t, struct iovec *iov,
-			 int iovcnt, int fd)
+ssize_t pvgpu_sock_send_fd(int sock, struct iovec *iov, int iovcnt, int fd,
+			   int flags)
 {
 	union {
 		struct cmsghdr align;
@@ -150,18 +149,69 @@ int pvgpu_stream_sendv_fd(struct pvgpu_transport *t, struct iovec *iov,
 		.msg_control = control.buf,
 		.msg_controllen = sizeof(control.buf),
 	};
-	struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+	struct cmsghdr *cm;
 	ssize_t n;
 
+	memset(control.buf, 0, sizeof(control.buf));
+	cm = CMSG_FIRSTHDR(&msg);
 	cm->cmsg_level = SOL_SOCKET;
 	cm->cmsg_type = SCM_RIGHTS;
 	cm->cmsg_len = CMSG_LEN(sizeof(int));
 	memcpy(CMSG_DATA(cm), &fd, sizeof(int));
-	do
-		n = sendmsg(t->fd, &msg, MSG_NOSIGNAL);
-	while (n < 0 && errno == EINTR);
+	n = sendmsg(sock, &msg, flags);
+	return n < 0 ? -errno : n;
+}
+
+/* Room for a few: one more than a peer should send is still read and closed. */
+#define RECV_FDS_MAX	4
+
+ssize_t pvgpu_sock_recv_fd(int sock, struct iovec *iov, int iovcnt, int flags,
+			   int *fd, int *msg_flags)
+{
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(int) * RECV_FDS_MAX)];
+	} control;
+	struct msghdr msg = {
+		.msg_iov = iov,
+		.msg_iovlen = (size_t)iovcnt,
+		.msg_control = control.buf,
+		.msg_controllen = sizeof(control.buf),
+	};
+	struct cmsghdr *cm;
+	ssize_t n;
+
+	*fd = -1;
+	n = recvmsg(sock, &msg, flags);
 	if (n < 0)
 		return -errno;
+	*msg_flags = msg.msg_flags;
+	for (cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
+		size_t nfds;
+
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		nfds = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < nfds; i++) {
+			if (*fd >= 0)
+				close(*fd);
+			memcpy(fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+		}
+	}
+	return n;
+}
+
+/* One sendmsg carrying fd as SCM_RIGHTS, then the rest of iov as usual. */
+int pvgpu_stream_sendv_fd(struct pvgpu_transport *t, struct iovec *iov,
+			 int iovcnt, int fd)
+{
+	ssize_t n;
+
+	do
+		n = pvgpu_sock_send_fd(t->fd, iov, iovcnt, fd, MSG_NOSIGNAL);
+	while (n == -EINTR);
+	if (n < 0)
+		return (int)n;
 	while (iovcnt > 0 && (size_t)n >= iov->iov_len) {
 		n -= (ssize_t)iov->iov_len;
 		iov++;

@@ -24,6 +24,20 @@ int pvgpu_stream_wait_kick(struct pvgpu_transport *t);
 /* One sendmsg carrying fd as SCM_RIGHTS, then the rest of iov. */
 int pvgpu_stream_sendv_fd(struct pvgpu_transport *t, struct iovec *iov,
 			  int iovcnt, int fd);
+
+/*
+ * A descriptor passed over a Unix socket (SCM_RIGHTS), the control
+ * message built and read in this one place.  pvgpu_sock_send_fd: one
+ * sendmsg of iov carrying fd; what it returned, or -errno.
+ * pvgpu_sock_recv_fd: one recvmsg into iov; *fd is the newest descriptor
+ * that came with it (any other closed at once, so a peer cannot make us
+ * hoard them) or -1, *msg_flags recvmsg's (MSG_TRUNC, MSG_CTRUNC); what
+ * it returned, or -errno.
+ */
+ssize_t pvgpu_sock_send_fd(int sock, struct iovec *iov, int iovcnt, int fd,
+			   int flags);
+ssize_t pvgpu_sock_recv_fd(int sock, struct iovec *iov, int iovcnt, int flags,
+			   int *fd, int *msg_flags);
 /* Connect a Unix stream socket at path into t->fd. */
 int pvgpu_stream_connect_unix(struct pvgpu_transport *t, const char *path,
 			      char *err, size_t errlen);

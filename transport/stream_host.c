@@ -32,40 +32,20 @@ static ssize_t stream_conn_recv(struct pvgpu_conn *base, void *buf, size_t len,
 				int nonblock)
 {
 	struct stream_conn *c = (struct stream_conn *)base;
-	union {
-		struct cmsghdr align;
-		char buf[CMSG_SPACE(sizeof(int) * 4)];
-	} control;
 	struct iovec iov = { buf, len };
-	struct msghdr msg = {
-		.msg_iov = &iov,
-		.msg_iovlen = 1,
-		.msg_control = control.buf,
-		.msg_controllen = sizeof(control.buf),
-	};
-	int flags = nonblock ? MSG_DONTWAIT : 0;
-	struct cmsghdr *cm;
+	int flags = nonblock ? MSG_DONTWAIT : 0, fd, mflags;
 	ssize_t n;
 
 	if (!(c->features & PVGPU_TR_PASSES_FD)) {
 		n = recv(base->fd, buf, len, flags);
 		return n < 0 ? -errno : n;
 	}
-	n = recvmsg(base->fd, &msg, MSG_CMSG_CLOEXEC | flags);
-	if (n < 0)
-		return -errno;
-	for (cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
-		int *fds = (int *)CMSG_DATA(cm);
-		size_t nfds;
-
-		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-			continue;
-		nfds = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-		for (size_t i = 0; i < nfds; i++) {
-			if (c->passed_fd >= 0)
-				close(c->passed_fd);
-			c->passed_fd = fds[i];
-		}
+	n = pvgpu_sock_recv_fd(base->fd, &iov, 1, MSG_CMSG_CLOEXEC | flags, &fd,
+			       &mflags);
+	if (fd >= 0) {
+		if (c->passed_fd >= 0)
+			close(c->passed_fd);
+		c->passed_fd = fd;
 	}
 	return n;
 }

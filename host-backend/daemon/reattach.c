@@ -14,6 +14,7 @@
 
 #include "log.h"
 #include "reattach.h"
+#include "stream.h"
 #include "supervisor.h"
 
 int pvgpu_reattach_init(struct pvgpu_supervisor *sv)
@@ -133,27 +134,11 @@ int pvgpu_reattach_expected(const struct pvgpu_supervisor *sv,
 /* The hello and the connection to slot i's worker, without waiting. */
 static int hand_over(struct pvgpu_reattach *r, const struct pvgpu_pending *p)
 {
-	union {
-		struct cmsghdr align;
-		char buf[CMSG_SPACE(sizeof(int))];
-	} control;
 	struct iovec iov = { (void *)p->msg, p->got };
-	struct msghdr m = {
-		.msg_iov = &iov,
-		.msg_iovlen = 1,
-		.msg_control = control.buf,
-		.msg_controllen = sizeof(control.buf),
-	};
-	struct cmsghdr *cm;
+	ssize_t n = pvgpu_sock_send_fd(r->fd, &iov, 1, p->conn->fd,
+				       MSG_DONTWAIT | MSG_NOSIGNAL);
 
-	memset(control.buf, 0, sizeof(control.buf));
-	cm = CMSG_FIRSTHDR(&m);
-	cm->cmsg_level = SOL_SOCKET;
-	cm->cmsg_type = SCM_RIGHTS;
-	cm->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(cm), &p->conn->fd, sizeof(int));
-	return sendmsg(r->fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL) ==
-	       (ssize_t)p->got ? 0 : -errno;
+	return n == (ssize_t)p->got ? 0 : n < 0 ? (int)n : -EIO;
 }
 
 int pvgpu_reattach_try(struct pvgpu_supervisor *sv,

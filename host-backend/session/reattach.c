@@ -29,6 +29,7 @@
 #include "log.h"
 #include "policy.h"
 #include "pvgpu_proto.h"
+#include "stream.h"
 #include "watchdog.h"
 #include "worker.h"
 
@@ -102,29 +103,18 @@ static const char *vm_of(const struct pvgpu_worker *w)
 static int take_connection(struct pvgpu_worker *w, uint8_t *msg, size_t cap,
 			   size_t *len)
 {
-	union {
-		struct cmsghdr align;
-		char buf[CMSG_SPACE(sizeof(int))];
-	} control;
 	struct iovec iov = { msg, cap };
-	struct msghdr m = {
-		.msg_iov = &iov,
-		.msg_iovlen = 1,
-		.msg_control = control.buf,
-		.msg_controllen = sizeof(control.buf),
-	};
-	struct cmsghdr *cm;
+	int fd, flags;
 	ssize_t n;
-	int fd = -1;
 
-	n = recvmsg(w->cfg->reattach_fd, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-	if (n <= 0)
+	n = pvgpu_sock_recv_fd(w->cfg->reattach_fd, &iov, 1,
+			       MSG_DONTWAIT | MSG_CMSG_CLOEXEC, &fd, &flags);
+	if (n <= 0) {
+		if (fd >= 0)
+			close(fd);
 		return -1;
-	for (cm = CMSG_FIRSTHDR(&m); cm; cm = CMSG_NXTHDR(&m, cm))
-		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
-		    cm->cmsg_len == CMSG_LEN(sizeof(int)) && fd < 0)
-			memcpy(&fd, CMSG_DATA(cm), sizeof(int));
-	if (fd >= 0 && (m.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
+	}
+	if (fd >= 0 && (flags & (MSG_TRUNC | MSG_CTRUNC))) {
 		close(fd);
 		fd = -1;
 	}
