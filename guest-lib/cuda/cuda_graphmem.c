@@ -2,9 +2,9 @@
  * cuda_graphmem.c - graph memory: allocation and free nodes, explicit
  * (cuGraphAddMemAllocNode, cuGraphAddMemFreeNode, cuGraphAddNode) and
  * captured (cuMemAllocAsync / cuMemFreeAsync on a capturing stream,
- * cuda_pool.c), and the device's graph memory attributes (ops.spec
- * graph_mem_node, stream_mem_async, graph_mem_attr; the backend's half is
- * host-backend/session/capture.c).
+ * cuda_pool.c) (ops.spec graph_mem_node, stream_mem_async; the backend's
+ * half is host-backend/session/capture.c), and the device's graph memory
+ * attributes (the generic call: annotations.py GENERIC).
  *
  * The driver on the backend makes the nodes and reserves each
  * allocation's address when the node is made; the worker records the range
@@ -26,6 +26,7 @@
 #include "client.h"
 #include "cuda_surface.h"
 #include "debug.h"
+#include "pvgpu_generic.h"
 #include "pvgpu_guest.h"
 #include "pvgpu_proto.h"
 
@@ -266,47 +267,53 @@ int cu_graph_mem_captured(CUstream s, size_t size, CUdeviceptr *dptr, CUresult *
 	return 1;
 }
 
-/* The device's graph memory: trim (attr UINT32_MAX), read or reset. */
-static CUresult mem_attr(CUdevice dev, uint32_t attr, int set, uint64_t *value)
+/*
+ * The device's graph memory through the generic call: fn's id, value its
+ * cuuint64_t (read or, for a set, given; NULL for a trim).  It goes to
+ * the device's primary context: the worker takes only the current
+ * context's device, named by the backend's index of it.
+ */
+static CUresult mem_attr(uint32_t fn, const char *name, CUdevice dev,
+			 CUgraphMem_attribute attr, void *value)
 {
-	struct pvgpu_graph_mem_attr_req req = { .attr = attr, .set = (uint32_t)set };
-	struct pvgpu_graph_mem_attr_rep rep = { 0 };
-	struct cu_op op;
+	uint64_t a[3] = { 0, (uint64_t)attr, value != NULL };
+	uint64_t v = 0;
+	struct cu_ctx *ctx;
 	CUresult r = cu_init();
 
 	if (r)
 		return r;
 	if (dev < 0 || dev >= cu.ndevices)
 		return CUDA_ERROR_INVALID_DEVICE;
-	r = cu_op_begin(&op, cu_primary(dev));
-	if (r)
-		return r;
-	r = cu_status(pvgpu_call_graph_mem_attr(op.client, &req, &rep));
-	cu_op_end(&op);
-	if (r == CUDA_ERROR_NOT_SUPPORTED)
-		pvgpu_cuda_unsupported("cuDevice*GraphMem*");
-	if (!r && value)
-		*value = rep.value;
+	a[0] = (uint64_t)cu.devices[dev].remote;
+	ctx = cu_primary(dev);
+	if (!ctx)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (fn == PVGPU_GENERIC_cuDeviceGraphMemTrim)
+		return cu_generic_call(fn, name, 0, ctx, a, 1);
+	if (fn == PVGPU_GENERIC_cuDeviceSetGraphMemAttribute) {
+		memcpy(&v, value, sizeof(v));
+		return cu_generic_call_data(fn, name, ctx, a, 3, &v, sizeof(v), NULL, 0);
+	}
+	r = cu_generic_call_data(fn, name, ctx, a, 3, NULL, 0, &v, sizeof(v));
+	if (!r)
+		memcpy(value, &v, sizeof(v));	/* a cuuint64_t */
 	return r;
 }
 
 CUresult CUDAAPI cuDeviceGraphMemTrim(CUdevice dev)
 {
-	return mem_attr(dev, UINT32_MAX, 0, NULL);
+	return mem_attr(PVGPU_GENERIC_cuDeviceGraphMemTrim, "cuDeviceGraphMemTrim", dev,
+			(CUgraphMem_attribute)0, NULL);
 }
 
 CUresult CUDAAPI cuDeviceGetGraphMemAttribute(CUdevice dev, CUgraphMem_attribute attr,
 					      void *value)
 {
-	uint64_t v = 0;
-	CUresult r;
-
 	if (!value)
 		return CUDA_ERROR_INVALID_VALUE;
-	r = mem_attr(dev, (uint32_t)attr, 0, &v);
-	if (!r)
-		memcpy(value, &v, sizeof(v));	/* a cuuint64_t */
-	return r;
+	return mem_attr(PVGPU_GENERIC_cuDeviceGetGraphMemAttribute,
+			"cuDeviceGetGraphMemAttribute", dev, attr, value);
 }
 
 CUresult CUDAAPI cuDeviceSetGraphMemAttribute(CUdevice dev, CUgraphMem_attribute attr,
@@ -319,5 +326,6 @@ CUresult CUDAAPI cuDeviceSetGraphMemAttribute(CUdevice dev, CUgraphMem_attribute
 	memcpy(&v, value, sizeof(v));
 	if (v)		/* only the high watermarks, and only to 0 */
 		return CUDA_ERROR_INVALID_VALUE;
-	return mem_attr(dev, (uint32_t)attr, 1, NULL);
+	return mem_attr(PVGPU_GENERIC_cuDeviceSetGraphMemAttribute,
+			"cuDeviceSetGraphMemAttribute", dev, attr, value);
 }

@@ -504,16 +504,13 @@ struct pvgpu_executor_ops {
 			      uint64_t node, const struct pvgpu_graph_node *n,
 			      uint64_t *out);
 	/*
-	 * Graph memory (NULL: not supported).  mem_async: cuMemAllocAsync
-	 * of size bytes (size 0: cuMemFreeAsync of dptr) on a capturing
-	 * stream, *dptr the address.  graph_mem_attr: a CUgraphMem_attribute
-	 * of the current context's device read (*value) or set, or (attr
-	 * UINT32_MAX) cuDeviceGraphMemTrim.
+	 * Graph memory (NULL: not supported): cuMemAllocAsync of size bytes
+	 * (size 0: cuMemFreeAsync of dptr) on a capturing stream, *dptr the
+	 * address.  Its attributes and trim are generic calls
+	 * (cuDeviceGetGraphMemAttribute, ...).
 	 */
 	int32_t (*mem_async)(struct pvgpu_exec *ex, uint64_t stream,
 			     uint64_t size, uint64_t *dptr);
-	int32_t (*graph_mem_attr)(struct pvgpu_exec *ex, uint32_t attr,
-				  int set, uint64_t *value);
 	/* cuGraphConditionalHandleCreate in graph for the current context
 	 * (NULL: not supported); *handle the driver's value. */
 	int32_t (*cond_handle)(struct pvgpu_exec *ex, uint64_t graph,

@@ -597,27 +597,6 @@ int32_t pvgpu_handle_stream_mem_async(struct pvgpu_worker *w,
 	return st;
 }
 
-int32_t pvgpu_handle_graph_mem_attr(struct pvgpu_worker *w,
-				    const struct pvgpu_graph_mem_attr_req *req,
-				    struct pvgpu_graph_mem_attr_rep *rep)
-{
-	if (!w->ex)
-		return CUDA_ERROR_NOT_INITIALIZED;
-	if (!w->cur_ctx)
-		return CUDA_ERROR_INVALID_CONTEXT;
-	if (req->set > 1 || (req->set && req->value))
-		return CUDA_ERROR_INVALID_VALUE;
-	if (req->attr != UINT32_MAX && req->attr > CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (req->set && req->attr != CU_GRAPH_MEM_ATTR_USED_MEM_HIGH &&
-	    req->attr != CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (!w->ex_ops->graph_mem_attr)
-		return CUDA_ERROR_NOT_SUPPORTED;
-	rep->value = 0;
-	return w->ex_ops->graph_mem_attr(w->ex, req->attr, (int)req->set, &rep->value);
-}
-
 /* ---- capture into an existing graph ------------------------------------- */
 
 /* Begun relaxed whatever the mode, as generic.c begins every capture. */

@@ -5,9 +5,10 @@
  * (gen_generic.py makes the table in build/gen/pvgpu_generic.c); here every
  * guest-supplied value is checked and translated before the executor calls
  * the real function: stream handles through the session's handle table (in
- * its current context), device ranges against its allocations, result
- * slots reduced to "wanted or not".  What goes back is only the results:
- * the backend's own handles never reach the guest.
+ * its current context), device ranges against its allocations, a device
+ * against the current context's, result slots reduced to "wanted or not".
+ * What goes back is only the results: the backend's own handles never
+ * reach the guest.
  */
 #include <stdbool.h>
 #include <stdlib.h>
@@ -236,6 +237,14 @@ static int32_t generic_call(struct pvgpu_worker *w, uint32_t fn,
 			st = data_arg(d, g, in[i], &a[i]);
 			if (st)
 				return st;
+			break;
+		case PVGPU_GA_DEVICE:
+			/* Only the current context's: a context is made only
+			 * on a device the VM may use. */
+			if (pvgpu_cur_device(w) < 0 ||
+			    in[i] != (uint64_t)pvgpu_cur_device(w))
+				return CUDA_ERROR_INVALID_DEVICE;
+			a[i] = in[i];
 			break;
 		default:
 			return CUDA_ERROR_NOT_SUPPORTED;

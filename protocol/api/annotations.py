@@ -97,8 +97,7 @@ cuStreamGetCaptureInfo cuStreamGetCaptureInfo_ptsz cuStreamGetCaptureInfo_v2
 cuStreamGetCaptureInfo_v2_ptsz cuStreamGetCaptureInfo_v3 cuStreamGetCaptureInfo_v3_ptsz
 cuStreamUpdateCaptureDependencies cuStreamUpdateCaptureDependencies_ptsz
 cuStreamUpdateCaptureDependencies_v2 cuStreamUpdateCaptureDependencies_v2_ptsz
-cuGraphAddMemAllocNode cuGraphAddMemFreeNode cuDeviceGraphMemTrim
-cuDeviceGetGraphMemAttribute cuDeviceSetGraphMemAttribute
+cuGraphAddMemAllocNode cuGraphAddMemFreeNode
 cuGraphConditionalHandleCreate
 cuMemAllocManaged
 """
@@ -154,7 +153,11 @@ cuMemPoolExportToShareableHandle cuMemPoolImportFromShareableHandle
 # CUdeviceptr@N is N bytes of device memory, which must lie inside one of
 # the session's allocations; const_T* is a structure the call reads (its
 # sizeof(T) bytes travel with the call) and out_T* one it writes (they come
-# back); a handle kind of the worker's table (CUevent, CUfunction,
+# back), in_T* one the call reads where cuda.h does not say const
+# (T void: `@N` says how many bytes, as in out_void*@8); CUdevice@ctx is
+# a device index that must be the current context's device (a refused
+# one is CUDA_ERROR_INVALID_DEVICE; the executor passes its own device of
+# that context); a handle kind of the worker's table (CUevent, CUfunction,
 # CUmodule, CUarray, CUtexObject, CUsurfObject, CUgraph, CUgraphNode,
 # CUgraphExec, CUmemGenericAllocationHandle) is used as given, `KIND*` is
 # one the call creates (added to the table and counted against the VM's
@@ -234,6 +237,9 @@ GENERIC = """
 307 cuGraphDestroyNode           CUgraphNode!  hand
 308 cuEventElapsedTime_v2        float* CUevent CUevent  hand
 308 cuEventElapsedTime           float* CUevent CUevent  hand
+309 cuDeviceGetGraphMemAttribute CUdevice@ctx CUgraphMem_attribute out_void*@8  hand
+310 cuDeviceSetGraphMemAttribute CUdevice@ctx CUgraphMem_attribute in_void*@8  hand
+311 cuDeviceGraphMemTrim         CUdevice@ctx  hand
 """
 
 # Exported names whose driver-580 entry is a newer function's (by

@@ -154,9 +154,11 @@ def main():
             continue
         have = [a.type.spelling.replace(' ', '') for a in c.get_arguments()]
         want = [t.split('@')[0].rstrip('!').replace(' ', '') for t in types]
-        # const_T*: a structure sent; out_T*: one returned (gen_generic.py).
+        # const_T*: a structure sent, in_T* one sent where cuda.h does not
+        # say const; out_T*: one returned (gen_generic.py).
         want = ['const' + t[len('const_'):] if t.startswith('const_') else
-                t[len('out_'):] if t.startswith('out_') else t for t in want]
+                t.split('_', 1)[1] if t.startswith(('in_', 'out_')) else t
+                for t in want]
         if have != want:
             sys.exit('gen_api: GENERIC %s: annotated (%s), cuda.h has (%s)'
                      % (name, ', '.join(want), ', '.join(have)))

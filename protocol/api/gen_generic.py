@@ -48,12 +48,34 @@ def gh_name(t):
             'CUgraphNode': 'GRAPH_NODE'}[t]
 
 
+def buf(t):
+    """(C type, size) of a structure argument `PREFIX_T*` or `PREFIX_void*@N`
+    (size 0: sizeof the type)."""
+    t = t.split('_', 1)[1]
+    n = 0
+    if '@' in t:
+        t, size = t.split('@')
+        n = int(size)
+        if n <= 0 or n > 1024:
+            sys.exit('gen_generic: bad structure size %s' % size)
+    if not t.endswith('*'):
+        sys.exit('gen_generic: a structure argument is a pointer: %s' % t)
+    t = t[:-1].strip()
+    if (t == 'void') != (n != 0):
+        sys.exit('gen_generic: a void* structure (and only that) gives its size: %s' % t)
+    return t, n
+
+
 def kind(t):
     """(KIND, C type, size) of one annotated argument type."""
-    if t.startswith('const_') and t.endswith('*'):
-        return 'INBUF', t[len('const_'):-1].strip(), 0
-    if t.startswith('out_') and t.endswith('*'):
-        return 'OUTBUF', t[len('out_'):-1].strip(), 0
+    if t.startswith(('const_', 'in_')):
+        return ('INBUF',) + buf(t)
+    if t.startswith('out_'):
+        return ('OUTBUF',) + buf(t)
+    if t == 'CUdevice@ctx':
+        return 'DEVICE', 'CUdevice', 0
+    if t == 'CUdevice':
+        sys.exit('gen_generic: a device argument is CUdevice@ctx (the current context\'s)')
     if t.endswith('*') and t[:-1] in HANDLES:
         return 'HNEW', t[:-1], HANDLES[t[:-1]]
     if t.endswith('!') and t[:-1] in HANDLES:
@@ -86,6 +108,11 @@ def load():
                 k == 'HNEW' and t in GUEST_STRUCT for k, t, _ in args):
             sys.exit('gen_generic: %s: a new %s is the guest\'s struct: mark it hand'
                      % (name, [t for k, t, _ in args if k == 'HNEW'][0]))
+        # The guest picks the context from a device (its primary one) and
+        # knows what a void* holds: no generated entry point does.
+        if name not in annotations.generic_hand() and any(
+                k == 'DEVICE' or (k in BUFS and t == 'void') for k, t, _ in args):
+            sys.exit('gen_generic: %s: a device or void* argument: mark it hand' % name)
         if is_async and any(k in ('OUT', 'HNEW', 'INBUF', 'OUTBUF') for k, _, _ in args):
             sys.exit('gen_generic: %s: an async call cannot have results' % name)
         first = by_id.get(fid)
@@ -117,6 +144,7 @@ def write_table(outdir, ids):
          '\tPVGPU_GA_HDEL,\t\t/* a handle the call destroys */',
          '\tPVGPU_GA_INBUF,\t\t/* a structure of size bytes, in the data (non-zero: given) */',
          '\tPVGPU_GA_OUTBUF,\t/* a structure result of size bytes (non-zero: wanted) */',
+         '\tPVGPU_GA_DEVICE,\t/* a device index: the current context\'s device */',
          '};', '',
          'struct pvgpu_generic_arg {', '\tuint8_t kind;', '\tuint32_t size;', '};', '',
          '/* Handle kinds of PVGPU_GA_H* (the numbers are the wire\'s). */']
@@ -140,7 +168,8 @@ def write_table(outdir, ids):
     c = [HEAD, '#include <cuda.h>', '#include "pvgpu_generic.h"', '',
          'const struct pvgpu_generic_fn pvgpu_generic_fns[] = {']
     for fid, name, args, is_async in ids:
-        a = ', '.join('{ PVGPU_GA_%s, %s }' % (k, 'sizeof(%s)' % t if k in BUFS else n)
+        a = ', '.join('{ PVGPU_GA_%s, %s }' % (k, 'sizeof(%s)' % t if k in BUFS and not n
+                                               else n)
                       for k, t, n in args)
         data = any(k in BUFS for k, _, _ in args)
         c.append('\t{ %d, "%s", %d, %d, %d, { %s } },' % (fid, name, len(args),

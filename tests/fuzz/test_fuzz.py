@@ -270,9 +270,14 @@ def seeds():
                  + W.message("graph_mem_node", 113, graph=h(3), deps=[h(4)], size=0,
                              dptr=base + (1 << 20))
                  + W.message("graph_mem_node", 114, graph=h(3), deps=[], size=0, dptr=base)
-                 + W.message("graph_mem_attr", 115, attr=0, set=0, value=0)
-                 + W.message("graph_mem_attr", 116, attr=1, set=1, value=0)
-                 + W.message("graph_mem_attr", 117, attr=0xFFFFFFFF, set=0, value=0)
+                 + W.message("driver_call_data", 115,
+                             fn=W.GENERIC["cuDeviceGetGraphMemAttribute"], args=[0, 0, 1],
+                             input=b"")
+                 + W.message("driver_call_data", 116,
+                             fn=W.GENERIC["cuDeviceSetGraphMemAttribute"], args=[0, 1, 1],
+                             input=bytes(8))
+                 + W.message("driver_call", 117, fn=W.GENERIC["cuDeviceGraphMemTrim"],
+                             args=[0])
                  + W.message("driver_call", 118, fn=11, args=[h(2), 0])
                  + W.message("stream_mem_async", 119, stream=h(2), size=256, dptr=0)
                  + W.message("stream_mem_async", 120, stream=h(2), size=0, dptr=base)
@@ -327,7 +332,7 @@ def seeds():
         args = [1] * len(types)
         if is_async:
             each += W.batch(W.message("driver_call_async", 0, fn=fid, args=args))
-        elif any(t.startswith(("const_", "out_")) for t in types):
+        elif any(t.startswith(("const_", "in_", "out_")) for t in types):
             each += W.message("driver_call_data", 200 + i, fn=fid, args=args, input=b"")
         else:
             each += W.message("driver_call", 200 + i, fn=fid, args=args)

@@ -2,7 +2,8 @@
 another session's: every handle argument of a moved call (annotations.py
 GENERIC) is checked once by the worker (host-backend/session/generic.c),
 and a wrong one is CUDA_ERROR_INVALID_HANDLE for that call alone, while
-the session and its neighbour go on working.  Against `pvgpud --executor
+the session and its neighbour go on working; a device argument other than
+the current context's is CUDA_ERROR_INVALID_DEVICE.  Against `pvgpud --executor
 sim` and through a front `--executor remote` to a sim node.
 """
 import os
@@ -13,7 +14,8 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import pvgpu_wire as W  # noqa: E402
-from curesult import CUDA_SUCCESS, CUDA_ERROR_INVALID_HANDLE  # noqa: E402
+from curesult import (CUDA_SUCCESS, CUDA_ERROR_INVALID_DEVICE,  # noqa: E402
+                      CUDA_ERROR_INVALID_HANDLE)
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
@@ -121,3 +123,19 @@ def test_moved_calls_check_every_handle(daemon):
     for name, args in theirs.items():
         if args is not None:
             assert b.driver(name, *args)[0] == CUDA_SUCCESS, name
+
+
+def test_device_is_the_current_contexts(daemon):
+    """A device argument (annotations.py `CUdevice@ctx`) that is not the
+    current context's device is CUDA_ERROR_INVALID_DEVICE for that call
+    alone: the guest reaches no other GPU's graph memory through it."""
+    s = W.context_session(daemon.unix)
+    for dev in (1, 99, (1 << 64) - 1, 1 << 32):
+        assert s.driver("cuDeviceGraphMemTrim", dev)[0] == CUDA_ERROR_INVALID_DEVICE, dev
+        st, _d, _o, _ = s.call("driver_call_data", fn=G["cuDeviceGetGraphMemAttribute"],
+                               args=[dev, 0, 1], input=b"")
+        assert st == CUDA_ERROR_INVALID_DEVICE, dev
+        st, _d, _o, _ = s.call("driver_call_data", fn=G["cuDeviceSetGraphMemAttribute"],
+                               args=[dev, 1, 1], input=bytes(8))
+        assert st == CUDA_ERROR_INVALID_DEVICE, dev
+    assert s.driver("cuDeviceGraphMemTrim", 0)[0] == CUDA_SUCCESS

@@ -82,6 +82,18 @@ must("cuEventRecord", e2, None)
 must("cuEventSynchronize", e2)
 r = call("cuEventElapsedTime", ctypes.byref(ms), e1, e2)
 print("elapsed", r, 0.0 <= ms.value < 1000.0)
+USED_MEM_CURRENT, USED_MEM_HIGH = 0, 1
+used, zero = c_u64(7), c_u64(0)
+print("graph mem used", call("cuDeviceGetGraphMemAttribute", dev, USED_MEM_CURRENT,
+                             ctypes.byref(used)), used.value)
+print("graph mem reset", call("cuDeviceSetGraphMemAttribute", dev, USED_MEM_HIGH,
+                              ctypes.byref(zero)),
+      call("cuDeviceSetGraphMemAttribute", dev, USED_MEM_CURRENT, ctypes.byref(zero)))
+print("graph mem high", call("cuDeviceGetGraphMemAttribute", dev, USED_MEM_HIGH,
+                             ctypes.byref(used)), used.value)
+print("graph mem bad", call("cuDeviceGetGraphMemAttribute", dev, 99, ctypes.byref(used)),
+      call("cuDeviceGetGraphMemAttribute", 99, USED_MEM_CURRENT, ctypes.byref(used)))
+print("graph mem trim", call("cuDeviceGraphMemTrim", dev))
 print("PASS")
 '''
 
@@ -107,16 +119,18 @@ def libdir(tmp_path_factory):
 
 def test_moved_calls_through_libcuda(daemon, libdir, tmp_path):
     """Function attributes, occupancy, array / texture / surface / graph
-    node destroys answer through libcuda.so.1 as NVIDIA's driver does: a
-    value set is read back, a bad one refused, a second destroy is
-    CUDA_ERROR_INVALID_HANDLE."""
+    node destroys, event timing and graph memory attributes answer through
+    libcuda.so.1 as NVIDIA's driver does: a value set is read back, a bad
+    one refused, a second destroy is CUDA_ERROR_INVALID_HANDLE."""
     out, err = run_guest_script(tmp_path, CALLS_SCRIPT, LIBCUDA,
                                 guest_env(libdir, daemon.unix, lib=LIBCUDA), IMAGE)
     text = "\n".join(out) + err
     for want in ("max threads 0 1024", "set dyn smem 0", "dyn smem 0 1024",
                  "set regs 1", "occupancy 0 True", "occupancy flags 0 True",
                  "available smem 0 True", "tex destroy 0 400", "surf destroy 0 400",
-                 "array destroy 0 400", "elapsed unrecorded 400", "elapsed 0 True"):
+                 "array destroy 0 400", "elapsed unrecorded 400", "elapsed 0 True",
+                 "graph mem used 0 0", "graph mem reset 0 1", "graph mem high 0 0",
+                 "graph mem bad 1 101", "graph mem trim 0"):
         assert want in out, want + "\n" + text
     # The remote executor has no explicit graph nodes (NOT_SUPPORTED).
     assert "node destroy 0 400" in out or "no explicit nodes 801" in out, text

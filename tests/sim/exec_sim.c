@@ -3629,34 +3629,6 @@ static int32_t sim_mem_async(struct pvgpu_exec *ex, uint64_t stream,
 	return graph_capture(ex, s, NULL, &c);
 }
 
-static int32_t sim_graph_mem_attr(struct pvgpu_exec *ex, uint32_t attr,
-				  int set, uint64_t *value)
-{
-	int32_t rc;
-
-	if (!ex || !value)
-		return CUDA_ERROR_INVALID_VALUE;
-	rc = ctx_check(ex);
-	if (rc)
-		return rc;
-	switch (attr) {
-	case UINT32_MAX:			/* trim: nothing unused is kept */
-		return CUDA_SUCCESS;
-	case CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT:
-	case CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT:
-		*value = ex->graph_mem;
-		return set ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
-	case CU_GRAPH_MEM_ATTR_USED_MEM_HIGH:
-	case CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH:
-		if (set)
-			ex->graph_mem_high = ex->graph_mem;
-		*value = ex->graph_mem_high;
-		return CUDA_SUCCESS;
-	default:
-		return CUDA_ERROR_INVALID_VALUE;
-	}
-}
-
 /* cuGraphConditionalHandleCreate: a value of the sim's own. */
 static int32_t sim_cond_handle(struct pvgpu_exec *ex, uint64_t graph,
 			       uint32_t default_value, uint32_t flags,
@@ -4904,6 +4876,47 @@ static int32_t sim_elapsed_call(struct pvgpu_exec *ex,
 	return rc;
 }
 
+/*
+ * Graph memory of the current context's device (the worker checked a[0]):
+ * its attributes read, a high watermark reset (only to 0, as the driver
+ * has it), a trim; a[2] is the worker's copy of the cuuint64_t value.
+ */
+static int32_t sim_graph_mem_call(struct pvgpu_exec *ex,
+				  const struct pvgpu_generic_fn *f, uint64_t *a)
+{
+	int set = f->id == PVGPU_GENERIC_cuDeviceSetGraphMemAttribute;
+	uint64_t v = 0;
+
+	if (f->id == PVGPU_GENERIC_cuDeviceGraphMemTrim)
+		return CUDA_SUCCESS;		/* nothing unused is kept */
+	if (!a[2])
+		return CUDA_ERROR_INVALID_VALUE;
+	if (set)
+		memcpy(&v, (const void *)(uintptr_t)a[2], sizeof(v));
+	switch (a[1]) {
+	case CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT:
+	case CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT:
+		if (set)
+			return CUDA_ERROR_INVALID_VALUE;
+		v = ex->graph_mem;
+		break;
+	case CU_GRAPH_MEM_ATTR_USED_MEM_HIGH:
+	case CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH:
+		if (set && v)
+			return CUDA_ERROR_INVALID_VALUE;
+		if (set) {
+			ex->graph_mem_high = ex->graph_mem;
+			return CUDA_SUCCESS;
+		}
+		v = ex->graph_mem_high;
+		break;
+	default:
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	memcpy((void *)(uintptr_t)a[2], &v, sizeof(v));
+	return CUDA_SUCCESS;
+}
+
 static int32_t sim_destroy_call(struct pvgpu_exec *ex,
 				const struct pvgpu_generic_fn *f, uint64_t *a)
 {
@@ -4974,6 +4987,9 @@ static const struct sim_generic {
 	{ PVGPU_GENERIC_cuSurfObjectDestroy, sim_destroy_call, true },
 	{ PVGPU_GENERIC_cuGraphDestroyNode, sim_destroy_call, true },
 	{ PVGPU_GENERIC_cuEventElapsedTime_v2, sim_elapsed_call, true },
+	{ PVGPU_GENERIC_cuDeviceGetGraphMemAttribute, sim_graph_mem_call, true },
+	{ PVGPU_GENERIC_cuDeviceSetGraphMemAttribute, sim_graph_mem_call, true },
+	{ PVGPU_GENERIC_cuDeviceGraphMemTrim, sim_graph_mem_call, true },
 };
 
 static int32_t sim_driver_call(struct pvgpu_exec *ex,
@@ -5081,7 +5097,6 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.capture_to_graph	= sim_capture_to_graph,
 	.clone_node		= sim_clone_node,
 	.mem_async		= sim_mem_async,
-	.graph_mem_attr		= sim_graph_mem_attr,
 	.cond_handle		= sim_cond_handle,
 	.object_bytes		= sim_object_bytes,
 	.checkpoint		= sim_checkpoint,

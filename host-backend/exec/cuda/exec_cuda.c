@@ -189,9 +189,6 @@ struct cuda_api {
 						    CUdeviceptr);
 	CUresult (CUDAAPI *mem_alloc_async)(CUdeviceptr *, size_t, CUstream);
 	CUresult (CUDAAPI *mem_free_async)(CUdeviceptr, CUstream);
-	CUresult (CUDAAPI *device_graph_mem_trim)(CUdevice);
-	CUresult (CUDAAPI *device_get_graph_mem_attr)(CUdevice, CUgraphMem_attribute, void *);
-	CUresult (CUDAAPI *device_set_graph_mem_attr)(CUdevice, CUgraphMem_attribute, void *);
 	CUresult (CUDAAPI *graph_cond_handle_create)(CUgraphConditionalHandle *, CUgraph,
 						     CUcontext, unsigned int, unsigned int);
 	CUresult (CUDAAPI *graph_add_node)(CUgraphNode *, CUgraph, const CUgraphNode *,
@@ -327,9 +324,6 @@ static const struct cuda_sym cuda_syms[] = {
 	SYM(graph_add_mem_free_node, "cuGraphAddMemFreeNode", 11040, "cuGraphAddMemFreeNode", NULL, true),
 	SYM(mem_alloc_async, "cuMemAllocAsync", 11020, "cuMemAllocAsync", NULL, true),
 	SYM(mem_free_async, "cuMemFreeAsync", 11020, "cuMemFreeAsync", NULL, true),
-	SYM(device_graph_mem_trim, "cuDeviceGraphMemTrim", 11040, "cuDeviceGraphMemTrim", NULL, true),
-	SYM(device_get_graph_mem_attr, "cuDeviceGetGraphMemAttribute", 11040, "cuDeviceGetGraphMemAttribute", NULL, true),
-	SYM(device_set_graph_mem_attr, "cuDeviceSetGraphMemAttribute", 11040, "cuDeviceSetGraphMemAttribute", NULL, true),
 	SYM(graph_cond_handle_create, "cuGraphConditionalHandleCreate", 12030, "cuGraphConditionalHandleCreate", NULL, true),
 	SYM(graph_add_node, "cuGraphAddNode", 12030, "cuGraphAddNode_v2", NULL, true),
 	SYM(stream_capture_to_graph, "cuStreamBeginCaptureToGraph", 12030, "cuStreamBeginCaptureToGraph", NULL, true),
@@ -2785,31 +2779,6 @@ static int32_t cuda_mem_async(struct pvgpu_exec *ex, uint64_t stream,
 	return rc;
 }
 
-static int32_t cuda_graph_mem_attr(struct pvgpu_exec *ex, uint32_t attr,
-				   int set, uint64_t *value)
-{
-	struct cuda_ctx *c;
-	cuuint64_t v = 0;
-	int32_t rc;
-
-	if (!ex || !value)
-		return CUDA_ERROR_INVALID_VALUE;
-	c = ex->cur ? ctx_find(ex, ex->cur) : NULL;
-	if (!c)
-		return CUDA_ERROR_INVALID_CONTEXT;
-	if (!ex->api.device_graph_mem_trim || !ex->api.device_get_graph_mem_attr ||
-	    !ex->api.device_set_graph_mem_attr)
-		return CUDA_ERROR_NOT_SUPPORTED;
-	if (attr == UINT32_MAX)
-		return ex->api.device_graph_mem_trim(c->dev);
-	if (set)
-		return ex->api.device_set_graph_mem_attr(c->dev,
-							 (CUgraphMem_attribute)attr, &v);
-	rc = ex->api.device_get_graph_mem_attr(c->dev, (CUgraphMem_attribute)attr, &v);
-	*value = v;
-	return rc;
-}
-
 static int32_t cuda_cond_handle(struct pvgpu_exec *ex, uint64_t graph,
 				uint32_t default_value, uint32_t flags,
 				uint64_t *handle)
@@ -2894,6 +2863,24 @@ static void generic_destroyed(struct pvgpu_exec *ex,
 	}
 }
 
+/*
+ * A device argument of a generic call: the current context's, as the
+ * worker checked; the driver gets that context's own device (defence in
+ * depth: another index is refused here too).
+ */
+static int32_t generic_device(struct pvgpu_exec *ex, uint64_t *a)
+{
+	struct cuda_ctx *c = ctx_find(ex, ex->cur);
+	CUdevice d;
+
+	if (!c)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (*a > INT32_MAX || to_device(ex, (int32_t)*a, &d) || d != c->dev)
+		return CUDA_ERROR_INVALID_DEVICE;
+	*a = (uint64_t)c->dev;
+	return CUDA_SUCCESS;
+}
+
 /* build/gen/exec_cuda_generic.c */
 int32_t pvgpu_cuda_generic_invoke(void *fp, const struct pvgpu_generic_fn *f,
 				  uint64_t *a);
@@ -2909,6 +2896,11 @@ static int32_t cuda_driver_call(struct pvgpu_exec *ex,
 	if (!ex->cur)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	for (uint32_t i = 0; i < f->nargs; i++) {
+		if (f->args[i].kind == PVGPU_GA_DEVICE) {
+			rc = generic_device(ex, &a[i]);
+			if (rc)
+				return rc;
+		}
 		if (f->args[i].kind != PVGPU_GA_STREAM)
 			continue;
 		rc = to_stream(ex, a[i], &st);
@@ -3442,7 +3434,6 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.capture_to_graph	= cuda_capture_to_graph,
 	.clone_node		= cuda_clone_node,
 	.mem_async		= cuda_mem_async,
-	.graph_mem_attr		= cuda_graph_mem_attr,
 	.cond_handle		= cuda_cond_handle,
 	.object_bytes		= cuda_object_bytes,
 	.checkpoint		= cuda_checkpoint,

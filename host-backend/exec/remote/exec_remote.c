@@ -1371,13 +1371,14 @@ static int32_t remote_surf_create(struct pvgpu_exec *ex, uint64_t array,
  * Any generic call, whatever its id, goes on to the node with this one
  * function: the front's worker has checked it against the session's
  * tables, the node's worker checks it again against its own.  The call
- * goes to the node its stream or handle arguments belong to (all the same
- * one), else to the current context's.  Streams and handles are untagged
- * to the node's own ids, new handles tagged on the way back; texture and
- * surface objects are the node's driver values as they are (a kernel
- * reads them), on the current context's node; device pointers pass
- * untouched.  Structures the call reads travel with it and those it
- * writes come back (driver_call_data), into the worker's own storage.
+ * goes to the node its stream, handle or device arguments belong to (all
+ * the same one), else to the current context's.  Streams and handles are
+ * untagged to the node's own ids, devices to its own indexes, new handles
+ * tagged on the way back; texture and surface objects are the node's
+ * driver values as they are (a kernel reads them), on the current
+ * context's node; device pointers pass untouched.  Structures the call
+ * reads travel with it and those it writes come back (driver_call_data),
+ * into the worker's own storage.
  */
 static int32_t remote_driver_call(struct pvgpu_exec *ex,
 				  const struct pvgpu_generic_fn *f, uint64_t *a)
@@ -1389,7 +1390,7 @@ static int32_t remote_driver_call(struct pvgpu_exec *ex,
 	const uint64_t *results;
 	uint8_t in[sizeof(dr->output)];
 	uint32_t nin = 0, nout = 0, results_count;
-	int32_t st;
+	int32_t st, dev = 0;
 
 	if (!ex || !f || !a || f->nargs > PVGPU_GENERIC_MAX_ARGS)
 		return CUDA_ERROR_INVALID_VALUE;
@@ -1408,6 +1409,10 @@ static int32_t remote_driver_call(struct pvgpu_exec *ex,
 			} else {
 				hn = untag(ex, a[i], &args[i]);
 			}
+			break;
+		case PVGPU_GA_DEVICE:
+			hn = dev_node(ex, a[i] <= INT32_MAX ? (int32_t)a[i] : -1, &dev);
+			args[i] = (uint64_t)dev;
 			break;
 		case PVGPU_GA_OUT:
 		case PVGPU_GA_HNEW:
