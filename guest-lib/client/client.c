@@ -501,6 +501,8 @@ static int32_t send_request_locked(struct pvgpu_client *c,
 			put_hdr(c, frame_hdr[0], PVGPU_OP_DATA, (uint32_t)chunk, id);
 			keep_locked(c, frame_hdr[0], PVGPU_HDR_SIZE);
 			keep_locked(c, data + k, (size_t)chunk);
+			if (resumable(c) && !c->keep_over)
+				c->stats.cpu_copied += chunk;
 			k += chunk;
 		}
 	}
@@ -517,6 +519,7 @@ static int32_t send_request_locked(struct pvgpu_client *c,
 			put_hdr(c, frame_hdr[f], PVGPU_OP_DATA, (uint32_t)chunk, id);
 			c->stats.sends++;
 			c->stats.data_frames++;
+			c->stats.cpu_copied += chunk;
 			iov[n++] = (struct iovec){ frame_hdr[f], PVGPU_HDR_SIZE };
 			iov[n++] = (struct iovec){ (void *)(data + off), (size_t)chunk };
 			off += chunk;
@@ -597,6 +600,7 @@ again:
 		if (rc)
 			return break_locked(c, "receive data", -rc);
 		got += h.length;
+		c->stats.cpu_copied += h.length;
 	}
 	if (h.opcode != opcode || h.length > PVGPU_MAX_PAYLOAD ||
 	    h.length < PVGPU_REPLY_PREFIX)
@@ -872,8 +876,10 @@ static int32_t call(struct pvgpu_client *c, uint16_t opcode,
 						data_out ? data_len : 0, rep,
 						rep_cap, rep_len);
 	}
-	if (landing_dst && !c->broken && c->reply_status == 0)
+	if (landing_dst && !c->broken && c->reply_status == 0) {
 		memcpy(landing_dst, pvgpu_ring_landing(c->ring_mem), landing_len);
+		c->stats.cpu_copied += landing_len;
+	}
 	pvgpu_trace_mark(id, PVGPU_TR_G_RETURN);
 out:
 	pthread_mutex_unlock(&c->lock);
@@ -967,6 +973,7 @@ int32_t pvgpu_client_call_staged(struct pvgpu_client *c, uint16_t opcode,
 		pvgpu_window_stage_in(c->win, id, src, size, transport_quiet, c);
 	else
 		pvgpu_window_stage_out(c->win, id, dst, size, transport_quiet, c);
+	c->stats.cpu_copied += size;
 	st = await_reply_locked(c, opcode, id, NULL, 0, rep, sizeof(rep), &rep_len);
 	pvgpu_trace_mark(id, PVGPU_TR_G_RETURN);
 	if (c->broken)
@@ -1233,14 +1240,18 @@ void pvgpu_client_exit(struct pvgpu_client *c)
 	pvgpu_debug("%s: sent %llu messages: %llu calls, %llu async ops "
 		    "(%llu batches), %llu data frames; %llu synchronizes "
 		    "and queries answered here; %llu calls ended on the "
-		    "device's signal",
+		    "device's signal; %llu wake-ups sent, %llu waits slept; "
+		    "%llu bytes of data copied by this CPU",
 		    c->uri, (unsigned long long)s.sends,
 		    (unsigned long long)s.calls,
 		    (unsigned long long)s.async_ops,
 		    (unsigned long long)s.batches,
 		    (unsigned long long)s.data_frames,
 		    (unsigned long long)s.local_answers,
-		    (unsigned long long)s.signalled);
+		    (unsigned long long)s.signalled,
+		    (unsigned long long)s.ring_kicks,
+		    (unsigned long long)s.ring_sleeps,
+		    (unsigned long long)s.cpu_copied);
 }
 
 int pvgpu_client_wire_counts(struct pvgpu_client *c,

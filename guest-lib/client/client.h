@@ -140,6 +140,13 @@ struct pvgpu_client_stats {
 	uint64_t signalled;	/* calls that ended on the device's word */
 	uint64_t ring_kicks;	/* control ring: wake-ups sent to a backend asleep */
 	uint64_t ring_sleeps;	/* control ring: our waits that slept */
+	/*
+	 * Bytes of the program's data this CPU copied: DATA frames sent and
+	 * received (into the ring, or by the kernel into the socket), staged
+	 * copies, landings, and what resume keeps of async data.  Pinned
+	 * memory in the shared window moves with none.
+	 */
+	uint64_t cpu_copied;
 };
 
 /* 0 and *out, or -1 when another thread holds the connection. */
