@@ -222,15 +222,9 @@ class AttachedVm:
             raise VmError("no vhost-device-vsock (cargo install vhost-device-vsock@0.3.0)")
         self.run_dir, self.name, self.ram = str(run_dir), name, ram
         self.supervisor = None
-        cmd = [str(PVGPU_VM), "--run-dir", self.run_dir, "qemu-args", name,
-               "--vsock", "vhost-user", "--window-size", window_size, "--ram", ram,
-               "--format", "lines"]
-        if memory:
-            cmd += ["--memory", memory]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-        if proc.returncode != 0:
-            raise VmError(f"pvgpu-vm qemu-args {name}: {proc.stderr.strip()}")
-        self.args = proc.stdout.split("\n")[:-1]
+        self._options = ["--vsock", "vhost-user", "--window-size", window_size,
+                         "--ram", ram] + (["--memory", memory] if memory else [])
+        self.args = self._pvgpu_vm_args()
         self.entry = self._entry()
         self.socket = self.entry["vsock.socket"]
         self.window_path = self.entry["window.path"]
@@ -254,10 +248,28 @@ class AttachedVm:
                     entry[key.strip()] = value.strip()
         return entry
 
+    def _pvgpu_vm_args(self, *extra):
+        """What `pvgpu-vm qemu-args` prints for this VM, one per item."""
+        proc = subprocess.run([str(PVGPU_VM), "--run-dir", self.run_dir, "qemu-args",
+                               self.name, *self._options, *extra, "--format", "lines"],
+                              capture_output=True, text=True, timeout=60)
+        if proc.returncode != 0:
+            raise VmError(f"pvgpu-vm qemu-args {self.name}: {proc.stderr.strip()}")
+        return proc.stdout.split("\n")[:-1]
+
     def qemu_args(self, window=True):
         """The arguments qemu-args printed, less -m (qemu_command sets it)
         and, without `window`, less the ivshmem window: vsock alone."""
-        out, args = [], list(self.args)
+        return self._filtered(self.args, window)
+
+    def incoming_args(self, uri):
+        """qemu_args() of a live migration's destination waiting at `uri`
+        (`pvgpu-vm qemu-args --incoming`: no vsock device)."""
+        return self._filtered(self._pvgpu_vm_args("--incoming", uri), True)
+
+    @staticmethod
+    def _filtered(args, window):
+        out, args = [], list(args)
         while args:
             opt = args.pop(0)
             value = args.pop(0) if args and not args[0].startswith("-") else None

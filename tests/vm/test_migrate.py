@@ -98,16 +98,8 @@ def test_a_vm_migrated_mid_program_finishes_it_in_the_same_session(start_pvgpud)
         uri = f"unix:{run_dir}/migrate.sock"
         src_cmd = vm.qemu_command(initrd, kernel=kernel, memory=attached.ram,
                                   extra=attached.qemu_args() + qmp_args(src_qmp))
-        proc = subprocess.run([str(PVGPU_VM), "--run-dir", str(run_dir), "qemu-args", name,
-                               "--vsock", "vhost-user", "--window-size", "64M",
-                               "--ram", attached.ram, "--memory", "1G",
-                               "--incoming", uri, "--format", "lines"],
-                              capture_output=True, text=True, timeout=60)
-        assert proc.returncode == 0, proc.stderr
-        dst_extra = [a for a in proc.stdout.split("\n")[:-1]]
+        dst_extra = attached.incoming_args(uri)
         assert not any("vhost-user-vsock" in a for a in dst_extra), dst_extra
-        i = dst_extra.index("-m")
-        del dst_extra[i:i + 2]
         dst_cmd = vm.qemu_command(initrd, kernel=kernel, memory=attached.ram,
                                   extra=dst_extra + qmp_args(dst_qmp))
 
