@@ -391,15 +391,15 @@ static int32_t break_locked(struct pvgpu_client *c, const char *why, int err)
 	return PVGPU_CLIENT_EIO;
 }
 
-/* Bytes of async messages on their way: kept until the next reply. */
-static void keep_locked(struct pvgpu_client *c, const void *p, size_t len)
+/* Bytes of async messages on their way: kept until the next reply; the bytes copied. */
+static size_t keep_locked(struct pvgpu_client *c, const void *p, size_t len)
 {
 	if (!resumable(c) || c->keep_over || !len)
-		return;
+		return 0;
 	if (c->keep_len + len > RESUME_KEEP_MAX) {
 		c->keep_over = 1;
 		c->keep_len = 0;
-		return;
+		return 0;
 	}
 	if (c->keep_len + len > c->keep_cap) {
 		size_t cap = c->keep_cap ? c->keep_cap : 64 * 1024;
@@ -411,13 +411,14 @@ static void keep_locked(struct pvgpu_client *c, const void *p, size_t len)
 		if (!k) {
 			c->keep_over = 1;
 			c->keep_len = 0;
-			return;
+			return 0;
 		}
 		c->keep = k;
 		c->keep_cap = cap;
 	}
 	memcpy(c->keep + c->keep_len, p, len);
 	c->keep_len += len;
+	return len;
 }
 
 /*
@@ -500,9 +501,7 @@ static int32_t send_request_locked(struct pvgpu_client *c,
 				chunk = c->info.data_block;
 			put_hdr(c, frame_hdr[0], PVGPU_OP_DATA, (uint32_t)chunk, id);
 			keep_locked(c, frame_hdr[0], PVGPU_HDR_SIZE);
-			keep_locked(c, data + k, (size_t)chunk);
-			if (resumable(c) && !c->keep_over)
-				c->stats.cpu_copied += chunk;
+			c->stats.cpu_copied += keep_locked(c, data + k, (size_t)chunk);
 			k += chunk;
 		}
 	}
