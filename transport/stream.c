@@ -185,7 +185,8 @@ ssize_t pvgpu_sock_recv_fd(int sock, struct iovec *iov, int iovcnt, int flags,
 	n = recvmsg(sock, &msg, flags);
 	if (n < 0)
 		return -errno;
-	*msg_flags = msg.msg_flags;
+	if (msg_flags)
+		*msg_flags = msg.msg_flags;
 	for (cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
 		size_t nfds;
 

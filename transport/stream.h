@@ -31,8 +31,8 @@ int pvgpu_stream_sendv_fd(struct pvgpu_transport *t, struct iovec *iov,
  * sendmsg of iov carrying fd; what it returned, or -errno.
  * pvgpu_sock_recv_fd: one recvmsg into iov; *fd is the newest descriptor
  * that came with it (any other closed at once, so a peer cannot make us
- * hoard them) or -1, *msg_flags recvmsg's (MSG_TRUNC, MSG_CTRUNC); what
- * it returned, or -errno.
+ * hoard them) or -1, *msg_flags (unless NULL) recvmsg's (MSG_TRUNC,
+ * MSG_CTRUNC); what it returned, or -errno.
  */
 ssize_t pvgpu_sock_send_fd(int sock, struct iovec *iov, int iovcnt, int fd,
 			   int flags);

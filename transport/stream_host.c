@@ -33,7 +33,7 @@ static ssize_t stream_conn_recv(struct pvgpu_conn *base, void *buf, size_t len,
 {
 	struct stream_conn *c = (struct stream_conn *)base;
 	struct iovec iov = { buf, len };
-	int flags = nonblock ? MSG_DONTWAIT : 0, fd, mflags;
+	int flags = nonblock ? MSG_DONTWAIT : 0, fd;
 	ssize_t n;
 
 	if (!(c->features & PVGPU_TR_PASSES_FD)) {
@@ -41,7 +41,7 @@ static ssize_t stream_conn_recv(struct pvgpu_conn *base, void *buf, size_t len,
 		return n < 0 ? -errno : n;
 	}
 	n = pvgpu_sock_recv_fd(base->fd, &iov, 1, MSG_CMSG_CLOEXEC | flags, &fd,
-			       &mflags);
+			       NULL);
 	if (fd >= 0) {
 		if (c->passed_fd >= 0)
 			close(c->passed_fd);
