@@ -12,7 +12,6 @@ import re
 import select
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,6 +23,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests" / "lib"))
 from pvgpu_asan import asan_runtime, preload_for  # noqa: E402
+from ports import free_tcp_port  # noqa: E402,F401
 
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
 PVGPUD = BUILD / "bin" / "pvgpud"
@@ -67,14 +67,6 @@ def program_path(name):
     if not path.exists():
         pytest.fail(f"{path} is not built (run `make test-programs`)")
     return path
-
-
-def free_tcp_port():
-    # The kernel picks a free port; it stays free long enough for pvgpud to
-    # bind it in practice.
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def unix_uri(path):

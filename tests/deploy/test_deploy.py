@@ -26,13 +26,13 @@ A plain `pytest` skips it, saying so.
 import os
 import re
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
+from ports import free_tcp_port
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("PVGPU_BUILD", REPO / "build"))
@@ -75,18 +75,12 @@ def missing_tools():
     return [f"{c} ({p})" for c, p in need.items() if not shutil.which(c)]
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class VM:
     """The booted Debian 12 system."""
 
     def __init__(self, image_dir, workdir):
         self.dir = image_dir
-        self.port = free_port()
+        self.port = free_tcp_port()
         self.key = image_dir / "id_ed25519"
         self.console = workdir / "console.log"
         # test_site_yml installed the packages (test_upgrade_purge's start)

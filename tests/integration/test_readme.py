@@ -8,7 +8,6 @@ usage text), so it is checked against the option table main.c parses too.
 
 import os
 import re
-import socket
 import subprocess
 import time
 import urllib.error
@@ -16,6 +15,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from ports import free_tcp_port
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
@@ -91,12 +91,6 @@ def test_readme_options_table_is_pvgpud_help():
         f"which pvgpud --help does not")
 
 
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def served_families(url):
     """{name: type} from the # TYPE lines of a scrape."""
     deadline = time.monotonic() + 5
@@ -143,7 +137,7 @@ def test_readme_metrics_table_is_what_metrics_serves(start_pvgpud):
         assert names, f"README metrics row without a metric: {row[0]!r}"
         for name in names:
             documented[name] = row[1]
-    addr = f"127.0.0.1:{free_port()}"
+    addr = f"127.0.0.1:{free_tcp_port()}"
     start_pvgpud("sim", extra_args=["--metrics", addr])
     served = served_families(f"http://{addr}/metrics")
     assert served, "GET /metrics served no # TYPE lines"

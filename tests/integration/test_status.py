@@ -9,7 +9,6 @@ figures should count is known here exactly.
 import math
 import os
 import re
-import socket
 import subprocess
 import sys
 import textwrap
@@ -22,6 +21,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import pvgpu_wire as W  # noqa: E402
 from pvgpu_sessions import tcp_session, unix_session, wait_live  # noqa: E402
 from fake_metrics import FakeMetrics  # noqa: E402
+from ports import free_tcp_port  # noqa: E402
 
 MiB = 1 << 20
 KiB = 1 << 10
@@ -33,12 +33,6 @@ OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
 LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def three_vms():
@@ -67,7 +61,7 @@ def metrics_daemon(start_pvgpud, tmp_path, policy=None):
         path = tmp_path / "pvgpud.conf"
         path.write_text(textwrap.dedent(policy))
         args += ["--config", str(path)]
-    addr = f"127.0.0.1:{free_port()}"
+    addr = f"127.0.0.1:{free_tcp_port()}"
     daemon = start_pvgpud("sim", extra_args=args + ["--metrics", addr])
     daemon.metrics = addr
     daemon.url = f"http://{addr}/metrics"
@@ -340,7 +334,7 @@ def test_pvgpuctl_status_shows_the_figures(start_pvgpud, tmp_path):
 
 
 def test_pvgpuctl_status_without_a_server(tmp_path):
-    res = pvgpuctl("status", f"127.0.0.1:{free_port()}")
+    res = pvgpuctl("status", f"127.0.0.1:{free_tcp_port()}")
     assert res.returncode == 1
     assert "cannot read http://127.0.0.1:" in res.stderr and "--metrics" in res.stderr
     res = pvgpuctl("status", "--bogus")
