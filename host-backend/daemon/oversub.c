@@ -105,6 +105,11 @@ static uint64_t deficit(struct pvgpu_supervisor *sv, int dev, uint64_t more)
 	uint64_t used = pvgpu_accounting_mem_used(sv->acct, dev) + more;
 	uint64_t total = sv->suspend.mem_total[dev];
 
+	/* The part of it the policy gives VMs ([gpu N] memory), if less. */
+	if (sv->policy && sv->policy->mem_cap[dev] &&
+	    sv->policy->mem_cap[dev] < total)
+		total = sv->policy->mem_cap[dev];
+
 	return used > total ? used - total : 0;
 }
 

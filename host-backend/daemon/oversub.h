@@ -10,9 +10,11 @@
  * eventfd and sleeps on room_seq (worker side: pvgpu_worker_make_room),
  * then retries the allocation once.  The driver's answer, not the
  * accounting's, because only the driver knows what else holds the GPU
- * (other processes, its own reserves, fragmentation).  How much to free
- * is the accounting's figure: the GPU's memory as the start-up probe
- * read it, less what every running session holds there.
+ * (other processes, its own reserves, fragmentation); or, where the
+ * policy gives VMs only part of the GPU ([gpu N] memory), the worker's
+ * own count against that part.  How much to free is the accounting's
+ * figure: the GPU's memory as the start-up probe read it (or that part,
+ * if smaller), less what every running session holds there.
  *
  * Candidates, least recently heard from first (guest_seen_ns): running
  * sessions holding memory on that GPU, never the asker, never one of an

@@ -445,8 +445,16 @@ static int gpu_key(struct parse_state *st, const char *num, const char *key,
 			    PVGPU_MAX_DEVICES - 1);
 	if (!strcmp(key, "oversubscribe"))
 		return oversub_key(st, n, value);
+	if (!strcmp(key, "memory")) {
+		/* Under a megabyte no context fits: a typo, not a choice. */
+		if (pvgpu_parse_size(value, &st->p->mem_cap[n]) ||
+		    st->p->mem_cap[n] < (1ull << 20))
+			return fail(st, "memory = %s is not a size of 1M or more (e.g. 80G)",
+				    value);
+		return 1;
+	}
 	if (strcmp(key, "sharing"))
-		return fail(st, "unknown key '%s' in [gpu %u] (want sharing = time|mps or oversubscribe = FACTOR)",
+		return fail(st, "unknown key '%s' in [gpu %u] (want sharing = time|mps, oversubscribe = FACTOR or memory = SIZE)",
 			    key, (unsigned int)n);
 	if (!strcmp(value, "mps")) {
 		st->p->mps_gpus |= 1u << n;

@@ -197,6 +197,13 @@ struct pvgpu_policy {
 	uint32_t mps_gpus;		/* [gpu N] sharing = mps: bit N */
 	/* [gpu N] oversubscribe, in thousandths; 1000: off (oversub.h). */
 	uint32_t oversub_milli[PVGPU_MAX_DEVICES];
+	/*
+	 * [gpu N] memory: the bytes of device N pvgpud promises its VMs,
+	 * the rest left to the host's own programs; 0: the whole device.
+	 * Allocations past it are out of memory as on a full GPU, so
+	 * oversubscription makes room below it (oversub.h).
+	 */
+	uint64_t mem_cap[PVGPU_MAX_DEVICES];
 };
 
 /* Parse path into p; on failure -1 and one line (with the line number) in err. */

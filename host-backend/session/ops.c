@@ -444,6 +444,7 @@ int32_t pvgpu_handle_mem_alloc(struct pvgpu_worker *w,
 {
 	struct pvgpu_alloc a;
 	int32_t st = need_context(w);
+	int dev;
 
 	if (st)
 		return st;
@@ -456,15 +457,19 @@ int32_t pvgpu_handle_mem_alloc(struct pvgpu_worker *w,
 			   w->acct->vms[atomic_load(&w->slot->vm)].name);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	st = w->ex_ops->mem_alloc(w->ex, req->size, &a.base);
+	dev = current_ctx(w)->device;
+	/* Past the part of the GPU the policy gives VMs, it is full. */
+	st = pvgpu_worker_over_cap(w, dev, req->size) ? CUDA_ERROR_OUT_OF_MEMORY :
+	     w->ex_ops->mem_alloc(w->ex, req->size, &a.base);
 	/* A full GPU the policy oversubscribes: others may make room (oversub.h). */
 	if (st == CUDA_ERROR_OUT_OF_MEMORY &&
-	    pvgpu_worker_make_room(w, current_ctx(w)->device, req->size)) {
-		st = w->ex_ops->mem_alloc(w->ex, req->size, &a.base);
+	    pvgpu_worker_make_room(w, dev, req->size)) {
+		st = pvgpu_worker_over_cap(w, dev, req->size) ?
+		     CUDA_ERROR_OUT_OF_MEMORY :
+		     w->ex_ops->mem_alloc(w->ex, req->size, &a.base);
 		if (st == CUDA_ERROR_OUT_OF_MEMORY)
 			wlog_info(w, "mem_alloc of %llu bytes on device %d: out of memory after making room (no other session there could be suspended)",
-				  (unsigned long long)req->size,
-				  current_ctx(w)->device);
+				  (unsigned long long)req->size, dev);
 	}
 	if (st)
 		goto err_uncharge;
@@ -472,7 +477,7 @@ int32_t pvgpu_handle_mem_alloc(struct pvgpu_worker *w,
 	a.size = req->size;
 	a.ctx = w->cur_ctx;
 	a.module = 0;
-	a.device = current_ctx(w)->device;
+	a.device = dev;
 	if (pvgpu_alloc_add(&w->allocs, &a)) {
 		w->ex_ops->mem_free(w->ex, a.base);
 		st = CUDA_ERROR_OUT_OF_MEMORY;

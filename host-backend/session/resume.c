@@ -115,3 +115,15 @@ int pvgpu_worker_make_room(struct pvgpu_worker *w, int dev, uint64_t bytes)
 		  (double)(pvgpu_now_ns() - t0) / 1e9, dev);
 	return 1;
 }
+
+int pvgpu_worker_over_cap(struct pvgpu_worker *w, int dev, uint64_t bytes)
+{
+	const struct pvgpu_policy *p = w->cfg->policy;
+	uint64_t cap, used;
+
+	if (!p || dev < 0 || dev >= PVGPU_MAX_DEVICES || !p->mem_cap[dev])
+		return 0;
+	cap = p->mem_cap[dev];
+	used = pvgpu_accounting_mem_used(w->acct, dev);
+	return used > cap || bytes > cap - used;
+}

@@ -324,6 +324,14 @@ int pvgpu_worker_await_running(struct pvgpu_worker *w);
  * 1 when it asked (retry the allocation once), 0 when it did not.
  */
 int pvgpu_worker_make_room(struct pvgpu_worker *w, int dev, uint64_t bytes);
+/*
+ * Would bytes more on device dev pass the policy's [gpu N] memory, counting
+ * what every running session holds there?  Then the allocation is out of
+ * memory as on a full GPU.  Counted without a lock: two sessions that
+ * allocate at once may pass it by what they allocate then, as two
+ * processes may find the same free bytes of a real GPU.
+ */
+int pvgpu_worker_over_cap(struct pvgpu_worker *w, int dev, uint64_t bytes);
 /* Where the worker idles: let the executor act (executor.h idle_point). */
 void pvgpu_worker_idle_point(struct pvgpu_worker *w);
 int pvgpu_worker_read_data_hdr(struct pvgpu_worker *w, uint32_t max,

@@ -2,7 +2,10 @@
 [gpu N] oversubscribe): VMs promised more than the device has take turns
 on it, the supervisor suspending the least recently active session to
 make room for an allocation and resuming a suspended one on its next
-call, with every session's data intact."""
+call, with every session's data intact.  The device is either a small
+simulated one (PVGPU_SIM_MEMORY_MB) or a large one of which the policy
+gives VMs only a part ([gpu N] memory): the same VMs see the same."""
+import pytest
 import os
 import re
 import sys
@@ -15,7 +18,10 @@ from pvgpu_sessions import wait_live  # noqa: E402
 from pvgpud_cli import run_pvgpud  # noqa: E402
 
 MB = 1 << 20
-DEVICE = 10 * MB           # PVGPU_SIM_MEMORY_MB below
+DEVICE = 10 * MB           # PVGPU_SIM_MEMORY_MB, or [gpu 0] memory, below
+# The device's size from the sim's own memory, or from the policy's cap
+# on the sim's default 16 GiB device.
+SIZES = ["sim memory", "gpu memory cap"]
 QUOTA = 6 * MB             # three VMs: 18 MiB promised, 1.8 x the device
 TOKENS = {"bob": "bob-oversub-token", "carol": "carol-oversub-token"}
 
@@ -33,11 +39,18 @@ def promised(d):
     return int(m.group(1))
 
 
-def daemon(start_pvgpud, programs, tmp_path, oversubscribe=None, dave_quota=None):
+def daemon(start_pvgpud, programs, tmp_path, oversubscribe=None, dave_quota=None,
+           size="sim memory"):
     conf = tmp_path / "pvgpud.conf"
     text = "[default]\npolicy = refuse\n\n"
-    if oversubscribe:
-        text += f"[gpu 0]\noversubscribe = {oversubscribe}\n\n"
+    capped = size == "gpu memory cap"
+    if oversubscribe or capped:
+        text += "[gpu 0]\n"
+        if oversubscribe:
+            text += f"oversubscribe = {oversubscribe}\n"
+        if capped:
+            text += f"memory = {DEVICE // MB}M\n"
+        text += "\n"
     text += f"[vm alice]\nuid = {os.getuid()}\nmemory = {QUOTA // MB}M\n\n"
     for vm, token in TOKENS.items():
         text += f"[vm {vm}]\ntoken = {token}\nmemory = {QUOTA // MB}M\n\n"
@@ -47,7 +60,7 @@ def daemon(start_pvgpud, programs, tmp_path, oversubscribe=None, dave_quota=None
     port = programs.free_tcp_port()
     d = start_pvgpud("sim", extra_args=("--config", str(conf),
                                         "--metrics", f"127.0.0.1:{port}"),
-                     env={"PVGPU_SIM_MEMORY_MB": str(DEVICE // MB)})
+                     env={} if capped else {"PVGPU_SIM_MEMORY_MB": str(DEVICE // MB)})
     d.url = f"http://127.0.0.1:{port}/metrics"
     wait_live(d, 0)
     return d
@@ -84,8 +97,10 @@ def session_ids(d):
                 re.findall(r"session (\d+) start: .*?vm (\w+)", d.log()))
 
 
-def test_three_vms_over_the_device_take_turns_with_data_intact(start_pvgpud, programs, tmp_path):
-    d = daemon(start_pvgpud, programs, tmp_path, oversubscribe="2.0")
+@pytest.mark.parametrize("size", SIZES)
+def test_three_vms_over_the_device_take_turns_with_data_intact(start_pvgpud, programs, tmp_path,
+                                                               size):
+    d = daemon(start_pvgpud, programs, tmp_path, oversubscribe="2.0", size=size)
     assert promised(d) == 3 * QUOTA
     vms = ["alice", "bob", "carol"]
     ss, ptrs = {}, {}
@@ -106,8 +121,11 @@ def test_three_vms_over_the_device_take_turns_with_data_intact(start_pvgpud, pro
         s.close()
 
 
-def test_an_allocation_that_cannot_fit_fails_and_suspends_nobody(start_pvgpud, programs, tmp_path):
-    d = daemon(start_pvgpud, programs, tmp_path, oversubscribe="2.0", dave_quota=16 * MB)
+@pytest.mark.parametrize("size", SIZES)
+def test_an_allocation_that_cannot_fit_fails_and_suspends_nobody(start_pvgpud, programs, tmp_path,
+                                                                 size):
+    d = daemon(start_pvgpud, programs, tmp_path, oversubscribe="2.0", dave_quota=16 * MB,
+               size=size)
     alice = session(d, "alice")
     st, dptr = fill(alice, 1)
     assert st == 0
@@ -127,8 +145,10 @@ def test_an_allocation_that_cannot_fit_fails_and_suspends_nobody(start_pvgpud, p
     dave.close()
 
 
-def test_without_oversubscribe_the_second_vm_gets_out_of_memory(start_pvgpud, programs, tmp_path):
-    d = daemon(start_pvgpud, programs, tmp_path)
+@pytest.mark.parametrize("size", SIZES)
+def test_without_oversubscribe_the_second_vm_gets_out_of_memory(start_pvgpud, programs, tmp_path,
+                                                                size):
+    d = daemon(start_pvgpud, programs, tmp_path, size=size)
     alice = session(d, "alice")
     st, dptr = fill(alice, 1)
     assert st == 0
@@ -140,24 +160,49 @@ def test_without_oversubscribe_the_second_vm_gets_out_of_memory(start_pvgpud, pr
     bob.close()
 
 
-def test_oversubscribe_values_refused_with_their_line(tmp_path):
-    path = tmp_path / "bad.conf"
-    for value in ("0.5", "0.999", "8.5", "9", "1.2345", "x", "", "1.", ".5", "-1", "1e3"):
-        path.write_text(f"[vm alice]\nuid = 0\n\n[gpu 0]\noversubscribe = {value}\n")
-        code, err = run_pvgpud(["--listen", f"unix://{tmp_path}/s.sock",
-                                "--config", str(path)])
+def gpu0(tmp_path, lines, seconds=5):
+    """pvgpud started with a policy whose [gpu 0] section is lines (its
+    first on line 5): (exit code, stderr) as run_pvgpud gives them."""
+    path = tmp_path / "gpu0.conf"
+    path.write_text("[vm alice]\nuid = 0\n\n[gpu 0]\n" + "".join(f"{ln}\n" for ln in lines))
+    return run_pvgpud(["--listen", f"unix://{tmp_path}/s.sock", "--config", str(path)],
+                      seconds=seconds)
+
+
+@pytest.mark.parametrize("key,values,said", [
+    ("oversubscribe", ("0.5", "0.999", "8.5", "9", "1.2345", "x", "", "1.", ".5", "-1", "1e3"),
+     "1.0 to 8.0"),
+    ("memory", ("0", "1023K", "512K", "x", "", "-1", "1.5G", "8Q", "10 M"), "1M or more"),
+])
+def test_gpu_values_refused_with_their_line(tmp_path, key, values, said):
+    for value in values:
+        code, err = gpu0(tmp_path, [f"{key} = {value}"])
         assert code == 1, (value, err)
-        assert ":5:" in err and "oversubscribe" in err and "1.0 to 8.0" in err, (value, err)
+        assert ":5:" in err and key in err and said in err, (value, err)
 
 
-def test_oversubscribe_values_taken(tmp_path):
-    path = tmp_path / "ok.conf"
-    for value in ("1", "1.0", "1.5", "2.25", "8", "8.000"):
-        path.write_text(f"[vm alice]\nuid = 0\n\n[gpu 0]\noversubscribe = {value}\n"
-                        f"sharing = time\n")
-        code, err = run_pvgpud(["--listen", f"unix://{tmp_path}/s.sock",
-                                "--config", str(path)], seconds=2)
+@pytest.mark.parametrize("key,values,more", [
+    ("oversubscribe", ("1", "1.0", "1.5", "2.25", "8", "8.000"), "sharing = time"),
+    ("memory", ("1M", "10M", "80G", "1T", "1048576"), "oversubscribe = 1.8"),
+])
+def test_gpu_values_taken(tmp_path, key, values, more):
+    for value in values:
+        code, err = gpu0(tmp_path, [f"{key} = {value}", more], seconds=2)
         assert code is None, (value, err)
+
+
+def test_the_cap_leaves_the_rest_of_the_device_alone(start_pvgpud, programs, tmp_path):
+    """Under [gpu 0] memory, a VM whose quota is larger still gets only
+    the cap: allocations past it fail although the device has room."""
+    d = daemon(start_pvgpud, programs, tmp_path, dave_quota=64 * MB, size="gpu memory cap")
+    dave = session(d, "dave")
+    st, dptr = fill(dave, 3, DEVICE)
+    assert st == 0
+    assert dave.call("mem_alloc", size=MB)[0] == CUDA_ERROR_OUT_OF_MEMORY
+    assert dave.call("mem_free", dptr=dptr)[0] == 0
+    st, dptr = fill(dave, 4, DEVICE - MB)
+    assert st == 0 and intact(dave, 4, dptr, DEVICE - MB)
+    dave.close()
 
 
 def stamped(text, pattern):
