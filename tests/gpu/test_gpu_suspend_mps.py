@@ -21,19 +21,13 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import pvgpu_wire as W  # noqa: E402
+from gpu_suspend import gpu_memory_used_mib  # noqa: E402
 from pvgpud_cli import require_policy_file  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
 PVGPUCTL = BUILD / "bin" / "pvgpuctl"
 SIZE = 256 << 20
-
-
-def gpu_memory_used_mib():
-    out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits",
-                          "-i", "0"], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    return int(out.stdout.split()[0])
 
 
 def test_a_suspended_session_leaves_the_gpu_and_comes_back_intact(start_pvgpud, tmp_path):
