@@ -167,42 +167,17 @@ def sessions_ended(log_path, seconds=10):
         time.sleep(0.05)
 
 
-def kvm_boots(vm, kdir, kver, tmp):
-    """Whether a guest really boots under KVM here: /dev/kvm may exist where
-    nested virtualisation cannot run a guest (DESIGN §7), so try one, briefly."""
-    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
-        return False
-    initrd = tmp / "probe.cpio"
-    vm.build_initramfs(initrd, "exit 0\n", kdir=kdir, kver=kver)
-    cmd = vm.qemu_command(initrd, kernel=kdir / "boot" / f"vmlinuz-{kver}",
-                          memory="256M", accel="kvm")
-    status, _ = vm.run(cmd, 20.0, echo=False)
-    return status == 0
-
-
 def use_vm_bundle(build):
     """On a machine without QEMU (the GPU host: no package registry),
-    make vm-bundle's archive, where one was brought to build/: unpacked
-    into build/vm-bundle/ once per archive, and its variables set, so the
-    guest boots with its QEMU, vhost-device-vsock, kernel and pvgpu.ko.
-    Whether there was one."""
-    archive = build / "vm-bundle.tar.xz"
-    if not archive.is_file():
+    make vm-bundle's archive, where one was brought to build/, unpacked
+    and its variables set, so the guest boots with its QEMU,
+    vhost-device-vsock, kernel and pvgpu.ko.  Whether there was one."""
+    env = load_vm_script("bundle").brought(build)
+    if env is None:
         return False
-    bundle = load_vm_script("bundle")
-    where = build / "vm-bundle"
-    stamp = where / ".from"
-    said = f"{archive.stat().st_size} {archive.stat().st_mtime_ns}\n"
-    if not stamp.is_file() or stamp.read_text() != said:
-        shutil.rmtree(where, ignore_errors=True)
-        where.mkdir(parents=True)
-        env = bundle.unpack(archive, where)
-        stamp.write_text(said)
-    else:
-        env = bundle.unpack_env(where)
     os.environ.update(env)
     print(f"demo: no QEMU installed here: the guest boots with make vm-bundle's "
-          f"QEMU and kernel ({archive})")
+          f"QEMU and kernel ({build / 'vm-bundle.tar.xz'})")
     return True
 
 
@@ -256,7 +231,7 @@ def main():
     tmp = Path(tempfile.mkdtemp(prefix="pvdemo", dir="/tmp"))  # short: socket paths
     try:
         kdir, kver = vm.kernel_dir()
-        accel = "kvm" if kvm_boots(vm, kdir, kver, tmp) else "tcg"
+        accel = "kvm" if vm.kvm_boots(kdir, kver, tmp) else "tcg"
         print(f"demo: the guest runs under {accel.upper()}")
         try:
             # A machine without kernel headers (the GPU host) may bring one

@@ -17,7 +17,7 @@ The archive unpacks into vm-bundle/:
   libexec/, lib/, share/qemu/   QEMU itself, every library it loads but
                             glibc's own, its TCG module, its firmware
   guest/KVER/               the guest kernel and the modules the initramfs
-                            loads (pvgpuvm.VSOCK_MODULES), as .deps/vm/KVER
+                            loads (pvgpuvm.VSOCK_MODULES, NINEP_MODULES), as .deps/vm/KVER
   guest/pvgpu.ko            built for that kernel
 
 The same inputs give the same bytes (names sorted, times, owners and modes
@@ -144,7 +144,7 @@ def gather(build, qemu=None, vhost=None):
         kdir, kver = vm.kernel_dir()
         ko = vm.guest_driver(kver, Path(build).resolve() / "guest-driver")
         busybox = vm.busybox_path()
-        modules = vm.resolve_modules(kdir, kver, vm.VSOCK_MODULES)
+        modules = vm.resolve_modules(kdir, kver, vm.VSOCK_MODULES + vm.NINEP_MODULES)
     except vm.VmError as e:
         raise BundleError(str(e)) from e
 
@@ -280,6 +280,26 @@ def unpack_env(where):
     printed = subprocess.run([str(Path(where) / TOP / "env")], capture_output=True,
                              text=True, check=True, timeout=30).stdout
     return dict(shlex.split(line)[1].split("=", 1) for line in printed.splitlines())
+
+
+def brought(build):
+    """Where a machine without QEMU (the GPU host) was brought make
+    vm-bundle's archive, as BUILD/vm-bundle.tar.xz: unpacked into
+    BUILD/vm-bundle/ once per archive; the variables its `env` prints, or
+    None where there is no archive."""
+    archive = Path(build) / "vm-bundle.tar.xz"
+    if not archive.is_file():
+        return None
+    where = Path(build) / "vm-bundle"
+    stamp = where / ".from"
+    said = f"{archive.stat().st_size} {archive.stat().st_mtime_ns}\n"
+    if stamp.is_file() and stamp.read_text() == said:
+        return unpack_env(where)
+    shutil.rmtree(where, ignore_errors=True)
+    where.mkdir(parents=True)
+    env = unpack(archive, where)
+    stamp.write_text(said)
+    return env
 
 
 def main(argv=None):

@@ -85,6 +85,11 @@ VSOCK_MODULES = ["virtio_ring", "virtio", "virtio_pci_legacy_dev",
                  "vmw_vsock_virtio_transport_common",
                  "vmw_vsock_virtio_transport"]
 
+# 9p over virtio, for a guest given a host folder with QEMU's -virtfs
+# (virtfs_args): the GPU tests enter the host's own root filesystem with
+# it, read-only, to run frameworks far too large for an initramfs.
+NINEP_MODULES = ["netfs", "fscache", "9pnet", "9pnet_virtio", "9p"]
+
 
 class VmError(Exception):
     """Something needed to boot a guest is missing or wrong."""
@@ -721,6 +726,30 @@ def qemu_command(initrd, kernel=None, append="", windows=(), memory="1G",
             + window_args(windows) + list(extra))
 
 
+def virtfs_args(path, tag, readonly=True):
+    """QEMU arguments sharing the host folder `path` with the guest as 9p
+    mount tag `tag` (the guest: mount -t 9p -o trans=virtio TAG DIR).
+    multidevs=remap: a folder holding other mounts (/) has files of several
+    host devices, whose inode numbers would clash in the guest."""
+    opts = [f"local,path={path}", f"mount_tag={tag}", "security_model=none",
+            "multidevs=remap"] + (["readonly=on"] if readonly else [])
+    return ["-virtfs", ",".join(opts)]
+
+
+def kvm_boots(kdir, kver, tmp):
+    """Whether a guest really boots under KVM here: /dev/kvm may exist where
+    nested virtualisation cannot run a guest (DESIGN section 7), so try
+    one, briefly."""
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        return False
+    initrd = Path(tmp) / "probe.cpio"
+    build_initramfs(initrd, "exit 0\n", kdir=kdir, kver=kver)
+    cmd = qemu_command(initrd, kernel=Path(kdir) / "boot" / f"vmlinuz-{kver}",
+                       memory="256M", accel="kvm")
+    status, _ = run(cmd, 20.0, echo=False)
+    return status == 0
+
+
 # ---- the console's text ----------------------------------------------------------
 #
 # A serial console carries what firmware and the guest write for a terminal,
@@ -897,7 +926,7 @@ def main(argv=None):
         if a.cmd == "initramfs":
             mods = []
             for m in a.module:
-                mods += VSOCK_MODULES if m == "vsock" else [m]
+                mods += {"vsock": VSOCK_MODULES, "9p": NINEP_MODULES}.get(m, [m])
             kdir, kver = (None, None)
             if mods:
                 kdir, kver = kernel_dir(a.kver)
