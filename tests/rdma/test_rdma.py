@@ -577,7 +577,10 @@ def test_frozen_peer_ends_its_session_after_the_timeout(console):
         "Connection timed out" in frozen, frozen
     code, line = rc(console, "frozen-host")
     after = int(re.search(r"gave_up_after=(\d+)s", line).group(1))
-    assert code not in (0, 137) and 2 <= after <= 20, f"{line}\n{console[-3000:]}"
+    # No lower bound: the guest's 3 s count from the last bytes the worker
+    # took, which on a loaded machine can be a second or two before the
+    # freeze, so the program may give up within a second of it.
+    assert code not in (0, 137) and after <= 20, f"{line}\n{console[-3000:]}"
     code, line = rc(console, "after-frozen")
     assert code == 0 and line.endswith("last=PASS"), line
     assert "alive=yes" in cases(console)["frozen-alive"], frozen
