@@ -7,6 +7,7 @@ import sys
 import time
 
 t0 = time.monotonic()
+print("importing torch", flush=True)
 import torch  # noqa: E402
 
 print(f"time import-torch {time.monotonic() - t0:.1f} s", flush=True)
