@@ -287,7 +287,7 @@ def test_two_guests_on_the_gpu(guest_tools, start_pvgpud, natives):
 
 
 TORCH_SCRIPT = REPO / "tests" / "gpu" / "frameworks" / "torch_tiny.py"
-# Importing PyTorch and transformers is minutes of emulated CPU.
+# Importing PyTorch is minutes of emulated CPU.
 TORCH_TIMEOUT = 540.0
 
 
