@@ -60,6 +60,12 @@ def test_it_holds_what_a_guest_needs_owned_by_nobody_at_time_0(bundle_script, vm
         assert f"{top}/share/qemu/{name}" in members, name
     kernels = [n for n in members if re.fullmatch(rf"{top}/guest/[^/]+/boot/vmlinuz-.*", n)]
     assert len(kernels) == 1, kernels
+    # The modules of vsock (every guest) and of 9p (the GPU tests' guest
+    # that enters the host's root filesystem).
+    kos = {os.path.basename(n).split(".ko")[0].replace("-", "_") for n in members
+           if re.search(r"/lib/modules/.*\.ko", n)}
+    wanted = bundle_script.vm.VSOCK_MODULES + bundle_script.vm.NINEP_MODULES
+    assert set(wanted) <= kos, set(wanted) - kos
     # glibc's own libraries stay the host's.
     libs = {os.path.basename(n) for n in members if n.startswith(f"{top}/lib/")}
     assert libs and not libs & bundle_script.GLIBC, libs & bundle_script.GLIBC
