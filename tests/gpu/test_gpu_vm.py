@@ -38,7 +38,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 from pvgpu_guest import without_managed  # noqa: E402
-from vm_script import vm  # noqa: E402
+from vm_script import bundle, vm  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
@@ -71,7 +71,6 @@ def guest_tools(tmp_path_factory):
     """(kernel dir, version, pvgpu.ko, accel): the system's QEMU where it
     has one, else make vm-bundle's archive brought to BUILD; skip, saying
     why, where neither is."""
-    bundle = vm_bundle_module()
     saved = dict(os.environ)
     try:
         try:
@@ -96,15 +95,6 @@ def guest_tools(tmp_path_factory):
     finally:
         os.environ.clear()
         os.environ.update(saved)
-
-
-def vm_bundle_module():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(
-        "vm_bundle", REPO / "scripts" / "vm" / "bundle.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def guest_files(programs, ko, tmp):

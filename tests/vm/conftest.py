@@ -3,7 +3,6 @@ unpacked as the GPU host takes it: test_guest_vm.py boots its two guests
 with the bundle's QEMU, vhost-device-vsock, kernel and pvgpu.ko instead of
 the system's (no boot of its own: a TCG boot is 100 CPU-seconds), and
 test_vm_bundle.py builds it a second time to compare."""
-import importlib.util
 import os
 import shlex
 import shutil
@@ -11,20 +10,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from vm_script import bundle
 
 REPO = Path(__file__).resolve().parent.parent.parent
 BUILD = REPO / os.environ.get("PVGPU_BUILD", "build")
 
 
-def load_bundle():
-    spec = importlib.util.spec_from_file_location(
-        "vm_bundle", REPO / "scripts" / "vm" / "bundle.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-bundle = load_bundle()
 
 
 @pytest.fixture(scope="session")
