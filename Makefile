@@ -44,7 +44,7 @@ PVGPU_VERSION := $(or $(shell debian/version.sh 2>/dev/null),0.0~unknown)
 # generated code) and its own; DESIGN §1 says which folder holds what.
 SHARED_INC  = -Icommon -Iprotocol -Itransport -I$(BUILD)/gen
 BACKEND_INC = -Ihost-backend/daemon -Ihost-backend/session -Ihost-backend/exec
-GUEST_INC   = -Iguest-lib/client -Iguest-lib/frontend -Iguest-lib/cudart -Iguest-driver
+GUEST_INC   = -Iguest-lib/client -Iguest-lib/frontend -Iguest-driver
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fPIC \
            $(SHARED_INC) -I$(CUDA_INCLUDE)
 LDLIBS  += -ldl -lpthread
@@ -127,24 +127,22 @@ BACKEND_LIB_SRC = $(filter-out host-backend/daemon/main.c host-backend/exec/remo
               $(GEN_DIR)/exec_cuda_generic.c \
               $(PROTO_SRC) $(COMMON_SRC) $(TRANSPORT_HOST_SRC)
 BACKEND_SRC = host-backend/daemon/main.c $(BACKEND_LIB_SRC)
-# The guest's protocol client and the front-ends' start-up: the runtime
-# shim and pvgpuctl link the same one.
+# The guest's protocol client and the front-end's start-up: libcuda.so.1
+# (guest-lib/cuda/cuda.mk) and pvgpuctl link the same one.
 CLIENT_SRC  = $(wildcard guest-lib/client/*.c guest-lib/frontend/*.c) \
               $(GEN_DIR)/pvgpu_guest.c $(PROTO_SRC) $(COMMON_SRC) $(TRANSPORT_GUEST_SRC)
 CTL_SRC     = host-backend/ctl/pvgpuctl.c $(CLIENT_SRC)
-GUEST_SRC   = $(wildcard guest-lib/cudart/*.c) $(CLIENT_SRC)
 # The simulated device: a test fixture (tests/sim/), loaded by pvgpud as a
 # plugin from build/lib/pvgpud/, never linked into it.
 SIM_SRC     = $(wildcard tests/sim/*.c)
 
 PVGPUD  = $(BUILD)/bin/pvgpud
 PVGPUCTL = $(BUILD)/bin/pvgpuctl
-SHIM    = $(BUILD)/lib/libcudart.so.13
 SIM_EXEC = $(BUILD)/lib/pvgpud/exec-sim.so
 
 .PHONY: all test test-gpu demo fuzz clean deps unit-tests guest-driver \
 	c-parts build-minimal cross-arm64
-all: $(PVGPUD) $(PVGPUCTL) $(SHIM) $(SIM_EXEC) test-programs bench unit-tests
+all: $(PVGPUD) $(PVGPUCTL) $(SIM_EXEC) test-programs bench unit-tests
 
 # The guest kernel driver, against Debian's linux-headers-*-amd64 (kbuild
 # copies the sources to build/guest-driver/).  Not part of `all`: a GPU
@@ -194,18 +192,12 @@ $(PVGPUCTL): $(call objs,$(CTL_SRC))
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CURL_LIBS)
 
-$(SHIM): $(call objs,$(GUEST_SRC)) guest-lib/cudart/libcudart.map
-	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -shared -Wl,-soname,libcudart.so.13 \
-		-Wl,--version-script=guest-lib/cudart/libcudart.map -Wl,-z,defs \
-		-o $@ $(call objs,$(GUEST_SRC)) $(LDLIBS)
-
 $(SIM_EXEC): $(call objs,$(SIM_SRC))
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -shared -Wl,-z,defs -o $@ $^ $(LDLIBS) -lm
 
 # The C parts alone (no nvcc): what the variant builds below need.
-c-parts: $(PVGPUD) $(PVGPUCTL) $(SHIM) $(SIM_EXEC)
+c-parts: $(PVGPUD) $(PVGPUCTL) $(SIM_EXEC)
 
 # `make` where the optional libraries are missing: every one left out, one
 # line each, and the rest must still build (CI proves it here).

@@ -221,9 +221,9 @@ _guest_libdir = []
 
 def guest_libdir():
     """A folder holding NVIDIA's libcudart.so.13 and pvgpu's libcuda.so.1,
-    nothing else (BUILD/lib also holds pvgpu's older runtime shim, which
-    must not stand in for NVIDIA's): on LD_LIBRARY_PATH, a program built
-    -cudart shared loads NVIDIA's runtime over pvgpu's driver.  One per
+    nothing else (not BUILD/lib, whose other libraries a test may want
+    out of the way): on LD_LIBRARY_PATH, a program built -cudart shared
+    loads NVIDIA's runtime over pvgpu's driver.  One per
     test process, removed at its end."""
     if not _guest_libdir:
         if not LIBCUDA.exists():

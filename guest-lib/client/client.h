@@ -35,7 +35,7 @@ struct pvgpu_client_info {
  * Everything a connection is tuned by.  The client reads no environment:
  * a front-end fills this once at start-up (pvgpu_config_from_env() in
  * guest-lib/frontend/ reads the PVGPU_* variables) and may then change
- * what it knows better, so that pvgpuctl, the runtime shim and the driver
+ * what it knows better, so that pvgpuctl, NVML and the driver
  * front-end configure the same client the same way.
  */
 #define PVGPU_CLIENT_DEVICES_MAX	1024

@@ -1,7 +1,7 @@
 /*
  * config_env.h - a front-end's start-up: the PVGPU_* environment read once
  * into the client's configuration (guest-lib/client/client.h).  Both the
- * runtime shim and the driver front-end (libcuda.so.1) call this, so the
+ * driver front-end (libcuda.so.1) and NVML call this, so the
  * variables mean the same whichever library a program loads; the client
  * itself never reads the environment.
  */

@@ -1,6 +1,6 @@
 /*
  * devices.h - the device list every front-end reads (DESIGN §6): the
- * runtime shim, the driver front-end (libcuda.so.1) and NVML split
+ * driver front-end (libcuda.so.1) and NVML split
  * PVGPU_DEVICES (or guest.conf's entries, joined the same way) with this
  * one parser, so an entry means the same GPU whichever library reads it.
  */
