@@ -287,31 +287,45 @@ int32_t pvgpu_client_wait(struct pvgpu_client *c, enum pvgpu_idle_kind kind,
 
 /* --- the wire: the control ring when there is one, else the transport --- */
 
+static int ring_lost(struct pvgpu_client *c, int rc);
+
 /* The control ring's wake-ups go over the transport (see transport.h). */
 static int ring_kick(void *arg)
 {
 	struct pvgpu_client *c = arg;
+	int rc = c->tr.ops->kick(&c->tr);
 
-	return c->tr.ops->kick(&c->tr);
+	return rc ? ring_lost(c, rc) : 0;
 }
 
 static int ring_wait(void *arg)
 {
 	struct pvgpu_client *c = arg;
+	int rc = c->tr.ops->wait_kick(&c->tr);
 
-	return c->tr.ops->wait_kick(&c->tr);
+	return rc ? ring_lost(c, rc) : 0;
+}
+
+/*
+ * The ring carries the messages, but for a resume's hello, which goes
+ * over the new connection itself (the ring is set aside for that one
+ * exchange: it still holds what the session had in flight).
+ */
+static int ring_carries(const struct pvgpu_client *c)
+{
+	return c->ring_on && !c->resuming;
 }
 
 static int wire_sendv(struct pvgpu_client *c, struct iovec *iov, int iovcnt)
 {
-	if (c->ring_on)
+	if (ring_carries(c))
 		return pvgpu_ring_sendv(&c->ring, iov, iovcnt);
 	return c->tr.ops->sendv(&c->tr, iov, iovcnt);
 }
 
 static int wire_recv(struct pvgpu_client *c, void *buf, size_t len)
 {
-	if (c->ring_on)
+	if (ring_carries(c))
 		return pvgpu_ring_recv(&c->ring, buf, len);
 	return c->tr.ops->recv(&c->tr, buf, len);
 }
@@ -364,11 +378,25 @@ static int signal_seen(void *arg)
 	return __atomic_load_n(c->signal_word, __ATOMIC_ACQUIRE) == c->signal_value;
 }
 
-/* Can a lost connection be resumed (feature resume, no shared window)? */
+/*
+ * Can a lost connection be resumed (feature resume)?  A stream session by
+ * sending again what the backend did not read (keep_locked); a session
+ * whose messages go through the control ring by connecting again alone:
+ * the ring and the window stay mapped on both sides, so nothing of a
+ * message is lost with the connection, which only carried wake-ups.  A
+ * shared window without the ring is neither: its staging positions go
+ * with the stream.
+ */
 static int resumable(const struct pvgpu_client *c)
 {
-	return (c->resume_token[0] | c->resume_token[1]) && !c->win &&
-	       !c->ring_on;
+	return (c->resume_token[0] | c->resume_token[1]) &&
+	       (c->ring_on || !c->win);
+}
+
+/* Does a resume send again what was kept?  Not where the ring holds it. */
+static int keeps(const struct pvgpu_client *c)
+{
+	return resumable(c) && !c->ring_on;
 }
 
 /* The stream is unusable (lost, or out of step): close it for good. */
@@ -394,7 +422,7 @@ static int32_t break_locked(struct pvgpu_client *c, const char *why, int err)
 /* Bytes of async messages on their way: kept until the next reply; the bytes copied. */
 static size_t keep_locked(struct pvgpu_client *c, const void *p, size_t len)
 {
-	if (!resumable(c) || c->keep_over || !len)
+	if (!keeps(c) || c->keep_over || !len)
 		return 0;
 	if (c->keep_len + len > RESUME_KEEP_MAX) {
 		c->keep_over = 1;
@@ -814,6 +842,26 @@ static int32_t resume_locked(struct pvgpu_client *c, uint64_t *last_received)
 }
 
 /*
+ * The control ring's wake-up channel went (a VM's live migration resets
+ * its vsock connections): connect again and resume, then let the ring
+ * look again; the messages it holds were never on the connection.  rc
+ * where the session cannot be resumed, 0 once it was.
+ */
+static int ring_lost(struct pvgpu_client *c, int rc)
+{
+	uint64_t got;
+
+	if (c->resuming || c->broken || !resumable(c))
+		return rc;
+	c->lost = 1;
+	c->lost_why = "the control ring's wake-up channel";
+	c->lost_err = -rc;
+	c->broken = 1;
+	c->tr.ops->close(&c->tr);
+	return resume_locked(c, &got) ? rc : 0;
+}
+
+/*
  * A sync operation (pvgpu_client_call); with landing_dst, the landing's
  * first landing_len bytes are copied there once the call succeeded, before
  * any other call can land there.
@@ -924,6 +972,7 @@ int pvgpu_client_dtoh_landing(struct pvgpu_client *c, void *dst,
 static int transport_quiet(void *arg)
 {
 	struct pvgpu_client *c = arg;
+	int rc;
 
 	if (!c->ring_on)
 		return pvgpu_transport_quiet(&c->tr);
@@ -931,8 +980,13 @@ static int transport_quiet(void *arg)
 		return 0;		/* the reply began (or the ring is broken) */
 	if (pvgpu_transport_quiet(&c->tr))
 		return 1;
-	/* Kick bytes or the hang-up: this does not block now, and drops them. */
-	return c->tr.ops->wait_kick(&c->tr) == 0;
+	/*
+	 * Kick bytes or the hang-up: this does not block now, and drops them.
+	 * A hang-up with the copy under way is resumed here, and the copy
+	 * goes on: the backend, resumed too, still fills or empties the ring.
+	 */
+	rc = c->tr.ops->wait_kick(&c->tr);
+	return rc == 0 || ring_lost(c, rc) == 0;
 }
 
 int32_t pvgpu_client_call_staged(struct pvgpu_client *c, uint16_t opcode,

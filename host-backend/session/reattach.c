@@ -64,7 +64,7 @@ void pvgpu_worker_keep_reply(struct pvgpu_worker *w, const uint8_t *hdr,
 			     size_t hdr_len, const uint8_t *payload, size_t len)
 {
 	/* A copy's DATA frames are not kept: the request is, to run again. */
-	if (!w->grace_ns || hdr_len + len > KEPT_MAX ||
+	if (!w->grace_ns || w->ring_on || hdr_len + len > KEPT_MAX ||
 	    (w->kept_rerun && w->kept_id == w->req_id))
 		return;
 	memcpy(w->kept, hdr, hdr_len);
@@ -79,7 +79,7 @@ void pvgpu_worker_keep_request(struct pvgpu_worker *w,
 			       const struct pvgpu_hdr *h,
 			       const uint8_t *payload)
 {
-	if (!w->grace_ns || h->length > PVGPU_MAX_PAYLOAD ||
+	if (!w->grace_ns || w->ring_on || h->length > PVGPU_MAX_PAYLOAD ||
 	    payload == w->kept_req)	/* the kept one, run again */
 		return;
 	memcpy(w->kept_req, payload, h->length);
@@ -202,16 +202,17 @@ int pvgpu_worker_detach(struct pvgpu_worker *w)
 	struct pvgpu_hdr h;
 	uint64_t t0, paused, kept_id = w->kept_id;
 	size_t len = 0;
-	int fd;
+	int fd, rc;
 
 	if (!w->lost || !w->grace_ns || w->said_hello <= 0)
 		return -1;
 	/*
-	 * A shared window's ring and staging slots hold positions both
-	 * sides must agree on, which a lost connection leaves unknown.
+	 * A shared window's staging slots hold positions both sides must
+	 * agree on, which a lost stream leaves unknown; with the control
+	 * ring, the messages and the positions are all in the window.
 	 */
-	if (w->win.base) {
-		wlog_info(w, "connection lost; not kept for a resume: the session has a shared window");
+	if (w->win.base && !w->ring_on) {
+		wlog_info(w, "connection lost; not kept for a resume: the session has a shared window without its control ring");
 		return -1;
 	}
 	t0 = pvgpu_now_ns();
@@ -249,11 +250,14 @@ int pvgpu_worker_detach(struct pvgpu_worker *w)
 	pvgpu_watchdog_resume(w->slot, paused);
 	w->fatal = 0;
 	w->lost = 0;
-	if (send_resume_reply(w, h.id))
+	w->ring_aside = 1;
+	rc = send_resume_reply(w, h.id);
+	w->ring_aside = 0;
+	if (rc)
 		return -1;
-	/* The last reply, if the guest did not get it. */
+	/* The last reply, if the guest did not get it (the ring keeps its own). */
 	w->rerun = 0;
-	if (kept_id && req.last_reply < kept_id) {
+	if (!w->ring_on && kept_id && req.last_reply < kept_id) {
 		if (w->kept_rerun) {
 			w->rerun = 1;
 		} else {

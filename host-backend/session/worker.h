@@ -190,6 +190,9 @@ struct pvgpu_worker {
 	 */
 	struct pvgpu_ring ring;
 	int ring_pending, ring_on;
+	/* A resume's hello and its reply cross the new connection itself,
+	 * the ring set aside for them (reattach.c). */
+	int ring_aside;
 	/*
 	 * Completion through the device's word in the ring's first page
 	 * (feature signal, signal.c): the word (NULL: not in use), its device
@@ -234,6 +237,8 @@ struct pvgpu_worker {
 	 * a guest that did not get it (kept_id, its bytes); or, for a copy
 	 * whose data went out in DATA frames, the request, run again (a
 	 * read of device memory: no side effect).  rerun: do so next.
+	 * A session whose messages go through the control ring keeps
+	 * nothing: the ring holds them, and only wake-ups were lost.
 	 */
 	uint64_t grace_ns;
 	int32_t device_count;		/* as hello said it (a resume says it again) */

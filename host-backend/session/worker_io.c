@@ -72,6 +72,26 @@ static void call_in_progress(struct pvgpu_worker *w, char *buf, size_t len)
 /* --- the control ring ------------------------------------------------------ */
 
 /*
+ * The guest's channel went under the ring (a VM's live migration resets
+ * its vsock connections).  The ring and the window stay mapped on both
+ * sides, so nothing of a message went with the channel, which only
+ * carried wake-ups: a session kept for a resume waits for the guest's new
+ * connection here (reattach.c), and the ring looks again.  rc when it
+ * ends instead.
+ */
+static int ring_lost(struct pvgpu_worker *w, int rc)
+{
+	if (!w->grace_ns || w->fatal || w->ring_aside)
+		return rc;
+	w->lost = PVGPU_LOST_READ;
+	w->fatal = 1;
+	if (!pvgpu_worker_detach(w))
+		return 0;
+	w->lost = 0;		/* not resumed: the session ends, once */
+	return rc;
+}
+
+/*
  * Wake the guest: one byte on the channel.  The guest raises its flag
  * only just before it sleeps and reads every byte when it wakes, so at
  * most a byte or so per sleep is ever waiting there.
@@ -81,8 +101,9 @@ static int ring_kick(void *arg)
 	struct pvgpu_worker *w = arg;
 	char k = 'k';
 	struct iovec iov = { &k, 1 };
+	int rc = w->conn->ops->sendv(w->conn, &iov, 1);
 
-	return w->conn->ops->sendv(w->conn, &iov, 1);
+	return rc ? ring_lost(w, rc) : 0;
 }
 
 /*
@@ -126,7 +147,7 @@ static int ring_wait(void *arg)
 	}
 	if (!signal)
 		pvgpu_watchdog_resume(w->slot, paused);
-	return rc;
+	return rc ? ring_lost(w, rc) : 0;
 }
 
 void pvgpu_worker_ring_waiter(struct pvgpu_worker *w,
@@ -165,7 +186,7 @@ int pvgpu_worker_read(struct pvgpu_worker *w, void *buf, size_t len)
 {
 	uint8_t *p = buf;
 
-	if (w->ring_on) {
+	if (w->ring_on && !w->ring_aside) {
 		int rc = pvgpu_ring_recv(&w->ring, buf, len);
 
 		return rc ? ring_failed(w, rc, "receiving") : 0;
@@ -210,7 +231,7 @@ static int write_all(struct pvgpu_worker *w, struct iovec *iov, int iovcnt)
 	uint64_t paused;
 	int rc;
 
-	if (w->ring_on) {
+	if (w->ring_on && !w->ring_aside) {
 		rc = pvgpu_ring_sendv(&w->ring, iov, iovcnt);
 		return rc ? ring_failed(w, rc, "sending") : 0;
 	}

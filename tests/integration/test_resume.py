@@ -38,7 +38,9 @@ def run_through_proxy(programs, daemon, tmp_path, name, tcp, seed, cuts, high):
     return res, proxy
 
 
-def assert_one_session_resumed(programs, daemon, res, proxy, seed):
+def assert_one_session_resumed(programs, daemon, res, proxy, seed, sessions=1):
+    """The program passed in one session (the `sessions`th of the
+    daemon), resumed after each cut the guest noticed."""
     why = f"(seed {seed}, cuts after {proxy.cut_at} bytes)"
     programs.assert_passed(res, daemon)
     # The guest says each resume with PVGPU_DEBUG (a cut while it resumes
@@ -49,7 +51,7 @@ def assert_one_session_resumed(programs, daemon, res, proxy, seed):
     wait_live(daemon, 0, timeout=30)
     log = daemon.log()
     kept, resumed = KEPT.findall(log), RESUMED.findall(log)
-    assert len(START.findall(log)) == 1, f"{why}\n{log[-6000:]}"
+    assert len(START.findall(log)) == sessions, f"{why}\n{log[-6000:]}"
     assert len(said) <= len(kept) == len(resumed) <= len(proxy.cut_at), \
         f"{why}\n{log[-6000:]}"
     assert "not resumed" not in log
@@ -77,6 +79,28 @@ def test_kernels_survive_cuts(programs, twins_daemon, short_tmp, name):
     seed = int.from_bytes(os.urandom(4), "little")
     res, proxy = run_through_proxy(programs, twins_daemon, short_tmp, name,
                                    False, seed, cuts=3, high=300_000)
+    assert_one_session_resumed(programs, twins_daemon, res, proxy, seed)
+
+
+@pytest.mark.parametrize("name", ["memory", "kernels/streams4"])
+def test_ring_sessions_survive_cuts(programs, twins_daemon, short_tmp, name):
+    """shm://: the messages go through the window's control ring, the
+    socket carries wake-ups alone.  Cut at a random moment of the run, the
+    socket's loss loses no message: the guest connects again and resumes,
+    the worker takes the new connection, and both look at the ring again;
+    the program passes, in one session.  Cut where one side wakes the
+    other (the proxy keeps that wake-up), twice."""
+    seed = int.from_bytes(os.urandom(4), "little")
+    proxy = CuttingProxy(twins_daemon.unix, short_tmp, cuts=2, seed=seed,
+                         after_kicks=(1, 6))
+    env = programs.pvgpu_env("shm://" + proxy.uri[len("unix://"):])
+    env["PVGPU_DEBUG"] = "1"
+    try:
+        res = programs.run(name, env)
+    finally:
+        proxy.close()
+    assert "control ring" in res.stderr, programs.describe(res, twins_daemon)
+    assert proxy.cut_at, f"no wake-up cut (seed {seed})\n{programs.describe(res, twins_daemon)}"
     assert_one_session_resumed(programs, twins_daemon, res, proxy, seed)
 
 

@@ -18,11 +18,13 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "qemu-device"))
 import pvgpu_wire as W  # noqa: E402
 from idle import children  # noqa: E402
+from pvgpu_sessions import alice_and_bob, wait_live  # noqa: E402
 from pvgpuvm import window  # noqa: E402  (the header, common/window.h)
 from pvgpuvm.spec import WindowLayout  # noqa: E402
 
 
 RING = 1 << W.P.FEATURES["ring"]
+RESUME = 1 << W.P.FEATURES["resume"]
 KNOWN = sum(1 << bit for bit in W.P.FEATURES.values())
 from curesult import CUDA_ERROR_INVALID_VALUE  # noqa: E402
 WINDOW = 64 << 20
@@ -193,8 +195,8 @@ class RingSession(W.Session):
         return bytes(out)
 
 
-def ring_session(daemon, **kw):
-    s = RingSession(daemon.unix)
+def ring_session(daemon, features=KNOWN, **kw):
+    s = RingSession(daemon.unix, features=features)
     assert s.features & RING
     assert s.attach(**kw) == 0
     return s
@@ -360,7 +362,9 @@ def test_a_length_past_the_limit_in_the_ring_ends_the_session(sim_daemon):
 
 
 def test_a_guest_that_never_reads_its_replies(sim_daemon):
-    s = ring_session(sim_daemon)
+    # Without resume: a session that offers one is kept for the guest's
+    # return first (test_resume.py's ring cuts), then ends as here.
+    s = ring_session(sim_daemon, features=KNOWN & ~RESUME)
     s.open_context()
     # Requests until the worker blocks on a full reply ring, never reading.
     raw = b"".join(W.message("mem_get_info", 1000 + i) for i in range(150))
@@ -374,7 +378,7 @@ def test_a_guest_that_never_reads_its_replies(sim_daemon):
 
 
 def test_a_guest_killed_mid_call(sim_daemon):
-    s = ring_session(sim_daemon)
+    s = ring_session(sim_daemon, features=KNOWN & ~RESUME)
     s.open_context()
     st, _d, out, _ = s.call("mem_alloc", size=1 << 16)
     # Half a request in the ring, then gone.
@@ -383,6 +387,24 @@ def test_a_guest_killed_mid_call(sim_daemon):
     s.sock.close()
     assert wait_for_log(sim_daemon, "connection closed by the guest during memcpy_htod")
     assert_daemon_serves(sim_daemon)
+
+
+def test_a_ring_guest_gone_is_kept_for_its_grace(start_pvgpud, tmp_path):
+    """With resume: a ring session whose guest is gone is kept for the
+    VM's resume_grace (its messages are in the ring, only the wake-ups
+    went with the connection), then ends as any other, its memory back."""
+    d = alice_and_bob(start_pvgpud, tmp_path, "bobtoken",
+                      alice_extra="memory = 64M\nresume_grace = 0.5")
+    s = RingSession(d.unix)
+    assert s.features & RING and s.features & RESUME
+    assert s.attach() == 0
+    s.open_context()
+    assert s.call("mem_alloc", size=32 << 20)[0] == 0
+    s.close()
+    assert wait_for_log(d, "connection lost; kept 0.5 s for its guest to resume it")
+    assert wait_for_log(d, "not resumed within 0.5 s; ending the session")
+    wait_live(d, 0)
+    assert_daemon_serves(d)
 
 
 # --- idle costs nothing -------------------------------------------------------------
