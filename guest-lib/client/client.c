@@ -75,6 +75,14 @@ struct pvgpu_client {
 	void *ring_mem;			/* in win's arena; NULL: none */
 	int ring_on;
 	/*
+	 * The window is this process's own memfd (shm://): nothing but
+	 * this process and the worker ever writes it, so a ring session
+	 * survives its connection.  Not a VM's window device: a live
+	 * migration makes QEMU copy that window into the very file both
+	 * QEMUs and the worker map, which loses writes (docs/design.md §5).
+	 */
+	int ring_resumes;
+	/*
 	 * The device's completion word in the ring's first page (feature
 	 * signal; NULL: not in use), and the value the call being answered
 	 * waits for in it.
@@ -381,16 +389,17 @@ static int signal_seen(void *arg)
 /*
  * Can a lost connection be resumed (feature resume)?  A stream session by
  * sending again what the backend did not read (keep_locked); a session
- * whose messages go through the control ring by connecting again alone:
- * the ring and the window stay mapped on both sides, so nothing of a
- * message is lost with the connection, which only carried wake-ups.  A
- * shared window without the ring is neither: its staging positions go
- * with the stream.
+ * whose messages go through the control ring of its own memfd window by
+ * connecting again alone: the ring and the window stay mapped on both
+ * sides, so nothing of a message is lost with the connection, which only
+ * carried wake-ups.  A shared window without the ring is neither (its
+ * staging positions go with the stream), nor is a VM's window device
+ * (ring_resumes).
  */
 static int resumable(const struct pvgpu_client *c)
 {
 	return (c->resume_token[0] | c->resume_token[1]) &&
-	       (c->ring_on || !c->win);
+	       (c->ring_on ? c->ring_resumes : !c->win);
 }
 
 /* Does a resume send again what was kept?  Not where the ring holds it. */
@@ -1161,6 +1170,7 @@ static void attach_window(struct pvgpu_client *c, enum window_kind kind)
 
 		pvgpu_ring_attach(&c->ring, c->ring_mem, cap, PVGPU_RING_GUEST, &wt);
 		c->ring_on = 1;
+		c->ring_resumes = kind == WINDOW_MEMFD;
 		if (c->info.features & PVGPU_FEATURE_SIGNAL)
 			c->signal_word = pvgpu_ring_signal_word(c->ring_mem);
 	}

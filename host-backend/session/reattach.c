@@ -209,10 +209,17 @@ int pvgpu_worker_detach(struct pvgpu_worker *w)
 	/*
 	 * A shared window's staging slots hold positions both sides must
 	 * agree on, which a lost stream leaves unknown; with the control
-	 * ring, the messages and the positions are all in the window.
+	 * ring, the messages and the positions are all in the window.  But
+	 * a VM's window is copied into itself by a live migration on one
+	 * host, losing what was written meanwhile (docs/design.md §5): only
+	 * a process's own memfd window is kept.
 	 */
 	if (w->win.base && !w->ring_on) {
 		wlog_info(w, "connection lost; not kept for a resume: the session has a shared window without its control ring");
+		return -1;
+	}
+	if (w->win.base && !w->win_own) {
+		wlog_info(w, "connection lost; not kept for a resume: the session uses its VM's window");
 		return -1;
 	}
 	t0 = pvgpu_now_ns();

@@ -184,7 +184,7 @@ int32_t pvgpu_handle_window_attach(struct pvgpu_worker *w,
 	int fd = w->conn->ops->take_fd ? w->conn->ops->take_fd(w->conn) : -1;
 	void *chan_base = NULL;
 	uint64_t chan_size = 0, staging_end;
-	int borrowed = 0, same = 0;
+	int borrowed = 0, same = 0, own = fd >= 0;
 	struct stat st;
 	void *base;
 
@@ -276,6 +276,7 @@ int32_t pvgpu_handle_window_attach(struct pvgpu_worker *w,
 		wlog_debug(w, "control ring: %llu KiB each way", (unsigned long long)(cap >> 10));
 	}
 	win->base = base;
+	w->win_own = own;	/* the guest process's memfd, not a VM's window */
 	win->borrowed = borrowed;
 	win->same_address = same;
 	rep->same_address = (uint32_t)same;

@@ -190,6 +190,9 @@ struct pvgpu_worker {
 	 */
 	struct pvgpu_ring ring;
 	int ring_pending, ring_on;
+	/* The window is the guest process's own memfd (shm://), not a VM's:
+	 * only such a ring session is kept for a resume (reattach.c). */
+	int win_own;
 	/* A resume's hello and its reply cross the new connection itself,
 	 * the ring set aside for them (reattach.c). */
 	int ring_aside;
