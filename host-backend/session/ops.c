@@ -438,6 +438,16 @@ int32_t pvgpu_handle_ctx_synchronize(struct pvgpu_worker *w,
 
 /* --- memory --------------------------------------------------------------- */
 
+/* The executor's allocation; past the part of the GPU the policy gives
+ * VMs ([gpu N] memory), out of memory as on a full GPU. */
+static int32_t alloc_in_cap(struct pvgpu_worker *w, int dev, uint64_t size,
+			    uint64_t *base)
+{
+	if (pvgpu_worker_over_cap(w, dev, size))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	return w->ex_ops->mem_alloc(w->ex, size, base);
+}
+
 int32_t pvgpu_handle_mem_alloc(struct pvgpu_worker *w,
 			       const struct pvgpu_mem_alloc_req *req,
 			       struct pvgpu_mem_alloc_rep *rep)
@@ -458,15 +468,11 @@ int32_t pvgpu_handle_mem_alloc(struct pvgpu_worker *w,
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	dev = current_ctx(w)->device;
-	/* Past the part of the GPU the policy gives VMs, it is full. */
-	st = pvgpu_worker_over_cap(w, dev, req->size) ? CUDA_ERROR_OUT_OF_MEMORY :
-	     w->ex_ops->mem_alloc(w->ex, req->size, &a.base);
+	st = alloc_in_cap(w, dev, req->size, &a.base);
 	/* A full GPU the policy oversubscribes: others may make room (oversub.h). */
 	if (st == CUDA_ERROR_OUT_OF_MEMORY &&
 	    pvgpu_worker_make_room(w, dev, req->size)) {
-		st = pvgpu_worker_over_cap(w, dev, req->size) ?
-		     CUDA_ERROR_OUT_OF_MEMORY :
-		     w->ex_ops->mem_alloc(w->ex, req->size, &a.base);
+		st = alloc_in_cap(w, dev, req->size, &a.base);
 		if (st == CUDA_ERROR_OUT_OF_MEMORY)
 			wlog_info(w, "mem_alloc of %llu bytes on device %d: out of memory after making room (no other session there could be suspended)",
 				  (unsigned long long)req->size, dev);

@@ -218,7 +218,7 @@ int pvgpu_worker_detach(struct pvgpu_worker *w)
 		wlog_info(w, "connection lost; not kept for a resume: the session has a shared window without its control ring");
 		return -1;
 	}
-	if (w->win.base && !w->win_own) {
+	if (w->win.base && !w->win.own) {
 		wlog_info(w, "connection lost; not kept for a resume: the session uses its VM's window");
 		return -1;
 	}

@@ -276,7 +276,7 @@ int32_t pvgpu_handle_window_attach(struct pvgpu_worker *w,
 		wlog_debug(w, "control ring: %llu KiB each way", (unsigned long long)(cap >> 10));
 	}
 	win->base = base;
-	w->win_own = own;	/* the guest process's memfd, not a VM's window */
+	win->own = own;
 	win->borrowed = borrowed;
 	win->same_address = same;
 	rep->same_address = (uint32_t)same;

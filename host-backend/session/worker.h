@@ -47,6 +47,9 @@ struct pvgpu_window {
 	uint8_t *base;			/* NULL: no window */
 	uint64_t size;
 	int borrowed;			/* the channel's memory (Xen grants): not ours to unmap */
+	/* The guest process's own memfd (shm://), not a VM's window: only
+	 * such a ring session is kept for a resume (reattach.c). */
+	int own;
 	int same_address;		/* mapped where the guest has it (managed.c) */
 	struct pvgpu_window_header *hdr;
 	uint64_t staging_offset;
@@ -190,9 +193,6 @@ struct pvgpu_worker {
 	 */
 	struct pvgpu_ring ring;
 	int ring_pending, ring_on;
-	/* The window is the guest process's own memfd (shm://), not a VM's:
-	 * only such a ring session is kept for a resume (reattach.c). */
-	int win_own;
 	/* A resume's hello and its reply cross the new connection itself,
 	 * the ring set aside for them (reattach.c). */
 	int ring_aside;
