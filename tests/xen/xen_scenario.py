@@ -134,11 +134,8 @@ metrics baseline
     done
 ) &
 """ + PAIR["dom0_start"] + r"""
-for d in domu1 domu2; do
-    xl create /etc/xen/$d.cfg >/dev/null || { echo "xen-dom0: xl create $d failed"; exit 93; }
-    follow_domu_console $d
-    echo "xen-dom0: $d is domain $(xl domid $d), created at $(cut -d' ' -f1 /proc/uptime) s"
-done
+domu_create domu1 domu2
+for d in domu1 domu2; do follow_domu_console $d; done
 id1=$(xl domid domu1); id2=$(xl domid domu2)
 """ + PAIR["dom0_created"] + r"""
 # Both at their quota at once (after the bare vchan checks), then domu2

@@ -194,6 +194,27 @@ follow_domu_console() {
     tail -n +1 -F /var/log/xen/console/guest-$1.log 2>/dev/null | tr -d '\r' |
         sed -e "s/pvgpu-guest: exit/pvgpu-guest exited/" -e "s/^/[$1] /" &
 }
+# domu_create [-p] NAME...: each /etc/xen/NAME.cfg built paused, one after
+# another, then all unpaused unless -p.  Under TCG a running domU takes the
+# one CPU that dom0's next `xl create` needs: one CI run's second create,
+# beside the first domU's boot, took minutes and failed.  xl's own errors
+# are shown (prefixed) when it fails; one retry after destroying what it
+# left, since a starved dom0 can miss one of libxl's timeouts.
+domu_create() {
+    keep=""; [ "$1" = -p ] && { keep=1; shift; }
+    for d in "$@"; do
+        try=1
+        while ! xl create -p /etc/xen/$d.cfg >/tmp/xl-create-$d.log 2>&1; do
+            sed "s/^/xen-dom0: xl: /" /tmp/xl-create-$d.log
+            xl destroy $d >/dev/null 2>&1
+            [ $try -ge 2 ] && { echo "xen-dom0: xl create $d failed"; exit 93; }
+            echo "xen-dom0: xl create $d failed, once more"; try=$((try+1))
+        done
+        echo "xen-dom0: $d is domain $(xl domid $d), created at $(cut -d' ' -f1 /proc/uptime) s"
+    done
+    [ -n "$keep" ] && return 0
+    for d in "$@"; do xl unpause $d; done
+}
 # domu_wait NAME SECONDS: until the domain is gone (0) or the time is up (1).
 # Every wait here polls once a second: each poll is a fork and exec in a
 # PV guest under TCG, CPU the guests' real work wants.
@@ -366,9 +387,8 @@ PROBE_PATH = "/local/domain/0/data/pvgpu-probe"
 def probe_scripts(nbytes):
     """(dom0 script, domU script) for the vchan probe pair."""
     dom0 = f"""
-xl create -p /etc/xen/domu1.cfg >/dev/null || {{ echo "xen-dom0: xl create failed"; exit 93; }}
+domu_create -p domu1
 id=$(xl domid domu1)
-echo "xen-dom0: domu1 is domain $id, created at $(cut -d' ' -f1 /proc/uptime) s"
 vchan-probe server $id {PROBE_PATH}/$id {nbytes} &
 srv=$!
 xl unpause domu1
@@ -507,10 +527,7 @@ def build_echo(workdir, echo, so, probe=None, nbytes=1 << 20):
     pair = vchan_pair("/usr/lib/pvgpu/transport-vchan.so", nbytes,
                       probe=bool(probe))
     dom0 = pair["dom0_start"] + """
-for d in domu1 domu2; do
-    xl create /etc/xen/$d.cfg >/dev/null || { echo "xen-dom0: xl create $d failed"; exit 93; }
-    echo "xen-dom0: $d is domain $(xl domid $d), created at $(cut -d' ' -f1 /proc/uptime) s"
-done
+domu_create domu1 domu2
 """ + pair["dom0_created"] + """
 domu_wait domu1 1800; domu_wait domu2 60
 """ + pair["dom0_end"] + """
