@@ -37,7 +37,6 @@ int pvgpu_op_waits_on_device(uint16_t opcode)
 	switch (opcode) {
 	case PVGPU_OP_CTX_SYNCHRONIZE:
 	case PVGPU_OP_STREAM_SYNCHRONIZE:
-	case PVGPU_OP_EVENT_SYNCHRONIZE:
 	case PVGPU_OP_MEMCPY_HTOD:
 	case PVGPU_OP_MEMCPY_DTOH:
 	case PVGPU_OP_MEMCPY_DTOD:

@@ -77,7 +77,8 @@ struct pvgpu_hdr {
 /*
  * Does the reply to this opcode wait for the device: a synchronize, a
  * synchronous copy?  (The guest spins longer for it; the worker looks
- * for device output before it.)
+ * for device output before it.)  A generic driver call may (the guest's
+ * client knows which of its own do: cuEventSynchronize).
  */
 int pvgpu_op_waits_on_device(uint16_t opcode);
 

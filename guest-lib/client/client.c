@@ -18,6 +18,7 @@
 #include "size.h"
 #include "debug.h"
 #include "guest_window.h"
+#include "pvgpu_generic.h"
 #include "pvgpu_guest.h"
 #include "pvgpu_proto.h"
 #include "transport.h"
@@ -138,21 +139,23 @@ static uint64_t take_traced_id(struct pvgpu_client *c, uint16_t opcode)
 }
 
 /*
- * Does a forwarded operation leave nothing on the device?  Only these:
- * what waits for work or asks about it, and the choice of context.
+ * What a call does beyond sending its work: leave nothing on the device
+ * (it waits for work or asks about it, or chooses a context), wait for
+ * the device (the reply may be long in coming: spin longer for it).  By
+ * opcode; pvgpu_client_wait says it for its generic calls.
  */
-static int op_leaves_no_work(uint16_t opcode)
+enum { CALL_NO_WORK = 1, CALL_WAITS = 2 };
+
+static unsigned int op_how(uint16_t opcode)
 {
 	switch (opcode) {
 	case PVGPU_OP_CTX_SYNCHRONIZE:
 	case PVGPU_OP_STREAM_SYNCHRONIZE:
-	case PVGPU_OP_STREAM_QUERY:
-	case PVGPU_OP_EVENT_SYNCHRONIZE:
-	case PVGPU_OP_EVENT_QUERY:
+		return CALL_NO_WORK | CALL_WAITS;
 	case PVGPU_OP_CTX_SET:
-		return 1;
+		return CALL_NO_WORK;
 	default:
-		return 0;
+		return pvgpu_op_waits_on_device(opcode) ? CALL_WAITS : 0;
 	}
 }
 
@@ -163,13 +166,13 @@ static int32_t read_reply_locked(struct pvgpu_client *c, uint16_t opcode,
 				 size_t rep_cap, size_t *rep_len);
 
 static int32_t await_reply_locked(struct pvgpu_client *c, uint16_t opcode,
-				  uint64_t id, uint8_t *data_out,
-				  uint64_t data_len, uint8_t *rep,
-				  size_t rep_cap, size_t *rep_len)
+				  unsigned int how, uint64_t id,
+				  uint8_t *data_out, uint64_t data_len,
+				  uint8_t *rep, size_t rep_cap, size_t *rep_len)
 {
 	int32_t st;
 
-	if (!c->ring_on || !pvgpu_op_waits_on_device(opcode))
+	if (!c->ring_on || !(how & CALL_WAITS))
 		return read_reply_locked(c, opcode, id, data_out, data_len, rep,
 					 rep_cap, rep_len);
 	pvgpu_ring_expect_wait(&c->ring, c->cfg.wait_spin_ns);
@@ -179,9 +182,9 @@ static int32_t await_reply_locked(struct pvgpu_client *c, uint16_t opcode,
 	return st;
 }
 
-static void note_work_locked(struct pvgpu_client *c, uint16_t opcode)
+static void note_work_locked(struct pvgpu_client *c, unsigned int how)
 {
-	if (!op_leaves_no_work(opcode))
+	if (!(how & CALL_NO_WORK))
 		c->work_seq++;
 }
 
@@ -240,16 +243,38 @@ out:
 	return known;
 }
 
+static int32_t call(struct pvgpu_client *c, uint16_t opcode,
+		    unsigned int how, const uint8_t *req, size_t req_len,
+		    const void *data_in, uint64_t data_len,
+		    void *data_out, uint8_t *rep, size_t rep_cap,
+		    size_t *rep_len, void *landing_dst, size_t landing_len);
+
+/* A stream's or an event's wait or query: a generic driver call (as the
+ * guest's library names the function) that leaves no work. */
+static int32_t wait_call(struct pvgpu_client *c, uint32_t fn, uint64_t handle,
+			 int query)
+{
+	struct pvgpu_driver_call_req req = { .fn = fn, .args_count = 1,
+					     .args = { handle } };
+	struct pvgpu_driver_call_rep rep;
+	uint8_t q[PVGPU_DRIVER_CALL_REQ_MAX];
+	uint8_t r[PVGPU_DRIVER_CALL_REP_MAX];
+	long qn = pvgpu_driver_call_req_encode(q, &req);
+	size_t rn = 0;
+	int32_t st;
+
+	if (qn < 0)
+		return PVGPU_CLIENT_EENCODE;
+	st = call(c, PVGPU_OP_DRIVER_CALL, CALL_NO_WORK | (query ? 0 : CALL_WAITS),
+		  q, (size_t)qn, NULL, 0, NULL, r, sizeof(r), &rn, NULL, 0);
+	if (pvgpu_driver_call_rep_decode(r, rn, &rep) && st == 0)
+		st = PVGPU_CLIENT_EPROTO;
+	return st;
+}
+
 int32_t pvgpu_client_wait(struct pvgpu_client *c, enum pvgpu_idle_kind kind,
 			  int query, uint64_t ctx, uint64_t handle)
 {
-	union {
-		struct pvgpu_ctx_synchronize_rep c;
-		struct pvgpu_stream_synchronize_rep ss;
-		struct pvgpu_stream_query_rep sq;
-		struct pvgpu_event_synchronize_rep es;
-		struct pvgpu_event_query_rep eq;
-	} rep;
 	uint64_t mark;
 	int32_t st;
 
@@ -258,32 +283,25 @@ int32_t pvgpu_client_wait(struct pvgpu_client *c, enum pvgpu_idle_kind kind,
 	switch (kind) {
 	case PVGPU_IDLE_CTX: {
 		struct pvgpu_ctx_synchronize_req req = { 0 };
+		struct pvgpu_ctx_synchronize_rep rep;
 
 		/* A context has no query: cuCtxSynchronize only. */
-		st = pvgpu_call_ctx_synchronize(c, &req, &rep.c);
+		st = pvgpu_call_ctx_synchronize(c, &req, &rep);
 		break;
 	}
 	case PVGPU_IDLE_STREAM:
 		if (query) {
-			struct pvgpu_stream_query_req req = { .stream = handle };
-
-			st = pvgpu_call_stream_query(c, &req, &rep.sq);
+			st = wait_call(c, PVGPU_GENERIC_cuStreamQuery, handle, 1);
 		} else {
 			struct pvgpu_stream_synchronize_req req = { .stream = handle };
+			struct pvgpu_stream_synchronize_rep rep;
 
-			st = pvgpu_call_stream_synchronize(c, &req, &rep.ss);
+			st = pvgpu_call_stream_synchronize(c, &req, &rep);
 		}
 		break;
 	case PVGPU_IDLE_EVENT:
-		if (query) {
-			struct pvgpu_event_query_req req = { .event = handle };
-
-			st = pvgpu_call_event_query(c, &req, &rep.eq);
-		} else {
-			struct pvgpu_event_synchronize_req req = { .event = handle };
-
-			st = pvgpu_call_event_synchronize(c, &req, &rep.es);
-		}
+		st = wait_call(c, query ? PVGPU_GENERIC_cuEventQuery :
+				   PVGPU_GENERIC_cuEventSynchronize, handle, query);
 		break;
 	default:
 		return PVGPU_CLIENT_EENCODE;
@@ -876,7 +894,7 @@ static int ring_lost(struct pvgpu_client *c, int rc)
  * any other call can land there.
  */
 static int32_t call(struct pvgpu_client *c, uint16_t opcode,
-		    const uint8_t *req, size_t req_len,
+		    unsigned int how, const uint8_t *req, size_t req_len,
 		    const void *data_in, uint64_t data_len,
 		    void *data_out, uint8_t *rep, size_t rep_cap,
 		    size_t *rep_len, void *landing_dst, size_t landing_len)
@@ -899,7 +917,7 @@ static int32_t call(struct pvgpu_client *c, uint16_t opcode,
 	queued = take_queue_locked(c, &queue);
 	id = take_traced_id(c, opcode);
 	c->stats.calls++;
-	note_work_locked(c, opcode);
+	note_work_locked(c, how);
 	flags = signal_op(c, opcode) ? PVGPU_F_SIGNAL : 0;
 	if (flags) {
 		/* Cleared before the request: the device writes it after. */
@@ -911,7 +929,7 @@ static int32_t call(struct pvgpu_client *c, uint16_t opcode,
 				 data_in ? data_len : 0);
 	if (!st) {
 		pvgpu_trace_mark(id, PVGPU_TR_G_SENT);
-		st = await_reply_locked(c, opcode, id, data_out,
+		st = await_reply_locked(c, opcode, how, id, data_out,
 					data_out ? data_len : 0, rep, rep_cap,
 					rep_len);
 	}
@@ -928,7 +946,7 @@ static int32_t call(struct pvgpu_client *c, uint16_t opcode,
 						 req_len, data_in,
 						 data_in ? data_len : 0);
 		if (!st)
-			st = await_reply_locked(c, opcode, id, data_out,
+			st = await_reply_locked(c, opcode, how, id, data_out,
 						data_out ? data_len : 0, rep,
 						rep_cap, rep_len);
 	}
@@ -948,8 +966,8 @@ int32_t pvgpu_client_call(struct pvgpu_client *c, uint16_t opcode,
 			  void *data_out, uint8_t *rep, size_t rep_cap,
 			  size_t *rep_len)
 {
-	return call(c, opcode, req, req_len, data_in, data_len, data_out,
-		    rep, rep_cap, rep_len, NULL, 0);
+	return call(c, opcode, op_how(opcode), req, req_len, data_in, data_len,
+		    data_out, rep, rep_cap, rep_len, NULL, 0);
 }
 
 int pvgpu_client_dtoh_landing(struct pvgpu_client *c, void *dst,
@@ -969,7 +987,8 @@ int pvgpu_client_dtoh_landing(struct pvgpu_client *c, void *dst,
 	qn = pvgpu_memcpy_dtoh_window_req_encode(q, &req);
 	if (qn < 0)
 		return 0;
-	*st = call(c, PVGPU_OP_MEMCPY_DTOH_WINDOW, q, (size_t)qn, NULL, 0,
+	*st = call(c, PVGPU_OP_MEMCPY_DTOH_WINDOW,
+		   op_how(PVGPU_OP_MEMCPY_DTOH_WINDOW), q, (size_t)qn, NULL, 0,
 		   NULL, rep, sizeof(rep), &rep_len, dst, (size_t)size);
 	return 1;
 }
@@ -1019,7 +1038,7 @@ int32_t pvgpu_client_call_staged(struct pvgpu_client *c, uint16_t opcode,
 	queued = take_queue_locked(c, &queue);
 	id = take_traced_id(c, opcode);
 	c->stats.calls++;
-	note_work_locked(c, opcode);
+	note_work_locked(c, op_how(opcode));
 	st = send_request_locked(c, queued ? &queue : NULL, opcode, 0, id, req,
 				 req_len, NULL, 0);
 	if (st)
@@ -1036,7 +1055,8 @@ int32_t pvgpu_client_call_staged(struct pvgpu_client *c, uint16_t opcode,
 	else
 		pvgpu_window_stage_out(c->win, id, dst, size, transport_quiet, c);
 	c->stats.cpu_copied += size;
-	st = await_reply_locked(c, opcode, id, NULL, 0, rep, sizeof(rep), &rep_len);
+	st = await_reply_locked(c, opcode, op_how(opcode), id, NULL, 0, rep,
+				sizeof(rep), &rep_len);
 	pvgpu_trace_mark(id, PVGPU_TR_G_RETURN);
 	if (c->broken)
 		goto out;
@@ -1236,7 +1256,7 @@ int32_t pvgpu_client_queue(struct pvgpu_client *c, uint16_t opcode,
 		goto out;
 	}
 	c->stats.async_ops++;
-	note_work_locked(c, opcode);
+	note_work_locked(c, op_how(opcode));
 	if (data_in_len) {
 		/* Data must be on the wire before the caller reuses it. */
 		queued = take_queue_locked(c, &queue);

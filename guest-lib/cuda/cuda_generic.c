@@ -108,6 +108,17 @@ int32_t cu_generic_op(struct cu_op *op, uint32_t id, uint64_t *a, uint32_t n)
 	return st;
 }
 
+int32_t cu_generic_op_async(struct cu_op *op, uint32_t id, const uint64_t *a,
+			    uint32_t n)
+{
+	struct pvgpu_driver_call_async_req req = { .fn = id, .args_count = n };
+
+	if (n > 8)		/* ops.spec: args max=8 */
+		return CUDA_ERROR_INVALID_VALUE;
+	memcpy(req.args, a, n * sizeof(*a));
+	return pvgpu_call_driver_call_async(op->client, &req);
+}
+
 CUresult cu_generic_handle(uint32_t gh, const void *h, struct cu_ctx **ctx,
 			   uint64_t *remote)
 {
@@ -150,27 +161,10 @@ CUresult cu_generic_call(uint32_t id, const char *name, int async,
 	CUresult r;
 	int32_t st;
 
-	if (n > 8)		/* ops.spec: args max=8 */
-		return CUDA_ERROR_INVALID_VALUE;
 	r = ctx ? cu_op_begin(&op, ctx) : cu_op_ctxless(&op, id, 0);
 	if (r)
 		return r;
-	if (async) {
-		struct pvgpu_driver_call_async_req req = { .fn = id, .args_count = n };
-
-		memcpy(req.args, a, n * sizeof(*a));
-		st = pvgpu_call_driver_call_async(op.client, &req);
-	} else {
-		struct pvgpu_driver_call_req req = { .fn = id, .args_count = n };
-		struct pvgpu_driver_call_rep rep = { 0 };
-
-		memcpy(req.args, a, n * sizeof(*a));
-		st = pvgpu_call_driver_call(op.client, &req, &rep);
-		if (!st && rep.results_count == n)
-			memcpy(a, rep.results, n * sizeof(*a));
-		else if (!st)
-			st = CUDA_ERROR_UNKNOWN;
-	}
+	st = async ? cu_generic_op_async(&op, id, a, n) : cu_generic_op(&op, id, a, n);
 	cu_op_end(&op);
 	r = cu_status(st);
 	if (id == PVGPU_GENERIC_cuStreamBeginCapture_v2 && !r)

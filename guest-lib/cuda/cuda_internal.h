@@ -290,6 +290,8 @@ CUresult cu_generic_call(uint32_t id, const char *name, int async,
 /* The same on op, begun by the caller (hand-written entry points that
  * answer in the guest when they can): the wire status, results in a[]. */
 int32_t cu_generic_op(struct cu_op *op, uint32_t id, uint64_t *a, uint32_t n);
+int32_t cu_generic_op_async(struct cu_op *op, uint32_t id, const uint64_t *a,
+			    uint32_t n);
 /*
  * A handle argument of kind gh (PVGPU_GH_*): for the guest's own structs
  * (events, functions, modules, arrays) the backend's id, and their

@@ -158,21 +158,21 @@ CUresult cu_event_remote(CUevent e, struct cu_ctx **ctx, uint64_t *remote)
 CUresult CUDAAPI cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags)
 {
 	struct cu_event *ev = event_check(e);
-	struct pvgpu_stream_wait_event_req req = { .flags = flags };
+	uint64_t a[3] = { 0, 0, flags };
 	struct cu_ctx *ctx;
 	struct cu_op op;
 	CUresult r;
 
 	if (!ev)
 		return CUDA_ERROR_INVALID_HANDLE;
-	r = cu_stream_resolve(s, &ctx, &req.stream);
+	r = cu_stream_resolve(s, &ctx, &a[0]);
 	if (r)
 		return r;
-	req.event = ev->remote;
+	a[1] = ev->remote;
 	r = cu_op_begin(&op, ctx);
 	if (r)
 		return r;
-	r = cu_status(pvgpu_call_stream_wait_event(op.client, &req));
+	r = cu_status(cu_generic_op_async(&op, PVGPU_GENERIC_cuStreamWaitEvent, a, 3));
 	cu_op_end(&op);
 	return r;
 }
@@ -303,8 +303,7 @@ CUresult CUDAAPI cuStreamAddCallback_ptsz(CUstream s, CUstreamCallback cb, void 
 
 CUresult CUDAAPI cuEventCreate(CUevent *ph, unsigned int flags)
 {
-	struct pvgpu_event_create_req req = { .flags = flags };
-	struct pvgpu_event_create_rep rep = { 0 };
+	uint64_t a[2] = { 1, flags };	/* a[0]: the new event wanted */
 	struct cu_event *ev;
 	struct cu_op op;
 	CUresult r;
@@ -314,7 +313,7 @@ CUresult CUDAAPI cuEventCreate(CUevent *ph, unsigned int flags)
 	r = cu_op_current(&op);
 	if (r)
 		return r;
-	r = cu_status(pvgpu_call_event_create(op.client, &req, &rep));
+	r = cu_status(cu_generic_op(&op, PVGPU_GENERIC_cuEventCreate, a, 2));
 	cu_op_end(&op);
 	if (r)
 		return r;
@@ -324,7 +323,7 @@ CUresult CUDAAPI cuEventCreate(CUevent *ph, unsigned int flags)
 	ev->magic = CU_MAGIC_EVENT;
 	ev->alive = 1;
 	ev->ctx = op.ctx;
-	ev->remote = rep.event;
+	ev->remote = a[0];
 	ev->flags = flags;
 	*ph = (CUevent)ev;
 	return CUDA_SUCCESS;
@@ -333,18 +332,17 @@ CUresult CUDAAPI cuEventCreate(CUevent *ph, unsigned int flags)
 CUresult CUDAAPI cuEventDestroy_v2(CUevent e)
 {
 	struct cu_event *ev = event_check(e);
-	struct pvgpu_event_destroy_req req;
-	struct pvgpu_event_destroy_rep rep;
+	uint64_t a[1];
 	struct cu_op op;
 	CUresult r;
 
 	if (!ev)
 		return CUDA_ERROR_INVALID_HANDLE;
-	req.event = ev->remote;
+	a[0] = ev->remote;
 	r = cu_op_begin(&op, ev->ctx);
 	if (r)
 		return r;
-	r = cu_status(pvgpu_call_event_destroy(op.client, &req, &rep));
+	r = cu_status(cu_generic_op(&op, PVGPU_GENERIC_cuEventDestroy_v2, a, 1));
 	cu_op_end(&op);
 	ev->alive = 0;
 	return r;
@@ -355,39 +353,44 @@ CUresult CUDAAPI cuEventDestroy(CUevent e)
 	return cuEventDestroy_v2(e);
 }
 
-static CUresult event_record(CUevent e, CUstream s)
+/* cuEventRecord, or cuEventRecordWithFlags when flags says so. */
+static CUresult event_record(CUevent e, CUstream s, int with_flags,
+			     unsigned int flags)
 {
 	struct cu_event *ev = event_check(e);
-	struct pvgpu_event_record_req req;
+	uint64_t a[3] = { 0, 0, flags };
 	struct cu_ctx *ctx;
 	struct cu_op op;
 	CUresult r;
 
 	if (!ev)
 		return CUDA_ERROR_INVALID_HANDLE;
-	r = cu_stream_resolve(s, &ctx, &req.stream);
+	r = cu_stream_resolve(s, &ctx, &a[1]);
 	if (r)
 		return r;
-	req.event = ev->remote;
+	a[0] = ev->remote;
 	r = cu_op_begin(&op, ctx);
 	if (r)
 		return r;
-	r = cu_status(pvgpu_call_event_record(op.client, &req));
+	r = cu_status(with_flags ?
+		cu_generic_op_async(&op, PVGPU_GENERIC_cuEventRecordWithFlags, a, 3) :
+		cu_generic_op_async(&op, PVGPU_GENERIC_cuEventRecord, a, 2));
 	cu_op_end(&op);
 	if (!r) {
-		ev->rec_stream = req.stream;
+		ev->rec_stream = a[1];
 		ev->rec_seq = cu_staged_seq();
 	}
 	return r;
 }
 
-CUresult CUDAAPI cuEventRecord(CUevent e, CUstream s) { return event_record(e, s); }
+CUresult CUDAAPI cuEventRecord(CUevent e, CUstream s)
+{ return event_record(e, s, 0, 0); }
 CUresult CUDAAPI cuEventRecord_ptsz(CUevent e, CUstream s)
-{ return event_record(e, s ? s : CU_STREAM_PER_THREAD); }
+{ return event_record(e, s ? s : CU_STREAM_PER_THREAD, 0, 0); }
 CUresult CUDAAPI cuEventRecordWithFlags(CUevent e, CUstream s, unsigned int flags)
-{ (void)flags; return event_record(e, s); }
+{ return event_record(e, s, 1, flags); }
 CUresult CUDAAPI cuEventRecordWithFlags_ptsz(CUevent e, CUstream s, unsigned int flags)
-{ (void)flags; return event_record(e, s ? s : CU_STREAM_PER_THREAD); }
+{ return event_record(e, s ? s : CU_STREAM_PER_THREAD, 1, flags); }
 
 static CUresult event_wait(CUevent e, int query)
 {

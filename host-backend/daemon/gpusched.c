@@ -610,7 +610,7 @@ static void spare_put(struct pvgpu_worker *w, const struct pvgpu_sched_mark *m)
 	struct pvgpu_sched_session *ss = &w->sched;
 
 	if (ss->nspare == PVGPU_SCHED_MARKS) {
-		w->ex_ops->event_destroy(w->ex, m->event);
+		pvgpu_exec_event_destroy(w->ex_ops, w->ex, m->event);
 		return;
 	}
 	ss->spare[ss->nspare].event = m->event;
@@ -643,7 +643,7 @@ static int32_t event_get(struct pvgpu_worker *w, int blocking, uint64_t *event)
 	}
 	if (blocking)
 		flags |= CU_EVENT_BLOCKING_SYNC;
-	return w->ex_ops->event_create(w->ex, flags, event);
+	return pvgpu_exec_event_create(w->ex_ops, w->ex, flags, event);
 }
 
 /*
@@ -668,9 +668,9 @@ static int mark(struct pvgpu_worker *w, int d, uint64_t stream, uint32_t n,
 		return -1;
 	st = event_get(w, after_launch, &event);
 	if (!st) {
-		st = w->ex_ops->event_record(w->ex, event, stream);
+		st = pvgpu_exec_event_record(w->ex_ops, w->ex, event, stream);
 		if (st)
-			w->ex_ops->event_destroy(w->ex, event);
+			pvgpu_exec_event_destroy(w->ex_ops, w->ex, event);
 	}
 	if (st) {
 		if (after_launch && !ss->warned)
@@ -699,7 +699,7 @@ static int mark_done(void *arg)
 {
 	const struct mark_query *q = arg;
 
-	return q->w->ex_ops->event_query(q->w->ex, q->m->event) !=
+	return pvgpu_exec_event_query(q->w->ex_ops, q->w->ex, q->m->event) !=
 	       CUDA_ERROR_NOT_READY;
 }
 
@@ -713,7 +713,7 @@ static void mark_wait(struct pvgpu_worker *w, const struct pvgpu_sched_mark *m)
 	struct mark_query q = { w, m };
 
 	if (m->blocking)
-		w->ex_ops->event_synchronize(w->ex, m->event);
+		pvgpu_exec_event_synchronize(w->ex_ops, w->ex, m->event);
 	else
 		(void)pvgpu_spin_wait(mark_done, NULL, &q, UINT64_MAX);
 }
@@ -792,7 +792,7 @@ static void retire(struct pvgpu_worker *w, uint64_t now)
 		struct pvgpu_sched_mark *m = &ss->marks[k];
 
 		/* Done, or failed (a faulted context): either way not running. */
-		if (w->ex_ops->event_query(w->ex, m->event) == CUDA_ERROR_NOT_READY) {
+		if (pvgpu_exec_event_query(w->ex_ops, w->ex, m->event) == CUDA_ERROR_NOT_READY) {
 			k++;
 			continue;
 		}
@@ -1111,7 +1111,7 @@ void pvgpu_sched_forget_ctx(struct pvgpu_worker *w, uint64_t ctx)
 			continue;
 		}
 		done[ss->marks[k].dev] += ss->marks[k].launches;
-		w->ex_ops->event_destroy(w->ex, ss->marks[k].event);
+		pvgpu_exec_event_destroy(w->ex_ops, w->ex, ss->marks[k].event);
 		remove_mark(ss, k);
 	}
 	for (unsigned int k = 0; k < ss->nspare;) {
@@ -1119,7 +1119,7 @@ void pvgpu_sched_forget_ctx(struct pvgpu_worker *w, uint64_t ctx)
 			k++;
 			continue;
 		}
-		w->ex_ops->event_destroy(w->ex, ss->spare[k].event);
+		pvgpu_exec_event_destroy(w->ex_ops, w->ex, ss->spare[k].event);
 		ss->spare[k] = ss->spare[--ss->nspare];
 	}
 	for (int d = 0; d < PVGPU_MAX_DEVICES; d++) {

@@ -274,27 +274,12 @@ struct pvgpu_executor_ops {
 				 int32_t priority, uint64_t *stream);
 	int32_t (*stream_destroy)(struct pvgpu_exec *ex, uint64_t stream);
 	int32_t (*stream_synchronize)(struct pvgpu_exec *ex, uint64_t stream);
-	/* CUDA_SUCCESS when idle, CUDA_ERROR_NOT_READY when busy. */
-	int32_t (*stream_query)(struct pvgpu_exec *ex, uint64_t stream);
 	/*
-	 * Queue on stream, after its work, the device's 32-bit write of value
-	 * at dptr (4-byte aligned: registered host memory's device address,
-	 * host_device_pointer): cuStreamWriteValue32 with its default memory
-	 * barrier.  NULL: not supported.
+	 * Stream queries, stream waits, and events are generic driver calls
+	 * (driver_call below, annotations.py GENERIC), the worker's own
+	 * (pvgpu_exec_event_*() at the end of this file) as well as the
+	 * guest's.
 	 */
-	int32_t (*stream_write_value)(struct pvgpu_exec *ex, uint64_t stream,
-				      uint64_t dptr, uint32_t value);
-	int32_t (*stream_wait_event)(struct pvgpu_exec *ex, uint64_t stream,
-				     uint64_t event, uint32_t flags);
-
-	/* Events */
-	int32_t (*event_create)(struct pvgpu_exec *ex, uint32_t flags,
-				uint64_t *event);
-	int32_t (*event_destroy)(struct pvgpu_exec *ex, uint64_t event);
-	int32_t (*event_record)(struct pvgpu_exec *ex, uint64_t event,
-				uint64_t stream);
-	int32_t (*event_synchronize)(struct pvgpu_exec *ex, uint64_t event);
-	int32_t (*event_query)(struct pvgpu_exec *ex, uint64_t event);
 
 	/* Modules and kernels. */
 	int32_t (*module_load)(struct pvgpu_exec *ex, const void *image,
@@ -394,8 +379,10 @@ struct pvgpu_executor_ops {
 	 * ranges the session's, a result slot is non-zero when wanted).
 	 * Results go back into their slots.  Every driver function whose
 	 * work is only to look handles up and call the driver comes this way
-	 * (function attributes, occupancy, object destroys, ...), so an
-	 * executor models them here by id.  NULL, or
+	 * (events, stream queries, function attributes, occupancy, object
+	 * destroys, ...), so an executor models them here by id.  A new
+	 * handle (PVGPU_GA_HNEW) comes back as the executor's value in its
+	 * slot.  NULL, or
 	 * CUDA_ERROR_NOT_SUPPORTED for a function it cannot model: the guest
 	 * gets that error.
 	 */
@@ -433,7 +420,7 @@ struct pvgpu_executor_ops {
 	int32_t (*ipc_close)(struct pvgpu_exec *ex, uint64_t dptr);
 	/* CUDA IPC of events: the driver's 64-byte handle of an event made
 	 * with CU_EVENT_INTERPROCESS; the event behind one, opened in the
-	 * current context (event_destroy frees it).  NULL: not supported. */
+	 * current context (cuEventDestroy frees it).  NULL: not supported. */
 	int32_t (*ipc_event_get)(struct pvgpu_exec *ex, uint64_t event, uint8_t handle[64]);
 	int32_t (*ipc_event_open)(struct pvgpu_exec *ex, const uint8_t handle[64],
 				  uint64_t *event);
@@ -577,5 +564,37 @@ const struct pvgpu_executor_ops *pvgpu_executor_find(const char *name,
 
 /* One line per executor this build and DIR offer (--executor help). */
 void pvgpu_executor_list(FILE *out, const char *dir);
+
+/*
+ * The worker's own events and stream queries (the scheduler's marks, the
+ * window's slots, staging), made through the executor's driver_call with
+ * the same generic functions the guest's calls use: an executor models
+ * each once, by its id.  The values are the executor's own (not a
+ * session's ids); CUDA_ERROR_NOT_SUPPORTED without driver_call.
+ */
+int32_t pvgpu_exec_event_create(const struct pvgpu_executor_ops *ops,
+				struct pvgpu_exec *ex, uint32_t flags,
+				uint64_t *event);
+int32_t pvgpu_exec_event_destroy(const struct pvgpu_executor_ops *ops,
+				 struct pvgpu_exec *ex, uint64_t event);
+int32_t pvgpu_exec_event_record(const struct pvgpu_executor_ops *ops,
+				struct pvgpu_exec *ex, uint64_t event,
+				uint64_t stream);
+int32_t pvgpu_exec_event_synchronize(const struct pvgpu_executor_ops *ops,
+				     struct pvgpu_exec *ex, uint64_t event);
+/* CUDA_SUCCESS when done, CUDA_ERROR_NOT_READY while not (both queries). */
+int32_t pvgpu_exec_event_query(const struct pvgpu_executor_ops *ops,
+			       struct pvgpu_exec *ex, uint64_t event);
+int32_t pvgpu_exec_stream_query(const struct pvgpu_executor_ops *ops,
+				struct pvgpu_exec *ex, uint64_t stream);
+/*
+ * Queue on stream, after its work, the device's 32-bit write of value at
+ * dptr (4-byte aligned: registered host memory's device address,
+ * host_device_pointer): cuStreamWriteValue32 with its default memory
+ * barrier.
+ */
+int32_t pvgpu_exec_stream_write_value(const struct pvgpu_executor_ops *ops,
+				      struct pvgpu_exec *ex, uint64_t stream,
+				      uint64_t dptr, uint32_t value);
 
 #endif /* PVGPU_EXECUTOR_H */

@@ -48,7 +48,7 @@ static int32_t staging_ready(struct pvgpu_worker *w)
 		st = w->ex_ops->host_alloc(w->ex, w->cfg->block, &s->buf);
 		if (st)
 			goto err;
-		st = w->ex_ops->event_create(w->ex, CU_EVENT_DISABLE_TIMING,
+		st = pvgpu_exec_event_create(w->ex_ops, w->ex, CU_EVENT_DISABLE_TIMING,
 					     &s->event);
 		if (st)
 			goto err;
@@ -68,8 +68,8 @@ void pvgpu_staging_release(struct pvgpu_worker *w)
 
 		if (s->event) {
 			if (s->busy)
-				w->ex_ops->event_synchronize(w->ex, s->event);
-			w->ex_ops->event_destroy(w->ex, s->event);
+				pvgpu_exec_event_synchronize(w->ex_ops, w->ex, s->event);
+			pvgpu_exec_event_destroy(w->ex_ops, w->ex, s->event);
 		}
 		if (s->buf)
 			w->ex_ops->host_free(w->ex, s->buf);
@@ -89,7 +89,7 @@ static struct pvgpu_staging *staging_next(struct pvgpu_worker *w, int32_t *st)
 	w->next_staging = (w->next_staging + 1) % PVGPU_STAGING_BUFFERS;
 	*st = 0;
 	if (s->busy) {
-		*st = w->ex_ops->event_synchronize(w->ex, s->event);
+		*st = pvgpu_exec_event_synchronize(w->ex_ops, w->ex, s->event);
 		s->busy = 0;
 	}
 	return s;
@@ -167,7 +167,7 @@ int32_t pvgpu_copy_htod(struct pvgpu_worker *w, uint64_t dst, uint64_t size,
 			st = w->ex_ops->memcpy_htod_async(w->ex, dst + off, s->buf,
 							  len, stream);
 		if (!st && !first_err) {
-			st = w->ex_ops->event_record(w->ex, s->event, stream);
+			st = pvgpu_exec_event_record(w->ex_ops, w->ex, s->event, stream);
 			s->busy = (st == 0);
 		}
 		if (st && !first_err)
@@ -219,7 +219,7 @@ int32_t pvgpu_copy_dtoh(struct pvgpu_worker *w, uint64_t src, uint64_t size,
 								  src + issued,
 								  len, stream);
 			if (!st && !first_err) {
-				st = w->ex_ops->event_record(w->ex, s->event, stream);
+				st = pvgpu_exec_event_record(w->ex_ops, w->ex, s->event, stream);
 				s->busy = (st == 0);
 			}
 			if (st && !first_err)
@@ -230,7 +230,7 @@ int32_t pvgpu_copy_dtoh(struct pvgpu_worker *w, uint64_t src, uint64_t size,
 		head = (head + 1) % PVGPU_STAGING_BUFFERS;
 		len = size - sent < block ? (uint32_t)(size - sent) : block;
 		if (s->busy) {
-			st = w->ex_ops->event_synchronize(w->ex, s->event);
+			st = pvgpu_exec_event_synchronize(w->ex_ops, w->ex, s->event);
 			s->busy = 0;
 			if (st && !first_err)
 				first_err = st;

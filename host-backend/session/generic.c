@@ -37,7 +37,7 @@ static const struct {
 	[PVGPU_GH_GRAPH]	= { H_GRAPH, false, false, false },
 	[PVGPU_GH_GRAPH_EXEC]	= { H_GRAPH_EXEC, false, false, false },
 	[PVGPU_GH_MEM]		= { H_MEM, false, false, false },
-	[PVGPU_GH_EVENT]	= { H_EVENT, false, false, false },
+	[PVGPU_GH_EVENT]	= { H_EVENT, false, false, true },
 	[PVGPU_GH_FUNC]		= { H_FUNC, true, false, false },
 	[PVGPU_GH_MODULE]	= { H_MODULE, true, false, false },
 	[PVGPU_GH_ARRAY]	= { H_ARRAY, true, false, true },

@@ -171,7 +171,15 @@ int32_t pvgpu_handle_ipc_open_event_handle(struct pvgpu_worker *w,
 	if (st)
 		return st;
 	st = w->ex_ops->ipc_event_open(w->ex, handle, &event);
-	return st ? st : pvgpu_event_keep(w, event, &rep->event);
+	if (st)
+		return st;
+	/* In the table as the guest's id, or destroyed again. */
+	rep->event = pvgpu_handle_add(&w->handles, H_EVENT, event, w->cur_ctx, 0);
+	if (!rep->event) {
+		pvgpu_exec_event_destroy(w->ex_ops, w->ex, event);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	return CUDA_SUCCESS;
 }
 
 int32_t pvgpu_handle_vmm_export(struct pvgpu_worker *w,

@@ -49,16 +49,6 @@ int32_t pvgpu_lookup_stream(struct pvgpu_worker *w, uint64_t id,
 	return CUDA_SUCCESS;
 }
 
-static int32_t lookup_event(struct pvgpu_worker *w, uint64_t id, uint64_t *exec)
-{
-	struct pvgpu_handle *h = pvgpu_handle_get(&w->handles, id, H_EVENT);
-
-	if (!h)
-		return CUDA_ERROR_INVALID_HANDLE;
-	*exec = h->exec_handle;
-	return CUDA_SUCCESS;
-}
-
 /*
  * [ptr, ptr+len) must lie inside one allocation of this session.  Any of
  * its contexts will do: with unified addressing a copy issued in one
@@ -142,8 +132,9 @@ int32_t pvgpu_handle_hello(struct pvgpu_worker *w,
 	 */
 	w->features = (req->features ? req->features : PVGPU_FEATURES_V1) &
 		      PVGPU_FEATURES_KNOWN;
-	if (!w->ex_ops->stream_write_value)
-		w->features &= ~PVGPU_FEATURE_SIGNAL;	/* the device cannot write it */
+	/* The device writes the word at a host page's device address. */
+	if (!w->ex_ops->host_device_pointer || !w->ex_ops->driver_call)
+		w->features &= ~PVGPU_FEATURE_SIGNAL;
 	rep->features = req->features ? w->features : 0;
 	/* A resume token, where the VM's policy and the channel allow one. */
 	if (pvgpu_worker_resume_offer(w)) {
@@ -701,17 +692,6 @@ int32_t pvgpu_handle_stream_destroy(struct pvgpu_worker *w,
 	return st;
 }
 
-/* An executor call on the stream the session calls id, in the current
- * context. */
-static int32_t on_stream(struct pvgpu_worker *w, uint64_t id,
-			 int32_t (*op)(struct pvgpu_exec *ex, uint64_t stream))
-{
-	uint64_t stream;
-	int32_t st = stream_here(w, id, &stream);
-
-	return st ? st : op(w->ex, stream);
-}
-
 int32_t pvgpu_handle_stream_synchronize(struct pvgpu_worker *w,
 					const struct pvgpu_stream_synchronize_req *req)
 {
@@ -724,97 +704,3 @@ int32_t pvgpu_handle_stream_synchronize(struct pvgpu_worker *w,
 		return CUDA_SUCCESS;
 	return w->ex_ops->stream_synchronize(w->ex, stream);
 }
-
-int32_t pvgpu_handle_stream_query(struct pvgpu_worker *w,
-				  const struct pvgpu_stream_query_req *req)
-{
-	return on_stream(w, req->stream, w->ex_ops->stream_query);
-}
-
-int32_t pvgpu_handle_stream_wait_event(struct pvgpu_worker *w,
-				       const struct pvgpu_stream_wait_event_req *req)
-{
-	uint64_t stream, event;
-	int32_t st = stream_here(w, req->stream, &stream);
-
-	if (!st)
-		st = lookup_event(w, req->event, &event);
-	return st ? st : w->ex_ops->stream_wait_event(w->ex, stream, event,
-						      req->flags);
-}
-
-/* --- events --------------------------------------------------------------- */
-
-int32_t pvgpu_handle_event_create(struct pvgpu_worker *w,
-				  const struct pvgpu_event_create_req *req,
-				  struct pvgpu_event_create_rep *rep)
-{
-	uint64_t event;
-	int32_t st = need_context(w);
-
-	if (!st)
-		st = pvgpu_room_for_handle(w);
-	if (st)
-		return st;
-	st = w->ex_ops->event_create(w->ex, req->flags, &event);
-	return st ? st : pvgpu_event_keep(w, event, &rep->event);
-}
-
-int32_t pvgpu_event_keep(struct pvgpu_worker *w, uint64_t event, uint64_t *id)
-{
-	*id = pvgpu_handle_add(&w->handles, H_EVENT, event, w->cur_ctx, 0);
-	if (!*id) {
-		w->ex_ops->event_destroy(w->ex, event);
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	}
-	return CUDA_SUCCESS;
-}
-
-int32_t pvgpu_handle_event_destroy(struct pvgpu_worker *w,
-				   const struct pvgpu_event_destroy_req *req)
-{
-	uint64_t event;
-	int32_t st = lookup_event(w, req->event, &event);
-
-	if (st)
-		return st;
-	st = w->ex_ops->event_destroy(w->ex, event);
-	pvgpu_handle_del(&w->handles, req->event);
-	return st;
-}
-
-int32_t pvgpu_handle_event_record(struct pvgpu_worker *w,
-				  const struct pvgpu_event_record_req *req)
-{
-	uint64_t stream, event;
-	int32_t st = need_context(w);
-
-	if (!st)
-		st = lookup_event(w, req->event, &event);
-	if (!st)
-		st = pvgpu_lookup_stream(w, req->stream, &stream);
-	return st ? st : w->ex_ops->event_record(w->ex, event, stream);
-}
-
-/* An executor call on the event the session calls id. */
-static int32_t on_event(struct pvgpu_worker *w, uint64_t id,
-			int32_t (*op)(struct pvgpu_exec *ex, uint64_t event))
-{
-	uint64_t event;
-	int32_t st = lookup_event(w, id, &event);
-
-	return st ? st : op(w->ex, event);
-}
-
-int32_t pvgpu_handle_event_synchronize(struct pvgpu_worker *w,
-				       const struct pvgpu_event_synchronize_req *req)
-{
-	return on_event(w, req->event, w->ex_ops->event_synchronize);
-}
-
-int32_t pvgpu_handle_event_query(struct pvgpu_worker *w,
-				 const struct pvgpu_event_query_req *req)
-{
-	return on_event(w, req->event, w->ex_ops->event_query);
-}
-

@@ -66,13 +66,13 @@ int pvgpu_signal_queue(struct pvgpu_worker *w, uint64_t stream)
 	uint32_t value = pvgpu_signal_value(w->req_id);
 	int32_t st;
 
-	/* stream_write_value: the feature is not agreed without it (hello). */
+	/* Without host_device_pointer the feature is not agreed (hello). */
 	if (!w->ex_ops->host_device_pointer || !w->ex_ops->host_register ||
 	    !word_ready(w)) {
 		w->signal_word = NULL;		/* not for this session */
 		return 0;
 	}
-	st = w->ex_ops->stream_write_value(w->ex, stream, w->signal_dptr, value);
+	st = pvgpu_exec_stream_write_value(w->ex_ops, w->ex, stream, w->signal_dptr, value);
 	if (st) {
 		/* The call's own wait then gives its error (a faulted context...). */
 		if (st == CUDA_ERROR_NOT_SUPPORTED || st == CUDA_ERROR_INVALID_VALUE) {
@@ -104,7 +104,7 @@ static int settled(void *arg)
 	}
 	if (++w->signal_looks % 256)
 		return 0;
-	st = w->ex_ops->stream_query(w->ex, w->signal_stream);
+	st = pvgpu_exec_stream_query(w->ex_ops, w->ex, w->signal_stream);
 	if (st == CUDA_ERROR_NOT_READY)
 		return 0;
 	w->signal_status = st;

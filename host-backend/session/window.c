@@ -449,7 +449,7 @@ static int32_t copy_done(struct pvgpu_worker *w, uint64_t stream)
 	struct pvgpu_poll poll = { 0 };
 	int32_t st;
 
-	while ((st = w->ex_ops->stream_query(w->ex, stream)) == CUDA_ERROR_NOT_READY &&
+	while ((st = pvgpu_exec_stream_query(w->ex_ops, w->ex, stream)) == CUDA_ERROR_NOT_READY &&
 	       pvgpu_poll_again(&poll, COPY_SPIN_NS))
 		;
 	return st == CUDA_ERROR_NOT_READY ?
@@ -614,12 +614,12 @@ static uint64_t wait_guest(struct pvgpu_worker *w,
 static int32_t create_slot_events(struct pvgpu_worker *w, uint64_t *ev)
 {
 	for (uint32_t i = 0; i < w->win.nslots; i++) {
-		int32_t st = w->ex_ops->event_create(w->ex, CU_EVENT_DISABLE_TIMING,
+		int32_t st = pvgpu_exec_event_create(w->ex_ops, w->ex, CU_EVENT_DISABLE_TIMING,
 						     &ev[i]);
 
 		if (st) {
 			while (i--)
-				w->ex_ops->event_destroy(w->ex, ev[i]);
+				pvgpu_exec_event_destroy(w->ex_ops, w->ex, ev[i]);
 			return st;
 		}
 	}
@@ -638,7 +638,7 @@ static void drop_slot_events(struct pvgpu_worker *w)
 
 	if (win->slot_ev_ctx && w->ex)
 		for (uint32_t i = 0; i < win->nslots; i++)
-			w->ex_ops->event_destroy(w->ex, win->slot_ev[i]);
+			pvgpu_exec_event_destroy(w->ex_ops, w->ex, win->slot_ev[i]);
 	win->slot_ev_ctx = 0;
 }
 
@@ -725,7 +725,7 @@ static int32_t issue_block(struct pvgpu_worker *w, const uint64_t *ev,
 		      w->ex_ops->memcpy_dtoh_async(w->ex, p, dptr + off, len, stream) :
 		      w->ex_ops->memcpy_htod_async(w->ex, dptr + off, p, len, stream);
 	if (!err)
-		err = w->ex_ops->event_record(w->ex, ev[(seq0 + k) % win->nslots],
+		err = pvgpu_exec_event_record(w->ex_ops, w->ex, ev[(seq0 + k) % win->nslots],
 					      stream);
 	pvgpu_trace_mark(w->req_id, PVGPU_TR_BLOCK(PVGPU_TR_W_ISSUE, k));
 	if (err && to_host)
@@ -745,8 +745,8 @@ static int retire_block(struct pvgpu_worker *w, const uint64_t *ev,
 {
 	if (!*err) {
 		uint64_t e = ev[(seq0 + *k) % w->win.nslots];
-		int32_t st = wait ? w->ex_ops->event_synchronize(w->ex, e) :
-				    w->ex_ops->event_query(w->ex, e);
+		int32_t st = wait ? pvgpu_exec_event_synchronize(w->ex_ops, w->ex, e) :
+				    pvgpu_exec_event_query(w->ex_ops, w->ex, e);
 
 		if (st == CUDA_ERROR_NOT_READY && !wait)
 			return 0;

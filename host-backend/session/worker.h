@@ -492,9 +492,6 @@ int32_t pvgpu_generic_destroy(struct pvgpu_worker *w, uint32_t fn, uint64_t obj)
 /* A handle's charge to the VM's quota (a module's, an array's, a
  * context's, a stream's), given back (modules.c). */
 void pvgpu_module_uncharge(struct pvgpu_worker *w, struct pvgpu_handle *h);
-/* An event the executor made for the session's current context, in the
- * handle table as *id (ops.c), or destroyed again. */
-int32_t pvgpu_event_keep(struct pvgpu_worker *w, uint64_t event, uint64_t *id);
 /* JIT options from the guest (link.c): -1 unless every key is one the
  * executor may take as it is (a scalar value; the log buffers being the
  * executor's own); copied into l (log sizes bounded) unless l is NULL. */

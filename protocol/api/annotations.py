@@ -54,11 +54,6 @@ cuMemsetD32Async cuMemsetD32Async_ptsz
 cuStreamCreate cuStreamCreateWithPriority
 cuStreamDestroy cuStreamDestroy_v2
 cuStreamSynchronize cuStreamSynchronize_ptsz
-cuStreamQuery cuStreamQuery_ptsz
-cuStreamWaitEvent cuStreamWaitEvent_ptsz
-cuEventCreate cuEventDestroy cuEventDestroy_v2
-cuEventRecord cuEventRecord_ptsz cuEventRecordWithFlags cuEventRecordWithFlags_ptsz
-cuEventSynchronize cuEventQuery
 cuModuleLoad cuModuleLoadData cuModuleLoadDataEx cuModuleLoadFatBinary cuModuleUnload
 cuModuleGetFunction  cuModuleGetGlobal_v2
 cuModuleGetFunctionCount cuModuleEnumerateFunctions
@@ -240,6 +235,19 @@ GENERIC = """
 309 cuDeviceGetGraphMemAttribute CUdevice@ctx CUgraphMem_attribute out_void*@8  hand
 310 cuDeviceSetGraphMemAttribute CUdevice@ctx CUgraphMem_attribute in_void*@8  hand
 311 cuDeviceGraphMemTrim         CUdevice@ctx  hand
+312 cuEventCreate                CUevent* unsigned_int  hand
+313 cuEventDestroy_v2            CUevent!  hand
+313 cuEventDestroy               CUevent!  hand
+314 cuEventRecord                CUevent CUstream  async  hand
+314 cuEventRecord_ptsz           CUevent CUstream  async  hand
+315 cuEventRecordWithFlags       CUevent CUstream unsigned_int  async  hand
+315 cuEventRecordWithFlags_ptsz  CUevent CUstream unsigned_int  async  hand
+316 cuEventSynchronize           CUevent  hand
+317 cuEventQuery                 CUevent  hand
+318 cuStreamQuery                CUstream  hand
+318 cuStreamQuery_ptsz           CUstream  hand
+319 cuStreamWaitEvent            CUstream CUevent unsigned_int  async  hand
+319 cuStreamWaitEvent_ptsz       CUstream CUevent unsigned_int  async  hand
 """
 
 # Exported names whose driver-580 entry is a newer function's (by

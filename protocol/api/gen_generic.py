@@ -175,11 +175,18 @@ def write_table(outdir, ids):
         c.append('\t{ %d, "%s", %d, %d, %d, { %s } },' % (fid, name, len(args),
                                                         1 if is_async else 0,
                                                         1 if data else 0, a))
+    # By id, one step: the worker's own event calls (a scheduler mark
+    # after each launch) look their function up too.
+    at = {fid: k + 1 for k, (fid, _, _, _) in enumerate(ids)}
     c += ['};', 'const size_t pvgpu_generic_count = %d;' % len(ids), '',
+          '/* 1 + the index in pvgpu_generic_fns of each id; 0: none. */',
+          'static const uint16_t by_id[PVGPU_GENERIC_MAX_ID + 1] = {']
+    c += ['\t[%d] = %d,' % (fid, k) for fid, k in sorted(at.items())]
+    c += ['};', '',
           'const struct pvgpu_generic_fn *pvgpu_generic_find(uint32_t id)', '{',
-          '\tfor (size_t i = 0; i < pvgpu_generic_count; i++)',
-          '\t\tif (pvgpu_generic_fns[i].id == id)',
-          '\t\t\treturn &pvgpu_generic_fns[i];', '\treturn NULL;', '}', '']
+          '\tif (id > PVGPU_GENERIC_MAX_ID || !by_id[id])',
+          '\t\treturn NULL;',
+          '\treturn &pvgpu_generic_fns[by_id[id] - 1];', '}', '']
     with open(os.path.join(outdir, 'pvgpu_generic.c'), 'w') as f:
         f.write('\n'.join(c))
 

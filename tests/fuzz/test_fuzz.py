@@ -72,10 +72,11 @@ def seeds():
     h2d = W.message("memcpy_htod", 5, dst=base, size=300, stream=0) + W.data_frames(b"x" * 300, 5)
     d2h = W.message("memcpy_dtoh", 6, src=base, size=300, stream=0)
     memset = W.batch(W.message("memset_async", 0, dst=base, value=7, elem_size=4, count=8, stream=0),
-                     W.message("event_record", 0, event=5, stream=0))
+                     W.message("driver_call_async", 0, fn=W.GENERIC["cuEventRecord"], args=[5, 0]))
     streams = (W.message("stream_create", 7, flags=1, priority=0)
-               + W.message("event_create", 8, flags=0)
-               + W.message("event_record", 9, event=(1 << 24) | 3, stream=(1 << 24) | 2)
+               + W.message("driver_call", 8, fn=W.GENERIC["cuEventCreate"], args=[1, 0])
+               + W.message("driver_call_async", 9, fn=W.GENERIC["cuEventRecord"],
+                           args=[(1 << 24) | 3, (1 << 24) | 2])
                + W.message("stream_synchronize", 10, stream=(1 << 24) | 2)
                + W.message("driver_call", 11, fn=W.GENERIC["cuEventElapsedTime_v2"],
                            args=[1, (1 << 24) | 3, (1 << 24) | 3]))
@@ -193,7 +194,7 @@ def seeds():
     ipc = (W.message("ipc_get_mem_handle", 50, dptr=base)
            + W.message("ipc_open_mem_handle", 51, handle=bytes(64), flags=1)
            + W.message("ipc_close_mem_handle", 52, dptr=base)
-           + W.message("event_create", 53, flags=6)
+           + W.message("driver_call", 53, fn=W.GENERIC["cuEventCreate"], args=[1, 6])
            + W.message("ipc_get_event_handle", 54, event=(1 << 24) | 2)
            + W.message("ipc_open_event_handle", 55, handle=bytes(64))
            + W.message("ipc_open_event_handle", 56, handle=b"tok"))

@@ -66,14 +66,17 @@ def objects(s, pad=0):
                              block_z=0, shared_bytes=0, params=b"", dst=0, src=0,
                              pitch=0, width=0, height=0, value=0, elem_size=0, host=0)
     events = []
-    for _ in range(2):
-        st, _d, e, _ = s.call("event_create", flags=0)
+    for _ in range(3):
+        st, e = s.event_create()
         assert st == CUDA_SUCCESS, st
-        events.append(e["event"])
-        s.queue("event_record", event=e["event"], stream=0)
+        events.append(e)
+        s.queue("driver_call_async", fn=G["cuEventRecord"], args=[e, 0])
     assert s.call("ctx_synchronize")[0] == CUDA_SUCCESS
     return {
-        "cuEventElapsedTime_v2": [1] + events,
+        "cuEventElapsedTime_v2": [1] + events[:2],
+        "cuEventQuery": [events[0]],
+        "cuEventSynchronize": [events[1]],
+        "cuEventDestroy_v2": [events[2]],
         "cuFuncGetAttribute": [1, 0, fn],
         "cuFuncSetAttribute": [fn, 8, 1024],
         "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags": [1, fn, 128, 0, 0],

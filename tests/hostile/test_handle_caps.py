@@ -23,9 +23,8 @@ REFUSED = "handle refused: the session holds its {} (handles of vm alice)"
 
 
 def event(s):
-    """(status, event id) of an event_create."""
-    st, _d, out, _ = s.call("event_create", flags=0)
-    return st, out.get("event", 0)
+    """(status, event id) of a cuEventCreate."""
+    return s.event_create()
 
 
 def events_until_refused(s, most):
@@ -57,7 +56,7 @@ def test_creation_past_the_cap_fails_in_that_session_alone(start_pvgpud, tmp_pat
     assert (len(made), st) == (199, CUDA_ERROR_OUT_OF_MEMORY)
     assert alice.call("stream_create", flags=0, priority=0)[0] == CUDA_ERROR_OUT_OF_MEMORY
     # A bound on what is held at once: one destroyed, one more made.
-    assert alice.call("event_destroy", event=made.pop())[0] == 0
+    assert alice.driver("cuEventDestroy_v2", made.pop())[0] == 0
     st, ev = event(alice)
     assert st == 0 and ev
     made.append(ev)

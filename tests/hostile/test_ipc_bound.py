@@ -72,10 +72,10 @@ def test_a_vm_exporting_without_end_does_not_starve_another(start_pvgpud, tmp_pa
 def test_ipc_handles_sets_the_share(start_pvgpud, tmp_path):
     daemon = policy_daemon(start_pvgpud, tmp_path, BOB_TOKEN, "ipc_handles = 3")
     alice = unix_session(daemon)
-    ev = alice.call("event_create", flags=0x6)      # interprocess, no timing
-    assert ev[0] == 0, ev
+    st, ev = alice.event_create(0x6)      # interprocess, no timing
+    assert st == 0, st
     # Allocations and events draw on the same share.
-    assert alice.call("ipc_get_event_handle", event=ev[2]["event"])[0] == 0
+    assert alice.call("ipc_get_event_handle", event=ev)[0] == 0
     n, st = export_until_refused(alice, alice.alloc(4096))
     assert (n, st) == (2, CUDA_ERROR_OUT_OF_MEMORY)
     bob = tcp_session(daemon, BOB_TOKEN)

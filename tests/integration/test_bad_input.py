@@ -92,7 +92,7 @@ def test_unknown_opcode_and_malformed_payload_get_errors(sim_daemon):
 def test_handles_the_session_does_not_own(sim_daemon):
     s = session(sim_daemon)
     assert s.call("stream_synchronize", stream=12345)[0] == CUDA_ERROR_INVALID_HANDLE
-    assert s.call("event_query", event=(1 << 24) | 1)[0] == CUDA_ERROR_INVALID_HANDLE  # that's the context
+    assert s.driver("cuEventQuery", (1 << 24) | 1)[0] == CUDA_ERROR_INVALID_HANDLE  # the context
     assert s.call("stream_destroy", stream=0)[0] == CUDA_ERROR_INVALID_HANDLE
     assert s.call("ctx_destroy", ctx=999)[0] == CUDA_ERROR_INVALID_HANDLE
     assert s.call("mem_free", dptr=0xDEADBEEF)[0] == CUDA_ERROR_INVALID_VALUE

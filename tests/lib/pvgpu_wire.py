@@ -181,6 +181,11 @@ class Session:
         st, _d, outs, _ = self.call("driver_call", fn=GENERIC[name], args=list(args))
         return st, outs.get("results", [])
 
+    def event_create(self, flags=0):
+        """cuEventCreate through the generic call: (status, event id)."""
+        st, res = self.driver("cuEventCreate", 1, flags)
+        return st, (res[0] if res and not st else 0)
+
     def window_attach(self, fd, **values):
         """window_attach passing fd, a window's memfd, as shm:// guests do:
         (status, outputs)."""

@@ -2212,23 +2212,6 @@ static int32_t sim_stream_query(struct pvgpu_exec *ex, uint64_t stream)
 	return check_stream(ex, stream);
 }
 
-/* Work is done when queued: the write is made at once. */
-static int32_t sim_stream_write_value(struct pvgpu_exec *ex, uint64_t stream,
-				      uint64_t dptr, uint32_t value)
-{
-	unsigned char *d;
-	int32_t rc;
-
-	rc = check_stream(ex, stream);
-	if (rc)
-		return rc;
-	d = dptr % 4 ? NULL : dev_bytes(ex, dptr, 4);
-	if (!d)
-		return CUDA_ERROR_INVALID_VALUE;
-	__atomic_store_n((uint32_t *)(void *)d, value, __ATOMIC_RELEASE);
-	return CUDA_SUCCESS;
-}
-
 static int32_t sim_stream_wait_event(struct pvgpu_exec *ex, uint64_t stream,
 				     uint64_t event, uint32_t flags)
 {
@@ -4822,16 +4805,16 @@ static int32_t sim_stream_value_call(struct pvgpu_exec *ex,
 	if (f->id == PVGPU_GENERIC_cuStreamWaitValue32_v2 ||
 	    f->id == PVGPU_GENERIC_cuStreamWaitValue64_v2)
 		return sim_wait_value(ex, a[1], a[2], (uint32_t)a[3], wide);
-	p = dev_bytes(ex, a[1], wide ? 8 : 4);
+	/* Aligned, as the driver wants; work is done when queued, so the
+	 * write is made at once, seen by whoever polls the word. */
+	p = a[1] % (wide ? 8 : 4) ? NULL : dev_bytes(ex, a[1], wide ? 8 : 4);
 	if (!p)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (wide) {
-		memcpy(p, &a[2], 8);
-	} else {
-		uint32_t v = (uint32_t)a[2];
-
-		memcpy(p, &v, 4);
-	}
+	if (wide)
+		__atomic_store_n((uint64_t *)(void *)p, a[2], __ATOMIC_RELEASE);
+	else
+		__atomic_store_n((uint32_t *)(void *)p, (uint32_t)a[2],
+				 __ATOMIC_RELEASE);
 	return CUDA_SUCCESS;
 }
 
@@ -4874,6 +4857,39 @@ static int32_t sim_elapsed_call(struct pvgpu_exec *ex,
 	a[0] = 0;
 	memcpy(&a[0], &ms, sizeof(ms));		/* a float result: its bits */
 	return rc;
+}
+
+/*
+ * Events and stream queries, a[] as annotations.py has them: a new
+ * event's slot is a[0]; cuEventRecordWithFlags takes the flags the driver
+ * knows (CU_EVENT_RECORD_EXTERNAL only during a capture).
+ */
+static int32_t sim_event_call(struct pvgpu_exec *ex,
+			      const struct pvgpu_generic_fn *f, uint64_t *a)
+{
+	switch (f->id) {
+	case PVGPU_GENERIC_cuEventCreate:
+		if (!a[0] || a[1] > UINT32_MAX)
+			return CUDA_ERROR_INVALID_VALUE;
+		return sim_event_create(ex, (uint32_t)a[1], &a[0]);
+	case PVGPU_GENERIC_cuEventDestroy_v2:
+		return sim_event_destroy(ex, a[0]);
+	case PVGPU_GENERIC_cuEventRecordWithFlags:
+		if (a[2] & ~(uint64_t)CU_EVENT_RECORD_EXTERNAL)
+			return CUDA_ERROR_INVALID_VALUE;
+		return sim_event_record(ex, a[0], a[1]);
+	case PVGPU_GENERIC_cuEventRecord:
+		return sim_event_record(ex, a[0], a[1]);
+	case PVGPU_GENERIC_cuEventSynchronize:
+		return sim_event_synchronize(ex, a[0]);
+	case PVGPU_GENERIC_cuEventQuery:
+		return sim_event_query(ex, a[0]);
+	case PVGPU_GENERIC_cuStreamQuery:
+		return sim_stream_query(ex, a[0]);
+	default:	/* cuStreamWaitEvent */
+		return a[2] > UINT32_MAX ? CUDA_ERROR_INVALID_VALUE :
+		       sim_stream_wait_event(ex, a[0], a[1], (uint32_t)a[2]);
+	}
 }
 
 /*
@@ -4990,6 +5006,14 @@ static const struct sim_generic {
 	{ PVGPU_GENERIC_cuDeviceGetGraphMemAttribute, sim_graph_mem_call, true },
 	{ PVGPU_GENERIC_cuDeviceSetGraphMemAttribute, sim_graph_mem_call, true },
 	{ PVGPU_GENERIC_cuDeviceGraphMemTrim, sim_graph_mem_call, true },
+	{ PVGPU_GENERIC_cuEventCreate, sim_event_call, true },
+	{ PVGPU_GENERIC_cuEventDestroy_v2, sim_event_call, true },
+	{ PVGPU_GENERIC_cuEventRecord, sim_event_call, true },
+	{ PVGPU_GENERIC_cuEventRecordWithFlags, sim_event_call, true },
+	{ PVGPU_GENERIC_cuEventSynchronize, sim_event_call, true },
+	{ PVGPU_GENERIC_cuEventQuery, sim_event_call, true },
+	{ PVGPU_GENERIC_cuStreamQuery, sim_event_call, true },
+	{ PVGPU_GENERIC_cuStreamWaitEvent, sim_event_call, true },
 };
 
 static int32_t sim_driver_call(struct pvgpu_exec *ex,
@@ -5048,14 +5072,6 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.stream_create		= sim_stream_create,
 	.stream_destroy		= sim_stream_destroy,
 	.stream_synchronize	= sim_stream_synchronize,
-	.stream_query		= sim_stream_query,
-	.stream_write_value	= sim_stream_write_value,
-	.stream_wait_event	= sim_stream_wait_event,
-	.event_create		= sim_event_create,
-	.event_destroy		= sim_event_destroy,
-	.event_record		= sim_event_record,
-	.event_synchronize	= sim_event_synchronize,
-	.event_query		= sim_event_query,
 	.module_load		= sim_module_load,
 	.module_unload		= sim_module_unload,
 	.module_function	= sim_module_function,

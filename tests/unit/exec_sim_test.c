@@ -53,6 +53,15 @@ static int32_t elapsed(struct pvgpu_exec *ex, uint64_t start, uint64_t end,
 	return rc;
 }
 
+/* cuStreamWaitEvent as the guest's call reaches the executor. */
+static int32_t wait_event(struct pvgpu_exec *ex, uint64_t stream,
+			  uint64_t event, uint32_t flags)
+{
+	uint64_t a[PVGPU_GENERIC_MAX_ARGS] = { stream, event, flags };
+
+	return sim->driver_call(ex, pvgpu_generic_find(PVGPU_GENERIC_cuStreamWaitEvent), a);
+}
+
 static struct pvgpu_exec *open_sim(const char *devices, const char *mb,
 				   const struct pvgpu_exec_config *cfg)
 {
@@ -232,7 +241,7 @@ static void test_no_context(void)
 	CHECK_RC(sim->mem_alloc(ex, 16, &h), CUDA_ERROR_INVALID_CONTEXT);
 	CHECK_RC(sim->mem_get_info(ex, &f, &t), CUDA_ERROR_INVALID_CONTEXT);
 	CHECK_RC(sim->stream_create(ex, 0, 0, &h), CUDA_ERROR_INVALID_CONTEXT);
-	CHECK_RC(sim->event_create(ex, 0, &h), CUDA_ERROR_INVALID_CONTEXT);
+	CHECK_RC(pvgpu_exec_event_create(sim, ex, 0, &h), CUDA_ERROR_INVALID_CONTEXT);
 	CHECK_RC(sim->host_alloc(ex, 64, &p), CUDA_ERROR_INVALID_CONTEXT);
 	CHECK_RC(sim->ctx_synchronize(ex), CUDA_ERROR_INVALID_CONTEXT);
 	CHECK_RC(sim->memcpy_htod_async(ex, 0x7e0000001000ULL, buf, 4, 0),
@@ -482,14 +491,14 @@ static void test_streams(void)
 	CHECK(s != 0);
 	CHECK_RC(sim->stream_create(ex, 0x80, 0, &s2), CUDA_ERROR_INVALID_VALUE);
 	CHECK_RC(sim->memcpy_htod_async(ex, a, buf, 16, s), CUDA_SUCCESS);
-	CHECK_RC(sim->stream_query(ex, s), CUDA_SUCCESS);
-	CHECK_RC(sim->stream_query(ex, 0), CUDA_SUCCESS);
+	CHECK_RC(pvgpu_exec_stream_query(sim, ex, s), CUDA_SUCCESS);
+	CHECK_RC(pvgpu_exec_stream_query(sim, ex, 0), CUDA_SUCCESS);
 	CHECK_RC(sim->stream_synchronize(ex, s), CUDA_SUCCESS);
 	CHECK_RC(sim->stream_synchronize(ex, 0), CUDA_SUCCESS);
 
 	/* Handles that were never issued, or are of another kind. */
-	CHECK_RC(sim->stream_query(ex, 0xdeadbeef), CUDA_ERROR_INVALID_HANDLE);
-	CHECK_RC(sim->stream_query(ex, ctx), CUDA_ERROR_INVALID_HANDLE);
+	CHECK_RC(pvgpu_exec_stream_query(sim, ex, 0xdeadbeef), CUDA_ERROR_INVALID_HANDLE);
+	CHECK_RC(pvgpu_exec_stream_query(sim, ex, ctx), CUDA_ERROR_INVALID_HANDLE);
 	CHECK_RC(sim->memcpy_htod_async(ex, a, buf, 16, 12345),
 		 CUDA_ERROR_INVALID_HANDLE);
 	CHECK_RC(sim->memset_async(ex, a, 0, 1, 1, 12345),
@@ -499,21 +508,21 @@ static void test_streams(void)
 	/* A stream of another context is not usable here. */
 	CHECK_RC(sim->ctx_create(ex, 0, &ctx2), CUDA_SUCCESS);
 	CHECK_RC(sim->ctx_set(ex, ctx2), CUDA_SUCCESS);
-	CHECK_RC(sim->stream_query(ex, s), CUDA_ERROR_INVALID_HANDLE);
+	CHECK_RC(pvgpu_exec_stream_query(sim, ex, s), CUDA_ERROR_INVALID_HANDLE);
 	/* ... but unified addressing lets it copy into ctx's memory. */
 	CHECK_RC(sim->memcpy_dtoh_async(ex, buf, a, 16, 0), CUDA_SUCCESS);
 	CHECK_RC(sim->ctx_set(ex, ctx), CUDA_SUCCESS);
 
-	CHECK_RC(sim->event_create(ex, 0, &ev), CUDA_SUCCESS);
-	CHECK_RC(sim->stream_wait_event(ex, s, ev, 0), CUDA_SUCCESS);
-	CHECK_RC(sim->stream_wait_event(ex, s, 0, 0), CUDA_ERROR_INVALID_HANDLE);
-	CHECK_RC(sim->stream_wait_event(ex, s, s, 0), CUDA_ERROR_INVALID_HANDLE);
-	CHECK_RC(sim->stream_wait_event(ex, 777, ev, 0),
+	CHECK_RC(pvgpu_exec_event_create(sim, ex, 0, &ev), CUDA_SUCCESS);
+	CHECK_RC(wait_event(ex, s, ev, 0), CUDA_SUCCESS);
+	CHECK_RC(wait_event(ex, s, 0, 0), CUDA_ERROR_INVALID_HANDLE);
+	CHECK_RC(wait_event(ex, s, s, 0), CUDA_ERROR_INVALID_HANDLE);
+	CHECK_RC(wait_event(ex, 777, ev, 0),
 		 CUDA_ERROR_INVALID_HANDLE);
 
 	CHECK_RC(sim->stream_destroy(ex, s), CUDA_SUCCESS);
 	CHECK_RC(sim->stream_destroy(ex, s), CUDA_ERROR_INVALID_HANDLE);
-	CHECK_RC(sim->stream_query(ex, s), CUDA_ERROR_INVALID_HANDLE);
+	CHECK_RC(pvgpu_exec_stream_query(sim, ex, s), CUDA_ERROR_INVALID_HANDLE);
 	CHECK_RC(sim->memcpy_htod_async(ex, a, buf, 16, s),
 		 CUDA_ERROR_INVALID_HANDLE);
 	sim->close(ex);
@@ -537,50 +546,50 @@ static void test_events(void)
 	if (!ex)
 		return;
 	CHECK_RC(sim->stream_create(ex, 0, 0, &s), CUDA_SUCCESS);
-	CHECK_RC(sim->event_create(ex, CU_EVENT_DEFAULT, &e1), CUDA_SUCCESS);
-	CHECK_RC(sim->event_create(ex, CU_EVENT_BLOCKING_SYNC, &e2),
+	CHECK_RC(pvgpu_exec_event_create(sim, ex, CU_EVENT_DEFAULT, &e1), CUDA_SUCCESS);
+	CHECK_RC(pvgpu_exec_event_create(sim, ex, CU_EVENT_BLOCKING_SYNC, &e2),
 		 CUDA_SUCCESS);
-	CHECK_RC(sim->event_create(ex, CU_EVENT_DISABLE_TIMING, &nt),
+	CHECK_RC(pvgpu_exec_event_create(sim, ex, CU_EVENT_DISABLE_TIMING, &nt),
 		 CUDA_SUCCESS);
-	CHECK_RC(sim->event_create(ex, 0x40, &nt), CUDA_ERROR_INVALID_VALUE);
-	CHECK_RC(sim->event_create(ex, CU_EVENT_INTERPROCESS, &nt),
+	CHECK_RC(pvgpu_exec_event_create(sim, ex, 0x40, &nt), CUDA_ERROR_INVALID_VALUE);
+	CHECK_RC(pvgpu_exec_event_create(sim, ex, CU_EVENT_INTERPROCESS, &nt),
 		 CUDA_ERROR_INVALID_VALUE);
 
 	/* Never recorded: complete for query, invalid for timing. */
-	CHECK_RC(sim->event_query(ex, e1), CUDA_SUCCESS);
-	CHECK_RC(sim->event_synchronize(ex, e1), CUDA_SUCCESS);
+	CHECK_RC(pvgpu_exec_event_query(sim, ex, e1), CUDA_SUCCESS);
+	CHECK_RC(pvgpu_exec_event_synchronize(sim, ex, e1), CUDA_SUCCESS);
 	CHECK_RC(elapsed(ex, e1, e2, &ms), CUDA_ERROR_INVALID_HANDLE);
 
-	CHECK_RC(sim->event_record(ex, e1, 0), CUDA_SUCCESS);
+	CHECK_RC(pvgpu_exec_event_record(sim, ex, e1, 0), CUDA_SUCCESS);
 	CHECK_RC(elapsed(ex, e1, e2, &ms), CUDA_ERROR_INVALID_HANDLE);
 	sleep_ms(20);
-	CHECK_RC(sim->event_record(ex, e2, s), CUDA_SUCCESS);
-	CHECK_RC(sim->event_query(ex, e2), CUDA_SUCCESS);
-	CHECK_RC(sim->event_synchronize(ex, e2), CUDA_SUCCESS);
+	CHECK_RC(pvgpu_exec_event_record(sim, ex, e2, s), CUDA_SUCCESS);
+	CHECK_RC(pvgpu_exec_event_query(sim, ex, e2), CUDA_SUCCESS);
+	CHECK_RC(pvgpu_exec_event_synchronize(sim, ex, e2), CUDA_SUCCESS);
 	CHECK_RC(elapsed(ex, e1, e2, &ms), CUDA_SUCCESS);
 	CHECK(ms >= 19.0f && ms < 2000.0f);
 	CHECK_RC(elapsed(ex, e1, e1, &ms), CUDA_SUCCESS);
 	CHECK(ms == 0.0f);
 
 	/* Timing disabled: recorded or not, no elapsed time. */
-	CHECK_RC(sim->event_create(ex, CU_EVENT_DISABLE_TIMING, &nt),
+	CHECK_RC(pvgpu_exec_event_create(sim, ex, CU_EVENT_DISABLE_TIMING, &nt),
 		 CUDA_SUCCESS);
-	CHECK_RC(sim->event_record(ex, nt, 0), CUDA_SUCCESS);
-	CHECK_RC(sim->event_query(ex, nt), CUDA_SUCCESS);
+	CHECK_RC(pvgpu_exec_event_record(sim, ex, nt, 0), CUDA_SUCCESS);
+	CHECK_RC(pvgpu_exec_event_query(sim, ex, nt), CUDA_SUCCESS);
 	CHECK_RC(elapsed(ex, e1, nt, &ms), CUDA_ERROR_INVALID_HANDLE);
 	CHECK_RC(elapsed(ex, nt, e2, &ms), CUDA_ERROR_INVALID_HANDLE);
 
 	/* Bad handles. */
-	CHECK_RC(sim->event_record(ex, 4242, 0), CUDA_ERROR_INVALID_HANDLE);
-	CHECK_RC(sim->event_record(ex, e1, 4242), CUDA_ERROR_INVALID_HANDLE);
-	CHECK_RC(sim->event_record(ex, s, 0), CUDA_ERROR_INVALID_HANDLE);
-	CHECK_RC(sim->event_query(ex, 0), CUDA_ERROR_INVALID_HANDLE);
-	CHECK_RC(sim->event_synchronize(ex, s), CUDA_ERROR_INVALID_HANDLE);
+	CHECK_RC(pvgpu_exec_event_record(sim, ex, 4242, 0), CUDA_ERROR_INVALID_HANDLE);
+	CHECK_RC(pvgpu_exec_event_record(sim, ex, e1, 4242), CUDA_ERROR_INVALID_HANDLE);
+	CHECK_RC(pvgpu_exec_event_record(sim, ex, s, 0), CUDA_ERROR_INVALID_HANDLE);
+	CHECK_RC(pvgpu_exec_event_query(sim, ex, 0), CUDA_ERROR_INVALID_HANDLE);
+	CHECK_RC(pvgpu_exec_event_synchronize(sim, ex, s), CUDA_ERROR_INVALID_HANDLE);
 	CHECK_RC(elapsed(ex, e1, 4242, &ms),
 		 CUDA_ERROR_INVALID_HANDLE);
-	CHECK_RC(sim->event_destroy(ex, e2), CUDA_SUCCESS);
-	CHECK_RC(sim->event_destroy(ex, e2), CUDA_ERROR_INVALID_HANDLE);
-	CHECK_RC(sim->event_query(ex, e2), CUDA_ERROR_INVALID_HANDLE);
+	CHECK_RC(pvgpu_exec_event_destroy(sim, ex, e2), CUDA_SUCCESS);
+	CHECK_RC(pvgpu_exec_event_destroy(sim, ex, e2), CUDA_ERROR_INVALID_HANDLE);
+	CHECK_RC(pvgpu_exec_event_query(sim, ex, e2), CUDA_ERROR_INVALID_HANDLE);
 	CHECK_RC(elapsed(ex, e1, e2, &ms), CUDA_ERROR_INVALID_HANDLE);
 	sim->close(ex);
 }
@@ -597,7 +606,7 @@ static void test_ctx_destroy(void)
 		return;
 	CHECK_RC(sim->mem_alloc(ex, 48 << 20, &a), CUDA_SUCCESS);
 	CHECK_RC(sim->stream_create(ex, 0, 0, &s), CUDA_SUCCESS);
-	CHECK_RC(sim->event_create(ex, 0, &ev), CUDA_SUCCESS);
+	CHECK_RC(pvgpu_exec_event_create(sim, ex, 0, &ev), CUDA_SUCCESS);
 	CHECK_RC(sim->host_alloc(ex, 1000, &pinned), CUDA_SUCCESS);
 	CHECK_RC(sim->mem_get_info(ex, &f, &t), CUDA_SUCCESS);
 	CHECK(f == 16ULL << 20);
@@ -618,8 +627,8 @@ static void test_ctx_destroy(void)
 		 CUDA_ERROR_INVALID_VALUE);
 	CHECK_RC(sim->memcpy_htod_async(ex, a2, buf, 8, 0), CUDA_SUCCESS);
 	CHECK_RC(sim->mem_free(ex, a), CUDA_ERROR_INVALID_VALUE);
-	CHECK_RC(sim->stream_query(ex, s), CUDA_ERROR_INVALID_HANDLE);
-	CHECK_RC(sim->event_query(ex, ev), CUDA_ERROR_INVALID_HANDLE);
+	CHECK_RC(pvgpu_exec_stream_query(sim, ex, s), CUDA_ERROR_INVALID_HANDLE);
+	CHECK_RC(pvgpu_exec_event_query(sim, ex, ev), CUDA_ERROR_INVALID_HANDLE);
 	/* Pinned memory died with its context, as with cuCtxDestroy. */
 	CHECK_RC(sim->host_free(ex, pinned), CUDA_ERROR_INVALID_VALUE);
 

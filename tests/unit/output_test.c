@@ -65,7 +65,7 @@ static void run(void)
 	pvgpu_output_arm(&w);
 	note(deliver(&w, PVGPU_OP_MEM_ALLOC, 0) == 0 && waiting(1) == 7 &&
 	     w.output_dropped == 0);
-	note(deliver(&w, PVGPU_OP_EVENT_QUERY, 0) == 0 && waiting(1) == 7);
+	note(deliver(&w, PVGPU_OP_STREAM_CREATE, 0) == 0 && waiting(1) == 7);
 
 	/* A stream synchronize takes it, and keeps looking after. */
 	note(deliver(&w, PVGPU_OP_STREAM_SYNCHRONIZE, 0) == 0 &&

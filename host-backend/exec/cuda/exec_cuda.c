@@ -84,16 +84,7 @@ struct cuda_api {
 							unsigned int, int);
 	CUresult (CUDAAPI *stream_destroy)(CUstream);
 	CUresult (CUDAAPI *stream_synchronize)(CUstream);
-	CUresult (CUDAAPI *stream_query)(CUstream);
-	CUresult (CUDAAPI *stream_write_value32)(CUstream, CUdeviceptr, cuuint32_t,
-						 unsigned int);
-	CUresult (CUDAAPI *stream_wait_event)(CUstream, CUevent, unsigned int);
-	CUresult (CUDAAPI *event_create)(CUevent *, unsigned int);
 	CUresult (CUDAAPI *event_destroy)(CUevent);
-	CUresult (CUDAAPI *event_record)(CUevent, CUstream);
-	CUresult (CUDAAPI *event_synchronize)(CUevent);
-	CUresult (CUDAAPI *event_query)(CUevent);
-	CUresult (CUDAAPI *event_elapsed_time)(float *, CUevent, CUevent);
 	CUresult (CUDAAPI *module_load_data)(CUmodule *, const void *);
 	CUresult (CUDAAPI *module_unload)(CUmodule);
 	CUresult (CUDAAPI *module_function_count)(unsigned int *, CUmodule);
@@ -259,15 +250,7 @@ static const struct cuda_sym cuda_syms[] = {
 	SYM(stream_create_with_priority, "cuStreamCreateWithPriority", 5050, "cuStreamCreateWithPriority", NULL, false),
 	SYM(stream_destroy, "cuStreamDestroy", 4000, "cuStreamDestroy_v2", NULL, false),
 	SYM(stream_synchronize, "cuStreamSynchronize", 2000, "cuStreamSynchronize", NULL, false),
-	SYM(stream_query, "cuStreamQuery", 2000, "cuStreamQuery", NULL, false),
-	SYM(stream_write_value32, "cuStreamWriteValue32", 11070, "cuStreamWriteValue32_v2", "cuStreamWriteValue32", true),
-	SYM(stream_wait_event, "cuStreamWaitEvent", 3020, "cuStreamWaitEvent", NULL, false),
-	SYM(event_create, "cuEventCreate", 2000, "cuEventCreate", NULL, false),
 	SYM(event_destroy, "cuEventDestroy", 4000, "cuEventDestroy_v2", NULL, false),
-	SYM(event_record, "cuEventRecord", 2000, "cuEventRecord", NULL, false),
-	SYM(event_synchronize, "cuEventSynchronize", 2000, "cuEventSynchronize", NULL, false),
-	SYM(event_query, "cuEventQuery", 2000, "cuEventQuery", NULL, false),
-	SYM(event_elapsed_time, "cuEventElapsedTime", 12080, "cuEventElapsedTime_v2", "cuEventElapsedTime", false),
 	SYM(module_load_data, "cuModuleLoadData", 2000, "cuModuleLoadData", NULL, false),
 	SYM(module_unload, "cuModuleUnload", 2000, "cuModuleUnload", NULL, false),
 	SYM(module_get_function, "cuModuleGetFunction", 2000, "cuModuleGetFunction", NULL, false),
@@ -1400,52 +1383,6 @@ static int32_t cuda_stream_synchronize(struct pvgpu_exec *ex, uint64_t stream)
 	return ex->api.stream_synchronize(s);
 }
 
-static int32_t cuda_stream_query(struct pvgpu_exec *ex, uint64_t stream)
-{
-	CUstream s;
-	int32_t rc;
-
-	if (!ex)
-		return CUDA_ERROR_INVALID_VALUE;
-	rc = to_stream(ex, stream, &s);
-	if (rc)
-		return rc;
-	return ex->api.stream_query(s);
-}
-
-static int32_t cuda_stream_write_value(struct pvgpu_exec *ex, uint64_t stream,
-				       uint64_t dptr, uint32_t value)
-{
-	CUstream s;
-	int32_t rc;
-
-	if (!ex || dptr % 4)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (!ex->api.stream_write_value32)
-		return CUDA_ERROR_NOT_SUPPORTED;
-	rc = to_stream(ex, stream, &s);
-	if (rc)
-		return rc;
-	return ex->api.stream_write_value32(s, (CUdeviceptr)dptr, value, 0);
-}
-
-static int32_t cuda_stream_wait_event(struct pvgpu_exec *ex, uint64_t stream,
-				      uint64_t event, uint32_t flags)
-{
-	CUstream s;
-	int32_t rc;
-
-	if (!ex)
-		return CUDA_ERROR_INVALID_VALUE;
-	rc = to_stream(ex, stream, &s);
-	if (rc)
-		return rc;
-	/* The event may belong to another of the session's contexts. */
-	if (!handle_find(ex, event, CUDA_EVENT))
-		return CUDA_ERROR_INVALID_HANDLE;
-	return ex->api.stream_wait_event(s, to_event(event), flags);
-}
-
 /* ------------------------------------------------------------------ */
 /* events */
 
@@ -1458,72 +1395,6 @@ static int32_t event_keep(struct pvgpu_exec *ex, CUevent e, uint64_t *event)
 	}
 	*event = (uint64_t)(uintptr_t)e;
 	return CUDA_SUCCESS;
-}
-
-static int32_t cuda_event_create(struct pvgpu_exec *ex, uint32_t flags,
-				 uint64_t *event)
-{
-	CUevent e;
-	CUresult rc;
-
-	if (!ex || !event)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (!ex->cur)
-		return CUDA_ERROR_INVALID_CONTEXT;
-	rc = ex->api.event_create(&e, flags);
-	return rc ? (int32_t)rc : event_keep(ex, e, event);
-}
-
-static int32_t cuda_event_destroy(struct pvgpu_exec *ex, uint64_t event)
-{
-	struct cuda_handle *e;
-	CUresult rc;
-
-	if (!ex)
-		return CUDA_ERROR_INVALID_VALUE;
-	e = handle_find(ex, event, CUDA_EVENT);
-	if (!e)
-		return CUDA_ERROR_INVALID_HANDLE;
-	rc = ex->api.event_destroy(to_event(event));
-	if (rc == CUDA_SUCCESS)
-		handle_remove(ex, e);
-	return rc;
-}
-
-static int32_t cuda_event_record(struct pvgpu_exec *ex, uint64_t event,
-				 uint64_t stream)
-{
-	struct cuda_handle *e;
-	CUstream s;
-	int32_t rc;
-
-	if (!ex)
-		return CUDA_ERROR_INVALID_VALUE;
-	rc = to_stream(ex, stream, &s);
-	if (rc)
-		return rc;
-	e = handle_here(ex, event, CUDA_EVENT);
-	if (!e)
-		return CUDA_ERROR_INVALID_HANDLE;
-	return ex->api.event_record(to_event(event), s);
-}
-
-static int32_t cuda_event_synchronize(struct pvgpu_exec *ex, uint64_t event)
-{
-	if (!ex)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (!handle_find(ex, event, CUDA_EVENT))
-		return CUDA_ERROR_INVALID_HANDLE;
-	return ex->api.event_synchronize(to_event(event));
-}
-
-static int32_t cuda_event_query(struct pvgpu_exec *ex, uint64_t event)
-{
-	if (!ex)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (!handle_find(ex, event, CUDA_EVENT))
-		return CUDA_ERROR_INVALID_HANDLE;
-	return ex->api.event_query(to_event(event));
 }
 
 /* ------------------------------------------------------------------ */
@@ -2839,8 +2710,8 @@ static int32_t generic_handles(struct pvgpu_exec *ex,
 	return CUDA_SUCCESS;
 }
 
-/* What a destroy took away leaves the records too: an array when the
- * driver destroyed it, an object whatever it said (the session forgets
+/* What a destroy took away leaves the records too: an array or an event
+ * when the driver destroyed it, an object whatever it said (the session forgets
  * it either way). */
 static void generic_destroyed(struct pvgpu_exec *ex,
 			      const struct pvgpu_generic_fn *f,
@@ -2860,7 +2731,27 @@ static void generic_destroyed(struct pvgpu_exec *ex,
 		if ((g->size == PVGPU_GH_TEX || g->size == PVGPU_GH_SURF) &&
 		    (o = obj_find(ex, a[i], g->size == PVGPU_GH_SURF)))
 			*o = ex->objs[--ex->nobjs];
+		if (g->size == PVGPU_GH_EVENT && !rc &&
+		    (e = handle_find(ex, a[i], CUDA_EVENT)))
+			handle_remove(ex, e);
 	}
+}
+
+/* Events a call made go in the table (or are destroyed again), as those of
+ * IPC do: a later call names only events the table knows. */
+static int32_t generic_created(struct pvgpu_exec *ex,
+			       const struct pvgpu_generic_fn *f, uint64_t *a)
+{
+	int32_t rc = CUDA_SUCCESS;
+
+	for (uint32_t i = 0; i < f->nargs; i++) {
+		const struct pvgpu_generic_arg *g = &f->args[i];
+
+		if (g->kind == PVGPU_GA_HNEW && g->size == PVGPU_GH_EVENT &&
+		    a[i] && event_keep(ex, to_event(a[i]), &a[i]))
+			rc = CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	return rc;
 }
 
 /*
@@ -2934,7 +2825,7 @@ static int32_t cuda_driver_call(struct pvgpu_exec *ex,
 	}
 	rc = pvgpu_cuda_generic_invoke(ex->generic_fp[f->id], f, a);
 	generic_destroyed(ex, f, a, rc);
-	return rc;
+	return rc ? rc : generic_created(ex, f, a);
 }
 
 /* The driver's JIT options from the checked ones in l: the log buffers are
@@ -3385,14 +3276,6 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.stream_create		= cuda_stream_create,
 	.stream_destroy		= cuda_stream_destroy,
 	.stream_synchronize	= cuda_stream_synchronize,
-	.stream_query		= cuda_stream_query,
-	.stream_write_value	= cuda_stream_write_value,
-	.stream_wait_event	= cuda_stream_wait_event,
-	.event_create		= cuda_event_create,
-	.event_destroy		= cuda_event_destroy,
-	.event_record		= cuda_event_record,
-	.event_synchronize	= cuda_event_synchronize,
-	.event_query		= cuda_event_query,
 	.module_load		= cuda_module_load,
 	.module_unload		= cuda_module_unload,
 	.module_function	= cuda_module_function,

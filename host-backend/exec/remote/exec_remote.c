@@ -727,106 +727,6 @@ static int32_t remote_stream_synchronize(struct pvgpu_exec *ex, uint64_t stream)
 	return cu(n, pvgpu_call_stream_synchronize(n->c, &q, &r));
 }
 
-static int32_t remote_stream_query(struct pvgpu_exec *ex, uint64_t stream)
-{
-	struct pvgpu_stream_query_req q = { 0 };
-	struct pvgpu_stream_query_rep r;
-	struct remote_node *n = stream_node(ex, stream, &q.stream);
-
-	if (!n)
-		return CUDA_ERROR_INVALID_HANDLE;
-	return cu(n, pvgpu_call_stream_query(n->c, &q, &r));
-}
-
-static int32_t remote_event_synchronize(struct pvgpu_exec *ex, uint64_t event);
-
-static int32_t remote_stream_wait_event(struct pvgpu_exec *ex, uint64_t stream,
-					uint64_t event, uint32_t flags)
-{
-	struct pvgpu_stream_wait_event_req q = { .flags = flags };
-	struct remote_node *n = stream_node(ex, stream, &q.stream), *en;
-
-	if (!n || !(en = untag(ex, event, &q.event)))
-		return CUDA_ERROR_INVALID_HANDLE;
-	/*
-	 * An event of another node: no stream there can wait on it, so wait
-	 * here, which orders everything after it too (stricter, never wrong).
-	 */
-	if (en != n)
-		return remote_event_synchronize(ex, event);
-	return cu(n, pvgpu_call_stream_wait_event(n->c, &q));
-}
-
-/* ------------------------------------------------------------------ */
-/* events */
-
-static int32_t remote_event_create(struct pvgpu_exec *ex, uint32_t flags,
-				   uint64_t *event)
-{
-	struct pvgpu_event_create_req q = { .flags = flags };
-	struct pvgpu_event_create_rep r;
-	struct remote_node *n = cur_node(ex);
-	int32_t st;
-
-	if (!n)
-		return CUDA_ERROR_INVALID_CONTEXT;
-	if (!event)
-		return CUDA_ERROR_INVALID_VALUE;
-	st = cu(n, pvgpu_call_event_create(n->c, &q, &r));
-	return st ? st : tagged(ex, n, r.event, event);
-}
-
-static int32_t remote_event_destroy(struct pvgpu_exec *ex, uint64_t event)
-{
-	struct pvgpu_event_destroy_req q = { 0 };
-	struct pvgpu_event_destroy_rep r;
-	struct remote_node *n;
-
-	if (!ex || !(n = untag(ex, event, &q.event)))
-		return CUDA_ERROR_INVALID_HANDLE;
-	return cu(n, pvgpu_call_event_destroy(n->c, &q, &r));
-}
-
-static int32_t remote_event_record(struct pvgpu_exec *ex, uint64_t event,
-				   uint64_t stream)
-{
-	struct pvgpu_event_record_req q = { 0 };
-	struct remote_node *n, *sn;
-
-	if (!ex || !(n = untag(ex, event, &q.event)))
-		return CUDA_ERROR_INVALID_HANDLE;
-	if (stream) {
-		sn = untag(ex, stream, &q.stream);
-		if (sn != n)
-			return CUDA_ERROR_INVALID_HANDLE;
-	} else if (cur_node(ex) != n) {
-		return CUDA_ERROR_INVALID_HANDLE;
-	}
-	return cu(n, pvgpu_call_event_record(n->c, &q));
-}
-
-static int32_t remote_event_synchronize(struct pvgpu_exec *ex, uint64_t event)
-{
-	struct pvgpu_event_synchronize_req q = { 0 };
-	struct pvgpu_event_synchronize_rep r;
-	struct remote_node *n;
-
-	if (!ex || !(n = untag(ex, event, &q.event)))
-		return CUDA_ERROR_INVALID_HANDLE;
-	return cu(n, pvgpu_call_event_synchronize(n->c, &q, &r));
-}
-
-static int32_t remote_event_query(struct pvgpu_exec *ex, uint64_t event)
-{
-	struct pvgpu_event_query_req q = { 0 };
-	struct pvgpu_event_query_rep r;
-	struct remote_node *n;
-
-	if (!ex || !(n = untag(ex, event, &q.event)))
-		return CUDA_ERROR_INVALID_HANDLE;
-	return cu(n, pvgpu_call_event_query(n->c, &q, &r));
-}
-
 /* ------------------------------------------------------------------ */
 /* modules and kernels */
 
@@ -1394,6 +1294,21 @@ static int32_t remote_driver_call(struct pvgpu_exec *ex,
 
 	if (!ex || !f || !a || f->nargs > PVGPU_GENERIC_MAX_ARGS)
 		return CUDA_ERROR_INVALID_VALUE;
+	if (f->id == PVGPU_GENERIC_cuStreamWaitEvent &&
+	    (n = stream_node(ex, a[0], &args[0])) &&
+	    (hn = untag(ex, a[1], &args[1])) && hn != n) {
+		/*
+		 * An event of another node: no stream there can wait on it, so
+		 * wait here, which orders everything after it too (stricter,
+		 * never wrong).
+		 */
+		struct pvgpu_driver_call_req q = {
+			.fn = PVGPU_GENERIC_cuEventSynchronize, .args_count = 1,
+			.args = { args[1] } };
+		struct pvgpu_driver_call_rep r;
+
+		return cu(hn, pvgpu_call_driver_call(hn->c, &q, &r));
+	}
 	for (uint32_t i = 0; i < f->nargs; i++) {
 		const struct pvgpu_generic_arg *g = &f->args[i];
 
@@ -1518,13 +1433,6 @@ static const struct pvgpu_executor_ops pvgpu_exec_remote = {
 	.stream_create		= remote_stream_create,
 	.stream_destroy		= remote_stream_destroy,
 	.stream_synchronize	= remote_stream_synchronize,
-	.stream_query		= remote_stream_query,
-	.stream_wait_event	= remote_stream_wait_event,
-	.event_create		= remote_event_create,
-	.event_destroy		= remote_event_destroy,
-	.event_record		= remote_event_record,
-	.event_synchronize	= remote_event_synchronize,
-	.event_query		= remote_event_query,
 	.module_load		= remote_module_load,
 	.module_unload		= remote_module_unload,
 	.module_function	= remote_module_function,
