@@ -279,4 +279,17 @@ int32_t pvgpu_client_call_staged(struct pvgpu_client *c, uint16_t opcode,
 				 const uint8_t *req, size_t req_len,
 				 const void *src, void *dst, uint64_t size);
 
+/*
+ * A copy host to device (htod) or device to host (dtoh) of n bytes on the
+ * backend's stream, async or not, by the cheapest path the connection has
+ * (copy.c): window_off is where the host memory lies in the shared window,
+ * NULL where it does not.  The wire status.
+ */
+int32_t pvgpu_client_htod(struct pvgpu_client *c, uint64_t dst, const void *src,
+			  uint64_t n, uint64_t stream, int async,
+			  const uint64_t *window_off);
+int32_t pvgpu_client_dtoh(struct pvgpu_client *c, void *dst, uint64_t src,
+			  uint64_t n, uint64_t stream, int async,
+			  const uint64_t *window_off);
+
 #endif /* PVGPU_CLIENT_H */

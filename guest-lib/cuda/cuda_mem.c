@@ -14,8 +14,6 @@
 #include "guest_window.h"
 #include "pvgpu_guest.h"
 
-#define STAGED_MIN	(64u * 1024)
-
 /* ---- tracking ----------------------------------------------------------- */
 
 int cu_alloc_insert(const struct cu_alloc *n)
@@ -558,9 +556,21 @@ static int capture_staged(CUdeviceptr dptr, const void *host, size_t n,
 	return 1;
 }
 
-static CUresult htod(CUdeviceptr dst, const void *src, size_t n, CUstream s, int async)
+/* Where p lies in op's window, for the client's choice of path: off, or
+ * NULL when it does not. */
+static const uint64_t *in_window(struct cu_op *op, const void *p, size_t n,
+				 uint64_t *off)
 {
-	struct pvgpu_window_map *win;
+	struct pvgpu_window_map *win = pvgpu_client_window(op->client);
+
+	return win && cu_window_offset(win, p, n, off) ? off : NULL;
+}
+
+/* A copy between host memory and the device, to_host or from it. */
+static CUresult host_copy(CUdeviceptr dptr, const void *host, size_t n,
+			  CUstream s, int async, int to_host)
+{
+	const uint64_t *at;
 	uint64_t stream, off;
 	struct cu_op op;
 	int32_t st;
@@ -568,84 +578,29 @@ static CUresult htod(CUdeviceptr dst, const void *src, size_t n, CUstream s, int
 
 	if (!n)
 		return CUDA_SUCCESS;
-	if (!src || !dst || !range_ok(dst, n))
+	if (!host || !dptr || !range_ok(dptr, n))
 		return CUDA_ERROR_INVALID_VALUE;
-	if (async && capture_staged(dst, src, n, s, 0, &r))
+	if (async && capture_staged(dptr, host, n, s, to_host, &r))
 		return r;
 	r = begin_on(&op, s, &stream);
 	if (r)
 		return r;
-	win = pvgpu_client_window(op.client);
-	if (win && cu_window_offset(win, src, n, &off)) {
-		struct pvgpu_memcpy_htod_window_req req = { dst, off, n, stream };
-		struct pvgpu_memcpy_htod_window_async_req areq = { dst, off, n, stream };
-		struct pvgpu_memcpy_htod_window_rep rep;
-
-		st = async ? pvgpu_call_memcpy_htod_window_async(op.client, &areq) :
-			     pvgpu_call_memcpy_htod_window(op.client, &req, &rep);
-	} else if (win && n >= STAGED_MIN) {
-		struct pvgpu_memcpy_htod_staged_req req = { dst, n, stream };
-		uint8_t q[PVGPU_MEMCPY_HTOD_STAGED_REQ_MAX];
-		long qn = pvgpu_memcpy_htod_staged_req_encode(q, &req);
-
-		st = pvgpu_client_call_staged(op.client, PVGPU_OP_MEMCPY_HTOD_STAGED,
-					      q, (size_t)qn, src, NULL, n);
-	} else if (async) {
-		struct pvgpu_memcpy_htod_async_req req = { dst, n, stream };
-
-		st = pvgpu_call_memcpy_htod_async(op.client, &req, src);
-	} else {
-		struct pvgpu_memcpy_htod_req req = { dst, n, stream };
-		struct pvgpu_memcpy_htod_rep rep;
-
-		st = pvgpu_call_memcpy_htod(op.client, &req, &rep, src);
-	}
+	at = in_window(&op, host, n, &off);
+	st = to_host ? pvgpu_client_dtoh(op.client, (void *)host, dptr, n, stream,
+					 async, at) :
+		       pvgpu_client_htod(op.client, dptr, host, n, stream, async, at);
 	cu_op_end(&op);
 	return cu_status(st);
 }
 
+static CUresult htod(CUdeviceptr dst, const void *src, size_t n, CUstream s, int async)
+{
+	return host_copy(dst, src, n, s, async, 0);
+}
+
 static CUresult dtoh(void *dst, CUdeviceptr src, size_t n, CUstream s, int async)
 {
-	struct pvgpu_window_map *win;
-	uint64_t stream, off;
-	struct cu_op op;
-	int32_t st;
-	CUresult r;
-
-	if (!n)
-		return CUDA_SUCCESS;
-	if (!src || !dst || !range_ok(src, n))
-		return CUDA_ERROR_INVALID_VALUE;
-	if (async && capture_staged(src, dst, n, s, 1, &r))
-		return r;
-	r = begin_on(&op, s, &stream);
-	if (r)
-		return r;
-	win = pvgpu_client_window(op.client);
-	if (win && cu_window_offset(win, dst, n, &off)) {
-		struct pvgpu_memcpy_dtoh_window_req req = { src, off, n, stream };
-		struct pvgpu_memcpy_dtoh_window_async_req areq = { src, off, n, stream };
-		struct pvgpu_memcpy_dtoh_window_rep rep;
-
-		st = async ? pvgpu_call_memcpy_dtoh_window_async(op.client, &areq) :
-			     pvgpu_call_memcpy_dtoh_window(op.client, &req, &rep);
-	} else if (win && n >= STAGED_MIN) {
-		struct pvgpu_memcpy_dtoh_staged_req req = { src, n, stream };
-		uint8_t q[PVGPU_MEMCPY_DTOH_STAGED_REQ_MAX];
-		long qn = pvgpu_memcpy_dtoh_staged_req_encode(q, &req);
-
-		st = pvgpu_client_call_staged(op.client, PVGPU_OP_MEMCPY_DTOH_STAGED,
-					      q, (size_t)qn, NULL, dst, n);
-	} else if (!pvgpu_client_dtoh_landing(op.client, dst, src, n, stream,
-					      &st)) {
-		/* Into pageable memory even an async copy completes first. */
-		struct pvgpu_memcpy_dtoh_req req = { src, n, stream };
-		struct pvgpu_memcpy_dtoh_rep rep;
-
-		st = pvgpu_call_memcpy_dtoh(op.client, &req, &rep, dst);
-	}
-	cu_op_end(&op);
-	return cu_status(st);
+	return host_copy(src, dst, n, s, async, 1);
 }
 
 static CUresult dtod(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)

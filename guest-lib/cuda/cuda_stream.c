@@ -155,26 +155,38 @@ CUresult cu_event_remote(CUevent e, struct cu_ctx **ctx, uint64_t *remote)
 	return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags)
+/*
+ * The async generic call id of an event and a stream (on the stream's
+ * context): a[ei] and a[si] get their backend handles, the rest of a[n]
+ * is the caller's.
+ */
+static CUresult event_on_stream(CUevent e, CUstream s, uint32_t id,
+				uint64_t *a, uint32_t n, int ei, int si)
 {
 	struct cu_event *ev = event_check(e);
-	uint64_t a[3] = { 0, 0, flags };
 	struct cu_ctx *ctx;
 	struct cu_op op;
 	CUresult r;
 
 	if (!ev)
 		return CUDA_ERROR_INVALID_HANDLE;
-	r = cu_stream_resolve(s, &ctx, &a[0]);
+	r = cu_stream_resolve(s, &ctx, &a[si]);
 	if (r)
 		return r;
-	a[1] = ev->remote;
+	a[ei] = ev->remote;
 	r = cu_op_begin(&op, ctx);
 	if (r)
 		return r;
-	r = cu_status(cu_generic_op_async(&op, PVGPU_GENERIC_cuStreamWaitEvent, a, 3));
+	r = cu_status(cu_generic_op_async(&op, id, a, n));
 	cu_op_end(&op);
 	return r;
+}
+
+CUresult CUDAAPI cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags)
+{
+	uint64_t a[3] = { 0, 0, flags };
+
+	return event_on_stream(e, s, PVGPU_GENERIC_cuStreamWaitEvent, a, 3, 1, 0);
 }
 
 CUresult CUDAAPI cuStreamWaitEvent_ptsz(CUstream s, CUevent e, unsigned int flags)
@@ -353,29 +365,17 @@ CUresult CUDAAPI cuEventDestroy(CUevent e)
 	return cuEventDestroy_v2(e);
 }
 
-/* cuEventRecord, or cuEventRecordWithFlags when flags says so. */
+/* cuEventRecord, or cuEventRecordWithFlags with flags. */
 static CUresult event_record(CUevent e, CUstream s, int with_flags,
 			     unsigned int flags)
 {
-	struct cu_event *ev = event_check(e);
 	uint64_t a[3] = { 0, 0, flags };
-	struct cu_ctx *ctx;
-	struct cu_op op;
-	CUresult r;
+	CUresult r = event_on_stream(e, s, with_flags ?
+				     PVGPU_GENERIC_cuEventRecordWithFlags :
+				     PVGPU_GENERIC_cuEventRecord,
+				     a, with_flags ? 3 : 2, 0, 1);
+	struct cu_event *ev = event_check(e);
 
-	if (!ev)
-		return CUDA_ERROR_INVALID_HANDLE;
-	r = cu_stream_resolve(s, &ctx, &a[1]);
-	if (r)
-		return r;
-	a[0] = ev->remote;
-	r = cu_op_begin(&op, ctx);
-	if (r)
-		return r;
-	r = cu_status(with_flags ?
-		cu_generic_op_async(&op, PVGPU_GENERIC_cuEventRecordWithFlags, a, 3) :
-		cu_generic_op_async(&op, PVGPU_GENERIC_cuEventRecord, a, 2));
-	cu_op_end(&op);
 	if (!r) {
 		ev->rec_stream = a[1];
 		ev->rec_seq = cu_staged_seq();
