@@ -32,7 +32,7 @@ static int32_t staging_ready(struct pvgpu_worker *w)
 	uint64_t bytes = (uint64_t)PVGPU_STAGING_BUFFERS * w->cfg->block;
 	int32_t st;
 
-	if (w->staging[0].buf)
+	if (w->copy.staging[0].buf)
 		return 0;
 	/* Page-locked host memory taken for this VM: its pinned figure (policy.h). */
 	if (pvgpu_accounting_pin(w->acct, w->slot, bytes)) {
@@ -41,9 +41,9 @@ static int32_t staging_ready(struct pvgpu_worker *w)
 			  w->acct->vms[atomic_load(&w->slot->vm)].name);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	w->staging_pinned = bytes;
+	w->copy.pinned = bytes;
 	for (int i = 0; i < PVGPU_STAGING_BUFFERS; i++) {
-		struct pvgpu_staging *s = &w->staging[i];
+		struct pvgpu_staging *s = &w->copy.staging[i];
 
 		st = w->ex_ops->host_alloc(w->ex, w->cfg->block, &s->buf);
 		if (st)
@@ -64,7 +64,7 @@ err:
 void pvgpu_staging_release(struct pvgpu_worker *w)
 {
 	for (int i = 0; i < PVGPU_STAGING_BUFFERS; i++) {
-		struct pvgpu_staging *s = &w->staging[i];
+		struct pvgpu_staging *s = &w->copy.staging[i];
 
 		if (s->event) {
 			if (s->busy)
@@ -75,18 +75,18 @@ void pvgpu_staging_release(struct pvgpu_worker *w)
 			w->ex_ops->host_free(w->ex, s->buf);
 		memset(s, 0, sizeof(*s));
 	}
-	pvgpu_accounting_unpin(w->slot, w->staging_pinned);
-	w->staging_pinned = 0;
-	free(w->small);
-	w->small = NULL;
+	pvgpu_accounting_unpin(w->slot, w->copy.pinned);
+	w->copy.pinned = 0;
+	free(w->copy.small);
+	w->copy.small = NULL;
 }
 
 /* The next staging buffer, once no DMA uses it any more. */
 static struct pvgpu_staging *staging_next(struct pvgpu_worker *w, int32_t *st)
 {
-	struct pvgpu_staging *s = &w->staging[w->next_staging];
+	struct pvgpu_staging *s = &w->copy.staging[w->copy.next];
 
-	w->next_staging = (w->next_staging + 1) % PVGPU_STAGING_BUFFERS;
+	w->copy.next = (w->copy.next + 1) % PVGPU_STAGING_BUFFERS;
 	*st = 0;
 	if (s->busy) {
 		*st = pvgpu_exec_event_synchronize(w->ex_ops, w->ex, s->event);
@@ -129,13 +129,13 @@ static int32_t copy_htod_small(struct pvgpu_worker *w, uint64_t dst, uint64_t si
 {
 	int32_t st;
 
-	if (!w->small && !(w->small = malloc(PVGPU_SMALL_COPY))) {
+	if (!w->copy.small && !(w->copy.small = malloc(PVGPU_SMALL_COPY))) {
 		discard_data(w, size);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	if (pvgpu_worker_recv_data(w, w->small, size))
+	if (pvgpu_worker_recv_data(w, w->copy.small, size))
 		return 0;		/* fatal: nobody to answer */
-	st = w->ex_ops->memcpy_htod(w->ex, dst, w->small, size);
+	st = w->ex_ops->memcpy_htod(w->ex, dst, w->copy.small, size);
 	if (!st)
 		atomic_fetch_add(&w->slot->bytes_h2d, size);
 	return st;
@@ -205,7 +205,7 @@ int32_t pvgpu_copy_dtoh(struct pvgpu_worker *w, uint64_t src, uint64_t size,
 		return st;
 	}
 	/* Blocks sent in order: buffer for block k is (head + k) % N. */
-	head = w->next_staging;
+	head = w->copy.next;
 	while (sent < size && !w->fatal) {
 		struct pvgpu_staging *s;
 		uint32_t len;
@@ -226,7 +226,7 @@ int32_t pvgpu_copy_dtoh(struct pvgpu_worker *w, uint64_t src, uint64_t size,
 				first_err = st;
 			issued += len;
 		}
-		s = &w->staging[head];
+		s = &w->copy.staging[head];
 		head = (head + 1) % PVGPU_STAGING_BUFFERS;
 		len = size - sent < block ? (uint32_t)(size - sent) : block;
 		if (s->busy) {

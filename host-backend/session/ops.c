@@ -140,7 +140,7 @@ int32_t pvgpu_handle_hello(struct pvgpu_worker *w,
 	if (pvgpu_worker_resume_offer(w)) {
 		rep->resume_lo = w->cfg->resume_token[0];
 		rep->resume_hi = w->cfg->resume_token[1];
-		rep->resume_grace_ms = (uint32_t)(w->grace_ns / 1000000u);
+		rep->resume_grace_ms = (uint32_t)(w->resume.grace_ns / 1000000u);
 	}
 	wlog_debug(w, "hello from '%s' (guest pid %u): protocol %u, %d device(s), features %#llx agreed (guest %#llx, backend %#llx)",
 		   log_esc(req->client), req->pid, version, count,
@@ -418,7 +418,7 @@ int32_t pvgpu_handle_ctx_synchronize(struct pvgpu_worker *w,
 	 * every blocking stream's: the whole context's, unless a stream that
 	 * does not wait for it exists.
 	 */
-	if (!w->nonblocking_streams && pvgpu_signal_wanted(w) &&
+	if (!w->signal.nonblocking_streams && pvgpu_signal_wanted(w) &&
 	    pvgpu_signal_queue(w, 0))
 		return CUDA_SUCCESS;
 	st = w->ex_ops->ctx_synchronize(w->ex);
@@ -657,7 +657,7 @@ int32_t pvgpu_handle_stream_create(struct pvgpu_worker *w,
 	if (st)
 		goto err_uncharge;
 	if (req->flags & CU_STREAM_NON_BLOCKING)
-		w->nonblocking_streams = 1;	/* a context synchronize waits as before */
+		w->signal.nonblocking_streams = 1;	/* a context synchronize waits as before */
 	/* Its device kept, for the charge to go back to (module_uncharge). */
 	id = pvgpu_handle_add(&w->handles, H_STREAM, stream, w->cur_ctx, dev);
 	if (!id) {

@@ -55,7 +55,7 @@ int pvgpu_output_open(struct pvgpu_worker *w)
 {
 	int logfd;
 
-	w->output_ok = 0;
+	w->output.ok = 0;
 	fflush(stdout);
 	fflush(stderr);
 	logfd = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
@@ -71,7 +71,7 @@ int pvgpu_output_open(struct pvgpu_worker *w)
 	}
 	/* Line buffering would split a kernel's output over several writes. */
 	setvbuf(stdout, NULL, _IOFBF, 64 * 1024);
-	w->output_ok = 1;
+	w->output.ok = 1;
 	return 0;
 }
 
@@ -115,11 +115,11 @@ static int output_may_come(uint16_t opcode)
 void pvgpu_output_arm(struct pvgpu_worker *w)
 {
 	/* Kernels of two contexts: only the session's end disarms. */
-	if (!w->output_armed)
-		w->output_armed_ctx = w->cur_ctx;
-	else if (w->output_armed_ctx != w->cur_ctx)
-		w->output_armed_ctx = 0;
-	w->output_armed = 1;
+	if (!w->output.armed)
+		w->output.armed_ctx = w->cur_ctx;
+	else if (w->output.armed_ctx != w->cur_ctx)
+		w->output.armed_ctx = 0;
+	w->output.armed = 1;
 }
 
 static int deliver_fd(struct pvgpu_worker *w, int fd, uint64_t size)
@@ -143,7 +143,7 @@ static int deliver_fd(struct pvgpu_worker *w, int fd, uint64_t size)
 		off += (uint64_t)n;
 	}
 	if (off < size) {
-		w->output_dropped += size - off;
+		w->output.dropped += size - off;
 		wlog_debug(w, "device output: %llu bytes on fd %d not delivered (%s)",
 			   (unsigned long long)(size - off), fd,
 			   w->features & PVGPU_FEATURE_OUTPUT ? "over the limit" :
@@ -164,7 +164,7 @@ int pvgpu_output_deliver(struct pvgpu_worker *w, uint16_t opcode,
 	 * Until a kernel runs nothing prints, and then only where CUDA
 	 * delivers it: no system call on any other reply.
 	 */
-	if (!w->output_ok || !w->output_armed || !output_may_come(opcode))
+	if (!w->output.ok || !w->output.armed || !output_may_come(opcode))
 		return 0;
 	/* A sim twin (or anything else) printing through stdio. */
 	fflush(stdout);
@@ -180,7 +180,7 @@ int pvgpu_output_deliver(struct pvgpu_worker *w, uint16_t opcode,
 	 * alone: they are done and the driver has written all they printed.
 	 */
 	if (opcode == PVGPU_OP_CTX_SYNCHRONIZE && !status && !rc &&
-	    w->output_armed_ctx && w->output_armed_ctx == w->cur_ctx)
-		w->output_armed = 0;
+	    w->output.armed_ctx && w->output.armed_ctx == w->cur_ctx)
+		w->output.armed = 0;
 	return rc;
 }

@@ -40,7 +40,7 @@ int pvgpu_worker_resume_offer(struct pvgpu_worker *w)
 {
 	int64_t ms;
 
-	w->grace_ns = 0;
+	w->resume.grace_ns = 0;
 	if (!(w->features & PVGPU_FEATURE_RESUME) || w->cfg->reattach_fd < 0 ||
 	    !(w->cfg->resume_token[0] | w->cfg->resume_token[1]) ||
 	    !(w->peer.features & PVGPU_TR_REATTACH))
@@ -48,15 +48,15 @@ int pvgpu_worker_resume_offer(struct pvgpu_worker *w)
 	ms = pvgpu_policy_resume_grace_ms(w->cfg->policy, atomic_load(&w->slot->vm));
 	if (ms <= 0)
 		return 0;
-	w->kept = malloc(KEPT_MAX);
-	w->kept_req = malloc(PVGPU_MAX_PAYLOAD);
-	if (!w->kept || !w->kept_req) {
-		free(w->kept);
-		free(w->kept_req);
-		w->kept = w->kept_req = NULL;
+	w->resume.kept = malloc(KEPT_MAX);
+	w->resume.kept_req = malloc(PVGPU_MAX_PAYLOAD);
+	if (!w->resume.kept || !w->resume.kept_req) {
+		free(w->resume.kept);
+		free(w->resume.kept_req);
+		w->resume.kept = w->resume.kept_req = NULL;
 		return 0;
 	}
-	w->grace_ns = (uint64_t)ms * 1000000u;
+	w->resume.grace_ns = (uint64_t)ms * 1000000u;
 	return 1;
 }
 
@@ -64,28 +64,28 @@ void pvgpu_worker_keep_reply(struct pvgpu_worker *w, const uint8_t *hdr,
 			     size_t hdr_len, const uint8_t *payload, size_t len)
 {
 	/* A copy's DATA frames are not kept: the request is, to run again. */
-	if (!w->grace_ns || w->ring_on || hdr_len + len > KEPT_MAX ||
-	    (w->kept_rerun && w->kept_id == w->req_id))
+	if (!w->resume.grace_ns || w->ring_on || hdr_len + len > KEPT_MAX ||
+	    (w->resume.kept_rerun && w->resume.kept_id == w->req_id))
 		return;
-	memcpy(w->kept, hdr, hdr_len);
+	memcpy(w->resume.kept, hdr, hdr_len);
 	if (len)
-		memcpy(w->kept + hdr_len, payload, len);
-	w->kept_len = hdr_len + len;
-	w->kept_id = w->req_id;
-	w->kept_rerun = 0;
+		memcpy(w->resume.kept + hdr_len, payload, len);
+	w->resume.kept_len = hdr_len + len;
+	w->resume.kept_id = w->req_id;
+	w->resume.kept_rerun = 0;
 }
 
 void pvgpu_worker_keep_request(struct pvgpu_worker *w,
 			       const struct pvgpu_hdr *h,
 			       const uint8_t *payload)
 {
-	if (!w->grace_ns || w->ring_on || h->length > PVGPU_MAX_PAYLOAD ||
-	    payload == w->kept_req)	/* the kept one, run again */
+	if (!w->resume.grace_ns || w->ring_on || h->length > PVGPU_MAX_PAYLOAD ||
+	    payload == w->resume.kept_req)	/* the kept one, run again */
 		return;
-	memcpy(w->kept_req, payload, h->length);
-	w->kept_hdr = *h;
-	w->kept_id = h->id;
-	w->kept_rerun = 1;
+	memcpy(w->resume.kept_req, payload, h->length);
+	w->resume.kept_hdr = *h;
+	w->resume.kept_id = h->id;
+	w->resume.kept_rerun = 1;
 }
 
 static const char *vm_of(const struct pvgpu_worker *w)
@@ -126,7 +126,7 @@ static int take_connection(struct pvgpu_worker *w, uint8_t *msg, size_t cap,
 static int await_guest(struct pvgpu_worker *w, uint8_t *msg, size_t cap,
 		       size_t *len)
 {
-	uint64_t deadline = pvgpu_now_ns() + w->grace_ns;
+	uint64_t deadline = pvgpu_now_ns() + w->resume.grace_ns;
 	uint32_t want = PVGPU_DETACHED;
 
 	for (;;) {
@@ -181,8 +181,8 @@ static int send_resume_reply(struct pvgpu_worker *w, uint64_t id)
 		.features = w->features,
 		.resume_lo = w->cfg->resume_token[0],
 		.resume_hi = w->cfg->resume_token[1],
-		.resume_grace_ms = (uint32_t)(w->grace_ns / 1000000u),
-		.last_received = w->last_received,
+		.resume_grace_ms = (uint32_t)(w->resume.grace_ns / 1000000u),
+		.last_received = w->resume.last_received,
 	};
 	uint8_t fields[PVGPU_HELLO_REP_MAX];
 	long n;
@@ -200,11 +200,11 @@ int pvgpu_worker_detach(struct pvgpu_worker *w)
 	uint8_t msg[PVGPU_HDR_SIZE + PVGPU_HELLO_REQ_MAX + 1];
 	struct pvgpu_hello_req req;
 	struct pvgpu_hdr h;
-	uint64_t t0, paused, kept_id = w->kept_id;
+	uint64_t t0, paused, kept_id = w->resume.kept_id;
 	size_t len = 0;
 	int fd, rc;
 
-	if (!w->lost || !w->grace_ns || w->said_hello <= 0)
+	if (!w->resume.lost || !w->resume.grace_ns || w->said_hello <= 0)
 		return -1;
 	/*
 	 * A shared window's staging slots hold positions both sides must
@@ -224,14 +224,14 @@ int pvgpu_worker_detach(struct pvgpu_worker *w)
 	}
 	t0 = pvgpu_now_ns();
 	wlog_info(w, "vm %s: connection lost; kept %.1f s for its guest to resume it",
-		  vm_of(w), (double)w->grace_ns / 1e9);
+		  vm_of(w), (double)w->resume.grace_ns / 1e9);
 	paused = pvgpu_watchdog_pause(w->slot);
 	atomic_store(&w->slot->detached, PVGPU_DETACHED);
 	for (;;) {
 		fd = await_guest(w, msg, sizeof(msg), &len);
 		if (fd < 0) {
 			wlog_info(w, "vm %s: not resumed within %.1f s; ending the session",
-				  vm_of(w), (double)w->grace_ns / 1e9);
+				  vm_of(w), (double)w->resume.grace_ns / 1e9);
 			pvgpu_watchdog_resume(w->slot, paused);
 			return -1;
 		}
@@ -256,22 +256,22 @@ int pvgpu_worker_detach(struct pvgpu_worker *w)
 	atomic_store(&w->slot->detached, PVGPU_ATTACHED);
 	pvgpu_watchdog_resume(w->slot, paused);
 	w->fatal = 0;
-	w->lost = 0;
+	w->resume.lost = 0;
 	w->ring_aside = 1;
 	rc = send_resume_reply(w, h.id);
 	w->ring_aside = 0;
 	if (rc)
 		return -1;
 	/* The last reply, if the guest did not get it (the ring keeps its own). */
-	w->rerun = 0;
+	w->resume.rerun = 0;
 	if (!w->ring_on && kept_id && req.last_reply < kept_id) {
-		if (w->kept_rerun) {
-			w->rerun = 1;
+		if (w->resume.kept_rerun) {
+			w->resume.rerun = 1;
 		} else {
-			struct iovec iov = { w->kept, w->kept_len };
+			struct iovec iov = { w->resume.kept, w->resume.kept_len };
 
 			if (w->conn->ops->sendv(w->conn, &iov, 1)) {
-				w->lost = PVGPU_LOST_WRITE;
+				w->resume.lost = PVGPU_LOST_WRITE;
 				w->fatal = 1;
 				return pvgpu_worker_detach(w);
 			}
@@ -280,6 +280,6 @@ int pvgpu_worker_detach(struct pvgpu_worker *w)
 	wlog_info(w, "vm %s: resumed after %.2f s away (guest had reply %llu, backend had read %llu)",
 		  vm_of(w), (double)(pvgpu_now_ns() - t0) / 1e9,
 		  (unsigned long long)req.last_reply,
-		  (unsigned long long)w->last_received);
+		  (unsigned long long)w->resume.last_received);
 	return 0;
 }

@@ -33,31 +33,31 @@ int pvgpu_signal_wanted(const struct pvgpu_worker *w)
 	 * give), or with device output possibly on its way (it must come
 	 * before the call returns).
 	 */
-	return w->signal_word && (w->req_flags & PVGPU_F_SIGNAL) &&
+	return w->signal.word && (w->req_flags & PVGPU_F_SIGNAL) &&
 	       !w->deferred && !w->capturing &&
-	       !(w->output_ok && w->output_armed);
+	       !(w->output.ok && w->output.armed);
 }
 
 /* The word pinned and mapped for the device, in the current context. */
 static int word_ready(struct pvgpu_worker *w)
 {
-	void *page = (void *)((uintptr_t)w->signal_word & ~(uintptr_t)4095);
+	void *page = (void *)((uintptr_t)w->signal.word & ~(uintptr_t)4095);
 	int32_t st;
 
-	if (w->signal_dptr && w->signal_ctx == w->cur_ctx)
+	if (w->signal.dptr && w->signal.ctx == w->cur_ctx)
 		return 1;
 	st = w->ex_ops->host_register(w->ex, page, 4096);
 	if (st && st != CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED) {
 		wlog_debug(w, "signal: cannot pin the completion word: CUresult %d; replies as before", st);
 		return 0;
 	}
-	st = w->ex_ops->host_device_pointer(w->ex, w->signal_word, &w->signal_dptr);
+	st = w->ex_ops->host_device_pointer(w->ex, w->signal.word, &w->signal.dptr);
 	if (st) {
 		wlog_debug(w, "signal: no device address for the completion word: CUresult %d; replies as before", st);
-		w->signal_dptr = 0;
+		w->signal.dptr = 0;
 		return 0;
 	}
-	w->signal_ctx = w->cur_ctx;
+	w->signal.ctx = w->cur_ctx;
 	return 1;
 }
 
@@ -69,22 +69,22 @@ int pvgpu_signal_queue(struct pvgpu_worker *w, uint64_t stream)
 	/* Without host_device_pointer the feature is not agreed (hello). */
 	if (!w->ex_ops->host_device_pointer || !w->ex_ops->host_register ||
 	    !word_ready(w)) {
-		w->signal_word = NULL;		/* not for this session */
+		w->signal.word = NULL;		/* not for this session */
 		return 0;
 	}
-	st = pvgpu_exec_stream_write_value(w->ex_ops, w->ex, stream, w->signal_dptr, value);
+	st = pvgpu_exec_stream_write_value(w->ex_ops, w->ex, stream, w->signal.dptr, value);
 	if (st) {
 		/* The call's own wait then gives its error (a faulted context...). */
 		if (st == CUDA_ERROR_NOT_SUPPORTED || st == CUDA_ERROR_INVALID_VALUE) {
 			wlog_debug(w, "signal: the device's write cannot be queued: CUresult %d; replies as before", st);
-			w->signal_word = NULL;
+			w->signal.word = NULL;
 		}
 		return 0;
 	}
-	w->signalled = 1;
-	w->signals++;
-	w->signal_value = value;
-	w->signal_stream = stream;
+	w->signal.signalled = 1;
+	w->signal.count++;
+	w->signal.value = value;
+	w->signal.stream = stream;
 	return 1;
 }
 
@@ -98,16 +98,16 @@ static int settled(void *arg)
 	struct pvgpu_worker *w = arg;
 	int32_t st;
 
-	if (__atomic_load_n(w->signal_word, __ATOMIC_ACQUIRE) == w->signal_value) {
-		w->signal_status = CUDA_SUCCESS;
+	if (__atomic_load_n(w->signal.word, __ATOMIC_ACQUIRE) == w->signal.value) {
+		w->signal.status = CUDA_SUCCESS;
 		return 1;
 	}
-	if (++w->signal_looks % 256)
+	if (++w->signal.looks % 256)
 		return 0;
-	st = pvgpu_exec_stream_query(w->ex_ops, w->ex, w->signal_stream);
+	st = pvgpu_exec_stream_query(w->ex_ops, w->ex, w->signal.stream);
 	if (st == CUDA_ERROR_NOT_READY)
 		return 0;
-	w->signal_status = st;
+	w->signal.status = st;
 	return 1;
 }
 
@@ -134,29 +134,29 @@ void pvgpu_signal_settle(struct pvgpu_worker *w)
 {
 	int64_t n;
 
-	w->signal_pending = 0;
-	w->signal_looks = 0;
-	w->settling = 1;
-	pvgpu_watchdog_begin(w->slot, w->signal_opcode);
+	w->signal.pending = 0;
+	w->signal.looks = 0;
+	w->signal.settling = 1;
+	pvgpu_watchdog_begin(w->slot, w->signal.opcode);
 	n = pvgpu_ring_wait_until(&w->ring, settled, w,
 				  settle_spin_ns(w));
 	pvgpu_watchdog_end(w->slot);
-	w->settling = 0;
+	w->signal.settling = 0;
 	if (n < 0)
 		return;			/* the read that follows says why */
 	/*
 	 * A new request means the guest saw the word (it holds its connection
 	 * until then): done.  Else the word, or the stream's own answer.
 	 */
-	if (n == 0 && w->signal_status) {
+	if (n == 0 && w->signal.status) {
 		/* The word was never written: the guest waits for this (req_id
 		 * is still the request's: nothing was read since). */
-		pvgpu_worker_send_reply(w, w->signal_opcode, w->signal_status, NULL, 0);
+		pvgpu_worker_send_reply(w, w->signal.opcode, w->signal.status, NULL, 0);
 		return;
 	}
 	if (n == 0)
 		(void)pvgpu_ring_wake(&w->ring);	/* a hang-up shows at the next read */
-	if (w->signal_opcode == PVGPU_OP_CTX_SYNCHRONIZE) {
+	if (w->signal.opcode == PVGPU_OP_CTX_SYNCHRONIZE) {
 		/* As the synchronize would have, and the reply's poll did not. */
 		pvgpu_sched_ctx_synced(w);
 		if (pvgpu_sched_pending(&w->sched))

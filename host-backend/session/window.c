@@ -269,7 +269,7 @@ int32_t pvgpu_handle_window_attach(struct pvgpu_worker *w,
 		pvgpu_ring_attach(&w->ring, (uint8_t *)base + req->ring_offset,
 				  cap, PVGPU_RING_WORKER, &waiter);
 		if (w->features & PVGPU_FEATURE_SIGNAL)
-			w->signal_word = pvgpu_ring_signal_word((uint8_t *)base +
+			w->signal.word = pvgpu_ring_signal_word((uint8_t *)base +
 								req->ring_offset);
 		w->ring_pending = 1;
 		rep->ring = 1;

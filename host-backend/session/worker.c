@@ -110,7 +110,7 @@ static void serve_async(struct pvgpu_worker *w, const struct pvgpu_hdr *h,
 		st = CUDA_ERROR_INVALID_VALUE;
 	}
 	/* Cut off by a lost connection: sent again on resume, not failed. */
-	if (st != 0 && !w->lost)
+	if (st != 0 && !w->resume.lost)
 		pvgpu_worker_async_failed(w, h->opcode, st);
 }
 
@@ -212,7 +212,7 @@ static void serve_message(struct pvgpu_worker *w, const struct pvgpu_hdr *h,
 	tell_refusals(w);
 	pvgpu_trace_mark(h->id, PVGPU_TR_W_DONE);
 	if (w->fatal) {
-		w->signalled = 0;
+		w->signal.signalled = 0;
 		return;
 	}
 	if (st == PVGPU_DISPATCH_EOPCODE) {
@@ -233,11 +233,11 @@ static void serve_message(struct pvgpu_worker *w, const struct pvgpu_hdr *h,
 		note_error(w, h->opcode, st);
 	}
 	pvgpu_worker_send_reply(w, h->opcode, st, rep, rep_len);
-	if (w->signalled) {
+	if (w->signal.signalled) {
 		/* Settled before the next read (signal.c). */
-		w->signalled = 0;
-		w->signal_pending = !w->fatal;
-		w->signal_opcode = h->opcode;
+		w->signal.signalled = 0;
+		w->signal.pending = !w->fatal;
+		w->signal.opcode = h->opcode;
 	}
 	/* The window_attach that named a ring was answered on the socket. */
 	if (w->ring_pending) {
@@ -252,7 +252,7 @@ static void serve_message(struct pvgpu_worker *w, const struct pvgpu_hdr *h,
 	 * the launches it is about to see end.
 	 */
 	if (pvgpu_sched_pending(&w->sched) &&
-	    !(w->signal_pending && h->opcode == PVGPU_OP_CTX_SYNCHRONIZE))
+	    !(w->signal.pending && h->opcode == PVGPU_OP_CTX_SYNCHRONIZE))
 		pvgpu_sched_poll(w);
 }
 
@@ -348,9 +348,9 @@ static void log_sync_ops(const struct pvgpu_worker *w)
 	}
 	if (n)
 		log_debug("requests waited for most:%s", line);
-	if (w->signals)
+	if (w->signal.count)
 		log_debug("%llu of them ended on the device's signal",
-			  (unsigned long long)w->signals);
+			  (unsigned long long)w->signal.count);
 	if (w->ring_on)
 		log_debug("control ring: slept %llu times waiting for the guest, woke it %llu times",
 			  (unsigned long long)w->ring.sleeps,
@@ -381,8 +381,8 @@ static void worker_fini(struct pvgpu_worker *w)
 	pvgpu_staged_free(w);
 	pvgpu_allocs_free(&w->allocs);
 	free(w->rx);
-	free(w->kept);
-	free(w->kept_req);
+	free(w->resume.kept);
+	free(w->resume.kept_req);
 	w->conn->ops->close(w->conn);
 	pvgpu_trace_dump();		/* the worker ends with _exit() */
 }
@@ -446,22 +446,22 @@ int pvgpu_worker_run(struct pvgpu_conn *conn, const struct pvgpu_peer *peer,
 		uint32_t limit;
 
 		/* A lost connection, with a token given: wait for the guest. */
-		if (w.fatal && w.lost && w.grace_ns)
+		if (w.fatal && w.resume.lost && w.resume.grace_ns)
 			flush_runs(&w);	/* held launches do not wait for it */
-		if (w.fatal && (!w.lost || pvgpu_worker_detach(&w)))
+		if (w.fatal && (!w.resume.lost || pvgpu_worker_detach(&w)))
 			break;
 		if (w.said_hello < 0)	/* bye, or a refused hello */
 			break;
-		if (w.rerun) {
-			w.rerun = 0;
-			serve_message(&w, &w.kept_hdr, w.kept_req);
+		if (w.resume.rerun) {
+			w.resume.rerun = 0;
+			serve_message(&w, &w.resume.kept_hdr, w.resume.kept_req);
 			continue;
 		}
 
 		/* Held launches wait only while the guest is ahead (runs.c). */
 		if (w.run.count && !pvgpu_worker_more_input(&w))
 			flush_runs(&w);
-		if (w.signal_pending)
+		if (w.signal.pending)
 			pvgpu_signal_settle(&w);
 		w.between_calls = 1;
 		if (pvgpu_worker_read(&w, raw, sizeof(raw)))
@@ -487,8 +487,8 @@ int pvgpu_worker_run(struct pvgpu_conn *conn, const struct pvgpu_peer *peer,
 		pvgpu_trace_mark(h.id, PVGPU_TR_W_PAYLOAD);
 		serve_message(&w, &h, w.rx);
 		/* Read whole, DATA frames too, unless a read broke off. */
-		if (w.lost != PVGPU_LOST_READ)
-			w.last_received = h.id;
+		if (w.resume.lost != PVGPU_LOST_READ)
+			w.resume.last_received = h.id;
 	}
 	worker_fini(&w);
 	return 0;

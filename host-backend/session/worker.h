@@ -21,7 +21,10 @@
 #include "policy.h"
 #include "pvgpu_proto.h"
 #include "gpusched.h"
+#include "output.h"
+#include "signal_word.h"
 #include "window.h"
+#include "worker_reattach.h"
 #include "shm/ring.h"
 
 #define PVGPU_STAGING_BUFFERS	4
@@ -40,6 +43,15 @@ struct pvgpu_staging {
 	void *buf;			/* pinned, `block` bytes */
 	uint64_t event;			/* executor event; 0 until first use */
 	int busy;			/* a DMA may still read/write buf */
+};
+
+/* What copies stage through (copy.c): pinned buffers taken in turn, and
+ * one small buffer of ordinary memory for small synchronous copies. */
+struct pvgpu_copy_bufs {
+	struct pvgpu_staging staging[PVGPU_STAGING_BUFFERS];
+	unsigned int next;		/* the buffer to take next */
+	uint64_t pinned;		/* bytes of them counted in slot->host_pinned */
+	uint8_t *small;			/* PVGPU_SMALL_COPY bytes */
 };
 
 /* The session's shared window, as the worker checked it at attach time. */
@@ -160,10 +172,7 @@ struct pvgpu_worker {
 	struct pvgpu_allocs allocs;	/* device memory */
 	uint64_t cur_ctx;		/* handle of the current context, 0: none */
 
-	struct pvgpu_staging staging[PVGPU_STAGING_BUFFERS];
-	uint8_t *small;			/* PVGPU_SMALL_COPY bytes of ordinary memory (copy.c) */
-	unsigned int next_staging;
-	uint64_t staging_pinned;	/* bytes of it counted in slot->host_pinned */
+	struct pvgpu_copy_bufs copy;	/* staging of copies (copy.c) */
 	uint8_t *rx;			/* one control payload or batch */
 	uint16_t req_opcode;		/* the request being served: its opcode, */
 	uint32_t req_len;		/* its payload's bytes */
@@ -196,109 +205,27 @@ struct pvgpu_worker {
 	/* A resume's hello and its reply cross the new connection itself,
 	 * the ring set aside for them (reattach.c). */
 	int ring_aside;
-	/*
-	 * Completion through the device's word in the ring's first page
-	 * (feature signal, signal.c): the word (NULL: not in use), its device
-	 * address and the context it was pinned in; the request's header
-	 * flags; and, for a request that ends that way, its stream, value
-	 * and opcode, and how it settled.
-	 */
-	uint32_t *signal_word;
-	uint64_t signal_dptr, signal_ctx;
-	uint32_t req_flags;
-	int signalled, signal_pending, settling;
-	uint64_t signal_stream;
-	uint32_t signal_value, signal_looks;
-	uint16_t signal_opcode;
-	int32_t signal_status;
-	int nonblocking_streams;	/* a CU_STREAM_NON_BLOCKING stream was made */
-	uint64_t signals;		/* requests that ended that way */
+	uint32_t req_flags;		/* the request's header flags */
+	struct pvgpu_signal signal;	/* completion by the device's word (signal.c) */
 
 	struct pvgpu_sched_session sched;	/* its launches in flight */
 
-	int output_ok;			/* fd 1/2 hold device output (output.c) */
-	int output_armed;		/* a kernel has been launched: look */
-	uint64_t output_armed_ctx;	/* the context of all of them; 0: several */
+	struct pvgpu_output output;	/* device printf (output.c) */
 	/*
 	 * Streams in stream capture (generic.c): while any is, the scheduler
 	 * records no events of its own, which would land in the guest's graph.
 	 */
 	unsigned int capturing;
 	struct pvgpu_staged_set staged;	/* capture.c */
-	uint64_t output_dropped;	/* bytes of it not delivered */
 	/* Requests that waited for a reply, by opcode: at debug level, the
 	 * session's end names the ones a program made most (a front-end that
 	 * should answer something locally shows up here). */
 	uint32_t sync_ops[PVGPU_SYNC_OPS];
 
-	/*
-	 * Resume after a lost connection (reattach.c).  grace_ns: how long a
-	 * detached session waits (0: it does not; no token was given).
-	 * lost: the connection failed reading (1) or writing (2), not the
-	 * protocol.  last_received: the id of the last message read whole
-	 * (its DATA frames too).  The last synchronous reply, kept whole for
-	 * a guest that did not get it (kept_id, its bytes); or, for a copy
-	 * whose data went out in DATA frames, the request, run again (a
-	 * read of device memory: no side effect).  rerun: do so next.
-	 * A session whose messages go through the control ring keeps
-	 * nothing: the ring holds them, and only wake-ups were lost.
-	 */
-	uint64_t grace_ns;
 	int32_t device_count;		/* as hello said it (a resume says it again) */
-	int lost;
-	uint64_t last_received;
-	uint64_t kept_id;
-	uint8_t *kept;
-	size_t kept_len;
-	int kept_rerun, rerun;
-	struct pvgpu_hdr kept_hdr;
-	uint8_t *kept_req;
+	struct pvgpu_resume resume;	/* after a lost connection (reattach.c) */
 };
 
-/* The connection broke at a read (1) or a write (2): worker.h's lost. */
-#define PVGPU_LOST_READ		1
-#define PVGPU_LOST_WRITE	2
-
-/*
- * Reattach.c.  resume_offer: at hello, the token and grace for the
- * reply (0 when the session does not offer to resume).  keep_reply:
- * before a synchronous reply is written (hdr and payload).  detach: the
- * connection is lost; wait for the guest to come back, within the grace.
- * 0 with a new connection in place and the resume reply sent (w->rerun
- * may say to serve the kept request again), -1: end the session.
- */
-int pvgpu_worker_resume_offer(struct pvgpu_worker *w);
-void pvgpu_worker_keep_reply(struct pvgpu_worker *w, const uint8_t *hdr,
-			     size_t hdr_len, const uint8_t *payload,
-			     size_t len);
-void pvgpu_worker_keep_request(struct pvgpu_worker *w,
-			       const struct pvgpu_hdr *h,
-			       const uint8_t *payload);
-int pvgpu_worker_detach(struct pvgpu_worker *w);
-
-/*
- * Completion through the device's word (signal.c).  wanted: this request
- * may end that way (the guest asked, nothing else must come with its
- * reply).  queue: have the device write the word after the work queued on
- * stream; 1 when it will (the handler returns without waiting; the reply
- * says so, and the work is pending), 0 when not (the handler waits as
- * before).  settle: before the next read, until the work is done or the
- * guest moves on; a second reply if the work failed.
- */
-int pvgpu_signal_wanted(const struct pvgpu_worker *w);
-int pvgpu_signal_queue(struct pvgpu_worker *w, uint64_t stream);
-void pvgpu_signal_settle(struct pvgpu_worker *w);
-
-/*
- * Device printf/assert output (output.c): take over fd 1 and 2 at start;
- * arm at each launch; before the reply (opcode, status) to a call where
- * CUDA delivers device output, send what the driver wrote there to the
- * guest.
- */
-int pvgpu_output_open(struct pvgpu_worker *w);
-void pvgpu_output_arm(struct pvgpu_worker *w);
-int pvgpu_output_deliver(struct pvgpu_worker *w, uint16_t opcode,
-			 int32_t status);
 /* One OUTPUT frame with the current request's id (worker_io.c). */
 int pvgpu_worker_send_output(struct pvgpu_worker *w, const void *payload,
 			     uint32_t len);

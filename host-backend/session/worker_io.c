@@ -81,13 +81,13 @@ static void call_in_progress(struct pvgpu_worker *w, char *buf, size_t len)
  */
 static int ring_lost(struct pvgpu_worker *w, int rc)
 {
-	if (!w->grace_ns || w->fatal || w->ring_aside)
+	if (!w->resume.grace_ns || w->fatal || w->ring_aside)
 		return rc;
-	w->lost = PVGPU_LOST_READ;
+	w->resume.lost = PVGPU_LOST_READ;
 	w->fatal = 1;
 	if (!pvgpu_worker_detach(w))
 		return 0;
-	w->lost = 0;		/* not resumed: the session ends, once */
+	w->resume.lost = 0;		/* not resumed: the session ends, once */
 	return rc;
 }
 
@@ -117,7 +117,7 @@ static int ring_wait(void *arg)
 {
 	struct pvgpu_worker *w = arg;
 	/* Work the guest waits on through the device's word: on the clock. */
-	int signal = w->settling;
+	int signal = w->signal.settling;
 	uint64_t paused = signal ? 0 : pvgpu_watchdog_pause(w->slot);
 	int pending = pvgpu_sched_pending(&w->sched) &&
 		      atomic_load(&w->slot->state) == PVGPU_SLOT_RUNNING;
@@ -207,9 +207,9 @@ int pvgpu_worker_read(struct pvgpu_worker *w, void *buf, size_t len)
 			continue;
 		}
 		if (!w->fatal)
-			w->lost = PVGPU_LOST_READ;
+			w->resume.lost = PVGPU_LOST_READ;
 		/* A session kept for its guest says so itself (reattach.c). */
-		if (!w->fatal && !w->grace_ns) {
+		if (!w->fatal && !w->resume.grace_ns) {
 			char during[64];
 
 			call_in_progress(w, during, sizeof(during));
@@ -241,8 +241,8 @@ static int write_all(struct pvgpu_worker *w, struct iovec *iov, int iovcnt)
 	pvgpu_watchdog_resume(w->slot, paused);
 	if (rc) {
 		if (!w->fatal)
-			w->lost = PVGPU_LOST_WRITE;
-		if (!w->fatal && !w->grace_ns) {
+			w->resume.lost = PVGPU_LOST_WRITE;
+		if (!w->fatal && !w->resume.grace_ns) {
 			char during[64];
 
 			call_in_progress(w, during, sizeof(during));
@@ -333,7 +333,7 @@ int pvgpu_worker_send_reply(struct pvgpu_worker *w, uint16_t opcode,
 
 	/* Queued, to end through the device's word (signal.c). */
 	fill_hdr(w, raw, opcode,
-		 PVGPU_F_REPLY | (w->signalled ? PVGPU_F_SIGNAL : 0u),
+		 PVGPU_F_REPLY | (w->signal.signalled ? PVGPU_F_SIGNAL : 0u),
 		 (uint32_t)(PVGPU_REPLY_PREFIX + len));
 	pvgpu_put_u32(raw + PVGPU_HDR_SIZE, (uint32_t)status);
 	pvgpu_put_u32(raw + PVGPU_HDR_SIZE + 4, (uint32_t)w->deferred);

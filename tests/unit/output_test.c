@@ -53,35 +53,35 @@ static void run(void)
 	struct pvgpu_worker w;
 
 	memset(&w, 0, sizeof(w));
-	w.output_ok = 1;
+	w.output.ok = 1;
 	w.cur_ctx = 1;
 
 	/* No kernel has run: not even a synchronize looks. */
 	put("before\n");
 	note(deliver(&w, PVGPU_OP_CTX_SYNCHRONIZE, 0) == 0 && waiting(1) == 7 &&
-	     w.output_dropped == 0);
+	     w.output.dropped == 0);
 
 	/* A kernel ran: a reply that is no synchronisation still does not. */
 	pvgpu_output_arm(&w);
 	note(deliver(&w, PVGPU_OP_MEM_ALLOC, 0) == 0 && waiting(1) == 7 &&
-	     w.output_dropped == 0);
+	     w.output.dropped == 0);
 	note(deliver(&w, PVGPU_OP_STREAM_CREATE, 0) == 0 && waiting(1) == 7);
 
 	/* A stream synchronize takes it, and keeps looking after. */
 	note(deliver(&w, PVGPU_OP_STREAM_SYNCHRONIZE, 0) == 0 &&
-	     waiting(1) == 0 && w.output_dropped == 7 && w.output_armed);
+	     waiting(1) == 0 && w.output.dropped == 7 && w.output.armed);
 
 	/* A blocking copy takes what comes later, stderr too. */
 	put("copy\n");
 	if (write(STDERR_FILENO, "assert\n", 7) != 7)
 		note(0);
 	note(deliver(&w, PVGPU_OP_MEMCPY_DTOH_WINDOW, 0) == 0 &&
-	     waiting(1) == 0 && waiting(2) == 0 && w.output_dropped == 19);
+	     waiting(1) == 0 && waiting(2) == 0 && w.output.dropped == 19);
 
 	/* A context synchronize that failed does not end the looking... */
-	note(deliver(&w, PVGPU_OP_CTX_SYNCHRONIZE, 700) == 0 && w.output_armed);
+	note(deliver(&w, PVGPU_OP_CTX_SYNCHRONIZE, 700) == 0 && w.output.armed);
 	/* ...one that succeeded does: every kernel of it is done. */
-	note(deliver(&w, PVGPU_OP_CTX_SYNCHRONIZE, 0) == 0 && !w.output_armed);
+	note(deliver(&w, PVGPU_OP_CTX_SYNCHRONIZE, 0) == 0 && !w.output.armed);
 	put("late\n");
 	note(deliver(&w, PVGPU_OP_STREAM_SYNCHRONIZE, 0) == 0 && waiting(1) == 5);
 
@@ -89,13 +89,13 @@ static void run(void)
 	pvgpu_output_arm(&w);
 	w.cur_ctx = 2;
 	pvgpu_output_arm(&w);
-	note(deliver(&w, PVGPU_OP_CTX_SYNCHRONIZE, 0) == 0 && w.output_armed &&
-	     waiting(1) == 0 && w.output_dropped == 24);
+	note(deliver(&w, PVGPU_OP_CTX_SYNCHRONIZE, 0) == 0 && w.output.armed &&
+	     waiting(1) == 0 && w.output.dropped == 24);
 
 	/* The session's end takes the rest. */
 	put("bye\n");
 	note(deliver(&w, PVGPU_OP_BYE, 0) == 0 && waiting(1) == 0 &&
-	     w.output_dropped == 28);
+	     w.output.dropped == 28);
 }
 
 /* fd onto a fresh append-only memfd; the old one kept in *saved. */
