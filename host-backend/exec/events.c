@@ -18,6 +18,8 @@ static int32_t call(const struct pvgpu_executor_ops *ops, struct pvgpu_exec *ex,
 {
 	const struct pvgpu_generic_fn *f = pvgpu_generic_find(id);
 
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
 	if (!f || !ops->driver_call)
 		return CUDA_ERROR_NOT_SUPPORTED;
 	return ops->driver_call(ex, f, a);

@@ -66,12 +66,12 @@ void pvgpu_staging_release(struct pvgpu_worker *w)
 	for (int i = 0; i < PVGPU_STAGING_BUFFERS; i++) {
 		struct pvgpu_staging *s = &w->copy.staging[i];
 
-		if (s->event) {
+		if (s->event && w->ex) {
 			if (s->busy)
 				pvgpu_exec_event_synchronize(w->ex_ops, w->ex, s->event);
 			pvgpu_exec_event_destroy(w->ex_ops, w->ex, s->event);
 		}
-		if (s->buf)
+		if (s->buf && w->ex)
 			w->ex_ops->host_free(w->ex, s->buf);
 		memset(s, 0, sizeof(*s));
 	}

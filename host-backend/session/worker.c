@@ -365,14 +365,17 @@ static void worker_fini(struct pvgpu_worker *w)
 {
 	pvgpu_log_limit_summary(&w->loglim);
 	log_sync_ops(w);
+	/*
+	 * A suspended worker's driver is locked: its calls would block (the
+	 * staging's events, the window's pins, the close).  Nothing more goes
+	 * to it: the process's exit frees what the session held there.
+	 */
+	if (w->ex && atomic_load(&w->slot->state) != PVGPU_SLOT_RUNNING)
+		w->ex = NULL;
 	pvgpu_staging_release(w);
 	w->ring_on = 0;			/* it lives in the window */
 	pvgpu_window_detach(w);
-	/*
-	 * A suspended worker's driver is locked: its calls would block.
-	 * The process's exit frees what the session held on the device.
-	 */
-	if (w->ex && atomic_load(&w->slot->state) == PVGPU_SLOT_RUNNING)
+	if (w->ex)
 		w->ex_ops->close(w->ex);	/* frees contexts and all in them */
 	pvgpu_sched_session_end(w);		/* its work on the GPU is gone */
 	for (int d = 0; d < PVGPU_MAX_DEVICES; d++)
