@@ -82,6 +82,16 @@ must("cuEventRecord", e2, None)
 must("cuEventSynchronize", e2)
 r = call("cuEventElapsedTime", ctypes.byref(ms), e1, e2)
 print("elapsed", r, 0.0 <= ms.value < 1000.0)
+print("record flags", call("cuEventRecordWithFlags", e1, None, 0),
+      call("cuEventSynchronize", e1))
+# Async: a refused flag is the next synchronising call's error.
+print("record flags bad", call("cuEventRecordWithFlags", e1, None, 8),
+      call("cuCtxSynchronize"))
+strm = vp()
+must("cuStreamCreate", ctypes.byref(strm), 1)
+print("wait event", call("cuStreamWaitEvent", strm, e2, 0), call("cuStreamQuery", strm),
+      call("cuEventQuery", e2))
+print("event destroy", call("cuEventDestroy_v2", e1), call("cuEventDestroy_v2", e1))
 USED_MEM_CURRENT, USED_MEM_HIGH = 0, 1
 used, zero = c_u64(7), c_u64(0)
 print("graph mem used", call("cuDeviceGetGraphMemAttribute", dev, USED_MEM_CURRENT,
@@ -119,7 +129,8 @@ def libdir(tmp_path_factory):
 
 def test_moved_calls_through_libcuda(daemon, libdir, tmp_path):
     """Function attributes, occupancy, array / texture / surface / graph
-    node destroys, event timing and graph memory attributes answer through
+    node destroys, events and stream queries, event timing and graph memory
+    attributes answer through
     libcuda.so.1 as NVIDIA's driver does: a value set is read back, a bad
     one refused, a second destroy is CUDA_ERROR_INVALID_HANDLE."""
     out, err = run_guest_script(tmp_path, CALLS_SCRIPT, LIBCUDA,
@@ -129,6 +140,8 @@ def test_moved_calls_through_libcuda(daemon, libdir, tmp_path):
                  "set regs 1", "occupancy 0 True", "occupancy flags 0 True",
                  "available smem 0 True", "tex destroy 0 400", "surf destroy 0 400",
                  "array destroy 0 400", "elapsed unrecorded 400", "elapsed 0 True",
+                 "record flags 0 0", "record flags bad 0 1", "wait event 0 0 0",
+                 "event destroy 0 400",
                  "graph mem used 0 0", "graph mem reset 0 1", "graph mem high 0 0",
                  "graph mem bad 1 101", "graph mem trim 0"):
         assert want in out, want + "\n" + text
