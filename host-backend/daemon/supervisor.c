@@ -82,12 +82,12 @@ static int probe_executor(const struct pvgpu_executor_ops *exec,
 		for (int32_t d = 0; d < count; d++) {
 			char human[32];
 
+			struct pvgpu_exec_device info = { .name = "?" };
+
 			memset(&gpus[d], 0, sizeof(gpus[d]));
-			if (exec->device_name(ex, d, gpus[d].name,
-					      sizeof(gpus[d].name)))
-				snprintf(gpus[d].name, sizeof(gpus[d].name), "?");
-			gpus[d].name[sizeof(gpus[d].name) - 1] = '\0';
-			exec->device_total_mem(ex, d, &gpus[d].mem_total);
+			(void)exec->device_info(ex, d, &info);
+			snprintf(gpus[d].name, sizeof(gpus[d].name), "%s", info.name);
+			gpus[d].mem_total = info.total_mem;
 			pvgpu_human_bytes(gpus[d].mem_total, human, sizeof(human));
 			if (exec->object_bytes &&
 			    !exec->object_bytes(ex, d, &gpus[d].ctx_bytes,

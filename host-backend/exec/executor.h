@@ -195,6 +195,14 @@ struct pvgpu_tensor_map {
 	uint32_t interleave, swizzle, l2, oob;
 };
 
+/* A device as cuDeviceGetName, cuDeviceGetUuid and cuDeviceTotalMem
+ * describe it (the name NUL-terminated, cut to fit). */
+struct pvgpu_exec_device {
+	char name[256];
+	uint8_t uuid[16];
+	uint64_t total_mem;
+};
+
 struct pvgpu_executor_ops {
 	const char *name;
 
@@ -208,17 +216,16 @@ struct pvgpu_executor_ops {
 	/* Free everything the instance still holds; never fails. */
 	void (*close)(struct pvgpu_exec *ex);
 
-	/* Devices */
+	/*
+	 * Devices: how many; each one's name, UUID and memory at once
+	 * (device_info); its attributes one by one (cuDeviceGetAttribute's).
+	 */
 	int32_t (*driver_version)(struct pvgpu_exec *ex, int32_t *version);
 	int32_t (*device_count)(struct pvgpu_exec *ex, int32_t *count);
+	int32_t (*device_info)(struct pvgpu_exec *ex, int32_t dev,
+			       struct pvgpu_exec_device *d);
 	int32_t (*device_attribute)(struct pvgpu_exec *ex, int32_t dev,
 				    int32_t attr, int32_t *value);
-	int32_t (*device_name)(struct pvgpu_exec *ex, int32_t dev,
-			       char *name, size_t len);
-	int32_t (*device_uuid)(struct pvgpu_exec *ex, int32_t dev,
-			       uint8_t uuid[16]);
-	int32_t (*device_total_mem)(struct pvgpu_exec *ex, int32_t dev,
-				    uint64_t *bytes);
 
 	/* Contexts: one per (session, device); made current by ctx_set. */
 	int32_t (*ctx_create)(struct pvgpu_exec *ex, int32_t dev,

@@ -45,9 +45,12 @@ int32_t pvgpu_handle_device_usage(struct pvgpu_worker *w,
 		rep->total = quota;
 		rep->used = used < quota ? used : quota;
 	} else {
-		st = w->ex_ops->device_total_mem(w->ex, dev, &rep->total);
+		struct pvgpu_exec_device info;
+
+		st = w->ex_ops->device_info(w->ex, dev, &info);
 		if (st)
 			return st;
+		rep->total = info.total_mem;
 	}
 	for (uint32_t i = 0; i < w->acct->nslots; i++) {
 		struct pvgpu_slot *s = &w->acct->slots[i];

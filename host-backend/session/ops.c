@@ -7,6 +7,7 @@
  */
 #include <cuda.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "exclusive.h"
@@ -194,11 +195,14 @@ int32_t pvgpu_handle_device_get_name(struct pvgpu_worker *w,
 				     const struct pvgpu_device_get_name_req *req,
 				     struct pvgpu_device_get_name_rep *rep)
 {
-	int32_t st = w->ex_ops->device_name(w->ex, req->device, rep->name,
-					    sizeof(rep->name));
+	struct pvgpu_exec_device d;
+	int32_t st = w->ex_ops->device_info(w->ex, req->device, &d);
 
-	rep->name[sizeof(rep->name) - 1] = '\0';
-	rep->name_len = (uint32_t)strlen(rep->name);
+	rep->name_len = 0;
+	if (!st) {
+		snprintf(rep->name, sizeof(rep->name), "%s", d.name);
+		rep->name_len = (uint32_t)strlen(rep->name);
+	}
 	return st;
 }
 
@@ -206,9 +210,12 @@ int32_t pvgpu_handle_device_get_uuid(struct pvgpu_worker *w,
 				     const struct pvgpu_device_get_uuid_req *req,
 				     struct pvgpu_device_get_uuid_rep *rep)
 {
-	int32_t st = w->ex_ops->device_uuid(w->ex, req->device, rep->uuid);
+	struct pvgpu_exec_device d;
+	int32_t st = w->ex_ops->device_info(w->ex, req->device, &d);
 
-	rep->uuid_len = st ? 0 : 16;
+	rep->uuid_len = st ? 0 : sizeof(d.uuid);
+	if (!st)
+		memcpy(rep->uuid, d.uuid, sizeof(d.uuid));
 	return st;
 }
 
@@ -216,7 +223,11 @@ int32_t pvgpu_handle_device_total_mem(struct pvgpu_worker *w,
 				      const struct pvgpu_device_total_mem_req *req,
 				      struct pvgpu_device_total_mem_rep *rep)
 {
-	return w->ex_ops->device_total_mem(w->ex, req->device, &rep->bytes);
+	struct pvgpu_exec_device d;
+	int32_t st = w->ex_ops->device_info(w->ex, req->device, &d);
+
+	rep->bytes = st ? 0 : d.total_mem;
+	return st;
 }
 
 /* --- contexts ------------------------------------------------------------- */

@@ -1618,18 +1618,6 @@ static int32_t sim_device_attribute(struct pvgpu_exec *ex, int32_t dev,
 	return CUDA_SUCCESS;
 }
 
-static int32_t sim_device_name(struct pvgpu_exec *ex, int32_t dev,
-			       char *name, size_t len)
-{
-	if (!ex || !name || !len)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (bad_dev(ex, dev))
-		return CUDA_ERROR_INVALID_DEVICE;
-	/* Truncates like cuDeviceGetName. */
-	snprintf(name, len, "%s", SIM_DEVICE_NAME);
-	return CUDA_SUCCESS;
-}
-
 static uint64_t mix64(uint64_t x)
 {
 	x += 0x9e3779b97f4a7c15ULL;
@@ -1638,17 +1626,12 @@ static uint64_t mix64(uint64_t x)
 	return x ^ (x >> 31);
 }
 
-static int32_t sim_device_uuid(struct pvgpu_exec *ex, int32_t dev,
-			       uint8_t uuid[16])
+/* Same index, same UUID, on every host and every run. */
+static void sim_uuid(const struct pvgpu_exec *ex, int32_t dev, uint8_t uuid[16])
 {
 	uint64_t hi, lo;
 	int i;
 
-	if (!ex || !uuid)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (bad_dev(ex, dev))
-		return CUDA_ERROR_INVALID_DEVICE;
-	/* Same index, same UUID, on every host and every run. */
 	hi = mix64(0x70766770752d7369ULL ^ (uint64_t)dev ^	/* "pvgpu-si" */
 		   ((uint64_t)ex->node << 32));
 	lo = mix64(hi ^ 0x6d2d6465762d6964ULL);
@@ -1658,17 +1641,18 @@ static int32_t sim_device_uuid(struct pvgpu_exec *ex, int32_t dev,
 	}
 	uuid[6] = (uuid[6] & 0x0f) | 0x40;	/* RFC 4122 version 4 */
 	uuid[8] = (uuid[8] & 0x3f) | 0x80;	/* RFC 4122 variant */
-	return CUDA_SUCCESS;
 }
 
-static int32_t sim_device_total_mem(struct pvgpu_exec *ex, int32_t dev,
-				    uint64_t *bytes)
+static int32_t sim_device_info(struct pvgpu_exec *ex, int32_t dev,
+			       struct pvgpu_exec_device *d)
 {
-	if (!ex || !bytes)
+	if (!ex || !d)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (bad_dev(ex, dev))
 		return CUDA_ERROR_INVALID_DEVICE;
-	*bytes = ex->total_bytes;
+	snprintf(d->name, sizeof(d->name), "%s", SIM_DEVICE_NAME);
+	sim_uuid(ex, dev, d->uuid);
+	d->total_mem = ex->total_bytes;
 	return CUDA_SUCCESS;
 }
 
@@ -5049,9 +5033,7 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.driver_version		= sim_driver_version,
 	.device_count		= sim_device_count,
 	.device_attribute	= sim_device_attribute,
-	.device_name		= sim_device_name,
-	.device_uuid		= sim_device_uuid,
-	.device_total_mem	= sim_device_total_mem,
+	.device_info		= sim_device_info,
 	.ctx_create		= sim_ctx_create,
 	.ctx_destroy		= sim_ctx_destroy,
 	.ctx_set		= sim_ctx_set,

@@ -138,10 +138,8 @@ static void test_cuda_open(void)
 static void test_devices(void)
 {
 	struct pvgpu_exec *ex = open_sim(NULL, NULL, NULL), *ex2;
-	uint8_t u0[16], u1[16];
-	char name[64], tiny[6];
+	struct pvgpu_exec_device d, d0, d1;
 	int32_t n = -1, v = -1;
-	uint64_t total = 0;
 
 	CHECK(ex != NULL);
 	if (!ex)
@@ -150,16 +148,11 @@ static void test_devices(void)
 	CHECK(v == 13000);
 	CHECK_RC(sim->device_count(ex, &n), CUDA_SUCCESS);
 	CHECK(n == 1);
-	CHECK_RC(sim->device_name(ex, 0, name, sizeof(name)), CUDA_SUCCESS);
-	CHECK(!strcmp(name, "pvgpu simulated device"));
-	CHECK_RC(sim->device_name(ex, 0, tiny, sizeof(tiny)), CUDA_SUCCESS);
-	CHECK(!strcmp(tiny, "pvgpu"));
-	CHECK_RC(sim->device_name(ex, 1, name, sizeof(name)),
-		 CUDA_ERROR_INVALID_DEVICE);
-	CHECK_RC(sim->device_total_mem(ex, 0, &total), CUDA_SUCCESS);
-	CHECK(total == 16384ULL << 20);
-	CHECK_RC(sim->device_total_mem(ex, -1, &total),
-		 CUDA_ERROR_INVALID_DEVICE);
+	CHECK_RC(sim->device_info(ex, 0, &d), CUDA_SUCCESS);
+	CHECK(!strcmp(d.name, "pvgpu simulated device"));
+	CHECK(d.total_mem == 16384ULL << 20);
+	CHECK_RC(sim->device_info(ex, 1, &d), CUDA_ERROR_INVALID_DEVICE);
+	CHECK_RC(sim->device_info(ex, -1, &d), CUDA_ERROR_INVALID_DEVICE);
 
 	CHECK_RC(sim->device_attribute(ex, 0,
 		 CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, &v), CUDA_SUCCESS);
@@ -197,12 +190,12 @@ static void test_devices(void)
 	if (ex2) {
 		CHECK_RC(sim->device_count(ex2, &n), CUDA_SUCCESS);
 		CHECK(n == 3);
-		CHECK_RC(sim->device_uuid(ex, 0, u0), CUDA_SUCCESS);
-		CHECK_RC(sim->device_uuid(ex2, 0, u1), CUDA_SUCCESS);
-		CHECK(!memcmp(u0, u1, 16));
-		CHECK_RC(sim->device_uuid(ex2, 2, u1), CUDA_SUCCESS);
-		CHECK(memcmp(u0, u1, 16) != 0);
-		CHECK_RC(sim->device_uuid(ex2, 3, u1),
+		CHECK_RC(sim->device_info(ex, 0, &d0), CUDA_SUCCESS);
+		CHECK_RC(sim->device_info(ex2, 0, &d1), CUDA_SUCCESS);
+		CHECK(!memcmp(d0.uuid, d1.uuid, 16));
+		CHECK_RC(sim->device_info(ex2, 2, &d1), CUDA_SUCCESS);
+		CHECK(memcmp(d0.uuid, d1.uuid, 16) != 0);
+		CHECK_RC(sim->device_info(ex2, 3, &d1),
 			 CUDA_ERROR_INVALID_DEVICE);
 		sim->close(ex2);
 	}

@@ -815,56 +815,29 @@ static int32_t cuda_device_attribute(struct pvgpu_exec *ex, int32_t dev,
 	return rc;
 }
 
-static int32_t cuda_device_name(struct pvgpu_exec *ex, int32_t dev,
-				char *name, size_t len)
+static int32_t cuda_device_info(struct pvgpu_exec *ex, int32_t dev,
+				struct pvgpu_exec_device *info)
 {
 	CUdevice d;
-	CUresult rc;
-
-	if (!ex || !name || !len)
-		return CUDA_ERROR_INVALID_VALUE;
-	rc = to_device(ex, dev, &d);
-	if (rc)
-		return rc;
-	if (len > 4096)
-		len = 4096;
-	return ex->api.device_get_name(name, (int)len, d);
-}
-
-static int32_t cuda_device_uuid(struct pvgpu_exec *ex, int32_t dev,
-				uint8_t uuid[16])
-{
 	CUuuid u;
-	CUdevice d;
-	CUresult rc;
-
-	if (!ex || !uuid)
-		return CUDA_ERROR_INVALID_VALUE;
-	rc = to_device(ex, dev, &d);
-	if (rc)
-		return rc;
-	rc = ex->api.device_get_uuid(&u, d);
-	if (rc == CUDA_SUCCESS)
-		memcpy(uuid, u.bytes, 16);
-	return rc;
-}
-
-static int32_t cuda_device_total_mem(struct pvgpu_exec *ex, int32_t dev,
-				     uint64_t *bytes)
-{
-	CUdevice d;
 	size_t b;
 	CUresult rc;
 
-	if (!ex || !bytes)
+	if (!ex || !info)
 		return CUDA_ERROR_INVALID_VALUE;
 	rc = to_device(ex, dev, &d);
+	if (!rc)
+		rc = ex->api.device_get_name(info->name, (int)sizeof(info->name), d);
+	if (!rc)
+		rc = ex->api.device_get_uuid(&u, d);
+	if (!rc)
+		rc = ex->api.device_total_mem(&b, d);
 	if (rc)
 		return rc;
-	rc = ex->api.device_total_mem(&b, d);
-	if (rc == CUDA_SUCCESS)
-		*bytes = b;
-	return rc;
+	info->name[sizeof(info->name) - 1] = '\0';
+	memcpy(info->uuid, u.bytes, sizeof(info->uuid));
+	info->total_mem = b;
+	return CUDA_SUCCESS;
 }
 
 /* ------------------------------------------------------------------ */
@@ -3253,9 +3226,7 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.driver_version		= cuda_driver_version,
 	.device_count		= cuda_device_count,
 	.device_attribute	= cuda_device_attribute,
-	.device_name		= cuda_device_name,
-	.device_uuid		= cuda_device_uuid,
-	.device_total_mem	= cuda_device_total_mem,
+	.device_info		= cuda_device_info,
 	.ctx_create		= cuda_ctx_create,
 	.ctx_destroy		= cuda_ctx_destroy,
 	.ctx_set		= cuda_ctx_set,

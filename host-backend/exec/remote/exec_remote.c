@@ -328,67 +328,39 @@ static int32_t remote_device_attribute(struct pvgpu_exec *ex, int32_t dev,
 	return CUDA_SUCCESS;
 }
 
-static int32_t remote_device_name(struct pvgpu_exec *ex, int32_t dev,
-				  char *name, size_t len)
+/* The node's answers to cuDeviceGetName, cuDeviceGetUuid and
+ * cuDeviceTotalMem for its device. */
+static int32_t remote_device_info(struct pvgpu_exec *ex, int32_t dev,
+				  struct pvgpu_exec_device *d)
 {
-	struct pvgpu_device_get_name_req q = { 0 };
-	struct pvgpu_device_get_name_rep r;
+	struct pvgpu_device_get_name_req nq = { 0 };
+	struct pvgpu_device_get_name_rep nr;
+	struct pvgpu_device_get_uuid_req uq = { 0 };
+	struct pvgpu_device_get_uuid_rep ur;
+	struct pvgpu_device_total_mem_req mq = { 0 };
+	struct pvgpu_device_total_mem_rep mr;
 	struct remote_node *n;
 	int32_t local, st;
 
-	if (!ex || !name || !len)
+	if (!ex || !d)
 		return CUDA_ERROR_INVALID_VALUE;
 	n = dev_node(ex, dev, &local);
 	if (!n)
 		return CUDA_ERROR_INVALID_DEVICE;
-	q.device = local;
-	st = cu(n, pvgpu_call_device_get_name(n->c, &q, &r));
+	nq.device = uq.device = mq.device = local;
+	st = cu(n, pvgpu_call_device_get_name(n->c, &nq, &nr));
 	if (!st)
-		snprintf(name, len, "%.*s", (int)r.name_len, r.name);
-	return st;
-}
-
-static int32_t remote_device_uuid(struct pvgpu_exec *ex, int32_t dev,
-				  uint8_t uuid[16])
-{
-	struct pvgpu_device_get_uuid_req q = { 0 };
-	struct pvgpu_device_get_uuid_rep r;
-	struct remote_node *n;
-	int32_t local, st;
-
-	if (!ex || !uuid)
-		return CUDA_ERROR_INVALID_VALUE;
-	n = dev_node(ex, dev, &local);
-	if (!n)
-		return CUDA_ERROR_INVALID_DEVICE;
-	q.device = local;
-	st = cu(n, pvgpu_call_device_get_uuid(n->c, &q, &r));
+		st = cu(n, pvgpu_call_device_get_uuid(n->c, &uq, &ur));
+	if (!st)
+		st = cu(n, pvgpu_call_device_total_mem(n->c, &mq, &mr));
 	if (st)
 		return st;
-	if (r.uuid_len != 16)
-		return CUDA_ERROR_UNKNOWN;
-	memcpy(uuid, r.uuid, 16);
+	if (ur.uuid_len != sizeof(d->uuid))
+		return CUDA_ERROR_UNKNOWN;	/* the node broke the protocol */
+	snprintf(d->name, sizeof(d->name), "%.*s", (int)nr.name_len, nr.name);
+	memcpy(d->uuid, ur.uuid, sizeof(d->uuid));
+	d->total_mem = mr.bytes;
 	return CUDA_SUCCESS;
-}
-
-static int32_t remote_device_total_mem(struct pvgpu_exec *ex, int32_t dev,
-				       uint64_t *bytes)
-{
-	struct pvgpu_device_total_mem_req q = { 0 };
-	struct pvgpu_device_total_mem_rep r;
-	struct remote_node *n;
-	int32_t local, st;
-
-	if (!ex || !bytes)
-		return CUDA_ERROR_INVALID_VALUE;
-	n = dev_node(ex, dev, &local);
-	if (!n)
-		return CUDA_ERROR_INVALID_DEVICE;
-	q.device = local;
-	st = cu(n, pvgpu_call_device_total_mem(n->c, &q, &r));
-	if (!st)
-		*bytes = r.bytes;
-	return st;
 }
 
 /* ------------------------------------------------------------------ */
@@ -1412,9 +1384,7 @@ static const struct pvgpu_executor_ops pvgpu_exec_remote = {
 	.driver_version		= remote_driver_version,
 	.device_count		= remote_device_count,
 	.device_attribute	= remote_device_attribute,
-	.device_name		= remote_device_name,
-	.device_uuid		= remote_device_uuid,
-	.device_total_mem	= remote_device_total_mem,
+	.device_info		= remote_device_info,
 	.ctx_create		= remote_ctx_create,
 	.ctx_destroy		= remote_ctx_destroy,
 	.ctx_set		= remote_ctx_set,
