@@ -16,6 +16,7 @@
 #include <sys/types.h>
 #include <time.h>
 
+#include "executor.h"
 #include "shlock.h"
 
 #define PVGPU_MAX_DEVICES	16
@@ -167,7 +168,6 @@ enum pvgpu_slot_state {
 #define PVGPU_MAX_IPC		256
 #define PVGPU_IPC_PER_VM	(PVGPU_MAX_IPC / 8)
 #define PVGPU_IPC_TOKEN		16
-enum pvgpu_ipc_kind { PVGPU_IPC_MEM = 1, PVGPU_IPC_EVENT = 2, PVGPU_IPC_VMM = 3 };
 struct pvgpu_ipc_entry {
 	uint64_t session_id;		/* 0: unused */
 	uint32_t slot;			/* the exporting session's, to see it live */

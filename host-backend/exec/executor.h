@@ -195,6 +195,10 @@ struct pvgpu_tensor_map {
 	uint32_t interleave, swizzle, l2, oob;
 };
 
+/* What one worker shares with another of the same VM (share_get/open;
+ * the registry of ipc_registry.c keeps the kind with each token). */
+enum pvgpu_ipc_kind { PVGPU_IPC_MEM = 1, PVGPU_IPC_EVENT = 2, PVGPU_IPC_VMM = 3 };
+
 /* A device as cuDeviceGetName, cuDeviceGetUuid and cuDeviceTotalMem
  * describe it (the name NUL-terminated, cut to fit). */
 struct pvgpu_exec_device {
@@ -417,27 +421,23 @@ struct pvgpu_executor_ops {
 	int32_t (*host_device_pointer)(struct pvgpu_exec *ex, void *p,
 				       uint64_t *dptr);
 
-	/* CUDA IPC of device memory between sessions (workers) of the host:
-	 * the driver's 64-byte handle of the allocation at dptr; the
-	 * allocation behind one, mapped in the current context; unmapped
-	 * again.  NULL: not supported. */
-	int32_t (*ipc_get)(struct pvgpu_exec *ex, uint64_t dptr, uint8_t handle[64]);
-	int32_t (*ipc_open)(struct pvgpu_exec *ex, const uint8_t handle[64],
-			    uint32_t flags, uint64_t *dptr);
+	/*
+	 * Sharing with other sessions (workers) of the host, by kind:
+	 * share_get gives the 64 bytes by which another worker reaches the
+	 * object `value` names (MEM: the allocation at a device address, its
+	 * CUDA IPC handle; EVENT: an event made CU_EVENT_INTERPROCESS; VMM:
+	 * physical memory, a cuMemCreate handle); share_open reaches the
+	 * object behind such bytes in the current context: MEM mapped there
+	 * (flags: cuIpcOpenMemHandle's; ipc_close unmaps it), EVENT an event
+	 * (cuEventDestroy frees it), VMM a handle and *size (cuMemRelease
+	 * frees it).  NULL: not supported.
+	 */
+	int32_t (*share_get)(struct pvgpu_exec *ex, enum pvgpu_ipc_kind kind,
+			     uint64_t value, uint8_t handle[64]);
+	int32_t (*share_open)(struct pvgpu_exec *ex, enum pvgpu_ipc_kind kind,
+			      const uint8_t handle[64], uint32_t flags,
+			      uint64_t *value, uint64_t *size);
 	int32_t (*ipc_close)(struct pvgpu_exec *ex, uint64_t dptr);
-	/* CUDA IPC of events: the driver's 64-byte handle of an event made
-	 * with CU_EVENT_INTERPROCESS; the event behind one, opened in the
-	 * current context (cuEventDestroy frees it).  NULL: not supported. */
-	int32_t (*ipc_event_get)(struct pvgpu_exec *ex, uint64_t event, uint8_t handle[64]);
-	int32_t (*ipc_event_open)(struct pvgpu_exec *ex, const uint8_t handle[64],
-				  uint64_t *event);
-	/* VMM shareable handles: 64 bytes by which another worker of the
-	 * host reaches physical memory (a cuMemCreate handle of this
-	 * executor's); a handle of this executor's to the memory behind them
-	 * and its size (cuMemRelease frees it).  NULL: not supported. */
-	int32_t (*vmm_export)(struct pvgpu_exec *ex, uint64_t mem, uint8_t handle[64]);
-	int32_t (*vmm_import)(struct pvgpu_exec *ex, const uint8_t handle[64],
-			      uint64_t *mem, uint64_t *size);
 
 	/*
 	 * Explicit graph nodes (NULL: not supported).  graph and exec are

@@ -61,9 +61,9 @@ int32_t pvgpu_handle_ipc_get_mem_handle(struct pvgpu_worker *w,
 		return CUDA_ERROR_INVALID_CONTEXT;
 	if (!a || a->module)
 		return CUDA_ERROR_INVALID_VALUE;	/* only a cuMemAlloc of ours */
-	if (!w->ex_ops->ipc_get)
+	if (!w->ex_ops->share_get)
 		return CUDA_ERROR_NOT_SUPPORTED;
-	st = w->ex_ops->ipc_get(w->ex, a->base, handle);
+	st = w->ex_ops->share_get(w->ex, PVGPU_IPC_MEM, a->base, handle);
 	if (st)
 		return st;
 	memset(rep->handle, 0, sizeof(rep->handle));
@@ -91,9 +91,10 @@ int32_t pvgpu_handle_ipc_open_mem_handle(struct pvgpu_worker *w,
 		wlog_debug(w, "ipc_open_mem_handle: no handle of this VM's by that token");
 		return CUDA_ERROR_INVALID_VALUE;
 	}
-	if (!w->ex_ops->ipc_open)
+	if (!w->ex_ops->share_open)
 		return CUDA_ERROR_NOT_SUPPORTED;
-	st = w->ex_ops->ipc_open(w->ex, handle, req->flags, &rep->dptr);
+	st = w->ex_ops->share_open(w->ex, PVGPU_IPC_MEM, handle, req->flags,
+				   &rep->dptr, NULL);
 	if (st)
 		return st;
 	ctx = pvgpu_handle_get(&w->handles, w->cur_ctx, H_CTX);
@@ -134,9 +135,9 @@ int32_t pvgpu_handle_ipc_get_event_handle(struct pvgpu_worker *w,
 		return CUDA_ERROR_NOT_INITIALIZED;
 	if (!h)
 		return CUDA_ERROR_INVALID_HANDLE;
-	if (!w->ex_ops->ipc_event_get)
+	if (!w->ex_ops->share_get)
 		return CUDA_ERROR_NOT_SUPPORTED;
-	st = w->ex_ops->ipc_event_get(w->ex, h->exec_handle, handle);
+	st = w->ex_ops->share_get(w->ex, PVGPU_IPC_EVENT, h->exec_handle, handle);
 	if (st)
 		return st;
 	memset(rep->handle, 0, sizeof(rep->handle));
@@ -165,12 +166,12 @@ int32_t pvgpu_handle_ipc_open_event_handle(struct pvgpu_worker *w,
 		wlog_debug(w, "ipc_open_event_handle: no event of this VM's by that token");
 		return CUDA_ERROR_INVALID_VALUE;
 	}
-	if (!w->ex_ops->ipc_event_open)
+	if (!w->ex_ops->share_open)
 		return CUDA_ERROR_NOT_SUPPORTED;
 	st = pvgpu_room_for_handle(w);
 	if (st)
 		return st;
-	st = w->ex_ops->ipc_event_open(w->ex, handle, &event);
+	st = w->ex_ops->share_open(w->ex, PVGPU_IPC_EVENT, handle, 0, &event, NULL);
 	if (st)
 		return st;
 	/* In the table as the guest's id, or destroyed again. */
@@ -194,9 +195,9 @@ int32_t pvgpu_handle_vmm_export(struct pvgpu_worker *w,
 		return CUDA_ERROR_NOT_INITIALIZED;
 	if (!h)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (req->type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || !w->ex_ops->vmm_export)
+	if (req->type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || !w->ex_ops->share_get)
 		return CUDA_ERROR_NOT_SUPPORTED;
-	st = w->ex_ops->vmm_export(w->ex, h->exec_handle, handle);
+	st = w->ex_ops->share_get(w->ex, PVGPU_IPC_VMM, h->exec_handle, handle);
 	if (st)
 		return st;
 	st = ipc_enter(w, PVGPU_IPC_VMM, handle, h->charged, rep->token);
@@ -226,12 +227,12 @@ int32_t pvgpu_handle_vmm_import(struct pvgpu_worker *w,
 		wlog_debug(w, "vmm_import: no memory of this VM's by that token");
 		return CUDA_ERROR_INVALID_VALUE;
 	}
-	if (!w->ex_ops->vmm_import)
+	if (!w->ex_ops->share_open)
 		return CUDA_ERROR_NOT_SUPPORTED;
 	st = pvgpu_room_for_handle(w);
 	if (st)
 		return st;
-	st = w->ex_ops->vmm_import(w->ex, handle, &mem, &got);
+	st = w->ex_ops->share_open(w->ex, PVGPU_IPC_VMM, handle, 0, &mem, &got);
 	if (st)
 		return st;
 	ctx = pvgpu_handle_get(&w->handles, w->cur_ctx, H_CTX);

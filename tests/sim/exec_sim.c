@@ -4707,6 +4707,36 @@ static int32_t sim_vmm_import(struct pvgpu_exec *ex, const uint8_t handle[64],
 	return CUDA_SUCCESS;
 }
 
+/* Sharing with other workers, by kind (executor.h share_get/open). */
+static int32_t sim_share_get(struct pvgpu_exec *ex, enum pvgpu_ipc_kind kind,
+			     uint64_t value, uint8_t handle[64])
+{
+	switch (kind) {
+	case PVGPU_IPC_MEM:
+		return sim_ipc_get(ex, value, handle);
+	case PVGPU_IPC_EVENT:
+		return sim_ipc_event_get(ex, value, handle);
+	case PVGPU_IPC_VMM:
+		return sim_vmm_export(ex, value, handle);
+	}
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+static int32_t sim_share_open(struct pvgpu_exec *ex, enum pvgpu_ipc_kind kind,
+			      const uint8_t handle[64], uint32_t flags,
+			      uint64_t *value, uint64_t *size)
+{
+	switch (kind) {
+	case PVGPU_IPC_MEM:
+		return sim_ipc_open(ex, handle, flags, value);
+	case PVGPU_IPC_EVENT:
+		return sim_ipc_event_open(ex, handle, value);
+	case PVGPU_IPC_VMM:
+		return sim_vmm_import(ex, handle, value, size);
+	}
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
 /* cuModuleLoadDataEx of PTX with options: the sim's linker gives the
  * logs and results, its module loader the module. */
 static int32_t sim_module_load_jit(struct pvgpu_exec *ex, struct pvgpu_link *l,
@@ -5078,13 +5108,9 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.link			= pvgpu_sim_link,
 	.module_load_jit	= sim_module_load_jit,
 	.host_device_pointer	= sim_host_device_pointer,
-	.ipc_get		= sim_ipc_get,
-	.ipc_open		= sim_ipc_open,
+	.share_get		= sim_share_get,
+	.share_open		= sim_share_open,
 	.ipc_close		= sim_ipc_close,
-	.ipc_event_get		= sim_ipc_event_get,
-	.ipc_event_open		= sim_ipc_event_open,
-	.vmm_export		= sim_vmm_export,
-	.vmm_import		= sim_vmm_import,
 	.graph_add_node		= sim_graph_add_node,
 	.graph_kernel_node_set	= sim_graph_kernel_node_set,
 	.graph_add_deps		= sim_graph_add_deps,

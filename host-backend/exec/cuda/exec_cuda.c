@@ -3089,6 +3089,36 @@ static int32_t cuda_vmm_import(struct pvgpu_exec *ex, const uint8_t handle[64],
 	return CUDA_SUCCESS;
 }
 
+/* Sharing with other workers, by kind (executor.h share_get/open). */
+static int32_t cuda_share_get(struct pvgpu_exec *ex, enum pvgpu_ipc_kind kind,
+			     uint64_t value, uint8_t handle[64])
+{
+	switch (kind) {
+	case PVGPU_IPC_MEM:
+		return cuda_ipc_get(ex, value, handle);
+	case PVGPU_IPC_EVENT:
+		return cuda_ipc_event_get(ex, value, handle);
+	case PVGPU_IPC_VMM:
+		return cuda_vmm_export(ex, value, handle);
+	}
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+static int32_t cuda_share_open(struct pvgpu_exec *ex, enum pvgpu_ipc_kind kind,
+			      const uint8_t handle[64], uint32_t flags,
+			      uint64_t *value, uint64_t *size)
+{
+	switch (kind) {
+	case PVGPU_IPC_MEM:
+		return cuda_ipc_open(ex, handle, flags, value);
+	case PVGPU_IPC_EVENT:
+		return cuda_ipc_event_open(ex, handle, value);
+	case PVGPU_IPC_VMM:
+		return cuda_vmm_import(ex, handle, value, size);
+	}
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
 /* ------------------------------------------------------------------ */
 /*
  * Suspend and resume (executor.h checkpoint, restore): NVIDIA's process
@@ -3271,13 +3301,9 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.link			= cuda_link,
 	.module_load_jit	= cuda_module_load_jit,
 	.host_device_pointer	= cuda_host_device_pointer,
-	.ipc_get		= cuda_ipc_get,
-	.ipc_open		= cuda_ipc_open,
+	.share_get		= cuda_share_get,
+	.share_open		= cuda_share_open,
 	.ipc_close		= cuda_ipc_close,
-	.ipc_event_get		= cuda_ipc_event_get,
-	.ipc_event_open		= cuda_ipc_event_open,
-	.vmm_export		= cuda_vmm_export,
-	.vmm_import		= cuda_vmm_import,
 	.graph_add_node		= cuda_graph_add_node,
 	.graph_kernel_node_set	= cuda_graph_kernel_node_set,
 	.graph_add_deps		= cuda_graph_add_deps,
