@@ -21,7 +21,7 @@
 #include "suspend.h"
 #include "gpusched.h"
 #include "unidentified.h"
-#include "worker.h"
+#include "session.h"
 
 #define PVGPU_MAX_LISTENERS	16
 
