@@ -93,9 +93,11 @@ xs_wait() {   # xs_wait PATH SECONDS: until the xenstore node reads 1
         sleep 1; n=$((n+1))
     done
 }
+# --hello-timeout 60, not 5: the domUs share one TCG CPU, which a loaded
+# CI runner gave a tenth of a core for minutes.
 PVGPU_SIM_TWINS=/usr/lib/pvgpu/libtest-twins.so:/usr/lib/pvgpu/libbench-twins.so \
     PVGPU_VCHAN_DEBUG=1 pvgpud --listen vchan://pvgpu --executor sim --config /etc/pvgpu/pvgpud.conf \
-    --module-cache /tmp/modules --metrics 127.0.0.1:9400 --log-level info \
+    --hello-timeout 60 --module-cache /tmp/modules --metrics 127.0.0.1:9400 --log-level info \
     > /tmp/pvgpud.log 2>&1 &
 pv=$!
 tail -n +1 -f /tmp/pvgpud.log | sed 's/^/[pvgpud] /' &

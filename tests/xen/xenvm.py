@@ -285,18 +285,47 @@ def qemu_command(initrd, kdir, kver, smp=1, memory="2G", dom0_mem="1024M"):
 
 # How long a boot may take in all, and how long its console may stay silent
 # (PVGPU_XEN_TIMEOUT, PVGPU_XEN_QUIET: seconds).  The first is a last
-# resort; the second is what catches a hang.
+# resort; the second is what catches a hang.  Silence past QUIET counts as
+# a hang once QEMU has also had QUIET_CPU_SHARE of that time on a CPU, or
+# past QUIET_MAX_FACTOR times QUIET whatever it had: on CI's 2-core runner
+# make test's higher-priority passes left this guest a tenth of a core
+# for minutes, and a program that prints at its end was silent past 300 s
+# while it worked.  A guest that spins in a hang has its CPU; one that
+# idles in one is caught by the longer bound.
 TIMEOUT = float(os.environ.get("PVGPU_XEN_TIMEOUT", "2700"))
 QUIET = float(os.environ.get("PVGPU_XEN_QUIET", "300"))
+QUIET_CPU_SHARE = 0.5
+QUIET_MAX_FACTOR = 4
+
+
+def cpu_seconds(pid):
+    """CPU seconds a live process has had (all its threads), or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def silent_too_long(silent_s, cpu_s, quiet):
+    """Whether a console silent for silent_s seconds, in which QEMU had
+    cpu_s seconds of CPU (None: unknown), has hung."""
+    if not quiet or silent_s <= quiet:
+        return False
+    if cpu_s is None or silent_s > quiet * QUIET_MAX_FACTOR:
+        return True
+    return cpu_s >= quiet * QUIET_CPU_SHARE
 
 
 def run(cmd, timeout=TIMEOUT, log=None, echo=False, quiet=QUIET):
     """Run QEMU until dom0's script reports its status (then stop QEMU at
     once: Xen's power-off path under TCG is slow), `timeout` passes, or,
-    with `quiet`, the console has printed nothing for that many seconds.
-    The scenarios print as they go, so a stall shows as silence long before
-    a wall-clock limit that must also hold on a machine busy with other work
-    (where TCG runs several times slower).  Returns (status, console,
+    with `quiet`, the console has printed nothing for that many seconds
+    while QEMU ran (silent_too_long).  The scenarios print as they go, so
+    a stall shows as silence long before a wall-clock limit that must also
+    hold on a machine busy with other work (where TCG runs several times
+    slower).  Returns (status, console,
     seconds): 124 on a timeout or silence, 125 when QEMU stopped without a
     status."""
     logf = open(log, "w") if log else None
@@ -304,6 +333,7 @@ def run(cmd, timeout=TIMEOUT, log=None, echo=False, quiet=QUIET):
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
+    cpu_heard = cpu_seconds(proc.pid)
     chunks = []
     status = None
     tail = b""
@@ -311,9 +341,15 @@ def run(cmd, timeout=TIMEOUT, log=None, echo=False, quiet=QUIET):
         while True:
             now = time.monotonic()
             left = t0 + timeout - now
-            if left <= 0 or (quiet and now - heard > quiet):
+            if left <= 0:
                 status = 124
                 break
+            if quiet and now - heard > quiet:
+                cpu = cpu_seconds(proc.pid)
+                used = None if cpu is None or cpu_heard is None else cpu - cpu_heard
+                if silent_too_long(now - heard, used, quiet):
+                    status = 124
+                    break
             ready, _, _ = select.select([proc.stdout], [], [], min(left, 1.0))
             if not ready:
                 continue
@@ -321,6 +357,7 @@ def run(cmd, timeout=TIMEOUT, log=None, echo=False, quiet=QUIET):
             if not data:
                 break
             heard = time.monotonic()
+            cpu_heard = cpu_seconds(proc.pid)
             chunks.append(data)
             if echo:
                 sys.stdout.buffer.write(data)
