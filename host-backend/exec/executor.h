@@ -199,6 +199,33 @@ struct pvgpu_tensor_map {
  * the registry of ipc_registry.c keeps the kind with each token). */
 enum pvgpu_ipc_kind { PVGPU_IPC_MEM = 1, PVGPU_IPC_EVENT = 2, PVGPU_IPC_VMM = 3 };
 
+/*
+ * One copy (the executor's copy).  queued: ordered on stream, and for a
+ * host end, that memory must stay valid until the stream reaches the copy
+ * (the worker records events on its staging buffers to know when).  Not
+ * queued: done when copy returns, as a program's cuMemcpyHtoD, DtoH or
+ * Peer (on the current context's legacy default stream; a peer copy
+ * ordered with the work of both contexts), in one driver call where it
+ * has one.  PEER copies GPU to GPU (or, without peer access, however the
+ * driver stages it), never through the caller.
+ */
+enum pvgpu_copy_kind {
+	PVGPU_COPY_HTOD = 1,	/* host to dst */
+	PVGPU_COPY_DTOH,	/* src to host */
+	PVGPU_COPY_DTOD,	/* src to dst, in the current context */
+	PVGPU_COPY_PEER,	/* src in src_ctx to dst in dst_ctx */
+};
+
+struct pvgpu_exec_copy {
+	enum pvgpu_copy_kind kind;
+	bool queued;
+	uint64_t stream;		/* queued: the executor's stream */
+	uint64_t dst, src;		/* device addresses */
+	void *host;			/* HTOD: read; DTOH: written */
+	uint64_t dst_ctx, src_ctx;	/* PEER: the executor's contexts */
+	uint64_t size;
+};
+
 /* A device as cuDeviceGetName, cuDeviceGetUuid and cuDeviceTotalMem
  * describe it (the name NUL-terminated, cut to fit). */
 struct pvgpu_exec_device {
@@ -252,29 +279,11 @@ struct pvgpu_executor_ops {
 	int32_t (*host_unregister)(struct pvgpu_exec *ex, void *p);
 
 	/*
-	 * Copies.  The _async forms are ordered on `stream`; `host` must
-	 * stay valid until the stream reaches the copy (the worker uses
-	 * events on its staging buffers to know when).
+	 * Every copy of device memory (struct pvgpu_exec_copy): from or to
+	 * the host, device to device, between devices.  The helpers at the
+	 * end of this file make one of each kind.
 	 */
-	int32_t (*memcpy_htod_async)(struct pvgpu_exec *ex, uint64_t dst,
-				     const void *host, uint64_t size,
-				     uint64_t stream);
-	int32_t (*memcpy_dtoh_async)(struct pvgpu_exec *ex, void *host,
-				     uint64_t src, uint64_t size,
-				     uint64_t stream);
-	int32_t (*memcpy_dtod_async)(struct pvgpu_exec *ex, uint64_t dst,
-				     uint64_t src, uint64_t size,
-				     uint64_t stream);
-	/*
-	 * Synchronous copies on the current context's default stream, as a
-	 * program's cuMemcpyHtoD/DtoH: one driver call where the _async form
-	 * and a stream synchronize are two.  Optional (NULL: the worker does
-	 * just that).
-	 */
-	int32_t (*memcpy_htod)(struct pvgpu_exec *ex, uint64_t dst,
-			       const void *host, uint64_t size);
-	int32_t (*memcpy_dtoh)(struct pvgpu_exec *ex, void *host, uint64_t src,
-			       uint64_t size);
+	int32_t (*copy)(struct pvgpu_exec *ex, const struct pvgpu_exec_copy *c);
 	/* elem_size is 1, 2 or 4; count is in elements. */
 	int32_t (*memset_async)(struct pvgpu_exec *ex, uint64_t dst,
 				uint32_t value, uint32_t elem_size,
@@ -332,12 +341,8 @@ struct pvgpu_executor_ops {
 	/*
 	 * Peers: several devices of this executor (cuDeviceCanAccessPeer,
 	 * cuDeviceGetP2PAttribute, cuCtxEnablePeerAccess and
-	 * cuCtxDisablePeerAccess for the current context, cuMemcpyPeer and
-	 * cuMemcpyPeerAsync).  Contexts are the executor's own handles;
-	 * memcpy_peer is synchronous and ordered with the work queued in
-	 * both contexts, memcpy_peer_async is ordered on `stream` of the
-	 * current context.  Both copy GPU to GPU (or, without peer access,
-	 * however the driver stages it), never through the caller.
+	 * cuCtxDisablePeerAccess for the current context; their copies are
+	 * PVGPU_COPY_PEER).  Contexts are the executor's own handles.
 	 */
 	int32_t (*device_can_access_peer)(struct pvgpu_exec *ex, int32_t dev,
 					  int32_t peer, int32_t *can_access);
@@ -348,14 +353,6 @@ struct pvgpu_executor_ops {
 					  uint64_t peer_ctx, uint32_t flags);
 	int32_t (*ctx_disable_peer_access)(struct pvgpu_exec *ex,
 					   uint64_t peer_ctx);
-	int32_t (*memcpy_peer)(struct pvgpu_exec *ex, uint64_t dst,
-			       uint64_t dst_ctx, uint64_t src,
-			       uint64_t src_ctx, uint64_t size);
-	int32_t (*memcpy_peer_async)(struct pvgpu_exec *ex, uint64_t dst,
-				     uint64_t dst_ctx, uint64_t src,
-				     uint64_t src_ctx, uint64_t size,
-				     uint64_t stream);
-
 	/*
 	 * CUDA arrays (NULL: not supported).  array_copy is stream-ordered;
 	 * they are destroyed by the generic call (cuArrayDestroy).
@@ -603,5 +600,71 @@ int32_t pvgpu_exec_stream_query(const struct pvgpu_executor_ops *ops,
 int32_t pvgpu_exec_stream_write_value(const struct pvgpu_executor_ops *ops,
 				      struct pvgpu_exec *ex, uint64_t stream,
 				      uint64_t dptr, uint32_t value);
+
+/* One copy of each kind through the executor's copy. */
+static inline int32_t pvgpu_exec_host_copy(const struct pvgpu_executor_ops *ops,
+					   struct pvgpu_exec *ex,
+					   enum pvgpu_copy_kind kind,
+					   uint64_t dptr, void *host,
+					   uint64_t size, bool queued,
+					   uint64_t stream)
+{
+	struct pvgpu_exec_copy c = {
+		.kind = kind, .queued = queued, .stream = stream,
+		.host = host, .size = size,
+	};
+
+	if (kind == PVGPU_COPY_HTOD)
+		c.dst = dptr;
+	else
+		c.src = dptr;
+	return ops->copy(ex, &c);
+}
+
+static inline int32_t pvgpu_exec_htod(const struct pvgpu_executor_ops *ops,
+				      struct pvgpu_exec *ex, uint64_t dst,
+				      const void *host, uint64_t size,
+				      bool queued, uint64_t stream)
+{
+	return pvgpu_exec_host_copy(ops, ex, PVGPU_COPY_HTOD, dst, (void *)host,
+				    size, queued, stream);
+}
+
+static inline int32_t pvgpu_exec_dtoh(const struct pvgpu_executor_ops *ops,
+				      struct pvgpu_exec *ex, void *host,
+				      uint64_t src, uint64_t size,
+				      bool queued, uint64_t stream)
+{
+	return pvgpu_exec_host_copy(ops, ex, PVGPU_COPY_DTOH, src, host, size,
+				    queued, stream);
+}
+
+static inline int32_t pvgpu_exec_dtod(const struct pvgpu_executor_ops *ops,
+				      struct pvgpu_exec *ex, uint64_t dst,
+				      uint64_t src, uint64_t size,
+				      uint64_t stream)
+{
+	struct pvgpu_exec_copy c = {
+		.kind = PVGPU_COPY_DTOD, .queued = true, .stream = stream,
+		.dst = dst, .src = src, .size = size,
+	};
+
+	return ops->copy(ex, &c);
+}
+
+static inline int32_t pvgpu_exec_peer(const struct pvgpu_executor_ops *ops,
+				      struct pvgpu_exec *ex, uint64_t dst,
+				      uint64_t dst_ctx, uint64_t src,
+				      uint64_t src_ctx, uint64_t size,
+				      bool queued, uint64_t stream)
+{
+	struct pvgpu_exec_copy c = {
+		.kind = PVGPU_COPY_PEER, .queued = queued, .stream = stream,
+		.dst = dst, .src = src, .dst_ctx = dst_ctx, .src_ctx = src_ctx,
+		.size = size,
+	};
+
+	return ops->copy(ex, &c);
+}
 
 #endif /* PVGPU_EXECUTOR_H */

@@ -324,8 +324,10 @@ static int32_t staged_captured(struct pvgpu_worker *w,
 	if (status != CU_STREAM_CAPTURE_STATUS_ACTIVE)
 		return CUDA_ERROR_ILLEGAL_STATE;
 	st = s->to_host ?
-	     w->ex_ops->memcpy_dtoh_async(w->ex, s->buf, req->dptr, req->size, stream) :
-	     w->ex_ops->memcpy_htod_async(w->ex, req->dptr, s->buf, req->size, stream);
+	     pvgpu_exec_dtoh(w->ex_ops, w->ex, s->buf, req->dptr, req->size,
+			     true, stream) :
+	     pvgpu_exec_htod(w->ex_ops, w->ex, req->dptr, s->buf, req->size,
+			     true, stream);
 	if (st)
 		return st;
 	/* What the capture now depends on is the copy just recorded. */

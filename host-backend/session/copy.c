@@ -117,12 +117,12 @@ static void discard_data(struct pvgpu_worker *w, uint64_t size)
 
 #define PVGPU_SMALL_COPY	(64u * 1024)
 
-/* Is this a small synchronous copy, for an executor with the synchronous call? */
+/* Is this a small synchronous copy (the executor's one call)? */
 static int small_copy(struct pvgpu_worker *w, uint64_t size, uint64_t stream,
-		      int sync, int have_call)
+		      int sync)
 {
 	return sync && !stream && size && size <= PVGPU_SMALL_COPY &&
-	       size <= w->cfg->block && have_call;
+	       size <= w->cfg->block;
 }
 
 static int32_t copy_htod_small(struct pvgpu_worker *w, uint64_t dst, uint64_t size)
@@ -135,7 +135,8 @@ static int32_t copy_htod_small(struct pvgpu_worker *w, uint64_t dst, uint64_t si
 	}
 	if (pvgpu_worker_recv_data(w, w->copy.small, size))
 		return 0;		/* fatal: nobody to answer */
-	st = w->ex_ops->memcpy_htod(w->ex, dst, w->copy.small, size);
+	st = pvgpu_exec_htod(w->ex_ops, w->ex, dst, w->copy.small, size,
+			     false, 0);
 	if (!st)
 		atomic_fetch_add(&w->slot->bytes_h2d, size);
 	return st;
@@ -147,7 +148,7 @@ int32_t pvgpu_copy_htod(struct pvgpu_worker *w, uint64_t dst, uint64_t size,
 	uint64_t off = 0;
 	int32_t st, first_err = 0;
 
-	if (small_copy(w, size, stream, sync, w->ex_ops->memcpy_htod != NULL))
+	if (small_copy(w, size, stream, sync))
 		return copy_htod_small(w, dst, size);
 	st = staging_ready(w);
 	if (st) {
@@ -164,8 +165,8 @@ int32_t pvgpu_copy_htod(struct pvgpu_worker *w, uint64_t dst, uint64_t size,
 		if (pvgpu_worker_read(w, s->buf, len))
 			return 0;
 		if (!st && !first_err)
-			st = w->ex_ops->memcpy_htod_async(w->ex, dst + off, s->buf,
-							  len, stream);
+			st = pvgpu_exec_htod(w->ex_ops, w->ex, dst + off,
+					     s->buf, len, true, stream);
 		if (!st && !first_err) {
 			st = pvgpu_exec_event_record(w->ex_ops, w->ex, s->event, stream);
 			s->busy = (st == 0);
@@ -191,11 +192,12 @@ int32_t pvgpu_copy_dtoh(struct pvgpu_worker *w, uint64_t src, uint64_t size,
 	first_err = staging_ready(w);
 	if (first_err)
 		return first_err;
-	if (small_copy(w, size, stream, 1, w->ex_ops->memcpy_dtoh != NULL)) {
+	if (small_copy(w, size, stream, 1)) {
 		struct pvgpu_staging *s = staging_next(w, &st);
 
 		if (!st)
-			st = w->ex_ops->memcpy_dtoh(w->ex, s->buf, src, size);
+			st = pvgpu_exec_dtoh(w->ex_ops, w->ex, s->buf, src,
+					     size, false, 0);
 		if (st)
 			memset(s->buf, 0, size);	/* never leak stale staging bytes */
 		if (pvgpu_worker_send_data(w, s->buf, (uint32_t)size))
@@ -215,9 +217,9 @@ int32_t pvgpu_copy_dtoh(struct pvgpu_worker *w, uint64_t src, uint64_t size,
 			len = size - issued < block ? (uint32_t)(size - issued) : block;
 			s = staging_next(w, &st);
 			if (!st && !first_err)
-				st = w->ex_ops->memcpy_dtoh_async(w->ex, s->buf,
-								  src + issued,
-								  len, stream);
+				st = pvgpu_exec_dtoh(w->ex_ops, w->ex,
+						     s->buf, src + issued,
+						     len, true, stream);
 			if (!st && !first_err) {
 				st = pvgpu_exec_event_record(w->ex_ops, w->ex, s->event, stream);
 				s->busy = (st == 0);

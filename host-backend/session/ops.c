@@ -607,7 +607,7 @@ static int32_t dtod(struct pvgpu_worker *w, uint64_t dst, uint64_t src,
 	/* Between two GPUs under unified addressing: a peer copy, on the host. */
 	if (d->device != s->device)
 		return pvgpu_peer_dtod(w, d, dst, s, src, size, stream, sync);
-	st = w->ex_ops->memcpy_dtod_async(w->ex, dst, src, size, stream);
+	st = pvgpu_exec_dtod(w->ex_ops, w->ex, dst, src, size, stream);
 	if (!st && sync)
 		st = w->ex_ops->stream_synchronize(w->ex, stream);
 	return st;

@@ -42,8 +42,7 @@ static int32_t have_peers(struct pvgpu_worker *w)
 	if (!w->ex)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	return o->device_can_access_peer && o->device_p2p_attribute &&
-	       o->ctx_enable_peer_access && o->ctx_disable_peer_access &&
-	       o->memcpy_peer && o->memcpy_peer_async ?
+	       o->ctx_enable_peer_access && o->ctx_disable_peer_access ?
 	       CUDA_SUCCESS : CUDA_ERROR_NOT_SUPPORTED;
 }
 
@@ -206,12 +205,13 @@ static int32_t peer_copy(struct pvgpu_worker *w, uint64_t dst, uint64_t dst_ctx,
 	if (st)
 		return st;
 	if (sync)
-		return w->ex_ops->memcpy_peer(w->ex, dst, dctx, src, sctx, size);
+		return pvgpu_exec_peer(w->ex_ops, w->ex, dst, dctx, src, sctx,
+				       size, false, 0);
 	st = pvgpu_lookup_stream(w, stream_id, &stream);
 	if (st)
 		return st;
-	return w->ex_ops->memcpy_peer_async(w->ex, dst, dctx, src, sctx, size,
-					    stream);
+	return pvgpu_exec_peer(w->ex_ops, w->ex, dst, dctx, src, sctx, size,
+			       true, stream);
 }
 
 int32_t pvgpu_handle_memcpy_peer(struct pvgpu_worker *w,
@@ -240,10 +240,10 @@ int32_t pvgpu_peer_dtod(struct pvgpu_worker *w, const struct pvgpu_alloc *d,
 	if (!dc || !sc)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (sync && !stream)
-		return w->ex_ops->memcpy_peer(w->ex, dst, dc->exec_handle, src,
-					      sc->exec_handle, size);
-	st = w->ex_ops->memcpy_peer_async(w->ex, dst, dc->exec_handle, src,
-					  sc->exec_handle, size, stream);
+		return pvgpu_exec_peer(w->ex_ops, w->ex, dst, dc->exec_handle,
+				       src, sc->exec_handle, size, false, 0);
+	st = pvgpu_exec_peer(w->ex_ops, w->ex, dst, dc->exec_handle, src,
+			     sc->exec_handle, size, true, stream);
 	if (!st && sync)
 		st = w->ex_ops->stream_synchronize(w->ex, stream);
 	return st;

@@ -475,15 +475,16 @@ static int32_t htod_window(struct pvgpu_worker *w, uint64_t dst,
 	if (st)
 		return st;
 	if (sync && pvgpu_signal_wanted(w)) {
-		st = w->ex_ops->memcpy_htod_async(w->ex, dst, w->win.base + offset,
-						  size, stream);
+		st = pvgpu_exec_htod(w->ex_ops, w->ex, dst, w->win.base + offset,
+				     size, true, stream);
 		if (!st && !pvgpu_signal_queue(w, stream))
 			st = copy_done(w, stream);
-	} else if (sync && !stream && w->ex_ops->memcpy_htod) {
-		st = w->ex_ops->memcpy_htod(w->ex, dst, w->win.base + offset, size);
+	} else if (sync && !stream) {
+		st = pvgpu_exec_htod(w->ex_ops, w->ex, dst, w->win.base + offset,
+				     size, false, 0);
 	} else {
-		st = w->ex_ops->memcpy_htod_async(w->ex, dst, w->win.base + offset,
-						  size, stream);
+		st = pvgpu_exec_htod(w->ex_ops, w->ex, dst, w->win.base + offset,
+				     size, true, stream);
 		if (!st && sync)
 			st = copy_done(w, stream);
 	}
@@ -505,15 +506,16 @@ static int32_t dtoh_window(struct pvgpu_worker *w, uint64_t src,
 	if (st)
 		return st;
 	if (sync && pvgpu_signal_wanted(w)) {
-		st = w->ex_ops->memcpy_dtoh_async(w->ex, w->win.base + offset, src,
-						  size, stream);
+		st = pvgpu_exec_dtoh(w->ex_ops, w->ex, w->win.base + offset, src,
+				     size, true, stream);
 		if (!st && !pvgpu_signal_queue(w, stream))
 			st = copy_done(w, stream);
-	} else if (sync && !stream && w->ex_ops->memcpy_dtoh) {
-		st = w->ex_ops->memcpy_dtoh(w->ex, w->win.base + offset, src, size);
+	} else if (sync && !stream) {
+		st = pvgpu_exec_dtoh(w->ex_ops, w->ex, w->win.base + offset, src,
+				     size, false, 0);
 	} else {
-		st = w->ex_ops->memcpy_dtoh_async(w->ex, w->win.base + offset, src,
-						  size, stream);
+		st = pvgpu_exec_dtoh(w->ex_ops, w->ex, w->win.base + offset, src,
+				     size, true, stream);
 		if (!st && sync)
 			st = copy_done(w, stream);
 	}
@@ -722,8 +724,10 @@ static int32_t issue_block(struct pvgpu_worker *w, const uint64_t *ev,
 
 	if (!err)
 		err = to_host ?
-		      w->ex_ops->memcpy_dtoh_async(w->ex, p, dptr + off, len, stream) :
-		      w->ex_ops->memcpy_htod_async(w->ex, dptr + off, p, len, stream);
+		      pvgpu_exec_dtoh(w->ex_ops, w->ex, p, dptr + off, len, true,
+				      stream) :
+		      pvgpu_exec_htod(w->ex_ops, w->ex, dptr + off, p, len, true,
+				      stream);
 	if (!err)
 		err = pvgpu_exec_event_record(w->ex_ops, w->ex, ev[(seq0 + k) % win->nslots],
 					      stream);

@@ -1999,9 +1999,8 @@ static int32_t sim_host_unregister(struct pvgpu_exec *ex, void *p)
 /* ------------------------------------------------------------------ */
 /* copies and memsets: done at once, so the host buffer is free on return */
 
-static int32_t sim_memcpy_htod_async(struct pvgpu_exec *ex, uint64_t dst,
-				     const void *host, uint64_t size,
-				     uint64_t stream)
+static int32_t sim_htod(struct pvgpu_exec *ex, uint64_t dst,
+			const void *host, uint64_t size, uint64_t stream)
 {
 	unsigned char *d;
 	int32_t rc;
@@ -2026,9 +2025,8 @@ static int32_t sim_memcpy_htod_async(struct pvgpu_exec *ex, uint64_t dst,
 	return CUDA_SUCCESS;
 }
 
-static int32_t sim_memcpy_dtoh_async(struct pvgpu_exec *ex, void *host,
-				     uint64_t src, uint64_t size,
-				     uint64_t stream)
+static int32_t sim_dtoh(struct pvgpu_exec *ex, void *host, uint64_t src,
+			uint64_t size, uint64_t stream)
 {
 	unsigned char *s;
 	int32_t rc;
@@ -2055,22 +2053,8 @@ static int32_t sim_memcpy_dtoh_async(struct pvgpu_exec *ex, void *host,
 	return CUDA_SUCCESS;
 }
 
-/* The synchronous forms: on the legacy stream, and the sim copies at once. */
-static int32_t sim_memcpy_htod(struct pvgpu_exec *ex, uint64_t dst,
-			       const void *host, uint64_t size)
-{
-	return sim_memcpy_htod_async(ex, dst, host, size, 0);
-}
-
-static int32_t sim_memcpy_dtoh(struct pvgpu_exec *ex, void *host, uint64_t src,
-			       uint64_t size)
-{
-	return sim_memcpy_dtoh_async(ex, host, src, size, 0);
-}
-
-static int32_t sim_memcpy_dtod_async(struct pvgpu_exec *ex, uint64_t dst,
-				     uint64_t src, uint64_t size,
-				     uint64_t stream)
+static int32_t sim_dtod(struct pvgpu_exec *ex, uint64_t dst, uint64_t src,
+			uint64_t size, uint64_t stream)
 {
 	unsigned char *d, *s;
 	int32_t rc;
@@ -2811,26 +2795,31 @@ static int32_t peer_copy(struct pvgpu_exec *ex, uint64_t dst, uint64_t dst_ctx,
 	return CUDA_SUCCESS;
 }
 
-static int32_t sim_memcpy_peer(struct pvgpu_exec *ex, uint64_t dst,
-			       uint64_t dst_ctx, uint64_t src,
-			       uint64_t src_ctx, uint64_t size)
+/*
+ * Every copy (executor.h), done at once: a synchronous one is the queued
+ * one on the legacy stream (a peer copy's, ordered with both contexts,
+ * checks only them).
+ */
+static int32_t sim_copy(struct pvgpu_exec *ex, const struct pvgpu_exec_copy *c)
 {
-	if (!ex)
-		return CUDA_ERROR_INVALID_VALUE;
-	return peer_copy(ex, dst, dst_ctx, src, src_ctx, size);
-}
-
-static int32_t sim_memcpy_peer_async(struct pvgpu_exec *ex, uint64_t dst,
-				     uint64_t dst_ctx, uint64_t src,
-				     uint64_t src_ctx, uint64_t size,
-				     uint64_t stream)
-{
+	uint64_t stream = c->queued ? c->stream : 0;
 	int32_t rc;
 
-	rc = check_stream(ex, stream);
-	if (rc)
-		return rc;
-	return peer_copy(ex, dst, dst_ctx, src, src_ctx, size);
+	if (!ex)
+		return CUDA_ERROR_INVALID_VALUE;
+	switch (c->kind) {
+	case PVGPU_COPY_HTOD:
+		return sim_htod(ex, c->dst, c->host, c->size, stream);
+	case PVGPU_COPY_DTOH:
+		return sim_dtoh(ex, c->host, c->src, c->size, stream);
+	case PVGPU_COPY_DTOD:
+		return sim_dtod(ex, c->dst, c->src, c->size, stream);
+	case PVGPU_COPY_PEER:
+		rc = c->queued ? check_stream(ex, stream) : CUDA_SUCCESS;
+		return rc ? rc : peer_copy(ex, c->dst, c->dst_ctx, c->src,
+					   c->src_ctx, c->size);
+	}
+	return CUDA_ERROR_INVALID_VALUE;
 }
 
 /* ------------------------------------------------------------------ */
@@ -3826,13 +3815,12 @@ static int32_t graph_node_run(struct pvgpu_exec *ex,
 		return rc;
 	case CU_GRAPH_NODE_TYPE_MEMCPY:
 		if (e->n.host && e->n.to_host)
-			return sim_memcpy_dtoh_async(ex, e->n.host, e->n.src,
-						     e->n.width, stream);
+			return sim_dtoh(ex, e->n.host, e->n.src, e->n.width,
+					stream);
 		if (e->n.host)
-			return sim_memcpy_htod_async(ex, e->n.dst, e->n.host,
-						     e->n.width, stream);
-		return sim_memcpy_dtod_async(ex, e->n.dst, e->n.src,
-					     e->n.width, stream);
+			return sim_htod(ex, e->n.dst, e->n.host, e->n.width,
+					stream);
+		return sim_dtod(ex, e->n.dst, e->n.src, e->n.width, stream);
 	case CU_GRAPH_NODE_TYPE_CONDITIONAL:
 		/* Its condition is set by kernels the sim does not run on a
 		 * GPU: which body would run is not modelled. */
@@ -5075,11 +5063,7 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.host_free		= sim_host_free,
 	.host_register		= sim_host_register,
 	.host_unregister	= sim_host_unregister,
-	.memcpy_htod_async	= sim_memcpy_htod_async,
-	.memcpy_dtoh_async	= sim_memcpy_dtoh_async,
-	.memcpy_htod		= sim_memcpy_htod,
-	.memcpy_dtoh		= sim_memcpy_dtoh,
-	.memcpy_dtod_async	= sim_memcpy_dtod_async,
+	.copy			= sim_copy,
 	.memset_async		= sim_memset_async,
 	.stream_create		= sim_stream_create,
 	.stream_destroy		= sim_stream_destroy,
@@ -5097,8 +5081,6 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.device_p2p_attribute	= sim_device_p2p_attribute,
 	.ctx_enable_peer_access	= sim_ctx_enable_peer_access,
 	.ctx_disable_peer_access = sim_ctx_disable_peer_access,
-	.memcpy_peer		= sim_memcpy_peer,
-	.memcpy_peer_async	= sim_memcpy_peer_async,
 	.array_create		= sim_array_create,
 	.array_copy		= sim_array_copy,
 	.tex_create		= sim_tex_create,

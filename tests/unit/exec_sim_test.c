@@ -237,7 +237,7 @@ static void test_no_context(void)
 	CHECK_RC(pvgpu_exec_event_create(sim, ex, 0, &h), CUDA_ERROR_INVALID_CONTEXT);
 	CHECK_RC(sim->host_alloc(ex, 64, &p), CUDA_ERROR_INVALID_CONTEXT);
 	CHECK_RC(sim->ctx_synchronize(ex), CUDA_ERROR_INVALID_CONTEXT);
-	CHECK_RC(sim->memcpy_htod_async(ex, 0x7e0000001000ULL, buf, 4, 0),
+	CHECK_RC(pvgpu_exec_htod(sim, ex, 0x7e0000001000ULL, buf, 4, true, 0),
 		 CUDA_ERROR_INVALID_CONTEXT);
 	CHECK_RC(sim->ctx_create(ex, 1, &ctx), CUDA_ERROR_INVALID_DEVICE);
 	CHECK_RC(sim->ctx_set(ex, 12345), CUDA_ERROR_INVALID_CONTEXT);
@@ -275,53 +275,53 @@ static void test_copies(void)
 
 	/* Fresh memory reads as zero. */
 	memset(dst, 0xaa, sizeof(dst));
-	CHECK_RC(sim->memcpy_dtoh_async(ex, dst, a, 1000, 0), CUDA_SUCCESS);
+	CHECK_RC(pvgpu_exec_dtoh(sim, ex, dst, a, 1000, true, 0), CUDA_SUCCESS);
 	for (i = 0; i < 1000 && !dst[i]; i++)
 		;
 	CHECK(i == 1000);
 
-	CHECK_RC(sim->memcpy_htod_async(ex, a, src, 1000, 0), CUDA_SUCCESS);
-	CHECK_RC(sim->memcpy_dtod_async(ex, b, a, 1000, 0), CUDA_SUCCESS);
+	CHECK_RC(pvgpu_exec_htod(sim, ex, a, src, 1000, true, 0), CUDA_SUCCESS);
+	CHECK_RC(pvgpu_exec_dtod(sim, ex, b, a, 1000, 0), CUDA_SUCCESS);
 	memset(dst, 0, sizeof(dst));
-	CHECK_RC(sim->memcpy_dtoh_async(ex, dst, b, 1000, 0), CUDA_SUCCESS);
+	CHECK_RC(pvgpu_exec_dtoh(sim, ex, dst, b, 1000, true, 0), CUDA_SUCCESS);
 	CHECK(!memcmp(src, dst, 1000));
 
 	/* Interior ranges, up to the last byte. */
-	CHECK_RC(sim->memcpy_dtoh_async(ex, dst, a + 500, 500, 0), CUDA_SUCCESS);
+	CHECK_RC(pvgpu_exec_dtoh(sim, ex, dst, a + 500, 500, true, 0), CUDA_SUCCESS);
 	CHECK(!memcmp(src + 500, dst, 500));
-	CHECK_RC(sim->memcpy_htod_async(ex, a + 999, src, 1, 0), CUDA_SUCCESS);
+	CHECK_RC(pvgpu_exec_htod(sim, ex, a + 999, src, 1, true, 0), CUDA_SUCCESS);
 	/* Overlapping device-to-device copies behave like memmove. */
-	CHECK_RC(sim->memcpy_htod_async(ex, a, src, 1000, 0), CUDA_SUCCESS);
-	CHECK_RC(sim->memcpy_dtod_async(ex, a + 10, a, 100, 0), CUDA_SUCCESS);
-	CHECK_RC(sim->memcpy_dtoh_async(ex, dst, a + 10, 100, 0), CUDA_SUCCESS);
+	CHECK_RC(pvgpu_exec_htod(sim, ex, a, src, 1000, true, 0), CUDA_SUCCESS);
+	CHECK_RC(pvgpu_exec_dtod(sim, ex, a + 10, a, 100, 0), CUDA_SUCCESS);
+	CHECK_RC(pvgpu_exec_dtoh(sim, ex, dst, a + 10, 100, true, 0), CUDA_SUCCESS);
 	CHECK(!memcmp(src, dst, 100));
 	/* Zero-byte copies do nothing and succeed. */
-	CHECK_RC(sim->memcpy_htod_async(ex, a, src, 0, 0), CUDA_SUCCESS);
+	CHECK_RC(pvgpu_exec_htod(sim, ex, a, src, 0, true, 0), CUDA_SUCCESS);
 
 	/* Out of range: one past the end, before the start, straddling. */
-	CHECK_RC(sim->memcpy_htod_async(ex, a + 999, src, 2, 0),
+	CHECK_RC(pvgpu_exec_htod(sim, ex, a + 999, src, 2, true, 0),
 		 CUDA_ERROR_INVALID_VALUE);
-	CHECK_RC(sim->memcpy_htod_async(ex, a + 1000, src, 1, 0),
+	CHECK_RC(pvgpu_exec_htod(sim, ex, a + 1000, src, 1, true, 0),
 		 CUDA_ERROR_INVALID_VALUE);
-	CHECK_RC(sim->memcpy_dtoh_async(ex, dst, a - 1, 1, 0),
+	CHECK_RC(pvgpu_exec_dtoh(sim, ex, dst, a - 1, 1, true, 0),
 		 CUDA_ERROR_INVALID_VALUE);
-	CHECK_RC(sim->memcpy_dtoh_async(ex, dst, a, 1001, 0),
+	CHECK_RC(pvgpu_exec_dtoh(sim, ex, dst, a, 1001, true, 0),
 		 CUDA_ERROR_INVALID_VALUE);
-	CHECK_RC(sim->memcpy_dtoh_async(ex, dst, a + 500, b + 500 - a, 0),
+	CHECK_RC(pvgpu_exec_dtoh(sim, ex, dst, a + 500, b + 500 - a, true, 0),
 		 CUDA_ERROR_INVALID_VALUE);
-	CHECK_RC(sim->memcpy_dtod_async(ex, b + 1, a, 1000, 0),
+	CHECK_RC(pvgpu_exec_dtod(sim, ex, b + 1, a, 1000, 0),
 		 CUDA_ERROR_INVALID_VALUE);
-	CHECK_RC(sim->memcpy_dtod_async(ex, b, a + 1, 1000, 0),
+	CHECK_RC(pvgpu_exec_dtod(sim, ex, b, a + 1, 1000, 0),
 		 CUDA_ERROR_INVALID_VALUE);
-	CHECK_RC(sim->memcpy_htod_async(ex, c, src, 2, 0),
+	CHECK_RC(pvgpu_exec_htod(sim, ex, c, src, 2, true, 0),
 		 CUDA_ERROR_INVALID_VALUE);
-	CHECK_RC(sim->memcpy_htod_async(ex, 0, src, 1, 0),
+	CHECK_RC(pvgpu_exec_htod(sim, ex, 0, src, 1, true, 0),
 		 CUDA_ERROR_INVALID_VALUE);
-	CHECK_RC(sim->memcpy_htod_async(ex, a, src, UINT64_MAX, 0),
+	CHECK_RC(pvgpu_exec_htod(sim, ex, a, src, UINT64_MAX, true, 0),
 		 CUDA_ERROR_INVALID_VALUE);
-	CHECK_RC(sim->memcpy_htod_async(ex, UINT64_MAX, src, 2, 0),
+	CHECK_RC(pvgpu_exec_htod(sim, ex, UINT64_MAX, src, 2, true, 0),
 		 CUDA_ERROR_INVALID_VALUE);
-	CHECK_RC(sim->memcpy_htod_async(ex, a, NULL, 1, 0),
+	CHECK_RC(pvgpu_exec_htod(sim, ex, a, NULL, 1, true, 0),
 		 CUDA_ERROR_INVALID_VALUE);
 
 	/* Freed memory is gone; freeing twice or mid-block fails. */
@@ -329,15 +329,15 @@ static void test_copies(void)
 	CHECK_RC(sim->mem_free(ex, b), CUDA_SUCCESS);
 	CHECK_RC(sim->mem_free(ex, b), CUDA_ERROR_INVALID_VALUE);
 	CHECK_RC(sim->mem_free(ex, 0), CUDA_ERROR_INVALID_VALUE);
-	CHECK_RC(sim->memcpy_dtoh_async(ex, dst, b, 1, 0),
+	CHECK_RC(pvgpu_exec_dtoh(sim, ex, dst, b, 1, true, 0),
 		 CUDA_ERROR_INVALID_VALUE);
-	CHECK_RC(sim->memcpy_dtod_async(ex, a, b, 10, 0),
+	CHECK_RC(pvgpu_exec_dtod(sim, ex, a, b, 10, 0),
 		 CUDA_ERROR_INVALID_VALUE);
 	CHECK_RC(sim->memset_async(ex, b, 0, 1, 1, 0),
 		 CUDA_ERROR_INVALID_VALUE);
 	/* Neighbours are untouched by the free. */
-	CHECK_RC(sim->memcpy_dtoh_async(ex, dst, a, 1, 0), CUDA_SUCCESS);
-	CHECK_RC(sim->memcpy_dtoh_async(ex, dst, c, 1, 0), CUDA_SUCCESS);
+	CHECK_RC(pvgpu_exec_dtoh(sim, ex, dst, a, 1, true, 0), CUDA_SUCCESS);
+	CHECK_RC(pvgpu_exec_dtoh(sim, ex, dst, c, 1, true, 0), CUDA_SUCCESS);
 
 	CHECK_RC(sim->mem_alloc(ex, 0, &b), CUDA_ERROR_INVALID_VALUE);
 	CHECK_RC(sim->mem_free(ex, a), CUDA_SUCCESS);
@@ -361,22 +361,22 @@ static void test_memset(void)
 
 	/* 8-bit: only the low byte counts; only `count` bytes change. */
 	CHECK_RC(sim->memset_async(ex, a, 0x1ab, 1, 63, 0), CUDA_SUCCESS);
-	CHECK_RC(sim->memcpy_dtoh_async(ex, buf, a, 64, 0), CUDA_SUCCESS);
+	CHECK_RC(pvgpu_exec_dtoh(sim, ex, buf, a, 64, true, 0), CUDA_SUCCESS);
 	for (ok = 1, i = 0; i < 63; i++)
 		ok &= buf[i] == 0xab;
 	CHECK(ok && buf[63] == 0);
 
 	CHECK_RC(sim->memset_async(ex, a + 2, 0xbeef, 2, 8, 0), CUDA_SUCCESS);
-	CHECK_RC(sim->memcpy_dtoh_async(ex, h16, a + 2, 16, 0), CUDA_SUCCESS);
+	CHECK_RC(pvgpu_exec_dtoh(sim, ex, h16, a + 2, 16, true, 0), CUDA_SUCCESS);
 	for (ok = 1, i = 0; i < 8; i++)
 		ok &= h16[i] == 0xbeef;
 	CHECK(ok);
-	CHECK_RC(sim->memcpy_dtoh_async(ex, buf, a, 2, 0), CUDA_SUCCESS);
+	CHECK_RC(pvgpu_exec_dtoh(sim, ex, buf, a, 2, true, 0), CUDA_SUCCESS);
 	CHECK(buf[0] == 0xab && buf[1] == 0xab);
 
 	CHECK_RC(sim->memset_async(ex, a + 32, 0xdeadbeef, 4, 8, 0),
 		 CUDA_SUCCESS);
-	CHECK_RC(sim->memcpy_dtoh_async(ex, h32, a + 32, 32, 0), CUDA_SUCCESS);
+	CHECK_RC(pvgpu_exec_dtoh(sim, ex, h32, a + 32, 32, true, 0), CUDA_SUCCESS);
 	for (ok = 1, i = 0; i < 8; i++)
 		ok &= h32[i] == 0xdeadbeef;
 	CHECK(ok);
@@ -483,7 +483,7 @@ static void test_streams(void)
 		 CUDA_SUCCESS);
 	CHECK(s != 0);
 	CHECK_RC(sim->stream_create(ex, 0x80, 0, &s2), CUDA_ERROR_INVALID_VALUE);
-	CHECK_RC(sim->memcpy_htod_async(ex, a, buf, 16, s), CUDA_SUCCESS);
+	CHECK_RC(pvgpu_exec_htod(sim, ex, a, buf, 16, true, s), CUDA_SUCCESS);
 	CHECK_RC(pvgpu_exec_stream_query(sim, ex, s), CUDA_SUCCESS);
 	CHECK_RC(pvgpu_exec_stream_query(sim, ex, 0), CUDA_SUCCESS);
 	CHECK_RC(sim->stream_synchronize(ex, s), CUDA_SUCCESS);
@@ -492,7 +492,7 @@ static void test_streams(void)
 	/* Handles that were never issued, or are of another kind. */
 	CHECK_RC(pvgpu_exec_stream_query(sim, ex, 0xdeadbeef), CUDA_ERROR_INVALID_HANDLE);
 	CHECK_RC(pvgpu_exec_stream_query(sim, ex, ctx), CUDA_ERROR_INVALID_HANDLE);
-	CHECK_RC(sim->memcpy_htod_async(ex, a, buf, 16, 12345),
+	CHECK_RC(pvgpu_exec_htod(sim, ex, a, buf, 16, true, 12345),
 		 CUDA_ERROR_INVALID_HANDLE);
 	CHECK_RC(sim->memset_async(ex, a, 0, 1, 1, 12345),
 		 CUDA_ERROR_INVALID_HANDLE);
@@ -503,7 +503,7 @@ static void test_streams(void)
 	CHECK_RC(sim->ctx_set(ex, ctx2), CUDA_SUCCESS);
 	CHECK_RC(pvgpu_exec_stream_query(sim, ex, s), CUDA_ERROR_INVALID_HANDLE);
 	/* ... but unified addressing lets it copy into ctx's memory. */
-	CHECK_RC(sim->memcpy_dtoh_async(ex, buf, a, 16, 0), CUDA_SUCCESS);
+	CHECK_RC(pvgpu_exec_dtoh(sim, ex, buf, a, 16, true, 0), CUDA_SUCCESS);
 	CHECK_RC(sim->ctx_set(ex, ctx), CUDA_SUCCESS);
 
 	CHECK_RC(pvgpu_exec_event_create(sim, ex, 0, &ev), CUDA_SUCCESS);
@@ -516,7 +516,7 @@ static void test_streams(void)
 	CHECK_RC(sim->stream_destroy(ex, s), CUDA_SUCCESS);
 	CHECK_RC(sim->stream_destroy(ex, s), CUDA_ERROR_INVALID_HANDLE);
 	CHECK_RC(pvgpu_exec_stream_query(sim, ex, s), CUDA_ERROR_INVALID_HANDLE);
-	CHECK_RC(sim->memcpy_htod_async(ex, a, buf, 16, s),
+	CHECK_RC(pvgpu_exec_htod(sim, ex, a, buf, 16, true, s),
 		 CUDA_ERROR_INVALID_HANDLE);
 	sim->close(ex);
 }
@@ -616,9 +616,9 @@ static void test_ctx_destroy(void)
 	CHECK_RC(sim->mem_get_info(ex, &f, &t), CUDA_SUCCESS);
 	CHECK(f == (64ULL << 20) - 8);
 	CHECK_RC(sim->mem_alloc(ex, 48 << 20, &f), CUDA_SUCCESS);
-	CHECK_RC(sim->memcpy_htod_async(ex, a, buf, 8, 0),
+	CHECK_RC(pvgpu_exec_htod(sim, ex, a, buf, 8, true, 0),
 		 CUDA_ERROR_INVALID_VALUE);
-	CHECK_RC(sim->memcpy_htod_async(ex, a2, buf, 8, 0), CUDA_SUCCESS);
+	CHECK_RC(pvgpu_exec_htod(sim, ex, a2, buf, 8, true, 0), CUDA_SUCCESS);
 	CHECK_RC(sim->mem_free(ex, a), CUDA_ERROR_INVALID_VALUE);
 	CHECK_RC(pvgpu_exec_stream_query(sim, ex, s), CUDA_ERROR_INVALID_HANDLE);
 	CHECK_RC(pvgpu_exec_event_query(sim, ex, ev), CUDA_ERROR_INVALID_HANDLE);
@@ -720,14 +720,14 @@ static void test_many_allocations(void)
 			bad++;
 	for (i = 1; i < N; i += 2) {
 		v = (uint32_t)i;
-		if (sim->memcpy_htod_async(ex, ptr[i] + 60, &v, 4, 0))
+		if (pvgpu_exec_htod(sim, ex, ptr[i] + 60, &v, 4, true, 0))
 			bad++;
-		if (sim->memcpy_htod_async(ex, ptr[i - 1], &v, 4, 0) !=
+		if (pvgpu_exec_htod(sim, ex, ptr[i - 1], &v, 4, true, 0) !=
 		    CUDA_ERROR_INVALID_VALUE)
 			bad++;
 	}
 	for (i = 1; i < N; i += 2) {
-		if (sim->memcpy_dtoh_async(ex, &v, ptr[i] + 60, 4, 0) ||
+		if (pvgpu_exec_dtoh(sim, ex, &v, ptr[i] + 60, 4, true, 0) ||
 		    v != (uint32_t)i)
 			bad++;
 	}
@@ -759,11 +759,11 @@ static void test_multi_device(void)
 	CHECK(f == 8ULL << 20);
 	CHECK_RC(sim->mem_alloc(ex, 6 << 20, &a1), CUDA_SUCCESS);
 	CHECK(a0 != a1);
-	CHECK_RC(sim->memcpy_dtod_async(ex, a1, a0, 4, 0), CUDA_SUCCESS);
-	CHECK_RC(sim->memcpy_htod_async(ex, a1, buf, 4, 0), CUDA_SUCCESS);
+	CHECK_RC(pvgpu_exec_dtod(sim, ex, a1, a0, 4, 0), CUDA_SUCCESS);
+	CHECK_RC(pvgpu_exec_htod(sim, ex, a1, buf, 4, true, 0), CUDA_SUCCESS);
 	CHECK_RC(sim->ctx_destroy(ex, c0), CUDA_SUCCESS);
-	CHECK_RC(sim->memcpy_htod_async(ex, a1, buf, 4, 0), CUDA_SUCCESS);
-	CHECK_RC(sim->memcpy_htod_async(ex, a0, buf, 4, 0),
+	CHECK_RC(pvgpu_exec_htod(sim, ex, a1, buf, 4, true, 0), CUDA_SUCCESS);
+	CHECK_RC(pvgpu_exec_htod(sim, ex, a0, buf, 4, true, 0),
 		 CUDA_ERROR_INVALID_VALUE);
 	sim->close(ex);
 }

@@ -331,33 +331,33 @@ static void check_globals(struct pvgpu_exec *ex, uint64_t m)
 	memset(zero, 0, sizeof(zero));
 	CHECK_RC(sim->module_global(ex, m, "gtable", &d, &sz), CUDA_SUCCESS);
 	CHECK(sz == 16);
-	CHECK_RC(sim->memcpy_dtoh_async(ex, ft, d, 16, 0), CUDA_SUCCESS);
+	CHECK_RC(pvgpu_exec_dtoh(sim, ex, ft, d, 16, true, 0), CUDA_SUCCESS);
 	CHECK(!memcmp(ft, gtable_init, 16));
 	/* Module memory is not cuMemFree's to give back. */
 	CHECK_RC(sim->mem_free(ex, d), CUDA_ERROR_INVALID_VALUE);
 	/* Bounded like any allocation. */
-	CHECK_RC(sim->memcpy_dtoh_async(ex, ft, d, 17, 0),
+	CHECK_RC(pvgpu_exec_dtoh(sim, ex, ft, d, 17, true, 0),
 		 CUDA_ERROR_INVALID_VALUE);
 
 	CHECK_RC(sim->module_global(ex, m, "_ZN2ns5nsvarE", &d, &sz),
 		 CUDA_SUCCESS);
 	CHECK(sz == 24);
-	CHECK_RC(sim->memcpy_dtoh_async(ex, dv, d, 24, 0), CUDA_SUCCESS);
+	CHECK_RC(pvgpu_exec_dtoh(sim, ex, dv, d, 24, true, 0), CUDA_SUCCESS);
 	CHECK(!memcmp(dv, nsvar_init, 24));
 
 	CHECK_RC(sim->module_global(ex, m, "cinit", &d, &sz), CUDA_SUCCESS);
 	CHECK(sz == 4);
-	CHECK_RC(sim->memcpy_dtoh_async(ex, &iv, d, 4, 0), CUDA_SUCCESS);
+	CHECK_RC(pvgpu_exec_dtoh(sim, ex, &iv, d, 4, true, 0), CUDA_SUCCESS);
 	CHECK(iv == 42);
 
 	CHECK_RC(sim->module_global(ex, m, "cscale", &d, &sz), CUDA_SUCCESS);
 	CHECK(sz == 64);
-	CHECK_RC(sim->memcpy_dtoh_async(ex, got, d, 64, 0), CUDA_SUCCESS);
+	CHECK_RC(pvgpu_exec_dtoh(sim, ex, got, d, 64, true, 0), CUDA_SUCCESS);
 	CHECK(!memcmp(got, zero, 64));
 
 	CHECK_RC(sim->module_global(ex, m, "gcounter", &d, &sz), CUDA_SUCCESS);
 	CHECK(sz == 4);
-	CHECK_RC(sim->memcpy_dtoh_async(ex, &iv, d, 4, 0), CUDA_SUCCESS);
+	CHECK_RC(pvgpu_exec_dtoh(sim, ex, &iv, d, 4, true, 0), CUDA_SUCCESS);
 	CHECK(iv == 0);
 	/* Either output may be left out. */
 	CHECK_RC(sim->module_global(ex, m, "gcounter", &d2, NULL),
@@ -475,9 +475,9 @@ static void check_twins(struct pvgpu_exec *ex, uint64_t m)
 	CHECK_RC(sim->mem_alloc(ex, N * sizeof(float), &db), CUDA_SUCCESS);
 	CHECK_RC(sim->mem_alloc(ex, N * sizeof(float), &dc), CUDA_SUCCESS);
 	CHECK_RC(sim->mem_alloc(ex, 4 * sizeof(float), &dout), CUDA_SUCCESS);
-	CHECK_RC(sim->memcpy_htod_async(ex, da, a, N * sizeof(float), 0),
+	CHECK_RC(pvgpu_exec_htod(sim, ex, da, a, N * sizeof(float), true, 0),
 		 CUDA_SUCCESS);
-	CHECK_RC(sim->memcpy_htod_async(ex, db, b, N * sizeof(float), 0),
+	CHECK_RC(pvgpu_exec_htod(sim, ex, db, b, N * sizeof(float), true, 0),
 		 CUDA_SUCCESS);
 
 	/* vecadd */
@@ -487,7 +487,7 @@ static void check_twins(struct pvgpu_exec *ex, uint64_t m)
 	memcpy(p + 24, &n, 4);
 	CHECK_RC(launch(ex, function(ex, m, "vecadd"), 4, 256, 0, p, 28),
 		 CUDA_SUCCESS);
-	CHECK_RC(sim->memcpy_dtoh_async(ex, c, dc, N * sizeof(float), 0),
+	CHECK_RC(pvgpu_exec_dtoh(sim, ex, c, dc, N * sizeof(float), true, 0),
 		 CUDA_SUCCESS);
 	for (i = 0; i < N; i++)
 		bad += c[i] != (float)(3 * i);
@@ -496,12 +496,12 @@ static void check_twins(struct pvgpu_exec *ex, uint64_t m)
 	/* scale: __constant__ set like cudaMemcpyToSymbol */
 	CHECK_RC(sim->module_global(ex, m, "cscale", &dscale, NULL),
 		 CUDA_SUCCESS);
-	CHECK_RC(sim->memcpy_htod_async(ex, dscale, &two, 4, 0), CUDA_SUCCESS);
+	CHECK_RC(pvgpu_exec_htod(sim, ex, dscale, &two, 4, true, 0), CUDA_SUCCESS);
 	memcpy(p, &da, 8);
 	memcpy(p + 8, &n, 4);
 	CHECK_RC(launch(ex, function(ex, m, "scale"), 4, 256, 0, p, 12),
 		 CUDA_SUCCESS);
-	CHECK_RC(sim->memcpy_dtoh_async(ex, c, da, N * sizeof(float), 0),
+	CHECK_RC(pvgpu_exec_dtoh(sim, ex, c, da, N * sizeof(float), true, 0),
 		 CUDA_SUCCESS);
 	for (i = 0, bad = 0; i < N; i++)
 		bad += c[i] != (float)i * 2.0f + 42.0f;
@@ -512,7 +512,7 @@ static void check_twins(struct pvgpu_exec *ex, uint64_t m)
 		 CUDA_SUCCESS);
 	CHECK_RC(sim->module_global(ex, m, "gcounter", &dcnt, NULL),
 		 CUDA_SUCCESS);
-	CHECK_RC(sim->memcpy_dtoh_async(ex, &cnt, dcnt, 4, 0), CUDA_SUCCESS);
+	CHECK_RC(pvgpu_exec_dtoh(sim, ex, &cnt, dcnt, 4, true, 0), CUDA_SUCCESS);
 	CHECK(cnt == 192);
 
 	/* reduce_sum: shared memory and barriers (in = 0, 2, 4, ...) */
@@ -521,7 +521,7 @@ static void check_twins(struct pvgpu_exec *ex, uint64_t m)
 	memcpy(p + 16, &n, 4);
 	CHECK_RC(launch(ex, function(ex, m, "reduce_sum"), 4, 256, 0, p, 20),
 		 CUDA_SUCCESS);
-	CHECK_RC(sim->memcpy_dtoh_async(ex, sums, dout, sizeof(sums), 0),
+	CHECK_RC(pvgpu_exec_dtoh(sim, ex, sums, dout, sizeof(sums), true, 0),
 		 CUDA_SUCCESS);
 	for (i = 0, bad = 0; i < 4; i++) {
 		double want = 0;
@@ -555,7 +555,7 @@ static void check_fault(const unsigned char *img, size_t len)
 
 	memcpy(p, &buf, 8);
 	CHECK_RC(launch(ex, poke, 1, 1, 0, p, 8), CUDA_SUCCESS);
-	CHECK_RC(sim->memcpy_dtoh_async(ex, &one, buf, 4, 0), CUDA_SUCCESS);
+	CHECK_RC(pvgpu_exec_dtoh(sim, ex, &one, buf, 4, true, 0), CUDA_SUCCESS);
 	CHECK(one == 1);
 
 	/* Memory of another context is not addressable from this one. */
@@ -573,7 +573,7 @@ static void check_fault(const unsigned char *img, size_t len)
 
 	/* Sticky: everything in the context now fails the same way. */
 	CHECK_RC(sim->mem_alloc(ex, 64, &other), CUDA_ERROR_ILLEGAL_ADDRESS);
-	CHECK_RC(sim->memcpy_dtoh_async(ex, &one, buf, 4, 0),
+	CHECK_RC(pvgpu_exec_dtoh(sim, ex, &one, buf, 4, true, 0),
 		 CUDA_ERROR_ILLEGAL_ADDRESS);
 	CHECK_RC(sim->ctx_synchronize(ex), CUDA_ERROR_ILLEGAL_ADDRESS);
 	CHECK_RC(launch(ex, poke, 1, 1, 0, p, 8), CUDA_ERROR_ILLEGAL_ADDRESS);
@@ -633,7 +633,7 @@ static void check_image(const unsigned char *img, size_t len)
 	CHECK_RC(launch(ex, fn, 1, 1, 0, p, 28), CUDA_ERROR_INVALID_HANDLE);
 	CHECK_RC(sim->function_params(ex, fn, NULL, 0, (uint32_t *)p),
 		 CUDA_ERROR_INVALID_HANDLE);
-	CHECK_RC(sim->memcpy_dtoh_async(ex, p, d, 4, 0),
+	CHECK_RC(pvgpu_exec_dtoh(sim, ex, p, d, 4, true, 0),
 		 CUDA_ERROR_INVALID_VALUE);
 
 	/* Loaded twice: two modules, separate variables. */
@@ -649,9 +649,9 @@ static void check_image(const unsigned char *img, size_t len)
 		CHECK_RC(sim->module_global(ex, m2, "gcounter", &d2, NULL),
 			 CUDA_SUCCESS);
 		CHECK(d1 != d2);
-		CHECK_RC(sim->memcpy_htod_async(ex, d1, &v, 4, 0),
+		CHECK_RC(pvgpu_exec_htod(sim, ex, d1, &v, 4, true, 0),
 			 CUDA_SUCCESS);
-		CHECK_RC(sim->memcpy_dtoh_async(ex, &got, d2, 4, 0),
+		CHECK_RC(pvgpu_exec_dtoh(sim, ex, &got, d2, 4, true, 0),
 			 CUDA_SUCCESS);
 		CHECK(got == 0);
 	}

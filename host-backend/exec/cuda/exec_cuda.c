@@ -1091,53 +1091,6 @@ static int32_t host_args(const void *host, uint64_t size)
 	return size && !host ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 }
 
-/* A queued copy between the host and the device: queued_args, host_args. */
-static int32_t queued_host_args(struct pvgpu_exec *ex, uint64_t stream,
-				const void *host, uint64_t size, CUstream *s)
-{
-	int32_t rc = queued_args(ex, stream, size, s);
-
-	return rc ? rc : host_args(host, size);
-}
-
-static int32_t cuda_memcpy_htod_async(struct pvgpu_exec *ex, uint64_t dst,
-				      const void *host, uint64_t size,
-				      uint64_t stream)
-{
-	CUstream s;
-	int32_t rc = queued_host_args(ex, stream, host, size, &s);
-
-	if (rc)
-		return rc;
-	return ex->api.memcpy_htod_async(dst, host, (size_t)size, s);
-}
-
-static int32_t cuda_memcpy_dtoh_async(struct pvgpu_exec *ex, void *host,
-				      uint64_t src, uint64_t size,
-				      uint64_t stream)
-{
-	CUstream s;
-	int32_t rc = queued_host_args(ex, stream, host, size, &s);
-
-	if (rc)
-		return rc;
-	return ex->api.memcpy_dtoh_async(host, src, (size_t)size, s);
-}
-
-/*
- * The synchronous forms, on the legacy default stream as a program's own
- * cuMemcpyHtoD/DtoH: one driver call, not an _async and a synchronize.
- * Their checks: a session, a host buffer (as a queued copy's) and a
- * current context.
- */
-static int32_t sync_host_args(struct pvgpu_exec *ex, const void *host,
-			      uint64_t size)
-{
-	if (!ex || size > SIZE_MAX || host_args(host, size))
-		return CUDA_ERROR_INVALID_VALUE;
-	return ex->cur ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
-}
-
 /*
  * Where the driver lacks the synchronous entry: the _async one on the NULL
  * stream (queued: what it returned), then a synchronize of that stream.
@@ -1149,42 +1102,74 @@ static int32_t sync_after(struct pvgpu_exec *ex, CUresult queued)
 	return ex->api.stream_synchronize(NULL);
 }
 
-static int32_t cuda_memcpy_htod(struct pvgpu_exec *ex, uint64_t dst,
-				const void *host, uint64_t size)
+/* A peer copy's two contexts, ours (cuda_copy checked the current one). */
+static int32_t peer_ctxs(struct pvgpu_exec *ex, uint64_t dst_ctx,
+			 uint64_t src_ctx, CUcontext *d, CUcontext *s)
 {
-	int32_t rc = sync_host_args(ex, host, size);
+	struct cuda_ctx *dc, *sc;
 
-	if (rc)
-		return rc;
-	if (ex->api.memcpy_htod)
-		return ex->api.memcpy_htod(dst, host, (size_t)size);
-	return sync_after(ex, ex->api.memcpy_htod_async(dst, host, (size_t)size,
-							NULL));
+	dc = dst_ctx ? ctx_find(ex, dst_ctx) : NULL;
+	sc = src_ctx ? ctx_find(ex, src_ctx) : NULL;
+	if (!dc || !sc)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	*d = dc->ctx;
+	*s = sc->ctx;
+	return CUDA_SUCCESS;
 }
 
-static int32_t cuda_memcpy_dtoh(struct pvgpu_exec *ex, void *host,
-				uint64_t src, uint64_t size)
+/*
+ * Every copy (executor.h).  A queued one checks as a memset (queued_args),
+ * a synchronous one a current context; a host end is named unless empty,
+ * a peer copy's contexts are ours.  A synchronous copy is the driver's
+ * own (on the legacy default stream, as a program's cuMemcpyHtoD/DtoH):
+ * one driver call, not an _async and a synchronize, where it has one.
+ */
+static int32_t cuda_copy(struct pvgpu_exec *ex, const struct pvgpu_exec_copy *c)
 {
-	int32_t rc = sync_host_args(ex, host, size);
+	CUcontext dc = NULL, sc = NULL;
+	CUstream s = NULL;
+	size_t n;
+	int32_t rc;
 
+	if (!ex || !c)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (c->queued)
+		rc = queued_args(ex, c->stream, c->size, &s);
+	else
+		rc = c->size > SIZE_MAX ? CUDA_ERROR_INVALID_VALUE :
+		     ex->cur ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+	if (!rc && (c->kind == PVGPU_COPY_HTOD || c->kind == PVGPU_COPY_DTOH))
+		rc = host_args(c->host, c->size);
+	if (!rc && c->kind == PVGPU_COPY_PEER)
+		rc = peer_ctxs(ex, c->dst_ctx, c->src_ctx, &dc, &sc);
 	if (rc)
 		return rc;
-	if (ex->api.memcpy_dtoh)
-		return ex->api.memcpy_dtoh(host, src, (size_t)size);
-	return sync_after(ex, ex->api.memcpy_dtoh_async(host, src, (size_t)size,
-							NULL));
-}
-
-static int32_t cuda_memcpy_dtod_async(struct pvgpu_exec *ex, uint64_t dst,
-				      uint64_t src, uint64_t size,
-				      uint64_t stream)
-{
-	CUstream s;
-	int32_t rc = queued_args(ex, stream, size, &s);
-
-	if (rc)
-		return rc;
-	return ex->api.memcpy_dtod_async(dst, src, (size_t)size, s);
+	n = (size_t)c->size;
+	switch (c->kind) {
+	case PVGPU_COPY_HTOD:
+		if (c->queued)
+			return ex->api.memcpy_htod_async(c->dst, c->host, n, s);
+		if (ex->api.memcpy_htod)
+			return ex->api.memcpy_htod(c->dst, c->host, n);
+		return sync_after(ex, ex->api.memcpy_htod_async(c->dst, c->host,
+								n, NULL));
+	case PVGPU_COPY_DTOH:
+		if (c->queued)
+			return ex->api.memcpy_dtoh_async(c->host, c->src, n, s);
+		if (ex->api.memcpy_dtoh)
+			return ex->api.memcpy_dtoh(c->host, c->src, n);
+		return sync_after(ex, ex->api.memcpy_dtoh_async(c->host, c->src,
+								n, NULL));
+	case PVGPU_COPY_DTOD:
+		rc = ex->api.memcpy_dtod_async(c->dst, c->src, n, s);
+		return c->queued ? rc : sync_after(ex, rc);
+	case PVGPU_COPY_PEER:
+		if (c->queued)
+			return ex->api.memcpy_peer_async(c->dst, dc, c->src, sc,
+							 n, s);
+		return ex->api.memcpy_peer(c->dst, dc, c->src, sc, n);
+	}
+	return CUDA_ERROR_INVALID_VALUE;
 }
 
 static int32_t cuda_memset_async(struct pvgpu_exec *ex, uint64_t dst,
@@ -2033,59 +2018,6 @@ static int32_t cuda_ctx_disable_peer_access(struct pvgpu_exec *ex,
 	if (!p)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	return ex->api.ctx_disable_peer_access(p->ctx);
-}
-
-static int32_t peer_ctxs(struct pvgpu_exec *ex, uint64_t dst_ctx,
-			 uint64_t src_ctx, uint64_t size, CUcontext *d,
-			 CUcontext *s)
-{
-	struct cuda_ctx *dc, *sc;
-
-	if (!ex->cur)
-		return CUDA_ERROR_INVALID_CONTEXT;
-	dc = dst_ctx ? ctx_find(ex, dst_ctx) : NULL;
-	sc = src_ctx ? ctx_find(ex, src_ctx) : NULL;
-	if (!dc || !sc)
-		return CUDA_ERROR_INVALID_CONTEXT;
-	if (size > SIZE_MAX)
-		return CUDA_ERROR_INVALID_VALUE;
-	*d = dc->ctx;
-	*s = sc->ctx;
-	return CUDA_SUCCESS;
-}
-
-static int32_t cuda_memcpy_peer(struct pvgpu_exec *ex, uint64_t dst,
-				uint64_t dst_ctx, uint64_t src,
-				uint64_t src_ctx, uint64_t size)
-{
-	CUcontext d, s;
-	int32_t rc;
-
-	if (!ex)
-		return CUDA_ERROR_INVALID_VALUE;
-	rc = peer_ctxs(ex, dst_ctx, src_ctx, size, &d, &s);
-	if (rc)
-		return rc;
-	return ex->api.memcpy_peer(dst, d, src, s, (size_t)size);
-}
-
-static int32_t cuda_memcpy_peer_async(struct pvgpu_exec *ex, uint64_t dst,
-				      uint64_t dst_ctx, uint64_t src,
-				      uint64_t src_ctx, uint64_t size,
-				      uint64_t stream)
-{
-	CUcontext d, s;
-	CUstream st;
-	int32_t rc;
-
-	if (!ex)
-		return CUDA_ERROR_INVALID_VALUE;
-	rc = to_stream(ex, stream, &st);
-	if (!rc)
-		rc = peer_ctxs(ex, dst_ctx, src_ctx, size, &d, &s);
-	if (rc)
-		return rc;
-	return ex->api.memcpy_peer_async(dst, d, src, s, (size_t)size, st);
 }
 
 /* ------------------------------------------------------------------ */
@@ -3268,11 +3200,7 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.host_free		= cuda_host_free,
 	.host_register		= cuda_host_register,
 	.host_unregister	= cuda_host_unregister,
-	.memcpy_htod		= cuda_memcpy_htod,
-	.memcpy_dtoh		= cuda_memcpy_dtoh,
-	.memcpy_htod_async	= cuda_memcpy_htod_async,
-	.memcpy_dtoh_async	= cuda_memcpy_dtoh_async,
-	.memcpy_dtod_async	= cuda_memcpy_dtod_async,
+	.copy			= cuda_copy,
 	.memset_async		= cuda_memset_async,
 	.stream_create		= cuda_stream_create,
 	.stream_destroy		= cuda_stream_destroy,
@@ -3290,8 +3218,6 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.device_p2p_attribute	= cuda_device_p2p_attribute,
 	.ctx_enable_peer_access	= cuda_ctx_enable_peer_access,
 	.ctx_disable_peer_access = cuda_ctx_disable_peer_access,
-	.memcpy_peer		= cuda_memcpy_peer,
-	.memcpy_peer_async	= cuda_memcpy_peer_async,
 	.array_create		= cuda_array_create,
 	.array_copy		= cuda_array_copy,
 	.tex_create		= cuda_tex_create,

@@ -598,9 +598,9 @@ static int32_t remote_host_unregister(struct pvgpu_exec *ex, void *p)
 /* ------------------------------------------------------------------ */
 /* copies */
 
-static int32_t remote_memcpy_htod_async(struct pvgpu_exec *ex, uint64_t dst,
-					const void *host, uint64_t size,
-					uint64_t stream)
+static int32_t remote_htod(struct pvgpu_exec *ex, uint64_t dst,
+			   const void *host, uint64_t size, bool queued,
+			   uint64_t stream)
 {
 	struct pvgpu_memcpy_htod_async_req q = { .dst = dst, .size = size };
 	struct remote_node *n = stream_node(ex, stream, &q.stream);
@@ -609,13 +609,20 @@ static int32_t remote_memcpy_htod_async(struct pvgpu_exec *ex, uint64_t dst,
 		return CUDA_ERROR_INVALID_HANDLE;
 	if (!host && size)
 		return CUDA_ERROR_INVALID_VALUE;
+	if (!queued) {
+		struct pvgpu_memcpy_htod_req sq = {
+			.dst = dst, .size = size, .stream = q.stream,
+		};
+		struct pvgpu_memcpy_htod_rep sr;
+
+		return cu(n, pvgpu_call_memcpy_htod(n->c, &sq, &sr, host));
+	}
 	/* Written at once, answered never: errors come back deferred. */
 	return cu(n, pvgpu_call_memcpy_htod_async(n->c, &q, host));
 }
 
-static int32_t remote_memcpy_dtoh_async(struct pvgpu_exec *ex, void *host,
-					uint64_t src, uint64_t size,
-					uint64_t stream)
+static int32_t remote_dtoh(struct pvgpu_exec *ex, void *host, uint64_t src,
+			   uint64_t size, uint64_t stream)
 {
 	struct pvgpu_memcpy_dtoh_req q = { .src = src, .size = size };
 	struct pvgpu_memcpy_dtoh_rep r;
@@ -629,9 +636,8 @@ static int32_t remote_memcpy_dtoh_async(struct pvgpu_exec *ex, void *host,
 	return cu(n, pvgpu_call_memcpy_dtoh(n->c, &q, &r, host));
 }
 
-static int32_t remote_memcpy_dtod_async(struct pvgpu_exec *ex, uint64_t dst,
-					uint64_t src, uint64_t size,
-					uint64_t stream)
+static int32_t remote_dtod(struct pvgpu_exec *ex, uint64_t dst, uint64_t src,
+			   uint64_t size, uint64_t stream)
 {
 	struct pvgpu_memcpy_dtod_async_req q = {
 		.dst = dst, .src = src, .size = size,
@@ -1054,10 +1060,10 @@ static int32_t stage_between_nodes(struct remote_node *b, uint64_t cb, uint64_t 
 	return st;
 }
 
-static int32_t remote_memcpy_peer_async(struct pvgpu_exec *ex, uint64_t dst,
-					uint64_t dst_ctx, uint64_t src,
-					uint64_t src_ctx, uint64_t size,
-					uint64_t stream)
+/* stream 0: the synchronous copy (cuMemcpyPeer). */
+static int32_t remote_peer(struct pvgpu_exec *ex, uint64_t dst,
+			   uint64_t dst_ctx, uint64_t src, uint64_t src_ctx,
+			   uint64_t size, uint64_t stream)
 {
 	struct pvgpu_memcpy_peer_async_req q = { .dst = dst, .src = src,
 						 .size = size };
@@ -1100,11 +1106,30 @@ static int32_t remote_memcpy_peer_async(struct pvgpu_exec *ex, uint64_t dst,
 	}
 }
 
-static int32_t remote_memcpy_peer(struct pvgpu_exec *ex, uint64_t dst,
-				  uint64_t dst_ctx, uint64_t src,
-				  uint64_t src_ctx, uint64_t size)
+/*
+ * Every copy (executor.h), by the node's own ops: a device-to-host copy
+ * there returns when done, on its stream; a synchronous one is on the
+ * node's legacy stream.
+ */
+static int32_t remote_copy(struct pvgpu_exec *ex, const struct pvgpu_exec_copy *c)
 {
-	return remote_memcpy_peer_async(ex, dst, dst_ctx, src, src_ctx, size, 0);
+	uint64_t stream = c->queued ? c->stream : 0;
+	int32_t st;
+
+	switch (c->kind) {
+	case PVGPU_COPY_HTOD:
+		return remote_htod(ex, c->dst, c->host, c->size, c->queued,
+				   stream);
+	case PVGPU_COPY_DTOH:
+		return remote_dtoh(ex, c->host, c->src, c->size, stream);
+	case PVGPU_COPY_DTOD:
+		st = remote_dtod(ex, c->dst, c->src, c->size, stream);
+		return st || c->queued ? st : remote_stream_synchronize(ex, 0);
+	case PVGPU_COPY_PEER:
+		return remote_peer(ex, c->dst, c->dst_ctx, c->src, c->src_ctx,
+				   c->size, stream);
+	}
+	return CUDA_ERROR_INVALID_VALUE;
 }
 
 static int32_t remote_max_clusters(struct pvgpu_exec *ex, uint64_t func,
@@ -1396,9 +1421,7 @@ static const struct pvgpu_executor_ops pvgpu_exec_remote = {
 	.host_free		= remote_host_free,
 	.host_register		= remote_host_register,
 	.host_unregister	= remote_host_unregister,
-	.memcpy_htod_async	= remote_memcpy_htod_async,
-	.memcpy_dtoh_async	= remote_memcpy_dtoh_async,
-	.memcpy_dtod_async	= remote_memcpy_dtod_async,
+	.copy			= remote_copy,
 	.memset_async		= remote_memset_async,
 	.stream_create		= remote_stream_create,
 	.stream_destroy		= remote_stream_destroy,
@@ -1414,8 +1437,6 @@ static const struct pvgpu_executor_ops pvgpu_exec_remote = {
 	.device_p2p_attribute	= remote_device_p2p_attribute,
 	.ctx_enable_peer_access	= remote_ctx_enable_peer_access,
 	.ctx_disable_peer_access = remote_ctx_disable_peer_access,
-	.memcpy_peer		= remote_memcpy_peer,
-	.memcpy_peer_async	= remote_memcpy_peer_async,
 	.array_create		= remote_array_create,
 	.array_copy		= remote_array_copy,
 	.tex_create		= remote_tex_create,
