@@ -216,6 +216,9 @@ enum pvgpu_copy_kind {
 	PVGPU_COPY_PEER,	/* src in src_ctx to dst in dst_ctx */
 };
 
+/* peer_attribute's cuDeviceCanAccessPeer (CUdevice_P2PAttribute from 1). */
+#define PVGPU_PEER_CAN_ACCESS	0
+
 struct pvgpu_exec_copy {
 	enum pvgpu_copy_kind kind;
 	bool queued;
@@ -339,20 +342,18 @@ struct pvgpu_executor_ops {
 				const uint32_t cluster[3], int32_t *clusters);
 
 	/*
-	 * Peers: several devices of this executor (cuDeviceCanAccessPeer,
-	 * cuDeviceGetP2PAttribute, cuCtxEnablePeerAccess and
-	 * cuCtxDisablePeerAccess for the current context; their copies are
-	 * PVGPU_COPY_PEER).  Contexts are the executor's own handles.
+	 * Peers: several devices of this executor.  peer_attribute is
+	 * cuDeviceGetP2PAttribute's attr of dev to peer, or with attr
+	 * PVGPU_PEER_CAN_ACCESS cuDeviceCanAccessPeer's answer; peer_access
+	 * is cuCtxEnablePeerAccess (enable) or cuCtxDisablePeerAccess of
+	 * the current context to peer_ctx, the executor's own context.
+	 * Their copies are PVGPU_COPY_PEER.
 	 */
-	int32_t (*device_can_access_peer)(struct pvgpu_exec *ex, int32_t dev,
-					  int32_t peer, int32_t *can_access);
-	int32_t (*device_p2p_attribute)(struct pvgpu_exec *ex, int32_t attr,
-					int32_t src_dev, int32_t dst_dev,
-					int32_t *value);
-	int32_t (*ctx_enable_peer_access)(struct pvgpu_exec *ex,
-					  uint64_t peer_ctx, uint32_t flags);
-	int32_t (*ctx_disable_peer_access)(struct pvgpu_exec *ex,
-					   uint64_t peer_ctx);
+	int32_t (*peer_attribute)(struct pvgpu_exec *ex, int32_t attr,
+				  int32_t dev, int32_t peer, int32_t *value);
+	int32_t (*peer_access)(struct pvgpu_exec *ex, uint64_t peer_ctx,
+			       bool enable, uint32_t flags);
+
 	/*
 	 * CUDA arrays (NULL: not supported).  array_copy is stream-ordered;
 	 * they are destroyed by the generic call (cuArrayDestroy).

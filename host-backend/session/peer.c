@@ -41,8 +41,7 @@ static int32_t have_peers(struct pvgpu_worker *w)
 
 	if (!w->ex)
 		return CUDA_ERROR_NOT_INITIALIZED;
-	return o->device_can_access_peer && o->device_p2p_attribute &&
-	       o->ctx_enable_peer_access && o->ctx_disable_peer_access ?
+	return o->peer_attribute && o->peer_access ?
 	       CUDA_SUCCESS : CUDA_ERROR_NOT_SUPPORTED;
 }
 
@@ -63,8 +62,9 @@ int32_t pvgpu_handle_device_can_access_peer(struct pvgpu_worker *w,
 		rep->can_access = 0;
 		return CUDA_SUCCESS;
 	}
-	return w->ex_ops->device_can_access_peer(w->ex, req->device, req->peer,
-						 &rep->can_access);
+	return w->ex_ops->peer_attribute(w->ex, PVGPU_PEER_CAN_ACCESS,
+					 req->device, req->peer,
+					 &rep->can_access);
 }
 
 int32_t pvgpu_handle_device_p2p_attribute(struct pvgpu_worker *w,
@@ -82,18 +82,19 @@ int32_t pvgpu_handle_device_p2p_attribute(struct pvgpu_worker *w,
 	/* As the driver: a device is not its own peer. */
 	if (req->src_device == req->dst_device)
 		return CUDA_ERROR_INVALID_DEVICE;
+	/* No CUdevice_P2PAttribute: the executor's own can-access query. */
+	if (req->attrib == PVGPU_PEER_CAN_ACCESS)
+		return CUDA_ERROR_INVALID_VALUE;
 	if (!pvgpu_vm_may_use(w, req->src_device) || !pvgpu_vm_may_use(w, req->dst_device)) {
 		/* Still refuse what the driver refuses, then say "nothing". */
-		st = w->ex_ops->device_p2p_attribute(w->ex, req->attrib,
-						     req->src_device,
-						     req->dst_device,
-						     &rep->value);
+		st = w->ex_ops->peer_attribute(w->ex, req->attrib,
+					       req->src_device,
+					       req->dst_device, &rep->value);
 		rep->value = 0;
 		return st;
 	}
-	return w->ex_ops->device_p2p_attribute(w->ex, req->attrib,
-					       req->src_device, req->dst_device,
-					       &rep->value);
+	return w->ex_ops->peer_attribute(w->ex, req->attrib, req->src_device,
+					 req->dst_device, &rep->value);
 }
 
 /* One of the session's contexts: its handle entry, or NULL. */
@@ -137,7 +138,7 @@ int32_t pvgpu_handle_ctx_enable_peer_access(struct pvgpu_worker *w,
 		return st;
 	if (req->flags)
 		return CUDA_ERROR_INVALID_VALUE;
-	st = w->ex_ops->ctx_enable_peer_access(w->ex, peer->exec_handle, 0);
+	st = w->ex_ops->peer_access(w->ex, peer->exec_handle, true, 0);
 	if (!st)
 		wlog_debug(w, "peer access enabled: context on device %d to device %d",
 			   own_ctx(w, w->cur_ctx)->device, peer->device);
@@ -158,7 +159,7 @@ int32_t pvgpu_handle_ctx_disable_peer_access(struct pvgpu_worker *w,
 	peer = own_ctx(w, req->peer_ctx);
 	if (!peer)
 		return CUDA_ERROR_INVALID_CONTEXT;
-	return w->ex_ops->ctx_disable_peer_access(w->ex, peer->exec_handle);
+	return w->ex_ops->peer_access(w->ex, peer->exec_handle, false, 0);
 }
 
 /*

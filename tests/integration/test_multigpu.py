@@ -117,6 +117,7 @@ def test_peer_queries(start_pvgpud):
     assert attr(P2P_ACCESS_SUPPORTED, 1, 1)[0] == CUDA_ERROR_INVALID_DEVICE
     assert attr(P2P_ACCESS_SUPPORTED, 0, 7)[0] == CUDA_ERROR_INVALID_DEVICE
     assert attr(99, 0, 1)[0] == CUDA_ERROR_INVALID_VALUE
+    assert attr(0, 0, 1)[0] == CUDA_ERROR_INVALID_VALUE   # no such attribute
     s.close()
 
 

@@ -2667,28 +2667,23 @@ static bool can_peer(struct pvgpu_exec *ex, int32_t dev, int32_t peer)
 	return dev != peer && !ex->no_peer[dev][peer];
 }
 
-static int32_t sim_device_can_access_peer(struct pvgpu_exec *ex, int32_t dev,
-					  int32_t peer, int32_t *can_access)
-{
-	if (!ex || !can_access)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (bad_dev(ex, dev) || bad_dev(ex, peer))
-		return CUDA_ERROR_INVALID_DEVICE;
-	*can_access = can_peer(ex, dev, peer);
-	return CUDA_SUCCESS;
-}
-
-static int32_t sim_device_p2p_attribute(struct pvgpu_exec *ex, int32_t attr,
-					int32_t src, int32_t dst,
-					int32_t *value)
+/* cuDeviceGetP2PAttribute, or cuDeviceCanAccessPeer (executor.h). */
+static int32_t sim_peer_attribute(struct pvgpu_exec *ex, int32_t attr,
+				  int32_t src, int32_t dst, int32_t *value)
 {
 	bool can;
 
 	if (!ex || !value)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (bad_dev(ex, src) || bad_dev(ex, dst) || src == dst)
+	if (bad_dev(ex, src) || bad_dev(ex, dst))
 		return CUDA_ERROR_INVALID_DEVICE;
 	can = can_peer(ex, src, dst);
+	if (attr == PVGPU_PEER_CAN_ACCESS) {
+		*value = can;
+		return CUDA_SUCCESS;
+	}
+	if (src == dst)
+		return CUDA_ERROR_INVALID_DEVICE;
 	switch (attr) {
 	case CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK:
 		*value = 0;
@@ -2703,20 +2698,11 @@ static int32_t sim_device_p2p_attribute(struct pvgpu_exec *ex, int32_t attr,
 	}
 }
 
-static int32_t sim_ctx_enable_peer_access(struct pvgpu_exec *ex,
-					  uint64_t peer_ctx, uint32_t flags)
+static int32_t peer_enable(struct pvgpu_exec *ex, struct sim_obj *p,
+			   uint32_t flags)
 {
-	struct sim_obj *p;
-	int32_t rc;
-
-	rc = ctx_check(ex);
-	if (rc)
-		return rc;
 	if (flags)
 		return CUDA_ERROR_INVALID_VALUE;
-	p = obj_find(ex, peer_ctx, SIM_CTX);
-	if (!p)
-		return CUDA_ERROR_INVALID_CONTEXT;
 	/* A context of the same device included (can_peer: a device is
 	 * not its own peer), as NVIDIA's driver answers. */
 	if (!can_peer(ex, ex->cur->u.ctx.dev, p->u.ctx.dev))
@@ -2729,10 +2715,23 @@ static int32_t sim_ctx_enable_peer_access(struct pvgpu_exec *ex,
 	return CUDA_SUCCESS;
 }
 
-static int32_t sim_ctx_disable_peer_access(struct pvgpu_exec *ex,
-					   uint64_t peer_ctx)
+static int32_t peer_disable(struct pvgpu_exec *ex, struct sim_obj *p)
 {
-	struct sim_obj *p, *c;
+	struct sim_obj *c = ex->cur;
+
+	for (unsigned int i = 0; i < c->u.ctx.npeers; i++)
+		if (c->u.ctx.peers[i] == p) {
+			c->u.ctx.peers[i] = c->u.ctx.peers[--c->u.ctx.npeers];
+			return CUDA_SUCCESS;
+		}
+	return CUDA_ERROR_PEER_ACCESS_NOT_ENABLED;
+}
+
+/* The current context gains (or loses) access to peer_ctx's memory. */
+static int32_t sim_peer_access(struct pvgpu_exec *ex, uint64_t peer_ctx,
+			       bool enable, uint32_t flags)
+{
+	struct sim_obj *p;
 	int32_t rc;
 
 	rc = ctx_check(ex);
@@ -2741,13 +2740,7 @@ static int32_t sim_ctx_disable_peer_access(struct pvgpu_exec *ex,
 	p = obj_find(ex, peer_ctx, SIM_CTX);
 	if (!p)
 		return CUDA_ERROR_INVALID_CONTEXT;
-	c = ex->cur;
-	for (unsigned int i = 0; i < c->u.ctx.npeers; i++)
-		if (c->u.ctx.peers[i] == p) {
-			c->u.ctx.peers[i] = c->u.ctx.peers[--c->u.ctx.npeers];
-			return CUDA_SUCCESS;
-		}
-	return CUDA_ERROR_PEER_ACCESS_NOT_ENABLED;
+	return enable ? peer_enable(ex, p, flags) : peer_disable(ex, p);
 }
 
 /*
@@ -5077,10 +5070,8 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.launch			= sim_launch,
 	.launch_run		= sim_launch_run,
 	.max_clusters		= sim_max_clusters,
-	.device_can_access_peer	= sim_device_can_access_peer,
-	.device_p2p_attribute	= sim_device_p2p_attribute,
-	.ctx_enable_peer_access	= sim_ctx_enable_peer_access,
-	.ctx_disable_peer_access = sim_ctx_disable_peer_access,
+	.peer_attribute		= sim_peer_attribute,
+	.peer_access		= sim_peer_access,
 	.array_create		= sim_array_create,
 	.array_copy		= sim_array_copy,
 	.tex_create		= sim_tex_create,

@@ -1951,47 +1951,31 @@ static int32_t cuda_surf_create(struct pvgpu_exec *ex, uint64_t array,
 /* ------------------------------------------------------------------ */
 /* peers */
 
-static int32_t cuda_device_can_access_peer(struct pvgpu_exec *ex, int32_t dev,
-					   int32_t peer, int32_t *can_access)
+/* cuDeviceGetP2PAttribute, or cuDeviceCanAccessPeer (executor.h). */
+static int32_t cuda_peer_attribute(struct pvgpu_exec *ex, int32_t attr,
+				   int32_t dev, int32_t peer, int32_t *value)
 {
 	CUdevice d, p;
 	int v = 0;
 	CUresult rc;
 
-	if (!ex || !can_access)
+	if (!ex || !value)
 		return CUDA_ERROR_INVALID_VALUE;
 	rc = to_device(ex, dev, &d);
 	if (!rc)
 		rc = to_device(ex, peer, &p);
-	if (!rc)
+	if (!rc && attr == PVGPU_PEER_CAN_ACCESS)
 		rc = ex->api.device_can_access_peer(&v, d, p);
-	*can_access = rc ? 0 : v;
-	return rc;
-}
-
-static int32_t cuda_device_p2p_attribute(struct pvgpu_exec *ex, int32_t attr,
-					 int32_t src, int32_t dst,
-					 int32_t *value)
-{
-	CUdevice s, d;
-	int v = 0;
-	CUresult rc;
-
-	if (!ex || !value)
-		return CUDA_ERROR_INVALID_VALUE;
-	rc = to_device(ex, src, &s);
-	if (!rc)
-		rc = to_device(ex, dst, &d);
-	if (!rc)
+	else if (!rc)
 		rc = ex->api.device_get_p2p_attribute(&v, (CUdevice_P2PAttribute)attr,
-						      s, d);
+						      d, p);
 	*value = rc ? 0 : v;
 	return rc;
 }
 
 /* The current context gains (or loses) access to peer_ctx's memory. */
-static int32_t cuda_ctx_enable_peer_access(struct pvgpu_exec *ex,
-					   uint64_t peer_ctx, uint32_t flags)
+static int32_t cuda_peer_access(struct pvgpu_exec *ex, uint64_t peer_ctx,
+				bool enable, uint32_t flags)
 {
 	struct cuda_ctx *p;
 
@@ -2002,22 +1986,8 @@ static int32_t cuda_ctx_enable_peer_access(struct pvgpu_exec *ex,
 	p = peer_ctx ? ctx_find(ex, peer_ctx) : NULL;
 	if (!p)
 		return CUDA_ERROR_INVALID_CONTEXT;
-	return ex->api.ctx_enable_peer_access(p->ctx, flags);
-}
-
-static int32_t cuda_ctx_disable_peer_access(struct pvgpu_exec *ex,
-					    uint64_t peer_ctx)
-{
-	struct cuda_ctx *p;
-
-	if (!ex)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (!ex->cur)
-		return CUDA_ERROR_INVALID_CONTEXT;
-	p = peer_ctx ? ctx_find(ex, peer_ctx) : NULL;
-	if (!p)
-		return CUDA_ERROR_INVALID_CONTEXT;
-	return ex->api.ctx_disable_peer_access(p->ctx);
+	return enable ? ex->api.ctx_enable_peer_access(p->ctx, flags) :
+			ex->api.ctx_disable_peer_access(p->ctx);
 }
 
 /* ------------------------------------------------------------------ */
@@ -3214,10 +3184,8 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.launch			= cuda_launch,
 	.launch_run		= cuda_launch_run,
 	.max_clusters		= cuda_max_clusters,
-	.device_can_access_peer	= cuda_device_can_access_peer,
-	.device_p2p_attribute	= cuda_device_p2p_attribute,
-	.ctx_enable_peer_access	= cuda_ctx_enable_peer_access,
-	.ctx_disable_peer_access = cuda_ctx_disable_peer_access,
+	.peer_attribute		= cuda_peer_attribute,
+	.peer_access		= cuda_peer_access,
 	.array_create		= cuda_array_create,
 	.array_copy		= cuda_array_copy,
 	.tex_create		= cuda_tex_create,

@@ -931,29 +931,9 @@ static int32_t remote_launch(struct pvgpu_exec *ex,
  * is staged through this worker's memory, block by block: node to node,
  * never through the guest.
  */
-static int32_t remote_device_can_access_peer(struct pvgpu_exec *ex, int32_t dev,
-					     int32_t peer, int32_t *can)
-{
-	struct pvgpu_device_can_access_peer_req q;
-	struct pvgpu_device_can_access_peer_rep r;
-	struct remote_node *a = dev_node(ex, dev, &q.device);
-	struct remote_node *b = dev_node(ex, peer, &q.peer);
-	int32_t st;
-
-	if (!a || !b || !can)
-		return CUDA_ERROR_INVALID_DEVICE;
-	if (a != b) {
-		*can = 0;
-		return CUDA_SUCCESS;
-	}
-	st = cu(a, pvgpu_call_device_can_access_peer(a->c, &q, &r));
-	if (!st)
-		*can = r.can_access;
-	return st;
-}
-
-static int32_t remote_device_p2p_attribute(struct pvgpu_exec *ex, int32_t attr,
-					   int32_t src, int32_t dst, int32_t *value)
+/* cuDeviceGetP2PAttribute, or cuDeviceCanAccessPeer (executor.h). */
+static int32_t remote_peer_attribute(struct pvgpu_exec *ex, int32_t attr,
+				     int32_t src, int32_t dst, int32_t *value)
 {
 	struct pvgpu_device_p2p_attribute_req q = { .attrib = attr };
 	struct pvgpu_device_p2p_attribute_rep r;
@@ -967,14 +947,25 @@ static int32_t remote_device_p2p_attribute(struct pvgpu_exec *ex, int32_t attr,
 		*value = 0;
 		return CUDA_SUCCESS;
 	}
-	st = cu(a, pvgpu_call_device_p2p_attribute(a->c, &q, &r));
+	if (attr == PVGPU_PEER_CAN_ACCESS) {
+		struct pvgpu_device_can_access_peer_req cq = {
+			.device = q.src_device, .peer = q.dst_device,
+		};
+		struct pvgpu_device_can_access_peer_rep cr;
+
+		st = cu(a, pvgpu_call_device_can_access_peer(a->c, &cq, &cr));
+		r.value = cr.can_access;
+	} else {
+		st = cu(a, pvgpu_call_device_p2p_attribute(a->c, &q, &r));
+	}
 	if (!st)
 		*value = r.value;
 	return st;
 }
 
-static int32_t remote_ctx_peer_access(struct pvgpu_exec *ex, uint64_t peer_ctx,
-				      uint32_t flags, int enable)
+/* The current context gains (or loses) access to peer_ctx's memory. */
+static int32_t remote_peer_access(struct pvgpu_exec *ex, uint64_t peer_ctx,
+				  bool enable, uint32_t flags)
 {
 	struct pvgpu_ctx_enable_peer_access_req e = { .flags = flags };
 	struct pvgpu_ctx_disable_peer_access_req d;
@@ -1001,17 +992,6 @@ static int32_t remote_ctx_peer_access(struct pvgpu_exec *ex, uint64_t peer_ctx,
 	}
 }
 
-static int32_t remote_ctx_enable_peer_access(struct pvgpu_exec *ex,
-					     uint64_t peer_ctx, uint32_t flags)
-{
-	return remote_ctx_peer_access(ex, peer_ctx, flags, 1);
-}
-
-static int32_t remote_ctx_disable_peer_access(struct pvgpu_exec *ex,
-					      uint64_t peer_ctx)
-{
-	return remote_ctx_peer_access(ex, peer_ctx, 0, 0);
-}
 
 #define STAGE_BLOCK	(4u << 20)
 
@@ -1433,10 +1413,8 @@ static const struct pvgpu_executor_ops pvgpu_exec_remote = {
 	.function_params	= remote_function_params,
 	.launch			= remote_launch,
 	.max_clusters		= remote_max_clusters,
-	.device_can_access_peer	= remote_device_can_access_peer,
-	.device_p2p_attribute	= remote_device_p2p_attribute,
-	.ctx_enable_peer_access	= remote_ctx_enable_peer_access,
-	.ctx_disable_peer_access = remote_ctx_disable_peer_access,
+	.peer_attribute		= remote_peer_attribute,
+	.peer_access		= remote_peer_access,
 	.array_create		= remote_array_create,
 	.array_copy		= remote_array_copy,
 	.tex_create		= remote_tex_create,
