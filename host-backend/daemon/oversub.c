@@ -19,7 +19,7 @@ int pvgpu_oversub_on(struct pvgpu_supervisor *sv, int dev)
 	return sv->policy && dev >= 0 && dev < PVGPU_MAX_DEVICES &&
 	       sv->policy->oversub_milli[dev] > 1000 &&
 	       sv->suspend.mem_total[dev] &&
-	       sv->wcfg.exec->checkpoint && sv->wcfg.exec->restore;
+	       sv->wcfg.exec->checkpoint;
 }
 
 /* A suspend of a session holding memory on dev is under way. */

@@ -126,9 +126,8 @@ static void checkpointer(struct pvgpu_supervisor *sv, struct pvgpu_ckpt *ck,
 		 (unsigned long long)ck->session_id);
 	pvgpu_supervisor_child(parent, prefix);
 	/* Half the deadline: the op's own timeout answers before the kill. */
-	rc = (ck->resume ? ex->restore : ex->checkpoint)(
-		worker, sv->suspend.timeout_ms / 2, ck_touched, &fd,
-		err, sizeof(err));
+	rc = ex->checkpoint(worker, ck->resume, sv->suspend.timeout_ms / 2,
+			    ck_touched, &fd, err, sizeof(err));
 	ck_say(fd, CK_DONE, rc, err);
 	_exit(0);
 }
@@ -382,7 +381,7 @@ char *pvgpu_suspend_admin(void *arg, const struct pvgpu_admin_req *req)
 	if (!s)
 		return reply("error no live session %llu\n",
 			     (unsigned long long)req->session);
-	if (!sv->wcfg.exec->checkpoint || !sv->wcfg.exec->restore)
+	if (!sv->wcfg.exec->checkpoint)
 		return reply("error executor %s cannot suspend sessions\n",
 			     sv->wcfg.exec->name);
 	st = atomic_load(&s->state);

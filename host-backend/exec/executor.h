@@ -216,6 +216,9 @@ enum pvgpu_copy_kind {
 	PVGPU_COPY_PEER,	/* src in src_ctx to dst in dst_ctx */
 };
 
+/* What module_symbol looks up. */
+enum pvgpu_symbol_kind { PVGPU_SYM_FUNCTION = 1, PVGPU_SYM_GLOBAL };
+
 /* peer_attribute's cuDeviceCanAccessPeer (CUdevice_P2PAttribute from 1). */
 #define PVGPU_PEER_CAN_ACCESS	0
 
@@ -308,11 +311,15 @@ struct pvgpu_executor_ops {
 	int32_t (*module_load)(struct pvgpu_exec *ex, const void *image,
 			       size_t size, uint64_t *module);
 	int32_t (*module_unload)(struct pvgpu_exec *ex, uint64_t module);
-	int32_t (*module_function)(struct pvgpu_exec *ex, uint64_t module,
-				   const char *name, uint64_t *func);
-	int32_t (*module_global)(struct pvgpu_exec *ex, uint64_t module,
-				 const char *name, uint64_t *dptr,
-				 uint64_t *size);
+	/*
+	 * A module's symbol by name: a kernel (PVGPU_SYM_FUNCTION, *value
+	 * its function, as cuModuleGetFunction) or a __device__ variable
+	 * (PVGPU_SYM_GLOBAL, *value its address and *size its bytes, as
+	 * cuModuleGetGlobal; either may be NULL).
+	 */
+	int32_t (*module_symbol)(struct pvgpu_exec *ex, uint64_t module,
+				 enum pvgpu_symbol_kind kind, const char *name,
+				 uint64_t *value, uint64_t *size);
 	/* The module's kernel names, NUL-terminated one after another in
 	 * names (at most cap bytes: *len used); *count: how many the module
 	 * has.  Optional: NULL says not supported. */
@@ -520,25 +527,22 @@ struct pvgpu_executor_ops {
 				uint64_t *ctx_bytes, uint64_t *stream_bytes);
 
 	/*
-	 * Suspend and resume a worker (NULL: this executor cannot).  They
-	 * run in a short-lived checkpointer process the supervisor forks,
-	 * never in the worker nor the supervisor, and act on the worker by
-	 * its pid.  checkpoint leaves it locked (its driver calls block),
+	 * Suspend or resume a worker (NULL: this executor cannot).  It
+	 * runs in a short-lived checkpointer process the supervisor forks,
+	 * never in the worker nor the supervisor, and acts on the worker by
+	 * its pid.  A checkpoint leaves it locked (its driver calls block),
 	 * its device memory copied into its host memory and its GPU
 	 * resources released, having waited at most timeout_ms for a call
-	 * it was in to return; restore puts it back and unlocks it.
+	 * it was in to return; a restore puts it back and unlocks it.
 	 * touched(arg) is called once the worker has been acted on: a
 	 * checkpointer killed before that left the worker as it was, one
 	 * killed after it left it in a state nobody knows.  0; -1 (a line
 	 * in err) when it failed and the worker is as it was; -2 when it
 	 * failed and nobody knows.
 	 */
-	int (*checkpoint)(pid_t pid, uint64_t timeout_ms,
+	int (*checkpoint)(pid_t pid, bool restore, uint64_t timeout_ms,
 			  void (*touched)(void *arg), void *arg,
 			  char *err, size_t errlen);
-	int (*restore)(pid_t pid, uint64_t timeout_ms,
-		       void (*touched)(void *arg), void *arg,
-		       char *err, size_t errlen);
 	/*
 	 * In the worker, where it is idle (between calls, or waiting for a
 	 * resume): do what a checkpointer asked of this process, for an

@@ -291,7 +291,9 @@ int32_t pvgpu_handle_module_get_function(struct pvgpu_worker *w,
 	if (!mod)
 		return CUDA_ERROR_INVALID_HANDLE;
 	quiet = mod->flags & PVGPU_H_QUIET;	/* mod may move: handle_add */
-	st = w->ex_ops->module_function(w->ex, mod->exec_handle, req->name, &func);
+	st = w->ex_ops->module_symbol(w->ex, mod->exec_handle,
+				      PVGPU_SYM_FUNCTION, req->name, &func,
+				      NULL);
 	if (st)
 		return st;
 	layout = calloc(MAX_PARAMS, sizeof(*layout));
@@ -356,8 +358,8 @@ int32_t pvgpu_handle_module_get_global(struct pvgpu_worker *w,
 
 	if (!mod)
 		return CUDA_ERROR_INVALID_HANDLE;
-	st = w->ex_ops->module_global(w->ex, mod->exec_handle, req->name,
-				      &rep->dptr, &rep->size);
+	st = w->ex_ops->module_symbol(w->ex, mod->exec_handle, PVGPU_SYM_GLOBAL,
+				      req->name, &rep->dptr, &rep->size);
 	if (st)
 		return st;
 	/* Record the global once so copies to the symbol pass range checks. */

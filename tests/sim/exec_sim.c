@@ -1082,7 +1082,7 @@ static int load_twins(struct pvgpu_exec *ex, bool probe, char *err,
  * Suspend and resume: the sim's model, not the driver's behaviour.  The
  * driver locks, checkpoints and restores a process from another one; the
  * sim, being memory of the worker's own, needs the worker's hands for it.
- * The checkpointer (sim_checkpoint, sim_restore: in the checkpointer
+ * The checkpointer (sim_checkpoint: in the checkpointer
  * process) sends the worker SIM_CKPT_SIGNAL, again every SIM_CKPT_RESEND_MS
  * until answered (a signal that comes just before the worker blocks is
  * seen only at the next one); the worker's handler only notes it, and
@@ -1280,20 +1280,12 @@ static int sim_ckpt_ask(pid_t pid, int op, uint64_t timeout_ms,
 	}
 }
 
-static int sim_checkpoint(pid_t pid, uint64_t timeout_ms,
+static int sim_checkpoint(pid_t pid, bool restore, uint64_t timeout_ms,
 			  void (*touched)(void *), void *arg, char *err,
 			  size_t errlen)
 {
-	return sim_ckpt_ask(pid, SIM_CKPT_CHECKPOINT, timeout_ms, touched, arg,
-			    err, errlen);
-}
-
-static int sim_restore(pid_t pid, uint64_t timeout_ms,
-		       void (*touched)(void *), void *arg, char *err,
-		       size_t errlen)
-{
-	return sim_ckpt_ask(pid, SIM_CKPT_RESTORE, timeout_ms, touched, arg,
-			    err, errlen);
+	return sim_ckpt_ask(pid, restore ? SIM_CKPT_RESTORE : SIM_CKPT_CHECKPOINT,
+			    timeout_ms, touched, arg, err, errlen);
 }
 
 static struct pvgpu_exec *sim_open(const struct pvgpu_exec_config *cfg,
@@ -2454,8 +2446,8 @@ static int32_t sim_module_function_names(struct pvgpu_exec *ex, uint64_t module,
 	return CUDA_SUCCESS;
 }
 
-static int32_t sim_module_function(struct pvgpu_exec *ex, uint64_t module,
-				   const char *name, uint64_t *func)
+static int32_t module_function(struct pvgpu_exec *ex, uint64_t module,
+			       const char *name, uint64_t *func)
 {
 	const struct sim_kernel *k;
 	struct sim_module *m;
@@ -2491,9 +2483,8 @@ static int32_t sim_module_function(struct pvgpu_exec *ex, uint64_t module,
 	return CUDA_SUCCESS;
 }
 
-static int32_t sim_module_global(struct pvgpu_exec *ex, uint64_t module,
-				 const char *name, uint64_t *dptr,
-				 uint64_t *size)
+static int32_t module_global(struct pvgpu_exec *ex, uint64_t module,
+			     const char *name, uint64_t *dptr, uint64_t *size)
 {
 	const struct sim_var *var;
 	struct sim_module *m;
@@ -2513,6 +2504,19 @@ static int32_t sim_module_global(struct pvgpu_exec *ex, uint64_t module,
 	if (size)
 		*size = var->size;
 	return CUDA_SUCCESS;
+}
+
+static int32_t sim_module_symbol(struct pvgpu_exec *ex, uint64_t module,
+				 enum pvgpu_symbol_kind kind, const char *name,
+				 uint64_t *value, uint64_t *size)
+{
+	switch (kind) {
+	case PVGPU_SYM_FUNCTION:
+		return module_function(ex, module, name, value);
+	case PVGPU_SYM_GLOBAL:
+		return module_global(ex, module, name, value, size);
+	}
+	return CUDA_ERROR_INVALID_VALUE;
 }
 
 static int32_t sim_function_params(struct pvgpu_exec *ex, uint64_t func,
@@ -5063,9 +5067,8 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.stream_synchronize	= sim_stream_synchronize,
 	.module_load		= sim_module_load,
 	.module_unload		= sim_module_unload,
-	.module_function	= sim_module_function,
+	.module_symbol		= sim_module_symbol,
 	.module_function_names	= sim_module_function_names,
-	.module_global		= sim_module_global,
 	.function_params	= sim_function_params,
 	.launch			= sim_launch,
 	.launch_run		= sim_launch_run,
@@ -5097,7 +5100,6 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.cond_handle		= sim_cond_handle,
 	.object_bytes		= sim_object_bytes,
 	.checkpoint		= sim_checkpoint,
-	.restore		= sim_restore,
 	.idle_point		= sim_idle_point,
 };
 

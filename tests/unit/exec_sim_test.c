@@ -688,9 +688,9 @@ static void test_kernels_bad_handles(void)
 		return;
 	CHECK_RC(sim->module_load(ex, image, sizeof(image), &m),
 		 CUDA_ERROR_INVALID_IMAGE);
-	CHECK_RC(sim->module_function(ex, m, "k", &fn),
+	CHECK_RC(sim->module_symbol(ex, m, PVGPU_SYM_FUNCTION, "k", &fn, NULL),
 		 CUDA_ERROR_INVALID_HANDLE);
-	CHECK_RC(sim->module_global(ex, m, "g", &d, &sz),
+	CHECK_RC(sim->module_symbol(ex, m, PVGPU_SYM_GLOBAL, "g", &d, &sz),
 		 CUDA_ERROR_INVALID_HANDLE);
 	CHECK_RC(sim->launch(ex, &l), CUDA_ERROR_INVALID_HANDLE);
 	sim->close(ex);

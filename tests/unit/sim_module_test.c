@@ -235,7 +235,8 @@ static uint64_t function(struct pvgpu_exec *ex, uint64_t m, const char *name)
 {
 	uint64_t fn = 0;
 
-	CHECK_RC(sim->module_function(ex, m, name, &fn), CUDA_SUCCESS);
+	CHECK_RC(sim->module_symbol(ex, m, PVGPU_SYM_FUNCTION, name, &fn, NULL),
+		 CUDA_SUCCESS);
 	return fn;
 }
 
@@ -271,7 +272,8 @@ static void check_layouts(struct pvgpu_exec *ex, uint64_t m)
 
 		fn = function(ex, m, w->name);
 		/* One handle per kernel. */
-		CHECK_RC(sim->module_function(ex, m, w->name, &fn2),
+		CHECK_RC(sim->module_symbol(ex, m, PVGPU_SYM_FUNCTION,
+					w->name, &fn2, NULL),
 			 CUDA_SUCCESS);
 		CHECK(fn == fn2);
 		count = 99;
@@ -313,10 +315,12 @@ static void check_layouts(struct pvgpu_exec *ex, uint64_t m)
 	CHECK_RC(func_get_attr(ex, fn,
 		 CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, &v), CUDA_SUCCESS);
 	CHECK(v == 1024);
-	CHECK_RC(sim->module_function(ex, m, "no_such_kernel", &fn),
+	CHECK_RC(sim->module_symbol(ex, m, PVGPU_SYM_FUNCTION,
+				"no_such_kernel", &fn, NULL),
 		 CUDA_ERROR_NOT_FOUND);
 	/* A device function is not a kernel. */
-	CHECK_RC(sim->module_function(ex, m, "helper", &fn),
+	CHECK_RC(sim->module_symbol(ex, m, PVGPU_SYM_FUNCTION,
+				"helper", &fn, NULL),
 		 CUDA_ERROR_NOT_FOUND);
 }
 
@@ -329,7 +333,8 @@ static void check_globals(struct pvgpu_exec *ex, uint64_t m)
 	unsigned char zero[64], got[64];
 
 	memset(zero, 0, sizeof(zero));
-	CHECK_RC(sim->module_global(ex, m, "gtable", &d, &sz), CUDA_SUCCESS);
+	CHECK_RC(sim->module_symbol(ex, m, PVGPU_SYM_GLOBAL, "gtable", &d, &sz),
+		 CUDA_SUCCESS);
 	CHECK(sz == 16);
 	CHECK_RC(pvgpu_exec_dtoh(sim, ex, ft, d, 16, true, 0), CUDA_SUCCESS);
 	CHECK(!memcmp(ft, gtable_init, 16));
@@ -339,38 +344,47 @@ static void check_globals(struct pvgpu_exec *ex, uint64_t m)
 	CHECK_RC(pvgpu_exec_dtoh(sim, ex, ft, d, 17, true, 0),
 		 CUDA_ERROR_INVALID_VALUE);
 
-	CHECK_RC(sim->module_global(ex, m, "_ZN2ns5nsvarE", &d, &sz),
+	CHECK_RC(sim->module_symbol(ex, m, PVGPU_SYM_GLOBAL,
+				"_ZN2ns5nsvarE", &d, &sz),
 		 CUDA_SUCCESS);
 	CHECK(sz == 24);
 	CHECK_RC(pvgpu_exec_dtoh(sim, ex, dv, d, 24, true, 0), CUDA_SUCCESS);
 	CHECK(!memcmp(dv, nsvar_init, 24));
 
-	CHECK_RC(sim->module_global(ex, m, "cinit", &d, &sz), CUDA_SUCCESS);
+	CHECK_RC(sim->module_symbol(ex, m, PVGPU_SYM_GLOBAL, "cinit", &d, &sz),
+		 CUDA_SUCCESS);
 	CHECK(sz == 4);
 	CHECK_RC(pvgpu_exec_dtoh(sim, ex, &iv, d, 4, true, 0), CUDA_SUCCESS);
 	CHECK(iv == 42);
 
-	CHECK_RC(sim->module_global(ex, m, "cscale", &d, &sz), CUDA_SUCCESS);
+	CHECK_RC(sim->module_symbol(ex, m, PVGPU_SYM_GLOBAL, "cscale", &d, &sz),
+		 CUDA_SUCCESS);
 	CHECK(sz == 64);
 	CHECK_RC(pvgpu_exec_dtoh(sim, ex, got, d, 64, true, 0), CUDA_SUCCESS);
 	CHECK(!memcmp(got, zero, 64));
 
-	CHECK_RC(sim->module_global(ex, m, "gcounter", &d, &sz), CUDA_SUCCESS);
+	CHECK_RC(sim->module_symbol(ex, m, PVGPU_SYM_GLOBAL, "gcounter", &d, &sz),
+		 CUDA_SUCCESS);
 	CHECK(sz == 4);
 	CHECK_RC(pvgpu_exec_dtoh(sim, ex, &iv, d, 4, true, 0), CUDA_SUCCESS);
 	CHECK(iv == 0);
 	/* Either output may be left out. */
-	CHECK_RC(sim->module_global(ex, m, "gcounter", &d2, NULL),
+	CHECK_RC(sim->module_symbol(ex, m, PVGPU_SYM_GLOBAL,
+				"gcounter", &d2, NULL),
 		 CUDA_SUCCESS);
 	CHECK(d2 == d);
-	CHECK_RC(sim->module_global(ex, m, "gcounter", NULL, &sz),
+	CHECK_RC(sim->module_symbol(ex, m, PVGPU_SYM_GLOBAL,
+				"gcounter", NULL, &sz),
 		 CUDA_SUCCESS);
 
-	CHECK_RC(sim->module_global(ex, m, "no_such_var", &d, &sz),
+	CHECK_RC(sim->module_symbol(ex, m, PVGPU_SYM_GLOBAL,
+				"no_such_var", &d, &sz),
 		 CUDA_ERROR_NOT_FOUND);
-	CHECK_RC(sim->module_global(ex, m, "elsewhere", &d, &sz),
+	CHECK_RC(sim->module_symbol(ex, m, PVGPU_SYM_GLOBAL,
+				"elsewhere", &d, &sz),
 		 CUDA_ERROR_NOT_FOUND);
-	CHECK_RC(sim->module_global(ex, m + 1, "gcounter", &d, &sz),
+	CHECK_RC(sim->module_symbol(ex, m + 1, PVGPU_SYM_GLOBAL,
+				"gcounter", &d, &sz),
 		 CUDA_ERROR_INVALID_HANDLE);
 }
 
@@ -494,7 +508,8 @@ static void check_twins(struct pvgpu_exec *ex, uint64_t m)
 	CHECK(bad == 0);
 
 	/* scale: __constant__ set like cudaMemcpyToSymbol */
-	CHECK_RC(sim->module_global(ex, m, "cscale", &dscale, NULL),
+	CHECK_RC(sim->module_symbol(ex, m, PVGPU_SYM_GLOBAL,
+				"cscale", &dscale, NULL),
 		 CUDA_SUCCESS);
 	CHECK_RC(pvgpu_exec_htod(sim, ex, dscale, &two, 4, true, 0), CUDA_SUCCESS);
 	memcpy(p, &da, 8);
@@ -510,7 +525,8 @@ static void check_twins(struct pvgpu_exec *ex, uint64_t m)
 	/* count: a __device__ variable written by the kernel */
 	CHECK_RC(launch(ex, function(ex, m, "count"), 3, 64, 0, NULL, 0),
 		 CUDA_SUCCESS);
-	CHECK_RC(sim->module_global(ex, m, "gcounter", &dcnt, NULL),
+	CHECK_RC(sim->module_symbol(ex, m, PVGPU_SYM_GLOBAL,
+				"gcounter", &dcnt, NULL),
 		 CUDA_SUCCESS);
 	CHECK_RC(pvgpu_exec_dtoh(sim, ex, &cnt, dcnt, 4, true, 0), CUDA_SUCCESS);
 	CHECK(cnt == 192);
@@ -565,7 +581,8 @@ static void check_fault(const unsigned char *img, size_t len)
 	CHECK_RC(sim->module_load(ex, img, len, &m2), CUDA_SUCCESS);
 	CHECK_RC(sim->ctx_set(ex, ctx), CUDA_SUCCESS);
 	/* Handles of another context are not ours either. */
-	CHECK_RC(sim->module_function(ex, m2, "poke", &poke),
+	CHECK_RC(sim->module_symbol(ex, m2, PVGPU_SYM_FUNCTION,
+				"poke", &poke, NULL),
 		 CUDA_ERROR_INVALID_HANDLE);
 	poke = function(ex, m, "poke");
 	memcpy(p, &other, 8);
@@ -627,7 +644,8 @@ static void check_image(const unsigned char *img, size_t len)
 
 	/* Unload: its handles and memory go with it. */
 	fn = function(ex, m, "vecadd");
-	CHECK_RC(sim->module_global(ex, m, "gtable", &d, NULL), CUDA_SUCCESS);
+	CHECK_RC(sim->module_symbol(ex, m, PVGPU_SYM_GLOBAL, "gtable", &d, NULL),
+		 CUDA_SUCCESS);
 	CHECK_RC(sim->module_unload(ex, m), CUDA_SUCCESS);
 	CHECK_RC(sim->module_unload(ex, m), CUDA_ERROR_INVALID_HANDLE);
 	CHECK_RC(launch(ex, fn, 1, 1, 0, p, 28), CUDA_ERROR_INVALID_HANDLE);
@@ -644,9 +662,11 @@ static void check_image(const unsigned char *img, size_t len)
 		CHECK_RC(sim->module_load(ex, img, len, &m1), CUDA_SUCCESS);
 		CHECK_RC(sim->module_load(ex, img, len, &m2), CUDA_SUCCESS);
 		CHECK(m1 != m2);
-		CHECK_RC(sim->module_global(ex, m1, "gcounter", &d1, NULL),
+		CHECK_RC(sim->module_symbol(ex, m1, PVGPU_SYM_GLOBAL,
+					"gcounter", &d1, NULL),
 			 CUDA_SUCCESS);
-		CHECK_RC(sim->module_global(ex, m2, "gcounter", &d2, NULL),
+		CHECK_RC(sim->module_symbol(ex, m2, PVGPU_SYM_GLOBAL,
+					"gcounter", &d2, NULL),
 			 CUDA_SUCCESS);
 		CHECK(d1 != d2);
 		CHECK_RC(pvgpu_exec_htod(sim, ex, d1, &v, 4, true, 0),
@@ -693,14 +713,15 @@ static void poke_module(struct pvgpu_exec *ex, uint64_t m)
 	size_t i;
 
 	for (i = 0; i < sizeof(want_kernels) / sizeof(want_kernels[0]); i++) {
-		if (sim->module_function(ex, m, want_kernels[i].name, &fn))
+		if (sim->module_symbol(ex, m, PVGPU_SYM_FUNCTION,
+					want_kernels[i].name, &fn, NULL))
 			continue;
 		sim->function_params(ex, fn, layout, 8, &count);
 		func_get_attr(ex, fn,
 					CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
 					&v);
 	}
-	sim->module_global(ex, m, "gtable", &d, &sz);
+	sim->module_symbol(ex, m, PVGPU_SYM_GLOBAL, "gtable", &d, &sz);
 	CHECK_RC(sim->module_unload(ex, m), CUDA_SUCCESS);
 }
 

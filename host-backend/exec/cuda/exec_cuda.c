@@ -1409,20 +1409,14 @@ static int32_t cuda_module_unload(struct pvgpu_exec *ex, uint64_t module)
 	return CUDA_SUCCESS;
 }
 
-static int32_t cuda_module_function(struct pvgpu_exec *ex, uint64_t module,
-				    const char *name, uint64_t *func)
+static int32_t module_function(struct pvgpu_exec *ex, uint64_t module,
+			       const char *name, uint64_t *func)
 {
-	struct cuda_handle *e;
 	CUfunction f;
 	CUresult rc;
 
-	if (!ex || !name || !func)
+	if (!func)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (!ex->cur)
-		return CUDA_ERROR_INVALID_CONTEXT;
-	e = handle_here(ex, module, CUDA_MODULE);
-	if (!e)
-		return CUDA_ERROR_INVALID_HANDLE;
 	rc = ex->api.module_get_function(&f, (CUmodule)(uintptr_t)module, name);
 	if (rc)
 		return rc;
@@ -1482,22 +1476,13 @@ static int32_t cuda_module_function_names(struct pvgpu_exec *ex, uint64_t module
 	return CUDA_SUCCESS;
 }
 
-static int32_t cuda_module_global(struct pvgpu_exec *ex, uint64_t module,
-				  const char *name, uint64_t *dptr,
-				  uint64_t *size)
+static int32_t module_global(struct pvgpu_exec *ex, uint64_t module,
+			     const char *name, uint64_t *dptr, uint64_t *size)
 {
-	struct cuda_handle *e;
 	CUdeviceptr p;
 	size_t bytes;
 	CUresult rc;
 
-	if (!ex || !name)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (!ex->cur)
-		return CUDA_ERROR_INVALID_CONTEXT;
-	e = handle_here(ex, module, CUDA_MODULE);
-	if (!e)
-		return CUDA_ERROR_INVALID_HANDLE;
 	rc = ex->api.module_get_global(&p, &bytes, (CUmodule)(uintptr_t)module,
 				       name);
 	if (rc)
@@ -1507,6 +1492,25 @@ static int32_t cuda_module_global(struct pvgpu_exec *ex, uint64_t module,
 	if (size)
 		*size = bytes;
 	return CUDA_SUCCESS;
+}
+
+static int32_t cuda_module_symbol(struct pvgpu_exec *ex, uint64_t module,
+				  enum pvgpu_symbol_kind kind, const char *name,
+				  uint64_t *value, uint64_t *size)
+{
+	if (!ex || !name)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!handle_here(ex, module, CUDA_MODULE))
+		return CUDA_ERROR_INVALID_HANDLE;
+	switch (kind) {
+	case PVGPU_SYM_FUNCTION:
+		return module_function(ex, module, name, value);
+	case PVGPU_SYM_GLOBAL:
+		return module_global(ex, module, name, value, size);
+	}
+	return CUDA_ERROR_INVALID_VALUE;
 }
 
 static int32_t to_function(struct pvgpu_exec *ex, uint64_t func,
@@ -3023,7 +3027,7 @@ static int32_t cuda_share_open(struct pvgpu_exec *ex, enum pvgpu_ipc_kind kind,
 
 /* ------------------------------------------------------------------ */
 /*
- * Suspend and resume (executor.h checkpoint, restore): NVIDIA's process
+ * Suspend and resume (executor.h checkpoint): NVIDIA's process
  * checkpoint API, called in the supervisor's checkpointer on the worker's
  * pid.  Lock waits (at most the timeout) for a driver call the worker is
  * in to return and then blocks its next ones; Checkpoint copies its GPU
@@ -3082,9 +3086,9 @@ static void cuda_ckpt_said(const struct cuda_ckpt_api *api, const char *what,
 	snprintf(err, errlen, "%s: %s (%d)", what, name, (int)rc);
 }
 
-static int cuda_checkpoint(pid_t pid, uint64_t timeout_ms,
-			   void (*touched)(void *), void *arg, char *err,
-			   size_t errlen)
+static int cuda_suspend(pid_t pid, uint64_t timeout_ms,
+			void (*touched)(void *), void *arg, char *err,
+			size_t errlen)
 {
 	struct cuda_ckpt_api api;
 	CUcheckpointLockArgs lock = {
@@ -3112,9 +3116,9 @@ static int cuda_checkpoint(pid_t pid, uint64_t timeout_ms,
 	return api.unlock((int)pid, &un) == CUDA_SUCCESS ? -1 : -2;
 }
 
-static int cuda_restore(pid_t pid, uint64_t timeout_ms,
-			void (*touched)(void *), void *arg, char *err,
-			size_t errlen)
+static int cuda_resume(pid_t pid, uint64_t timeout_ms,
+		       void (*touched)(void *), void *arg, char *err,
+		       size_t errlen)
 {
 	struct cuda_ckpt_api api;
 	CUcheckpointRestoreArgs rs;
@@ -3151,6 +3155,14 @@ static int cuda_restore(pid_t pid, uint64_t timeout_ms,
 	return 0;
 }
 
+static int cuda_checkpoint(pid_t pid, bool restore, uint64_t timeout_ms,
+			   void (*touched)(void *), void *arg, char *err,
+			   size_t errlen)
+{
+	return (restore ? cuda_resume : cuda_suspend)(pid, timeout_ms, touched,
+						      arg, err, errlen);
+}
+
 const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.name			= "cuda",
 	.open			= cuda_open,
@@ -3177,9 +3189,8 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.stream_synchronize	= cuda_stream_synchronize,
 	.module_load		= cuda_module_load,
 	.module_unload		= cuda_module_unload,
-	.module_function	= cuda_module_function,
+	.module_symbol		= cuda_module_symbol,
 	.module_function_names	= cuda_module_function_names,
-	.module_global		= cuda_module_global,
 	.function_params	= cuda_function_params,
 	.launch			= cuda_launch,
 	.launch_run		= cuda_launch_run,
@@ -3211,5 +3222,4 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.cond_handle		= cuda_cond_handle,
 	.object_bytes		= cuda_object_bytes,
 	.checkpoint		= cuda_checkpoint,
-	.restore		= cuda_restore,
 };

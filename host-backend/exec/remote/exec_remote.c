@@ -744,8 +744,8 @@ static struct remote_func *func_find(struct pvgpu_exec *ex, uint64_t h)
 	return NULL;
 }
 
-static int32_t remote_module_function(struct pvgpu_exec *ex, uint64_t module,
-				      const char *name, uint64_t *func)
+static int32_t module_function(struct pvgpu_exec *ex, uint64_t module,
+			       const char *name, uint64_t *func)
 {
 	struct pvgpu_module_get_function_req *q;
 	struct pvgpu_module_get_function_rep *r;
@@ -823,9 +823,8 @@ out:
 	return st;
 }
 
-static int32_t remote_module_global(struct pvgpu_exec *ex, uint64_t module,
-				    const char *name, uint64_t *dptr,
-				    uint64_t *size)
+static int32_t module_global(struct pvgpu_exec *ex, uint64_t module,
+			     const char *name, uint64_t *dptr, uint64_t *size)
 {
 	struct pvgpu_module_get_global_req *q;
 	struct pvgpu_module_get_global_rep r;
@@ -855,6 +854,20 @@ static int32_t remote_module_global(struct pvgpu_exec *ex, uint64_t module,
 	}
 	free(q);
 	return st;
+}
+
+static int32_t remote_module_symbol(struct pvgpu_exec *ex, uint64_t module,
+				    enum pvgpu_symbol_kind kind,
+				    const char *name, uint64_t *value,
+				    uint64_t *size)
+{
+	switch (kind) {
+	case PVGPU_SYM_FUNCTION:
+		return module_function(ex, module, name, value);
+	case PVGPU_SYM_GLOBAL:
+		return module_global(ex, module, name, value, size);
+	}
+	return CUDA_ERROR_INVALID_VALUE;
 }
 
 static int32_t remote_function_params(struct pvgpu_exec *ex, uint64_t func,
@@ -1408,8 +1421,7 @@ static const struct pvgpu_executor_ops pvgpu_exec_remote = {
 	.stream_synchronize	= remote_stream_synchronize,
 	.module_load		= remote_module_load,
 	.module_unload		= remote_module_unload,
-	.module_function	= remote_module_function,
-	.module_global		= remote_module_global,
+	.module_symbol		= remote_module_symbol,
 	.function_params	= remote_function_params,
 	.launch			= remote_launch,
 	.max_clusters		= remote_max_clusters,
