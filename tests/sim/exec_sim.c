@@ -2446,24 +2446,14 @@ static int32_t sim_module_function_names(struct pvgpu_exec *ex, uint64_t module,
 	return CUDA_SUCCESS;
 }
 
-static int32_t module_function(struct pvgpu_exec *ex, uint64_t module,
-			       const char *name, uint64_t *func)
+/* One handle per kernel, as cuModuleGetFunction gives. */
+static int32_t module_function(struct pvgpu_exec *ex, struct sim_obj *o,
+			       const struct sim_kernel *k, uint64_t *func)
 {
-	const struct sim_kernel *k;
-	struct sim_module *m;
-	struct sim_obj *o, *f;
-	size_t idx;
-	int32_t rc;
+	struct sim_module *m = o->u.module.m;
+	size_t idx = (size_t)(k - m->img->kernels);
+	struct sim_obj *f;
 
-	o = ctx_obj(ex, !name || !func, module, module_get, &rc);
-	if (!o)
-		return rc;
-	m = o->u.module.m;
-	k = sim_image_kernel(m->img, name);
-	if (!k)
-		return CUDA_ERROR_NOT_FOUND;
-	idx = (size_t)(k - m->img->kernels);
-	/* One handle per kernel, as cuModuleGetFunction gives. */
 	if (m->funcs[idx]) {
 		*func = m->funcs[idx];
 		return CUDA_SUCCESS;
@@ -2483,40 +2473,38 @@ static int32_t module_function(struct pvgpu_exec *ex, uint64_t module,
 	return CUDA_SUCCESS;
 }
 
-static int32_t module_global(struct pvgpu_exec *ex, uint64_t module,
-			     const char *name, uint64_t *dptr, uint64_t *size)
+/* A kernel or a variable of the module's image, by name. */
+static int32_t sim_module_symbol(struct pvgpu_exec *ex, uint64_t module,
+				 enum pvgpu_symbol_kind kind, const char *name,
+				 uint64_t *value, uint64_t *size)
 {
+	bool func = kind == PVGPU_SYM_FUNCTION;
+	const struct sim_kernel *k;
 	const struct sim_var *var;
 	struct sim_module *m;
 	struct sim_obj *o;
 	int32_t rc;
 
-	o = ctx_obj(ex, !name, module, module_get, &rc);
+	o = ctx_obj(ex, !name || (func && !value) ||
+		    (!func && kind != PVGPU_SYM_GLOBAL),
+		    module, module_get, &rc);
 	if (!o)
 		return rc;
 	m = o->u.module.m;
+	if (func) {
+		k = sim_image_kernel(m->img, name);
+		return k ? module_function(ex, o, k, value) :
+			   CUDA_ERROR_NOT_FOUND;
+	}
 	var = sim_image_var(m->img, name);
 	if (!var)
 		return CUDA_ERROR_NOT_FOUND;
 	/* Either may be NULL, as with cuModuleGetGlobal. */
-	if (dptr)
-		*dptr = m->var_addr[var - m->img->vars];
+	if (value)
+		*value = m->var_addr[var - m->img->vars];
 	if (size)
 		*size = var->size;
 	return CUDA_SUCCESS;
-}
-
-static int32_t sim_module_symbol(struct pvgpu_exec *ex, uint64_t module,
-				 enum pvgpu_symbol_kind kind, const char *name,
-				 uint64_t *value, uint64_t *size)
-{
-	switch (kind) {
-	case PVGPU_SYM_FUNCTION:
-		return module_function(ex, module, name, value);
-	case PVGPU_SYM_GLOBAL:
-		return module_global(ex, module, name, value, size);
-	}
-	return CUDA_ERROR_INVALID_VALUE;
 }
 
 static int32_t sim_function_params(struct pvgpu_exec *ex, uint64_t func,

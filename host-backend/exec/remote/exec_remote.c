@@ -744,18 +744,16 @@ static struct remote_func *func_find(struct pvgpu_exec *ex, uint64_t h)
 	return NULL;
 }
 
-static int32_t module_function(struct pvgpu_exec *ex, uint64_t module,
-			       const char *name, uint64_t *func)
+static int32_t module_function(struct pvgpu_exec *ex, struct remote_node *n,
+			       uint64_t module, const char *name,
+			       uint64_t *func)
 {
 	struct pvgpu_module_get_function_req *q;
 	struct pvgpu_module_get_function_rep *r;
 	struct remote_func *f;
-	struct remote_node *n;
 	size_t len;
 	int32_t st;
 
-	if (!ex || !name || !func)
-		return CUDA_ERROR_INVALID_VALUE;
 	len = strlen(name);
 	/* The reply is 8 KiB of layout: off the (worker's) stack. */
 	q = calloc(1, sizeof(*q));
@@ -764,11 +762,7 @@ static int32_t module_function(struct pvgpu_exec *ex, uint64_t module,
 		st = CUDA_ERROR_OUT_OF_MEMORY;
 		goto out;
 	}
-	n = untag(ex, module, &q->module);
-	if (!n) {
-		st = CUDA_ERROR_INVALID_HANDLE;
-		goto out;
-	}
+	q->module = module;
 	if (len >= sizeof(q->name)) {
 		st = CUDA_ERROR_NOT_FOUND;
 		goto out;
@@ -823,25 +817,20 @@ out:
 	return st;
 }
 
-static int32_t module_global(struct pvgpu_exec *ex, uint64_t module,
+static int32_t module_global(struct remote_node *n, uint64_t module,
 			     const char *name, uint64_t *dptr, uint64_t *size)
 {
 	struct pvgpu_module_get_global_req *q;
 	struct pvgpu_module_get_global_rep r;
-	struct remote_node *n;
 	size_t len;
 	int32_t st;
 
-	if (!ex || !name || !dptr || !size)
-		return CUDA_ERROR_INVALID_VALUE;
 	q = calloc(1, sizeof(*q));
 	if (!q)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	len = strlen(name);
-	n = untag(ex, module, &q->module);
-	if (!n)
-		st = CUDA_ERROR_INVALID_HANDLE;
-	else if (len >= sizeof(q->name))
+	q->module = module;
+	if (len >= sizeof(q->name))
 		st = CUDA_ERROR_NOT_FOUND;
 	else {
 		memcpy(q->name, name, len + 1);
@@ -856,18 +845,24 @@ static int32_t module_global(struct pvgpu_exec *ex, uint64_t module,
 	return st;
 }
 
+/* Asked of the module's node (both results wanted, for a global too). */
 static int32_t remote_module_symbol(struct pvgpu_exec *ex, uint64_t module,
 				    enum pvgpu_symbol_kind kind,
 				    const char *name, uint64_t *value,
 				    uint64_t *size)
 {
-	switch (kind) {
-	case PVGPU_SYM_FUNCTION:
-		return module_function(ex, module, name, value);
-	case PVGPU_SYM_GLOBAL:
-		return module_global(ex, module, name, value, size);
-	}
-	return CUDA_ERROR_INVALID_VALUE;
+	struct remote_node *n;
+	uint64_t local;
+
+	if (!ex || !name || !value ||
+	    (kind == PVGPU_SYM_GLOBAL ? !size : kind != PVGPU_SYM_FUNCTION))
+		return CUDA_ERROR_INVALID_VALUE;
+	n = untag(ex, module, &local);
+	if (!n)
+		return CUDA_ERROR_INVALID_HANDLE;
+	return kind == PVGPU_SYM_FUNCTION ?
+	       module_function(ex, n, local, name, value) :
+	       module_global(n, local, name, value, size);
 }
 
 static int32_t remote_function_params(struct pvgpu_exec *ex, uint64_t func,
