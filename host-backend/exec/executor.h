@@ -371,14 +371,15 @@ struct pvgpu_executor_ops {
 			      const struct pvgpu_array_copy *c);
 
 	/*
-	 * Texture and surface objects (NULL: not supported).  obj is the
-	 * driver's own value: kernels read it.  Destroyed with their context,
-	 * or by the generic call (cuTexObjectDestroy, cuSurfObjectDestroy).
+	 * Texture and surface objects (NULL: not supported): a texture
+	 * object of d, or with surface a surface object of the array
+	 * d->array (the rest of d unused).  obj is the driver's own value:
+	 * kernels read it.  Destroyed with their context, or by the generic
+	 * call (cuTexObjectDestroy, cuSurfObjectDestroy).
 	 */
 	int32_t (*tex_create)(struct pvgpu_exec *ex,
-			      const struct pvgpu_tex_desc *d, uint64_t *obj);
-	int32_t (*surf_create)(struct pvgpu_exec *ex, uint64_t array,
-			       uint64_t *obj);
+			      const struct pvgpu_tex_desc *d, bool surface,
+			      uint64_t *obj);
 
 	/*
 	 * A TMA descriptor (cuTensorMapEncodeTiled/Im2col), checked by the

@@ -169,7 +169,7 @@ int32_t pvgpu_handle_tex_create(struct pvgpu_worker *w,
 	if (!st)
 		st = tex_sampling(req, &d);
 	if (!st)
-		st = w->ex_ops->tex_create(w->ex, &d, &obj);
+		st = w->ex_ops->tex_create(w->ex, &d, false, &obj);
 	if (st)
 		return st;
 	return record(w, H_TEX, obj, ctx->device, PVGPU_GENERIC_cuTexObjectDestroy,
@@ -188,7 +188,7 @@ int32_t pvgpu_handle_surf_create(struct pvgpu_worker *w,
 	st = current_ctx(w, &ctx);
 	if (st)
 		return st;
-	if (!w->ex_ops->surf_create || !w->ex_ops->driver_call)
+	if (!w->ex_ops->tex_create || !w->ex_ops->driver_call)
 		return CUDA_ERROR_NOT_SUPPORTED;
 	a = pvgpu_lookup_array(w, req->array, &flags);
 	if (!a)
@@ -198,7 +198,10 @@ int32_t pvgpu_handle_surf_create(struct pvgpu_worker *w,
 	st = pvgpu_room_for_handle(w);
 	if (st)
 		return st;
-	st = w->ex_ops->surf_create(w->ex, a->exec_handle, &obj);
+	st = w->ex_ops->tex_create(w->ex, &(struct pvgpu_tex_desc){
+					.res_type = CU_RESOURCE_TYPE_ARRAY,
+					.array = a->exec_handle,
+				   }, true, &obj);
 	if (st)
 		return st;
 	return record(w, H_SURF, obj, ctx->device, PVGPU_GENERIC_cuSurfObjectDestroy,

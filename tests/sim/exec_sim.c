@@ -3336,6 +3336,30 @@ static int32_t sim_array_copy(struct pvgpu_exec *ex,
 	return CUDA_SUCCESS;
 }
 
+/* A surface object of an array of the current context. */
+static int32_t surf_create(struct pvgpu_exec *ex, uint64_t array,
+			   uint64_t *obj)
+{
+	struct sim_obj *a, *o;
+	int32_t rc;
+
+	if (!ex || !obj)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = ctx_check(ex);
+	if (rc)
+		return rc;
+	a = obj_find(ex, array, SIM_ARRAY);
+	if (!a || a->ctx != ex->cur)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (!(a->u.array.flags & CUDA_ARRAY3D_SURFACE_LDST))
+		return CUDA_ERROR_INVALID_VALUE;
+	o = obj_new(ex, SIM_SURF, ex->cur);
+	if (!o)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*obj = o->handle;
+	return CUDA_SUCCESS;
+}
+
 /*
  * Texture and surface objects: the sim cannot sample, so an object is an
  * opaque value of the context, its resource checked (the array the
@@ -3343,7 +3367,8 @@ static int32_t sim_array_copy(struct pvgpu_exec *ex,
  * go with their context as every object does.
  */
 static int32_t sim_tex_create(struct pvgpu_exec *ex,
-			      const struct pvgpu_tex_desc *d, uint64_t *obj)
+			      const struct pvgpu_tex_desc *d, bool surface,
+			      uint64_t *obj)
 {
 	struct sim_obj *a, *o;
 	uint64_t span;
@@ -3351,6 +3376,8 @@ static int32_t sim_tex_create(struct pvgpu_exec *ex,
 
 	if (!ex || !d || !obj)
 		return CUDA_ERROR_INVALID_VALUE;
+	if (surface)
+		return surf_create(ex, d->array, obj);
 	rc = ctx_check(ex);
 	if (rc)
 		return rc;
@@ -3403,29 +3430,6 @@ static int32_t sim_tensor_map_encode(struct pvgpu_exec *ex,
 	}
 	for (uint32_t i = 0; i + 1 < m->rank; i++)
 		desc[12 + i] = m->strides[i];
-	return CUDA_SUCCESS;
-}
-
-static int32_t sim_surf_create(struct pvgpu_exec *ex, uint64_t array,
-			       uint64_t *obj)
-{
-	struct sim_obj *a, *o;
-	int32_t rc;
-
-	if (!ex || !obj)
-		return CUDA_ERROR_INVALID_VALUE;
-	rc = ctx_check(ex);
-	if (rc)
-		return rc;
-	a = obj_find(ex, array, SIM_ARRAY);
-	if (!a || a->ctx != ex->cur)
-		return CUDA_ERROR_INVALID_HANDLE;
-	if (!(a->u.array.flags & CUDA_ARRAY3D_SURFACE_LDST))
-		return CUDA_ERROR_INVALID_VALUE;
-	o = obj_new(ex, SIM_SURF, ex->cur);
-	if (!o)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	*obj = o->handle;
 	return CUDA_SUCCESS;
 }
 
@@ -5067,7 +5071,6 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.array_copy		= sim_array_copy,
 	.tex_create		= sim_tex_create,
 	.tensor_map_encode	= sim_tensor_map_encode,
-	.surf_create		= sim_surf_create,
 	.driver_call		= sim_driver_call,
 	.link			= pvgpu_sim_link,
 	.module_load_jit	= sim_module_load_jit,

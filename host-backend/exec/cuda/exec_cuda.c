@@ -1834,8 +1834,35 @@ static bool array_ours(struct pvgpu_exec *ex, uint64_t array)
 	return e && e->ctx == ex->cur;
 }
 
+/* A surface object of an array of the current context. */
+static int32_t surf_create(struct pvgpu_exec *ex, uint64_t array,
+			   uint64_t *obj)
+{
+	CUDA_RESOURCE_DESC res;
+	CUsurfObject s;
+	CUresult rc;
+
+	if (!ex || !obj)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!ex->api.surf_create || !ex->api.surf_destroy)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	if (!array_ours(ex, array))
+		return CUDA_ERROR_INVALID_HANDLE;
+	memset(&res, 0, sizeof(res));
+	res.resType = CU_RESOURCE_TYPE_ARRAY;
+	res.res.array.hArray = (CUarray)(uintptr_t)array;
+	rc = ex->api.surf_create(&s, &res);
+	if (rc)
+		return rc;
+	*obj = (uint64_t)s;
+	return obj_keep(ex, *obj, true);
+}
+
 static int32_t cuda_tex_create(struct pvgpu_exec *ex,
-			       const struct pvgpu_tex_desc *d, uint64_t *obj)
+			       const struct pvgpu_tex_desc *d, bool surface,
+			       uint64_t *obj)
 {
 	CUDA_RESOURCE_DESC res;
 	CUDA_TEXTURE_DESC tex;
@@ -1844,6 +1871,8 @@ static int32_t cuda_tex_create(struct pvgpu_exec *ex,
 
 	if (!ex || !d || !obj)
 		return CUDA_ERROR_INVALID_VALUE;
+	if (surface)
+		return surf_create(ex, d->array, obj);
 	if (!ex->cur)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	if (!ex->api.tex_create || !ex->api.tex_destroy)
@@ -1925,31 +1954,6 @@ static int32_t cuda_tensor_map_encode(struct pvgpu_exec *ex,
 	if (!rc)
 		memcpy(desc, &map, sizeof(map));
 	return rc;
-}
-
-static int32_t cuda_surf_create(struct pvgpu_exec *ex, uint64_t array,
-				uint64_t *obj)
-{
-	CUDA_RESOURCE_DESC res;
-	CUsurfObject s;
-	CUresult rc;
-
-	if (!ex || !obj)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (!ex->cur)
-		return CUDA_ERROR_INVALID_CONTEXT;
-	if (!ex->api.surf_create || !ex->api.surf_destroy)
-		return CUDA_ERROR_NOT_SUPPORTED;
-	if (!array_ours(ex, array))
-		return CUDA_ERROR_INVALID_HANDLE;
-	memset(&res, 0, sizeof(res));
-	res.resType = CU_RESOURCE_TYPE_ARRAY;
-	res.res.array.hArray = (CUarray)(uintptr_t)array;
-	rc = ex->api.surf_create(&s, &res);
-	if (rc)
-		return rc;
-	*obj = (uint64_t)s;
-	return obj_keep(ex, *obj, true);
 }
 
 /* ------------------------------------------------------------------ */
@@ -3201,7 +3205,6 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.array_copy		= cuda_array_copy,
 	.tex_create		= cuda_tex_create,
 	.tensor_map_encode	= cuda_tensor_map_encode,
-	.surf_create		= cuda_surf_create,
 	.driver_call		= cuda_driver_call,
 	.link			= cuda_link,
 	.module_load_jit	= cuda_module_load_jit,

@@ -1194,13 +1194,33 @@ static int32_t remote_array_copy(struct pvgpu_exec *ex,
 	return cu(n, pvgpu_call_array_copy(n->c, &q, &r));
 }
 
+/* A surface object of an array of the current context. */
+static int32_t surf_create(struct pvgpu_exec *ex, uint64_t array,
+			   uint64_t *obj)
+{
+	struct pvgpu_surf_create_req q;
+	struct pvgpu_surf_create_rep r;
+	struct remote_node *n = cur_node(ex);
+	int32_t st;
+
+	if (!n)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!obj || untag(ex, array, &q.array) != n)
+		return CUDA_ERROR_INVALID_HANDLE;
+	st = cu(n, pvgpu_call_surf_create(n->c, &q, &r));
+	if (!st)
+		*obj = r.obj;
+	return st;
+}
+
 /*
  * Texture and surface objects: the node's driver values, untagged (a
  * kernel on the node reads them).  The worker lets a session destroy only
  * an object it made, in the context it made it in: the current node's.
  */
 static int32_t remote_tex_create(struct pvgpu_exec *ex,
-				 const struct pvgpu_tex_desc *d, uint64_t *obj)
+				 const struct pvgpu_tex_desc *d, bool surface,
+				 uint64_t *obj)
 {
 	struct pvgpu_tex_create_req q;
 	struct pvgpu_tex_create_rep r;
@@ -1212,6 +1232,8 @@ static int32_t remote_tex_create(struct pvgpu_exec *ex,
 		return CUDA_ERROR_INVALID_CONTEXT;
 	if (!d || !obj)
 		return CUDA_ERROR_INVALID_VALUE;
+	if (surface)
+		return surf_create(ex, d->array, obj);
 	if (d->res_type == CU_RESOURCE_TYPE_ARRAY && untag(ex, d->array, &handle) != n)
 		return CUDA_ERROR_INVALID_HANDLE;
 	q = (struct pvgpu_tex_create_req){
@@ -1226,24 +1248,6 @@ static int32_t remote_tex_create(struct pvgpu_exec *ex,
 		.border2 = d->border[2], .border3 = d->border[3],
 	};
 	st = cu(n, pvgpu_call_tex_create(n->c, &q, &r));
-	if (!st)
-		*obj = r.obj;
-	return st;
-}
-
-static int32_t remote_surf_create(struct pvgpu_exec *ex, uint64_t array,
-				  uint64_t *obj)
-{
-	struct pvgpu_surf_create_req q;
-	struct pvgpu_surf_create_rep r;
-	struct remote_node *n = cur_node(ex);
-	int32_t st;
-
-	if (!n)
-		return CUDA_ERROR_INVALID_CONTEXT;
-	if (!obj || untag(ex, array, &q.array) != n)
-		return CUDA_ERROR_INVALID_HANDLE;
-	st = cu(n, pvgpu_call_surf_create(n->c, &q, &r));
 	if (!st)
 		*obj = r.obj;
 	return st;
@@ -1425,7 +1429,6 @@ static const struct pvgpu_executor_ops pvgpu_exec_remote = {
 	.array_create		= remote_array_create,
 	.array_copy		= remote_array_copy,
 	.tex_create		= remote_tex_create,
-	.surf_create		= remote_surf_create,
 	.driver_call		= remote_driver_call,
 };
 
