@@ -188,7 +188,7 @@ struct pvgpu_accounting {
 	struct pvgpu_vm_entry vms[PVGPU_MAX_VM_ENTRIES];
 	/*
 	 * What a context and a stream take of each device's memory, as the
-	 * start-up probe measured them (executor.h object_bytes): charged to
+	 * start-up probe measured them (executor.h pvgpu_exec_device): charged to
 	 * the VM's quota for each a session makes.  Written by the supervisor
 	 * before it forks any worker, read-only afterwards.
 	 */

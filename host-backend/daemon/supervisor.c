@@ -75,7 +75,7 @@ static int probe_executor(const struct pvgpu_executor_ops *exec,
 				 exec->name, log_esc(err));
 			_exit(0);
 		}
-		exec->device_count(ex, &count);
+		exec->driver_info(ex, NULL, &count);
 		if (count < 0 || count > PVGPU_MAX_DEVICES)
 			count = count < 0 ? 0 : PVGPU_MAX_DEVICES;
 		log_info("executor %s: %d device(s)", exec->name, count);
@@ -89,11 +89,11 @@ static int probe_executor(const struct pvgpu_executor_ops *exec,
 			snprintf(gpus[d].name, sizeof(gpus[d].name), "%s", info.name);
 			gpus[d].mem_total = info.total_mem;
 			pvgpu_human_bytes(gpus[d].mem_total, human, sizeof(human));
-			if (exec->object_bytes &&
-			    !exec->object_bytes(ex, d, &gpus[d].ctx_bytes,
-						&gpus[d].stream_bytes)) {
+			if (info.objects_known) {
 				char cb[32], sb[32];
 
+				gpus[d].ctx_bytes = info.ctx_bytes;
+				gpus[d].stream_bytes = info.stream_bytes;
 				pvgpu_human_bytes(gpus[d].ctx_bytes, cb, sizeof(cb));
 				pvgpu_human_bytes(gpus[d].stream_bytes, sb, sizeof(sb));
 				log_info("  device %d: %s, %s; a context takes %s, a stream %s (charged to the VM's memory)",

@@ -232,12 +232,22 @@ struct pvgpu_exec_copy {
 	uint64_t size;
 };
 
-/* A device as cuDeviceGetName, cuDeviceGetUuid and cuDeviceTotalMem
- * describe it (the name NUL-terminated, cut to fit). */
+/*
+ * A device as cuDeviceGetName, cuDeviceGetUuid and cuDeviceTotalMem
+ * describe it (the name NUL-terminated, cut to fit), and what one more
+ * context on it, and one more stream in that, take of its memory: the
+ * worker charges them to the VM's quota as it does allocations.  Those
+ * two are measured only for the supervisor's start-up probe
+ * (pvgpu_exec_config.probe: the executor may make and destroy objects
+ * of its own for it), and objects_known says whether they were; not
+ * known, they cost nothing the quota need count.
+ */
 struct pvgpu_exec_device {
 	char name[256];
 	uint8_t uuid[16];
 	uint64_t total_mem;
+	uint64_t ctx_bytes, stream_bytes;
+	bool objects_known;
 };
 
 struct pvgpu_executor_ops {
@@ -254,11 +264,13 @@ struct pvgpu_executor_ops {
 	void (*close)(struct pvgpu_exec *ex);
 
 	/*
-	 * Devices: how many; each one's name, UUID and memory at once
-	 * (device_info); its attributes one by one (cuDeviceGetAttribute's).
+	 * The driver's version (cuDriverGetVersion) and how many devices it
+	 * shows, either of them (the other NULL); each device's name, UUID
+	 * and memory at once (device_info); its attributes one by one
+	 * (cuDeviceGetAttribute's).
 	 */
-	int32_t (*driver_version)(struct pvgpu_exec *ex, int32_t *version);
-	int32_t (*device_count)(struct pvgpu_exec *ex, int32_t *count);
+	int32_t (*driver_info)(struct pvgpu_exec *ex, int32_t *version,
+			       int32_t *count);
 	int32_t (*device_info)(struct pvgpu_exec *ex, int32_t dev,
 			       struct pvgpu_exec_device *d);
 	int32_t (*device_attribute)(struct pvgpu_exec *ex, int32_t dev,
@@ -516,16 +528,6 @@ struct pvgpu_executor_ops {
 	int32_t (*cond_handle)(struct pvgpu_exec *ex, uint64_t graph,
 			       uint32_t default_value, uint32_t flags,
 			       uint64_t *handle);
-
-	/*
-	 * What one more context on dev, and one more stream in it, take of
-	 * the device's memory, measured: the worker charges them to the VM's
-	 * quota as it does allocations.  Called by the start-up probe only
-	 * (it may create and destroy objects of its own, and must leave none
-	 * behind).  NULL: they cost nothing the quota need count.
-	 */
-	int32_t (*object_bytes)(struct pvgpu_exec *ex, int32_t dev,
-				uint64_t *ctx_bytes, uint64_t *stream_bytes);
 
 	/*
 	 * Suspend or resume a worker (NULL: this executor cannot).  It

@@ -33,7 +33,7 @@ int32_t pvgpu_handle_device_usage(struct pvgpu_worker *w,
 
 	if (!w->ex)
 		return CUDA_ERROR_NO_DEVICE;
-	st = w->ex_ops->device_count(w->ex, &count);
+	st = w->ex_ops->driver_info(w->ex, NULL, &count);
 	if (st)
 		return st;
 	if (dev < 0 || dev >= count || dev >= PVGPU_MAX_DEVICES ||

@@ -116,7 +116,7 @@ int32_t pvgpu_handle_hello(struct pvgpu_worker *w,
 			  log_esc(w->ex_error));
 		return CUDA_ERROR_NO_DEVICE;
 	}
-	st = w->ex_ops->device_count(w->ex, &count);
+	st = w->ex_ops->driver_info(w->ex, NULL, &count);
 	if (st)
 		return st;
 	w->version = version;
@@ -165,7 +165,7 @@ int32_t pvgpu_handle_driver_get_version(struct pvgpu_worker *w,
 					struct pvgpu_driver_get_version_rep *rep)
 {
 	(void)req;
-	return w->ex_ops->driver_version(w->ex, &rep->version);
+	return w->ex_ops->driver_info(w->ex, &rep->version, NULL);
 }
 
 int32_t pvgpu_handle_device_get_count(struct pvgpu_worker *w,
@@ -173,7 +173,7 @@ int32_t pvgpu_handle_device_get_count(struct pvgpu_worker *w,
 				      struct pvgpu_device_get_count_rep *rep)
 {
 	(void)req;
-	return w->ex_ops->device_count(w->ex, &rep->count);
+	return w->ex_ops->driver_info(w->ex, NULL, &rep->count);
 }
 
 int32_t pvgpu_handle_device_get_attributes(struct pvgpu_worker *w,

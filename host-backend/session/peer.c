@@ -28,7 +28,7 @@ static int32_t check_device(struct pvgpu_worker *w, int32_t dev)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	if (dev < 0 || dev >= PVGPU_MAX_DEVICES)
 		return CUDA_ERROR_INVALID_DEVICE;
-	st = w->ex_ops->device_count(w->ex, &count);
+	st = w->ex_ops->driver_info(w->ex, NULL, &count);
 	if (st)
 		return st;
 	return dev < count ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;

@@ -225,7 +225,7 @@ struct pvgpu_exec {
 	/* PVGPU_SIM_NO_PEER: pairs of devices without peer access. */
 	bool no_peer[SIM_MAX_DEVICES][SIM_MAX_DEVICES];
 	uint32_t node;			/* PVGPU_SIM_NODE */
-	/* PVGPU_SIM_CONTEXT_BYTES, PVGPU_SIM_STREAM_BYTES (object_bytes). */
+	/* PVGPU_SIM_CONTEXT_BYTES, PVGPU_SIM_STREAM_BYTES (device_info). */
 	uint64_t ctx_bytes, stream_bytes;
 	/* Graph memory: allocation nodes' bytes (made at once, kept). */
 	uint64_t graph_mem, graph_mem_high;
@@ -1311,7 +1311,7 @@ static struct pvgpu_exec *sim_open(const struct pvgpu_exec_config *cfg,
 		return NULL;
 	/*
 	 * PVGPU_SIM_CONTEXT_BYTES, PVGPU_SIM_STREAM_BYTES: what the device
-	 * says a context and a stream take of its memory (object_bytes),
+	 * says a context and a stream take of its memory (device_info),
 	 * for tests of how the worker charges them; 0 unless set.  The
 	 * simulated device itself takes nothing for them.
 	 */
@@ -1408,32 +1408,15 @@ static bool bad_dev(struct pvgpu_exec *ex, int32_t dev)
 	return dev < 0 || dev >= ex->ndev;
 }
 
-static int32_t sim_object_bytes(struct pvgpu_exec *ex, int32_t dev,
-				uint64_t *ctx_bytes, uint64_t *stream_bytes)
+static int32_t sim_driver_info(struct pvgpu_exec *ex, int32_t *version,
+			       int32_t *count)
 {
-	if (!ex || !ctx_bytes || !stream_bytes)
+	if (!ex || (!version && !count))
 		return CUDA_ERROR_INVALID_VALUE;
-	if (bad_dev(ex, dev))
-		return CUDA_ERROR_INVALID_DEVICE;
-	*ctx_bytes = ex->ctx_bytes;
-	*stream_bytes = ex->stream_bytes;
-	return CUDA_SUCCESS;
-}
-
-static int32_t sim_driver_version(struct pvgpu_exec *ex, int32_t *version)
-{
-	(void)ex;
-	if (!version)
-		return CUDA_ERROR_INVALID_VALUE;
-	*version = SIM_DRIVER_VERSION;
-	return CUDA_SUCCESS;
-}
-
-static int32_t sim_device_count(struct pvgpu_exec *ex, int32_t *count)
-{
-	if (!ex || !count)
-		return CUDA_ERROR_INVALID_VALUE;
-	*count = ex->ndev;
+	if (version)
+		*version = SIM_DRIVER_VERSION;
+	if (count)
+		*count = ex->ndev;
 	return CUDA_SUCCESS;
 }
 
@@ -1645,6 +1628,10 @@ static int32_t sim_device_info(struct pvgpu_exec *ex, int32_t dev,
 	snprintf(d->name, sizeof(d->name), "%s", SIM_DEVICE_NAME);
 	sim_uuid(ex, dev, d->uuid);
 	d->total_mem = ex->total_bytes;
+	/* Told, not measured (PVGPU_SIM_CONTEXT_BYTES, ..._STREAM_BYTES). */
+	d->ctx_bytes = ex->ctx_bytes;
+	d->stream_bytes = ex->stream_bytes;
+	d->objects_known = true;
 	return CUDA_SUCCESS;
 }
 
@@ -5037,8 +5024,7 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.name			= "sim",
 	.open			= sim_open,
 	.close			= sim_close,
-	.driver_version		= sim_driver_version,
-	.device_count		= sim_device_count,
+	.driver_info		= sim_driver_info,
 	.device_attribute	= sim_device_attribute,
 	.device_info		= sim_device_info,
 	.ctx_create		= sim_ctx_create,
@@ -5089,7 +5075,6 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.clone_node		= sim_clone_node,
 	.mem_async		= sim_mem_async,
 	.cond_handle		= sim_cond_handle,
-	.object_bytes		= sim_object_bytes,
 	.checkpoint		= sim_checkpoint,
 	.idle_point		= sim_idle_point,
 };

@@ -130,7 +130,7 @@ static void test_cuda_open(void)
 		printf("cuda executor unavailable: %s\n", err);
 		return;
 	}
-	CHECK_RC(pvgpu_exec_cuda.device_count(ex, &n), CUDA_SUCCESS);
+	CHECK_RC(pvgpu_exec_cuda.driver_info(ex, NULL, &n), CUDA_SUCCESS);
 	CHECK(n >= 1);
 	pvgpu_exec_cuda.close(ex);
 }
@@ -144,9 +144,9 @@ static void test_devices(void)
 	CHECK(ex != NULL);
 	if (!ex)
 		return;
-	CHECK_RC(sim->driver_version(ex, &v), CUDA_SUCCESS);
+	CHECK_RC(sim->driver_info(ex, &v, NULL), CUDA_SUCCESS);
 	CHECK(v == 13000);
-	CHECK_RC(sim->device_count(ex, &n), CUDA_SUCCESS);
+	CHECK_RC(sim->driver_info(ex, NULL, &n), CUDA_SUCCESS);
 	CHECK(n == 1);
 	CHECK_RC(sim->device_info(ex, 0, &d), CUDA_SUCCESS);
 	CHECK(!strcmp(d.name, "pvgpu simulated device"));
@@ -188,7 +188,7 @@ static void test_devices(void)
 	ex2 = open_sim("3", NULL, NULL);
 	CHECK(ex2 != NULL);
 	if (ex2) {
-		CHECK_RC(sim->device_count(ex2, &n), CUDA_SUCCESS);
+		CHECK_RC(sim->driver_info(ex2, NULL, &n), CUDA_SUCCESS);
 		CHECK(n == 3);
 		CHECK_RC(sim->device_info(ex, 0, &d0), CUDA_SUCCESS);
 		CHECK_RC(sim->device_info(ex2, 0, &d1), CUDA_SUCCESS);

@@ -55,7 +55,7 @@ struct cuda_api {
 	CUresult (CUDAAPI *primary_ctx_retain)(CUcontext *, CUdevice);
 	CUresult (CUDAAPI *primary_ctx_release)(CUdevice);
 	CUresult (CUDAAPI *ctx_set_current)(CUcontext);
-	/* Only to measure what a context takes (cuda_object_bytes). */
+	/* Only to measure what a context takes (object_bytes). */
 	CUresult (CUDAAPI *ctx_create)(CUcontext *, unsigned int, CUdevice);
 	CUresult (CUDAAPI *ctx_destroy)(CUcontext);
 	CUresult (CUDAAPI *ctx_synchronize)(void);
@@ -367,6 +367,7 @@ struct pvgpu_exec {
 	void *lib;
 	struct cuda_api api;
 	int driver_version;
+	bool probe;			/* the supervisor's probe: object_bytes */
 
 	struct cuda_ctx *ctxs;
 	size_t nctxs, ctxs_cap;
@@ -623,13 +624,14 @@ static struct pvgpu_exec *cuda_open(const struct pvgpu_exec_config *cfg,
 	void *sym;
 	CUresult rc;
 
-	(void)cfg;		/* the driver does its own accounting */
+	/* The driver does its own accounting: cfg says only if we probe. */
 
 	ex = calloc(1, sizeof(*ex));
 	if (!ex) {
 		snprintf(err, errlen, "cuda executor: out of host memory");
 		return NULL;
 	}
+	ex->probe = cfg && cfg->probe;
 	/* NODELETE: the driver's threads may outlive our dlclose. */
 	ex->lib = dlopen(CUDA_LIB, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
 	if (!ex->lib) {
@@ -771,28 +773,17 @@ static void cuda_close(struct pvgpu_exec *ex)
 /* ------------------------------------------------------------------ */
 /* devices */
 
-static int32_t cuda_driver_version(struct pvgpu_exec *ex, int32_t *version)
+static int32_t cuda_driver_info(struct pvgpu_exec *ex, int32_t *version,
+				int32_t *count)
 {
-	int v;
-	CUresult rc;
+	CUresult rc = CUDA_SUCCESS;
+	int v, n;
 
-	if (!ex || !version)
+	if (!ex || (!version && !count))
 		return CUDA_ERROR_INVALID_VALUE;
-	rc = ex->api.driver_get_version(&v);
-	if (rc == CUDA_SUCCESS)
+	if (version && !(rc = ex->api.driver_get_version(&v)))
 		*version = v;
-	return rc;
-}
-
-static int32_t cuda_device_count(struct pvgpu_exec *ex, int32_t *count)
-{
-	int n;
-	CUresult rc;
-
-	if (!ex || !count)
-		return CUDA_ERROR_INVALID_VALUE;
-	rc = ex->api.device_get_count(&n);
-	if (rc == CUDA_SUCCESS)
+	if (count && !rc && !(rc = ex->api.device_get_count(&n)))
 		*count = n;
 	return rc;
 }
@@ -812,6 +803,97 @@ static int32_t cuda_device_attribute(struct pvgpu_exec *ex, int32_t dev,
 	rc = ex->api.device_get_attribute(&v, (CUdevice_attribute)attr, d);
 	if (rc == CUDA_SUCCESS)
 		*value = v;
+	return rc;
+}
+
+/*
+ * What one more context on dev and one more stream take of its memory, as
+ * the driver's free figure drops: CUDA_MEASURE_CTXS contexts made beside
+ * the primary, one after the other, then CUDA_MEASURE_STREAMS streams in
+ * the last (their mean).  The driver takes
+ * stream memory 2 MiB at a time, a few streams to a piece, so the mean of
+ * few is short by up to a piece: 16 streams of an H200 read 512 KiB each
+ * where 2000 take 560 KiB; 128 read within 16 KiB.  Everything made here
+ * is destroyed again; another process allocating meanwhile skews a
+ * reading, so a drop below zero reads as none.
+ */
+#define CUDA_MEASURE_STREAMS	128
+#define CUDA_MEASURE_CTXS	3	/* median3 below */
+
+/* The middle of three readings: one disturbed by another process is dropped. */
+static uint64_t median3(uint64_t a, uint64_t b, uint64_t c)
+{
+	uint64_t t;
+
+	if (a > b) {
+		t = a;
+		a = b;
+		b = t;
+	}
+	return c < a ? a : c > b ? b : c;
+}
+
+static int32_t object_bytes(struct pvgpu_exec *ex, int32_t dev,
+			    uint64_t *ctx_bytes, uint64_t *stream_bytes)
+{
+	CUstream s[CUDA_MEASURE_STREAMS];
+	size_t free[CUDA_MEASURE_CTXS + 1], free_s, total;
+	uint64_t delta[CUDA_MEASURE_CTXS];
+	CUcontext primary, extra[CUDA_MEASURE_CTXS];
+	int n = 0, c = 0;
+	CUdevice d;
+	CUresult rc;
+
+	if (!ex || !ctx_bytes || !stream_bytes)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->api.ctx_create || !ex->api.ctx_destroy)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	rc = to_device(ex, dev, &d);
+	if (rc)
+		return rc;
+	/* A session's context is the device's primary: measure beside it. */
+	rc = ex->api.primary_ctx_retain(&primary, d);
+	if (rc)
+		return rc;
+	rc = ex->api.ctx_set_current(primary);
+	if (!rc)
+		rc = ex->api.mem_get_info(&free[0], &total);
+	if (rc)
+		goto err_primary;
+	/*
+	 * The device's free memory is everyone's: another process allocating
+	 * or freeing meanwhile moves one reading (a run on the H200 read
+	 * 1011.6 MiB for a context that takes 523.6 MiB), so the context's
+	 * figure is the middle of three made one after the other.
+	 */
+	for (; !rc && c < CUDA_MEASURE_CTXS; c++) {
+		rc = ex->api.ctx_create(&extra[c], 0, d);	/* current */
+		if (rc)
+			break;
+		rc = ex->api.mem_get_info(&free[c + 1], &total);
+	}
+	for (; !rc && n < CUDA_MEASURE_STREAMS; n++)
+		rc = ex->api.stream_create_with_priority(&s[n], 0, 0);
+	if (rc && n)
+		n--;			/* the failed one made nothing */
+	if (!rc)
+		rc = ex->api.mem_get_info(&free_s, &total);
+	while (n > 0)
+		ex->api.stream_destroy(s[--n]);
+	while (c > 0)
+		ex->api.ctx_destroy(extra[--c]);
+	if (!rc) {
+		for (int i = 0; i < CUDA_MEASURE_CTXS; i++)
+			delta[i] = free[i] > free[i + 1] ?
+				   free[i] - free[i + 1] : 0;
+		*ctx_bytes = median3(delta[0], delta[1], delta[2]);
+		*stream_bytes = free[CUDA_MEASURE_CTXS] > free_s ?
+				(free[CUDA_MEASURE_CTXS] - free_s) /
+				CUDA_MEASURE_STREAMS : 0;
+	}
+err_primary:
+	ex->api.ctx_set_current(NULL);
+	ex->api.primary_ctx_release(d);
 	return rc;
 }
 
@@ -837,6 +919,9 @@ static int32_t cuda_device_info(struct pvgpu_exec *ex, int32_t dev,
 	info->name[sizeof(info->name) - 1] = '\0';
 	memcpy(info->uuid, u.bytes, sizeof(info->uuid));
 	info->total_mem = b;
+	info->objects_known = ex->probe &&
+			      !object_bytes(ex, dev, &info->ctx_bytes,
+					    &info->stream_bytes);
 	return CUDA_SUCCESS;
 }
 
@@ -1193,97 +1278,6 @@ static int32_t cuda_memset_async(struct pvgpu_exec *ex, uint64_t dst,
 	default:
 		return CUDA_ERROR_INVALID_VALUE;
 	}
-}
-
-/*
- * What one more context on dev and one more stream take of its memory, as
- * the driver's free figure drops: CUDA_MEASURE_CTXS contexts made beside
- * the primary, one after the other, then CUDA_MEASURE_STREAMS streams in
- * the last (their mean).  The driver takes
- * stream memory 2 MiB at a time, a few streams to a piece, so the mean of
- * few is short by up to a piece: 16 streams of an H200 read 512 KiB each
- * where 2000 take 560 KiB; 128 read within 16 KiB.  Everything made here
- * is destroyed again; another process allocating meanwhile skews a
- * reading, so a drop below zero reads as none.
- */
-#define CUDA_MEASURE_STREAMS	128
-#define CUDA_MEASURE_CTXS	3	/* median3 below */
-
-/* The middle of three readings: one disturbed by another process is dropped. */
-static uint64_t median3(uint64_t a, uint64_t b, uint64_t c)
-{
-	uint64_t t;
-
-	if (a > b) {
-		t = a;
-		a = b;
-		b = t;
-	}
-	return c < a ? a : c > b ? b : c;
-}
-
-static int32_t cuda_object_bytes(struct pvgpu_exec *ex, int32_t dev,
-				 uint64_t *ctx_bytes, uint64_t *stream_bytes)
-{
-	CUstream s[CUDA_MEASURE_STREAMS];
-	size_t free[CUDA_MEASURE_CTXS + 1], free_s, total;
-	uint64_t delta[CUDA_MEASURE_CTXS];
-	CUcontext primary, extra[CUDA_MEASURE_CTXS];
-	int n = 0, c = 0;
-	CUdevice d;
-	CUresult rc;
-
-	if (!ex || !ctx_bytes || !stream_bytes)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (!ex->api.ctx_create || !ex->api.ctx_destroy)
-		return CUDA_ERROR_NOT_SUPPORTED;
-	rc = to_device(ex, dev, &d);
-	if (rc)
-		return rc;
-	/* A session's context is the device's primary: measure beside it. */
-	rc = ex->api.primary_ctx_retain(&primary, d);
-	if (rc)
-		return rc;
-	rc = ex->api.ctx_set_current(primary);
-	if (!rc)
-		rc = ex->api.mem_get_info(&free[0], &total);
-	if (rc)
-		goto err_primary;
-	/*
-	 * The device's free memory is everyone's: another process allocating
-	 * or freeing meanwhile moves one reading (a run on the H200 read
-	 * 1011.6 MiB for a context that takes 523.6 MiB), so the context's
-	 * figure is the middle of three made one after the other.
-	 */
-	for (; !rc && c < CUDA_MEASURE_CTXS; c++) {
-		rc = ex->api.ctx_create(&extra[c], 0, d);	/* current */
-		if (rc)
-			break;
-		rc = ex->api.mem_get_info(&free[c + 1], &total);
-	}
-	for (; !rc && n < CUDA_MEASURE_STREAMS; n++)
-		rc = ex->api.stream_create_with_priority(&s[n], 0, 0);
-	if (rc && n)
-		n--;			/* the failed one made nothing */
-	if (!rc)
-		rc = ex->api.mem_get_info(&free_s, &total);
-	while (n > 0)
-		ex->api.stream_destroy(s[--n]);
-	while (c > 0)
-		ex->api.ctx_destroy(extra[--c]);
-	if (!rc) {
-		for (int i = 0; i < CUDA_MEASURE_CTXS; i++)
-			delta[i] = free[i] > free[i + 1] ?
-				   free[i] - free[i + 1] : 0;
-		*ctx_bytes = median3(delta[0], delta[1], delta[2]);
-		*stream_bytes = free[CUDA_MEASURE_CTXS] > free_s ?
-				(free[CUDA_MEASURE_CTXS] - free_s) /
-				CUDA_MEASURE_STREAMS : 0;
-	}
-err_primary:
-	ex->api.ctx_set_current(NULL);
-	ex->api.primary_ctx_release(d);
-	return rc;
 }
 
 /* ------------------------------------------------------------------ */
@@ -3171,8 +3165,7 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.name			= "cuda",
 	.open			= cuda_open,
 	.close			= cuda_close,
-	.driver_version		= cuda_driver_version,
-	.device_count		= cuda_device_count,
+	.driver_info		= cuda_driver_info,
 	.device_attribute	= cuda_device_attribute,
 	.device_info		= cuda_device_info,
 	.ctx_create		= cuda_ctx_create,
@@ -3223,6 +3216,5 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.clone_node		= cuda_clone_node,
 	.mem_async		= cuda_mem_async,
 	.cond_handle		= cuda_cond_handle,
-	.object_bytes		= cuda_object_bytes,
 	.checkpoint		= cuda_checkpoint,
 };

@@ -273,26 +273,25 @@ static void remote_close(struct pvgpu_exec *ex)
 /* ------------------------------------------------------------------ */
 /* devices */
 
-static int32_t remote_driver_version(struct pvgpu_exec *ex, int32_t *version)
+/* The first node's driver version; the devices of every node. */
+static int32_t remote_driver_info(struct pvgpu_exec *ex, int32_t *version,
+				  int32_t *count)
 {
 	struct pvgpu_driver_get_version_req q = { 0 };
 	struct pvgpu_driver_get_version_rep r;
-	int32_t st;
+	int32_t st = CUDA_SUCCESS;
 
-	if (!ex || !version)
+	if (!ex || (!version && !count))
 		return CUDA_ERROR_INVALID_VALUE;
-	st = cu(&ex->nodes[0], pvgpu_call_driver_get_version(ex->nodes[0].c, &q, &r));
-	if (!st)
-		*version = r.version;
+	if (version) {
+		st = cu(&ex->nodes[0],
+			pvgpu_call_driver_get_version(ex->nodes[0].c, &q, &r));
+		if (!st)
+			*version = r.version;
+	}
+	if (count && !st)
+		*count = ex->ndev;
 	return st;
-}
-
-static int32_t remote_device_count(struct pvgpu_exec *ex, int32_t *count)
-{
-	if (!ex || !count)
-		return CUDA_ERROR_INVALID_VALUE;
-	*count = ex->ndev;
-	return CUDA_SUCCESS;
 }
 
 static int32_t remote_device_attribute(struct pvgpu_exec *ex, int32_t dev,
@@ -1398,8 +1397,7 @@ static const struct pvgpu_executor_ops pvgpu_exec_remote = {
 	.name			= "remote",
 	.open			= remote_open,
 	.close			= remote_close,
-	.driver_version		= remote_driver_version,
-	.device_count		= remote_device_count,
+	.driver_info		= remote_driver_info,
 	.device_attribute	= remote_device_attribute,
 	.device_info		= remote_device_info,
 	.ctx_create		= remote_ctx_create,
