@@ -419,20 +419,16 @@ struct pvgpu_executor_ops {
 			       const struct pvgpu_generic_fn *f, uint64_t *a);
 
 	/*
-	 * JIT-link the inputs in the current context (cuLinkCreate ...
-	 * cuLinkComplete) with the checked options in l; on success
-	 * l->image is a malloc'd copy of the result.  The logs are filled
-	 * on failure too.  NULL: not supported.
+	 * The driver's JIT in the current context, with the checked options
+	 * in l, its logs filled on failure too (NULL: not supported).
+	 * module NULL: link the inputs (cuLinkCreate ... cuLinkComplete);
+	 * on success l->image is a malloc'd copy of the result.  Else
+	 * cuModuleLoadDataEx of PTX: the image is l->data (one input of
+	 * l->input_size[0] bytes, NUL-terminated), *module a module as
+	 * module_load's.
 	 */
-	int32_t (*link)(struct pvgpu_exec *ex, struct pvgpu_link *l);
-	/*
-	 * cuModuleLoadDataEx of PTX in the current context: the image is
-	 * l->data (one input of l->input_size[0] bytes, NUL-terminated), the
-	 * options, logs and results as for link; a module as module_load's.
-	 * NULL: not supported.
-	 */
-	int32_t (*module_load_jit)(struct pvgpu_exec *ex, struct pvgpu_link *l,
-				   uint64_t *module);
+	int32_t (*link)(struct pvgpu_exec *ex, struct pvgpu_link *l,
+			uint64_t *module);
 
 	/* The device address of registered host memory p (host_register).
 	 * NULL: not supported. */

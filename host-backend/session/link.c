@@ -146,7 +146,7 @@ int32_t pvgpu_handle_link_complete(struct pvgpu_worker *w,
 	l->input_type = req->input_type;
 	l->input_size = req->input_size;
 	l->data = data;
-	st = w->ex_ops->link(w->ex, l);
+	st = w->ex_ops->link(w->ex, l, NULL);
 	PVGPU_LINK_RESULTS(rep, l);
 	if (!st && (!l->image || !l->image_size || l->image_size > UINT32_MAX))
 		st = CUDA_ERROR_INVALID_IMAGE;

@@ -62,7 +62,7 @@ static int32_t load_image(struct pvgpu_worker *w, const uint8_t *image,
 			   w->acct->vms[atomic_load(&w->slot->vm)].name);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	st = jit ? w->ex_ops->module_load_jit(w->ex, jit, &module) :
+	st = jit ? w->ex_ops->link(w->ex, jit, &module) :
 		   w->ex_ops->module_load(w->ex, image, len, &module);
 	if (st)
 		goto err_uncharge;
@@ -204,7 +204,7 @@ int32_t pvgpu_handle_module_load_jit(struct pvgpu_worker *w,
 		st = CUDA_ERROR_INVALID_IMAGE;
 		goto out;
 	}
-	if (!w->ex_ops->module_load_jit) {
+	if (!w->ex_ops->link) {
 		st = CUDA_ERROR_NOT_SUPPORTED;
 		goto out;
 	}

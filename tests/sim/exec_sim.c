@@ -4701,13 +4701,15 @@ static int32_t sim_share_open(struct pvgpu_exec *ex, enum pvgpu_ipc_kind kind,
 	return CUDA_ERROR_INVALID_VALUE;
 }
 
-/* cuModuleLoadDataEx of PTX with options: the sim's linker gives the
- * logs and results, its module loader the module. */
-static int32_t sim_module_load_jit(struct pvgpu_exec *ex, struct pvgpu_link *l,
-				   uint64_t *module)
+/* A link, or cuModuleLoadDataEx of PTX with options: the sim's linker
+ * gives the logs and results, its module loader the module. */
+static int32_t sim_link(struct pvgpu_exec *ex, struct pvgpu_link *l,
+			uint64_t *module)
 {
 	int32_t rc = pvgpu_sim_link(ex, l);
 
+	if (!module)
+		return rc;
 	if (!rc)
 		rc = sim_module_load(ex, l->image, l->image_size, module);
 	free(l->image);
@@ -5058,8 +5060,7 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.tex_create		= sim_tex_create,
 	.tensor_map_encode	= sim_tensor_map_encode,
 	.driver_call		= sim_driver_call,
-	.link			= pvgpu_sim_link,
-	.module_load_jit	= sim_module_load_jit,
+	.link			= sim_link,
 	.host_device_pointer	= sim_host_device_pointer,
 	.share_get		= sim_share_get,
 	.share_open		= sim_share_open,

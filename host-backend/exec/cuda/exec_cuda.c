@@ -2731,7 +2731,7 @@ static void jit_results(struct pvgpu_link *l, const CUjit_option *keys, void *co
 
 /* JIT linking: NVIDIA's linker in the current context, the worker having
  * checked every option (session/link.c); the log buffers are ours. */
-static int32_t cuda_link(struct pvgpu_exec *ex, struct pvgpu_link *l)
+static int32_t link_image(struct pvgpu_exec *ex, struct pvgpu_link *l)
 {
 	CUresult (*create)(unsigned int, CUjit_option *, void **, CUlinkState *);
 	CUresult (*add)(CUlinkState, CUjitInputType, void *, size_t, const char *,
@@ -2781,8 +2781,8 @@ static int32_t cuda_link(struct pvgpu_exec *ex, struct pvgpu_link *l)
 }
 
 /* cuModuleLoadDataEx of PTX, with the options as the guest gave them. */
-static int32_t cuda_module_load_jit(struct pvgpu_exec *ex, struct pvgpu_link *l,
-				    uint64_t *module)
+static int32_t load_ptx(struct pvgpu_exec *ex, struct pvgpu_link *l,
+			uint64_t *module)
 {
 	CUresult (*load)(CUmodule *, const void *, unsigned int, CUjit_option *, void **);
 	CUjit_option keys[PVGPU_LINK_MAX_OPTS];
@@ -2801,6 +2801,12 @@ static int32_t cuda_module_load_jit(struct pvgpu_exec *ex, struct pvgpu_link *l,
 	r = load(&m, l->data, l->nopts, keys, vals);
 	jit_results(l, keys, vals);
 	return r ? (int32_t)r : module_keep(ex, m, module);
+}
+
+static int32_t cuda_link(struct pvgpu_exec *ex, struct pvgpu_link *l,
+			 uint64_t *module)
+{
+	return module ? load_ptx(ex, l, module) : link_image(ex, l);
 }
 
 /* Registered host memory's device address (UVA: usually the same). */
@@ -3200,7 +3206,6 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.tensor_map_encode	= cuda_tensor_map_encode,
 	.driver_call		= cuda_driver_call,
 	.link			= cuda_link,
-	.module_load_jit	= cuda_module_load_jit,
 	.host_device_pointer	= cuda_host_device_pointer,
 	.share_get		= cuda_share_get,
 	.share_open		= cuda_share_open,
