@@ -58,12 +58,13 @@ struct pvgpu_launch {
 	uint32_t nparams;
 	const struct pvgpu_launch_attr *attrs;	/* none: a plain launch */
 	uint32_t nattrs;
+	bool run;			/* PVGPU_LAUNCH_RUN of it (launch) */
 };
 
 /*
  * A run: identical plain launches the guest queued back to back while the
  * worker was behind (host-backend/session/runs.c), handed to the executor
- * PVGPU_LAUNCH_RUN at a time (launch_run below); PVGPU_RUN_PARAMS_MAX
+ * PVGPU_LAUNCH_RUN at a time (launch below, run set); PVGPU_RUN_PARAMS_MAX
  * bytes of parameters at most.  A run's launches reach the GPU in one
  * driver call where native makes one each.
  */
@@ -252,6 +253,7 @@ struct pvgpu_exec_device {
 
 struct pvgpu_executor_ops {
 	const char *name;
+	bool takes_runs;		/* launch's runs (launch->run) */
 
 	/*
 	 * Create an instance in the calling (worker) process.  On failure
@@ -342,18 +344,16 @@ struct pvgpu_executor_ops {
 	int32_t (*function_params)(struct pvgpu_exec *ex, uint64_t func,
 				   struct pvgpu_param_info *layout,
 				   uint32_t max, uint32_t *count);
+	/*
+	 * One launch; with launch->run, PVGPU_LAUNCH_RUN identical ones,
+	 * one after another on its stream, as that many launches would make
+	 * them, in fewer driver calls, where takes_runs says it makes
+	 * them.  All of a run or none: an executor that will not take this
+	 * one (not yet worth it) returns PVGPU_EXEC_DECLINED having launched
+	 * nothing, and the session launches each.
+	 */
 	int32_t (*launch)(struct pvgpu_exec *ex,
 			  const struct pvgpu_launch *launch);
-	/*
-	 * PVGPU_LAUNCH_RUN identical launches of launch, one after another
-	 * on its stream, as that many calls of launch would make them, in
-	 * fewer driver calls (optional).  All of them or none: an executor
-	 * that will not take this run (not yet worth it, or it cannot)
-	 * returns PVGPU_EXEC_DECLINED having launched nothing, and the
-	 * session calls launch for each.
-	 */
-	int32_t (*launch_run)(struct pvgpu_exec *ex,
-			      const struct pvgpu_launch *launch);
 	/* Clusters of this launch shape resident at once (cluster 0: the
 	 * kernel's own dimensions). */
 	int32_t (*max_clusters)(struct pvgpu_exec *ex, uint64_t func,

@@ -472,11 +472,12 @@ int32_t pvgpu_kernel_launch(struct pvgpu_worker *w, struct pvgpu_launch *l,
 	st = pvgpu_lookup_stream(w, guest_stream, &l->stream);
 	if (st)
 		return st;
-	if (run && !w->ex_ops->launch_run)
+	if (run && !w->ex_ops->takes_runs)
 		return PVGPU_EXEC_DECLINED;
+	l->run = run;
 	/* Its VM's turn on this GPU first (gpusched.h). */
 	pvgpu_sched_admit(w, pvgpu_cur_device(w), n);
-	st = run ? w->ex_ops->launch_run(w->ex, l) : w->ex_ops->launch(w->ex, l);
+	st = w->ex_ops->launch(w->ex, l);
 	if (!quiet && st != PVGPU_EXEC_DECLINED)
 		pvgpu_output_arm(w);	/* it may print (output.c) */
 	pvgpu_sched_launched(w, l->stream, st, n);

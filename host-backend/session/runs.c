@@ -9,7 +9,7 @@
  * the launch just read is the same as the last one (function, shape,
  * stream, parameter bytes) and the guest's next message is already
  * waiting, the worker holds it instead of launching it; PVGPU_LAUNCH_RUN
- * of them go to the executor as one run (launch_run: the CUDA executor
+ * of them go to the executor as one run (launch, run set: the CUDA executor
  * launches a cached graph of that many kernel nodes, one driver call).
  * Nothing is held while the guest is not ahead: the first launch of a run
  * is launched at once, a launch whose next message has not arrived too,
@@ -73,7 +73,7 @@ int pvgpu_run_take(struct pvgpu_worker *w,
 	 * nodes, one each, as the guest made them; while VMs take turns on
 	 * the GPU, a turn ends between two launches, not after 32.
 	 */
-	if (!w->ex_ops->launch_run || w->capturing ||
+	if (!w->ex_ops->takes_runs || w->capturing ||
 	    !pvgpu_worker_next_alike(w) ||
 	    pvgpu_sched_shared(w, pvgpu_cur_device(w)))
 		return 0;

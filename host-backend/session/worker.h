@@ -290,8 +290,8 @@ static inline int pvgpu_cur_device(struct pvgpu_worker *w)
 
 /*
  * A kernel launch from the guest (modules.c): checked, in its VM's turn,
- * then the executor's launch, or with run set its launch_run
- * (PVGPU_LAUNCH_RUN of them, or PVGPU_EXEC_DECLINED and none).
+ * then the executor's launch, with run set PVGPU_LAUNCH_RUN of them (or
+ * PVGPU_EXEC_DECLINED and none).
  */
 int32_t pvgpu_kernel_launch(struct pvgpu_worker *w, struct pvgpu_launch *l,
 			    uint64_t func, uint64_t guest_stream, int run);

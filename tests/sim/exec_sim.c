@@ -215,7 +215,7 @@ struct sim_host {
 
 struct pvgpu_exec {
 	struct pvgpu_exec_config cfg;
-	/* The last run of launches seen (sim_launch_run): function, stream. */
+	/* The last run of launches seen (launch_run): function, stream. */
 	uint64_t run_func, run_stream;
 	bool have_cfg;
 	int32_t ndev;
@@ -3110,7 +3110,7 @@ static int32_t sim_launch_attrs(struct pvgpu_exec *ex,
 	return CUDA_SUCCESS;
 }
 
-static int32_t sim_launch(struct pvgpu_exec *ex,
+static int32_t launch_one(struct pvgpu_exec *ex,
 			  const struct pvgpu_launch *launch)
 {
 	struct pvgpu_sim_dim3 cluster;
@@ -3214,8 +3214,8 @@ out:
  * first time a function's runs on a stream are seen, as the CUDA executor
  * declines until its graph is worth making, then that many launches.
  */
-static int32_t sim_launch_run(struct pvgpu_exec *ex,
-			      const struct pvgpu_launch *launch)
+static int32_t launch_run(struct pvgpu_exec *ex,
+			  const struct pvgpu_launch *launch)
 {
 	int32_t rc = CUDA_SUCCESS;
 
@@ -3227,8 +3227,15 @@ static int32_t sim_launch_run(struct pvgpu_exec *ex,
 		return PVGPU_EXEC_DECLINED;
 	}
 	for (uint32_t i = 0; i < PVGPU_LAUNCH_RUN && !rc; i++)
-		rc = sim_launch(ex, launch);
+		rc = launch_one(ex, launch);
 	return rc;
+}
+
+static int32_t sim_launch(struct pvgpu_exec *ex,
+			  const struct pvgpu_launch *launch)
+{
+	return launch && launch->run ? launch_run(ex, launch) :
+				       launch_one(ex, launch);
 }
 
 /*
@@ -5024,6 +5031,7 @@ static int32_t sim_driver_call(struct pvgpu_exec *ex,
 
 const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.name			= "sim",
+	.takes_runs		= true,
 	.open			= sim_open,
 	.close			= sim_close,
 	.driver_info		= sim_driver_info,
@@ -5051,7 +5059,6 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.module_function_names	= sim_module_function_names,
 	.function_params	= sim_function_params,
 	.launch			= sim_launch,
-	.launch_run		= sim_launch_run,
 	.max_clusters		= sim_max_clusters,
 	.peer_attribute		= sim_peer_attribute,
 	.peer_access		= sim_peer_access,

@@ -193,7 +193,7 @@ struct cuda_api {
 						     CUgraph);
 	CUresult (CUDAAPI *graph_memcpy_node_set)(CUgraphNode,
 						  const CUDA_MEMCPY3D *);
-	/* Runs of identical launches (cuda_launch_run). */
+	/* Runs of identical launches (launch_run). */
 	CUresult (CUDAAPI *graph_create)(CUgraph *, unsigned int);
 	CUresult (CUDAAPI *graph_destroy)(CUgraph);
 	CUresult (CUDAAPI *graph_instantiate)(CUgraphExec *, CUgraph,
@@ -395,7 +395,7 @@ struct pvgpu_exec {
 	unsigned int nvmm_fds;
 	int vmm_import_said;	/* a guest may retry: said once per session */
 
-	/* Runs of identical launches (cuda_launch_run). */
+	/* Runs of identical launches (launch_run). */
 	struct cuda_run_graph {
 		uint64_t ctx;		/* 0: a free entry */
 		CUfunction f;
@@ -1685,8 +1685,8 @@ static int32_t kernel_args(const struct pvgpu_launch *l, void **stack_args,
 	return CUDA_SUCCESS;
 }
 
-static int32_t cuda_launch(struct pvgpu_exec *ex,
-			   const struct pvgpu_launch *l)
+static int32_t launch_one(struct pvgpu_exec *ex,
+			  const struct pvgpu_launch *l)
 {
 	void *stack_args[CUDA_STACK_PARAMS];
 	void **args;
@@ -2088,8 +2088,8 @@ static int32_t run_graph_make(struct pvgpu_exec *ex, struct cuda_run_graph *g,
 	return rc;
 }
 
-static int32_t cuda_launch_run(struct pvgpu_exec *ex,
-			       const struct pvgpu_launch *l)
+static int32_t launch_run(struct pvgpu_exec *ex,
+			  const struct pvgpu_launch *l)
 {
 	struct cuda_run_graph *g = NULL;
 	CUfunction f;
@@ -2136,6 +2136,12 @@ static int32_t cuda_launch_run(struct pvgpu_exec *ex,
 		return PVGPU_EXEC_DECLINED;
 	}
 	return CUDA_SUCCESS;
+}
+
+static int32_t cuda_launch(struct pvgpu_exec *ex,
+			   const struct pvgpu_launch *l)
+{
+	return l && l->run ? launch_run(ex, l) : launch_one(ex, l);
 }
 
 /*
@@ -3169,6 +3175,7 @@ static int cuda_checkpoint(pid_t pid, bool restore, uint64_t timeout_ms,
 
 const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.name			= "cuda",
+	.takes_runs		= true,
 	.open			= cuda_open,
 	.close			= cuda_close,
 	.driver_info		= cuda_driver_info,
@@ -3196,7 +3203,6 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.module_function_names	= cuda_module_function_names,
 	.function_params	= cuda_function_params,
 	.launch			= cuda_launch,
-	.launch_run		= cuda_launch_run,
 	.max_clusters		= cuda_max_clusters,
 	.peer_attribute		= cuda_peer_attribute,
 	.peer_access		= cuda_peer_access,

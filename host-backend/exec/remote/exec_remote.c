@@ -912,6 +912,8 @@ static int32_t remote_launch(struct pvgpu_exec *ex,
 
 	if (!ex || !l || (l->params_size && !l->params))
 		return CUDA_ERROR_INVALID_VALUE;
+	if (l->run)
+		return PVGPU_EXEC_DECLINED;	/* takes_runs: the node's own */
 	n = untag(ex, l->func, &q.func);
 	if (!n)
 		return CUDA_ERROR_INVALID_HANDLE;
