@@ -215,6 +215,7 @@ enum pvgpu_copy_kind {
 	PVGPU_COPY_DTOH,	/* src to host */
 	PVGPU_COPY_DTOD,	/* src to dst, in the current context */
 	PVGPU_COPY_PEER,	/* src in src_ctx to dst in dst_ctx */
+	PVGPU_COPY_ARRAY,	/* array: queued on its own stream */
 };
 
 /* What module_symbol looks up. */
@@ -231,6 +232,7 @@ struct pvgpu_exec_copy {
 	void *host;			/* HTOD: read; DTOH: written */
 	uint64_t dst_ctx, src_ctx;	/* PEER: the executor's contexts */
 	uint64_t size;
+	const struct pvgpu_array_copy *array;	/* ARRAY: all it needs */
 };
 
 /*
@@ -374,13 +376,12 @@ struct pvgpu_executor_ops {
 			       bool enable, uint32_t flags);
 
 	/*
-	 * CUDA arrays (NULL: not supported).  array_copy is stream-ordered;
-	 * they are destroyed by the generic call (cuArrayDestroy).
+	 * CUDA arrays (NULL: not supported).  Their copies are
+	 * PVGPU_COPY_ARRAY; they are destroyed by the generic call
+	 * (cuArrayDestroy).
 	 */
 	int32_t (*array_create)(struct pvgpu_exec *ex,
 				const struct pvgpu_array_desc *d, uint64_t *array);
-	int32_t (*array_copy)(struct pvgpu_exec *ex,
-			      const struct pvgpu_array_copy *c);
 
 	/*
 	 * Texture and surface objects (NULL: not supported): a texture

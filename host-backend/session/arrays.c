@@ -195,5 +195,7 @@ int32_t pvgpu_handle_array_copy(struct pvgpu_worker *w,
 	st = pvgpu_lookup_stream(w, req->stream, &c.stream);
 	if (st)
 		return st;
-	return w->ex_ops->array_copy(w->ex, &c);
+	return w->ex_ops->copy(w->ex, &(struct pvgpu_exec_copy){
+					.kind = PVGPU_COPY_ARRAY, .array = &c,
+				});
 }

@@ -2767,6 +2767,38 @@ static int32_t peer_copy(struct pvgpu_exec *ex, uint64_t dst, uint64_t dst_ctx,
 	return CUDA_SUCCESS;
 }
 
+static int32_t array_copy(struct pvgpu_exec *ex,
+			  const struct pvgpu_array_copy *c)
+{
+	struct sim_obj *o = ex && c ? obj_find(ex, c->array, SIM_ARRAY) : NULL;
+	int32_t rc;
+
+	if (!o || o->ctx != ex->cur)
+		return CUDA_ERROR_INVALID_HANDLE;
+	rc = check_stream(ex, c->stream);
+	if (rc)
+		return rc;
+	if (c->x > o->u.array.row || c->width > o->u.array.row - c->x ||
+	    c->y > o->u.array.rows || c->height > o->u.array.rows - c->y ||
+	    c->z > o->u.array.slices || c->depth > o->u.array.slices - c->z)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (uint64_t z = 0; z < c->depth; z++)
+		for (uint64_t y = 0; y < c->height; y++) {
+			unsigned char *a = o->u.array.data + ((c->z + z) * o->u.array.rows +
+							      c->y + y) * o->u.array.row + c->x;
+			unsigned char *d = dev_bytes(ex, c->dptr + (z * c->rows + y) * c->pitch,
+						     c->width);
+
+			if (!d)
+				return CUDA_ERROR_INVALID_VALUE;
+			if (c->to_array)
+				memcpy(a, d, c->width);
+			else
+				memcpy(d, a, c->width);
+		}
+	return CUDA_SUCCESS;
+}
+
 /*
  * Every copy (executor.h), done at once: a synchronous one is the queued
  * one on the legacy stream (a peer copy's, ordered with both contexts,
@@ -2790,6 +2822,9 @@ static int32_t sim_copy(struct pvgpu_exec *ex, const struct pvgpu_exec_copy *c)
 		rc = c->queued ? check_stream(ex, stream) : CUDA_SUCCESS;
 		return rc ? rc : peer_copy(ex, c->dst, c->dst_ctx, c->src,
 					   c->src_ctx, c->size);
+	case PVGPU_COPY_ARRAY:
+		return c->array ? array_copy(ex, c->array) :
+				  CUDA_ERROR_INVALID_VALUE;
 	}
 	return CUDA_ERROR_INVALID_VALUE;
 }
@@ -3295,38 +3330,6 @@ static int32_t sim_array_destroy(struct pvgpu_exec *ex, uint64_t array)
 	if (!o || o->ctx != ex->cur)
 		return CUDA_ERROR_INVALID_HANDLE;
 	obj_free(ex, o);
-	return CUDA_SUCCESS;
-}
-
-static int32_t sim_array_copy(struct pvgpu_exec *ex,
-			      const struct pvgpu_array_copy *c)
-{
-	struct sim_obj *o = ex && c ? obj_find(ex, c->array, SIM_ARRAY) : NULL;
-	int32_t rc;
-
-	if (!o || o->ctx != ex->cur)
-		return CUDA_ERROR_INVALID_HANDLE;
-	rc = check_stream(ex, c->stream);
-	if (rc)
-		return rc;
-	if (c->x > o->u.array.row || c->width > o->u.array.row - c->x ||
-	    c->y > o->u.array.rows || c->height > o->u.array.rows - c->y ||
-	    c->z > o->u.array.slices || c->depth > o->u.array.slices - c->z)
-		return CUDA_ERROR_INVALID_VALUE;
-	for (uint64_t z = 0; z < c->depth; z++)
-		for (uint64_t y = 0; y < c->height; y++) {
-			unsigned char *a = o->u.array.data + ((c->z + z) * o->u.array.rows +
-							      c->y + y) * o->u.array.row + c->x;
-			unsigned char *d = dev_bytes(ex, c->dptr + (z * c->rows + y) * c->pitch,
-						     c->width);
-
-			if (!d)
-				return CUDA_ERROR_INVALID_VALUE;
-			if (c->to_array)
-				memcpy(a, d, c->width);
-			else
-				memcpy(d, a, c->width);
-		}
 	return CUDA_SUCCESS;
 }
 
@@ -5063,7 +5066,6 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.peer_attribute		= sim_peer_attribute,
 	.peer_access		= sim_peer_access,
 	.array_create		= sim_array_create,
-	.array_copy		= sim_array_copy,
 	.tex_create		= sim_tex_create,
 	.tensor_map_encode	= sim_tensor_map_encode,
 	.driver_call		= sim_driver_call,

@@ -1202,6 +1202,50 @@ static int32_t peer_ctxs(struct pvgpu_exec *ex, uint64_t dst_ctx,
 	return CUDA_SUCCESS;
 }
 
+static int32_t array_copy(struct pvgpu_exec *ex,
+			  const struct pvgpu_array_copy *c)
+{
+	struct cuda_handle *e;
+	CUDA_MEMCPY3D m;
+	CUstream s;
+	int32_t rc;
+
+	if (!ex || !c)
+		return CUDA_ERROR_INVALID_VALUE;
+	e = handle_here(ex, c->array, CUDA_ARRAY);
+	if (!e || !ex->api.memcpy_3d_async)
+		return CUDA_ERROR_INVALID_HANDLE;
+	rc = to_stream(ex, c->stream, &s);
+	if (rc)
+		return rc;
+	memset(&m, 0, sizeof(m));
+	if (c->to_array) {
+		m.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+		m.srcDevice = c->dptr;
+		m.srcPitch = c->pitch;
+		m.srcHeight = c->rows;
+		m.dstMemoryType = CU_MEMORYTYPE_ARRAY;
+		m.dstArray = (CUarray)(uintptr_t)c->array;
+		m.dstXInBytes = c->x;
+		m.dstY = c->y;
+		m.dstZ = c->z;
+	} else {
+		m.srcMemoryType = CU_MEMORYTYPE_ARRAY;
+		m.srcArray = (CUarray)(uintptr_t)c->array;
+		m.srcXInBytes = c->x;
+		m.srcY = c->y;
+		m.srcZ = c->z;
+		m.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+		m.dstDevice = c->dptr;
+		m.dstPitch = c->pitch;
+		m.dstHeight = c->rows;
+	}
+	m.WidthInBytes = c->width;
+	m.Height = c->height;
+	m.Depth = c->depth;
+	return ex->api.memcpy_3d_async(&m, s);
+}
+
 /*
  * Every copy (executor.h).  A queued one checks as a memset (queued_args),
  * a synchronous one a current context; a host end is named unless empty,
@@ -1218,6 +1262,9 @@ static int32_t cuda_copy(struct pvgpu_exec *ex, const struct pvgpu_exec_copy *c)
 
 	if (!ex || !c)
 		return CUDA_ERROR_INVALID_VALUE;
+	if (c->kind == PVGPU_COPY_ARRAY)
+		return c->array ? array_copy(ex, c->array) :
+				  CUDA_ERROR_INVALID_VALUE;
 	if (c->queued)
 		rc = queued_args(ex, c->stream, c->size, &s);
 	else
@@ -1253,6 +1300,8 @@ static int32_t cuda_copy(struct pvgpu_exec *ex, const struct pvgpu_exec_copy *c)
 			return ex->api.memcpy_peer_async(c->dst, dc, c->src, sc,
 							 n, s);
 		return ex->api.memcpy_peer(c->dst, dc, c->src, sc, n);
+	case PVGPU_COPY_ARRAY:
+		break;
 	}
 	return CUDA_ERROR_INVALID_VALUE;
 }
@@ -1748,50 +1797,6 @@ static int32_t cuda_array_create(struct pvgpu_exec *ex,
 	}
 	*array = (uint64_t)(uintptr_t)a;
 	return CUDA_SUCCESS;
-}
-
-static int32_t cuda_array_copy(struct pvgpu_exec *ex,
-			       const struct pvgpu_array_copy *c)
-{
-	struct cuda_handle *e;
-	CUDA_MEMCPY3D m;
-	CUstream s;
-	int32_t rc;
-
-	if (!ex || !c)
-		return CUDA_ERROR_INVALID_VALUE;
-	e = handle_here(ex, c->array, CUDA_ARRAY);
-	if (!e || !ex->api.memcpy_3d_async)
-		return CUDA_ERROR_INVALID_HANDLE;
-	rc = to_stream(ex, c->stream, &s);
-	if (rc)
-		return rc;
-	memset(&m, 0, sizeof(m));
-	if (c->to_array) {
-		m.srcMemoryType = CU_MEMORYTYPE_DEVICE;
-		m.srcDevice = c->dptr;
-		m.srcPitch = c->pitch;
-		m.srcHeight = c->rows;
-		m.dstMemoryType = CU_MEMORYTYPE_ARRAY;
-		m.dstArray = (CUarray)(uintptr_t)c->array;
-		m.dstXInBytes = c->x;
-		m.dstY = c->y;
-		m.dstZ = c->z;
-	} else {
-		m.srcMemoryType = CU_MEMORYTYPE_ARRAY;
-		m.srcArray = (CUarray)(uintptr_t)c->array;
-		m.srcXInBytes = c->x;
-		m.srcY = c->y;
-		m.srcZ = c->z;
-		m.dstMemoryType = CU_MEMORYTYPE_DEVICE;
-		m.dstDevice = c->dptr;
-		m.dstPitch = c->pitch;
-		m.dstHeight = c->rows;
-	}
-	m.WidthInBytes = c->width;
-	m.Height = c->height;
-	m.Depth = c->depth;
-	return ex->api.memcpy_3d_async(&m, s);
 }
 
 /* ------------------------------------------------------------------ */
@@ -3207,7 +3212,6 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.peer_attribute		= cuda_peer_attribute,
 	.peer_access		= cuda_peer_access,
 	.array_create		= cuda_array_create,
-	.array_copy		= cuda_array_copy,
 	.tex_create		= cuda_tex_create,
 	.tensor_map_encode	= cuda_tensor_map_encode,
 	.driver_call		= cuda_driver_call,

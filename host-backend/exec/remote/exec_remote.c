@@ -1095,6 +1095,32 @@ static int32_t remote_peer(struct pvgpu_exec *ex, uint64_t dst,
 	}
 }
 
+static int32_t array_copy(struct pvgpu_exec *ex,
+			  const struct pvgpu_array_copy *c)
+{
+	struct pvgpu_array_copy_req q;
+	struct pvgpu_array_copy_rep r;
+	struct remote_node *n, *sn;
+
+	if (!ex || !c)
+		return CUDA_ERROR_INVALID_VALUE;
+	n = untag(ex, c->array, &q.array);
+	sn = stream_node(ex, c->stream, &q.stream);
+	if (!n || sn != n)
+		return CUDA_ERROR_INVALID_HANDLE;
+	q.x = c->x;
+	q.y = c->y;
+	q.z = c->z;
+	q.width = c->width;
+	q.height = c->height;
+	q.depth = c->depth;
+	q.dptr = c->dptr;
+	q.pitch = c->pitch;
+	q.rows = c->rows;
+	q.to_array = (uint32_t)c->to_array;
+	return cu(n, pvgpu_call_array_copy(n->c, &q, &r));
+}
+
 /*
  * Every copy (executor.h), by the node's own ops: a device-to-host copy
  * there returns when done, on its stream; a synchronous one is on the
@@ -1117,6 +1143,9 @@ static int32_t remote_copy(struct pvgpu_exec *ex, const struct pvgpu_exec_copy *
 	case PVGPU_COPY_PEER:
 		return remote_peer(ex, c->dst, c->dst_ctx, c->src, c->src_ctx,
 				   c->size, stream);
+	case PVGPU_COPY_ARRAY:
+		return c->array ? array_copy(ex, c->array) :
+				  CUDA_ERROR_INVALID_VALUE;
 	}
 	return CUDA_ERROR_INVALID_VALUE;
 }
@@ -1167,32 +1196,6 @@ static int32_t remote_array_create(struct pvgpu_exec *ex,
 	};
 	st = cu(n, pvgpu_call_array_create(n->c, &q, &r));
 	return st ? st : tagged(ex, n, r.array, array);
-}
-
-static int32_t remote_array_copy(struct pvgpu_exec *ex,
-				 const struct pvgpu_array_copy *c)
-{
-	struct pvgpu_array_copy_req q;
-	struct pvgpu_array_copy_rep r;
-	struct remote_node *n, *sn;
-
-	if (!ex || !c)
-		return CUDA_ERROR_INVALID_VALUE;
-	n = untag(ex, c->array, &q.array);
-	sn = stream_node(ex, c->stream, &q.stream);
-	if (!n || sn != n)
-		return CUDA_ERROR_INVALID_HANDLE;
-	q.x = c->x;
-	q.y = c->y;
-	q.z = c->z;
-	q.width = c->width;
-	q.height = c->height;
-	q.depth = c->depth;
-	q.dptr = c->dptr;
-	q.pitch = c->pitch;
-	q.rows = c->rows;
-	q.to_array = (uint32_t)c->to_array;
-	return cu(n, pvgpu_call_array_copy(n->c, &q, &r));
 }
 
 /* A surface object of an array of the current context. */
@@ -1427,7 +1430,6 @@ static const struct pvgpu_executor_ops pvgpu_exec_remote = {
 	.peer_attribute		= remote_peer_attribute,
 	.peer_access		= remote_peer_access,
 	.array_create		= remote_array_create,
-	.array_copy		= remote_array_copy,
 	.tex_create		= remote_tex_create,
 	.driver_call		= remote_driver_call,
 };
