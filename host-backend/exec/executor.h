@@ -285,7 +285,6 @@ struct pvgpu_executor_ops {
 			      uint64_t *ctx);
 	int32_t (*ctx_destroy)(struct pvgpu_exec *ex, uint64_t ctx);
 	int32_t (*ctx_set)(struct pvgpu_exec *ex, uint64_t ctx);
-	int32_t (*ctx_synchronize)(struct pvgpu_exec *ex);
 
 	/* Memory (in the current context) */
 	int32_t (*mem_alloc)(struct pvgpu_exec *ex, uint64_t size,
@@ -315,7 +314,10 @@ struct pvgpu_executor_ops {
 	int32_t (*stream_create)(struct pvgpu_exec *ex, uint32_t flags,
 				 int32_t priority, uint64_t *stream);
 	int32_t (*stream_destroy)(struct pvgpu_exec *ex, uint64_t stream);
-	int32_t (*stream_synchronize)(struct pvgpu_exec *ex, uint64_t stream);
+	/* Wait for stream's work, or with whole_ctx for all of the current
+	 * context's (cuStreamSynchronize, cuCtxSynchronize). */
+	int32_t (*synchronize)(struct pvgpu_exec *ex, bool whole_ctx,
+			       uint64_t stream);
 	/*
 	 * Stream queries, stream waits, and events are generic driver calls
 	 * (driver_call below, annotations.py GENERIC), the worker's own

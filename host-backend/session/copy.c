@@ -177,7 +177,7 @@ int32_t pvgpu_copy_htod(struct pvgpu_worker *w, uint64_t dst, uint64_t size,
 	}
 	atomic_fetch_add(&w->slot->bytes_h2d, off);
 	if (!first_err && sync)
-		first_err = w->ex_ops->stream_synchronize(w->ex, stream);
+		first_err = w->ex_ops->synchronize(w->ex, false, stream);
 	return first_err;
 }
 

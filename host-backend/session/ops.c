@@ -432,7 +432,7 @@ int32_t pvgpu_handle_ctx_synchronize(struct pvgpu_worker *w,
 	if (!w->signal.nonblocking_streams && pvgpu_signal_wanted(w) &&
 	    pvgpu_signal_queue(w, 0))
 		return CUDA_SUCCESS;
-	st = w->ex_ops->ctx_synchronize(w->ex);
+	st = w->ex_ops->synchronize(w->ex, true, 0);
 	if (st == CUDA_SUCCESS)
 		pvgpu_sched_ctx_synced(w);	/* no event needed to know */
 	return st;
@@ -609,7 +609,7 @@ static int32_t dtod(struct pvgpu_worker *w, uint64_t dst, uint64_t src,
 		return pvgpu_peer_dtod(w, d, dst, s, src, size, stream, sync);
 	st = pvgpu_exec_dtod(w->ex_ops, w->ex, dst, src, size, stream);
 	if (!st && sync)
-		st = w->ex_ops->stream_synchronize(w->ex, stream);
+		st = w->ex_ops->synchronize(w->ex, false, stream);
 	return st;
 }
 
@@ -713,5 +713,5 @@ int32_t pvgpu_handle_stream_synchronize(struct pvgpu_worker *w,
 		return st;
 	if (pvgpu_signal_wanted(w) && pvgpu_signal_queue(w, stream))
 		return CUDA_SUCCESS;
-	return w->ex_ops->stream_synchronize(w->ex, stream);
+	return w->ex_ops->synchronize(w->ex, false, stream);
 }

@@ -246,6 +246,6 @@ int32_t pvgpu_peer_dtod(struct pvgpu_worker *w, const struct pvgpu_alloc *d,
 	st = pvgpu_exec_peer(w->ex_ops, w->ex, dst, dc->exec_handle, src,
 			     sc->exec_handle, size, true, stream);
 	if (!st && sync)
-		st = w->ex_ops->stream_synchronize(w->ex, stream);
+		st = w->ex_ops->synchronize(w->ex, false, stream);
 	return st;
 }

@@ -453,7 +453,7 @@ static int32_t copy_done(struct pvgpu_worker *w, uint64_t stream)
 	       pvgpu_poll_again(&poll, COPY_SPIN_NS))
 		;
 	return st == CUDA_ERROR_NOT_READY ?
-	       w->ex_ops->stream_synchronize(w->ex, stream) : st;
+	       w->ex_ops->synchronize(w->ex, false, stream) : st;
 }
 
 /*
@@ -772,7 +772,7 @@ static int32_t staged_end(struct pvgpu_worker *w, uint64_t through,
 			  _Atomic uint64_t *bytes, uint64_t size)
 {
 	if (through < blocks) {
-		w->ex_ops->ctx_synchronize(w->ex);
+		w->ex_ops->synchronize(w->ex, true, 0);
 		drop_slot_events(w);
 		staging_abandoned(w);
 		return err ? err : CUDA_ERROR_TIMEOUT;

@@ -1732,7 +1732,7 @@ static int32_t sim_ctx_set(struct pvgpu_exec *ex, uint64_t ctx)
 	return CUDA_SUCCESS;
 }
 
-static int32_t sim_ctx_synchronize(struct pvgpu_exec *ex)
+static int32_t ctx_synchronize(struct pvgpu_exec *ex)
 {
 	if (!ex)
 		return CUDA_ERROR_INVALID_VALUE;
@@ -2144,12 +2144,18 @@ static int32_t sim_stream_destroy(struct pvgpu_exec *ex, uint64_t stream)
 	return CUDA_SUCCESS;
 }
 
-static int32_t sim_stream_synchronize(struct pvgpu_exec *ex, uint64_t stream)
+static int32_t stream_synchronize(struct pvgpu_exec *ex, uint64_t stream)
 {
 	if (!ex)
 		return CUDA_ERROR_INVALID_VALUE;
 	sim_output_flush(ex);
 	return check_stream(ex, stream);
+}
+
+static int32_t sim_synchronize(struct pvgpu_exec *ex, bool whole_ctx,
+			       uint64_t stream)
+{
+	return whole_ctx ? ctx_synchronize(ex) : stream_synchronize(ex, stream);
 }
 
 static int32_t sim_stream_query(struct pvgpu_exec *ex, uint64_t stream)
@@ -5043,7 +5049,6 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.ctx_create		= sim_ctx_create,
 	.ctx_destroy		= sim_ctx_destroy,
 	.ctx_set		= sim_ctx_set,
-	.ctx_synchronize	= sim_ctx_synchronize,
 	.mem_alloc		= sim_mem_alloc,
 	.mem_free		= sim_mem_free,
 	.mem_get_info		= sim_mem_get_info,
@@ -5055,7 +5060,7 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.memset_async		= sim_memset_async,
 	.stream_create		= sim_stream_create,
 	.stream_destroy		= sim_stream_destroy,
-	.stream_synchronize	= sim_stream_synchronize,
+	.synchronize		= sim_synchronize,
 	.module_load		= sim_module_load,
 	.module_unload		= sim_module_unload,
 	.module_symbol		= sim_module_symbol,

@@ -236,7 +236,7 @@ static void test_no_context(void)
 	CHECK_RC(sim->stream_create(ex, 0, 0, &h), CUDA_ERROR_INVALID_CONTEXT);
 	CHECK_RC(pvgpu_exec_event_create(sim, ex, 0, &h), CUDA_ERROR_INVALID_CONTEXT);
 	CHECK_RC(sim->host_alloc(ex, 64, &p), CUDA_ERROR_INVALID_CONTEXT);
-	CHECK_RC(sim->ctx_synchronize(ex), CUDA_ERROR_INVALID_CONTEXT);
+	CHECK_RC(sim->synchronize(ex, true, 0), CUDA_ERROR_INVALID_CONTEXT);
 	CHECK_RC(pvgpu_exec_htod(sim, ex, 0x7e0000001000ULL, buf, 4, true, 0),
 		 CUDA_ERROR_INVALID_CONTEXT);
 	CHECK_RC(sim->ctx_create(ex, 1, &ctx), CUDA_ERROR_INVALID_DEVICE);
@@ -486,8 +486,8 @@ static void test_streams(void)
 	CHECK_RC(pvgpu_exec_htod(sim, ex, a, buf, 16, true, s), CUDA_SUCCESS);
 	CHECK_RC(pvgpu_exec_stream_query(sim, ex, s), CUDA_SUCCESS);
 	CHECK_RC(pvgpu_exec_stream_query(sim, ex, 0), CUDA_SUCCESS);
-	CHECK_RC(sim->stream_synchronize(ex, s), CUDA_SUCCESS);
-	CHECK_RC(sim->stream_synchronize(ex, 0), CUDA_SUCCESS);
+	CHECK_RC(sim->synchronize(ex, false, s), CUDA_SUCCESS);
+	CHECK_RC(sim->synchronize(ex, false, 0), CUDA_SUCCESS);
 
 	/* Handles that were never issued, or are of another kind. */
 	CHECK_RC(pvgpu_exec_stream_query(sim, ex, 0xdeadbeef), CUDA_ERROR_INVALID_HANDLE);

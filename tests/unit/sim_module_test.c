@@ -465,7 +465,7 @@ static void check_launch_limits(struct pvgpu_exec *ex, uint64_t m)
 	/* No CPU twin: a clear error, and the context lives on. */
 	CHECK_RC(launch(ex, mixed, 1, 1, 0, p, 32), CUDA_ERROR_NOT_FOUND);
 	CHECK_RC(launch(ex, mixed, 1, 1, 0, p, 32), CUDA_ERROR_NOT_FOUND);
-	CHECK_RC(sim->ctx_synchronize(ex), CUDA_SUCCESS);
+	CHECK_RC(sim->synchronize(ex, true, 0), CUDA_SUCCESS);
 }
 
 /* Kernels through the example twins: results as the GPU would give. */
@@ -592,13 +592,13 @@ static void check_fault(const unsigned char *img, size_t len)
 	CHECK_RC(sim->mem_alloc(ex, 64, &other), CUDA_ERROR_ILLEGAL_ADDRESS);
 	CHECK_RC(pvgpu_exec_dtoh(sim, ex, &one, buf, 4, true, 0),
 		 CUDA_ERROR_ILLEGAL_ADDRESS);
-	CHECK_RC(sim->ctx_synchronize(ex), CUDA_ERROR_ILLEGAL_ADDRESS);
+	CHECK_RC(sim->synchronize(ex, true, 0), CUDA_ERROR_ILLEGAL_ADDRESS);
 	CHECK_RC(launch(ex, poke, 1, 1, 0, p, 8), CUDA_ERROR_ILLEGAL_ADDRESS);
 	CHECK_RC(sim->module_load(ex, img, len, &m), CUDA_ERROR_ILLEGAL_ADDRESS);
 
 	/* The other context is fine, and its memory intact. */
 	CHECK_RC(sim->ctx_set(ex, ctx2), CUDA_SUCCESS);
-	CHECK_RC(sim->ctx_synchronize(ex), CUDA_SUCCESS);
+	CHECK_RC(sim->synchronize(ex, true, 0), CUDA_SUCCESS);
 	poke = function(ex, m2, "poke");
 	memcpy(p, &other, 8);
 	CHECK_RC(launch(ex, poke, 1, 1, 0, p, 8), CUDA_SUCCESS);
@@ -786,7 +786,7 @@ static void check_hostile(const unsigned char *img, size_t len, bool strict)
 			poke_module(ex, m);
 	}
 	CHECK(bad == 0);
-	CHECK_RC(sim->ctx_synchronize(ex), CUDA_SUCCESS);
+	CHECK_RC(sim->synchronize(ex, true, 0), CUDA_SUCCESS);
 out:
 	if (ex)
 		sim->close(ex);
@@ -868,7 +868,7 @@ static void check_synthetic_bad(void)
 		CHECK_RC(sim->module_load(ex, broken, sizeof(broken), &m),
 			 CUDA_ERROR_INVALID_PTX);
 	}
-	CHECK_RC(sim->ctx_synchronize(ex), CUDA_SUCCESS);
+	CHECK_RC(sim->synchronize(ex, true, 0), CUDA_SUCCESS);
 	sim->close(ex);
 }
 

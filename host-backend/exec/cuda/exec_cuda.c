@@ -992,7 +992,7 @@ static int32_t cuda_ctx_set(struct pvgpu_exec *ex, uint64_t ctx)
 	return rc;
 }
 
-static int32_t cuda_ctx_synchronize(struct pvgpu_exec *ex)
+static int32_t ctx_synchronize(struct pvgpu_exec *ex)
 {
 	if (!ex)
 		return CUDA_ERROR_INVALID_VALUE;
@@ -1371,7 +1371,7 @@ static int32_t cuda_stream_destroy(struct pvgpu_exec *ex, uint64_t stream)
 	return rc;
 }
 
-static int32_t cuda_stream_synchronize(struct pvgpu_exec *ex, uint64_t stream)
+static int32_t stream_synchronize(struct pvgpu_exec *ex, uint64_t stream)
 {
 	CUstream s;
 	int32_t rc;
@@ -1382,6 +1382,12 @@ static int32_t cuda_stream_synchronize(struct pvgpu_exec *ex, uint64_t stream)
 	if (rc)
 		return rc;
 	return ex->api.stream_synchronize(s);
+}
+
+static int32_t cuda_synchronize(struct pvgpu_exec *ex, bool whole_ctx,
+				uint64_t stream)
+{
+	return whole_ctx ? ctx_synchronize(ex) : stream_synchronize(ex, stream);
 }
 
 /* ------------------------------------------------------------------ */
@@ -3189,7 +3195,6 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.ctx_create		= cuda_ctx_create,
 	.ctx_destroy		= cuda_ctx_destroy,
 	.ctx_set		= cuda_ctx_set,
-	.ctx_synchronize	= cuda_ctx_synchronize,
 	.mem_alloc		= cuda_mem_alloc,
 	.mem_free		= cuda_mem_free,
 	.mem_get_info		= cuda_mem_get_info,
@@ -3201,7 +3206,7 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.memset_async		= cuda_memset_async,
 	.stream_create		= cuda_stream_create,
 	.stream_destroy		= cuda_stream_destroy,
-	.stream_synchronize	= cuda_stream_synchronize,
+	.synchronize		= cuda_synchronize,
 	.module_load		= cuda_module_load,
 	.module_unload		= cuda_module_unload,
 	.module_symbol		= cuda_module_symbol,

@@ -420,7 +420,7 @@ static int32_t remote_ctx_set(struct pvgpu_exec *ex, uint64_t ctx)
 	return cu(n, pvgpu_call_ctx_set(n->c, &q));
 }
 
-static int32_t remote_ctx_synchronize(struct pvgpu_exec *ex)
+static int32_t ctx_synchronize(struct pvgpu_exec *ex)
 {
 	struct pvgpu_ctx_synchronize_req q = { 0 };
 	struct pvgpu_ctx_synchronize_rep r;
@@ -693,7 +693,7 @@ static int32_t remote_stream_destroy(struct pvgpu_exec *ex, uint64_t stream)
 	return cu(n, pvgpu_call_stream_destroy(n->c, &q, &r));
 }
 
-static int32_t remote_stream_synchronize(struct pvgpu_exec *ex, uint64_t stream)
+static int32_t stream_synchronize(struct pvgpu_exec *ex, uint64_t stream)
 {
 	struct pvgpu_stream_synchronize_req q = { 0 };
 	struct pvgpu_stream_synchronize_rep r;
@@ -702,6 +702,12 @@ static int32_t remote_stream_synchronize(struct pvgpu_exec *ex, uint64_t stream)
 	if (!n)
 		return CUDA_ERROR_INVALID_HANDLE;
 	return cu(n, pvgpu_call_stream_synchronize(n->c, &q, &r));
+}
+
+static int32_t remote_synchronize(struct pvgpu_exec *ex, bool whole_ctx,
+				  uint64_t stream)
+{
+	return whole_ctx ? ctx_synchronize(ex) : stream_synchronize(ex, stream);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1139,7 +1145,7 @@ static int32_t remote_copy(struct pvgpu_exec *ex, const struct pvgpu_exec_copy *
 		return remote_dtoh(ex, c->host, c->src, c->size, stream);
 	case PVGPU_COPY_DTOD:
 		st = remote_dtod(ex, c->dst, c->src, c->size, stream);
-		return st || c->queued ? st : remote_stream_synchronize(ex, 0);
+		return st || c->queued ? st : stream_synchronize(ex, 0);
 	case PVGPU_COPY_PEER:
 		return remote_peer(ex, c->dst, c->dst_ctx, c->src, c->src_ctx,
 				   c->size, stream);
@@ -1408,7 +1414,6 @@ static const struct pvgpu_executor_ops pvgpu_exec_remote = {
 	.ctx_create		= remote_ctx_create,
 	.ctx_destroy		= remote_ctx_destroy,
 	.ctx_set		= remote_ctx_set,
-	.ctx_synchronize	= remote_ctx_synchronize,
 	.mem_alloc		= remote_mem_alloc,
 	.mem_free		= remote_mem_free,
 	.mem_get_info		= remote_mem_get_info,
@@ -1420,7 +1425,7 @@ static const struct pvgpu_executor_ops pvgpu_exec_remote = {
 	.memset_async		= remote_memset_async,
 	.stream_create		= remote_stream_create,
 	.stream_destroy		= remote_stream_destroy,
-	.stream_synchronize	= remote_stream_synchronize,
+	.synchronize		= remote_synchronize,
 	.module_load		= remote_module_load,
 	.module_unload		= remote_module_unload,
 	.module_symbol		= remote_module_symbol,
