@@ -292,12 +292,17 @@ struct pvgpu_executor_ops {
 	int32_t (*mem_free)(struct pvgpu_exec *ex, uint64_t dptr);
 	int32_t (*mem_get_info)(struct pvgpu_exec *ex, uint64_t *free_bytes,
 				uint64_t *total_bytes);
-	/* Page-locked host memory the device can DMA from/to (staging). */
+	/*
+	 * Page-locked host memory the device can DMA from/to: new (staging,
+	 * host_alloc), or an existing mapping pinned (a shared window,
+	 * host_register).  host_release gives either back: host_alloc's
+	 * freed, or with registered host_register's unpinned (the mapping
+	 * stays the caller's).
+	 */
 	int32_t (*host_alloc)(struct pvgpu_exec *ex, size_t size, void **p);
-	int32_t (*host_free)(struct pvgpu_exec *ex, void *p);
-	/* Pin an existing mapping (a shared window) for DMA. */
 	int32_t (*host_register)(struct pvgpu_exec *ex, void *p, size_t size);
-	int32_t (*host_unregister)(struct pvgpu_exec *ex, void *p);
+	int32_t (*host_release)(struct pvgpu_exec *ex, void *p,
+				bool registered);
 
 	/*
 	 * Every copy of device memory (struct pvgpu_exec_copy): from or to

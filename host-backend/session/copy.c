@@ -72,7 +72,7 @@ void pvgpu_staging_release(struct pvgpu_worker *w)
 			pvgpu_exec_event_destroy(w->ex_ops, w->ex, s->event);
 		}
 		if (s->buf && w->ex)
-			w->ex_ops->host_free(w->ex, s->buf);
+			w->ex_ops->host_release(w->ex, s->buf, false);
 		memset(s, 0, sizeof(*s));
 	}
 	pvgpu_accounting_unpin(w->slot, w->copy.pinned);

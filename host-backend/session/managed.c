@@ -110,7 +110,7 @@ int32_t pvgpu_handle_managed_alloc(struct pvgpu_worker *w,
 	return CUDA_SUCCESS;
 
 err_unpin:
-	w->ex_ops->host_unregister(w->ex, win->base + req->offset);
+	w->ex_ops->host_release(w->ex, win->base + req->offset, true);
 	*pin = win->pins[--win->npins];
 err_uncharge:
 	pvgpu_accounting_uncharge(w->slot, req->size);

@@ -43,12 +43,13 @@ void pvgpu_window_detach(struct pvgpu_worker *w)
 	drop_slot_events(w);
 	if (w->ex) {
 		if (win->staging_ctx)
-			w->ex_ops->host_unregister(w->ex, win->base +
-						   win->staging_offset);
+			w->ex_ops->host_release(w->ex, win->base +
+						win->staging_offset, true);
 		for (unsigned int i = 0; i < win->npins; i++)
 			if (win->pins[i].ctx)
-				w->ex_ops->host_unregister(w->ex, win->base +
-							   win->pins[i].offset);
+				w->ex_ops->host_release(w->ex, win->base +
+							win->pins[i].offset,
+							true);
 	}
 	if (!win->borrowed)
 		munmap(win->base, win->size);
@@ -394,7 +395,8 @@ int32_t pvgpu_handle_window_unregister(struct pvgpu_worker *w,
 				pvgpu_alloc_del(&w->allocs, a);
 		}
 		if (p->ctx)
-			st = w->ex_ops->host_unregister(w->ex, win->base + p->offset);
+			st = w->ex_ops->host_release(w->ex, win->base + p->offset,
+						     true);
 		*p = win->pins[--win->npins];
 		return st;
 	}

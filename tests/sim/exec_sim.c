@@ -1891,7 +1891,7 @@ static int32_t sim_host_alloc(struct pvgpu_exec *ex, size_t size, void **p)
 	return CUDA_SUCCESS;
 }
 
-static int32_t sim_host_free(struct pvgpu_exec *ex, void *p)
+static int32_t host_free(struct pvgpu_exec *ex, void *p)
 {
 	struct sim_host *h;
 
@@ -1962,7 +1962,7 @@ static int32_t sim_host_device_pointer(struct pvgpu_exec *ex, void *p, uint64_t 
 	return CUDA_SUCCESS;
 }
 
-static int32_t sim_host_unregister(struct pvgpu_exec *ex, void *p)
+static int32_t host_unregister(struct pvgpu_exec *ex, void *p)
 {
 	struct sim_host *h;
 
@@ -1973,6 +1973,12 @@ static int32_t sim_host_unregister(struct pvgpu_exec *ex, void *p)
 		return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
 	host_remove(ex, h);
 	return CUDA_SUCCESS;
+}
+
+static int32_t sim_host_release(struct pvgpu_exec *ex, void *p,
+				bool registered)
+{
+	return registered ? host_unregister(ex, p) : host_free(ex, p);
 }
 
 /* ------------------------------------------------------------------ */
@@ -5053,9 +5059,8 @@ const struct pvgpu_executor_ops pvgpu_exec_sim = {
 	.mem_free		= sim_mem_free,
 	.mem_get_info		= sim_mem_get_info,
 	.host_alloc		= sim_host_alloc,
-	.host_free		= sim_host_free,
 	.host_register		= sim_host_register,
-	.host_unregister	= sim_host_unregister,
+	.host_release		= sim_host_release,
 	.copy			= sim_copy,
 	.memset_async		= sim_memset_async,
 	.stream_create		= sim_stream_create,

@@ -623,7 +623,7 @@ static void test_ctx_destroy(void)
 	CHECK_RC(pvgpu_exec_stream_query(sim, ex, s), CUDA_ERROR_INVALID_HANDLE);
 	CHECK_RC(pvgpu_exec_event_query(sim, ex, ev), CUDA_ERROR_INVALID_HANDLE);
 	/* Pinned memory died with its context, as with cuCtxDestroy. */
-	CHECK_RC(sim->host_free(ex, pinned), CUDA_ERROR_INVALID_VALUE);
+	CHECK_RC(sim->host_release(ex, pinned, false), CUDA_ERROR_INVALID_VALUE);
 
 	/* Destroying the current context leaves none current. */
 	CHECK_RC(sim->ctx_destroy(ex, ctx2), CUDA_SUCCESS);
@@ -651,9 +651,9 @@ static void test_host_memory(void)
 		memset(p, 1, 12345);
 	CHECK_RC(sim->host_alloc(ex, 0, &q), CUDA_ERROR_INVALID_VALUE);
 	CHECK_RC(sim->host_alloc(ex, 10, &q), CUDA_SUCCESS);
-	CHECK_RC(sim->host_free(ex, p), CUDA_SUCCESS);
-	CHECK_RC(sim->host_free(ex, p), CUDA_ERROR_INVALID_VALUE);
-	CHECK_RC(sim->host_free(ex, &ctx), CUDA_ERROR_INVALID_VALUE);
+	CHECK_RC(sim->host_release(ex, p, false), CUDA_SUCCESS);
+	CHECK_RC(sim->host_release(ex, p, false), CUDA_ERROR_INVALID_VALUE);
+	CHECK_RC(sim->host_release(ex, &ctx, false), CUDA_ERROR_INVALID_VALUE);
 
 	win = malloc(1 << 16);
 	CHECK(win != NULL);
@@ -663,10 +663,10 @@ static void test_host_memory(void)
 			 CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
 		CHECK_RC(sim->host_register(ex, win, 0),
 			 CUDA_ERROR_INVALID_VALUE);
-		CHECK_RC(sim->host_unregister(ex, win + 4096),
+		CHECK_RC(sim->host_release(ex, win + 4096, true),
 			 CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
-		CHECK_RC(sim->host_unregister(ex, win), CUDA_SUCCESS);
-		CHECK_RC(sim->host_unregister(ex, win),
+		CHECK_RC(sim->host_release(ex, win, true), CUDA_SUCCESS);
+		CHECK_RC(sim->host_release(ex, win, true),
 			 CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
 		/* Left registered at close: close must not free it. */
 		CHECK_RC(sim->host_register(ex, win, 1 << 16), CUDA_SUCCESS);

@@ -1094,7 +1094,7 @@ static int32_t cuda_host_alloc(struct pvgpu_exec *ex, size_t size, void **p)
 	return CUDA_SUCCESS;
 }
 
-static int32_t cuda_host_free(struct pvgpu_exec *ex, void *p)
+static int32_t host_free(struct pvgpu_exec *ex, void *p)
 {
 	struct cuda_host *hb;
 	CUresult rc;
@@ -1134,7 +1134,7 @@ static int32_t cuda_host_register(struct pvgpu_exec *ex, void *p, size_t size)
 	return CUDA_SUCCESS;
 }
 
-static int32_t cuda_host_unregister(struct pvgpu_exec *ex, void *p)
+static int32_t host_unregister(struct pvgpu_exec *ex, void *p)
 {
 	struct cuda_host *hb;
 	CUresult rc;
@@ -1148,6 +1148,12 @@ static int32_t cuda_host_unregister(struct pvgpu_exec *ex, void *p)
 	if (rc == CUDA_SUCCESS)
 		host_remove(ex, hb);
 	return rc;
+}
+
+static int32_t cuda_host_release(struct pvgpu_exec *ex, void *p,
+				 bool registered)
+{
+	return registered ? host_unregister(ex, p) : host_free(ex, p);
 }
 
 /* ------------------------------------------------------------------ */
@@ -3199,9 +3205,8 @@ const struct pvgpu_executor_ops pvgpu_exec_cuda = {
 	.mem_free		= cuda_mem_free,
 	.mem_get_info		= cuda_mem_get_info,
 	.host_alloc		= cuda_host_alloc,
-	.host_free		= cuda_host_free,
 	.host_register		= cuda_host_register,
-	.host_unregister	= cuda_host_unregister,
+	.host_release		= cuda_host_release,
 	.copy			= cuda_copy,
 	.memset_async		= cuda_memset_async,
 	.stream_create		= cuda_stream_create,

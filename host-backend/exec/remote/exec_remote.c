@@ -576,7 +576,7 @@ static int32_t remote_host_alloc(struct pvgpu_exec *ex, size_t size, void **p)
 	return CUDA_SUCCESS;
 }
 
-static int32_t remote_host_free(struct pvgpu_exec *ex, void *p)
+static int32_t host_free(struct pvgpu_exec *ex, void *p)
 {
 	if (!ex)
 		return CUDA_ERROR_INVALID_VALUE;
@@ -589,9 +589,15 @@ static int32_t remote_host_register(struct pvgpu_exec *ex, void *p, size_t size)
 	return !ex || !p || !size ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 }
 
-static int32_t remote_host_unregister(struct pvgpu_exec *ex, void *p)
+static int32_t host_unregister(struct pvgpu_exec *ex, void *p)
 {
 	return !ex || !p ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
+static int32_t remote_host_release(struct pvgpu_exec *ex, void *p,
+				   bool registered)
+{
+	return registered ? host_unregister(ex, p) : host_free(ex, p);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1418,9 +1424,8 @@ static const struct pvgpu_executor_ops pvgpu_exec_remote = {
 	.mem_free		= remote_mem_free,
 	.mem_get_info		= remote_mem_get_info,
 	.host_alloc		= remote_host_alloc,
-	.host_free		= remote_host_free,
 	.host_register		= remote_host_register,
-	.host_unregister	= remote_host_unregister,
+	.host_release		= remote_host_release,
 	.copy			= remote_copy,
 	.memset_async		= remote_memset_async,
 	.stream_create		= remote_stream_create,
