@@ -15,7 +15,6 @@
 #include "log.h"
 #include "gpusched.h"
 #include "wait.h"
-#include "worker.h"
 
 /*
  * How often the launch path looks at outstanding marks (and marks what is
@@ -605,12 +604,40 @@ static uint64_t wake_time(struct pvgpu_sched *s, int d, int vm, uint64_t now)
 
 /* --- one session's marks (worker memory) ----------------------------------- */
 
-static void spare_put(struct pvgpu_worker *w, const struct pvgpu_sched_mark *m)
+/* The marks' events, through the session's executor (executor.h). */
+static int32_t ev_create(struct pvgpu_sched_session *ss, unsigned int flags,
+			 uint64_t *event)
 {
-	struct pvgpu_sched_session *ss = &w->sched;
+	return pvgpu_exec_event_create(ss->who.ex_ops, *ss->who.ex, flags, event);
+}
+
+static int32_t ev_record(struct pvgpu_sched_session *ss, uint64_t event,
+			 uint64_t stream)
+{
+	return pvgpu_exec_event_record(ss->who.ex_ops, *ss->who.ex, event, stream);
+}
+
+static void ev_destroy(struct pvgpu_sched_session *ss, uint64_t event)
+{
+	pvgpu_exec_event_destroy(ss->who.ex_ops, *ss->who.ex, event);
+}
+
+static int32_t ev_query(struct pvgpu_sched_session *ss, uint64_t event)
+{
+	return pvgpu_exec_event_query(ss->who.ex_ops, *ss->who.ex, event);
+}
+
+static void ev_synchronize(struct pvgpu_sched_session *ss, uint64_t event)
+{
+	pvgpu_exec_event_synchronize(ss->who.ex_ops, *ss->who.ex, event);
+}
+
+static void spare_put(struct pvgpu_sched_session *ss,
+		      const struct pvgpu_sched_mark *m)
+{
 
 	if (ss->nspare == PVGPU_SCHED_MARKS) {
-		pvgpu_exec_event_destroy(w->ex_ops, w->ex, m->event);
+		ev_destroy(ss, m->event);
 		return;
 	}
 	ss->spare[ss->nspare].event = m->event;
@@ -628,13 +655,13 @@ static void spare_put(struct pvgpu_worker *w, const struct pvgpu_sched_mark *m)
  * takes the GPU's interrupts 15-20 us per call
  * (docs/benchmarks-history.md, 2026-11-28, night).
  */
-static int32_t event_get(struct pvgpu_worker *w, int blocking, uint64_t *event)
+static int32_t event_get(struct pvgpu_sched_session *ss, int blocking,
+			 uint64_t *event)
 {
-	struct pvgpu_sched_session *ss = &w->sched;
 	unsigned int flags = CU_EVENT_DISABLE_TIMING;
 
 	for (unsigned int k = 0; k < ss->nspare; k++) {
-		if (ss->spare[k].ctx != w->cur_ctx ||
+		if (ss->spare[k].ctx != *ss->who.cur_ctx ||
 		    ss->spare[k].blocking != blocking)
 			continue;
 		*event = ss->spare[k].event;
@@ -643,7 +670,7 @@ static int32_t event_get(struct pvgpu_worker *w, int blocking, uint64_t *event)
 	}
 	if (blocking)
 		flags |= CU_EVENT_BLOCKING_SYNC;
-	return pvgpu_exec_event_create(w->ex_ops, w->ex, flags, event);
+	return ev_create(ss, flags, event);
 }
 
 /*
@@ -653,24 +680,23 @@ static int32_t event_get(struct pvgpu_worker *w, int blocking, uint64_t *event)
  * is not.  Marks after a launch are the contended ones, waited on by
  * bound(): blocking.
  */
-static int mark(struct pvgpu_worker *w, int d, uint64_t stream, uint32_t n,
-		int after_launch)
+static int mark(struct pvgpu_sched_session *ss, int d, uint64_t stream,
+		uint32_t n, int after_launch)
 {
-	struct pvgpu_sched_session *ss = &w->sched;
 	struct pvgpu_sched_mark *m;
 	uint64_t event;
 	int32_t st;
 
-	if (ss->nmarks == PVGPU_SCHED_MARKS || !w->cur_ctx)
+	if (ss->nmarks == PVGPU_SCHED_MARKS || !*ss->who.cur_ctx)
 		return -1;
 	/* An event recorded now would become a node of the guest's graph. */
-	if (w->capturing)
+	if (*ss->who.capturing)
 		return -1;
-	st = event_get(w, after_launch, &event);
+	st = event_get(ss, after_launch, &event);
 	if (!st) {
-		st = pvgpu_exec_event_record(w->ex_ops, w->ex, event, stream);
+		st = ev_record(ss, event, stream);
 		if (st)
-			pvgpu_exec_event_destroy(w->ex_ops, w->ex, event);
+			ev_destroy(ss, event);
 	}
 	if (st) {
 		if (after_launch && !ss->warned)
@@ -681,7 +707,7 @@ static int mark(struct pvgpu_worker *w, int d, uint64_t stream, uint32_t n,
 	}
 	m = &ss->marks[ss->nmarks++];
 	m->event = event;
-	m->ctx = w->cur_ctx;
+	m->ctx = *ss->who.cur_ctx;
 	m->launches = n;
 	m->dev = d;
 	m->blocking = after_launch;
@@ -691,7 +717,7 @@ static int mark(struct pvgpu_worker *w, int d, uint64_t stream, uint32_t n,
 }
 
 struct mark_query {
-	struct pvgpu_worker *w;
+	struct pvgpu_sched_session *ss;
 	const struct pvgpu_sched_mark *m;
 };
 
@@ -699,8 +725,7 @@ static int mark_done(void *arg)
 {
 	const struct mark_query *q = arg;
 
-	return pvgpu_exec_event_query(q->w->ex_ops, q->w->ex, q->m->event) !=
-	       CUDA_ERROR_NOT_READY;
+	return ev_query(q->ss, q->m->event) != CUDA_ERROR_NOT_READY;
 }
 
 /*
@@ -708,12 +733,13 @@ static int mark_done(void *arg)
  * blocking mark, else spinning, yielding, then napping (a mark made while
  * the session was alone, waited on only when contention starts).
  */
-static void mark_wait(struct pvgpu_worker *w, const struct pvgpu_sched_mark *m)
+static void mark_wait(struct pvgpu_sched_session *ss,
+		      const struct pvgpu_sched_mark *m)
 {
-	struct mark_query q = { w, m };
+	struct mark_query q = { ss, m };
 
 	if (m->blocking)
-		pvgpu_exec_event_synchronize(w->ex_ops, w->ex, m->event);
+		ev_synchronize(ss, m->event);
 	else
 		(void)pvgpu_spin_wait(mark_done, NULL, &q, UINT64_MAX);
 }
@@ -749,12 +775,13 @@ static void remove_mark(struct pvgpu_sched_session *ss, unsigned int k)
  * the session stops counting as busy there, and a turn waiting for its
  * work to drain may move on.
  */
-static void settle(struct pvgpu_worker *w, int d, uint32_t n, uint64_t now)
+static void settle(struct pvgpu_sched_session *ss, int d, uint32_t n,
+		   uint64_t now)
 {
-	struct pvgpu_sched *s = w->cfg->sched;
-	uint32_t i = slot_index(s, w->slot);
+	struct pvgpu_sched *s = ss->who.table;
+	uint32_t i = slot_index(s, ss->who.slot);
 	struct sched_dev *dv = &s->dev[d];
-	int vm = atomic_load(&w->slot->vm);
+	int vm = atomic_load(&ss->who.slot->vm);
 	uint32_t old;
 
 	if (!n)
@@ -783,44 +810,43 @@ static void settle(struct pvgpu_worker *w, int d, uint32_t n, uint64_t now)
 }
 
 /* Which marks have completed; launches not covered by one get one now. */
-static void retire(struct pvgpu_worker *w, uint64_t now)
+static void retire(struct pvgpu_sched_session *ss, uint64_t now)
 {
-	struct pvgpu_sched_session *ss = &w->sched;
 	uint32_t done[PVGPU_MAX_DEVICES] = { 0 };
 
 	for (unsigned int k = 0; k < ss->nmarks;) {
 		struct pvgpu_sched_mark *m = &ss->marks[k];
 
 		/* Done, or failed (a faulted context): either way not running. */
-		if (pvgpu_exec_event_query(w->ex_ops, w->ex, m->event) == CUDA_ERROR_NOT_READY) {
+		if (ev_query(ss, m->event) == CUDA_ERROR_NOT_READY) {
 			k++;
 			continue;
 		}
 		done[m->dev] += m->launches;
-		spare_put(w, m);
+		spare_put(ss, m);
 		remove_mark(ss, k);
 	}
 	for (int d = 0; d < PVGPU_MAX_DEVICES; d++) {
 		if (ss->unmarked[d] && !oldest_mark(ss, d)) {
 			/* Only a stream of the current context takes a mark. */
-			if (ss->last_ctx[d] != w->cur_ctx ||
-			    mark(w, d, ss->last_stream[d], ss->unmarked[d], 0))
+			if (ss->last_ctx[d] != *ss->who.cur_ctx ||
+			    mark(ss, d, ss->last_stream[d], ss->unmarked[d], 0))
 				done[d] += ss->unmarked[d];
 			ss->unmarked[d] = 0;
 		}
 		if (done[d]) {
 			ss->pending -= done[d];
-			settle(w, d, done[d], now);
+			settle(ss, d, done[d], now);
 		}
 	}
 	ss->next_poll = now + POLL_NS;
 }
 
 /* Bring gpu_ns up to date for a session busy for long stretches. */
-static void flush(struct pvgpu_worker *w, uint64_t now)
+static void flush(struct pvgpu_sched_session *ss, uint64_t now)
 {
-	struct pvgpu_sched *s = w->cfg->sched;
-	uint32_t i = slot_index(s, w->slot);
+	struct pvgpu_sched *s = ss->who.table;
+	uint32_t i = slot_index(s, ss->who.slot);
 
 	for (int d = 0; d < PVGPU_MAX_DEVICES; d++) {
 		if (!s->slots[i].busy[d])
@@ -831,7 +857,7 @@ static void flush(struct pvgpu_worker *w, uint64_t now)
 			ps_charge(s, i, d);
 		dev_unlock(s, d);
 	}
-	w->sched.next_flush = now + FLUSH_NS;
+	ss->next_flush = now + FLUSH_NS;
 }
 
 /* --- the worker's side ------------------------------------------------------ */
@@ -853,27 +879,25 @@ static int may_go(struct sched_dev *dv, int vm, uint64_t now)
 }
 
 /* Contended: wait for our own kernels until fewer than the bound are in flight. */
-static void bound(struct pvgpu_worker *w, int d)
+static void bound(struct pvgpu_sched_session *ss, int d)
 {
-	struct pvgpu_sched_session *ss = &w->sched;
 
 	while (outstanding(ss, d) >= PVGPU_SCHED_INFLIGHT) {
 		struct pvgpu_sched_mark *m = oldest_mark(ss, d);
 
 		if (m)
-			mark_wait(w, m);
-		retire(w, pvgpu_now_ns());	/* marks unmarked launches, if any */
+			mark_wait(ss, m);
+		retire(ss, pvgpu_now_ns());	/* marks unmarked launches, if any */
 		if (!m && !oldest_mark(ss, d))
 			break;		/* nothing to wait on: counted as done */
 	}
 }
 
 /* Wait for vm's turn on d; returns with these n launches counted in flight. */
-static void wait_turn(struct pvgpu_worker *w, int d, int vm, uint32_t n)
+static void wait_turn(struct pvgpu_sched_session *ss, int d, int vm, uint32_t n)
 {
-	struct pvgpu_sched *s = w->cfg->sched;
-	struct pvgpu_sched_session *ss = &w->sched;
-	uint32_t i = slot_index(s, w->slot);
+	struct pvgpu_sched *s = ss->who.table;
+	uint32_t i = slot_index(s, ss->who.slot);
 	struct sched_dev *dv = &s->dev[d];
 	uint64_t t0 = pvgpu_now_ns(), now;
 	int enlisted = 0, waited = 0;
@@ -903,12 +927,12 @@ static void wait_turn(struct pvgpu_worker *w, int d, int vm, uint32_t n)
 		/* Our own kernels of a past turn first: a drain may wait for them. */
 		m = oldest_mark(ss, d);
 		if (m) {
-			mark_wait(w, m);
-			retire(w, pvgpu_now_ns());
+			mark_wait(ss, m);
+			retire(ss, pvgpu_now_ns());
 			continue;
 		}
 		if (ss->unmarked[d]) {
-			retire(w, now);
+			retire(ss, now);
 			continue;
 		}
 		futex_wait(&dv->seq[vm], seq, wake > now + 20000 ? wake - now : 20000);
@@ -924,24 +948,25 @@ static void wait_turn(struct pvgpu_worker *w, int d, int vm, uint32_t n)
 	}
 }
 
-void pvgpu_sched_session_init(struct pvgpu_worker *w)
+void pvgpu_sched_session_init(struct pvgpu_sched_session *ss,
+			      const struct pvgpu_sched_who *who)
 {
-	struct pvgpu_sched *s = w->cfg->sched;
+	struct pvgpu_sched *s = who->table;
 
-	memset(&w->sched, 0, sizeof(w->sched));
-	w->sched.admitted = -1;
+	memset(ss, 0, sizeof(*ss));
+	ss->who = *who;
+	ss->admitted = -1;
 	if (s) {
-		struct sched_slot *me = &s->slots[slot_index(s, w->slot)];
+		struct sched_slot *me = &s->slots[slot_index(s, who->slot)];
 
 		atomic_store(&me->preempts, 0);
 		atomic_store(&me->preempted, 0);
 	}
 }
 
-void pvgpu_sched_admit(struct pvgpu_worker *w, int d, uint32_t n)
+void pvgpu_sched_admit(struct pvgpu_sched_session *ss, int d, uint32_t n)
 {
-	struct pvgpu_sched *s = w->cfg->sched;
-	struct pvgpu_sched_session *ss = &w->sched;
+	struct pvgpu_sched *s = ss->who.table;
 	struct sched_dev *dv;
 	uint32_t i;
 	uint64_t now;
@@ -949,13 +974,13 @@ void pvgpu_sched_admit(struct pvgpu_worker *w, int d, uint32_t n)
 
 	if (!s || d < 0 || d >= PVGPU_MAX_DEVICES)
 		return;
-	i = slot_index(s, w->slot);
+	i = slot_index(s, ss->who.slot);
 	dv = &s->dev[d];
-	vm = atomic_load(&w->slot->vm);
+	vm = atomic_load(&ss->who.slot->vm);
 	gate = vm >= 0 && vm < PVGPU_MAX_VM_ENTRIES && takes_turns(s, dv);
 	now = pvgpu_now_ns();
 	if (ss->pending && now >= ss->next_poll)
-		retire(w, now);
+		retire(ss, now);
 	/*
 	 * A latency VM in its own turn is not bounded: its turns are never
 	 * cut short and end when it goes idle, so the bound's purpose (a
@@ -966,12 +991,12 @@ void pvgpu_sched_admit(struct pvgpu_worker *w, int d, uint32_t n)
 	ss->free_run = gate && atomic_load(&s->latency[vm]) &&
 		       atomic_load(&dv->run_vm) == vm;
 	if (gate && contended(dv, now) && !ss->free_run)
-		bound(w, d);
+		bound(ss, d);
 	/* Counted before looking, so a turn ending now waits for this launch. */
 	atomic_fetch_add(&s->slots[i].inflight[d], n);
 	if (gate && !may_go(dv, vm, now)) {
 		atomic_fetch_sub(&s->slots[i].inflight[d], n);
-		wait_turn(w, d, vm, n);
+		wait_turn(ss, d, vm, n);
 		now = pvgpu_now_ns();
 	}
 	if (!s->slots[i].busy[d]) {
@@ -979,26 +1004,25 @@ void pvgpu_sched_admit(struct pvgpu_worker *w, int d, uint32_t n)
 		ps_set(s, i, d, 1, now);
 		dev_unlock(s, d);
 	} else if (now >= ss->next_flush) {
-		flush(w, now);
+		flush(ss, now);
 	}
 	ss->admitted = d;
 	ss->admit_ns = now;
 }
 
-int pvgpu_sched_shared(struct pvgpu_worker *w, int d)
+int pvgpu_sched_shared(struct pvgpu_sched_session *ss, int d)
 {
-	struct pvgpu_sched *s = w->cfg->sched;
+	struct pvgpu_sched *s = ss->who.table;
 
 	return s && d >= 0 && d < PVGPU_MAX_DEVICES &&
 	       takes_turns(s, &s->dev[d]) &&
 	       contended(&s->dev[d], pvgpu_now_ns());
 }
 
-void pvgpu_sched_launched(struct pvgpu_worker *w, uint64_t stream, int32_t st,
-			  uint32_t count)
+void pvgpu_sched_launched(struct pvgpu_sched_session *ss, uint64_t stream,
+			  int32_t st, uint32_t count)
 {
-	struct pvgpu_sched *s = w->cfg->sched;
-	struct pvgpu_sched_session *ss = &w->sched;
+	struct pvgpu_sched *s = ss->who.table;
 	int d = ss->admitted;
 	uint64_t now;
 	uint32_t n;
@@ -1013,15 +1037,15 @@ void pvgpu_sched_launched(struct pvgpu_worker *w, uint64_t stream, int32_t st,
 	now = ss->admit_ns;
 	if (contended(&s->dev[d], now))
 		now = pvgpu_now_ns();
-	atomic_store(&s->slots[slot_index(s, w->slot)].last_launch[d], now);
+	atomic_store(&s->slots[slot_index(s, ss->who.slot)].last_launch[d], now);
 	if (st != CUDA_SUCCESS) {
-		settle(w, d, count, now);	/* nothing reached the GPU */
+		settle(ss, d, count, now);	/* nothing reached the GPU */
 		return;
 	}
 	ss->launches += count;
 	ss->pending += count;
 	ss->last_stream[d] = stream;
-	ss->last_ctx[d] = w->cur_ctx;
+	ss->last_ctx[d] = *ss->who.cur_ctx;
 	/*
 	 * Contended: a mark after every launch, for the bound.  Alone, none
 	 * here: the next poll (at most POLL_NS away, right after the reply of
@@ -1034,16 +1058,16 @@ void pvgpu_sched_launched(struct pvgpu_worker *w, uint64_t stream, int32_t st,
 	}
 	n = ss->unmarked[d] + count;
 	ss->unmarked[d] = 0;
-	if (mark(w, d, stream, n, 1)) {
+	if (mark(ss, d, stream, n, 1)) {
 		ss->pending -= n;	/* cannot tell when they finish */
-		settle(w, d, n, now);
+		settle(ss, d, n, now);
 	}
 }
 
 /* Every launch in context ctx is done (it synchronised): settle them. */
-static void settle_ctx(struct pvgpu_worker *w, uint64_t ctx, uint64_t now)
+static void settle_ctx(struct pvgpu_sched_session *ss, uint64_t ctx,
+		       uint64_t now)
 {
-	struct pvgpu_sched_session *ss = &w->sched;
 	uint32_t done[PVGPU_MAX_DEVICES] = { 0 };
 
 	for (unsigned int k = 0; k < ss->nmarks;) {
@@ -1052,7 +1076,7 @@ static void settle_ctx(struct pvgpu_worker *w, uint64_t ctx, uint64_t now)
 			continue;
 		}
 		done[ss->marks[k].dev] += ss->marks[k].launches;
-		spare_put(w, &ss->marks[k]);
+		spare_put(ss, &ss->marks[k]);
 		remove_mark(ss, k);
 	}
 	for (int d = 0; d < PVGPU_MAX_DEVICES; d++) {
@@ -1062,47 +1086,45 @@ static void settle_ctx(struct pvgpu_worker *w, uint64_t ctx, uint64_t now)
 		}
 		if (done[d]) {
 			ss->pending -= done[d];
-			settle(w, d, done[d], now);
+			settle(ss, d, done[d], now);
 		}
 	}
 }
 
-void pvgpu_sched_poll(struct pvgpu_worker *w)
+void pvgpu_sched_poll(struct pvgpu_sched_session *ss)
 {
-	struct pvgpu_sched_session *ss = &w->sched;
 	uint64_t now;
 
-	if (!w->cfg->sched)
+	if (!ss->who.table)
 		return;
 	now = pvgpu_now_ns();
 	if (ss->synced_ctx) {
-		settle_ctx(w, ss->synced_ctx, now);
+		settle_ctx(ss, ss->synced_ctx, now);
 		ss->synced_ctx = 0;
 	}
 	if (ss->pending)
-		retire(w, now);
+		retire(ss, now);
 	if (now >= ss->next_flush)
-		flush(w, now);
+		flush(ss, now);
 }
 
-void pvgpu_sched_ctx_synced(struct pvgpu_worker *w)
+void pvgpu_sched_ctx_synced(struct pvgpu_sched_session *ss)
 {
 	/*
 	 * Settled by the next poll, which the worker makes right after the
 	 * reply: the table's lock is not on the way back to the guest.  No
 	 * launch comes in between (the worker reads no message before it).
 	 */
-	if (w->cfg->sched && w->sched.pending)
-		w->sched.synced_ctx = w->cur_ctx;
+	if (ss->who.table && ss->pending)
+		ss->synced_ctx = *ss->who.cur_ctx;
 }
 
-void pvgpu_sched_forget_ctx(struct pvgpu_worker *w, uint64_t ctx)
+void pvgpu_sched_forget_ctx(struct pvgpu_sched_session *ss, uint64_t ctx)
 {
-	struct pvgpu_sched_session *ss = &w->sched;
 	uint32_t done[PVGPU_MAX_DEVICES] = { 0 };
 	uint64_t now = pvgpu_now_ns();
 
-	if (!w->cfg->sched)
+	if (!ss->who.table)
 		return;
 	/* Its work dies with it. */
 	for (unsigned int k = 0; k < ss->nmarks;) {
@@ -1111,7 +1133,7 @@ void pvgpu_sched_forget_ctx(struct pvgpu_worker *w, uint64_t ctx)
 			continue;
 		}
 		done[ss->marks[k].dev] += ss->marks[k].launches;
-		pvgpu_exec_event_destroy(w->ex_ops, w->ex, ss->marks[k].event);
+		ev_destroy(ss, ss->marks[k].event);
 		remove_mark(ss, k);
 	}
 	for (unsigned int k = 0; k < ss->nspare;) {
@@ -1119,7 +1141,7 @@ void pvgpu_sched_forget_ctx(struct pvgpu_worker *w, uint64_t ctx)
 			k++;
 			continue;
 		}
-		pvgpu_exec_event_destroy(w->ex_ops, w->ex, ss->spare[k].event);
+		ev_destroy(ss, ss->spare[k].event);
 		ss->spare[k] = ss->spare[--ss->nspare];
 	}
 	for (int d = 0; d < PVGPU_MAX_DEVICES; d++) {
@@ -1130,7 +1152,7 @@ void pvgpu_sched_forget_ctx(struct pvgpu_worker *w, uint64_t ctx)
 		}
 		if (done[d]) {
 			ss->pending -= done[d];
-			settle(w, d, done[d], now);
+			settle(ss, d, done[d], now);
 		}
 	}
 }
@@ -1174,23 +1196,22 @@ static int slot_gone(struct pvgpu_sched *s, struct pvgpu_slot *slot,
 	return rc;
 }
 
-void pvgpu_sched_session_end(struct pvgpu_worker *w)
+void pvgpu_sched_session_end(struct pvgpu_sched_session *ss)
 {
-	struct pvgpu_sched *s = w->cfg->sched;
-	struct pvgpu_sched_session *ss = &w->sched;
+	struct pvgpu_sched *s = ss->who.table;
 	struct sched_slot *me;
 
 	if (!s)
 		return;
-	me = &s->slots[slot_index(s, w->slot)];
+	me = &s->slots[slot_index(s, ss->who.slot)];
 	/* The executor is closed: its events went with it. */
 	ss->nmarks = ss->nspare = 0;
-	slot_gone(s, w->slot, NULL);
+	slot_gone(s, ss->who.slot, NULL);
 	if (ss->launches)
 		log_info("scheduler: %llu launches, waited %llu times for a turn (%.1f ms in all), GPU time %.1f ms, %llu events recorded to follow them (%llu blocking); longest wait %.1f ms, cut %u turns of others short, had %u turns cut short",
 			 (unsigned long long)ss->launches,
 			 (unsigned long long)ss->waits, (double)ss->wait_ns / 1e6,
-			 (double)atomic_load(&w->slot->gpu_ns) / 1e6,
+			 (double)atomic_load(&ss->who.slot->gpu_ns) / 1e6,
 			 (unsigned long long)ss->events,
 			 (unsigned long long)ss->blocking_events,
 			 (double)ss->wait_max_ns / 1e6,

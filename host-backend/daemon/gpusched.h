@@ -127,7 +127,6 @@
 #define PVGPU_SCHED_IDLE_NS	2000000ull /* a holder this long without work gives up its turn */
 
 struct pvgpu_sched;			/* the shared table (gpusched.c) */
-struct pvgpu_worker;
 
 /* An event recorded after launches, to learn when they are done. */
 struct pvgpu_sched_mark {
@@ -138,8 +137,25 @@ struct pvgpu_sched_mark {
 	int blocking;			/* a blocking-sync event (gpusched.c) */
 };
 
+/*
+ * Whom a session's scheduling acts for: the table (NULL: nothing is
+ * scheduled), the session's slot, and what its marks are made with, the
+ * worker's own fields, read at each call: the executor (NULL while the
+ * session is suspended), the current context, and whether a stream
+ * captures (an event recorded then would join the guest's graph).
+ */
+struct pvgpu_sched_who {
+	struct pvgpu_sched *table;
+	struct pvgpu_slot *slot;
+	const struct pvgpu_executor_ops *ex_ops;
+	struct pvgpu_exec *const *ex;
+	const uint64_t *cur_ctx;
+	const unsigned int *capturing;
+};
+
 /* One session's own scheduling state (worker memory). */
 struct pvgpu_sched_session {
+	struct pvgpu_sched_who who;
 	struct pvgpu_sched_mark marks[PVGPU_SCHED_MARKS];	/* oldest first */
 	unsigned int nmarks;
 	struct {
@@ -202,40 +218,42 @@ int pvgpu_sched_slot_gone(struct pvgpu_sched *s, struct pvgpu_slot *slot,
 			  struct pvgpu_shlock_watch watch[PVGPU_MAX_DEVICES]);
 
 /*
- * The worker's side; each does nothing without a table (w->cfg->sched).
+ * The worker's side, on its session's state (init first); each does nothing
+ * without a table (who->table).
  *
  * Around every kernel launch on device dev, or one driver call that makes
  * n of them (a run, a graph counts as one):
- *	pvgpu_sched_admit(w, dev, n);	may wait for the VM's turn
+ *	pvgpu_sched_admit(ss, dev, n);	may wait for the VM's turn
  *	st = executor launch ...;
- *	pvgpu_sched_launched(w, stream, st, n);	st: none reached the GPU
+ *	pvgpu_sched_launched(ss, stream, st, n);	st: none reached the GPU
  */
-void pvgpu_sched_session_init(struct pvgpu_worker *w);
-void pvgpu_sched_admit(struct pvgpu_worker *w, int dev, uint32_t n);
-void pvgpu_sched_launched(struct pvgpu_worker *w, uint64_t stream, int32_t st,
-			  uint32_t n);
+void pvgpu_sched_session_init(struct pvgpu_sched_session *ss,
+			      const struct pvgpu_sched_who *who);
+void pvgpu_sched_admit(struct pvgpu_sched_session *ss, int dev, uint32_t n);
+void pvgpu_sched_launched(struct pvgpu_sched_session *ss, uint64_t stream,
+			  int32_t st, uint32_t n);
 /*
  * Whether VMs take turns on device dev now (others wait, or did lately):
  * then a turn is measured launch by launch, and launches are not run in
  * groups (host-backend/session/runs.c), which would outlast a turn.
  */
-int pvgpu_sched_shared(struct pvgpu_worker *w, int dev);
+int pvgpu_sched_shared(struct pvgpu_sched_session *ss, int dev);
 /* Launches of this session not yet seen to complete? (cheap) */
 static inline int pvgpu_sched_pending(const struct pvgpu_sched_session *ss)
 {
 	return ss->pending != 0;
 }
 /* Learn which launches have completed (a query per outstanding mark). */
-void pvgpu_sched_poll(struct pvgpu_worker *w);
+void pvgpu_sched_poll(struct pvgpu_sched_session *ss);
 /*
  * The current context synchronised successfully: all its launches are
  * done.  Noted; the next pvgpu_sched_poll() settles them (the worker polls
  * right after the reply while any are pending).
  */
-void pvgpu_sched_ctx_synced(struct pvgpu_worker *w);
+void pvgpu_sched_ctx_synced(struct pvgpu_sched_session *ss);
 /* Before a context is destroyed: its marks and events go with it. */
-void pvgpu_sched_forget_ctx(struct pvgpu_worker *w, uint64_t ctx);
+void pvgpu_sched_forget_ctx(struct pvgpu_sched_session *ss, uint64_t ctx);
 /* After the executor is closed: the session leaves the table, logs its figures. */
-void pvgpu_sched_session_end(struct pvgpu_worker *w);
+void pvgpu_sched_session_end(struct pvgpu_sched_session *ss);
 
 #endif /* PVGPU_GPUSCHED_H */

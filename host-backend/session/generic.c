@@ -267,9 +267,9 @@ static int32_t generic_call(struct pvgpu_worker *w, uint32_t fn,
 	capture_before(w, f, a);
 	if (f->id == PVGPU_GENERIC_cuGraphLaunch) {
 		/* A graph's launches take the VM's turn like any other (§3). */
-		pvgpu_sched_admit(w, pvgpu_cur_device(w), 1);
+		pvgpu_sched_admit(&w->sched, pvgpu_cur_device(w), 1);
 		st = w->ex_ops->driver_call(w->ex, f, a);
-		pvgpu_sched_launched(w, a[1], st, 1);
+		pvgpu_sched_launched(&w->sched, a[1], st, 1);
 		pvgpu_output_arm(w);	/* its kernels may print (output.c) */
 	} else {
 		st = w->ex_ops->driver_call(w->ex, f, a);

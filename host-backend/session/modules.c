@@ -476,11 +476,11 @@ int32_t pvgpu_kernel_launch(struct pvgpu_worker *w, struct pvgpu_launch *l,
 		return PVGPU_EXEC_DECLINED;
 	l->run = run;
 	/* Its VM's turn on this GPU first (gpusched.h). */
-	pvgpu_sched_admit(w, pvgpu_cur_device(w), n);
+	pvgpu_sched_admit(&w->sched, pvgpu_cur_device(w), n);
 	st = w->ex_ops->launch(w->ex, l);
 	if (!quiet && st != PVGPU_EXEC_DECLINED)
 		pvgpu_output_arm(w);	/* it may print (output.c) */
-	pvgpu_sched_launched(w, l->stream, st, n);
+	pvgpu_sched_launched(&w->sched, l->stream, st, n);
 	return st;
 }
 

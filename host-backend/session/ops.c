@@ -358,7 +358,7 @@ int32_t pvgpu_handle_ctx_destroy(struct pvgpu_worker *w,
 	if (req->ctx == w->cur_ctx)
 		pvgpu_staging_release(w);
 	pvgpu_window_forget_ctx(w, req->ctx);
-	pvgpu_sched_forget_ctx(w, req->ctx);
+	pvgpu_sched_forget_ctx(&w->sched, req->ctx);
 	st = w->ex_ops->ctx_destroy(w->ex, h->exec_handle);
 	/* The context took its memory, streams and events with it. */
 	for (size_t i = w->allocs.n; i-- > 0;) {
@@ -434,7 +434,7 @@ int32_t pvgpu_handle_ctx_synchronize(struct pvgpu_worker *w,
 		return CUDA_SUCCESS;
 	st = w->ex_ops->synchronize(w->ex, true, 0);
 	if (st == CUDA_SUCCESS)
-		pvgpu_sched_ctx_synced(w);	/* no event needed to know */
+		pvgpu_sched_ctx_synced(&w->sched);	/* no event needed to know */
 	return st;
 }
 

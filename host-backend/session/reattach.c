@@ -149,7 +149,7 @@ static int await_guest(struct pvgpu_worker *w, uint8_t *msg, size_t cap,
 		 */
 		if (pvgpu_sched_pending(&w->sched) &&
 		    atomic_load(&w->slot->state) == PVGPU_SLOT_RUNNING) {
-			pvgpu_sched_poll(w);
+			pvgpu_sched_poll(&w->sched);
 			if (ms > 1)
 				ms = 1;
 		}

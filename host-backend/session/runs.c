@@ -75,7 +75,7 @@ int pvgpu_run_take(struct pvgpu_worker *w,
 	 */
 	if (!w->ex_ops->takes_runs || w->capturing ||
 	    !pvgpu_worker_next_alike(w) ||
-	    pvgpu_sched_shared(w, pvgpu_cur_device(w)))
+	    pvgpu_sched_shared(&w->sched, pvgpu_cur_device(w)))
 		return 0;
 	r->count = 1;
 	return 1;

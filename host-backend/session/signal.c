@@ -158,8 +158,8 @@ void pvgpu_signal_settle(struct pvgpu_worker *w)
 		(void)pvgpu_ring_wake(&w->ring);	/* a hang-up shows at the next read */
 	if (w->signal.opcode == PVGPU_OP_CTX_SYNCHRONIZE) {
 		/* As the synchronize would have, and the reply's poll did not. */
-		pvgpu_sched_ctx_synced(w);
+		pvgpu_sched_ctx_synced(&w->sched);
 		if (pvgpu_sched_pending(&w->sched))
-			pvgpu_sched_poll(w);
+			pvgpu_sched_poll(&w->sched);
 	}
 }

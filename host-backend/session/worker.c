@@ -253,7 +253,7 @@ static void serve_message(struct pvgpu_worker *w, const struct pvgpu_hdr *h,
 	 */
 	if (pvgpu_sched_pending(&w->sched) &&
 	    !(w->signal.pending && h->opcode == PVGPU_OP_CTX_SYNCHRONIZE))
-		pvgpu_sched_poll(w);
+		pvgpu_sched_poll(&w->sched);
 }
 
 /* The policy of VM entry vm, or NULL (a registered VM the file does not name). */
@@ -293,7 +293,11 @@ static int worker_init(struct pvgpu_worker *w, struct pvgpu_conn *conn,
 	vm = atomic_load(&slot->vm);
 	w->handles.max = vm >= 0 ? &acct->vms[vm].handles_max :
 			 &handles_without_vm;
-	pvgpu_sched_session_init(w);
+	pvgpu_sched_session_init(&w->sched, &(struct pvgpu_sched_who){
+		.table = cfg->sched, .slot = slot, .ex_ops = w->ex_ops,
+		.ex = &w->ex, .cur_ctx = &w->cur_ctx,
+		.capturing = &w->capturing,
+	});
 	w->rx = malloc(PVGPU_MAX_BATCH);
 	if (!w->rx)
 		return -1;
@@ -377,7 +381,7 @@ static void worker_fini(struct pvgpu_worker *w)
 	pvgpu_window_detach(w);
 	if (w->ex)
 		w->ex_ops->close(w->ex);	/* frees contexts and all in them */
-	pvgpu_sched_session_end(w);		/* its work on the GPU is gone */
+	pvgpu_sched_session_end(&w->sched);		/* its work on the GPU is gone */
 	for (int d = 0; d < PVGPU_MAX_DEVICES; d++)
 		atomic_store(&w->slot->mem_used[d], 0);
 	pvgpu_handles_free(&w->handles);

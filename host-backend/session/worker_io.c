@@ -47,7 +47,7 @@ static ssize_t read_some(struct pvgpu_worker *w, void *buf, size_t len)
 	/* Not while suspended: a locked process's driver calls block. */
 	while (pvgpu_sched_pending(&w->sched) &&
 	       atomic_load(&w->slot->state) == PVGPU_SLOT_RUNNING) {
-		pvgpu_sched_poll(w);
+		pvgpu_sched_poll(&w->sched);
 		if (!pvgpu_sched_pending(&w->sched) ||
 		    w->conn->ops->wait(w->conn, 200000) != 0)
 			break;
@@ -125,7 +125,7 @@ static int ring_wait(void *arg)
 	char buf[64];
 
 	if (pending)
-		pvgpu_sched_poll(w);
+		pvgpu_sched_poll(&w->sched);
 	n = w->conn->ops->wait(w->conn, pending || signal ? 200000 : -1);
 	if (n == -EINTR && w->between_calls)
 		pvgpu_worker_idle_point(w);

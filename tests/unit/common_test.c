@@ -152,13 +152,17 @@ static int always(void *arg)
 	return 1;
 }
 
+/*
+ * The ready and stopped cases have a minute: 10000 looks that nap between
+ * them once the spin is spent took over a second on a loaded machine.
+ */
 static void test_wait(void)
 {
 	int n = 0;
 
-	CHECK(pvgpu_spin_wait(count_ready, never, &n, 1000000000u) ==
+	CHECK(pvgpu_spin_wait(count_ready, never, &n, 60000000000ull) ==
 	      PVGPU_WAIT_READY);
-	CHECK(pvgpu_spin_wait(never, always, NULL, 1000000000u) ==
+	CHECK(pvgpu_spin_wait(never, always, NULL, 60000000000ull) ==
 	      PVGPU_WAIT_STOPPED);
 	CHECK(pvgpu_spin_wait(never, never, NULL, 1000000u) ==
 	      PVGPU_WAIT_TIMEOUT);

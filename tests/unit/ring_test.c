@@ -523,15 +523,19 @@ static void test_processes(void)
  * pvgpu_ring_expect_wait (a worker that answers 20 ms late): the next wait
  * for a reply spins that long before sleeping (a synchronous call waiting
  * on the device), yielding the CPU between looks after the first 2 ms;
- * then the bounded, adaptive budget applies again, untaught by it.
+ * then the bounded, adaptive budget applies again, untaught by it.  A
+ * receiver the host preempts for the sender's 20 ms finds the reply at
+ * its first look, neither spinning nor sleeping: on a loaded machine the
+ * pair is tried up to five times, and one whole try must show it all.
  */
-static void test_expect_wait(void)
+static int expect_wait_once(void)
 {
 	uint64_t cap = 4096, budget;
 	struct pair p;
 	pthread_t t;
 	uint8_t b[8];
 	void *region = region_new(cap);
+	int ok;
 
 	pair_init(&p, region, cap, 1000);	/* 1 us: sleeps at once, else */
 	budget = p.g.spin_ns;
@@ -539,16 +543,26 @@ static void test_expect_wait(void)
 	CHECK(!pthread_create(&t, NULL, late_send_thread, &p.w));
 	CHECK(!pvgpu_ring_recv(&p.g, b, sizeof(b)));
 	pthread_join(t, NULL);
-	CHECK(p.g.sleeps == 0);			/* it spun through the 20 ms */
-	CHECK(p.g.yields > 0);			/* yielding the CPU after 2 ms */
-	CHECK(p.g.spin_once_ns == 0 && p.g.spin_ns == budget);
+	ok = p.g.sleeps == 0 &&		/* it spun through the 20 ms */
+	     p.g.yields > 0 &&		/* yielding the CPU after 2 ms */
+	     p.g.spin_once_ns == 0 && p.g.spin_ns == budget;
 	/* The next wait has the usual budget: it sleeps. */
 	CHECK(!pthread_create(&t, NULL, late_send_thread, &p.w));
 	CHECK(!pvgpu_ring_recv(&p.g, b, sizeof(b)));
 	pthread_join(t, NULL);
-	CHECK(p.g.sleeps == 1);
+	ok = ok && p.g.sleeps == 1;
 	pair_fini(&p);
 	munmap(region, pvgpu_ring_region_size(cap));
+	return ok;
+}
+
+static void test_expect_wait(void)
+{
+	int ok = 0;
+
+	for (int tries = 0; tries < 5 && !ok; tries++)
+		ok = expect_wait_once();
+	CHECK(ok);
 }
 
 /*
