@@ -149,14 +149,16 @@ metrics held
 # domu1 tries domu2's channel while domu2's session holds it
 xenstore-ls -p /local/domain/0/data/pvgpu/$id2 | sed 's/^/xen-dom0: channel of domu2: /' | head -3
 xenstore-write /local/domain/$id1/data/pvgpu-other $id2
+# The bounds of these waits are for a failure, minutes each: under TCG a
+# loaded runner gave the guests a tenth of a core for minutes.
 n=0
-while ! grep -q "xen-test: steal exit" /var/log/xen/console/guest-domu1.log 2>/dev/null && [ $n -lt 60 ]; do
+while ! grep -q "xen-test: steal exit" /var/log/xen/console/guest-domu1.log 2>/dev/null && [ $n -lt 600 ]; do
     sleep 1; n=$((n+1))
 done
 xenstore-write /local/domain/$id2/data/pvgpu-go 1
 # domu2: destroyed while its copies run
 n=0
-while ! grep -q "xen-cuda: copying" /var/log/xen/console/guest-domu2.log 2>/dev/null && [ $n -lt 240 ]; do
+while ! grep -q "xen-cuda: copying" /var/log/xen/console/guest-domu2.log 2>/dev/null && [ $n -lt 900 ]; do
     sleep 1; n=$((n+1))
 done
 sleep 2
@@ -166,7 +168,7 @@ xl destroy domu2 && echo "xen-dom0: destroyed domu2 mid-copy at $(cut -d' ' -f1 
 # enough, the channel may be offered to the dying domain once more (a
 # session that ends when the domain does not connect).
 n=0
-while ! grep -q "vchan: done $id2 (gone)" /tmp/pvgpud.log && [ $n -lt 30 ]; do sleep 1; n=$((n+1)); done
+while ! grep -q "vchan: done $id2 (gone)" /tmp/pvgpud.log && [ $n -lt 120 ]; do sleep 1; n=$((n+1)); done
 sleep 1
 metrics destroyed
 xenstore-write /local/domain/$id1/data/pvgpu-go 1
@@ -209,7 +211,7 @@ mkfifo /tmp/hold
 xen-cuda quota hold < /tmp/hold > /tmp/quota 2>&1 &
 q=$!
 exec 3> /tmp/hold
-n=0; while ! grep -q "then" /tmp/quota && [ $n -lt 240 ]; do sleep 1; n=$((n+1)); done
+n=0; while ! grep -q "then" /tmp/quota && [ $n -lt 900 ]; do sleep 1; n=$((n+1)); done
 cat /tmp/quota
 """
 
