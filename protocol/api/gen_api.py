@@ -14,7 +14,7 @@ writes into OUTDIR:
                    entry, from the PFN_<name>_v<version>[_ptds|_ptsz]
                    typedefs
   libcuda.map      the version script: every exported name global
-  api-coverage.md  every function and its kind (docs/api-coverage.md)
+  api-coverage.md  every function and its kind (README: "What libcuda.so.1 covers")
 """
 import os
 import re
