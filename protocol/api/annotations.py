@@ -248,6 +248,8 @@ GENERIC = """
 318 cuStreamQuery_ptsz           CUstream  hand
 319 cuStreamWaitEvent            CUstream CUevent unsigned_int  async  hand
 319 cuStreamWaitEvent_ptsz       CUstream CUevent unsigned_int  async  hand
+320 cuGraphNodeSetEnabled        CUgraphExec CUgraphNode unsigned_int
+321 cuGraphNodeGetEnabled        CUgraphExec CUgraphNode unsigned_int*
 """
 
 # Exported names whose driver-580 entry is a newer function's (by
