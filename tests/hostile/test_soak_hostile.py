@@ -67,6 +67,11 @@ N = 4096                        # floats per vector: 16 KiB buffers
 LIFE = (4, 12)                  # rounds a session does before it ends
 RAMP_S = 4.0                    # the first sessions start over this long
 ADMIT_BOUND_S = 20.0            # connect to a context, on a loaded 2-core machine
+# A session whose hellos are refused this long (its VM's slots all taken)
+# gives up: a hang's bound, not a judgement, which is the one above
+# against the run's pace (one CI-like run admitted a good VM after 22.6 s
+# beside make test's VM suites).
+ADMIT_GIVE_UP_S = 120.0
 # Starved, against the run's own pace: no round for this many times the
 # median good VM's time per round.  Beside make test's VM suites on two
 # cores every round takes longer (1.7 s against 0.26 s alone) and so do
@@ -124,7 +129,7 @@ def policy(reloads=0):
 class Stats:
     def __init__(self):
         self.lock = threading.Lock()
-        self.admit = []             # seconds, good sessions
+        self.admit = []             # (seconds, VM), good sessions
         self.retried = 0            # hellos a good VM repeated: a slot not yet free
         self.sessions = {}          # good VM name -> sessions that did rounds
         self.wrong_refused = 0
@@ -163,7 +168,7 @@ class Guest(Worker):
         """Connect, hello (again while the VM's slot is still taken by a
         session that just ended), a context: hellos repeated."""
         tries = 0
-        deadline = time.monotonic() + ADMIT_BOUND_S
+        deadline = time.monotonic() + ADMIT_GIVE_UP_S
         while True:
             s = W.Session(self.uri, timeout=self.timeout, source=self.source)
             st, _, _, _ = s.call("hello", version_min=1, version_max=W.P.VERSION,
@@ -225,10 +230,8 @@ def good_loop(daemon, vm, index, image, stop, stats, rng, delay):
             phase = "setup"
             took = time.monotonic() - t0
             with stats.lock:
-                stats.admit.append(took)
+                stats.admit.append((took, vm.name))
                 stats.retried += tries
-            if took > ADMIT_BOUND_S:
-                stats.problem(f"{vm.name}: admitted after {took:.1f} s")
             if not g.setup():
                 continue
             did = 0
@@ -545,7 +548,7 @@ def test_hostile_soak(start_pvgpud, tmp_path):
         elapsed = time.monotonic() - t0
         assert not any(t.is_alive() for t in threads + hostile), "load did not stop"
 
-        admit = sorted(stats.admit)
+        admit = sorted(t for t, _ in stats.admit)
         print(f"\nhostile soak (seed {seed}): {GOOD}+{BAD} VMs x {PER_VM} sessions, "
               f"{elapsed:.1f} s of load, quota {QUOTA // MiB} MiB per VM")
         print_table(good[:4] + bad, elapsed)
@@ -573,7 +576,7 @@ def test_hostile_soak(start_pvgpud, tmp_path):
         assert not errors, f"seed {seed}:\n" + "\n".join(errors[:20]) + \
             "\n" + what_pvgpud_said(daemon.log(), errors)
         assert all(n > 0 for n in served), served
-        assert admit[-1] <= bound, (admit[-1], bound)
+        assert max(stats.admit)[0] <= bound, (max(stats.admit), bound)
         assert stats.worst_gap[0] <= bound, (stats.worst_gap, bound)
         # The hostile load happened.  How much of it depends on the CPU
         # this harness gets: alone, 2421 stops in 120 s; beside make
