@@ -257,7 +257,7 @@ step stopped-reader
 # The guest's timeout counts node B's silence while the guest runs: 2 s
 # was overrun by node B's TCG guest beside a CPU hog.
 # The stops start once node B has admitted the guest: one landing before
-# its hello (due within 5 s) tests the hello's deadline instead, and on a
+# its hello (due within --hello-timeout) tests the hello's deadline instead, and on a
 # busy machine the program may take seconds to get that far.
 before=$(ctl sessions direct)
 PVGPU_DEVICES="verbs://$B:7471?timeout=5" PVGPU_TOKEN=tok-direct pvgpu-bandwidth --sizes 16M --reps 8 --dir d2h --memory pageable > /tmp/stopped-reader.out 2>&1 &
