@@ -19,7 +19,7 @@
 #include "bench_common.h"
 
 enum { TEST_COPY = 1, TEST_LAUNCH = 2, TEST_ASYNC = 4, TEST_SYNC = 8,
-       TEST_ALL = 15 };
+       TEST_EVENTS = 16, TEST_ALL = 31 };
 enum { DIR_H2D, DIR_D2H, NDIRS };
 enum { MEM_PAGEABLE, MEM_PINNED, NMEMS };
 
@@ -70,7 +70,7 @@ struct result {
 	double sleeps_per_op;		/* control ring: the guest asleep per operation */
 };
 
-#define MAX_RESULTS (2 * NMEMS * MAX_SIZES + 4)
+#define MAX_RESULTS (2 * NMEMS * MAX_SIZES + 7)
 
 static void usage(void)
 {
@@ -78,7 +78,7 @@ static void usage(void)
 "usage: %s [options]\n"
 "Latency of small CUDA operations in microseconds (median, p99), natively or\n"
 "through pvgpu (whichever libcuda.so.1 the loader finds).\n"
-"  --tests LIST         any of copy,launch,async,sync (default all)\n"
+"  --tests LIST         any of copy,launch,async,sync,events (default all)\n"
 "  --sizes LIST         copy sizes in bytes (default 1,4,16,64)\n"
 "  --memory pageable|pinned|both   host memory for copies (default both)\n"
 "  --iters N            timed iterations per test (default 10000)\n"
@@ -130,11 +130,13 @@ static void parse_args(struct options *o, int argc, char **argv)
 					o->tests |= TEST_ASYNC;
 				else if (!strcmp(tok, "sync"))
 					o->tests |= TEST_SYNC;
+				else if (!strcmp(tok, "events"))
+					o->tests |= TEST_EVENTS;
 				else if (!strcmp(tok, "all"))
 					o->tests |= TEST_ALL;
 				else
 					usage_error("--tests: '%s' is not copy, "
-						    "launch, async or sync", tok);
+						    "launch, async, sync or events", tok);
 			}
 			free(copy);
 			if (!o->tests)
@@ -401,6 +403,60 @@ static void test_sync(const struct options *o, struct result *r, double *us)
 }
 
 /*
+ * What a framework does between launches (PyTorch's caching allocator and
+ * its streams): record an event on a stream, ask whether an event recorded
+ * just before is done, ask whether a stream with nothing outstanding is.
+ * An event's query may find it not yet done; both answers are right.
+ */
+enum { EV_RECORD, EV_QUERY, EV_STREAM_QUERY };
+
+static void event_op_ok(cudaError_t e)
+{
+	if (e != cudaSuccess && e != cudaErrorNotReady)
+		CK(e);
+}
+
+static void test_event(const struct options *o, int what, struct result *r,
+		       double *us)
+{
+	static const char *const name[] = { "event record", "event query",
+					     "stream query idle" };
+	cudaStream_t s;
+	cudaEvent_t ev;
+	double t0 = 0;
+	long long extra = 0;
+	int i;
+
+	snprintf(r->key, sizeof(r->key), "%s", name[what]);
+	CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+	CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+	CK(cudaStreamSynchronize(s));
+	for (i = -WARMUP; i < o->iters; i++) {
+		for (int w = turn_point(i, o->interleave); w > 0; w--, extra++)
+			CK(cudaEventRecord(ev, s));
+		if (what == EV_RECORD)
+			t0 = now_s();
+		if (what != EV_STREAM_QUERY)
+			CK(cudaEventRecord(ev, s));
+		if (what == EV_QUERY) {
+			t0 = now_s();
+			event_op_ok(cudaEventQuery(ev));
+		} else if (what == EV_STREAM_QUERY) {
+			t0 = now_s();
+			event_op_ok(cudaStreamQuery(s));
+		}
+		if (i >= 0)
+			us[i] = (now_s() - t0) * 1e6;
+	}
+	CK(cudaStreamSynchronize(s));
+	CK(cudaGetLastError());
+	summarise(r, us, o->iters);
+	r->ops = WARMUP + o->iters + extra;
+	CK(cudaEventDestroy(ev));
+	CK(cudaStreamDestroy(s));
+}
+
+/*
  * Through pvgpu, pvgpu's libcuda.so.1 exports pvgpu_wire_stats (what
  * went over the wire so far); natively there is none.  Calls [1] are round
  * trips, sends [0] messages.
@@ -579,6 +635,9 @@ static int run_here(const struct options *o)
 		COUNTED(o, &res[n], test_sync(o, &res[n], us));
 		n++;
 	}
+	if (o->tests & TEST_EVENTS)
+		for (int e = EV_RECORD; e <= EV_STREAM_QUERY; e++, n++)
+			COUNTED(o, &res[n], test_event(o, e, &res[n], us));
 	bench_turn_pass();
 	bench_turns_end();
 	CK(cudaFree(dev));

@@ -63,9 +63,13 @@ def check_round_trips(out):
     """pvgpu-latency counts the wire round trips of each test:
     one per synchronous copy (plus the few read-backs that verify H2D
     copies), one per launch + synchronize, none for a synchronize on an
-    idle device (answered in the guest)."""
+    idle device (answered in the guest); none to record an event, one to
+    ask after an event just recorded, none to ask after an idle stream
+    already seen idle."""
     rt = {r["key"]: r["round_trips_per_op"] for r in out["results"]}
     assert rt["sync idle"] < 0.01, rt
+    assert rt["event record"] < 0.05 and rt["stream query idle"] < 0.05, rt
+    assert 0.99 < rt["event query"] < 1.05, rt
     assert 0.99 < rt["launch+sync"] < 1.05, rt
     copies = [v for k, v in rt.items() if k.startswith("copy ")]
     assert copies and all(0.99 < v < 1.05 for v in copies), rt
