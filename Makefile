@@ -114,11 +114,11 @@ COMMON_SRC  = $(wildcard common/*.c)
 # The transports (transport/list.h): each folder's guest half (connect,
 # send, receive) and host half (listen, accept, identify, the connection),
 # over the shared stream core and the registry; and the control ring
-# (transport/shm/ring.c) that both ends of a shared window use.
+# (transport/ring.c) that both ends of a shared window use.
 TRANSPORT_GUEST_SRC = transport/transport.c transport/stream.c $(wildcard transport/*/guest.c) \
-                      transport/shm/ring.c
+                      transport/ring.c
 TRANSPORT_HOST_SRC  = transport/transport.c transport/stream.c transport/host.c \
-                      transport/stream_host.c $(wildcard transport/*/host.c) transport/shm/ring.c
+                      transport/stream_host.c $(wildcard transport/*/host.c) transport/ring.c
 # The daemon without its main(): the unit tests and the fuzzer link it too.
 BACKEND_LIB_SRC = $(filter-out host-backend/daemon/main.c host-backend/exec/remote/%, \
               $(wildcard host-backend/daemon/*.c host-backend/session/*.c \
@@ -237,11 +237,11 @@ $(BUILD)/fuzz/fuzz_worker: $(FUZZ_SRC) $(GEN_FILES) $(shell find common host-bac
 		-o $@ $(FUZZ_SRC) -ldl -lpthread -lm $(INIH_LIBS) $(MHD_LIBS)
 
 # libFuzzer: the worker's end of the control ring against a guest that
-# scribbles on every index and byte of it (transport/shm/ring.h).
-$(BUILD)/fuzz/fuzz_ring: tests/fuzz/fuzz_ring.c transport/shm/ring.c transport/shm/ring.h common/wait.h common/relax.h common/clock.h
+# scribbles on every index and byte of it (transport/ring.h).
+$(BUILD)/fuzz/fuzz_ring: tests/fuzz/fuzz_ring.c transport/ring.c transport/ring.h common/wait.h common/relax.h common/clock.h
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -g -O1 -fsanitize=fuzzer,address,undefined -std=c11 -D_GNU_SOURCE \
-		$(SHARED_INC) -o $@ tests/fuzz/fuzz_ring.c transport/shm/ring.c
+		$(SHARED_INC) -o $@ tests/fuzz/fuzz_ring.c transport/ring.c
 
 # libFuzzer: the admin socket's request parser (host-backend/daemon/admin.h).
 $(BUILD)/fuzz/fuzz_admin: tests/fuzz/fuzz_admin.c host-backend/daemon/admin.c host-backend/daemon/admin.h common/log.c common/log.h

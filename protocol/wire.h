@@ -22,7 +22,7 @@
 #define PVGPU_F_REPLY		0x1u	/* backend -> guest answer */
 /*
  * PVGPU_FEATURE_SIGNAL.  On a request: the guest may learn of its completion
- * from the device's word (transport/shm/ring.h).  On its reply: the work is
+ * from the device's word (transport/ring.h).  On its reply: the work is
  * queued, and the device writes the request id's low 32 bits (0 as 1) to the
  * word when it is done; a second reply to the same request follows only if
  * it failed.

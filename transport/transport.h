@@ -61,7 +61,7 @@ struct pvgpu_transport_ops {
 	 */
 	int (*window)(struct pvgpu_transport *t, void **base, uint64_t *size);
 	/*
-	 * The control ring's wake-ups (transport/shm/ring.h), where messages
+	 * The control ring's wake-ups (transport/ring.h), where messages
 	 * move through a ring in the window and the channel only wakes the
 	 * other side: kick() sends one wake-up (never blocks for long);
 	 * wait_kick() sleeps until one arrives or the peer hangs up, and

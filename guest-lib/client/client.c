@@ -22,7 +22,7 @@
 #include "pvgpu_guest.h"
 #include "pvgpu_proto.h"
 #include "transport.h"
-#include "shm/ring.h"
+#include "ring.h"
 #include "trace.h"
 #include "wait.h"
 #include "wire.h"

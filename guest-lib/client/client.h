@@ -61,7 +61,7 @@ struct pvgpu_client_config {
 	 * at the end, 50-100 us on the H100 machine: with 2 ms, a program
 	 * synchronizing on 9 ms kernels ran 1 % slower than natively; 200 ms
 	 * covers the waits of the frameworks' steps.  After the first 2 ms the
-	 * spin yields the CPU between looks (transport/shm/ring.c).
+	 * spin yields the CPU between looks (transport/ring.c).
 	 */
 	uint64_t wait_spin_ns;
 	/*
@@ -252,7 +252,7 @@ int32_t pvgpu_client_wait(struct pvgpu_client *c, enum pvgpu_idle_kind kind,
 /*
  * A small synchronous copy from the device into pageable memory, ending on
  * the device's word as one into pinned memory does: the device copies into
- * the landing of the ring's first page (transport/shm/ring.h), which the
+ * the landing of the ring's first page (transport/ring.h), which the
  * worker pins with the word, and the bytes go on to dst under the call's
  * lock if the backend's status was success.  0: not taken (no ring or no
  * word, or size over the landing); 1, and the call's result in *st.

@@ -1,7 +1,7 @@
 /*
  * signal.c - a synchronous call's completion written by the device itself
  * (feature signal: PVGPU_F_SIGNAL in wire.h, the word in
- * transport/shm/ring.h).
+ * transport/ring.h).
  *
  * A guest that marked a synchronous copy or synchronize may be answered
  * before the work is done: the worker queues the work and, after it on

@@ -135,7 +135,7 @@ int pvgpu_worker_next_alike(struct pvgpu_worker *w)
 		return w->batch_left >= PVGPU_HDR_SIZE &&
 		       !pvgpu_hdr_decode(w->batch_next, &h) &&
 		       h.opcode == w->req_opcode && h.length == w->req_len;
-	/* A message this small is one record (shm/ring.h). */
+	/* A message this small is one record (transport/ring.h). */
 	return w->ring_on &&
 	       pvgpu_ring_pending(&w->ring) == (int64_t)(PVGPU_HDR_SIZE + w->req_len);
 }

@@ -26,7 +26,7 @@
 #include "window.h"
 #include "worker_reattach.h"
 #include "session.h"
-#include "shm/ring.h"
+#include "ring.h"
 
 #define PVGPU_STAGING_BUFFERS	4
 #define PVGPU_NOTED_ERRORS	32

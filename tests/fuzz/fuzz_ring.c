@@ -1,6 +1,6 @@
 /*
  * fuzz_ring.c - libFuzzer target: the worker's end of a control ring
- * (transport/shm/ring.h) against a guest that writes anything anywhere in
+ * (transport/ring.h) against a guest that writes anything anywhere in
  * the ring region, in any order, between the worker's sends and receives.
  *
  * The input is a script of steps, each one byte of opcode and a u64:
@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "shm/ring.h"
+#include "ring.h"
 
 #define CAP	4096u
 

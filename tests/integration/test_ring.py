@@ -1,4 +1,4 @@
-"""The control ring (feature `ring`, transport/shm/ring.h) against
+"""The control ring (feature `ring`, transport/ring.h) against
 `pvgpud --executor sim` over shm://: programs pass with it, without it
 (PVGPU_RING=0, or a guest that does not name the feature), and a raw guest
 that scribbles on the ring, never reads its replies or vanishes mid-call
@@ -345,7 +345,7 @@ def test_consumer_index_past_the_replies_ends_the_session(sim_daemon):
     s = ring_session(sim_daemon)
     s.set_word(1, CONS, 1 << 40)
     # The worker reads the guest's consumer index once what it last saw
-    # leaves less than half the ring (transport/shm/ring.c): requests
+    # leaves less than half the ring (transport/ring.c): requests
     # enough for replies past that.
     raw = b"".join(W.message("mem_get_info", 1000 + i) for i in range(100))
     s.send(raw)

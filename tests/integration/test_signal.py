@@ -1,6 +1,6 @@
 """A synchronous call's completion written by the device itself (feature
 `signal`: PVGPU_F_SIGNAL in protocol/wire.h, host-backend/session/signal.c,
-the word in transport/shm/ring.h), against `pvgpud --executor sim` over
+the word in transport/ring.h), against `pvgpud --executor sim` over
 shm:// (the control ring; the sim writes the word when the work it ran at
 once is queued after).
 
@@ -198,7 +198,7 @@ def test_copies_of_every_size_end_on_the_word(programs, sim_daemon):
 
 
 def test_small_copies_into_pageable_memory_land_on_the_word(programs, sim_daemon):
-    # Up to the landing's 1 KiB (transport/shm/ring.h) a synchronous copy
+    # Up to the landing's 1 KiB (transport/ring.h) a synchronous copy
     # from the device into pageable memory lands in the ring's first page
     # and ends on the word; above it (and below the staged copies' 64 KiB)
     # the bytes come in the reply.  The benchmark checks the bytes of both.

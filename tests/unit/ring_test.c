@@ -1,5 +1,5 @@
 /*
- * ring_test.c - the control ring (transport/shm/ring.h): region checks,
+ * ring_test.c - the control ring (transport/ring.h): region checks,
  * bytes through it in one thread, two threads and two processes over a
  * memfd (with spinning, with sleeping at once, and in between), and a
  * peer that scribbles on the indexes or goes away.
@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "shm/ring.h"
+#include "ring.h"
 
 #include "unit_check.h"
 
