@@ -46,6 +46,22 @@ struct idle_key {
 	uint64_t ctx, handle;
 };
 
+/*
+ * What carries the messages: the channel itself, or, from the message
+ * after the backend took the control ring at window attach, the ring in
+ * front of it (the channel then carries only wake-ups and the hang-up).
+ * Chosen there, once.  A resume's hello goes over the new channel itself
+ * (the ring still holds what the session had in flight).
+ */
+struct wire {
+	int (*sendv)(struct pvgpu_client *c, struct iovec *iov, int iovcnt);
+	int (*recv)(struct pvgpu_client *c, void *buf, size_t len);
+	/* Nothing from the backend yet: no reply begun, no hang-up. */
+	int (*quiet)(struct pvgpu_client *c);
+	/* The reply may be long in coming: spin up to ns for it, then sleep. */
+	void (*expect_wait)(struct pvgpu_client *c, uint64_t ns);
+};
+
 struct pvgpu_client {
 	pthread_mutex_t lock;		/* the wire: one message at a time */
 	struct pvgpu_transport tr;
@@ -75,6 +91,7 @@ struct pvgpu_client {
 	struct pvgpu_ring ring;
 	void *ring_mem;			/* in win's arena; NULL: none */
 	int ring_on;
+	const struct wire *wire;	/* what carries the messages (below) */
 	/*
 	 * The window is this process's own memfd (shm://): nothing but
 	 * this process and the worker ever writes it, so a ring session
@@ -172,13 +189,13 @@ static int32_t await_reply_locked(struct pvgpu_client *c, uint16_t opcode,
 {
 	int32_t st;
 
-	if (!c->ring_on || !(how & CALL_WAITS))
+	if (!(how & CALL_WAITS))
 		return read_reply_locked(c, opcode, id, data_out, data_len, rep,
 					 rep_cap, rep_len);
-	pvgpu_ring_expect_wait(&c->ring, c->cfg.wait_spin_ns);
+	c->wire->expect_wait(c, c->cfg.wait_spin_ns);
 	st = read_reply_locked(c, opcode, id, data_out, data_len, rep, rep_cap,
 			       rep_len);
-	pvgpu_ring_expect_wait(&c->ring, 0);	/* the reply needed no wait */
+	c->wire->expect_wait(c, 0);	/* the reply needed no wait */
 	return st;
 }
 
@@ -332,28 +349,82 @@ static int ring_wait(void *arg)
 	return rc ? ring_lost(c, rc) : 0;
 }
 
-/*
- * The ring carries the messages, but for a resume's hello, which goes
- * over the new connection itself (the ring is set aside for that one
- * exchange: it still holds what the session had in flight).
- */
-static int ring_carries(const struct pvgpu_client *c)
+static int channel_sendv(struct pvgpu_client *c, struct iovec *iov, int iovcnt)
 {
-	return c->ring_on && !c->resuming;
+	return c->tr.ops->sendv(&c->tr, iov, iovcnt);
 }
+
+static int channel_recv(struct pvgpu_client *c, void *buf, size_t len)
+{
+	return c->tr.ops->recv(&c->tr, buf, len);
+}
+
+static int channel_quiet(struct pvgpu_client *c)
+{
+	return pvgpu_transport_quiet(&c->tr);
+}
+
+/* A socket's receive blocks in the kernel: nothing to choose. */
+static void channel_expect_wait(struct pvgpu_client *c, uint64_t ns)
+{
+	(void)c;
+	(void)ns;
+}
+
+static const struct wire channel_wire = {
+	.sendv = channel_sendv,
+	.recv = channel_recv,
+	.quiet = channel_quiet,
+	.expect_wait = channel_expect_wait,
+};
+
+static int ring_sendv(struct pvgpu_client *c, struct iovec *iov, int iovcnt)
+{
+	return pvgpu_ring_sendv(&c->ring, iov, iovcnt);
+}
+
+static int ring_recv(struct pvgpu_client *c, void *buf, size_t len)
+{
+	return pvgpu_ring_recv(&c->ring, buf, len);
+}
+
+static int ring_quiet(struct pvgpu_client *c)
+{
+	int rc;
+
+	if (pvgpu_ring_pending(&c->ring) != 0)
+		return 0;		/* the reply began (or the ring is broken) */
+	if (pvgpu_transport_quiet(&c->tr))
+		return 1;
+	/*
+	 * Kick bytes or the hang-up: this does not block now, and drops them.
+	 * A hang-up with the copy under way is resumed here, and the copy
+	 * goes on: the backend, resumed too, still fills or empties the ring.
+	 */
+	rc = c->tr.ops->wait_kick(&c->tr);
+	return rc == 0 || ring_lost(c, rc) == 0;
+}
+
+static void ring_expect(struct pvgpu_client *c, uint64_t ns)
+{
+	pvgpu_ring_expect_wait(&c->ring, ns);
+}
+
+static const struct wire ring_wire = {
+	.sendv = ring_sendv,
+	.recv = ring_recv,
+	.quiet = ring_quiet,
+	.expect_wait = ring_expect,
+};
 
 static int wire_sendv(struct pvgpu_client *c, struct iovec *iov, int iovcnt)
 {
-	if (ring_carries(c))
-		return pvgpu_ring_sendv(&c->ring, iov, iovcnt);
-	return c->tr.ops->sendv(&c->tr, iov, iovcnt);
+	return c->wire->sendv(c, iov, iovcnt);
 }
 
 static int wire_recv(struct pvgpu_client *c, void *buf, size_t len)
 {
-	if (ring_carries(c))
-		return pvgpu_ring_recv(&c->ring, buf, len);
-	return c->tr.ops->recv(&c->tr, buf, len);
+	return c->wire->recv(c, buf, len);
 }
 
 static void put_hdr_flags(struct pvgpu_client *c, uint8_t *out,
@@ -747,6 +818,7 @@ static int resume_once_locked(struct pvgpu_client *c, uint64_t *last_received)
 	struct pvgpu_hello_rep rep;
 	uint8_t q[PVGPU_HELLO_REQ_MAX], r[PVGPU_HELLO_REP_MAX];
 	const struct pvgpu_transport_ops *ops;
+	const struct wire *wire;
 	const char *addr;
 	char err[256];
 	size_t rn;
@@ -770,12 +842,15 @@ static int resume_once_locked(struct pvgpu_client *c, uint64_t *last_received)
 	c->broken = 0;
 	c->lost = 0;
 	c->resuming = 1;
+	wire = c->wire;
+	c->wire = &channel_wire;
 	id = take_id(c);
 	st = send_request_locked(c, NULL, PVGPU_OP_HELLO, 0, id, q, (size_t)qn,
 				 NULL, 0);
 	if (!st)
 		st = read_reply_locked(c, PVGPU_OP_HELLO, id, NULL, 0, r,
 				       sizeof(r), &rn);
+	c->wire = wire;
 	c->resuming = 0;
 	if (c->broken)
 		return c->lost ? 1 : -1;
@@ -1000,21 +1075,8 @@ int pvgpu_client_dtoh_landing(struct pvgpu_client *c, void *dst,
 static int transport_quiet(void *arg)
 {
 	struct pvgpu_client *c = arg;
-	int rc;
 
-	if (!c->ring_on)
-		return pvgpu_transport_quiet(&c->tr);
-	if (pvgpu_ring_pending(&c->ring) != 0)
-		return 0;		/* the reply began (or the ring is broken) */
-	if (pvgpu_transport_quiet(&c->tr))
-		return 1;
-	/*
-	 * Kick bytes or the hang-up: this does not block now, and drops them.
-	 * A hang-up with the copy under way is resumed here, and the copy
-	 * goes on: the backend, resumed too, still fills or empties the ring.
-	 */
-	rc = c->tr.ops->wait_kick(&c->tr);
-	return rc == 0 || ring_lost(c, rc) == 0;
+	return c->wire->quiet(c);
 }
 
 int32_t pvgpu_client_call_staged(struct pvgpu_client *c, uint16_t opcode,
@@ -1190,6 +1252,7 @@ static void attach_window(struct pvgpu_client *c, enum window_kind kind)
 
 		pvgpu_ring_attach(&c->ring, c->ring_mem, cap, PVGPU_RING_GUEST, &wt);
 		c->ring_on = 1;
+		c->wire = &ring_wire;
 		c->ring_resumes = kind == WINDOW_MEMFD;
 		if (c->info.features & PVGPU_FEATURE_SIGNAL)
 			c->signal_word = pvgpu_ring_signal_word(c->ring_mem);
@@ -1507,6 +1570,7 @@ int pvgpu_client_open(const char *uri, const struct pvgpu_client_config *cfg,
 	pvgpu_debug_enable(cfg->debug);
 	c->tr.ops = ops;
 	c->tr.fd = -1;
+	c->wire = &channel_wire;
 	c->tr.poll_ns = cfg->poll_ns;
 	c->tr.token = c->cfg.token[0] ? c->cfg.token : NULL;
 	c->version = PVGPU_PROTO_VERSION;	/* hello: our newest */

@@ -257,9 +257,9 @@ int pvgpu_worker_detach(struct pvgpu_worker *w)
 	pvgpu_watchdog_resume(w->slot, paused);
 	w->fatal = 0;
 	w->resume.lost = 0;
-	w->ring_aside = 1;
+	pvgpu_worker_wire_ring(w, 0);
 	rc = send_resume_reply(w, h.id);
-	w->ring_aside = 0;
+	pvgpu_worker_wire_ring(w, w->ring_on);
 	if (rc)
 		return -1;
 	/* The last reply, if the guest did not get it (the ring keeps its own). */

@@ -243,6 +243,7 @@ static void serve_message(struct pvgpu_worker *w, const struct pvgpu_hdr *h,
 	if (w->ring_pending) {
 		w->ring_pending = 0;
 		w->ring_on = !w->fatal;
+		pvgpu_worker_wire_ring(w, w->ring_on);
 	}
 	/*
 	 * A synchronising call may have seen the session's kernels finish:
@@ -283,6 +284,7 @@ static int worker_init(struct pvgpu_worker *w, struct pvgpu_conn *conn,
 	int32_t vm;
 
 	memset(w, 0, sizeof(*w));
+	pvgpu_worker_wire_ring(w, 0);
 	pvgpu_log_limit_init(&w->loglim);
 	w->conn = conn;
 	w->peer = *peer;
@@ -378,6 +380,7 @@ static void worker_fini(struct pvgpu_worker *w)
 		w->ex = NULL;
 	pvgpu_staging_release(w);
 	w->ring_on = 0;			/* it lives in the window */
+	pvgpu_worker_wire_ring(w, 0);
 	pvgpu_window_detach(w);
 	if (w->ex)
 		w->ex_ops->close(w->ex);	/* frees contexts and all in them */

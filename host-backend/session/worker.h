@@ -170,9 +170,12 @@ struct pvgpu_worker {
 	 */
 	struct pvgpu_ring ring;
 	int ring_pending, ring_on;
-	/* A resume's hello and its reply cross the new connection itself,
-	 * the ring set aside for them (reattach.c). */
-	int ring_aside;
+	/*
+	 * What carries the messages (worker_io.c): the channel, or the ring
+	 * in front of it, chosen once as ring_on is set; a resume's hello
+	 * and its reply cross the new channel itself (reattach.c).
+	 */
+	const struct pvgpu_worker_wire *wire;
 	uint32_t req_flags;		/* the request's header flags */
 	struct pvgpu_signal signal;	/* completion by the device's word (signal.c) */
 
@@ -396,6 +399,11 @@ int pvgpu_link_options(struct pvgpu_link *l, const uint32_t *key, uint32_t nkey,
 /* How the worker sleeps on and wakes the guest over the control ring. */
 void pvgpu_worker_ring_waiter(struct pvgpu_worker *w,
 			      struct pvgpu_ring_waiter *out);
+/*
+ * From the next message on, the ring carries the messages (on), or the
+ * channel does (worker_io.c).  A worker starts on its channel.
+ */
+void pvgpu_worker_wire_ring(struct pvgpu_worker *w, int on);
 
 /* Virtual memory management through the generic call (vmm.c): checks
  * before the driver runs, bookkeeping after (st: the call's status). */

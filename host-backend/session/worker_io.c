@@ -69,6 +69,19 @@ static void call_in_progress(struct pvgpu_worker *w, char *buf, size_t len)
 	snprintf(buf, len, " during %s", info ? info->name : "a call");
 }
 
+/*
+ * What carries the messages: the channel, or the control ring in front of
+ * it (the channel then carries only wake-ups and the hang-up).  Either way
+ * exactly the bytes asked for; 0, or -1 with the session marked fatal and
+ * why said once.
+ */
+struct pvgpu_worker_wire {
+	int (*read)(struct pvgpu_worker *w, void *buf, size_t len);
+	int (*write)(struct pvgpu_worker *w, struct iovec *iov, int iovcnt);
+};
+
+static const struct pvgpu_worker_wire ring_wire;
+
 /* --- the control ring ------------------------------------------------------ */
 
 /*
@@ -81,7 +94,7 @@ static void call_in_progress(struct pvgpu_worker *w, char *buf, size_t len)
  */
 static int ring_lost(struct pvgpu_worker *w, int rc)
 {
-	if (!w->resume.grace_ns || w->fatal || w->ring_aside)
+	if (!w->resume.grace_ns || w->fatal || w->wire != &ring_wire)
 		return rc;
 	w->resume.lost = PVGPU_LOST_READ;
 	w->fatal = 1;
@@ -182,15 +195,9 @@ static int ring_failed(struct pvgpu_worker *w, int rc, const char *doing)
 	return -1;
 }
 
-int pvgpu_worker_read(struct pvgpu_worker *w, void *buf, size_t len)
+static int channel_read(struct pvgpu_worker *w, void *buf, size_t len)
 {
 	uint8_t *p = buf;
-
-	if (w->ring_on && !w->ring_aside) {
-		int rc = pvgpu_ring_recv(&w->ring, buf, len);
-
-		return rc ? ring_failed(w, rc, "receiving") : 0;
-	}
 
 	while (len) {
 		ssize_t n = read_some(w, p, len);
@@ -226,15 +233,11 @@ int pvgpu_worker_read(struct pvgpu_worker *w, void *buf, size_t len)
 	return 0;
 }
 
-static int write_all(struct pvgpu_worker *w, struct iovec *iov, int iovcnt)
+static int channel_write(struct pvgpu_worker *w, struct iovec *iov, int iovcnt)
 {
 	uint64_t paused;
 	int rc;
 
-	if (w->ring_on && !w->ring_aside) {
-		rc = pvgpu_ring_sendv(&w->ring, iov, iovcnt);
-		return rc ? ring_failed(w, rc, "sending") : 0;
-	}
 	paused = pvgpu_watchdog_pause(w->slot);
 	rc = w->conn->ops->sendv(w->conn, iov, iovcnt);
 
@@ -253,6 +256,45 @@ static int write_all(struct pvgpu_worker *w, struct iovec *iov, int iovcnt)
 		return -1;
 	}
 	return 0;
+}
+
+static int ring_read(struct pvgpu_worker *w, void *buf, size_t len)
+{
+	int rc = pvgpu_ring_recv(&w->ring, buf, len);
+
+	return rc ? ring_failed(w, rc, "receiving") : 0;
+}
+
+static int ring_write(struct pvgpu_worker *w, struct iovec *iov, int iovcnt)
+{
+	int rc = pvgpu_ring_sendv(&w->ring, iov, iovcnt);
+
+	return rc ? ring_failed(w, rc, "sending") : 0;
+}
+
+static const struct pvgpu_worker_wire channel_wire = {
+	.read = channel_read,
+	.write = channel_write,
+};
+
+static const struct pvgpu_worker_wire ring_wire = {
+	.read = ring_read,
+	.write = ring_write,
+};
+
+void pvgpu_worker_wire_ring(struct pvgpu_worker *w, int on)
+{
+	w->wire = on ? &ring_wire : &channel_wire;
+}
+
+int pvgpu_worker_read(struct pvgpu_worker *w, void *buf, size_t len)
+{
+	return w->wire->read(w, buf, len);
+}
+
+static int write_all(struct pvgpu_worker *w, struct iovec *iov, int iovcnt)
+{
+	return w->wire->write(w, iov, iovcnt);
 }
 
 int pvgpu_worker_read_data_hdr(struct pvgpu_worker *w, uint32_t max,
