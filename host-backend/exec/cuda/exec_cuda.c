@@ -1070,90 +1070,78 @@ static void host_remove(struct pvgpu_exec *ex, struct cuda_host *hb)
 	ex->nhosts--;
 }
 
+/*
+ * Room for one more pinned host buffer, made before the driver pins it
+ * (then the pin never has to be undone for want of room), and the note.
+ */
+static int32_t host_room(struct pvgpu_exec *ex)
+{
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (grow((void **)&ex->hosts, &ex->hosts_cap, ex->nhosts + 1,
+		 sizeof(*ex->hosts)))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	return CUDA_SUCCESS;
+}
+
+static void host_add(struct pvgpu_exec *ex, void *p, bool registered)
+{
+	ex->hosts[ex->nhosts++] = (struct cuda_host){
+		.p = p, .ctx = ex->cur, .registered = registered };
+}
+
 static int32_t cuda_host_alloc(struct pvgpu_exec *ex, size_t size, void **p)
 {
-	struct cuda_host *hb;
 	void *mem;
 	CUresult rc;
 
 	if (!ex || !p || !size)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (!ex->cur)
-		return CUDA_ERROR_INVALID_CONTEXT;
-	if (grow((void **)&ex->hosts, &ex->hosts_cap, ex->nhosts + 1,
-		 sizeof(*ex->hosts)))
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	rc = ex->api.mem_host_alloc(&mem, size, CU_MEMHOSTALLOC_PORTABLE);
+	rc = host_room(ex);
+	if (!rc)
+		rc = ex->api.mem_host_alloc(&mem, size, CU_MEMHOSTALLOC_PORTABLE);
 	if (rc)
 		return rc;
-	hb = &ex->hosts[ex->nhosts++];
-	hb->p = mem;
-	hb->ctx = ex->cur;
-	hb->registered = false;
+	host_add(ex, mem, false);
 	*p = mem;
 	return CUDA_SUCCESS;
 }
 
-static int32_t host_free(struct pvgpu_exec *ex, void *p)
-{
-	struct cuda_host *hb;
-	CUresult rc;
-
-	if (!ex)
-		return CUDA_ERROR_INVALID_VALUE;
-	hb = host_find(ex, p, false);
-	if (!hb)
-		return CUDA_ERROR_INVALID_VALUE;
-	rc = ex->api.mem_free_host(p);
-	if (rc == CUDA_SUCCESS)
-		host_remove(ex, hb);
-	return rc;
-}
-
 static int32_t cuda_host_register(struct pvgpu_exec *ex, void *p, size_t size)
 {
-	struct cuda_host *hb;
 	CUresult rc;
 
 	if (!ex || !p || !size)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (!ex->cur)
-		return CUDA_ERROR_INVALID_CONTEXT;
-	if (grow((void **)&ex->hosts, &ex->hosts_cap, ex->nhosts + 1,
-		 sizeof(*ex->hosts)))
-		return CUDA_ERROR_OUT_OF_MEMORY;
+	rc = host_room(ex);
 	/* Mapped too, so that cuMemHostGetDevicePointer can name it (hostmap.c). */
-	rc = ex->api.mem_host_register(p, size, CU_MEMHOSTREGISTER_PORTABLE |
-						   CU_MEMHOSTREGISTER_DEVICEMAP);
+	if (!rc)
+		rc = ex->api.mem_host_register(p, size, CU_MEMHOSTREGISTER_PORTABLE |
+							   CU_MEMHOSTREGISTER_DEVICEMAP);
 	if (rc)
 		return rc;
-	hb = &ex->hosts[ex->nhosts++];
-	hb->p = p;
-	hb->ctx = ex->cur;
-	hb->registered = true;
+	host_add(ex, p, true);
 	return CUDA_SUCCESS;
 }
 
-static int32_t host_unregister(struct pvgpu_exec *ex, void *p)
+/* host_alloc's memory freed, or (registered) host_register's unpinned. */
+static int32_t cuda_host_release(struct pvgpu_exec *ex, void *p,
+				 bool registered)
 {
 	struct cuda_host *hb;
 	CUresult rc;
 
 	if (!ex)
 		return CUDA_ERROR_INVALID_VALUE;
-	hb = host_find(ex, p, true);
+	hb = host_find(ex, p, registered);
 	if (!hb)
-		return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
-	rc = ex->api.mem_host_unregister(p);
+		return registered ? CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED :
+				    CUDA_ERROR_INVALID_VALUE;
+	rc = registered ? ex->api.mem_host_unregister(p) :
+			  ex->api.mem_free_host(p);
 	if (rc == CUDA_SUCCESS)
 		host_remove(ex, hb);
 	return rc;
-}
-
-static int32_t cuda_host_release(struct pvgpu_exec *ex, void *p,
-				 bool registered)
-{
-	return registered ? host_unregister(ex, p) : host_free(ex, p);
 }
 
 /* ------------------------------------------------------------------ */
