@@ -317,9 +317,11 @@ TIMED_TESTS = tests/fuzz tests/rdma/test_verbs_fuzz.py tests/hostile/test_soak_h
 test-timed: | $(BG_DIR)/timed
 	$(call BG_PYTEST,timed) $(TIMED_TESTS)
 
+# The slowest tests' times at the end: a device lent by the minute is
+# planned by them.
 test-gpu:
 	$(MAKE) all
-	$(PYTEST) -q -m gpu tests/gpu
+	$(PYTEST) -q -m gpu --durations=20 tests/gpu
 
 # The main job inside a guest; where no guest can be booted (exit 3: no
 # qemu or guest kernel, as on the GPU machine), the same job as a local process.
