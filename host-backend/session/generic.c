@@ -180,6 +180,10 @@ static int32_t data_arg(struct call_data *d, const struct pvgpu_generic_arg *g,
 	return CUDA_SUCCESS;
 }
 
+/* Kinds the pass after the call has work for. */
+#define RESULT_KINDS (PVGPU_GA_BIT(OUT) | PVGPU_GA_BIT(HNEW) | \
+		      PVGPU_GA_BIT(HDEL) | PVGPU_GA_BIT(OUTBUF))
+
 static int32_t generic_call(struct pvgpu_worker *w, uint32_t fn,
 			    const uint64_t *in, uint32_t n, int async,
 			    uint64_t *out, struct call_data *d)
@@ -275,6 +279,12 @@ static int32_t generic_call(struct pvgpu_worker *w, uint32_t fn,
 		st = w->ex_ops->driver_call(w->ex, f, a);
 	}
 	capture_after(w, f, st);
+	if (!PVGPU_GA_HAS(f, RESULT_KINDS)) {
+		/* Nothing comes back but the status (a query, a record). */
+		if (out)
+			memset(out, 0, n * sizeof(*out));
+		return pvgpu_vmm_after(w, f, a, in, out, &vmm, st);
+	}
 	for (uint32_t i = 0; i < n; i++) {
 		const struct pvgpu_generic_arg *g = &f->args[i];
 		uint64_t v = 0;
@@ -310,9 +320,12 @@ int32_t pvgpu_handle_driver_call(struct pvgpu_worker *w,
 				 const struct pvgpu_driver_call_req *req,
 				 struct pvgpu_driver_call_rep *rep)
 {
+	const struct pvgpu_generic_fn *f = pvgpu_generic_find(req->fn);
 	int32_t st = generic_call(w, req->fn, req->args, req->args_count, 0,
 				  rep->results, NULL);
 
+	if (f && f->quiet)
+		pvgpu_output_quiet(w);
 	rep->results_count = req->args_count <= PVGPU_GENERIC_MAX_ARGS ?
 			     req->args_count : 0;
 	return st;

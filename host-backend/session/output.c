@@ -155,16 +155,26 @@ static int deliver_fd(struct pvgpu_worker *w, int fd, uint64_t size)
 	return rc;
 }
 
+/* A generic call's reply is by its function (annotations.py quiet): the
+ * opcode says only that it is a driver call. */
+void pvgpu_output_quiet(struct pvgpu_worker *w)
+{
+	w->output.quiet = 1;
+}
+
 int pvgpu_output_deliver(struct pvgpu_worker *w, uint16_t opcode,
 			  int32_t status)
 {
+	int quiet = w->output.quiet;
 	int rc = 0;
 
 	/*
 	 * Until a kernel runs nothing prints, and then only where CUDA
 	 * delivers it: no system call on any other reply.
 	 */
-	if (!w->output.ok || !w->output.armed || !output_may_come(opcode))
+	w->output.quiet = 0;
+	if (quiet || !w->output.ok || !w->output.armed ||
+	    !output_may_come(opcode))
 		return 0;
 	/* A sim twin (or anything else) printing through stdio. */
 	fflush(stdout);

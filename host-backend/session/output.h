@@ -17,12 +17,15 @@ struct pvgpu_output {
 	int armed;		/* a kernel has been launched: look */
 	uint64_t armed_ctx;	/* the context of all of them; 0: several */
 	uint64_t dropped;	/* bytes of it not delivered */
+	int quiet;		/* the call now answered wrote none */
 };
 
-/* open: at start; arm: at each launch; deliver: before the reply (opcode,
+/* open: at start; arm: at each launch; quiet: the call being answered is
+ * not one where CUDA writes output; deliver: before the reply (opcode,
  * status). */
 int pvgpu_output_open(struct pvgpu_worker *w);
 void pvgpu_output_arm(struct pvgpu_worker *w);
+void pvgpu_output_quiet(struct pvgpu_worker *w);
 int pvgpu_output_deliver(struct pvgpu_worker *w, uint16_t opcode,
 			 int32_t status);
 

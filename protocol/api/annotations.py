@@ -165,7 +165,11 @@ cuMemPoolExportToShareableHandle cuMemPoolImportFromShareableHandle
 # `async`: stream-ordered and without results, queued and batched like a
 # launch (its error comes at the next synchronising call).  `hand`: the
 # guest entry point is written by hand in guest-lib/cuda/ (to answer in the
-# guest when it can), calling the generated wire call by its id.  gen_api.py
+# guest when it can), calling the generated wire call by its id.  `quiet`:
+# not one of the calls where CUDA writes what kernels printed (the
+# programming guide's list: synchronizations, blocking copies, module load
+# and unload, context destruction, launches), so its reply does not look
+# for that output (two system calls saved on a query).  gen_api.py
 # checks every line against cuda.h when libclang is there.
 GENERIC = """
 1  cuCtxSetLimit                 CUlimit size_t
@@ -243,9 +247,9 @@ GENERIC = """
 315 cuEventRecordWithFlags       CUevent CUstream unsigned_int  async  hand
 315 cuEventRecordWithFlags_ptsz  CUevent CUstream unsigned_int  async  hand
 316 cuEventSynchronize           CUevent  hand
-317 cuEventQuery                 CUevent  hand
-318 cuStreamQuery                CUstream  hand
-318 cuStreamQuery_ptsz           CUstream  hand
+317 cuEventQuery                 CUevent  hand  quiet
+318 cuStreamQuery                CUstream  hand  quiet
+318 cuStreamQuery_ptsz           CUstream  hand  quiet
 319 cuStreamWaitEvent            CUstream CUevent unsigned_int  async  hand
 319 cuStreamWaitEvent_ptsz       CUstream CUevent unsigned_int  async  hand
 320 cuGraphNodeSetEnabled        CUgraphExec CUgraphNode unsigned_int
@@ -271,7 +275,7 @@ def generic():
     out = []
     for line in GENERIC.strip().splitlines():
         w = line.split()
-        if w[-1] == 'hand':
+        while w[-1] in ('hand', 'quiet'):
             w = w[:-1]
         is_async = w[-1] == 'async'
         if is_async:
@@ -284,7 +288,13 @@ def generic():
 def generic_hand():
     """GENERIC names whose guest entry point is hand-written."""
     return {line.split()[1] for line in GENERIC.strip().splitlines()
-            if line.split()[-1] == 'hand'}
+            if 'hand' in line.split()[2:]}
+
+
+def generic_quiet():
+    """GENERIC names where the driver writes no device printf."""
+    return {line.split()[1] for line in GENERIC.strip().splitlines()
+            if 'quiet' in line.split()[2:]}
 
 
 def names(block):

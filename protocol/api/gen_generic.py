@@ -119,6 +119,9 @@ def load():
         if first and ([a[:2] for a in first[2]] != [a[:2] for a in args] or
                        first[3] != is_async):
             sys.exit('gen_generic: id %d: %s and %s differ' % (fid, first[1], name))
+        quiet = annotations.generic_quiet()
+        if first and (first[1] in quiet) != (name in quiet):
+            sys.exit('gen_generic: id %d: %s and %s differ in quiet' % (fid, first[1], name))
         if not first:
             by_id[fid] = (fid, name, args, is_async)
         fns.append((fid, name, args, is_async))
@@ -155,7 +158,13 @@ def write_table(outdir, ids):
          '\tconst char *name;\t/* the driver entry point the backend calls */',
          '\tuint32_t nargs;', '\tint async;',
          '\tint data;\t\t/* has INBUF/OUTBUF arguments: driver_call_data */',
-         '\tstruct pvgpu_generic_arg args[PVGPU_GENERIC_MAX_ARGS];', '};', '']
+         '\tint quiet;\t\t/* writes no device printf (annotations.py) */',
+         '\tuint32_t kinds;\t\t/* PVGPU_GA_BIT of each argument\'s kind */',
+         '\tstruct pvgpu_generic_arg args[PVGPU_GENERIC_MAX_ARGS];', '};', '',
+         '/* Which kinds a function has, so that a hot call (an event query)',
+         ' * skips the passes over arguments it has none for. */',
+         '#define PVGPU_GA_BIT(k)\t(1u << PVGPU_GA_##k)',
+         '#define PVGPU_GA_HAS(f, m)\t(((f)->kinds & (m)) != 0)', '']
     for fid, name, _, _ in ids:
         h.append('#define PVGPU_GENERIC_%s %d' % (name, fid))
     h += ['', 'extern const struct pvgpu_generic_fn pvgpu_generic_fns[];',
@@ -172,9 +181,11 @@ def write_table(outdir, ids):
                                                else n)
                       for k, t, n in args)
         data = any(k in BUFS for k, _, _ in args)
-        c.append('\t{ %d, "%s", %d, %d, %d, { %s } },' % (fid, name, len(args),
-                                                        1 if is_async else 0,
-                                                        1 if data else 0, a))
+        kinds = ' | '.join('PVGPU_GA_BIT(%s)' % k
+                           for k in sorted({k for k, _, _ in args})) or '0'
+        c.append('\t{ %d, "%s", %d, %d, %d, %d, %s, { %s } },' % (
+            fid, name, len(args), 1 if is_async else 0, 1 if data else 0,
+            1 if name in annotations.generic_quiet() else 0, kinds, a))
     # By id, one step: the worker's own event calls (a scheduler mark
     # after each launch) look their function up too.
     at = {fid: k + 1 for k, (fid, _, _, _) in enumerate(ids)}

@@ -11,6 +11,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -135,6 +136,18 @@ def read(path):
     return path.read_text() if path.exists() else ""
 
 
+def recorded(path, pattern, count, timeout=10.0):
+    """The record's matches of pattern once there are count of them: the
+    fake writes its line when it runs, which on a busy machine can be
+    after pvgpud said it started it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = re.findall(pattern, read(path), re.M)
+        if len(found) >= count or time.monotonic() > deadline:
+            return found
+        time.sleep(0.02)
+
+
 MPS_POLICY = f"""
     [default]
     policy = refuse
@@ -154,8 +167,7 @@ def test_mps_daemon_started_watched_and_quit(start_pvgpud, short_tmp):
                           env=env)
     log = daemon.log()
     # Started once, for GPU 0 alone, before the first worker was forked.
-    starts = re.findall(r"^start pid=(\d+) visible=(\S*) pipe=(\S+) log=(\S+)$",
-                        read(record), re.M)
+    starts = recorded(record, r"^start pid=(\d+) visible=(\S*) pipe=(\S+) log=(\S+)$", 1)
     assert len(starts) == 1, read(record)
     pid, visible, pipe, logdir = starts[0]
     assert visible == "0"
@@ -180,6 +192,7 @@ def test_mps_daemon_started_watched_and_quit(start_pvgpud, short_tmp):
     daemon.wait_log(r"mps: GPU 0: control daemon \(pid %s\) died: killed by signal 9; "
                     r"restarting in" % pid)
     daemon.wait_log(r"mps: GPU 0: control daemon restarted")
+    assert len(recorded(record, r"^start ", 2)) == 2, read(record)
 
     # Shutdown asks it to quit, with the same pipe directory.
     wait_live(daemon)

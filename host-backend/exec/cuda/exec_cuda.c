@@ -2664,16 +2664,14 @@ static int32_t generic_device(struct pvgpu_exec *ex, uint64_t *a)
 int32_t pvgpu_cuda_generic_invoke(void *fp, const struct pvgpu_generic_fn *f,
 				  uint64_t *a);
 
-static int32_t cuda_driver_call(struct pvgpu_exec *ex,
-				const struct pvgpu_generic_fn *f, uint64_t *a)
+/* The stream and device arguments of a generic call, checked and made
+ * the driver's. */
+static int32_t generic_places(struct pvgpu_exec *ex,
+			      const struct pvgpu_generic_fn *f, uint64_t *a)
 {
 	CUstream st;
 	int32_t rc;
 
-	if (!ex || !f || f->id > PVGPU_GENERIC_MAX_ID)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (!ex->cur)
-		return CUDA_ERROR_INVALID_CONTEXT;
 	for (uint32_t i = 0; i < f->nargs; i++) {
 		if (f->args[i].kind == PVGPU_GA_DEVICE) {
 			rc = generic_device(ex, &a[i]);
@@ -2687,6 +2685,23 @@ static int32_t cuda_driver_call(struct pvgpu_exec *ex,
 			return rc;
 		a[i] = (uint64_t)(uintptr_t)st;
 	}
+	return CUDA_SUCCESS;
+}
+
+static int32_t cuda_driver_call(struct pvgpu_exec *ex,
+				const struct pvgpu_generic_fn *f, uint64_t *a)
+{
+	int32_t rc;
+
+	if (!ex || !f || f->id > PVGPU_GENERIC_MAX_ID)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ex->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (PVGPU_GA_HAS(f, PVGPU_GA_BIT(DEVICE) | PVGPU_GA_BIT(STREAM))) {
+		rc = generic_places(ex, f, a);
+		if (rc)
+			return rc;
+	}
 	if (!ex->generic_tried[f->id]) {
 		/* The exported name the annotation gives (e.g. ..._v2). */
 		ex->generic_fp[f->id] = dlsym(ex->lib, f->name);
@@ -2697,7 +2712,8 @@ static int32_t cuda_driver_call(struct pvgpu_exec *ex,
 		return CUDA_ERROR_NOT_SUPPORTED;
 	if (ex->generic_sets_kernels[f->id])
 		run_graphs_drop(ex, 0);
-	rc = generic_handles(ex, f, a);
+	rc = PVGPU_GA_HAS(f, PVGPU_GA_BIT(HIN) | PVGPU_GA_BIT(HDEL)) ?
+	     generic_handles(ex, f, a) : CUDA_SUCCESS;
 	if (rc)
 		return rc;
 	if (f->id == PVGPU_GENERIC_cuMemRelease) {
@@ -2712,8 +2728,11 @@ static int32_t cuda_driver_call(struct pvgpu_exec *ex,
 		return rc;
 	}
 	rc = pvgpu_cuda_generic_invoke(ex->generic_fp[f->id], f, a);
-	generic_destroyed(ex, f, a, rc);
-	return rc ? rc : generic_created(ex, f, a);
+	if (PVGPU_GA_HAS(f, PVGPU_GA_BIT(HDEL)))
+		generic_destroyed(ex, f, a, rc);
+	if (rc || !PVGPU_GA_HAS(f, PVGPU_GA_BIT(HNEW)))
+		return rc;
+	return generic_created(ex, f, a);
 }
 
 /* The driver's JIT options from the checked ones in l: the log buffers are
