@@ -327,7 +327,8 @@ def expected_stdout(tag):
         return [f"device: tag {tag} line {i + 1} of {lines}"
                 for i in range(lines)]
     return (["program: printf", "host: launched"] + say(3) +
-            ["host: synchronized"] + say(200) +
+            ["host: synchronized", "host: event done"] + say(2) +
+            ["host: synchronized again"] + say(200) +
             ["host: stream synchronized"] + say(1) +
             ["host: copied back", "assert: cudaErrorAssert", "PASS"])
 

@@ -1,8 +1,9 @@
 /*
  * printf: what a kernel prints (device printf, a failed assert) belongs to
  * the program (DESIGN §3): it appears in the program's own stdout/stderr,
- * at the synchronisation after the launch, between the host lines around
- * it, never in pvgpud's log and never in another session's output.
+ * at the synchronisation after the launch (not at a query), between the
+ * host lines around it, never in pvgpud's log and never in another
+ * session's output.
  *
  * PVGPU_TEST_TAG (a number, default 7) goes into every device line, so a
  * test running two of these at once can tell whose output is whose.  One
@@ -41,6 +42,24 @@ int main(void)
     printf("host: launched\n");
     CHECK(cudaDeviceSynchronize());
     printf("host: synchronized\n");
+
+    /*
+     * A query is not where CUDA writes device output: with the kernel
+     * seen done through its event, its lines still wait for the next
+     * synchronize.
+     */
+    cudaEvent_t ev;
+    CHECK(cudaEventCreate(&ev));
+    say<<<1, 1>>>(tag, 2);
+    CHECK(cudaEventRecord(ev, 0));
+    while (cudaEventQuery(ev) == cudaErrorNotReady)
+        ;
+    CHECK(cudaEventQuery(ev));
+    CHECK(cudaStreamQuery(0));
+    printf("host: event done\n");
+    CHECK(cudaDeviceSynchronize());
+    printf("host: synchronized again\n");
+    CHECK(cudaEventDestroy(ev));
 
     /* Many lines in one go, then on a stream of its own. */
     cudaStream_t s;
