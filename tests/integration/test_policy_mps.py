@@ -179,7 +179,9 @@ def test_mps_daemon_started_watched_and_quit(start_pvgpud, short_tmp):
 
     # A worker of alice is a client of it, with her figures.
     s = hello_session(daemon)
-    text = daemon.wait_log(r"MPS client: ")
+    daemon.wait_log(r"MPS client: ")
+    # The worker's line can come before the supervisor's session line.
+    text = daemon.wait_log(r" start: ")
     assert text.index("mps: GPU 0: control daemon started") < text.index(" start: "), text
     line = [ln for ln in text.splitlines() if "MPS client: " in ln][-1]
     assert f"CUDA_MPS_PIPE_DIRECTORY={pipe} " in line, line
@@ -197,7 +199,7 @@ def test_mps_daemon_started_watched_and_quit(start_pvgpud, short_tmp):
     # Shutdown asks it to quit, with the same pipe directory.
     wait_live(daemon)
     assert daemon.stop() == 0
-    assert f"command quit pipe={pipe}" in read(record), read(record)
+    assert recorded(record, rf"^command quit pipe={re.escape(pipe)}$", 1), read(record)
     assert len(re.findall(r"^start ", read(record), re.M)) == 2, read(record)
     assert "mps: GPU 0: control daemon" in daemon.log()
     assert "stopped (quit)" in daemon.log(), daemon.log()[-2000:]
