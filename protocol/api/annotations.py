@@ -270,12 +270,17 @@ def generic_aliases():
     return list(zip(w[0::2], w[1::2]))
 
 
+# The words after a GENERIC line's types (`async` aside) that say how it
+# is served: see the comment above GENERIC.
+GENERIC_TAGS = ('hand', 'quiet')
+
+
 def generic():
     """[(id, name, [arg types], async)] from GENERIC."""
     out = []
     for line in GENERIC.strip().splitlines():
         w = line.split()
-        while w[-1] in ('hand', 'quiet'):
+        while w[-1] in GENERIC_TAGS:
             w = w[:-1]
         is_async = w[-1] == 'async'
         if is_async:
@@ -285,16 +290,21 @@ def generic():
     return out
 
 
+def generic_tagged(tag):
+    """GENERIC names whose line carries tag (one of GENERIC_TAGS)."""
+    assert tag in GENERIC_TAGS
+    return {line.split()[1] for line in GENERIC.strip().splitlines()
+            if tag in line.split()[2:]}
+
+
 def generic_hand():
     """GENERIC names whose guest entry point is hand-written."""
-    return {line.split()[1] for line in GENERIC.strip().splitlines()
-            if 'hand' in line.split()[2:]}
+    return generic_tagged('hand')
 
 
 def generic_quiet():
     """GENERIC names where the driver writes no device printf."""
-    return {line.split()[1] for line in GENERIC.strip().splitlines()
-            if 'quiet' in line.split()[2:]}
+    return generic_tagged('quiet')
 
 
 def names(block):

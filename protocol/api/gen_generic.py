@@ -100,17 +100,18 @@ def kind(t):
 
 def load():
     fns, by_id = [], {}
+    hand, quiet = annotations.generic_hand(), annotations.generic_quiet()
     for fid, name, types, is_async in annotations.generic():
         if len(types) > MAX_ARGS:
             sys.exit('gen_generic: %s: more than %d arguments' % (name, MAX_ARGS))
         args = [kind(t) for t in types]
-        if name not in annotations.generic_hand() and any(
+        if name not in hand and any(
                 k == 'HNEW' and t in GUEST_STRUCT for k, t, _ in args):
             sys.exit('gen_generic: %s: a new %s is the guest\'s struct: mark it hand'
                      % (name, [t for k, t, _ in args if k == 'HNEW'][0]))
         # The guest picks the context from a device (its primary one) and
         # knows what a void* holds: no generated entry point does.
-        if name not in annotations.generic_hand() and any(
+        if name not in hand and any(
                 k == 'DEVICE' or (k in BUFS and t == 'void') for k, t, _ in args):
             sys.exit('gen_generic: %s: a device or void* argument: mark it hand' % name)
         if is_async and any(k in ('OUT', 'HNEW', 'INBUF', 'OUTBUF') for k, _, _ in args):
@@ -119,7 +120,6 @@ def load():
         if first and ([a[:2] for a in first[2]] != [a[:2] for a in args] or
                        first[3] != is_async):
             sys.exit('gen_generic: id %d: %s and %s differ' % (fid, first[1], name))
-        quiet = annotations.generic_quiet()
         if first and (first[1] in quiet) != (name in quiet):
             sys.exit('gen_generic: id %d: %s and %s differ in quiet' % (fid, first[1], name))
         if not first:
@@ -174,6 +174,7 @@ def write_table(outdir, ids):
           '#endif', '']
     with open(os.path.join(outdir, 'pvgpu_generic.h'), 'w') as f:
         f.write('\n'.join(h))
+    quiet = annotations.generic_quiet()
     c = [HEAD, '#include <cuda.h>', '#include "pvgpu_generic.h"', '',
          'const struct pvgpu_generic_fn pvgpu_generic_fns[] = {']
     for fid, name, args, is_async in ids:
@@ -185,7 +186,7 @@ def write_table(outdir, ids):
                            for k in sorted({k for k, _, _ in args})) or '0'
         c.append('\t{ %d, "%s", %d, %d, %d, %d, %s, { %s } },' % (
             fid, name, len(args), 1 if is_async else 0, 1 if data else 0,
-            1 if name in annotations.generic_quiet() else 0, kinds, a))
+            1 if name in quiet else 0, kinds, a))
     # By id, one step: the worker's own event calls (a scheduler mark
     # after each launch) look their function up too.
     at = {fid: k + 1 for k, (fid, _, _, _) in enumerate(ids)}
