@@ -11,6 +11,7 @@
 #ifndef PVGPU_WIRE_H
 #define PVGPU_WIRE_H
 
+#include <endian.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -82,45 +83,51 @@ struct pvgpu_hdr {
  */
 int pvgpu_op_waits_on_device(uint16_t opcode);
 
+/*
+ * Fields are little-endian at any alignment: memcpy and a byte swap only
+ * where the machine is big-endian, so a field is one load or store (byte
+ * loops were not merged into one by the compiler).
+ */
 static inline void pvgpu_put_u16(uint8_t *p, uint16_t v)
 {
-	p[0] = (uint8_t)v;
-	p[1] = (uint8_t)(v >> 8);
+	v = htole16(v);
+	memcpy(p, &v, sizeof(v));
 }
 
 static inline void pvgpu_put_u32(uint8_t *p, uint32_t v)
 {
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
+	v = htole32(v);
+	memcpy(p, &v, sizeof(v));
 }
 
 static inline void pvgpu_put_u64(uint8_t *p, uint64_t v)
 {
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
+	v = htole64(v);
+	memcpy(p, &v, sizeof(v));
 }
 
 static inline uint16_t pvgpu_get_u16(const uint8_t *p)
 {
-	return (uint16_t)(p[0] | (p[1] << 8));
+	uint16_t v;
+
+	memcpy(&v, p, sizeof(v));
+	return le16toh(v);
 }
 
 static inline uint32_t pvgpu_get_u32(const uint8_t *p)
 {
-	uint32_t v = 0;
+	uint32_t v;
 
-	for (int i = 3; i >= 0; i--)
-		v = (v << 8) | p[i];
-	return v;
+	memcpy(&v, p, sizeof(v));
+	return le32toh(v);
 }
 
 static inline uint64_t pvgpu_get_u64(const uint8_t *p)
 {
-	uint64_t v = 0;
+	uint64_t v;
 
-	for (int i = 7; i >= 0; i--)
-		v = (v << 8) | p[i];
-	return v;
+	memcpy(&v, p, sizeof(v));
+	return le64toh(v);
 }
 
 static inline void pvgpu_hdr_encode(uint8_t out[PVGPU_HDR_SIZE],
