@@ -180,15 +180,24 @@ static int32_t data_arg(struct call_data *d, const struct pvgpu_generic_arg *g,
 	return CUDA_SUCCESS;
 }
 
+/* The reply has a result slot for every argument a function may have. */
+_Static_assert(sizeof(((struct pvgpu_driver_call_rep *)0)->results) ==
+	       PVGPU_GENERIC_MAX_ARGS * sizeof(uint64_t),
+	       "driver_call results differ from PVGPU_GENERIC_MAX_ARGS");
+
 /* Kinds the pass after the call has work for. */
 #define RESULT_KINDS (PVGPU_GA_BIT(OUT) | PVGPU_GA_BIT(HNEW) | \
 		      PVGPU_GA_BIT(HDEL) | PVGPU_GA_BIT(OUTBUF))
 
-static int32_t generic_call(struct pvgpu_worker *w, uint32_t fn,
+/*
+ * f: the table's entry for the guest's id (NULL: none); out: the reply's
+ * PVGPU_GENERIC_MAX_ARGS results, or NULL for an async call.
+ */
+static int32_t generic_call(struct pvgpu_worker *w,
+			    const struct pvgpu_generic_fn *f,
 			    const uint64_t *in, uint32_t n, int async,
 			    uint64_t *out, struct call_data *d)
 {
-	const struct pvgpu_generic_fn *f = pvgpu_generic_find(fn);
 	uint64_t a[PVGPU_GENERIC_MAX_ARGS] = { 0 };
 	uint64_t ids[PVGPU_GENERIC_MAX_ARGS] = { 0 };
 	struct pvgpu_vmm_call vmm;
@@ -279,12 +288,10 @@ static int32_t generic_call(struct pvgpu_worker *w, uint32_t fn,
 		st = w->ex_ops->driver_call(w->ex, f, a);
 	}
 	capture_after(w, f, st);
-	if (!PVGPU_GA_HAS(f, RESULT_KINDS)) {
-		/* Nothing comes back but the status (a query, a record). */
-		if (out)
-			memset(out, 0, n * sizeof(*out));
+	/* Nothing comes back but the status (a query, a record): the
+	 * dispatcher hands every handler a zeroed reply. */
+	if (!PVGPU_GA_HAS(f, RESULT_KINDS))
 		return pvgpu_vmm_after(w, f, a, in, out, &vmm, st);
-	}
 	for (uint32_t i = 0; i < n; i++) {
 		const struct pvgpu_generic_arg *g = &f->args[i];
 		uint64_t v = 0;
@@ -321,7 +328,7 @@ int32_t pvgpu_handle_driver_call(struct pvgpu_worker *w,
 				 struct pvgpu_driver_call_rep *rep)
 {
 	const struct pvgpu_generic_fn *f = pvgpu_generic_find(req->fn);
-	int32_t st = generic_call(w, req->fn, req->args, req->args_count, 0,
+	int32_t st = generic_call(w, f, req->args, req->args_count, 0,
 				  rep->results, NULL);
 
 	if (f && f->quiet)
@@ -334,7 +341,8 @@ int32_t pvgpu_handle_driver_call(struct pvgpu_worker *w,
 int32_t pvgpu_handle_driver_call_async(struct pvgpu_worker *w,
 				       const struct pvgpu_driver_call_async_req *req)
 {
-	return generic_call(w, req->fn, req->args, req->args_count, 1, NULL, NULL);
+	return generic_call(w, pvgpu_generic_find(req->fn), req->args,
+			    req->args_count, 1, NULL, NULL);
 }
 
 int32_t pvgpu_handle_driver_call_data(struct pvgpu_worker *w,
@@ -351,8 +359,8 @@ int32_t pvgpu_handle_driver_call_data(struct pvgpu_worker *w,
 	d->out = rep->output;
 	d->nout = &rep->output_len;
 	rep->output_len = 0;
-	st = generic_call(w, req->fn, req->args, req->args_count, 0,
-			  rep->results, d);
+	st = generic_call(w, pvgpu_generic_find(req->fn), req->args,
+			  req->args_count, 0, rep->results, d);
 	if (st)
 		rep->output_len = 0;
 	rep->results_count = req->args_count <= PVGPU_GENERIC_MAX_ARGS ?

@@ -4951,77 +4951,76 @@ static int32_t sim_destroy_call(struct pvgpu_exec *ex,
 }
 
 /*
- * The generic calls the sim models, by id; every other one is
+ * The generic calls the sim models, indexed by id; every other one is
  * CUDA_ERROR_NOT_SUPPORTED.  streams: its stream arguments are checked
  * first (capture and graph calls check their own, in the driver's order).
  */
 static const struct sim_generic {
-	uint32_t id;
 	int32_t (*call)(struct pvgpu_exec *ex, const struct pvgpu_generic_fn *f,
 			uint64_t *a);
 	bool streams;
 } sim_generic[] = {
-	{ PVGPU_GENERIC_cuCtxSetLimit, sim_ctx_call, true },
-	{ PVGPU_GENERIC_cuCtxGetLimit, sim_ctx_call, true },
-	{ PVGPU_GENERIC_cuCtxGetStreamPriorityRange, sim_ctx_call, true },
-	{ PVGPU_GENERIC_cuCtxGetCacheConfig, sim_ctx_call, true },
-	{ PVGPU_GENERIC_cuCtxSetCacheConfig, sim_ctx_call, true },
-	{ PVGPU_GENERIC_cuCtxResetPersistingL2Cache, sim_ctx_call, true },
-	{ PVGPU_GENERIC_cuStreamWriteValue32_v2, sim_stream_value_call, true },
-	{ PVGPU_GENERIC_cuStreamWriteValue64_v2, sim_stream_value_call, true },
-	{ PVGPU_GENERIC_cuStreamWaitValue32_v2, sim_stream_value_call, true },
-	{ PVGPU_GENERIC_cuStreamWaitValue64_v2, sim_stream_value_call, true },
-	{ PVGPU_GENERIC_cuStreamBeginCapture_v2, sim_capture_call, false },
-	{ PVGPU_GENERIC_cuStreamEndCapture, sim_capture_call, false },
-	{ PVGPU_GENERIC_cuStreamIsCapturing, sim_capture_call, false },
-	{ PVGPU_GENERIC_cuGraphInstantiateWithFlags, sim_graph_call, false },
-	{ PVGPU_GENERIC_cuGraphLaunch, sim_graph_call, false },
-	{ PVGPU_GENERIC_cuGraphUpload, sim_graph_call, false },
-	{ PVGPU_GENERIC_cuGraphExecDestroy, sim_graph_call, false },
-	{ PVGPU_GENERIC_cuGraphDestroy, sim_graph_call, false },
-	{ PVGPU_GENERIC_cuGraphCreate, sim_graph_call, false },
-	{ PVGPU_GENERIC_cuGraphClone, sim_graph_call, false },
-	{ PVGPU_GENERIC_cuProfilerStart, sim_profiler, true },
-	{ PVGPU_GENERIC_cuProfilerStop, sim_profiler, true },
-	{ PVGPU_GENERIC_cuStreamSetAttribute, sim_stream_attr_call, true },
-	{ PVGPU_GENERIC_cuStreamGetAttribute, sim_stream_attr_call, true },
-	{ PVGPU_GENERIC_cuMemGetAllocationGranularity, sim_vmm_call, true },
-	{ PVGPU_GENERIC_cuMemCreate, sim_vmm_call, true },
-	{ PVGPU_GENERIC_cuMemRelease, sim_vmm_call, true },
-	{ PVGPU_GENERIC_cuMemAddressReserve, sim_vmm_call, true },
-	{ PVGPU_GENERIC_cuMemAddressFree, sim_vmm_call, true },
-	{ PVGPU_GENERIC_cuMemMap, sim_vmm_call, true },
-	{ PVGPU_GENERIC_cuMemUnmap, sim_vmm_call, true },
-	{ PVGPU_GENERIC_cuMemSetAccess, sim_vmm_call, true },
-	{ PVGPU_GENERIC_cuMemGetAccess, sim_vmm_call, true },
-	{ PVGPU_GENERIC_cuMemRetainAllocationHandle, sim_vmm_call, true },
-	{ PVGPU_GENERIC_cuMemGetAllocationPropertiesFromHandle, sim_vmm_call, true },
-	{ PVGPU_GENERIC_cuFuncGetAttribute, sim_func_call, true },
-	{ PVGPU_GENERIC_cuFuncSetAttribute, sim_func_call, true },
-	{ PVGPU_GENERIC_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, sim_func_call, true },
-	{ PVGPU_GENERIC_cuOccupancyAvailableDynamicSMemPerBlock, sim_func_call, true },
-	{ PVGPU_GENERIC_cuArrayDestroy, sim_destroy_call, true },
-	{ PVGPU_GENERIC_cuTexObjectDestroy, sim_destroy_call, true },
-	{ PVGPU_GENERIC_cuSurfObjectDestroy, sim_destroy_call, true },
-	{ PVGPU_GENERIC_cuGraphDestroyNode, sim_destroy_call, true },
-	{ PVGPU_GENERIC_cuEventElapsedTime_v2, sim_elapsed_call, true },
-	{ PVGPU_GENERIC_cuDeviceGetGraphMemAttribute, sim_graph_mem_call, true },
-	{ PVGPU_GENERIC_cuDeviceSetGraphMemAttribute, sim_graph_mem_call, true },
-	{ PVGPU_GENERIC_cuDeviceGraphMemTrim, sim_graph_mem_call, true },
-	{ PVGPU_GENERIC_cuEventCreate, sim_event_call, true },
-	{ PVGPU_GENERIC_cuEventDestroy_v2, sim_event_call, true },
-	{ PVGPU_GENERIC_cuEventRecord, sim_event_call, true },
-	{ PVGPU_GENERIC_cuEventRecordWithFlags, sim_event_call, true },
-	{ PVGPU_GENERIC_cuEventSynchronize, sim_event_call, true },
-	{ PVGPU_GENERIC_cuEventQuery, sim_event_call, true },
-	{ PVGPU_GENERIC_cuStreamQuery, sim_event_call, true },
-	{ PVGPU_GENERIC_cuStreamWaitEvent, sim_event_call, true },
+	[PVGPU_GENERIC_cuCtxSetLimit] = { sim_ctx_call, true },
+	[PVGPU_GENERIC_cuCtxGetLimit] = { sim_ctx_call, true },
+	[PVGPU_GENERIC_cuCtxGetStreamPriorityRange] = { sim_ctx_call, true },
+	[PVGPU_GENERIC_cuCtxGetCacheConfig] = { sim_ctx_call, true },
+	[PVGPU_GENERIC_cuCtxSetCacheConfig] = { sim_ctx_call, true },
+	[PVGPU_GENERIC_cuCtxResetPersistingL2Cache] = { sim_ctx_call, true },
+	[PVGPU_GENERIC_cuStreamWriteValue32_v2] = { sim_stream_value_call, true },
+	[PVGPU_GENERIC_cuStreamWriteValue64_v2] = { sim_stream_value_call, true },
+	[PVGPU_GENERIC_cuStreamWaitValue32_v2] = { sim_stream_value_call, true },
+	[PVGPU_GENERIC_cuStreamWaitValue64_v2] = { sim_stream_value_call, true },
+	[PVGPU_GENERIC_cuStreamBeginCapture_v2] = { sim_capture_call, false },
+	[PVGPU_GENERIC_cuStreamEndCapture] = { sim_capture_call, false },
+	[PVGPU_GENERIC_cuStreamIsCapturing] = { sim_capture_call, false },
+	[PVGPU_GENERIC_cuGraphInstantiateWithFlags] = { sim_graph_call, false },
+	[PVGPU_GENERIC_cuGraphLaunch] = { sim_graph_call, false },
+	[PVGPU_GENERIC_cuGraphUpload] = { sim_graph_call, false },
+	[PVGPU_GENERIC_cuGraphExecDestroy] = { sim_graph_call, false },
+	[PVGPU_GENERIC_cuGraphDestroy] = { sim_graph_call, false },
+	[PVGPU_GENERIC_cuGraphCreate] = { sim_graph_call, false },
+	[PVGPU_GENERIC_cuGraphClone] = { sim_graph_call, false },
+	[PVGPU_GENERIC_cuProfilerStart] = { sim_profiler, true },
+	[PVGPU_GENERIC_cuProfilerStop] = { sim_profiler, true },
+	[PVGPU_GENERIC_cuStreamSetAttribute] = { sim_stream_attr_call, true },
+	[PVGPU_GENERIC_cuStreamGetAttribute] = { sim_stream_attr_call, true },
+	[PVGPU_GENERIC_cuMemGetAllocationGranularity] = { sim_vmm_call, true },
+	[PVGPU_GENERIC_cuMemCreate] = { sim_vmm_call, true },
+	[PVGPU_GENERIC_cuMemRelease] = { sim_vmm_call, true },
+	[PVGPU_GENERIC_cuMemAddressReserve] = { sim_vmm_call, true },
+	[PVGPU_GENERIC_cuMemAddressFree] = { sim_vmm_call, true },
+	[PVGPU_GENERIC_cuMemMap] = { sim_vmm_call, true },
+	[PVGPU_GENERIC_cuMemUnmap] = { sim_vmm_call, true },
+	[PVGPU_GENERIC_cuMemSetAccess] = { sim_vmm_call, true },
+	[PVGPU_GENERIC_cuMemGetAccess] = { sim_vmm_call, true },
+	[PVGPU_GENERIC_cuMemRetainAllocationHandle] = { sim_vmm_call, true },
+	[PVGPU_GENERIC_cuMemGetAllocationPropertiesFromHandle] = { sim_vmm_call, true },
+	[PVGPU_GENERIC_cuFuncGetAttribute] = { sim_func_call, true },
+	[PVGPU_GENERIC_cuFuncSetAttribute] = { sim_func_call, true },
+	[PVGPU_GENERIC_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags] = { sim_func_call, true },
+	[PVGPU_GENERIC_cuOccupancyAvailableDynamicSMemPerBlock] = { sim_func_call, true },
+	[PVGPU_GENERIC_cuArrayDestroy] = { sim_destroy_call, true },
+	[PVGPU_GENERIC_cuTexObjectDestroy] = { sim_destroy_call, true },
+	[PVGPU_GENERIC_cuSurfObjectDestroy] = { sim_destroy_call, true },
+	[PVGPU_GENERIC_cuGraphDestroyNode] = { sim_destroy_call, true },
+	[PVGPU_GENERIC_cuEventElapsedTime_v2] = { sim_elapsed_call, true },
+	[PVGPU_GENERIC_cuDeviceGetGraphMemAttribute] = { sim_graph_mem_call, true },
+	[PVGPU_GENERIC_cuDeviceSetGraphMemAttribute] = { sim_graph_mem_call, true },
+	[PVGPU_GENERIC_cuDeviceGraphMemTrim] = { sim_graph_mem_call, true },
+	[PVGPU_GENERIC_cuEventCreate] = { sim_event_call, true },
+	[PVGPU_GENERIC_cuEventDestroy_v2] = { sim_event_call, true },
+	[PVGPU_GENERIC_cuEventRecord] = { sim_event_call, true },
+	[PVGPU_GENERIC_cuEventRecordWithFlags] = { sim_event_call, true },
+	[PVGPU_GENERIC_cuEventSynchronize] = { sim_event_call, true },
+	[PVGPU_GENERIC_cuEventQuery] = { sim_event_call, true },
+	[PVGPU_GENERIC_cuStreamQuery] = { sim_event_call, true },
+	[PVGPU_GENERIC_cuStreamWaitEvent] = { sim_event_call, true },
 };
 
 static int32_t sim_driver_call(struct pvgpu_exec *ex,
 			       const struct pvgpu_generic_fn *f, uint64_t *a)
 {
-	const struct sim_generic *g = NULL;
+	const struct sim_generic *g;
 	int32_t rc;
 
 	if (!ex || !f)
@@ -5029,10 +5028,9 @@ static int32_t sim_driver_call(struct pvgpu_exec *ex,
 	rc = ctx_check(ex);
 	if (rc)
 		return rc;
-	for (size_t i = 0; i < sizeof(sim_generic) / sizeof(sim_generic[0]); i++)
-		if (sim_generic[i].id == f->id)
-			g = &sim_generic[i];
-	if (!g) {
+	g = f->id < sizeof(sim_generic) / sizeof(sim_generic[0]) ?
+	    &sim_generic[f->id] : NULL;
+	if (!g || !g->call) {
 		sim_diag(ex, "%s: not supported by the sim", f->name);
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}

@@ -383,11 +383,13 @@ struct pvgpu_exec {
 	struct cuda_obj *objs;
 	size_t nobjs, objs_cap;
 
-	/* The generic driver call's entry points, looked up on first use. */
-	void *generic_fp[PVGPU_GENERIC_MAX_ID + 1];
-	bool generic_tried[PVGPU_GENERIC_MAX_ID + 1];
-	/* Which of them may change how kept run graphs' kernels run. */
-	bool generic_sets_kernels[PVGPU_GENERIC_MAX_ID + 1];
+	/* The generic driver call's entry points, looked up on first use;
+	 * sets_kernels: it may change how kept run graphs' kernels run.
+	 * One entry per id, so that a hot call touches one cache line. */
+	struct cuda_generic {
+		void *fp;
+		bool tried, sets_kernels;
+	} generic[PVGPU_GENERIC_MAX_ID + 1];
 
 	/* Physical memory exported (cuda_vmm_export): the driver's
 	 * descriptor of each, open for importers until the worker ends. */
@@ -2691,6 +2693,7 @@ static int32_t generic_places(struct pvgpu_exec *ex,
 static int32_t cuda_driver_call(struct pvgpu_exec *ex,
 				const struct pvgpu_generic_fn *f, uint64_t *a)
 {
+	struct cuda_generic *g;
 	int32_t rc;
 
 	if (!ex || !f || f->id > PVGPU_GENERIC_MAX_ID)
@@ -2702,15 +2705,16 @@ static int32_t cuda_driver_call(struct pvgpu_exec *ex,
 		if (rc)
 			return rc;
 	}
-	if (!ex->generic_tried[f->id]) {
+	g = &ex->generic[f->id];
+	if (!g->tried) {
 		/* The exported name the annotation gives (e.g. ..._v2). */
-		ex->generic_fp[f->id] = dlsym(ex->lib, f->name);
-		ex->generic_sets_kernels[f->id] = changes_kernels(f->name);
-		ex->generic_tried[f->id] = true;
+		g->fp = dlsym(ex->lib, f->name);
+		g->sets_kernels = changes_kernels(f->name);
+		g->tried = true;
 	}
-	if (!ex->generic_fp[f->id])
+	if (!g->fp)
 		return CUDA_ERROR_NOT_SUPPORTED;
-	if (ex->generic_sets_kernels[f->id])
+	if (g->sets_kernels)
 		run_graphs_drop(ex, 0);
 	rc = PVGPU_GA_HAS(f, PVGPU_GA_BIT(HIN) | PVGPU_GA_BIT(HDEL)) ?
 	     generic_handles(ex, f, a) : CUDA_SUCCESS;
@@ -2718,7 +2722,7 @@ static int32_t cuda_driver_call(struct pvgpu_exec *ex,
 		return rc;
 	if (f->id == PVGPU_GENERIC_cuMemRelease) {
 		uint64_t mem = a[0];
-		int32_t rc = pvgpu_cuda_generic_invoke(ex->generic_fp[f->id], f, a);
+		int32_t rc = pvgpu_cuda_generic_invoke(g->fp, f, a);
 
 		/* An exported descriptor outlives the handle (importers may
 		 * still come), but no later handle of that value is it. */
@@ -2727,7 +2731,7 @@ static int32_t cuda_driver_call(struct pvgpu_exec *ex,
 				ex->vmm_fds[i].mem = 0;
 		return rc;
 	}
-	rc = pvgpu_cuda_generic_invoke(ex->generic_fp[f->id], f, a);
+	rc = pvgpu_cuda_generic_invoke(g->fp, f, a);
 	if (PVGPU_GA_HAS(f, PVGPU_GA_BIT(HDEL)))
 		generic_destroyed(ex, f, a, rc);
 	if (rc || !PVGPU_GA_HAS(f, PVGPU_GA_BIT(HNEW)))
