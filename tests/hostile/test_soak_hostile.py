@@ -221,15 +221,15 @@ def what_pvgpud_said(log, errors):
 
 def good_loop(daemon, vm, index, image, stop, stats, rng, delay):
     """Sessions one after another until stopped.  served: sessions that
-    did a round; answered: sessions admitted whose module load or rounds
-    pvgpud answered, done or refused by the quota.  A VM's own sessions
+    did a round; admitted: sessions past their hello; refused: module
+    loads and rounds the VM's quota refused.  A VM's own sessions
     compete for its quota (each round allocates up to 5/8 of it), and on a
     loaded machine one of them can lose every time to its siblings: that
     is the quota doing its work, not pvgpud starving anyone, which the
     VM-wide checks (rounds, gaps, admissions) judge."""
     time.sleep(delay)
     source = address(int(vm.name[4:]))
-    i = served = answered = refused = 0
+    i = served = admitted = refused = 0
     while not stop.is_set():
         g = Guest(daemon, vm, index, image, source, timeout=60)
         t0 = time.monotonic()
@@ -241,7 +241,7 @@ def good_loop(daemon, vm, index, image, stop, stats, rng, delay):
             with stats.lock:
                 stats.admit.append((took, vm.name))
                 stats.retried += tries
-            answered += 1
+            admitted += 1
             if not g.setup():
                 refused += 1
                 continue
@@ -266,11 +266,11 @@ def good_loop(daemon, vm, index, image, stop, stats, rng, delay):
             return
         finally:
             g.close()
-    if not answered:
+    if not admitted:
         vm.errors.append(f"{vm.name} session {index}: never admitted")
     elif not served:
         with stats.lock:
-            stats.quota_bound.append(f"{vm.name} session {index}: {answered} admitted, "
+            stats.quota_bound.append(f"{vm.name} session {index}: {admitted} admitted, "
                                      f"{refused} refused by the quota")
 
 
