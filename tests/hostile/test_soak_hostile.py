@@ -12,10 +12,9 @@ hello, more than --max-unidentified of them; garbage after a valid hello;
 hellos with a wrong token.  Halfway the policy is reloaded (SIGHUP).
 
 What an operator checks: every good VM is served throughout (each of its
-sessions admitted, the VM doing rounds, and no good VM without a round,
-for longer than STARVED_ROUNDS of the run's median round, or ADMIT_BOUND_S
-if that is longer; one session of a VM may lose its VM's quota to the
-others every time, which is the quota's doing); no call fails
+sessions admitted and doing rounds, and no good VM without a round, for
+longer than STARVED_ROUNDS of the run's median round, or ADMIT_BOUND_S if
+that is longer); no call fails
 but the allocations the quota refuses; no VM ever holds more than its
 quota (the test's own account and, where built in, /metrics); a wrong
 token is refused.  Afterwards the supervisor's RSS is within RSS_SLACK of
@@ -142,7 +141,6 @@ class Stats:
         self.last_round = {}        # good VM name -> when one of its rounds last ended
         self.worst_gap = (0.0, "")  # the longest a good VM went without one
         self.problems = []          # things that must not happen
-        self.quota_bound = []       # session threads whose rounds the quota all refused
 
     def round_done(self, name):
         now = time.monotonic()
@@ -219,17 +217,21 @@ def what_pvgpud_said(log, errors):
                       "pvgpud on its hello budget:", *budget[-15:]])
 
 
+def gated(go, target):
+    """target, run once go is set.  Started one by one, busy threads made
+    each next start wait its turn for Python's lock behind all of them: on
+    a loaded 2-core machine the last of 260 started after the load's 120 s
+    had passed, never served, and the watch below never ran."""
+    def run(*args):
+        go.wait()
+        target(*args)
+    return run
+
+
 def good_loop(daemon, vm, index, image, stop, stats, rng, delay):
-    """Sessions one after another until stopped.  served: sessions that
-    did a round; admitted: sessions past their hello; refused: module
-    loads and rounds the VM's quota refused.  A VM's own sessions
-    compete for its quota (each round allocates up to 5/8 of it), and on a
-    loaded machine one of them can lose every time to its siblings: that
-    is the quota doing its work, not pvgpud starving anyone, which the
-    VM-wide checks (rounds, gaps, admissions) judge."""
     time.sleep(delay)
     source = address(int(vm.name[4:]))
-    i = served = admitted = refused = 0
+    i = served = 0
     while not stop.is_set():
         g = Guest(daemon, vm, index, image, source, timeout=60)
         t0 = time.monotonic()
@@ -241,9 +243,7 @@ def good_loop(daemon, vm, index, image, stop, stats, rng, delay):
             with stats.lock:
                 stats.admit.append((took, vm.name))
                 stats.retried += tries
-            admitted += 1
             if not g.setup():
-                refused += 1
                 continue
             did = 0
             for _ in range(rng.randint(*LIFE)):
@@ -253,8 +253,6 @@ def good_loop(daemon, vm, index, image, stop, stats, rng, delay):
                 if g.round(i):
                     did += 1
                     stats.round_done(vm.name)
-                else:
-                    refused += 1
                 i += 1
             if did:
                 served += 1
@@ -266,12 +264,8 @@ def good_loop(daemon, vm, index, image, stop, stats, rng, delay):
             return
         finally:
             g.close()
-    if not admitted:
-        vm.errors.append(f"{vm.name} session {index}: never admitted")
-    elif not served:
-        with stats.lock:
-            stats.quota_bound.append(f"{vm.name} session {index}: {admitted} admitted, "
-                                     f"{refused} refused by the quota")
+    if not served:
+        vm.errors.append(f"{vm.name} session {index}: never served")
 
 
 def bad_loop(daemon, vm, index, image, stop, stats):
@@ -495,28 +489,28 @@ def test_hostile_soak(start_pvgpud, tmp_path):
     good = [VM(good_name(v), QUOTA, tok(good_name(v))) for v in range(GOOD)]
     bad = [VM(bad_name(v), QUOTA, tok(bad_name(v))) for v in range(BAD)]
     stats = Stats()
-    stop, stop_hostile = threading.Event(), threading.Event()
+    stop, stop_hostile, go = threading.Event(), threading.Event(), threading.Event()
     forever = set()
     threads = []
     for k in range(GOOD * PER_VM):
         threads.append(threading.Thread(
-            target=good_loop, daemon=True,
+            target=gated(go, good_loop), daemon=True,
             args=(daemon, good[k % GOOD], k, image, stop, stats,
                   random.Random(rng.random()), RAMP_S * k / (GOOD * PER_VM))))
     for k in range(BAD * PER_VM):
-        threads.append(threading.Thread(target=bad_loop, daemon=True,
+        threads.append(threading.Thread(target=gated(go, bad_loop), daemon=True,
                                         args=(daemon, bad[k % BAD], 1000 + k, image,
                                               stop, stats)))
-    hostile = [threading.Thread(target=silent, daemon=True, args=(daemon, stop_hostile, stats)),
-               threading.Thread(target=noise, daemon=True,
+    hostile = [threading.Thread(target=gated(go, silent), daemon=True,
+                                args=(daemon, stop_hostile, stats)),
+               threading.Thread(target=gated(go, noise), daemon=True,
                                 args=(daemon, stop_hostile, stats, random.Random(seed + 1)))]
     if url:
-        hostile.append(threading.Thread(target=metrics_sampler, daemon=True,
+        hostile.append(threading.Thread(target=gated(go, metrics_sampler), daemon=True,
                                         args=(url, stop_hostile, stats)))
     peak_pss = peak_workers = pss_at_peak = 0
     avail0, avail_min = mem_available_kib(), mem_available_kib()
     rss_warm = None
-    t0 = time.monotonic()
     # The stopper runs in a process of its own: these threads would
     # starve it of Python's lock.
     stopper = subprocess.Popen(
@@ -526,6 +520,8 @@ def test_hostile_soak(start_pvgpud, tmp_path):
     try:
         for t in hostile + threads:
             t.start()
+        t0 = time.monotonic()
+        go.set()
         reloaded = False
         warm_at = min(30.0, SECONDS / 4)
         while time.monotonic() - t0 < SECONDS:
@@ -581,9 +577,6 @@ def test_hostile_soak(start_pvgpud, tmp_path):
         print(f"admissions: {len(admit)}, worst wait {admit[-1]:.2f} s, "
               f"99th {admit[int(len(admit) * 0.99)]:.2f} s, {stats.retried} hello(s) repeated "
               f"for a slot not yet free")
-        print(f"session threads that never did a round, their VM's quota taken by its "
-              f"other sessions each time: {len(stats.quota_bound)}",
-              *stats.quota_bound[:5], sep="\n  ")
         print(f"hostile: {stats.stops} stops, {len(forever)} left stopped, "
               f"{stats.bad_sessions} bad sessions, {stats.silent} silent sockets, "
               f"{stats.wrong_refused} wrong tokens refused, {stats.garbage} garbage "
@@ -655,6 +648,7 @@ def test_hostile_soak(start_pvgpud, tmp_path):
     finally:
         stop.set()
         stop_hostile.set()
+        go.set()                # threads still at the gate see the stop and end
         if stopper.poll() is None:
             stopper.kill()
             stopper.wait()
