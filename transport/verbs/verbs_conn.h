@@ -17,6 +17,12 @@
 
 #define VERBS_SLOTS		16
 #define VERBS_SLOT_SIZE		(256u << 10)
+/*
+ * Connection setup (the address, the route, the peer's accept) waits for
+ * the peer as long as ?timeout= says, never under VERBS_CM_TIMEOUT_MS: a
+ * fixed few seconds are nothing to a starved TCG guest, and a connection
+ * between two of them on a loaded CI machine failed in its setup.
+ */
 #define VERBS_CM_TIMEOUT_MS	5000
 /* A peer that keeps sending while never reading: the connection ends. */
 #define VERBS_STASH_MAX		(256u << 20)
@@ -135,6 +141,13 @@ void verbs_conn_close(struct verbs_conn *c);
 int verbs_conn_pin(struct verbs_conn *c, void *p, size_t size);
 /* Before p (a pinned base) is freed. */
 void verbs_conn_unpin(struct verbs_conn *c, void *p);
+
+/* How long a step of connection setup waits, for a connection's ?timeout=. */
+static inline int verbs_cm_timeout_ms(uint32_t timeout_ms)
+{
+	return timeout_ms > VERBS_CM_TIMEOUT_MS ? (int)timeout_ms :
+						  VERBS_CM_TIMEOUT_MS;
+}
 
 /* Wait for one rdma_cm event of type want on ch; 0 or -errno with err. */
 int verbs_cm_wait(struct rdma_event_channel *ch, enum rdma_cm_event_type want,

@@ -47,7 +47,7 @@ static int verbs_connect(struct pvgpu_transport *t, const char *addr,
 	uint8_t pd[PVGPU_VERBS_CONNECT_PD];
 	char why[160], hostport[300];
 	uint32_t timeout_ms = PVGPU_VERBS_TIMEOUT_MS;
-	int rc;
+	int rc, cm_ms;
 
 	if (t->token && strlen(t->token) > PVGPU_VERBS_TOKEN_MAX) {
 		snprintf(err, errlen, "a verbs token is at most %d bytes",
@@ -77,11 +77,13 @@ static int verbs_connect(struct pvgpu_transport *t, const char *addr,
 			 strerror(errno));
 		goto err_conn;
 	}
-	if (rdma_resolve_addr(c->id, NULL, ai->ai_addr, 2000)) {
+	cm_ms = verbs_cm_timeout_ms(timeout_ms);
+	/* The kernel's own bound first, so that its reason comes back. */
+	if (rdma_resolve_addr(c->id, NULL, ai->ai_addr, cm_ms)) {
 		rc = -errno;
 		snprintf(why, sizeof(why), "%s", strerror(errno));
 	} else {
-		rc = verbs_cm_wait(c->ch, RDMA_CM_EVENT_ADDR_RESOLVED, 3000, &ev,
+		rc = verbs_cm_wait(c->ch, RDMA_CM_EVENT_ADDR_RESOLVED, cm_ms + 1000, &ev,
 				   why, sizeof(why));
 	}
 	if (rc) {
@@ -89,11 +91,11 @@ static int verbs_connect(struct pvgpu_transport *t, const char *addr,
 		goto err_conn;
 	}
 	rdma_ack_cm_event(ev);
-	if (rdma_resolve_route(c->id, 2000)) {
+	if (rdma_resolve_route(c->id, cm_ms)) {
 		rc = -errno;
 		snprintf(why, sizeof(why), "%s", strerror(errno));
 	} else {
-		rc = verbs_cm_wait(c->ch, RDMA_CM_EVENT_ROUTE_RESOLVED, 3000, &ev,
+		rc = verbs_cm_wait(c->ch, RDMA_CM_EVENT_ROUTE_RESOLVED, cm_ms + 1000, &ev,
 				   why, sizeof(why));
 	}
 	if (rc) {
@@ -140,8 +142,8 @@ static int verbs_connect(struct pvgpu_transport *t, const char *addr,
 		goto err_conn;
 	}
 	/* A QP rdma_cm did not make: the reply comes as CONNECT_RESPONSE. */
-	rc = verbs_cm_wait(c->ch, RDMA_CM_EVENT_CONNECT_RESPONSE, VERBS_CM_TIMEOUT_MS,
-			   &ev, why, sizeof(why));
+	rc = verbs_cm_wait(c->ch, RDMA_CM_EVENT_CONNECT_RESPONSE, cm_ms, &ev,
+			   why, sizeof(why));
 	if (rc) {
 		snprintf(err, errlen, "%s: %s", addr,
 			 rc == -ECONNREFUSED ? "refused (wrong token, or no verbs listener there)" : why);

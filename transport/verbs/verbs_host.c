@@ -325,8 +325,8 @@ static int verbs_open(struct pvgpu_conn *base, char *err, size_t errlen)
 		snprintf(err, errlen, "rdma_accept: %s", strerror(-rc));
 		goto err_conn;
 	}
-	rc = verbs_cm_wait(c->ch, RDMA_CM_EVENT_ESTABLISHED, VERBS_CM_TIMEOUT_MS,
-			   &ev, why, sizeof(why));
+	rc = verbs_cm_wait(c->ch, RDMA_CM_EVENT_ESTABLISHED,
+			   verbs_cm_timeout_ms(c->timeout_ms), &ev, why, sizeof(why));
 	if (rc) {
 		snprintf(err, errlen, "establishing: %s", why);
 		goto err_conn;
