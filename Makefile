@@ -302,10 +302,11 @@ test: deps
 
 # The main pass: what the sanitizer pass leaves out, but for the timed
 # tests.  Without -s: its log stays one line per file, as in the foreground.
+# It is make test's longest chain on CI: its slowest tests are listed.
 .PHONY: test-main
 test-main: | $(BG_DIR)/main
 	$(PYTEST) -q -p no:cacheprovider --basetemp=$(abspath $(BG_DIR))/main/tmp \
-		-m "not sanitized or plain_build" $(TIMED_TESTS:%=--ignore=%)
+		--durations=15 -m "not sanitized or plain_build" $(TIMED_TESTS:%=--ignore=%)
 
 # Tests that run for a set time and take whatever CPU is free meanwhile
 # (the fuzzers, the hostile soak's two minutes): in the foreground they
