@@ -290,23 +290,35 @@ SAN_WORKERS = $(shell python3 -c 'import xdist' 2>/dev/null && printf -- '-n 2 -
 test: deps
 	$(MAKE) test-deploy-image-start
 	PVGPU_LEFT_OUT_SAID= $(MAKE) -j$(JOBS) all fuzz guest-driver build-minimal cross-arm64
-	$(MAKE) test-deploy-start test-main-start test-rdma-start test-xen-start test-timed-start
+	$(MAKE) test-deploy-start test-main-start test-demo-vm-start test-rdma-start \
+		test-xen-start test-timed-start
 	@tests/keep-going.sh $(BUILD)/test-logs \
 		build-asan '$(CHAIN_NICE) $(MAKE) -j$(JOBS) BUILD=build-asan SANITIZE=1 NVCC_REUSE=$(BUILD) all' \
 		sanitizer 'PVGPU_BUILD=build-asan $(CHAIN_NICE) $(PYTEST) -q -m sanitized $(SAN_WORKERS)' \
 		main '$(MAKE) --no-print-directory test-main-wait' \
+		demo-vm '$(MAKE) --no-print-directory test-demo-vm-wait' \
 		rdma '$(MAKE) --no-print-directory test-rdma-wait' \
 		xen '$(MAKE) --no-print-directory test-xen-wait' \
 		deploy '$(MAKE) --no-print-directory test-deploy-wait' \
 		timed '$(MAKE) --no-print-directory test-timed-wait'
 
 # The main pass: what the sanitizer pass leaves out, but for the timed
-# tests.  Without -s: its log stays one line per file, as in the foreground.
-# It is make test's longest chain on CI: its slowest tests are listed.
+# tests and the demo's.  Without -s: its log stays one line per file, as
+# in the foreground.  Its slowest tests are listed: it was make test's
+# longest chain on CI, alone on one of two cores for its last minutes.
 .PHONY: test-main
 test-main: | $(BG_DIR)/main
 	$(PYTEST) -q -p no:cacheprovider --basetemp=$(abspath $(BG_DIR))/main/tmp \
-		--durations=15 -m "not sanitized or plain_build" $(TIMED_TESTS:%=--ignore=%)
+		--durations=15 -m "not sanitized or plain_build" \
+		$(TIMED_TESTS:%=--ignore=%) $(DEMO_VM_TESTS:%=--ignore=%)
+
+# make demo's guest boots, the longest file of the VM tests (a third of
+# the main pass's time), in a pass of its own beside the main one: their
+# guests have their own folders, sockets and vhost-device-vsock.
+DEMO_VM_TESTS = tests/vm/test_demo.py
+.PHONY: test-demo-vm
+test-demo-vm: | $(BG_DIR)/demo-vm
+	$(call BG_PYTEST,demo-vm) -m "not sanitized or plain_build" $(DEMO_VM_TESTS)
 
 # Tests that run for a set time and take whatever CPU is free meanwhile
 # (the fuzzers, the hostile soak's two minutes): in the foreground they
