@@ -156,7 +156,8 @@ deps:
 $(filter-out $(GENERIC_GEN),$(GEN_FILES)) &: protocol/ops.spec protocol/gen.py
 	python3 protocol/gen.py protocol/ops.spec $(GEN_DIR)
 
-$(GENERIC_GEN) &: protocol/api/gen_generic.py protocol/api/annotations.py
+$(GENERIC_GEN) &: protocol/api/gen_generic.py protocol/api/annotations.py \
+		protocol/ops.spec protocol/gen.py
 	python3 protocol/api/gen_generic.py $(GEN_DIR)
 
 # Include paths by part: the guest's sources (and the generated stubs that

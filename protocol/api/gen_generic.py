@@ -18,9 +18,11 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
 import annotations  # noqa: E402
+import gen  # noqa: E402  (protocol/gen.py: the ops.spec reader)
 
-MAX_ARGS = 8
+SPEC = os.path.join(os.path.dirname(HERE), 'ops.spec')
 # Results of these types come back as their bits in the low bytes of the
 # u64 slot (a float is not a value an integer cast keeps).
 FLOATS = ('float', 'double')
@@ -96,6 +98,21 @@ def kind(t):
     if '@' in t or '*' in t:
         sys.exit('gen_generic: cannot forward an argument of type %s' % t)
     return 'IN', t, 0
+
+
+def max_args(spec=SPEC):
+    """The argument slots the driver_call ops carry: their u64[] max in
+    ops.spec, which every one of them must agree on."""
+    _, ops, _ = gen.parse(spec)
+    slots = {(op.name, f.name): f.max for op in ops if op.name.startswith('driver_call')
+             for f in op.ins + op.outs if f.name in ('args', 'results')}
+    if not slots or len(set(slots.values())) != 1:
+        sys.exit('gen_generic: %s: the driver_call ops differ in their slots: %s'
+                 % (spec, slots))
+    return slots.popitem()[1]
+
+
+MAX_ARGS = max_args()
 
 
 def load():
