@@ -295,7 +295,8 @@ test: deps
 		test-xen-start test-timed-start
 	@tests/keep-going.sh $(BUILD)/test-logs \
 		build-asan '$(CHAIN_NICE) $(MAKE) -j$(JOBS) BUILD=build-asan SANITIZE=1 NVCC_REUSE=$(BUILD) all' \
-		sanitizer 'PVGPU_BUILD=build-asan $(CHAIN_NICE) $(PYTEST) -q -m sanitized $(SAN_WORKERS)' \
+		sanitizer 'PVGPU_BUILD=build-asan $(CHAIN_NICE) $(PYTEST) -q -m sanitized \
+			--durations=10 $(SAN_WORKERS)' \
 		main '$(MAKE) --no-print-directory test-main-wait' \
 		demo-vm '$(MAKE) --no-print-directory test-demo-vm-wait' \
 		rdma '$(MAKE) --no-print-directory test-rdma-wait' \
