@@ -497,16 +497,16 @@ def rc(out, name):
 def said(out, name):
     """Case NAME's line and what follows it up to the next case or step
     (run_case prints the tail of a failed program's stderr there)."""
-    m = re.search(rf"^case {re.escape(name)} rc=.*$", out, re.M)
-    if not m:
+    line = cases(out).get(name)
+    if not line:
         return f"case {name} did not run"
-    rest = out[m.end():].splitlines()[1:9]
+    rest = out[out.index(line) + len(line):].splitlines()[1:9]
     keep = []
-    for line in rest:
-        if line.startswith(("case ", "step ")):
+    for after in rest:
+        if after.startswith(("case ", "step ")):
             break
-        keep.append(line)
-    return "\n".join([m.group(0)] + keep)
+        keep.append(after)
+    return "\n".join([line] + keep)
 
 
 def log(out, name):
