@@ -14,8 +14,8 @@ hellos with a wrong token.  Halfway the policy is reloaded (SIGHUP).
 What an operator checks: every good VM is served throughout (each of its
 sessions admitted and doing rounds, and no good VM without a round, for
 longer than STARVED_ROUNDS of the run's median round, or ADMIT_BOUND_S if
-that is longer); no call fails
-but the allocations the quota refuses; no VM ever holds more than its
+that is longer, plus the longest this harness itself kept a thread
+waiting); no call fails but the allocations the quota refuses; no VM ever holds more than its
 quota (the test's own account and, where built in, /metrics); a wrong
 token is refused.  Afterwards the supervisor's RSS is within RSS_SLACK of
 what it was once warmed up, its descriptors and /dev/shm are back to
@@ -139,16 +139,37 @@ class Stats:
         self.stops = 0
         self.metrics_seen = 0
         self.last_round = {}        # good VM name -> when one of its rounds last ended
-        self.worst_gap = (0.0, "")  # the longest a good VM went without one
+        # The longest a good VM went without one: (seconds, VM, from when)
+        self.worst_gap = (0.0, "", 0.0)
+        self.steps = {}             # good VM name -> [(when, session, step)]
         self.problems = []          # things that must not happen
+        self.harness_late = 0.0     # the longest this process kept a thread waiting
 
-    def round_done(self, name):
-        now = time.monotonic()
+    def step(self, name, index, what):
         with self.lock:
+            self.steps.setdefault(name, []).append((time.monotonic(), index, what))
+
+    def round_done(self, name, index):
+        # The clock is read under the lock: read before it, a thread kept
+        # waiting for the lock (seconds, among 260 threads on a loaded
+        # machine) wrote a time older than the others' and made a gap
+        # that never was.
+        with self.lock:
+            now = time.monotonic()
+            self.steps.setdefault(name, []).append((now, index, "round"))
             gap = now - self.last_round.get(name, now)
             self.last_round[name] = now
             if gap > self.worst_gap[0]:
-                self.worst_gap = (gap, name)
+                self.worst_gap = (gap, name, now - gap)
+
+    def worst_gap_steps(self, t0):
+        """What the starved VM's sessions did from a second before its
+        longest gap to its end: where a good VM's time went, for a
+        failure's message."""
+        gap, name, since = self.worst_gap
+        return "\n".join(f"  {when - t0:8.2f} s  session {index:3}  {what}"
+                         for when, index, what in self.steps.get(name, [])
+                         if since - 1.0 <= when <= since + gap)
 
     def problem(self, what):
         with self.lock:
@@ -217,6 +238,20 @@ def what_pvgpud_said(log, errors):
                       "pvgpud on its hello budget:", *budget[-15:]])
 
 
+def harness_clock(stop, stats):
+    """How late this process's own threads get to run: one that sleeps
+    0.1 s at a time, and the most it overslept.  On a loaded machine the
+    harness's 260 threads wait their turn for Python's lock, and a good
+    VM's round is seen that much later: a gap the harness made, which is
+    no VM's starvation."""
+    while not stop.is_set():
+        t = time.monotonic()
+        time.sleep(0.1)
+        late = time.monotonic() - t - 0.1
+        if late > stats.harness_late:
+            stats.harness_late = late
+
+
 def gated(go, target):
     """target, run once go is set.  Started one by one, busy threads made
     each next start wait its turn for Python's lock behind all of them: on
@@ -237,14 +272,18 @@ def good_loop(daemon, vm, index, image, stop, stats, rng, delay):
         t0 = time.monotonic()
         phase = "hello"
         try:
+            stats.step(vm.name, index, "connect")
             tries = g.open()
             phase = "setup"
             took = time.monotonic() - t0
+            stats.step(vm.name, index, f"admitted after {tries} refusal(s), a context")
             with stats.lock:
                 stats.admit.append((took, vm.name))
                 stats.retried += tries
             if not g.setup():
+                stats.step(vm.name, index, "setup refused")
                 continue
+            stats.step(vm.name, index, "set up")
             did = 0
             for _ in range(rng.randint(*LIFE)):
                 if stop.is_set():
@@ -252,7 +291,9 @@ def good_loop(daemon, vm, index, image, stop, stats, rng, delay):
                 phase = f"round {did + 1}"
                 if g.round(i):
                     did += 1
-                    stats.round_done(vm.name)
+                    stats.round_done(vm.name, index)
+                else:
+                    stats.step(vm.name, index, "round refused")
                 i += 1
             if did:
                 served += 1
@@ -263,7 +304,9 @@ def good_loop(daemon, vm, index, image, stop, stats, rng, delay):
                              f"{time.monotonic() - t0:.2f} s after it connected")
             return
         finally:
+            stats.step(vm.name, index, "closing")
             g.close()
+            stats.step(vm.name, index, "closed")
     if not served:
         vm.errors.append(f"{vm.name} session {index}: never served")
 
@@ -504,7 +547,9 @@ def test_hostile_soak(start_pvgpud, tmp_path):
     hostile = [threading.Thread(target=gated(go, silent), daemon=True,
                                 args=(daemon, stop_hostile, stats)),
                threading.Thread(target=gated(go, noise), daemon=True,
-                                args=(daemon, stop_hostile, stats, random.Random(seed + 1)))]
+                                args=(daemon, stop_hostile, stats, random.Random(seed + 1))),
+               threading.Thread(target=gated(go, harness_clock), daemon=True,
+                                args=(stop, stats))]
     if url:
         hostile.append(threading.Thread(target=gated(go, metrics_sampler), daemon=True,
                                         args=(url, stop_hostile, stats)))
@@ -570,9 +615,10 @@ def test_hostile_soak(start_pvgpud, tmp_path):
               f"{sorted(served)[len(served) // 2]} / max {max(served)}, "
               f"{sum(served)} in all; rounds per VM min {min(vm.rounds for vm in good)}")
         pace = elapsed / max(1, sorted(vm.rounds for vm in good)[len(good) // 2])
-        bound = max(ADMIT_BOUND_S, STARVED_ROUNDS * pace)
+        bound = max(ADMIT_BOUND_S, STARVED_ROUNDS * pace) + stats.harness_late
         print(f"longest a good VM went without a round: {stats.worst_gap[0]:.2f} s "
-              f"({stats.worst_gap[1]}); a good VM's median round {pace:.2f} s, "
+              f"({stats.worst_gap[1]}); a good VM's median round {pace:.2f} s and "
+              f"this harness kept a thread waiting {stats.harness_late:.2f} s at most, "
               f"so starved past {bound:.1f} s")
         print(f"admissions: {len(admit)}, worst wait {admit[-1]:.2f} s, "
               f"99th {admit[int(len(admit) * 0.99)]:.2f} s, {stats.retried} hello(s) repeated "
@@ -590,7 +636,10 @@ def test_hostile_soak(start_pvgpud, tmp_path):
             "\n" + what_pvgpud_said(daemon.log(), errors)
         assert all(n > 0 for n in served), served
         assert max(stats.admit)[0] <= bound, (max(stats.admit), bound)
-        assert stats.worst_gap[0] <= bound, (stats.worst_gap, bound)
+        assert stats.worst_gap[0] <= bound, \
+            f"{stats.worst_gap[1]} went {stats.worst_gap[0]:.2f} s without a round " \
+            f"(bound {bound:.1f} s); its sessions' steps (s since the load began):\n" \
+            + stats.worst_gap_steps(t0)
         # The hostile load happened.  How much of it depends on the CPU
         # this harness gets: alone, 2421 stops in 120 s; beside make
         # test's sanitizer pass (nice -5), 61-320.
