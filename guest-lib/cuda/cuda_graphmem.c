@@ -11,7 +11,10 @@
  * as the session's (so that copies, memsets and kernels may use it) and
  * refuses a free node of anything else.  The guest records the range too
  * (its copies check their pointers) and each node's parameters, for
- * cuGraphMemAllocNodeGetParams / cuGraphMemFreeNodeGetParams.  pvgpu takes
+ * cuGraphMemAllocNodeGetParams / cuGraphMemFreeNodeGetParams.  The range
+ * stays recorded when cuMemFree frees it outside any graph: the graph's
+ * next launch maps it again at the same address (NVIDIA's graphMemoryNodes
+ * frees it so between launches).  pvgpu takes
  * device memory of the context's own device, readable and writable there
  * (what cudaMallocAsync asks for); other pool properties and peer access
  * are CUDA_ERROR_NOT_SUPPORTED naming why.
@@ -72,13 +75,12 @@ static int mem_node_find(uint64_t node, struct mem_node *out)
 	return found;
 }
 
-/* The range an allocation node reserved, known to the guest's checks. */
+/* The range an allocation node reserved, known to the guest's checks
+ * (in place of a range of a graph gone that it overlaps, cuda_mem.c). */
 static void range_keep(CUdeviceptr dptr, size_t size, int device)
 {
-	struct cu_alloc a;
-
-	if (!cu_alloc_find(dptr, &a))
-		cu_alloc_add(dptr, size, device);
+	cu_alloc_insert(&(struct cu_alloc){ .base = dptr, .size = size,
+					    .device = device, .graph = 1 });
 }
 
 /* What pvgpu takes of an allocation node's properties, for ctx's device. */

@@ -150,6 +150,9 @@ struct cu_alloc {
 	int device;
 	int managed;			/* cuMemAllocManaged's (cuda_managed.c) */
 	int mapped;			/* a cuMemMap mapping (cuda_vmm.c) */
+	int graph;			/* a graph allocation node's range: its
+					 * graph's for as long as the graph
+					 * lives, freed or not (cuda_graphmem.c) */
 };
 
 /*

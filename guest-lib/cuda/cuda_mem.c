@@ -16,11 +16,32 @@
 
 /* ---- tracking ----------------------------------------------------------- */
 
-int cu_alloc_insert(const struct cu_alloc *n)
+int cu_alloc_insert(const struct cu_alloc *add)
 {
-	size_t i;
+	struct cu_alloc m = *add, *n = &m;
+	size_t i, k;
 
 	pthread_mutex_lock(&cu.table_lock);
+	/*
+	 * A graph's range the driver gives again.  To another allocation
+	 * node: allocations of one graph share addresses where their
+	 * lifetimes do not overlap, so the range is the union.  To anything
+	 * else: that graph is gone (the backend forgets it so too, capture.c).
+	 */
+	for (i = k = 0; i < cu.nallocs; i++) {
+		struct cu_alloc *a = &cu.allocs[i];
+		uint64_t end = n->base + n->size, aend = a->base + a->size;
+
+		if (!a->graph || a->base >= end || n->base >= aend) {
+			cu.allocs[k++] = *a;
+			continue;
+		}
+		if (n->graph) {
+			n->base = a->base < n->base ? a->base : n->base;
+			n->size = (aend > end ? aend : end) - n->base;
+		}
+	}
+	cu.nallocs = k;
 	if (cu.nallocs == cu.allocs_cap) {
 		size_t cap = cu.allocs_cap ? cu.allocs_cap * 2 : 64;
 		struct cu_alloc *a = realloc(cu.allocs, cap * sizeof(*a));
@@ -219,7 +240,8 @@ CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
 		return r;
 	r = cu_status(pvgpu_call_mem_free(op.client, &req, &rep));
 	cu_op_end(&op);
-	if (!r)
+	/* Graph memory stays its graph's: a launch maps it again. */
+	if (!r && !a.graph)
 		cu_alloc_remove(dptr);
 	return r;
 }

@@ -30,10 +30,12 @@
  * that range in its graphs from then on (it is one of its allocations,
  * marked PVGPU_ALLOC_GRAPH), a free node may name only such an address,
  * and the bytes count against the VM's quota until the context goes
- * (whether a launch has the memory mapped or not: the conservative count)
- * or until cuMemFree / cuMemFreeAsync frees it outside any graph, as
- * NVIDIA's driver lets a program do (ops.c mem_free: the record and the
- * charge go).
+ * (whether a launch has the memory mapped or not: the conservative count),
+ * or until a cuMemAlloc gets part of the range (the graph is gone).
+ * cuMemFree / cuMemFreeAsync may free it outside any graph, as NVIDIA's
+ * driver lets a program do (ops.c mem_free): its charge goes, the record
+ * stays (unmapped), and a graph launch, which maps it again at the same
+ * address, charges it again first (pvgpu_graph_allocs_mapped).
  */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -495,9 +497,45 @@ void pvgpu_graph_allocs_reused(struct pvgpu_worker *w, uint64_t base,
 		if (a->module != PVGPU_ALLOC_GRAPH || a->base >= base + size ||
 		    base >= a->base + a->size)
 			continue;
-		atomic_fetch_sub(&w->slot->mem_used[a->device], a->size);
+		if (!a->unmapped)
+			atomic_fetch_sub(&w->slot->mem_used[a->device], a->size);
 		pvgpu_alloc_del(&w->allocs, a);
 	}
+}
+
+/*
+ * Before a graph launch: the context's graph memory freed outside any
+ * graph is charged again, as the launch may map it again.  Which graph
+ * each range is of is not kept, so a launch of any graph charges them all:
+ * the count may be more than the GPU holds, never less.
+ */
+int32_t pvgpu_graph_allocs_mapped(struct pvgpu_worker *w)
+{
+	uint64_t bytes = 0;
+	int others = 0;
+
+	for (size_t i = 0; i < w->allocs.n; i++) {
+		const struct pvgpu_alloc *a = &w->allocs.v[i];
+
+		if (!a->unmapped)
+			continue;
+		if (a->ctx == w->cur_ctx)
+			bytes += a->size;
+		else
+			others = 1;
+	}
+	if (bytes && pvgpu_accounting_charge(w->acct, w->slot, bytes))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	for (size_t i = 0; bytes && i < w->allocs.n; i++) {
+		struct pvgpu_alloc *a = &w->allocs.v[i];
+
+		if (a->unmapped && a->ctx == w->cur_ctx) {
+			pvgpu_accounting_commit(w->slot, a->device, a->size);
+			a->unmapped = 0;
+		}
+	}
+	w->allocs.graph_unmapped = others;
+	return CUDA_SUCCESS;
 }
 
 /* A free node's address: one an allocation node of the session gave. */

@@ -274,6 +274,10 @@ static int32_t generic_call(struct pvgpu_worker *w,
 	 */
 	if (made && pvgpu_handles_room(&w->handles, made))
 		return CUDA_ERROR_OUT_OF_MEMORY;
+	/* Graph memory freed outside its graph is mapped again (capture.c). */
+	if (f->id == PVGPU_GENERIC_cuGraphLaunch && w->allocs.graph_unmapped &&
+	    (st = pvgpu_graph_allocs_mapped(w)))
+		return st;
 	st = pvgpu_vmm_before(w, f, a, ids, &vmm);
 	if (st)
 		return st;

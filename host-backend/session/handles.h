@@ -90,12 +90,15 @@ struct pvgpu_alloc {
 #define PVGPU_ALLOC_GRAPH (UINT64_MAX - 3) /* module: a graph allocation node's (capture.c) */
 #define PVGPU_ALLOC_MANAGED (UINT64_MAX - 4) /* module: managed memory in the window (managed.c), charged */
 	int32_t device;
+	int32_t unmapped;		/* graph memory freed outside any graph:
+					 * uncharged until a launch (capture.c) */
 };
 
 /* Sorted by base, so a lookup is a binary search. */
 struct pvgpu_allocs {
 	struct pvgpu_alloc *v;
 	size_t n, cap;
+	int graph_unmapped;		/* some may be unmapped: a launch looks */
 };
 
 int pvgpu_alloc_add(struct pvgpu_allocs *t, const struct pvgpu_alloc *a);

@@ -365,8 +365,8 @@ int32_t pvgpu_handle_ctx_destroy(struct pvgpu_worker *w,
 		struct pvgpu_alloc *a = &w->allocs.v[i];
 
 		if (a->ctx == req->ctx) {
-			if (!a->module || a->module == PVGPU_ALLOC_GRAPH ||
-			    a->module == PVGPU_ALLOC_MANAGED)
+			if (!a->module || a->module == PVGPU_ALLOC_MANAGED ||
+			    (a->module == PVGPU_ALLOC_GRAPH && !a->unmapped))
 				atomic_fetch_sub(&w->slot->mem_used[a->device],
 						 a->size);
 			pvgpu_alloc_del(&w->allocs, a);
@@ -454,7 +454,7 @@ int32_t pvgpu_handle_mem_alloc(struct pvgpu_worker *w,
 			       const struct pvgpu_mem_alloc_req *req,
 			       struct pvgpu_mem_alloc_rep *rep)
 {
-	struct pvgpu_alloc a;
+	struct pvgpu_alloc a = { 0 };
 	int32_t st = need_context(w);
 	int dev;
 
@@ -514,10 +514,18 @@ int32_t pvgpu_handle_mem_free(struct pvgpu_worker *w,
 	if (!a || (a->module && a->module != PVGPU_ALLOC_GRAPH) ||
 	    (a->module == PVGPU_ALLOC_GRAPH && a->base != req->dptr))
 		return CUDA_ERROR_INVALID_VALUE;
+	if (a->unmapped)
+		return CUDA_ERROR_INVALID_VALUE;	/* freed already */
 	st = w->ex_ops->mem_free(w->ex, a->base);
 	if (st)
 		return st;
 	atomic_fetch_sub(&w->slot->mem_used[a->device], a->size);
+	if (a->module == PVGPU_ALLOC_GRAPH) {
+		/* Still its graph's: a launch maps it again (capture.c). */
+		a->unmapped = 1;
+		w->allocs.graph_unmapped = 1;
+		return CUDA_SUCCESS;
+	}
 	pvgpu_alloc_del(&w->allocs, a);
 	return CUDA_SUCCESS;
 }

@@ -339,6 +339,9 @@ void pvgpu_staged_free(struct pvgpu_worker *w);
  * graph allocations there are gone (their memory trimmed) (capture.c). */
 void pvgpu_graph_allocs_reused(struct pvgpu_worker *w, uint64_t base,
 			       uint64_t size);
+/* Before a graph launch: graph memory freed outside its graph charged
+ * again, as the launch maps it again (capture.c). */
+int32_t pvgpu_graph_allocs_mapped(struct pvgpu_worker *w);
 
 /* May the session's VM use this device (its policy's gpus)? (ops.c) */
 int pvgpu_vm_may_use(struct pvgpu_worker *w, int32_t device);

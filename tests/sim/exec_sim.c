@@ -180,6 +180,10 @@ struct sim_alloc {
 	bool ipc_owner;
 	int ipc_fd;
 	unsigned char *saved;		/* checkpointed: data's host copy */
+	/* A graph allocation node's: freed outside any graph (or by a free
+	 * node's run) it is unmapped, and a launch of a graph with its
+	 * allocation node maps it again; the sim keeps its bytes meanwhile. */
+	bool graph, unmapped;
 };
 
 /* Physical memory of cuMemCreate, and address ranges of cuMemAddressReserve. */
@@ -1747,7 +1751,6 @@ static int32_t ctx_synchronize(struct pvgpu_exec *ex)
 static int32_t dev_alloc(struct pvgpu_exec *ex, uint64_t size, bool module,
 			 uint64_t *dptr)
 {
-	struct sim_alloc *a;
 	int32_t dev = ex->cur->u.ctx.dev;
 	uint64_t addr, used;
 	unsigned char *data;
@@ -1772,18 +1775,10 @@ static int32_t dev_alloc(struct pvgpu_exec *ex, uint64_t size, bool module,
 	i = alloc_upper_bound(ex, addr);
 	memmove(&ex->allocs[i + 1], &ex->allocs[i],
 		(ex->nallocs - i) * sizeof(*ex->allocs));
-	a = &ex->allocs[i];
-	a->addr = addr;
-	a->size = size;
-	a->data = data;
-	a->ctx = ex->cur;
-	a->dev = dev;
-	a->module = module;
-	a->phys = 0;
-	a->ipc[0] = '\0';
-	a->ipc_owner = false;
-	a->ipc_fd = -1;
-	a->saved = NULL;
+	ex->allocs[i] = (struct sim_alloc){
+		.addr = addr, .size = size, .data = data, .ctx = ex->cur,
+		.dev = dev, .module = module, .ipc_fd = -1,
+	};
 	ex->nallocs++;
 	ex->own_used[dev] += size;
 	*dptr = addr;
@@ -1816,9 +1811,12 @@ static int32_t sim_mem_free(struct pvgpu_exec *ex, uint64_t dptr)
 	/* Only the start of a live allocation; any context (unified VA). */
 	i = alloc_upper_bound(ex, dptr);
 	if (!i || ex->allocs[i - 1].addr != dptr || ex->allocs[i - 1].module ||
-	    ex->allocs[i - 1].phys)
+	    ex->allocs[i - 1].phys || ex->allocs[i - 1].unmapped)
 		return CUDA_ERROR_INVALID_VALUE;
-	alloc_remove(ex, i - 1);
+	if (ex->allocs[i - 1].graph)
+		ex->allocs[i - 1].unmapped = true;
+	else
+		alloc_remove(ex, i - 1);
 	return CUDA_SUCCESS;
 }
 
@@ -3544,9 +3542,12 @@ static int32_t graph_mem_alloc(struct pvgpu_exec *ex, uint64_t size,
 			       uint64_t *dptr)
 {
 	int32_t rc = size ? sim_mem_alloc(ex, size, dptr) : CUDA_ERROR_INVALID_VALUE;
+	size_t i;
 
 	if (rc)
 		return rc;
+	i = alloc_upper_bound(ex, *dptr);
+	ex->allocs[i - 1].graph = true;
 	ex->graph_mem += size;
 	if (ex->graph_mem > ex->graph_mem_high)
 		ex->graph_mem_high = ex->graph_mem;
@@ -3577,9 +3578,8 @@ static int32_t sim_mem_async(struct pvgpu_exec *ex, uint64_t stream,
 			return rc;
 		c.type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
 		c.width = size;
-	} else {
-		c.dst = *dptr;
 	}
+	c.dst = *dptr;			/* what its runs map or unmap */
 	return graph_capture(ex, s, NULL, &c);
 }
 
@@ -3824,8 +3824,16 @@ static int32_t graph_node_run(struct pvgpu_exec *ex,
 		 * GPU: which body would run is not modelled. */
 		sim_diag(ex, "a conditional graph node: not run by the sim");
 		return CUDA_ERROR_NOT_SUPPORTED;
+	case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
+	case CU_GRAPH_NODE_TYPE_MEM_FREE: {
+		struct sim_alloc *a = alloc_range(ex, e->n.dst, 1);
+
+		if (a && a->graph)
+			a->unmapped = e->type == CU_GRAPH_NODE_TYPE_MEM_FREE;
+		return CUDA_SUCCESS;
+	}
 	default:
-		return CUDA_SUCCESS;		/* empty, memory nodes */
+		return CUDA_SUCCESS;		/* empty */
 	}
 }
 
@@ -3902,6 +3910,8 @@ static int32_t sim_graph_add_node(struct pvgpu_exec *ex, uint64_t graph,
 	e->type = n->type;
 	e->n = *n;
 	e->n.kernel = (struct pvgpu_launch){ 0 };
+	if (n->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC)
+		e->n.dst = *n->alloc;	/* what its runs map (graph_node_run) */
 	e->n.alloc = NULL;
 	e->n.bodies = NULL;
 	e->node = node_new(ex);

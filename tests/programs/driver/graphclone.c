@@ -6,8 +6,9 @@
  * function by cuLaunchHostFunc.  graphConditionalNodes: work
  * captured (cuStreamBeginCaptureToGraph) into a conditional node's body
  * graph and into a graph after one of its nodes; cuStreamEndCapture gives
- * that graph back.  graphMemoryFootprint: memory an allocation node made,
- * freed with cuMemFree and cuMemFreeAsync outside any graph.
+ * that graph back.  graphMemoryFootprint and graphMemoryNodes: memory an
+ * allocation node made, freed with cuMemFree and cuMemFreeAsync outside
+ * any graph, the graph launched again and the memory freed the other way.
  * argv[1]: vecadd.fatbin.
  */
 #include "drv.h"
@@ -207,6 +208,19 @@ int main(int argc, char **argv)
 		else
 			DRV(cuMemFree(mem));
 		DRV(cuStreamSynchronize(s));
+		/* As graphMemoryNodes: launched again, the graph maps it again
+		 * at the same address, to be freed the other way. */
+		DRV(cuGraphLaunch(x, s));
+		DRV(cuStreamSynchronize(s));
+		DRV(cuMemsetD32(mem, 0x40800000, N));	/* 4.0f */
+		DRV(cuMemcpyDtoH(res, mem, N * sizeof(float)));
+		DRV_EXPECT(res[0] == 4.0f);
+		if (how)
+			DRV(cuMemFree(mem));
+		else
+			DRV(cuMemFreeAsync(mem, s));
+		DRV(cuStreamSynchronize(s));
+		printf("graph memory mapped again by a launch: %g\n", res[0]);
 		again = cuMemFree(mem);
 		printf("graph memory freed by %s, again: %d\n",
 		       how ? "cuMemFreeAsync" : "cuMemFree", again != CUDA_SUCCESS);
