@@ -497,7 +497,7 @@ void pvgpu_graph_allocs_reused(struct pvgpu_worker *w, uint64_t base,
 		if (a->module != PVGPU_ALLOC_GRAPH || a->base >= base + size ||
 		    base >= a->base + a->size)
 			continue;
-		if (!a->unmapped)
+		if (pvgpu_alloc_charged(a))
 			atomic_fetch_sub(&w->slot->mem_used[a->device], a->size);
 		pvgpu_alloc_del(&w->allocs, a);
 	}

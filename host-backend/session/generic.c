@@ -274,15 +274,16 @@ static int32_t generic_call(struct pvgpu_worker *w,
 	 */
 	if (made && pvgpu_handles_room(&w->handles, made))
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	/* Graph memory freed outside its graph is mapped again (capture.c). */
-	if (f->id == PVGPU_GENERIC_cuGraphLaunch && w->allocs.graph_unmapped &&
-	    (st = pvgpu_graph_allocs_mapped(w)))
-		return st;
 	st = pvgpu_vmm_before(w, f, a, ids, &vmm);
 	if (st)
 		return st;
 	capture_before(w, f, a);
 	if (f->id == PVGPU_GENERIC_cuGraphLaunch) {
+		/* Graph memory freed outside its graph is mapped again
+		 * (capture.c). */
+		if (w->allocs.graph_unmapped &&
+		    (st = pvgpu_graph_allocs_mapped(w)))
+			return st;
 		/* A graph's launches take the VM's turn like any other (§3). */
 		pvgpu_sched_admit(&w->sched, pvgpu_cur_device(w), 1);
 		st = w->ex_ops->driver_call(w->ex, f, a);

@@ -94,6 +94,16 @@ struct pvgpu_alloc {
 					 * uncharged until a launch (capture.c) */
 };
 
+/* Do its bytes count against the VM's quota now?  cuMemAlloc's, managed
+ * memory's and a graph allocation node's while mapped; not module
+ * globals, mapped host memory, IPC imports, nor cuMemMap mappings (their
+ * physical memory is charged instead, vmm.c). */
+static inline int pvgpu_alloc_charged(const struct pvgpu_alloc *a)
+{
+	return !a->module || a->module == PVGPU_ALLOC_MANAGED ||
+	       (a->module == PVGPU_ALLOC_GRAPH && !a->unmapped);
+}
+
 /* Sorted by base, so a lookup is a binary search. */
 struct pvgpu_allocs {
 	struct pvgpu_alloc *v;

@@ -365,8 +365,7 @@ int32_t pvgpu_handle_ctx_destroy(struct pvgpu_worker *w,
 		struct pvgpu_alloc *a = &w->allocs.v[i];
 
 		if (a->ctx == req->ctx) {
-			if (!a->module || a->module == PVGPU_ALLOC_MANAGED ||
-			    (a->module == PVGPU_ALLOC_GRAPH && !a->unmapped))
+			if (pvgpu_alloc_charged(a))
 				atomic_fetch_sub(&w->slot->mem_used[a->device],
 						 a->size);
 			pvgpu_alloc_del(&w->allocs, a);
